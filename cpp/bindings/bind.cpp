@@ -1,0 +1,246 @@
+#include "bind.hpp"
+
+#include <sstream>
+
+namespace ftpy {
+
+// ------------------------------------------------------------------------------------------------------
+DType parse_dtype(const py::object& dtype) {
+    py::dtype dt;
+    try {
+        dt = py::dtype::from_args(dtype);
+    } catch (py::error_already_set&) {
+        throw ft::TypeError("dtype must be 'float32' or 'float64', got " + py::repr(dtype).cast<std::string>());
+    }
+    if (dt.equal(py::dtype::of<float>())) return DType::F32;
+    if (dt.equal(py::dtype::of<double>())) return DType::F64;
+    throw ft::ValueError("dtype must be 'float32' or 'float64', got " + py::str(dt).cast<std::string>());
+}
+
+template <>
+const char* dtype_name<float>() { return "float32"; }
+template <>
+const char* dtype_name<double>() { return "float64"; }
+
+std::string shape_str(const py::array& a) {
+    std::ostringstream s;
+    s << "(";
+    for (py::ssize_t i = 0; i < a.ndim(); ++i) s << (i ? ", " : "") << a.shape(i);
+    if (a.ndim() == 1) s << ",";
+    s << ")";
+    return s.str();
+}
+
+namespace {
+py::array as_array(const py::handle& obj, const char* what) {
+    if (py::isinstance<py::array>(obj)) return py::reinterpret_borrow<py::array>(obj);
+    if (obj.is_none()) throw ft::TypeError(std::string(what) + " must be an array, got None");
+    if (py::isinstance<py::str>(obj) || py::isinstance<py::bytes>(obj))
+        throw ft::TypeError(std::string(what) + " must be an array, got " +
+                            py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
+    try {
+        return py::module_::import("numpy").attr("asarray")(obj);
+    } catch (py::error_already_set& e) {
+        throw ft::TypeError(std::string(what) + " could not be read as an array: " + e.what());
+    }
+}
+std::string kind_name(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }
+}  // namespace
+
+template <class T>
+InMatrix<T> in_matrix(const py::handle& obj, const char* what, index_t rows, bool allow_vector, const char* rows_name) {
+    py::array a = as_array(obj, what);
+    const char kind = a.dtype().kind();
+    if (kind != 'f')
+        throw ft::TypeError(std::string(what) + " must be a float array (float32 or float64), got dtype " + kind_name(a));
+    InMatrix<T> r;
+    if (a.ndim() == 1 && allow_vector) {
+        r.was_vector = true;
+    } else if (a.ndim() != 2) {
+        throw ft::ValueError(std::string(what) + " must be " + (allow_vector ? "1-D or 2-D" : "2-D") +
+                             " (column convention: (d, ℓ)), got shape " + shape_str(a));
+    }
+    const index_t n_rows = index_t(a.shape(0));
+    const index_t n_cols = r.was_vector ? 1 : index_t(a.shape(1));
+    if (rows >= 0 && n_rows != rows)
+        throw ft::ValueError(std::string(what) + " has " + std::to_string(n_rows) + " rows but " + rows_name + " = " +
+                             std::to_string(rows) + " was expected (shape " + shape_str(a) + ")");
+    if (n_rows == 0) throw ft::ValueError(std::string(what) + " is empty (shape " + shape_str(a) + ")");
+    if (n_cols == 0)
+        throw ft::ValueError(std::string(what) + " is an empty sequence (ℓ = 0, shape " + shape_str(a) + ")");
+    r.arr = py::array_t<T, py::array::f_style | py::array::forcecast>::ensure(a);
+    if (!r.arr) throw py::error_already_set();
+    r.m = ft::CMatView<T>(r.arr.data(), n_rows, n_cols);
+    return r;
+}
+
+namespace {
+void check_int_array(const py::array& a, const char* what) {
+    const char kind = a.dtype().kind();
+    if (kind != 'i' && kind != 'u')
+        throw ft::TypeError(std::string(what) + " must hold integer token ids, got dtype " + kind_name(a));
+}
+void check_range(index_t v, index_t pos, index_t n, const char* what, const char* range_name) {
+    if (v < 0 || v >= n)
+        throw ft::IndexError(std::string(what) + ": token id " + std::to_string(v) + " at position " +
+                             std::to_string(pos) + " is out of range [0, " + std::to_string(n) + ") (" +
+                             range_name + " = " + std::to_string(n) + ")");
+}
+bool is_int_scalar(const py::handle& obj) {
+    if (py::isinstance<py::bool_>(obj)) return false;
+    if (py::isinstance<py::int_>(obj)) return true;
+    if (py::isinstance<py::array>(obj)) return false;
+    return py::hasattr(obj, "dtype") && py::hasattr(obj, "__index__") &&
+           !py::isinstance<py::bool_>(obj) &&
+           (py::str(obj.attr("dtype").attr("kind")).cast<std::string>() == "i" ||
+            py::str(obj.attr("dtype").attr("kind")).cast<std::string>() == "u");
+}
+}  // namespace
+
+InIds in_ids(const py::handle& obj, const char* what, index_t n_vocab, bool allow_scalar, const char* range_name) {
+    InIds r;
+    if (is_int_scalar(obj)) {
+        if (!allow_scalar) throw ft::TypeError(std::string(what) + " must be a 1-D sequence of token ids, got an int");
+        r.was_scalar = true;
+        const index_t v = obj.cast<long long>();
+        check_range(v, 0, n_vocab, what, range_name);
+        r.ids.push_back(v);
+        return r;
+    }
+    if (py::isinstance<py::float_>(obj) || py::isinstance<py::bool_>(obj))
+        throw ft::TypeError(std::string(what) + " must be integer token ids, got " +
+                            py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
+    py::array a = as_array(obj, what);
+    if (a.ndim() == 0 && a.size() == 1 && allow_scalar && (a.dtype().kind() == 'i' || a.dtype().kind() == 'u')) {
+        return in_ids(a.attr("item")(), what, n_vocab, allow_scalar, range_name);
+    }
+    if (a.ndim() != 1) throw ft::ValueError(std::string(what) + " must be a 1-D sequence of token ids, got shape " + shape_str(a));
+    if (a.size() == 0) throw ft::ValueError(std::string(what) + " is an empty sequence (ℓ = 0)");
+    check_int_array(a, what);
+    auto ids = py::array_t<long long, py::array::c_style | py::array::forcecast>::ensure(a);
+    r.ids.resize(std::size_t(ids.size()));
+    const long long* p = ids.data();
+    for (index_t i = 0; i < index_t(r.ids.size()); ++i) {
+        check_range(p[i], i, n_vocab, what, range_name);
+        r.ids[std::size_t(i)] = index_t(p[i]);
+    }
+    return r;
+}
+
+InBatch in_batch(const py::handle& obj, const char* what, index_t n_vocab, index_t l_max) {
+    InBatch r;
+    auto add = [&](const py::handle& seq, index_t b) {
+        std::string name = std::string(what) + (r.was_single ? "" : "[" + std::to_string(b) + "]");
+        InIds s = in_ids(seq, name.c_str(), n_vocab, false);
+        if (l_max > 0 && index_t(s.ids.size()) > l_max)
+            throw ft::ValueError(name + " has length " + std::to_string(s.ids.size()) + " > l_max = " + std::to_string(l_max));
+        r.lengths.push_back(index_t(s.ids.size()));
+        r.ids.insert(r.ids.end(), s.ids.begin(), s.ids.end());
+    };
+    if (py::isinstance<py::array>(obj)) {
+        py::array a = py::reinterpret_borrow<py::array>(obj);
+        if (a.ndim() == 1) {
+            r.was_single = true;
+            add(a, 0);
+        } else if (a.ndim() == 2) {
+            check_int_array(a, what);
+            if (a.shape(0) == 0) throw ft::ValueError(std::string(what) + " is an empty batch");
+            for (py::ssize_t b = 0; b < a.shape(0); ++b) add(a[py::int_(b)], b);
+        } else {
+            throw ft::ValueError(std::string(what) + " must be a 1-D sequence, a 2-D (N, ℓ) array or a list of sequences, got shape " + shape_str(a));
+        }
+        return r;
+    }
+    if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
+        py::sequence s = py::reinterpret_borrow<py::sequence>(obj);
+        if (s.size() == 0) throw ft::ValueError(std::string(what) + " is empty");
+        bool nested = !is_int_scalar(s[0]);
+        if (!nested) {
+            r.was_single = true;
+            add(obj, 0);
+        } else {
+            for (std::size_t b = 0; b < s.size(); ++b) add(s[b], index_t(b));
+        }
+        return r;
+    }
+    r.was_single = true;
+    add(obj, 0);
+    return r;
+}
+
+template <class T>
+py::array_t<T, py::array::f_style> out_matrix(index_t rows, index_t cols) {
+    return py::array_t<T, py::array::f_style>({py::ssize_t(rows), py::ssize_t(cols)});
+}
+
+py::array maybe_vector(py::array a, bool vector) {
+    if (!vector) return a;
+    return a.attr("reshape")(py::make_tuple(a.shape(0)));
+}
+
+index_t positive(long long v, const char* name) {
+    if (v <= 0) throw ft::ValueError(std::string(name) + " must be a positive integer, got " + std::to_string(v));
+    return index_t(v);
+}
+
+// ------------------------------------------------------------------------------------------------------
+py::array ParamDict::get(const std::string& name) const {
+    for (std::size_t i = 0; i < names_.size(); ++i)
+        if (names_[i] == name) return arrays_[i];
+    throw py::key_error("no parameter named '" + name + "'");
+}
+
+void ParamDict::set(const std::string& name, const py::object& value) {
+    py::array dst = get(name);
+    if (!writable_) throw ft::ValueError("this ParamDict is read-only");
+    py::array src = as_array(value, name.c_str());
+    const char kind = src.dtype().kind();
+    if (kind != 'f' && kind != 'i' && kind != 'u')
+        throw ft::TypeError("params['" + name + "'] must be set from a real-valued array, got dtype " + kind_name(src));
+    bool same = src.ndim() == dst.ndim();
+    for (py::ssize_t i = 0; same && i < src.ndim(); ++i) same = src.shape(i) == dst.shape(i);
+    if (!same)
+        throw ft::ValueError("params['" + name + "'] has shape " + shape_str(dst) + ", cannot assign shape " + shape_str(src));
+    py::module_::import("numpy").attr("copyto")(dst, src, py::arg("casting") = "unsafe");
+}
+
+bool ParamDict::contains(const py::object& name) const {
+    if (!py::isinstance<py::str>(name)) return false;
+    const std::string n = name.cast<std::string>();
+    for (auto& k : names_)
+        if (k == n) return true;
+    return false;
+}
+
+std::string ParamDict::repr() const {
+    std::ostringstream s;
+    s << "ParamDict({";
+    for (std::size_t i = 0; i < names_.size(); ++i)
+        s << (i ? ", " : "") << "'" << names_[i] << "': " << shape_str(arrays_[i]);
+    s << "})";
+    return s.str();
+}
+
+template <class T>
+ParamDict make_param_dict(const py::object& owner, ft::ParamStore<T>& store, bool grads) {
+    std::vector<std::string> names;
+    std::vector<py::array> arrays;
+    T* base = grads ? store.grad() : store.theta();
+    for (const ft::ParamInfo& e : store.entries()) {
+        std::vector<py::ssize_t> shape(e.shape.begin(), e.shape.end()), strides;
+        for (index_t s : e.strides) strides.push_back(py::ssize_t(s * index_t(sizeof(T))));
+        py::array a(py::dtype::of<T>(), shape, strides, base + e.offset, owner);
+        names.push_back(e.name);
+        arrays.push_back(std::move(a));
+    }
+    return ParamDict(owner, std::move(names), std::move(arrays), true);
+}
+
+template InMatrix<float> in_matrix<float>(const py::handle&, const char*, index_t, bool, const char*);
+template InMatrix<double> in_matrix<double>(const py::handle&, const char*, index_t, bool, const char*);
+template py::array_t<float, py::array::f_style> out_matrix<float>(index_t, index_t);
+template py::array_t<double, py::array::f_style> out_matrix<double>(index_t, index_t);
+template ParamDict make_param_dict<float>(const py::object&, ft::ParamStore<float>&, bool);
+template ParamDict make_param_dict<double>(const py::object&, ft::ParamStore<double>&, bool);
+
+}  // namespace ftpy

@@ -1,0 +1,159 @@
+// Shared binding machinery (pybind11 only; no math here):
+//  * the checked input adapters: dtype -> TypeError, ndim/shape/empty -> ValueError, ids out of range ->
+//    IndexError; all checks happen before any computation, never inside an OpenMP region;
+//  * ParamDict: name -> writable numpy view of a ParamStore (zero-copy, base = the owner);
+//  * Dual<Unit>: one Python object holding the float32 or the float64 instantiation of a unit.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "formal_transformers/common.hpp"
+#include "formal_transformers/params.hpp"
+
+namespace ftpy {
+
+namespace py = pybind11;
+using ft::index_t;
+
+// ------------------------------------------------------------------------------------------------------
+// dtype
+enum class DType { F32, F64 };
+DType parse_dtype(const py::object& dtype);  // "float32"/"float64"/np.float32/np.dtype(...) or TypeError/ValueError
+template <class T>
+const char* dtype_name();
+
+// ------------------------------------------------------------------------------------------------------
+// Inputs.
+std::string shape_str(const py::array& a);
+
+// A float input adapted to a column-major [rows, cols] view. Zero-copy when the array already has the
+// model's dtype and is F-contiguous (e.g. a C-ordered (ℓ, d) array's .T); otherwise one converted copy
+// (documented in API docs). Lists are accepted. 1-D inputs become one column when allow_vector.
+template <class T>
+struct InMatrix {
+    py::array_t<T, py::array::f_style> arr;  // keeps the buffer alive
+    ft::CMatView<T> m;
+    bool was_vector = false;
+};
+// rows < 0: any number of rows. `what` names the argument in messages ("X", "dY", ...).
+template <class T>
+InMatrix<T> in_matrix(const py::handle& obj, const char* what, index_t rows, bool allow_vector,
+                      const char* rows_name = "rows");
+
+// Token ids (paper: x ∈ V*, 0-based here): int or 1-D integer array/list, every id in [0, n_vocab).
+struct InIds {
+    std::vector<index_t> ids;
+    bool was_scalar = false;
+};
+InIds in_ids(const py::handle& obj, const char* what, index_t n_vocab, bool allow_scalar,
+             const char* range_name = "n_vocab");
+// A batch of token sequences: a 1-D sequence, a 2-D integer array (N, ℓ) or a list of 1-D sequences of
+// any lengths. Returns the concatenation and the lengths.
+struct InBatch {
+    std::vector<index_t> ids;  // concatenated
+    std::vector<index_t> lengths;
+    bool was_single = false;
+};
+InBatch in_batch(const py::handle& obj, const char* what, index_t n_vocab, index_t l_max);
+
+// Outputs: a fresh F-ordered array owned by the caller.
+template <class T>
+py::array_t<T, py::array::f_style> out_matrix(index_t rows, index_t cols);
+// Drop the column axis of a [rows, 1] result when the input was a vector.
+py::array maybe_vector(py::array a, bool vector);
+
+// Positive integer hyperparameter, or ValueError naming it.
+index_t positive(long long v, const char* name);
+
+// ------------------------------------------------------------------------------------------------------
+// Parameters as numpy views.
+class ParamDict {
+public:
+    ParamDict(py::object owner, std::vector<std::string> names, std::vector<py::array> arrays, bool writable)
+        : owner_(std::move(owner)), names_(std::move(names)), arrays_(std::move(arrays)), writable_(writable) {}
+    py::array get(const std::string& name) const;
+    void set(const std::string& name, const py::object& value);
+    bool contains(const py::object& name) const;
+    const std::vector<std::string>& names() const { return names_; }
+    const std::vector<py::array>& arrays() const { return arrays_; }
+    std::string repr() const;
+
+private:
+    py::object owner_;
+    std::vector<std::string> names_;
+    std::vector<py::array> arrays_;
+    bool writable_;
+};
+
+template <class T>
+ParamDict make_param_dict(const py::object& owner, ft::ParamStore<T>& store, bool grads);
+
+// ------------------------------------------------------------------------------------------------------
+// One Python object, two instantiations. `Unit<T>` owns its ParamStore as member `store`.
+template <template <class> class Unit>
+struct Dual {
+    std::variant<std::unique_ptr<Unit<float>>, std::unique_ptr<Unit<double>>> u;
+    std::mutex mutex;  // one call at a time per object (calls release the GIL)
+
+    template <class... A>
+    explicit Dual(DType dt, A&&... args) {
+        if (dt == DType::F32)
+            u = std::make_unique<Unit<float>>(std::forward<A>(args)...);
+        else
+            u = std::make_unique<Unit<double>>(std::forward<A>(args)...);
+    }
+    template <class F>
+    decltype(auto) visit(F&& f) {
+        return std::visit([&](auto& p) -> decltype(auto) { return f(*p); }, u);
+    }
+    std::string dtype() const { return u.index() == 0 ? "float32" : "float64"; }
+};
+
+// Lock an object for one call, releasing the GIL while waiting (another thread may hold it for long).
+struct CallLock {
+    explicit CallLock(std::mutex& m) : lock(m, std::defer_lock) {
+        if (!lock.try_lock()) {
+            py::gil_scoped_release nogil;
+            lock.lock();
+        }
+    }
+    std::unique_lock<std::mutex> lock;
+};
+
+// Common Python surface of every unit with parameters: params, grads, zero_grad, dtype.
+template <template <class> class Unit, class PyClass>
+void def_params_api(PyClass& cls) {
+    using D = Dual<Unit>;
+    cls.def_property_readonly(
+           "params",
+           [](py::object self) {
+               D& d = self.cast<D&>();
+               return d.visit([&](auto& unit) { return make_param_dict(self, unit.store, false); });
+           },
+           "Parameters θ: name -> writable numpy view of the C++ storage (zero-copy). Assigning "
+           "params[name] = array copies into the storage (shape must match).")
+        .def_property_readonly(
+            "grads",
+            [](py::object self) {
+                D& d = self.cast<D&>();
+                return d.visit([&](auto& unit) { return make_param_dict(self, unit.store, true); });
+            },
+            "Gradients, same keys as params, accumulated by backward(), cleared by zero_grad().")
+        .def("zero_grad", [](D& d) { d.visit([](auto& unit) { unit.store.zero_grad(); }); })
+        .def_property_readonly("dtype", [](D& d) { return d.dtype(); });
+}
+
+// Register all binding groups (one per header group).
+void register_common(py::module_& m);
+void register_functions(py::module_& m);
+void register_norm(py::module_& m);
+
+}  // namespace ftpy

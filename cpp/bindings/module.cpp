@@ -1,0 +1,93 @@
+// The private extension module formal_transformers._core. Python re-exports it (__init__.py).
+#include <chrono>
+
+#include "bind.hpp"
+
+namespace ftpy {
+
+namespace {
+// Ctrl-C: long core loops call ft::poll() between steps/layers with the GIL released. At most every
+// ~10 ms we take the GIL back and run Python's signal handlers; a pending KeyboardInterrupt is thrown as
+// error_already_set, unwinds the core (which updates nothing after a poll point fails) and is re-raised.
+void install_poll_hook() {
+    ft::set_poll_hook([] {
+        using clock = std::chrono::steady_clock;
+        static thread_local clock::time_point last = clock::now();
+        const auto now = clock::now();
+        if (now - last < std::chrono::milliseconds(10)) return;
+        last = now;
+        py::gil_scoped_acquire gil;
+        if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    });
+}
+}  // namespace
+
+void register_common(py::module_& m) {
+    // Exceptions: the core's types map to the Python exception of the same name.
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const ft::IndexError& e) {
+            PyErr_SetString(PyExc_IndexError, e.what());
+        } catch (const ft::TypeError& e) {
+            PyErr_SetString(PyExc_TypeError, e.what());
+        } catch (const ft::ValueError& e) {
+            PyErr_SetString(PyExc_ValueError, e.what());
+        } catch (const ft::Interrupted&) {
+            PyErr_SetNone(PyExc_KeyboardInterrupt);
+        }
+    });
+
+    py::class_<ParamDict>(m, "ParamDict",
+                          "name -> numpy view of a parameter (or gradient) stored in C++ (zero-copy, writable).")
+        .def("__getitem__", &ParamDict::get)
+        .def("__setitem__", &ParamDict::set)
+        .def("__contains__", &ParamDict::contains)
+        .def("__len__", [](const ParamDict& d) { return d.names().size(); })
+        .def("__iter__", [](const ParamDict& d) { return py::iter(py::cast(d.names())); })
+        .def("keys", [](const ParamDict& d) { return d.names(); })
+        .def("values", [](const ParamDict& d) { return d.arrays(); })
+        .def("items",
+             [](const ParamDict& d) {
+                 py::list out;
+                 for (std::size_t i = 0; i < d.names().size(); ++i) out.append(py::make_tuple(d.names()[i], d.arrays()[i]));
+                 return out;
+             })
+        .def("get",
+             [](const ParamDict& d, const py::object& k, const py::object& dflt) -> py::object {
+                 if (d.contains(k)) return d.get(k.cast<std::string>());
+                 return dflt;
+             },
+             py::arg("key"), py::arg("default") = py::none())
+        .def("copy",
+             [](const ParamDict& d) {
+                 py::dict out;
+                 for (std::size_t i = 0; i < d.names().size(); ++i)
+                     out[py::str(d.names()[i])] = d.arrays()[i].attr("copy")();
+                 return out;
+             },
+             "A plain dict of copies (a snapshot that later steps do not change).")
+        .def("update",
+             [](ParamDict& d, const py::dict& values) {
+                 for (auto kv : values) d.get(kv.first.cast<std::string>());  // all names exist, before writing any
+                 for (auto kv : values) d.set(kv.first.cast<std::string>(), py::reinterpret_borrow<py::object>(kv.second));
+             },
+             "Copy arrays into the named parameters (every name is checked before anything is written).")
+        .def("__repr__", &ParamDict::repr);
+
+    m.def("set_num_threads", &ft::set_num_threads, py::arg("n"),
+          "Threads for the element-wise kernels and OpenBLAS (one shared OpenMP pool).");
+    m.def("get_num_threads", &ft::get_num_threads);
+    m.def("blas_info", [] { return std::string(ft::blas_info()); }, "OpenBLAS build configuration.");
+}
+
+}  // namespace ftpy
+
+PYBIND11_MODULE(_core, m) {
+    m.doc() = "formal-transformers native core (C++17, xtensor, OpenBLAS)";
+    ft::init_threads();
+    ftpy::install_poll_hook();
+    ftpy::register_common(m);
+    ftpy::register_functions(m);
+    ftpy::register_norm(m);
+}

@@ -1,0 +1,42 @@
+// Matrix products. Every product in the core is one call of `gemm` below, which is one BLAS gemm
+// (OpenBLAS, reached through xtensor-blas's cxxblas layer) on the operands' own buffers: transposes
+// are flags, sub-blocks are leading dimensions, accumulation is beta = 1. No copies, no temporaries.
+#pragma once
+
+#include "formal_transformers/common.hpp"
+
+namespace ft {
+
+enum class Op { N, T };  // use A as stored, or its transpose
+
+// C <- alpha * op(A) * op(B) + beta * C
+// op(A):[m,k], op(B):[k,n], C:[m,n]
+template <class T>
+void gemm(Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta, MatView<T> C);
+
+// y <- alpha * op(A) * x + beta * y   (a gemm with one column; BLAS picks its gemv path)
+// op(A):[m,k], x:[k], y:[m]
+template <class T>
+void gemv(Op opA, T alpha, CMatView<T> A, const T* x, T beta, T* y);
+
+// The naive triple loop, kept beside the fast path so tests can hold one against the other.
+template <class T>
+void gemm_naive(Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta, MatView<T> C);
+
+// ---------------------------------------------------------------------------------------------------
+// Affine maps of the listings, Y = W X + b 1^T, and their gradients. Shapes in the comments.
+
+// Y <- W X + b 1^T          W:[m,k], X:[k,n], b:[m] (may be null), Y:[m,n]
+template <class T>
+void affine(CMatView<T> W, CMatView<T> X, const T* b, MatView<T> Y);
+
+// Given dY for Y = W X + b 1^T:
+//   dW += dY X^T,   db += dY 1 (row sums),   dX += W^T dY   (any of dW, db, dX may be null)
+template <class T>
+void affine_backward(CMatView<T> W, CMatView<T> X, CMatView<T> dY, T* dW, T* db, T* dX, index_t ld_dX = -1);
+
+// db += dY 1   (sum of the columns of dY)          dY:[m,n], db:[m]
+template <class T>
+void add_column_sum(CMatView<T> dY, T* db);
+
+}  // namespace ft

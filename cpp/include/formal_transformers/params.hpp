@@ -1,0 +1,81 @@
+// θ in one place. Parameters, their gradients (and the optimizer's moments, optim.hpp) live in one flat
+// buffer each, with named views into it (DESIGN.md): an optimizer step is one loop, and numpy sees each
+// parameter as a zero-copy view. The buffers are allocated once and never move, so views stay valid.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "formal_transformers/common.hpp"
+
+namespace ft {
+
+// One named parameter: where it sits in the flat buffers, and how numpy should see it.
+struct ParamInfo {
+    std::string name;
+    std::vector<index_t> shape;    // as the API shows it, e.g. W_q (H, d_attn, d_x)
+    std::vector<index_t> strides;  // in elements, e.g. (d_attn, 1, H*d_attn): each head a row block
+    index_t offset = 0, size = 0;  // of the flat buffer
+};
+
+// Handles into the store, resolved to pointers on use (so a component may be declared before the store
+// is allocated). A matrix parameter is column-major [rows, cols] and contiguous.
+struct MatParam {
+    index_t offset = -1, rows = 0, cols = 0;
+};
+struct VecParam {
+    index_t offset = -1, size = 0;
+};
+
+template <class T>
+class ParamStore {
+public:
+    ParamStore() = default;
+    ParamStore(const ParamStore&) = delete;
+    ParamStore& operator=(const ParamStore&) = delete;
+
+    // Declaration phase (before allocate()).
+    MatParam matrix(const std::string& name, index_t rows, index_t cols);
+    VecParam vector(const std::string& name, index_t n);
+    // H stacked blocks [H, rows, cols], stored as one column-major [H*rows, cols] matrix: block h is
+    // rows [h*rows, (h+1)*rows). One gemm then serves all heads (attention.hpp).
+    MatParam stacked(const std::string& name, index_t H, index_t rows, index_t cols);
+    // H stacked vectors [H, n], stored as one contiguous vector of H*n.
+    VecParam stacked_vector(const std::string& name, index_t H, index_t n);
+    // Share an existing parameter under a second name is not supported; tied weights are handled by
+    // the model (transformers.hpp).
+
+    void allocate();  // zero-filled; once
+    bool allocated() const { return allocated_; }
+
+    index_t size() const { return total_; }
+    const std::vector<ParamInfo>& entries() const { return entries_; }
+    const ParamInfo& entry(const std::string& name) const;
+    const ParamInfo* find(const std::string& name) const;
+
+    T* theta() { return theta_.data(); }
+    const T* theta() const { return theta_.data(); }
+    T* grad() { return grad_.data(); }
+    const T* grad() const { return grad_.data(); }
+
+    MatView<T> W(const MatParam& p) { return {theta_.data() + p.offset, p.rows, p.cols}; }
+    CMatView<T> W(const MatParam& p) const { return {theta_.data() + p.offset, p.rows, p.cols}; }
+    MatView<T> dW(const MatParam& p) { return {grad_.data() + p.offset, p.rows, p.cols}; }
+    T* v(const VecParam& p) { return theta_.data() + p.offset; }
+    const T* v(const VecParam& p) const { return theta_.data() + p.offset; }
+    T* dv(const VecParam& p) { return grad_.data() + p.offset; }
+
+    void zero_grad();
+    // Initialisation helpers (seeded; see the init table in README.md).
+    void fill(index_t offset, index_t n, T value);
+    void normal(index_t offset, index_t n, double stddev, Rng& rng);
+
+private:
+    index_t add(ParamInfo info);
+    std::vector<ParamInfo> entries_;
+    index_t total_ = 0;
+    bool allocated_ = false;
+    Vector<T> theta_, grad_;
+};
+
+}  // namespace ft

@@ -1,0 +1,99 @@
+#include "formal_transformers/common.hpp"
+
+#include <cmath>
+#include <mutex>
+
+#if defined(__SSE__) || defined(__x86_64__)
+#include <xmmintrin.h>
+#define FT_HAVE_MXCSR 1
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+// OpenBLAS's own controls (not part of the cblas declarations that xtensor-blas bundles).
+extern "C" {
+void openblas_set_num_threads(int num_threads);
+int openblas_get_num_threads(void);
+char* openblas_get_config(void);
+int openblas_get_parallel(void);
+}
+
+namespace ft {
+
+// ---------------------------------------------------------------------------------------------------
+namespace {
+PollHook& poll_hook() {
+    static PollHook hook;
+    return hook;
+}
+void set_ftz_daz_this_thread() {
+#ifdef FT_HAVE_MXCSR
+    _mm_setcsr(_mm_getcsr() | 0x8040);  // FTZ (bit 15) | DAZ (bit 6)
+#endif
+}
+}  // namespace
+
+void set_poll_hook(PollHook hook) { poll_hook() = std::move(hook); }
+void poll() {
+    auto& h = poll_hook();
+    if (h) h();
+}
+
+// ---------------------------------------------------------------------------------------------------
+void init_threads() {
+    set_ftz_daz_this_thread();
+#ifdef _OPENMP
+    const int n = omp_get_max_threads();
+#pragma omp parallel num_threads(n)
+    set_ftz_daz_this_thread();
+#endif
+}
+
+void set_num_threads(int n) {
+    if (n < 1) throw ValueError("set_num_threads: n must be >= 1, got " + std::to_string(n));
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+#endif
+    openblas_set_num_threads(n);
+    init_threads();
+}
+
+int get_num_threads() {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return openblas_get_num_threads();
+#endif
+}
+
+const char* blas_info() { return openblas_get_config(); }
+
+// ---------------------------------------------------------------------------------------------------
+std::uint64_t Rng::below(std::uint64_t n) {
+    if (n <= 1) return 0;
+    // rejection sampling: unbiased
+    const std::uint64_t limit = std::numeric_limits<std::uint64_t>::max() - std::numeric_limits<std::uint64_t>::max() % n;
+    std::uint64_t x;
+    do x = g_(); while (x >= limit);
+    return x % n;
+}
+
+double Rng::normal() {
+    if (has_spare_) {
+        has_spare_ = false;
+        return spare_;
+    }
+    double u, v, s;
+    do {
+        u = 2.0 * uniform() - 1.0;
+        v = 2.0 * uniform() - 1.0;
+        s = u * u + v * v;
+    } while (s >= 1.0 || s == 0.0);
+    const double f = std::sqrt(-2.0 * std::log(s) / s);
+    spare_ = v * f;
+    has_spare_ = true;
+    return u * f;
+}
+
+}  // namespace ft

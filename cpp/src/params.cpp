@@ -1,0 +1,87 @@
+#include "formal_transformers/params.hpp"
+
+#include <algorithm>
+
+namespace ft {
+
+template <class T>
+index_t ParamStore<T>::add(ParamInfo info) {
+    FT_CHECK(!allocated_, "parameter declared after allocation: " + info.name);
+    FT_CHECK(!find(info.name), "duplicate parameter name: " + info.name);
+    for (index_t s : info.shape)
+        if (s <= 0) throw ValueError("parameter " + info.name + " would have a non-positive dimension");
+    info.offset = total_;
+    info.size = 1;
+    for (index_t s : info.shape) info.size *= s;
+    total_ += info.size;
+    entries_.push_back(std::move(info));
+    return entries_.back().offset;
+}
+
+template <class T>
+MatParam ParamStore<T>::matrix(const std::string& name, index_t rows, index_t cols) {
+    const index_t off = add({name, {rows, cols}, {1, rows}, 0, 0});
+    return {off, rows, cols};
+}
+
+template <class T>
+VecParam ParamStore<T>::vector(const std::string& name, index_t n) {
+    const index_t off = add({name, {n}, {1}, 0, 0});
+    return {off, n};
+}
+
+template <class T>
+MatParam ParamStore<T>::stacked(const std::string& name, index_t H, index_t rows, index_t cols) {
+    const index_t off = add({name, {H, rows, cols}, {rows, 1, H * rows}, 0, 0});
+    return {off, H * rows, cols};
+}
+
+template <class T>
+VecParam ParamStore<T>::stacked_vector(const std::string& name, index_t H, index_t n) {
+    const index_t off = add({name, {H, n}, {n, 1}, 0, 0});
+    return {off, H * n};
+}
+
+template <class T>
+void ParamStore<T>::allocate() {
+    FT_CHECK(!allocated_, "ParamStore allocated twice");
+    theta_ = Vector<T>::from_shape({std::size_t(total_)});
+    grad_ = Vector<T>::from_shape({std::size_t(total_)});
+    theta_.fill(T(0));
+    grad_.fill(T(0));
+    allocated_ = true;
+}
+
+template <class T>
+const ParamInfo* ParamStore<T>::find(const std::string& name) const {
+    auto it = std::find_if(entries_.begin(), entries_.end(), [&](const ParamInfo& e) { return e.name == name; });
+    return it == entries_.end() ? nullptr : &*it;
+}
+
+template <class T>
+const ParamInfo& ParamStore<T>::entry(const std::string& name) const {
+    const ParamInfo* e = find(name);
+    if (!e) throw ValueError("no parameter named '" + name + "'");
+    return *e;
+}
+
+template <class T>
+void ParamStore<T>::zero_grad() {
+    std::fill(grad_.begin(), grad_.end(), T(0));
+}
+
+template <class T>
+void ParamStore<T>::fill(index_t offset, index_t n, T value) {
+    std::fill(theta_.data() + offset, theta_.data() + offset + n, value);
+}
+
+template <class T>
+void ParamStore<T>::normal(index_t offset, index_t n, double stddev, Rng& rng) {
+    T* p = theta_.data() + offset;
+    for (index_t i = 0; i < n; ++i) p[i] = T(stddev * rng.normal());
+}
+
+template class ParamStore<float>;
+template class ParamStore<double>;
+
+}  // namespace ft

@@ -1,0 +1,80 @@
+// gemm through OpenBLAS vs the naive triple loop kept beside it, on transposes and sub-blocks.
+#include "formal_transformers/blas.hpp"
+#include "testing.hpp"
+
+using namespace ft;
+using fttest::random_matrix;
+using fttest::rel_error;
+
+template <class T>
+void check_gemm(Op a, Op b, index_t m, index_t n, index_t k, T beta) {
+    Rng rng(m * 100 + n * 10 + k);
+    Matrix<T> A = a == Op::N ? random_matrix<T>(m, k, rng) : random_matrix<T>(k, m, rng);
+    Matrix<T> B = b == Op::N ? random_matrix<T>(k, n, rng) : random_matrix<T>(n, k, rng);
+    Matrix<T> C1 = random_matrix<T>(m, n, rng), C2 = C1;
+    gemm<T>(a, b, T(0.5), view(A), view(B), beta, view(C1));
+    gemm_naive<T>(a, b, T(0.5), view(A), view(B), beta, view(C2));
+    const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-13;
+    EXPECT_LT(rel_error(C1.data(), C2.data(), C1.size()), tol);
+}
+
+TEST(Blas, GemmMatchesNaiveLoop) {
+    for (Op a : {Op::N, Op::T})
+        for (Op b : {Op::N, Op::T})
+            for (double beta : {0.0, 1.0, -0.5}) {
+                check_gemm<double>(a, b, 7, 5, 3, beta);
+                check_gemm<float>(a, b, 33, 17, 65, float(beta));
+                check_gemm<double>(a, b, 1, 1, 1, beta);
+            }
+}
+
+TEST(Blas, GemmOnSubBlocksUsesLeadingDimension) {
+    // C[2:5, :] = A[1:4, :] * B[:, 3:7], all inside bigger matrices
+    Rng rng(3);
+    Matrix<double> A = random_matrix<double>(6, 4, rng), B = random_matrix<double>(4, 9, rng);
+    Matrix<double> C = random_matrix<double>(8, 4, rng), C0 = C;
+    MatView<double> Cb = view(C).rows_range(2, 3);
+    gemm<double>(Op::N, Op::N, 1.0, view(A).rows_range(1, 3), view(B).cols_range(3, 4), 0.0, Cb);
+    for (index_t i = 0; i < 8; ++i)
+        for (index_t j = 0; j < 4; ++j) {
+            if (i >= 2 && i < 5) {
+                double s = 0;
+                for (index_t p = 0; p < 4; ++p) s += A(i - 1, p) * B(p, j + 3);
+                EXPECT_NEAR(C(i, j), s, 1e-13);
+            } else {
+                EXPECT_EQ(C(i, j), C0(i, j));  // rows outside the block untouched
+            }
+        }
+}
+
+TEST(Blas, ZeroInnerDimensionAppliesBeta) {
+    Matrix<double> A = Matrix<double>::from_shape({3, 0}), B = Matrix<double>::from_shape({0, 2});
+    Matrix<double> C = Matrix<double>::from_shape({3, 2});
+    C.fill(4.0);
+    gemm<double>(Op::N, Op::N, 1.0, view(A), view(B), 0.5, view(C));
+    for (double c : C) EXPECT_EQ(c, 2.0);
+}
+
+TEST(Blas, AffineAndItsBackward) {
+    // Y = W X + b 1ᵀ: hand-checked values, then the backward identities
+    Matrix<double> W = {{1, 2}, {3, 4}, {5, 6}};  // [3, 2]
+    Matrix<double> X = {{1, 0, 2}, {-1, 1, 0}};   // [2, 3]
+    double b[3] = {0.5, -1, 2};
+    Matrix<double> Y = Matrix<double>::from_shape({3, 3});
+    affine<double>(view(W), view(X), b, view(Y));
+    const double expect[3][3] = {{-0.5, 2.5, 2.5}, {-2, 3, 5}, {1, 8, 12}};
+    for (int i = 0; i < 3; ++i)
+        for (int j = 0; j < 3; ++j) EXPECT_DOUBLE_EQ(Y(i, j), expect[i][j]);
+    Matrix<double> dY = {{1, 0, 0}, {0, 1, 0}, {0, 0, 1}};
+    Matrix<double> dW = Matrix<double>::from_shape({3, 2}), dX = Matrix<double>::from_shape({2, 3});
+    dW.fill(0);
+    dX.fill(0);
+    double db[3] = {0, 0, 0};
+    affine_backward<double>(view(W), view(X), view(dY), dW.data(), db, dX.data());
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_DOUBLE_EQ(db[i], 1.0);
+        for (int j = 0; j < 2; ++j) EXPECT_DOUBLE_EQ(dW(i, j), X(j, i));  // dW = dY Xᵀ = Xᵀ
+    }
+    for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 3; ++j) EXPECT_DOUBLE_EQ(dX(i, j), W(j, i));  // dX = Wᵀ dY = Wᵀ
+}

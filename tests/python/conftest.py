@@ -1,0 +1,68 @@
+"""Shared helpers for the pytest suite.
+
+Tolerances (README "Tests"): forward vs the numpy reference ≤1e-12 relative in float64 and ≤1e-5 in
+float32; backward vs central finite differences in float64 ≤1e-6; vs PyTorch autograd ≤1e-8 (float64).
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+
+import numpy as np
+import pytest
+
+import formal_transformers as ft
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+TOL = {"float64": 1e-12, "float32": 1e-5}
+
+
+def rel_err(a, b) -> float:
+    """max |a − b| / max |b|: norm-wise relative error (does not blow up where b has zeros)."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    assert a.shape == b.shape, f"shape {a.shape} != {b.shape}"
+    den = np.max(np.abs(b)) if b.size else 0.0
+    return float(np.max(np.abs(a - b)) / max(den, 1e-300)) if a.size else 0.0
+
+
+def numeric_grad(f, x: np.ndarray, h: float = 1e-6) -> np.ndarray:
+    """Central differences of the scalar function f() with respect to the array x (modified in place,
+    restored afterwards). x may be a zero-copy view of a model's parameters."""
+    g = np.zeros(x.shape, dtype=np.float64)
+    it = np.nditer(x, flags=["multi_index"])
+    for _ in it:
+        i = it.multi_index
+        old = x[i].copy()
+        x[i] = old + h
+        fp = f()
+        x[i] = old - h
+        fm = f()
+        x[i] = old
+        g[i] = (fp - fm) / (2 * h)
+    return g
+
+
+def shared_data(name: str) -> pathlib.Path:
+    """A file of ../shared/data (or $FT_DATA_DIR); skips the test with a message when it is absent,
+    as on a user's machine."""
+    base = pathlib.Path(os.environ.get("FT_DATA_DIR", ROOT.parent / "shared" / "data"))
+    p = base / name
+    if not p.exists():
+        pytest.skip(f"real data {p} is not available (it lives in ../shared/data beside the repository)")
+    return p
+
+
+@pytest.fixture(params=["float64", "float32"])
+def dtype(request):
+    return request.param
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)
+
+
+def torch_or_skip():
+    return pytest.importorskip("torch", reason="PyTorch is not installed (pip install '.[test]')")
