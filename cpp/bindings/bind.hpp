@@ -151,9 +151,13 @@ void def_params_api(PyClass& cls) {
         .def_property_readonly("dtype", [](D& d) { return d.dtype(); });
 }
 
-// Register all binding groups (one per header group).
-void register_common(py::module_& m);
-void register_functions(py::module_& m);
-void register_norm(py::module_& m);
+// Binding groups register themselves (one register_*.cpp per header group), so adding a group edits no
+// shared file:   static ftpy::Registrar reg_norm(20, "norm", &register_norm);
+// module.cpp runs them in `order` (lower first); types used by others (ParamDict) come first.
+using RegisterFn = void (*)(py::module_&);
+struct Registrar {
+    Registrar(int order, const char* name, RegisterFn fn);
+};
+void register_all(py::module_& m);
 
 }  // namespace ftpy

@@ -1,4 +1,5 @@
 // The private extension module formal_transformers._core. Python re-exports it (__init__.py).
+#include <algorithm>
 #include <chrono>
 
 #include "bind.hpp"
@@ -21,6 +22,26 @@ void install_poll_hook() {
     });
 }
 }  // namespace
+
+namespace {
+struct Entry {
+    int order;
+    const char* name;
+    RegisterFn fn;
+};
+std::vector<Entry>& registry() {
+    static std::vector<Entry> r;
+    return r;
+}
+}  // namespace
+
+Registrar::Registrar(int order, const char* name, RegisterFn fn) { registry().push_back({order, name, fn}); }
+
+void register_all(py::module_& m) {
+    auto entries = registry();
+    std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.order < b.order; });
+    for (const Entry& e : entries) e.fn(m);
+}
 
 void register_common(py::module_& m) {
     // Exceptions: the core's types map to the Python exception of the same name.
@@ -81,13 +102,13 @@ void register_common(py::module_& m) {
     m.def("blas_info", [] { return std::string(ft::blas_info()); }, "OpenBLAS build configuration.");
 }
 
+static Registrar reg_common(0, "common", &register_common);
+
 }  // namespace ftpy
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "formal-transformers native core (C++17, xtensor, OpenBLAS)";
     ft::init_threads();
     ftpy::install_poll_hook();
-    ftpy::register_common(m);
-    ftpy::register_functions(m);
-    ftpy::register_norm(m);
+    ftpy::register_all(m);
 }

@@ -104,4 +104,6 @@ void register_norm(py::module_& m) {
     def_params_api<RMSNormUnit>(rn);
 }
 
+static Registrar reg_norm(20, "norm", &register_norm);
+
 }  // namespace ftpy

@@ -1,38 +1,25 @@
 """formal-transformers: the listings of Phuong & Hutter, "Formal Algorithms for Transformers" (2022),
 exact and fast on a CPU.
 
-Names follow the paper (see README.md for the table listing -> C++ header -> Python name). Shapes use
-the paper's column convention: a sequence of token vectors is a (d, ℓ) array whose column t is token t.
+Names follow the paper (README.md has the table listing -> C++ header -> Python name). Shapes use the
+paper's column convention: a sequence of token vectors is a (d, ℓ) array whose column t is token t.
+Everything public of the compiled core `_core` is re-exported here, beside the Python-side modules.
 """
 from __future__ import annotations
 
+import os as _os
 from collections.abc import Mapping as _Mapping
 
-from . import _core
-from ._core import (
-    LayerNorm,
-    ParamDict,
-    RMSNorm,
-    blas_info,
-    gelu,
-    get_num_threads,
-    relu,
-    set_num_threads,
-    softmax,
-)
+# Developer builds: FT_CORE_PATH names a CMake build tree holding a freshly built _core (see
+# CONTRIBUTING in README.md); installed packages ignore it unless it is set.
+if _os.environ.get("FT_CORE_PATH"):
+    __path__.insert(0, _os.path.abspath(_os.environ["FT_CORE_PATH"]))  # noqa: F821
 
-_Mapping.register(ParamDict)
+from . import _core  # noqa: E402
+from ._core import *  # noqa: E402,F401,F403
+
+_Mapping.register(_core.ParamDict)
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "LayerNorm",
-    "ParamDict",
-    "RMSNorm",
-    "blas_info",
-    "gelu",
-    "get_num_threads",
-    "relu",
-    "set_num_threads",
-    "softmax",
-]
+__all__ = sorted(name for name in dir(_core) if not name.startswith("_"))
