@@ -31,6 +31,11 @@ T column_max(const T* a, index_t n) {
 // ------------------------------------------------------------------------------------------------------
 template <class T>
 void softmax_column(T* a, index_t n) {
+    softmax_column_lse(a, n);
+}
+
+template <class T>
+double softmax_column_lse(T* a, index_t n) {
     const T m = column_max(a, n);
     // exp(a - max): -inf entries give exactly 0. (Non-finite max: NaN results, as in the numpy reference.)
     T s = 0;
@@ -51,6 +56,7 @@ void softmax_column(T* a, index_t n) {
     const B<T> vinv(inv);
     for (i = 0; i + W<T> <= n; i += W<T>) (B<T>::load_unaligned(a + i) * vinv).store_unaligned(a + i);
     for (; i < n; ++i) a[i] *= inv;
+    return double(m) + std::log(double(s));
 }
 
 template <class T>
@@ -189,6 +195,7 @@ void activation_backward(Activation a, CMatView<T> X, CMatView<T> dY, MatView<T>
 
 #define FT_INSTANTIATE(T)                                                          \
     template void softmax_column<T>(T*, index_t);                                  \
+    template double softmax_column_lse<T>(T*, index_t);                            \
     template void softmax_columns<T>(MatView<T>);                                  \
     template void softmax_column_backward<T>(const T*, T*, index_t);               \
     template void softmax_columns_backward<T>(CMatView<T>, MatView<T>);            \

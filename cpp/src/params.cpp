@@ -43,6 +43,29 @@ VecParam ParamStore<T>::stacked_vector(const std::string& name, index_t H, index
 }
 
 template <class T>
+void ParamStore<T>::freeze(index_t offset) {
+    for (auto& e : entries_)
+        if (e.offset == offset) {
+            e.trainable = false;
+            return;
+        }
+    FT_CHECK(false, "freeze: no parameter at that offset");
+}
+
+template <class T>
+std::vector<std::pair<index_t, index_t>> ParamStore<T>::trainable_ranges() const {
+    std::vector<std::pair<index_t, index_t>> r;
+    for (const auto& e : entries_) {
+        if (!e.trainable) continue;
+        if (!r.empty() && r.back().second == e.offset)
+            r.back().second = e.offset + e.size;
+        else
+            r.emplace_back(e.offset, e.offset + e.size);
+    }
+    return r;
+}
+
+template <class T>
 void ParamStore<T>::allocate() {
     FT_CHECK(!allocated_, "ParamStore allocated twice");
     theta_ = Vector<T>::from_shape({std::size_t(total_)});

@@ -62,7 +62,7 @@ void check_norm_gradients(Norm& norm, ParamStore<double>& store, index_t d, inde
         norm.forward(store, CMatView<double>(E.data(), d, n), MatView<double>(Y.data(), d, n), cc);
         return fttest::dot(Y.data(), W.data(), d * n);
     };
-    std::vector<double> Y(std::size_t(d * n)), dE(std::size_t(d * n), 0.0);
+    std::vector<double> Y(static_cast<std::size_t>(d * n)), dE(std::size_t(d * n), 0.0);
     norm.forward(store, CMatView<double>(E.data(), d, n), MatView<double>(Y.data(), d, n), c);
     store.zero_grad();
     norm.backward(store, CMatView<double>(W.data(), d, n), c, MatView<double>(dE.data(), d, n));

@@ -13,6 +13,10 @@ namespace ft {
 // 0. At least one entry must be finite (checked by callers where a mask could hide a whole column).
 template <class T>
 void softmax_column(T* a, index_t n);
+// The same, returning logsumexp(a) = log Σ_i exp(a[i]) of the input column (for log-softmax losses:
+// log softmax(a)[y] = a[y] − logsumexp(a), exact even where the probability underflows).
+template <class T>
+double softmax_column_lse(T* a, index_t n);
 // In place on every column of A:[m, n] (parallel over columns).
 template <class T>
 void softmax_columns(MatView<T> A);

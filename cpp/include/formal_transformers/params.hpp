@@ -16,6 +16,7 @@ struct ParamInfo {
     std::vector<index_t> shape;    // as the API shows it, e.g. W_q (H, d_attn, d_x)
     std::vector<index_t> strides;  // in elements, e.g. (d_attn, 1, H*d_attn): each head a row block
     index_t offset = 0, size = 0;  // of the flat buffer
+    bool trainable = true;         // false: fixed (e.g. sinusoidal W_p); optimizers skip it
 };
 
 // Handles into the store, resolved to pointers on use (so a component may be declared before the store
@@ -42,8 +43,12 @@ public:
     MatParam stacked(const std::string& name, index_t H, index_t rows, index_t cols);
     // H stacked vectors [H, n], stored as one contiguous vector of H*n.
     VecParam stacked_vector(const std::string& name, index_t H, index_t n);
-    // Share an existing parameter under a second name is not supported; tied weights are handled by
-    // the model (transformers.hpp).
+    // Mark a declared parameter as fixed: it stays in θ (and in `params`) but optimizers skip it and no
+    // backward writes its gradient (sinusoidal W_p).
+    void freeze(index_t offset);
+    // The trainable part of the flat buffer as [begin, end) ranges (merged), for optimizers.
+    std::vector<std::pair<index_t, index_t>> trainable_ranges() const;
+    // Tied weights (W_u = W_eᵀ) are not a second entry: the model uses W_e transposed (transformers.hpp).
 
     void allocate();  // zero-filled; once
     bool allocated() const { return allocated_; }

@@ -1,0 +1,212 @@
+// Algorithms 3, 4 and 5: basic single-query attention, attention with a mask, multi-head attention.
+//
+// Algorithm 4: Ṽ ← Attention(X, Z | W_qkv, Mask)
+//   Input: X ∈ R^{d_x×ℓ_x}, Z ∈ R^{d_z×ℓ_z}, vector representations of primary and context sequence.
+//   Output: Ṽ ∈ R^{d_out×ℓ_x}, updated representations of tokens in X, folding in information from Z.
+//   Parameters: W_qkv consisting of: W_q ∈ R^{d_attn×d_x}, b_q ∈ R^{d_attn}, W_k ∈ R^{d_attn×d_z},
+//               b_k ∈ R^{d_attn}, W_v ∈ R^{d_out×d_z}, b_v ∈ R^{d_out}.
+//   Hyperparameters: Mask ∈ {0,1}^{ℓ_z×ℓ_x}
+//   1  Q ← W_q X + b_q 1ᵀ                       [[Query ∈ R^{d_attn×ℓ_x}]]
+//   2  K ← W_k Z + b_k 1ᵀ                       [[Key ∈ R^{d_attn×ℓ_z}]]
+//   3  V ← W_v Z + b_v 1ᵀ                       [[Value ∈ R^{d_out×ℓ_z}]]
+//   4  S ← Kᵀ Q                                 [[Score ∈ R^{ℓ_z×ℓ_x}]]
+//   5  ∀t_z, t_x, if ¬Mask[t_z, t_x] then S[t_z, t_x] ← −∞
+//   6  return Ṽ = V · softmax(S / √d_attn)
+//
+// Algorithm 5: Ṽ ← MHAttention(X, Z | W, Mask)
+//   Parameters: W consisting of, for h ∈ [H], W^h_qkv (as above, with W^h_v ∈ R^{d_mid×d_z}), and
+//               W_o ∈ R^{d_out×H·d_mid}, b_o ∈ R^{d_out}.
+//   1  for h ∈ [H]:
+//   2    Y^h ← Attention(X, Z | W^h_qkv, Mask)
+//   3  Y ← [Y¹; Y²; …; Y^H]
+//   4  return Ṽ = W_o Y + b_o 1ᵀ
+//
+// Algorithm 3: ṽ ← Attention(e, e_t | W_q, b_q, W_k, b_k, W_v, b_v)   (basic single-query attention)
+//   1  q ← W_q e + b_q            2  ∀t: k_t ← W_k e_t + b_k         3  ∀t: v_t ← W_v e_t + b_v
+//   4  ∀t: α_t = exp(qᵀk_t/√d_attn) / Σ_u exp(qᵀk_u/√d_attn)          5  return ṽ = Σ_{t=1}^T α_t v_t
+//
+// How the code maps to the listings:
+//  * `attention_head` is Algorithm 4's lines 4–6 (given Q, K, V); Attention and BasicAttention compute
+//    lines 1–3 and call it (Algorithm 3 is Algorithm 4 with one query and no mask).
+//  * MHAttention stores the H heads' W^h_q stacked as one [H·d_attn, d_x] matrix (API.md: W_q is
+//    (H, d_attn, d_x), head h a block of rows), so lines 1–3 of Algorithm 4 for all heads are ONE gemm
+//    each; line 2 of Algorithm 5 then runs `attention_head` per head on row blocks of Q, K, V, writing
+//    Y^h straight into its rows of Y (line 3 costs nothing).
+//  * Batches: X holds several sequences side by side (Seqs); attention never crosses sequences. The
+//    1/√d_attn of line 6 is folded into the gemm of line 4. Masked scores are −∞ (probability exactly 0);
+//    the unidirectional mask skips the masked entries instead of computing them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "formal_transformers/params.hpp"
+
+namespace ft {
+
+// ---------------------------------------------------------------------------------------------------
+// The Mask hyperparameter of Algorithm 4. Mask[t_z, t_x] = 1: query token t_x may attend to context
+// token t_z. Bidirectional: Mask ≡ 1. Unidirectional: Mask[t_z, t_x] = [[t_z ≤ t_x]] (positions are
+// absolute: a query at position q0 + j sees context tokens 0..q0+j). Explicit: a given bool matrix.
+class Mask {
+public:
+    enum class Kind { Bidirectional, Unidirectional, Explicit };
+    Mask() = default;
+    static Mask bidirectional() { return Mask(Kind::Bidirectional); }
+    static Mask unidirectional() { return Mask(Kind::Unidirectional); }
+    // m: column-major [l_z, l_x] of 0/1. Throws ValueError if some column has no 1 (a query that may
+    // attend to nothing: softmax over an empty set is undefined).
+    static Mask explicit_matrix(index_t l_z, index_t l_x, const std::uint8_t* m);
+
+    Kind kind() const { return kind_; }
+    index_t l_z() const { return l_z_; }
+    index_t l_x() const { return l_x_; }
+    bool allows(index_t t_z, index_t t_x) const {
+        switch (kind_) {
+            case Kind::Bidirectional: return true;
+            case Kind::Unidirectional: return t_z <= t_x;
+            default: return m_[std::size_t(t_z + t_x * l_z_)] != 0;
+        }
+    }
+    // Check that this mask fits a (ℓ_z, ℓ_x) attention (explicit masks have a fixed shape) and that every
+    // query keeps a context token: ValueError naming the problem otherwise.
+    void check(index_t l_z, index_t l_x, index_t q0 = 0) const;
+    const std::vector<std::uint8_t>& matrix() const { return m_; }
+
+private:
+    explicit Mask(Kind k) : kind_(k) {}
+    Kind kind_ = Kind::Bidirectional;
+    index_t l_z_ = 0, l_x_ = 0;
+    std::vector<std::uint8_t> m_;
+};
+
+// Algorithm 4, lines 4–6, for one head of one sequence:
+//   S ← Kᵀ Q / √d_attn (line 4, scaled); masked S ← −∞ (line 5); A ← softmax(S) and Ṽ ← V A (line 6).
+// Q:[d_attn,l_x], K:[d_attn,l_z], V:[d_v,l_z] -> A:[l_z,l_x] (kept for backward), Vt:[d_v,l_x].
+// q0 is the absolute position of Q's first column (0, or the prefix length when decoding with a cache).
+template <class T>
+void attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const Mask& mask, index_t q0, MatView<T> A,
+                    MatView<T> Vt);
+// Backward of attention_head, given dṼ:[d_v,l_x]. Accumulates dQ += K dS/√d, dK += Q dSᵀ/√d,
+// dV += dṼ Aᵀ, with dS = softmax'(A)(Vᵀ dṼ) per column. dA:[l_z,l_x] is scratch.
+template <class T>
+void attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> A, CMatView<T> dVt,
+                             MatView<T> dQ, MatView<T> dK, MatView<T> dV, MatView<T> dA);
+
+// Explicit bool masks as the free functions ft.bidirectional_mask / ft.unidirectional_mask return them.
+std::vector<std::uint8_t> bidirectional_mask(index_t l_z, index_t l_x);
+std::vector<std::uint8_t> unidirectional_mask(index_t l_z, index_t l_x);
+
+// ---------------------------------------------------------------------------------------------------
+// Algorithm 3.
+template <class T>
+struct BasicAttentionCache {
+    Vector<T> q;     // [d_attn]      line 1
+    Matrix<T> K;     // [d_attn, T]   line 2 (column t is k_t)
+    Matrix<T> V;     // [d_out, T]    line 3 (column t is v_t)
+    Matrix<T> alpha; // [T, 1]        line 4
+    Matrix<T> e, E;  // the inputs, copied (backward needs them)
+};
+
+template <class T>
+class BasicAttention {
+public:
+    BasicAttention(index_t d_in, index_t d_attn, index_t d_out, ParamStore<T>& store, const std::string& prefix = "");
+    void init(ParamStore<T>& store, Rng& rng, double stddev) const;  // weights ~ N(0, stddev²), biases 0
+    // e:[d_in], E:[d_in,T] -> ṽ:[d_out]
+    void forward(const ParamStore<T>& store, const T* e, CMatView<T> E, T* v_tilde, BasicAttentionCache<T>& c) const;
+    // dṽ:[d_out] -> de += ..., dE += ..., parameter gradients += ...
+    void backward(ParamStore<T>& store, const BasicAttentionCache<T>& c, const T* dv_tilde, T* de, MatView<T> dE) const;
+
+    index_t d_in, d_attn, d_out;
+    MatParam W_q, W_k, W_v;
+    VecParam b_q, b_k, b_v;
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Algorithm 4 (one head), over a batch of sequences.
+template <class T>
+struct AttentionCache {
+    Matrix<T> Q, K, V;       // [d_attn,n_x], [d_attn,n_z], [d_out,n_z]   lines 1–3
+    std::vector<T> A;        // softmax(S/√d_attn) of each sequence b: a [l_z_b, l_x_b] block at A_off[b]
+    std::vector<index_t> A_off;
+    Matrix<T> dQ, dK, dV;    // backward scratch
+    std::vector<T> dA;
+};
+
+template <class T>
+class Attention {
+public:
+    Attention(index_t d_x, index_t d_z, index_t d_attn, index_t d_out, Mask mask, ParamStore<T>& store,
+              const std::string& prefix = "");
+    void init(ParamStore<T>& store, Rng& rng, double stddev) const;
+    // X:[d_x,n_x] (sequences sx), Z:[d_z,n_z] (sequences sz, same count) -> Vt:[d_out,n_x]
+    void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
+                 MatView<T> Vt, AttentionCache<T>& c) const;
+    // dṼ:[d_out,n_x] -> dX += ..., dZ += ... (dX may alias dZ when X is Z), parameter gradients += ...
+    void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
+                  AttentionCache<T>& c, CMatView<T> dVt, MatView<T> dX, MatView<T> dZ) const;
+
+    index_t d_x, d_z, d_attn, d_out;
+    Mask mask;
+    MatParam W_q, W_k, W_v;
+    VecParam b_q, b_k, b_v;
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Algorithm 5, over a batch of sequences.
+template <class T>
+struct MHAttentionCache {
+    Matrix<T> Q;  // [H·d_attn, n_x]  Algorithm 4 line 1 for all heads (head h: rows h·d_attn …)
+    Matrix<T> K;  // [H·d_attn, n_z]  line 2
+    Matrix<T> V;  // [H·d_mid,  n_z]  line 3
+    Matrix<T> Y;  // [H·d_mid,  n_x]  Algorithm 5 line 3: Y = [Y¹; …; Y^H]
+    std::vector<T> A;  // softmax(S/√d_attn) per (sequence b, head h): [l_z_b, l_x_b] at A_off[b·H + h]
+    std::vector<index_t> A_off;
+};
+// Backward scratch; one can serve every layer of a model (used one layer at a time).
+template <class T>
+struct MHAttentionWork {
+    Matrix<T> dY, dQ, dK, dV;
+    std::vector<T> dA;
+};
+// Keys and values of the context tokens seen so far, for decoding one sequence with a cache (Alg 14/15).
+template <class T>
+struct KVCache {
+    Matrix<T> K;  // [H·d_attn, capacity]
+    Matrix<T> V;  // [H·d_mid,  capacity]
+    index_t len = 0;
+};
+
+template <class T>
+class MHAttention {
+public:
+    MHAttention(index_t H, index_t d_x, index_t d_z, index_t d_attn, index_t d_mid, index_t d_out, Mask mask,
+                ParamStore<T>& store, const std::string& prefix = "");
+    // W_q, W_k, W_v ~ N(0, stddev²); W_o ~ N(0, out_stddev²); biases 0
+    void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
+
+    // X:[d_x,n_x] (sequences sx), Z:[d_z,n_z] (sequences sz, same count) -> Vt:[d_out,n_x]
+    void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
+                 MatView<T> Vt, MHAttentionCache<T>& c) const;
+    // dṼ:[d_out,n_x] -> dX += ..., dZ += ... (dX may alias dZ when X is Z), parameter gradients += ...
+    void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
+                  const MHAttentionCache<T>& c, CMatView<T> dVt, MatView<T> dX, MatView<T> dZ,
+                  MHAttentionWork<T>& w) const;
+
+    // Decoding with a cache. append_kv: keys and values of new context columns Z:[d_z,n] appended at
+    // cache.len (capacity grows as needed). attend_cached: queries X:[d_x,n] at absolute positions q0,
+    // q0+1, … attend over the cache's tokens -> Vt:[d_out,n]. Self-attention decoding is append_kv(x_new)
+    // then attend_cached(x_new, q0 = old length); cross-attention fills the cache from Z once.
+    void append_kv(const ParamStore<T>& store, CMatView<T> Z, KVCache<T>& cache) const;
+    void attend_cached(const ParamStore<T>& store, CMatView<T> X, index_t q0, const KVCache<T>& cache,
+                       MatView<T> Vt, MHAttentionCache<T>& scratch) const;
+
+    index_t H, d_x, d_z, d_attn, d_mid, d_out;
+    Mask mask;
+    MatParam W_q, W_k, W_v, W_o;  // stacked [H·d_attn, d_x], [H·d_attn, d_z], [H·d_mid, d_z]; W_o [d_out, H·d_mid]
+    VecParam b_q, b_k, b_v, b_o;  // stacked [H·d_attn], [H·d_attn], [H·d_mid]; b_o [d_out]
+};
+
+}  // namespace ft

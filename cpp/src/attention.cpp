@@ -1,0 +1,396 @@
+// Algorithms 3, 4, 5: forward and backward side by side.
+#include "formal_transformers/attention.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "formal_transformers/blas.hpp"
+#include "formal_transformers/functions.hpp"
+
+namespace ft {
+
+// ===================================== Mask ===========================================================
+Mask Mask::explicit_matrix(index_t l_z, index_t l_x, const std::uint8_t* m) {
+    if (l_z <= 0 || l_x <= 0) throw ValueError("mask must have a positive shape (l_z, l_x)");
+    Mask k(Kind::Explicit);
+    k.l_z_ = l_z;
+    k.l_x_ = l_x;
+    k.m_.assign(m, m + l_z * l_x);
+    for (index_t t_x = 0; t_x < l_x; ++t_x) {
+        bool any = false;
+        for (index_t t_z = 0; t_z < l_z && !any; ++t_z) any = k.m_[std::size_t(t_z + t_x * l_z)] != 0;
+        if (!any)
+            throw ValueError("mask column " + std::to_string(t_x) +
+                             " is all False: query token " + std::to_string(t_x) +
+                             " could attend to nothing (softmax over an empty set)");
+    }
+    return k;
+}
+
+void Mask::check(index_t l_z, index_t l_x, index_t q0) const {
+    if (kind_ != Kind::Explicit) return;
+    if (l_z != l_z_ || q0 + l_x > l_x_)
+        throw ValueError("mask has shape (" + std::to_string(l_z_) + ", " + std::to_string(l_x_) +
+                         ") but this attention has (l_z, l_x) = (" + std::to_string(l_z) + ", " +
+                         std::to_string(q0 + l_x) + ")");
+}
+
+std::vector<std::uint8_t> bidirectional_mask(index_t l_z, index_t l_x) {
+    return std::vector<std::uint8_t>(std::size_t(l_z * l_x), 1);
+}
+std::vector<std::uint8_t> unidirectional_mask(index_t l_z, index_t l_x) {
+    std::vector<std::uint8_t> m(std::size_t(l_z * l_x));
+    for (index_t t_x = 0; t_x < l_x; ++t_x)
+        for (index_t t_z = 0; t_z < l_z; ++t_z) m[std::size_t(t_z + t_x * l_z)] = t_z <= t_x;
+    return m;
+}
+
+// ============================ Algorithm 4, lines 4–6 (one head) =======================================
+namespace {
+// line 4: S ← Kᵀ Q, scaled by 1/√d_attn (line 6's scaling, folded into the product)
+template <class T>
+void scores(CMatView<T> Q, CMatView<T> K, MatView<T> S) {
+    gemm<T>(Op::T, Op::N, T(1) / std::sqrt(T(Q.rows)), K, Q, T(0), S);
+}
+
+// line 5 and the softmax of line 6, on column j of S (a query at absolute position q0 + j):
+// masked entries ← −∞, then softmax over the column (−∞ gives exactly 0).
+template <class T>
+void mask_softmax_column(const Mask& mask, index_t q0, index_t j, T* s, index_t l_z) {
+    switch (mask.kind()) {
+        case Mask::Kind::Bidirectional: softmax_column(s, l_z); break;
+        case Mask::Kind::Unidirectional: {
+            // Mask[t_z, t_x] = [[t_z ≤ t_x]]: only the first q0+j+1 entries are live; the rest are 0
+            const index_t live = std::min(l_z, q0 + j + 1);
+            softmax_column(s, live);
+            std::fill(s + live, s + l_z, T(0));
+            break;
+        }
+        case Mask::Kind::Explicit: {
+            for (index_t t_z = 0; t_z < l_z; ++t_z)
+                if (!mask.allows(t_z, q0 + j)) s[t_z] = -std::numeric_limits<T>::infinity();
+            softmax_column(s, l_z);
+            break;
+        }
+    }
+}
+
+template <class T>
+void mask_softmax(const Mask& mask, index_t q0, MatView<T> S) {
+#pragma omp parallel for schedule(static) if (S.size() > 16384)
+    for (index_t j = 0; j < S.cols; ++j) mask_softmax_column(mask, q0, j, S.col(j), S.rows);
+}
+
+// line 6: Ṽ ← V A
+template <class T>
+void mix(CMatView<T> V, CMatView<T> A, MatView<T> Vt) {
+    gemm<T>(Op::N, Op::N, T(1), V, A, T(0), Vt);
+}
+}  // namespace
+
+template <class T>
+void attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const Mask& mask, index_t q0, MatView<T> A,
+                    MatView<T> Vt) {
+    scores<T>(Q, K, A);            // line 4
+    mask_softmax<T>(mask, q0, A);  // lines 5, 6: A = softmax(S/√d_attn)
+    mix<T>(V, A, Vt);              // line 6: Ṽ = V A
+}
+
+// Backward of lines 4–6: d(line 6) gives dV and dA; the softmax derivative gives dS; d(line 4) gives dQ, dK.
+template <class T>
+void attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> A, CMatView<T> dVt,
+                             MatView<T> dQ, MatView<T> dK, MatView<T> dV, MatView<T> dA) {
+    const T scale = T(1) / std::sqrt(T(Q.rows));
+    gemm<T>(Op::N, Op::T, T(1), dVt, A, T(1), dV);  // line 6: dV += dṼ Aᵀ
+    gemm<T>(Op::T, Op::N, T(1), V, dVt, T(0), dA);  // line 6: dA = Vᵀ dṼ
+    softmax_columns_backward<T>(A, dA);              // dS = A ⊙ (dA − 1(1ᵀ(A ⊙ dA)));  masked: A = 0 so dS = 0
+    gemm<T>(Op::N, Op::N, scale, K, dA, T(1), dQ);   // line 4: dQ += K dS / √d_attn
+    gemm<T>(Op::N, Op::T, scale, Q, dA, T(1), dK);   // line 4: dK += Q dSᵀ / √d_attn
+}
+
+// ===================================== Algorithm 3 ====================================================
+template <class T>
+BasicAttention<T>::BasicAttention(index_t d_in_, index_t d_attn_, index_t d_out_, ParamStore<T>& store,
+                                  const std::string& p)
+    : d_in(d_in_), d_attn(d_attn_), d_out(d_out_) {
+    if (d_in <= 0 || d_attn <= 0 || d_out <= 0) throw ValueError("BasicAttention: d_in, d_attn, d_out must be positive");
+    W_q = store.matrix(p + "W_q", d_attn, d_in);
+    b_q = store.vector(p + "b_q", d_attn);
+    W_k = store.matrix(p + "W_k", d_attn, d_in);
+    b_k = store.vector(p + "b_k", d_attn);
+    W_v = store.matrix(p + "W_v", d_out, d_in);
+    b_v = store.vector(p + "b_v", d_out);
+}
+
+template <class T>
+void BasicAttention<T>::init(ParamStore<T>& store, Rng& rng, double stddev) const {
+    for (const MatParam* W : {&W_q, &W_k, &W_v}) store.normal(W->offset, W->rows * W->cols, stddev, rng);
+    for (const VecParam* b : {&b_q, &b_k, &b_v}) store.fill(b->offset, b->size, T(0));
+}
+
+// e:[d_in], E:[d_in,T] -> ṽ:[d_out]
+template <class T>
+void BasicAttention<T>::forward(const ParamStore<T>& store, const T* e, CMatView<T> E, T* v_tilde,
+                                BasicAttentionCache<T>& c) const {
+    const index_t Tn = E.cols;
+    MatView<T> ec = ensure(c.e, d_in, 1), Ec = ensure(c.E, d_in, Tn);
+    std::copy(e, e + d_in, ec.data);
+    for (index_t t = 0; t < Tn; ++t) std::copy(E.col(t), E.col(t) + d_in, Ec.col(t));
+    MatView<T> q(ensure(c.q, d_attn), d_attn, 1);
+    affine<T>(store.W(W_q), ec, store.v(b_q), q);                                  // line 1: q ← W_q e + b_q
+    affine<T>(store.W(W_k), Ec, store.v(b_k), ensure(c.K, d_attn, Tn));            // line 2: k_t ← W_k e_t + b_k
+    affine<T>(store.W(W_v), Ec, store.v(b_v), ensure(c.V, d_out, Tn));             // line 3: v_t ← W_v e_t + b_v
+    // lines 4–5 are Algorithm 4's lines 4–6 with one query and no mask:
+    //   α = softmax(Kᵀ q / √d_attn) (line 4), ṽ = Σ_t α_t v_t = V α (line 5)
+    attention_head<T>(q, view(c.K), view(c.V), Mask::bidirectional(), 0, ensure(c.alpha, Tn, 1),
+                      MatView<T>(v_tilde, d_out, 1));
+}
+
+template <class T>
+void BasicAttention<T>::backward(ParamStore<T>& store, const BasicAttentionCache<T>& c, const T* dv_tilde, T* de,
+                                 MatView<T> dE) const {
+    const index_t Tn = c.K.shape(1);
+    Matrix<T> dq = Matrix<T>::from_shape({std::size_t(d_attn), 1}), dK = Matrix<T>::from_shape({std::size_t(d_attn), std::size_t(Tn)}),
+              dV = Matrix<T>::from_shape({std::size_t(d_out), std::size_t(Tn)}), dA = Matrix<T>::from_shape({std::size_t(Tn), 1});
+    dq.fill(T(0));
+    dK.fill(T(0));
+    dV.fill(T(0));
+    CMatView<T> q(c.q.data(), d_attn, 1);
+    attention_head_backward<T>(q, view(c.K), view(c.V), view(c.alpha), CMatView<T>(dv_tilde, d_out, 1), view(dq),
+                               view(dK), view(dV), view(dA));  // lines 4–5
+    affine_backward<T>(store.W(W_v), view(c.E), view(dV), store.dW(W_v).data, store.dv(b_v), dE.data, dE.ld);  // line 3
+    affine_backward<T>(store.W(W_k), view(c.E), view(dK), store.dW(W_k).data, store.dv(b_k), dE.data, dE.ld);  // line 2
+    affine_backward<T>(store.W(W_q), view(c.e), view(dq), store.dW(W_q).data, store.dv(b_q), de);              // line 1
+}
+
+// ===================================== Algorithm 4 ====================================================
+template <class T>
+Attention<T>::Attention(index_t d_x_, index_t d_z_, index_t d_attn_, index_t d_out_, Mask mask_, ParamStore<T>& store,
+                        const std::string& p)
+    : d_x(d_x_), d_z(d_z_), d_attn(d_attn_), d_out(d_out_), mask(std::move(mask_)) {
+    if (d_x <= 0 || d_z <= 0 || d_attn <= 0 || d_out <= 0)
+        throw ValueError("Attention: d_x, d_z, d_attn, d_out must be positive");
+    W_q = store.matrix(p + "W_q", d_attn, d_x);
+    b_q = store.vector(p + "b_q", d_attn);
+    W_k = store.matrix(p + "W_k", d_attn, d_z);
+    b_k = store.vector(p + "b_k", d_attn);
+    W_v = store.matrix(p + "W_v", d_out, d_z);
+    b_v = store.vector(p + "b_v", d_out);
+}
+
+template <class T>
+void Attention<T>::init(ParamStore<T>& store, Rng& rng, double stddev) const {
+    for (const MatParam* W : {&W_q, &W_k, &W_v}) store.normal(W->offset, W->rows * W->cols, stddev, rng);
+    for (const VecParam* b : {&b_q, &b_k, &b_v}) store.fill(b->offset, b->size, T(0));
+}
+
+template <class T>
+void Attention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
+                           MatView<T> Vt, AttentionCache<T>& c) const {
+    FT_CHECK(sx.count() == sz.count(), "Attention: X and Z batches differ in size");
+    for (index_t b = 0; b < sx.count(); ++b) mask.check(sz.len(b), sx.len(b));
+    MatView<T> Q = ensure(c.Q, d_attn, X.cols), K = ensure(c.K, d_attn, Z.cols), V = ensure(c.V, d_out, Z.cols);
+    affine<T>(store.W(W_q), X, store.v(b_q), Q);  // line 1: Q ← W_q X + b_q 1ᵀ
+    affine<T>(store.W(W_k), Z, store.v(b_k), K);  // line 2: K ← W_k Z + b_k 1ᵀ
+    affine<T>(store.W(W_v), Z, store.v(b_v), V);  // line 3: V ← W_v Z + b_v 1ᵀ
+    c.A_off.assign(1, 0);
+    for (index_t b = 0; b < sx.count(); ++b) c.A_off.push_back(c.A_off.back() + sz.len(b) * sx.len(b));
+    c.A.resize(std::size_t(c.A_off.back()));
+    for (index_t b = 0; b < sx.count(); ++b)  // lines 4–6, per sequence
+        attention_head<T>(Q.cols_range(sx.begin(b), sx.len(b)), K.cols_range(sz.begin(b), sz.len(b)),
+                          V.cols_range(sz.begin(b), sz.len(b)), mask, 0,
+                          MatView<T>(c.A.data() + c.A_off[std::size_t(b)], sz.len(b), sx.len(b)),
+                          Vt.cols_range(sx.begin(b), sx.len(b)));
+}
+
+template <class T>
+void Attention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
+                            AttentionCache<T>& c, CMatView<T> dVt, MatView<T> dX, MatView<T> dZ) const {
+    MatView<T> dQ = ensure(c.dQ, d_attn, X.cols), dK = ensure(c.dK, d_attn, Z.cols), dV = ensure(c.dV, d_out, Z.cols);
+    std::fill(dQ.data, dQ.data + dQ.size(), T(0));
+    std::fill(dK.data, dK.data + dK.size(), T(0));
+    std::fill(dV.data, dV.data + dV.size(), T(0));
+    for (index_t b = 0; b < sx.count(); ++b) {  // lines 6, 5, 4
+        c.dA.resize(std::size_t(sz.len(b) * sx.len(b)));
+        attention_head_backward<T>(view(c.Q).cols_range(sx.begin(b), sx.len(b)), view(c.K).cols_range(sz.begin(b), sz.len(b)),
+                                   view(c.V).cols_range(sz.begin(b), sz.len(b)),
+                                   CMatView<T>(c.A.data() + c.A_off[std::size_t(b)], sz.len(b), sx.len(b)),
+                                   dVt.cols_range(sx.begin(b), sx.len(b)), dQ.cols_range(sx.begin(b), sx.len(b)),
+                                   dK.cols_range(sz.begin(b), sz.len(b)), dV.cols_range(sz.begin(b), sz.len(b)),
+                                   MatView<T>(c.dA.data(), sz.len(b), sx.len(b)));
+    }
+    affine_backward<T>(store.W(W_v), Z, dV, store.dW(W_v).data, store.dv(b_v), dZ.data, dZ.ld);  // line 3
+    affine_backward<T>(store.W(W_k), Z, dK, store.dW(W_k).data, store.dv(b_k), dZ.data, dZ.ld);  // line 2
+    affine_backward<T>(store.W(W_q), X, dQ, store.dW(W_q).data, store.dv(b_q), dX.data, dX.ld);  // line 1
+}
+
+// ===================================== Algorithm 5 ====================================================
+template <class T>
+MHAttention<T>::MHAttention(index_t H_, index_t d_x_, index_t d_z_, index_t d_attn_, index_t d_mid_, index_t d_out_,
+                            Mask mask_, ParamStore<T>& store, const std::string& p)
+    : H(H_), d_x(d_x_), d_z(d_z_), d_attn(d_attn_), d_mid(d_mid_), d_out(d_out_), mask(std::move(mask_)) {
+    if (H <= 0 || d_x <= 0 || d_z <= 0 || d_attn <= 0 || d_mid <= 0 || d_out <= 0)
+        throw ValueError("MHAttention: H, d_x, d_z, d_attn, d_mid, d_out must be positive");
+    W_q = store.stacked(p + "W_q", H, d_attn, d_x);
+    b_q = store.stacked_vector(p + "b_q", H, d_attn);
+    W_k = store.stacked(p + "W_k", H, d_attn, d_z);
+    b_k = store.stacked_vector(p + "b_k", H, d_attn);
+    W_v = store.stacked(p + "W_v", H, d_mid, d_z);
+    b_v = store.stacked_vector(p + "b_v", H, d_mid);
+    W_o = store.matrix(p + "W_o", d_out, H * d_mid);
+    b_o = store.vector(p + "b_o", d_out);
+}
+
+template <class T>
+void MHAttention<T>::init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const {
+    for (const MatParam* W : {&W_q, &W_k, &W_v}) store.normal(W->offset, W->rows * W->cols, stddev, rng);
+    store.normal(W_o.offset, W_o.rows * W_o.cols, out_stddev, rng);
+    for (const VecParam* b : {&b_q, &b_k, &b_v, &b_o}) store.fill(b->offset, b->size, T(0));
+}
+
+// X:[d_x,n_x], Z:[d_z,n_z] -> Ṽ:[d_out,n_x]
+template <class T>
+void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
+                             MatView<T> Vt, MHAttentionCache<T>& c) const {
+    FT_CHECK(sx.count() == sz.count(), "MHAttention: X and Z batches differ in size");
+    for (index_t b = 0; b < sx.count(); ++b) mask.check(sz.len(b), sx.len(b));
+    MatView<T> Q = ensure(c.Q, H * d_attn, X.cols), K = ensure(c.K, H * d_attn, Z.cols);
+    MatView<T> V = ensure(c.V, H * d_mid, Z.cols), Y = ensure(c.Y, H * d_mid, X.cols);
+    // line 2, first half: Algorithm 4's lines 1–3 for all heads at once (W_q = [W_q¹; …; W_q^H], …)
+    affine<T>(store.W(W_q), X, store.v(b_q), Q);  // Q^h ← W_q^h X + b_q^h 1ᵀ
+    affine<T>(store.W(W_k), Z, store.v(b_k), K);  // K^h ← W_k^h Z + b_k^h 1ᵀ
+    affine<T>(store.W(W_v), Z, store.v(b_v), V);  // V^h ← W_v^h Z + b_v^h 1ᵀ
+    c.A_off.assign(1, 0);
+    for (index_t b = 0; b < sx.count(); ++b)
+        for (index_t h = 0; h < H; ++h) c.A_off.push_back(c.A_off.back() + sz.len(b) * sx.len(b));
+    c.A.resize(std::size_t(c.A_off.back()));
+    auto A_block = [&](index_t b, index_t h) {
+        return MatView<T>(c.A.data() + c.A_off[std::size_t(b * H + h)], sz.len(b), sx.len(b));
+    };
+    // lines 1–3: for h ∈ [H]: Y^h ← Attention(X, Z | W^h_qkv, Mask), written into rows h·d_mid… of Y.
+    // Algorithm 4's lines 4–6 in three sweeps over (sequence, head): the products (line 4), then every
+    // column's mask + softmax in one parallel loop (lines 5–6), then the products of line 6.
+    for (index_t b = 0; b < sx.count(); ++b)
+        for (index_t h = 0; h < H; ++h)
+            scores<T>(Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                      K.rows_range(h * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)), A_block(b, h));
+    {
+        const index_t nA = index_t(c.A_off.size()) - 1;  // blocks (b, h)
+#pragma omp parallel for schedule(dynamic, 4) if (c.A.size() > 16384)
+        for (index_t bh = 0; bh < nA; ++bh) {
+            const index_t b = bh / H, lz = sz.len(b);
+            for (index_t j = 0; j < sx.len(b); ++j)
+                mask_softmax_column(mask, 0, j, c.A.data() + c.A_off[std::size_t(bh)] + j * lz, lz);
+        }
+    }
+    for (index_t b = 0; b < sx.count(); ++b)
+        for (index_t h = 0; h < H; ++h)
+            mix<T>(V.rows_range(h * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), A_block(b, h),
+                   Y.rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)));
+    // line 3 is the layout itself: Y = [Y¹; Y²; …; Y^H]
+    affine<T>(store.W(W_o), Y, store.v(b_o), Vt);  // line 4: Ṽ = W_o Y + b_o 1ᵀ
+}
+
+template <class T>
+void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
+                              const MHAttentionCache<T>& c, CMatView<T> dVt, MatView<T> dX, MatView<T> dZ,
+                              MHAttentionWork<T>& w) const {
+    const T scale = T(1) / std::sqrt(T(d_attn));
+    MatView<T> dY = ensure(w.dY, H * d_mid, X.cols);
+    MatView<T> dQ = ensure(w.dQ, H * d_attn, X.cols), dK = ensure(w.dK, H * d_attn, Z.cols);
+    MatView<T> dV = ensure(w.dV, H * d_mid, Z.cols);
+    std::fill(dY.data, dY.data + dY.size(), T(0));
+    std::fill(dK.data, dK.data + dK.size(), T(0));
+    std::fill(dV.data, dV.data + dV.size(), T(0));
+    // d(line 4): dW_o += dṼ Yᵀ, db_o += dṼ 1, dY = W_oᵀ dṼ
+    affine_backward<T>(store.W(W_o), view(c.Y), dVt, store.dW(W_o).data, store.dv(b_o), dY.data);
+    w.dA.resize(c.A.size());
+    auto A_block = [&](index_t b, index_t h) {
+        return CMatView<T>(c.A.data() + c.A_off[std::size_t(b * H + h)], sz.len(b), sx.len(b));
+    };
+    auto dA_block = [&](index_t b, index_t h) {
+        return MatView<T>(w.dA.data() + c.A_off[std::size_t(b * H + h)], sz.len(b), sx.len(b));
+    };
+    CMatView<T> Q = view(c.Q), K = view(c.K), V = view(c.V);
+    // d(lines 1–3) per head: Algorithm 4's line 6 backward (dV^h += dY^h Aᵀ, dA = V^hᵀ dY^h) ...
+    for (index_t b = 0; b < sx.count(); ++b)
+        for (index_t h = 0; h < H; ++h) {
+            CMatView<T> dYbh = CMatView<T>(dY).rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b));
+            gemm<T>(Op::N, Op::T, T(1), dYbh, A_block(b, h), T(1),
+                    dV.rows_range(h * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)));
+            gemm<T>(Op::T, Op::N, T(1), V.rows_range(h * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), dYbh, T(0),
+                    dA_block(b, h));
+        }
+    // ... the softmax derivative of every column (parallel; masked entries have A = 0 hence dS = 0) ...
+    {
+        const index_t nA = index_t(c.A_off.size()) - 1;
+#pragma omp parallel for schedule(dynamic, 4) if (c.A.size() > 16384)
+        for (index_t bh = 0; bh < nA; ++bh) {
+            const index_t b = bh / H;
+            const index_t lz = sz.len(b);
+            for (index_t j = 0; j < sx.len(b); ++j)
+                softmax_column_backward(c.A.data() + c.A_off[std::size_t(bh)] + j * lz,
+                                        w.dA.data() + c.A_off[std::size_t(bh)] + j * lz, lz);
+        }
+    }
+    // ... and line 4 backward: dQ^h = K^h dS / √d_attn, dK^h += Q^h dSᵀ / √d_attn
+    for (index_t b = 0; b < sx.count(); ++b)
+        for (index_t h = 0; h < H; ++h) {
+            gemm<T>(Op::N, Op::N, scale, K.rows_range(h * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)), dA_block(b, h),
+                    T(0), dQ.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)));
+            gemm<T>(Op::N, Op::T, scale, Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)), dA_block(b, h),
+                    T(1), dK.rows_range(h * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)));
+        }
+    // Algorithm 4's lines 3, 2, 1 for all heads at once (stacked): parameter gradients, dZ, dX
+    affine_backward<T>(store.W(W_v), Z, dV, store.dW(W_v).data, store.dv(b_v), dZ.data, dZ.ld);
+    affine_backward<T>(store.W(W_k), Z, dK, store.dW(W_k).data, store.dv(b_k), dZ.data, dZ.ld);
+    affine_backward<T>(store.W(W_q), X, dQ, store.dW(W_q).data, store.dv(b_q), dX.data, dX.ld);
+}
+
+template <class T>
+void MHAttention<T>::append_kv(const ParamStore<T>& store, CMatView<T> Z, KVCache<T>& cache) const {
+    const index_t need = cache.len + Z.cols;
+    if (index_t(cache.K.shape(1)) < need) {  // grow (doubling), keeping the cached columns
+        const index_t cap = std::max<index_t>(need, 2 * index_t(cache.K.shape(1)));
+        Matrix<T> K2 = Matrix<T>::from_shape({std::size_t(H * d_attn), std::size_t(cap)});
+        Matrix<T> V2 = Matrix<T>::from_shape({std::size_t(H * d_mid), std::size_t(cap)});
+        std::copy(cache.K.data(), cache.K.data() + H * d_attn * cache.len, K2.data());
+        std::copy(cache.V.data(), cache.V.data() + H * d_mid * cache.len, V2.data());
+        cache.K = std::move(K2);
+        cache.V = std::move(V2);
+    }
+    affine<T>(store.W(W_k), Z, store.v(b_k), view(cache.K).cols_range(cache.len, Z.cols));  // Alg 4 line 2
+    affine<T>(store.W(W_v), Z, store.v(b_v), view(cache.V).cols_range(cache.len, Z.cols));  // Alg 4 line 3
+    cache.len = need;
+}
+
+template <class T>
+void MHAttention<T>::attend_cached(const ParamStore<T>& store, CMatView<T> X, index_t q0, const KVCache<T>& cache,
+                                   MatView<T> Vt, MHAttentionCache<T>& s) const {
+    const index_t n = X.cols, lz = cache.len;
+    mask.check(lz, n, q0);
+    MatView<T> Q = ensure(s.Q, H * d_attn, n), Y = ensure(s.Y, H * d_mid, n);
+    affine<T>(store.W(W_q), X, store.v(b_q), Q);  // Alg 4 line 1, all heads
+    s.A.resize(std::size_t(lz * n));
+    CMatView<T> K = CMatView<T>(view(cache.K)).cols_range(0, lz), V = CMatView<T>(view(cache.V)).cols_range(0, lz);
+    for (index_t h = 0; h < H; ++h)  // Alg 5 lines 1–3 (Alg 4 lines 4–6 per head)
+        attention_head<T>(Q.rows_range(h * d_attn, d_attn), K.rows_range(h * d_attn, d_attn),
+                          V.rows_range(h * d_mid, d_mid), mask, q0, MatView<T>(s.A.data(), lz, n),
+                          Y.rows_range(h * d_mid, d_mid));
+    affine<T>(store.W(W_o), Y, store.v(b_o), Vt);  // Alg 5 line 4
+}
+
+template class BasicAttention<float>;
+template class BasicAttention<double>;
+template class Attention<float>;
+template class Attention<double>;
+template class MHAttention<float>;
+template class MHAttention<double>;
+template void attention_head<float>(CMatView<float>, CMatView<float>, CMatView<float>, const Mask&, index_t, MatView<float>, MatView<float>);
+template void attention_head<double>(CMatView<double>, CMatView<double>, CMatView<double>, const Mask&, index_t, MatView<double>, MatView<double>);
+template void attention_head_backward<float>(CMatView<float>, CMatView<float>, CMatView<float>, CMatView<float>, CMatView<float>,
+                                             MatView<float>, MatView<float>, MatView<float>, MatView<float>);
+template void attention_head_backward<double>(CMatView<double>, CMatView<double>, CMatView<double>, CMatView<double>,
+                                              CMatView<double>, MatView<double>, MatView<double>, MatView<double>, MatView<double>);
+
+}  // namespace ft

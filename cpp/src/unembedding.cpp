@@ -1,0 +1,79 @@
+// Algorithm 7, forward and backward, and the log-softmax cross-entropy of the training listings.
+#include "formal_transformers/unembedding.hpp"
+
+#include <cmath>
+
+#include "formal_transformers/blas.hpp"
+#include "formal_transformers/functions.hpp"
+
+namespace ft {
+
+template <class T>
+Unembedding<T>::Unembedding(index_t n_vocab_, index_t d_e_, ParamStore<T>& store, const std::string& name)
+    : n_vocab(n_vocab_), d_e(d_e_), tied(false) {
+    if (n_vocab <= 0 || d_e <= 0) throw ValueError("Unembedding: n_vocab and d_e must be positive");
+    W = store.matrix(name, n_vocab, d_e);
+}
+
+template <class T>
+Unembedding<T>::Unembedding(index_t n_vocab_, index_t d_e_, const MatParam& W_e_tied)
+    : n_vocab(n_vocab_), d_e(d_e_), tied(true), W(W_e_tied) {
+    FT_CHECK(W.rows == d_e && W.cols == n_vocab, "tied unembedding: W_e must be [d_e, N_V]");
+}
+
+template <class T>
+void Unembedding<T>::init(ParamStore<T>& store, Rng& rng, double stddev) const {
+    if (!tied) store.normal(W.offset, n_vocab * d_e, stddev, rng);
+}
+
+// X:[d_e,n] -> Z:[N_V,n]
+template <class T>
+void Unembedding<T>::logits(const ParamStore<T>& store, CMatView<T> X, MatView<T> Z) const {
+    gemm<T>(tied ? Op::T : Op::N, Op::N, T(1), store.W(W), X, T(0), Z);  // W_u X  (W_u = W_eᵀ when tied)
+}
+
+// X:[d_e,n] -> P:[N_V,n]
+template <class T>
+void Unembedding<T>::forward(const ParamStore<T>& store, CMatView<T> X, MatView<T> P) const {
+    logits(store, X, P);
+    softmax_columns<T>(P);  // line 1: p = softmax(W_u e)
+}
+
+template <class T>
+void Unembedding<T>::backward_logits(ParamStore<T>& store, CMatView<T> X, CMatView<T> dZ, MatView<T> dX) const {
+    if (tied)
+        gemm<T>(Op::N, Op::T, T(1), X, dZ, T(1), store.dW(W));  // dW_e += X dZᵀ
+    else
+        gemm<T>(Op::N, Op::T, T(1), dZ, X, T(1), store.dW(W));  // dW_u += dZ Xᵀ
+    if (dX.data) gemm<T>(tied ? Op::N : Op::T, Op::N, T(1), store.W(W), dZ, T(1), dX);  // dX += W_uᵀ dZ
+}
+
+template <class T>
+void Unembedding<T>::backward(ParamStore<T>& store, CMatView<T> X, CMatView<T> P, MatView<T> dP, MatView<T> dX) const {
+    softmax_columns_backward<T>(P, dP);  // d(line 1): dZ = P ⊙ (dP − 1(1ᵀ(P ⊙ dP)))
+    backward_logits(store, X, dP, dX);
+}
+
+template <class T>
+double nll_and_grad(MatView<T> Z, const index_t* targets, T scale) {
+    double loss = 0;
+#pragma omp parallel for schedule(static) reduction(+ : loss) if (Z.size() > 16384)
+    for (index_t t = 0; t < Z.cols; ++t) {
+        T* z = Z.col(t);
+        const double zy = double(z[targets[t]]);
+        const double lse = softmax_column_lse(z, Z.rows);  // z ← softmax(z)
+        const double nl = lse - zy;                          // −log softmax(z)[y] = logsumexp(z) − z[y]
+        loss += nl;
+        z[targets[t]] -= T(1);  // dZ = softmax(Z) − one_hot(y)
+        if (scale != T(1))
+            for (index_t i = 0; i < Z.rows; ++i) z[i] *= scale;
+    }
+    return loss;
+}
+
+template class Unembedding<float>;
+template class Unembedding<double>;
+template double nll_and_grad<float>(MatView<float>, const index_t*, float);
+template double nll_and_grad<double>(MatView<double>, const index_t*, double);
+
+}  // namespace ft
