@@ -1,0 +1,266 @@
+// Algorithms 1 and 2: TokenEmbedding and PositionalEmbedding as stand-alone Python objects.
+#include <cmath>
+#include <limits>
+
+#include "bind.hpp"
+#include "formal_transformers/embedding.hpp"
+
+namespace ftpy {
+
+namespace {
+std::uint64_t parse_seed(long long seed) {
+    if (seed < 0) throw ft::ValueError("seed must be a non-negative integer, got " + std::to_string(seed));
+    return std::uint64_t(seed);
+}
+
+// Positions (Algorithm 2's ℓ, 0-based): an int or a 1-D integer array/list, every entry in [0, l_max).
+// (in_ids of bind.hpp speaks of "token ids"; positions get their own message.)
+InIds in_positions(const py::handle& obj, const char* what, index_t l_max) {
+    auto check = [&](long long v, index_t at, bool scalar) {
+        if (v < 0 || v >= l_max)
+            throw ft::IndexError(std::string(what) + ": position " + std::to_string(v) +
+                                 (scalar ? std::string() : " (entry " + std::to_string(at) + ")") +
+                                 " is out of range [0, " + std::to_string(l_max) + ") (l_max = " +
+                                 std::to_string(l_max) + ")");
+        return index_t(v);
+    };
+    auto type_name = [](const py::handle& o) {
+        return py::str(py::type::handle_of(o).attr("__name__")).cast<std::string>();
+    };
+    InIds r;
+    if (obj.is_none()) throw ft::TypeError(std::string(what) + " must be an int position or a 1-D integer array, got None");
+    if (py::isinstance<py::bool_>(obj) || py::isinstance<py::float_>(obj) || py::isinstance<py::str>(obj) ||
+        py::isinstance<py::bytes>(obj))
+        throw ft::TypeError(std::string(what) + " must be integer positions, got " + type_name(obj));
+    if (py::isinstance<py::int_>(obj)) {
+        r.was_scalar = true;
+        long long v;
+        try {
+            v = obj.cast<long long>();
+        } catch (py::cast_error&) {
+            throw ft::IndexError(std::string(what) + ": position " + py::str(obj).cast<std::string>() +
+                                 " is out of range [0, " + std::to_string(l_max) + ")");
+        }
+        r.ids.push_back(check(v, 0, true));
+        return r;
+    }
+    py::array a;
+    try {
+        a = py::module_::import("numpy").attr("asarray")(obj);
+    } catch (py::error_already_set& e) {
+        throw ft::TypeError(std::string(what) + " could not be read as an array of positions: " + e.what());
+    }
+    const char kind = a.dtype().kind();
+    if (kind != 'i' && kind != 'u')
+        throw ft::TypeError(std::string(what) + " must hold integer positions, got dtype " +
+                            py::str(a.dtype()).cast<std::string>());
+    if (a.ndim() == 0) {
+        r.was_scalar = true;
+        r.ids.push_back(check(a.attr("item")().cast<long long>(), 0, true));
+        return r;
+    }
+    if (a.ndim() != 1)
+        throw ft::ValueError(std::string(what) + " must be an int or a 1-D array of positions, got shape " + shape_str(a));
+    if (a.size() == 0) throw ft::ValueError(std::string(what) + " is an empty sequence of positions");
+    if (kind == 'u' && a.dtype().itemsize() == 8) {  // uint64 beyond int64's range would wrap when converted
+        const auto mx = a.attr("max")().cast<unsigned long long>();
+        if (mx >= (unsigned long long)l_max)
+            throw ft::IndexError(std::string(what) + ": position " + std::to_string(mx) + " is out of range [0, " +
+                                 std::to_string(l_max) + ") (l_max = " + std::to_string(l_max) + ")");
+    }
+    auto p = py::array_t<long long, py::array::c_style | py::array::forcecast>::ensure(a);
+    r.ids.resize(std::size_t(p.size()));
+    for (py::ssize_t i = 0; i < p.size(); ++i) r.ids[std::size_t(i)] = check(p.data()[i], index_t(i), false);
+    return r;
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Algorithm 1 with its own θ = {W_e} and the ids of the last call (for backward).
+template <class T>
+struct TokenEmbeddingUnit {
+    ft::ParamStore<T> store;
+    ft::TokenEmbedding<T> emb;
+    std::vector<index_t> last_ids;
+    bool called = false;
+
+    TokenEmbeddingUnit(index_t n_vocab, index_t d_e, std::uint64_t seed) : emb(n_vocab, d_e, store) {
+        store.allocate();
+        ft::Rng rng(seed);
+        emb.init(store, rng, 1.0);  // W_e ~ N(0, 1)
+    }
+
+    py::array call(const py::handle& v) {
+        InIds in = in_ids(v, "v", emb.n_vocab, true);
+        const index_t n = index_t(in.ids.size());
+        auto out = out_matrix<T>(emb.d_e, n);
+        {
+            py::gil_scoped_release nogil;
+            emb.forward(store, in.ids.data(), n, ft::MatView<T>(out.mutable_data(), emb.d_e, n));
+        }
+        last_ids = std::move(in.ids);
+        called = true;
+        return maybe_vector(out, in.was_scalar);
+    }
+
+    void backward(const py::handle& dE) {
+        if (!called) throw ft::ValueError("backward() called before any forward call");
+        InMatrix<T> d = in_matrix<T>(dE, "dE", emb.d_e, true, "d_e");
+        const index_t n = index_t(last_ids.size());
+        if (d.m.cols != n)
+            throw ft::ValueError("dE has " + std::to_string(d.m.cols) + " columns but the last call embedded " +
+                                 std::to_string(n) + " token(s)");
+        py::gil_scoped_release nogil;
+        emb.backward(store, last_ids.data(), n, d.m);
+    }
+};
+
+// Algorithm 2 with its own θ = {W_p} and the positions of the last call.
+template <class T>
+struct PositionalEmbeddingUnit {
+    ft::ParamStore<T> store;
+    ft::PositionalEmbedding<T> pe;
+    std::vector<index_t> last_pos;
+    bool called = false;
+
+    PositionalEmbeddingUnit(index_t l_max, index_t d_e, ft::Positional kind, double base, std::uint64_t seed)
+        : pe(l_max, d_e, kind, base, store) {
+        store.allocate();
+        ft::Rng rng(seed);
+        pe.init(store, rng, 1.0);  // learned: W_p ~ N(0, 1); sinusoidal: the paper's formula
+    }
+
+    py::array call(const py::handle& t) {
+        InIds in = in_positions(t, "t", pe.l_max);
+        const index_t n = index_t(in.ids.size());
+        auto out = out_matrix<T>(pe.d_e, n);
+        {
+            py::gil_scoped_release nogil;
+            pe.forward(store, in.ids.data(), n, ft::MatView<T>(out.mutable_data(), pe.d_e, n));
+        }
+        last_pos = std::move(in.ids);
+        called = true;
+        return maybe_vector(out, in.was_scalar);
+    }
+
+    void backward(const py::handle& dE) {
+        if (!called) throw ft::ValueError("backward() called before any forward call");
+        InMatrix<T> d = in_matrix<T>(dE, "dE", pe.d_e, true, "d_e");
+        const index_t n = index_t(last_pos.size());
+        if (d.m.cols != n)
+            throw ft::ValueError("dE has " + std::to_string(d.m.cols) + " columns but the last call embedded " +
+                                 std::to_string(n) + " position(s)");
+        py::gil_scoped_release nogil;
+        pe.backward(store, last_pos.data(), n, d.m);  // a no-op for the sinusoidal (frozen) W_p
+    }
+};
+}  // namespace
+
+void register_embedding(py::module_& m) {
+    using DT = Dual<TokenEmbeddingUnit>;
+    py::class_<DT> te(m, "TokenEmbedding",
+                      "Algorithm 1 (token embedding): e = W_e[:, v].\n\n"
+                      "TokenEmbedding(n_vocab, d_e, *, dtype='float32', seed=0)\n"
+                      "Hyperparameters: n_vocab (N_V), d_e.\n"
+                      "Parameters: W_e (d_e, N_V), initialised W_e ~ N(0, 1) from ft's Rng(seed).\n"
+                      "Call: v, an int token id in [0, N_V) -> e (d_e,); or a 1-D sequence of ids (any integer\n"
+                      "  dtype, or a list) -> E (d_e, ℓ), column t = W_e[:, v[t]].\n"
+                      "backward(dE): dE (d_e,) or (d_e, ℓ) of the last call; scatter-adds into grads['W_e']\n"
+                      "  (a token used twice receives both columns) and returns None (ids have no gradient).\n"
+                      "Errors: id out of range -> IndexError naming the id and its position; float/bool ids ->\n"
+                      "  TypeError; an empty sequence -> ValueError.");
+    te.def(py::init([](long long n_vocab, long long d_e, const py::object& dtype, long long seed) {
+               return std::make_unique<DT>(parse_dtype(dtype), positive(n_vocab, "n_vocab"), positive(d_e, "d_e"),
+                                           parse_seed(seed));
+           }),
+           py::arg("n_vocab"), py::arg("d_e"), py::kw_only(), py::arg("dtype") = "float32", py::arg("seed") = 0)
+        .def("__call__", [](DT& d, const py::handle& v) { CallLock l(d.mutex); return d.visit([&](auto& u) { return u.call(v); }); },
+             py::arg("v"), "v: int id -> (d_e,); 1-D ids -> (d_e, ℓ).")
+        .def("backward",
+             [](DT& d, const py::handle& dE) { CallLock l(d.mutex); d.visit([&](auto& u) { u.backward(dE); }); },
+             py::arg("dE"),
+             "Gradient of the last call: grads['W_e'][:, v[t]] += dE[:, t] for every t. Returns None.")
+        .def_property_readonly("n_vocab", [](DT& d) { return d.visit([](auto& u) { return u.emb.n_vocab; }); })
+        .def_property_readonly("d_e", [](DT& d) { return d.visit([](auto& u) { return u.emb.d_e; }); })
+        .def("__repr__", [](DT& d) {
+            return d.visit([&](auto& u) {
+                return "TokenEmbedding(n_vocab=" + std::to_string(u.emb.n_vocab) + ", d_e=" + std::to_string(u.emb.d_e) +
+                       ", dtype='" + d.dtype() + "')";
+            });
+        });
+    def_params_api<TokenEmbeddingUnit>(te);
+
+    using DP = Dual<PositionalEmbeddingUnit>;
+    py::class_<DP> pe(m, "PositionalEmbedding",
+                      "Algorithm 2 (positional embedding): e_p = W_p[:, t].\n\n"
+                      "PositionalEmbedding(l_max, d_e, kind='learned', *, base=None, dtype='float32', seed=0)\n"
+                      "Hyperparameters: l_max (ℓ_max), d_e, kind, base.\n"
+                      "Parameters: W_p (d_e, ℓ_max).\n"
+                      "  kind='learned': W_p ~ N(0, 1) from ft's Rng(seed), trained by backward().\n"
+                      "  kind='sinusoidal': W_p is the paper's fixed matrix, exactly as printed (1-based i, t):\n"
+                      "    W_p[2i-1, t] = sin(t / ℓ_max^(2i/d_e)), W_p[2i, t] = cos(t / ℓ_max^(2i/d_e)),\n"
+                      "    stored 0-based (column j holds t = j+1; for odd d_e the last row is a sine);\n"
+                      "    base (default ℓ_max) replaces ℓ_max in the formula (Vaswani et al. use 10000).\n"
+                      "    This W_p is FROZEN: it stays visible in params, but backward() adds nothing to its\n"
+                      "    gradient and optimizers skip it.\n"
+                      "Call: t, an int position in [0, ℓ_max) -> e_p (d_e,); or a 1-D integer array of n\n"
+                      "  positions -> (d_e, n). Positions out of [0, ℓ_max) -> IndexError.\n"
+                      "backward(dE): dE of the last call's shape; grads['W_p'][:, t] += dE[:, j] for each\n"
+                      "  position t = t_j (learned only). Returns None.");
+    pe.def(py::init([](long long l_max, long long d_e, const std::string& kind, const py::object& base,
+                       const py::object& dtype, long long seed) {
+               ft::Positional k;
+               if (kind == "learned")
+                   k = ft::Positional::Learned;
+               else if (kind == "sinusoidal")
+                   k = ft::Positional::Sinusoidal;
+               else
+                   throw ft::ValueError("kind must be 'learned' or 'sinusoidal', got '" + kind + "'");
+               double b = 0;  // <= 0: ℓ_max, as the paper prints it
+               if (!base.is_none()) {
+                   if (k != ft::Positional::Sinusoidal)
+                       throw ft::ValueError("base applies only to kind='sinusoidal'");
+                   if (!py::isinstance<py::int_>(base) && !py::isinstance<py::float_>(base))
+                       throw ft::TypeError("base must be a number, got " +
+                                           py::str(py::type::handle_of(base).attr("__name__")).cast<std::string>());
+                   b = base.cast<double>();
+                   if (!(b > 0) || !std::isfinite(b))
+                       throw ft::ValueError("base must be a positive finite number, got " + py::repr(base).cast<std::string>());
+               }
+               return std::make_unique<DP>(parse_dtype(dtype), positive(l_max, "l_max"), positive(d_e, "d_e"), k, b,
+                                           parse_seed(seed));
+           }),
+           py::arg("l_max"), py::arg("d_e"), py::arg("kind") = "learned", py::kw_only(), py::arg("base") = py::none(),
+           py::arg("dtype") = "float32", py::arg("seed") = 0)
+        .def("__call__", [](DP& d, const py::handle& t) { CallLock l(d.mutex); return d.visit([&](auto& u) { return u.call(t); }); },
+             py::arg("t"), "t: int position -> (d_e,); 1-D positions -> (d_e, n).")
+        .def("backward",
+             [](DP& d, const py::handle& dE) { CallLock l(d.mutex); d.visit([&](auto& u) { u.backward(dE); }); },
+             py::arg("dE"),
+             "Gradient of the last call: grads['W_p'][:, t_j] += dE[:, j] (learned; nothing for sinusoidal). "
+             "Returns None.")
+        .def_property_readonly("l_max", [](DP& d) { return d.visit([](auto& u) { return u.pe.l_max; }); })
+        .def_property_readonly("d_e", [](DP& d) { return d.visit([](auto& u) { return u.pe.d_e; }); })
+        .def_property_readonly("kind", [](DP& d) {
+            return d.visit([](auto& u) { return std::string(u.pe.kind == ft::Positional::Learned ? "learned" : "sinusoidal"); });
+        })
+        .def_property_readonly("base", [](DP& d) -> py::object {
+            return d.visit([](auto& u) -> py::object {
+                if (u.pe.kind == ft::Positional::Learned) return py::none();
+                return py::float_(u.pe.base);
+            });
+        }, "The base of the sinusoidal formula (ℓ_max unless given); None for a learned W_p.")
+        .def("__repr__", [](DP& d) {
+            return d.visit([&](auto& u) {
+                std::string s = "PositionalEmbedding(l_max=" + std::to_string(u.pe.l_max) + ", d_e=" + std::to_string(u.pe.d_e) +
+                                ", kind='" + (u.pe.kind == ft::Positional::Learned ? "learned" : "sinusoidal") + "'";
+                if (u.pe.kind == ft::Positional::Sinusoidal)
+                    s += ", base=" + py::repr(py::float_(u.pe.base)).cast<std::string>();
+                return s + ", dtype='" + d.dtype() + "')";
+            });
+        });
+    def_params_api<PositionalEmbeddingUnit>(pe);
+}
+
+static Registrar reg_embedding(30, "embedding", &register_embedding);
+
+}  // namespace ftpy

@@ -1,0 +1,187 @@
+// Algorithm 7: Unembedding as a stand-alone Python object; and the private _gemm used by bench/bench_gemm.py.
+#include <cmath>
+
+#include "bind.hpp"
+#include "formal_transformers/blas.hpp"
+#include "formal_transformers/unembedding.hpp"
+
+namespace ftpy {
+
+namespace {
+std::uint64_t parse_seed(long long seed) {
+    if (seed < 0) throw ft::ValueError("seed must be a non-negative integer, got " + std::to_string(seed));
+    return std::uint64_t(seed);
+}
+
+template <class T>
+void save_copy(ft::Matrix<T>& dst, ft::CMatView<T> src) {
+    ft::MatView<T> d = ft::ensure(dst, src.rows, src.cols);
+    for (index_t j = 0; j < src.cols; ++j) std::copy(src.col(j), src.col(j) + src.rows, d.col(j));
+}
+
+// Algorithm 7 with its own θ = {W_u}, copies of the last call's input and output (for backward()).
+template <class T>
+struct UnembeddingUnit {
+    ft::ParamStore<T> store;
+    ft::Unembedding<T> un;
+    ft::Matrix<T> X, P, dP;  // last input e [d_e, n], its output p [N_V, n], backward scratch
+    index_t n = -1;
+    bool was_vector = false;
+
+    UnembeddingUnit(index_t n_vocab, index_t d_e, std::uint64_t seed) : un(n_vocab, d_e, store) {
+        store.allocate();
+        ft::Rng rng(seed);
+        un.init(store, rng, 1.0 / std::sqrt(double(d_e)));  // W_u ~ N(0, 1/fan_in), fan_in = d_e
+    }
+
+    py::array call(const py::handle& e) {
+        InMatrix<T> in = in_matrix<T>(e, "e", un.d_e, true, "d_e");
+        const index_t cols = in.m.cols;
+        auto out = out_matrix<T>(un.n_vocab, cols);
+        n = -1;  // nothing valid to differentiate until this call completes
+        {
+            py::gil_scoped_release nogil;
+            save_copy(X, in.m);
+            ft::MatView<T> O(out.mutable_data(), un.n_vocab, cols);
+            un.forward(store, ft::view(X), O);  // line 1: p = softmax(W_u e)
+            save_copy(P, ft::CMatView<T>(O));
+        }
+        n = cols;
+        was_vector = in.was_vector;
+        return maybe_vector(out, in.was_vector);
+    }
+
+    py::array logits(const py::handle& e) const {
+        InMatrix<T> in = in_matrix<T>(e, "e", un.d_e, true, "d_e");
+        auto out = out_matrix<T>(un.n_vocab, in.m.cols);
+        {
+            py::gil_scoped_release nogil;
+            un.logits(store, in.m, ft::MatView<T>(out.mutable_data(), un.n_vocab, in.m.cols));
+        }
+        return maybe_vector(out, in.was_vector);
+    }
+
+    py::array backward(const py::handle& dPo) {
+        if (n < 0) throw ft::ValueError("backward() called before any forward call");
+        InMatrix<T> d = in_matrix<T>(dPo, "dP", un.n_vocab, true, "n_vocab");
+        if (d.m.cols != n)
+            throw ft::ValueError("dP has " + std::to_string(d.m.cols) + " columns but the last call had " + std::to_string(n));
+        auto dx = out_matrix<T>(un.d_e, n);
+        ft::MatView<T> dX(dx.mutable_data(), un.d_e, n);
+        std::fill(dX.data, dX.data + dX.size(), T(0));
+        {
+            py::gil_scoped_release nogil;
+            save_copy(dP, d.m);  // the core overwrites dP with dZ: never the caller's array
+            un.backward(store, ft::view(X), ft::view(P), ft::view(dP), dX);
+        }
+        return maybe_vector(dx, was_vector);
+    }
+};
+
+// ----------------------------------------------------------------------------------------------------
+// _gemm: C = op(A) op(B) through ft::gemm (one BLAS call), for the GFLOP/s benchmark.
+template <class T>
+struct GemmOperand {
+    py::array keep;
+    ft::CMatView<T> M;      // the stored column-major matrix
+    bool stored_transposed;  // M is the user's matrix transposed (a C-contiguous input, no copy)
+    index_t rows, cols;      // the user's shape
+};
+
+template <class T>
+GemmOperand<T> gemm_operand(const py::handle& obj, const char* what) {
+    py::array a = py::isinstance<py::array>(obj) ? py::reinterpret_borrow<py::array>(obj)
+                                                 : py::array(py::module_::import("numpy").attr("asarray")(obj));
+    if (a.dtype().kind() != 'f')
+        throw ft::TypeError(std::string(what) + " must be a float array, got dtype " + py::str(a.dtype()).cast<std::string>());
+    if (a.ndim() != 2) throw ft::ValueError(std::string(what) + " must be 2-D, got shape " + shape_str(a));
+    GemmOperand<T> r;
+    r.rows = index_t(a.shape(0));
+    r.cols = index_t(a.shape(1));
+    if (r.rows == 0 || r.cols == 0) throw ft::ValueError(std::string(what) + " is empty (shape " + shape_str(a) + ")");
+    const bool c_contig = (a.flags() & py::array::c_style) != 0, f_contig = (a.flags() & py::array::f_style) != 0;
+    if (a.dtype().equal(py::dtype::of<T>()) && c_contig && !f_contig) {
+        r.keep = a;
+        r.M = ft::CMatView<T>(static_cast<const T*>(a.data()), r.cols, r.rows);
+        r.stored_transposed = true;
+        return r;
+    }
+    InMatrix<T> in = in_matrix<T>(a, what, -1, false);
+    r.keep = in.arr;
+    r.M = in.m;
+    r.stored_transposed = false;
+    return r;
+}
+
+template <class T>
+py::array gemm_py(const py::handle& Ao, const py::handle& Bo, bool transA, bool transB) {
+    GemmOperand<T> A = gemm_operand<T>(Ao, "A"), B = gemm_operand<T>(Bo, "B");
+    const index_t m = transA ? A.cols : A.rows, k = transA ? A.rows : A.cols;
+    const index_t kb = transB ? B.cols : B.rows, n = transB ? B.rows : B.cols;
+    if (k != kb)
+        throw ft::ValueError("op(A) is (" + std::to_string(m) + ", " + std::to_string(k) + ") but op(B) is (" +
+                             std::to_string(kb) + ", " + std::to_string(n) + "): inner dimensions differ");
+    const ft::Op opA = (transA != A.stored_transposed) ? ft::Op::T : ft::Op::N;
+    const ft::Op opB = (transB != B.stored_transposed) ? ft::Op::T : ft::Op::N;
+    auto C = out_matrix<T>(m, n);
+    {
+        py::gil_scoped_release nogil;
+        ft::gemm<T>(opA, opB, T(1), A.M, B.M, T(0), ft::MatView<T>(C.mutable_data(), m, n));
+    }
+    return std::move(C);
+}
+}  // namespace
+
+void register_unembedding(py::module_& m) {
+    using DU = Dual<UnembeddingUnit>;
+    py::class_<DU> un(m, "Unembedding",
+                      "Algorithm 7 (unembedding): p = softmax(W_u e), the column softmax (max-subtracted).\n\n"
+                      "Unembedding(n_vocab, d_e, *, dtype='float32', seed=0)\n"
+                      "Hyperparameters: n_vocab (N_V), d_e.\n"
+                      "Parameters: W_u (N_V, d_e), initialised W_u ~ N(0, 1/fan_in) (fan_in = d_e) from ft's\n"
+                      "  Rng(seed).\n"
+                      "Call: e (d_e,) -> p (N_V,), or E (d_e, ℓ) -> P (N_V, ℓ) (every column). The input is copied.\n"
+                      "logits(e): W_u e, same shapes (does not change what backward() differentiates).\n"
+                      "backward(dP): dP, the gradient of a loss with respect to the last call's p -> dE of e's\n"
+                      "  shape; accumulates grads['W_u'].");
+    un.def(py::init([](long long n_vocab, long long d_e, const py::object& dtype, long long seed) {
+               return std::make_unique<DU>(parse_dtype(dtype), positive(n_vocab, "n_vocab"), positive(d_e, "d_e"),
+                                           parse_seed(seed));
+           }),
+           py::arg("n_vocab"), py::arg("d_e"), py::kw_only(), py::arg("dtype") = "float32", py::arg("seed") = 0)
+        .def("__call__",
+             [](DU& d, const py::handle& e) { CallLock l(d.mutex); return d.visit([&](auto& u) { return u.call(e); }); },
+             py::arg("e"), "e (d_e,) or (d_e, ℓ) -> p (N_V,) or (N_V, ℓ).")
+        .def("logits",
+             [](DU& d, const py::handle& e) { CallLock l(d.mutex); return d.visit([&](auto& u) { return u.logits(e); }); },
+             py::arg("e"), "W_u e: (d_e,) or (d_e, ℓ) -> (N_V,) or (N_V, ℓ).")
+        .def("backward",
+             [](DU& d, const py::handle& dP) { CallLock l(d.mutex); return d.visit([&](auto& u) { return u.backward(dP); }); },
+             py::arg("dP"), "Gradient of the last call: dP (N_V, ℓ) -> dE (d_e, ℓ); accumulates grads['W_u'].")
+        .def_property_readonly("n_vocab", [](DU& d) { return d.visit([](auto& u) { return u.un.n_vocab; }); })
+        .def_property_readonly("d_e", [](DU& d) { return d.visit([](auto& u) { return u.un.d_e; }); })
+        .def("__repr__", [](DU& d) {
+            return d.visit([&](auto& u) {
+                return "Unembedding(n_vocab=" + std::to_string(u.un.n_vocab) + ", d_e=" + std::to_string(u.un.d_e) +
+                       ", dtype='" + d.dtype() + "')";
+            });
+        });
+    def_params_api<UnembeddingUnit>(un);
+
+    m.def(
+        "_gemm",
+        [](const py::handle& A, const py::handle& B, bool transA, bool transB) -> py::array {
+            py::array a = py::isinstance<py::array>(A) ? py::reinterpret_borrow<py::array>(A)
+                                                       : py::array(py::module_::import("numpy").attr("asarray")(A));
+            if (a.dtype().kind() == 'f' && a.dtype().itemsize() == 4) return gemm_py<float>(A, B, transA, transB);
+            return gemm_py<double>(A, B, transA, transB);
+        },
+        py::arg("A"), py::arg("B"), py::arg("transA") = false, py::arg("transB") = false,
+        "Private (benchmarks): C = op(A) op(B) by one call of the core's gemm (OpenBLAS), in A's precision "
+        "(float32 stays float32, any other float is float64). C-contiguous inputs of that dtype are used "
+        "without a copy (as a transposed column-major matrix); other layouts are copied once.");
+}
+
+static Registrar reg_unembedding(50, "unembedding", &register_unembedding);
+
+}  // namespace ftpy
