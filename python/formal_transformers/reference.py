@@ -177,3 +177,191 @@ def rms_norm_columns(E: np.ndarray, gamma: np.ndarray, eps: float = 0.0) -> np.n
 def unembedding(e, W_u) -> np.ndarray:
     """Algorithm 7. e ∈ R^{d_e} (or (d_e, ℓ): every column), W_u ∈ R^{N_V×d_e} -> p ∈ Δ(V)."""
     return softmax(W_u @ e)  # line 1: return p = softmax(W_u e)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Algorithms 8–10: the three architectures, and the losses of Algorithms 11–13.
+#
+# `params` is the API's dict name → array (API.md "Architectures"): `W_e` (d_e, N_V), `W_p` (d_e, ℓ_max),
+# `W_u` (N_V, d_e) — ETransformer (N_V, d_f); layer ℓ (0-based) of D/E: `layers.ℓ.attn.{W_q, …, b_o}`,
+# `layers.ℓ.{gamma1, beta1, gamma2, beta2, W_mlp1, b_mlp1, W_mlp2, b_mlp2}`; final `gamma`, `beta`
+# (E also `W_f`, `b_f`); ED: `enc.ℓ.*`, `dec.ℓ.attn.*`, `dec.ℓ.cross_attn.*`, `dec.ℓ.{gamma3..5, …}`.
+# A tied model (W_u = W_eᵀ) may leave `W_u` out: then W_eᵀ is used.
+# Sinusoidal positions need nothing special here: W_p simply holds sinusoidal_positions(ℓ_max, d_e).
+
+_ATTN_NAMES = ("W_q", "b_q", "W_k", "b_k", "W_v", "b_v", "W_o", "b_o")
+_gelu = gelu  # the module's GELU, before the architectures' `gelu=` keyword shadows the name
+
+
+def _W(params, prefix: str) -> list:
+    """The eight arrays of one MHAttention (Algorithm 5) stored under `prefix` (e.g. "layers.0.attn.")."""
+    return [params[prefix + name] for name in _ATTN_NAMES]
+
+
+def _unembedding_matrix(params) -> np.ndarray:
+    """W_u, or W_eᵀ when the model is tied and W_u is not stored separately."""
+    return params["W_u"] if "W_u" in params else params["W_e"].T
+
+
+def _check_H(params, prefix: str, H: int) -> None:
+    if params[prefix + "W_q"].shape[0] != H:
+        raise ValueError(f"{prefix}W_q has {params[prefix + 'W_q'].shape[0]} heads, H = {H}")
+
+
+def _gelu_kind(A: np.ndarray, kind: str) -> np.ndarray:
+    if kind not in ("exact", "tanh"):
+        raise ValueError(f"gelu must be 'exact' or 'tanh', got {kind!r}")
+    return _gelu(A, "tanh" if kind == "tanh" else "none")
+
+
+def log_softmax(A: np.ndarray) -> np.ndarray:
+    """log softmax(A) over the columns of A, as a log-sum-exp (never the log of a probability)."""
+    A = np.asarray(A, dtype=np.float64)
+    m = np.max(A, axis=0, keepdims=True)
+    return A - m - np.log(np.sum(np.exp(A - m), axis=0, keepdims=True))
+
+
+def d_transformer(x, params, *, L: int, H: int, norm: str = "layer", gelu: str = "exact", eps: float = 1e-5,
+                  logits: bool = False) -> np.ndarray:
+    """Algorithm 10: P ← DTransformer(x | θ), GPT-2's decoder-only transformer (pre-LN).
+
+    x: 1-D token ids (0-based, ℓ ≤ ℓ_max). Returns P ∈ (0,1)^{N_V×ℓ}, P[:, t] = P̂(x[t+1] | x[:t+1]);
+    `logits=True` returns W_u X instead of its softmax (line 11 before the softmax).
+    norm="rms" replaces every layer_norm by Gopher's RMSnorm (no β parameters); gelu="tanh" is GPT-2's
+    approximation; eps sits inside the square root of every norm."""
+    if norm not in ("layer", "rms"):
+        raise ValueError(f"norm must be 'layer' or 'rms', got {norm!r}")
+    x = np.asarray(x)
+    W_e, W_p = params["W_e"], params["W_p"]
+    l = len(x)  # line 1: ℓ ← length(x)
+    e = [token_embedding(x[t], W_e) + positional_embedding(t, W_p) for t in range(l)]  # line 2: e_t ← W_e[:, x[t]] + W_p[:, t]
+    X = np.stack(e, axis=1)  # line 3: X ← [e_1, e_2, …, e_ℓ]
+    for i in range(L):  # line 4: for l = 1, 2, …, L do
+        p = f"layers.{i}."
+        _check_H(params, p + "attn.", H)
+        if norm == "rms":  # line 5: for t ∈ [ℓ]: X̃[:, t] ← layer_norm(X[:, t] | γ_l¹, β_l¹)
+            X_tilde = rms_norm_columns(X, params[p + "gamma1"], eps)
+        else:
+            X_tilde = layer_norm_columns(X, params[p + "gamma1"], params[p + "beta1"], eps)
+        X = X + mh_attention(X_tilde, X_tilde, *_W(params, p + "attn."), unidirectional_mask(l, l))  # line 6: X ← X + MHAttention(X̃ | W_l, Mask[t, t'] = [[t ≤ t']])
+        if norm == "rms":  # line 7: for t ∈ [ℓ]: X̃[:, t] ← layer_norm(X[:, t] | γ_l², β_l²)
+            X_tilde = rms_norm_columns(X, params[p + "gamma2"], eps)
+        else:
+            X_tilde = layer_norm_columns(X, params[p + "gamma2"], params[p + "beta2"], eps)
+        X = X + params[p + "W_mlp2"] @ _gelu_kind(params[p + "W_mlp1"] @ X_tilde + params[p + "b_mlp1"][:, None], gelu) \
+            + params[p + "b_mlp2"][:, None]  # line 8: X ← X + W_mlp2^l GELU(W_mlp1^l X̃ + b_mlp1^l 1ᵀ) + b_mlp2^l 1ᵀ
+    # line 9: end for
+    if norm == "rms":  # line 10: for t ∈ [ℓ]: X[:, t] ← layer_norm(X[:, t] | γ, β)
+        X = rms_norm_columns(X, params["gamma"], eps)
+    else:
+        X = layer_norm_columns(X, params["gamma"], params["beta"], eps)
+    logits_ = _unembedding_matrix(params) @ X
+    return logits_ if logits else softmax(logits_)  # line 11: return P = softmax(W_u X)
+
+
+def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float = 1e-5,
+                  logits: bool = False) -> np.ndarray:
+    """Algorithm 9: P ← ETransformer(x | θ), BERT's encoder-only transformer (post-LN).
+
+    x: 1-D token ids (possibly holding mask_token). Returns P ∈ (0,1)^{N_V×ℓ}, P[:, t] = P̂(x[t] | x̃)
+    (`logits=True`: W_u X).
+    Erratum: the listing types W_u ∈ R^{N_V×d_e}, but line 12 applies it to X ∈ R^{d_f×ℓ} (line 10 maps
+    to d_f), so W_u must be N_V × d_f (the two agree only when d_f = d_e)."""
+    x = np.asarray(x)
+    W_e, W_p = params["W_e"], params["W_p"]
+    l = len(x)  # line 1: ℓ ← length(x)
+    e = [token_embedding(x[t], W_e) + positional_embedding(t, W_p) for t in range(l)]  # line 2: e_t ← W_e[:, x[t]] + W_p[:, t]
+    X = np.stack(e, axis=1)  # line 3: X ← [e_1, e_2, …, e_ℓ]
+    for i in range(L):  # line 4: for l = 1, 2, …, L do
+        p = f"layers.{i}."
+        _check_H(params, p + "attn.", H)
+        X = X + mh_attention(X, X, *_W(params, p + "attn."), bidirectional_mask(l, l))  # line 5: X ← X + MHAttention(X | W_l, Mask ≡ 1)
+        X = layer_norm_columns(X, params[p + "gamma1"], params[p + "beta1"], eps)  # line 6: for t: X[:, t] ← layer_norm(X[:, t] | γ_l¹, β_l¹)
+        X = X + params[p + "W_mlp2"] @ _gelu_kind(params[p + "W_mlp1"] @ X + params[p + "b_mlp1"][:, None], gelu) \
+            + params[p + "b_mlp2"][:, None]  # line 7: X ← X + W_mlp2^l GELU(W_mlp1^l X + b_mlp1^l 1ᵀ) + b_mlp2^l 1ᵀ
+        X = layer_norm_columns(X, params[p + "gamma2"], params[p + "beta2"], eps)  # line 8: for t: X[:, t] ← layer_norm(X[:, t] | γ_l², β_l²)
+    # line 9: end for
+    X = _gelu_kind(params["W_f"] @ X + params["b_f"][:, None], gelu)  # line 10: X ← GELU(W_f X + b_f 1ᵀ)
+    X = layer_norm_columns(X, params["gamma"], params["beta"], eps)  # line 11: for t: X[:, t] ← layer_norm(X[:, t] | γ, β)
+    logits_ = _unembedding_matrix(params) @ X
+    return logits_ if logits else softmax(logits_)  # line 12: return P = softmax(W_u X)
+
+
+def ed_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float = 1e-5,
+                   logits: bool = False) -> np.ndarray:
+    """Algorithm 8: P ← EDTransformer(z, x | θ), the original sequence-to-sequence transformer (post-LN,
+    ReLU). z: 1-D source ids, x: 1-D target ids; one W_e, W_p embed both. Returns P ∈ (0,1)^{N_V×ℓ_x},
+    P[:, t] = P̂(x[t+1] | x[:t+1], z) (`logits=True`: W_u X).
+    Errata: line 6 writes γ_t¹, β_t¹ where the layer's γ_l¹, β_l¹ are meant; line 13 loops over i but the
+    body indexes l (the decoder layer). Both are implemented as evidently intended: per-layer parameters."""
+    z, x = np.asarray(z), np.asarray(x)
+    W_e, W_p = params["W_e"], params["W_p"]
+    # Encoder
+    l_z = len(z)  # line 1: ℓ_z ← length(z)
+    e = [token_embedding(z[t], W_e) + positional_embedding(t, W_p) for t in range(l_z)]  # line 2: e_t ← W_e[:, z[t]] + W_p[:, t]
+    Z = np.stack(e, axis=1)  # line 3: Z ← [e_1, e_2, …, e_ℓz]
+    for i in range(L_enc):  # line 4: for l = 1, 2, …, L_enc do
+        p = f"enc.{i}."
+        _check_H(params, p + "attn.", H)
+        Z = Z + mh_attention(Z, Z, *_W(params, p + "attn."), bidirectional_mask(l_z, l_z))  # line 5: Z ← Z + MHAttention(Z | W_l^enc, Mask ≡ 1)
+        Z = layer_norm_columns(Z, params[p + "gamma1"], params[p + "beta1"], eps)  # line 6: for t: Z[:, t] ← layer_norm(Z[:, t] | γ_l¹, β_l¹) (erratum: γ_t)
+        Z = Z + params[p + "W_mlp2"] @ relu(params[p + "W_mlp1"] @ Z + params[p + "b_mlp1"][:, None]) \
+            + params[p + "b_mlp2"][:, None]  # line 7: Z ← Z + W_mlp2^l ReLU(W_mlp1^l Z + b_mlp1^l 1ᵀ) + b_mlp2^l 1ᵀ
+        Z = layer_norm_columns(Z, params[p + "gamma2"], params[p + "beta2"], eps)  # line 8: for t: Z[:, t] ← layer_norm(Z[:, t] | γ_l², β_l²)
+    # line 9: end for
+    # Decoder
+    l_x = len(x)  # line 10: ℓ_x ← length(x)
+    e = [token_embedding(x[t], W_e) + positional_embedding(t, W_p) for t in range(l_x)]  # line 11: e_t ← W_e[:, x[t]] + W_p[:, t]
+    X = np.stack(e, axis=1)  # line 12: X ← [e_1, e_2, …, e_ℓx]
+    for i in range(L_dec):  # line 13: for l = 1, 2, …, L_dec do (erratum: the listing writes "for i")
+        p = f"dec.{i}."
+        _check_H(params, p + "attn.", H)
+        X = X + mh_attention(X, X, *_W(params, p + "attn."), unidirectional_mask(l_x, l_x))  # line 14: X ← X + MHAttention(X | W_l^dec, Mask[t, t'] = [[t ≤ t']])
+        X = layer_norm_columns(X, params[p + "gamma3"], params[p + "beta3"], eps)  # line 15: for t: X[:, t] ← layer_norm(X[:, t] | γ_l³, β_l³)
+        X = X + mh_attention(X, Z, *_W(params, p + "cross_attn."), bidirectional_mask(l_z, l_x))  # line 16: X ← X + MHAttention(X, Z | W_l^e/d, Mask ≡ 1)
+        X = layer_norm_columns(X, params[p + "gamma4"], params[p + "beta4"], eps)  # line 17: for t: X[:, t] ← layer_norm(X[:, t] | γ_l⁴, β_l⁴)
+        X = X + params[p + "W_mlp4"] @ relu(params[p + "W_mlp3"] @ X + params[p + "b_mlp3"][:, None]) \
+            + params[p + "b_mlp4"][:, None]  # line 18: X ← X + W_mlp4^l ReLU(W_mlp3^l X + b_mlp3^l 1ᵀ) + b_mlp4^l 1ᵀ
+        X = layer_norm_columns(X, params[p + "gamma5"], params[p + "beta5"], eps)  # line 19: for t: X[:, t] ← layer_norm(X[:, t] | γ_l⁵, β_l⁵)
+    # line 20: end for
+    logits_ = _unembedding_matrix(params) @ X
+    return logits_ if logits else softmax(logits_)  # line 21: return P = softmax(W_u X)
+
+
+def _sequences(x) -> list:
+    """A 1-D sequence → [x]; a 2-D (N, ℓ) array or a list of 1-D sequences → its sequences."""
+    if np.ndim(x[0]) == 0:  # a 1-D sequence of ids (array or list)
+        return [np.asarray(x)]
+    return [np.asarray(s) for s in x]
+
+
+def d_loss(x, params, **hp) -> float:
+    """Algorithm 13 line 5 (DTraining): loss(θ) = −Σ_{t=1}^{ℓ−1} log P[x[t+1], t], P ← DTransformer(x | θ);
+    0-based: −Σ_{t=0}^{ℓ−2} log P[x[t+1], t]. A batch (2-D or list) gives the sum over its sequences.
+    hp: L, H, norm, gelu, eps of d_transformer."""
+    total = 0.0
+    for s in _sequences(x):
+        logP = log_softmax(d_transformer(s, params, logits=True, **hp))
+        total -= sum(logP[s[t + 1], t] for t in range(len(s) - 1))
+    return float(total)
+
+
+def e_loss(x_tilde, x, params, mask_token: int, **hp) -> float:
+    """Algorithm 12 line 9 (ETraining): loss(θ) = −Σ_{t∈T̃} log P[x[t], t], P ← ETransformer(x̃ | θ),
+    T̃ = {t : x̃[t] = mask_token}. A batch gives the sum over its sequences. hp: L, H, gelu, eps."""
+    total = 0.0
+    for s_tilde, s in zip(_sequences(x_tilde), _sequences(x)):
+        logP = log_softmax(e_transformer(s_tilde, params, logits=True, **hp))
+        T_tilde = [t for t in range(len(s_tilde)) if s_tilde[t] == mask_token]
+        total -= sum(logP[s[t], t] for t in T_tilde)
+    return float(total)
+
+
+def ed_loss(z, x, params, **hp) -> float:
+    """Algorithm 11 line 5 (EDTraining): loss(θ) = −Σ_{t=1}^{ℓ_x−1} log P[x[t+1], t], P ← EDTransformer(z, x | θ);
+    0-based: −Σ_{t=0}^{ℓ_x−2}. A batch gives the sum over its pairs. hp: L_enc, L_dec, H, eps."""
+    total = 0.0
+    for s_z, s_x in zip(_sequences(z), _sequences(x)):
+        logP = log_softmax(ed_transformer(s_z, s_x, params, logits=True, **hp))
+        total -= sum(logP[s_x[t + 1], t] for t in range(len(s_x) - 1))
+    return float(total)
