@@ -251,7 +251,7 @@ void MHAttention<T>::init(ParamStore<T>& store, Rng& rng, double stddev, double 
 // X:[d_x,n_x], Z:[d_z,n_z] -> Ṽ:[d_out,n_x]
 template <class T>
 void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
-                             MatView<T> Vt, MHAttentionCache<T>& c) const {
+                             MatView<T> Vt, MHAttentionCache<T>& c, bool accumulate) const {
     FT_CHECK(sx.count() == sz.count(), "MHAttention: X and Z batches differ in size");
     for (index_t b = 0; b < sx.count(); ++b) mask.check(sz.len(b), sx.len(b));
     MatView<T> Q = ensure(c.Q, H * d_attn, X.cols), K = ensure(c.K, H * d_attn, Z.cols);
@@ -288,7 +288,10 @@ void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Se
             mix<T>(V.rows_range(h * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), A_block(b, h),
                    Y.rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)));
     // line 3 is the layout itself: Y = [Y¹; Y²; …; Y^H]
-    affine<T>(store.W(W_o), Y, store.v(b_o), Vt);  // line 4: Ṽ = W_o Y + b_o 1ᵀ
+    if (accumulate)
+        affine_add<T>(store.W(W_o), Y, store.v(b_o), Vt);  // line 4, added to the caller's residual stream
+    else
+        affine<T>(store.W(W_o), Y, store.v(b_o), Vt);  // line 4: Ṽ = W_o Y + b_o 1ᵀ
 }
 
 template <class T>
@@ -366,7 +369,7 @@ void MHAttention<T>::append_kv(const ParamStore<T>& store, CMatView<T> Z, KVCach
 
 template <class T>
 void MHAttention<T>::attend_cached(const ParamStore<T>& store, CMatView<T> X, index_t q0, const KVCache<T>& cache,
-                                   MatView<T> Vt, MHAttentionCache<T>& s) const {
+                                   MatView<T> Vt, MHAttentionCache<T>& s, bool accumulate) const {
     const index_t n = X.cols, lz = cache.len;
     mask.check(lz, n, q0);
     MatView<T> Q = ensure(s.Q, H * d_attn, n), Y = ensure(s.Y, H * d_mid, n);
@@ -377,7 +380,10 @@ void MHAttention<T>::attend_cached(const ParamStore<T>& store, CMatView<T> X, in
         attention_head<T>(Q.rows_range(h * d_attn, d_attn), K.rows_range(h * d_attn, d_attn),
                           V.rows_range(h * d_mid, d_mid), mask, q0, MatView<T>(s.A.data(), lz, n),
                           Y.rows_range(h * d_mid, d_mid));
-    affine<T>(store.W(W_o), Y, store.v(b_o), Vt);  // Alg 5 line 4
+    if (accumulate)
+        affine_add<T>(store.W(W_o), Y, store.v(b_o), Vt);  // Alg 5 line 4 (into the residual stream)
+    else
+        affine<T>(store.W(W_o), Y, store.v(b_o), Vt);  // Alg 5 line 4
 }
 
 template class BasicAttention<float>;

@@ -64,6 +64,17 @@ void affine(CMatView<T> W, CMatView<T> X, const T* b, MatView<T> Y) {
 }
 
 template <class T>
+void affine_add(CMatView<T> W, CMatView<T> X, const T* b, MatView<T> Y) {
+    gemm<T>(Op::N, Op::N, T(1), W, X, T(1), Y);
+    if (b)
+        for (index_t j = 0; j < Y.cols; ++j) {
+            T* y = Y.col(j);
+#pragma omp simd
+            for (index_t i = 0; i < Y.rows; ++i) y[i] += b[i];
+        }
+}
+
+template <class T>
 void add_column_sum(CMatView<T> dY, T* db) {
     for (index_t j = 0; j < dY.cols; ++j) {
         const T* c = dY.col(j);
@@ -86,6 +97,7 @@ void affine_backward(CMatView<T> W, CMatView<T> X, CMatView<T> dY, T* dW, T* db,
     template void gemv<T>(Op, T, CMatView<T>, const T*, T, T*);                                \
     template void gemm_naive<T>(Op, Op, T, CMatView<T>, CMatView<T>, T, MatView<T>);           \
     template void affine<T>(CMatView<T>, CMatView<T>, const T*, MatView<T>);                   \
+    template void affine_add<T>(CMatView<T>, CMatView<T>, const T*, MatView<T>);               \
     template void affine_backward<T>(CMatView<T>, CMatView<T>, CMatView<T>, T*, T*, T*, index_t); \
     template void add_column_sum<T>(CMatView<T>, T*);
 FT_INSTANTIATE(float)

@@ -188,8 +188,9 @@ public:
     void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
 
     // X:[d_x,n_x] (sequences sx), Z:[d_z,n_z] (sequences sz, same count) -> Vt:[d_out,n_x]
+    // accumulate: Vt += Ṽ (the residual update X ← X + MHAttention(…) of the architectures, in place)
     void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
-                 MatView<T> Vt, MHAttentionCache<T>& c) const;
+                 MatView<T> Vt, MHAttentionCache<T>& c, bool accumulate = false) const;
     // dṼ:[d_out,n_x] -> dX += ..., dZ += ... (dX may alias dZ when X is Z), parameter gradients += ...
     void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
                   const MHAttentionCache<T>& c, CMatView<T> dVt, MatView<T> dX, MatView<T> dZ,
@@ -201,7 +202,7 @@ public:
     // then attend_cached(x_new, q0 = old length); cross-attention fills the cache from Z once.
     void append_kv(const ParamStore<T>& store, CMatView<T> Z, KVCache<T>& cache) const;
     void attend_cached(const ParamStore<T>& store, CMatView<T> X, index_t q0, const KVCache<T>& cache,
-                       MatView<T> Vt, MHAttentionCache<T>& scratch) const;
+                       MatView<T> Vt, MHAttentionCache<T>& scratch, bool accumulate = false) const;
 
     index_t H, d_x, d_z, d_attn, d_mid, d_out;
     Mask mask;

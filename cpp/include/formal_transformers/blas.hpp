@@ -30,6 +30,10 @@ void gemm_naive(Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta, M
 template <class T>
 void affine(CMatView<T> W, CMatView<T> X, const T* b, MatView<T> Y);
 
+// Y += W X + b 1^T         (a residual update: X ← X + W A + b 1ᵀ in one gemm with beta = 1)
+template <class T>
+void affine_add(CMatView<T> W, CMatView<T> X, const T* b, MatView<T> Y);
+
 // Given dY for Y = W X + b 1^T:
 //   dW += dY X^T,   db += dY 1 (row sums),   dX += W^T dY   (any of dW, db, dX may be null)
 template <class T>

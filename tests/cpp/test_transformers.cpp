@@ -1,0 +1,205 @@
+// Algorithms 8, 9, 10: gradients of every parameter vs central finite differences, batching, the losses'
+// scored positions, causality, and decoding with caches equal to the full forward.
+#include "formal_transformers/transformers.hpp"
+#include "testing.hpp"
+
+using namespace ft;
+
+namespace {
+ModelConfig tiny(Arch arch) {
+    ModelConfig c;
+    c.n_vocab = 7;
+    c.l_max = 6;
+    c.L = 2;
+    c.L_enc = 1;
+    c.L_dec = 2;
+    c.H = 2;
+    c.d_e = 4;
+    c.d_mlp = 5;
+    c.d_f = arch == Arch::E ? 3 : 0;
+    c.d_attn = 3;  // d_attn ≠ d_mid ≠ d_e/H
+    c.d_mid = 2;
+    c.seed = 5;
+    return c;
+}
+
+// ∂loss/∂θ by central differences for a sample of entries (every parameter entry when n is small)
+template <class F>
+void check_all_params(ParamStore<double>& store, F&& loss_fn, const std::vector<double>& analytic, double tol = 1e-6) {
+    std::vector<double> num(std::size_t(store.size())), ana(std::size_t(store.size()));
+    for (index_t i = 0; i < store.size(); ++i) {
+        double* th = store.theta() + i;
+        const double old = *th, h = 1e-6;
+        *th = old + h;
+        const double lp = loss_fn();
+        *th = old - h;
+        const double lm = loss_fn();
+        *th = old;
+        num[std::size_t(i)] = (lp - lm) / (2 * h);
+        ana[std::size_t(i)] = analytic[std::size_t(i)];
+    }
+    // per parameter, so a failure names it
+    for (const ParamInfo& e : store.entries()) {
+        std::vector<double> a(ana.begin() + e.offset, ana.begin() + e.offset + e.size);
+        std::vector<double> n(num.begin() + e.offset, num.begin() + e.offset + e.size);
+        double scale = 0;
+        for (double v : num) scale = std::max(scale, std::abs(v));
+        double err = 0;
+        for (std::size_t k = 0; k < a.size(); ++k) err = std::max(err, std::abs(a[k] - n[k]));
+        EXPECT_LT(err / std::max(scale, 1e-12), tol) << e.name;
+    }
+}
+}  // namespace
+
+TEST(DTransformer, GradientsOfEveryParameterMatchFiniteDifferences) {
+    for (NormKind norm : {NormKind::Layer, NormKind::RMS})
+        for (bool tied : {false, true}) {
+            ModelConfig c = tiny(Arch::D);
+            c.norm = norm;
+            c.tied = tied;
+            c.gelu = tied ? Gelu::Tanh : Gelu::Exact;
+            DTransformer<double> m(c);
+            Rng rng(1);
+            fttest::randomize(m.store, rng, 0.4);
+            std::vector<index_t> ids = {1, 3, 3, 0, 6, 2, 5, 4};  // two sequences: 5 and 3 tokens
+            Tokens x{ids.data(), Seqs::from_lengths({5, 3})};
+            const double L0 = m.loss_and_grad(x);
+            std::vector<double> g(m.store.grad(), m.store.grad() + m.store.size());
+            auto f = [&] { return m.loss(x); };
+            EXPECT_NEAR(f(), L0, 1e-12);
+            check_all_params(m.store, f, g);
+        }
+}
+
+TEST(ETransformer, GradientsOfEveryParameterMatchFiniteDifferences) {
+    ModelConfig c = tiny(Arch::E);
+    ETransformer<double> m(c);
+    Rng rng(2);
+    fttest::randomize(m.store, rng, 0.4);
+    const index_t M = c.mask_token();
+    std::vector<index_t> x = {1, 3, 2, 0, 6, 2, 5};
+    std::vector<index_t> xt = {1, M, 2, M, 6, M, 5};  // sequences of 4 and 3
+    Tokens xtl{xt.data(), Seqs::from_lengths({4, 3})};
+    m.loss_and_grad(xtl, x.data());
+    std::vector<double> g(m.store.grad(), m.store.grad() + m.store.size());
+    check_all_params(m.store, [&] { return m.loss(xtl, x.data()); }, g);
+}
+
+TEST(ETransformer, LossScoresExactlyTheMaskedPositions) {
+    ModelConfig c = tiny(Arch::E);
+    ETransformer<double> m(c);
+    const index_t M = c.mask_token();
+    std::vector<index_t> x = {1, 3, 2, 0}, xt = {1, M, 2, M};
+    Tokens xtl{xt.data(), Seqs::single(4)};
+    index_t scored = 0;
+    const double loss = m.loss(xtl, x.data(), &scored);
+    EXPECT_EQ(scored, 2);
+    // by hand: −log P[x[1], 1] − log P[x[3], 3] from the probabilities of the same forward
+    Matrix<double> P = Matrix<double>::from_shape({std::size_t(c.n_vocab), 4});
+    m.probabilities(view(P));
+    EXPECT_NEAR(loss, -std::log(P(3, 1)) - std::log(P(0, 3)), 1e-12);
+    // no masked position: 0 and zero gradients
+    std::vector<index_t> none = {1, 3, 2, 0};
+    Tokens nl{none.data(), Seqs::single(4)};
+    EXPECT_EQ(m.loss_and_grad(nl, x.data()), 0.0);
+    for (index_t i = 0; i < m.store.size(); ++i) ASSERT_EQ(m.store.grad()[i], 0.0);
+}
+
+TEST(EDTransformer, GradientsOfEveryParameterMatchFiniteDifferences) {
+    ModelConfig c = tiny(Arch::ED);
+    EDTransformer<double> m(c);
+    Rng rng(3);
+    fttest::randomize(m.store, rng, 0.4);
+    std::vector<index_t> z = {1, 2, 3, 4, 0, 2, 2}, x = {5, 1, 3, 6, 5, 0};  // z: 3 + 4, x: 4 + 2
+    Tokens zt{z.data(), Seqs::from_lengths({3, 4})}, xt{x.data(), Seqs::from_lengths({4, 2})};
+    m.loss_and_grad(zt, xt);
+    std::vector<double> g(m.store.grad(), m.store.grad() + m.store.size());
+    check_all_params(m.store, [&] { return m.loss(zt, xt); }, g);
+}
+
+TEST(DTransformer, BatchIsTheSumOfItsSequences) {
+    ModelConfig c = tiny(Arch::D);
+    DTransformer<double> m(c);
+    std::vector<index_t> ids = {1, 3, 3, 0, 6, 2, 5, 4, 4};
+    const std::vector<index_t> lens = {5, 1, 3};
+    Tokens x{ids.data(), Seqs::from_lengths(lens)};
+    const double Lb = m.loss_and_grad(x);
+    std::vector<double> gb(m.store.grad(), m.store.grad() + m.store.size()), gs(gb.size(), 0.0);
+    double Ls = 0;
+    index_t off = 0;
+    for (index_t l : lens) {
+        Tokens xi{ids.data() + off, Seqs::single(l)};
+        Ls += m.loss_and_grad(xi);
+        for (std::size_t k = 0; k < gs.size(); ++k) gs[k] += m.store.grad()[k];
+        off += l;
+    }
+    EXPECT_NEAR(Lb, Ls, 1e-12);
+    EXPECT_LT(fttest::rel_error(gb, gs, gs.size()), 1e-12);
+}
+
+TEST(DTransformer, IsCausal) {
+    ModelConfig c = tiny(Arch::D);
+    DTransformer<double> m(c);
+    std::vector<index_t> a = {1, 2, 3, 4, 5, 6}, b = {1, 2, 3, 0, 0, 0};
+    Matrix<double> Pa = Matrix<double>::from_shape({7, 6}), Pb = Matrix<double>::from_shape({7, 6});
+    m.forward(Tokens{a.data(), Seqs::single(6)});
+    m.probabilities(view(Pa));
+    m.forward(Tokens{b.data(), Seqs::single(6)});
+    m.probabilities(view(Pb));
+    for (index_t t = 0; t < 3; ++t)
+        for (index_t v = 0; v < 7; ++v) EXPECT_EQ(Pa(v, t), Pb(v, t));
+    EXPECT_NE(Pa(0, 3), Pb(0, 3));
+}
+
+TEST(DTransformer, CachedDecodingEqualsTheFullForward) {
+    ModelConfig c = tiny(Arch::D);
+    c.positional = Positional::Sinusoidal;
+    DTransformer<double> m(c);
+    std::vector<index_t> ids = {1, 2, 3, 4, 5, 6};
+    m.forward(Tokens{ids.data(), Seqs::single(6)});
+    Matrix<double> Z = Matrix<double>::from_shape({7, 6});
+    m.logits(view(Z));
+    DTransformer<double>::Decoder d;
+    std::vector<double> z(7);
+    m.decode(d, ids.data(), 2, z.data());  // a prompt of 2, then one token at a time
+    for (index_t v = 0; v < 7; ++v) EXPECT_NEAR(z[std::size_t(v)], Z(v, 1), 1e-13);
+    for (index_t t = 2; t < 6; ++t) {
+        m.decode(d, ids.data() + t, 1, z.data());
+        for (index_t v = 0; v < 7; ++v) EXPECT_NEAR(z[std::size_t(v)], Z(v, t), 1e-13);
+    }
+    EXPECT_THROW(m.decode(d, ids.data(), 1, z.data()), ValueError);  // past l_max
+}
+
+TEST(EDTransformer, CachedDecodingEqualsTheFullForward) {
+    ModelConfig c = tiny(Arch::ED);
+    EDTransformer<double> m(c);
+    std::vector<index_t> z = {1, 2, 3}, x = {5, 1, 3, 6, 0};
+    m.forward(Tokens{z.data(), Seqs::single(3)}, Tokens{x.data(), Seqs::single(5)});
+    Matrix<double> Z = Matrix<double>::from_shape({7, 5});
+    m.logits(view(Z));
+    EDTransformer<double>::Decoder d;
+    m.encode(d, z.data(), 3);
+    std::vector<double> lz(7);
+    for (index_t t = 0; t < 5; ++t) {
+        m.decode(d, x.data() + t, 1, lz.data());
+        for (index_t v = 0; v < 7; ++v) EXPECT_NEAR(lz[std::size_t(v)], Z(v, t), 1e-13);
+    }
+}
+
+TEST(Transformers, RejectBadHyperparametersAndInput) {
+    ModelConfig c = tiny(Arch::D);
+    c.d_attn = 0;
+    c.d_e = 5;  // not divisible by H = 2
+    EXPECT_THROW(DTransformer<float>{c}, ValueError);
+    c = tiny(Arch::D);
+    c.L = 0;
+    EXPECT_THROW(DTransformer<float>{c}, ValueError);
+    c = tiny(Arch::E);
+    c.tied = true;  // d_f = 3 ≠ d_e = 4
+    EXPECT_THROW(ETransformer<float>{c}, ValueError);
+    DTransformer<float> m(tiny(Arch::D));
+    std::vector<index_t> bad = {1, 7}, longer = {1, 1, 1, 1, 1, 1, 1};
+    EXPECT_THROW(m.forward(Tokens{bad.data(), Seqs::single(2)}), IndexError);
+    EXPECT_THROW(m.forward(Tokens{longer.data(), Seqs::single(7)}), ValueError);
+    EXPECT_THROW(m.forward(Tokens{bad.data(), Seqs::from_lengths({1, 0})}), ValueError);
+}
