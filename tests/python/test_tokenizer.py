@@ -9,6 +9,7 @@ from __future__ import annotations
 import codecs
 import pickle
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -556,6 +557,29 @@ def test_encode_batch_matches_encode_and_threads(bpe):
     for t in threads:
         t.join()
     assert all(np.array_equal(o, want) for o in out)
+
+
+def test_training_stops_on_ctrl_c():
+    import _thread
+
+    # ~2.4 MB of random words: every word distinct, so training to 60000 tokens takes many seconds
+    rng = np.random.default_rng(0)
+    letters = rng.integers(97, 107, size=2_400_000).astype(np.uint8)
+    letters[rng.random(letters.size) < 0.15] = 32
+    text = letters.tobytes().decode("ascii")
+    timer = threading.Timer(0.3, _thread.interrupt_main)  # what Ctrl-C does
+    finished = False
+    t0 = time.perf_counter()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ft.BPETokenizer.train(text, 60_000, min_frequency=1)
+            finished = True
+            time.sleep(10)  # (only if training was not interrupted: the interrupt lands here)
+    finally:
+        timer.cancel()
+    assert not finished, "training ran to completion before the interrupt arrived"
+    assert time.perf_counter() - t0 < 5
 
 
 def test_reexported_and_documented():
