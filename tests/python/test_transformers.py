@@ -469,15 +469,18 @@ def test_loss_and_every_gradient_match_torch(tl, name):
                 assert not np.any(grads[k]), f"{k} is fixed, its gradient must be zero"
                 continue
             assert grads[k].shape == want[k].shape, k
-            err = rel_err(grads[k], want[k])
+            err = grad_err(k, grads[k], want[k], want)
             assert err <= 1e-8, f"grad {k}: rel err {err:.3g} vs torch (ℓ={l}, ℓ_z={l_z})"
+            if k.endswith(".b_k"):  # exactly 0 in exact arithmetic: only rounding noise is allowed
+                assert np.max(np.abs(grads[k])) <= 1e-12 * grad_scale(want), f"{k} should be 0: {grads[k]}"
         if cfg.get("tied") and "W_u" in grads:  # a view of W_e's gradient, if listed at all
             np.testing.assert_array_equal(grads["W_u"], grads["W_e"].T)
 
 
 @pytest.mark.parametrize("name", ["d_deep", "d_all_variants", "e_explicit", "ed_deep"])
 def test_float32_gradients_are_close_to_float64_torch(tl, name):
-    """float32 training path: gradients within 1e-3 (norm-wise, per parameter) of the float64 truth."""
+    """float32 training path: gradients within 1e-4 (norm-wise, per parameter) of the float64 truth (PyTorch's
+    own float32 autograd is within ~1e-6 on these models)."""
     cfg = CONFIGS[name]
     rng = np.random.default_rng(11)
     model = build(cfg, "float32")
@@ -489,7 +492,21 @@ def test_float32_gradients_are_close_to_float64_torch(tl, name):
     for k in want:
         if not is_fixed(cfg, k):
             assert grads[k].dtype == np.float32
-            assert rel_err(grads[k], want[k]) <= 1e-3, k
+            err = grad_err(k, grads[k], want[k], want)
+            assert err <= 1e-4, f"grad {k}: rel err {err:.3g} vs float64 torch"
+
+
+def grad_scale(grads) -> float:
+    return max(float(np.max(np.abs(g))) for g in grads.values())
+
+
+def grad_err(k, got, want, all_want) -> float:
+    """rel_err(got, want), except for b_k: its exact gradient is 0 (adding b_kᵀq_t to a whole column t of S
+    leaves the column softmax unchanged), so both sides are rounding noise; that noise is measured against
+    the model's largest gradient entry instead."""
+    if k.endswith(".b_k"):
+        return float(np.max(np.abs(np.asarray(got, np.float64) - want))) / grad_scale(all_want)
+    return rel_err(got, want)
 
 
 def _entries(g, rng, n):
@@ -519,7 +536,7 @@ FD_PARAMS = {
     "d_all_variants": ["W_e", "layers.0.attn.W_k", "layers.1.gamma1", "layers.0.W_mlp2", "gamma"],
     "e_explicit": ["W_e", "W_p", "W_u", "layers.2.attn.W_o", "layers.0.beta1", "W_f", "b_f", "gamma", "beta"],
     "ed_deep": ["W_e", "W_p", "W_u", "enc.0.attn.W_k", "enc.1.gamma2", "dec.0.attn.W_q", "dec.2.cross_attn.W_v",
-                "dec.1.cross_attn.b_k", "dec.0.beta4", "dec.2.W_mlp3", "dec.1.gamma5"],
+                "dec.1.cross_attn.b_q", "dec.0.beta4", "dec.2.W_mlp3", "dec.1.gamma5"],
 }
 
 
@@ -654,7 +671,7 @@ def test_batched_loss_and_grad_is_the_sum_over_sequences(name):
     loss, grads = model.loss_and_grad(*stacked)
     assert abs(loss - want_loss) <= 1e-12 * abs(want_loss)
     for k in want:
-        assert rel_err(grads[k], want[k]) <= 1e-12, k
+        assert grad_err(k, grads[k], want[k], want) <= 1e-12, k
     # a ragged list of sequences of different lengths
     pairs = [sample_inputs(cfg, rng, l=l, l_z=lz) for l, lz in [(2, 5), (cfg["l_max"], 1), (4, cfg["l_max"]), (1, 2)]]
     lists = [[p[i] for p in pairs] for i in range(n_inputs)]
@@ -662,7 +679,7 @@ def test_batched_loss_and_grad_is_the_sum_over_sequences(name):
     loss, grads = model.loss_and_grad(*lists)
     assert abs(loss - want_loss) <= 1e-12 * abs(want_loss)
     for k in want:
-        assert rel_err(grads[k], want[k]) <= 1e-12, k
+        assert grad_err(k, grads[k], want[k], want) <= 1e-12, k
     # loss(...) agrees, and its mean is per scored token
     assert abs(model.loss(*lists) - want_loss) <= 1e-12 * abs(want_loss)
     if cfg["kind"] == "e":
