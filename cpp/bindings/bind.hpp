@@ -97,11 +97,20 @@ template <class T>
 ParamDict make_param_dict(const py::object& owner, ft::ParamStore<T>& store, bool grads);
 
 // ------------------------------------------------------------------------------------------------------
-// One Python object, two instantiations. `Unit<T>` owns its ParamStore as member `store`.
-template <template <class> class Unit>
-struct Dual {
-    std::variant<std::unique_ptr<Unit<float>>, std::unique_ptr<Unit<double>>> u;
+// Every Python object with parameters derives from StoreHolder (registered in module.cpp), so generic
+// code such as the optimizers can reach its θ whatever its class: `obj.cast<StoreHolder&>()`.
+using StoreRef = std::variant<ft::ParamStore<float>*, ft::ParamStore<double>*>;
+struct StoreHolder {
+    virtual ~StoreHolder() = default;
+    virtual StoreRef store_ref() = 0;
     std::mutex mutex;  // one call at a time per object (calls release the GIL)
+};
+
+// One Python object, two instantiations. `Unit<T>` owns its ParamStore as member `store`.
+// Register as py::class_<Dual<Unit>, StoreHolder>.
+template <template <class> class Unit>
+struct Dual : StoreHolder {
+    std::variant<std::unique_ptr<Unit<float>>, std::unique_ptr<Unit<double>>> u;
 
     template <class... A>
     explicit Dual(DType dt, A&&... args) {
@@ -115,6 +124,9 @@ struct Dual {
         return std::visit([&](auto& p) -> decltype(auto) { return f(*p); }, u);
     }
     std::string dtype() const { return u.index() == 0 ? "float32" : "float64"; }
+    StoreRef store_ref() override {
+        return std::visit([](auto& p) -> StoreRef { return &p->store; }, u);
+    }
 };
 
 // Lock an object for one call, releasing the GIL while waiting (another thread may hold it for long).

@@ -31,6 +31,7 @@ struct VecParam {
 template <class T>
 class ParamStore {
 public:
+    using value_type = T;
     ParamStore() = default;
     ParamStore(const ParamStore&) = delete;
     ParamStore& operator=(const ParamStore&) = delete;

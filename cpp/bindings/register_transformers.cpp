@@ -1,0 +1,553 @@
+// Algorithms 8–10 as Python classes: EDTransformer, ETransformer, DTransformer.
+#include "bind.hpp"
+#include "formal_transformers/transformers.hpp"
+
+namespace ftpy {
+
+namespace {
+using ft::ModelConfig;
+using ft::Tokens;
+
+ft::Seqs seqs_of(const InBatch& b) { return ft::Seqs::from_lengths(b.lengths); }
+
+ft::Positional parse_positional(const std::string& s) {
+    if (s == "learned") return ft::Positional::Learned;
+    if (s == "sinusoidal") return ft::Positional::Sinusoidal;
+    throw ft::ValueError("positional must be 'learned' or 'sinusoidal', got '" + s + "'");
+}
+ft::Gelu parse_gelu(const std::string& s) {
+    if (s == "exact" || s == "none") return ft::Gelu::Exact;
+    if (s == "tanh") return ft::Gelu::Tanh;
+    throw ft::ValueError("gelu must be 'exact' or 'tanh', got '" + s + "'");
+}
+ft::NormKind parse_norm(const std::string& s) {
+    if (s == "layer") return ft::NormKind::Layer;
+    if (s == "rms") return ft::NormKind::RMS;
+    throw ft::ValueError("norm must be 'layer' or 'rms', got '" + s + "'");
+}
+index_t opt_size(const py::object& v, const char* name) {
+    if (v.is_none()) return 0;
+    return positive(v.cast<long long>(), name);
+}
+
+// Shared keyword options of the three constructors.
+void common_options(ModelConfig& c, const py::object& d_attn, const py::object& d_mid, const std::string& positional,
+                    const py::object& base, bool tied, double eps, long long seed, double init_std) {
+    c.d_attn = opt_size(d_attn, "d_attn");
+    c.d_mid = opt_size(d_mid, "d_mid");
+    c.positional = parse_positional(positional);
+    c.pos_base = base.is_none() ? 0.0 : base.cast<double>();
+    if (!base.is_none() && !(c.pos_base > 0)) throw ft::ValueError("base must be > 0");
+    c.tied = tied;
+    if (!(eps >= 0)) throw ft::ValueError("eps must be >= 0, got " + std::to_string(eps));
+    c.eps = eps;
+    if (seed < 0) throw ft::ValueError("seed must be >= 0");
+    c.seed = std::uint64_t(seed);
+    c.init_std = init_std;
+}
+
+// Probabilities or logits of the last forward, shaped for the input: (N_V, ℓ) for one sequence,
+// (N, N_V, ℓ) for a 2-D batch, a list of (N_V, ℓ_b) for a ragged list.
+template <class T, class Fill>
+py::object shaped_output(index_t n_vocab, const InBatch& in, bool two_d, Fill fill) {
+    const index_t n = index_t(in.ids.size());
+    auto out = out_matrix<T>(n_vocab, n);
+    {
+        py::gil_scoped_release nogil;
+        fill(ft::MatView<T>(out.mutable_data(), n_vocab, n));
+    }
+    if (in.was_single) return std::move(out);
+    const index_t B = index_t(in.lengths.size());
+    if (two_d) {  // (N, N_V, ℓ): block b is the F-ordered (N_V, ℓ) of sequence b
+        const index_t l = in.lengths[0];
+        const py::ssize_t s = sizeof(T);
+        return py::array(py::dtype::of<T>(), {py::ssize_t(B), py::ssize_t(n_vocab), py::ssize_t(l)},
+                         {py::ssize_t(n_vocab * l) * s, s, py::ssize_t(n_vocab) * s}, out.data(), out);
+    }
+    py::list parts;
+    index_t off = 0;
+    for (index_t len : in.lengths) {
+        parts.append(out[py::make_tuple(py::slice(py::none(), py::none(), py::none()), py::slice(off, off + len, 1))].attr("copy")("F"));
+        off += len;
+    }
+    return std::move(parts);
+}
+
+bool is_2d(const py::handle& x) { return py::isinstance<py::array>(x) && py::reinterpret_borrow<py::array>(x).ndim() == 2; }
+
+template <class T>
+py::dict grads_copy(const py::object& self, ft::ParamStore<T>& store) {
+    py::dict d;
+    ParamDict views = make_param_dict(self, store, true);
+    for (std::size_t i = 0; i < views.names().size(); ++i) d[py::str(views.names()[i])] = views.arrays()[i].attr("copy")();
+    return d;
+}
+
+double apply_reduction(double loss, index_t scored, const std::string& reduction) {
+    if (reduction == "sum") return loss;
+    if (reduction == "mean") return scored > 0 ? loss / double(scored) : 0.0;
+    throw ft::ValueError("reduction must be 'sum' or 'mean', got '" + reduction + "'");
+}
+
+// Hyperparameters as a dict (enough to rebuild the model: ft.load uses it).
+py::dict config_dict(const ModelConfig& c, const char* arch, const std::string& dtype) {
+    py::dict d;
+    d["arch"] = arch;
+    d["n_vocab"] = c.n_vocab;
+    d["l_max"] = c.l_max;
+    if (std::string(arch) == "EDTransformer") {
+        d["L_enc"] = c.L_enc;
+        d["L_dec"] = c.L_dec;
+    } else {
+        d["L"] = c.L;
+    }
+    d["H"] = c.H;
+    d["d_e"] = c.d_e;
+    d["d_mlp"] = c.d_mlp;
+    if (std::string(arch) == "ETransformer") d["d_f"] = c.d_f;
+    d["d_attn"] = c.d_attn;
+    d["d_mid"] = c.d_mid;
+    if (std::string(arch) == "DTransformer") d["norm"] = c.norm == ft::NormKind::Layer ? "layer" : "rms";
+    d["positional"] = c.positional == ft::Positional::Learned ? "learned" : "sinusoidal";
+    d["base"] = c.pos_base > 0 ? py::object(py::float_(c.pos_base)) : py::object(py::none());
+    d["tied"] = c.tied;
+    if (std::string(arch) != "EDTransformer") d["gelu"] = c.gelu == ft::Gelu::Exact ? "exact" : "tanh";
+    d["eps"] = c.eps;
+    d["seed"] = c.seed;
+    d["init_std"] = c.init_std;
+    d["dtype"] = dtype;
+    return d;
+}
+
+std::string model_repr(const py::dict& cfg) {
+    std::string r = cfg["arch"].cast<std::string>() + "(";
+    bool first = true;
+    for (auto kv : cfg) {
+        const std::string k = kv.first.cast<std::string>();
+        if (k == "arch") continue;
+        r += (first ? "" : ", ") + k + "=" + py::repr(kv.second).cast<std::string>();
+        first = false;
+    }
+    return r + ")";
+}
+
+template <class T>
+py::array attention_array(index_t H, const std::function<ft::CMatView<T>(index_t)>& head) {
+    ft::CMatView<T> a0 = head(0);
+    py::array_t<T> out({py::ssize_t(H), py::ssize_t(a0.rows), py::ssize_t(a0.cols)});
+    T* o = out.mutable_data();
+    for (index_t h = 0; h < H; ++h) {
+        ft::CMatView<T> a = head(h);
+        for (index_t i = 0; i < a.rows; ++i)
+            for (index_t j = 0; j < a.cols; ++j) o[(h * a.rows + i) * a.cols + j] = a(i, j);
+    }
+    return out;
+}
+
+void check_layer(long long l, index_t L, const char* what) {
+    if (l < 0 || l >= L) throw ft::IndexError(std::string(what) + " " + std::to_string(l) + " is out of range [0, " + std::to_string(L) + ")");
+}
+
+}  // namespace
+
+template <class T>
+using DUnit = ft::DTransformer<T>;
+template <class T>
+using EUnit = ft::ETransformer<T>;
+template <class T>
+using EDUnit = ft::EDTransformer<T>;
+
+namespace {
+template <template <class> class Unit, class PyClass>
+void def_model_common(PyClass& cls) {
+    using D = Dual<Unit>;
+    def_params_api<Unit>(cls);
+    cls.def_property_readonly("n_vocab", [](D& d) { return d.visit([](auto& m) { return m.cfg.n_vocab; }); })
+        .def_property_readonly("l_max", [](D& d) { return d.visit([](auto& m) { return m.cfg.l_max; }); })
+        .def_property_readonly("H", [](D& d) { return d.visit([](auto& m) { return m.cfg.H; }); })
+        .def_property_readonly("d_e", [](D& d) { return d.visit([](auto& m) { return m.cfg.d_e; }); })
+        .def_property_readonly("mask_token", [](D& d) { return d.visit([](auto& m) { return m.cfg.mask_token(); }); },
+                               "N_V − 3 (paper §4, 0-based)")
+        .def_property_readonly("bos_token", [](D& d) { return d.visit([](auto& m) { return m.cfg.bos_token(); }); },
+                               "N_V − 2")
+        .def_property_readonly("eos_token", [](D& d) { return d.visit([](auto& m) { return m.cfg.eos_token(); }); },
+                               "N_V − 1")
+        .def_property_readonly("n_params",
+                               [](D& d) {
+                                   return d.visit([](auto& m) {
+                                       index_t n = 0;
+                                       for (const auto& e : m.store.entries())
+                                           if (e.trainable) n += e.size;
+                                       return n;
+                                   });
+                               },
+                               "Number of trainable scalars in θ.");
+}
+}  // namespace
+
+void register_transformers(py::module_& m) {
+    // ------------------------------------------------------------------------------------------------
+    using DD = Dual<DUnit>;
+    py::class_<DD, StoreHolder> dcls(m, "DTransformer", R"doc(Algorithm 10: P ← DTransformer(x | θ) — GPT-2, a decoder-only transformer.
+
+Pre-LN layers with causal (unidirectional) multi-head self-attention and a GELU MLP, a final layer_norm,
+and P = softmax(W_u X). Hyperparameters: n_vocab (N_V), l_max, L, H, d_e, d_mlp; keyword options
+d_attn = d_mid = d_e // H by default, norm="layer" | "rms" (Gopher's RMSnorm), positional="learned" |
+"sinusoidal" (base replaces ℓ_max in the paper's formula), tied=False (W_u = W_eᵀ when True),
+gelu="exact" | "tanh" (GPT-2's approximation), eps (inside layer_norm's square root), dtype, seed,
+init_std (GPT-2's init: N(0, init_std²), residual projections / √(2L), biases 0, γ = 1, β = 0).
+
+Call: P = model(x), x a 1-D sequence of token ids (ℓ ≤ l_max) -> P (N_V, ℓ); column t is the
+distribution of x[t+1] given x[:t+1]. A 2-D (N, ℓ) array gives (N, N_V, ℓ); a list of sequences a list.
+loss_and_grad(x) -> (loss, grads): Algorithm 13 line 5, −Σ_{t<ℓ−1} log P[x[t+1], t], summed over the
+batch, with the gradient of every parameter (copies; model.grads holds the same, zero-copy).)doc");
+    dcls.def(py::init([](long long n_vocab, long long l_max, long long L, long long H, long long d_e, long long d_mlp,
+                         const py::object& d_attn, const py::object& d_mid, const std::string& norm,
+                         const std::string& positional, const py::object& base, bool tied, const std::string& gelu,
+                         double eps, const py::object& dtype, long long seed, double init_std) {
+                 ModelConfig c;
+                 c.n_vocab = n_vocab;
+                 c.l_max = l_max;
+                 c.L = L;
+                 c.H = H;
+                 c.d_e = d_e;
+                 c.d_mlp = d_mlp;
+                 c.norm = parse_norm(norm);
+                 c.gelu = parse_gelu(gelu);
+                 common_options(c, d_attn, d_mid, positional, base, tied, eps, seed, init_std);
+                 const DType dt = parse_dtype(dtype);
+                 py::gil_scoped_release nogil;
+                 return std::make_unique<DD>(dt, c);
+             }),
+             py::arg("n_vocab"), py::arg("l_max"), py::arg("L"), py::arg("H"), py::arg("d_e"), py::arg("d_mlp"),
+             py::kw_only(), py::arg("d_attn") = py::none(), py::arg("d_mid") = py::none(), py::arg("norm") = "layer",
+             py::arg("positional") = "learned", py::arg("base") = py::none(), py::arg("tied") = false,
+             py::arg("gelu") = "exact", py::arg("eps") = 1e-5, py::arg("dtype") = "float32", py::arg("seed") = 0,
+             py::arg("init_std") = 0.02);
+    def_model_common<DUnit>(dcls);
+    dcls.def(
+            "__call__",
+            [](DD& d, const py::handle& x) {
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& m) -> py::object {
+                    using T = typename std::decay_t<decltype(m.store)>::value_type;
+                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
+                    return shaped_output<T>(m.cfg.n_vocab, in, is_2d(x), [&](ft::MatView<T> P) {
+                        m.forward(Tokens{in.ids.data(), seqs_of(in)});  // lines 1–10
+                        m.probabilities(P);                             // line 11
+                    });
+                });
+            },
+            py::arg("x"))
+        .def(
+            "logits",
+            [](DD& d, const py::handle& x) {
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& m) -> py::object {
+                    using T = typename std::decay_t<decltype(m.store)>::value_type;
+                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
+                    return shaped_output<T>(m.cfg.n_vocab, in, is_2d(x), [&](ft::MatView<T> Z) {
+                        m.forward(Tokens{in.ids.data(), seqs_of(in)});
+                        m.logits(Z);
+                    });
+                });
+            },
+            py::arg("x"), "W_u X (before the softmax of line 11), shaped like the call's output.")
+        .def(
+            "loss_and_grad",
+            [](py::object self, const py::handle& x) {
+                DD& d = self.cast<DD&>();
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& m) {
+                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
+                    double loss;
+                    {
+                        py::gil_scoped_release nogil;
+                        loss = m.loss_and_grad(Tokens{in.ids.data(), seqs_of(in)});
+                    }
+                    return py::make_tuple(loss, grads_copy(self, m.store));
+                });
+            },
+            py::arg("x"),
+            "Algorithm 13 line 5 and its gradient: (loss, grads). x: one sequence, a 2-D (N, ℓ) batch or a list "
+            "of sequences of any lengths (the loss is the sum over sequences).")
+        .def(
+            "loss",
+            [](DD& d, const py::handle& x, const std::string& reduction) {
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& m) {
+                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
+                    index_t scored = 0;
+                    double loss;
+                    apply_reduction(0, 1, reduction);
+                    {
+                        py::gil_scoped_release nogil;
+                        loss = m.loss(Tokens{in.ids.data(), seqs_of(in)}, &scored);
+                    }
+                    return apply_reduction(loss, scored, reduction);
+                });
+            },
+            py::arg("x"), py::arg("reduction") = "sum",
+            "The loss without gradients; reduction='mean' divides by the number of predicted tokens.")
+        .def(
+            "attention_weights",
+            [](DD& d, long long layer, long long seq) {
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& m) -> py::array {
+                    using T = typename std::decay_t<decltype(m.store)>::value_type;
+                    check_layer(layer, m.cfg.L, "layer");
+                    return attention_array<T>(m.cfg.H, [&](index_t h) { return m.attention_weights(layer, seq, h); });
+                });
+            },
+            py::arg("layer"), py::arg("seq") = 0,
+            "softmax(S/√d_attn) of every head of `layer` in the last forward call: (H, ℓ, ℓ); column t is how "
+            "token t attends to tokens 0..t.")
+        .def_property_readonly("L", [](DD& d) { return d.visit([](auto& m) { return m.cfg.L; }); })
+        .def_property_readonly("config", [](DD& d) { return d.visit([&](auto& m) { return config_dict(m.cfg, "DTransformer", d.dtype()); }); })
+        .def("__repr__", [](DD& d) { return d.visit([&](auto& m) { return model_repr(config_dict(m.cfg, "DTransformer", d.dtype())); }); });
+
+    // ------------------------------------------------------------------------------------------------
+    using DE = Dual<EUnit>;
+    py::class_<DE, StoreHolder> ecls(m, "ETransformer", R"doc(Algorithm 9: P ← ETransformer(x | θ) — BERT, an encoder-only transformer.
+
+Post-LN layers with bidirectional multi-head self-attention and a GELU MLP, then X ← GELU(W_f X + b_f 1ᵀ),
+a final layer_norm, and P = softmax(W_u X) with W_u (N_V, d_f) (the listing's N_V × d_e only type-checks
+when d_f = d_e; see the errata). Hyperparameters: n_vocab, l_max, L, H, d_e, d_mlp, d_f; options as
+DTransformer (no norm option).
+loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] over T̃ = {t : x̃[t] = mask_token}
+(mask_token = N_V − 3); with no masked position the loss is 0 and every gradient 0.)doc");
+    ecls.def(py::init([](long long n_vocab, long long l_max, long long L, long long H, long long d_e, long long d_mlp,
+                         long long d_f, const py::object& d_attn, const py::object& d_mid, const std::string& positional,
+                         const py::object& base, bool tied, const std::string& gelu, double eps, const py::object& dtype,
+                         long long seed, double init_std) {
+                 ModelConfig c;
+                 c.n_vocab = n_vocab;
+                 c.l_max = l_max;
+                 c.L = L;
+                 c.H = H;
+                 c.d_e = d_e;
+                 c.d_mlp = d_mlp;
+                 c.d_f = d_f;
+                 c.gelu = parse_gelu(gelu);
+                 common_options(c, d_attn, d_mid, positional, base, tied, eps, seed, init_std);
+                 const DType dt = parse_dtype(dtype);
+                 py::gil_scoped_release nogil;
+                 return std::make_unique<DE>(dt, c);
+             }),
+             py::arg("n_vocab"), py::arg("l_max"), py::arg("L"), py::arg("H"), py::arg("d_e"), py::arg("d_mlp"),
+             py::arg("d_f"), py::kw_only(), py::arg("d_attn") = py::none(), py::arg("d_mid") = py::none(),
+             py::arg("positional") = "learned", py::arg("base") = py::none(), py::arg("tied") = false,
+             py::arg("gelu") = "exact", py::arg("eps") = 1e-5, py::arg("dtype") = "float32", py::arg("seed") = 0,
+             py::arg("init_std") = 0.02);
+    def_model_common<EUnit>(ecls);
+    auto e_pair = [](auto& m, const py::handle& x_tilde, const py::handle& x) {
+        InBatch xt = in_batch(x_tilde, "x_tilde", m.cfg.n_vocab, m.cfg.l_max);
+        InBatch xo = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
+        if (xt.lengths != xo.lengths)
+            throw ft::ValueError("x_tilde and x must have the same shape (the same sequences, the same lengths)");
+        return std::make_pair(std::move(xt), std::move(xo));
+    };
+    ecls.def(
+            "__call__",
+            [](DE& d, const py::handle& x) {
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& m) -> py::object {
+                    using T = typename std::decay_t<decltype(m.store)>::value_type;
+                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
+                    return shaped_output<T>(m.cfg.n_vocab, in, is_2d(x), [&](ft::MatView<T> P) {
+                        m.forward(Tokens{in.ids.data(), seqs_of(in)});  // lines 1–11
+                        m.probabilities(P);                             // line 12
+                    });
+                });
+            },
+            py::arg("x"))
+        .def(
+            "logits",
+            [](DE& d, const py::handle& x) {
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& m) -> py::object {
+                    using T = typename std::decay_t<decltype(m.store)>::value_type;
+                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
+                    return shaped_output<T>(m.cfg.n_vocab, in, is_2d(x), [&](ft::MatView<T> Z) {
+                        m.forward(Tokens{in.ids.data(), seqs_of(in)});
+                        m.logits(Z);
+                    });
+                });
+            },
+            py::arg("x"))
+        .def(
+            "loss_and_grad",
+            [e_pair](py::object self, const py::handle& x_tilde, const py::handle& x) {
+                DE& d = self.cast<DE&>();
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& m) {
+                    auto [xt, xo] = e_pair(m, x_tilde, x);
+                    double loss;
+                    {
+                        py::gil_scoped_release nogil;
+                        loss = m.loss_and_grad(Tokens{xt.ids.data(), seqs_of(xt)}, xo.ids.data());
+                    }
+                    return py::make_tuple(loss, grads_copy(self, m.store));
+                });
+            },
+            py::arg("x_tilde"), py::arg("x"))
+        .def(
+            "loss",
+            [e_pair](DE& d, const py::handle& x_tilde, const py::handle& x, const std::string& reduction) {
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& m) {
+                    auto [xt, xo] = e_pair(m, x_tilde, x);
+                    apply_reduction(0, 1, reduction);
+                    index_t scored = 0;
+                    double loss;
+                    {
+                        py::gil_scoped_release nogil;
+                        loss = m.loss(Tokens{xt.ids.data(), seqs_of(xt)}, xo.ids.data(), &scored);
+                    }
+                    return apply_reduction(loss, scored, reduction);
+                });
+            },
+            py::arg("x_tilde"), py::arg("x"), py::arg("reduction") = "sum")
+        .def(
+            "attention_weights",
+            [](DE& d, long long layer, long long seq) {
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& m) -> py::array {
+                    using T = typename std::decay_t<decltype(m.store)>::value_type;
+                    check_layer(layer, m.cfg.L, "layer");
+                    return attention_array<T>(m.cfg.H, [&](index_t h) { return m.attention_weights(layer, seq, h); });
+                });
+            },
+            py::arg("layer"), py::arg("seq") = 0)
+        .def_property_readonly("L", [](DE& d) { return d.visit([](auto& m) { return m.cfg.L; }); })
+        .def_property_readonly("d_f", [](DE& d) { return d.visit([](auto& m) { return m.cfg.d_f; }); })
+        .def_property_readonly("config", [](DE& d) { return d.visit([&](auto& m) { return config_dict(m.cfg, "ETransformer", d.dtype()); }); })
+        .def("__repr__", [](DE& d) { return d.visit([&](auto& m) { return model_repr(config_dict(m.cfg, "ETransformer", d.dtype())); }); });
+
+    // ------------------------------------------------------------------------------------------------
+    using DED = Dual<EDUnit>;
+    py::class_<DED, StoreHolder> edcls(m, "EDTransformer", R"doc(Algorithm 8: P ← EDTransformer(z, x | θ) — the original encoder-decoder transformer.
+
+Encoder: post-LN layers of bidirectional self-attention and a ReLU MLP over the context z. Decoder:
+post-LN layers of causal self-attention, cross-attention to the encoded Z, and a ReLU MLP; then
+P = softmax(W_u X). Hyperparameters: n_vocab, l_max, L_enc, L_dec, H, d_e, d_mlp; options d_attn, d_mid,
+positional, base, tied, eps, dtype, seed, init_std.
+Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5, −Σ_{t<ℓ_x−1} log P[x[t+1], t].)doc");
+    edcls.def(py::init([](long long n_vocab, long long l_max, long long L_enc, long long L_dec, long long H, long long d_e,
+                          long long d_mlp, const py::object& d_attn, const py::object& d_mid, const std::string& positional,
+                          const py::object& base, bool tied, double eps, const py::object& dtype, long long seed,
+                          double init_std) {
+                  ModelConfig c;
+                  c.n_vocab = n_vocab;
+                  c.l_max = l_max;
+                  c.L_enc = L_enc;
+                  c.L_dec = L_dec;
+                  c.H = H;
+                  c.d_e = d_e;
+                  c.d_mlp = d_mlp;
+                  common_options(c, d_attn, d_mid, positional, base, tied, eps, seed, init_std);
+                  const DType dt = parse_dtype(dtype);
+                  py::gil_scoped_release nogil;
+                  return std::make_unique<DED>(dt, c);
+              }),
+              py::arg("n_vocab"), py::arg("l_max"), py::arg("L_enc"), py::arg("L_dec"), py::arg("H"), py::arg("d_e"),
+              py::arg("d_mlp"), py::kw_only(), py::arg("d_attn") = py::none(), py::arg("d_mid") = py::none(),
+              py::arg("positional") = "learned", py::arg("base") = py::none(), py::arg("tied") = false,
+              py::arg("eps") = 1e-5, py::arg("dtype") = "float32", py::arg("seed") = 0, py::arg("init_std") = 0.02);
+    def_model_common<EDUnit>(edcls);
+    auto ed_pair = [](auto& m, const py::handle& z, const py::handle& x) {
+        InBatch zb = in_batch(z, "z", m.cfg.n_vocab, m.cfg.l_max);
+        InBatch xb = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
+        if (zb.lengths.size() != xb.lengths.size())
+            throw ft::ValueError("z and x must hold the same number of sequences, got " + std::to_string(zb.lengths.size()) +
+                                 " and " + std::to_string(xb.lengths.size()));
+        return std::make_pair(std::move(zb), std::move(xb));
+    };
+    edcls.def(
+             "__call__",
+             [ed_pair](DED& d, const py::handle& z, const py::handle& x) {
+                 CallLock lock(d.mutex);
+                 return d.visit([&](auto& m) -> py::object {
+                     using T = typename std::decay_t<decltype(m.store)>::value_type;
+                     auto [zb, xb] = ed_pair(m, z, x);
+                     return shaped_output<T>(m.cfg.n_vocab, xb, is_2d(x), [&](ft::MatView<T> P) {
+                         m.forward(Tokens{zb.ids.data(), seqs_of(zb)}, Tokens{xb.ids.data(), seqs_of(xb)});  // lines 1–20
+                         m.probabilities(P);                                                              // line 21
+                     });
+                 });
+             },
+             py::arg("z"), py::arg("x"))
+        .def(
+            "logits",
+            [ed_pair](DED& d, const py::handle& z, const py::handle& x) {
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& m) -> py::object {
+                    using T = typename std::decay_t<decltype(m.store)>::value_type;
+                    auto [zb, xb] = ed_pair(m, z, x);
+                    return shaped_output<T>(m.cfg.n_vocab, xb, is_2d(x), [&](ft::MatView<T> Zl) {
+                        m.forward(Tokens{zb.ids.data(), seqs_of(zb)}, Tokens{xb.ids.data(), seqs_of(xb)});
+                        m.logits(Zl);
+                    });
+                });
+            },
+            py::arg("z"), py::arg("x"))
+        .def(
+            "loss_and_grad",
+            [ed_pair](py::object self, const py::handle& z, const py::handle& x) {
+                DED& d = self.cast<DED&>();
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& m) {
+                    auto [zb, xb] = ed_pair(m, z, x);
+                    double loss;
+                    {
+                        py::gil_scoped_release nogil;
+                        loss = m.loss_and_grad(Tokens{zb.ids.data(), seqs_of(zb)}, Tokens{xb.ids.data(), seqs_of(xb)});
+                    }
+                    return py::make_tuple(loss, grads_copy(self, m.store));
+                });
+            },
+            py::arg("z"), py::arg("x"))
+        .def(
+            "loss",
+            [ed_pair](DED& d, const py::handle& z, const py::handle& x, const std::string& reduction) {
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& m) {
+                    auto [zb, xb] = ed_pair(m, z, x);
+                    apply_reduction(0, 1, reduction);
+                    index_t scored = 0;
+                    double loss;
+                    {
+                        py::gil_scoped_release nogil;
+                        loss = m.loss(Tokens{zb.ids.data(), seqs_of(zb)}, Tokens{xb.ids.data(), seqs_of(xb)}, &scored);
+                    }
+                    return apply_reduction(loss, scored, reduction);
+                });
+            },
+            py::arg("z"), py::arg("x"), py::arg("reduction") = "sum")
+        .def(
+            "attention_weights",
+            [](DED& d, const std::string& kind, long long layer, long long seq) {
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& m) -> py::array {
+                    using T = typename std::decay_t<decltype(m.store)>::value_type;
+                    int which;
+                    if (kind == "enc") which = 0;
+                    else if (kind == "dec") which = 1;
+                    else if (kind == "cross") which = 2;
+                    else throw ft::ValueError("kind must be 'enc', 'dec' or 'cross', got '" + kind + "'");
+                    check_layer(layer, which == 0 ? m.cfg.L_enc : m.cfg.L_dec, "layer");
+                    return attention_array<T>(m.cfg.H, [&](index_t h) { return m.attention_weights(which, layer, seq, h); });
+                });
+            },
+            py::arg("kind"), py::arg("layer"), py::arg("seq") = 0,
+            "Attention matrices of the last forward call: kind 'enc' (ℓ_z, ℓ_z), 'dec' (ℓ_x, ℓ_x) or 'cross' "
+            "(ℓ_z, ℓ_x), for every head: (H, rows, columns).")
+        .def_property_readonly("L_enc", [](DED& d) { return d.visit([](auto& m) { return m.cfg.L_enc; }); })
+        .def_property_readonly("L_dec", [](DED& d) { return d.visit([](auto& m) { return m.cfg.L_dec; }); })
+        .def_property_readonly("config", [](DED& d) { return d.visit([&](auto& m) { return config_dict(m.cfg, "EDTransformer", d.dtype()); }); })
+        .def("__repr__", [](DED& d) { return d.visit([&](auto& m) { return model_repr(config_dict(m.cfg, "EDTransformer", d.dtype())); }); });
+}
+
+static Registrar reg_transformers(60, "transformers", &register_transformers);
+
+}  // namespace ftpy

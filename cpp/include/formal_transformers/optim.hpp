@@ -1,0 +1,53 @@
+// Optimizers (paper §8, "Practical considerations"): the listings' plain gradient step, and Adam.
+//
+// SGD, as Algorithms 11–13 line 6 write it:   θ ← θ − η · ∇loss(θ)
+//
+// Adam (Kingma & Ba 2015, with bias correction), for step t = 1, 2, …:
+//   g ← ∇loss(θ)                         (+ λθ when weight decay is the coupled L2 kind)
+//   m ← β₁ m + (1 − β₁) g,   v ← β₂ v + (1 − β₂) g²
+//   θ ← θ − (η / (1 − β₁ᵗ)) · m / (√v / √(1 − β₂ᵗ) + ε)
+// Decoupled weight decay (AdamW, Loshchilov & Hutter 2019) first shrinks θ ← θ (1 − ηλ).
+// The arithmetic follows PyTorch's reference (single-tensor) implementation term by term, so float64
+// runs agree with torch.optim.Adam / AdamW to rounding.
+//
+// Both are one loop over the flat parameter buffer (params.hpp), parallel over elements, skipping
+// frozen parameters (sinusoidal W_p). Gradient-norm clipping helpers live here too.
+#pragma once
+
+#include "formal_transformers/params.hpp"
+
+namespace ft {
+
+template <class T>
+class SGD {
+public:
+    explicit SGD(double lr);
+    // θ ← θ − lr · g over the trainable ranges (g: a flat gradient buffer of store.size(); lr < 0: use lr)
+    void step(ParamStore<T>& store, const T* g, double lr_now = -1) const;
+    double lr;
+};
+
+template <class T>
+class Adam {
+public:
+    Adam(double lr, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8, double weight_decay = 0.0,
+         bool decoupled = true);
+    // One step with the flat gradient g (store.size() entries); the first step sizes m and v to the store.
+    // ValueError if later called with a store of another size.
+    void step(ParamStore<T>& store, const T* g, double lr_now = -1);
+    void reset();
+
+    double lr, beta1, beta2, eps, weight_decay;
+    bool decoupled;
+    index_t t = 0;          // steps taken
+    Vector<T> m, v;         // first and second moments, flat like θ
+};
+
+// √(Σ g²) over the trainable ranges (accumulated in double)
+template <class T>
+double grad_norm(const ParamStore<T>& store, const T* g);
+// g ← c · g over the whole buffer
+template <class T>
+void scale(T* g, index_t n, T c);
+
+}  // namespace ft
