@@ -51,6 +51,7 @@ InIds in_positions(const py::handle& obj, const char* what, index_t l_max) {
         throw ft::TypeError(std::string(what) + " could not be read as an array of positions: " + e.what());
     }
     const char kind = a.dtype().kind();
+    if (a.ndim() == 1 && a.size() == 0) throw ft::ValueError(std::string(what) + " is an empty sequence of positions");
     if (kind != 'i' && kind != 'u')
         throw ft::TypeError(std::string(what) + " must hold integer positions, got dtype " +
                             py::str(a.dtype()).cast<std::string>());
@@ -61,7 +62,6 @@ InIds in_positions(const py::handle& obj, const char* what, index_t l_max) {
     }
     if (a.ndim() != 1)
         throw ft::ValueError(std::string(what) + " must be an int or a 1-D array of positions, got shape " + shape_str(a));
-    if (a.size() == 0) throw ft::ValueError(std::string(what) + " is an empty sequence of positions");
     if (kind == 'u' && a.dtype().itemsize() == 8) {  // uint64 beyond int64's range would wrap when converted
         const auto mx = a.attr("max")().cast<unsigned long long>();
         if (mx >= (unsigned long long)l_max)
