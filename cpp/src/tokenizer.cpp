@@ -871,11 +871,68 @@ void BPETokenizer::encode_piece_naive(std::string_view piece, std::vector<token_
 }
 
 namespace {
-// Per-call cache of piece -> ids (the pieces of natural text repeat a lot). Keys view the caller's text.
-struct PieceCache {
-    std::unordered_map<std::string_view, std::pair<std::uint32_t, std::uint32_t>> map;  // -> (offset, count)
-    std::vector<token_t> store;
-    static constexpr std::size_t kMaxEntries = 1u << 20;
+// Per-call cache of piece -> ids (the pieces of natural text repeat a lot): open addressing, keys view the
+// caller's text (alive for the call), values are ranges of one flat id store.
+class PieceCache {
+public:
+    PieceCache() { slots_.assign(1024, Slot{}); }
+    // the cached ids of `piece`, or nullptr; `h` is hash(piece)
+    const token_t* find(std::string_view piece, std::uint64_t h, std::uint32_t& count) const {
+        for (std::size_t i = h & (slots_.size() - 1);; i = (i + 1) & (slots_.size() - 1)) {
+            const Slot& s = slots_[i];
+            if (!s.p) return nullptr;
+            if (s.h == h && s.len == piece.size() && std::memcmp(s.p, piece.data(), piece.size()) == 0) {
+                count = s.cnt;
+                return store_.data() + s.off;
+            }
+        }
+    }
+    void insert(std::string_view piece, std::uint64_t h, const token_t* ids, std::uint32_t count) {
+        if (used_ >= kMaxEntries || store_.size() + count > UINT32_MAX) return;
+        if (2 * (used_ + 1) > slots_.size()) grow();
+        place(Slot{h, piece.data(), std::uint32_t(piece.size()), std::uint32_t(store_.size()), count});
+        store_.insert(store_.end(), ids, ids + count);
+        ++used_;
+    }
+    static std::uint64_t hash(std::string_view s) {
+        const char* p = s.data();
+        std::size_t n = s.size();
+        std::uint64_t h = 0x9E3779B97F4A7C15ULL ^ n;
+        while (n >= 8) {
+            std::uint64_t v;
+            std::memcpy(&v, p, 8);
+            h = (h ^ v) * 0xff51afd7ed558ccdULL;
+            h ^= h >> 32;
+            p += 8;
+            n -= 8;
+        }
+        std::uint64_t v = 0;
+        std::memcpy(&v, p, n);
+        return mix64(h ^ v);
+    }
+
+private:
+    struct Slot {
+        std::uint64_t h = 0;
+        const char* p = nullptr;  // nullptr: empty
+        std::uint32_t len = 0, off = 0, cnt = 0;
+    };
+    static constexpr std::size_t kMaxEntries = std::size_t(1) << 22;
+    std::vector<Slot> slots_;
+    std::vector<token_t> store_;
+    std::size_t used_ = 0;
+
+    void place(const Slot& s) {
+        std::size_t i = s.h & (slots_.size() - 1);
+        while (slots_[i].p) i = (i + 1) & (slots_.size() - 1);
+        slots_[i] = s;
+    }
+    void grow() {
+        std::vector<Slot> old(slots_.size() * 2, Slot{});
+        old.swap(slots_);
+        for (const Slot& s : old)
+            if (s.p) place(s);
+    }
 };
 
 void encode_text(const BPETokenizer& t, std::string_view text, PieceCache& cache, std::vector<token_t>& out) {
@@ -885,19 +942,15 @@ void encode_text(const BPETokenizer& t, std::string_view text, PieceCache& cache
             out.push_back(token_t(static_cast<unsigned char>(piece[0])));
             return;
         }
-        auto it = cache.map.find(piece);
-        if (it != cache.map.end()) {
-            const token_t* p = cache.store.data() + it->second.first;
-            out.insert(out.end(), p, p + it->second.second);
+        const std::uint64_t h = PieceCache::hash(piece);
+        std::uint32_t count = 0;
+        if (const token_t* ids = cache.find(piece, h, count)) {
+            out.insert(out.end(), ids, ids + count);
             return;
         }
         const std::size_t start = out.size();
         t.encode_piece(piece, out);
-        if (cache.map.size() < PieceCache::kMaxEntries && cache.store.size() < (std::size_t(1) << 31)) {
-            const std::uint32_t off = std::uint32_t(cache.store.size()), cnt = std::uint32_t(out.size() - start);
-            cache.store.insert(cache.store.end(), out.begin() + std::ptrdiff_t(start), out.end());
-            cache.map.emplace(piece, std::make_pair(off, cnt));
-        }
+        cache.insert(piece, h, out.data() + start, std::uint32_t(out.size() - start));
     });
 }
 }  // namespace
