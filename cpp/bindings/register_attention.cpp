@@ -301,7 +301,7 @@ void register_attention(py::module_& m) {
 
     // ------------------------------------------------------------------------------ Algorithm 3
     using DB = Dual<BasicAttentionUnit>;
-    py::class_<DB> ba(m, "BasicAttention",
+    py::class_<DB, StoreHolder> ba(m, "BasicAttention",
                       "Algorithm 3 (basic single-query attention):\n"
                       "  q = W_q e + b_q; k_t = W_k e_t + b_k; v_t = W_v e_t + b_v;\n"
                       "  α_t = softmax_t(qᵀk_t / √d_attn); ṽ = Σ_t α_t v_t.\n\n"
@@ -337,7 +337,7 @@ void register_attention(py::module_& m) {
 
     // ------------------------------------------------------------------------------ Algorithm 4
     using DA = Dual<AttentionUnit>;
-    py::class_<DA> at(m, "Attention",
+    py::class_<DA, StoreHolder> at(m, "Attention",
                       "Algorithm 4 (attention): Q = W_q X + b_q 1ᵀ, K = W_k Z + b_k 1ᵀ, V = W_v Z + b_v 1ᵀ,\n"
                       "  S = KᵀQ, S[t_z, t_x] = −∞ where ¬Mask[t_z, t_x], Ṽ = V · softmax(S / √d_attn)\n"
                       "  (softmax over each column, max-subtracted).\n\n"
@@ -385,7 +385,7 @@ void register_attention(py::module_& m) {
 
     // ------------------------------------------------------------------------------ Algorithm 5
     using DM = Dual<MHAttentionUnit>;
-    py::class_<DM> mh(m, "MHAttention",
+    py::class_<DM, StoreHolder> mh(m, "MHAttention",
                       "Algorithm 5 (multi-head attention): for h ∈ [H]: Y^h = Attention(X, Z | W^h_qkv, Mask)\n"
                       "  (Algorithm 4); Y = [Y¹; …; Y^H]; Ṽ = W_o Y + b_o 1ᵀ.\n\n"
                       "MHAttention(H, d_x, d_z, d_attn, d_mid, d_out, mask='bidirectional', *, dtype='float32', seed=0)\n"

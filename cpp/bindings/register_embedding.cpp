@@ -157,7 +157,7 @@ struct PositionalEmbeddingUnit {
 
 void register_embedding(py::module_& m) {
     using DT = Dual<TokenEmbeddingUnit>;
-    py::class_<DT> te(m, "TokenEmbedding",
+    py::class_<DT, StoreHolder> te(m, "TokenEmbedding",
                       "Algorithm 1 (token embedding): e = W_e[:, v].\n\n"
                       "TokenEmbedding(n_vocab, d_e, *, dtype='float32', seed=0)\n"
                       "Hyperparameters: n_vocab (N_V), d_e.\n"
@@ -190,7 +190,7 @@ void register_embedding(py::module_& m) {
     def_params_api<TokenEmbeddingUnit>(te);
 
     using DP = Dual<PositionalEmbeddingUnit>;
-    py::class_<DP> pe(m, "PositionalEmbedding",
+    py::class_<DP, StoreHolder> pe(m, "PositionalEmbedding",
                       "Algorithm 2 (positional embedding): e_p = W_p[:, t].\n\n"
                       "PositionalEmbedding(l_max, d_e, kind='learned', *, base=None, dtype='float32', seed=0)\n"
                       "Hyperparameters: l_max (ℓ_max), d_e, kind, base.\n"

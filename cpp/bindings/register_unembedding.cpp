@@ -134,7 +134,7 @@ py::array gemm_py(const py::handle& Ao, const py::handle& Bo, bool transA, bool 
 
 void register_unembedding(py::module_& m) {
     using DU = Dual<UnembeddingUnit>;
-    py::class_<DU> un(m, "Unembedding",
+    py::class_<DU, StoreHolder> un(m, "Unembedding",
                       "Algorithm 7 (unembedding): p = softmax(W_u e), the column softmax (max-subtracted).\n\n"
                       "Unembedding(n_vocab, d_e, *, dtype='float32', seed=0)\n"
                       "Hyperparameters: n_vocab (N_V), d_e.\n"

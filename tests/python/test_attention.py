@@ -638,3 +638,19 @@ def test_repr_names_the_hyperparameters():
     assert repr(ft.BasicAttention(2, 3, 4)) == "BasicAttention(d_in=2, d_attn=3, d_out=4, dtype='float32')"
     for cls in [ft.BasicAttention, ft.Attention, ft.MHAttention]:
         assert "Algorithm" in cls.__doc__ and "backward" in cls.__doc__ and "Parameters" in cls.__doc__
+
+
+@pytest.mark.parametrize("cls", [ft.BasicAttention, ft.Attention, ft.MHAttention])
+def test_sgd_step_is_theta_minus_eta_grad(cls, rng):
+    unit = {ft.Attention: lambda: cls(3, 3, 2, 4, dtype="float64"),
+            ft.MHAttention: lambda: cls(2, 3, 3, 2, 2, 4, dtype="float64"),
+            ft.BasicAttention: lambda: cls(3, 2, 4, dtype="float64")}[cls]()
+    randomize(unit, rng)
+    X = rng.standard_normal((3, 5))
+    Y = unit(X[:, 0], X) if cls is ft.BasicAttention else unit(X)
+    unit.backward(rng.standard_normal(Y.shape))
+    before = {k: v.copy() for k, v in unit.params.items()}
+    grads = {k: v.copy() for k, v in unit.grads.items()}
+    ft.SGD(0.05).step(unit)
+    for k in before:
+        np.testing.assert_allclose(unit.params[k], before[k] - 0.05 * grads[k], rtol=1e-15, atol=1e-16)

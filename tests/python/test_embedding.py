@@ -355,3 +355,27 @@ def test_non_contiguous_dE_equals_its_contiguous_copy(rng):
     te(ids)
     te.backward(big[::2, ::2].astype(np.float32))
     assert rel_err(te.grads["W_e"], g1) <= 1e-6
+
+
+def test_optimizers_update_learned_tables_and_skip_the_sinusoidal_one(rng):
+    """The components are objects with parameters for ft.SGD / ft.Adam (θ ← θ − η∇ of the listings)."""
+    te = ft.TokenEmbedding(6, 3, dtype="float64")
+    te([1, 4, 4])
+    te.backward(rng.standard_normal((3, 3)))
+    W0, g = te.params["W_e"].copy(), te.grads["W_e"].copy()
+    ft.SGD(0.1).step(te)
+    np.testing.assert_allclose(te.params["W_e"], W0 - 0.1 * g, rtol=1e-15)
+    for make in [lambda: ft.SGD(0.1), lambda: ft.Adam(0.1)]:  # an Adam holds one model's moments
+        pe = ft.PositionalEmbedding(5, 4, "sinusoidal", dtype="float64")
+        W_p = pe.params["W_p"].copy()
+        pe([0, 4])
+        pe.backward(np.ones((4, 2)))
+        make().step(pe)
+        np.testing.assert_array_equal(pe.params["W_p"], W_p)  # frozen
+        pl = ft.PositionalEmbedding(5, 4, dtype="float64")
+        W_l = pl.params["W_p"].copy()
+        pl([0, 4])
+        pl.backward(np.ones((4, 2)))
+        make().step(pl)
+        assert not np.array_equal(pl.params["W_p"][:, [0, 4]], W_l[:, [0, 4]])
+        np.testing.assert_array_equal(pl.params["W_p"][:, 1:4], W_l[:, 1:4])

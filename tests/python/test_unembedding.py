@@ -256,3 +256,12 @@ def test_gemm_bad_input(rng):
     A = rng.standard_normal((8, 6))[::2, ::2]
     B = rng.standard_normal((3, 5)).astype(np.float32)
     assert rel_err(ft._core._gemm(A, B), A @ B.astype(np.float64)) <= 1e-12
+
+
+def test_sgd_step_is_theta_minus_eta_grad(rng):
+    un = ft.Unembedding(5, 3, dtype="float64")
+    un(rng.standard_normal((3, 2)))
+    un.backward(rng.standard_normal((5, 2)))
+    W, g = un.params["W_u"].copy(), un.grads["W_u"].copy()
+    ft.SGD(0.5).step(un)
+    np.testing.assert_allclose(un.params["W_u"], W - 0.5 * g, rtol=1e-15)
