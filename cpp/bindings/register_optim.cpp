@@ -1,6 +1,5 @@
 // ft.Adam and ft.SGD: `step(obj, grads)` for any object with parameters (models and components).
-#include "bind.hpp"
-#include "formal_transformers/optim.hpp"
+#include "bind_optim.hpp"
 
 namespace ftpy {
 
@@ -50,26 +49,6 @@ const T* gradient_buffer(ft::ParamStore<T>& store, const py::object& grads) {
 
 }  // namespace
 
-// Optimizer state is created at the first step, in the dtype of the stepped object, and stays bound to it.
-struct AdamPy {
-    double lr, beta1, beta2, eps, weight_decay;
-    bool decoupled;
-    std::variant<std::monostate, std::unique_ptr<ft::Adam<float>>, std::unique_ptr<ft::Adam<double>>> state;
-    const void* bound = nullptr;  // the stepped object's parameter buffer
-
-    template <class T>
-    ft::Adam<T>& get(ft::ParamStore<T>& store) {
-        using P = std::unique_ptr<ft::Adam<T>>;
-        if (std::holds_alternative<std::monostate>(state)) {
-            state = std::make_unique<ft::Adam<T>>(lr, beta1, beta2, eps, weight_decay, decoupled);
-            bound = store.theta();
-        }
-        if (!std::holds_alternative<P>(state) || bound != static_cast<const void*>(store.theta()))
-            throw ft::ValueError("this Adam holds the moments of another model; use one optimizer per model");
-        return *std::get<P>(state);
-    }
-};
-
 void register_optim(py::module_& m) {
     py::class_<AdamPy>(m, "Adam", R"doc(Adam (Kingma & Ba 2015) with bias correction; one loop over the flat parameter buffer.
 
@@ -105,6 +84,48 @@ step and belong to that object. Fixed parameters (sinusoidal W_p) are never chan
             py::arg("obj"), py::arg("grads") = py::none(), py::arg("lr") = py::none(),
             "One Adam step; `lr` overrides the learning rate for this step (schedules).")
         .def_readwrite("lr", &AdamPy::lr)
+        .def(
+            "state_dict",
+            [](const AdamPy& a) {
+                py::dict d;
+                d["t"] = 0;
+                std::visit([&](auto& s) {
+                    if constexpr (!std::is_same_v<std::decay_t<decltype(s)>, std::monostate>) {
+                        d["t"] = s->t;
+                        d["m"] = py::array(py::dtype::of<typename std::decay_t<decltype(*s)>::value_type>(),
+                                           {py::ssize_t(s->m.size())}, {}, s->m.data()).attr("copy")();
+                        d["v"] = py::array(py::dtype::of<typename std::decay_t<decltype(*s)>::value_type>(),
+                                           {py::ssize_t(s->v.size())}, {}, s->v.data()).attr("copy")();
+                    }
+                }, a.state);
+                return d;
+            },
+            "Steps taken and the moments m, v (flat, in parameter order): enough to resume.")
+        .def(
+            "load_state_dict",
+            [](AdamPy& a, const py::object& obj, const py::dict& d) {
+                if (!py::isinstance<StoreHolder>(obj)) throw ft::TypeError("load_state_dict(obj, state): obj must have parameters");
+                StoreHolder& h = obj.cast<StoreHolder&>();
+                const long long t = d["t"].cast<long long>();
+                if (t < 0) throw ft::ValueError("state['t'] must be >= 0");
+                std::visit([&](auto* store) {
+                    using T = typename std::decay_t<decltype(*store)>::value_type;
+                    auto m = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(d.contains("m") ? d["m"] : py::none());
+                    auto v = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(d.contains("v") ? d["v"] : py::none());
+                    if (t > 0 && (!m || !v || m.size() != store->size() || v.size() != store->size()))
+                        throw ft::ValueError("state's moments do not match this object's " + std::to_string(store->size()) + " parameters");
+                    a.state = std::monostate{};
+                    ft::Adam<T>& opt = a.get(*store);
+                    opt.t = t;
+                    if (t > 0) {
+                        opt.m = ft::Vector<T>::from_shape({std::size_t(store->size())});
+                        opt.v = ft::Vector<T>::from_shape({std::size_t(store->size())});
+                        std::copy(m.data(), m.data() + m.size(), opt.m.data());
+                        std::copy(v.data(), v.data() + v.size(), opt.v.data());
+                    }
+                }, h.store_ref());
+            },
+            py::arg("obj"), py::arg("state"), "Bind this optimizer to obj with the given state (from state_dict).")
         .def_readonly("beta1", &AdamPy::beta1)
         .def_readonly("beta2", &AdamPy::beta2)
         .def_readonly("eps", &AdamPy::eps)
@@ -122,9 +143,6 @@ step and belong to that object. Fixed parameters (sinusoidal W_p) are never chan
                    ", weight_decay=" + py::repr(py::float_(a.weight_decay)).cast<std::string>() + ", decoupled=" + (a.decoupled ? "True" : "False") + ")";
         });
 
-    struct SGDPy {
-        double lr;
-    };
     py::class_<SGDPy>(m, "SGD", R"doc(The listings' update (Algorithms 11–13, line 6): θ ← θ − lr · ∇loss(θ).
 
 step(obj, grads=None, lr=None) as Adam.step.)doc")

@@ -160,14 +160,16 @@ void Model<T>::embed_backward(const Tokens& x, CMatView<T> dX) {
 
 template <class T>
 double Model<T>::head_loss(const Unembedding<T>& u, CMatView<T> X, const std::vector<index_t>& cols,
-                           const std::vector<index_t>& targets, MatView<T>* dX, BackwardWork<T>& w) {
+                           const std::vector<index_t>& targets, MatView<T>* dX, BackwardWork<T>& w,
+                           index_t* n_correct) {
     const index_t nt = index_t(cols.size());
+    if (n_correct) *n_correct = 0;
     if (nt == 0) return 0.0;
     MatView<T> Xs = ensure(w.Xsel, X.rows, nt);
     for (index_t k = 0; k < nt; ++k) std::copy(X.col(cols[std::size_t(k)]), X.col(cols[std::size_t(k)]) + X.rows, Xs.col(k));
     MatView<T> Z = ensure(w.logits, cfg.n_vocab, nt);
     u.logits(store, Xs, Z);                                  // W_u X at the scored columns
-    const double loss = nll_and_grad<T>(Z, targets.data());  // −Σ log softmax(·)[target]; Z ← ∂loss/∂Z
+    const double loss = nll_and_grad<T>(Z, targets.data(), T(1), n_correct);  // −Σ log softmax(·)[target]; Z ← ∂loss/∂Z
     if (dX) {
         MatView<T> dXs = zeros(w.dXsel, X.rows, nt);
         u.backward_logits(store, Xs, Z, dXs);  // dW_u += dZ Xᵀ, dXs = W_uᵀ dZ
@@ -279,7 +281,7 @@ double DTransformer<T>::loss_and_grad(const Tokens& x) {
 }
 
 template <class T>
-double DTransformer<T>::loss(const Tokens& x, index_t* n_scored) {
+double DTransformer<T>::loss(const Tokens& x, index_t* n_scored, index_t* n_correct) {
     forward(x);
     BackwardWork<T>& w = work_;
     w.cols.clear();
@@ -290,7 +292,7 @@ double DTransformer<T>::loss(const Tokens& x, index_t* n_scored) {
             w.targets.push_back(x.ids[x.s.begin(b) + t + 1]);
         }
     if (n_scored) *n_scored = index_t(w.cols.size());
-    return this->head_loss(*unemb, out(), w.cols, w.targets, nullptr, w);
+    return this->head_loss(*unemb, out(), w.cols, w.targets, nullptr, w, n_correct);
 }
 
 template <class T>
@@ -436,7 +438,7 @@ double ETransformer<T>::loss_and_grad(const Tokens& x_tilde, const index_t* x) {
 }
 
 template <class T>
-double ETransformer<T>::loss(const Tokens& x_tilde, const index_t* x, index_t* n_scored) {
+double ETransformer<T>::loss(const Tokens& x_tilde, const index_t* x, index_t* n_scored, index_t* n_correct) {
     forward(x_tilde);
     BackwardWork<T>& w = work_;
     w.cols.clear();
@@ -447,7 +449,7 @@ double ETransformer<T>::loss(const Tokens& x_tilde, const index_t* x, index_t* n
             w.targets.push_back(x[t]);
         }
     if (n_scored) *n_scored = index_t(w.cols.size());
-    return this->head_loss(*unemb, out(), w.cols, w.targets, nullptr, w);
+    return this->head_loss(*unemb, out(), w.cols, w.targets, nullptr, w, n_correct);
 }
 
 template <class T>
@@ -625,12 +627,12 @@ double EDTransformer<T>::loss_and_grad(const Tokens& z, const Tokens& x) {
 }
 
 template <class T>
-double EDTransformer<T>::loss(const Tokens& z, const Tokens& x, index_t* n_scored) {
+double EDTransformer<T>::loss(const Tokens& z, const Tokens& x, index_t* n_scored, index_t* n_correct) {
     forward(z, x);
     BackwardWork<T>& w = work_;
     next_token_targets(x, w.cols, w.targets);
     if (n_scored) *n_scored = index_t(w.cols.size());
-    return this->head_loss(*unemb, out(), w.cols, w.targets, nullptr, w);
+    return this->head_loss(*unemb, out(), w.cols, w.targets, nullptr, w, n_correct);
 }
 
 template <class T>

@@ -55,12 +55,19 @@ void Unembedding<T>::backward(ParamStore<T>& store, CMatView<T> X, CMatView<T> P
 }
 
 template <class T>
-double nll_and_grad(MatView<T> Z, const index_t* targets, T scale) {
+double nll_and_grad(MatView<T> Z, const index_t* targets, T scale, index_t* n_correct) {
     double loss = 0;
-#pragma omp parallel for schedule(static) reduction(+ : loss) if (Z.size() > 16384)
+    index_t correct = 0;
+#pragma omp parallel for schedule(static) reduction(+ : loss, correct) if (Z.size() > 16384)
     for (index_t t = 0; t < Z.cols; ++t) {
         T* z = Z.col(t);
         const double zy = double(z[targets[t]]);
+        if (n_correct) {  // argmax (first of ties) == target
+            index_t am = 0;
+            for (index_t i = 1; i < Z.rows; ++i)
+                if (z[i] > z[am]) am = i;
+            correct += am == targets[t];
+        }
         const double lse = softmax_column_lse(z, Z.rows);  // z ← softmax(z)
         const double nl = lse - zy;                          // −log softmax(z)[y] = logsumexp(z) − z[y]
         loss += nl;
@@ -68,12 +75,13 @@ double nll_and_grad(MatView<T> Z, const index_t* targets, T scale) {
         if (scale != T(1))
             for (index_t i = 0; i < Z.rows; ++i) z[i] *= scale;
     }
+    if (n_correct) *n_correct = correct;
     return loss;
 }
 
 template class Unembedding<float>;
 template class Unembedding<double>;
-template double nll_and_grad<float>(MatView<float>, const index_t*, float);
-template double nll_and_grad<double>(MatView<double>, const index_t*, double);
+template double nll_and_grad<float>(MatView<float>, const index_t*, float, index_t*);
+template double nll_and_grad<double>(MatView<double>, const index_t*, double, index_t*);
 
 }  // namespace ft

@@ -30,6 +30,7 @@ public:
 template <class T>
 class Adam {
 public:
+    using value_type = T;
     Adam(double lr, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8, double weight_decay = 0.0,
          bool decoupled = true);
     // One step with the flat gradient g (store.size() entries); the first step sizes m and v to the store.

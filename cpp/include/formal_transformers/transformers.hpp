@@ -195,7 +195,8 @@ protected:
     // −Σ log softmax(W_u X[:, col])[target] over the given columns, and (if dX) its gradient:
     // dW_u (or dW_e when tied) += …, dX[:, col] += W_uᵀ dZ[:, col]
     double head_loss(const Unembedding<T>& u, CMatView<T> X, const std::vector<index_t>& cols,
-                     const std::vector<index_t>& targets, MatView<T>* dX, BackwardWork<T>& w);
+                     const std::vector<index_t>& targets, MatView<T>* dX, BackwardWork<T>& w,
+                     index_t* n_correct = nullptr);
 };
 
 // Algorithm 10.
@@ -216,7 +217,8 @@ public:
     void probabilities(MatView<T> P) const { unemb->forward(store, out(), P); }
     // Algorithm 13 line 5 summed over the batch, and its gradient in store.grad() (zeroed first)
     double loss_and_grad(const Tokens& x);
-    double loss(const Tokens& x, index_t* n_scored = nullptr);
+    // the loss without gradients; n_scored: predicted tokens, n_correct: of them, argmax = target
+    double loss(const Tokens& x, index_t* n_scored = nullptr, index_t* n_correct = nullptr);
     // softmax(S/√d_attn) of the last forward: layer l, sequence b, head h -> [ℓ_b, ℓ_b]
     CMatView<T> attention_weights(index_t l, index_t b, index_t h) const;
 
@@ -261,7 +263,7 @@ public:
     void probabilities(MatView<T> P) const { unemb->forward(store, out(), P); }
     // Algorithm 12 line 9 for x̃ (with mask tokens) and x (the originals), summed over the batch
     double loss_and_grad(const Tokens& x_tilde, const index_t* x);
-    double loss(const Tokens& x_tilde, const index_t* x, index_t* n_scored = nullptr);
+    double loss(const Tokens& x_tilde, const index_t* x, index_t* n_scored = nullptr, index_t* n_correct = nullptr);
     CMatView<T> attention_weights(index_t l, index_t b, index_t h) const;
 
     std::vector<std::unique_ptr<MHAttention<T>>> attn;
@@ -297,7 +299,7 @@ public:
     void probabilities(MatView<T> P) const { unemb->forward(store, out(), P); }
     // Algorithm 11 line 5 summed over the batch (z and x: the same number of sequences)
     double loss_and_grad(const Tokens& z, const Tokens& x);
-    double loss(const Tokens& z, const Tokens& x, index_t* n_scored = nullptr);
+    double loss(const Tokens& z, const Tokens& x, index_t* n_scored = nullptr, index_t* n_correct = nullptr);
     // which: 0 encoder self-attention, 1 decoder self-attention, 2 decoder cross-attention
     CMatView<T> attention_weights(int which, index_t l, index_t b, index_t h) const;
 

@@ -44,7 +44,8 @@ public:
 // Negative log-likelihood of targets under softmax of the logits, in one pass per column:
 //   loss = −Σ_t log softmax(Z[:, t])[y_t]   over the columns t of Z:[N_V,n] (y_t = targets[t])
 // and Z is overwritten by ∂loss/∂Z = softmax(Z) − one_hot(y) (times `scale`). Accumulated in double.
+// n_correct (optional): how many columns have their target as the argmax (accuracy for evaluations).
 template <class T>
-double nll_and_grad(MatView<T> Z, const index_t* targets, T scale = T(1));
+double nll_and_grad(MatView<T> Z, const index_t* targets, T scale = T(1), index_t* n_correct = nullptr);
 
 }  // namespace ft

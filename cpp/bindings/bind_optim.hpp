@@ -1,0 +1,46 @@
+// The Python optimizer objects (ft.Adam, ft.SGD), shared by register_optim.cpp and the trainers.
+#pragma once
+
+#include "bind.hpp"
+#include "formal_transformers/optim.hpp"
+
+namespace ftpy {
+
+// Optimizer state is created at the first step, in the dtype of the stepped object, and stays bound to it.
+struct AdamPy {
+    double lr, beta1, beta2, eps, weight_decay;
+    bool decoupled;
+    std::variant<std::monostate, std::unique_ptr<ft::Adam<float>>, std::unique_ptr<ft::Adam<double>>> state;
+    const void* bound = nullptr;  // the stepped object's parameter buffer
+
+    template <class T>
+    ft::Adam<T>& get(ft::ParamStore<T>& store) {
+        using P = std::unique_ptr<ft::Adam<T>>;
+        if (std::holds_alternative<std::monostate>(state)) {
+            state = std::make_unique<ft::Adam<T>>(lr, beta1, beta2, eps, weight_decay, decoupled);
+            bound = store.theta();
+        }
+        if (!std::holds_alternative<P>(state) || bound != static_cast<const void*>(store.theta()))
+            throw ft::ValueError("this Adam holds the moments of another model; use one optimizer per model");
+        return *std::get<P>(state);
+    }
+};
+
+struct SGDPy {
+    double lr;
+};
+
+// The update rule of an optimizer object (ft.Adam / ft.SGD) for a store of dtype T: what line 6 of
+// Algorithms 11–13 does in the trainers. TypeError for anything else.
+template <class T>
+std::function<void(ft::ParamStore<T>&, const T*, double)> update_rule(const py::object& optimizer, ft::ParamStore<T>& store) {
+    if (py::isinstance<AdamPy>(optimizer)) {
+        ft::Adam<T>* adam = &optimizer.cast<AdamPy&>().get(store);
+        return [adam](ft::ParamStore<T>& s, const T* g, double lr) { adam->step(s, g, lr); };
+    }
+    if (py::isinstance<SGDPy>(optimizer))
+        return [](ft::ParamStore<T>& s, const T* g, double lr) { ft::SGD<T>(lr).step(s, g); };
+    throw ft::TypeError("optimizer must be 'adam', 'sgd', an ft.Adam or an ft.SGD");
+}
+
+}  // namespace ftpy

@@ -1,0 +1,156 @@
+// Algorithms 14 and 15 as Python classes: ft.DInference(l_gen, tau)(x, model), ft.EDInference(tau)(z, model).
+#include <random>
+
+#include "bind.hpp"
+#include "formal_transformers/inference.hpp"
+
+namespace ftpy {
+
+namespace {
+template <class T>
+using DUnitI = ft::DTransformer<T>;
+template <class T>
+using EDUnitI = ft::EDTransformer<T>;
+
+struct SamplerPy {
+    ft::SamplingOptions o;
+    py::object seed;  // None: a fresh random seed per call
+    std::mt19937_64::result_type next_seed() {
+        if (seed.is_none()) return std::random_device{}() ^ (std::uint64_t(std::random_device{}()) << 32);
+        return seed.cast<unsigned long long>();
+    }
+};
+
+struct DInferencePy : SamplerPy {
+    long long l_gen = 0;
+};
+struct EDInferencePy : SamplerPy {
+    long long max_len = 0;
+};
+
+ft::SamplingOptions sampling(double tau, const py::object& top_k, const py::object& top_p, bool cache) {
+    ft::SamplingOptions o;
+    o.tau = tau;
+    o.top_k = top_k.is_none() ? 0 : top_k.cast<long long>();
+    o.top_p = top_p.is_none() ? 1.0 : top_p.cast<double>();
+    o.cache = cache;
+    o.check();
+    return o;
+}
+
+void check_seed(const py::object& seed) {
+    if (!seed.is_none() && seed.cast<long long>() < 0) throw ft::ValueError("seed must be >= 0 or None");
+}
+
+py::array_t<long long> to_array(const std::vector<index_t>& v) {
+    py::array_t<long long> a(py::ssize_t(v.size()));
+    std::copy(v.begin(), v.end(), a.mutable_data());
+    return a;
+}
+
+std::string sampling_repr(const ft::SamplingOptions& o) {
+    return "tau=" + py::repr(py::float_(o.tau)).cast<std::string>() + ", top_k=" + std::to_string(o.top_k) +
+           ", top_p=" + py::repr(py::float_(o.top_p)).cast<std::string>() + ", cache=" + (o.cache ? "True" : "False");
+}
+}  // namespace
+
+void register_inference(py::module_& m) {
+    py::class_<DInferencePy>(m, "DInference", R"doc(Algorithm 14: y ← DInference(x, θ̂) — prompting a trained DTransformer.
+
+DInference(l_gen, tau=1.0, *, top_k=None, top_p=None, seed=None, cache=True)(x, model) -> y, the ℓ_gen
+token ids that follow the prompt x (1-D, 1 ≤ ℓ ≤ l_max). Each token is drawn from q ∝ p^{1/τ} where p is
+the last column of P = model(x) (τ = 0: argmax); top_k / top_p restrict q to the k most probable tokens /
+the smallest set of mass ≥ top_p. cache=True keeps the keys and values of earlier tokens (one column of
+work per new token); cache=False runs the listing literally (the whole model on the whole sequence each
+step) — both give the same tokens for the same seed. Past l_max the model sees the last l_max tokens (a
+sliding window; the cache is refilled from the window each step then). seed=None: a fresh random seed.)doc")
+        .def(py::init([](long long l_gen, double tau, const py::object& top_k, const py::object& top_p,
+                         const py::object& seed, bool cache) {
+                 if (l_gen < 0) throw ft::ValueError("l_gen must be >= 0, got " + std::to_string(l_gen));
+                 check_seed(seed);
+                 DInferencePy d;
+                 d.o = sampling(tau, top_k, top_p, cache);
+                 d.seed = seed;
+                 d.l_gen = l_gen;
+                 return d;
+             }),
+             py::arg("l_gen"), py::arg("tau") = 1.0, py::kw_only(), py::arg("top_k") = py::none(),
+             py::arg("top_p") = py::none(), py::arg("seed") = py::none(), py::arg("cache") = true)
+        .def(
+            "__call__",
+            [](DInferencePy& self, const py::handle& x, const py::object& model) {
+                if (!py::isinstance<Dual<DUnitI>>(model))
+                    throw ft::TypeError("DInference needs a DTransformer, got " +
+                                        py::str(py::type::handle_of(model).attr("__name__")).cast<std::string>());
+                auto& d = model.cast<Dual<DUnitI>&>();
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& mdl) {
+                    InIds prompt = in_ids(x, "x", mdl.cfg.n_vocab, false);
+                    if (index_t(prompt.ids.size()) > mdl.cfg.l_max)
+                        throw ft::ValueError("the prompt x has length " + std::to_string(prompt.ids.size()) +
+                                             " > l_max = " + std::to_string(mdl.cfg.l_max));
+                    ft::Rng rng(self.next_seed());
+                    std::vector<index_t> y;
+                    {
+                        py::gil_scoped_release nogil;
+                        y = ft::DInference(mdl, prompt.ids.data(), index_t(prompt.ids.size()), self.l_gen, self.o, rng);
+                    }
+                    return to_array(y);
+                });
+            },
+            py::arg("x"), py::arg("model"))
+        .def_readonly("l_gen", &DInferencePy::l_gen)
+        .def_property_readonly("tau", [](const DInferencePy& s) { return s.o.tau; })
+        .def("__repr__", [](const DInferencePy& s) { return "DInference(l_gen=" + std::to_string(s.l_gen) + ", " + sampling_repr(s.o) + ")"; });
+
+    py::class_<EDInferencePy>(m, "EDInference", R"doc(Algorithm 15: x̂ ← EDInference(z, θ̂) — sequence-to-sequence decoding with an EDTransformer.
+
+EDInference(tau=1.0, *, max_len=None, top_k=None, top_p=None, seed=None, cache=True)(z, model) -> x̂:
+starts with bos_token and samples until eos_token (included), or until x̂ has max_len tokens (default
+l_max), so it always terminates. cache=True runs the encoder once per z and keeps the decoder's keys and
+values; cache=False runs the listing literally. Sampling as DInference.)doc")
+        .def(py::init([](double tau, const py::object& max_len, const py::object& top_k, const py::object& top_p,
+                         const py::object& seed, bool cache) {
+                 check_seed(seed);
+                 EDInferencePy d;
+                 d.o = sampling(tau, top_k, top_p, cache);
+                 d.seed = seed;
+                 d.max_len = max_len.is_none() ? 0 : max_len.cast<long long>();
+                 if (!max_len.is_none() && d.max_len < 1) throw ft::ValueError("max_len must be >= 1");
+                 return d;
+             }),
+             py::arg("tau") = 1.0, py::kw_only(), py::arg("max_len") = py::none(), py::arg("top_k") = py::none(),
+             py::arg("top_p") = py::none(), py::arg("seed") = py::none(), py::arg("cache") = true)
+        .def(
+            "__call__",
+            [](EDInferencePy& self, const py::handle& z, const py::object& model) {
+                if (!py::isinstance<Dual<EDUnitI>>(model))
+                    throw ft::TypeError("EDInference needs an EDTransformer, got " +
+                                        py::str(py::type::handle_of(model).attr("__name__")).cast<std::string>());
+                auto& d = model.cast<Dual<EDUnitI>&>();
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& mdl) {
+                    InIds zi = in_ids(z, "z", mdl.cfg.n_vocab, false);
+                    if (index_t(zi.ids.size()) > mdl.cfg.l_max)
+                        throw ft::ValueError("z has length " + std::to_string(zi.ids.size()) + " > l_max = " + std::to_string(mdl.cfg.l_max));
+                    if (self.max_len > mdl.cfg.l_max)
+                        throw ft::ValueError("max_len = " + std::to_string(self.max_len) + " > l_max = " + std::to_string(mdl.cfg.l_max));
+                    ft::Rng rng(self.next_seed());
+                    std::vector<index_t> x;
+                    {
+                        py::gil_scoped_release nogil;
+                        x = ft::EDInference(mdl, zi.ids.data(), index_t(zi.ids.size()), self.o, rng, self.max_len);
+                    }
+                    return to_array(x);
+                });
+            },
+            py::arg("z"), py::arg("model"))
+        .def_property_readonly("tau", [](const EDInferencePy& s) { return s.o.tau; })
+        .def("__repr__", [](const EDInferencePy& s) {
+            return "EDInference(" + sampling_repr(s.o) + ", max_len=" + std::to_string(s.max_len) + ")";
+        });
+}
+
+static Registrar reg_inference(95, "inference", &register_inference);
+
+}  // namespace ftpy

@@ -1,0 +1,107 @@
+// Algorithms 11, 12, 13: training the three architectures.
+//
+// Algorithm 13: θ̂ ← DTraining(x_{1:N_data}, θ)             Hyperparameters: N_epochs ∈ ℕ, η ∈ (0, ∞)
+//   1  for i = 1, 2, …, N_epochs do
+//   2    for n = 1, 2, …, N_data do
+//   3      ℓ ← length(x_n)
+//   4      P(θ) ← DTransformer(x_n | θ)
+//   5      loss(θ) = −Σ_{t=1}^{ℓ−1} log P(θ)[x_n[t+1], t]
+//   6      θ ← θ − η · ∇loss(θ)
+//   7    end
+//   8  end
+//   9  return θ̂ = θ
+// Algorithm 11 (EDTraining) is the same loop over pairs (z_n, x_n) with P(θ) ← EDTransformer(z_n, x_n | θ).
+// Algorithm 12 (ETraining), hyperparameter p_mask ∈ (0, 1), replaces lines 3–5 by
+//   3      ℓ ← length(x_n)
+//   4      for t = 1, 2, …, ℓ do
+//   5        x̃_n[t] ← mask_token or x_n[t] randomly with probability p_mask or 1 − p_mask
+//   6      end
+//   7      T̃ ← {t ∈ [ℓ] : x̃_n[t] = mask_token}
+//   8      P(θ) ← ETransformer(x̃_n | θ)
+//   9      loss(θ) = −Σ_{t∈T̃} log P(θ)[x_n[t], t]
+//
+// What the options add to the listing (defaults reproduce it, except the optimizer, which is Adam by
+// default as API.md says; optimizer = SGD with batch_size = 1, shuffle = false is the listing exactly):
+//  * batch_size B: line 2 walks the data B sequences at a time; the update uses the mean over the
+//    minibatch of the listing's per-sequence loss (reduction "sum", the default), or the mean per scored
+//    token (reduction "mean", nanoGPT's). B = 1 with "sum" is the listing's update.
+//  * shuffle: line 2 visits the data in a fresh random order each epoch (seeded).
+//  * η schedule: linear warm-up over `warmup` steps, then constant, cosine or linear decay to min_lr
+//    at the last step. clip > 0: the gradient is rescaled to norm ≤ clip before the update.
+//  * max_steps > 0 ends training early; eval_every > 0 measures the validation loss (mean per token, and
+//    accuracy of the argmax) every that many steps and at the end.
+// After each update a hook receives the step's figures and may stop training by returning false. Ctrl-C
+// (or any exception from the hook) ends training between steps or inside a step before its update, so the
+// model always holds the parameters of a completed step.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "formal_transformers/optim.hpp"
+#include "formal_transformers/transformers.hpp"
+
+namespace ft {
+
+struct TrainOptions {
+    index_t n_epochs = 1;
+    double eta = 1e-3;              // η: the peak learning rate
+    index_t batch_size = 1;
+    bool shuffle = true;
+    std::uint64_t seed = 0;
+    enum class Reduction { Sum, Mean } reduction = Reduction::Sum;
+    enum class Schedule { Constant, Cosine, Linear } schedule = Schedule::Constant;
+    index_t warmup = 0;
+    double min_lr = 0.0;            // the decay's end value
+    double clip = 0.0;              // max gradient norm; 0: off
+    index_t max_steps = 0;          // 0: N_epochs full passes
+    index_t eval_every = 0;         // 0: evaluate only at the end (when validation data is given)
+    double p_mask = 0.15;           // ETraining
+    void check() const;             // ValueError naming a bad value
+};
+
+struct StepInfo {
+    index_t step = 0, epoch = 0, total_steps = 0;
+    double loss = 0;        // this step's loss, mean per scored token (nats)
+    double lr = 0;          // η used for this step
+    double grad_norm = 0;   // before clipping
+    index_t tokens = 0;     // scored tokens in this step
+    double val_loss = -1;   // ≥ 0 when evaluated at this step (mean per token)
+    double val_accuracy = -1;
+};
+
+// The update rule (SGD or Adam, see optim.hpp): given the flat gradient and the step's η.
+template <class T>
+using UpdateFn = std::function<void(ParamStore<T>&, const T* g, double lr)>;
+// Called after each step; return false to stop.
+using StepHook = std::function<bool(const StepInfo&)>;
+
+// A data set of token sequences: concatenated ids and their extents.
+struct Dataset {
+    std::vector<index_t> ids;
+    Seqs s;
+    index_t size() const { return s.count(); }
+};
+
+// η at step `step` (1-based) of `total`
+double learning_rate(const TrainOptions& o, index_t step, index_t total);
+
+// Algorithm 13
+template <class T>
+void DTraining(DTransformer<T>& model, const Dataset& data, const TrainOptions& o, const UpdateFn<T>& update,
+               const StepHook& hook, const Dataset* val = nullptr);
+// Algorithm 12 (the originals x; the masking of lines 4–6 happens here, from the seeded Rng)
+template <class T>
+void ETraining(ETransformer<T>& model, const Dataset& data, const TrainOptions& o, const UpdateFn<T>& update,
+               const StepHook& hook, const Dataset* val = nullptr);
+// Algorithm 11 (z_data and x_data: the same number of sequences)
+template <class T>
+void EDTraining(EDTransformer<T>& model, const Dataset& z_data, const Dataset& x_data, const TrainOptions& o,
+                const UpdateFn<T>& update, const StepHook& hook, const Dataset* z_val = nullptr,
+                const Dataset* x_val = nullptr);
+
+// Line 5 of Algorithm 12 for a whole sequence: x̃[t] = mask_token with probability p_mask, else x[t].
+void mask_tokens(const index_t* x, index_t n, index_t mask_token, double p_mask, Rng& rng, index_t* x_tilde);
+
+}  // namespace ft

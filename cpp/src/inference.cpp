@@ -1,0 +1,147 @@
+// Algorithms 14 and 15, with the literal and the KV-cached paths side by side.
+#include "formal_transformers/inference.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace ft {
+
+void SamplingOptions::check() const {
+    if (!(tau >= 0) || !std::isfinite(tau)) throw ValueError("tau must be a finite number >= 0 (0 = argmax), got " + std::to_string(tau));
+    if (top_k < 0) throw ValueError("top_k must be >= 0 (0 = no limit), got " + std::to_string(top_k));
+    if (!(top_p > 0 && top_p <= 1)) throw ValueError("top_p must be in (0, 1], got " + std::to_string(top_p));
+}
+
+template <class T>
+index_t sample_token(const T* z, index_t n, const SamplingOptions& o, Rng& rng, std::vector<double>& q,
+                     std::vector<index_t>& order) {
+    if (o.tau == 0) {  // the limit τ → 0 of q ∝ p^{1/τ}: the most probable token (first of ties)
+        return index_t(std::max_element(z, z + n) - z);
+    }
+    // q ∝ p^{1/τ} = exp(z/τ)/Σ exp(z/τ), in double, max-subtracted
+    q.resize(std::size_t(n));
+    const double m = double(*std::max_element(z, z + n));
+    double s = 0;
+    for (index_t i = 0; i < n; ++i) s += (q[std::size_t(i)] = std::exp((double(z[i]) - m) / o.tau));
+    // candidates by decreasing q (only needed for top-k / top-p)
+    index_t keep = n;
+    const bool restrict = (o.top_k > 0 && o.top_k < n) || o.top_p < 1;
+    if (restrict) {
+        order.resize(std::size_t(n));
+        std::iota(order.begin(), order.end(), index_t(0));
+        std::stable_sort(order.begin(), order.end(), [&](index_t a, index_t b) { return q[std::size_t(a)] > q[std::size_t(b)]; });
+        if (o.top_k > 0) keep = std::min(keep, o.top_k);
+        if (o.top_p < 1) {
+            double acc = 0;
+            index_t k = 0;
+            while (k < keep) {
+                acc += q[std::size_t(order[std::size_t(k)])] / s;
+                ++k;
+                if (acc >= o.top_p) break;
+            }
+            keep = k;
+        }
+        double s2 = 0;
+        for (index_t k = 0; k < keep; ++k) s2 += q[std::size_t(order[std::size_t(k)])];
+        double u = rng.uniform() * s2;
+        for (index_t k = 0; k < keep; ++k) {
+            u -= q[std::size_t(order[std::size_t(k)])];
+            if (u < 0) return order[std::size_t(k)];
+        }
+        return order[std::size_t(keep - 1)];
+    }
+    double u = rng.uniform() * s;  // inverse CDF
+    for (index_t i = 0; i < n; ++i) {
+        u -= q[std::size_t(i)];
+        if (u < 0) return i;
+    }
+    for (index_t i = n - 1; i >= 0; --i)  // rounding: the last token with mass
+        if (q[std::size_t(i)] > 0) return i;
+    return n - 1;
+}
+
+// ======================================== Algorithm 14 ================================================
+template <class T>
+std::vector<index_t> DInference(DTransformer<T>& model, const index_t* x_in, index_t l, index_t l_gen,
+                                const SamplingOptions& o, Rng& rng) {
+    o.check();
+    const ModelConfig& c = model.cfg;
+    if (l_gen < 0) throw ValueError("l_gen must be >= 0, got " + std::to_string(l_gen));
+    validate(Tokens{x_in, Seqs::single(l)}, c.n_vocab, c.l_max, "x");  // the prompt fits ℓ_max
+    std::vector<index_t> x(x_in, x_in + l);                             // line 1: ℓ ← length(x)
+    x.reserve(std::size_t(l + l_gen));
+    std::vector<T> z(std::size_t(c.n_vocab));
+    std::vector<double> q;
+    std::vector<index_t> order;
+    Matrix<T> zcol;
+    typename DTransformer<T>::Decoder dec;
+    index_t fed = 0;  // cached path: tokens of x already in the caches (a window starting at `start`)
+    index_t start = 0;
+    for (index_t i = 1; i <= l_gen; ++i) {  // line 2
+        poll();
+        const index_t len = index_t(x.size());
+        const index_t w0 = std::max<index_t>(0, len - c.l_max);  // the window the model sees: x[w0:len]
+        if (!o.cache) {
+            // line 3: P ← DTransformer(x | θ̂) on the window; line 4: p ← P[:, ℓ + i − 1] (its last column)
+            model.forward(Tokens{x.data() + w0, Seqs::single(len - w0)});
+            model.unemb->logits(model.store, model.out().cols_range(len - w0 - 1, 1), ensure(zcol, c.n_vocab, 1));
+            std::copy(zcol.data(), zcol.data() + c.n_vocab, z.begin());
+        } else {
+            if (w0 != start || fed == 0) {  // first call, or the window slid: (re)fill the caches
+                dec = typename DTransformer<T>::Decoder();
+                start = w0;
+                model.decode(dec, x.data() + w0, len - w0, z.data());
+            } else {  // feed only the tokens not yet seen: one column of work per layer
+                model.decode(dec, x.data() + fed, len - fed, z.data());
+            }
+            fed = len;
+        }
+        const index_t y = sample_token(z.data(), c.n_vocab, o, rng, q, order);  // line 5: y ~ q ∝ p^{1/τ}
+        x.push_back(y);                                                         // line 6: x ← [x, y]
+    }
+    return std::vector<index_t>(x.begin() + l, x.end());  // line 8: y = x[ℓ+1 : ℓ+ℓ_gen]
+}
+
+// ======================================== Algorithm 15 ================================================
+template <class T>
+std::vector<index_t> EDInference(EDTransformer<T>& model, const index_t* z, index_t l_z, const SamplingOptions& o,
+                                 Rng& rng, index_t max_len) {
+    o.check();
+    const ModelConfig& c = model.cfg;
+    if (max_len < 0 || max_len > c.l_max)
+        throw ValueError("max_len must be in [1, l_max = " + std::to_string(c.l_max) + "], got " + std::to_string(max_len));
+    if (max_len == 0) max_len = c.l_max;
+    validate(Tokens{z, Seqs::single(l_z)}, c.n_vocab, c.l_max, "z");
+    std::vector<index_t> x_hat = {c.bos_token()};  // line 1: x̂ ← [bos_token]
+    index_t y = 0;                                  // line 2
+    std::vector<T> p(std::size_t(c.n_vocab));
+    std::vector<double> q;
+    std::vector<index_t> order;
+    Matrix<T> zcol;
+    typename EDTransformer<T>::Decoder dec;
+    if (o.cache) model.encode(dec, z, l_z);  // the encoder (lines 1–9 of Algorithm 8) runs once per z
+    while (y != c.eos_token() && index_t(x_hat.size()) < max_len) {  // line 3 (and the length cap)
+        poll();
+        const index_t n = index_t(x_hat.size());
+        if (!o.cache) {
+            model.forward(Tokens{z, Seqs::single(l_z)}, Tokens{x_hat.data(), Seqs::single(n)});  // line 4
+            model.unemb->logits(model.store, model.out().cols_range(n - 1, 1), ensure(zcol, c.n_vocab, 1));  // line 5
+            std::copy(zcol.data(), zcol.data() + c.n_vocab, p.begin());
+        } else {
+            model.decode(dec, x_hat.data() + n - 1, 1, p.data());  // lines 4–5 for the newest token only
+        }
+        y = sample_token(p.data(), c.n_vocab, o, rng, q, order);  // line 6
+        x_hat.push_back(y);                                        // line 7: x̂ ← [x̂, y]
+    }
+    return x_hat;  // line 9
+}
+
+template index_t sample_token<float>(const float*, index_t, const SamplingOptions&, Rng&, std::vector<double>&, std::vector<index_t>&);
+template index_t sample_token<double>(const double*, index_t, const SamplingOptions&, Rng&, std::vector<double>&, std::vector<index_t>&);
+template std::vector<index_t> DInference<float>(DTransformer<float>&, const index_t*, index_t, index_t, const SamplingOptions&, Rng&);
+template std::vector<index_t> DInference<double>(DTransformer<double>&, const index_t*, index_t, index_t, const SamplingOptions&, Rng&);
+template std::vector<index_t> EDInference<float>(EDTransformer<float>&, const index_t*, index_t, const SamplingOptions&, Rng&, index_t);
+template std::vector<index_t> EDInference<double>(EDTransformer<double>&, const index_t*, index_t, const SamplingOptions&, Rng&, index_t);
+
+}  // namespace ft

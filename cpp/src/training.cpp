@@ -1,0 +1,235 @@
+// Algorithms 11, 12, 13: the listings' loops, one shared skeleton (lines 1, 2, 6) and one body (lines 3–5)
+// per listing.
+#include "formal_transformers/training.hpp"
+
+#include <cmath>
+#include <numeric>
+
+namespace ft {
+
+void TrainOptions::check() const {
+    if (n_epochs < 0) throw ValueError("n_epochs must be >= 0, got " + std::to_string(n_epochs));
+    if (!(eta >= 0) || !std::isfinite(eta)) throw ValueError("eta must be a finite number >= 0");
+    if (batch_size < 1) throw ValueError("batch_size must be >= 1, got " + std::to_string(batch_size));
+    if (warmup < 0) throw ValueError("warmup must be >= 0");
+    if (!(min_lr >= 0)) throw ValueError("min_lr must be >= 0");
+    if (!(clip >= 0)) throw ValueError("clip must be >= 0 (0: no clipping)");
+    if (max_steps < 0) throw ValueError("max_steps must be >= 0 (0: no limit)");
+    if (eval_every < 0) throw ValueError("eval_every must be >= 0");
+    if (!(p_mask > 0 && p_mask < 1)) throw ValueError("p_mask must be in (0, 1), got " + std::to_string(p_mask));
+}
+
+double learning_rate(const TrainOptions& o, index_t step, index_t total) {
+    if (o.warmup > 0 && step <= o.warmup) return o.eta * double(step) / double(o.warmup);  // linear warm-up
+    if (o.schedule == TrainOptions::Schedule::Constant) return o.eta;
+    const double span = double(std::max<index_t>(1, total - o.warmup));
+    const double progress = std::min(1.0, std::max(0.0, double(step - o.warmup) / span));
+    if (o.schedule == TrainOptions::Schedule::Cosine)
+        return o.min_lr + 0.5 * (o.eta - o.min_lr) * (1.0 + std::cos(M_PI * progress));
+    return o.eta + (o.min_lr - o.eta) * progress;  // linear
+}
+
+void mask_tokens(const index_t* x, index_t n, index_t mask_token, double p_mask, Rng& rng, index_t* x_tilde) {
+    for (index_t t = 0; t < n; ++t)  // line 5: mask_token or x_n[t] with probability p_mask or 1 − p_mask
+        x_tilde[t] = rng.uniform() < p_mask ? mask_token : x[t];
+}
+
+namespace {
+// The gathered minibatch: ids of the chosen sequences, concatenated.
+struct Batch {
+    std::vector<index_t> ids, lens;
+    void clear() {
+        ids.clear();
+        lens.clear();
+    }
+    void add(const Dataset& d, index_t n) {
+        ids.insert(ids.end(), d.ids.begin() + d.s.begin(n), d.ids.begin() + d.s.begin(n) + d.s.len(n));
+        lens.push_back(d.s.len(n));
+    }
+    Tokens tokens(Seqs& s) const {
+        s = Seqs::from_lengths(lens);
+        return Tokens{ids.data(), s};
+    }
+};
+
+void check_dataset(const Dataset& d, const char* what) {
+    if (d.size() == 0) throw ValueError(std::string(what) + " is empty: nothing to train on");
+}
+
+// Lines 1, 2 and 6 of Algorithms 11–13. `body(batch indices) -> {loss, scored}` runs lines 3–5 for the
+// minibatch, leaving ∇(Σ_n loss_n) in store.grad(); `evaluate(info)` fills the validation figures.
+template <class T, class Body, class Eval>
+void train_loop(ParamStore<T>& store, index_t N_data, const TrainOptions& o, const UpdateFn<T>& update,
+                const StepHook& hook, Body&& body, Eval&& evaluate, bool has_val) {
+    const index_t B = o.batch_size;
+    const index_t per_epoch = (N_data + B - 1) / B;
+    index_t total = o.n_epochs * per_epoch;
+    if (o.max_steps > 0) total = std::min(total, o.max_steps);
+    Rng rng(o.seed);
+    std::vector<index_t> order(static_cast<std::size_t>(N_data));
+    std::iota(order.begin(), order.end(), index_t(0));
+    std::vector<index_t> batch;
+    index_t step = 0;
+    for (index_t epoch = 0; epoch < o.n_epochs && step < total; ++epoch) {  // line 1: for i ∈ [N_epochs]
+        if (o.shuffle)
+            for (index_t k = N_data - 1; k > 0; --k) std::swap(order[std::size_t(k)], order[std::size_t(rng.below(std::uint64_t(k + 1)))]);
+        for (index_t k = 0; k < N_data && step < total; k += B) {  // line 2: for n ∈ [N_data], B at a time
+            poll();
+            batch.assign(order.begin() + k, order.begin() + std::min(N_data, k + B));
+            const std::pair<double, index_t> ls = body(batch, rng);  // lines 3–5 (+ ∇)
+            // the step's objective: mean over the batch of the listing's loss, or mean per scored token
+            T* g = store.grad();
+            const double s = o.reduction == TrainOptions::Reduction::Sum ? 1.0 / double(batch.size())
+                                                                         : (ls.second > 0 ? 1.0 / double(ls.second) : 0.0);
+            scale<T>(g, store.size(), T(s));
+            StepInfo info;
+            info.step = ++step;
+            info.epoch = epoch;
+            info.total_steps = total;
+            info.grad_norm = grad_norm(store, g);
+            if (o.clip > 0 && info.grad_norm > o.clip) scale<T>(g, store.size(), T(o.clip / info.grad_norm));
+            info.lr = learning_rate(o, step, total);
+            update(store, g, info.lr);  // line 6: θ ← θ − η·∇loss(θ)  (or Adam)
+            info.loss = ls.second > 0 ? ls.first / double(ls.second) : 0.0;
+            info.tokens = ls.second;
+            if (has_val && ((o.eval_every > 0 && step % o.eval_every == 0) || step == total)) evaluate(info);
+            if (hook && !hook(info)) return;
+        }
+    }
+}
+
+// Validation in minibatches: mean loss per scored token and argmax accuracy.
+template <class F>
+void evaluate_chunks(index_t N, index_t B, StepInfo& info, F&& chunk) {
+    double loss = 0;
+    index_t scored = 0, correct = 0;
+    for (index_t k = 0; k < N; k += B) {
+        poll();
+        index_t sc = 0, co = 0;
+        loss += chunk(k, std::min(N, k + B), sc, co);
+        scored += sc;
+        correct += co;
+    }
+    info.val_loss = scored > 0 ? loss / double(scored) : 0.0;
+    info.val_accuracy = scored > 0 ? double(correct) / double(scored) : 0.0;
+}
+}  // namespace
+
+// ======================================== Algorithm 13 ================================================
+template <class T>
+void DTraining(DTransformer<T>& model, const Dataset& data, const TrainOptions& o, const UpdateFn<T>& update,
+               const StepHook& hook, const Dataset* val) {
+    o.check();
+    check_dataset(data, "x_data");
+    const ModelConfig& c = model.cfg;
+    validate(Tokens{data.ids.data(), data.s}, c.n_vocab, c.l_max, "x_data");
+    if (val) validate(Tokens{val->ids.data(), val->s}, c.n_vocab, c.l_max, "validation data");
+    Batch b;
+    Seqs s;
+    auto body = [&](const std::vector<index_t>& batch, Rng&) {
+        b.clear();
+        index_t scored = 0;
+        for (index_t n : batch) {
+            b.add(data, n);                         // line 3: ℓ ← length(x_n)
+            scored += std::max<index_t>(0, data.s.len(n) - 1);
+        }
+        const double loss = model.loss_and_grad(b.tokens(s));  // lines 4–5 and ∇loss
+        return std::make_pair(loss, scored);
+    };
+    auto evaluate = [&](StepInfo& info) {
+        evaluate_chunks(val->size(), std::max<index_t>(o.batch_size, 8), info, [&](index_t k0, index_t k1, index_t& sc, index_t& co) {
+            b.clear();
+            for (index_t n = k0; n < k1; ++n) b.add(*val, n);
+            return model.loss(b.tokens(s), &sc, &co);
+        });
+    };
+    train_loop(model.store, data.size(), o, update, hook, body, evaluate, val != nullptr && val->size() > 0);
+}
+
+// ======================================== Algorithm 12 ================================================
+template <class T>
+void ETraining(ETransformer<T>& model, const Dataset& data, const TrainOptions& o, const UpdateFn<T>& update,
+               const StepHook& hook, const Dataset* val) {
+    o.check();
+    check_dataset(data, "x_data");
+    const ModelConfig& c = model.cfg;
+    validate(Tokens{data.ids.data(), data.s}, c.n_vocab, c.l_max, "x_data");
+    if (val) validate(Tokens{val->ids.data(), val->s}, c.n_vocab, c.l_max, "validation data");
+    Batch b;
+    Seqs s;
+    std::vector<index_t> x_tilde;
+    auto body = [&](const std::vector<index_t>& batch, Rng& rng) {
+        b.clear();
+        for (index_t n : batch) b.add(data, n);  // line 3
+        x_tilde.resize(b.ids.size());
+        mask_tokens(b.ids.data(), index_t(b.ids.size()), c.mask_token(), o.p_mask, rng, x_tilde.data());  // lines 4–6
+        index_t scored = 0;                      // line 7: |T̃|
+        for (index_t v : x_tilde) scored += v == c.mask_token();
+        s = Seqs::from_lengths(b.lens);
+        const double loss = model.loss_and_grad(Tokens{x_tilde.data(), s}, b.ids.data());  // lines 8–9 and ∇loss
+        return std::make_pair(loss, scored);
+    };
+    auto evaluate = [&](StepInfo& info) {
+        Rng vrng(o.seed ^ 0x5eedF00dULL);  // the same masks at every evaluation
+        evaluate_chunks(val->size(), std::max<index_t>(o.batch_size, 8), info, [&](index_t k0, index_t k1, index_t& sc, index_t& co) {
+            b.clear();
+            for (index_t n = k0; n < k1; ++n) b.add(*val, n);
+            x_tilde.resize(b.ids.size());
+            mask_tokens(b.ids.data(), index_t(b.ids.size()), c.mask_token(), o.p_mask, vrng, x_tilde.data());
+            s = Seqs::from_lengths(b.lens);
+            return model.loss(Tokens{x_tilde.data(), s}, b.ids.data(), &sc, &co);
+        });
+    };
+    train_loop(model.store, data.size(), o, update, hook, body, evaluate, val != nullptr && val->size() > 0);
+}
+
+// ======================================== Algorithm 11 ================================================
+template <class T>
+void EDTraining(EDTransformer<T>& model, const Dataset& z_data, const Dataset& x_data, const TrainOptions& o,
+                const UpdateFn<T>& update, const StepHook& hook, const Dataset* z_val, const Dataset* x_val) {
+    o.check();
+    check_dataset(x_data, "x_data");
+    if (z_data.size() != x_data.size())
+        throw ValueError("z_data and x_data must have the same length (pairs), got " + std::to_string(z_data.size()) +
+                         " and " + std::to_string(x_data.size()));
+    if ((z_val == nullptr) != (x_val == nullptr) || (z_val && z_val->size() != x_val->size()))
+        throw ValueError("validation data must be pairs (z, x) of the same length");
+    const ModelConfig& c = model.cfg;
+    validate(Tokens{z_data.ids.data(), z_data.s}, c.n_vocab, c.l_max, "z_data");
+    validate(Tokens{x_data.ids.data(), x_data.s}, c.n_vocab, c.l_max, "x_data");
+    Batch bz, bx;
+    Seqs sz, sx;
+    auto body = [&](const std::vector<index_t>& batch, Rng&) {
+        bz.clear();
+        bx.clear();
+        index_t scored = 0;
+        for (index_t n : batch) {
+            bz.add(z_data, n);
+            bx.add(x_data, n);  // line 3: ℓ ← length(x_n)
+            scored += std::max<index_t>(0, x_data.s.len(n) - 1);
+        }
+        const double loss = model.loss_and_grad(bz.tokens(sz), bx.tokens(sx));  // lines 4–5 and ∇loss
+        return std::make_pair(loss, scored);
+    };
+    auto evaluate = [&](StepInfo& info) {
+        evaluate_chunks(x_val->size(), std::max<index_t>(o.batch_size, 8), info, [&](index_t k0, index_t k1, index_t& sc, index_t& co) {
+            bz.clear();
+            bx.clear();
+            for (index_t n = k0; n < k1; ++n) {
+                bz.add(*z_val, n);
+                bx.add(*x_val, n);
+            }
+            return model.loss(bz.tokens(sz), bx.tokens(sx), &sc, &co);
+        });
+    };
+    train_loop(model.store, x_data.size(), o, update, hook, body, evaluate, x_val != nullptr && x_val->size() > 0);
+}
+
+template void DTraining<float>(DTransformer<float>&, const Dataset&, const TrainOptions&, const UpdateFn<float>&, const StepHook&, const Dataset*);
+template void DTraining<double>(DTransformer<double>&, const Dataset&, const TrainOptions&, const UpdateFn<double>&, const StepHook&, const Dataset*);
+template void ETraining<float>(ETransformer<float>&, const Dataset&, const TrainOptions&, const UpdateFn<float>&, const StepHook&, const Dataset*);
+template void ETraining<double>(ETransformer<double>&, const Dataset&, const TrainOptions&, const UpdateFn<double>&, const StepHook&, const Dataset*);
+template void EDTraining<float>(EDTransformer<float>&, const Dataset&, const Dataset&, const TrainOptions&, const UpdateFn<float>&, const StepHook&, const Dataset*, const Dataset*);
+template void EDTraining<double>(EDTransformer<double>&, const Dataset&, const Dataset&, const TrainOptions&, const UpdateFn<double>&, const StepHook&, const Dataset*, const Dataset*);
+
+}  // namespace ft

@@ -1,0 +1,97 @@
+"""Saving and loading models (safetensors) — θ with the hyperparameters that rebuild the model.
+
+    ft.save(model, "model.safetensors")
+    model = ft.load("model.safetensors")
+
+The file holds one tensor per parameter (the names of `model.params`, row-major copies) and, in its
+metadata, the model's `config` as JSON under "formal_transformers.config" plus a format version. Files
+written by other programs, or damaged ones, raise ValueError naming the problem.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Union
+
+import numpy as np
+
+from . import _core
+
+__all__ = ["save", "load"]
+
+FORMAT = "1"
+_ARCHS = {"DTransformer": _core.DTransformer, "ETransformer": _core.ETransformer, "EDTransformer": _core.EDTransformer}
+
+
+def _safetensors():
+    try:
+        from safetensors import numpy as st
+    except ImportError as e:  # a dependency of the package; say what is missing
+        raise ImportError("ft.save / ft.load need the 'safetensors' package: pip install safetensors") from e
+    return st
+
+
+def save(model, path: Union[str, os.PathLike], *, metadata: dict | None = None) -> None:
+    """Write model's parameters and hyperparameters to `path` (safetensors). `metadata`: extra str -> str."""
+    if type(model).__name__ not in _ARCHS:
+        raise TypeError(f"ft.save saves a DTransformer, ETransformer or EDTransformer, got {type(model).__name__}")
+    st = _safetensors()
+    tensors = {name: np.ascontiguousarray(arr) for name, arr in model.params.items()}
+    meta = {"formal_transformers.format": FORMAT, "formal_transformers.config": json.dumps(model.config)}
+    for k, v in (metadata or {}).items():
+        meta[str(k)] = str(v)
+    tmp = os.fspath(path) + ".tmp"
+    st.save_file(tensors, tmp, metadata=meta)
+    os.replace(tmp, path)  # never a half-written file under the final name
+
+
+def read_metadata(path: Union[str, os.PathLike]) -> dict:
+    """The metadata of a saved file (str -> str)."""
+    from safetensors import safe_open
+
+    _safetensors()
+    try:
+        with safe_open(os.fspath(path), framework="numpy") as f:
+            return dict(f.metadata() or {})
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # safetensors raises its own error types for damaged files
+        raise ValueError(f"{path}: not a readable safetensors file ({e})") from None
+
+
+def load(path: Union[str, os.PathLike], *, dtype: str | None = None):
+    """Rebuild the model saved at `path` (optionally in another dtype) with its parameters."""
+    st = _safetensors()
+    meta = read_metadata(path)
+    if "formal_transformers.config" not in meta:
+        raise ValueError(f"{path}: no formal_transformers config in its metadata (not written by ft.save)")
+    if meta.get("formal_transformers.format") != FORMAT:
+        raise ValueError(f"{path}: format {meta.get('formal_transformers.format')!r}, this version reads {FORMAT!r}")
+    try:
+        cfg = json.loads(meta["formal_transformers.config"])
+        arch = cfg.pop("arch")
+        cls = _ARCHS[arch]
+    except (ValueError, KeyError) as e:
+        raise ValueError(f"{path}: damaged config in the metadata ({e})") from None
+    if dtype is not None:
+        cfg["dtype"] = dtype
+    positional = [cfg.pop(k) for k in _positional_names(arch)]
+    model = cls(*positional, **cfg)
+    try:
+        tensors = st.load_file(os.fspath(path))
+    except Exception as e:
+        raise ValueError(f"{path}: could not read the tensors ({e})") from None
+    missing = set(model.params.keys()) - set(tensors)
+    extra = set(tensors) - set(model.params.keys())
+    if missing or extra:
+        raise ValueError(f"{path}: parameters do not match the config (missing {sorted(missing)}, unexpected {sorted(extra)})")
+    model.params.update(tensors)  # checks every shape before writing
+    return model
+
+
+def _positional_names(arch: str):
+    if arch == "EDTransformer":
+        return ("n_vocab", "l_max", "L_enc", "L_dec", "H", "d_e", "d_mlp")
+    if arch == "ETransformer":
+        return ("n_vocab", "l_max", "L", "H", "d_e", "d_mlp", "d_f")
+    return ("n_vocab", "l_max", "L", "H", "d_e", "d_mlp")

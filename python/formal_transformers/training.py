@@ -1,0 +1,266 @@
+"""Algorithms 11–13 — EDTraining, ETraining, DTraining — with the options users of trainers expect.
+
+The listings' loops run in C++ (cpp/src/training.cpp, line by line) with the GIL released; this module
+adds what belongs to Python: the optimizer choice, a tqdm progress bar showing the loss, a callback, and
+the loss history a notebook can plot. Ctrl-C stops training between steps (or inside a step, before its
+update): the model keeps the parameters of the last completed step, the history is kept on the trainer,
+and KeyboardInterrupt is re-raised.
+
+    model = ft.DTransformer(n_vocab, l_max, L, H, d_e, d_mlp)
+    trainer = ft.DTraining(n_epochs=2, eta=1e-3, batch_size=12, schedule="cosine", warmup=100)
+    trainer(x_data, model)              # updates model in place and returns it
+    trainer.history["loss"]            # per step: mean loss per predicted token (nats)
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from . import _core
+
+__all__ = ["DTraining", "ETraining", "EDTraining", "History"]
+
+
+class History(dict):
+    """Per-step figures of a training run: lists keyed by "step", "epoch", "loss" (mean per scored
+    token, nats), "lr", "grad_norm", "tokens", "time" (seconds since the start), and the evaluations
+    "val_step", "val_loss", "val_accuracy". `arrays()` gives numpy arrays; `plot()` draws the curves."""
+
+    KEYS = ("step", "epoch", "loss", "lr", "grad_norm", "tokens", "time", "val_step", "val_loss", "val_accuracy")
+
+    def __init__(self):
+        super().__init__({k: [] for k in self.KEYS})
+
+    def arrays(self) -> dict:
+        return {k: np.asarray(v) for k, v in self.items()}
+
+    def plot(self, ax=None, smooth: int = 1):
+        """Loss (and validation loss) against the step, with matplotlib."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6, 3.5))
+        loss = np.asarray(self["loss"], dtype=float)
+        if smooth > 1 and loss.size >= smooth:
+            loss = np.convolve(loss, np.ones(smooth) / smooth, mode="valid")
+            steps = np.asarray(self["step"])[smooth - 1 :]
+        else:
+            steps = np.asarray(self["step"])
+        ax.plot(steps, loss, label="training loss")
+        if self["val_step"]:
+            ax.plot(self["val_step"], self["val_loss"], "o-", label="validation loss")
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss per token (nats)")
+        ax.legend()
+        return ax
+
+
+class _Trainer:
+    """Options shared by the three listings (see DTraining for the list)."""
+
+    _listing = ""
+
+    def __init__(
+        self,
+        n_epochs: int,
+        eta: float,
+        *,
+        optimizer: Any = "adam",
+        batch_size: int = 1,
+        shuffle: bool = True,
+        seed: int = 0,
+        reduction: str = "sum",
+        schedule: str = "constant",
+        warmup: int = 0,
+        min_lr: float = 0.0,
+        clip: float = 0.0,
+        max_steps: int = 0,
+        eval_every: int = 0,
+        weight_decay: float = 0.0,
+        betas: tuple = (0.9, 0.999),
+        callback: Optional[Callable[[dict], Any]] = None,
+        progress: bool = True,
+    ):
+        if not isinstance(n_epochs, (int, np.integer)) or isinstance(n_epochs, bool):
+            raise TypeError(f"n_epochs must be an int, got {type(n_epochs).__name__}")
+        if isinstance(optimizer, str) and optimizer not in ("adam", "sgd"):
+            raise ValueError(f"optimizer must be 'adam', 'sgd', an ft.Adam or an ft.SGD, got {optimizer!r}")
+        if not isinstance(optimizer, (str, _core.Adam, _core.SGD)):
+            raise TypeError(f"optimizer must be 'adam', 'sgd', an ft.Adam or an ft.SGD, got {type(optimizer).__name__}")
+        if callback is not None and not callable(callback):
+            raise TypeError("callback must be callable")
+        self.n_epochs = int(n_epochs)
+        self.eta = float(eta)
+        self.options = dict(
+            n_epochs=int(n_epochs), eta=float(eta), batch_size=int(batch_size), shuffle=bool(shuffle), seed=int(seed),
+            reduction=reduction, schedule=schedule, warmup=int(warmup), min_lr=float(min_lr), clip=float(clip),
+            max_steps=int(max_steps), eval_every=int(eval_every),
+        )
+        if int(seed) < 0:
+            raise ValueError("seed must be >= 0")
+        _core.learning_rate(self._core_options(), 1, 1)  # validates every option now, with a clear message
+        self._optimizer_spec = optimizer
+        self.weight_decay = float(weight_decay)
+        self.betas = tuple(betas)
+        self.callback = callback
+        self.progress = progress
+        self.optimizer = optimizer if not isinstance(optimizer, str) else None
+        self._model_id = None
+        self.history = History()
+
+    def _core_options(self) -> dict:
+        return dict(self.options)
+
+    def _optimizer_for(self, model):
+        """The optimizer object: the one given, or one created for this model (and kept, so calling the
+        trainer again on the same model continues with the same Adam moments)."""
+        if not isinstance(self._optimizer_spec, str):
+            return self._optimizer_spec
+        if self.optimizer is None or self._model_id != id(model):
+            if self._optimizer_spec == "adam":
+                self.optimizer = _core.Adam(self.eta, self.betas[0], self.betas[1], 1e-8, self.weight_decay, True)
+            else:
+                if self.weight_decay:
+                    raise ValueError("weight_decay needs optimizer='adam' (AdamW); the listing's SGD has none")
+                self.optimizer = _core.SGD(self.eta)
+            self._model_id = id(model)
+        return self.optimizer
+
+    def _run(self, run: Callable, model) -> Any:
+        opt = self._optimizer_for(model)
+        bar = None
+        if self.progress:
+            try:
+                from tqdm.auto import tqdm
+            except ImportError:  # tqdm is a dependency; tolerate its absence
+                tqdm = None
+            if tqdm is not None:
+                bar = tqdm(desc=self._listing, unit="step", mininterval=0.5, dynamic_ncols=True)
+        h = self.history
+        t0 = time.perf_counter()
+        step0 = h["step"][-1] if h["step"] else 0
+
+        def hook(info: dict) -> bool:
+            step = step0 + info["step"]
+            h["step"].append(step)
+            h["epoch"].append(info["epoch"])
+            h["loss"].append(info["loss"])
+            h["lr"].append(info["lr"])
+            h["grad_norm"].append(info["grad_norm"])
+            h["tokens"].append(info["tokens"])
+            h["time"].append(time.perf_counter() - t0)
+            if info["val_loss"] is not None:
+                h["val_step"].append(step)
+                h["val_loss"].append(info["val_loss"])
+                h["val_accuracy"].append(info["val_accuracy"])
+            if bar is not None:
+                if bar.total is None:
+                    bar.total = info["total_steps"]
+                post = {"loss": f"{info['loss']:.4f}"}
+                if h["val_loss"]:
+                    post["val"] = f"{h['val_loss'][-1]:.4f}"
+                bar.set_postfix(post, refresh=False)
+                bar.update(1)
+            if self.callback is not None:
+                info = dict(info, step=step)
+                return self.callback(info) is not False
+            return True
+
+        try:
+            run(opt, hook)
+        except KeyboardInterrupt:
+            if bar is not None:
+                bar.close()
+                bar = None
+            done = h["step"][-1] if h["step"] else 0
+            print(f"{self._listing}: interrupted; the model holds the parameters after step {done}", file=sys.stderr)
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+        return model
+
+    def __repr__(self):
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items() if k not in ("n_epochs", "eta"))
+        return f"{type(self).__name__}(n_epochs={self.n_epochs}, eta={self.eta}, {opts})"
+
+
+class DTraining(_Trainer):
+    """Algorithm 13: θ̂ ← DTraining(x_{1:N_data}, θ) — next-token training of a DTransformer.
+
+    DTraining(n_epochs, eta, **opts)(x_data, model) -> model (trained in place). x_data: sequences of
+    token ids (a 2-D (N, ℓ) array or a list of 1-D sequences of any lengths ≤ l_max; see ft.chunk).
+    Options:
+      optimizer   "adam" (default; AdamW with `weight_decay`, `betas`), "sgd" (the listing's
+                  θ ← θ − η∇loss), or an ft.Adam / ft.SGD object
+      batch_size  sequences per update (the listing: 1); the update uses the mean over the minibatch of
+                  the listing's per-sequence loss (reduction="sum") or the mean per token ("mean")
+      shuffle, seed   a fresh seeded order each epoch; same seed, same run
+      schedule    "constant" | "cosine" | "linear" decay of η to min_lr, after `warmup` linear steps
+      clip        rescale the gradient to norm ≤ clip (0: off)
+      max_steps   stop after this many updates (0: n_epochs full passes)
+      val_data, eval_every   validation loss (mean per token) and accuracy every eval_every steps and
+                  at the end
+      callback    called after each step with a dict (step, epoch, loss, lr, grad_norm, tokens,
+                  val_loss, val_accuracy); returning False stops training
+      progress    a tqdm bar showing the loss (False: none)
+    The history of every step is in `trainer.history` (see History)."""
+
+    _listing = "DTraining"
+
+    def __init__(self, n_epochs: int, eta: float, *, val_data=None, **opts):
+        super().__init__(n_epochs, eta, **opts)
+        self.val_data = val_data
+
+    def __call__(self, x_data, model):
+        return self._run(
+            lambda opt, hook: _core._dtraining(model, x_data, self._core_options(), opt, hook, self.val_data), model
+        )
+
+
+class ETraining(_Trainer):
+    """Algorithm 12: θ̂ ← ETraining(x_{1:N_data}, θ) — masked-language-model training of an ETransformer.
+
+    ETraining(n_epochs, eta, p_mask, **opts)(x_data, model) -> model. Each visit of a sequence replaces
+    each token by mask_token with probability p_mask ∈ (0, 1) (lines 4–6, from the seeded generator) and
+    scores only those positions (line 9). Validation uses fixed masks (the same at every evaluation) and
+    reports the masked-token accuracy. Options as DTraining."""
+
+    _listing = "ETraining"
+
+    def __init__(self, n_epochs: int, eta: float, p_mask: float = 0.15, *, val_data=None, **opts):
+        super().__init__(n_epochs, eta, **opts)
+        self.options["p_mask"] = float(p_mask)
+        _core.learning_rate(self._core_options(), 1, 1)
+        self.p_mask = float(p_mask)
+        self.val_data = val_data
+
+    def __call__(self, x_data, model):
+        return self._run(
+            lambda opt, hook: _core._etraining(model, x_data, self._core_options(), opt, hook, self.val_data), model
+        )
+
+
+class EDTraining(_Trainer):
+    """Algorithm 11: θ̂ ← EDTraining(z_{1:N_data}, x_{1:N_data}, θ) — seq2seq training of an EDTransformer.
+
+    EDTraining(n_epochs, eta, **opts)(z_data, x_data, model) -> model; z_data and x_data are sequences of
+    the same count (pairs). Validation: val_data=(z_val, x_val). Options as DTraining."""
+
+    _listing = "EDTraining"
+
+    def __init__(self, n_epochs: int, eta: float, *, val_data=None, **opts):
+        super().__init__(n_epochs, eta, **opts)
+        if val_data is not None and (not isinstance(val_data, (tuple, list)) or len(val_data) != 2):
+            raise ValueError("EDTraining's val_data must be a pair (z_val, x_val)")
+        self.val_data = val_data
+
+    def __call__(self, z_data, x_data, model):
+        zv, xv = self.val_data if self.val_data is not None else (None, None)
+        return self._run(
+            lambda opt, hook: _core._edtraining(model, z_data, x_data, self._core_options(), opt, hook, zv, xv), model
+        )
