@@ -154,9 +154,9 @@ def bench(cfg, reps, warmup, tied, lr=3e-4):
           f"float32, {n_threads} threads, median of {reps} steps after {warmup} warm-up")
     print(f"  initial loss (sum over {cfg['batch'] * (cfg['l'] - 1)} tokens): ours {ours_loss:.6f}, "
           f"torch {torch_loss:.6f}, rel diff {agree:.2e}" + ("" if agree < 1e-4 else "   <-- MODELS DISAGREE"))
-    print(f"  {'':16s}{'ms/step':>10s}{'min ms':>10s}{'tokens/s':>12s}")
-    print(f"  {'formal-transformers':16s}{1e3 * mo:10.1f}{1e3 * min(t_ours):10.1f}{tokens / mo:12.0f}")
-    print(f"  {'PyTorch':16s}{1e3 * mt:10.1f}{1e3 * min(t_torch):10.1f}{tokens / mt:12.0f}")
+    print(f"  {'':20s}{'ms/step':>10s}{'min ms':>10s}{'tokens/s':>12s}")
+    print(f"  {'formal-transformers':20s}{1e3 * mo:10.1f}{1e3 * min(t_ours):10.1f}{tokens / mo:12.0f}")
+    print(f"  {'PyTorch':20s}{1e3 * mt:10.1f}{1e3 * min(t_torch):10.1f}{tokens / mt:12.0f}")
     print(f"  speed ratio PyTorch/ours: {mt / mo:.2f}x  ({'ours faster' if mo < mt else 'PyTorch faster'})")
     return mo, mt
 
