@@ -1,0 +1,7 @@
+"""python -m formal_transformers demo | train | sample  (see cli.py)."""
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())
