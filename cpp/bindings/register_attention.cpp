@@ -313,7 +313,10 @@ void register_attention(py::module_& m) {
                       "Call: (e, E), e (d_in,) the current token, E (d_in, T) the context tokens e_1..e_T as\n"
                       "  columns -> ṽ (d_out,).\n"
                       "backward(dv): dv (d_out,) -> (de (d_in,), dE (d_in, T)); parameter gradients accumulate\n"
-                      "  into grads. weights: α (T,) of the last call (None before any call).");
+                      "  into grads. weights: α (T,) of the last call (None before any call).\n"
+                      "Inputs: float arrays of either precision, any layout (zero-copy when already this dtype and F-contiguous,\n"
+                      "  otherwise converted once); non-float arrays -> TypeError. NaN is not checked: it propagates as\n"
+                      "  numpy's arithmetic of the listing (reference.py) would.");
     ba.def(py::init([](long long d_in, long long d_attn, long long d_out, const py::object& dtype, long long seed) {
                return std::make_unique<DB>(parse_dtype(dtype), positive(d_in, "d_in"), positive(d_attn, "d_attn"),
                                            positive(d_out, "d_out"), parse_seed(seed));
@@ -352,7 +355,10 @@ void register_attention(py::module_& m) {
                       "  cross-attention) -> Ṽ (d_out, ℓ_x). Z omitted: self-attention, Z = X. X and Z are copied.\n"
                       "backward(dY): dY (d_out, ℓ_x) -> (dX (d_x, ℓ_x), dZ (d_z, ℓ_z)); parameter gradients\n"
                       "  accumulate into grads. (Self-attention: the gradient of X is dX + dZ.)\n"
-                      "weights: softmax(S/√d_attn) (ℓ_z, ℓ_x) of the last call, a copy (None before any call).");
+                      "weights: softmax(S/√d_attn) (ℓ_z, ℓ_x) of the last call, a copy (None before any call).\n"
+                      "Inputs: float arrays of either precision, any layout (zero-copy when already this dtype and F-contiguous,\n"
+                      "  otherwise converted once); non-float arrays -> TypeError. NaN is not checked: it propagates as\n"
+                      "  numpy's arithmetic of the listing (reference.py) would.");
     at.def(py::init([](long long d_x, long long d_z, long long d_attn, long long d_out, const py::object& mask,
                        const py::object& dtype, long long seed) {
                const index_t a = positive(d_x, "d_x"), b = positive(d_z, "d_z"), c = positive(d_attn, "d_attn"),
@@ -399,7 +405,10 @@ void register_attention(py::module_& m) {
                       "backward(dY): dY (d_out, ℓ_x) -> (dX (d_x, ℓ_x), dZ (d_z, ℓ_z)); parameter gradients\n"
                       "  accumulate into grads. (Self-attention: the gradient of X is dX + dZ.)\n"
                       "weights: softmax(S^h/√d_attn) of every head, (H, ℓ_z, ℓ_x), of the last call (a copy; None\n"
-                      "  before any call).");
+                      "  before any call).\n"
+                      "Inputs: float arrays of either precision, any layout (zero-copy when already this dtype and F-contiguous,\n"
+                      "  otherwise converted once); non-float arrays -> TypeError. NaN is not checked: it propagates as\n"
+                      "  numpy's arithmetic of the listing (reference.py) would.");
     mh.def(py::init([](long long H, long long d_x, long long d_z, long long d_attn, long long d_mid, long long d_out,
                        const py::object& mask, const py::object& dtype, long long seed) {
                const index_t h = positive(H, "H"), a = positive(d_x, "d_x"), b = positive(d_z, "d_z"),

@@ -55,11 +55,7 @@ InIds in_positions(const py::handle& obj, const char* what, index_t l_max) {
     if (kind != 'i' && kind != 'u')
         throw ft::TypeError(std::string(what) + " must hold integer positions, got dtype " +
                             py::str(a.dtype()).cast<std::string>());
-    if (a.ndim() == 0) {
-        r.was_scalar = true;
-        r.ids.push_back(check(a.attr("item")().cast<long long>(), 0, true));
-        return r;
-    }
+    if (a.ndim() == 0) return in_positions(a.attr("item")(), what, l_max);  // a numpy integer: a Python int
     if (a.ndim() != 1)
         throw ft::ValueError(std::string(what) + " must be an int or a 1-D array of positions, got shape " + shape_str(a));
     if (kind == 'u' && a.dtype().itemsize() == 8) {  // uint64 beyond int64's range would wrap when converted
@@ -72,6 +68,28 @@ InIds in_positions(const py::handle& obj, const char* what, index_t l_max) {
     r.ids.resize(std::size_t(p.size()));
     for (py::ssize_t i = 0; i < p.size(); ++i) r.ids[std::size_t(i)] = check(p.data()[i], index_t(i), false);
     return r;
+}
+
+// Token ids through bind.hpp's in_ids, with two gaps closed locally (reported for bind.cpp): a Python int
+// beyond int64 (e.g. 2**70, np.uint64(2**63)) made pybind11 raise RuntimeError, and uint64 ids >= 2**63
+// wrapped to a negative id in the message. Both are ids out of range: IndexError naming the id.
+InIds in_token_ids(const py::handle& v, const char* what, index_t n_vocab) {
+    const std::string range = " is out of range [0, " + std::to_string(n_vocab) + ") (n_vocab = " + std::to_string(n_vocab) + ")";
+    if (py::isinstance<py::array>(v)) {
+        py::array a = py::reinterpret_borrow<py::array>(v);
+        if (a.dtype().kind() == 'u' && a.dtype().itemsize() == 8 && a.ndim() == 1 && a.size() > 0) {
+            const auto pos = a.attr("argmax")().cast<long long>();
+            const auto mx = a.attr("__getitem__")(pos).cast<unsigned long long>();
+            if (mx >= (unsigned long long)n_vocab)
+                throw ft::IndexError(std::string(what) + ": token id " + std::to_string(mx) + " at position " +
+                                     std::to_string(pos) + range);
+        }
+    }
+    try {
+        return in_ids(v, what, n_vocab, true);
+    } catch (py::cast_error&) {
+        throw ft::IndexError(std::string(what) + ": token id " + py::str(v).cast<std::string>() + range);
+    }
 }
 
 // ----------------------------------------------------------------------------------------------------
@@ -90,7 +108,7 @@ struct TokenEmbeddingUnit {
     }
 
     py::array call(const py::handle& v) {
-        InIds in = in_ids(v, "v", emb.n_vocab, true);
+        InIds in = in_token_ids(v, "v", emb.n_vocab);
         const index_t n = index_t(in.ids.size());
         auto out = out_matrix<T>(emb.d_e, n);
         {
@@ -167,7 +185,8 @@ void register_embedding(py::module_& m) {
                       "backward(dE): dE (d_e,) or (d_e, ℓ) of the last call; scatter-adds into grads['W_e']\n"
                       "  (a token used twice receives both columns) and returns None (ids have no gradient).\n"
                       "Errors: id out of range -> IndexError naming the id and its position; float/bool ids ->\n"
-                      "  TypeError; an empty sequence -> ValueError.");
+                      "  TypeError; an empty sequence -> ValueError. dE: a float array of either precision, any layout;\n"
+                      "  NaN in dE is not checked and lands in the gradient columns it is added to.");
     te.def(py::init([](long long n_vocab, long long d_e, const py::object& dtype, long long seed) {
                return std::make_unique<DT>(parse_dtype(dtype), positive(n_vocab, "n_vocab"), positive(d_e, "d_e"),
                                            parse_seed(seed));
@@ -205,7 +224,8 @@ void register_embedding(py::module_& m) {
                       "Call: t, an int position in [0, ℓ_max) -> e_p (d_e,); or a 1-D integer array of n\n"
                       "  positions -> (d_e, n). Positions out of [0, ℓ_max) -> IndexError.\n"
                       "backward(dE): dE of the last call's shape; grads['W_p'][:, t] += dE[:, j] for each\n"
-                      "  position t = t_j (learned only). Returns None.");
+                      "  position t = t_j (learned only). Returns None.\n"
+                      "Positions: any integer dtype or a list; float/bool -> TypeError; empty -> ValueError.");
     pe.def(py::init([](long long l_max, long long d_e, const std::string& kind, const py::object& base,
                        const py::object& dtype, long long seed) {
                ft::Positional k;

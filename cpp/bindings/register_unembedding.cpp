@@ -143,7 +143,10 @@ void register_unembedding(py::module_& m) {
                       "Call: e (d_e,) -> p (N_V,), or E (d_e, ℓ) -> P (N_V, ℓ) (every column). The input is copied.\n"
                       "logits(e): W_u e, same shapes (does not change what backward() differentiates).\n"
                       "backward(dP): dP, the gradient of a loss with respect to the last call's p -> dE of e's\n"
-                      "  shape; accumulates grads['W_u'].");
+                      "  shape; accumulates grads['W_u'].\n"
+                      "Inputs: float arrays of either precision, any layout (zero-copy when already this dtype and F-contiguous,\n"
+                      "  otherwise converted once); non-float arrays -> TypeError. NaN is not checked: it propagates as\n"
+                      "  numpy's arithmetic of the listing (reference.py) would.");
     un.def(py::init([](long long n_vocab, long long d_e, const py::object& dtype, long long seed) {
                return std::make_unique<DU>(parse_dtype(dtype), positive(n_vocab, "n_vocab"), positive(d_e, "d_e"),
                                            parse_seed(seed));
