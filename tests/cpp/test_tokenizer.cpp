@@ -140,7 +140,7 @@ TEST(TokenizerBPE, LongRunsAreNotQuadratic) {
     const V ids = t.encode(std::string(1 << 20, 'a'), false, false);
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_EQ(ids, V(1 << 14, 261));
-    EXPECT_LT(sec, 2.0);
+    EXPECT_LT(sec, 10.0);  // ~0.1 s in a release build; a quadratic encoder needs ~10^12 steps here
     // a long piece of varied letters too (training on it included)
     Rng rng(7);
     std::string s;
@@ -150,7 +150,7 @@ TEST(TokenizerBPE, LongRunsAreNotQuadratic) {
     const V ids2 = t2.encode(s, false, false);
     const double sec2 = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     EXPECT_EQ(t2.decode_bytes(ids2.data(), ids2.size()), s);
-    EXPECT_LT(sec2, 20.0);
+    EXPECT_LT(sec2, 60.0);
 }
 
 // The heap encoder against GPT-2's loop (merge the lowest-rank pair everywhere, repeat) on random pieces.
