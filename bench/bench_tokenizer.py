@@ -9,7 +9,8 @@ For each vocabulary size (512 and 4096 by default) and each implementation it re
   * encode MB/s    encoding the whole text as one string (UTF-8 megabytes per second);
   * batch MB/s     encoding the text's lines as a batch (encode_batch; HF uses its thread pool here);
   * tokens/byte    compression: tokens (without bos/eos) per UTF-8 byte of the text;
-and the ratios ours / HF (speed: higher is better for us; tokens/byte: equal means the same compression).
+and the ratios (train: HF time / our time; MB/s: ours / HF; so > 1 means we are faster; tokens/byte:
+ours / HF, 1 means the same compression).
 
     FT_CORE_PATH=build/tok PYTHONPATH=python python bench/bench_tokenizer.py [--repeats 5] [--vocab 512 4096]
 
@@ -114,7 +115,7 @@ def main(argv=None):
         for name, r in rows:
             print(f"{r['n_vocab']:>5}  {name:<22} {r['train']:>9.3f} {r['enc']:>12.2f} {r['batch']:>11.2f} {r['tpb']:>12.4f}")
         if hf_version:
-            print(f"{'':>5}  {'ratio ours/HF':<22} {'x%.1f faster' % (hf['train'] / ours['train']):>9} "
+            print(f"{'':>5}  {'speed-up (ratio)':<22} {'x%.1f' % (hf['train'] / ours['train']):>9} "
                   f"{'x%.1f' % (ours['enc'] / hf['enc']):>12} {'x%.1f' % (ours['batch'] / hf['batch']):>11} "
                   f"{ours['tpb'] / hf['tpb']:>12.4f}")
         sys.stdout.flush()
