@@ -365,3 +365,175 @@ def ed_loss(z, x, params, **hp) -> float:
         logP = log_softmax(ed_transformer(s_z, s_x, params, logits=True, **hp))
         total -= sum(logP[s_x[t + 1], t] for t in range(len(s_x) - 1))
     return float(total)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Algorithms 11–13: training. The listings' loops with the plain update of line 6 (SGD). numpy has no
+# autograd, so the gradient of the listing's loss is an argument: `loss_and_grad(..., theta)` returns
+# (loss, grads) with grads a dict of the keys of theta (e.g. a float64 model's loss_and_grad after
+# copying theta into its params, or finite differences of d_loss / e_loss / ed_loss for a tiny model).
+# theta is a dict name → array; it is copied, never changed in place. `losses`, when a list, receives the
+# loss of every step (line 5 / line 9), as the listing computes it before the update.
+
+
+def _sgd_update(theta: dict, grads: dict, eta: float) -> dict:
+    """Line 6 of Algorithms 11 and 13 (line 10 of Algorithm 12): θ ← θ − η · ∇loss(θ). Parameters without
+    a gradient entry (none in the API's models; a frozen sinusoidal W_p has a zero one) stay as they are."""
+    return {k: (v - eta * np.asarray(grads[k], dtype=v.dtype)) if k in grads else v for k, v in theta.items()}
+
+
+def _copy_theta(theta) -> dict:
+    return {k: np.array(v, copy=True) for k, v in dict(theta).items()}
+
+
+def d_training(x_data, theta, loss_and_grad, *, n_epochs: int, eta: float, losses: list | None = None) -> dict:
+    """Algorithm 13: θ̂ ← DTraining(x_{1:N_data}, θ), next-token training of a DTransformer.
+
+    x_data: sequences of token ids (a list of 1-D arrays or a 2-D array); theta: dict name → array;
+    loss_and_grad(x_n, theta) -> (loss, grads) computes lines 4–5 (P(θ) ← DTransformer(x_n | θ) and
+    loss(θ) = −Σ_{t=1}^{ℓ−1} log P(θ)[x_n[t+1], t]) and ∇loss(θ). Returns θ̂."""
+    theta = _copy_theta(theta)
+    for i in range(n_epochs):  # line 1: for i = 1, 2, …, N_epochs do
+        for n in range(len(x_data)):  # line 2: for n = 1, 2, …, N_data do
+            x_n = np.asarray(x_data[n])
+            l = len(x_n)  # line 3: ℓ ← length(x_n)
+            if l < 2:
+                raise ValueError(f"x_data[{n}] has {l} token(s): DTraining needs ℓ ≥ 2 (one prediction)")
+            # line 4: P(θ) ← DTransformer(x_n | θ)
+            # line 5: loss(θ) = −Σ_{t=1}^{ℓ−1} log P(θ)[x_n[t+1], t]
+            loss, grads = loss_and_grad(x_n, theta)  # lines 4–5, and ∇loss(θ)
+            if losses is not None:
+                losses.append(float(loss))
+            theta = _sgd_update(theta, grads, eta)  # line 6: θ ← θ − η · ∇loss(θ)
+        # line 7: end
+    # line 8: end
+    return theta  # line 9: return θ̂ = θ
+
+
+def mask_sequence(x_n, *, p_mask: float, mask_token: int, rng) -> np.ndarray:
+    """Algorithm 12 lines 4–6: x̃_n[t] ← mask_token or x_n[t], randomly with probability p_mask or 1 − p_mask.
+    rng: anything with a random() method giving a uniform number in [0, 1) (numpy's Generator); token t
+    is masked when its number is < p_mask (one number per token, in order)."""
+    x_n = np.asarray(x_n)
+    x_tilde = x_n.copy()
+    for t in range(len(x_n)):  # line 4: for t = 1, 2, …, ℓ do
+        x_tilde[t] = mask_token if rng.random() < p_mask else x_n[t]  # line 5
+    # line 6: end
+    return x_tilde
+
+
+def e_training(x_data, theta, loss_and_grad, *, n_epochs: int, eta: float, p_mask: float, mask_token: int, rng,
+               losses: list | None = None) -> dict:
+    """Algorithm 12: θ̂ ← ETraining(x_{1:N_data}, θ), masked-language-model training of an ETransformer.
+
+    loss_and_grad(x_tilde, x_n, theta) -> (loss, grads) computes lines 8–9 (P(θ) ← ETransformer(x̃_n | θ),
+    loss(θ) = −Σ_{t∈T̃} log P(θ)[x_n[t], t]) and ∇loss(θ); rng draws the masks of lines 4–6 (see
+    mask_sequence). Returns θ̂."""
+    theta = _copy_theta(theta)
+    for i in range(n_epochs):  # line 1: for i = 1, 2, …, N_epochs do
+        for n in range(len(x_data)):  # line 2: for n = 1, 2, …, N_data do
+            x_n = np.asarray(x_data[n])
+            l = len(x_n)  # line 3: ℓ ← length(x_n)
+            x_tilde = mask_sequence(x_n, p_mask=p_mask, mask_token=mask_token, rng=rng)  # lines 4–6
+            T_tilde = [t for t in range(l) if x_tilde[t] == mask_token]  # line 7: T̃ ← {t ∈ [ℓ] : x̃_n[t] = mask_token}
+            # line 8: P(θ) ← ETransformer(x̃_n | θ)
+            # line 9: loss(θ) = −Σ_{t∈T̃} log P(θ)[x_n[t], t]   (0 when T̃ is empty)
+            loss, grads = loss_and_grad(x_tilde, x_n, theta)  # lines 8–9, and ∇loss(θ)
+            if losses is not None:
+                losses.append(float(loss) if T_tilde else 0.0)
+            theta = _sgd_update(theta, grads, eta)  # line 10: θ ← θ − η · ∇loss(θ)
+        # line 11: end
+    # line 12: end
+    return theta  # line 13: return θ̂ = θ
+
+
+def ed_training(z_data, x_data, theta, loss_and_grad, *, n_epochs: int, eta: float,
+                losses: list | None = None) -> dict:
+    """Algorithm 11: θ̂ ← EDTraining(z_{1:N_data}, x_{1:N_data}, θ), seq2seq training of an EDTransformer.
+
+    loss_and_grad(z_n, x_n, theta) -> (loss, grads) computes lines 4–5 (P(θ) ← EDTransformer(z_n, x_n | θ),
+    loss(θ) = −Σ_{t=1}^{ℓ−1} log P(θ)[x_n[t+1], t]) and ∇loss(θ). Returns θ̂."""
+    if len(z_data) != len(x_data):
+        raise ValueError(f"z_data and x_data must be pairs: {len(z_data)} != {len(x_data)}")
+    theta = _copy_theta(theta)
+    for i in range(n_epochs):  # line 1: for i = 1, 2, …, N_epochs do
+        for n in range(len(x_data)):  # line 2: for n = 1, 2, …, N_data do
+            z_n, x_n = np.asarray(z_data[n]), np.asarray(x_data[n])
+            l = len(x_n)  # line 3: ℓ ← length(x_n)
+            if l < 2:
+                raise ValueError(f"x_data[{n}] has {l} token(s): EDTraining needs ℓ ≥ 2 (one prediction)")
+            # line 4: P(θ) ← EDTransformer(z_n, x_n | θ)
+            # line 5: loss(θ) = −Σ_{t=1}^{ℓ−1} log P(θ)[x_n[t+1], t]
+            loss, grads = loss_and_grad(z_n, x_n, theta)  # lines 4–5, and ∇loss(θ)
+            if losses is not None:
+                losses.append(float(loss))
+            theta = _sgd_update(theta, grads, eta)  # line 6: θ ← θ − η · ∇loss(θ)
+        # line 7: end
+    # line 8: end
+    return theta  # line 9: return θ̂ = θ
+
+
+# ---------------------------------------------------------------------------------------------------
+# Algorithms 14–15: inference. `forward` is the trained model as a function returning P (e.g.
+# lambda x: d_transformer(x, params, L=…, H=…)); rng draws the samples (numpy's Generator).
+
+
+def sampling_distribution(p: np.ndarray, tau: float) -> np.ndarray:
+    """q ∝ p^{1/τ} (Algorithm 14 line 5, Algorithm 15 line 6), computed as softmax(log p / τ). τ = 0 is the
+    limit: all mass on the argmax (the first of ties)."""
+    p = np.asarray(p, dtype=np.float64)
+    if tau < 0:
+        raise ValueError(f"tau must be >= 0, got {tau}")
+    if tau == 0:
+        q = np.zeros_like(p)
+        q[int(np.argmax(p))] = 1.0
+        return q
+    with np.errstate(divide="ignore"):
+        a = np.log(p) / tau
+    return softmax(a)
+
+
+def sample_token(p: np.ndarray, tau: float, rng) -> int:
+    """Sample a token y from q ∝ p^{1/τ} (τ = 0: argmax), by inverting q's cumulative sum at one uniform
+    number from rng.random()."""
+    if tau == 0:
+        return int(np.argmax(p))
+    q = sampling_distribution(p, tau)
+    c = np.cumsum(q)
+    return int(min(np.searchsorted(c, rng.random() * c[-1], side="right"), len(q) - 1))
+
+
+def d_inference(x, forward, *, l_gen: int, tau: float, rng=None, l_max: int | None = None) -> np.ndarray:
+    """Algorithm 14: y ← DInference(x, θ̂), prompting a trained DTransformer.
+
+    x: the prompt (1-D ids, ℓ ≥ 1); forward(x) -> P (N_V, length(x)). Returns the ℓ_gen new ids.
+    l_max: when given, the model sees only the last l_max tokens once x grows past it (the API's sliding
+    window; the listing assumes ℓ + ℓ_gen ≤ ℓ_max)."""
+    x = [int(v) for v in np.asarray(x).ravel()]
+    l = len(x)  # line 1: ℓ ← length(x)
+    for i in range(1, l_gen + 1):  # line 2: for i = 1, 2, …, ℓ_gen do
+        context = x if l_max is None else x[-l_max:]
+        P = forward(np.asarray(context))  # line 3: P ← DTransformer(x | θ̂)
+        p = P[:, len(context) - 1]  # line 4: p ← P[:, ℓ + i − 1]   (1-based column ℓ+i−1: the last one)
+        y = sample_token(p, tau, rng)  # line 5: sample a token y from q ∝ p^{1/τ}
+        x = x + [y]  # line 6: x ← [x, y]
+    # line 7: end
+    return np.asarray(x[l:l + l_gen], dtype=np.int64)  # line 8: return y = x[ℓ+1 : ℓ+ℓ_gen]
+
+
+def ed_inference(z, forward, *, tau: float, bos_token: int, eos_token: int, max_len: int, rng=None) -> np.ndarray:
+    """Algorithm 15: x̂ ← EDInference(z, θ̂), sequence-to-sequence decoding with an EDTransformer.
+
+    forward(z, x) -> P (N_V, length(x)). Returns x̂, starting with bos_token and ending with eos_token, or
+    cut at max_len tokens (the API's stopping rule, so that the loop always ends)."""
+    x_hat = [int(bos_token)]  # line 1: x̂ ← [bos_token]
+    y = 0  # line 2: y ← 0
+    while y != eos_token:  # line 3: while y ≠ eos_token do
+        if len(x_hat) >= max_len:
+            break
+        P = forward(np.asarray(z), np.asarray(x_hat))  # line 4: P ← EDTransformer(z, x̂ | θ̂)
+        p = P[:, len(x_hat) - 1]  # line 5: p ← P[:, length(x̂)]   (1-based: the last column)
+        y = sample_token(p, tau, rng)  # line 6: sample a token y from q ∝ p^{1/τ}
+        x_hat = x_hat + [y]  # line 7: x̂ ← [x̂, y]
+    # line 8: end
+    return np.asarray(x_hat, dtype=np.int64)  # line 9: return x̂
