@@ -75,11 +75,19 @@ py::object shaped_output(index_t n_vocab, const InBatch& in, bool two_d, Fill fi
 
 bool is_2d(const py::handle& x) { return py::isinstance<py::array>(x) && py::reinterpret_borrow<py::array>(x).ndim() == 2; }
 
+// The gradients as a dict of arrays that later calls do not change: ONE copy of the flat gradient
+// buffer (a memcpy), with each name a view into that copy laid out like the parameter.
 template <class T>
 py::dict grads_copy(const py::object& self, ft::ParamStore<T>& store) {
+    (void)self;
+    py::array_t<T> flat(py::ssize_t(store.size()));
+    std::copy(store.grad(), store.grad() + store.size(), flat.mutable_data());
     py::dict d;
-    ParamDict views = make_param_dict(self, store, true);
-    for (std::size_t i = 0; i < views.names().size(); ++i) d[py::str(views.names()[i])] = views.arrays()[i].attr("copy")();
+    for (const ft::ParamInfo& e : store.entries()) {
+        std::vector<py::ssize_t> shape(e.shape.begin(), e.shape.end()), strides;
+        for (index_t st : e.strides) strides.push_back(py::ssize_t(st * index_t(sizeof(T))));
+        d[py::str(e.name)] = py::array(py::dtype::of<T>(), shape, strides, flat.data() + e.offset, flat);
+    }
     return d;
 }
 

@@ -86,6 +86,22 @@ template <class T>
 void mix(CMatView<T> V, CMatView<T> A, MatView<T> Vt) {
     gemm<T>(Op::N, Op::N, T(1), V, A, T(0), Vt);
 }
+
+// Run f(b, h) for every (sequence b, head h) block of a batch. Small blocks — OpenBLAS keeps a product
+// with m·n·k < 4·65536 on one thread — run in parallel, one block per thread at a time (OpenBLAS's
+// OpenMP build runs a gemm called inside a parallel region on the calling thread, so the two pools never
+// compete); large blocks run one after another and OpenBLAS parallelises each product itself. Blocks
+// write disjoint parts of their outputs. (Nested regions inside f run serially: OpenMP's default.)
+template <class F>
+void for_blocks(index_t n_seqs, index_t H, index_t work_per_block, F&& f) {
+    const index_t n = n_seqs * H;
+    if (work_per_block < 4 * 65536 && n > 1) {
+#pragma omp parallel for schedule(dynamic)
+        for (index_t bh = 0; bh < n; ++bh) f(bh / H, bh % H);
+    } else {
+        for (index_t bh = 0; bh < n; ++bh) f(bh / H, bh % H);
+    }
+}
 }  // namespace
 
 template <class T>
@@ -264,29 +280,16 @@ void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Se
     for (index_t b = 0; b < sx.count(); ++b)
         for (index_t h = 0; h < H; ++h) c.A_off.push_back(c.A_off.back() + sz.len(b) * sx.len(b));
     c.A.resize(std::size_t(c.A_off.back()));
-    auto A_block = [&](index_t b, index_t h) {
-        return MatView<T>(c.A.data() + c.A_off[std::size_t(b * H + h)], sz.len(b), sx.len(b));
-    };
-    // lines 1–3: for h ∈ [H]: Y^h ← Attention(X, Z | W^h_qkv, Mask), written into rows h·d_mid… of Y.
-    // Algorithm 4's lines 4–6 in three sweeps over (sequence, head): the products (line 4), then every
-    // column's mask + softmax in one parallel loop (lines 5–6), then the products of line 6.
-    for (index_t b = 0; b < sx.count(); ++b)
-        for (index_t h = 0; h < H; ++h)
-            scores<T>(Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
-                      K.rows_range(h * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)), A_block(b, h));
-    {
-        const index_t nA = index_t(c.A_off.size()) - 1;  // blocks (b, h)
-#pragma omp parallel for schedule(dynamic, 4) if (c.A.size() > 16384)
-        for (index_t bh = 0; bh < nA; ++bh) {
-            const index_t b = bh / H, lz = sz.len(b);
-            for (index_t j = 0; j < sx.len(b); ++j)
-                mask_softmax_column(mask, 0, j, c.A.data() + c.A_off[std::size_t(bh)] + j * lz, lz);
-        }
-    }
-    for (index_t b = 0; b < sx.count(); ++b)
-        for (index_t h = 0; h < H; ++h)
-            mix<T>(V.rows_range(h * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), A_block(b, h),
-                   Y.rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)));
+    // lines 1–3: for h ∈ [H]: Y^h ← Attention(X, Z | W^h_qkv, Mask): Algorithm 4's lines 4–6 on head h's
+    // rows of Q, K, V, for every sequence, writing Y^h into its rows of Y.
+    const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid);
+    for_blocks(sx.count(), H, work, [&](index_t b, index_t h) {
+        attention_head<T>(Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                          K.rows_range(h * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                          V.rows_range(h * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), mask, 0,
+                          MatView<T>(c.A.data() + c.A_off[std::size_t(b * H + h)], sz.len(b), sx.len(b)),
+                          Y.rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)));
+    });
     // line 3 is the layout itself: Y = [Y¹; Y²; …; Y^H]
     if (accumulate)
         affine_add<T>(store.W(W_o), Y, store.v(b_o), Vt);  // line 4, added to the caller's residual stream
@@ -298,52 +301,31 @@ template <class T>
 void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
                               const MHAttentionCache<T>& c, CMatView<T> dVt, MatView<T> dX, MatView<T> dZ,
                               MHAttentionWork<T>& w) const {
-    const T scale = T(1) / std::sqrt(T(d_attn));
     MatView<T> dY = ensure(w.dY, H * d_mid, X.cols);
     MatView<T> dQ = ensure(w.dQ, H * d_attn, X.cols), dK = ensure(w.dK, H * d_attn, Z.cols);
     MatView<T> dV = ensure(w.dV, H * d_mid, Z.cols);
     std::fill(dY.data, dY.data + dY.size(), T(0));
+    std::fill(dQ.data, dQ.data + dQ.size(), T(0));
     std::fill(dK.data, dK.data + dK.size(), T(0));
     std::fill(dV.data, dV.data + dV.size(), T(0));
     // d(line 4): dW_o += dṼ Yᵀ, db_o += dṼ 1, dY = W_oᵀ dṼ
     affine_backward<T>(store.W(W_o), view(c.Y), dVt, store.dW(W_o).data, store.dv(b_o), dY.data);
     w.dA.resize(c.A.size());
-    auto A_block = [&](index_t b, index_t h) {
-        return CMatView<T>(c.A.data() + c.A_off[std::size_t(b * H + h)], sz.len(b), sx.len(b));
-    };
-    auto dA_block = [&](index_t b, index_t h) {
-        return MatView<T>(w.dA.data() + c.A_off[std::size_t(b * H + h)], sz.len(b), sx.len(b));
-    };
     CMatView<T> Q = view(c.Q), K = view(c.K), V = view(c.V);
-    // d(lines 1–3) per head: Algorithm 4's line 6 backward (dV^h += dY^h Aᵀ, dA = V^hᵀ dY^h) ...
-    for (index_t b = 0; b < sx.count(); ++b)
-        for (index_t h = 0; h < H; ++h) {
-            CMatView<T> dYbh = CMatView<T>(dY).rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b));
-            gemm<T>(Op::N, Op::T, T(1), dYbh, A_block(b, h), T(1),
-                    dV.rows_range(h * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)));
-            gemm<T>(Op::T, Op::N, T(1), V.rows_range(h * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), dYbh, T(0),
-                    dA_block(b, h));
-        }
-    // ... the softmax derivative of every column (parallel; masked entries have A = 0 hence dS = 0) ...
-    {
-        const index_t nA = index_t(c.A_off.size()) - 1;
-#pragma omp parallel for schedule(dynamic, 4) if (c.A.size() > 16384)
-        for (index_t bh = 0; bh < nA; ++bh) {
-            const index_t b = bh / H;
-            const index_t lz = sz.len(b);
-            for (index_t j = 0; j < sx.len(b); ++j)
-                softmax_column_backward(c.A.data() + c.A_off[std::size_t(bh)] + j * lz,
-                                        w.dA.data() + c.A_off[std::size_t(bh)] + j * lz, lz);
-        }
-    }
-    // ... and line 4 backward: dQ^h = K^h dS / √d_attn, dK^h += Q^h dSᵀ / √d_attn
-    for (index_t b = 0; b < sx.count(); ++b)
-        for (index_t h = 0; h < H; ++h) {
-            gemm<T>(Op::N, Op::N, scale, K.rows_range(h * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)), dA_block(b, h),
-                    T(0), dQ.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)));
-            gemm<T>(Op::N, Op::T, scale, Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)), dA_block(b, h),
-                    T(1), dK.rows_range(h * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)));
-        }
+    // d(lines 1–3): Algorithm 4's lines 6, 5, 4 backward per (sequence, head) block
+    const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid);
+    for_blocks(sx.count(), H, work, [&](index_t b, index_t h) {
+        const std::size_t off = std::size_t(c.A_off[std::size_t(b * H + h)]);
+        attention_head_backward<T>(Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                                   K.rows_range(h * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                                   V.rows_range(h * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)),
+                                   CMatView<T>(c.A.data() + off, sz.len(b), sx.len(b)),
+                                   CMatView<T>(dY).rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
+                                   dQ.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                                   dK.rows_range(h * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                                   dV.rows_range(h * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)),
+                                   MatView<T>(w.dA.data() + off, sz.len(b), sx.len(b)));
+    });
     // Algorithm 4's lines 3, 2, 1 for all heads at once (stacked): parameter gradients, dZ, dX
     affine_backward<T>(store.W(W_v), Z, dV, store.dW(W_v).data, store.dv(b_v), dZ.data, dZ.ld);
     affine_backward<T>(store.W(W_k), Z, dK, store.dW(W_k).data, store.dv(b_k), dZ.data, dZ.ld);
