@@ -91,6 +91,12 @@ py::dict grads_copy(const py::object& self, ft::ParamStore<T>& store) {
     return d;
 }
 
+template <class T>
+py::object grads_out(const py::object& self, ft::ParamStore<T>& store, bool copy) {
+    if (copy) return grads_copy(self, store);
+    return py::cast(make_param_dict(self, store, true));
+}
+
 double apply_reduction(double loss, index_t scored, const std::string& reduction) {
     if (reduction == "sum") return loss;
     if (reduction == "mean") return scored > 0 ? loss / double(scored) : 0.0;
@@ -263,7 +269,7 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
             py::arg("x"), "W_u X (before the softmax of line 11), shaped like the call's output.")
         .def(
             "loss_and_grad",
-            [](py::object self, const py::handle& x) {
+            [](py::object self, const py::handle& x, bool copy) {
                 DD& d = self.cast<DD&>();
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& m) {
@@ -273,12 +279,14 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
                         py::gil_scoped_release nogil;
                         loss = m.loss_and_grad(Tokens{in.ids.data(), seqs_of(in)});
                     }
-                    return py::make_tuple(loss, grads_copy(self, m.store));
+                    return py::make_tuple(loss, grads_out(self, m.store, copy));
                 });
             },
-            py::arg("x"),
+            py::arg("x"), py::arg("copy") = true,
             "Algorithm 13 line 5 and its gradient: (loss, grads). x: one sequence, a 2-D (N, ℓ) batch or a list "
-            "of sequences of any lengths (the loss is the sum over sequences).")
+            "of sequences of any lengths (the loss is the sum over sequences). grads: a dict of arrays that later "
+            "calls do not change (one copy of the flat gradient); copy=False returns model.grads itself "
+            "(zero-copy views, overwritten by the next call, as PyTorch's .grad).")
         .def(
             "loss",
             [](DD& d, const py::handle& x, const std::string& reduction) {
@@ -385,7 +393,7 @@ loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] o
             py::arg("x"))
         .def(
             "loss_and_grad",
-            [e_pair](py::object self, const py::handle& x_tilde, const py::handle& x) {
+            [e_pair](py::object self, const py::handle& x_tilde, const py::handle& x, bool copy) {
                 DE& d = self.cast<DE&>();
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& m) {
@@ -395,10 +403,11 @@ loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] o
                         py::gil_scoped_release nogil;
                         loss = m.loss_and_grad(Tokens{xt.ids.data(), seqs_of(xt)}, xo.ids.data());
                     }
-                    return py::make_tuple(loss, grads_copy(self, m.store));
+                    return py::make_tuple(loss, grads_out(self, m.store, copy));
                 });
             },
-            py::arg("x_tilde"), py::arg("x"))
+            py::arg("x_tilde"), py::arg("x"), py::arg("copy") = true,
+            "Algorithm 12 line 9 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad.")
         .def(
             "loss",
             [e_pair](DE& d, const py::handle& x_tilde, const py::handle& x, const std::string& reduction) {
@@ -501,7 +510,7 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
             py::arg("z"), py::arg("x"))
         .def(
             "loss_and_grad",
-            [ed_pair](py::object self, const py::handle& z, const py::handle& x) {
+            [ed_pair](py::object self, const py::handle& z, const py::handle& x, bool copy) {
                 DED& d = self.cast<DED&>();
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& m) {
@@ -511,10 +520,11 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
                         py::gil_scoped_release nogil;
                         loss = m.loss_and_grad(Tokens{zb.ids.data(), seqs_of(zb)}, Tokens{xb.ids.data(), seqs_of(xb)});
                     }
-                    return py::make_tuple(loss, grads_copy(self, m.store));
+                    return py::make_tuple(loss, grads_out(self, m.store, copy));
                 });
             },
-            py::arg("z"), py::arg("x"))
+            py::arg("z"), py::arg("x"), py::arg("copy") = true,
+            "Algorithm 11 line 5 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad.")
         .def(
             "loss",
             [ed_pair](DED& d, const py::handle& z, const py::handle& x, const std::string& reduction) {
