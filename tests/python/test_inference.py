@@ -233,6 +233,22 @@ def test_seeds_reproduce_and_differ():
     assert np.array_equal(inf(np.array([1, 2]), m), a)
 
 
+def test_seed_values_and_types():
+    """seed: None or an integer in [0, 2^64) (the generator's seed, as the trainers accept); a float or a
+    string is a TypeError and an integer beyond 64 bits a ValueError, each naming the seed."""
+    m = dmodel("float32")
+    for cls, args in ((ft.DInference, (3,)), (ft.EDInference, ())):
+        cls(*args, seed=2**63 - 1)
+        cls(*args, seed=2**63)  # a valid unsigned 64-bit seed
+        cls(*args, seed=2**64 - 1)
+        for bad in (1.5, "7"):
+            with pytest.raises(TypeError, match="seed"):
+                cls(*args, seed=bad)
+        with pytest.raises(ValueError, match="seed"):
+            cls(*args, seed=2**64)
+    assert ft.DInference(3, seed=2**63)(np.array([1, 2]), m).shape == (3,)
+
+
 def test_inference_leaves_the_model_as_it_was():
     m = dmodel("float64", seed=7)
     before = {k: np.array(v) for k, v in m.params.items()}

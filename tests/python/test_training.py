@@ -578,6 +578,22 @@ def test_adam_object_keeps_its_moments_across_calls():
     assert tr.history["step"] == list(range(1, 9))
 
 
+def test_trainer_with_adam_string_gives_each_new_model_a_fresh_adam():
+    """optimizer='adam' (the default): the trainer creates an Adam for the model it trains and keeps it for
+    further calls on that model. A different model — even one that happens to reuse the memory (and id())
+    of a model that no longer exists, as a temporary does — must get a fresh Adam: the same result as a
+    new trainer, not an error about another model's moments."""
+    data = ragged(33, 4)
+    tr = ft.DTraining(1, 1e-2, **quiet(shuffle=False))
+    tr(data, dmodel(seed=5))  # a temporary model, freed after the call
+    m = dmodel()
+    tr(data, m)
+    assert tr.optimizer.t == 4, f"the second model was stepped by an Adam with {tr.optimizer.t - 4} earlier steps"
+    ref = dmodel()
+    ft.DTraining(1, 1e-2, **quiet(shuffle=False))(data, ref)
+    assert_identical(m, ref)
+
+
 def test_adam_object_of_another_model_is_refused():
     adam = ft.Adam(0.01)
     first = dmodel()  # kept alive: the optimizer is bound to its parameter buffer
@@ -631,6 +647,7 @@ def test_p_mask_outside_open_interval_is_a_value_error(p_mask):
         (dict(schedule="step"), "schedule"),
         (dict(optimizer="rmsprop"), "optimizer"),
         (dict(seed=-1), "seed"),
+        (dict(seed=2**64), "seed"),  # beyond the generator's 64-bit seed
     ],
 )
 def test_bad_options_are_value_errors(opts, match):
