@@ -110,8 +110,11 @@ step and belong to that object. Fixed parameters (sinusoidal W_p) are never chan
                 if (t < 0) throw ft::ValueError("state['t'] must be >= 0");
                 std::visit([&](auto* store) {
                     using T = typename std::decay_t<decltype(*store)>::value_type;
-                    auto m = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(d.contains("m") ? d["m"] : py::none());
-                    auto v = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(d.contains("v") ? d["v"] : py::none());
+                    const py::object mo = d.contains("m") ? py::object(d["m"]) : py::object(py::none());
+                    const py::object vo = d.contains("v") ? py::object(d["v"]) : py::object(py::none());
+                    auto m = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(mo);
+                    auto v = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(vo);
+                    if (PyErr_Occurred()) PyErr_Clear();  // ensure() of None sets an error; handled below
                     if (t > 0 && (!m || !v || m.size() != store->size() || v.size() != store->size()))
                         throw ft::ValueError("state's moments do not match this object's " + std::to_string(store->size()) + " parameters");
                     a.state = std::monostate{};

@@ -1,0 +1,1185 @@
+"""
+formal-transformers native core (C++17, xtensor, OpenBLAS)
+"""
+from __future__ import annotations
+import collections.abc
+import numpy
+import numpy.typing
+import typing
+__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'RMSNorm', 'SGD', 'TokenEmbedding', 'Unembedding', 'WordTokenizer', 'bidirectional_mask', 'blas_info', 'chunk', 'gelu', 'get_num_threads', 'learning_rate', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
+class _HasParams:
+    """
+    Base of every object with parameters (params, grads).
+    """
+class ParamDict:
+    """
+    name -> numpy view of a parameter (or gradient) stored in C++ (zero-copy, writable).
+    """
+    def __contains__(self, arg0: typing.Any) -> bool:
+        ...
+    def __getitem__(self, arg0: str) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        ...
+    def __iter__(self) -> collections.abc.Iterator:
+        ...
+    def __len__(self) -> int:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setitem__(self, arg0: str, arg1: typing.Any) -> None:
+        ...
+    def copy(self) -> dict:
+        """
+        A plain dict of copies (a snapshot that later steps do not change).
+        """
+    def get(self, key: typing.Any, default: typing.Any = None) -> typing.Any:
+        ...
+    def items(self) -> list:
+        ...
+    def keys(self) -> list[str]:
+        ...
+    def update(self, arg0: dict) -> None:
+        """
+        Copy arrays into the named parameters (every name is checked before anything is written).
+        """
+    def values(self) -> list[numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]]:
+        ...
+class LayerNorm(_HasParams):
+    """
+    Algorithm 6: ê ← layer_norm(e | γ, β) = (e − m)/√(v + eps) ⊙ γ + β, per column.
+    
+    Hyperparameters: d_e, eps (inside the square root; eps=0 is the listing exactly).
+    Parameters: gamma (d_e,) = 1, beta (d_e,) = 0.
+    Call: e (d_e,) or (d_e, ℓ) -> ê of the same shape. backward(dÊ) -> dE.
+    """
+    def __call__(self, e: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        ...
+    def __init__(self, d_e: typing.SupportsInt | typing.SupportsIndex, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32') -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def backward(self, dY: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        """
+        Gradient of the last call: accumulates d gamma, d beta into grads; returns dE.
+        """
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def d_e(self) -> int:
+        ...
+    @property
+    def dtype(self) -> str:
+        ...
+    @property
+    def eps(self) -> float:
+        ...
+    @property
+    def grads(self) -> ParamDict:
+        """
+        Gradients, same keys as params, accumulated by backward(), cleared by zero_grad().
+        """
+    @property
+    def params(self) -> ParamDict:
+        """
+        Parameters θ: name -> writable numpy view of the C++ storage (zero-copy). Assigning params[name] = array copies into the storage (shape must match).
+        """
+class RMSNorm(_HasParams):
+    """
+    Gopher's RMSnorm variant of Algorithm 6: ê = e / √(Σ e²/d_e + eps) ⊙ γ, per column.
+    
+    Parameters: gamma (d_e,) = 1. Call: e (d_e,) or (d_e, ℓ) -> ê. backward(dÊ) -> dE.
+    """
+    def __call__(self, e: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        ...
+    def __init__(self, d_e: typing.SupportsInt | typing.SupportsIndex, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32') -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def backward(self, dY: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        ...
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def d_e(self) -> int:
+        ...
+    @property
+    def dtype(self) -> str:
+        ...
+    @property
+    def eps(self) -> float:
+        ...
+    @property
+    def grads(self) -> ParamDict:
+        """
+        Gradients, same keys as params, accumulated by backward(), cleared by zero_grad().
+        """
+    @property
+    def params(self) -> ParamDict:
+        """
+        Parameters θ: name -> writable numpy view of the C++ storage (zero-copy). Assigning params[name] = array copies into the storage (shape must match).
+        """
+class TokenEmbedding(_HasParams):
+    """
+    Algorithm 1 (token embedding): e = W_e[:, v].
+    
+    TokenEmbedding(n_vocab, d_e, *, dtype='float32', seed=0)
+    Hyperparameters: n_vocab (N_V), d_e.
+    Parameters: W_e (d_e, N_V), initialised W_e ~ N(0, 1) from ft's Rng(seed).
+    Call: v, an int token id in [0, N_V) -> e (d_e,); or a 1-D sequence of ids (any integer
+      dtype, or a list) -> E (d_e, ℓ), column t = W_e[:, v[t]].
+    backward(dE): dE (d_e,) or (d_e, ℓ) of the last call; scatter-adds into grads['W_e']
+      (a token used twice receives both columns) and returns None (ids have no gradient).
+    Errors: id out of range -> IndexError naming the id and its position; float/bool ids ->
+      TypeError; an empty sequence -> ValueError. dE: a float array of either precision, any layout;
+      NaN in dE is not checked and lands in the gradient columns it is added to.
+    """
+    def __call__(self, v: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        """
+        v: int id -> (d_e,); 1-D ids -> (d_e, ℓ).
+        """
+    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, *, dtype: typing.Any = 'float32', seed: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def backward(self, dE: typing.Any) -> None:
+        """
+        Gradient of the last call: grads['W_e'][:, v[t]] += dE[:, t] for every t. Returns None.
+        """
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def d_e(self) -> int:
+        ...
+    @property
+    def dtype(self) -> str:
+        ...
+    @property
+    def grads(self) -> ParamDict:
+        """
+        Gradients, same keys as params, accumulated by backward(), cleared by zero_grad().
+        """
+    @property
+    def n_vocab(self) -> int:
+        ...
+    @property
+    def params(self) -> ParamDict:
+        """
+        Parameters θ: name -> writable numpy view of the C++ storage (zero-copy). Assigning params[name] = array copies into the storage (shape must match).
+        """
+class PositionalEmbedding(_HasParams):
+    """
+    Algorithm 2 (positional embedding): e_p = W_p[:, t].
+    
+    PositionalEmbedding(l_max, d_e, kind='learned', *, base=None, dtype='float32', seed=0)
+    Hyperparameters: l_max (ℓ_max), d_e, kind, base.
+    Parameters: W_p (d_e, ℓ_max).
+      kind='learned': W_p ~ N(0, 1) from ft's Rng(seed), trained by backward().
+      kind='sinusoidal': W_p is the paper's fixed matrix, exactly as printed (1-based i, t):
+        W_p[2i-1, t] = sin(t / ℓ_max^(2i/d_e)), W_p[2i, t] = cos(t / ℓ_max^(2i/d_e)),
+        stored 0-based (column j holds t = j+1; for odd d_e the last row is a sine);
+        base (default ℓ_max) replaces ℓ_max in the formula (Vaswani et al. use 10000).
+        This W_p is FROZEN: it stays visible in params, but backward() adds nothing to its
+        gradient and optimizers skip it.
+    Call: t, an int position in [0, ℓ_max) -> e_p (d_e,); or a 1-D integer array of n
+      positions -> (d_e, n). Positions out of [0, ℓ_max) -> IndexError.
+    backward(dE): dE of the last call's shape; grads['W_p'][:, t] += dE[:, j] for each
+      position t = t_j (learned only). Returns None.
+    Positions: any integer dtype or a list; float/bool -> TypeError; empty -> ValueError.
+    """
+    def __call__(self, t: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        """
+        t: int position -> (d_e,); 1-D positions -> (d_e, n).
+        """
+    def __init__(self, l_max: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, kind: str = 'learned', *, base: typing.Any = None, dtype: typing.Any = 'float32', seed: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def backward(self, dE: typing.Any) -> None:
+        """
+        Gradient of the last call: grads['W_p'][:, t_j] += dE[:, j] (learned; nothing for sinusoidal). Returns None.
+        """
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def base(self) -> typing.Any:
+        """
+        The base of the sinusoidal formula (ℓ_max unless given); None for a learned W_p.
+        """
+    @property
+    def d_e(self) -> int:
+        ...
+    @property
+    def dtype(self) -> str:
+        ...
+    @property
+    def grads(self) -> ParamDict:
+        """
+        Gradients, same keys as params, accumulated by backward(), cleared by zero_grad().
+        """
+    @property
+    def kind(self) -> str:
+        ...
+    @property
+    def l_max(self) -> int:
+        ...
+    @property
+    def params(self) -> ParamDict:
+        """
+        Parameters θ: name -> writable numpy view of the C++ storage (zero-copy). Assigning params[name] = array copies into the storage (shape must match).
+        """
+class BasicAttention(_HasParams):
+    """
+    Algorithm 3 (basic single-query attention):
+      q = W_q e + b_q; k_t = W_k e_t + b_k; v_t = W_v e_t + b_v;
+      α_t = softmax_t(qᵀk_t / √d_attn); ṽ = Σ_t α_t v_t.
+    
+    BasicAttention(d_in, d_attn, d_out, *, dtype='float32', seed=0)
+    Hyperparameters: d_in, d_attn, d_out.
+    Parameters: W_q (d_attn, d_in), b_q (d_attn,), W_k (d_attn, d_in), b_k (d_attn,),
+      W_v (d_out, d_in), b_v (d_out,). Initialised W ~ N(0, 1/fan_in) (fan_in = d_in, the
+      matrix's number of columns) from ft's Rng(seed), biases 0.
+    Call: (e, E), e (d_in,) the current token, E (d_in, T) the context tokens e_1..e_T as
+      columns -> ṽ (d_out,).
+    backward(dv): dv (d_out,) -> (de (d_in,), dE (d_in, T)); parameter gradients accumulate
+      into grads. weights: α (T,) of the last call (None before any call).
+    Inputs: float arrays of either precision, any layout (zero-copy when already this dtype and F-contiguous,
+      otherwise converted once); non-float arrays -> TypeError. NaN is not checked: it propagates as
+      numpy's arithmetic of the listing (reference.py) would.
+    """
+    def __call__(self, e: typing.Any, E: typing.Any) -> typing.Any:
+        """
+        (e (d_in,), E (d_in, T)) -> ṽ (d_out,)
+        """
+    def __init__(self, d_in: typing.SupportsInt | typing.SupportsIndex, d_attn: typing.SupportsInt | typing.SupportsIndex, d_out: typing.SupportsInt | typing.SupportsIndex, *, dtype: typing.Any = 'float32', seed: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def backward(self, dv: typing.Any) -> typing.Any:
+        """
+        Gradient of the last call: dv (d_out,) -> (de, dE); accumulates the parameter gradients.
+        """
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def d_attn(self) -> int:
+        ...
+    @property
+    def d_in(self) -> int:
+        ...
+    @property
+    def d_out(self) -> int:
+        ...
+    @property
+    def dtype(self) -> str:
+        ...
+    @property
+    def grads(self) -> ParamDict:
+        """
+        Gradients, same keys as params, accumulated by backward(), cleared by zero_grad().
+        """
+    @property
+    def params(self) -> ParamDict:
+        """
+        Parameters θ: name -> writable numpy view of the C++ storage (zero-copy). Assigning params[name] = array copies into the storage (shape must match).
+        """
+    @property
+    def weights(self) -> typing.Any:
+        """
+        α (T,) of the last call, a copy (None before any call).
+        """
+class Attention(_HasParams):
+    """
+    Algorithm 4 (attention): Q = W_q X + b_q 1ᵀ, K = W_k Z + b_k 1ᵀ, V = W_v Z + b_v 1ᵀ,
+      S = KᵀQ, S[t_z, t_x] = −∞ where ¬Mask[t_z, t_x], Ṽ = V · softmax(S / √d_attn)
+      (softmax over each column, max-subtracted).
+    
+    Attention(d_x, d_z, d_attn, d_out, mask='bidirectional', *, dtype='float32', seed=0)
+    Hyperparameters: d_x, d_z, d_attn, d_out, and Mask: 'bidirectional' (Mask ≡ 1),
+      'unidirectional' (Mask[t_z, t_x] = [[t_z ≤ t_x]]), or a bool array (ℓ_z, ℓ_x) (then every
+      call must have exactly that ℓ_z, ℓ_x; a column with no True is a ValueError).
+    Parameters: W_q (d_attn, d_x), b_q (d_attn,), W_k (d_attn, d_z), b_k (d_attn,),
+      W_v (d_out, d_z), b_v (d_out,). Initialised W ~ N(0, 1/fan_in) (fan_in = the matrix's
+      number of columns) from ft's Rng(seed), biases 0.
+    Call: (X, Z), X (d_x, ℓ_x) primary tokens, Z (d_z, ℓ_z) context tokens (ℓ_z may differ:
+      cross-attention) -> Ṽ (d_out, ℓ_x). Z omitted: self-attention, Z = X. X and Z are copied.
+    backward(dY): dY (d_out, ℓ_x) -> (dX (d_x, ℓ_x), dZ (d_z, ℓ_z)); parameter gradients
+      accumulate into grads. (Self-attention: the gradient of X is dX + dZ.)
+    weights: softmax(S/√d_attn) (ℓ_z, ℓ_x) of the last call, a copy (None before any call).
+    Inputs: float arrays of either precision, any layout (zero-copy when already this dtype and F-contiguous,
+      otherwise converted once); non-float arrays -> TypeError. NaN is not checked: it propagates as
+      numpy's arithmetic of the listing (reference.py) would.
+    """
+    def __call__(self, X: typing.Any, Z: typing.Any = None) -> typing.Any:
+        """
+        (X (d_x, ℓ_x), Z (d_z, ℓ_z)) -> Ṽ (d_out, ℓ_x); Z omitted: Z = X.
+        """
+    def __init__(self, d_x: typing.SupportsInt | typing.SupportsIndex, d_z: typing.SupportsInt | typing.SupportsIndex, d_attn: typing.SupportsInt | typing.SupportsIndex, d_out: typing.SupportsInt | typing.SupportsIndex, mask: typing.Any = 'bidirectional', *, dtype: typing.Any = 'float32', seed: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def backward(self, dY: typing.Any) -> typing.Any:
+        """
+        Gradient of the last call: dY (d_out, ℓ_x) -> (dX, dZ); accumulates the parameter gradients.
+        """
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def d_attn(self) -> int:
+        ...
+    @property
+    def d_out(self) -> int:
+        ...
+    @property
+    def d_x(self) -> int:
+        ...
+    @property
+    def d_z(self) -> int:
+        ...
+    @property
+    def dtype(self) -> str:
+        ...
+    @property
+    def grads(self) -> ParamDict:
+        """
+        Gradients, same keys as params, accumulated by backward(), cleared by zero_grad().
+        """
+    @property
+    def mask(self) -> typing.Any:
+        """
+        'bidirectional', 'unidirectional', or a copy of the explicit bool mask.
+        """
+    @property
+    def params(self) -> ParamDict:
+        """
+        Parameters θ: name -> writable numpy view of the C++ storage (zero-copy). Assigning params[name] = array copies into the storage (shape must match).
+        """
+    @property
+    def weights(self) -> typing.Any:
+        """
+        softmax(S/√d_attn) (ℓ_z, ℓ_x) of the last call: column t_x holds how much query t_x attends to each context token. A copy; None before any call.
+        """
+class MHAttention(_HasParams):
+    """
+    Algorithm 5 (multi-head attention): for h ∈ [H]: Y^h = Attention(X, Z | W^h_qkv, Mask)
+      (Algorithm 4); Y = [Y¹; …; Y^H]; Ṽ = W_o Y + b_o 1ᵀ.
+    
+    MHAttention(H, d_x, d_z, d_attn, d_mid, d_out, mask='bidirectional', *, dtype='float32', seed=0)
+    Hyperparameters: H, d_x, d_z, d_attn, d_mid, d_out, Mask (as in Attention).
+    Parameters (heads stacked, head h = index h of the first axis):
+      W_q (H, d_attn, d_x), b_q (H, d_attn), W_k (H, d_attn, d_z), b_k (H, d_attn),
+      W_v (H, d_mid, d_z), b_v (H, d_mid), W_o (d_out, H·d_mid), b_o (d_out,).
+      Initialised W ~ N(0, 1/fan_in) (fan_in = the matrix's number of columns: d_x, d_z, d_z,
+      H·d_mid) from ft's Rng(seed), biases 0.
+    Call: (X, Z), X (d_x, ℓ_x), Z (d_z, ℓ_z) -> Ṽ (d_out, ℓ_x). Z omitted: Z = X. Inputs are copied.
+    backward(dY): dY (d_out, ℓ_x) -> (dX (d_x, ℓ_x), dZ (d_z, ℓ_z)); parameter gradients
+      accumulate into grads. (Self-attention: the gradient of X is dX + dZ.)
+    weights: softmax(S^h/√d_attn) of every head, (H, ℓ_z, ℓ_x), of the last call (a copy; None
+      before any call).
+    Inputs: float arrays of either precision, any layout (zero-copy when already this dtype and F-contiguous,
+      otherwise converted once); non-float arrays -> TypeError. NaN is not checked: it propagates as
+      numpy's arithmetic of the listing (reference.py) would.
+    """
+    def __call__(self, X: typing.Any, Z: typing.Any = None) -> typing.Any:
+        """
+        (X (d_x, ℓ_x), Z (d_z, ℓ_z)) -> Ṽ (d_out, ℓ_x); Z omitted: Z = X.
+        """
+    def __init__(self, H: typing.SupportsInt | typing.SupportsIndex, d_x: typing.SupportsInt | typing.SupportsIndex, d_z: typing.SupportsInt | typing.SupportsIndex, d_attn: typing.SupportsInt | typing.SupportsIndex, d_mid: typing.SupportsInt | typing.SupportsIndex, d_out: typing.SupportsInt | typing.SupportsIndex, mask: typing.Any = 'bidirectional', *, dtype: typing.Any = 'float32', seed: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def backward(self, dY: typing.Any) -> typing.Any:
+        """
+        Gradient of the last call: dY (d_out, ℓ_x) -> (dX, dZ); accumulates the parameter gradients.
+        """
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def H(self) -> int:
+        ...
+    @property
+    def d_attn(self) -> int:
+        ...
+    @property
+    def d_mid(self) -> int:
+        ...
+    @property
+    def d_out(self) -> int:
+        ...
+    @property
+    def d_x(self) -> int:
+        ...
+    @property
+    def d_z(self) -> int:
+        ...
+    @property
+    def dtype(self) -> str:
+        ...
+    @property
+    def grads(self) -> ParamDict:
+        """
+        Gradients, same keys as params, accumulated by backward(), cleared by zero_grad().
+        """
+    @property
+    def mask(self) -> typing.Any:
+        """
+        'bidirectional', 'unidirectional', or a copy of the explicit bool mask.
+        """
+    @property
+    def params(self) -> ParamDict:
+        """
+        Parameters θ: name -> writable numpy view of the C++ storage (zero-copy). Assigning params[name] = array copies into the storage (shape must match).
+        """
+    @property
+    def weights(self) -> typing.Any:
+        """
+        softmax(S^h/√d_attn) of every head, (H, ℓ_z, ℓ_x), of the last call. A copy; None before any call.
+        """
+class Unembedding(_HasParams):
+    """
+    Algorithm 7 (unembedding): p = softmax(W_u e), the column softmax (max-subtracted).
+    
+    Unembedding(n_vocab, d_e, *, dtype='float32', seed=0)
+    Hyperparameters: n_vocab (N_V), d_e.
+    Parameters: W_u (N_V, d_e), initialised W_u ~ N(0, 1/fan_in) (fan_in = d_e) from ft's
+      Rng(seed).
+    Call: e (d_e,) -> p (N_V,), or E (d_e, ℓ) -> P (N_V, ℓ) (every column). The input is copied.
+    logits(e): W_u e, same shapes (does not change what backward() differentiates).
+    backward(dP): dP, the gradient of a loss with respect to the last call's p -> dE of e's
+      shape; accumulates grads['W_u'].
+    Inputs: float arrays of either precision, any layout (zero-copy when already this dtype and F-contiguous,
+      otherwise converted once); non-float arrays -> TypeError. NaN is not checked: it propagates as
+      numpy's arithmetic of the listing (reference.py) would.
+    """
+    def __call__(self, e: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        """
+        e (d_e,) or (d_e, ℓ) -> p (N_V,) or (N_V, ℓ).
+        """
+    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, *, dtype: typing.Any = 'float32', seed: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def backward(self, dP: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        """
+        Gradient of the last call: dP (N_V, ℓ) -> dE (d_e, ℓ); accumulates grads['W_u'].
+        """
+    def logits(self, e: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        """
+        W_u e: (d_e,) or (d_e, ℓ) -> (N_V,) or (N_V, ℓ).
+        """
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def d_e(self) -> int:
+        ...
+    @property
+    def dtype(self) -> str:
+        ...
+    @property
+    def grads(self) -> ParamDict:
+        """
+        Gradients, same keys as params, accumulated by backward(), cleared by zero_grad().
+        """
+    @property
+    def n_vocab(self) -> int:
+        ...
+    @property
+    def params(self) -> ParamDict:
+        """
+        Parameters θ: name -> writable numpy view of the C++ storage (zero-copy). Assigning params[name] = array copies into the storage (shape must match).
+        """
+class DTransformer(_HasParams):
+    """
+    Algorithm 10: P ← DTransformer(x | θ) — GPT-2, a decoder-only transformer.
+    
+    Pre-LN layers with causal (unidirectional) multi-head self-attention and a GELU MLP, a final layer_norm,
+    and P = softmax(W_u X). Hyperparameters: n_vocab (N_V), l_max, L, H, d_e, d_mlp; keyword options
+    d_attn = d_mid = d_e // H by default, norm="layer" | "rms" (Gopher's RMSnorm), positional="learned" |
+    "sinusoidal" (base replaces ℓ_max in the paper's formula), tied=False (W_u = W_eᵀ when True),
+    gelu="exact" | "tanh" (GPT-2's approximation), eps (inside layer_norm's square root), dtype, seed,
+    init_std (GPT-2's init: N(0, init_std²), residual projections / √(2L), biases 0, γ = 1, β = 0).
+    
+    Call: P = model(x), x a 1-D sequence of token ids (ℓ ≤ l_max) -> P (N_V, ℓ); column t is the
+    distribution of x[t+1] given x[:t+1]. A 2-D (N, ℓ) array gives (N, N_V, ℓ); a list of sequences a list.
+    loss_and_grad(x) -> (loss, grads): Algorithm 13 line 5, −Σ_{t<ℓ−1} log P[x[t+1], t], summed over the
+    batch, with the gradient of every parameter (copies; model.grads holds the same, zero-copy).
+    """
+    def __call__(self, x: typing.Any) -> typing.Any:
+        ...
+    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, norm: str = 'layer', positional: str = 'learned', base: typing.Any = None, tied: bool = False, gelu: str = 'exact', eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.SupportsInt | typing.SupportsIndex = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def attention_weights(self, layer: typing.SupportsInt | typing.SupportsIndex, seq: typing.SupportsInt | typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        """
+        softmax(S/√d_attn) of every head of `layer` in the last forward call: (H, ℓ, ℓ); column t is how token t attends to tokens 0..t.
+        """
+    def logits(self, x: typing.Any) -> typing.Any:
+        """
+        W_u X (before the softmax of line 11), shaped like the call's output.
+        """
+    def loss(self, x: typing.Any, reduction: str = 'sum') -> float:
+        """
+        The loss without gradients; reduction='mean' divides by the number of predicted tokens.
+        """
+    def loss_and_grad(self, x: typing.Any, copy: bool = True) -> tuple[float, typing.Any]:
+        """
+        Algorithm 13 line 5 and its gradient: (loss, grads). x: one sequence, a 2-D (N, ℓ) batch or a list of sequences of any lengths (the loss is the sum over sequences). grads: a dict of arrays that later calls do not change (one copy of the flat gradient); copy=False returns model.grads itself (zero-copy views, overwritten by the next call, as PyTorch's .grad).
+        """
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def H(self) -> int:
+        ...
+    @property
+    def L(self) -> int:
+        ...
+    @property
+    def bos_token(self) -> int:
+        """
+        N_V − 2
+        """
+    @property
+    def config(self) -> dict:
+        ...
+    @property
+    def d_e(self) -> int:
+        ...
+    @property
+    def dtype(self) -> str:
+        ...
+    @property
+    def eos_token(self) -> int:
+        """
+        N_V − 1
+        """
+    @property
+    def grads(self) -> ParamDict:
+        """
+        Gradients, same keys as params, accumulated by backward(), cleared by zero_grad().
+        """
+    @property
+    def l_max(self) -> int:
+        ...
+    @property
+    def mask_token(self) -> int:
+        """
+        N_V − 3 (paper §4, 0-based)
+        """
+    @property
+    def n_params(self) -> int:
+        """
+        Number of trainable scalars in θ.
+        """
+    @property
+    def n_vocab(self) -> int:
+        ...
+    @property
+    def params(self) -> ParamDict:
+        """
+        Parameters θ: name -> writable numpy view of the C++ storage (zero-copy). Assigning params[name] = array copies into the storage (shape must match).
+        """
+class ETransformer(_HasParams):
+    """
+    Algorithm 9: P ← ETransformer(x | θ) — BERT, an encoder-only transformer.
+    
+    Post-LN layers with bidirectional multi-head self-attention and a GELU MLP, then X ← GELU(W_f X + b_f 1ᵀ),
+    a final layer_norm, and P = softmax(W_u X) with W_u (N_V, d_f) (the listing's N_V × d_e only type-checks
+    when d_f = d_e; see the errata). Hyperparameters: n_vocab, l_max, L, H, d_e, d_mlp, d_f; options as
+    DTransformer (no norm option).
+    loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] over T̃ = {t : x̃[t] = mask_token}
+    (mask_token = N_V − 3); with no masked position the loss is 0 and every gradient 0.
+    """
+    def __call__(self, x: typing.Any) -> typing.Any:
+        ...
+    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, d_f: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, positional: str = 'learned', base: typing.Any = None, tied: bool = False, gelu: str = 'exact', eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.SupportsInt | typing.SupportsIndex = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def attention_weights(self, layer: typing.SupportsInt | typing.SupportsIndex, seq: typing.SupportsInt | typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        ...
+    def logits(self, x: typing.Any) -> typing.Any:
+        ...
+    def loss(self, x_tilde: typing.Any, x: typing.Any, reduction: str = 'sum') -> float:
+        ...
+    def loss_and_grad(self, x_tilde: typing.Any, x: typing.Any, copy: bool = True) -> tuple[float, typing.Any]:
+        """
+        Algorithm 12 line 9 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad.
+        """
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def H(self) -> int:
+        ...
+    @property
+    def L(self) -> int:
+        ...
+    @property
+    def bos_token(self) -> int:
+        """
+        N_V − 2
+        """
+    @property
+    def config(self) -> dict:
+        ...
+    @property
+    def d_e(self) -> int:
+        ...
+    @property
+    def d_f(self) -> int:
+        ...
+    @property
+    def dtype(self) -> str:
+        ...
+    @property
+    def eos_token(self) -> int:
+        """
+        N_V − 1
+        """
+    @property
+    def grads(self) -> ParamDict:
+        """
+        Gradients, same keys as params, accumulated by backward(), cleared by zero_grad().
+        """
+    @property
+    def l_max(self) -> int:
+        ...
+    @property
+    def mask_token(self) -> int:
+        """
+        N_V − 3 (paper §4, 0-based)
+        """
+    @property
+    def n_params(self) -> int:
+        """
+        Number of trainable scalars in θ.
+        """
+    @property
+    def n_vocab(self) -> int:
+        ...
+    @property
+    def params(self) -> ParamDict:
+        """
+        Parameters θ: name -> writable numpy view of the C++ storage (zero-copy). Assigning params[name] = array copies into the storage (shape must match).
+        """
+class EDTransformer(_HasParams):
+    """
+    Algorithm 8: P ← EDTransformer(z, x | θ) — the original encoder-decoder transformer.
+    
+    Encoder: post-LN layers of bidirectional self-attention and a ReLU MLP over the context z. Decoder:
+    post-LN layers of causal self-attention, cross-attention to the encoded Z, and a ReLU MLP; then
+    P = softmax(W_u X). Hyperparameters: n_vocab, l_max, L_enc, L_dec, H, d_e, d_mlp; options d_attn, d_mid,
+    positional, base, tied, eps, dtype, seed, init_std.
+    Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5, −Σ_{t<ℓ_x−1} log P[x[t+1], t].
+    """
+    def __call__(self, z: typing.Any, x: typing.Any) -> typing.Any:
+        ...
+    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L_enc: typing.SupportsInt | typing.SupportsIndex, L_dec: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, positional: str = 'learned', base: typing.Any = None, tied: bool = False, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.SupportsInt | typing.SupportsIndex = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def attention_weights(self, kind: str, layer: typing.SupportsInt | typing.SupportsIndex, seq: typing.SupportsInt | typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        """
+        Attention matrices of the last forward call: kind 'enc' (ℓ_z, ℓ_z), 'dec' (ℓ_x, ℓ_x) or 'cross' (ℓ_z, ℓ_x), for every head: (H, rows, columns).
+        """
+    def logits(self, z: typing.Any, x: typing.Any) -> typing.Any:
+        ...
+    def loss(self, z: typing.Any, x: typing.Any, reduction: str = 'sum') -> float:
+        ...
+    def loss_and_grad(self, z: typing.Any, x: typing.Any, copy: bool = True) -> tuple[float, typing.Any]:
+        """
+        Algorithm 11 line 5 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad.
+        """
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def H(self) -> int:
+        ...
+    @property
+    def L_dec(self) -> int:
+        ...
+    @property
+    def L_enc(self) -> int:
+        ...
+    @property
+    def bos_token(self) -> int:
+        """
+        N_V − 2
+        """
+    @property
+    def config(self) -> dict:
+        ...
+    @property
+    def d_e(self) -> int:
+        ...
+    @property
+    def dtype(self) -> str:
+        ...
+    @property
+    def eos_token(self) -> int:
+        """
+        N_V − 1
+        """
+    @property
+    def grads(self) -> ParamDict:
+        """
+        Gradients, same keys as params, accumulated by backward(), cleared by zero_grad().
+        """
+    @property
+    def l_max(self) -> int:
+        ...
+    @property
+    def mask_token(self) -> int:
+        """
+        N_V − 3 (paper §4, 0-based)
+        """
+    @property
+    def n_params(self) -> int:
+        """
+        Number of trainable scalars in θ.
+        """
+    @property
+    def n_vocab(self) -> int:
+        ...
+    @property
+    def params(self) -> ParamDict:
+        """
+        Parameters θ: name -> writable numpy view of the C++ storage (zero-copy). Assigning params[name] = array copies into the storage (shape must match).
+        """
+class Adam:
+    """
+    Adam (Kingma & Ba 2015) with bias correction; one loop over the flat parameter buffer.
+    
+    Adam(lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, decoupled=True). weight_decay with
+    decoupled=True is AdamW's θ ← θ(1 − lr·λ); decoupled=False is the L2 form g ← g + λθ (torch.optim.Adam's).
+    step(obj, grads=None): one update of obj's parameters (any model or component) from grads (obj.grads
+    when None, zero-copy; or a dict name -> array such as loss_and_grad's). The moments are created at the first
+    step and belong to that object. Fixed parameters (sinusoidal W_p) are never changed.
+    """
+    def __init__(self, lr: typing.SupportsFloat | typing.SupportsIndex = 0.001, beta1: typing.SupportsFloat | typing.SupportsIndex = 0.9, beta2: typing.SupportsFloat | typing.SupportsIndex = 0.999, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-08, weight_decay: typing.SupportsFloat | typing.SupportsIndex = 0.0, decoupled: bool = True) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def load_state_dict(self, obj: typing.Any, state: dict) -> None:
+        """
+        Bind this optimizer to obj with the given state (from state_dict).
+        """
+    def state_dict(self) -> dict:
+        """
+        Steps taken and the moments m, v (flat, in parameter order): enough to resume.
+        """
+    def step(self, obj: typing.Any, grads: typing.Any = None, lr: typing.Any = None) -> None:
+        """
+        One Adam step; `lr` overrides the learning rate for this step (schedules).
+        """
+    @property
+    def beta1(self) -> float:
+        ...
+    @property
+    def beta2(self) -> float:
+        ...
+    @property
+    def decoupled(self) -> bool:
+        ...
+    @property
+    def eps(self) -> float:
+        ...
+    @property
+    def lr(self) -> float:
+        ...
+    @lr.setter
+    def lr(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def t(self) -> int:
+        """
+        Steps taken.
+        """
+    @property
+    def weight_decay(self) -> float:
+        ...
+class SGD:
+    """
+    The listings' update (Algorithms 11–13, line 6): θ ← θ − lr · ∇loss(θ).
+    
+    step(obj, grads=None, lr=None) as Adam.step.
+    """
+    def __init__(self, lr: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def step(self, obj: typing.Any, grads: typing.Any = None, lr: typing.Any = None) -> None:
+        ...
+    @property
+    def lr(self) -> float:
+        ...
+    @lr.setter
+    def lr(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+class BPETokenizer:
+    """
+    Byte-level Byte Pair Encoding (paper §4; Gage 1994, Sennrich et al. 2016, as in GPT-2).
+    
+    Vocabulary: ids 0..255 are the bytes, merge k makes id 256 + k, then mask_token = N_V−3, bos_token = N_V−2, eos_token = N_V−1. Every str encodes and decodes back exactly (lone surrogates travel as 'surrogatepass' UTF-8); special ids never arise from text.
+    
+    Pre-tokenizer (merges stay inside a piece): GPT-2's rule 's|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+ with Unicode 14.0 letters/numbers (general categories L*, N*) and White_Space, without a regex engine.
+    
+    Training: each step merges the adjacent pair with the highest count over the pre-tokenized text (overlaps counted); ties go to the smallest (left id, right id). It stops at n_vocab or when the best pair occurs fewer than min_frequency times (then n_vocab is smaller than asked).
+    Encoding applies the merges lowest rank first (leftmost first among equals), O(n log n) per piece.
+    
+    Build with BPETokenizer.train(text, n_vocab) or BPETokenizer.load(path).
+    """
+    @staticmethod
+    def from_json(text: typing.Any) -> BPETokenizer:
+        """
+        The tokenizer whose to_json() is `text` (ValueError if it is corrupt).
+        """
+    @staticmethod
+    def from_merges(merges: collections.abc.Sequence[tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex]]) -> BPETokenizer:
+        """
+        A tokenizer from a list of (left id, right id) merges; merge k makes id 256 + k and may only use ids < 256 + k.
+        """
+    @staticmethod
+    def load(path: typing.Any) -> BPETokenizer:
+        """
+        Read a file written by save(). ValueError naming the problem if it is corrupt or truncated, or holds another kind of tokenizer; OSError if it cannot be read.
+        """
+    @staticmethod
+    def pretokenize(text: typing.Any) -> list:
+        """
+        The pieces of `text` by the GPT-2 pre-tokenizer rule (their concatenation is text).
+        """
+    @staticmethod
+    def train(text: typing.Any, n_vocab: typing.Any, min_frequency: typing.Any = 2) -> BPETokenizer:
+        """
+        Learn merges on `text` until there are n_vocab tokens in all (n_vocab >= 259 = 256 bytes + 3 specials, else ValueError). Runs in C++ with the GIL released; Ctrl-C stops it (nothing is built).
+        """
+    def __eq__(self, arg0: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> tuple[str]:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, arg0: tuple) -> None:
+        ...
+    def decode(self, ids: typing.Any, skip_special: bool = True, errors: str = 'replace') -> str:
+        """
+        ids (1-D integers, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as '<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).
+        The tokens' bytes are decoded as UTF-8 (surrogates pass, as Python's 'surrogatepass'); other invalid byte sequences are replaced by U+FFFD exactly as bytes.decode('utf-8', 'replace') does (errors='replace'), dropped ('ignore') or a ValueError ('strict').
+        """
+    def decode_bytes(self, ids: typing.Any, skip_special: bool = True) -> bytes:
+        """
+        ids -> the concatenated bytes of the tokens.
+        """
+    def encode(self, text: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> numpy.typing.NDArray[numpy.int32]:
+        """
+        text (str) -> 1-D np.int32 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only where bos/eos ask for them; TypeError unless text is a str.
+        """
+    def encode_batch(self, texts: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> list:
+        """
+        A list of str -> a list of 1-D np.int32 arrays, each as encode() gives it.
+        """
+    def save(self, path: typing.Any) -> None:
+        """
+        Write the tokenizer as JSON (UTF-8; format in docs/tokenization.md).
+        """
+    def to_json(self) -> str:
+        """
+        The JSON text save() writes.
+        """
+    def token_bytes(self, id: typing.SupportsInt | typing.SupportsIndex) -> bytes:
+        """
+        The bytes of a regular token (IndexError for special or out-of-range ids).
+        """
+    @property
+    def bos_token(self) -> int:
+        """
+        N_V − 2
+        """
+    @property
+    def eos_token(self) -> int:
+        """
+        N_V − 1
+        """
+    @property
+    def mask_token(self) -> int:
+        """
+        N_V − 3
+        """
+    @property
+    def merges(self) -> list:
+        """
+        The learned merges in rank order: merges[k] = (left id, right id) made id 256 + k.
+        """
+    @property
+    def n_vocab(self) -> int:
+        """
+        N_V: regular tokens + the 3 special tokens.
+        """
+class CharTokenizer:
+    """
+    Character-level tokenizer (paper §4): one token per Unicode code point.
+    
+    Vocabulary: the distinct characters of the fit text in code point order (ids 0..), then unk_token if fit with unk=True, then mask_token = N_V−3, bos_token = N_V−2, eos_token = N_V−1.
+    Unknown characters at encode time raise ValueError naming the character and its position, unless fit with unk=True: then they become unk_token (decoded as U+FFFD).
+    
+    Build with CharTokenizer.fit(text) or CharTokenizer.load(path).
+    """
+    @staticmethod
+    def fit(text: typing.Any, unk: bool = False) -> CharTokenizer:
+        """
+        The vocabulary of the characters of `text` (ValueError if empty).
+        """
+    @staticmethod
+    def from_json(text: typing.Any) -> CharTokenizer:
+        """
+        The tokenizer whose to_json() is `text` (ValueError if it is corrupt).
+        """
+    @staticmethod
+    def load(path: typing.Any) -> CharTokenizer:
+        """
+        Read a file written by save(). ValueError naming the problem if it is corrupt or truncated, or holds another kind of tokenizer; OSError if it cannot be read.
+        """
+    def __eq__(self, arg0: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> tuple[str]:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, arg0: tuple) -> None:
+        ...
+    def decode(self, ids: typing.Any, skip_special: bool = True) -> str:
+        """
+        ids (1-D integers, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as '<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).
+        """
+    def encode(self, text: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> numpy.typing.NDArray[numpy.int32]:
+        """
+        text (str) -> 1-D np.int32 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only where bos/eos ask for them; TypeError unless text is a str.
+        """
+    def encode_batch(self, texts: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> list:
+        """
+        A list of str -> a list of 1-D np.int32 arrays, each as encode() gives it.
+        """
+    def save(self, path: typing.Any) -> None:
+        """
+        Write the tokenizer as JSON (UTF-8; format in docs/tokenization.md).
+        """
+    def to_json(self) -> str:
+        """
+        The JSON text save() writes.
+        """
+    @property
+    def bos_token(self) -> int:
+        """
+        N_V − 2
+        """
+    @property
+    def chars(self) -> list:
+        """
+        The characters of ids 0, 1, ...
+        """
+    @property
+    def eos_token(self) -> int:
+        """
+        N_V − 1
+        """
+    @property
+    def mask_token(self) -> int:
+        """
+        N_V − 3
+        """
+    @property
+    def n_vocab(self) -> int:
+        """
+        N_V: regular tokens + the 3 special tokens.
+        """
+    @property
+    def unk_token(self) -> typing.Any:
+        """
+        N_V − 4 when fit with unk=True, else None.
+        """
+class WordTokenizer:
+    """
+    Word-level tokenizer (paper §4): one token per word, a word being a piece of the GPT-2 pre-tokenizer (a word keeps its leading space, runs of digits, of punctuation and of whitespace are words too), so decode(encode(s)) == s.
+    
+    Vocabulary: the words of the fit text seen at least min_count times, most frequent first (ties by UTF-8 bytes), at most max_words of them (None: all); then unk_token if fit with unk=True; then mask_token = N_V−3, bos_token = N_V−2, eos_token = N_V−1.
+    Unknown words at encode time raise ValueError naming the word and its position, unless fit with unk=True: then they become unk_token (decoded as '<unk>').
+    
+    Build with WordTokenizer.fit(text) or WordTokenizer.load(path).
+    """
+    @staticmethod
+    def fit(text: typing.Any, unk: bool = False, min_count: typing.Any = 1, max_words: typing.Any = None) -> WordTokenizer:
+        """
+        The vocabulary of the words of `text` (ValueError if empty).
+        """
+    @staticmethod
+    def from_json(text: typing.Any) -> WordTokenizer:
+        """
+        The tokenizer whose to_json() is `text` (ValueError if it is corrupt).
+        """
+    @staticmethod
+    def load(path: typing.Any) -> WordTokenizer:
+        """
+        Read a file written by save(). ValueError naming the problem if it is corrupt or truncated, or holds another kind of tokenizer; OSError if it cannot be read.
+        """
+    @staticmethod
+    def pretokenize(text: typing.Any) -> list:
+        """
+        The words of `text` (GPT-2's pre-tokenizer rule; their concatenation is text).
+        """
+    def __eq__(self, arg0: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> tuple[str]:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, arg0: tuple) -> None:
+        ...
+    def decode(self, ids: typing.Any, skip_special: bool = True) -> str:
+        """
+        ids (1-D integers, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as '<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).
+        """
+    def encode(self, text: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> numpy.typing.NDArray[numpy.int32]:
+        """
+        text (str) -> 1-D np.int32 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only where bos/eos ask for them; TypeError unless text is a str.
+        """
+    def encode_batch(self, texts: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> list:
+        """
+        A list of str -> a list of 1-D np.int32 arrays, each as encode() gives it.
+        """
+    def save(self, path: typing.Any) -> None:
+        """
+        Write the tokenizer as JSON (UTF-8; format in docs/tokenization.md).
+        """
+    def to_json(self) -> str:
+        """
+        The JSON text save() writes.
+        """
+    @property
+    def bos_token(self) -> int:
+        """
+        N_V − 2
+        """
+    @property
+    def eos_token(self) -> int:
+        """
+        N_V − 1
+        """
+    @property
+    def mask_token(self) -> int:
+        """
+        N_V − 3
+        """
+    @property
+    def n_vocab(self) -> int:
+        """
+        N_V: regular tokens + the 3 special tokens.
+        """
+    @property
+    def unk_token(self) -> typing.Any:
+        """
+        N_V − 4 when fit with unk=True, else None.
+        """
+    @property
+    def words(self) -> list:
+        """
+        The words of ids 0, 1, ...
+        """
+class DInference:
+    """
+    Algorithm 14: y ← DInference(x, θ̂) — prompting a trained DTransformer.
+    
+    DInference(l_gen, tau=1.0, *, top_k=None, top_p=None, seed=None, cache=True)(x, model) -> y, the ℓ_gen
+    token ids that follow the prompt x (1-D, 1 ≤ ℓ ≤ l_max). Each token is drawn from q ∝ p^{1/τ} where p is
+    the last column of P = model(x) (τ = 0: argmax); top_k / top_p restrict q to the k most probable tokens /
+    the smallest set of mass ≥ top_p. cache=True keeps the keys and values of earlier tokens (one column of
+    work per new token); cache=False runs the listing literally (the whole model on the whole sequence each
+    step) — both give the same tokens for the same seed. Past l_max the model sees the last l_max tokens (a
+    sliding window; the cache is refilled from the window each step then). seed=None: a fresh random seed.
+    """
+    def __call__(self, x: typing.Any, model: typing.Any) -> numpy.typing.NDArray[numpy.int64]:
+        ...
+    def __init__(self, l_gen: typing.SupportsInt | typing.SupportsIndex, tau: typing.SupportsFloat | typing.SupportsIndex = 1.0, *, top_k: typing.Any = None, top_p: typing.Any = None, seed: typing.Any = None, cache: bool = True) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    @property
+    def l_gen(self) -> int:
+        ...
+    @property
+    def tau(self) -> float:
+        ...
+class EDInference:
+    """
+    Algorithm 15: x̂ ← EDInference(z, θ̂) — sequence-to-sequence decoding with an EDTransformer.
+    
+    EDInference(tau=1.0, *, max_len=None, top_k=None, top_p=None, seed=None, cache=True)(z, model) -> x̂:
+    starts with bos_token and samples until eos_token (included), or until x̂ has max_len tokens (default
+    l_max), so it always terminates. cache=True runs the encoder once per z and keeps the decoder's keys and
+    values; cache=False runs the listing literally. Sampling as DInference.
+    """
+    def __call__(self, z: typing.Any, model: typing.Any) -> numpy.typing.NDArray[numpy.int64]:
+        ...
+    def __init__(self, tau: typing.SupportsFloat | typing.SupportsIndex = 1.0, *, max_len: typing.Any = None, top_k: typing.Any = None, top_p: typing.Any = None, seed: typing.Any = None, cache: bool = True) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    @property
+    def tau(self) -> float:
+        ...
+def _dtraining(model: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None) -> None:
+    ...
+def _edtraining(model: typing.Any, z_data: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, z_val: typing.Any = None, x_val: typing.Any = None) -> None:
+    ...
+def _etraining(model: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None) -> None:
+    ...
+def _gemm(A: typing.Any, B: typing.Any, transA: bool = False, transB: bool = False) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+    """
+    Private (benchmarks): C = op(A) op(B) by one call of the core's gemm (OpenBLAS), in A's precision (float32 stays float32, any other float is float64). C-contiguous inputs of that dtype are used without a copy (as a transposed column-major matrix); other layouts are copied once.
+    """
+def _mask_tokens(x: typing.Any, mask_token: typing.SupportsInt | typing.SupportsIndex, p_mask: typing.SupportsFloat | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.int64]:
+    """
+    Algorithm 12 lines 4–6 on one sequence (the masking ETraining applies), for inspection and tests.
+    """
+def bidirectional_mask(l_z: typing.SupportsInt | typing.SupportsIndex, l_x: typing.SupportsInt | typing.SupportsIndex | None = None) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+    """
+    Mask ≡ 1 (l_z, l_x) bool array: every token attends to every context token (l_x defaults to l_z).
+    """
+def blas_info() -> str:
+    """
+    OpenBLAS build configuration.
+    """
+def chunk(ids: typing.Any, l_max: typing.Any, stride: typing.Any = None) -> list:
+    """
+    §4: split a sequence longer than ℓ_max into pieces of length <= l_max (a list of copies with the dtype of np.asarray(ids)). Windows start at 0, stride, 2·stride, ... and the last is the first that reaches the end. stride=None (= l_max) gives disjoint pieces whose concatenation is ids; 1 <= stride < l_max gives overlapping windows. An empty sequence gives []. ValueError for l_max < 1 or stride outside [1, l_max].
+    """
+def gelu(A: typing.Any, approximate: str = 'none') -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+    """
+    GELU(x) = x·Φ(x) element-wise (exact, with erf); approximate='tanh' gives GPT-2's approximation.
+    """
+def get_num_threads() -> int:
+    ...
+def learning_rate(options: dict, step: typing.SupportsInt | typing.SupportsIndex, total: typing.SupportsInt | typing.SupportsIndex) -> float:
+    """
+    η at 1-based `step` of `total` under the options' schedule (warmup, schedule, eta, min_lr).
+    """
+def relu(A: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+    """
+    ReLU(x) = max(0, x) element-wise.
+    """
+def set_num_threads(n: typing.SupportsInt | typing.SupportsIndex) -> None:
+    """
+    Threads for the element-wise kernels and OpenBLAS (one shared OpenMP pool).
+    """
+def softmax(A: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+    """
+    softmax(A)[t1, t2] = exp(A[t1, t2]) / Σ_t exp(A[t, t2]): over each column (the paper's definition; a 1-D input is one column). -inf entries get probability 0; the column max is subtracted first.
+    """
+def unidirectional_mask(l_z: typing.SupportsInt | typing.SupportsIndex, l_x: typing.SupportsInt | typing.SupportsIndex | None = None) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+    """
+    Mask[t_z, t_x] = [[t_z ≤ t_x]] (l_z, l_x) bool array: a token attends only to itself and earlier tokens (l_x defaults to l_z).
+    """

@@ -1,0 +1,111 @@
+"""The package as a user meets it: import from anywhere, exports, typing files, threads, the main job (CLI)."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import formal_transformers as ft
+
+PKG = pathlib.Path(ft.__file__).parent
+
+LISTING_NAMES = [
+    "TokenEmbedding", "PositionalEmbedding", "BasicAttention", "Attention", "MHAttention", "LayerNorm", "RMSNorm",
+    "Unembedding", "EDTransformer", "ETransformer", "DTransformer", "EDTraining", "ETraining", "DTraining",
+    "DInference", "EDInference", "CharTokenizer", "WordTokenizer", "BPETokenizer", "chunk", "softmax", "gelu",
+    "relu", "bidirectional_mask", "unidirectional_mask", "Adam", "SGD",
+]
+
+
+def test_every_api_name_is_exported():
+    for name in LISTING_NAMES:
+        assert hasattr(ft, name), name
+        assert name in ft.__all__, name
+    assert not [n for n in ft.__all__ if n.startswith("_")]
+
+
+def test_import_works_from_any_directory(tmp_path):
+    env = dict(os.environ)
+    r = subprocess.run([sys.executable, "-c", "import formal_transformers as ft; print(ft.DTransformer.__name__)"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "DTransformer"
+
+
+def test_typing_files_ship_with_the_package():
+    assert (PKG / "py.typed").exists()
+    stub = PKG / "_core.pyi"
+    assert stub.exists()
+    text = stub.read_text()
+    public = {n for n in dir(ft._core) if not n.startswith("_")}
+    # the stub's __all__ lists exactly the compiled module's public names (regenerate: docs/DEVELOPING.md)
+    line = next(l for l in text.splitlines() if l.startswith("__all__"))
+    stub_all = set(eval(line.split("=", 1)[1]))
+    assert stub_all == public, f"stub out of date: missing {public - stub_all}, extra {stub_all - public}"
+
+
+def test_threads_and_blas():
+    n = ft.get_num_threads()
+    assert n >= 1
+    ft.set_num_threads(1)
+    assert ft.get_num_threads() == 1
+    ft.set_num_threads(n)
+    assert ft.get_num_threads() == n
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        ft.set_num_threads(0)
+    assert "OpenBLAS" in ft.blas_info()
+
+
+def test_params_is_a_mapping():
+    from collections.abc import Mapping
+
+    m = ft.LayerNorm(3)
+    assert isinstance(m.params, Mapping)
+    assert dict(m.params.items()).keys() == {"gamma", "beta"}
+
+
+def _run_cli(args, cwd, timeout=600):
+    env = dict(os.environ)
+    r = subprocess.run([sys.executable, "-m", "formal_transformers", *args], cwd=cwd, env=env, capture_output=True,
+                       text=True, timeout=timeout)
+    assert r.returncode == 0, f"{args}: {r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
+def test_main_job_trains_samples_and_resumes(tmp_path):
+    """The README's main job end to end on a tiny model: train, sample, resume where it stopped."""
+    text = "the quick brown fox jumps over the lazy dog. " * 60
+    (tmp_path / "t.txt").write_text(text)
+    small = ["--text", "t.txt", "--out", "run", "--context", "16", "--layers", "1", "--heads", "2", "--d-e", "16",
+             "--d-mlp", "32", "--batch", "4", "--eval-every", "5", "--warmup", "2", "--quiet"]
+    out = _run_cli(["train", *small, "--steps", "10"], tmp_path)
+    assert "trained 10 steps" in out
+    run = tmp_path / "run"
+    for f in ("model.safetensors", "tokenizer.json", "optimizer.safetensors", "run.json"):
+        assert (run / f).exists(), f
+    state = json.loads((run / "run.json").read_text())
+    assert state["steps_done"] == 10 and len(state["history"]["loss"]) == 10
+    assert state["history"]["loss"][-1] < state["history"]["loss"][0]
+    out = _run_cli(["sample", "--run", "run", "--prompt", "the ", "--tokens", "20", "--seed", "1", "--samples", "1"],
+                   tmp_path)
+    assert "the " in out and "sample 1" in out
+    out = _run_cli(["train", *small, "--steps", "15", "--resume"], tmp_path)
+    assert "resuming" in out and "trained 5 steps" in out
+    state = json.loads((run / "run.json").read_text())
+    assert state["steps_done"] == 15 and len(state["history"]["loss"]) == 15
+    # the saved model is the trained one: its loss on the text is what training reached, not the initial one
+    model = ft.load(run / "model.safetensors")
+    tok = ft.CharTokenizer.load(str(run / "tokenizer.json"))
+    ids = tok.encode(text[:17], bos=False, eos=False)
+    assert model.loss(ids, reduction="mean") < np.log(tok.n_vocab)
+
+
+def test_main_job_default_text_is_the_stdlib_source():
+    from formal_transformers import cli
+
+    text = cli.default_text(50_000)
+    assert len(text) == 50_000
+    assert "def " in text and "import" in text
