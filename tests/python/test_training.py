@@ -92,11 +92,21 @@ def quiet(**kw):
     return kw
 
 
+@pytest.fixture
+def one_thread():
+    """Single-threaded core for the learning tests (float32 sums then do not depend on the machine's
+    thread count, and 2-core machines shared with compilers stay responsive); restored afterwards."""
+    n = ft.get_num_threads()
+    ft.set_num_threads(1)
+    yield
+    ft.set_num_threads(n)
+
+
 # ------------------------------------------------------------------------------------------------------
 # each listing learns a small task
 
 
-def test_dtraining_learns_a_repeating_sequence_to_near_zero_loss():
+def test_dtraining_learns_a_repeating_sequence_to_near_zero_loss(one_thread):
     m = ft.DTransformer(N_V, 16, 1, 2, 16, 32, seed=1)  # float32, the default
     data = [(np.arange(16) + p) % 5 for p in range(5)]  # 0 1 2 3 4 0 1 … at every phase
     before = m.loss(data, reduction="mean")
@@ -110,8 +120,7 @@ def test_dtraining_learns_a_repeating_sequence_to_near_zero_loss():
     assert np.array_equal(P.argmax(axis=1)[:, :-1], np.stack(data)[:, 1:])
 
 
-def test_etraining_recovers_masked_tokens_of_a_structured_corpus():
-    ft.set_num_threads(1)
+def test_etraining_recovers_masked_tokens_of_a_structured_corpus(one_thread):
     K, l = 8, 10  # counting sequences mod K: a masked token is its neighbour ± 1
     m = ft.ETransformer(K + 3, l, 2, 2, 32, 64, 32, seed=0)
     data = [(a + np.arange(l)) % K for a in range(K)]
@@ -134,10 +143,9 @@ def reversal_pair(z, n_vocab):
     return np.concatenate([[n_vocab - 2], z[::-1], [n_vocab - 1]])  # [bos, reversed z, eos]
 
 
-def test_edtraining_learns_reversal_and_edinference_outputs_it():
+def test_edtraining_learns_reversal_and_edinference_outputs_it(one_thread):
     import itertools
 
-    ft.set_num_threads(1)
     V = 9  # data 0..5, mask 6, bos 7, eos 8
     allz = np.array(list(itertools.product(range(6), repeat=4)))
     np.random.default_rng(0).shuffle(allz)
