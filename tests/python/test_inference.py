@@ -10,8 +10,19 @@ import numpy as np
 import pytest
 
 import formal_transformers as ft
+from formal_transformers import reference as ref
 
 V = 11  # data 0..7, mask 8, bos 9, eos 10
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """A single-threaded core: tiny models do not pay for OpenMP hand-offs on a 2-core machine shared with
+    compilers (measured 10x on such a machine). Tests that exercise threads set their own count."""
+    n = ft.get_num_threads()
+    ft.set_num_threads(1)
+    yield
+    ft.set_num_threads(n)
 
 
 def randomize(model, seed, scale=0.4, skip=()):
@@ -51,6 +62,48 @@ def sid(s):
 
 
 # ------------------------------------------------------------------------------------------------------
+# the core's random stream in Python: the listings of reference.py can then draw the same numbers
+
+
+class MT19937_64:
+    """std::mt19937_64 (fully specified by the C++ standard), with the core's uniform() = (next() >> 11)·2^-53
+    (common.hpp) as random(): the core's random stream in Python."""
+
+    MASK = (1 << 64) - 1
+
+    def __init__(self, seed: int):
+        mt = [seed & self.MASK]
+        for i in range(1, 312):
+            mt.append((6364136223846793005 * (mt[-1] ^ (mt[-1] >> 62)) + i) & self.MASK)
+        self.mt, self.i = mt, 312
+
+    def next(self) -> int:
+        if self.i >= 312:
+            mt = self.mt
+            for k in range(312):
+                x = (mt[k] & 0xFFFFFFFF80000000) | (mt[(k + 1) % 312] & 0x7FFFFFFF)
+                mt[k] = mt[(k + 156) % 312] ^ (x >> 1) ^ (0xB5026F5AA96619E9 if x & 1 else 0)
+            self.i = 0
+        y = self.mt[self.i]
+        self.i += 1
+        y ^= (y >> 29) & 0x5555555555555555
+        y ^= (y << 17) & 0x71D67FFFEDA60000
+        y ^= (y << 37) & 0xFFF7EEE000000000
+        y ^= y >> 43
+        return y & self.MASK
+
+    def random(self) -> float:
+        return (self.next() >> 11) * 2.0**-53
+
+
+def test_mt19937_64_is_the_standard_engine():
+    g = MT19937_64(5489)  # the C++ standard: the 10000th output of a default-constructed mt19937_64
+    for _ in range(9999):
+        g.next()
+    assert g.next() == 9981545732273789042
+
+
+# ------------------------------------------------------------------------------------------------------
 # cached == literal
 
 
@@ -83,12 +136,14 @@ def test_edinference_cached_equals_literal(dtype, sampling):
     assert max(lengths) > 3  # the outputs were not all trivially short
 
 
-def test_cached_and_literal_differ_in_nothing_but_speed_over_many_seeds():
+@pytest.mark.parametrize("threads", [1, 2])
+def test_cached_and_literal_differ_in_nothing_but_speed_over_many_seeds(threads):
     """Many seeds at τ = 1 over the sliding window (float32, where rounding differs most between a
-    one-column update and a full recomputation)."""
+    one-column update and a full recomputation), single- and multi-threaded."""
+    ft.set_num_threads(threads)
     m = dmodel("float32", seed=3, l_max=8)
     prompt = np.array([5, 6, 7])
-    for seed in range(40):
+    for seed in range(40 if threads == 1 else 15):
         a = ft.DInference(12, seed=seed)(prompt, m)
         b = ft.DInference(12, seed=seed, cache=False)(prompt, m)
         assert np.array_equal(a, b), seed
@@ -138,6 +193,46 @@ def test_edinference_tau0_is_the_greedy_listing(cache):
             want = edgreedy_by_hand(m, z, max_len or m.l_max)
             got = ft.EDInference(tau=0, max_len=max_len, cache=cache)(z, m)
             assert np.array_equal(got, want), (z, got, want)
+
+
+# ------------------------------------------------------------------------------------------------------
+# vs reference.py's listings, drawing the same uniform numbers (one per token, inverse CDF in token order)
+
+
+def d_hp(m):
+    c = m.config
+    return dict(L=c["L"], H=c["H"], norm=c["norm"], gelu=c["gelu"], eps=c["eps"])
+
+
+@pytest.mark.parametrize("tau", [1.0, 0.7, 1.8, 0.0])
+@pytest.mark.parametrize("cache", [True, False])
+def test_dinference_equals_the_reference_listing(tau, cache):
+    """Algorithm 14 against reference.d_inference with the numpy DTransformer (reference.d_transformer) as
+    the model, the same seeded uniform numbers, and the sliding window past l_max."""
+    m = dmodel("float64", seed=11)
+    params = {k: np.array(v) for k, v in m.params.items()}
+    forward = lambda x: ref.d_transformer(x, params, **d_hp(m))
+    for seed in range(3):
+        for prompt in (np.array([6]), np.array([2, 7, 1, 0, 3])):
+            want = ref.d_inference(prompt, forward, l_gen=9, tau=tau, rng=MT19937_64(seed), l_max=m.l_max)
+            got = ft.DInference(9, tau=tau, seed=seed, cache=cache)(prompt, m)
+            assert np.array_equal(got, want), (seed, prompt, got, want)
+
+
+@pytest.mark.parametrize("tau", [1.0, 0.6, 0.0])
+@pytest.mark.parametrize("cache", [True, False])
+def test_edinference_equals_the_reference_listing(tau, cache):
+    m = edmodel("float64", seed=12)
+    params = {k: np.array(v) for k, v in m.params.items()}
+    c = m.config
+    forward = lambda z, x: ref.ed_transformer(z, x, params, L_enc=c["L_enc"], L_dec=c["L_dec"], H=c["H"], eps=c["eps"])
+    for seed in range(4):
+        for z in (np.array([5]), np.array([1, 1, 4, 0, 7, 2])):
+            for max_len in (None, 4):
+                want = ref.ed_inference(z, forward, tau=tau, bos_token=m.bos_token, eos_token=m.eos_token,
+                                        max_len=max_len or m.l_max, rng=MT19937_64(seed))
+                got = ft.EDInference(tau=tau, seed=seed, max_len=max_len, cache=cache)(z, m)
+                assert np.array_equal(got, want), (seed, z, max_len, got, want)
 
 
 # ------------------------------------------------------------------------------------------------------

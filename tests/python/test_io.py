@@ -20,6 +20,16 @@ from formal_transformers import io as ftio
 V = 11
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """A single-threaded core: tiny models do not pay for OpenMP hand-offs on a 2-core machine shared with
+    compilers (measured 10x on such a machine). Tests that exercise threads set their own count."""
+    n = ft.get_num_threads()
+    ft.set_num_threads(1)
+    yield
+    ft.set_num_threads(n)
+
+
 def randomize(model, seed, skip=()):
     r = np.random.default_rng(seed)
     for k in model.params.keys():
@@ -36,7 +46,8 @@ MODELS = {
     "e": lambda dt: ft.ETransformer(V, 9, 2, 2, 8, 12, 6, dtype=dt, seed=3),
     "e-sinusoidal": lambda dt: ft.ETransformer(V, 9, 1, 2, 8, 12, 8, dtype=dt, positional="sinusoidal", tied=True),
     "ed": lambda dt: ft.EDTransformer(V, 9, 1, 2, 2, 8, 12, dtype=dt, seed=4),
-    "ed-sinusoidal-tied": lambda dt: ft.EDTransformer(V, 9, 2, 1, 2, 8, 12, dtype=dt, positional="sinusoidal", tied=True),
+    "ed-sinusoidal-tied": lambda dt: ft.EDTransformer(
+        V, 9, 2, 1, 2, 8, 12, dtype=dt, positional="sinusoidal", tied=True),
 }
 
 

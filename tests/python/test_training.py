@@ -19,8 +19,10 @@ import numpy as np
 import pytest
 
 import formal_transformers as ft
+from formal_transformers import reference as ref
 
 from conftest import ROOT, rel_err
+from test_inference import MT19937_64
 
 # ------------------------------------------------------------------------------------------------------
 # helpers
@@ -74,7 +76,8 @@ def assert_close(a, b, tol=1e-12):
 def max_param_diff(a, b):
     a = a.params if hasattr(a, "params") else a
     b = b.params if hasattr(b, "params") else b
-    return max(float(np.max(np.abs(np.asarray(a[k], dtype=np.float64) - np.asarray(b[k], dtype=np.float64)))) for k in a.keys())
+    f64 = lambda v: np.asarray(v, dtype=np.float64)  # noqa: E731
+    return max(float(np.max(np.abs(f64(a[k]) - f64(b[k])))) for k in a.keys())
 
 
 def sgd_by_hand(model, grads, lr, scale):
@@ -92,10 +95,11 @@ def quiet(**kw):
     return kw
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def one_thread():
-    """Single-threaded core for the learning tests (float32 sums then do not depend on the machine's
-    thread count, and 2-core machines shared with compilers stay responsive); restored afterwards."""
+    """A single-threaded core (float32 sums then do not depend on the machine's thread count, and tiny
+    models do not pay for OpenMP hand-offs on a 2-core machine shared with compilers); restored afterwards.
+    Tests that exercise threads set their own count."""
     n = ft.get_num_threads()
     ft.set_num_threads(1)
     yield
@@ -106,7 +110,7 @@ def one_thread():
 # each listing learns a small task
 
 
-def test_dtraining_learns_a_repeating_sequence_to_near_zero_loss(one_thread):
+def test_dtraining_learns_a_repeating_sequence_to_near_zero_loss():
     m = ft.DTransformer(N_V, 16, 1, 2, 16, 32, seed=1)  # float32, the default
     data = [(np.arange(16) + p) % 5 for p in range(5)]  # 0 1 2 3 4 0 1 … at every phase
     before = m.loss(data, reduction="mean")
@@ -120,7 +124,7 @@ def test_dtraining_learns_a_repeating_sequence_to_near_zero_loss(one_thread):
     assert np.array_equal(P.argmax(axis=1)[:, :-1], np.stack(data)[:, 1:])
 
 
-def test_etraining_recovers_masked_tokens_of_a_structured_corpus(one_thread):
+def test_etraining_recovers_masked_tokens_of_a_structured_corpus():
     K, l = 8, 10  # counting sequences mod K: a masked token is its neighbour ± 1
     m = ft.ETransformer(K + 3, l, 2, 2, 32, 64, 32, seed=0)
     data = [(a + np.arange(l)) % K for a in range(K)]
@@ -143,7 +147,7 @@ def reversal_pair(z, n_vocab):
     return np.concatenate([[n_vocab - 2], z[::-1], [n_vocab - 1]])  # [bos, reversed z, eos]
 
 
-def test_edtraining_learns_reversal_and_edinference_outputs_it(one_thread):
+def test_edtraining_learns_reversal_and_edinference_outputs_it():
     import itertools
 
     V = 9  # data 0..5, mask 6, bos 7, eos 8
@@ -258,6 +262,68 @@ def test_edtraining_step_is_the_listing():
 
 
 # ------------------------------------------------------------------------------------------------------
+# vs reference.py's listings (line 6 = SGD, batch_size 1, no shuffling): the same θ̂ and the same losses.
+# The gradients come from a float64 model's loss_and_grad; each step's loss is also checked against the
+# numpy forward of reference.py.
+
+
+def probe_loss_and_grad(probe, ref_loss):
+    def f(*args):
+        *data, theta = args
+        probe.params.update(theta)
+        loss, g = probe.loss_and_grad(*data)
+        assert loss == pytest.approx(ref_loss(*data, theta), rel=1e-10)
+        return loss, g
+    return f
+
+
+def test_dtraining_equals_reference_d_training():
+    data = ragged(40, 4)
+    m, probe = dmodel(), dmodel()
+    theta0 = snapshot(m)
+    tr = ft.DTraining(2, 0.2, **quiet(optimizer="sgd", shuffle=False))
+    tr(data, m)
+    losses = []
+    want = ref.d_training(data, theta0, probe_loss_and_grad(probe, lambda x, th: ref.d_loss(x, th, L=1, H=2)),
+                          n_epochs=2, eta=0.2, losses=losses)
+    assert_close(m, want, 1e-12)
+    got_losses = [l * n for l, n in zip(tr.history["loss"], tr.history["tokens"])]  # per token → the sum
+    assert got_losses == pytest.approx(losses, rel=1e-12)
+
+
+def test_etraining_equals_reference_e_training_with_the_same_random_stream():
+    """Algorithm 12: the masks of lines 4–6 are drawn from the core's seeded generator, one uniform number
+    per token, token t masked when its number is < p_mask — reference.mask_sequence with the same stream."""
+    data = ragged(41, 5, lo=4, hi=10)
+    m, probe = emodel(), emodel()
+    theta0 = snapshot(m)
+    tr = ft.ETraining(2, 0.3, p_mask=0.35, **quiet(optimizer="sgd", shuffle=False, seed=17))
+    tr(data, m)
+    losses = []
+    lg = probe_loss_and_grad(probe, lambda xt, x, th: ref.e_loss(xt, x, th, probe.mask_token, L=1, H=2))
+    want = ref.e_training(data, theta0, lg, n_epochs=2, eta=0.3, p_mask=0.35, mask_token=probe.mask_token,
+                          rng=MT19937_64(17), losses=losses)
+    assert_close(m, want, 1e-12)
+    got_losses = [l * n for l, n in zip(tr.history["loss"], tr.history["tokens"])]
+    assert got_losses == pytest.approx(losses, rel=1e-12, abs=1e-15)
+    assert sum(tr.history["tokens"]) > 0
+
+
+def test_edtraining_equals_reference_ed_training():
+    z = ragged(42, 4)
+    x = [np.concatenate([[N_V - 2], s, [N_V - 1]]) for s in ragged(43, 4, hi=6)]
+    m, probe = edmodel(), edmodel()
+    theta0 = snapshot(m)
+    tr = ft.EDTraining(2, 0.2, **quiet(optimizer="sgd", shuffle=False))
+    tr(z, x, m)
+    losses = []
+    lg = probe_loss_and_grad(probe, lambda zz, xx, th: ref.ed_loss(zz, xx, th, L_enc=1, L_dec=1, H=2))
+    want = ref.ed_training(z, x, theta0, lg, n_epochs=2, eta=0.2, losses=losses)
+    assert_close(m, want, 1e-12)
+    assert [l * n for l, n in zip(tr.history["loss"], tr.history["tokens"])] == pytest.approx(losses, rel=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------------
 # shuffle and seed
 
 
@@ -289,8 +355,9 @@ def test_shuffle_visits_each_sequence_once_per_epoch_in_a_fresh_order():
     assert any(e != list(range(8)) for e in a)
 
 
-@pytest.mark.parametrize("kind", ["d", "e", "ed"])
-def test_same_seed_same_parameters_other_seed_other_parameters(kind):
+@pytest.mark.parametrize("kind,threads", [("d", 1), ("e", 1), ("ed", 1), ("d", 2)])
+def test_same_seed_same_parameters_other_seed_other_parameters(kind, threads):
+    ft.set_num_threads(threads)
     data = ragged(7, 6)
     if kind == "d":
         make, run = dmodel, lambda tr, m: tr(data, m)
