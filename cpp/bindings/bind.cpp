@@ -102,7 +102,13 @@ InIds in_ids(const py::handle& obj, const char* what, index_t n_vocab, bool allo
     if (is_int_scalar(obj)) {
         if (!allow_scalar) throw ft::TypeError(std::string(what) + " must be a 1-D sequence of token ids, got an int");
         r.was_scalar = true;
-        const index_t v = obj.cast<long long>();
+        py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(obj.ptr()));
+        if (!i) throw py::error_already_set();
+        int overflow = 0;
+        const long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+        if (overflow != 0)
+            throw ft::IndexError(std::string(what) + ": token id " + py::str(i).cast<std::string>() + " is out of range [0, " +
+                                 std::to_string(n_vocab) + ")");
         check_range(v, 0, n_vocab, what, range_name);
         r.ids.push_back(v);
         return r;
@@ -117,6 +123,14 @@ InIds in_ids(const py::handle& obj, const char* what, index_t n_vocab, bool allo
     if (a.ndim() != 1) throw ft::ValueError(std::string(what) + " must be a 1-D sequence of token ids, got shape " + shape_str(a));
     if (a.size() == 0) throw ft::ValueError(std::string(what) + " is an empty sequence (ℓ = 0)");
     check_int_array(a, what);
+    if (a.dtype().kind() == 'u' && a.dtype().itemsize() == 8) {  // ids above 2^63 − 1 would wrap in the cast
+        py::object mx = a.attr("max")();
+        if (PyObject_RichCompareBool(mx.ptr(), py::int_(n_vocab).ptr(), Py_GE) == 1) {
+            const py::object pos = a.attr("argmax")();
+            throw ft::IndexError(std::string(what) + ": token id " + py::str(mx).cast<std::string>() + " at position " +
+                                 py::str(pos).cast<std::string>() + " is out of range [0, " + std::to_string(n_vocab) + ")");
+        }
+    }
     auto ids = py::array_t<long long, py::array::c_style | py::array::forcecast>::ensure(a);
     r.ids.resize(std::size_t(ids.size()));
     const long long* p = ids.data();
@@ -176,6 +190,47 @@ py::array_t<T, py::array::f_style> out_matrix(index_t rows, index_t cols) {
 py::array maybe_vector(py::array a, bool vector) {
     if (!vector) return a;
     return a.attr("reshape")(py::make_tuple(a.shape(0)));
+}
+
+long long int_arg(const py::handle& v, const char* name) {
+    if (py::isinstance<py::bool_>(v) || !PyIndex_Check(v.ptr()))
+        throw ft::TypeError(std::string(name) + " must be an int, got " +
+                            py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>());
+    py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
+    if (!i) throw py::error_already_set();
+    int overflow = 0;
+    const long long r = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+    if (overflow != 0)
+        throw ft::ValueError(std::string(name) + " = " + py::str(i).cast<std::string>() + " is out of range (64-bit integers)");
+    if (r == -1 && PyErr_Occurred()) throw py::error_already_set();
+    return r;
+}
+
+std::uint64_t seed_arg(const py::handle& v, const char* name) {
+    if (py::isinstance<py::bool_>(v) || !PyIndex_Check(v.ptr()))
+        throw ft::TypeError(std::string(name) + " must be an int (or None), got " +
+                            py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>());
+    py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
+    if (!i) throw py::error_already_set();
+    const unsigned long long r = PyLong_AsUnsignedLongLong(i.ptr());
+    if (r == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+        PyErr_Clear();
+        throw ft::ValueError(std::string(name) + " = " + py::str(i).cast<std::string>() + " is outside [0, 2^64)");
+    }
+    return std::uint64_t(r);
+}
+
+double float_arg(const py::handle& v, const char* name) {
+    if (py::isinstance<py::bool_>(v) || !(PyFloat_Check(v.ptr()) || PyIndex_Check(v.ptr()) || PyNumber_Check(v.ptr())) ||
+        py::isinstance<py::str>(v))
+        throw ft::TypeError(std::string(name) + " must be a real number, got " +
+                            py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>());
+    const double d = PyFloat_AsDouble(v.ptr());
+    if (d == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        throw ft::TypeError(std::string(name) + " must be a real number");
+    }
+    return d;
 }
 
 index_t positive(long long v, const char* name) {

@@ -72,6 +72,13 @@ py::array maybe_vector(py::array a, bool vector);
 
 // Positive integer hyperparameter, or ValueError naming it.
 index_t positive(long long v, const char* name);
+// A Python int (or numpy integer) as long long: TypeError naming `name` if it is not an integer (bool
+// included), ValueError if it does not fit 64 bits. Never pybind's RuntimeError cast failure.
+long long int_arg(const py::handle& v, const char* name);
+// A seed: an integer in [0, 2^64) (TypeError if not an integer, ValueError outside the range).
+std::uint64_t seed_arg(const py::handle& v, const char* name = "seed");
+// A real number as double: TypeError naming `name` otherwise.
+double float_arg(const py::handle& v, const char* name);
 
 // ------------------------------------------------------------------------------------------------------
 // Parameters as numpy views.
@@ -103,7 +110,10 @@ using StoreRef = std::variant<ft::ParamStore<float>*, ft::ParamStore<double>*>;
 struct StoreHolder {
     virtual ~StoreHolder() = default;
     virtual StoreRef store_ref() = 0;
-    std::mutex mutex;  // one call at a time per object (calls release the GIL)
+    // One call at a time per object (calls release the GIL, so two Python threads could otherwise enter
+    // together). Recursive: a training hook runs between steps on the training thread and may use the
+    // model being trained (evaluate it, sample from it); its activations are free at that point.
+    std::recursive_mutex mutex;
 };
 
 // One Python object, two instantiations. `Unit<T>` owns its ParamStore as member `store`.
@@ -131,13 +141,13 @@ struct Dual : StoreHolder {
 
 // Lock an object for one call, releasing the GIL while waiting (another thread may hold it for long).
 struct CallLock {
-    explicit CallLock(std::mutex& m) : lock(m, std::defer_lock) {
+    explicit CallLock(std::recursive_mutex& m) : lock(m, std::defer_lock) {
         if (!lock.try_lock()) {
             py::gil_scoped_release nogil;
             lock.lock();
         }
     }
-    std::unique_lock<std::mutex> lock;
+    std::unique_lock<std::recursive_mutex> lock;
 };
 
 // Common Python surface of every unit with parameters: params, grads, zero_grad, dtype.

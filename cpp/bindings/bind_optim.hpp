@@ -11,16 +11,17 @@ struct AdamPy {
     double lr, beta1, beta2, eps, weight_decay;
     bool decoupled;
     std::variant<std::monostate, std::unique_ptr<ft::Adam<float>>, std::unique_ptr<ft::Adam<double>>> state;
-    const void* bound = nullptr;  // the stepped object's parameter buffer
+    py::object bound;  // the object whose moments these are (held, so its identity cannot be reused)
 
+    // The Adam state of `owner` (whose parameters are `store`): created at the first step, in its dtype.
     template <class T>
-    ft::Adam<T>& get(ft::ParamStore<T>& store) {
+    ft::Adam<T>& get(const py::object& owner, ft::ParamStore<T>& store) {
         using P = std::unique_ptr<ft::Adam<T>>;
         if (std::holds_alternative<std::monostate>(state)) {
             state = std::make_unique<ft::Adam<T>>(lr, beta1, beta2, eps, weight_decay, decoupled);
-            bound = store.theta();
+            bound = owner;
         }
-        if (!std::holds_alternative<P>(state) || bound != static_cast<const void*>(store.theta()))
+        if (!std::holds_alternative<P>(state) || !bound.is(owner))
             throw ft::ValueError("this Adam holds the moments of another model; use one optimizer per model");
         return *std::get<P>(state);
     }
@@ -33,9 +34,10 @@ struct SGDPy {
 // The update rule of an optimizer object (ft.Adam / ft.SGD) for a store of dtype T: what line 6 of
 // Algorithms 11–13 does in the trainers. TypeError for anything else.
 template <class T>
-std::function<void(ft::ParamStore<T>&, const T*, double)> update_rule(const py::object& optimizer, ft::ParamStore<T>& store) {
+std::function<void(ft::ParamStore<T>&, const T*, double)> update_rule(const py::object& optimizer, const py::object& owner,
+                                                                     ft::ParamStore<T>& store) {
     if (py::isinstance<AdamPy>(optimizer)) {
-        ft::Adam<T>* adam = &optimizer.cast<AdamPy&>().get(store);
+        ft::Adam<T>* adam = &optimizer.cast<AdamPy&>().get(owner, store);
         return [adam](ft::ParamStore<T>& s, const T* g, double lr) { adam->step(s, g, lr); };
     }
     if (py::isinstance<SGDPy>(optimizer))

@@ -17,7 +17,7 @@ struct SamplerPy {
     py::object seed;  // None: a fresh random seed per call
     std::mt19937_64::result_type next_seed() {
         if (seed.is_none()) return std::random_device{}() ^ (std::uint64_t(std::random_device{}()) << 32);
-        return seed.cast<unsigned long long>();
+        return seed_arg(seed);
     }
 };
 
@@ -31,15 +31,15 @@ struct EDInferencePy : SamplerPy {
 ft::SamplingOptions sampling(double tau, const py::object& top_k, const py::object& top_p, bool cache) {
     ft::SamplingOptions o;
     o.tau = tau;
-    o.top_k = top_k.is_none() ? 0 : top_k.cast<long long>();
-    o.top_p = top_p.is_none() ? 1.0 : top_p.cast<double>();
+    o.top_k = top_k.is_none() ? 0 : int_arg(top_k, "top_k");
+    o.top_p = top_p.is_none() ? 1.0 : float_arg(top_p, "top_p");
     o.cache = cache;
     o.check();
     return o;
 }
 
 void check_seed(const py::object& seed) {
-    if (!seed.is_none() && seed.cast<long long>() < 0) throw ft::ValueError("seed must be >= 0 or None");
+    if (!seed.is_none()) seed_arg(seed);
 }
 
 py::array_t<long long> to_array(const std::vector<index_t>& v) {
@@ -115,7 +115,7 @@ values; cache=False runs the listing literally. Sampling as DInference.)doc")
                  EDInferencePy d;
                  d.o = sampling(tau, top_k, top_p, cache);
                  d.seed = seed;
-                 d.max_len = max_len.is_none() ? 0 : max_len.cast<long long>();
+                 d.max_len = max_len.is_none() ? 0 : int_arg(max_len, "max_len");
                  if (!max_len.is_none() && d.max_len < 1) throw ft::ValueError("max_len must be >= 1");
                  return d;
              }),

@@ -59,7 +59,7 @@ when None, zero-copy; or a dict name -> array such as loss_and_grad's). The mome
 step and belong to that object. Fixed parameters (sinusoidal W_p) are never changed.)doc")
         .def(py::init([](double lr, double beta1, double beta2, double eps, double weight_decay, bool decoupled) {
                  ft::Adam<double> check(lr, beta1, beta2, eps, weight_decay, decoupled);  // validates the values
-                 return AdamPy{lr, beta1, beta2, eps, weight_decay, decoupled, {}, nullptr};
+                 return AdamPy{lr, beta1, beta2, eps, weight_decay, decoupled, {}, py::none()};
              }),
              py::arg("lr") = 1e-3, py::arg("beta1") = 0.9, py::arg("beta2") = 0.999, py::arg("eps") = 1e-8,
              py::arg("weight_decay") = 0.0, py::arg("decoupled") = true)
@@ -70,12 +70,12 @@ step and belong to that object. Fixed parameters (sinusoidal W_p) are never chan
                     throw ft::TypeError("step() needs an object with parameters (a model or component), got " +
                                         py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
                 StoreHolder& h = obj.cast<StoreHolder&>();
-                const double lr_now = lr.is_none() ? -1.0 : lr.cast<double>();
+                const double lr_now = lr.is_none() ? -1.0 : float_arg(lr, "lr");
                 if (!lr.is_none() && !(lr_now >= 0)) throw ft::ValueError("lr must be >= 0");
                 CallLock lock(h.mutex);
                 std::visit([&](auto* store) {
                     using T = typename std::decay_t<decltype(*store)>::value_type;
-                    ft::Adam<T>& opt = a.get(*store);
+                    ft::Adam<T>& opt = a.get(obj, *store);
                     const T* g = gradient_buffer(*store, grads);
                     py::gil_scoped_release nogil;
                     opt.step(*store, g, lr_now);
@@ -106,7 +106,7 @@ step and belong to that object. Fixed parameters (sinusoidal W_p) are never chan
             [](AdamPy& a, const py::object& obj, const py::dict& d) {
                 if (!py::isinstance<StoreHolder>(obj)) throw ft::TypeError("load_state_dict(obj, state): obj must have parameters");
                 StoreHolder& h = obj.cast<StoreHolder&>();
-                const long long t = d["t"].cast<long long>();
+                const long long t = int_arg(d["t"], "state['t']");
                 if (t < 0) throw ft::ValueError("state['t'] must be >= 0");
                 std::visit([&](auto* store) {
                     using T = typename std::decay_t<decltype(*store)>::value_type;
@@ -118,7 +118,7 @@ step and belong to that object. Fixed parameters (sinusoidal W_p) are never chan
                     if (t > 0 && (!m || !v || m.size() != store->size() || v.size() != store->size()))
                         throw ft::ValueError("state's moments do not match this object's " + std::to_string(store->size()) + " parameters");
                     a.state = std::monostate{};
-                    ft::Adam<T>& opt = a.get(*store);
+                    ft::Adam<T>& opt = a.get(obj, *store);
                     opt.t = t;
                     if (t > 0) {
                         opt.m = ft::Vector<T>::from_shape({std::size_t(store->size())});
@@ -160,7 +160,7 @@ step(obj, grads=None, lr=None) as Adam.step.)doc")
                 if (!py::isinstance<StoreHolder>(obj))
                     throw ft::TypeError("step() needs an object with parameters (a model or component)");
                 StoreHolder& h = obj.cast<StoreHolder&>();
-                const double lr_now = lr.is_none() ? s.lr : lr.cast<double>();
+                const double lr_now = lr.is_none() ? s.lr : float_arg(lr, "lr");
                 if (!(lr_now >= 0)) throw ft::ValueError("lr must be >= 0");
                 CallLock lock(h.mutex);
                 std::visit([&](auto* store) {

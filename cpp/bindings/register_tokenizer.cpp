@@ -58,12 +58,6 @@ std::vector<token_t> ids_arg(const py::handle& obj, token_t n_vocab) {
     return std::vector<token_t>(in.ids.begin(), in.ids.end());
 }
 
-index_t int_arg(const py::handle& obj, const char* what) {
-    if (py::isinstance<py::bool_>(obj) || !py::hasattr(obj, "__index__"))
-        throw ft::TypeError(std::string(what) + " must be an int, got " + type_name(obj));
-    return index_t(py::reinterpret_borrow<py::object>(obj).attr("__index__")().cast<long long>());
-}
-
 bool bool_arg(const py::handle& obj, const char* what) {
     if (!py::isinstance<py::bool_>(obj) && !(py::hasattr(obj, "dtype") && py::hasattr(obj, "__bool__") &&
                                              py::str(obj.attr("dtype").attr("kind")).cast<std::string>() == "b"))

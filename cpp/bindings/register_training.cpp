@@ -1,6 +1,8 @@
 // Algorithms 11–13: the C++ loops behind ft.DTraining / ft.ETraining / ft.EDTraining (training.py adds
 // the Python conveniences: progress bar, callbacks, history). The loop runs with the GIL released; the
 // per-step hook takes it back briefly.
+#include <chrono>
+
 #include "bind_optim.hpp"
 #include "formal_transformers/training.hpp"
 
@@ -12,17 +14,17 @@ ft::TrainOptions parse_options(const py::dict& d) {
     for (auto kv : d) {
         const std::string k = kv.first.cast<std::string>();
         py::handle v = kv.second;
-        if (k == "n_epochs") o.n_epochs = v.cast<long long>();
-        else if (k == "eta") o.eta = v.cast<double>();
-        else if (k == "batch_size") o.batch_size = v.cast<long long>();
+        if (k == "n_epochs") o.n_epochs = int_arg(v, "n_epochs");
+        else if (k == "eta") o.eta = float_arg(v, "eta");
+        else if (k == "batch_size") o.batch_size = int_arg(v, "batch_size");
         else if (k == "shuffle") o.shuffle = v.cast<bool>();
-        else if (k == "seed") o.seed = v.cast<unsigned long long>();
-        else if (k == "warmup") o.warmup = v.cast<long long>();
-        else if (k == "min_lr") o.min_lr = v.cast<double>();
-        else if (k == "clip") o.clip = v.cast<double>();
-        else if (k == "max_steps") o.max_steps = v.cast<long long>();
-        else if (k == "eval_every") o.eval_every = v.cast<long long>();
-        else if (k == "p_mask") o.p_mask = v.cast<double>();
+        else if (k == "seed") o.seed = seed_arg(v);
+        else if (k == "warmup") o.warmup = int_arg(v, "warmup");
+        else if (k == "min_lr") o.min_lr = float_arg(v, "min_lr");
+        else if (k == "clip") o.clip = float_arg(v, "clip");
+        else if (k == "max_steps") o.max_steps = int_arg(v, "max_steps");
+        else if (k == "eval_every") o.eval_every = int_arg(v, "eval_every");
+        else if (k == "p_mask") o.p_mask = float_arg(v, "p_mask");
         else if (k == "reduction") {
             const std::string r = v.cast<std::string>();
             if (r == "sum") o.reduction = ft::TrainOptions::Reduction::Sum;
@@ -50,34 +52,71 @@ ft::Dataset dataset(const py::handle& obj, const char* what, index_t n_vocab, in
     return d;
 }
 
-// The step hook: the Python callable gets a dict of the step's figures; False stops training.
-ft::StepHook python_hook(const py::object& fn) {
-    if (fn.is_none()) return {};
-    return [fn](const ft::StepInfo& s) {
-        py::gil_scoped_acquire gil;
-        if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // Ctrl-C between steps
-        py::dict d;
-        d["step"] = s.step;
-        d["epoch"] = s.epoch;
-        d["total_steps"] = s.total_steps;
-        d["loss"] = s.loss;
-        d["lr"] = s.lr;
-        d["grad_norm"] = s.grad_norm;
-        d["tokens"] = s.tokens;
-        d["val_loss"] = s.val_loss >= 0 ? py::object(py::float_(s.val_loss)) : py::object(py::none());
-        d["val_accuracy"] = s.val_accuracy >= 0 ? py::object(py::float_(s.val_accuracy)) : py::object(py::none());
-        py::object r = fn(d);
-        return r.is_none() || r.cast<bool>();
-    };
+py::dict step_dict(const ft::StepInfo& s) {
+    py::dict d;
+    d["step"] = s.step;
+    d["epoch"] = s.epoch;
+    d["total_steps"] = s.total_steps;
+    d["loss"] = s.loss;
+    d["lr"] = s.lr;
+    d["grad_norm"] = s.grad_norm;
+    d["tokens"] = s.tokens;
+    d["val_loss"] = s.val_loss >= 0 ? py::object(py::float_(s.val_loss)) : py::object(py::none());
+    d["val_accuracy"] = s.val_accuracy >= 0 ? py::object(py::float_(s.val_accuracy)) : py::object(py::none());
+    return d;
 }
 
-template <template <class> class Unit>
-Dual<Unit>& model_of(const py::object& model, const char* listing, const char* cls) {
-    if (!py::isinstance<Dual<Unit>>(model))
-        throw ft::TypeError(std::string(listing) + " trains a " + cls + ", got " +
-                            py::str(py::type::handle_of(model).attr("__name__")).cast<std::string>());
-    return model.cast<Dual<Unit>&>();
-}
+// Every step's figures are recorded here, in C++, right after the step's update and before any Python
+// runs (so the record always ends at the step the model holds, whatever interrupts training next), then
+// appended to the Python list `sink` when training ends — normally or by an exception (Ctrl-C, a
+// callback's error). The Python hook (progress bar, callback) gets each step's dict; False stops.
+struct Recorder {
+    py::object sink, hook;
+    std::vector<ft::StepInfo> steps;
+    std::vector<double> seconds;
+    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+
+    ft::StepHook step_hook() {
+        return [this](const ft::StepInfo& s) {
+            steps.push_back(s);
+            seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            if (hook.is_none()) return true;
+            py::gil_scoped_acquire gil;
+            if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // Ctrl-C between steps
+            py::object r = hook(step_dict(s));
+            return r.is_none() || r.cast<bool>();
+        };
+    }
+    void flush() {  // with the GIL
+        if (sink.is_none()) return;
+        for (std::size_t i = 0; i < steps.size(); ++i) {
+            py::dict d = step_dict(steps[i]);
+            d["time"] = seconds[i];
+            sink.attr("append")(d);
+        }
+        steps.clear();
+        seconds.clear();
+    }
+    // Run `train` with the GIL released; flush the record however it ends.
+    template <class F>
+    void run(F&& train) {
+        try {
+            {
+                py::gil_scoped_release nogil;
+                train(step_hook());
+            }
+        } catch (...) {
+            flush();
+            throw;
+        }
+        flush();
+    }
+};
+
+template <class T>
+struct type_tag {
+    using type = T;
+};
 }  // namespace
 
 template <class T>
@@ -88,51 +127,48 @@ template <class T>
 using EDUnitT = ft::EDTransformer<T>;
 
 void register_training(py::module_& m) {
-    m.def(
-        "_dtraining",
-        [](const py::object& model, const py::handle& x_data, const py::dict& options, const py::object& optimizer,
-           const py::object& hook, const py::handle& val) {
-            auto& d = model_of<DUnitT>(model, "DTraining", "DTransformer");
-            const ft::TrainOptions o = parse_options(options);
-            CallLock lock(d.mutex);
-            d.visit([&](auto& mdl) {
-                using T = typename std::decay_t<decltype(mdl.store)>::value_type;
-                ft::Dataset data = dataset(x_data, "x_data", mdl.cfg.n_vocab, mdl.cfg.l_max);
-                ft::Dataset vdata;
-                if (!val.is_none()) vdata = dataset(val, "val_data", mdl.cfg.n_vocab, mdl.cfg.l_max);
-                auto update = update_rule<T>(optimizer, mdl.store);
-                auto h = python_hook(hook);
-                py::gil_scoped_release nogil;
-                ft::DTraining<T>(mdl, data, o, update, h, val.is_none() ? nullptr : &vdata);
-            });
-        },
-        py::arg("model"), py::arg("x_data"), py::arg("options"), py::arg("optimizer"), py::arg("hook") = py::none(),
-        py::arg("val_data") = py::none());
-    m.def(
-        "_etraining",
-        [](const py::object& model, const py::handle& x_data, const py::dict& options, const py::object& optimizer,
-           const py::object& hook, const py::handle& val) {
-            auto& d = model_of<EUnitT>(model, "ETraining", "ETransformer");
-            const ft::TrainOptions o = parse_options(options);
-            CallLock lock(d.mutex);
-            d.visit([&](auto& mdl) {
-                using T = typename std::decay_t<decltype(mdl.store)>::value_type;
-                ft::Dataset data = dataset(x_data, "x_data", mdl.cfg.n_vocab, mdl.cfg.l_max);
-                ft::Dataset vdata;
-                if (!val.is_none()) vdata = dataset(val, "val_data", mdl.cfg.n_vocab, mdl.cfg.l_max);
-                auto update = update_rule<T>(optimizer, mdl.store);
-                auto h = python_hook(hook);
-                py::gil_scoped_release nogil;
-                ft::ETraining<T>(mdl, data, o, update, h, val.is_none() ? nullptr : &vdata);
-            });
-        },
-        py::arg("model"), py::arg("x_data"), py::arg("options"), py::arg("optimizer"), py::arg("hook") = py::none(),
-        py::arg("val_data") = py::none());
+    // Algorithms 13 and 12 share the binding: a model, one data set, optional validation data.
+    auto single_data = [&m](const char* fname, auto train, auto unit_tag, const char* listing, const char* cls) {
+        using Unit = typename decltype(unit_tag)::type;
+        m.def(
+            fname,
+            [train, listing, cls](const py::object& model, const py::handle& x_data, const py::dict& options,
+                                  const py::object& optimizer, const py::object& hook, const py::handle& val,
+                                  const py::object& sink) {
+                if (!py::isinstance<Unit>(model))
+                    throw ft::TypeError(std::string(listing) + " trains a " + cls + ", got " +
+                                        py::str(py::type::handle_of(model).attr("__name__")).cast<std::string>());
+                Unit& d = model.cast<Unit&>();
+                const ft::TrainOptions o = parse_options(options);
+                CallLock lock(d.mutex);
+                d.visit([&](auto& mdl) {
+                    using T = typename std::decay_t<decltype(mdl.store)>::value_type;
+                    ft::Dataset data = dataset(x_data, "x_data", mdl.cfg.n_vocab, mdl.cfg.l_max);
+                    ft::Dataset vdata;
+                    if (!val.is_none()) vdata = dataset(val, "val_data", mdl.cfg.n_vocab, mdl.cfg.l_max);
+                    auto update = update_rule<T>(optimizer, model, mdl.store);
+                    Recorder rec{sink, hook};
+                    rec.run([&](const ft::StepHook& h) { train(mdl, data, o, update, h, val.is_none() ? nullptr : &vdata); });
+                });
+            },
+            py::arg("model"), py::arg("x_data"), py::arg("options"), py::arg("optimizer"), py::arg("hook") = py::none(),
+            py::arg("val_data") = py::none(), py::arg("history") = py::none());
+    };
+    single_data(
+        "_dtraining", [](auto& mdl, auto&&... a) { ft::DTraining(mdl, a...); }, type_tag<Dual<DUnitT>>{},
+        "DTraining", "DTransformer");
+    single_data(
+        "_etraining", [](auto& mdl, auto&&... a) { ft::ETraining(mdl, a...); }, type_tag<Dual<EUnitT>>{},
+        "ETraining", "ETransformer");
     m.def(
         "_edtraining",
         [](const py::object& model, const py::handle& z_data, const py::handle& x_data, const py::dict& options,
-           const py::object& optimizer, const py::object& hook, const py::handle& z_val, const py::handle& x_val) {
-            auto& d = model_of<EDUnitT>(model, "EDTraining", "EDTransformer");
+           const py::object& optimizer, const py::object& hook, const py::handle& z_val, const py::handle& x_val,
+           const py::object& sink) {
+            if (!py::isinstance<Dual<EDUnitT>>(model))
+                throw ft::TypeError("EDTraining trains an EDTransformer, got " +
+                                    py::str(py::type::handle_of(model).attr("__name__")).cast<std::string>());
+            auto& d = model.cast<Dual<EDUnitT>&>();
             const ft::TrainOptions o = parse_options(options);
             if (z_val.is_none() != x_val.is_none()) throw ft::ValueError("give both z_val and x_val, or neither");
             CallLock lock(d.mutex);
@@ -145,14 +181,16 @@ void register_training(py::module_& m) {
                     zv = dataset(z_val, "z_val", mdl.cfg.n_vocab, mdl.cfg.l_max);
                     xv = dataset(x_val, "x_val", mdl.cfg.n_vocab, mdl.cfg.l_max);
                 }
-                auto update = update_rule<T>(optimizer, mdl.store);
-                auto h = python_hook(hook);
-                py::gil_scoped_release nogil;
-                ft::EDTraining<T>(mdl, zd, xd, o, update, h, z_val.is_none() ? nullptr : &zv, x_val.is_none() ? nullptr : &xv);
+                auto update = update_rule<T>(optimizer, model, mdl.store);
+                Recorder rec{sink, hook};
+                rec.run([&](const ft::StepHook& h) {
+                    ft::EDTraining<T>(mdl, zd, xd, o, update, h, z_val.is_none() ? nullptr : &zv, x_val.is_none() ? nullptr : &xv);
+                });
             });
         },
         py::arg("model"), py::arg("z_data"), py::arg("x_data"), py::arg("options"), py::arg("optimizer"),
-        py::arg("hook") = py::none(), py::arg("z_val") = py::none(), py::arg("x_val") = py::none());
+        py::arg("hook") = py::none(), py::arg("z_val") = py::none(), py::arg("x_val") = py::none(),
+        py::arg("history") = py::none());
     m.def(
         "_mask_tokens",
         [](const py::handle& x, long long mask_token, double p_mask, unsigned long long seed) {

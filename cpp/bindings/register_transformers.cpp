@@ -27,22 +27,21 @@ ft::NormKind parse_norm(const std::string& s) {
 }
 index_t opt_size(const py::object& v, const char* name) {
     if (v.is_none()) return 0;
-    return positive(v.cast<long long>(), name);
+    return positive(int_arg(v, name), name);
 }
 
 // Shared keyword options of the three constructors.
 void common_options(ModelConfig& c, const py::object& d_attn, const py::object& d_mid, const std::string& positional,
-                    const py::object& base, bool tied, double eps, long long seed, double init_std) {
+                    const py::object& base, bool tied, double eps, const py::object& seed, double init_std) {
     c.d_attn = opt_size(d_attn, "d_attn");
     c.d_mid = opt_size(d_mid, "d_mid");
     c.positional = parse_positional(positional);
-    c.pos_base = base.is_none() ? 0.0 : base.cast<double>();
+    c.pos_base = base.is_none() ? 0.0 : float_arg(base, "base");
     if (!base.is_none() && !(c.pos_base > 0)) throw ft::ValueError("base must be > 0");
     c.tied = tied;
     if (!(eps >= 0)) throw ft::ValueError("eps must be >= 0, got " + std::to_string(eps));
     c.eps = eps;
-    if (seed < 0) throw ft::ValueError("seed must be >= 0");
-    c.seed = std::uint64_t(seed);
+    c.seed = seed_arg(seed);
     c.init_std = init_std;
 }
 
@@ -218,7 +217,7 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
     dcls.def(py::init([](long long n_vocab, long long l_max, long long L, long long H, long long d_e, long long d_mlp,
                          const py::object& d_attn, const py::object& d_mid, const std::string& norm,
                          const std::string& positional, const py::object& base, bool tied, const std::string& gelu,
-                         double eps, const py::object& dtype, long long seed, double init_std) {
+                         double eps, const py::object& dtype, const py::object& seed, double init_std) {
                  ModelConfig c;
                  c.n_vocab = n_vocab;
                  c.l_max = l_max;
@@ -335,7 +334,7 @@ loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] o
     ecls.def(py::init([](long long n_vocab, long long l_max, long long L, long long H, long long d_e, long long d_mlp,
                          long long d_f, const py::object& d_attn, const py::object& d_mid, const std::string& positional,
                          const py::object& base, bool tied, const std::string& gelu, double eps, const py::object& dtype,
-                         long long seed, double init_std) {
+                         const py::object& seed, double init_std) {
                  ModelConfig c;
                  c.n_vocab = n_vocab;
                  c.l_max = l_max;
@@ -452,7 +451,7 @@ positional, base, tied, eps, dtype, seed, init_std.
 Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5, −Σ_{t<ℓ_x−1} log P[x[t+1], t].)doc");
     edcls.def(py::init([](long long n_vocab, long long l_max, long long L_enc, long long L_dec, long long H, long long d_e,
                           long long d_mlp, const py::object& d_attn, const py::object& d_mid, const std::string& positional,
-                          const py::object& base, bool tied, double eps, const py::object& dtype, long long seed,
+                          const py::object& base, bool tied, double eps, const py::object& dtype, const py::object& seed,
                           double init_std) {
                   ModelConfig c;
                   c.n_vocab = n_vocab;

@@ -144,6 +144,31 @@ void post_ln_backward(const Norm<T>& norm, ParamStore<T>& store, const NormCache
     f_back(CMatView<T>(q), view(P));
 }
 
+namespace {
+// The scored columns of the listings' losses and their targets:
+// Algorithms 11 and 13 line 5: every position t < ℓ−1 of each sequence, target x[t+1];
+void next_token_targets(const Tokens& x, std::vector<index_t>& cols, std::vector<index_t>& targets) {
+    cols.clear();
+    targets.clear();
+    for (index_t b = 0; b < x.s.count(); ++b)
+        for (index_t t = 0; t + 1 < x.s.len(b); ++t) {
+            cols.push_back(x.s.begin(b) + t);
+            targets.push_back(x.ids[x.s.begin(b) + t + 1]);
+        }
+}
+// Algorithm 12 line 9: T̃ = {t : x̃[t] = mask_token}, target x[t].
+void masked_targets(const Tokens& x_tilde, const index_t* x, index_t mask_token, std::vector<index_t>& cols,
+                    std::vector<index_t>& targets) {
+    cols.clear();
+    targets.clear();
+    for (index_t t = 0; t < x_tilde.s.total(); ++t)
+        if (x_tilde.ids[t] == mask_token) {
+            cols.push_back(t);
+            targets.push_back(x[t]);
+        }
+}
+}  // namespace
+
 // -------------------------------------------------------------------------------------------------------
 template <class T>
 void Model<T>::embed(const Tokens& x, Matrix<T>& X) const {
@@ -266,13 +291,7 @@ double DTransformer<T>::loss_and_grad(const Tokens& x) {
     forward(x);
     BackwardWork<T>& w = work_;
     // Algorithm 13 line 5: loss = −Σ_{t=1}^{ℓ−1} log P[x[t+1], t], for every sequence of the batch
-    w.cols.clear();
-    w.targets.clear();
-    for (index_t b = 0; b < x.s.count(); ++b)
-        for (index_t t = 0; t + 1 < x.s.len(b); ++t) {
-            w.cols.push_back(x.s.begin(b) + t);
-            w.targets.push_back(x.ids[x.s.begin(b) + t + 1]);
-        }
+    next_token_targets(x, w.cols, w.targets);
     store.zero_grad();
     MatView<T> dHead = zeros(w.dHead, cfg.d_e, x.s.total());
     const double loss = this->head_loss(*unemb, out(), w.cols, w.targets, &dHead, w);
@@ -284,13 +303,7 @@ template <class T>
 double DTransformer<T>::loss(const Tokens& x, index_t* n_scored, index_t* n_correct) {
     forward(x);
     BackwardWork<T>& w = work_;
-    w.cols.clear();
-    w.targets.clear();
-    for (index_t b = 0; b < x.s.count(); ++b)
-        for (index_t t = 0; t + 1 < x.s.len(b); ++t) {
-            w.cols.push_back(x.s.begin(b) + t);
-            w.targets.push_back(x.ids[x.s.begin(b) + t + 1]);
-        }
+    next_token_targets(x, w.cols, w.targets);
     if (n_scored) *n_scored = index_t(w.cols.size());
     return this->head_loss(*unemb, out(), w.cols, w.targets, nullptr, w, n_correct);
 }
@@ -422,13 +435,7 @@ double ETransformer<T>::loss_and_grad(const Tokens& x_tilde, const index_t* x) {
     forward(x_tilde);
     BackwardWork<T>& w = work_;
     // Algorithm 12 line 9: loss = −Σ_{t∈T̃} log P[x[t], t],  T̃ = {t : x̃[t] = mask_token}
-    w.cols.clear();
-    w.targets.clear();
-    for (index_t t = 0; t < x_tilde.s.total(); ++t)
-        if (x_tilde.ids[t] == cfg.mask_token()) {
-            w.cols.push_back(t);
-            w.targets.push_back(x[t]);
-        }
+    masked_targets(x_tilde, x, cfg.mask_token(), w.cols, w.targets);
     store.zero_grad();
     if (w.cols.empty()) return 0.0;  // no masked position: the listing's empty sum (documented)
     MatView<T> dHead = zeros(w.dHead, cfg.d_f, x_tilde.s.total());
@@ -441,13 +448,7 @@ template <class T>
 double ETransformer<T>::loss(const Tokens& x_tilde, const index_t* x, index_t* n_scored, index_t* n_correct) {
     forward(x_tilde);
     BackwardWork<T>& w = work_;
-    w.cols.clear();
-    w.targets.clear();
-    for (index_t t = 0; t < x_tilde.s.total(); ++t)
-        if (x_tilde.ids[t] == cfg.mask_token()) {
-            w.cols.push_back(t);
-            w.targets.push_back(x[t]);
-        }
+    masked_targets(x_tilde, x, cfg.mask_token(), w.cols, w.targets);
     if (n_scored) *n_scored = index_t(w.cols.size());
     return this->head_loss(*unemb, out(), w.cols, w.targets, nullptr, w, n_correct);
 }
@@ -600,19 +601,6 @@ void EDTransformer<T>::backward(const Tokens& z, const Tokens& x, BackwardWork<T
     }
     this->embed_backward(z, view(w.P));  // line 2
 }
-
-namespace {
-// Algorithm 11 line 5's scored columns: every position t < ℓ−1 of each x, target x[t+1]
-void next_token_targets(const Tokens& x, std::vector<index_t>& cols, std::vector<index_t>& targets) {
-    cols.clear();
-    targets.clear();
-    for (index_t b = 0; b < x.s.count(); ++b)
-        for (index_t t = 0; t + 1 < x.s.len(b); ++t) {
-            cols.push_back(x.s.begin(b) + t);
-            targets.push_back(x.ids[x.s.begin(b) + t + 1]);
-        }
-}
-}  // namespace
 
 template <class T>
 double EDTransformer<T>::loss_and_grad(const Tokens& z, const Tokens& x) {

@@ -69,14 +69,16 @@ def load(path: Union[str, os.PathLike], *, dtype: str | None = None):
         raise ValueError(f"{path}: format {meta.get('formal_transformers.format')!r}, this version reads {FORMAT!r}")
     try:
         cfg = json.loads(meta["formal_transformers.config"])
+        if not isinstance(cfg, dict):
+            raise ValueError("not a JSON object")
         arch = cfg.pop("arch")
         cls = _ARCHS[arch]
-    except (ValueError, KeyError) as e:
-        raise ValueError(f"{path}: damaged config in the metadata ({e})") from None
-    if dtype is not None:
-        cfg["dtype"] = dtype
-    positional = [cfg.pop(k) for k in _positional_names(arch)]
-    model = cls(*positional, **cfg)
+        if dtype is not None:
+            cfg["dtype"] = dtype
+        positional = [cfg.pop(k) for k in _positional_names(arch)]
+        model = cls(*positional, **cfg)
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        raise ValueError(f"{path}: damaged or unusable config in the metadata ({type(e).__name__}: {e})") from None
     try:
         tensors = st.load_file(os.fspath(path))
     except Exception as e:

@@ -13,9 +13,7 @@ and KeyboardInterrupt is re-raised.
 """
 from __future__ import annotations
 
-import math
 import sys
-import time
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -94,14 +92,14 @@ class _Trainer:
         if callback is not None and not callable(callback):
             raise TypeError("callback must be callable")
         self.n_epochs = int(n_epochs)
+        if isinstance(eta, bool) or not isinstance(eta, (int, float, np.integer, np.floating)):
+            raise TypeError(f"eta must be a real number, got {type(eta).__name__}")
         self.eta = float(eta)
+        # passed as given: the C++ side checks each (TypeError / ValueError naming the option)
         self.options = dict(
-            n_epochs=int(n_epochs), eta=float(eta), batch_size=int(batch_size), shuffle=bool(shuffle), seed=int(seed),
-            reduction=reduction, schedule=schedule, warmup=int(warmup), min_lr=float(min_lr), clip=float(clip),
-            max_steps=int(max_steps), eval_every=int(eval_every),
+            n_epochs=n_epochs, eta=eta, batch_size=batch_size, shuffle=bool(shuffle), seed=seed, reduction=reduction,
+            schedule=schedule, warmup=warmup, min_lr=min_lr, clip=clip, max_steps=max_steps, eval_every=eval_every,
         )
-        if int(seed) < 0:
-            raise ValueError("seed must be >= 0")
         _core.learning_rate(self._core_options(), 1, 1)  # validates every option now, with a clear message
         self._optimizer_spec = optimizer
         self.weight_decay = float(weight_decay)
@@ -109,28 +107,32 @@ class _Trainer:
         self.callback = callback
         self.progress = progress
         self.optimizer = optimizer if not isinstance(optimizer, str) else None
-        self._model_id = None
+        self._model = None
         self.history = History()
 
     def _core_options(self) -> dict:
         return dict(self.options)
 
     def _optimizer_for(self, model):
-        """The optimizer object: the one given, or one created for this model (and kept, so calling the
-        trainer again on the same model continues with the same Adam moments)."""
+        """The optimizer object: the one given, or one created for this model and kept (with a reference to
+        the model, so another model can never inherit its moments), so that calling the trainer again on
+        the same model continues with the same Adam moments."""
         if not isinstance(self._optimizer_spec, str):
             return self._optimizer_spec
-        if self.optimizer is None or self._model_id != id(model):
+        if self.optimizer is None or self._model is not model:
             if self._optimizer_spec == "adam":
                 self.optimizer = _core.Adam(self.eta, self.betas[0], self.betas[1], 1e-8, self.weight_decay, True)
             else:
                 if self.weight_decay:
                     raise ValueError("weight_decay needs optimizer='adam' (AdamW); the listing's SGD has none")
                 self.optimizer = _core.SGD(self.eta)
-            self._model_id = id(model)
+            self._model = model
         return self.optimizer
 
     def _run(self, run: Callable, model) -> Any:
+        """run(optimizer, hook, record) calls the C++ loop; `record` (a list) receives one dict per step,
+        written by C++ right after each update — so the history always ends at the step the model holds,
+        also when Ctrl-C or a callback's exception ends training."""
         opt = self._optimizer_for(model)
         bar = None
         if self.progress:
@@ -141,47 +143,50 @@ class _Trainer:
             if tqdm is not None:
                 bar = tqdm(desc=self._listing, unit="step", mininterval=0.5, dynamic_ncols=True)
         h = self.history
-        t0 = time.perf_counter()
         step0 = h["step"][-1] if h["step"] else 0
+        time0 = h["time"][-1] if h["time"] else 0.0
+        record: list = []
+        last_val = [None]
 
         def hook(info: dict) -> bool:
-            step = step0 + info["step"]
-            h["step"].append(step)
-            h["epoch"].append(info["epoch"])
-            h["loss"].append(info["loss"])
-            h["lr"].append(info["lr"])
-            h["grad_norm"].append(info["grad_norm"])
-            h["tokens"].append(info["tokens"])
-            h["time"].append(time.perf_counter() - t0)
             if info["val_loss"] is not None:
-                h["val_step"].append(step)
-                h["val_loss"].append(info["val_loss"])
-                h["val_accuracy"].append(info["val_accuracy"])
+                last_val[0] = info["val_loss"]
             if bar is not None:
                 if bar.total is None:
                     bar.total = info["total_steps"]
                 post = {"loss": f"{info['loss']:.4f}"}
-                if h["val_loss"]:
-                    post["val"] = f"{h['val_loss'][-1]:.4f}"
+                if last_val[0] is not None:
+                    post["val"] = f"{last_val[0]:.4f}"
                 bar.set_postfix(post, refresh=False)
                 bar.update(1)
             if self.callback is not None:
-                info = dict(info, step=step)
-                return self.callback(info) is not False
+                return self.callback(dict(info, step=step0 + info["step"])) is not False
             return True
 
         try:
-            run(opt, hook)
+            run(opt, hook, record)
         except KeyboardInterrupt:
             if bar is not None:
                 bar.close()
                 bar = None
-            done = h["step"][-1] if h["step"] else 0
+            done = step0 + (record[-1]["step"] if record else 0)
             print(f"{self._listing}: interrupted; the model holds the parameters after step {done}", file=sys.stderr)
             raise
         finally:
             if bar is not None:
                 bar.close()
+            for r in record:
+                h["step"].append(step0 + r["step"])
+                h["epoch"].append(r["epoch"])
+                h["loss"].append(r["loss"])
+                h["lr"].append(r["lr"])
+                h["grad_norm"].append(r["grad_norm"])
+                h["tokens"].append(r["tokens"])
+                h["time"].append(time0 + r["time"])
+                if r["val_loss"] is not None:
+                    h["val_step"].append(step0 + r["step"])
+                    h["val_loss"].append(r["val_loss"])
+                    h["val_accuracy"].append(r["val_accuracy"])
         return model
 
     def __repr__(self):
@@ -218,7 +223,8 @@ class DTraining(_Trainer):
 
     def __call__(self, x_data, model):
         return self._run(
-            lambda opt, hook: _core._dtraining(model, x_data, self._core_options(), opt, hook, self.val_data), model
+            lambda opt, hook, rec: _core._dtraining(model, x_data, self._core_options(), opt, hook, self.val_data, rec),
+            model,
         )
 
 
@@ -234,14 +240,15 @@ class ETraining(_Trainer):
 
     def __init__(self, n_epochs: int, eta: float, p_mask: float = 0.15, *, val_data=None, **opts):
         super().__init__(n_epochs, eta, **opts)
-        self.options["p_mask"] = float(p_mask)
+        self.options["p_mask"] = p_mask
         _core.learning_rate(self._core_options(), 1, 1)
         self.p_mask = float(p_mask)
         self.val_data = val_data
 
     def __call__(self, x_data, model):
         return self._run(
-            lambda opt, hook: _core._etraining(model, x_data, self._core_options(), opt, hook, self.val_data), model
+            lambda opt, hook, rec: _core._etraining(model, x_data, self._core_options(), opt, hook, self.val_data, rec),
+            model,
         )
 
 
@@ -262,5 +269,6 @@ class EDTraining(_Trainer):
     def __call__(self, z_data, x_data, model):
         zv, xv = self.val_data if self.val_data is not None else (None, None)
         return self._run(
-            lambda opt, hook: _core._edtraining(model, z_data, x_data, self._core_options(), opt, hook, zv, xv), model
+            lambda opt, hook, rec: _core._edtraining(model, z_data, x_data, self._core_options(), opt, hook, zv, xv, rec),
+            model,
         )
