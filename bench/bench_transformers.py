@@ -5,7 +5,8 @@ Shapes:
   * baby GPT (nanoGPT's CPU shakespeare_char config): N_V 65, ℓ 64, L 4, H 4, d_e 128, d_mlp 512, batch 12;
   * --large adds a GPT-2-small shape: N_V 50257, ℓ_max 1024, ℓ 64, L 12, H 12, d_e 768, d_mlp 3072, batch 4
     (fewer repetitions).
-Ours:   loss, _ = model.loss_and_grad(batch); opt.step(model, model.grads)     with ft.Adam(lr, weight_decay=0.1)
+Ours:   model.loss_and_grad(batch, copy=False); opt.step(model, model.grads)   with ft.Adam(lr, weight_decay=0.1)
+        (copy=False: the gradient stays in model.grads, as PyTorch's .grad; no 650 MB copy per step at GPT-2 size)
 PyTorch: an nn.Module written here with the same parameters (pre-LN blocks: LayerNorm, fused qkv Linear with
   bias, causal scaled-dot-product attention, output Linear, LayerNorm, Linear-GELU(exact)-Linear; final
   LayerNorm; untied Linear unembedding unless --tied), loss = summed next-token cross-entropy (the listing's
@@ -127,7 +128,7 @@ def bench(cfg, reps, warmup, tied, lr=3e-4):
     n_params = sum(int(np.asarray(v).size) for k, v in model.params.items() if not (tied and k == "W_u"))
 
     def ours_step():
-        model.loss_and_grad(batch)
+        model.loss_and_grad(batch, copy=False)
         opt.step(model, model.grads)
 
     def torch_step():
