@@ -89,7 +89,7 @@ std::vector<index_t> DInference(DTransformer<T>& model, const index_t* x_in, ind
             std::copy(zcol.data(), zcol.data() + c.n_vocab, z.begin());
         } else {
             if (w0 != start || fed == 0) {  // first call, or the window slid: (re)fill the caches
-                dec = typename DTransformer<T>::Decoder();
+                dec.reset();
                 start = w0;
                 model.decode(dec, x.data() + w0, len - w0, z.data());
             } else {  // feed only the tokens not yet seen: one column of work per layer

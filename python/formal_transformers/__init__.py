@@ -16,7 +16,19 @@ from collections.abc import Mapping as _Mapping
 if _os.environ.get("FT_CORE_PATH"):
     __path__.insert(0, _os.path.abspath(_os.environ["FT_CORE_PATH"]))  # noqa: F821
 
-from . import _core  # noqa: E402
+# OpenMP threads that spin while they wait collapse when the machine is busy (measured on 2 cores with a
+# second training process running: a baby-GPT step 855 ms spinning, 68 ms passive; README "Threads").
+# Our libgomp reads OMP_WAIT_POLICY once, when _core loads it, so the default is set for that moment only
+# and the environment is restored: other OpenMP runtimes (PyTorch bundles its own) and child processes
+# see the user's setting. FT_OMP_WAIT_POLICY=active (or an explicit OMP_WAIT_POLICY) overrides it.
+_had_policy = "OMP_WAIT_POLICY" in _os.environ
+if not _had_policy:
+    _os.environ["OMP_WAIT_POLICY"] = _os.environ.get("FT_OMP_WAIT_POLICY", "passive")
+try:
+    from . import _core  # noqa: E402
+finally:
+    if not _had_policy:
+        del _os.environ["OMP_WAIT_POLICY"]
 from ._core import *  # noqa: E402,F401,F403
 from . import reference  # noqa: E402,F401
 from .io import load, save  # noqa: E402

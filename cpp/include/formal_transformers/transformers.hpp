@@ -231,6 +231,10 @@ public:
         MHAttentionCache<T> scratch;
         MLPCache<T> mlp;
         NormCache<T> nc;
+        void reset() {  // forget the context, keep the buffers (no allocation when refilled)
+            len = 0;
+            for (auto& c : kv) c.len = 0;
+        }
     };
     void decode(Decoder& d, const index_t* ids, index_t n, T* z) const;
 
