@@ -196,6 +196,54 @@ void def_model_common(PyClass& cls) {
                                },
                                "Number of trainable scalars in θ.");
 }
+// The single-input surface of Algorithms 9 and 10: P = model(x), model.logits(x), attention_weights, L.
+template <template <class> class Unit, class PyClass>
+void def_single_input(PyClass& cls) {
+    using D = Dual<Unit>;
+    cls.def(
+           "__call__",
+           [](D& d, const py::handle& x) {
+               CallLock lock(d.mutex);
+               return d.visit([&](auto& m) -> py::object {
+                   using T = typename std::decay_t<decltype(m.store)>::value_type;
+                   InBatch in = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
+                   return shaped_output<T>(m.cfg.n_vocab, in, is_2d(x), [&](ft::MatView<T> P) {
+                       m.forward(Tokens{in.ids.data(), seqs_of(in)});  // every line but the last
+                       m.probabilities(P);                             // the last: P = softmax(W_u X)
+                   });
+               });
+           },
+           py::arg("x"))
+        .def(
+            "logits",
+            [](D& d, const py::handle& x) {
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& m) -> py::object {
+                    using T = typename std::decay_t<decltype(m.store)>::value_type;
+                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
+                    return shaped_output<T>(m.cfg.n_vocab, in, is_2d(x), [&](ft::MatView<T> Z) {
+                        m.forward(Tokens{in.ids.data(), seqs_of(in)});
+                        m.logits(Z);
+                    });
+                });
+            },
+            py::arg("x"), "W_u X (before the final softmax), shaped like the call's output.")
+        .def(
+            "attention_weights",
+            [](D& d, long long layer, long long seq) {
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& m) -> py::array {
+                    using T = typename std::decay_t<decltype(m.store)>::value_type;
+                    check_layer(layer, m.cfg.L, "layer");
+                    return attention_array<T>(m.cfg.H, [&](index_t h) { return m.attention_weights(layer, seq, h); });
+                });
+            },
+            py::arg("layer"), py::arg("seq") = 0,
+            "softmax(S/√d_attn) of every head of `layer` in the last forward call: (H, ℓ, ℓ); column t is how "
+            "token t attends to the tokens of its sequence.")
+        .def_property_readonly("L", [](D& d) { return d.visit([](auto& m) { return m.cfg.L; }); });
+}
+
 }  // namespace
 
 void register_transformers(py::module_& m) {
@@ -238,35 +286,8 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
              py::arg("gelu") = "exact", py::arg("eps") = 1e-5, py::arg("dtype") = "float32", py::arg("seed") = 0,
              py::arg("init_std") = 0.02);
     def_model_common<DUnit>(dcls);
-    dcls.def(
-            "__call__",
-            [](DD& d, const py::handle& x) {
-                CallLock lock(d.mutex);
-                return d.visit([&](auto& m) -> py::object {
-                    using T = typename std::decay_t<decltype(m.store)>::value_type;
-                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
-                    return shaped_output<T>(m.cfg.n_vocab, in, is_2d(x), [&](ft::MatView<T> P) {
-                        m.forward(Tokens{in.ids.data(), seqs_of(in)});  // lines 1–10
-                        m.probabilities(P);                             // line 11
-                    });
-                });
-            },
-            py::arg("x"))
-        .def(
-            "logits",
-            [](DD& d, const py::handle& x) {
-                CallLock lock(d.mutex);
-                return d.visit([&](auto& m) -> py::object {
-                    using T = typename std::decay_t<decltype(m.store)>::value_type;
-                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
-                    return shaped_output<T>(m.cfg.n_vocab, in, is_2d(x), [&](ft::MatView<T> Z) {
-                        m.forward(Tokens{in.ids.data(), seqs_of(in)});
-                        m.logits(Z);
-                    });
-                });
-            },
-            py::arg("x"), "W_u X (before the softmax of line 11), shaped like the call's output.")
-        .def(
+    def_single_input<DUnit>(dcls);
+    dcls        .def(
             "loss_and_grad",
             [](py::object self, const py::handle& x, bool copy) {
                 DD& d = self.cast<DD&>();
@@ -304,20 +325,6 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
             },
             py::arg("x"), py::arg("reduction") = "sum",
             "The loss without gradients; reduction='mean' divides by the number of predicted tokens.")
-        .def(
-            "attention_weights",
-            [](DD& d, long long layer, long long seq) {
-                CallLock lock(d.mutex);
-                return d.visit([&](auto& m) -> py::array {
-                    using T = typename std::decay_t<decltype(m.store)>::value_type;
-                    check_layer(layer, m.cfg.L, "layer");
-                    return attention_array<T>(m.cfg.H, [&](index_t h) { return m.attention_weights(layer, seq, h); });
-                });
-            },
-            py::arg("layer"), py::arg("seq") = 0,
-            "softmax(S/√d_attn) of every head of `layer` in the last forward call: (H, ℓ, ℓ); column t is how "
-            "token t attends to tokens 0..t.")
-        .def_property_readonly("L", [](DD& d) { return d.visit([](auto& m) { return m.cfg.L; }); })
         .def_property_readonly("config", [](DD& d) { return d.visit([&](auto& m) { return config_dict(m.cfg, "DTransformer", d.dtype()); }); })
         .def("__repr__", [](DD& d) { return d.visit([&](auto& m) { return model_repr(config_dict(m.cfg, "DTransformer", d.dtype())); }); });
 
@@ -362,35 +369,8 @@ loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] o
             throw ft::ValueError("x_tilde and x must have the same shape (the same sequences, the same lengths)");
         return std::make_pair(std::move(xt), std::move(xo));
     };
-    ecls.def(
-            "__call__",
-            [](DE& d, const py::handle& x) {
-                CallLock lock(d.mutex);
-                return d.visit([&](auto& m) -> py::object {
-                    using T = typename std::decay_t<decltype(m.store)>::value_type;
-                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
-                    return shaped_output<T>(m.cfg.n_vocab, in, is_2d(x), [&](ft::MatView<T> P) {
-                        m.forward(Tokens{in.ids.data(), seqs_of(in)});  // lines 1–11
-                        m.probabilities(P);                             // line 12
-                    });
-                });
-            },
-            py::arg("x"))
-        .def(
-            "logits",
-            [](DE& d, const py::handle& x) {
-                CallLock lock(d.mutex);
-                return d.visit([&](auto& m) -> py::object {
-                    using T = typename std::decay_t<decltype(m.store)>::value_type;
-                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
-                    return shaped_output<T>(m.cfg.n_vocab, in, is_2d(x), [&](ft::MatView<T> Z) {
-                        m.forward(Tokens{in.ids.data(), seqs_of(in)});
-                        m.logits(Z);
-                    });
-                });
-            },
-            py::arg("x"))
-        .def(
+    def_single_input<EUnit>(ecls);
+    ecls        .def(
             "loss_and_grad",
             [e_pair](py::object self, const py::handle& x_tilde, const py::handle& x, bool copy) {
                 DE& d = self.cast<DE&>();
@@ -424,18 +404,6 @@ loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] o
                 });
             },
             py::arg("x_tilde"), py::arg("x"), py::arg("reduction") = "sum")
-        .def(
-            "attention_weights",
-            [](DE& d, long long layer, long long seq) {
-                CallLock lock(d.mutex);
-                return d.visit([&](auto& m) -> py::array {
-                    using T = typename std::decay_t<decltype(m.store)>::value_type;
-                    check_layer(layer, m.cfg.L, "layer");
-                    return attention_array<T>(m.cfg.H, [&](index_t h) { return m.attention_weights(layer, seq, h); });
-                });
-            },
-            py::arg("layer"), py::arg("seq") = 0)
-        .def_property_readonly("L", [](DE& d) { return d.visit([](auto& m) { return m.cfg.L; }); })
         .def_property_readonly("d_f", [](DE& d) { return d.visit([](auto& m) { return m.cfg.d_f; }); })
         .def_property_readonly("config", [](DE& d) { return d.visit([&](auto& m) { return config_dict(m.cfg, "ETransformer", d.dtype()); }); })
         .def("__repr__", [](DE& d) { return d.visit([&](auto& m) { return model_repr(config_dict(m.cfg, "ETransformer", d.dtype())); }); });
