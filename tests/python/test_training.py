@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import pytest
 import formal_transformers as ft
 from formal_transformers import reference as ref
 
-from conftest import ROOT, rel_err
+from conftest import rel_err
 from test_inference import MT19937_64
 
 # ------------------------------------------------------------------------------------------------------
@@ -539,7 +540,12 @@ def test_callback_may_use_the_model():
         """
     )
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT / "python") + os.pathsep + env.get("PYTHONPATH", "")
+    # The child must import the very package under test: the installed one in CI, the source tree (with
+    # FT_CORE_PATH) in a developer build. Absolute paths, since the child may start elsewhere.
+    package_parent = str(pathlib.Path(ft.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([package_parent] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    if env.get("FT_CORE_PATH"):
+        env["FT_CORE_PATH"] = str(pathlib.Path(env["FT_CORE_PATH"]).resolve())
     try:
         r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=12)
     except subprocess.TimeoutExpired:
