@@ -2,6 +2,8 @@
 // two masks as free functions.
 #include <cmath>
 #include <optional>
+#include <type_traits>
+#include <utility>
 
 #include "bind.hpp"
 #include "formal_transformers/attention.hpp"
@@ -140,20 +142,22 @@ struct BasicAttentionUnit {
     }
 };
 
-// Algorithm 4 with its own θ, copies of the last call's X and Z, and the activations for backward().
-template <class T>
-struct AttentionUnit {
+// Algorithms 4 and 5 as stand-alone objects: their own θ, copies of the last call's X and Z (the user may
+// change their arrays before backward()), and the layer's activations. Only the layer type differs.
+struct NoWork {};
+
+template <class T, class Layer, class Cache, class Work>
+struct XZUnit {
     ft::ParamStore<T> store;
-    ft::Attention<T> att;
-    ft::AttentionCache<T> cache;
+    Layer att;
+    Cache cache;
+    Work work;
     ft::Matrix<T> X, Z;
     index_t l_x = -1, l_z = -1;
 
-    AttentionUnit(index_t d_x, index_t d_z, index_t d_attn, index_t d_out, ft::Mask mask, std::uint64_t seed)
-        : att(d_x, d_z, d_attn, d_out, std::move(mask), store) {
+    template <class... A>
+    explicit XZUnit(A&&... hyper) : att(std::forward<A>(hyper)..., store) {
         store.allocate();
-        ft::Rng rng(seed);
-        for (const ft::MatParam* W : {&att.W_q, &att.W_k, &att.W_v}) init_fan_in(store, *W, rng);  // biases stay 0
     }
 
     py::array call(const py::handle& Xo, const py::handle& Zo) {
@@ -185,80 +189,55 @@ struct AttentionUnit {
         py::array dX = zeros<T>(att.d_x, l_x), dZ = zeros<T>(att.d_z, l_z);
         {
             py::gil_scoped_release nogil;
-            att.backward(store, ft::view(X), ft::Seqs::single(l_x), ft::view(Z), ft::Seqs::single(l_z), cache, d.m,
-                         ft::MatView<T>(static_cast<T*>(dX.mutable_data()), att.d_x, l_x),
-                         ft::MatView<T>(static_cast<T*>(dZ.mutable_data()), att.d_z, l_z));
+            const auto sx = ft::Seqs::single(l_x), sz = ft::Seqs::single(l_z);
+            ft::MatView<T> gX(static_cast<T*>(dX.mutable_data()), att.d_x, l_x);
+            ft::MatView<T> gZ(static_cast<T*>(dZ.mutable_data()), att.d_z, l_z);
+            if constexpr (std::is_same_v<Work, NoWork>)
+                att.backward(store, ft::view(X), sx, ft::view(Z), sz, cache, d.m, gX, gZ);
+            else
+                att.backward(store, ft::view(X), sx, ft::view(Z), sz, cache, d.m, gX, gZ, work);
         }
         return py::make_tuple(dX, dZ);
-    }
-
-    py::object weights() const {
-        if (l_x < 0) return py::none();
-        const py::ssize_t s = py::ssize_t(sizeof(T));
-        return py::array_t<T>({py::ssize_t(l_z), py::ssize_t(l_x)}, {s, s * l_z}, cache.A.data());  // a copy
     }
 };
 
-// Algorithm 5 with its own θ (heads stacked as API.md shows them), input copies and activations.
+// Algorithm 4
 template <class T>
-struct MHAttentionUnit {
-    ft::ParamStore<T> store;
-    ft::MHAttention<T> att;
-    ft::MHAttentionCache<T> cache;
-    ft::MHAttentionWork<T> work;
-    ft::Matrix<T> X, Z;
-    index_t l_x = -1, l_z = -1;
-
-    MHAttentionUnit(index_t H, index_t d_x, index_t d_z, index_t d_attn, index_t d_mid, index_t d_out, ft::Mask mask,
-                    std::uint64_t seed)
-        : att(H, d_x, d_z, d_attn, d_mid, d_out, std::move(mask), store) {
-        store.allocate();
+struct AttentionUnit : XZUnit<T, ft::Attention<T>, ft::AttentionCache<T>, NoWork> {
+    AttentionUnit(index_t d_x, index_t d_z, index_t d_attn, index_t d_out, ft::Mask mask, std::uint64_t seed)
+        : XZUnit<T, ft::Attention<T>, ft::AttentionCache<T>, NoWork>(d_x, d_z, d_attn, d_out, std::move(mask)) {
         ft::Rng rng(seed);
-        for (const ft::MatParam* W : {&att.W_q, &att.W_k, &att.W_v, &att.W_o}) init_fan_in(store, *W, rng);  // biases 0
-    }
-
-    py::array call(const py::handle& Xo, const py::handle& Zo) {
-        InMatrix<T> x = in_matrix<T>(Xo, "X", att.d_x, false, "d_x");
-        InMatrix<T> z = Zo.is_none() ? in_matrix<T>(Xo, "Z (= X, self-attention)", att.d_z, false, "d_z")
-                                     : in_matrix<T>(Zo, "Z", att.d_z, false, "d_z");
-        check_mask_shape(att.mask, z.m.cols, x.m.cols);
-        const index_t nx = x.m.cols, nz = z.m.cols;
-        auto out = out_matrix<T>(att.d_out, nx);
-        l_x = l_z = -1;
-        {
-            py::gil_scoped_release nogil;
-            save_copy(X, x.m);
-            save_copy(Z, z.m);
-            att.forward(store, ft::view(X), ft::Seqs::single(nx), ft::view(Z), ft::Seqs::single(nz),
-                        ft::MatView<T>(out.mutable_data(), att.d_out, nx), cache);
-        }
-        l_x = nx;
-        l_z = nz;
-        return std::move(out);
-    }
-
-    py::tuple backward(const py::handle& dY) {
-        if (l_x < 0) throw ft::ValueError("backward() called before any forward call");
-        InMatrix<T> d = in_matrix<T>(dY, "dY", att.d_out, false, "d_out");
-        if (d.m.cols != l_x)
-            throw ft::ValueError("dY has " + std::to_string(d.m.cols) + " columns but the last call had l_x = " +
-                                 std::to_string(l_x));
-        py::array dX = zeros<T>(att.d_x, l_x), dZ = zeros<T>(att.d_z, l_z);
-        {
-            py::gil_scoped_release nogil;
-            att.backward(store, ft::view(X), ft::Seqs::single(l_x), ft::view(Z), ft::Seqs::single(l_z), cache, d.m,
-                         ft::MatView<T>(static_cast<T*>(dX.mutable_data()), att.d_x, l_x),
-                         ft::MatView<T>(static_cast<T*>(dZ.mutable_data()), att.d_z, l_z), work);
-        }
-        return py::make_tuple(dX, dZ);
+        for (const ft::MatParam* W : {&this->att.W_q, &this->att.W_k, &this->att.W_v})
+            init_fan_in(this->store, *W, rng);  // biases stay 0
     }
 
     py::object weights() const {
+        const index_t l_x = this->l_x, l_z = this->l_z;
+        if (l_x < 0) return py::none();
+        const py::ssize_t s = py::ssize_t(sizeof(T));
+        return py::array_t<T>({py::ssize_t(l_z), py::ssize_t(l_x)}, {s, s * l_z}, this->cache.A.data());  // a copy
+    }
+};
+
+// Algorithm 5 (heads stacked as API.md shows them)
+template <class T>
+struct MHAttentionUnit : XZUnit<T, ft::MHAttention<T>, ft::MHAttentionCache<T>, ft::MHAttentionWork<T>> {
+    MHAttentionUnit(index_t H, index_t d_x, index_t d_z, index_t d_attn, index_t d_mid, index_t d_out, ft::Mask mask,
+                    std::uint64_t seed)
+        : XZUnit<T, ft::MHAttention<T>, ft::MHAttentionCache<T>, ft::MHAttentionWork<T>>(H, d_x, d_z, d_attn, d_mid,
+                                                                                       d_out, std::move(mask)) {
+        ft::Rng rng(seed);
+        for (const ft::MatParam* W : {&this->att.W_q, &this->att.W_k, &this->att.W_v, &this->att.W_o})
+            init_fan_in(this->store, *W, rng);  // biases 0
+    }
+
+    py::object weights() const {
+        const index_t l_x = this->l_x, l_z = this->l_z;
         if (l_x < 0) return py::none();
         // head h's block is a column-major [l_z, l_x] matrix at offset h·l_z·l_x (one sequence)
         const py::ssize_t s = py::ssize_t(sizeof(T));
-        return py::array_t<T>({py::ssize_t(att.H), py::ssize_t(l_z), py::ssize_t(l_x)}, {s * l_z * l_x, s, s * l_z},
-                              cache.A.data());  // a copy
+        return py::array_t<T>({py::ssize_t(this->att.H), py::ssize_t(l_z), py::ssize_t(l_x)}, {s * l_z * l_x, s, s * l_z},
+                              this->cache.A.data());  // a copy
     }
 };
 
