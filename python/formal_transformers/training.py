@@ -201,7 +201,8 @@ class DTraining(_Trainer):
     token ids (a 2-D (N, ℓ) array or a list of 1-D sequences of any lengths ≤ l_max; see ft.chunk).
     Options:
       optimizer   "adam" (default; AdamW with `weight_decay`, `betas`), "sgd" (the listing's
-                  θ ← θ − η∇loss), or an ft.Adam / ft.SGD object
+                  θ ← θ − η∇loss), or an ft.Adam / ft.SGD object (its moments and step count are
+                  used and kept; the learning rate of each step is the trainer's η and schedule)
       batch_size  sequences per update (the listing: 1); the update uses the mean over the minibatch of
                   the listing's per-sequence loss (reduction="sum") or the mean per token ("mean")
       shuffle, seed   a fresh seeded order each epoch; same seed, same run
