@@ -59,8 +59,8 @@ void register_inference(py::module_& m) {
 
 DInference(l_gen, tau=1.0, *, top_k=None, top_p=None, seed=None, cache=True)(x, model) -> y, the ℓ_gen
 token ids that follow the prompt x (1-D, 1 ≤ ℓ ≤ l_max). Each token is drawn from q ∝ p^{1/τ} where p is
-the last column of P = model(x) (τ = 0: argmax); top_k / top_p restrict q to the k most probable tokens /
-the smallest set of mass ≥ top_p. cache=True keeps the keys and values of earlier tokens (one column of
+the last column of P = model(x) (τ = 0: argmax); top_k / top_p restrict q to the k most probable tokens,
+then to the smallest set of those whose renormalised mass is ≥ top_p. cache=True keeps the keys and values of earlier tokens (one column of
 work per new token); cache=False runs the listing literally (the whole model on the whole sequence each
 step) — both give the same tokens for the same seed. Past l_max the model sees the last l_max tokens (a
 sliding window; the cache is refilled from the window each step then). seed=None: a fresh random seed.)doc")

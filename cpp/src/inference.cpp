@@ -32,11 +32,13 @@ index_t sample_token(const T* z, index_t n, const SamplingOptions& o, Rng& rng, 
         std::iota(order.begin(), order.end(), index_t(0));
         std::stable_sort(order.begin(), order.end(), [&](index_t a, index_t b) { return q[std::size_t(a)] > q[std::size_t(b)]; });
         if (o.top_k > 0) keep = std::min(keep, o.top_k);
-        if (o.top_p < 1) {
+        if (o.top_p < 1) {  // the nucleus of q restricted to the top_k candidates and renormalised
+            double s_k = 0;
+            for (index_t k = 0; k < keep; ++k) s_k += q[std::size_t(order[std::size_t(k)])];
             double acc = 0;
             index_t k = 0;
             while (k < keep) {
-                acc += q[std::size_t(order[std::size_t(k)])] / s;
+                acc += q[std::size_t(order[std::size_t(k)])] / s_k;
                 ++k;
                 if (acc >= o.top_p) break;
             }

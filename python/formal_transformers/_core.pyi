@@ -504,17 +504,17 @@ class DTransformer(_HasParams):
     """
     def __call__(self, x: typing.Any) -> typing.Any:
         ...
-    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, norm: str = 'layer', positional: str = 'learned', base: typing.Any = None, tied: bool = False, gelu: str = 'exact', eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.SupportsInt | typing.SupportsIndex = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02) -> None:
+    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, norm: str = 'layer', positional: str = 'learned', base: typing.Any = None, tied: bool = False, gelu: str = 'exact', eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02) -> None:
         ...
     def __repr__(self) -> str:
         ...
     def attention_weights(self, layer: typing.SupportsInt | typing.SupportsIndex, seq: typing.SupportsInt | typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
         """
-        softmax(S/√d_attn) of every head of `layer` in the last forward call: (H, ℓ, ℓ); column t is how token t attends to tokens 0..t.
+        softmax(S/√d_attn) of every head of `layer` in the last forward call: (H, ℓ, ℓ); column t is how token t attends to the tokens of its sequence.
         """
     def logits(self, x: typing.Any) -> typing.Any:
         """
-        W_u X (before the softmax of line 11), shaped like the call's output.
+        W_u X (before the final softmax), shaped like the call's output.
         """
     def loss(self, x: typing.Any, reduction: str = 'sum') -> float:
         """
@@ -590,14 +590,18 @@ class ETransformer(_HasParams):
     """
     def __call__(self, x: typing.Any) -> typing.Any:
         ...
-    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, d_f: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, positional: str = 'learned', base: typing.Any = None, tied: bool = False, gelu: str = 'exact', eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.SupportsInt | typing.SupportsIndex = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02) -> None:
+    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, d_f: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, positional: str = 'learned', base: typing.Any = None, tied: bool = False, gelu: str = 'exact', eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02) -> None:
         ...
     def __repr__(self) -> str:
         ...
     def attention_weights(self, layer: typing.SupportsInt | typing.SupportsIndex, seq: typing.SupportsInt | typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
-        ...
+        """
+        softmax(S/√d_attn) of every head of `layer` in the last forward call: (H, ℓ, ℓ); column t is how token t attends to the tokens of its sequence.
+        """
     def logits(self, x: typing.Any) -> typing.Any:
-        ...
+        """
+        W_u X (before the final softmax), shaped like the call's output.
+        """
     def loss(self, x_tilde: typing.Any, x: typing.Any, reduction: str = 'sum') -> float:
         ...
     def loss_and_grad(self, x_tilde: typing.Any, x: typing.Any, copy: bool = True) -> tuple[float, typing.Any]:
@@ -672,7 +676,7 @@ class EDTransformer(_HasParams):
     """
     def __call__(self, z: typing.Any, x: typing.Any) -> typing.Any:
         ...
-    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L_enc: typing.SupportsInt | typing.SupportsIndex, L_dec: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, positional: str = 'learned', base: typing.Any = None, tied: bool = False, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.SupportsInt | typing.SupportsIndex = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02) -> None:
+    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L_enc: typing.SupportsInt | typing.SupportsIndex, L_dec: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, positional: str = 'learned', base: typing.Any = None, tied: bool = False, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02) -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -1095,8 +1099,8 @@ class DInference:
     
     DInference(l_gen, tau=1.0, *, top_k=None, top_p=None, seed=None, cache=True)(x, model) -> y, the ℓ_gen
     token ids that follow the prompt x (1-D, 1 ≤ ℓ ≤ l_max). Each token is drawn from q ∝ p^{1/τ} where p is
-    the last column of P = model(x) (τ = 0: argmax); top_k / top_p restrict q to the k most probable tokens /
-    the smallest set of mass ≥ top_p. cache=True keeps the keys and values of earlier tokens (one column of
+    the last column of P = model(x) (τ = 0: argmax); top_k / top_p restrict q to the k most probable tokens,
+    then to the smallest set of those whose renormalised mass is ≥ top_p. cache=True keeps the keys and values of earlier tokens (one column of
     work per new token); cache=False runs the listing literally (the whole model on the whole sequence each
     step) — both give the same tokens for the same seed. Past l_max the model sees the last l_max tokens (a
     sliding window; the cache is refilled from the window each step then). seed=None: a fresh random seed.
@@ -1131,11 +1135,11 @@ class EDInference:
     @property
     def tau(self) -> float:
         ...
-def _dtraining(model: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None) -> None:
+def _dtraining(model: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None) -> None:
     ...
-def _edtraining(model: typing.Any, z_data: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, z_val: typing.Any = None, x_val: typing.Any = None) -> None:
+def _edtraining(model: typing.Any, z_data: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, z_val: typing.Any = None, x_val: typing.Any = None, history: typing.Any = None) -> None:
     ...
-def _etraining(model: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None) -> None:
+def _etraining(model: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None) -> None:
     ...
 def _gemm(A: typing.Any, B: typing.Any, transA: bool = False, transB: bool = False) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """

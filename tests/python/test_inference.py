@@ -261,8 +261,9 @@ def expected_q(tau, top_k=None, top_p=None):
     if top_k:
         keep = min(keep, top_k)
     if top_p is not None and top_p < 1:
-        c = np.cumsum(q[order])
-        keep = min(keep, int(np.searchsorted(c, top_p) + 1))  # the smallest set whose mass reaches top_p
+        # the smallest set of the top_k candidates whose mass, renormalised over them, reaches top_p
+        c = np.cumsum(q[order[:keep]]) / q[order[:keep]].sum()
+        keep = min(keep, int(np.searchsorted(c, top_p) + 1))
     out = np.zeros_like(q)
     out[order[:keep]] = q[order[:keep]]
     return out / out.sum()
@@ -279,7 +280,7 @@ def sample_frequencies(model, n_calls=70, **sampling):
 @pytest.mark.parametrize(
     "sampling",
     [dict(tau=1.0), dict(tau=0.5), dict(tau=2.0), dict(tau=1.0, top_k=3), dict(tau=1.0, top_p=0.6),
-     dict(tau=2.0, top_p=0.8), dict(tau=0.7, top_k=2)],
+     dict(tau=2.0, top_p=0.8), dict(tau=0.7, top_k=2), dict(tau=1.0, top_k=3, top_p=0.7)],
     ids=sid,
 )
 def test_sampled_frequencies_follow_q(sampling):

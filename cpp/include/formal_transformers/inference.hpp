@@ -29,8 +29,8 @@
 //    Algorithm 15, the encoder runs once per z and the cross-attention keys and values of Z are kept),
 //    so each new token costs one column of work per layer.
 // Sampling: q ∝ p^{1/τ} = softmax(W_u x / τ) computed from the logits (τ = 0: argmax, first of ties);
-// top_k keeps the k most probable tokens, top_p the smallest set whose mass reaches p (nucleus), both
-// applied to q before drawing. One uniform number per token from the seeded Rng.
+// top_k keeps the k most probable tokens, then top_p the smallest set of those whose mass, renormalised
+// over them, reaches p (nucleus); the draw is from q restricted to what is kept (the order of HF's warpers). One uniform number per token from the seeded Rng.
 // Beyond ℓ_max (Algorithm 14): the model sees the last ℓ_max tokens (a sliding window). While the
 // context fits, the cached path adds one column per token; once it is full, both paths recompute the
 // window each step. Algorithm 15 stops at eos_token or when x̂ reaches max_len tokens (default ℓ_max),
