@@ -47,6 +47,21 @@ def test_typing_files_ship_with_the_package():
     assert stub_all == public, f"stub out of date: missing {public - stub_all}, extra {stub_all - public}"
 
 
+def test_stub_is_what_stubgen_makes_of_the_module(tmp_path):
+    """_core.pyi is regenerated from the compiled module exactly as docs/DEVELOPING.md says; a binding whose
+    signature or docstring changed without regenerating the stub fails here."""
+    pytest.importorskip("pybind11_stubgen", reason="pybind11-stubgen is in the test extra (pip install '.[test]')")
+    env = dict(os.environ)
+    if env.get("FT_CORE_PATH"):
+        env["FT_CORE_PATH"] = str(pathlib.Path(env["FT_CORE_PATH"]).resolve())
+    env["PYTHONPATH"] = os.pathsep.join([str(PKG.resolve().parent)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    r = subprocess.run([sys.executable, "-m", "pybind11_stubgen", "formal_transformers._core", "-o", str(tmp_path),
+                        "--numpy-array-use-type-var"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    made = (tmp_path / "formal_transformers" / "_core.pyi").read_text()
+    assert made == (PKG / "_core.pyi").read_text(), "python/formal_transformers/_core.pyi is out of date: regenerate it (docs/DEVELOPING.md)"
+
+
 def test_threads_and_blas():
     n = ft.get_num_threads()
     assert n >= 1
