@@ -1,4 +1,6 @@
 // Algorithms 8–10 as Python classes: EDTransformer, ETransformer, DTransformer.
+#include <tuple>
+
 #include "bind.hpp"
 #include "formal_transformers/transformers.hpp"
 
@@ -244,6 +246,47 @@ void def_single_input(PyClass& cls) {
         .def_property_readonly("L", [](D& d) { return d.visit([](auto& m) { return m.cfg.L; }); });
 }
 
+
+// loss_and_grad and loss of the two-input models: ETransformer (x_tilde, x) and EDTransformer (z, x). `pair`
+// checks and converts the two inputs; `core_args` turns them into the core call's arguments (a tuple).
+template <template <class> class Unit, class PyClass, class Pair, class CoreArgs>
+void def_pair_losses(PyClass& cls, const char* a, const char* b, Pair pair, CoreArgs core_args, const char* doc) {
+    using D = Dual<Unit>;
+    cls.def(
+           "loss_and_grad",
+           [pair, core_args](py::object self, const py::handle& A, const py::handle& B, bool copy) {
+               D& d = self.cast<D&>();
+               CallLock lock(d.mutex);
+               return d.visit([&](auto& m) {
+                   auto [p, q] = pair(m, A, B);
+                   double loss;
+                   {
+                       py::gil_scoped_release nogil;
+                       loss = std::apply([&](auto&&... args) { return m.loss_and_grad(args...); }, core_args(p, q));
+                   }
+                   return py::make_tuple(loss, grads_out(self, m.store, copy));
+               });
+           },
+           py::arg(a), py::arg(b), py::arg("copy") = true, doc)
+        .def(
+            "loss",
+            [pair, core_args](D& d, const py::handle& A, const py::handle& B, const std::string& reduction) {
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& m) {
+                    auto [p, q] = pair(m, A, B);
+                    apply_reduction(0, 1, reduction);
+                    index_t scored = 0;
+                    double loss;
+                    {
+                        py::gil_scoped_release nogil;
+                        loss = std::apply([&](auto&&... args) { return m.loss(args..., &scored); }, core_args(p, q));
+                    }
+                    return apply_reduction(loss, scored, reduction);
+                });
+            },
+            py::arg(a), py::arg(b), py::arg("reduction") = "sum");
+}
+
 }  // namespace
 
 void register_transformers(py::module_& m) {
@@ -370,41 +413,11 @@ loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] o
         return std::make_pair(std::move(xt), std::move(xo));
     };
     def_single_input<EUnit>(ecls);
-    ecls        .def(
-            "loss_and_grad",
-            [e_pair](py::object self, const py::handle& x_tilde, const py::handle& x, bool copy) {
-                DE& d = self.cast<DE&>();
-                CallLock lock(d.mutex);
-                return d.visit([&](auto& m) {
-                    auto [xt, xo] = e_pair(m, x_tilde, x);
-                    double loss;
-                    {
-                        py::gil_scoped_release nogil;
-                        loss = m.loss_and_grad(Tokens{xt.ids.data(), seqs_of(xt)}, xo.ids.data());
-                    }
-                    return py::make_tuple(loss, grads_out(self, m.store, copy));
-                });
-            },
-            py::arg("x_tilde"), py::arg("x"), py::arg("copy") = true,
-            "Algorithm 12 line 9 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad.")
-        .def(
-            "loss",
-            [e_pair](DE& d, const py::handle& x_tilde, const py::handle& x, const std::string& reduction) {
-                CallLock lock(d.mutex);
-                return d.visit([&](auto& m) {
-                    auto [xt, xo] = e_pair(m, x_tilde, x);
-                    apply_reduction(0, 1, reduction);
-                    index_t scored = 0;
-                    double loss;
-                    {
-                        py::gil_scoped_release nogil;
-                        loss = m.loss(Tokens{xt.ids.data(), seqs_of(xt)}, xo.ids.data(), &scored);
-                    }
-                    return apply_reduction(loss, scored, reduction);
-                });
-            },
-            py::arg("x_tilde"), py::arg("x"), py::arg("reduction") = "sum")
-        .def_property_readonly("d_f", [](DE& d) { return d.visit([](auto& m) { return m.cfg.d_f; }); })
+    def_pair_losses<EUnit>(
+        ecls, "x_tilde", "x", e_pair,
+        [](const InBatch& xt, const InBatch& xo) { return std::make_tuple(Tokens{xt.ids.data(), seqs_of(xt)}, xo.ids.data()); },
+        "Algorithm 12 line 9 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad.");
+    ecls.def_property_readonly("d_f", [](DE& d) { return d.visit([](auto& m) { return m.cfg.d_f; }); })
         .def_property_readonly("config", [](DE& d) { return d.visit([&](auto& m) { return config_dict(m.cfg, "ETransformer", d.dtype()); }); })
         .def("__repr__", [](DE& d) { return d.visit([&](auto& m) { return model_repr(config_dict(m.cfg, "ETransformer", d.dtype())); }); });
 
@@ -474,42 +487,14 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
                     });
                 });
             },
-            py::arg("z"), py::arg("x"))
-        .def(
-            "loss_and_grad",
-            [ed_pair](py::object self, const py::handle& z, const py::handle& x, bool copy) {
-                DED& d = self.cast<DED&>();
-                CallLock lock(d.mutex);
-                return d.visit([&](auto& m) {
-                    auto [zb, xb] = ed_pair(m, z, x);
-                    double loss;
-                    {
-                        py::gil_scoped_release nogil;
-                        loss = m.loss_and_grad(Tokens{zb.ids.data(), seqs_of(zb)}, Tokens{xb.ids.data(), seqs_of(xb)});
-                    }
-                    return py::make_tuple(loss, grads_out(self, m.store, copy));
-                });
-            },
-            py::arg("z"), py::arg("x"), py::arg("copy") = true,
-            "Algorithm 11 line 5 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad.")
-        .def(
-            "loss",
-            [ed_pair](DED& d, const py::handle& z, const py::handle& x, const std::string& reduction) {
-                CallLock lock(d.mutex);
-                return d.visit([&](auto& m) {
-                    auto [zb, xb] = ed_pair(m, z, x);
-                    apply_reduction(0, 1, reduction);
-                    index_t scored = 0;
-                    double loss;
-                    {
-                        py::gil_scoped_release nogil;
-                        loss = m.loss(Tokens{zb.ids.data(), seqs_of(zb)}, Tokens{xb.ids.data(), seqs_of(xb)}, &scored);
-                    }
-                    return apply_reduction(loss, scored, reduction);
-                });
-            },
-            py::arg("z"), py::arg("x"), py::arg("reduction") = "sum")
-        .def(
+            py::arg("z"), py::arg("x"));
+    def_pair_losses<EDUnit>(
+        edcls, "z", "x", ed_pair,
+        [](const InBatch& zb, const InBatch& xb) {
+            return std::make_tuple(Tokens{zb.ids.data(), seqs_of(zb)}, Tokens{xb.ids.data(), seqs_of(xb)});
+        },
+        "Algorithm 11 line 5 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad.");
+    edcls.def(
             "attention_weights",
             [](DED& d, const std::string& kind, long long layer, long long seq) {
                 CallLock lock(d.mutex);
