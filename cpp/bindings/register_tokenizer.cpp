@@ -197,6 +197,25 @@ const char* kDecodeDoc =
     "ids (1-D integers, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as "
     "'<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).";
 
+
+// decode and unk_token: the same for the character and the word tokenizer.
+template <class Tok>
+void def_decode_and_unk(py::class_<Tok>& cls) {
+    cls.def(
+           "decode",
+           [](const Tok& t, const py::handle& ids, bool skip_special) {
+               const auto v = ids_arg(ids, t.n_vocab());
+               return text_out(t.decode(v.data(), v.size(), skip_special));
+           },
+           py::arg("ids"), py::arg("skip_special") = true, kDecodeDoc)
+        .def_property_readonly(
+            "unk_token",
+            [](const Tok& t) -> py::object {
+                if (!t.has_unk()) return py::none();
+                return py::int_(t.unk_token());
+            },
+            "N_V − 4 when fit with unk=True, else None.");
+}
 }  // namespace
 
 void register_tokenizer(py::module_& m) {
@@ -303,19 +322,6 @@ void register_tokenizer(py::module_& m) {
               return ft::CharTokenizer::fit(s, unk);
           },
           py::arg("text"), py::arg("unk") = false, "The vocabulary of the characters of `text` (ValueError if empty).")
-        .def(
-            "decode",
-            [](const ft::CharTokenizer& t, const py::handle& ids, bool skip_special) {
-                const auto v = ids_arg(ids, t.n_vocab());
-                return text_out(t.decode(v.data(), v.size(), skip_special));
-            },
-            py::arg("ids"), py::arg("skip_special") = true, kDecodeDoc)
-        .def_property_readonly(
-            "unk_token", [](const ft::CharTokenizer& t) -> py::object {
-                if (!t.has_unk()) return py::none();
-                return py::int_(t.unk_token());
-            },
-            "N_V − 4 when fit with unk=True, else None.")
         .def_property_readonly(
             "chars",
             [](const ft::CharTokenizer& t) {
@@ -333,6 +339,7 @@ void register_tokenizer(py::module_& m) {
                    (t.has_unk() ? ", unk=True)" : ")");
         });
     def_common<ft::CharTokenizer>(ch, "CharTokenizer");
+    def_decode_and_unk(ch);
 
     // ----------------------------------------------------------------------------------------------------
     py::class_<ft::WordTokenizer> wd(
@@ -362,19 +369,6 @@ void register_tokenizer(py::module_& m) {
           },
           py::arg("text"), py::arg("unk") = false, py::arg("min_count") = 1, py::arg("max_words") = py::none(),
           "The vocabulary of the words of `text` (ValueError if empty).")
-        .def(
-            "decode",
-            [](const ft::WordTokenizer& t, const py::handle& ids, bool skip_special) {
-                const auto v = ids_arg(ids, t.n_vocab());
-                return text_out(t.decode(v.data(), v.size(), skip_special));
-            },
-            py::arg("ids"), py::arg("skip_special") = true, kDecodeDoc)
-        .def_property_readonly(
-            "unk_token", [](const ft::WordTokenizer& t) -> py::object {
-                if (!t.has_unk()) return py::none();
-                return py::int_(t.unk_token());
-            },
-            "N_V − 4 when fit with unk=True, else None.")
         .def_property_readonly(
             "words",
             [](const ft::WordTokenizer& t) {
@@ -399,6 +393,7 @@ void register_tokenizer(py::module_& m) {
                    (t.has_unk() ? ", unk=True)" : ")");
         });
     def_common<ft::WordTokenizer>(wd, "WordTokenizer");
+    def_decode_and_unk(wd);
 
     // ----------------------------------------------------------------------------------------------------
     m.def(
