@@ -628,8 +628,10 @@ CMatView<T> EDTransformer<T>::attention_weights(int which, index_t l, index_t b,
     const MHAttentionCache<T>& c = which == 0 ? enc_acts_[std::size_t(l)].attn
                                  : which == 1 ? dec_acts_[std::size_t(l)].attn
                                               : dec_acts_[std::size_t(l)].cross;
+    // encoder self-attention (ℓ_z, ℓ_z), decoder self-attention (ℓ_x, ℓ_x), cross-attention (ℓ_z, ℓ_x)
     const index_t rows = which == 1 ? last_x_.len(b) : last_z_.len(b);
-    return {c.A.data() + c.A_off[std::size_t(b * cfg.H + h)], rows, last_x_.len(b)};
+    const index_t cols = which == 0 ? last_z_.len(b) : last_x_.len(b);
+    return {c.A.data() + c.A_off[std::size_t(b * cfg.H + h)], rows, cols};
 }
 
 template <class T>

@@ -897,3 +897,51 @@ def test_bad_hyperparameters_raise():
     with pytest.raises(ValueError, match=r"(?i)(tied|d_f)"):
         ft.ETransformer(10, 8, 1, 2, 8, 16, 6, tied=True)
     ft.ETransformer(10, 8, 1, 2, 8, 16, 8, tied=True)  # d_f = d_e: allowed
+
+
+@pytest.mark.parametrize("l_z,l_x", [(5, 9), (9, 5), (6, 6)])
+def test_ed_attention_weights_are_algorithm_4_of_each_layer(l_z, l_x):
+    """EDTransformer.attention_weights('enc' | 'dec' | 'cross', l): softmax(S/√d_attn) of Algorithm 4 inside
+    Algorithm 8, recomputed from the listing's own layer inputs (lines 5, 14 and 16), for ℓ_z < ℓ_x, ℓ_z > ℓ_x
+    and equal lengths; the encoder's matrices are (H, ℓ_z, ℓ_z), never shaped by ℓ_x."""
+    H, L_enc, L_dec = 2, 2, 2
+    rng = np.random.default_rng(l_z * 10 + l_x)
+    m = ft.EDTransformer(23, 12, L_enc, L_dec, H, 8, 16, dtype="float64", seed=3)
+    for v in m.params.values():
+        v[...] = v + 0.3 * rng.standard_normal(v.shape)  # away from the initial biases 0, γ 1
+    p = dict(m.params)
+    z, x = rng.integers(0, 20, size=l_z), rng.integers(0, 20, size=l_x)
+    m(z, x)
+
+    def weights(prefix, Xq, Zc, mask):
+        return np.stack([ref.attention_weights(Xq, Zc, p[prefix + "W_q"][h], p[prefix + "b_q"][h], p[prefix + "W_k"][h],
+                                               p[prefix + "b_k"][h], mask) for h in range(H)])
+
+    def relu_mlp(X, i, a, b):
+        return p[i + f"W_mlp{b}"] @ ref.relu(p[i + f"W_mlp{a}"] @ X + p[i + f"b_mlp{a}"][:, None]) + p[i + f"b_mlp{b}"][:, None]
+
+    Z = p["W_e"][:, z] + p["W_p"][:, :l_z]  # lines 1–3
+    for l in range(L_enc):
+        i = f"enc.{l}."
+        want = weights(i + "attn.", Z, Z, ref.bidirectional_mask(l_z, l_z))
+        got = m.attention_weights("enc", l)
+        assert got.shape == (H, l_z, l_z)
+        assert rel_err(got, want) <= 1e-12
+        Z = ref.layer_norm_columns(Z + ref.mh_attention(Z, Z, *ref._W(p, i + "attn."), ref.bidirectional_mask(l_z, l_z)),
+                                   p[i + "gamma1"], p[i + "beta1"], 1e-5)
+        Z = ref.layer_norm_columns(Z + relu_mlp(Z, i, 1, 2), p[i + "gamma2"], p[i + "beta2"], 1e-5)
+    X = p["W_e"][:, x] + p["W_p"][:, :l_x]  # lines 10–12
+    for l in range(L_dec):
+        i = f"dec.{l}."
+        causal, full = ref.unidirectional_mask(l_x, l_x), ref.bidirectional_mask(l_z, l_x)
+        got = m.attention_weights("dec", l)
+        assert got.shape == (H, l_x, l_x)
+        assert rel_err(got, weights(i + "attn.", X, X, causal)) <= 1e-12
+        X = ref.layer_norm_columns(X + ref.mh_attention(X, X, *ref._W(p, i + "attn."), causal), p[i + "gamma3"], p[i + "beta3"], 1e-5)
+        got = m.attention_weights("cross", l)
+        assert got.shape == (H, l_z, l_x)
+        assert rel_err(got, weights(i + "cross_attn.", X, Z, full)) <= 1e-12
+        X = ref.layer_norm_columns(X + ref.mh_attention(X, Z, *ref._W(p, i + "cross_attn."), full), p[i + "gamma4"], p[i + "beta4"], 1e-5)
+        X = ref.layer_norm_columns(X + relu_mlp(X, i, 3, 4), p[i + "gamma5"], p[i + "beta5"], 1e-5)
+    # X is now the decoder's output: the recomputation followed the model all the way
+    assert rel_err(ref.softmax(p["W_u"] @ X), m(z, x)) <= 1e-12
