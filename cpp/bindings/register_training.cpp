@@ -80,7 +80,7 @@ struct Recorder {
         return [this](const ft::StepInfo& s) {
             steps.push_back(s);
             seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-            if (hook.is_none()) return true;
+            if (s.interrupted || hook.is_none()) return !s.interrupted;
             py::gil_scoped_acquire gil;
             if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // Ctrl-C between steps
             py::object r = hook(step_dict(s));

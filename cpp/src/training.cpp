@@ -92,7 +92,16 @@ void train_loop(ParamStore<T>& store, index_t N_data, const TrainOptions& o, con
             update(store, g, info.lr);  // line 6: θ ← θ − η·∇loss(θ)  (or Adam)
             info.loss = ls.second > 0 ? ls.first / double(ls.second) : 0.0;
             info.tokens = ls.second;
-            if (has_val && ((o.eval_every > 0 && step % o.eval_every == 0) || step == total)) evaluate(info);
+            if (has_val && ((o.eval_every > 0 && step % o.eval_every == 0) || step == total)) {
+                try {
+                    evaluate(info);
+                } catch (...) {  // Ctrl-C (however the poll hook signals it): θ already holds this step, record it
+                    info.val_loss = info.val_accuracy = -1;
+                    info.interrupted = true;
+                    if (hook) hook(info);
+                    throw;
+                }
+            }
             if (hook && !hook(info)) return;
         }
     }

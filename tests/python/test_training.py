@@ -834,15 +834,18 @@ def test_keyboard_interrupt_from_callback_leaves_a_working_model(kind):
     assert np.all(np.isfinite(m(data[1]) if kind != "ed" else m(data[1], x[1])))
 
 
-def test_ctrl_c_by_signal_leaves_the_model_and_history_of_the_same_step():
+@pytest.mark.parametrize("validating", [False, True], ids=["training", "validating-every-step"])
+def test_ctrl_c_by_signal_leaves_the_model_and_history_of_the_same_step(validating):
     """A real SIGINT during training: KeyboardInterrupt, a model whose next forward works, and a model that
     holds the parameters after the last step recorded in trainer.history (as the trainer's message says)
-    — checked against an uninterrupted run of that many steps, at several signal times."""
+    — checked against an uninterrupted run of that many steps, at several signal times. With a large
+    validation set evaluated after every step, most signals land inside an evaluation (after the update)."""
     data = [(np.arange(16) + p) % 5 for p in range(5)]
+    val = dict(val_data=[(np.arange(16) + p) % 5 for p in range(400)], eval_every=1) if validating else {}
     mismatches = []
     for trial in range(5):
         m = ft.DTransformer(N_V, 16, 2, 2, 32, 64, dtype="float64", seed=1)
-        tr = ft.DTraining(100_000, 1e-3, **quiet(seed=0))
+        tr = ft.DTraining(100_000, 1e-3, **quiet(seed=0), **val)
         timer = threading.Timer(0.15 + 0.013 * trial, lambda: os.kill(os.getpid(), signal.SIGINT))
         timer.start()
         try:

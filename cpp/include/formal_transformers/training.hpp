@@ -69,12 +69,14 @@ struct StepInfo {
     index_t tokens = 0;     // scored tokens in this step
     double val_loss = -1;   // ≥ 0 when evaluated at this step (mean per token)
     double val_accuracy = -1;
+    bool interrupted = false;  // evaluation of this step was interrupted (Ctrl-C): the update is done, record it and stop
 };
 
 // The update rule (SGD or Adam, see optim.hpp): given the flat gradient and the step's η.
 template <class T>
 using UpdateFn = std::function<void(ParamStore<T>&, const T* g, double lr)>;
-// Called after each step; return false to stop.
+// Called after each step's update (and evaluation); return false to stop. With info.interrupted set it is
+// called only to record the step (no Python may run), and the interruption is re-thrown after it.
 using StepHook = std::function<bool(const StepInfo&)>;
 
 // A data set of token sequences: concatenated ids and their extents.
