@@ -245,7 +245,7 @@ py::array ParamDict::get(const std::string& name) const {
     throw py::key_error("no parameter named '" + name + "'");
 }
 
-void ParamDict::set(const std::string& name, const py::object& value) {
+py::array ParamDict::checked_source(const std::string& name, const py::object& value) const {
     py::array dst = get(name);
     if (!writable_) throw ft::ValueError("this ParamDict is read-only");
     py::array src = as_array(value, name.c_str());
@@ -256,7 +256,24 @@ void ParamDict::set(const std::string& name, const py::object& value) {
     for (py::ssize_t i = 0; same && i < src.ndim(); ++i) same = src.shape(i) == dst.shape(i);
     if (!same)
         throw ft::ValueError("params['" + name + "'] has shape " + shape_str(dst) + ", cannot assign shape " + shape_str(src));
-    py::module_::import("numpy").attr("copyto")(dst, src, py::arg("casting") = "unsafe");
+    return src;
+}
+
+void ParamDict::set(const std::string& name, const py::object& value) {
+    py::array src = checked_source(name, value);
+    py::module_::import("numpy").attr("copyto")(get(name), src, py::arg("casting") = "unsafe");
+}
+
+void ParamDict::update(const py::dict& values) {
+    std::vector<std::pair<py::array, py::array>> todo;  // (destination, checked source)
+    for (auto kv : values) {
+        if (!py::isinstance<py::str>(kv.first))
+            throw ft::TypeError("parameter names are strings, got " + std::string(py::str(py::type::handle_of(kv.first).attr("__name__"))));
+        const std::string name = kv.first.cast<std::string>();
+        todo.emplace_back(get(name), checked_source(name, py::reinterpret_borrow<py::object>(kv.second)));
+    }
+    py::object copyto = py::module_::import("numpy").attr("copyto");
+    for (auto& [dst, src] : todo) copyto(dst, src, py::arg("casting") = "unsafe");
 }
 
 bool ParamDict::contains(const py::object& name) const {

@@ -88,6 +88,10 @@ public:
         : owner_(std::move(owner)), names_(std::move(names)), arrays_(std::move(arrays)), writable_(writable) {}
     py::array get(const std::string& name) const;
     void set(const std::string& name, const py::object& value);
+    // Every check of set() (name, writable, dtype kind, shape) without writing: the array to copy from.
+    py::array checked_source(const std::string& name, const py::object& value) const;
+    // Copy several arrays in, all or nothing: every one is checked before the first is written.
+    void update(const py::dict& values);
     bool contains(const py::object& name) const;
     const std::vector<std::string>& names() const { return names_; }
     const std::vector<py::array>& arrays() const { return arrays_; }

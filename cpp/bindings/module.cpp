@@ -91,11 +91,9 @@ void register_common(py::module_& m) {
              },
              "A plain dict of copies (a snapshot that later steps do not change).")
         .def("update",
-             [](ParamDict& d, const py::dict& values) {
-                 for (auto kv : values) d.get(kv.first.cast<std::string>());  // all names exist, before writing any
-                 for (auto kv : values) d.set(kv.first.cast<std::string>(), py::reinterpret_borrow<py::object>(kv.second));
-             },
-             "Copy arrays into the named parameters (every name is checked before anything is written).")
+             [](ParamDict& d, const py::dict& values) { d.update(values); },
+             "Copy arrays into the named parameters, all or nothing: every name, dtype and shape is checked "
+             "before anything is written.")
         .def("__repr__", &ParamDict::repr);
 
     m.def("set_num_threads", &ft::set_num_threads, py::arg("n"),

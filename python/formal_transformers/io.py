@@ -47,9 +47,9 @@ def save(model, path: Union[str, os.PathLike], *, metadata: dict | None = None) 
 
 def read_metadata(path: Union[str, os.PathLike]) -> dict:
     """The metadata of a saved file (str -> str)."""
+    _safetensors()  # a clear ImportError naming the extra when safetensors is missing
     from safetensors import safe_open
 
-    _safetensors()
     try:
         with safe_open(os.fspath(path), framework="numpy") as f:
             return dict(f.metadata() or {})
@@ -62,6 +62,14 @@ def read_metadata(path: Union[str, os.PathLike]) -> dict:
 def load(path: Union[str, os.PathLike], *, dtype: str | None = None):
     """Rebuild the model saved at `path` (optionally in another dtype) with its parameters."""
     st = _safetensors()
+    if dtype is not None:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = None
+        if name not in ("float32", "float64"):
+            raise ValueError(f"dtype must be float32 or float64 (or None: as saved), got {dtype!r}")
+        dtype = name
     meta = read_metadata(path)
     if "formal_transformers.config" not in meta:
         raise ValueError(f"{path}: no formal_transformers config in its metadata (not written by ft.save)")
@@ -87,7 +95,7 @@ def load(path: Union[str, os.PathLike], *, dtype: str | None = None):
     extra = set(tensors) - set(model.params.keys())
     if missing or extra:
         raise ValueError(f"{path}: parameters do not match the config (missing {sorted(missing)}, unexpected {sorted(extra)})")
-    model.params.update(tensors)  # checks every shape before writing
+    model.params.update(tensors)  # all or nothing: every dtype and shape is checked before writing
     return model
 
 

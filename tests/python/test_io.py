@@ -325,3 +325,34 @@ def test_adam_state_dict_bad_input():
     short = {"t": st["t"], "m": st["m"][:-1], "v": st["v"][:-1]}
     with pytest.raises(ValueError, match="moments"):
         ft.Adam(0.01).load_state_dict(m, short)
+
+
+def test_params_update_is_all_or_nothing():
+    """params.update (what ft.load uses) checks every name, dtype and shape before the first write: a bad
+    entry anywhere leaves every parameter as it was."""
+    m = ft.DTransformer(11, 8, 1, 2, 8, 16, dtype="float64", seed=0)
+    before = {k: v.copy() for k, v in m.params.items()}
+    good = np.full(m.params["W_e"].shape, 7.0)
+    bad_cases = [
+        ({"W_e": good, "W_u": np.zeros((3, 3))}, ValueError, "shape"),
+        ({"W_e": good, "W_u": np.zeros(m.params["W_u"].shape, dtype=bool)}, TypeError, "real-valued"),
+        ({"W_e": good, "nope": np.zeros(3)}, KeyError, "nope"),
+        ({"W_e": good, 3: np.zeros(3)}, TypeError, "strings"),
+    ]
+    for values, exc, msg in bad_cases:
+        with pytest.raises(exc, match=msg):
+            m.params.update(values)
+        for k, v in m.params.items():
+            assert np.array_equal(v, before[k]), f"{k} written although the update failed"
+    m.params.update({"W_e": good})
+    assert np.all(m.params["W_e"] == 7.0)
+
+
+def test_load_with_a_bad_dtype_names_the_dtype(tmp_path):
+    m = ft.DTransformer(11, 8, 1, 2, 8, 16, seed=0)
+    path = tmp_path / "m.safetensors"
+    ft.save(m, path)
+    for bad in ("float16", "int32", "nonsense"):
+        with pytest.raises(ValueError, match="dtype must be float32 or float64"):
+            ft.load(path, dtype=bad)
+    assert ft.load(path, dtype=np.float64).dtype == "float64"
