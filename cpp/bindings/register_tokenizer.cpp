@@ -286,7 +286,13 @@ void register_tokenizer(py::module_& m) {
             },
             "The learned merges in rank order: merges[k] = (left id, right id) made id 256 + k.")
         .def(
-            "token_bytes", [](const ft::BPETokenizer& t, long long id) { return py::bytes(t.token_bytes(token_t(id))); },
+            "token_bytes",
+            [](const ft::BPETokenizer& t, long long id) {
+                if (id < 0 || id >= (long long)t.n_vocab())  // before narrowing to the token type
+                    throw ft::IndexError("token id " + std::to_string(id) + " is out of range [0, " +
+                                         std::to_string(t.n_vocab()) + ")");
+                return py::bytes(t.token_bytes(token_t(id)));
+            },
             py::arg("id"), "The bytes of a regular token (IndexError for special or out-of-range ids).")
         .def_static(
             "pretokenize",

@@ -9,6 +9,12 @@
 namespace ftpy {
 
 namespace {
+std::string option_str(py::handle v, const std::string& name) {
+    if (!py::isinstance<py::str>(v))
+        throw ft::TypeError(name + " must be a string, got " + std::string(py::str(py::type::handle_of(v).attr("__name__"))));
+    return v.cast<std::string>();
+}
+
 ft::TrainOptions parse_options(const py::dict& d) {
     ft::TrainOptions o;
     for (auto kv : d) {
@@ -17,7 +23,10 @@ ft::TrainOptions parse_options(const py::dict& d) {
         if (k == "n_epochs") o.n_epochs = int_arg(v, "n_epochs");
         else if (k == "eta") o.eta = float_arg(v, "eta");
         else if (k == "batch_size") o.batch_size = int_arg(v, "batch_size");
-        else if (k == "shuffle") o.shuffle = v.cast<bool>();
+        else if (k == "shuffle") {
+            if (!py::isinstance<py::bool_>(v)) throw ft::TypeError("shuffle must be True or False");
+            o.shuffle = v.cast<bool>();
+        }
         else if (k == "seed") o.seed = seed_arg(v);
         else if (k == "warmup") o.warmup = int_arg(v, "warmup");
         else if (k == "min_lr") o.min_lr = float_arg(v, "min_lr");
@@ -26,12 +35,12 @@ ft::TrainOptions parse_options(const py::dict& d) {
         else if (k == "eval_every") o.eval_every = int_arg(v, "eval_every");
         else if (k == "p_mask") o.p_mask = float_arg(v, "p_mask");
         else if (k == "reduction") {
-            const std::string r = v.cast<std::string>();
+            const std::string r = option_str(v, "reduction");
             if (r == "sum") o.reduction = ft::TrainOptions::Reduction::Sum;
             else if (r == "mean") o.reduction = ft::TrainOptions::Reduction::Mean;
             else throw ft::ValueError("reduction must be 'sum' (the listing's loss per sequence) or 'mean' (per token), got '" + r + "'");
         } else if (k == "schedule") {
-            const std::string r = v.cast<std::string>();
+            const std::string r = option_str(v, "schedule");
             if (r == "constant") o.schedule = ft::TrainOptions::Schedule::Constant;
             else if (r == "cosine") o.schedule = ft::TrainOptions::Schedule::Cosine;
             else if (r == "linear") o.schedule = ft::TrainOptions::Schedule::Linear;

@@ -1056,7 +1056,7 @@ BPETokenizer BPETokenizer::train(std::string_view text, index_t n_vocab, index_t
 
     // 3. merges
     std::vector<Merge> merges;
-    merges.reserve(target);
+    merges.reserve(std::min<std::size_t>(target, count.size()));  // n_vocab may be far beyond what the text allows
     std::vector<std::pair<std::uint64_t, std::int64_t>> delta;  // (pair, change of count)
     std::vector<std::pair<std::uint64_t, std::int32_t>> created;  // (new pair, word)
     while (merges.size() < target && !heap.empty()) {

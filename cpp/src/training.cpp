@@ -206,6 +206,10 @@ void EDTraining(EDTransformer<T>& model, const Dataset& z_data, const Dataset& x
     const ModelConfig& c = model.cfg;
     validate(Tokens{z_data.ids.data(), z_data.s}, c.n_vocab, c.l_max, "z_data");
     validate(Tokens{x_data.ids.data(), x_data.s}, c.n_vocab, c.l_max, "x_data");
+    if (z_val) {  // checked now, as the training data, not at the first evaluation
+        validate(Tokens{z_val->ids.data(), z_val->s}, c.n_vocab, c.l_max, "validation z");
+        validate(Tokens{x_val->ids.data(), x_val->s}, c.n_vocab, c.l_max, "validation x");
+    }
     Batch bz, bx;
     Seqs sz, sx;
     auto body = [&](const std::vector<index_t>& batch, Rng&) {

@@ -101,6 +101,8 @@ class _Trainer:
             schedule=schedule, warmup=warmup, min_lr=min_lr, clip=clip, max_steps=max_steps, eval_every=eval_every,
         )
         _core.learning_rate(self._core_options(), 1, 1)  # validates every option now, with a clear message
+        if optimizer == "sgd" and weight_decay:
+            raise ValueError("weight_decay needs optimizer='adam' (AdamW); the listing's SGD has none")
         self._optimizer_spec = optimizer
         self.weight_decay = float(weight_decay)
         self.betas = tuple(betas)
@@ -123,8 +125,6 @@ class _Trainer:
             if self._optimizer_spec == "adam":
                 self.optimizer = _core.Adam(self.eta, self.betas[0], self.betas[1], 1e-8, self.weight_decay, True)
             else:
-                if self.weight_decay:
-                    raise ValueError("weight_decay needs optimizer='adam' (AdamW); the listing's SGD has none")
                 self.optimizer = _core.SGD(self.eta)
             self._model = model
         return self.optimizer

@@ -105,6 +105,10 @@ def test_bpe_hand_worked_example():
     assert tok.merges == [(97, 97), (97, 98), (256, 257)]
     assert (tok.n_vocab, tok.mask_token, tok.bos_token, tok.eos_token) == (262, 259, 260, 261)
     assert tok.token_bytes(256) == b"aa" and tok.token_bytes(257) == b"ab" and tok.token_bytes(258) == b"aaab"
+    for bad in (-1, 259, 262, 2**32 + 104, 2**63 - 1):  # specials, out of range, and ids that wrap in 32 bits
+        with pytest.raises(IndexError):
+            tok.token_bytes(bad)
+    assert ft.BPETokenizer.train("aaabdaaabac", 2**31 - 1).n_vocab == 262  # a huge n_vocab allocates nothing for it
     assert tok.encode("aaabdaaabac").tolist() == [260, 258, 100, 258, 97, 99, 261]
     assert tok.encode("aaaa", bos=False, eos=False).tolist() == [256, 256]
     assert tok.encode("aaa", bos=False, eos=False).tolist() == [256, 97]

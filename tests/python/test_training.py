@@ -729,6 +729,7 @@ def test_p_mask_outside_open_interval_is_a_value_error(p_mask):
         (dict(optimizer="rmsprop"), "optimizer"),
         (dict(seed=-1), "seed"),
         (dict(seed=2**64), "seed"),  # beyond the generator's 64-bit seed
+        (dict(optimizer="sgd", weight_decay=0.1), "weight_decay"),  # at construction, not at the first call
     ],
 )
 def test_bad_options_are_value_errors(opts, match):
@@ -739,6 +740,10 @@ def test_bad_options_are_value_errors(opts, match):
 
 
 def test_bad_types_are_type_errors():
+    with pytest.raises(TypeError, match="reduction must be a string"):
+        ft.DTraining(1, 0.01, reduction=None)
+    with pytest.raises(TypeError, match="schedule must be a string"):
+        ft.DTraining(1, 0.01, schedule=3)
     with pytest.raises(TypeError):
         ft.DTraining(1.5, 0.01)
     with pytest.raises(TypeError):
