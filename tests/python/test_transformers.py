@@ -727,11 +727,12 @@ def test_params_are_zero_copy_views():
     model.params["layers.1.gamma2"][3] = 5.0
     assert rel_err(model(x), ref_forward(cfg, params_of(model), (x,))) <= 1e-12
     # views stay valid across many calls and trainings steps' worth of loss_and_grad
+    gW_e = model.grads["W_e"]
     for _ in range(20):
         model.loss_and_grad(rng.integers(0, cfg["n_vocab"], (2, int(rng.integers(1, cfg["l_max"] + 1)))))
     np.testing.assert_array_equal(W_u, new)
     assert np.shares_memory(W_u, model.params["W_u"])
-    assert np.shares_memory(model.grads["W_e"], model.grads["W_e"])
+    assert np.shares_memory(gW_e, model.grads["W_e"])
 
 
 def test_tied_unembedding_follows_W_e():
@@ -806,6 +807,16 @@ def test_bad_sequences_raise(name):
                       ("loss(z=bad, x)", lambda: model.loss(seq, other))]
         return losses if ragged else fwd + losses
 
+    # parameters and gradients (of a valid call, so not all zero) before the failing calls
+    if kind == "e":
+        x_tilde = good.copy()
+        x_tilde[1] = model.mask_token
+        model.loss_and_grad(x_tilde, good)
+    else:
+        model.loss_and_grad(good) if kind == "d" else model.loss_and_grad(good, good)
+    assert any(np.any(g != 0) for g in model.grads.values())
+    before = params_of(model)
+    grads_before = {k: v.copy() for k, v in model.grads.items()}
     for bad, exc, msg in [
         (too_long, ValueError, LMAX),
         (np.array([0, V]), IndexError, IDS),
@@ -823,10 +834,11 @@ def test_bad_sequences_raise(name):
     ]:
         for what, call in calls(bad):
             expect_raise(call, exc, msg, f"{_CLASS[kind]}.{what} with {bad!r}")
-    before = params_of(model)
-    model(good) if kind != "ed" else model(good, good)  # still usable after the errors, and unchanged
-    for k, v in before.items():
-        np.testing.assert_array_equal(model.params[k], v)
+    for k, v in before.items():  # nothing written by any failing call
+        np.testing.assert_array_equal(model.params[k], v, err_msg=k)
+        np.testing.assert_array_equal(model.grads[k], grads_before[k], err_msg=k)
+    P = model(good) if kind != "ed" else model(good, good)  # still usable after the errors
+    assert np.all(np.isfinite(P)) and np.allclose(P.sum(axis=0), 1.0)
 
 
 def test_mismatched_batches_raise():
