@@ -32,6 +32,7 @@ from jupyter_client.manager import AsyncKernelManager  # noqa: E402
 from nbclient.util import run_sync  # noqa: E402
 
 import formal_transformers as ft  # noqa: E402
+from formal_transformers import datasets as ft_datasets  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NB_DIR = ROOT / "notebooks"
@@ -107,10 +108,20 @@ def _execute(path: pathlib.Path, kernel_dir: pathlib.Path, env: dict):
     return nb, time.perf_counter() - t0
 
 
+def _stdout(nb) -> str:
+    return "".join(
+        o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("name") == "stdout"
+    )
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs(path, kernel_dir):
     nb, seconds = _execute(path, kernel_dir, _kernel_env())
     print(f"{path.name}: {seconds:.1f} s ({'full' if FULL else 'quick'} mode)")
+    if path in DATA_NOTEBOOKS and ft_datasets.data_dir() is not None:
+        # the data is here: its cells must have run (their checks are the point), not printed a skip
+        skipped = [line for line in _stdout(nb).splitlines() if line.startswith("skipped:")]
+        assert not skipped, f"{path.name} skipped data cells although {ft_datasets.data_dir()} exists: {skipped[:3]}"
     if SAVE:
         nbformat.write(nb, path)
 
@@ -119,9 +130,7 @@ def test_notebook_runs(path, kernel_dir):
 def test_notebook_skips_without_data(path, kernel_dir, tmp_path):
     missing = tmp_path / "no-shared-data"
     nb, _ = _execute(path, kernel_dir, _kernel_env(FT_DATA_DIR=str(missing)))
-    text = "".join(
-        o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("name") == "stdout"
-    )
+    text = _stdout(nb)
     assert "skipped:" in text, f"{path.name}: no 'skipped:' message with the data absent"
 
 
