@@ -93,10 +93,11 @@ void mix(CMatView<T> V, CMatView<T> A, MatView<T> Vt) {
 // compete); large blocks run one after another and OpenBLAS parallelises each product itself. Blocks
 // write disjoint parts of their outputs. (Nested regions inside f run serially: OpenMP's default.)
 // Tiny batches (total work under 2^16 multiply-adds) stay serial: a parallel region would cost more.
+// With another OpenBLAS build (pthreads: its own pool) gemm must not be called from our threads: serial.
 template <class F>
 void for_blocks(index_t n_seqs, index_t H, index_t work_per_block, F&& f) {
     const index_t n = n_seqs * H;
-    if (work_per_block < 4 * 65536 && n > 1 && n * work_per_block >= 65536) {
+    if (blas_is_openmp() && work_per_block < 4 * 65536 && n > 1 && n * work_per_block >= 65536) {
 #pragma omp parallel for schedule(dynamic)
         for (index_t bh = 0; bh < n; ++bh) f(bh / H, bh % H);
     } else {

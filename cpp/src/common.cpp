@@ -68,6 +68,10 @@ int get_num_threads() {
 }
 
 const char* blas_info() { return openblas_get_config(); }
+bool blas_is_openmp() {
+    static const bool openmp = openblas_get_parallel() == 2;
+    return openmp;
+}
 
 // ---------------------------------------------------------------------------------------------------
 std::uint64_t Rng::below(std::uint64_t n) {

@@ -2,6 +2,8 @@
 #include "formal_transformers/blas.hpp"
 #include "testing.hpp"
 
+#include <string>
+
 using namespace ft;
 using fttest::random_matrix;
 using fttest::rel_error;
@@ -77,4 +79,11 @@ TEST(Blas, AffineAndItsBackward) {
     }
     for (int i = 0; i < 2; ++i)
         for (int j = 0; j < 3; ++j) EXPECT_DOUBLE_EQ(dX(i, j), W(j, i));  // dX = Wᵀ dY = Wᵀ
+}
+
+// The attention blocks call gemm inside parallel regions only with OpenBLAS's OpenMP build; the check
+// agrees with the configuration string the library reports.
+TEST(Blas, OpenMPBuildIsDetected) {
+    const bool says_openmp = std::string(ft::blas_info()).find("USE_OPENMP") != std::string::npos;
+    EXPECT_EQ(ft::blas_is_openmp(), says_openmp) << ft::blas_info();
 }

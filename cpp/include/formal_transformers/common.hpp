@@ -141,6 +141,9 @@ void set_num_threads(int n);
 int get_num_threads();
 void init_threads();  // idempotent: FTZ/DAZ on the pool; called by the bindings at import
 const char* blas_info();
+// True when the linked OpenBLAS is its OpenMP build (openblas_get_parallel() == 2): only then may a gemm
+// be called from inside our parallel regions (it then runs on the calling thread).
+bool blas_is_openmp();
 
 // ---------------------------------------------------------------------------------------------------
 // Deterministic random numbers: the same seed gives the same stream on every platform (std::mt19937_64
