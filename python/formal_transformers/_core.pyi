@@ -39,7 +39,7 @@ class ParamDict:
         ...
     def update(self, arg0: dict) -> None:
         """
-        Copy arrays into the named parameters (every name is checked before anything is written).
+        Copy arrays into the named parameters, all or nothing: every name, dtype and shape is checked before anything is written.
         """
     def values(self) -> list[numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]]:
         ...
