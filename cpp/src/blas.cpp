@@ -27,6 +27,20 @@ void gemm(Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta, MatView
         return;
     }
     using I = int;
+    // One column (n = 1: every product of one new token in cached decoding) or one row (m = 1): a matrix-
+    // vector product. OpenBLAS 0.3.21 sends such gemms through its packing gemm path; its gemv is direct.
+    if (n == 1) {  // C[:, 0] = α op(A) b + β C[:, 0], b = op(B)'s single column (stride: B.ld when opB = T)
+        cxxblas::gemv<I>(cxxblas::ColMajor, tr(opA), I(A.rows), I(A.cols), alpha, A.data, I(std::max<index_t>(A.ld, 1)),
+                         B.data, I(opB == Op::N ? 1 : std::max<index_t>(B.ld, 1)), beta, C.data, I(1));
+        return;
+    }
+    if (m == 1) {  // C[0, :]ᵀ = α op(B)ᵀ a + β C[0, :]ᵀ, a = op(A)'s single row
+        const cxxblas::Transpose tb = opB == Op::N ? cxxblas::Trans : cxxblas::NoTrans;
+        cxxblas::gemv<I>(cxxblas::ColMajor, tb, I(B.rows), I(B.cols), alpha, B.data, I(std::max<index_t>(B.ld, 1)),
+                         A.data, I(opA == Op::N ? std::max<index_t>(A.ld, 1) : 1), beta, C.data,
+                         I(std::max<index_t>(C.ld, 1)));
+        return;
+    }
     cxxblas::gemm<I>(cxxblas::ColMajor, tr(opA), tr(opB), I(m), I(n), I(k), alpha, A.data,
                      I(std::max<index_t>(A.ld, 1)), B.data, I(std::max<index_t>(B.ld, 1)), beta, C.data,
                      I(std::max<index_t>(C.ld, 1)));

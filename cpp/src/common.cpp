@@ -68,6 +68,14 @@ int get_num_threads() {
 }
 
 const char* blas_info() { return openblas_get_config(); }
+#ifdef _OPENMP
+SingleThreadScope::SingleThreadScope() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
+SingleThreadScope::~SingleThreadScope() { omp_set_num_threads(saved_); }
+#else
+SingleThreadScope::SingleThreadScope() : saved_(1) {}
+SingleThreadScope::~SingleThreadScope() = default;
+#endif
+
 bool blas_is_openmp() {
     static const bool openmp = openblas_get_parallel() == 2;
     return openmp;

@@ -94,7 +94,8 @@ std::vector<index_t> DInference(DTransformer<T>& model, const index_t* x_in, ind
                 dec.reset();
                 start = w0;
                 model.decode(dec, x.data() + w0, len - w0, z.data());
-            } else {  // feed only the tokens not yet seen: one column of work per layer
+            } else {  // feed only the tokens not yet seen: one column of work per layer, on one thread
+                SingleThreadScope one_thread;
                 model.decode(dec, x.data() + fed, len - fed, z.data());
             }
             fed = len;
@@ -131,6 +132,7 @@ std::vector<index_t> EDInference(EDTransformer<T>& model, const index_t* z, inde
             model.unemb->logits(model.store, model.out().cols_range(n - 1, 1), ensure(zcol, c.n_vocab, 1));  // line 5
             std::copy(zcol.data(), zcol.data() + c.n_vocab, p.begin());
         } else {
+            SingleThreadScope one_thread;                          // one column of work per layer
             model.decode(dec, x_hat.data() + n - 1, 1, p.data());  // lines 4–5 for the newest token only
         }
         y = sample_token(p.data(), c.n_vocab, o, rng, q, order);  // line 6

@@ -87,3 +87,25 @@ TEST(Blas, OpenMPBuildIsDetected) {
     const bool says_openmp = std::string(ft::blas_info()).find("USE_OPENMP") != std::string::npos;
     EXPECT_EQ(ft::blas_is_openmp(), says_openmp) << ft::blas_info();
 }
+
+// One column (n = 1) and one row (m = 1) go to gemv: every transpose, beta, and operands that are
+// sub-blocks of larger matrices (leading dimension ≠ rows, so the vector strides matter).
+TEST(Blas, VectorShapedProductsMatchNaiveLoopOnSubBlocks) {
+    Rng rng(11);
+    const index_t k = 9;
+    for (Op a : {Op::N, Op::T})
+        for (Op b : {Op::N, Op::T})
+            for (double beta : {0.0, 1.0, -0.5})
+                for (auto [m, n] : {std::pair<index_t, index_t>{1, 6}, {6, 1}, {1, 1}}) {
+                    const index_t ar = a == Op::N ? m : k, ac = a == Op::N ? k : m;
+                    const index_t br = b == Op::N ? k : n, bc = b == Op::N ? n : k;
+                    Matrix<double> A = random_matrix<double>(ar + 3, ac + 2, rng), B = random_matrix<double>(br + 4, bc + 1, rng);
+                    Matrix<double> C1 = random_matrix<double>(m + 5, n + 2, rng), C2 = C1;
+                    auto Av = CMatView<double>(view(A).rows_range(1, ar).cols_range(2, ac));
+                    auto Bv = CMatView<double>(view(B).rows_range(2, br).cols_range(1, bc));
+                    gemm<double>(a, b, 0.75, Av, Bv, beta, view(C1).rows_range(3, m).cols_range(1, n));
+                    gemm_naive<double>(a, b, 0.75, Av, Bv, beta, view(C2).rows_range(3, m).cols_range(1, n));
+                    EXPECT_LT(rel_error(C1.data(), C2.data(), C1.size()), 1e-13)
+                        << "op(A) " << int(a) << " op(B) " << int(b) << " m " << m << " n " << n << " beta " << beta;
+                }
+}

@@ -488,3 +488,22 @@ def test_bad_prompts_and_models():
         ft.EDInference(seed=0)(np.array([1]), m)
     # and the models still work
     assert np.all(np.isfinite(m(np.array([1, 2])))) and np.all(np.isfinite(ed(np.array([1]), np.array([9]))))
+
+
+def test_cached_decoding_restores_the_thread_count():
+    """The cached per-token step runs on one thread (SingleThreadScope); the caller's thread count is back
+    afterwards, also when the call fails midway."""
+    n = ft.get_num_threads()
+    ft.set_num_threads(2)
+    try:
+        m = ft.DTransformer(11, 16, 2, 2, 8, 16, seed=0)
+        ft.DInference(10, tau=0)(np.array([1, 2, 3]), m)
+        assert ft.get_num_threads() == 2
+        ed = ft.EDTransformer(11, 16, 1, 1, 2, 8, 16, seed=0)
+        ft.EDInference(tau=0, max_len=8)(np.array([1, 2, 3]), ed)
+        assert ft.get_num_threads() == 2
+        with pytest.raises(ValueError):
+            ft.DInference(10, tau=-1)(np.array([1, 2, 3]), m)
+        assert ft.get_num_threads() == 2
+    finally:
+        ft.set_num_threads(n)

@@ -10,11 +10,11 @@ namespace ft {
 enum class Op { N, T };  // use A as stored, or its transpose
 
 // C <- alpha * op(A) * op(B) + beta * C
-// op(A):[m,k], op(B):[k,n], C:[m,n]
+// op(A):[m,k], op(B):[k,n], C:[m,n]. One column (n = 1) or one row (m = 1) goes to BLAS's gemv.
 template <class T>
 void gemm(Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta, MatView<T> C);
 
-// y <- alpha * op(A) * x + beta * y   (a gemm with one column; BLAS picks its gemv path)
+// y <- alpha * op(A) * x + beta * y   (a gemm with one column, which gemm hands to BLAS's gemv)
 // op(A):[m,k], x:[k], y:[m]
 template <class T>
 void gemv(Op opA, T alpha, CMatView<T> A, const T* x, T beta, T* y);

@@ -141,6 +141,21 @@ void set_num_threads(int n);
 int get_num_threads();
 void init_threads();  // idempotent: FTZ/DAZ on the pool; called by the bindings at import
 const char* blas_info();
+// For the lifetime of this object, the calling thread runs its OpenMP regions (and, through the OpenMP
+// build, OpenBLAS) alone: for work too small to share between threads, such as decoding one token with the
+// KV cache (one column per layer), where waking a second thread for each small product costs more than the
+// product (bench/bench_inference.py). The previous thread count is restored on exit.
+class SingleThreadScope {
+public:
+    SingleThreadScope();
+    ~SingleThreadScope();
+    SingleThreadScope(const SingleThreadScope&) = delete;
+    SingleThreadScope& operator=(const SingleThreadScope&) = delete;
+
+private:
+    int saved_;
+};
+
 // True when the linked OpenBLAS is its OpenMP build (openblas_get_parallel() == 2): only then may a gemm
 // be called from inside our parallel regions (it then runs on the calling thread).
 bool blas_is_openmp();
