@@ -652,6 +652,7 @@ template <class T>
 void EDTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* logits_out) const {
     if (d.len + n > cfg.l_max)
         throw ValueError("decoding past l_max = " + std::to_string(cfg.l_max));
+    FT_CHECK(index_t(d.self_kv.size()) == cfg.L_dec, "EDTransformer::decode before encode()");
     for (index_t t = 0; t < n; ++t)
         if (ids[t] < 0 || ids[t] >= cfg.n_vocab) throw IndexError("token id " + std::to_string(ids[t]) + " out of range");
     const index_t d_e = cfg.d_e;

@@ -1,6 +1,6 @@
 // Optimizers (paper §8, "Practical considerations"): the listings' plain gradient step, and Adam.
 //
-// SGD, as Algorithms 11–13 line 6 write it:   θ ← θ − η · ∇loss(θ)
+// SGD, as Algorithms 11 and 13 line 6 and Algorithm 12 line 10 write it:   θ ← θ − η · ∇loss(θ)
 //
 // Adam (Kingma & Ba 2015, with bias correction), for step t = 1, 2, …:
 //   g ← ∇loss(θ)                         (+ λθ when weight decay is the coupled L2 kind)

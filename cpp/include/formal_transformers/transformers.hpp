@@ -43,7 +43,7 @@
 //   20  end
 //   21  return P = softmax(W_u X)
 //
-// Errata (docs/errata.md): Algorithm 8 line 6 prints γ_t for γ_l, and line 13 loops over i while its body
+// Errata (README.md, "Errata"): Algorithm 8 line 6 prints γ_t for γ_l, and line 13 loops over i while its body
 // indexes l — we use γ_l¹ and loop over l. Algorithm 9's W_u ∈ R^{N_V×d_e} only type-checks when
 // d_f = d_e: W_u is N_V × d_f here.
 //
@@ -156,7 +156,7 @@ struct LayerActs {
     Matrix<T> X_b;      // after the second residual update                   [d_e, n]
     Matrix<T> X_2;      // after the second norm                              [d_e, n]
     Matrix<T> X_c;      // ED decoder: after the third residual update        [d_e, n]
-    NormCache<T> n1, n2, n3;
+    NormCache<T> n1, n2, n3;  // the layer's norms in order: γ¹ γ² (D, E, ED encoder); γ³ γ⁴ γ⁵ (ED decoder)
     MHAttentionCache<T> attn, cross;
     MLPCache<T> mlp;
 };
