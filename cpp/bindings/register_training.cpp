@@ -33,6 +33,7 @@ ft::TrainOptions parse_options(const py::dict& d) {
         else if (k == "clip") o.clip = float_arg(v, "clip");
         else if (k == "max_steps") o.max_steps = int_arg(v, "max_steps");
         else if (k == "eval_every") o.eval_every = int_arg(v, "eval_every");
+        else if (k == "start_step") o.start_step = int_arg(v, "start_step");
         else if (k == "p_mask") o.p_mask = float_arg(v, "p_mask");
         else if (k == "reduction") {
             const std::string r = option_str(v, "reduction");

@@ -16,6 +16,7 @@ void TrainOptions::check() const {
     if (!(clip >= 0)) throw ValueError("clip must be >= 0 (0: no clipping)");
     if (max_steps < 0) throw ValueError("max_steps must be >= 0 (0: no limit)");
     if (eval_every < 0) throw ValueError("eval_every must be >= 0");
+    if (start_step < 0) throw ValueError("start_step must be >= 0, got " + std::to_string(start_step));
     if (!(p_mask > 0 && p_mask < 1)) throw ValueError("p_mask must be in (0, 1), got " + std::to_string(p_mask));
 }
 
@@ -88,7 +89,7 @@ void train_loop(ParamStore<T>& store, index_t N_data, const TrainOptions& o, con
             info.total_steps = total;
             info.grad_norm = grad_norm(store, g);
             if (o.clip > 0 && info.grad_norm > o.clip) scale<T>(g, store.size(), T(o.clip / info.grad_norm));
-            info.lr = learning_rate(o, step, total);
+            info.lr = learning_rate(o, o.start_step + step, o.start_step + total);
             update(store, g, info.lr);  // line 6: θ ← θ − η·∇loss(θ)  (or Adam)
             info.loss = ls.second > 0 ? ls.first / double(ls.second) : 0.0;
             info.tokens = ls.second;

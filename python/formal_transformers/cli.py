@@ -120,11 +120,8 @@ def train(args) -> pathlib.Path:
         n_epochs=math.ceil(args.steps / per_epoch) + 1, eta=args.lr, optimizer=opt, batch_size=args.batch,
         seed=args.seed + done, reduction="mean", schedule="cosine", warmup=args.warmup, min_lr=args.min_lr,
         clip=1.0, max_steps=steps_left, eval_every=args.eval_every, val_data=val_seqs[: args.val_seqs] or None,
-        progress=not args.quiet,
+        start_step=done, progress=not args.quiet,  # the schedule continues where it stopped
     )
-    # the schedule continues where it stopped: skip the steps already done
-    if done:
-        trainer.options["warmup"] = max(0, args.warmup - done)
     t0 = time.perf_counter()
     interrupted = False
     try:
@@ -143,8 +140,8 @@ def train(args) -> pathlib.Path:
 
         save_file({"t": np.array([sd["t"]], dtype=np.int64), "m": sd["m"], "v": sd["v"]}, str(out / "optimizer.safetensors"))
     hist = state.get("history", {})
-    for k, v in h.items():
-        hist.setdefault(k, []).extend(float(x) for x in v)
+    for k, v in h.items():  # steps numbered over the whole run, across resumptions
+        hist.setdefault(k, []).extend(float(x) + (done if k in ("step", "val_step") else 0) for x in v)
     state.update(
         steps_done=steps_now, text=source, tokenizer=type(tok).__name__, args=vars(args), history=hist,
         seconds=state.get("seconds", 0.0) + elapsed,

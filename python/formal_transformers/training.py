@@ -78,6 +78,7 @@ class _Trainer:
         clip: float = 0.0,
         max_steps: int = 0,
         eval_every: int = 0,
+        start_step: int = 0,
         weight_decay: float = 0.0,
         betas: tuple = (0.9, 0.999),
         callback: Optional[Callable[[dict], Any]] = None,
@@ -99,6 +100,7 @@ class _Trainer:
         self.options = dict(
             n_epochs=n_epochs, eta=eta, batch_size=batch_size, shuffle=bool(shuffle), seed=seed, reduction=reduction,
             schedule=schedule, warmup=warmup, min_lr=min_lr, clip=clip, max_steps=max_steps, eval_every=eval_every,
+            start_step=start_step,
         )
         _core.learning_rate(self._core_options(), 1, 1)  # validates every option now, with a clear message
         if optimizer == "sgd" and weight_decay:
@@ -208,6 +210,8 @@ class DTraining(_Trainer):
       shuffle, seed   a fresh seeded order each epoch; same seed, same run
       schedule    "constant" | "cosine" | "linear" decay of η to min_lr, after `warmup` linear steps
       clip        rescale the gradient to norm ≤ clip (0: off)
+      start_step  resuming a run: the updates already done; warm-up and decay continue from there over
+                  start_step + this run's steps (history and callback steps count from 1 as before)
       max_steps   stop after this many updates (0: n_epochs full passes)
       val_data, eval_every   validation loss (mean per token) and accuracy every eval_every steps and
                   at the end

@@ -111,11 +111,27 @@ def test_main_job_trains_samples_and_resumes(tmp_path):
     assert "resuming" in out and "trained 5 steps" in out
     state = json.loads((run / "run.json").read_text())
     assert state["steps_done"] == 15 and len(state["history"]["loss"]) == 15
+    assert state["history"]["step"] == list(range(1, 16))  # numbered across the resumption
+    # the schedule continued where it stopped (no second warm-up; the decay now spans --steps 15): steps
+    # 11–15 have the η of one uninterrupted 15-step run at those steps
+    _run_cli(["train", *[a if a != "run" else "run15" for a in small], "--steps", "15"], tmp_path)
+    once = json.loads((tmp_path / "run15" / "run.json").read_text())["history"]["lr"]
+    np.testing.assert_allclose(state["history"]["lr"][10:], once[10:], rtol=1e-12)
     # the saved model is the trained one: its loss on the text is what training reached, not the initial one
     model = ft.load(run / "model.safetensors")
     tok = ft.CharTokenizer.load(str(run / "tokenizer.json"))
     ids = tok.encode(text[:17], bos=False, eos=False)
     assert model.loss(ids, reduction="mean") < np.log(tok.n_vocab)
+
+
+def test_demo_command_trains_then_samples(tmp_path):
+    """`./run.sh demo` runs `python -m formal_transformers demo`: train, save under runs/demo, print samples."""
+    (tmp_path / "t.txt").write_text("to be or not to be, that is the question. " * 40)
+    out = _run_cli(["demo", "--text", "t.txt", "--steps", "4", "--context", "16", "--layers", "1", "--heads", "2",
+                    "--d-e", "16", "--d-mlp", "32", "--batch", "4", "--warmup", "1", "--tokens", "12",
+                    "--samples", "1", "--quiet"], tmp_path)
+    assert "trained 4 steps" in out and "sample 1" in out
+    assert (tmp_path / "runs" / "demo" / "model.safetensors").exists()
 
 
 def test_main_job_default_text_is_the_stdlib_source():

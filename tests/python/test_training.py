@@ -451,6 +451,25 @@ def test_schedule_lr_is_the_one_used_by_the_update():
     assert_close(m, hand, 1e-12)
 
 
+def test_start_step_continues_the_schedule():
+    """Resuming: 3 steps, then 4 more with start_step=3: the second part's η are those of steps 4–7 of the
+    7-step warm-up + cosine schedule (as in one 7-step run), not a schedule (and warm-up) of its own."""
+    data = ragged(12, 7)
+    opts = dict(optimizer="sgd", shuffle=False, schedule="cosine", warmup=2, min_lr=0.05)
+    once, twice = dmodel(), dmodel()
+    t_once = ft.DTraining(1, 0.5, **quiet(**opts))
+    t_once(data, once)
+    ft.DTraining(1, 0.5, **quiet(**opts))(data[:3], twice)
+    t_two = ft.DTraining(1, 0.5, **quiet(start_step=3, **opts))
+    t_two(data[3:], twice)
+    # the first part's schedule spans its own 3 steps; from the 4th on, both runs use the 7-step schedule
+    assert t_two.history["lr"] == pytest.approx([schedule_formula(k, 7, 0.5, 2, 0.05, "cosine") for k in range(4, 8)],
+                                                rel=1e-12)
+    assert t_two.history["lr"] == pytest.approx(t_once.history["lr"][3:], rel=1e-12)
+    with pytest.raises(ValueError, match="start_step"):
+        ft.DTraining(1, 0.5, start_step=-1)
+
+
 # ------------------------------------------------------------------------------------------------------
 # clipping, max_steps, callback
 

@@ -57,6 +57,8 @@ struct TrainOptions {
     double clip = 0.0;              // max gradient norm; 0: off
     index_t max_steps = 0;          // 0: N_epochs full passes
     index_t eval_every = 0;         // 0: evaluate only at the end (when validation data is given)
+    index_t start_step = 0;         // resuming: steps already done; the schedule continues from there (its
+                                    // length is start_step + this run's steps)
     double p_mask = 0.15;           // ETraining
     void check() const;             // ValueError naming a bad value
 };
