@@ -160,13 +160,17 @@ def train(args) -> pathlib.Path:
 
 def _load_tokenizer(run: pathlib.Path):
     path = run / "tokenizer.json"
-    kind = json.loads(path.read_text()).get("type", "")
-    for cls in (_core.CharTokenizer, _core.BPETokenizer, _core.WordTokenizer):
-        try:
-            return cls.load(str(path))
-        except ValueError:
-            continue
-    raise SystemExit(f"error: {path}: not a tokenizer file ({kind})")
+    try:
+        kind = json.loads(path.read_text()).get("type", "")
+    except (OSError, ValueError, AttributeError) as e:
+        raise SystemExit(f"error: {path}: not a tokenizer file ({e})") from None
+    cls = {"char": _core.CharTokenizer, "word": _core.WordTokenizer, "bpe": _core.BPETokenizer}.get(kind)
+    if cls is None:
+        raise SystemExit(f"error: {path}: not a tokenizer file (type {kind!r})")
+    try:
+        return cls.load(str(path))
+    except ValueError as e:
+        raise SystemExit(f"error: {path}: {e}") from None
 
 
 def sample(args) -> list[str]:
