@@ -160,3 +160,22 @@ def test_nan_propagates_to_its_column_only():
     E[:, 1] = [1.0, 2.0, 4.0]
     y = ln(E)
     assert np.isnan(y[:, 0]).all() and np.isfinite(y[:, 1]).all()
+
+
+def test_rms_norm_backward_matches_torch(rng):
+    """Gopher's RMSnorm against torch.nn.functional.rms_norm (eps inside the root, as ours) and autograd."""
+    torch = torch_or_skip()
+    d_e, l = 9, 5
+    rn = ft.RMSNorm(d_e, eps=1e-5, dtype="float64")
+    rn.params["gamma"][:] = rng.standard_normal(d_e)
+    E = rng.standard_normal((d_e, l))
+    W = rng.standard_normal((d_e, l))
+    g = torch.tensor(rn.params["gamma"].copy(), requires_grad=True)
+    tE = torch.tensor(E.T.copy(), requires_grad=True)  # torch is row-per-token: (ℓ, d_e)
+    out = torch.nn.functional.rms_norm(tE, (d_e,), weight=g, eps=1e-5)
+    (out * torch.from_numpy(W.T.copy())).sum().backward()
+    assert rel_err(rn(E), out.detach().numpy().T) <= 1e-12
+    rn.zero_grad()
+    dE = rn.backward(W)
+    assert rel_err(dE, tE.grad.numpy().T) <= 1e-10
+    assert rel_err(rn.grads["gamma"], g.grad.numpy()) <= 1e-10

@@ -260,3 +260,22 @@ def test_bad_gradient_shape_raises_and_changes_nothing(torch):
     want = list(torch_run(torch, lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1), theta0, grads))[-1]
     for k, w in want.items():
         assert rel_err(model.params[k], w) <= TOL64, k
+
+
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda: ft.Adam(-1e-3), "learning rate"),
+        (lambda: ft.Adam(float("nan")), "learning rate"),
+        (lambda: ft.Adam(1e-3, beta1=1.0), "beta1"),
+        (lambda: ft.Adam(1e-3, beta1=-0.1), "beta1"),
+        (lambda: ft.Adam(1e-3, beta2=1.0), "beta2"),
+        (lambda: ft.Adam(1e-3, eps=-1e-8), "eps"),
+        (lambda: ft.Adam(1e-3, weight_decay=-0.1), "weight_decay"),
+        (lambda: ft.SGD(-0.1), "learning rate"),
+        (lambda: ft.SGD(float("inf")), "learning rate"),
+    ],
+)
+def test_bad_optimizer_hyperparameters_are_value_errors(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()

@@ -808,6 +808,46 @@ def test_bad_data_is_rejected_before_any_update():
     assert_identical(m, before)
 
 
+@pytest.mark.parametrize("kind", ["e", "ed"])
+def test_bad_data_is_rejected_before_any_update_by_every_trainer(kind):
+    """As for DTraining: ids out of range, sequences past ℓ_max, non-integer ids, bad validation data —
+    each rejected before the first update (ETraining; EDTraining in z and in x)."""
+    m = emodel() if kind == "e" else edmodel()
+    before = snapshot(m)
+    good = ragged(31, 3)
+    bads = [
+        (IndexError, good + [np.array([1, N_V])]),
+        (IndexError, good + [np.array([1, -1])]),
+        (ValueError, good + [np.zeros(13, dtype=int)]),
+        (TypeError, good + [np.array([0.5, 1.0])]),
+    ]
+    for exc, bad in bads:
+        calls = ([lambda: ft.ETraining(1, 0.1, p_mask=0.5, progress=False)(bad, m)] if kind == "e" else
+                 [lambda: ft.EDTraining(1, 0.1, progress=False)(bad, good + [good[0]], m),
+                  lambda: ft.EDTraining(1, 0.1, progress=False)(good + [good[0]], bad, m)])
+        for call in calls:
+            with pytest.raises(exc):
+                call()
+            assert_identical(m, before)
+    with pytest.raises(IndexError):
+        if kind == "e":
+            ft.ETraining(1, 0.1, p_mask=0.5, progress=False, val_data=[np.array([0, 99])])(good, m)
+        else:
+            ft.EDTraining(1, 0.1, progress=False, val_data=([np.array([0, 1])], [np.array([0, 99])]))(good, good, m)
+    assert_identical(m, before)
+
+
+def test_a_passed_optimizer_steps_with_the_trainers_eta():
+    """optimizer=ft.SGD(0.5) with eta=0.1: the update is the trainer's θ − 0.1·∇ (its schedule sets each
+    step's η), as the docstring says; the object's own lr is used only by its own step()."""
+    x = ragged(32, 1)
+    m, hand = dmodel(), dmodel()
+    ft.DTraining(1, 0.1, **quiet(optimizer=ft.SGD(0.5)))(x, m)
+    _, g = hand.loss_and_grad(x[0])
+    sgd_by_hand(hand, g, 0.1, 1.0)
+    assert_close(m, hand, 1e-12)
+
+
 def test_mismatched_z_x_data_lengths_are_value_errors():
     m = edmodel()
     before = snapshot(m)
