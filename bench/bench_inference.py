@@ -14,7 +14,7 @@ are first checked to give the same tokens.
 PyTorch (--torch, if installed): the bench_transformers.py GPT with our parameters, greedy decoding with a
 full forward of the context per token (torch.no_grad), ms per token over g tokens from the same prompt.
 
-    FT_CORE_PATH=build/trtest PYTHONPATH=python python bench/bench_inference.py [--reps 5] [--torch]
+    FT_CORE_PATH=build/dev PYTHONPATH=python python bench/bench_inference.py [--reps 5] [--torch]
 """
 from __future__ import annotations
 

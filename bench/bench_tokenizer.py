@@ -12,7 +12,7 @@ For each vocabulary size (512 and 4096 by default) and each implementation it re
 and the ratios (train: HF time / our time; MB/s: ours / HF; so > 1 means we are faster; tokens/byte:
 ours / HF, 1 means the same compression).
 
-    FT_CORE_PATH=build/tok PYTHONPATH=python python bench/bench_tokenizer.py [--repeats 5] [--vocab 512 4096]
+    FT_CORE_PATH=build/dev PYTHONPATH=python python bench/bench_tokenizer.py [--repeats 5] [--vocab 512 4096]
 
 Data: $FT_DATA_DIR/tinyshakespeare.txt or <repo>/../shared/data/tinyshakespeare.txt; skipped with a
 message when absent.
