@@ -31,8 +31,15 @@ def _safetensors():
     return st
 
 
+def _path(path) -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    return os.fspath(path)
+
+
 def save(model, path: Union[str, os.PathLike], *, metadata: dict | None = None) -> None:
     """Write model's parameters and hyperparameters to `path` (safetensors). `metadata`: extra str -> str."""
+    path = _path(path)
     if type(model).__name__ not in _ARCHS:
         raise TypeError(f"ft.save saves a DTransformer, ETransformer or EDTransformer, got {type(model).__name__}")
     st = _safetensors()
@@ -47,6 +54,7 @@ def save(model, path: Union[str, os.PathLike], *, metadata: dict | None = None) 
 
 def read_metadata(path: Union[str, os.PathLike]) -> dict:
     """The metadata of a saved file (str -> str)."""
+    path = _path(path)
     _safetensors()  # a clear ImportError naming the extra when safetensors is missing
     from safetensors import safe_open
 
@@ -61,6 +69,7 @@ def read_metadata(path: Union[str, os.PathLike]) -> dict:
 
 def load(path: Union[str, os.PathLike], *, dtype: str | None = None):
     """Rebuild the model saved at `path` (optionally in another dtype) with its parameters."""
+    path = _path(path)
     st = _safetensors()
     if dtype is not None:
         try:

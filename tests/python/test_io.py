@@ -356,3 +356,12 @@ def test_load_with_a_bad_dtype_names_the_dtype(tmp_path):
         with pytest.raises(ValueError, match="dtype must be float32 or float64"):
             ft.load(path, dtype=bad)
     assert ft.load(path, dtype=np.float64).dtype == "float64"
+
+
+def test_paths_of_the_wrong_type_are_type_errors(tmp_path):
+    m = ft.DTransformer(11, 8, 1, 2, 8, 16, seed=0)
+    for bad in (None, 3, b"m.safetensors"[0]):
+        with pytest.raises(TypeError, match="path must be"):
+            ft.save(m, bad)
+        with pytest.raises(TypeError, match="path must be"):
+            ft.load(bad)
