@@ -198,6 +198,15 @@ const char* kDecodeDoc =
     "'<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).";
 
 
+// GPT-2's pre-tokenizer split, shared by BPETokenizer (its pieces) and WordTokenizer (its words).
+py::list pretokenize_py(const py::handle& text) {
+    py::object keep;
+    const std::string_view s = text_arg(text, "text", keep);
+    py::list out;
+    for (auto& [b, e] : ft::pretokenize(s)) out.append(text_out(std::string(s.substr(b, e - b))));
+    return out;
+}
+
 // decode and unk_token: the same for the character and the word tokenizer.
 template <class Tok>
 void def_decode_and_unk(py::class_<Tok>& cls) {
@@ -296,14 +305,7 @@ void register_tokenizer(py::module_& m) {
             py::arg("id"), "The bytes of a regular token (IndexError for special or out-of-range ids).")
         .def_static(
             "pretokenize",
-            [](const py::handle& text) {
-                py::object keep;
-                const std::string_view s = text_arg(text, "text", keep);
-                const auto pieces = ft::pretokenize(s);
-                py::list out;
-                for (auto& [b, e] : pieces) out.append(text_out(std::string(s.substr(b, e - b))));
-                return out;
-            },
+            &pretokenize_py,
             py::arg("text"), "The pieces of `text` by the GPT-2 pre-tokenizer rule (their concatenation is text).")
         .def("__repr__", [](const ft::BPETokenizer& t) {
             return "BPETokenizer(n_vocab=" + std::to_string(t.n_vocab()) + ", merges=" + std::to_string(t.merges().size()) + ")";
@@ -385,14 +387,7 @@ void register_tokenizer(py::module_& m) {
             "The words of ids 0, 1, ...")
         .def_static(
             "pretokenize",
-            [](const py::handle& text) {
-                py::object keep;
-                const std::string_view s = text_arg(text, "text", keep);
-                const auto pieces = ft::pretokenize(s);
-                py::list out;
-                for (auto& [b, e] : pieces) out.append(text_out(std::string(s.substr(b, e - b))));
-                return out;
-            },
+            &pretokenize_py,
             py::arg("text"), "The words of `text` (GPT-2's pre-tokenizer rule; their concatenation is text).")
         .def("__repr__", [](const ft::WordTokenizer& t) {
             return "WordTokenizer(n_vocab=" + std::to_string(t.n_vocab()) + ", words=" + std::to_string(t.words().size()) +
