@@ -19,7 +19,7 @@ PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 APT_PACKAGES=(g++ cmake ninja-build pkg-config git
-              libxtensor-dev libxtensor-blas-dev libxsimd-dev libopenblas-openmp-dev libgtest-dev
+              libxtensor-dev libxsimd-dev libgtest-dev
               python3-dev python3-venv)
 
 log() { printf '\n== %s\n' "$*"; }
@@ -76,7 +76,7 @@ run_tests() {
   ctest --test-dir build/tests --output-on-failure -j 1
   log "tests: GoogleTest under AddressSanitizer + UndefinedBehaviorSanitizer"
   cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFT_BUILD_TESTS=ON -DFT_SANITIZE=ON \
-        >/dev/null
+        -DFT_PYTHON="$py" >/dev/null
   cmake --build build/asan -j "$JOBS"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build/asan --output-on-failure -L cpp -j 1

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "bind.hpp"
+#include "formal_transformers/blas.hpp"
 
 namespace ftpy {
 
@@ -97,9 +98,13 @@ void register_common(py::module_& m) {
         .def("__repr__", &ParamDict::repr);
 
     m.def("set_num_threads", &ft::set_num_threads, py::arg("n"),
-          "Threads for the element-wise kernels and OpenBLAS (one shared OpenMP pool).");
+          "Threads for the element-wise kernels and the BLAS (one shared OpenMP pool).");
     m.def("get_num_threads", &ft::get_num_threads);
-    m.def("blas_info", [] { return std::string(ft::blas_info()); }, "OpenBLAS build configuration.");
+    m.def("blas_info", &ft::blas_info,
+          "The BLAS in use: OpenBLAS's build configuration, the kernel set it chose for this CPU, and its threads.");
+    m.def("blas_kernel", &ft::blas_kernel,
+          "The kernel set OpenBLAS chose for this CPU at load time, e.g. 'Haswell', 'SkylakeX', 'Zen' "
+          "('Prescott', 'Core2', 'Nehalem' are generic fallbacks: slow on a CPU with AVX2).");
 }
 
 static Registrar reg_common(0, "common", &register_common);
@@ -109,6 +114,7 @@ static Registrar reg_common(0, "common", &register_common);
 PYBIND11_MODULE(_core, m) {
     m.doc() = "formal-transformers native core (C++17, xtensor, OpenBLAS)";
     ft::init_threads();
+    ft::blas_set_num_threads(ft::get_num_threads());  // the BLAS's jobs on our pool, as many threads as it has
     ftpy::install_poll_hook();
     ftpy::register_all(m);
 }

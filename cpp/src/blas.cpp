@@ -1,19 +1,163 @@
-// Matrix products through xtensor-blas's cxxblas layer (declarations bundled with xtensor-blas; we do not
-// include <cblas.h>, which conflicts with them, DESIGN.md "xtensor traps").
+// Matrix products: every product of the core is one CBLAS call on the operands' own buffers.
+//
+// The BLAS (docs/design.md "BLAS"): by default OpenBLAS from PyPI's scipy-openblas32 — a current OpenBLAS
+// (0.3.28 or later) built with DYNAMIC_ARCH, whose run-time kernel choice knows today's CPUs and falls back
+// on the CPU's features (AVX2, AVX-512) for models newer than the library. Its symbols carry a prefix
+// (FT_BLAS_PREFIX = scipy_), so it never collides with numpy's copy. Any other CBLAS can be chosen at
+// configure time (-DFT_BLAS=system: no prefix), e.g. Debian's OpenMP build of OpenBLAS.
+//
+// Threads: scipy-openblas32 is a pthreads build with a pool of its own, which would fight our OpenMP
+// pool. OpenBLAS (0.3.27+) lets the application run its parallel work instead: we install
+// `run_blas_jobs` below, so every multi-threaded BLAS call runs its jobs on our OpenMP threads — one pool
+// for the element-wise kernels and the BLAS, as with OpenBLAS's own OpenMP build.
 #include "formal_transformers/blas.hpp"
 
-#ifndef HAVE_CBLAS
-#define HAVE_CBLAS 1
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
 #endif
-#include <xflens/cxxblas/cxxblas.cxx>
+
+#ifndef FT_BLAS_PREFIX
+#define FT_BLAS_PREFIX
+#endif
+#define FT_BLAS_CAT2(a, b) a##b
+#define FT_BLAS_CAT(a, b) FT_BLAS_CAT2(a, b)
+#define FT_BLAS(name) FT_BLAS_CAT(FT_BLAS_PREFIX, name)
+#define FT_STR2(x) #x
+#define FT_STR(x) FT_STR2(x)
+
+// The CBLAS and OpenBLAS entry points we use, declared here (xtensor-blas's bundled declarations name
+// the unprefixed symbols; <cblas.h> conflicts with them, DESIGN notes). Enums are passed as their int
+// values: CblasColMajor = 102, CblasNoTrans = 111, CblasTrans = 112.
+extern "C" {
+void FT_BLAS(cblas_sgemm)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*,
+                          int);
+void FT_BLAS(cblas_dgemm)(int, int, int, int, int, int, double, const double*, int, const double*, int, double,
+                          double*, int);
+void FT_BLAS(cblas_sgemv)(int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
+void FT_BLAS(cblas_dgemv)(int, int, int, int, double, const double*, int, const double*, int, double, double*, int);
+void FT_BLAS(openblas_set_num_threads)(int);
+int FT_BLAS(openblas_get_num_threads)(void);
+char* FT_BLAS(openblas_get_config)(void);
+char* FT_BLAS(openblas_get_corename)(void);
+int FT_BLAS(openblas_get_parallel)(void);
+// OpenBLAS 0.3.27+: hand the library's parallel jobs to the application's threads. Weak: older builds
+// (Debian 12's 0.3.21) lack it, and then their own threading is used.
+typedef void (*ft_blas_dojob_t)(int thread_num, void* jobdata, int dojob_data);
+typedef void (*ft_blas_threads_t)(int sync, ft_blas_dojob_t dojob, int numjobs, std::size_t jobdata_elsize,
+                                  void* jobdata, int dojob_data);
+void FT_BLAS(openblas_set_threads_callback_function)(ft_blas_threads_t) __attribute__((weak));
+}
 
 namespace ft {
 
 namespace {
-cxxblas::Transpose tr(Op o) { return o == Op::N ? cxxblas::NoTrans : cxxblas::Trans; }
+constexpr int kColMajor = 102, kNoTrans = 111, kTrans = 112;
+int tr(Op o) { return o == Op::N ? kNoTrans : kTrans; }
 index_t rows_of(Op o, index_t r, index_t c) { return o == Op::N ? r : c; }
 index_t cols_of(Op o, index_t r, index_t c) { return o == Op::N ? c : r; }
+
+inline void xgemm(int ta, int tb, int m, int n, int k, float alpha, const float* A, int lda, const float* B, int ldb,
+                  float beta, float* C, int ldc) {
+    FT_BLAS(cblas_sgemm)(kColMajor, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+inline void xgemm(int ta, int tb, int m, int n, int k, double alpha, const double* A, int lda, const double* B,
+                  int ldb, double beta, double* C, int ldc) {
+    FT_BLAS(cblas_dgemm)(kColMajor, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+inline void xgemv(int ta, int m, int n, float alpha, const float* A, int lda, const float* x, int incx, float beta,
+                  float* y, int incy) {
+    FT_BLAS(cblas_sgemv)(kColMajor, ta, m, n, alpha, A, lda, x, incx, beta, y, incy);
+}
+inline void xgemv(int ta, int m, int n, double alpha, const double* A, int lda, const double* x, int incx,
+                  double beta, double* y, int incy) {
+    FT_BLAS(cblas_dgemv)(kColMajor, ta, m, n, alpha, A, lda, x, incx, beta, y, incy);
+}
+
+// OpenBLAS's parallel jobs on our OpenMP pool. The jobs of one call synchronise with each other (level-3
+// threads share packed panels and wait for each other's flags), so they must all run at the same time: one
+// job per thread of a team of `numjobs`. Where OpenMP gives a smaller team (a call from inside one of our
+// parallel regions, where nesting is off, or a thread limit), the missing jobs get threads of their own
+// rather than waiting for a thread that would never come.
+void run_blas_jobs(int /*sync*/, ft_blas_dojob_t dojob, int numjobs, std::size_t size, void* jobs, int arg) {
+    char* base = static_cast<char*>(jobs);
+    auto job = [&](int i) { dojob(i, base + std::size_t(i) * size, arg); };
+    if (numjobs <= 1) {
+        if (numjobs == 1) job(0);
+        return;
+    }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(numjobs)
+    {
+        const int t = omp_get_thread_num(), team = omp_get_num_threads();
+        std::vector<std::thread> extra;
+        if (t == 0)
+            for (int i = team; i < numjobs; ++i) extra.emplace_back(job, i);
+        job(t);
+        for (auto& th : extra) th.join();
+    }
+#else
+    std::vector<std::thread> extra;
+    for (int i = 1; i < numjobs; ++i) extra.emplace_back(job, i);
+    job(0);
+    for (auto& th : extra) th.join();
+#endif
+}
+
+bool install_blas_threads() {
+    if (FT_BLAS(openblas_set_threads_callback_function) == nullptr) return false;
+    FT_BLAS(openblas_set_threads_callback_function)(&run_blas_jobs);
+#ifdef _OPENMP
+    FT_BLAS(openblas_set_num_threads)(omp_get_max_threads());
+#endif
+    return true;
+}
+
+// Installed once, before the first product (and by blas_set_num_threads / blas_info).
+bool blas_threads_are_ours() {
+    static const bool ours = install_blas_threads();
+    return ours;
+}
 }  // namespace
+
+bool blas_is_openmp() {
+    static const bool shared = blas_threads_are_ours() || FT_BLAS(openblas_get_parallel)() == 2;
+    return shared;
+}
+
+void blas_set_num_threads(int n) {
+    blas_threads_are_ours();
+    FT_BLAS(openblas_set_num_threads)(n);
+}
+
+int blas_get_num_threads() {
+    blas_threads_are_ours();
+    return FT_BLAS(openblas_get_num_threads)();
+}
+
+std::string blas_kernel() { return FT_BLAS(openblas_get_corename)(); }
+
+std::string blas_info() {
+    const bool ours = blas_threads_are_ours();
+    std::string s = FT_BLAS(openblas_get_config)();
+    while (!s.empty() && s.front() == ' ') s.erase(s.begin());
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    s += "; kernel " + blas_kernel();
+    s += "; threads " + std::to_string(FT_BLAS(openblas_get_num_threads)());
+    if (ours)
+        s += " on formal_transformers' OpenMP pool (threads callback)";
+    else if (FT_BLAS(openblas_get_parallel)() == 2)
+        s += " on the OpenMP pool (OpenBLAS's OpenMP build)";
+    else
+        s += " (the library's own pool)";
+    s += "; symbols '" FT_STR(FT_BLAS_PREFIX) "'";
+    return s;
+}
 
 template <class T>
 void gemm(Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta, MatView<T> C) {
@@ -26,24 +170,23 @@ void gemm(Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta, MatView
             for (index_t i = 0; i < m; ++i) C(i, j) = beta == T(0) ? T(0) : beta * C(i, j);
         return;
     }
+    blas_threads_are_ours();
     using I = int;
     // One column (n = 1: every product of one new token in cached decoding) or one row (m = 1): a matrix-
     // vector product. OpenBLAS 0.3.21 sends such gemms through its packing gemm path; its gemv is direct.
     if (n == 1) {  // C[:, 0] = α op(A) b + β C[:, 0], b = op(B)'s single column (stride: B.ld when opB = T)
-        cxxblas::gemv<I>(cxxblas::ColMajor, tr(opA), I(A.rows), I(A.cols), alpha, A.data, I(std::max<index_t>(A.ld, 1)),
-                         B.data, I(opB == Op::N ? 1 : std::max<index_t>(B.ld, 1)), beta, C.data, I(1));
+        xgemv(tr(opA), I(A.rows), I(A.cols), alpha, A.data, I(std::max<index_t>(A.ld, 1)), B.data,
+              I(opB == Op::N ? 1 : std::max<index_t>(B.ld, 1)), beta, C.data, I(1));
         return;
     }
     if (m == 1) {  // C[0, :]ᵀ = α op(B)ᵀ a + β C[0, :]ᵀ, a = op(A)'s single row
-        const cxxblas::Transpose tb = opB == Op::N ? cxxblas::Trans : cxxblas::NoTrans;
-        cxxblas::gemv<I>(cxxblas::ColMajor, tb, I(B.rows), I(B.cols), alpha, B.data, I(std::max<index_t>(B.ld, 1)),
-                         A.data, I(opA == Op::N ? std::max<index_t>(A.ld, 1) : 1), beta, C.data,
-                         I(std::max<index_t>(C.ld, 1)));
+        const int tb = opB == Op::N ? kTrans : kNoTrans;
+        xgemv(tb, I(B.rows), I(B.cols), alpha, B.data, I(std::max<index_t>(B.ld, 1)), A.data,
+              I(opA == Op::N ? std::max<index_t>(A.ld, 1) : 1), beta, C.data, I(std::max<index_t>(C.ld, 1)));
         return;
     }
-    cxxblas::gemm<I>(cxxblas::ColMajor, tr(opA), tr(opB), I(m), I(n), I(k), alpha, A.data,
-                     I(std::max<index_t>(A.ld, 1)), B.data, I(std::max<index_t>(B.ld, 1)), beta, C.data,
-                     I(std::max<index_t>(C.ld, 1)));
+    xgemm(tr(opA), tr(opB), I(m), I(n), I(k), alpha, A.data, I(std::max<index_t>(A.ld, 1)), B.data,
+          I(std::max<index_t>(B.ld, 1)), beta, C.data, I(std::max<index_t>(C.ld, 1)));
 }
 
 template <class T>

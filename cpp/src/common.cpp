@@ -1,5 +1,7 @@
 #include "formal_transformers/common.hpp"
 
+#include "formal_transformers/blas.hpp"
+
 #include <cmath>
 #include <mutex>
 
@@ -10,14 +12,6 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-
-// OpenBLAS's own controls (not part of the cblas declarations that xtensor-blas bundles).
-extern "C" {
-void openblas_set_num_threads(int num_threads);
-int openblas_get_num_threads(void);
-char* openblas_get_config(void);
-int openblas_get_parallel(void);
-}
 
 namespace ft {
 
@@ -55,7 +49,7 @@ void set_num_threads(int n) {
 #ifdef _OPENMP
     omp_set_num_threads(n);
 #endif
-    openblas_set_num_threads(n);
+    blas_set_num_threads(n);
     init_threads();
 }
 
@@ -63,23 +57,23 @@ int get_num_threads() {
 #ifdef _OPENMP
     return omp_get_max_threads();
 #else
-    return openblas_get_num_threads();
+    return blas_get_num_threads();
 #endif
 }
 
-const char* blas_info() { return openblas_get_config(); }
 #ifdef _OPENMP
-SingleThreadScope::SingleThreadScope() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
-SingleThreadScope::~SingleThreadScope() { omp_set_num_threads(saved_); }
+SingleThreadScope::SingleThreadScope() : saved_(omp_get_max_threads()) {
+    omp_set_num_threads(1);
+    blas_set_num_threads(1);
+}
+SingleThreadScope::~SingleThreadScope() {
+    omp_set_num_threads(saved_);
+    blas_set_num_threads(saved_);
+}
 #else
 SingleThreadScope::SingleThreadScope() : saved_(1) {}
 SingleThreadScope::~SingleThreadScope() = default;
 #endif
-
-bool blas_is_openmp() {
-    static const bool openmp = openblas_get_parallel() == 2;
-    return openmp;
-}
 
 // ---------------------------------------------------------------------------------------------------
 std::uint64_t Rng::below(std::uint64_t n) {

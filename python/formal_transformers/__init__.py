@@ -21,6 +21,22 @@ if _os.environ.get("FT_CORE_PATH"):
 # Our libgomp reads OMP_WAIT_POLICY once, when _core loads it, so the default is set for that moment only
 # and the environment is restored: other OpenMP runtimes (PyTorch bundles its own) and child processes
 # see the user's setting. FT_OMP_WAIT_POLICY=active (or an explicit OMP_WAIT_POLICY) overrides it.
+
+
+def _load_blas() -> None:
+    """Load the BLAS that _core links (PyPI's scipy-openblas32, docs/design.md "BLAS") from wherever that
+    package is installed, so _core finds it by name whatever the layout (its RPATH covers the usual
+    site-packages one). A core built against another BLAS (-DFT_BLAS=system) does not need the package."""
+    try:
+        import scipy_openblas32 as sob
+    except ImportError:
+        return
+    import ctypes
+
+    ctypes.CDLL(_os.path.join(sob.get_lib_dir(), sob.get_library(True)))
+
+
+_load_blas()
 _had_policy = "OMP_WAIT_POLICY" in _os.environ
 if not _had_policy:
     _os.environ["OMP_WAIT_POLICY"] = _os.environ.get("FT_OMP_WAIT_POLICY", "passive")

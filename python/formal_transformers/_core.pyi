@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'RMSNorm', 'SGD', 'TokenEmbedding', 'Unembedding', 'WordTokenizer', 'bidirectional_mask', 'blas_info', 'chunk', 'gelu', 'get_num_threads', 'learning_rate', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
+__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'RMSNorm', 'SGD', 'TokenEmbedding', 'Unembedding', 'WordTokenizer', 'bidirectional_mask', 'blas_info', 'blas_kernel', 'chunk', 'gelu', 'get_num_threads', 'learning_rate', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
 class _HasParams:
     """
     Base of every object with parameters (params, grads).
@@ -1155,7 +1155,11 @@ def bidirectional_mask(l_z: typing.SupportsInt | typing.SupportsIndex, l_x: typi
     """
 def blas_info() -> str:
     """
-    OpenBLAS build configuration.
+    The BLAS in use: OpenBLAS's build configuration, the kernel set it chose for this CPU, and its threads.
+    """
+def blas_kernel() -> str:
+    """
+    The kernel set OpenBLAS chose for this CPU at load time, e.g. 'Haswell', 'SkylakeX', 'Zen' ('Prescott', 'Core2', 'Nehalem' are generic fallbacks: slow on a CPU with AVX2).
     """
 def chunk(ids: typing.Any, l_max: typing.Any, stride: typing.Any = None) -> list:
     """
@@ -1177,7 +1181,7 @@ def relu(A: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """
 def set_num_threads(n: typing.SupportsInt | typing.SupportsIndex) -> None:
     """
-    Threads for the element-wise kernels and OpenBLAS (one shared OpenMP pool).
+    Threads for the element-wise kernels and the BLAS (one shared OpenMP pool).
     """
 def softmax(A: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """

@@ -81,11 +81,31 @@ TEST(Blas, AffineAndItsBackward) {
         for (int j = 0; j < 3; ++j) EXPECT_DOUBLE_EQ(dX(i, j), W(j, i));  // dX = Wᵀ dY = Wᵀ
 }
 
-// The attention blocks call gemm inside parallel regions only with OpenBLAS's OpenMP build; the check
-// agrees with the configuration string the library reports.
-TEST(Blas, OpenMPBuildIsDetected) {
-    const bool says_openmp = std::string(ft::blas_info()).find("USE_OPENMP") != std::string::npos;
-    EXPECT_EQ(ft::blas_is_openmp(), says_openmp) << ft::blas_info();
+// The BLAS's parallel jobs run on our OpenMP pool (blas.cpp): a product large enough for several threads
+// gives the naive loop's result from the calling thread, and also from inside one of our parallel regions
+// (where the jobs' team is short and the missing jobs get threads of their own instead of a deadlock).
+TEST(Blas, ThreadedProductsOnOurPoolMatchNaiveLoop) {
+    const index_t m = 97, n = 131, k = 83;  // m·n·k > OpenBLAS's single-thread threshold (2^18)
+    Rng rng(5);
+    Matrix<double> A = Matrix<double>::from_shape({std::size_t(k), std::size_t(m)});
+    Matrix<double> B = Matrix<double>::from_shape({std::size_t(k), std::size_t(n)});
+    for (auto& a : A) a = rng.normal();
+    for (auto& b : B) b = rng.normal();
+    Matrix<double> ref = Matrix<double>::from_shape({std::size_t(m), std::size_t(n)});
+    gemm_naive<double>(Op::T, Op::N, 1.0, view(A), view(B), 0.0, view(ref));
+    const int saved = get_num_threads();
+    set_num_threads(2);
+    EXPECT_EQ(blas_get_num_threads(), 2) << blas_info();
+    std::vector<Matrix<double>> C(3, Matrix<double>::from_shape({std::size_t(m), std::size_t(n)}));
+    gemm<double>(Op::T, Op::N, 1.0, view(A), view(B), 0.0, view(C[2]));
+#pragma omp parallel for num_threads(2)
+    for (int i = 0; i < 2; ++i) gemm<double>(Op::T, Op::N, 1.0, view(A), view(B), 0.0, view(C[std::size_t(i)]));
+    set_num_threads(saved);
+    for (const auto& c : C)
+        for (std::size_t i = 0; i < c.size(); ++i) ASSERT_NEAR(c.data()[i], ref.data()[i], 1e-12);
+    // whichever BLAS this is, it says which kernel it runs and where its threads come from
+    EXPECT_FALSE(blas_kernel().empty());
+    EXPECT_NE(blas_info().find("kernel " + blas_kernel()), std::string::npos) << blas_info();
 }
 
 // One column (n = 1) and one row (m = 1) go to gemv: every transpose, beta, and operands that are

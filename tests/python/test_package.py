@@ -1,5 +1,7 @@
 """The package as a user meets it: import from anywhere, exports, typing files, threads, the main job (CLI)."""
 import json
+import platform
+import re
 import os
 import pathlib
 import subprocess
@@ -72,6 +74,43 @@ def test_threads_and_blas():
     with pytest.raises(ValueError, match="n must be >= 1"):
         ft.set_num_threads(0)
     assert "OpenBLAS" in ft.blas_info()
+    assert f"kernel {ft.blas_kernel()}" in ft.blas_info()
+
+
+def _cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+# OpenBLAS kernel sets (openblas_get_corename) by the widest SIMD they use. A CPU with AVX2 must get one
+# of these; anything else (Prescott, Core2, Nehalem, Sandybridge, ...) is a generic fallback, 3.5-5x slower
+# (Debian 12's OpenBLAS 0.3.21 on an Emerald Rapids: Prescott; docs/design.md "BLAS").
+_AVX2_KERNELS = {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids", "excavator"}
+_AVX512_KERNELS = {"skylakex", "cooperlake", "sapphirerapids"}
+
+
+def test_blas_kernel_fits_the_cpu():
+    flags = _cpu_flags()
+    if flags is None or platform.machine() not in ("x86_64", "AMD64"):
+        # no CPU flags to hold the kernel against (not Linux on x86-64): only that a kernel is named
+        assert ft.blas_kernel()
+        return
+    kernel = ft.blas_kernel().lower()
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags and "GenuineIntel" in open("/proc/cpuinfo").read():
+        assert kernel in _AVX512_KERNELS, f"AVX-512 Intel CPU but BLAS kernel {ft.blas_kernel()!r}: {ft.blas_info()}"
+    if {"avx2", "fma"} <= flags:
+        assert kernel in _AVX2_KERNELS, f"AVX2 CPU but generic BLAS kernel {ft.blas_kernel()!r}: {ft.blas_info()}"
+    # and the library is a current OpenBLAS (0.3.28+: its parallel jobs on our pool), not an older one the
+    # loader found first
+    version = tuple(int(v) for v in re.search(r"OpenBLAS (\d+)\.(\d+)\.(\d+)", ft.blas_info()).groups())
+    assert version >= (0, 3, 28), ft.blas_info()
+    assert "OpenMP pool" in ft.blas_info(), ft.blas_info()
 
 
 def test_params_is_a_mapping():

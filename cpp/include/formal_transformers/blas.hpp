@@ -1,11 +1,28 @@
 // Matrix products. Every product in the core is one call of `gemm` below, which is one BLAS gemm
-// (OpenBLAS, reached through xtensor-blas's cxxblas layer) on the operands' own buffers: transposes
+// (OpenBLAS; by default PyPI's scipy-openblas32, see blas.cpp) on the operands' own buffers: transposes
 // are flags, sub-blocks are leading dimensions, accumulation is beta = 1. No copies, no temporaries.
 #pragma once
+
+#include <string>
 
 #include "formal_transformers/common.hpp"
 
 namespace ft {
+
+// ---------------------------------------------------------------------------------------------------
+// The BLAS in use.
+// "<OpenBLAS config>; kernel <core name>; threads <n> on ...": what `ft.blas_info()` prints.
+std::string blas_info();
+// The kernel set OpenBLAS chose for this CPU at load time (openblas_get_corename: "Haswell", "SkylakeX",
+// "Zen", ...; "Prescott" or "Core2" are its generic fallbacks).
+std::string blas_kernel();
+// Threads of the BLAS's parallel jobs (set_num_threads keeps them equal to the OpenMP pool's).
+void blas_set_num_threads(int n);
+int blas_get_num_threads();
+// True when the BLAS runs its parallel jobs on our OpenMP pool (our threads callback, or OpenBLAS's own
+// OpenMP build): only then may a gemm be called from inside our parallel regions (small products run on
+// the calling thread; a large one gets its own team, never a wait for a busy thread).
+bool blas_is_openmp();
 
 enum class Op { N, T };  // use A as stored, or its transpose
 

@@ -134,15 +134,13 @@ void set_poll_hook(PollHook hook);
 void poll();
 
 // ---------------------------------------------------------------------------------------------------
-// Threads. One OpenMP pool serves both the element-wise kernels and OpenBLAS (its OpenMP build), so
-// they never fight (DESIGN.md "Threads"). Also sets flush-to-zero / denormals-are-zero on every thread
-// of that pool (denormals measured to slow a step 2.5-4x).
+// Threads. One OpenMP pool serves both the element-wise kernels and the BLAS (its parallel jobs run on
+// our threads, blas.hpp), so they never fight (docs/design.md "Threads"). Also sets flush-to-zero /
+// denormals-are-zero on every thread of that pool (denormals measured to slow a step 2.5-4x).
 void set_num_threads(int n);
 int get_num_threads();
 void init_threads();  // idempotent: FTZ/DAZ on the pool; called by the bindings at import
-const char* blas_info();
-// For the lifetime of this object, the calling thread runs its OpenMP regions (and, through the OpenMP
-// build, OpenBLAS) alone: for work too small to share between threads, such as decoding one token with the
+// For the lifetime of this object, the calling thread runs its OpenMP regions (and the BLAS) alone: for work too small to share between threads, such as decoding one token with the
 // KV cache (one column per layer), where waking a second thread for each small product costs more than the
 // product (bench/bench_inference.py). The previous thread count is restored on exit.
 class SingleThreadScope {
@@ -155,10 +153,6 @@ public:
 private:
     int saved_;
 };
-
-// True when the linked OpenBLAS is its OpenMP build (openblas_get_parallel() == 2): only then may a gemm
-// be called from inside our parallel regions (it then runs on the calling thread).
-bool blas_is_openmp();
 
 // ---------------------------------------------------------------------------------------------------
 // Deterministic random numbers: the same seed gives the same stream on every platform (std::mt19937_64
