@@ -272,12 +272,35 @@ void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Se
                              MatView<T> Vt, MHAttentionCache<T>& c, bool accumulate) const {
     FT_CHECK(sx.count() == sz.count(), "MHAttention: X and Z batches differ in size");
     for (index_t b = 0; b < sx.count(); ++b) mask.check(sz.len(b), sx.len(b));
-    MatView<T> Q = ensure(c.Q, H * d_attn, X.cols), K = ensure(c.K, H * d_attn, Z.cols);
-    MatView<T> V = ensure(c.V, H * d_mid, Z.cols), Y = ensure(c.Y, H * d_mid, X.cols);
-    // line 2, first half: Algorithm 4's lines 1–3 for all heads at once (W_q = [W_q¹; …; W_q^H], …)
-    affine<T>(store.W(W_q), X, store.v(b_q), Q);  // Q^h ← W_q^h X + b_q^h 1ᵀ
-    affine<T>(store.W(W_k), Z, store.v(b_k), K);  // K^h ← W_k^h Z + b_k^h 1ᵀ
-    affine<T>(store.W(W_v), Z, store.v(b_v), V);  // V^h ← W_v^h Z + b_v^h 1ᵀ
+    MatView<T> Y = ensure(c.Y, H * d_mid, X.cols);
+    MatView<T> Q, K, V;
+    const index_t Dq = H * d_attn, Dv = H * d_mid;
+    c.fused = X.data == Z.data && X.rows == Z.rows && X.cols == Z.cols && X.ld == Z.ld && sx.off == sz.off;
+    if (c.fused) {
+        // line 2, first half, self-attention: Algorithm 4's lines 1–3 for all heads and for Q, K, V at once,
+        // [Q; K; V] ← [W_q; W_k; W_v] X + [b_q; b_k; b_v] 1ᵀ (the same numbers as the three products below)
+        MatView<T> W = ensure(c.W_qkv, 2 * Dq + Dv, d_x);
+        CMatView<T> Wq = store.W(W_q), Wk = store.W(W_k), Wv = store.W(W_v);
+        for (index_t j = 0; j < d_x; ++j) {
+            std::copy(Wq.col(j), Wq.col(j) + Dq, W.col(j));
+            std::copy(Wk.col(j), Wk.col(j) + Dq, W.col(j) + Dq);
+            std::copy(Wv.col(j), Wv.col(j) + Dv, W.col(j) + 2 * Dq);
+        }
+        T* b = ensure(c.b_qkv, 2 * Dq + Dv);
+        std::copy(store.v(b_q), store.v(b_q) + Dq, b);
+        std::copy(store.v(b_k), store.v(b_k) + Dq, b + Dq);
+        std::copy(store.v(b_v), store.v(b_v) + Dv, b + 2 * Dq);
+        MatView<T> QKV = ensure(c.QKV, 2 * Dq + Dv, X.cols);
+        affine<T>(W, X, b, QKV);
+        Q = QKV.rows_range(0, Dq), K = QKV.rows_range(Dq, Dq), V = QKV.rows_range(2 * Dq, Dv);
+    } else {
+        Q = ensure(c.Q, Dq, X.cols), K = ensure(c.K, Dq, Z.cols), V = ensure(c.V, Dv, Z.cols);
+        // line 2, first half: Algorithm 4's lines 1–3 for all heads at once (W_q = [W_q¹; …; W_q^H], …)
+        affine<T>(store.W(W_q), X, store.v(b_q), Q);  // Q^h ← W_q^h X + b_q^h 1ᵀ
+        affine<T>(store.W(W_k), Z, store.v(b_k), K);  // K^h ← W_k^h Z + b_k^h 1ᵀ
+        affine<T>(store.W(W_v), Z, store.v(b_v), V);  // V^h ← W_v^h Z + b_v^h 1ᵀ
+    }
+    c.Qv = Q, c.Kv = K, c.Vv = V;
     c.A_off.assign(1, 0);
     for (index_t b = 0; b < sx.count(); ++b)
         for (index_t h = 0; h < H; ++h) c.A_off.push_back(c.A_off.back() + sz.len(b) * sx.len(b));
@@ -303,17 +326,26 @@ template <class T>
 void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
                               const MHAttentionCache<T>& c, CMatView<T> dVt, MatView<T> dX, MatView<T> dZ,
                               MHAttentionWork<T>& w) const {
-    MatView<T> dY = ensure(w.dY, H * d_mid, X.cols);
-    MatView<T> dQ = ensure(w.dQ, H * d_attn, X.cols), dK = ensure(w.dK, H * d_attn, Z.cols);
-    MatView<T> dV = ensure(w.dV, H * d_mid, Z.cols);
+    const index_t Dq = H * d_attn, Dv = H * d_mid;
+    // the fused product of the forward (self-attention), differentiated as one product when dZ is dX too
+    const bool fused = c.fused && dX.data == dZ.data && dX.ld == dZ.ld;
+    MatView<T> dY = ensure(w.dY, Dv, X.cols);
+    MatView<T> dQ, dK, dV;
+    if (fused) {
+        MatView<T> dQKV = ensure(w.dQKV, 2 * Dq + Dv, X.cols);
+        std::fill(dQKV.data, dQKV.data + dQKV.size(), T(0));
+        dQ = dQKV.rows_range(0, Dq), dK = dQKV.rows_range(Dq, Dq), dV = dQKV.rows_range(2 * Dq, Dv);
+    } else {
+        dQ = ensure(w.dQ, Dq, X.cols), dK = ensure(w.dK, Dq, Z.cols), dV = ensure(w.dV, Dv, Z.cols);
+        std::fill(dQ.data, dQ.data + dQ.size(), T(0));
+        std::fill(dK.data, dK.data + dK.size(), T(0));
+        std::fill(dV.data, dV.data + dV.size(), T(0));
+    }
     std::fill(dY.data, dY.data + dY.size(), T(0));
-    std::fill(dQ.data, dQ.data + dQ.size(), T(0));
-    std::fill(dK.data, dK.data + dK.size(), T(0));
-    std::fill(dV.data, dV.data + dV.size(), T(0));
     // d(line 4): dW_o += dṼ Yᵀ, db_o += dṼ 1, dY = W_oᵀ dṼ
     affine_backward<T>(store.W(W_o), view(c.Y), dVt, store.dW(W_o).data, store.dv(b_o), dY.data);
     w.dA.resize(c.A.size());
-    CMatView<T> Q = view(c.Q), K = view(c.K), V = view(c.V);
+    CMatView<T> Q = c.Qv, K = c.Kv, V = c.Vv;
     // d(lines 1–3): Algorithm 4's lines 6, 5, 4 backward per (sequence, head) block
     const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid);
     for_blocks(sx.count(), H, work, [&](index_t b, index_t h) {
@@ -328,6 +360,29 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
                                    dV.rows_range(h * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)),
                                    MatView<T>(w.dA.data() + off, sz.len(b), sx.len(b)));
     });
+    if (fused) {
+        // Algorithm 4's lines 1–3 for all heads, Q, K and V at once: [dW_q; dW_k; dW_v] = [dQ; dK; dV] Xᵀ,
+        // d[b_q; b_k; b_v] = [dQ; dK; dV] 1, dX += [W_q; W_k; W_v]ᵀ [dQ; dK; dV]
+        CMatView<T> dQKV = view(w.dQKV);
+        MatView<T> dW = ensure(w.dW_qkv, 2 * Dq + Dv, d_x);
+        gemm<T>(Op::N, Op::T, T(1), dQKV, X, T(0), dW);
+        MatView<T> dWq = store.dW(W_q), dWk = store.dW(W_k), dWv = store.dW(W_v);
+        for (index_t j = 0; j < d_x; ++j) {
+            const T* g = dW.col(j);
+            T *q = dWq.col(j), *k = dWk.col(j), *v = dWv.col(j);
+#pragma omp simd
+            for (index_t i = 0; i < Dq; ++i) q[i] += g[i];
+#pragma omp simd
+            for (index_t i = 0; i < Dq; ++i) k[i] += g[Dq + i];
+#pragma omp simd
+            for (index_t i = 0; i < Dv; ++i) v[i] += g[2 * Dq + i];
+        }
+        add_column_sum<T>(dQKV.rows_range(0, Dq), store.dv(b_q));
+        add_column_sum<T>(dQKV.rows_range(Dq, Dq), store.dv(b_k));
+        add_column_sum<T>(dQKV.rows_range(2 * Dq, Dv), store.dv(b_v));
+        gemm<T>(Op::T, Op::N, T(1), view(c.W_qkv), dQKV, T(1), dX);
+        return;
+    }
     // Algorithm 4's lines 3, 2, 1 for all heads at once (stacked): parameter gradients, dZ, dX
     affine_backward<T>(store.W(W_v), Z, dV, store.dW(W_v).data, store.dv(b_v), dZ.data, dZ.ld);
     affine_backward<T>(store.W(W_k), Z, dK, store.dW(W_k).data, store.dv(b_k), dZ.data, dZ.ld);

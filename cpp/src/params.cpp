@@ -88,9 +88,16 @@ const ParamInfo& ParamStore<T>::entry(const std::string& name) const {
     return *e;
 }
 
+// Parallel over the pool: at GPT-2-small size the buffer is 500 MB, and one thread does not reach the
+// memory bandwidth (zeroing was 5.5% of that step on one thread). Chunks of 64 KB; small stores (the
+// baby GPT's 3 MB) stay on the calling thread.
 template <class T>
 void ParamStore<T>::zero_grad() {
-    std::fill(grad_.begin(), grad_.end(), T(0));
+    T* g = grad_.data();
+    const index_t n = index_t(grad_.size()), chunk = index_t(65536 / sizeof(T));
+    const index_t n_chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (n > (index_t(1) << 21))
+    for (index_t c = 0; c < n_chunks; ++c) std::fill(g + c * chunk, g + std::min(n, (c + 1) * chunk), T(0));
 }
 
 template <class T>

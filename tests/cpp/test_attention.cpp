@@ -275,3 +275,38 @@ TEST(BasicAttention, IsAlgorithm4WithOneQueryAndBackwardIsRight) {
     auto numT = fttest::numeric_grad(store.theta(), store.size(), loss);
     EXPECT_LT(fttest::rel_error(store.grad(), numT, numT.size()), 1e-6);
 }
+
+// Self-attention runs lines 1–3 as one product [W_q; W_k; W_v] X (Z is X); the same input in a second
+// buffer takes the three separate products. Both must give the same Ṽ, dX and parameter gradients.
+TEST(MHAttention, FusedSelfAttentionEqualsThreeProducts) {
+    Rng rng(12);
+    ParamStore<double> store;
+    const index_t H = 3, d_x = 5, d_attn = 2, d_mid = 3, d_out = 4;
+    MHAttention<double> mha(H, d_x, d_x, d_attn, d_mid, d_out, Mask::unidirectional(), store);
+    store.allocate();
+    fttest::randomize(store, rng);
+    const Seqs s = Seqs::from_lengths({4, 6});
+    const index_t n = s.total();
+    std::vector<double> X = fttest::randn(d_x * n, rng), X2 = X, dVt = fttest::randn(d_out * n, rng);
+    std::vector<std::vector<double>> Y(2, std::vector<double>(std::size_t(d_out * n))), dX(2), grads(2);
+    for (int fused = 1; fused >= 0; --fused) {
+        const std::vector<double>& Z = fused ? X : X2;  // another buffer with the same numbers
+        MHAttentionCache<double> c;
+        MHAttentionWork<double> w;
+        mha.forward(store, CMatView<double>(X.data(), d_x, n), s, CMatView<double>(Z.data(), d_x, n), s,
+                    MatView<double>(Y[std::size_t(fused)].data(), d_out, n), c);
+        EXPECT_EQ(c.fused, fused == 1);
+        store.zero_grad();
+        std::vector<double> gX(std::size_t(d_x * n), 0.0), gZ(std::size_t(d_x * n), 0.0);
+        mha.backward(store, CMatView<double>(X.data(), d_x, n), s, CMatView<double>(Z.data(), d_x, n), s, c,
+                     CMatView<double>(dVt.data(), d_out, n), MatView<double>(gX.data(), d_x, n),
+                     MatView<double>(fused ? gX.data() : gZ.data(), d_x, n), w);
+        if (!fused)
+            for (std::size_t i = 0; i < gX.size(); ++i) gX[i] += gZ[i];
+        dX[std::size_t(fused)] = gX;
+        grads[std::size_t(fused)].assign(store.grad(), store.grad() + store.size());
+    }
+    EXPECT_LT(fttest::rel_error(Y[1], Y[0], Y[0].size()), 1e-13);
+    EXPECT_LT(fttest::rel_error(dX[1], dX[0], dX[0].size()), 1e-13);
+    EXPECT_LT(fttest::rel_error(grads[1], grads[0], grads[0].size()), 1e-13);
+}

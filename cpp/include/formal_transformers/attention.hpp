@@ -166,11 +166,20 @@ struct MHAttentionCache {
     Matrix<T> Y;  // [H·d_mid,  n_x]  Algorithm 5 line 3: Y = [Y¹; …; Y^H]
     std::vector<T> A;  // softmax(S/√d_attn) per (sequence b, head h): [l_z_b, l_x_b] at A_off[b·H + h]
     std::vector<index_t> A_off;
+    // Self-attention (Z is X): Algorithm 4's lines 1–3 for all heads as ONE product,
+    // [Q; K; V] = [W_q; W_k; W_v] X + [b_q; b_k; b_v] 1ᵀ, so X is read and packed once instead of three
+    // times (and once in the backward). Q, K, V are then row blocks of QKV.
+    bool fused = false;
+    Matrix<T> QKV;    // [2·H·d_attn + H·d_mid, n_x]  (fused only)
+    Matrix<T> W_qkv;  // [2·H·d_attn + H·d_mid, d_x]  a copy of θ's W_q, W_k, W_v stacked (fused only)
+    Vector<T> b_qkv;  // [2·H·d_attn + H·d_mid]
+    CMatView<T> Qv, Kv, Vv;  // Q, K, V as used: views of Q/K/V, or row blocks of QKV
 };
 // Backward scratch; one can serve every layer of a model (used one layer at a time).
 template <class T>
 struct MHAttentionWork {
     Matrix<T> dY, dQ, dK, dV;
+    Matrix<T> dQKV, dW_qkv;  // fused self-attention: [dQ; dK; dV] and [dW_q; dW_k; dW_v] of this call
     std::vector<T> dA;
 };
 // Keys and values of the context tokens seen so far, for decoding one sequence with a cache (Alg 14/15).
