@@ -7,6 +7,10 @@
 #                    under AddressSanitizer + UndefinedBehaviorSanitizer), pytest (vs the numpy reference,
 #                    finite differences and PyTorch autograd) and the notebooks, all through ctest
 #
+#   ./run.sh notebooks [jupyter lab options]
+#                    install what is missing (with JupyterLab), register this venv's kernel as
+#                    "formal-transformers", then open JupyterLab on notebooks/ (e.g. --no-browser --port 8890)
+#
 # Other verbs: setup (install only), bench (benchmarks), clean.
 # Works on a fresh Debian/Ubuntu machine: apt packages are installed with sudo when not root; Python
 # packages go into ./.venv. Environment knobs: PYTHON (interpreter for the venv, default python3),
@@ -66,8 +70,18 @@ setup() {
   install_package "${1:-test,notebooks,io}"
 }
 
+notebooks() {
+  setup "notebooks,io,lab"
+  log "jupyter: kernel \"formal-transformers\" ($VENV/bin/python), JupyterLab on notebooks/ (Ctrl-C stops it)"
+  "$VENV/bin/python" -m ipykernel install --sys-prefix --name formal-transformers \
+    --display-name "Python (formal-transformers)" >/dev/null
+  local root=(); [ "$(id -u)" -eq 0 ] && root=(--allow-root)   # containers often run as root
+  exec "$VENV/bin/python" -m jupyter lab --notebook-dir=notebooks \
+    --MappingKernelManager.default_kernel_name=formal-transformers "${root[@]}" "$@"
+}
+
 run_tests() {
-  setup "test,notebooks,io"
+  setup "test,notebooks,io,lab"
   local py; py="$(cd "$VENV" && pwd)/bin/python"
   log "tests: release build (GoogleTest + pytest + notebooks through ctest)"
   cmake -S . -B build/tests -G Ninja -DCMAKE_BUILD_TYPE=Release -DFT_BUILD_TESTS=ON -DFT_PYTEST=ON \
@@ -86,8 +100,9 @@ run_tests() {
 case "${1:-}" in
   demo)  shift; setup "io"; "$VENV/bin/python" -m formal_transformers demo "$@" ;;
   test)  run_tests ;;
-  setup) setup "${2:-test,notebooks,io}" ;;
+  notebooks) shift; notebooks "$@" ;;
+  setup) setup "${2:-test,notebooks,io,lab}" ;;
   bench) setup "test,notebooks,io"; for b in bench/bench_*.py; do "$VENV/bin/python" "$b"; done ;;
   clean) rm -rf build "$VENV" ;;
-  *) sed -n '2,16p' "$0"; exit 2 ;;
+  *) sed -n '2,20p' "$0"; exit 2 ;;
 esac

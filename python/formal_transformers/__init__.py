@@ -4,7 +4,8 @@ exact and fast on a CPU.
 Names follow the paper (README.md has the table listing -> C++ header -> Python name). Shapes use the
 paper's column convention: a sequence of token vectors is a (d, ℓ) array whose column t is token t.
 Everything public of the compiled core `_core` is re-exported here, beside the Python-side modules:
-training (the trainers' options, progress and history), io (save/load) and reference (numpy listings).
+training (the trainers' options, progress and history), io (save/load), reference (numpy listings) and
+datasets (tiny Shakespeare and Tatoeba eng-fra: local copy, cache or download; translation scores).
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ finally:
     if not _had_policy:
         del _os.environ["OMP_WAIT_POLICY"]
 from ._core import *  # noqa: E402,F401,F403
-from . import reference  # noqa: E402,F401
+from . import datasets, reference  # noqa: E402,F401
 from .io import load, save  # noqa: E402
 from .training import DTraining, EDTraining, ETraining, History  # noqa: E402
 
@@ -56,5 +57,5 @@ __version__ = "0.1.0"
 
 __all__ = sorted(
     {name for name in dir(_core) if not name.startswith("_")}
-    | {"DTraining", "ETraining", "EDTraining", "History", "save", "load", "reference"}
+    | {"DTraining", "ETraining", "EDTraining", "History", "save", "load", "reference", "datasets"}
 )

@@ -1,15 +1,22 @@
-"""Helpers for the notebooks: where the real data is, the Tatoeba pairs, and translation scores.
+"""The real data of the notebooks — tiny Shakespeare and Tatoeba English–French pairs — and translation scores.
 
-    from formal_transformers import datasets
-    path = datasets.data_file("tinyshakespeare.txt")   # None where ../shared/data is absent
-    if path is None:
-        print(datasets.skip_message("tinyshakespeare.txt"))
+    import formal_transformers as ft
+    text = ft.datasets.tiny_shakespeare()        # str, 1,115,394 characters
+    pairs = ft.datasets.tatoeba_eng_fra()        # [TatoebaPair(english, french, attribution), ...] (5,000)
 
-The real data (README of ../shared/data) is not the project's own and is never copied into the
-repository: it is found at run time, and code using it skips with a message where it is absent (as on a
-user's machine). Nothing here is exported from `formal_transformers` itself.
+Neither data set is part of the repository (docs/data.md: where they come from, their licences). Each
+function finds its file in this order and stops at the first hit:
+  1. the `path` argument (the file itself, or a folder holding it);
+  2. $FT_DATA_DIR (a folder holding the file); when it is set, step 3 is skipped;
+  3. `shared/data` found walking up from the current directory and from this package (the developers'
+     copy, ../shared/data beside the repository; never copied into it);
+  4. the cache folder, cache_dir(): $FT_CACHE_DIR, else $XDG_CACHE_HOME/formal-transformers, else
+     ~/.cache/formal-transformers;
+  5. a download from the public source into the cache folder (unless FT_DOWNLOAD=0 or download=False),
+     written under its final name only after its SHA-256 checked out (see SOURCES).
+When none works, DataNotFoundError (a FileNotFoundError) says what was tried, the URL and FT_DATA_DIR.
 
-Translation scores (used by notebooks/08_translation_edtraining.ipynb):
+Translation scores (used by notebooks/08_tatoeba_translation.ipynb):
   * exact_match: the fraction of hypotheses equal to one of their references after `normalize`
     (Unicode NFC, surrounding whitespace stripped, inner runs of whitespace as one space).
   * bleu: corpus BLEU-4 (Papineni et al. 2002) on `bleu_tokens` (words and single punctuation marks,
@@ -23,19 +30,69 @@ Translation scores (used by notebooks/08_translation_edtraining.ipynb):
 from __future__ import annotations
 
 import collections
+import hashlib
+import io
 import math
 import os
 import pathlib
 import re
+import tempfile
 import unicodedata
-from typing import Iterable, NamedTuple, Optional, Sequence, Union
+import urllib.error
+import urllib.request
+import warnings
+import zipfile
+from typing import Callable, Iterable, NamedTuple, Optional, Sequence, Union
 
 __all__ = [
-    "data_dir", "data_file", "skip_message", "quick", "TatoebaPair", "read_tatoeba", "split_by_source",
-    "group_references", "normalize", "bleu_tokens", "bleu", "exact_match",
+    "tiny_shakespeare", "tatoeba_eng_fra", "locate", "download", "cache_dir", "DataNotFoundError", "Source",
+    "SOURCES", "data_dir", "data_file", "skip_message", "quick", "TatoebaPair", "read_tatoeba",
+    "split_by_source", "group_references", "normalize", "bleu_tokens", "bleu", "exact_match",
 ]
 
-_MARKER = "tinyshakespeare.txt"  # a file every copy of ../shared/data holds
+TINY_SHAKESPEARE = "tinyshakespeare.txt"
+TATOEBA = "tatoeba-eng-fra-5k.tsv"
+_MARKER = TINY_SHAKESPEARE  # a file every copy of ../shared/data holds
+
+
+class DataNotFoundError(FileNotFoundError):
+    """A data file is in none of the places looked in and could not be downloaded."""
+
+
+def _tatoeba_subset(raw: bytes, n_lines: int = 5000) -> bytes:
+    """The 5k file from manythings.org's fra-eng.zip: the first `n_lines` lines of its fra.txt (the file
+    lists the pairs by increasing length of the English sentence, so these are the shortest ones)."""
+    with zipfile.ZipFile(io.BytesIO(raw)) as z:
+        text = z.read("fra.txt").decode("utf-8")
+    lines = [line for line in text.splitlines() if line.strip()][:n_lines]
+    for i, line in enumerate(lines, 1):
+        if line.count("\t") != 2:
+            raise ValueError(f"fra.txt line {i}: expected English, French, attribution separated by tabs")
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+class Source(NamedTuple):
+    """Where a data file comes from. `sha256` checks the downloaded bytes (None: the source is not fixed,
+    nothing to pin); `derive` turns them into the file (None: kept as they are); `expected_sha256` is the
+    SHA-256 of the derived file the documented figures were measured on: a different result is kept, with a
+    warning that the figures may not reproduce exactly."""
+    url: str
+    sha256: Optional[str]
+    derive: Optional[Callable[[bytes], bytes]] = None
+    expected_sha256: Optional[str] = None
+
+
+SOURCES: dict = {
+    # char-rnn's data file (Karpathy), unchanged since 2015: the download is pinned.
+    TINY_SHAKESPEARE: Source(
+        "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
+        "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
+    # manythings.org re-exports Tatoeba's pairs as they grow, so the archive has no fixed checksum; the
+    # first 5,000 lines of its fra.txt reproduce the developers' file only while those lines are unchanged.
+    TATOEBA: Source(
+        "https://www.manythings.org/anki/fra-eng.zip", None, _tatoeba_subset,
+        expected_sha256="d952b56a181da5270b7bb4ded3f3bbe61e67a9b1de0e0fbc1d46438c71fb55a7"),
+}
 
 
 def _candidates() -> list[pathlib.Path]:
@@ -50,9 +107,9 @@ def _candidates() -> list[pathlib.Path]:
 
 
 def data_dir() -> Optional[pathlib.Path]:
-    """The folder of the real data: $FT_DATA_DIR when set (None if it does not exist), else the first
-    `shared/data` found walking up from the current directory and then from this package (the project's
-    ../shared/data). None when there is none."""
+    """The folder of a local copy of the data (steps 2–3 of the lookup): $FT_DATA_DIR when set (None if
+    it does not exist), else the first non-empty `shared/data` found walking up from the current directory
+    and then from this package (the project's ../shared/data). None when there is none."""
     env = os.environ.get("FT_DATA_DIR")
     if env:
         p = pathlib.Path(env).expanduser()
@@ -68,12 +125,123 @@ def data_dir() -> Optional[pathlib.Path]:
 
 
 def data_file(name: str) -> Optional[pathlib.Path]:
-    """The path of `name` in data_dir(), or None when the folder or the file is absent."""
+    """The path of `name` in data_dir(), or None when the folder or the file is absent (no cache, no
+    download: see locate)."""
     d = data_dir()
     if d is None:
         return None
     p = d / name
     return p if p.is_file() else None
+
+
+def cache_dir() -> pathlib.Path:
+    """$FT_CACHE_DIR, else $XDG_CACHE_HOME/formal-transformers, else ~/.cache/formal-transformers (not
+    created here)."""
+    if os.environ.get("FT_CACHE_DIR"):
+        return pathlib.Path(os.environ["FT_CACHE_DIR"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache"
+    return pathlib.Path(base).expanduser() / "formal-transformers"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def download(url: str, dest: Union[str, os.PathLike], sha256: Optional[str] = None, *,
+             derive: Optional[Callable[[bytes], bytes]] = None, timeout: float = 60.0) -> pathlib.Path:
+    """Fetch `url`, check the SHA-256 of the bytes received against `sha256` (when given), apply `derive`
+    (when given) and write the result to `dest` — through a temporary file in the same folder renamed at
+    the end, so `dest` never holds a partial or unchecked file. Returns `dest`. ValueError naming the URL
+    and both digests when the checksum differs (nothing written); OSError (urllib.error.URLError) when the
+    URL cannot be read."""
+    dest = pathlib.Path(dest)
+    request = urllib.request.Request(url, headers={"User-Agent": "formal-transformers (python urllib)"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        data = response.read()
+    got = _sha256(data)
+    if sha256 is not None and got != sha256.lower():
+        raise ValueError(f"checksum mismatch for {url}: SHA-256 {got}, expected {sha256} (nothing was written)")
+    if derive is not None:
+        data = derive(data)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, dest)
+    except BaseException:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def _download_enabled(download_arg: Optional[bool]) -> bool:
+    if download_arg is not None:
+        return bool(download_arg)
+    return os.environ.get("FT_DOWNLOAD", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def locate(name: str, path: Union[str, os.PathLike, None] = None, *, download: Optional[bool] = None) -> pathlib.Path:
+    """The path of the data file `name` (a key of SOURCES), found or downloaded in the order of this
+    module's docstring. `download=None` follows FT_DOWNLOAD (default: allowed). DataNotFoundError when
+    none works."""
+    if name not in SOURCES:
+        raise ValueError(f"unknown data file {name!r}; known: {', '.join(sorted(SOURCES))}")
+    if path is not None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
+        p = pathlib.Path(path).expanduser()
+        p = p / name if p.is_dir() else p
+        if p.is_file():
+            return p
+        raise DataNotFoundError(f"{name}: {p} does not exist (the path argument)")
+    tried = []
+    env = os.environ.get("FT_DATA_DIR")
+    local = data_dir()
+    if local is not None and (local / name).is_file():
+        return local / name
+    if env:
+        tried.append(f"FT_DATA_DIR={env}")
+    else:
+        tried.append(f"{local}" if local is not None else "../shared/data (none found walking up from here)")
+    cached = cache_dir() / name
+    if cached.is_file():
+        return cached
+    tried.append(f"the cache {cached}")
+    source = SOURCES[name]
+    if not _download_enabled(download):
+        reason = "downloading is off (FT_DOWNLOAD=0 or download=False)"
+    else:
+        try:
+            download_(source.url, cached, source.sha256, derive=source.derive)
+        except (OSError, ValueError) as e:
+            reason = f"downloading {source.url} failed: {e}"
+        else:
+            got = _sha256(cached.read_bytes())
+            if source.expected_sha256 is not None and got != source.expected_sha256:
+                warnings.warn(f"{name} derived from {source.url} (SHA-256 {got}) differs from the file the "
+                              f"documented figures were measured on ({source.expected_sha256}): the upstream "
+                              "data changed; results may differ slightly from docs/notebooks.md", stacklevel=2)
+            return cached
+    raise DataNotFoundError(
+        f"{name} is not available: not in {'; '.join(tried)}, and {reason}. Download it from {source.url} "
+        f"(docs/data.md says how) and set FT_DATA_DIR to the folder holding {name}, or pass path=.")
+
+
+download_ = download  # locate's parameter `download` shadows the function
+
+
+def tiny_shakespeare(path: Union[str, os.PathLike, None] = None, *, download: Optional[bool] = None) -> str:
+    """Tiny Shakespeare (char-rnn's input.txt: 1,115,394 characters, 65 distinct), as one str. `path`: the
+    file or a folder holding tinyshakespeare.txt; otherwise found or downloaded as the module says."""
+    return locate(TINY_SHAKESPEARE, path, download=download).read_text(encoding="utf-8")
+
+
+def tatoeba_eng_fra(path: Union[str, os.PathLike, None] = None, *, download: Optional[bool] = None) -> list:
+    """The 5,000 shortest English → French pairs of Tatoeba (manythings.org's export) as TatoebaPair
+    (english, french, attribution), in file order; keep the attribution with anything derived from a pair
+    (CC-BY 2.0 FR). `path`: the file or a folder holding tatoeba-eng-fra-5k.tsv."""
+    return read_tatoeba(locate(TATOEBA, path, download=download))
 
 
 def skip_message(name: str) -> str:
@@ -100,11 +268,9 @@ class TatoebaPair(NamedTuple):
 
 def read_tatoeba(path: Union[str, os.PathLike, None] = None) -> list[TatoebaPair]:
     """The pairs of a Tatoeba TSV file (English, French, attribution per line), in file order.
-    Default path: data_file("tatoeba-eng-fra-5k.tsv"). ValueError for a line without three fields."""
+    Default path: locate("tatoeba-eng-fra-5k.tsv"). ValueError for a line without three fields."""
     if path is None:
-        path = data_file("tatoeba-eng-fra-5k.tsv")
-        if path is None:
-            raise FileNotFoundError(skip_message("tatoeba-eng-fra-5k.tsv"))
+        path = locate(TATOEBA)
     pairs = []
     with open(path, encoding="utf-8") as f:
         for i, line in enumerate(f, 1):

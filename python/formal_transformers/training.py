@@ -257,6 +257,35 @@ class ETraining(_Trainer):
         )
 
 
+    def drawn_masks(self, x_data, model) -> list:
+        """The masked sequences x̃ that lines 4–6 of this trainer draw when it runs on x_data: one list per step
+        (the x̃ of each sequence of the step's minibatch, in order), for every step the run takes. They come
+        from the trainer's own generator (seeded with `seed`, one uniform number per token; the native
+        function ETraining calls), not from the model, so they can be had before or after training, e.g. to
+        replay a run through reference.e_training. Needs shuffle=False: with shuffle=True the same generator
+        also draws the order, and the masks depend on it."""
+        if self.options["shuffle"]:
+            raise ValueError("drawn_masks needs shuffle=False (the shuffle draws from the same generator)")
+        seqs = [np.asarray(x).reshape(-1) for x in x_data]
+        if not seqs:
+            raise ValueError("x_data is empty")
+        B = int(self.options["batch_size"])
+        per_epoch = -(-len(seqs) // B)
+        total = self.n_epochs * per_epoch
+        if self.options["max_steps"]:
+            total = min(total, int(self.options["max_steps"]))
+        steps = [seqs[k % per_epoch * B:][:B] for k in range(total)]
+        visited = [x for batch in steps for x in batch]
+        flat = _core._mask_tokens(np.concatenate(visited), model.mask_token, self.p_mask, self.options["seed"])
+        out, i = [], 0
+        for batch in steps:
+            out.append([])
+            for x in batch:
+                out[-1].append(flat[i:i + len(x)])
+                i += len(x)
+        return out
+
+
 class EDTraining(_Trainer):
     """Algorithm 11: θ̂ ← EDTraining(z_{1:N_data}, x_{1:N_data}, θ) — seq2seq training of an EDTransformer.
 

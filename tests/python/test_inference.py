@@ -298,6 +298,43 @@ def test_sampled_frequencies_follow_q(sampling):
         assert np.max(np.abs(plain - want)) > 10 * np.max(sd)
 
 
+def logits_edmodel(dtype="float64", l_max=64):
+    """An EDTransformer whose logits are LOGITS at every decoder position whatever z and x: the last decoder
+    layer's final layer_norm (γ5 = 0, β5 = e_0) makes every column e_0, and W_u's first column is LOGITS."""
+    m = ft.EDTransformer(V, l_max, 1, 1, 2, 8, 16, dtype=dtype, seed=0)
+    m.params["dec.0.gamma5"][...] = 0
+    m.params["dec.0.beta5"][...] = np.eye(8)[0]
+    m.params["W_u"][...] = 0
+    m.params["W_u"][:, 0] = LOGITS
+    return m
+
+
+@pytest.mark.parametrize("cache", [True, False], ids=["cache", "literal"])
+@pytest.mark.parametrize(
+    "sampling", [dict(tau=1.0), dict(tau=0.5), dict(tau=2.0), dict(tau=1.0, top_k=3), dict(tau=1.0, top_p=0.6)], ids=sid)
+def test_edinference_sampled_frequencies_follow_q(sampling, cache):
+    """Algorithm 15 with τ > 0 (as Algorithm 14 above): every token drawn after bos — eos included, it is drawn
+    from q like the others — has the frequencies of q ∝ p^{1/τ} restricted by top_k / top_p."""
+    m = logits_edmodel()
+    assert np.allclose(m.logits(np.array([3, 1]), np.array([m.bos_token, 2, 5])), LOGITS[:, None])
+    counts = np.zeros(V)
+    for seed in range(60 if cache else 25):
+        y = ft.EDInference(tau=sampling["tau"], top_k=sampling.get("top_k"), top_p=sampling.get("top_p"),
+                           seed=seed, cache=cache, max_len=m.l_max)(np.array([4, 0, 6]), m)
+        assert y[0] == m.bos_token
+        assert m.eos_token not in y[1:-1]  # generation stops at the first eos
+        counts += np.bincount(y[1:], minlength=V)
+    n = counts.sum()
+    freq = counts / n
+    want = expected_q(sampling["tau"], sampling.get("top_k"), sampling.get("top_p"))
+    sd = np.sqrt(want * (1 - want) / n)
+    assert np.all(np.abs(freq - want) <= 5 * sd + 1e-12), (freq, want)
+    assert np.all(freq[want == 0] == 0)
+    plain = expected_q(1.0)
+    if sampling != dict(tau=1.0):
+        assert np.max(np.abs(plain - want)) > 10 * np.max(sd)
+
+
 def test_top_p_keeps_the_smallest_set_reaching_the_mass():
     """With q sorted (0.47, 0.18, 0.12, …): top_p = 0.47 keeps one token, 0.48 two, 0.65 two, 0.66 three."""
     m = constant_output_dmodel()

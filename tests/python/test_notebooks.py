@@ -8,7 +8,7 @@ process's environment, plus:
   * absolute FT_CORE_PATH / PYTHONPATH, so a developer build (docs/DEVELOPING.md) reaches the kernel.
 A notebook has a deadline (FT_NOTEBOOK_TIMEOUT seconds; default 300 quick, 3600 full) and fails on the
 first cell that raises. The notebooks that use ../shared/data also run once with the data hidden
-(FT_DATA_DIR pointing nowhere): their data cells must skip with a message, as on a user's machine.
+(FT_DATA_DIR pointing nowhere, an empty cache, FT_DOWNLOAD=0): their data cells must skip with a message, as on a user's machine.
 FT_NOTEBOOKS_SAVE=1 writes the executed notebooks (with their outputs) back to notebooks/ — how the
 committed outputs are made (docs/notebooks.md).
 """
@@ -129,7 +129,11 @@ def test_notebook_runs(path, kernel_dir):
 @pytest.mark.parametrize("path", DATA_NOTEBOOKS, ids=[p.stem for p in DATA_NOTEBOOKS])
 def test_notebook_skips_without_data(path, kernel_dir, tmp_path):
     missing = tmp_path / "no-shared-data"
-    nb, _ = _execute(path, kernel_dir, _kernel_env(FT_DATA_DIR=str(missing)))
+    empty_cache = tmp_path / "empty-cache"
+    empty_cache.mkdir()
+    # as on a user's machine without the data and without network: no local copy, no cache, no download
+    nb, _ = _execute(path, kernel_dir, _kernel_env(FT_DATA_DIR=str(missing), FT_CACHE_DIR=str(empty_cache),
+                                                   FT_DOWNLOAD="0"))
     text = _stdout(nb)
     assert "skipped:" in text, f"{path.name}: no 'skipped:' message with the data absent"
 

@@ -310,6 +310,47 @@ def test_etraining_equals_reference_e_training_with_the_same_random_stream():
     assert sum(tr.history["tokens"]) > 0
 
 
+def test_etraining_drawn_masks_are_the_runs_masks():
+    """ETraining.drawn_masks gives the x̃ of every step (lines 4–6): per step, their masked-token counts are
+    the run's |T̃| (history["tokens"]), the loss of step 1 at θ0 on them is the run's first loss, they are
+    reference.mask_sequence on the standard MT19937-64 stream, and replaying them through
+    reference.e_training gives the run's θ (SGD)."""
+    data = ragged(44, 7, lo=4, hi=9)
+    m, probe = emodel(), emodel()
+    theta0 = snapshot(m)
+    tr = ft.ETraining(2, 0.3, p_mask=0.3, **quiet(optimizer="sgd", batch_size=1, shuffle=False, seed=5))
+    drawn = tr.drawn_masks(data, m)
+    assert len(drawn) == 14 and all(len(b) == 1 for b in drawn)
+    tr(data, m)
+    mt = m.mask_token
+    assert [int(sum((xt == mt).sum() for xt in b)) for b in drawn] == tr.history["tokens"]
+    probe.params.update(theta0)
+    assert probe.loss(drawn[0][0], data[0]) / tr.history["tokens"][0] == pytest.approx(tr.history["loss"][0], rel=1e-12)
+    rng = MT19937_64(5)
+    for k, b in enumerate(drawn):
+        assert np.array_equal(b[0], ref.mask_sequence(data[k % len(data)], p_mask=0.3, mask_token=mt, rng=rng)), k
+
+    class Replay:  # an rng that says "mask" (0.0) exactly where drawn_masks masked
+        def __init__(self):
+            self.u = [0.0 if v == mt else 1.0 for b in drawn for xt in b for v in xt]
+
+        def random(self):
+            return self.u.pop(0)
+
+    lg = probe_loss_and_grad(probe, lambda xt, x, th: ref.e_loss(xt, x, th, mt, L=1, H=2))
+    want = ref.e_training(data, theta0, lg, n_epochs=2, eta=0.3, p_mask=0.3, mask_token=mt, rng=Replay())
+    assert_close(m, want, 1e-12)
+    # minibatches and max_steps: the sequences of each step in order, the run's counts
+    m2 = emodel()
+    tr2 = ft.ETraining(3, 0.1, p_mask=0.4, **quiet(batch_size=3, shuffle=False, seed=9, max_steps=7))
+    drawn2 = tr2.drawn_masks(data, m2)
+    assert [len(b) for b in drawn2] == [3, 3, 1, 3, 3, 1, 3]
+    tr2(data, m2)
+    assert [int(sum((xt == mt).sum() for xt in b)) for b in drawn2] == tr2.history["tokens"]
+    with pytest.raises(ValueError, match="shuffle=False"):
+        ft.ETraining(1, 0.1, **quiet(shuffle=True)).drawn_masks(data, m2)
+
+
 def test_edtraining_equals_reference_ed_training():
     z = ragged(42, 4)
     x = [np.concatenate([[N_V - 2], s, [N_V - 1]]) for s in ragged(43, 4, hi=6)]
