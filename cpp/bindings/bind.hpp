@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "formal_transformers/common.hpp"
+#include "formal_transformers/fpenv.hpp"
 #include "formal_transformers/params.hpp"
 
 namespace ftpy {
@@ -141,6 +142,13 @@ struct Dual : StoreHolder {
     StoreRef store_ref() override {
         return std::visit([](auto& p) -> StoreRef { return &p->store; }, u);
     }
+};
+
+// Around every core call that computes in floating point: release the GIL, and run with FTZ/DAZ set for
+// the call's duration only (the caller's MXCSR restored on every exit path: fpenv.hpp).
+struct CoreCall {
+    py::gil_scoped_release nogil;
+    ft::FpEnvScope fp;
 };
 
 // Lock an object for one call, releasing the GIL while waiting (another thread may hold it for long).

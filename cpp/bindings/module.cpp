@@ -18,6 +18,7 @@ void install_poll_hook() {
         const auto now = clock::now();
         if (now - last < std::chrono::milliseconds(10)) return;
         last = now;
+        ft::FpCallerEnv caller_env;  // Python's signal handlers run in the caller's FP environment
         py::gil_scoped_acquire gil;
         if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     });

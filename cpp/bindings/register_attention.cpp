@@ -116,7 +116,7 @@ struct BasicAttentionUnit {
         auto out = out_matrix<T>(att.d_out, 1);
         last_T = -1;
         {
-            py::gil_scoped_release nogil;
+            CoreCall nogil;
             att.forward(store, ei.m.data, Ei.m, out.mutable_data(), cache);
         }
         last_T = Ei.m.cols;
@@ -129,7 +129,7 @@ struct BasicAttentionUnit {
         if (d.m.cols != 1) throw ft::ValueError("dv must be one vector (d_out,), got " + std::to_string(d.m.cols) + " columns");
         py::array de = zeros<T>(att.d_in, 1), dE = zeros<T>(att.d_in, last_T);
         {
-            py::gil_scoped_release nogil;
+            CoreCall nogil;
             att.backward(store, cache, d.m.data, static_cast<T*>(de.mutable_data()),
                          ft::MatView<T>(static_cast<T*>(dE.mutable_data()), att.d_in, last_T));
         }
@@ -169,7 +169,7 @@ struct XZUnit {
         auto out = out_matrix<T>(att.d_out, nx);
         l_x = l_z = -1;  // nothing valid to differentiate until this call completes
         {
-            py::gil_scoped_release nogil;
+            CoreCall nogil;
             save_copy(X, x.m);
             save_copy(Z, z.m);
             att.forward(store, ft::view(X), ft::Seqs::single(nx), ft::view(Z), ft::Seqs::single(nz),
@@ -188,7 +188,7 @@ struct XZUnit {
                                  std::to_string(l_x));
         py::array dX = zeros<T>(att.d_x, l_x), dZ = zeros<T>(att.d_z, l_z);
         {
-            py::gil_scoped_release nogil;
+            CoreCall nogil;
             const auto sx = ft::Seqs::single(l_x), sz = ft::Seqs::single(l_z);
             ft::MatView<T> gX(static_cast<T*>(dX.mutable_data()), att.d_x, l_x);
             ft::MatView<T> gZ(static_cast<T*>(dZ.mutable_data()), att.d_z, l_z);

@@ -112,7 +112,7 @@ struct TokenEmbeddingUnit {
         const index_t n = index_t(in.ids.size());
         auto out = out_matrix<T>(emb.d_e, n);
         {
-            py::gil_scoped_release nogil;
+            CoreCall nogil;
             emb.forward(store, in.ids.data(), n, ft::MatView<T>(out.mutable_data(), emb.d_e, n));
         }
         last_ids = std::move(in.ids);
@@ -127,7 +127,7 @@ struct TokenEmbeddingUnit {
         if (d.m.cols != n)
             throw ft::ValueError("dE has " + std::to_string(d.m.cols) + " columns but the last call embedded " +
                                  std::to_string(n) + " token(s)");
-        py::gil_scoped_release nogil;
+        CoreCall nogil;
         emb.backward(store, last_ids.data(), n, d.m);
     }
 };
@@ -152,7 +152,7 @@ struct PositionalEmbeddingUnit {
         const index_t n = index_t(in.ids.size());
         auto out = out_matrix<T>(pe.d_e, n);
         {
-            py::gil_scoped_release nogil;
+            CoreCall nogil;
             pe.forward(store, in.ids.data(), n, ft::MatView<T>(out.mutable_data(), pe.d_e, n));
         }
         last_pos = std::move(in.ids);
@@ -167,7 +167,7 @@ struct PositionalEmbeddingUnit {
         if (d.m.cols != n)
             throw ft::ValueError("dE has " + std::to_string(d.m.cols) + " columns but the last call embedded " +
                                  std::to_string(n) + " position(s)");
-        py::gil_scoped_release nogil;
+        CoreCall nogil;
         pe.backward(store, last_pos.data(), n, d.m);  // a no-op for the sinusoidal (frozen) W_p
     }
 };

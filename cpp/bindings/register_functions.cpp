@@ -13,7 +13,7 @@ py::array apply_columns(const py::handle& A, const char* what, F f) {
     ft::MatView<T> O(out.mutable_data(), in.m.rows, in.m.cols);
     std::copy(in.m.data, in.m.data + in.m.size(), O.data);
     {
-        py::gil_scoped_release nogil;
+        CoreCall nogil;
         f(O);
     }
     return maybe_vector(out, in.was_vector);

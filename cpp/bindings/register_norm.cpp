@@ -24,7 +24,7 @@ struct NormUnit {
         InMatrix<T> in = in_matrix<T>(e, "e", norm.d_e, true, "d_e");
         auto out = out_matrix<T>(norm.d_e, in.m.cols);
         {
-            py::gil_scoped_release nogil;
+            CoreCall nogil;
             norm.forward(store, in.m, ft::MatView<T>(out.mutable_data(), norm.d_e, in.m.cols), cache);
         }
         last_n = in.m.cols;
@@ -42,7 +42,7 @@ struct NormUnit {
         ft::MatView<T> dX(dx.mutable_data(), norm.d_e, last_n);
         std::fill(dX.data, dX.data + dX.size(), T(0));
         {
-            py::gil_scoped_release nogil;
+            CoreCall nogil;
             norm.backward(store, d.m, cache, dX);
         }
         return maybe_vector(dx, last_vector);

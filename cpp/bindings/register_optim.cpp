@@ -77,7 +77,7 @@ step and belong to that object. Fixed parameters (sinusoidal W_p) are never chan
                     using T = typename std::decay_t<decltype(*store)>::value_type;
                     ft::Adam<T>& opt = a.get(obj, *store);
                     const T* g = gradient_buffer(*store, grads);
-                    py::gil_scoped_release nogil;
+                    CoreCall nogil;
                     opt.step(*store, g, lr_now);
                 }, h.store_ref());
             },
@@ -166,7 +166,7 @@ step(obj, grads=None, lr=None) as Adam.step.)doc")
                 std::visit([&](auto* store) {
                     using T = typename std::decay_t<decltype(*store)>::value_type;
                     const T* g = gradient_buffer(*store, grads);
-                    py::gil_scoped_release nogil;
+                    CoreCall nogil;
                     ft::SGD<T>(lr_now).step(*store, g);
                 }, h.store_ref());
             },

@@ -46,6 +46,12 @@ ft::TrainOptions parse_options(const py::dict& d) {
             else if (r == "cosine") o.schedule = ft::TrainOptions::Schedule::Cosine;
             else if (r == "linear") o.schedule = ft::TrainOptions::Schedule::Linear;
             else throw ft::ValueError("schedule must be 'constant', 'cosine' or 'linear', got '" + r + "'");
+        } else if (k == "nonfinite") {
+            const std::string r = option_str(v, "nonfinite");
+            if (r == "raise") o.nonfinite = ft::TrainOptions::NonFinite::Raise;
+            else if (r == "warn") o.nonfinite = ft::TrainOptions::NonFinite::Warn;
+            else if (r == "skip") o.nonfinite = ft::TrainOptions::NonFinite::Skip;
+            else throw ft::ValueError("nonfinite must be 'raise', 'warn' or 'skip', got '" + r + "'");
         } else {
             throw ft::ValueError("unknown training option '" + k + "'");
         }
@@ -71,6 +77,7 @@ py::dict step_dict(const ft::StepInfo& s) {
     d["lr"] = s.lr;
     d["grad_norm"] = s.grad_norm;
     d["tokens"] = s.tokens;
+    d["skipped"] = s.skipped;
     d["val_loss"] = s.val_loss >= 0 ? py::object(py::float_(s.val_loss)) : py::object(py::none());
     d["val_accuracy"] = s.val_accuracy >= 0 ? py::object(py::float_(s.val_accuracy)) : py::object(py::none());
     return d;
@@ -82,6 +89,7 @@ py::dict step_dict(const ft::StepInfo& s) {
 // callback's error). The Python hook (progress bar, callback) gets each step's dict; False stops.
 struct Recorder {
     py::object sink, hook;
+    bool warn_nonfinite = false;  // nonfinite='warn': a RuntimeWarning for each skipped step
     std::vector<ft::StepInfo> steps;
     std::vector<double> seconds;
     std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
@@ -90,7 +98,16 @@ struct Recorder {
         return [this](const ft::StepInfo& s) {
             steps.push_back(s);
             seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            if (s.skipped && warn_nonfinite && !s.interrupted) {
+                ft::FpCallerEnv caller_env;
+                py::gil_scoped_acquire gil;
+                const std::string msg = "training step " + std::to_string(s.step) + " skipped: loss " +
+                                        std::to_string(s.loss) + ", gradient norm " + std::to_string(s.grad_norm) +
+                                        " (not finite); no update applied";
+                if (PyErr_WarnEx(PyExc_RuntimeWarning, msg.c_str(), 1) != 0) throw py::error_already_set();
+            }
             if (s.interrupted || hook.is_none()) return !s.interrupted;
+            ft::FpCallerEnv caller_env;  // the callback runs in the caller's FP environment (fpenv.hpp)
             py::gil_scoped_acquire gil;
             if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // Ctrl-C between steps
             py::object r = hook(step_dict(s));
@@ -112,7 +129,7 @@ struct Recorder {
     void run(F&& train) {
         try {
             {
-                py::gil_scoped_release nogil;
+                CoreCall nogil;
                 train(step_hook());
             }
         } catch (...) {
@@ -137,6 +154,14 @@ template <class T>
 using EDUnitT = ft::EDTransformer<T>;
 
 void register_training(py::module_& m) {
+    // A non-finite loss or gradient norm under nonfinite='raise' (training.hpp): FloatingPointError.
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const ft::NonFiniteError& e) {
+            PyErr_SetString(PyExc_FloatingPointError, e.what());
+        }
+    });
     // Algorithms 13 and 12 share the binding: a model, one data set, optional validation data.
     auto single_data = [&m](const char* fname, auto train, auto unit_tag, const char* listing, const char* cls) {
         using Unit = typename decltype(unit_tag)::type;
@@ -158,6 +183,7 @@ void register_training(py::module_& m) {
                     if (!val.is_none()) vdata = dataset(val, "val_data", mdl.cfg.n_vocab, mdl.cfg.l_max);
                     auto update = update_rule<T>(optimizer, model, mdl.store);
                     Recorder rec{sink, hook};
+                    rec.warn_nonfinite = o.nonfinite == ft::TrainOptions::NonFinite::Warn;
                     rec.run([&](const ft::StepHook& h) { train(mdl, data, o, update, h, val.is_none() ? nullptr : &vdata); });
                 });
             },
@@ -193,6 +219,7 @@ void register_training(py::module_& m) {
                 }
                 auto update = update_rule<T>(optimizer, model, mdl.store);
                 Recorder rec{sink, hook};
+                    rec.warn_nonfinite = o.nonfinite == ft::TrainOptions::NonFinite::Warn;
                 rec.run([&](const ft::StepHook& h) {
                     ft::EDTraining<T>(mdl, zd, xd, o, update, h, z_val.is_none() ? nullptr : &zv, x_val.is_none() ? nullptr : &xv);
                 });

@@ -54,7 +54,7 @@ py::object shaped_output(index_t n_vocab, const InBatch& in, bool two_d, Fill fi
     const index_t n = index_t(in.ids.size());
     auto out = out_matrix<T>(n_vocab, n);
     {
-        py::gil_scoped_release nogil;
+        CoreCall nogil;
         fill(ft::MatView<T>(out.mutable_data(), n_vocab, n));
     }
     if (in.was_single) return std::move(out);
@@ -261,7 +261,7 @@ void def_pair_losses(PyClass& cls, const char* a, const char* b, Pair pair, Core
                    auto [p, q] = pair(m, A, B);
                    double loss;
                    {
-                       py::gil_scoped_release nogil;
+                       CoreCall nogil;
                        loss = std::apply([&](auto&&... args) { return m.loss_and_grad(args...); }, core_args(p, q));
                    }
                    return py::make_tuple(loss, grads_out(self, m.store, copy));
@@ -278,7 +278,7 @@ void def_pair_losses(PyClass& cls, const char* a, const char* b, Pair pair, Core
                     index_t scored = 0;
                     double loss;
                     {
-                        py::gil_scoped_release nogil;
+                        CoreCall nogil;
                         loss = std::apply([&](auto&&... args) { return m.loss(args..., &scored); }, core_args(p, q));
                     }
                     return apply_reduction(loss, scored, reduction);
@@ -320,7 +320,7 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
                  c.gelu = parse_gelu(gelu);
                  common_options(c, d_attn, d_mid, positional, base, tied, eps, seed, init_std);
                  const DType dt = parse_dtype(dtype);
-                 py::gil_scoped_release nogil;
+                 CoreCall nogil;
                  return std::make_unique<DD>(dt, c);
              }),
              py::arg("n_vocab"), py::arg("l_max"), py::arg("L"), py::arg("H"), py::arg("d_e"), py::arg("d_mlp"),
@@ -339,7 +339,7 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
                     InBatch in = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
                     double loss;
                     {
-                        py::gil_scoped_release nogil;
+                        CoreCall nogil;
                         loss = m.loss_and_grad(Tokens{in.ids.data(), seqs_of(in)});
                     }
                     return py::make_tuple(loss, grads_out(self, m.store, copy));
@@ -360,7 +360,7 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
                     double loss;
                     apply_reduction(0, 1, reduction);
                     {
-                        py::gil_scoped_release nogil;
+                        CoreCall nogil;
                         loss = m.loss(Tokens{in.ids.data(), seqs_of(in)}, &scored);
                     }
                     return apply_reduction(loss, scored, reduction);
@@ -396,7 +396,7 @@ loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] o
                  c.gelu = parse_gelu(gelu);
                  common_options(c, d_attn, d_mid, positional, base, tied, eps, seed, init_std);
                  const DType dt = parse_dtype(dtype);
-                 py::gil_scoped_release nogil;
+                 CoreCall nogil;
                  return std::make_unique<DE>(dt, c);
              }),
              py::arg("n_vocab"), py::arg("l_max"), py::arg("L"), py::arg("H"), py::arg("d_e"), py::arg("d_mlp"),
@@ -444,7 +444,7 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
                   c.d_mlp = d_mlp;
                   common_options(c, d_attn, d_mid, positional, base, tied, eps, seed, init_std);
                   const DType dt = parse_dtype(dtype);
-                  py::gil_scoped_release nogil;
+                  CoreCall nogil;
                   return std::make_unique<DED>(dt, c);
               }),
               py::arg("n_vocab"), py::arg("l_max"), py::arg("L_enc"), py::arg("L_dec"), py::arg("H"), py::arg("d_e"),

@@ -40,7 +40,7 @@ struct UnembeddingUnit {
         auto out = out_matrix<T>(un.n_vocab, cols);
         n = -1;  // nothing valid to differentiate until this call completes
         {
-            py::gil_scoped_release nogil;
+            CoreCall nogil;
             save_copy(X, in.m);
             ft::MatView<T> O(out.mutable_data(), un.n_vocab, cols);
             un.forward(store, ft::view(X), O);  // line 1: p = softmax(W_u e)
@@ -55,7 +55,7 @@ struct UnembeddingUnit {
         InMatrix<T> in = in_matrix<T>(e, "e", un.d_e, true, "d_e");
         auto out = out_matrix<T>(un.n_vocab, in.m.cols);
         {
-            py::gil_scoped_release nogil;
+            CoreCall nogil;
             un.logits(store, in.m, ft::MatView<T>(out.mutable_data(), un.n_vocab, in.m.cols));
         }
         return maybe_vector(out, in.was_vector);
@@ -70,7 +70,7 @@ struct UnembeddingUnit {
         ft::MatView<T> dX(dx.mutable_data(), un.d_e, n);
         std::fill(dX.data, dX.data + dX.size(), T(0));
         {
-            py::gil_scoped_release nogil;
+            CoreCall nogil;
             save_copy(dP, d.m);  // the core overwrites dP with dZ: never the caller's array
             un.backward(store, ft::view(X), ft::view(P), ft::view(dP), dX);
         }
@@ -125,7 +125,7 @@ py::array gemm_py(const py::handle& Ao, const py::handle& Bo, bool transA, bool 
     const ft::Op opB = (transB != B.stored_transposed) ? ft::Op::T : ft::Op::N;
     auto C = out_matrix<T>(m, n);
     {
-        py::gil_scoped_release nogil;
+        CoreCall nogil;
         ft::gemm<T>(opA, opB, T(1), A.M, B.M, T(0), ft::MatView<T>(C.mutable_data(), m, n));
     }
     return std::move(C);

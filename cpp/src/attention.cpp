@@ -36,10 +36,10 @@ void Mask::check(index_t l_z, index_t l_x, index_t q0) const {
 }
 
 std::vector<std::uint8_t> bidirectional_mask(index_t l_z, index_t l_x) {
-    return std::vector<std::uint8_t>(std::size_t(l_z * l_x), 1);
+    return std::vector<std::uint8_t>(std::size_t(checked_elements({l_z, l_x}, 1, "mask (l_z, l_x)")), 1);
 }
 std::vector<std::uint8_t> unidirectional_mask(index_t l_z, index_t l_x) {
-    std::vector<std::uint8_t> m(std::size_t(l_z * l_x));
+    std::vector<std::uint8_t> m(std::size_t(checked_elements({l_z, l_x}, 1, "mask (l_z, l_x)")));
     for (index_t t_x = 0; t_x < l_x; ++t_x)
         for (index_t t_z = 0; t_z < l_z; ++t_z) m[std::size_t(t_z + t_x * l_z)] = t_z <= t_x;
     return m;
@@ -213,7 +213,7 @@ void Attention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs
     affine<T>(store.W(W_v), Z, store.v(b_v), V);  // line 3: V ← W_v Z + b_v 1ᵀ
     c.A_off.assign(1, 0);
     for (index_t b = 0; b < sx.count(); ++b) c.A_off.push_back(c.A_off.back() + sz.len(b) * sx.len(b));
-    c.A.resize(std::size_t(c.A_off.back()));
+    c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));
     for (index_t b = 0; b < sx.count(); ++b)  // lines 4–6, per sequence
         attention_head<T>(Q.cols_range(sx.begin(b), sx.len(b)), K.cols_range(sz.begin(b), sz.len(b)),
                           V.cols_range(sz.begin(b), sz.len(b)), mask, 0,
@@ -304,7 +304,7 @@ void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Se
     c.A_off.assign(1, 0);
     for (index_t b = 0; b < sx.count(); ++b)
         for (index_t h = 0; h < H; ++h) c.A_off.push_back(c.A_off.back() + sz.len(b) * sx.len(b));
-    c.A.resize(std::size_t(c.A_off.back()));
+    c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));
     // lines 1–3: for h ∈ [H]: Y^h ← Attention(X, Z | W^h_qkv, Mask): Algorithm 4's lines 4–6 on head h's
     // rows of Q, K, V, for every sequence, writing Y^h into its rows of Y.
     const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid);

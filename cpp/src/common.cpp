@@ -5,10 +5,6 @@
 #include <cmath>
 #include <mutex>
 
-#if defined(__SSE__) || defined(__x86_64__)
-#include <xmmintrin.h>
-#define FT_HAVE_MXCSR 1
-#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -21,11 +17,6 @@ PollHook& poll_hook() {
     static PollHook hook;
     return hook;
 }
-void set_ftz_daz_this_thread() {
-#ifdef FT_HAVE_MXCSR
-    _mm_setcsr(_mm_getcsr() | 0x8040);  // FTZ (bit 15) | DAZ (bit 6)
-#endif
-}
 }  // namespace
 
 void set_poll_hook(PollHook hook) { poll_hook() = std::move(hook); }
@@ -36,12 +27,8 @@ void poll() {
 
 // ---------------------------------------------------------------------------------------------------
 void init_threads() {
-    set_ftz_daz_this_thread();
-#ifdef _OPENMP
-    const int n = omp_get_max_threads();
-#pragma omp parallel num_threads(n)
-    set_ftz_daz_this_thread();
-#endif
+    // FTZ/DAZ are no longer set here (that changed the importing process's arithmetic): each core call
+    // sets them for its own duration only, fpenv.hpp.
 }
 
 void set_num_threads(int n) {

@@ -12,8 +12,12 @@ index_t ParamStore<T>::add(ParamInfo info) {
         if (s <= 0) throw ValueError("parameter " + info.name + " would have a non-positive dimension");
     info.offset = total_;
     info.size = 1;
-    for (index_t s : info.shape) info.size *= s;
-    total_ += info.size;
+    const std::string what = "parameter " + info.name;
+    for (index_t s : info.shape) info.size = checked_mul(info.size, s, what.c_str());
+    // θ and its gradient: checked against the bound as they are declared, so a huge one fails at once
+    const index_t total = checked_add(total_, info.size, what.c_str());
+    check_bytes(checked_mul(total, 2, what.c_str()), sizeof(T), (what + " (θ and its gradient)").c_str());
+    total_ = total;
     entries_.push_back(std::move(info));
     return entries_.back().offset;
 }
@@ -32,7 +36,7 @@ VecParam ParamStore<T>::vector(const std::string& name, index_t n) {
 
 template <class T>
 MatParam ParamStore<T>::stacked(const std::string& name, index_t H, index_t rows, index_t cols) {
-    const index_t off = add({name, {H, rows, cols}, {rows, 1, H * rows}, 0, 0});
+    const index_t off = add({name, {H, rows, cols}, {rows, 1, checked_mul(H, rows, name.c_str())}, 0, 0});
     return {off, H * rows, cols};
 }
 

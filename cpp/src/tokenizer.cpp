@@ -605,15 +605,31 @@ private:
     }
 };
 
-// JSON string literal of text (UTF-8 + surrogates): surrogates and control characters escaped.
+// JSON string literal of text (UTF-8 + surrogates): surrogates and control characters escaped — except a
+// high surrogate directly followed by a low one (two lone code points in a Python str): JSON readers
+// (ours, Python's json) join two such escapes (backslash-u D800, backslash-u DFFF) into ONE code point
+// (U+103FF), so that high surrogate is
+// written as its raw surrogatepass bytes (ED A0..AF 80..BF) instead; our reader takes it back as one code
+// point, as json.loads of the Python str does. So every text round-trips exactly (issue 11, item 7).
 void json_string(std::string& out, std::string_view s) {
     out += '"';
     std::size_t i = 0;
-    char buf[8];
+    char buf[16];
     while (i < s.size()) {
         std::int32_t cp;
         const int len = utf8::next(s, i, cp);
         FT_CHECK(cp >= 0, "json_string: text is not UTF-8");
+        bool pair_follows = false;
+        if (cp >= 0xD800 && cp <= 0xDBFF && i + std::size_t(len) < s.size()) {
+            std::int32_t next_cp;
+            utf8::next(s, i + std::size_t(len), next_cp);
+            pair_follows = next_cp >= 0xDC00 && next_cp <= 0xDFFF;
+        }
+        if (pair_follows) {
+            out.append(s.data() + i, std::size_t(len));
+            i += std::size_t(len);
+            continue;
+        }
         if (cp == '"') out += "\\\"";
         else if (cp == '\\') out += "\\\\";
         else if (cp == '\n') out += "\\n";

@@ -3,6 +3,7 @@
 #include "formal_transformers/training.hpp"
 
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 namespace ft {
@@ -57,6 +58,20 @@ void check_dataset(const Dataset& d, const char* what) {
     if (d.size() == 0) throw ValueError(std::string(what) + " is empty: nothing to train on");
 }
 
+// θ − Δ stays finite for every update Δ with |Δ_i| ≤ step: every |θ_i| + step within half the type's range.
+// The caller passes η·max(‖∇‖, 10): SGD's |Δ_i| ≤ η‖∇‖, Adam's |Δ_i| is a few η at most (its m̂/√v̂ with
+// the usual betas). False also when θ already holds a NaN or inf.
+template <class T>
+bool update_fits(const ParamStore<T>& store, double step) {
+    const double limit = double(std::numeric_limits<T>::max()) / 2;
+    if (!(step <= limit)) return false;
+    const double room = limit - step;
+    const T* th = store.theta();
+    bool ok = true;
+    for (index_t i = 0; i < store.size(); ++i) ok &= std::abs(double(th[i])) <= room;
+    return ok;
+}
+
 // Lines 1, 2 and 6 of Algorithms 11–13. `body(batch indices) -> {loss, scored}` runs lines 3–5 for the
 // minibatch, leaving ∇(Σ_n loss_n) in store.grad(); `evaluate(info)` fills the validation figures.
 template <class T, class Body, class Eval>
@@ -88,10 +103,27 @@ void train_loop(ParamStore<T>& store, index_t N_data, const TrainOptions& o, con
             info.epoch = epoch;
             info.total_steps = total;
             info.grad_norm = grad_norm(store, g);
-            if (o.clip > 0 && info.grad_norm > o.clip) scale<T>(g, store.size(), T(o.clip / info.grad_norm));
             info.lr = learning_rate(o, o.start_step + step, o.start_step + total);
-            update(store, g, info.lr);  // line 6: θ ← θ − η·∇loss(θ)  (or Adam)
             info.loss = ls.second > 0 ? ls.first / double(ls.second) : 0.0;
+            // never apply a non-finite update: the loss and ‖∇‖ must be finite, and θ − η∇ must not overflow
+            const bool finite = std::isfinite(ls.first) && std::isfinite(info.grad_norm);
+            const double g_used = o.clip > 0 && info.grad_norm > o.clip ? o.clip : info.grad_norm;
+            if (!finite || !update_fits(store, info.lr * std::max(g_used, 10.0))) {
+                if (o.nonfinite == TrainOptions::NonFinite::Raise)
+                    throw NonFiniteError(
+                        "training step " + std::to_string(o.start_step + step) + ": the loss is " +
+                        std::to_string(info.loss) + " and the gradient norm " + std::to_string(info.grad_norm) +
+                        (finite ? " (the update η·‖∇‖ = " + std::to_string(info.lr * g_used) + " would overflow θ"
+                                : std::string(" (not finite")) +
+                        "; η = " + std::to_string(info.lr) + " may be too large: lower eta, or set clip). "
+                        "No update was applied: the model holds its parameters after step " +
+                        std::to_string(o.start_step + step - 1) + " (its grads hold this step's gradient). "
+                        "nonfinite='skip' or 'warn' skips such steps instead.");
+                info.skipped = true;
+            } else {
+                if (o.clip > 0 && info.grad_norm > o.clip) scale<T>(g, store.size(), T(o.clip / info.grad_norm));
+                update(store, g, info.lr);  // line 6: θ ← θ − η·∇loss(θ)  (or Adam)
+            }
             info.tokens = ls.second;
             if (has_val && ((o.eval_every > 0 && step % o.eval_every == 0) || step == total)) {
                 try {

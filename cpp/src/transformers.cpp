@@ -38,6 +38,7 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
     if (arch == Arch::E && c.tied && c.d_f != c.d_e)
         throw ValueError("tied=True needs d_f == d_e: W_u = W_eᵀ is N_V × d_e, but ETransformer's W_u is N_V × d_f");
     if (arch != Arch::D && c.norm != NormKind::Layer) throw ValueError("norm='rms' is a DTransformer option (Gopher)");
+    check_model_size(c, arch);  // sizes.hpp: overflow-safe, before any layer is declared
     return c;
 }
 

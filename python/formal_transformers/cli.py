@@ -120,14 +120,17 @@ def train(args) -> pathlib.Path:
         n_epochs=math.ceil(args.steps / per_epoch) + 1, eta=args.lr, optimizer=opt, batch_size=args.batch,
         seed=args.seed + done, reduction="mean", schedule="cosine", warmup=args.warmup, min_lr=args.min_lr,
         clip=1.0, max_steps=steps_left, eval_every=args.eval_every, val_data=val_seqs[: args.val_seqs] or None,
-        start_step=done, progress=not args.quiet,  # the schedule continues where it stopped
+        start_step=done, progress=not args.quiet, nonfinite=getattr(args, "nonfinite", "raise"),  # the schedule continues where it stopped
     )
     t0 = time.perf_counter()
     interrupted = False
+    failure = None
     try:
         trainer(train_seqs, model)
     except KeyboardInterrupt:
         interrupted = True
+    except FloatingPointError as e:  # a non-finite step: not applied; save the run up to the step before
+        failure = e
     elapsed = time.perf_counter() - t0
     h = trainer.history
     steps_now = done + (h["step"][-1] if h["step"] else 0)
@@ -155,6 +158,8 @@ def train(args) -> pathlib.Path:
     if interrupted:
         _say("interrupted: resume with --resume")
         raise SystemExit(130)
+    if failure is not None:
+        raise SystemExit(f"error: {failure}")
     return out
 
 
@@ -224,6 +229,9 @@ def _train_args(p: argparse.ArgumentParser, steps: int):
     p.add_argument("--min-lr", type=float, default=1e-4)
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--nonfinite", default="raise", choices=["raise", "warn", "skip"],
+                   help="a step with a NaN/inf loss or gradient norm: stop (default; the run keeps the step "
+                        "before it) or skip it (warn: with a warning)")
     p.add_argument("--eval-every", type=int, default=250)
     p.add_argument("--val-frac", type=float, default=0.1)
     p.add_argument("--val-seqs", type=int, default=2000, help="validation sequences used per evaluation")

@@ -94,7 +94,7 @@ def load(path: Union[str, os.PathLike], *, dtype: str | None = None):
             cfg["dtype"] = dtype
         positional = [cfg.pop(k) for k in _positional_names(arch)]
         model = cls(*positional, **cfg)
-    except (ValueError, KeyError, TypeError, IndexError) as e:
+    except (ValueError, KeyError, TypeError, IndexError, RecursionError) as e:  # RecursionError: deeply nested JSON
         raise ValueError(f"{path}: damaged or unusable config in the metadata ({type(e).__name__}: {e})") from None
     try:
         tensors = st.load_file(os.fspath(path))

@@ -4,7 +4,9 @@ The listings' loops run in C++ (cpp/src/training.cpp, line by line) with the GIL
 adds what belongs to Python: the optimizer choice, a tqdm progress bar showing the loss, a callback, and
 the loss history a notebook can plot. Ctrl-C stops training between steps (or inside a step, before its
 update): the model keeps the parameters of the last completed step, the history is kept on the trainer,
-and KeyboardInterrupt is re-raised.
+and KeyboardInterrupt is re-raised. A step whose loss or gradient norm is NaN or infinite is never applied:
+by default training stops with FloatingPointError naming the step, the model holding the parameters of
+the step before it (nonfinite="warn" or "skip" skips such steps instead).
 
     model = ft.DTransformer(n_vocab, l_max, L, H, d_e, d_mlp)
     trainer = ft.DTraining(n_epochs=2, eta=1e-3, batch_size=12, schedule="cosine", warmup=100)
@@ -25,10 +27,12 @@ __all__ = ["DTraining", "ETraining", "EDTraining", "History"]
 
 class History(dict):
     """Per-step figures of a training run: lists keyed by "step", "epoch", "loss" (mean per scored
-    token, nats), "lr", "grad_norm", "tokens", "time" (seconds since the start), and the evaluations
+    token, nats), "lr", "grad_norm", "tokens", "time" (seconds since the start), "skipped" (True: a
+    non-finite step whose update was not applied, nonfinite="warn"/"skip"), and the evaluations
     "val_step", "val_loss", "val_accuracy". `arrays()` gives numpy arrays; `plot()` draws the curves."""
 
-    KEYS = ("step", "epoch", "loss", "lr", "grad_norm", "tokens", "time", "val_step", "val_loss", "val_accuracy")
+    KEYS = ("step", "epoch", "loss", "lr", "grad_norm", "tokens", "time", "skipped", "val_step", "val_loss",
+            "val_accuracy")
 
     def __init__(self):
         super().__init__({k: [] for k in self.KEYS})
@@ -79,6 +83,7 @@ class _Trainer:
         max_steps: int = 0,
         eval_every: int = 0,
         start_step: int = 0,
+        nonfinite: str = "raise",
         weight_decay: float = 0.0,
         betas: tuple = (0.9, 0.999),
         callback: Optional[Callable[[dict], Any]] = None,
@@ -100,7 +105,7 @@ class _Trainer:
         self.options = dict(
             n_epochs=n_epochs, eta=eta, batch_size=batch_size, shuffle=bool(shuffle), seed=seed, reduction=reduction,
             schedule=schedule, warmup=warmup, min_lr=min_lr, clip=clip, max_steps=max_steps, eval_every=eval_every,
-            start_step=start_step,
+            start_step=start_step, nonfinite=nonfinite,
         )
         _core.learning_rate(self._core_options(), 1, 1)  # validates every option now, with a clear message
         if optimizer == "sgd" and weight_decay:
@@ -184,6 +189,7 @@ class _Trainer:
                 h["lr"].append(r["lr"])
                 h["grad_norm"].append(r["grad_norm"])
                 h["tokens"].append(r["tokens"])
+                h["skipped"].append(r["skipped"])
                 h["time"].append(time0 + r["time"])
                 if r["val_loss"] is not None:
                     h["val_step"].append(step0 + r["step"])
@@ -213,6 +219,11 @@ class DTraining(_Trainer):
       start_step  resuming a run: the updates already done; warm-up and decay continue from there over
                   start_step + this run's steps (history and callback steps count from 1 as before)
       max_steps   stop after this many updates (0: n_epochs full passes)
+      nonfinite   what a step whose loss or gradient norm is NaN/inf does; it is never applied:
+                  "raise" (default) stops training with FloatingPointError naming the step — the model
+                  then holds its parameters after the previous step (history ends there); "warn"
+                  (RuntimeWarning) or "skip" skip that step's update and go on (history marks it
+                  in "skipped")
       val_data, eval_every   validation loss (mean per token) and accuracy every eval_every steps and
                   at the end
       callback    called after each step with a dict (step, epoch, loss, lr, grad_norm, tokens,

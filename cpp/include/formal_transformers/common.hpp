@@ -20,6 +20,8 @@
 
 #include <xtensor/xtensor.hpp>
 
+#include "formal_transformers/sizes.hpp"
+
 namespace ft {
 
 using index_t = std::ptrdiff_t;
@@ -88,16 +90,19 @@ template <class T>
 CMatView<T> view(const Matrix<T>& m) {
     return {m.data(), index_t(m.shape(0)), index_t(m.shape(1))};
 }
-// Resize a workspace matrix; reuses capacity (no allocation once it has held this many elements).
+// Resize a workspace matrix; reuses capacity (no allocation once it has held this many elements). The size
+// is checked (sizes.hpp) before anything is allocated: ValueError if it overflows or exceeds the bound.
 template <class T>
 MatView<T> ensure(Matrix<T>& m, index_t rows, index_t cols) {
-    if (index_t(m.shape(0)) != rows || index_t(m.shape(1)) != cols)
+    if (index_t(m.shape(0)) != rows || index_t(m.shape(1)) != cols) {
+        checked_elements({rows, cols}, sizeof(T), "workspace");
         m.resize({std::size_t(rows), std::size_t(cols)});
+    }
     return view(m);
 }
 template <class T>
 T* ensure(Vector<T>& v, index_t n) {
-    if (index_t(v.shape(0)) != n) v.resize({std::size_t(n)});
+    if (index_t(v.shape(0)) != n) v.resize({std::size_t(check_bytes(n, sizeof(T), "workspace"))});
     return v.data();
 }
 
@@ -135,11 +140,11 @@ void poll();
 
 // ---------------------------------------------------------------------------------------------------
 // Threads. One OpenMP pool serves both the element-wise kernels and the BLAS (its parallel jobs run on
-// our threads, blas.hpp), so they never fight (docs/design.md "Threads"). Also sets flush-to-zero /
-// denormals-are-zero on every thread of that pool (denormals measured to slow a step 2.5-4x).
+// our threads, blas.hpp), so they never fight (docs/design.md "Threads"). Flush-to-zero /
+// denormals-are-zero: only inside core calls, on the caller's thread and the pool's (fpenv.hpp).
 void set_num_threads(int n);
 int get_num_threads();
-void init_threads();  // idempotent: FTZ/DAZ on the pool; called by the bindings at import
+void init_threads();  // idempotent; called by the bindings at import (sets no FTZ/DAZ: fpenv.hpp)
 // For the lifetime of this object, the calling thread runs its OpenMP regions (and the BLAS) alone: for work too small to share between threads, such as decoding one token with the
 // KV cache (one column per layer), where waking a second thread for each small product costs more than the
 // product (bench/bench_inference.py). The previous thread count is restored on exit.

@@ -30,6 +30,10 @@
 //    at the last step. clip > 0: the gradient is rescaled to norm ≤ clip before the update.
 //  * max_steps > 0 ends training early; eval_every > 0 measures the validation loss (mean per token, and
 //    accuracy of the argmax) every that many steps and at the end.
+//  * nonfinite: a step whose loss or gradient norm is not finite (NaN or ±inf, e.g. η too large) is never
+//    applied. Raise (the default): training stops with NonFiniteError naming the step, before its update,
+//    so the model holds θ after the previous step (its grads hold the failed step's gradient). Warn / Skip:
+//    the step is skipped (no update, StepInfo.skipped set; the bindings warn for Warn) and training goes on.
 // After each update a hook receives the step's figures and may stop training by returning false. Ctrl-C
 // (or any exception from the hook) ends training between steps or inside a step before its update, so the
 // model always holds the parameters of a completed step.
@@ -60,7 +64,14 @@ struct TrainOptions {
     index_t start_step = 0;         // resuming: steps already done; the schedule continues from there (its
                                     // length is start_step + this run's steps)
     double p_mask = 0.15;           // ETraining
+    enum class NonFinite { Raise, Warn, Skip } nonfinite = NonFinite::Raise;  // see above
     void check() const;             // ValueError naming a bad value
+};
+
+// A step's loss or gradient norm is NaN or infinite and TrainOptions::nonfinite is Raise (Python:
+// FloatingPointError). Thrown before that step's update: θ holds the previous step's parameters.
+struct NonFiniteError : std::runtime_error {
+    using std::runtime_error::runtime_error;
 };
 
 struct StepInfo {
@@ -71,6 +82,7 @@ struct StepInfo {
     index_t tokens = 0;     // scored tokens in this step
     double val_loss = -1;   // ≥ 0 when evaluated at this step (mean per token)
     double val_accuracy = -1;
+    bool skipped = false;      // non-finite loss or gradient norm: no update was applied (nonfinite = Warn/Skip)
     bool interrupted = false;  // evaluation of this step was interrupted (Ctrl-C): the update is done, record it and stop
 };
 

@@ -1,0 +1,124 @@
+"""Coverage-guided fuzzing (atheris, libFuzzer's engine for Python) of the parsers that read files:
+the tokenizer files (CharTokenizer / WordTokenizer / BPETokenizer .from_json, what .load reads), the model
+files (ft.load: safetensors header, tensors) and the model config inside them (ft.load's JSON config).
+
+Input layout: the first byte picks the target, the rest is its payload:
+    0  tokenizer file text (UTF-8, surrogatepass) -> every tokenizer class's from_json
+    1  a whole model file (bytes) -> ft.load
+    2  the config JSON of an otherwise valid model file -> ft.load
+Accepted outcomes: a result, or ValueError / TypeError (the documented errors). Anything else — another
+exception, a crash, a hang (-timeout) — is a finding: atheris stops and writes the input to crash-<sha1>.
+
+Coverage is measured on the Python code atheris instruments (formal_transformers' io.py, json,
+safetensors' Python layer); the C++ parsers run on every input but are not instrumented (that needs the
+core built with clang's -fsanitize=fuzzer-no-link). docs/fuzzing.md says how to run this longer.
+
+    FT_CORE_PATH=build/dev PYTHONPATH=python python fuzz/fuzz_parsers.py /tmp/new-corpus fuzz/corpus \\
+        -max_total_time=600
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import json.decoder
+import os
+import sys
+import tempfile
+
+import atheris
+
+import numpy as np
+import safetensors
+import safetensors.numpy
+
+import formal_transformers as ft
+from formal_transformers import io as ft_io
+
+
+def instrument(*modules) -> int:
+    """Coverage instrumentation of the Python functions (and methods) defined in these modules. (The modules
+    are already imported by numpy & co., so atheris.instrument_imports would miss them, and instrument_all
+    takes minutes on numpy.)"""
+    n = 0
+    for mod in modules:
+        for obj in list(vars(mod).values()):
+            funcs = [obj] if inspect.isfunction(obj) else \
+                [f for f in vars(obj).values() if inspect.isfunction(f)] if inspect.isclass(obj) else []
+            for f in funcs:
+                if getattr(f, "__module__", None) == mod.__name__:
+                    atheris.instrument_func(f)
+                    n += 1
+    return n
+
+
+TMP = tempfile.mkdtemp(prefix="ft-atheris-")
+MODEL = os.path.join(TMP, "model.safetensors")
+FILE = os.path.join(TMP, "input.safetensors")
+TOKENIZERS = (ft.CharTokenizer, ft.WordTokenizer, ft.BPETokenizer)
+
+
+def _setup():
+    ft.set_num_threads(1)
+    ft.save(ft.DTransformer(12, 8, 1, 2, 4, 6), MODEL)
+    from safetensors.numpy import load_file
+
+    return load_file(MODEL), ft.io.read_metadata(MODEL)
+
+
+TENSORS, META = _setup()
+
+
+def with_config(config: str) -> str:
+    from safetensors.numpy import save_file
+
+    meta = dict(META, **{"formal_transformers.config": config})
+    save_file(TENSORS, FILE, metadata=meta)
+    return FILE
+
+
+def test_one_input(data: bytes) -> None:
+    if not data:
+        return
+    target, payload = data[0] % 3, data[1:]
+    if target == 0:
+        text = payload.decode("utf-8", "surrogatepass") if _utf8(payload) else payload.decode("latin-1")
+        for cls in TOKENIZERS:
+            try:
+                t = cls.from_json(text)
+            except ValueError:
+                continue
+            t.encode("the cat \ud800 sat")
+            t.decode(list(range(min(t.n_vocab, 50))))
+            u = cls.from_json(t.to_json())  # what we write, we read back
+            assert u.to_json() == t.to_json()
+        return
+    if target == 1:
+        with open(FILE, "wb") as f:
+            f.write(payload)
+        path = FILE
+    else:
+        path = with_config(payload.decode("utf-8", "replace"))
+    try:
+        m = ft_io.load(path)
+    except (ValueError, TypeError):
+        return
+    x = np.array([0])  # a valid input for any loaded model (n_vocab >= 1, l_max >= 1)
+    m(x, x) if isinstance(m, ft.EDTransformer) else m(x)
+
+
+def _utf8(b: bytes) -> bool:
+    try:
+        b.decode("utf-8", "surrogatepass")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def main() -> None:
+    instrument(ft_io, json, json.decoder, safetensors.numpy, sys.modules[__name__])
+    atheris.Setup(sys.argv, test_one_input)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()

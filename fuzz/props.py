@@ -1,0 +1,498 @@
+"""Property-based fuzzing of the public API (hypothesis): every constructor, call, call sequence,
+tokenizer and file loader must either work or raise a clear ValueError / TypeError / IndexError — never
+crash, hang, raise anything else (MemoryError, RuntimeError, SystemError...), or leave a half-updated model.
+
+Run by tests/python/test_fuzz.py in a child process (a segfault then fails the test, and the input being
+run is the last line of the log file, written and flushed before each example). By hand:
+
+    FT_CORE_PATH=build/dev PYTHONPATH=python python fuzz/props.py --examples 200 --log /tmp/fuzz.log
+    (--seed N for another stream; --examples sets the budget per property)
+
+Sizes are drawn from small values (that build tiny objects) and huge ones (≥ 2**40, that must be
+refused at once); middle sizes, which would legitimately allocate gigabytes, are not drawn.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings, seed as hseed, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+
+import formal_transformers as ft
+
+ALLOWED = (ValueError, TypeError, IndexError)
+COUNTS: dict[str, int] = {}
+LOG = None
+
+
+def log(name: str, what) -> None:
+    """Count the example and write it (flushed) before running it: a crash's input is the last line."""
+    COUNTS[name] = COUNTS.get(name, 0) + 1
+    if LOG is not None:
+        LOG.write(f"{name}: {what!r}\n"[:20000])
+        LOG.flush()
+
+
+def call(f, *a, **kw):
+    """f(*a, **kw), or None when it raised one of the allowed exceptions (anything else propagates)."""
+    try:
+        return f(*a, **kw)
+    except ALLOWED:
+        return None
+
+
+# ------------------------------------------------------------------------------------------------------
+# strategies
+small = st.integers(-2, 6)
+huge = st.sampled_from([2**40, 2**41 + 1, 2**62, 2**63 - 1, -(2**63), 2**64, 10**30])
+size = st.one_of(small, small, small, huge)
+odd = st.sampled_from([None, 1.5, "3", True, float("nan"), [2], np.int64(3), np.float32(2.0)])
+size_or_odd = st.one_of(size, size, size, odd)
+dtypes = st.sampled_from(["float32", "float64", None, "float16", "int64", np.float32, "complex128", 3, "x"])
+finite = st.floats(-1e3, 1e3, allow_nan=False, width=64)
+weird = st.sampled_from([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e308, -1e308, 5e-324, 1e-40])
+
+
+@st.composite
+def arrays(draw, max_dims=3, max_side=5):
+    """A numpy array (or list / scalar) of a random kind, shape and content."""
+    kind = draw(st.sampled_from(["f64", "f32", "int", "bool", "object", "complex", "list", "scalar", "empty", "weird"]))
+    ndim = draw(st.integers(0, max_dims))
+    shape = tuple(draw(st.lists(st.integers(0, max_side), min_size=ndim, max_size=ndim)))
+    n = int(np.prod(shape)) if shape else 1
+    if kind == "scalar":
+        return draw(st.one_of(st.integers(-5, 2**70), finite, st.none(), st.text(max_size=3)))
+    if kind == "empty":
+        return np.zeros((0,) * max(ndim, 1))
+    if kind == "int":
+        vals = draw(st.lists(st.one_of(st.integers(-3, 12), st.sampled_from([2**31, 2**40, -(2**63), 2**63 - 1])),
+                             min_size=n, max_size=n))
+        return np.array(vals, dtype=np.int64).reshape(shape)
+    if kind == "bool":
+        return np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool).reshape(shape)
+    if kind == "object":
+        return np.array([None] * n, dtype=object).reshape(shape)
+    if kind == "list":
+        return draw(st.lists(st.one_of(st.integers(-2, 12), st.lists(st.integers(-2, 12), max_size=4)), max_size=4))
+    vals = draw(st.lists(st.one_of(finite, finite, finite, weird), min_size=n, max_size=n))
+    a = np.array(vals, dtype=np.float64).reshape(shape)
+    if kind == "f32":
+        return a.astype(np.float32)
+    if kind == "complex":
+        return a.astype(np.complex128)
+    if kind == "weird":
+        return np.asfortranarray(a)[..., ::-1] if a.ndim else a
+    return a
+
+
+@st.composite
+def ids(draw, n_vocab=12, l_max=8, batch=True):
+    """Token ids: mostly valid sequences, sometimes out of range, empty, too long, ragged or mistyped."""
+    kind = draw(st.sampled_from(["seq", "seq", "batch", "ragged", "bad"] if batch else ["seq", "seq", "bad"]))
+    tok = st.integers(0, n_vocab - 1)
+    if kind == "seq":
+        return np.array(draw(st.lists(tok, min_size=1, max_size=l_max)), dtype=np.int64)
+    if kind == "batch":
+        n, l = draw(st.integers(1, 3)), draw(st.integers(1, l_max))
+        return np.array(draw(st.lists(tok, min_size=n * l, max_size=n * l)), dtype=np.int64).reshape(n, l)
+    if kind == "ragged":
+        return [np.array(s, dtype=np.int64) for s in draw(st.lists(st.lists(tok, min_size=1, max_size=l_max), min_size=1, max_size=3))]
+    return draw(st.one_of(arrays(), st.lists(st.integers(-3, n_vocab + 2), max_size=l_max + 3)))
+
+
+# ------------------------------------------------------------------------------------------------------
+# 1. constructors
+CONSTRUCTORS = {
+    "TokenEmbedding": (lambda a, kw: ft.TokenEmbedding(a[0], a[1], **kw), 2),
+    "PositionalEmbedding": (lambda a, kw: ft.PositionalEmbedding(a[0], a[1], **kw), 2),
+    "PositionalEmbedding_sin": (lambda a, kw: ft.PositionalEmbedding(a[0], a[1], "sinusoidal", **kw), 2),
+    "BasicAttention": (lambda a, kw: ft.BasicAttention(a[0], a[1], a[2], **kw), 3),
+    "Attention": (lambda a, kw: ft.Attention(a[0], a[1], a[2], a[3], **kw), 4),
+    "Attention_uni": (lambda a, kw: ft.Attention(a[0], a[1], a[2], a[3], "unidirectional", **kw), 4),
+    "MHAttention": (lambda a, kw: ft.MHAttention(*a[:6], **kw), 6),
+    "LayerNorm": (lambda a, kw: ft.LayerNorm(a[0], **kw), 1),
+    "RMSNorm": (lambda a, kw: ft.RMSNorm(a[0], **kw), 1),
+    "Unembedding": (lambda a, kw: ft.Unembedding(a[0], a[1], **kw), 2),
+    "DTransformer": (lambda a, kw: ft.DTransformer(*a[:6], **kw), 6),
+    "ETransformer": (lambda a, kw: ft.ETransformer(*a[:7], **kw), 7),
+    "EDTransformer": (lambda a, kw: ft.EDTransformer(*a[:7], **kw), 7),
+    "masks": (lambda a, kw: (ft.unidirectional_mask(a[0], a[1]), ft.bidirectional_mask(a[0], a[1])), 2),
+    "DInference": (lambda a, kw: ft.DInference(a[0], *a[1:2]), 2),
+    "EDInference": (lambda a, kw: ft.EDInference(max_len=a[0]), 1),
+    "Adam": (lambda a, kw: ft.Adam(*a[:5]), 5),
+    "SGD": (lambda a, kw: ft.SGD(a[0]), 1),
+    "chunk": (lambda a, kw: ft.chunk(np.arange(10), a[0], a[1]), 2),
+    "set_num_threads": (lambda a, kw: ft.set_num_threads(a[0]) if a[0] in (1, 2) or not isinstance(a[0], int)
+                        or a[0] < 1 or a[0] > 2**31 else None, 1),
+}
+MODEL_KW = st.fixed_dictionaries({}, optional={
+    "dtype": dtypes, "seed": st.one_of(st.integers(-5, 2**70), odd), "d_attn": size_or_odd, "d_mid": size_or_odd,
+    "eps": st.one_of(finite, weird), "init_std": st.one_of(finite, weird), "base": st.one_of(finite, weird, st.none())})
+
+
+@given(name=st.sampled_from(sorted(CONSTRUCTORS)), args=st.lists(size_or_odd, min_size=7, max_size=7), kw=MODEL_KW)
+def constructors(name, args, kw):
+    make, _ = CONSTRUCTORS[name]
+    if name in ("DTransformer", "ETransformer", "EDTransformer"):
+        pass
+    elif name in ("PositionalEmbedding", "PositionalEmbedding_sin"):
+        kw = {k: v for k, v in kw.items() if k in ("dtype", "seed", "base")}
+    elif name in ("masks", "DInference", "EDInference", "Adam", "SGD", "chunk", "set_num_threads"):
+        kw = {}
+    else:
+        kw = {k: v for k, v in kw.items() if k in ("dtype", "seed")}
+    if name in ("DTransformer", "ETransformer", "EDTransformer"):
+        kw.pop("base", None)
+    log("constructors", (name, args, kw))
+    t = time.perf_counter()
+    obj = call(make, args, kw)
+    assert time.perf_counter() - t < 5, f"{name}{tuple(args)} took {time.perf_counter() - t:.1f} s"
+    if obj is not None and hasattr(obj, "params"):
+        n = sum(v.size for v in obj.params.values())
+        assert n < 10**8, f"{name}{tuple(args)} built {n} parameters"
+        for v in obj.params.values():
+            assert v.flags.writeable
+    if name == "set_num_threads":
+        ft.set_num_threads(2)
+
+
+# ------------------------------------------------------------------------------------------------------
+# 2. component calls (forward, backward) with arbitrary arguments
+def components():
+    return {
+        "TokenEmbedding": ft.TokenEmbedding(12, 4, dtype="float64"),
+        "PositionalEmbedding": ft.PositionalEmbedding(8, 4),
+        "BasicAttention": ft.BasicAttention(4, 3, 2, dtype="float64"),
+        "Attention": ft.Attention(4, 3, 2, 5, "unidirectional"),
+        "Attention_mask": ft.Attention(4, 4, 2, 3, np.tril(np.ones((3, 3), dtype=bool)).T.copy()),
+        "MHAttention": ft.MHAttention(2, 4, 4, 2, 2, 4, "unidirectional", dtype="float64"),
+        "LayerNorm": ft.LayerNorm(4),
+        "RMSNorm": ft.RMSNorm(4, dtype="float64"),
+        "Unembedding": ft.Unembedding(12, 4),
+    }
+
+
+COMPONENTS = None
+
+
+@given(name=st.sampled_from(["TokenEmbedding", "PositionalEmbedding", "BasicAttention", "Attention", "Attention_mask",
+                             "MHAttention", "LayerNorm", "RMSNorm", "Unembedding", "softmax", "gelu", "relu"]),
+       a=st.lists(arrays(), min_size=2, max_size=2), back=arrays(), order=st.booleans())
+def component_calls(name, a, back, order):
+    global COMPONENTS
+    if COMPONENTS is None:
+        COMPONENTS = components()
+    log("component_calls", (name, a, back, order))
+    if name in ("softmax", "gelu", "relu"):
+        call(getattr(ft, name), a[0])
+        return
+    c = COMPONENTS[name]
+    before = {k: v.copy() for k, v in c.params.items()}
+    if order:
+        call(c.backward, back)  # before or after a forward: either works or raises
+    r = call(c, a[0], a[1]) if name in ("BasicAttention", "Attention", "Attention_mask", "MHAttention") and a[1] is not None \
+        else call(c, a[0])
+    if r is None and name in ("BasicAttention", "Attention", "Attention_mask", "MHAttention"):
+        r = call(c, a[0])
+    call(c.backward, back)
+    for k, v in c.params.items():  # calls never write θ
+        assert np.array_equal(v, before[k], equal_nan=True), f"{name}: a call changed parameter {k}"
+    call(c.zero_grad)
+
+
+# ------------------------------------------------------------------------------------------------------
+# 3. call sequences on a model: a state machine
+class ModelMachine(RuleBasedStateMachine):
+    """forward / logits / loss / loss_and_grad / inference / zero_grad / params assignment / save-load in
+    random order, on a small D, E or ED transformer. Invariants: the parameter names and shapes never
+    change; a call that raises changes neither θ nor the gradients (never a half-updated model); θ
+    changes only by an assignment or a load."""
+
+    def __init__(self):
+        super().__init__()
+        self.model = None
+        self.tmp = tempfile.mkdtemp(prefix="ft-fuzz-")
+
+    @initialize(arch=st.sampled_from(["D", "E", "ED"]), dtype=st.sampled_from(["float32", "float64"]),
+                tied=st.booleans(), seed=st.integers(0, 5))
+    def build(self, arch, dtype, tied, seed):
+        log("machine", ("build", arch, dtype, tied, seed))
+        if arch == "D":
+            self.model = ft.DTransformer(12, 8, 2, 2, 4, 6, dtype=dtype, tied=tied, seed=seed)
+        elif arch == "E":
+            self.model = ft.ETransformer(12, 8, 1, 2, 4, 6, 4, dtype=dtype, tied=tied, seed=seed)
+        else:
+            self.model = ft.EDTransformer(12, 8, 1, 2, 2, 4, 6, dtype=dtype, tied=tied, seed=seed)
+        self.arch = arch
+        self.names = {k: v.shape for k, v in self.model.params.items()}
+        self.theta = self.snapshot()
+
+    def snapshot(self):
+        return {k: v.copy() for k, v in self.model.params.items()}
+
+    def guarded(self, what, f, *a, **kw):
+        """Run a call; if it raises, neither θ nor the gradients may have changed."""
+        log("machine", (what, a, kw))
+        th, gr = self.snapshot(), {k: v.copy() for k, v in self.model.grads.items()}
+        try:
+            return f(*a, **kw)
+        except ALLOWED:
+            for k, v in self.model.params.items():
+                assert np.array_equal(v, th[k], equal_nan=True), f"{what} raised after changing θ[{k}]"
+            for k, v in self.model.grads.items():
+                assert np.array_equal(v, gr[k], equal_nan=True), f"{what} raised after changing grads[{k}]"
+            return None
+
+    def args(self, x, z):
+        return (z, x) if self.arch == "ED" else (x,)
+
+    @rule(x=ids(), z=ids())
+    def forward(self, x, z):
+        self.guarded("forward", self.model, *self.args(x, z))
+
+    @rule(x=ids(), z=ids())
+    def logits(self, x, z):
+        self.guarded("logits", self.model.logits, *self.args(x, z))
+
+    @rule(x=ids(), z=ids(), red=st.sampled_from(["sum", "mean", "max", 3]))
+    def loss(self, x, z, red):
+        self.guarded("loss", self.model.loss, *self.args(x, z), reduction=red)
+
+    @rule(x=ids(), z=ids(), copy=st.booleans())
+    def loss_and_grad(self, x, z, copy):
+        self.guarded("loss_and_grad", self.model.loss_and_grad, *self.args(x, z), copy=copy)
+
+    @rule()
+    def zero_grad(self):
+        log("machine", ("zero_grad",))
+        self.model.zero_grad()
+        assert all(not np.any(g) for g in self.model.grads.values())
+
+    @rule(data=st.data())
+    def assign(self, data):
+        name = data.draw(st.sampled_from(sorted(self.names) + ["nope", 3]))
+        shape = self.names.get(name, (2,))
+        value = data.draw(st.one_of(arrays(), st.just("shape")))
+        if isinstance(value, str):
+            value = np.asarray(data.draw(st.lists(finite, min_size=int(np.prod(shape)), max_size=int(np.prod(shape))))).reshape(shape)
+        log("machine", ("assign", name, value))
+        try:
+            self.model.params[name] = value
+        except (*ALLOWED, KeyError):
+            pass
+        self.theta = self.snapshot()
+
+    @rule(data=st.data())
+    def update_many(self, data):
+        names = data.draw(st.lists(st.sampled_from(sorted(self.names)), max_size=3, unique=True))
+        upd = {n: np.zeros(self.names[n]) for n in names}
+        if names and data.draw(st.booleans()):
+            upd[names[-1]] = np.zeros((1,) + tuple(self.names[names[-1]]))  # one bad: all or nothing
+        self.guarded("params.update", self.model.params.update, upd)
+        self.theta = self.snapshot()
+
+    @rule(l_gen=st.integers(-1, 12), tau=st.sampled_from([0.0, 0.5, 1.0, -1.0, float("nan")]), cache=st.booleans(),
+          top_k=st.sampled_from([None, 0, 1, 3, 100]), x=ids(batch=False))
+    def inference(self, l_gen, tau, cache, top_k, x):
+        if self.arch == "D":
+            inf = call(ft.DInference, l_gen, tau, top_k=top_k, seed=1, cache=cache)
+            if inf is not None:
+                self.guarded("DInference", inf, x, self.model)
+        elif self.arch == "ED":
+            inf = call(ft.EDInference, tau, max_len=l_gen if l_gen > 0 else None, top_k=top_k, seed=1, cache=cache)
+            if inf is not None:
+                self.guarded("EDInference", inf, x, self.model)
+        assert all(np.array_equal(v, self.theta[k], equal_nan=True) for k, v in self.model.params.items()), \
+            "inference changed θ"
+
+    @rule(dtype=st.sampled_from([None, "float32", "float64", "int8"]))
+    def save_load(self, dtype):
+        log("machine", ("save_load", dtype))
+        p = os.path.join(self.tmp, "m.safetensors")
+        ft.save(self.model, p)
+        m2 = call(ft.load, p, dtype=dtype)
+        if m2 is None:
+            assert dtype == "int8"
+            return
+        assert m2.config == dict(self.model.config, **({"dtype": dtype} if dtype else {}))
+        for k, v in self.model.params.items():
+            if m2.dtype == self.model.dtype:
+                assert np.array_equal(m2.params[k], v, equal_nan=True), k
+        if m2.dtype == self.model.dtype:
+            self.model = m2
+
+    @invariant()
+    def shapes_and_theta(self):
+        if self.model is None:
+            return
+        assert {k: v.shape for k, v in self.model.params.items()} == self.names
+        for k, v in self.model.params.items():  # θ changes only by assign/update/load
+            assert np.array_equal(v, self.theta[k], equal_nan=True), f"θ[{k}] changed outside an assignment"
+
+
+# ------------------------------------------------------------------------------------------------------
+# 4. tokenizers
+any_text = st.lists(st.one_of(st.characters(), st.integers(0xD800, 0xDFFF).map(chr)), max_size=60).map("".join)
+# (st.characters never yields surrogates: lone ones are drawn separately)
+
+
+@given(kind=st.sampled_from(["char", "word", "bpe"]), corpus=any_text, text=any_text,
+       unk=st.booleans(), n=st.one_of(st.integers(-3, 400), huge), ids_=arrays(max_dims=2, max_side=8))
+def tokenizers(kind, corpus, text, unk, n, ids_):
+    log("tokenizers", (kind, corpus, text, unk, n, ids_))
+    if kind == "char":
+        t = call(ft.CharTokenizer.fit, corpus, unk=unk)
+    elif kind == "word":
+        t = call(ft.WordTokenizer.fit, corpus, unk=unk, min_count=1)
+    else:
+        t = call(ft.BPETokenizer.train, corpus, n)
+    if t is None:
+        return
+    e = call(t.encode, text)
+    u = type(t).from_json(t.to_json())  # the round trip always works
+    assert u.to_json() == t.to_json()
+    if e is not None:
+        assert list(u.encode(text)) == list(e)
+        d = t.decode(e)
+        if kind in ("char", "bpe") and (kind == "bpe" or unk is False or all(c in corpus for c in text)):
+            assert d == text, (text, d)
+    call(t.decode, ids_)
+    call(t.encode, ids_)
+
+
+@given(kind=st.sampled_from(["char", "word", "bpe"]), data=st.data())
+def tokenizer_files(kind, data):
+    """from_json of mutated valid files and of arbitrary text: a tokenizer or ValueError/TypeError."""
+    base = {"char": ft.CharTokenizer.fit("hello wörld \ud800", unk=True),
+            "word": ft.WordTokenizer.fit("the cat sat on the mat", unk=True, min_count=1),
+            "bpe": ft.BPETokenizer.train("the cat sat on the mat " * 4, 270)}[kind]
+    s = base.to_json()
+    how = data.draw(st.sampled_from(["cut", "splice", "replace", "text", "json"]))
+    if how == "cut":
+        s = s[: data.draw(st.integers(0, len(s)))]
+    elif how == "splice":
+        i = data.draw(st.integers(0, len(s)))
+        s = s[:i] + data.draw(st.text(max_size=8)) + s[i + data.draw(st.integers(0, 8)):]
+    elif how == "replace":
+        obj = json.loads(s)
+        key = data.draw(st.sampled_from(sorted(obj)))
+        obj[key] = data.draw(st.one_of(st.integers(-2**70, 2**70), st.text(max_size=5), st.none(), st.lists(st.integers(-3, 300), max_size=5),
+                                       st.floats(), st.booleans(), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)))
+        s = json.dumps(obj)
+    elif how == "text":
+        s = data.draw(any_text)
+    else:
+        s = json.dumps(data.draw(st.recursive(st.one_of(st.none(), st.integers(), st.text(max_size=4)),
+                                              lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(st.text(max_size=4), c, max_size=3)),
+                                              max_leaves=8)))
+    log("tokenizer_files", (kind, s))
+    for cls in (ft.CharTokenizer, ft.WordTokenizer, ft.BPETokenizer):
+        t = call(cls.from_json, s)
+        if t is not None:
+            call(t.encode, "the cat \ud800 sat")
+            t.to_json()
+
+
+# ------------------------------------------------------------------------------------------------------
+# 5. model files
+def model_file(tmp):
+    p = os.path.join(tmp, "good.safetensors")
+    if not os.path.exists(p):
+        ft.save(ft.DTransformer(12, 8, 1, 2, 4, 6), p)
+    return p
+
+
+@given(data=st.data())
+def model_files(data):
+    """ft.load of damaged files and configs: a model or ValueError (or TypeError for a bad argument)."""
+    tmp = tempfile.gettempdir()
+    good = open(model_file(tmp), "rb").read()
+    how = data.draw(st.sampled_from(["cut", "flip", "config", "bytes"]))
+    if how == "cut":
+        blob = good[: data.draw(st.integers(0, len(good)))]
+    elif how == "flip":
+        blob = bytearray(good)
+        for _ in range(data.draw(st.integers(1, 4))):
+            i = data.draw(st.integers(0, min(len(blob) - 1, 600)))
+            blob[i] = data.draw(st.integers(0, 255))
+        blob = bytes(blob)
+    elif how == "bytes":
+        blob = data.draw(st.binary(max_size=200))
+    else:
+        from safetensors.numpy import load_file, save_file
+
+        meta = ft.io.read_metadata(model_file(tmp))
+        cfg = json.loads(meta["formal_transformers.config"])
+        key = data.draw(st.sampled_from(sorted(cfg) + ["arch", "extra"]))
+        cfg[key] = data.draw(st.one_of(size_or_odd, st.text(max_size=6), st.sampled_from(
+            ["DTransformer", "ETransformer", "EDTransformer", "layer", "rms", "sinusoidal", "tanh"]), st.floats()))
+        if data.draw(st.booleans()):
+            cfg.pop(data.draw(st.sampled_from(sorted(cfg))), None)
+        # (safetensors metadata is UTF-8: no lone surrogates there)
+        meta["formal_transformers.config"] = json.dumps(cfg) if data.draw(st.integers(0, 5)) else data.draw(st.text(max_size=40))
+        p = os.path.join(tmp, f"cfg-{os.getpid()}.safetensors")
+        save_file(load_file(model_file(tmp)), p, metadata=meta)
+        blob = open(p, "rb").read()
+    p = os.path.join(tmp, f"fuzz-{os.getpid()}.safetensors")
+    with open(p, "wb") as f:
+        f.write(blob)
+    log("model_files", (how, blob[:2000]))
+    t = time.perf_counter()
+    try:
+        m = ft.load(p, dtype=data.draw(st.sampled_from([None, "float64"])))
+    except (ValueError, TypeError):
+        m = None
+    assert time.perf_counter() - t < 10, "ft.load took too long"
+    if m is not None:
+        m(np.array([1, 2]))
+
+
+# ------------------------------------------------------------------------------------------------------
+PROPERTIES = {"constructors": constructors, "component_calls": component_calls, "tokenizers": tokenizers,
+              "tokenizer_files": tokenizer_files, "model_files": model_files, "machine": None}
+# relative budgets (examples per property = weight * --examples)
+WEIGHT = {"constructors": 2, "component_calls": 2, "tokenizers": 1, "tokenizer_files": 1, "model_files": 1, "machine": 1}
+
+
+def main(argv=None) -> int:
+    global LOG
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--examples", type=int, default=100, help="budget per property (times its weight)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--log", default=None, help="file receiving each input before it runs")
+    ap.add_argument("--only", default=None, help="comma-separated property names")
+    args = ap.parse_args(argv)
+    LOG = open(args.log, "w") if args.log else None
+    ft.set_num_threads(2)
+    failed = []
+    names = args.only.split(",") if args.only else list(PROPERTIES)
+    t0 = time.perf_counter()
+    for name in names:
+        n = max(1, args.examples * WEIGHT[name])
+        conf = settings(max_examples=n, deadline=None, database=None, derandomize=False, print_blob=True,
+                        suppress_health_check=list(HealthCheck))
+        t = time.perf_counter()
+        try:
+            if name == "machine":
+                run_state_machine_as_test(ModelMachine, settings=settings(conf, max_examples=n, stateful_step_count=12))
+            else:
+                hseed(args.seed)(conf(PROPERTIES[name]))()
+        except Exception:
+            traceback.print_exc()
+            failed.append(name)
+        print(f"{name}: {COUNTS.get(name, 0)} inputs in {time.perf_counter() - t:.1f} s", flush=True)
+    total = sum(COUNTS.values())
+    print(json.dumps({"inputs": total, "per_property": COUNTS, "seconds": round(time.perf_counter() - t0, 1),
+                      "failed": failed}), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
