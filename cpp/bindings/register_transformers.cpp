@@ -159,10 +159,6 @@ py::array attention_array(index_t H, const std::function<ft::CMatView<T>(index_t
     return out;
 }
 
-void check_layer(long long l, index_t L, const char* what) {
-    if (l < 0 || l >= L) throw ft::IndexError(std::string(what) + " " + std::to_string(l) + " is out of range [0, " + std::to_string(L) + ")");
-}
-
 }  // namespace
 
 template <class T>
@@ -236,8 +232,7 @@ void def_single_input(PyClass& cls) {
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& m) -> py::array {
                     using T = typename std::decay_t<decltype(m.store)>::value_type;
-                    check_layer(layer, m.cfg.L, "layer");
-                    return attention_array<T>(m.cfg.H, [&](index_t h) { return m.attention_weights(layer, seq, h); });
+                    return attention_array<T>(m.cfg.H, [&](index_t h) { return m.attention_weights(m.self_attention, layer, seq, h); });
                 });
             },
             py::arg("layer"), py::arg("seq") = 0,
@@ -500,12 +495,11 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& m) -> py::array {
                     using T = typename std::decay_t<decltype(m.store)>::value_type;
-                    int which;
-                    if (kind == "enc") which = 0;
-                    else if (kind == "dec") which = 1;
-                    else if (kind == "cross") which = 2;
+                    ft::AttentionKind which;
+                    if (kind == "enc") which = ft::AttentionKind::Encoder;
+                    else if (kind == "dec") which = ft::AttentionKind::Decoder;
+                    else if (kind == "cross") which = ft::AttentionKind::Cross;
                     else throw ft::ValueError("kind must be 'enc', 'dec' or 'cross', got '" + kind + "'");
-                    check_layer(layer, which == 0 ? m.cfg.L_enc : m.cfg.L_dec, "layer");
                     return attention_array<T>(m.cfg.H, [&](index_t h) { return m.attention_weights(which, layer, seq, h); });
                 });
             },

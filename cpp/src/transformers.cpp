@@ -170,6 +170,38 @@ void masked_targets(const Tokens& x_tilde, const index_t* x, index_t mask_token,
 }  // namespace
 
 // -------------------------------------------------------------------------------------------------------
+const char* name(AttentionKind kind) {
+    switch (kind) {
+        case AttentionKind::Encoder: return "enc";
+        case AttentionKind::Decoder: return "dec";
+        case AttentionKind::Cross: return "cross";
+    }
+    return "?";
+}
+
+template <class T>
+CMatView<T> Model<T>::attention_weights(AttentionKind kind, index_t l, index_t b, index_t h) const {
+    const index_t L = layers(kind);
+    if (L == 0) throw ValueError(std::string(arch_name()) + " has no '" + name(kind) + "' attention");
+    if (!last_.done)
+        throw ValueError("attention_weights() called before any forward call: the attention matrices are those of "
+                         "the last forward call (decoding with caches keeps none)");
+    auto in_range = [](index_t v, index_t n, const char* what, const std::string& why) {
+        if (v < 0 || v >= n)
+            throw IndexError(std::string(what) + " " + std::to_string(v) + " is out of range [0, " + std::to_string(n) + ")" + why);
+    };
+    in_range(l, L, "layer", "");
+    const index_t B = last_.x.count();
+    in_range(b, B, "seq", ": the last forward call had " + std::to_string(B) + (B == 1 ? " sequence" : " sequences"));
+    in_range(h, cfg.H, "head", "");
+    const MHAttentionCache<T>& c = attention_cache(kind, l);
+    FT_CHECK(index_t(c.A_off.size()) >= B * cfg.H, "attention cache smaller than the recorded batch");
+    // rows: the keys' sequence (x for the decoder's self-attention, z otherwise); columns: the queries'
+    const index_t rows = kind == AttentionKind::Decoder ? last_.x.len(b) : last_.z.len(b);
+    const index_t cols = kind == AttentionKind::Encoder ? last_.z.len(b) : last_.x.len(b);
+    return {c.A.data() + c.A_off[std::size_t(b * cfg.H + h)], rows, cols};
+}
+
 template <class T>
 void Model<T>::embed(const Tokens& x, Matrix<T>& X) const {
     MatView<T> E = ensure(X, cfg.d_e, x.s.total());
@@ -244,7 +276,7 @@ DTransformer<T>::DTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::
 template <class T>
 void DTransformer<T>::forward(const Tokens& x) {
     validate(x, cfg.n_vocab, cfg.l_max, "x");
-    last_ = x.s;
+    this->last_.done = false;
     const index_t n = x.s.total(), d_e = cfg.d_e;
     this->embed(x, stream_[0]);  // lines 1–3
     for (index_t l = 0; l < cfg.L; ++l) {  // line 4
@@ -262,6 +294,7 @@ void DTransformer<T>::forward(const Tokens& x) {
         mlp[i]->forward(store, Xt2, Xo, a.mlp);                                       // line 8: X ← X + W_mlp2 GELU(…) + b_mlp2 1ᵀ
     }
     norm_f->forward(store, view(stream_[std::size_t(cfg.L)]), ensure(Xf_, d_e, n), nf_);  // line 10
+    this->last_ = LastForward{true, x.s, x.s};
 }
 
 // from ∂loss/∂(output of line 10) in w.dHead
@@ -306,12 +339,6 @@ double DTransformer<T>::loss(const Tokens& x, index_t* n_scored, index_t* n_corr
     next_token_targets(x, w.cols, w.targets);
     if (n_scored) *n_scored = index_t(w.cols.size());
     return this->head_loss(*unemb, out(), w.cols, w.targets, nullptr, w, n_correct);
-}
-
-template <class T>
-CMatView<T> DTransformer<T>::attention_weights(index_t l, index_t b, index_t h) const {
-    const MHAttentionCache<T>& c = acts_[std::size_t(l)].attn;
-    return {c.A.data() + c.A_off[std::size_t(b * cfg.H + h)], last_.len(b), last_.len(b)};
 }
 
 // Algorithm 10 for n new tokens at positions d.len, …, with the keys and values of the earlier tokens
@@ -383,7 +410,7 @@ ETransformer<T>::ETransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::
 template <class T>
 void ETransformer<T>::forward(const Tokens& x) {
     validate(x, cfg.n_vocab, cfg.l_max, "x");
-    last_ = x.s;
+    this->last_.done = false;
     const index_t n = x.s.total(), d_e = cfg.d_e;
     this->embed(x, stream_[0]);  // lines 1–3
     for (index_t l = 0; l < cfg.L; ++l) {  // line 4
@@ -403,6 +430,7 @@ void ETransformer<T>::forward(const Tokens& x) {
     affine<T>(store.W(W_f), view(stream_[std::size_t(cfg.L)]), store.v(b_f), F);  // line 10: X ← GELU(W_f X + b_f 1ᵀ)
     activation_forward<T>(cfg.gelu == Gelu::Tanh ? Activation::GeluTanh : Activation::Gelu, F, G);
     norm_f->forward(store, G, ensure(Xf_, cfg.d_f, n), nf_);  // line 11: X ← layer_norm(X | γ, β)
+    this->last_ = LastForward{true, x.s, x.s};
 }
 
 template <class T>
@@ -451,12 +479,6 @@ double ETransformer<T>::loss(const Tokens& x_tilde, const index_t* x, index_t* n
     masked_targets(x_tilde, x, cfg.mask_token(), w.cols, w.targets);
     if (n_scored) *n_scored = index_t(w.cols.size());
     return this->head_loss(*unemb, out(), w.cols, w.targets, nullptr, w, n_correct);
-}
-
-template <class T>
-CMatView<T> ETransformer<T>::attention_weights(index_t l, index_t b, index_t h) const {
-    const MHAttentionCache<T>& c = acts_[std::size_t(l)].attn;
-    return {c.A.data() + c.A_off[std::size_t(b * cfg.H + h)], last_.len(b), last_.len(b)};
 }
 
 // ======================================== Algorithm 8 =================================================
@@ -512,21 +534,24 @@ EDTransformer<T>::EDTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch
 
 // lines 1–9: z -> Z (zstream_[L_enc])
 template <class T>
-void EDTransformer<T>::encoder_forward(const Tokens& z) {
+void EDTransformer<T>::encoder_forward(const Tokens& z, std::vector<LayerActs<T>>& acts,
+                                       std::vector<Matrix<T>>& stream) const {
     const index_t n = z.s.total(), d_e = cfg.d_e;
-    this->embed(z, zstream_[0]);  // lines 1–3
+    acts.resize(std::size_t(cfg.L_enc));
+    stream.resize(std::size_t(cfg.L_enc + 1));
+    this->embed(z, stream[0]);  // lines 1–3
     for (index_t l = 0; l < cfg.L_enc; ++l) {  // line 4
         poll();
         const std::size_t i = std::size_t(l);
-        LayerActs<T>& a = enc_acts_[i];
-        CMatView<T> Z = view(zstream_[i]);
+        LayerActs<T>& a = acts[i];
+        CMatView<T> Z = view(stream[i]);
         MatView<T> Za = copy_into(a.X_a, Z);
         enc_attn[i]->forward(store, Z, z.s, Z, z.s, Za, a.attn, true);       // line 5: Z ← Z + MHAttention(Z | W_l^enc, Mask ≡ 1)
         MatView<T> Z1 = ensure(a.X_1, d_e, n);
         enc_norm1[i]->forward(store, Za, Z1, a.n1);                           // line 6: Z ← layer_norm(Z | γ_l¹, β_l¹)  (erratum: γ_t)
         MatView<T> Zb = copy_into(a.X_b, CMatView<T>(Z1));
         enc_mlp[i]->forward(store, Z1, Zb, a.mlp);                            // line 7: Z ← Z + W_mlp2 ReLU(…) + b_mlp2 1ᵀ
-        enc_norm2[i]->forward(store, Zb, ensure(zstream_[i + 1], d_e, n), a.n2);  // line 8: Z ← layer_norm(Z | γ_l², β_l²)
+        enc_norm2[i]->forward(store, Zb, ensure(stream[i + 1], d_e, n), a.n2);  // line 8: Z ← layer_norm(Z | γ_l², β_l²)
     }
 }
 
@@ -537,9 +562,8 @@ void EDTransformer<T>::forward(const Tokens& z, const Tokens& x) {
     if (z.s.count() != x.s.count())
         throw ValueError("z and x must hold the same number of sequences, got " + std::to_string(z.s.count()) + " and " +
                          std::to_string(x.s.count()));
-    last_z_ = z.s;
-    last_x_ = x.s;
-    encoder_forward(z);
+    this->last_.done = false;
+    encoder_forward(z, enc_acts_, zstream_);
     CMatView<T> Z = view(zstream_[std::size_t(cfg.L_enc)]);
     const index_t n = x.s.total(), d_e = cfg.d_e;
     this->embed(x, xstream_[0]);  // lines 10–12
@@ -560,6 +584,7 @@ void EDTransformer<T>::forward(const Tokens& z, const Tokens& x) {
         dec_mlp[i]->forward(store, X2, Xc, a.mlp);                             // line 18: X ← X + W_mlp4 ReLU(W_mlp3 X + b_mlp3 1ᵀ) + b_mlp4 1ᵀ
         dec_norm5[i]->forward(store, Xc, ensure(xstream_[i + 1], d_e, n), a.n3);  // line 19: X ← layer_norm(X | γ_l⁵, β_l⁵)
     }
+    this->last_ = LastForward{true, z.s, x.s};
 }
 
 template <class T>
@@ -624,22 +649,11 @@ double EDTransformer<T>::loss(const Tokens& z, const Tokens& x, index_t* n_score
 }
 
 template <class T>
-CMatView<T> EDTransformer<T>::attention_weights(int which, index_t l, index_t b, index_t h) const {
-    const MHAttentionCache<T>& c = which == 0 ? enc_acts_[std::size_t(l)].attn
-                                 : which == 1 ? dec_acts_[std::size_t(l)].attn
-                                              : dec_acts_[std::size_t(l)].cross;
-    // encoder self-attention (ℓ_z, ℓ_z), decoder self-attention (ℓ_x, ℓ_x), cross-attention (ℓ_z, ℓ_x)
-    const index_t rows = which == 1 ? last_x_.len(b) : last_z_.len(b);
-    const index_t cols = which == 0 ? last_z_.len(b) : last_x_.len(b);
-    return {c.A.data() + c.A_off[std::size_t(b * cfg.H + h)], rows, cols};
-}
-
-template <class T>
-void EDTransformer<T>::encode(Decoder& d, const index_t* z, index_t l_z) {
+void EDTransformer<T>::encode(Decoder& d, const index_t* z, index_t l_z) const {
     Tokens zt{z, Seqs::single(l_z)};
     validate(zt, cfg.n_vocab, cfg.l_max, "z");
-    encoder_forward(zt);  // lines 1–9, once per context
-    copy_into(d.Z, CMatView<T>(view(zstream_[std::size_t(cfg.L_enc)])));
+    encoder_forward(zt, d.enc_acts, d.zstream);  // lines 1–9, once per context
+    copy_into(d.Z, CMatView<T>(view(d.zstream[std::size_t(cfg.L_enc)])));
     d.self_kv.assign(std::size_t(cfg.L_dec), KVCache<T>());
     d.cross_kv.assign(std::size_t(cfg.L_dec), KVCache<T>());
     for (index_t l = 0; l < cfg.L_dec; ++l) dec_cross[std::size_t(l)]->append_kv(store, view(d.Z), d.cross_kv[std::size_t(l)]);

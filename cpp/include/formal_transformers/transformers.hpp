@@ -174,6 +174,21 @@ struct BackwardWork {
 };
 
 // ---------------------------------------------------------------------------------------------------
+// Which attention of a model: the encoder's self-attention (Algorithm 8 line 5, Algorithm 9 line 5), the
+// decoder's causal self-attention (Algorithm 8 line 14, Algorithm 10 line 6) or the decoder's
+// cross-attention to the encoded context (Algorithm 8 line 16).
+enum class AttentionKind { Encoder, Decoder, Cross };
+const char* name(AttentionKind kind);  // "enc", "dec", "cross"
+
+// What the last forward call left behind for backward and for attention_weights: its batch, and whether it
+// ran to the end. A forward clears it once its input is checked and records its batch on completion, so a
+// forward stopped half-way (Ctrl-C) leaves nothing readable; decoding with caches never touches it.
+struct LastForward {
+    bool done = false;
+    Seqs z, x;  // the batch: z the encoder's input (ED), x the decoder's; for D and E, z = x
+};
+
+// ---------------------------------------------------------------------------------------------------
 // The common surface of the three models.
 template <class T>
 class Model {
@@ -188,7 +203,20 @@ public:
     TokenEmbedding<T> tok;
     PositionalEmbedding<T> pos;
 
+    // softmax(S/√d_attn) (Algorithm 4 line 6) of the last forward call: attention `kind`, layer l, sequence
+    // b of the batch, head h -> [ℓ_keys, ℓ_queries] of that sequence (the encoder's (ℓ_z, ℓ_z), the decoder's
+    // (ℓ_x, ℓ_x), cross-attention's (ℓ_z, ℓ_x)). ValueError before any completed forward call or for a kind the
+    // model has not; IndexError naming l, b or h when out of range.
+    CMatView<T> attention_weights(AttentionKind kind, index_t l, index_t b, index_t h) const;
+    // how many layers hold attention `kind` (0: the model has none)
+    virtual index_t layers(AttentionKind kind) const = 0;
+    virtual const char* arch_name() const = 0;
+
 protected:
+    // the cache of attention `kind` in layer l (l already checked against layers(kind))
+    virtual const MHAttentionCache<T>& attention_cache(AttentionKind kind, index_t l) const = 0;
+    LastForward last_;
+
     // lines 1–3 of every listing: X[:, t] = W_e[:, x[t]] + W_p[:, t] per sequence
     void embed(const Tokens& x, Matrix<T>& X) const;
     void embed_backward(const Tokens& x, CMatView<T> dX);
@@ -219,8 +247,10 @@ public:
     double loss_and_grad(const Tokens& x);
     // the loss without gradients; n_scored: predicted tokens, n_correct: of them, argmax = target
     double loss(const Tokens& x, index_t* n_scored = nullptr, index_t* n_correct = nullptr);
-    // softmax(S/√d_attn) of the last forward: layer l, sequence b, head h -> [ℓ_b, ℓ_b]
-    CMatView<T> attention_weights(index_t l, index_t b, index_t h) const;
+    // its layers' self-attention (Model::attention_weights)
+    static constexpr AttentionKind self_attention = AttentionKind::Decoder;
+    index_t layers(AttentionKind kind) const override { return kind == self_attention ? cfg.L : 0; }
+    const char* arch_name() const override { return "DTransformer"; }
 
     // Decoding with a KV cache (Algorithm 14): feed n tokens at positions len, len+1, …; writes the
     // logits of the last one to z:[N_V]. Each token costs one column of work per layer.
@@ -246,11 +276,11 @@ public:
 
 private:
     void backward(const Tokens& x, BackwardWork<T>& w);  // from w.dX = ∂loss/∂(line-10 output)
+    const MHAttentionCache<T>& attention_cache(AttentionKind, index_t l) const override { return acts_[std::size_t(l)].attn; }
     std::vector<LayerActs<T>> acts_;
     std::vector<Matrix<T>> stream_;  // [L+1] residual stream between layers
     Matrix<T> Xf_;                   // line 10's output
     NormCache<T> nf_;
-    Seqs last_;
     BackwardWork<T> work_;
 };
 
@@ -268,7 +298,9 @@ public:
     // Algorithm 12 line 9 for x̃ (with mask tokens) and x (the originals), summed over the batch
     double loss_and_grad(const Tokens& x_tilde, const index_t* x);
     double loss(const Tokens& x_tilde, const index_t* x, index_t* n_scored = nullptr, index_t* n_correct = nullptr);
-    CMatView<T> attention_weights(index_t l, index_t b, index_t h) const;
+    static constexpr AttentionKind self_attention = AttentionKind::Encoder;
+    index_t layers(AttentionKind kind) const override { return kind == self_attention ? cfg.L : 0; }
+    const char* arch_name() const override { return "ETransformer"; }
 
     std::vector<std::unique_ptr<MHAttention<T>>> attn;
     std::vector<std::unique_ptr<Norm<T>>> norm1, norm2;
@@ -280,11 +312,11 @@ public:
 
 private:
     void backward(const Tokens& x, BackwardWork<T>& w);
+    const MHAttentionCache<T>& attention_cache(AttentionKind, index_t l) const override { return acts_[std::size_t(l)].attn; }
     std::vector<LayerActs<T>> acts_;
     std::vector<Matrix<T>> stream_;  // [L+1]
     Matrix<T> F_, G_, Xf_;           // line 10: F = W_f X + b_f, G = GELU(F); line 11: Xf = layer_norm(G)
     NormCache<T> nf_;
-    Seqs last_;
     BackwardWork<T> work_;
 };
 
@@ -304,12 +336,14 @@ public:
     // Algorithm 11 line 5 summed over the batch (z and x: the same number of sequences)
     double loss_and_grad(const Tokens& z, const Tokens& x);
     double loss(const Tokens& z, const Tokens& x, index_t* n_scored = nullptr, index_t* n_correct = nullptr);
-    // which: 0 encoder self-attention, 1 decoder self-attention, 2 decoder cross-attention
-    CMatView<T> attention_weights(int which, index_t l, index_t b, index_t h) const;
+    index_t layers(AttentionKind kind) const override { return kind == AttentionKind::Encoder ? cfg.L_enc : cfg.L_dec; }
+    const char* arch_name() const override { return "EDTransformer"; }
 
     // Decoding with caches (Algorithm 15): `encode` runs lines 1–9 once for one context z and fills the
     // cross-attention caches; `decode` feeds n tokens of x̂ and writes the logits of the last to z:[N_V].
     struct Decoder {
+        std::vector<LayerActs<T>> enc_acts;  // the encoder's activations (its own: the last forward's stay)
+        std::vector<Matrix<T>> zstream;      // [L_enc+1]
         Matrix<T> Z;  // encoded context [d_e, ℓ_z]
         std::vector<KVCache<T>> self_kv, cross_kv;
         index_t len = 0;
@@ -318,7 +352,7 @@ public:
         MLPCache<T> mlp;
         NormCache<T> nc;
     };
-    void encode(Decoder& d, const index_t* z, index_t l_z);
+    void encode(Decoder& d, const index_t* z, index_t l_z) const;
     void decode(Decoder& d, const index_t* ids, index_t n, T* logits_out) const;
 
     std::vector<std::unique_ptr<MHAttention<T>>> enc_attn;
@@ -330,11 +364,16 @@ public:
     std::unique_ptr<Unembedding<T>> unemb;  // declared last: W_u follows the layers in θ
 
 private:
-    void encoder_forward(const Tokens& z);
+    // lines 1–9 into the given activations (the model's own for forward, a Decoder's for encode)
+    void encoder_forward(const Tokens& z, std::vector<LayerActs<T>>& acts, std::vector<Matrix<T>>& stream) const;
     void backward(const Tokens& z, const Tokens& x, BackwardWork<T>& w);
+    const MHAttentionCache<T>& attention_cache(AttentionKind kind, index_t l) const override {
+        return kind == AttentionKind::Encoder ? enc_acts_[std::size_t(l)].attn
+             : kind == AttentionKind::Decoder ? dec_acts_[std::size_t(l)].attn
+                                              : dec_acts_[std::size_t(l)].cross;
+    }
     std::vector<LayerActs<T>> enc_acts_, dec_acts_;
     std::vector<Matrix<T>> zstream_, xstream_;  // [L_enc+1], [L_dec+1]
-    Seqs last_z_, last_x_;
     BackwardWork<T> work_;
 };
 
