@@ -23,26 +23,6 @@ void install_poll_hook() {
 }
 }  // namespace
 
-namespace {
-struct Entry {
-    int order;
-    const char* name;
-    RegisterFn fn;
-};
-std::vector<Entry>& registry() {
-    static std::vector<Entry> r;
-    return r;
-}
-}  // namespace
-
-Registrar::Registrar(int order, const char* name, RegisterFn fn) { registry().push_back({order, name, fn}); }
-
-void register_all(py::module_& m) {
-    auto entries = registry();
-    std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.order < b.order; });
-    for (const Entry& e : entries) e.fn(m);
-}
-
 void register_common(py::module_& m) {
     // Exceptions: the core's types map to the Python exception of the same name.
     py::register_exception_translator([](std::exception_ptr p) {
@@ -102,13 +82,23 @@ void register_common(py::module_& m) {
     m.def("blas_info", [] { return std::string(ft::blas_info()); }, "OpenBLAS build configuration.");
 }
 
-static Registrar reg_common(0, "common", &register_common);
-
 }  // namespace ftpy
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "formal-transformers native core (C++17, xtensor, OpenBLAS)";
     ft::init_threads();
     ftpy::install_poll_hook();
-    ftpy::register_all(m);
+    // The module's groups, one register_*.cpp each, in this order: later groups use the types of earlier
+    // ones (every class with parameters derives from _HasParams; models return ParamDicts).
+    ftpy::register_common(m);        // exceptions, _HasParams, ParamDict, threads
+    ftpy::register_functions(m);     // GELU, ReLU, softmax (§3)
+    ftpy::register_norm(m);          // Algorithm 6 and RMSnorm
+    ftpy::register_embedding(m);     // Algorithms 1, 2
+    ftpy::register_attention(m);     // Algorithms 3, 4, 5 and the masks
+    ftpy::register_unembedding(m);   // Algorithm 7
+    ftpy::register_transformers(m);  // Algorithms 8, 9, 10
+    ftpy::register_optim(m);         // §8: SGD, Adam
+    ftpy::register_tokenizer(m);     // §4
+    ftpy::register_training(m);      // Algorithms 11, 12, 13
+    ftpy::register_inference(m);     // Algorithms 14, 15
 }

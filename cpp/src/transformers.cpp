@@ -33,7 +33,7 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
                          ": pass d_attn and d_mid explicitly, or choose H dividing d_e");
     if (c.d_attn <= 0) c.d_attn = c.d_e / c.H;
     if (c.d_mid <= 0) c.d_mid = c.d_e / c.H;
-    if (!(c.eps >= 0)) throw ValueError("eps must be >= 0");
+    if (!(c.eps >= 0)) throw ValueError("eps must be >= 0, got " + std::to_string(c.eps));
     if (!(c.init_std > 0)) throw ValueError("init_std must be > 0");
     if (arch == Arch::E && c.tied && c.d_f != c.d_e)
         throw ValueError("tied=True needs d_f == d_e: W_u = W_eᵀ is N_V × d_e, but ETransformer's W_u is N_V × d_f");
