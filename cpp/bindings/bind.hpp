@@ -185,13 +185,17 @@ void def_params_api(PyClass& cls) {
         .def_property_readonly("dtype", [](D& d) { return d.dtype(); });
 }
 
-// Binding groups register themselves (one register_*.cpp per header group), so adding a group edits no
-// shared file:   static ftpy::Registrar reg_norm(20, "norm", &register_norm);
-// module.cpp runs them in `order` (lower first); types used by others (ParamDict) come first.
-using RegisterFn = void (*)(py::module_&);
-struct Registrar {
-    Registrar(int order, const char* name, RegisterFn fn);
-};
-void register_all(py::module_& m);
+// The binding groups, one register_<group>.cpp each; module.cpp calls them in a fixed, visible order.
+void register_common(py::module_& m);
+void register_functions(py::module_& m);
+void register_norm(py::module_& m);
+void register_embedding(py::module_& m);
+void register_attention(py::module_& m);
+void register_unembedding(py::module_& m);
+void register_transformers(py::module_& m);
+void register_optim(py::module_& m);
+void register_tokenizer(py::module_& m);
+void register_training(py::module_& m);
+void register_inference(py::module_& m);
 
 }  // namespace ftpy

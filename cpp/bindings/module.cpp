@@ -25,26 +25,6 @@ void install_poll_hook() {
 }
 }  // namespace
 
-namespace {
-struct Entry {
-    int order;
-    const char* name;
-    RegisterFn fn;
-};
-std::vector<Entry>& registry() {
-    static std::vector<Entry> r;
-    return r;
-}
-}  // namespace
-
-Registrar::Registrar(int order, const char* name, RegisterFn fn) { registry().push_back({order, name, fn}); }
-
-void register_all(py::module_& m) {
-    auto entries = registry();
-    std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.order < b.order; });
-    for (const Entry& e : entries) e.fn(m);
-}
-
 void register_common(py::module_& m) {
     // Exceptions: the core's types map to the Python exception of the same name.
     py::register_exception_translator([](std::exception_ptr p) {
@@ -108,8 +88,6 @@ void register_common(py::module_& m) {
           "('Prescott', 'Core2', 'Nehalem' are generic fallbacks: slow on a CPU with AVX2).");
 }
 
-static Registrar reg_common(0, "common", &register_common);
-
 }  // namespace ftpy
 
 PYBIND11_MODULE(_core, m) {
@@ -117,5 +95,17 @@ PYBIND11_MODULE(_core, m) {
     ft::init_threads();
     ft::blas_set_num_threads(ft::get_num_threads());  // the BLAS's jobs on our pool, as many threads as it has
     ftpy::install_poll_hook();
-    ftpy::register_all(m);
+    // The module's groups, one register_*.cpp each, in this order: later groups use the types of earlier
+    // ones (every class with parameters derives from _HasParams; models return ParamDicts).
+    ftpy::register_common(m);        // exceptions, _HasParams, ParamDict, threads
+    ftpy::register_functions(m);     // GELU, ReLU, softmax (§3)
+    ftpy::register_norm(m);          // Algorithm 6 and RMSnorm
+    ftpy::register_embedding(m);     // Algorithms 1, 2
+    ftpy::register_attention(m);     // Algorithms 3, 4, 5 and the masks
+    ftpy::register_unembedding(m);   // Algorithm 7
+    ftpy::register_transformers(m);  // Algorithms 8, 9, 10
+    ftpy::register_optim(m);         // §8: SGD, Adam
+    ftpy::register_tokenizer(m);     // §4
+    ftpy::register_training(m);      // Algorithms 11, 12, 13
+    ftpy::register_inference(m);     // Algorithms 14, 15
 }

@@ -11,11 +11,6 @@
 namespace ftpy {
 
 namespace {
-std::uint64_t parse_seed(long long seed) {
-    if (seed < 0) throw ft::ValueError("seed must be a non-negative integer, got " + std::to_string(seed));
-    return std::uint64_t(seed);
-}
-
 std::string type_name(const py::handle& o) { return py::str(py::type::handle_of(o).attr("__name__")).cast<std::string>(); }
 
 // W ~ N(0, 1/fan_in) with fan_in = the matrix's number of columns (stacked heads: the columns of one head's
@@ -68,14 +63,6 @@ std::string mask_repr(const ft::Mask& mask) {
     if (mask.kind() == ft::Mask::Kind::Explicit)
         return "<bool array (" + std::to_string(mask.l_z()) + ", " + std::to_string(mask.l_x()) + ")>";
     return "'" + py::str(mask_object(mask)).cast<std::string>() + "'";
-}
-
-// An explicit mask fixes (l_z, l_x): the call must match it exactly.
-void check_mask_shape(const ft::Mask& mask, index_t l_z, index_t l_x) {
-    if (mask.kind() == ft::Mask::Kind::Explicit && (mask.l_z() != l_z || mask.l_x() != l_x))
-        throw ft::ValueError("mask has shape (" + std::to_string(mask.l_z()) + ", " + std::to_string(mask.l_x()) +
-                             ") but this call has (l_z, l_x) = (" + std::to_string(l_z) + ", " + std::to_string(l_x) +
-                             ") (Z has " + std::to_string(l_z) + " columns, X has " + std::to_string(l_x) + ")");
 }
 
 // A saved copy of an input (the user may mutate their array between the call and backward()).
@@ -164,7 +151,7 @@ struct XZUnit {
         InMatrix<T> x = in_matrix<T>(Xo, "X", att.d_x, false, "d_x");
         InMatrix<T> z = Zo.is_none() ? in_matrix<T>(Xo, "Z (= X, self-attention)", att.d_z, false, "d_z")
                                      : in_matrix<T>(Zo, "Z", att.d_z, false, "d_z");
-        check_mask_shape(att.mask, z.m.cols, x.m.cols);
+        att.mask.check(z.m.cols, x.m.cols, 0, /*exact=*/true);  // an explicit mask fixes (l_z, l_x)
         const index_t nx = x.m.cols, nz = z.m.cols;
         auto out = out_matrix<T>(att.d_out, nx);
         l_x = l_z = -1;  // nothing valid to differentiate until this call completes
@@ -296,9 +283,9 @@ void register_attention(py::module_& m) {
                       "Inputs: float arrays of either precision, any layout (zero-copy when already this dtype and F-contiguous,\n"
                       "  otherwise converted once); non-float arrays -> TypeError. NaN is not checked: it propagates as\n"
                       "  numpy's arithmetic of the listing (reference.py) would.");
-    ba.def(py::init([](long long d_in, long long d_attn, long long d_out, const py::object& dtype, long long seed) {
+    ba.def(py::init([](long long d_in, long long d_attn, long long d_out, const py::object& dtype, const py::object& seed) {
                return std::make_unique<DB>(parse_dtype(dtype), positive(d_in, "d_in"), positive(d_attn, "d_attn"),
-                                           positive(d_out, "d_out"), parse_seed(seed));
+                                           positive(d_out, "d_out"), seed_arg(seed));
            }),
            py::arg("d_in"), py::arg("d_attn"), py::arg("d_out"), py::kw_only(), py::arg("dtype") = "float32",
            py::arg("seed") = 0)
@@ -339,10 +326,10 @@ void register_attention(py::module_& m) {
                       "  otherwise converted once); non-float arrays -> TypeError. NaN is not checked: it propagates as\n"
                       "  numpy's arithmetic of the listing (reference.py) would.");
     at.def(py::init([](long long d_x, long long d_z, long long d_attn, long long d_out, const py::object& mask,
-                       const py::object& dtype, long long seed) {
+                       const py::object& dtype, const py::object& seed) {
                const index_t a = positive(d_x, "d_x"), b = positive(d_z, "d_z"), c = positive(d_attn, "d_attn"),
                              o = positive(d_out, "d_out");
-               return std::make_unique<DA>(parse_dtype(dtype), a, b, c, o, parse_mask(mask), parse_seed(seed));
+               return std::make_unique<DA>(parse_dtype(dtype), a, b, c, o, parse_mask(mask), seed_arg(seed));
            }),
            py::arg("d_x"), py::arg("d_z"), py::arg("d_attn"), py::arg("d_out"), py::arg("mask") = "bidirectional",
            py::kw_only(), py::arg("dtype") = "float32", py::arg("seed") = 0)
@@ -389,10 +376,10 @@ void register_attention(py::module_& m) {
                       "  otherwise converted once); non-float arrays -> TypeError. NaN is not checked: it propagates as\n"
                       "  numpy's arithmetic of the listing (reference.py) would.");
     mh.def(py::init([](long long H, long long d_x, long long d_z, long long d_attn, long long d_mid, long long d_out,
-                       const py::object& mask, const py::object& dtype, long long seed) {
+                       const py::object& mask, const py::object& dtype, const py::object& seed) {
                const index_t h = positive(H, "H"), a = positive(d_x, "d_x"), b = positive(d_z, "d_z"),
                              c = positive(d_attn, "d_attn"), mid = positive(d_mid, "d_mid"), o = positive(d_out, "d_out");
-               return std::make_unique<DM>(parse_dtype(dtype), h, a, b, c, mid, o, parse_mask(mask), parse_seed(seed));
+               return std::make_unique<DM>(parse_dtype(dtype), h, a, b, c, mid, o, parse_mask(mask), seed_arg(seed));
            }),
            py::arg("H"), py::arg("d_x"), py::arg("d_z"), py::arg("d_attn"), py::arg("d_mid"), py::arg("d_out"),
            py::arg("mask") = "bidirectional", py::kw_only(), py::arg("dtype") = "float32", py::arg("seed") = 0)
@@ -422,6 +409,5 @@ void register_attention(py::module_& m) {
     def_params_api<MHAttentionUnit>(mh);
 }
 
-static Registrar reg_attention(40, "attention", &register_attention);
 
 }  // namespace ftpy

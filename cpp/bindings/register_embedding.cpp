@@ -8,11 +8,6 @@
 namespace ftpy {
 
 namespace {
-std::uint64_t parse_seed(long long seed) {
-    if (seed < 0) throw ft::ValueError("seed must be a non-negative integer, got " + std::to_string(seed));
-    return std::uint64_t(seed);
-}
-
 // Positions (Algorithm 2's ℓ, 0-based): an int or a 1-D integer array/list, every entry in [0, l_max).
 // (in_ids of bind.hpp speaks of "token ids"; positions get their own message.)
 InIds in_positions(const py::handle& obj, const char* what, index_t l_max) {
@@ -187,9 +182,9 @@ void register_embedding(py::module_& m) {
                       "Errors: id out of range -> IndexError naming the id and its position; float/bool ids ->\n"
                       "  TypeError; an empty sequence -> ValueError. dE: a float array of either precision, any layout;\n"
                       "  NaN in dE is not checked and lands in the gradient columns it is added to.");
-    te.def(py::init([](long long n_vocab, long long d_e, const py::object& dtype, long long seed) {
+    te.def(py::init([](long long n_vocab, long long d_e, const py::object& dtype, const py::object& seed) {
                return std::make_unique<DT>(parse_dtype(dtype), positive(n_vocab, "n_vocab"), positive(d_e, "d_e"),
-                                           parse_seed(seed));
+                                           seed_arg(seed));
            }),
            py::arg("n_vocab"), py::arg("d_e"), py::kw_only(), py::arg("dtype") = "float32", py::arg("seed") = 0)
         .def("__call__", [](DT& d, const py::handle& v) { CallLock l(d.mutex); return d.visit([&](auto& u) { return u.call(v); }); },
@@ -227,7 +222,7 @@ void register_embedding(py::module_& m) {
                       "  position t = t_j (learned only). Returns None.\n"
                       "Positions: any integer dtype or a list; float/bool -> TypeError; empty -> ValueError.");
     pe.def(py::init([](long long l_max, long long d_e, const std::string& kind, const py::object& base,
-                       const py::object& dtype, long long seed) {
+                       const py::object& dtype, const py::object& seed) {
                ft::Positional k;
                if (kind == "learned")
                    k = ft::Positional::Learned;
@@ -247,7 +242,7 @@ void register_embedding(py::module_& m) {
                        throw ft::ValueError("base must be a positive finite number, got " + py::repr(base).cast<std::string>());
                }
                return std::make_unique<DP>(parse_dtype(dtype), positive(l_max, "l_max"), positive(d_e, "d_e"), k, b,
-                                           parse_seed(seed));
+                                           seed_arg(seed));
            }),
            py::arg("l_max"), py::arg("d_e"), py::arg("kind") = "learned", py::kw_only(), py::arg("base") = py::none(),
            py::arg("dtype") = "float32", py::arg("seed") = 0)
@@ -281,6 +276,5 @@ void register_embedding(py::module_& m) {
     def_params_api<PositionalEmbeddingUnit>(pe);
 }
 
-static Registrar reg_embedding(30, "embedding", &register_embedding);
 
 }  // namespace ftpy

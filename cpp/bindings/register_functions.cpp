@@ -64,6 +64,5 @@ void register_functions(py::module_& m) {
         py::arg("A"), "ReLU(x) = max(0, x) element-wise.");
 }
 
-static Registrar reg_functions(10, "functions", &register_functions);
 
 }  // namespace ftpy

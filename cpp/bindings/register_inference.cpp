@@ -151,6 +151,5 @@ values; cache=False runs the listing literally. Sampling as DInference.)doc")
         });
 }
 
-static Registrar reg_inference(95, "inference", &register_inference);
 
 }  // namespace ftpy

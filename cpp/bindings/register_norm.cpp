@@ -62,7 +62,6 @@ void register_norm(py::module_& m) {
                       "Parameters: gamma (d_e,) = 1, beta (d_e,) = 0.\n"
                       "Call: e (d_e,) or (d_e, ℓ) -> ê of the same shape. backward(dÊ) -> dE.");
     ln.def(py::init([](long long d_e, double eps, const py::object& dtype) {
-               if (!(eps >= 0)) throw ft::ValueError("eps must be >= 0, got " + std::to_string(eps));
                return std::make_unique<DL>(parse_dtype(dtype), positive(d_e, "d_e"), eps);
            }),
            py::arg("d_e"), py::arg("eps") = 1e-5, py::arg("dtype") = "float32")
@@ -85,7 +84,6 @@ void register_norm(py::module_& m) {
                       "Gopher's RMSnorm variant of Algorithm 6: ê = e / √(Σ e²/d_e + eps) ⊙ γ, per column.\n\n"
                       "Parameters: gamma (d_e,) = 1. Call: e (d_e,) or (d_e, ℓ) -> ê. backward(dÊ) -> dE.");
     rn.def(py::init([](long long d_e, double eps, const py::object& dtype) {
-               if (!(eps >= 0)) throw ft::ValueError("eps must be >= 0, got " + std::to_string(eps));
                return std::make_unique<DR>(parse_dtype(dtype), positive(d_e, "d_e"), eps);
            }),
            py::arg("d_e"), py::arg("eps") = 1e-5, py::arg("dtype") = "float32")
@@ -104,6 +102,5 @@ void register_norm(py::module_& m) {
     def_params_api<RMSNormUnit>(rn);
 }
 
-static Registrar reg_norm(20, "norm", &register_norm);
 
 }  // namespace ftpy

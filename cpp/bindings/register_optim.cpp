@@ -175,6 +175,5 @@ step(obj, grads=None, lr=None) as Adam.step.)doc")
         .def("__repr__", [](const SGDPy& s) { return "SGD(lr=" + py::repr(py::float_(s.lr)).cast<std::string>() + ")"; });
 }
 
-static Registrar reg_optim(70, "optim", &register_optim);
 
 }  // namespace ftpy

@@ -423,6 +423,5 @@ void register_tokenizer(py::module_& m) {
         "overlapping windows. An empty sequence gives []. ValueError for l_max < 1 or stride outside [1, l_max].");
 }
 
-static Registrar reg_tokenizer(80, "tokenizer", &register_tokenizer);
 
 }  // namespace ftpy

@@ -252,6 +252,5 @@ void register_training(py::module_& m) {
         "η at 1-based `step` of `total` under the options' schedule (warmup, schedule, eta, min_lr).");
 }
 
-static Registrar reg_training(90, "training", &register_training);
 
 }  // namespace ftpy

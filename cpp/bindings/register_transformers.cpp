@@ -41,8 +41,7 @@ void common_options(ModelConfig& c, const py::object& d_attn, const py::object& 
     c.pos_base = base.is_none() ? 0.0 : float_arg(base, "base");
     if (!base.is_none() && !(c.pos_base > 0)) throw ft::ValueError("base must be > 0");
     c.tied = tied;
-    if (!(eps >= 0)) throw ft::ValueError("eps must be >= 0, got " + std::to_string(eps));
-    c.eps = eps;
+    c.eps = eps;  // checked with the other sizes by the core (ft::resolve)
     c.seed = seed_arg(seed);
     c.init_std = init_std;
 }
@@ -146,21 +145,21 @@ std::string model_repr(const py::dict& cfg) {
     return r + ")";
 }
 
-template <class T>
-py::array attention_array(index_t H, const std::function<ft::CMatView<T>(index_t)>& head) {
-    ft::CMatView<T> a0 = head(0);
+// Model::attention_weights for every head, as a C-ordered (H, rows, columns) copy (the core checks the state
+// and the indices before anything is read).
+template <class Model>
+py::array attention_array(const Model& m, ft::AttentionKind kind, long long layer, long long seq) {
+    using T = typename std::decay_t<decltype(m.store)>::value_type;
+    const index_t H = m.cfg.H;
+    ft::CMatView<T> a0 = m.attention_weights(kind, layer, seq, 0);
     py::array_t<T> out({py::ssize_t(H), py::ssize_t(a0.rows), py::ssize_t(a0.cols)});
     T* o = out.mutable_data();
     for (index_t h = 0; h < H; ++h) {
-        ft::CMatView<T> a = head(h);
+        ft::CMatView<T> a = m.attention_weights(kind, layer, seq, h);
         for (index_t i = 0; i < a.rows; ++i)
             for (index_t j = 0; j < a.cols; ++j) o[(h * a.rows + i) * a.cols + j] = a(i, j);
     }
     return out;
-}
-
-void check_layer(long long l, index_t L, const char* what) {
-    if (l < 0 || l >= L) throw ft::IndexError(std::string(what) + " " + std::to_string(l) + " is out of range [0, " + std::to_string(L) + ")");
 }
 
 }  // namespace
@@ -234,11 +233,7 @@ void def_single_input(PyClass& cls) {
             "attention_weights",
             [](D& d, long long layer, long long seq) {
                 CallLock lock(d.mutex);
-                return d.visit([&](auto& m) -> py::array {
-                    using T = typename std::decay_t<decltype(m.store)>::value_type;
-                    check_layer(layer, m.cfg.L, "layer");
-                    return attention_array<T>(m.cfg.H, [&](index_t h) { return m.attention_weights(layer, seq, h); });
-                });
+                return d.visit([&](auto& m) { return attention_array(m, m.self_attention, layer, seq); });
             },
             py::arg("layer"), py::arg("seq") = 0,
             "softmax(S/√d_attn) of every head of `layer` in the last forward call: (H, ℓ, ℓ); column t is how "
@@ -498,16 +493,12 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
             "attention_weights",
             [](DED& d, const std::string& kind, long long layer, long long seq) {
                 CallLock lock(d.mutex);
-                return d.visit([&](auto& m) -> py::array {
-                    using T = typename std::decay_t<decltype(m.store)>::value_type;
-                    int which;
-                    if (kind == "enc") which = 0;
-                    else if (kind == "dec") which = 1;
-                    else if (kind == "cross") which = 2;
-                    else throw ft::ValueError("kind must be 'enc', 'dec' or 'cross', got '" + kind + "'");
-                    check_layer(layer, which == 0 ? m.cfg.L_enc : m.cfg.L_dec, "layer");
-                    return attention_array<T>(m.cfg.H, [&](index_t h) { return m.attention_weights(which, layer, seq, h); });
-                });
+                ft::AttentionKind which;
+                if (kind == "enc") which = ft::AttentionKind::Encoder;
+                else if (kind == "dec") which = ft::AttentionKind::Decoder;
+                else if (kind == "cross") which = ft::AttentionKind::Cross;
+                else throw ft::ValueError("kind must be 'enc', 'dec' or 'cross', got '" + kind + "'");
+                return d.visit([&](auto& m) { return attention_array(m, which, layer, seq); });
             },
             py::arg("kind"), py::arg("layer"), py::arg("seq") = 0,
             "Attention matrices of the last forward call: kind 'enc' (ℓ_z, ℓ_z), 'dec' (ℓ_x, ℓ_x) or 'cross' "
@@ -518,6 +509,5 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
         .def("__repr__", [](DED& d) { return d.visit([&](auto& m) { return model_repr(config_dict(m.cfg, "EDTransformer", d.dtype())); }); });
 }
 
-static Registrar reg_transformers(60, "transformers", &register_transformers);
 
 }  // namespace ftpy

@@ -8,11 +8,6 @@
 namespace ftpy {
 
 namespace {
-std::uint64_t parse_seed(long long seed) {
-    if (seed < 0) throw ft::ValueError("seed must be a non-negative integer, got " + std::to_string(seed));
-    return std::uint64_t(seed);
-}
-
 template <class T>
 void save_copy(ft::Matrix<T>& dst, ft::CMatView<T> src) {
     ft::MatView<T> d = ft::ensure(dst, src.rows, src.cols);
@@ -147,9 +142,9 @@ void register_unembedding(py::module_& m) {
                       "Inputs: float arrays of either precision, any layout (zero-copy when already this dtype and F-contiguous,\n"
                       "  otherwise converted once); non-float arrays -> TypeError. NaN is not checked: it propagates as\n"
                       "  numpy's arithmetic of the listing (reference.py) would.");
-    un.def(py::init([](long long n_vocab, long long d_e, const py::object& dtype, long long seed) {
+    un.def(py::init([](long long n_vocab, long long d_e, const py::object& dtype, const py::object& seed) {
                return std::make_unique<DU>(parse_dtype(dtype), positive(n_vocab, "n_vocab"), positive(d_e, "d_e"),
-                                           parse_seed(seed));
+                                           seed_arg(seed));
            }),
            py::arg("n_vocab"), py::arg("d_e"), py::kw_only(), py::arg("dtype") = "float32", py::arg("seed") = 0)
         .def("__call__",
@@ -185,6 +180,5 @@ void register_unembedding(py::module_& m) {
         "without a copy (as a transposed column-major matrix); other layouts are copied once.");
 }
 
-static Registrar reg_unembedding(50, "unembedding", &register_unembedding);
 
 }  // namespace ftpy

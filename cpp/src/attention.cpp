@@ -27,9 +27,9 @@ Mask Mask::explicit_matrix(index_t l_z, index_t l_x, const std::uint8_t* m) {
     return k;
 }
 
-void Mask::check(index_t l_z, index_t l_x, index_t q0) const {
+void Mask::check(index_t l_z, index_t l_x, index_t q0, bool exact) const {
     if (kind_ != Kind::Explicit) return;
-    if (l_z != l_z_ || q0 + l_x > l_x_)
+    if (l_z != l_z_ || q0 + l_x > l_x_ || (exact && q0 + l_x != l_x_))
         throw ValueError("mask has shape (" + std::to_string(l_z_) + ", " + std::to_string(l_x_) +
                          ") but this attention has (l_z, l_x) = (" + std::to_string(l_z) + ", " +
                          std::to_string(q0 + l_x) + ")");

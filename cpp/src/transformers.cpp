@@ -33,7 +33,7 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
                          ": pass d_attn and d_mid explicitly, or choose H dividing d_e");
     if (c.d_attn <= 0) c.d_attn = c.d_e / c.H;
     if (c.d_mid <= 0) c.d_mid = c.d_e / c.H;
-    if (!(c.eps >= 0)) throw ValueError("eps must be >= 0");
+    if (!(c.eps >= 0)) throw ValueError("eps must be >= 0, got " + std::to_string(c.eps));
     if (!(c.init_std > 0)) throw ValueError("init_std must be > 0");
     if (arch == Arch::E && c.tied && c.d_f != c.d_e)
         throw ValueError("tied=True needs d_f == d_e: W_u = W_eᵀ is N_V × d_e, but ETransformer's W_u is N_V × d_f");
@@ -145,6 +145,171 @@ void post_ln_backward(const Norm<T>& norm, ParamStore<T>& store, const NormCache
     f_back(CMatView<T>(q), view(P));
 }
 
+// ========================================== the blocks ================================================
+// ------------------------------ Algorithm 10 lines 5–8: pre-LN decoder block ---------------------------
+template <class T>
+PreLNDecoderBlock<T>::PreLNDecoderBlock(const ModelConfig& g, Activation act, ParamStore<T>& store, const std::string& p)
+    : norm1(g.norm, g.d_e, g.eps, store, p + "gamma1", p + "beta1"),
+      attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::unidirectional(), store, p + "attn."),
+      norm2(g.norm, g.d_e, g.eps, store, p + "gamma2", p + "beta2"),
+      mlp(g.d_e, g.d_mlp, act, store, p, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2") {}
+
+template <class T>
+void PreLNDecoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double s_out) const {
+    norm1.init(store);
+    attn.init(store, rng, s, s_out);
+    norm2.init(store);
+    mlp.init(store, rng, s, s_out);
+}
+
+template <class T>
+void PreLNDecoderBlock<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a) const {
+    const index_t d_e = X.rows, n = X.cols;
+    MatView<T> Xt1 = ensure(a.Xt_attn, d_e, n);
+    norm1.forward(store, X, Xt1, a.norm_gamma1);                           // line 5: X̃ ← layer_norm(X | γ¹, β¹)
+    MatView<T> Xa = copy_into(a.X_attn, X);
+    attn.forward(store, Xt1, s, Xt1, s, Xa, a.attn, /*accumulate=*/true);  // line 6: X ← X + MHAttention(X̃ | W_l, Mask[t, t'] = [[t ≤ t']])
+    MatView<T> Xt2 = ensure(a.Xt_mlp, d_e, n);
+    norm2.forward(store, Xa, Xt2, a.norm_gamma2);                          // line 7: X̃ ← layer_norm(X | γ², β²)
+    std::copy(Xa.data, Xa.data + Xa.size(), X_out.data);
+    mlp.forward(store, Xt2, X_out, a.mlp);                                 // line 8: X ← X + W_mlp2 GELU(W_mlp1 X̃ + b_mlp1 1ᵀ) + b_mlp2 1ᵀ
+}
+
+template <class T>
+void PreLNDecoderBlock<T>::backward(ParamStore<T>& store, const Seqs& s, const Acts& a, BackwardWork<T>& w) const {
+    MatView<T> P = view(w.P);
+    // line 8: X_out = X_attn + MLP(X̃_mlp)  ->  ∂/∂X̃_mlp into Q; ∂/∂X_attn = P (+ line 7's part below)
+    MatView<T> Q = zeros(w.Q, P.rows, P.cols);
+    mlp.backward(store, view(a.Xt_mlp), a.mlp, P, Q, w.dH);
+    norm2.backward(store, Q, a.norm_gamma2, P);  // line 7
+    // line 6: X_attn = X + MHAttention(X̃_attn)  ->  ∂/∂X̃_attn (queries, keys and values alike) into Q
+    zero(Q);
+    attn.backward(store, view(a.Xt_attn), s, view(a.Xt_attn), s, a.attn, P, Q, Q, w.attn);
+    norm1.backward(store, Q, a.norm_gamma1, P);  // line 5
+}
+
+template <class T>
+void PreLNDecoderBlock<T>::forward_cached(const ParamStore<T>& store, MatView<T> X, index_t q0, KVCache<T>& kv,
+                                          DecodeScratch<T>& d) const {
+    MatView<T> Xt = ensure(d.Xt, X.rows, X.cols);
+    norm1.forward(store, X, Xt, d.norm);                      // line 5
+    attn.append_kv(store, Xt, kv);                            // keys/values of the new tokens
+    attn.attend_cached(store, Xt, q0, kv, X, d.attn, true);   // line 6
+    norm2.forward(store, X, Xt, d.norm);                      // line 7
+    mlp.forward(store, Xt, X, d.mlp);                         // line 8
+}
+
+// ------------------- Algorithm 9 lines 5–8 = Algorithm 8 lines 5–8: post-LN encoder block ---------------
+template <class T>
+PostLNEncoderBlock<T>::PostLNEncoderBlock(const ModelConfig& g, Activation act, ParamStore<T>& store, const std::string& p)
+    : attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::bidirectional(), store, p + "attn."),
+      norm1(NormKind::Layer, g.d_e, g.eps, store, p + "gamma1", p + "beta1"),
+      mlp(g.d_e, g.d_mlp, act, store, p, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"),
+      norm2(NormKind::Layer, g.d_e, g.eps, store, p + "gamma2", p + "beta2") {}
+
+template <class T>
+void PostLNEncoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double s_out) const {
+    attn.init(store, rng, s, s_out);
+    norm1.init(store);
+    mlp.init(store, rng, s, s_out);
+    norm2.init(store);
+}
+
+template <class T>
+void PostLNEncoderBlock<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a) const {
+    const index_t d_e = X.rows, n = X.cols;
+    MatView<T> Xa = copy_into(a.X_attn, X);
+    attn.forward(store, X, s, X, s, Xa, a.attn, true);  // line 5: X ← X + MHAttention(X | W_l, Mask ≡ 1)
+    MatView<T> X1 = ensure(a.X_1, d_e, n);
+    norm1.forward(store, Xa, X1, a.norm_gamma1);        // line 6: X ← layer_norm(X | γ_l¹, β_l¹)  (Alg 8 erratum: γ_t)
+    MatView<T> Xm = copy_into(a.X_mlp, CMatView<T>(X1));
+    mlp.forward(store, X1, Xm, a.mlp);                  // line 7: X ← X + W_mlp2 φ(W_mlp1 X + b_mlp1 1ᵀ) + b_mlp2 1ᵀ
+    norm2.forward(store, Xm, X_out, a.norm_gamma2);     // line 8: X ← layer_norm(X | γ_l², β_l²)
+}
+
+template <class T>
+void PostLNEncoderBlock<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s, const Acts& a,
+                                     BackwardWork<T>& w) const {
+    // lines 8 and 7: X_out = layer_norm₂(X_mlp), X_mlp = X_1 + MLP(X_1)
+    post_ln_backward(norm2, store, a.norm_gamma2, w.P, w.Q, [&](CMatView<T> dXm, MatView<T> dX1) {
+        mlp.backward(store, view(a.X_1), a.mlp, dXm, dX1, w.dH);
+    });
+    // lines 6 and 5: X_1 = layer_norm₁(X_attn), X_attn = X + MHAttention(X)
+    post_ln_backward(norm1, store, a.norm_gamma1, w.P, w.Q, [&](CMatView<T> dXa, MatView<T> dX) {
+        attn.backward(store, X, s, X, s, a.attn, dXa, dX, dX, w.attn);
+    });
+}
+
+// ---------------- Algorithm 8 lines 14–19: post-LN decoder block with cross-attention -------------------
+template <class T>
+PostLNDecoderBlock<T>::PostLNDecoderBlock(const ModelConfig& g, ParamStore<T>& store, const std::string& p)
+    : self_attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::unidirectional(), store, p + "attn."),
+      norm3(NormKind::Layer, g.d_e, g.eps, store, p + "gamma3", p + "beta3"),
+      cross_attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::bidirectional(), store, p + "cross_attn."),
+      norm4(NormKind::Layer, g.d_e, g.eps, store, p + "gamma4", p + "beta4"),
+      mlp(g.d_e, g.d_mlp, Activation::Relu, store, p, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4"),
+      norm5(NormKind::Layer, g.d_e, g.eps, store, p + "gamma5", p + "beta5") {}
+
+template <class T>
+void PostLNDecoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double s_out) const {
+    self_attn.init(store, rng, s, s_out);
+    norm3.init(store);
+    cross_attn.init(store, rng, s, s_out);
+    norm4.init(store);
+    mlp.init(store, rng, s, s_out);
+    norm5.init(store);
+}
+
+template <class T>
+void PostLNDecoderBlock<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z,
+                                    const Seqs& sz, MatView<T> X_out, Acts& a) const {
+    const index_t d_e = X.rows, n = X.cols;
+    MatView<T> Xs = copy_into(a.X_self, X);
+    self_attn.forward(store, X, sx, X, sx, Xs, a.self_attn, true);     // line 14: X ← X + MHAttention(X | W_l^dec, Mask[t, t'] = [[t ≤ t']])
+    MatView<T> X3 = ensure(a.X_3, d_e, n);
+    norm3.forward(store, Xs, X3, a.norm_gamma3);                       // line 15: X ← layer_norm(X | γ_l³, β_l³)
+    MatView<T> Xc = copy_into(a.X_cross, CMatView<T>(X3));
+    cross_attn.forward(store, X3, sx, Z, sz, Xc, a.cross_attn, true);  // line 16: X ← X + MHAttention(X, Z | W_l^e/d, Mask ≡ 1)
+    MatView<T> X4 = ensure(a.X_4, d_e, n);
+    norm4.forward(store, Xc, X4, a.norm_gamma4);                       // line 17: X ← layer_norm(X | γ_l⁴, β_l⁴)
+    MatView<T> Xm = copy_into(a.X_mlp, CMatView<T>(X4));
+    mlp.forward(store, X4, Xm, a.mlp);                                 // line 18: X ← X + W_mlp4 ReLU(W_mlp3 X + b_mlp3 1ᵀ) + b_mlp4 1ᵀ
+    norm5.forward(store, Xm, X_out, a.norm_gamma5);                    // line 19: X ← layer_norm(X | γ_l⁵, β_l⁵)
+}
+
+template <class T>
+void PostLNDecoderBlock<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
+                                     const Acts& a, MatView<T> dZ, BackwardWork<T>& w) const {
+    // lines 19, 18: X_out = layer_norm₅(X_mlp), X_mlp = X_4 + MLP(X_4)
+    post_ln_backward(norm5, store, a.norm_gamma5, w.P, w.Q, [&](CMatView<T> dXm, MatView<T> dX4) {
+        mlp.backward(store, view(a.X_4), a.mlp, dXm, dX4, w.dH);
+    });
+    // lines 17, 16: X_4 = layer_norm₄(X_cross), X_cross = X_3 + MHAttention(X_3, Z): the context gets ∂/∂Z too
+    post_ln_backward(norm4, store, a.norm_gamma4, w.P, w.Q, [&](CMatView<T> dXc, MatView<T> dX3) {
+        cross_attn.backward(store, view(a.X_3), sx, Z, sz, a.cross_attn, dXc, dX3, dZ, w.attn);
+    });
+    // lines 15, 14: X_3 = layer_norm₃(X_self), X_self = X + MHAttention(X)
+    post_ln_backward(norm3, store, a.norm_gamma3, w.P, w.Q, [&](CMatView<T> dXs, MatView<T> dX) {
+        self_attn.backward(store, X, sx, X, sx, a.self_attn, dXs, dX, dX, w.attn);
+    });
+}
+
+template <class T>
+void PostLNDecoderBlock<T>::forward_cached(const ParamStore<T>& store, index_t q0, KVCache<T>& self_kv,
+                                           const KVCache<T>& cross_kv, DecodeScratch<T>& d) const {
+    MatView<T> X = view(d.X), R = ensure(d.tmp, X.rows, X.cols);
+    std::copy(X.data, X.data + X.size(), R.data);
+    self_attn.append_kv(store, X, self_kv);
+    self_attn.attend_cached(store, X, q0, self_kv, R, d.attn, true);  // line 14
+    norm3.forward(store, R, X, d.norm);                               // line 15
+    std::copy(X.data, X.data + X.size(), R.data);
+    cross_attn.attend_cached(store, X, q0, cross_kv, R, d.attn, true);  // line 16
+    norm4.forward(store, R, X, d.norm);                                 // line 17
+    std::copy(X.data, X.data + X.size(), R.data);
+    mlp.forward(store, X, R, d.mlp);                                    // line 18
+    norm5.forward(store, R, X, d.norm);                                 // line 19
+}
+
 namespace {
 // The scored columns of the listings' losses and their targets:
 // Algorithms 11 and 13 line 5: every position t < ℓ−1 of each sequence, target x[t+1];
@@ -170,7 +335,50 @@ void masked_targets(const Tokens& x_tilde, const index_t* x, index_t mask_token,
 }
 }  // namespace
 
-// -------------------------------------------------------------------------------------------------------
+// ========================================== the models ================================================
+const char* name(AttentionKind kind) {
+    switch (kind) {
+        case AttentionKind::Encoder: return "enc";
+        case AttentionKind::Decoder: return "dec";
+        case AttentionKind::Cross: return "cross";
+    }
+    return "?";
+}
+
+template <class T>
+CMatView<T> Model<T>::attention_weights(AttentionKind kind, index_t l, index_t b, index_t h) const {
+    const index_t L = layers(kind);
+    if (L == 0) throw ValueError(std::string(arch_name()) + " has no '" + name(kind) + "' attention");
+    if (!last_.done)
+        throw ValueError("attention_weights() called before any forward call: the attention matrices are those of "
+                         "the last forward call (decoding with caches keeps none)");
+    auto in_range = [](index_t v, index_t n, const char* what, const std::string& why) {
+        if (v < 0 || v >= n)
+            throw IndexError(std::string(what) + " " + std::to_string(v) + " is out of range [0, " + std::to_string(n) + ")" + why);
+    };
+    in_range(l, L, "layer", "");
+    const index_t B = last_.x.count();
+    in_range(b, B, "seq", ": the last forward call had " + std::to_string(B) + (B == 1 ? " sequence" : " sequences"));
+    in_range(h, cfg.H, "head", "");
+    const MHAttentionCache<T>& c = attention_cache(kind, l);
+    FT_CHECK(index_t(c.A_off.size()) >= B * cfg.H, "attention cache smaller than the recorded batch");
+    // rows: the keys' sequence (x for the decoder's self-attention, z otherwise); columns: the queries'
+    const index_t rows = kind == AttentionKind::Decoder ? last_.x.len(b) : last_.z.len(b);
+    const index_t cols = kind == AttentionKind::Encoder ? last_.z.len(b) : last_.x.len(b);
+    return {c.A.data() + c.A_off[std::size_t(b * cfg.H + h)], rows, cols};
+}
+
+template <class T>
+Rng Model<T>::make_head_and_allocate(index_t d) {
+    unemb = cfg.tied ? std::make_unique<Unembedding<T>>(cfg.n_vocab, d, tok.W_e)
+                     : std::make_unique<Unembedding<T>>(cfg.n_vocab, d, store, "W_u");
+    store.allocate();
+    Rng rng(cfg.seed);
+    tok.init(store, rng, cfg.init_std);
+    pos.init(store, rng, cfg.init_std);
+    return rng;
+}
+
 template <class T>
 void Model<T>::embed(const Tokens& x, Matrix<T>& X) const {
     MatView<T> E = ensure(X, cfg.d_e, x.s.total());
@@ -185,20 +393,19 @@ void Model<T>::embed_backward(const Tokens& x, CMatView<T> dX) {
 }
 
 template <class T>
-double Model<T>::head_loss(const Unembedding<T>& u, CMatView<T> X, const std::vector<index_t>& cols,
-                           const std::vector<index_t>& targets, MatView<T>* dX, BackwardWork<T>& w,
-                           index_t* n_correct) {
+double Model<T>::head_loss(CMatView<T> X, const std::vector<index_t>& cols, const std::vector<index_t>& targets,
+                           MatView<T>* dX, BackwardWork<T>& w, index_t* n_correct) {
     const index_t nt = index_t(cols.size());
     if (n_correct) *n_correct = 0;
     if (nt == 0) return 0.0;
     MatView<T> Xs = ensure(w.Xsel, X.rows, nt);
     for (index_t k = 0; k < nt; ++k) std::copy(X.col(cols[std::size_t(k)]), X.col(cols[std::size_t(k)]) + X.rows, Xs.col(k));
     MatView<T> Z = ensure(w.logits, cfg.n_vocab, nt);
-    u.logits(store, Xs, Z);                                  // W_u X at the scored columns
+    unemb->logits(store, Xs, Z);                                              // W_u X at the scored columns
     const double loss = nll_and_grad<T>(Z, targets.data(), T(1), n_correct);  // −Σ log softmax(·)[target]; Z ← ∂loss/∂Z
     if (dX) {
         MatView<T> dXs = zeros(w.dXsel, X.rows, nt);
-        u.backward_logits(store, Xs, Z, dXs);  // dW_u += dZ Xᵀ, dXs = W_uᵀ dZ
+        unemb->backward_logits(store, Xs, Z, dXs);  // dW_u += dZ Xᵀ, dXs = W_uᵀ dZ
         for (index_t k = 0; k < nt; ++k) {
             T* d = dX->col(cols[std::size_t(k)]);
             const T* s = dXs.col(k);
@@ -208,35 +415,36 @@ double Model<T>::head_loss(const Unembedding<T>& u, CMatView<T> X, const std::ve
     return loss;
 }
 
+template <class T>
+double Model<T>::run_loss(const Batch& in, bool grad, index_t* n_scored, index_t* n_correct) {
+    run_forward(in);
+    BackwardWork<T>& w = work_;
+    score(in, w.cols, w.targets);
+    if (n_scored) *n_scored = index_t(w.cols.size());
+    if (!grad) return head_loss(out(), w.cols, w.targets, nullptr, w, n_correct);
+    store.zero_grad();
+    if (w.cols.empty()) {  // nothing scored: the listing's empty sum, every gradient 0
+        if (n_correct) *n_correct = 0;
+        return 0.0;
+    }
+    MatView<T> dHead = zeros(w.dHead, out().rows, out().cols);
+    const double loss = head_loss(out(), w.cols, w.targets, &dHead, w, n_correct);
+    run_backward(in, w);
+    return loss;
+}
+
 // ======================================== Algorithm 10 ================================================
 template <class T>
 DTransformer<T>::DTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::D)) {
     const ModelConfig& g = cfg;
     const Activation act = g.gelu == Gelu::Tanh ? Activation::GeluTanh : Activation::Gelu;
-    for (index_t l = 0; l < g.L; ++l) {
-        const std::string p = layer_prefix("layers", l);
-        norm1.push_back(std::make_unique<Norm<T>>(g.norm, g.d_e, g.eps, store, p + "gamma1", p + "beta1"));
-        attn.push_back(std::make_unique<MHAttention<T>>(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e,
-                                                        Mask::unidirectional(), store, p + "attn."));
-        norm2.push_back(std::make_unique<Norm<T>>(g.norm, g.d_e, g.eps, store, p + "gamma2", p + "beta2"));
-        mlp.push_back(std::make_unique<MLP<T>>(g.d_e, g.d_mlp, act, store, p, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"));
-    }
+    for (index_t l = 0; l < g.L; ++l) layer.push_back(std::make_unique<PreLNDecoderBlock<T>>(g, act, store, layer_prefix("layers", l)));
     norm_f = std::make_unique<Norm<T>>(g.norm, g.d_e, g.eps, store, "gamma", "beta");
-    unemb = g.tied ? std::make_unique<Unembedding<T>>(g.n_vocab, g.d_e, this->tok.W_e)
-                   : std::make_unique<Unembedding<T>>(g.n_vocab, g.d_e, store, "W_u");
-    store.allocate();
-    Rng rng(g.seed);
+    Rng rng = this->make_head_and_allocate(g.d_e);
     const double s = g.init_std, s_out = g.init_std / std::sqrt(2.0 * double(g.L));
-    this->tok.init(store, rng, s);
-    this->pos.init(store, rng, s);
-    for (index_t l = 0; l < g.L; ++l) {
-        norm1[std::size_t(l)]->init(store);
-        attn[std::size_t(l)]->init(store, rng, s, s_out);
-        norm2[std::size_t(l)]->init(store);
-        mlp[std::size_t(l)]->init(store, rng, s, s_out);
-    }
+    for (auto& b : layer) b->init(store, rng, s, s_out);
     norm_f->init(store);
-    unemb->init(store, rng, s);
+    this->unemb->init(store, rng, s);
     acts_.resize(std::size_t(g.L));
     stream_.resize(std::size_t(g.L + 1));
 }
@@ -245,74 +453,34 @@ DTransformer<T>::DTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::
 template <class T>
 void DTransformer<T>::forward(const Tokens& x) {
     validate(x, cfg.n_vocab, cfg.l_max, "x");
-    last_ = x.s;
+    this->last_.done = false;
     const index_t n = x.s.total(), d_e = cfg.d_e;
     this->embed(x, stream_[0]);  // lines 1–3
     for (index_t l = 0; l < cfg.L; ++l) {  // line 4
         poll();
-        LayerActs<T>& a = acts_[std::size_t(l)];
         const std::size_t i = std::size_t(l);
-        CMatView<T> X = view(stream_[i]);
-        MatView<T> Xt1 = ensure(a.X_1, d_e, n);
-        norm1[i]->forward(store, X, Xt1, a.n1);                                      // line 5: X̃ ← layer_norm(X | γ¹, β¹)
-        MatView<T> Xa = copy_into(a.X_a, X);
-        attn[i]->forward(store, Xt1, x.s, Xt1, x.s, Xa, a.attn, /*accumulate=*/true);  // line 6: X ← X + MHAttention(X̃)
-        MatView<T> Xt2 = ensure(a.X_2, d_e, n);
-        norm2[i]->forward(store, Xa, Xt2, a.n2);                                     // line 7: X̃ ← layer_norm(X | γ², β²)
-        MatView<T> Xo = copy_into(stream_[i + 1], CMatView<T>(Xa));
-        mlp[i]->forward(store, Xt2, Xo, a.mlp);                                       // line 8: X ← X + W_mlp2 GELU(…) + b_mlp2 1ᵀ
+        layer[i]->forward(store, view(stream_[i]), x.s, ensure(stream_[i + 1], d_e, n), acts_[i]);  // lines 5–8
     }
-    norm_f->forward(store, view(stream_[std::size_t(cfg.L)]), ensure(Xf_, d_e, n), nf_);  // line 10
+    norm_f->forward(store, view(stream_[std::size_t(cfg.L)]), ensure(Xf_, d_e, n), norm_gamma_);  // line 10: X ← layer_norm(X | γ, β)
+    this->last_ = LastForward{true, x.s, x.s};
 }
 
-// from ∂loss/∂(output of line 10) in w.dHead
+// from w.dHead = ∂loss/∂(output of line 10)
 template <class T>
-void DTransformer<T>::backward(const Tokens& x, BackwardWork<T>& w) {
-    const index_t n = x.s.total(), d_e = cfg.d_e;
-    MatView<T> P = zeros(w.P, d_e, n);
-    norm_f->backward(store, view(w.dHead), nf_, P);  // line 10
+void DTransformer<T>::run_backward(const typename Model<T>::Batch& in, BackwardWork<T>& w) {
+    MatView<T> P = zeros(w.P, cfg.d_e, in.x->s.total());
+    norm_f->backward(store, view(w.dHead), norm_gamma_, P);  // line 10
     for (index_t l = cfg.L - 1; l >= 0; --l) {
         poll();
-        const std::size_t i = std::size_t(l);
-        LayerActs<T>& a = acts_[i];
-        // line 8: X_out = X_a + MLP(X̃2)  ->  ∂/∂X̃2 into Q; ∂/∂X_a = P (+ line 7's part below)
-        MatView<T> Q = zeros(w.Q, d_e, n);
-        mlp[i]->backward(store, view(a.X_2), a.mlp, P, Q, w.dH);
-        norm2[i]->backward(store, Q, a.n2, P);  // line 7
-        // line 6: X_a = X_in + MHAttention(X̃1)  ->  ∂/∂X̃1 (queries, keys and values alike) into Q
-        zero(Q);
-        attn[i]->backward(store, view(a.X_1), x.s, view(a.X_1), x.s, a.attn, P, Q, Q, w.attn);
-        norm1[i]->backward(store, Q, a.n1, P);  // line 5
+        layer[std::size_t(l)]->backward(store, in.x->s, acts_[std::size_t(l)], w);  // lines 8–5
     }
-    this->embed_backward(x, P);  // line 2
+    this->embed_backward(*in.x, view(w.P));  // line 2
 }
 
+// Algorithm 13 line 5: loss = −Σ_{t=1}^{ℓ−1} log P[x[t+1], t], for every sequence of the batch
 template <class T>
-double DTransformer<T>::loss_and_grad(const Tokens& x) {
-    forward(x);
-    BackwardWork<T>& w = work_;
-    // Algorithm 13 line 5: loss = −Σ_{t=1}^{ℓ−1} log P[x[t+1], t], for every sequence of the batch
-    next_token_targets(x, w.cols, w.targets);
-    store.zero_grad();
-    MatView<T> dHead = zeros(w.dHead, cfg.d_e, x.s.total());
-    const double loss = this->head_loss(*unemb, out(), w.cols, w.targets, &dHead, w);
-    backward(x, w);
-    return loss;
-}
-
-template <class T>
-double DTransformer<T>::loss(const Tokens& x, index_t* n_scored, index_t* n_correct) {
-    forward(x);
-    BackwardWork<T>& w = work_;
-    next_token_targets(x, w.cols, w.targets);
-    if (n_scored) *n_scored = index_t(w.cols.size());
-    return this->head_loss(*unemb, out(), w.cols, w.targets, nullptr, w, n_correct);
-}
-
-template <class T>
-CMatView<T> DTransformer<T>::attention_weights(index_t l, index_t b, index_t h) const {
-    const MHAttentionCache<T>& c = acts_[std::size_t(l)].attn;
-    return {c.A.data() + c.A_off[std::size_t(b * cfg.H + h)], last_.len(b), last_.len(b)};
+void DTransformer<T>::score(const typename Model<T>::Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const {
+    next_token_targets(*in.x, cols, targets);
 }
 
 // Algorithm 10 for n new tokens at positions d.len, …, with the keys and values of the earlier tokens
@@ -325,22 +493,14 @@ void DTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* z) co
     for (index_t t = 0; t < n; ++t)
         if (ids[t] < 0 || ids[t] >= cfg.n_vocab) throw IndexError("token id " + std::to_string(ids[t]) + " out of range");
     d.kv.resize(std::size_t(cfg.L));
-    const index_t d_e = cfg.d_e;
-    MatView<T> X = ensure(d.X, d_e, n);
-    this->tok.forward(store, ids, n, X);                          // line 2, new tokens only
-    this->pos.forward_seqs(store, Seqs::single(n), X, d.len);     //   at positions d.len, d.len+1, …
-    for (index_t l = 0; l < cfg.L; ++l) {
-        const std::size_t i = std::size_t(l);
-        MatView<T> Xt = ensure(d.Xt, d_e, n);
-        norm1[i]->forward(store, X, Xt, d.nc);                                 // line 5
-        attn[i]->append_kv(store, Xt, d.kv[i]);                                // keys/values of the new tokens
-        attn[i]->attend_cached(store, Xt, d.len, d.kv[i], X, d.scratch, true);  // line 6
-        norm2[i]->forward(store, X, Xt, d.nc);                                 // line 7
-        mlp[i]->forward(store, Xt, X, d.mlp);                                  // line 8
-    }
-    MatView<T> last = ensure(d.tmp, d_e, 1);
-    norm_f->forward(store, X.cols_range(n - 1, 1), last, d.nc);  // line 10 (last column)
-    unemb->logits(store, last, MatView<T>(z, cfg.n_vocab, 1));   // line 11, as logits
+    MatView<T> X = ensure(d.w.X, cfg.d_e, n);
+    this->tok.forward(store, ids, n, X);                       // line 2, new tokens only
+    this->pos.forward_seqs(store, Seqs::single(n), X, d.len);  //   at positions d.len, d.len+1, …
+    for (index_t l = 0; l < cfg.L; ++l)
+        layer[std::size_t(l)]->forward_cached(store, X, d.len, d.kv[std::size_t(l)], d.w);  // lines 5–8
+    MatView<T> last = ensure(d.w.tmp, cfg.d_e, 1);
+    norm_f->forward(store, X.cols_range(n - 1, 1), last, d.w.norm);   // line 10 (last column)
+    this->unemb->logits(store, last, MatView<T>(z, cfg.n_vocab, 1));  // line 11, as logits
     d.len += n;
 }
 
@@ -348,35 +508,17 @@ void DTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* z) co
 template <class T>
 ETransformer<T>::ETransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::E)) {
     const ModelConfig& g = cfg;
-    const Activation act = g.gelu == Gelu::Tanh ? Activation::GeluTanh : Activation::Gelu;
-    for (index_t l = 0; l < g.L; ++l) {
-        const std::string p = layer_prefix("layers", l);
-        attn.push_back(std::make_unique<MHAttention<T>>(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e,
-                                                        Mask::bidirectional(), store, p + "attn."));
-        norm1.push_back(std::make_unique<Norm<T>>(NormKind::Layer, g.d_e, g.eps, store, p + "gamma1", p + "beta1"));
-        mlp.push_back(std::make_unique<MLP<T>>(g.d_e, g.d_mlp, act, store, p, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"));
-        norm2.push_back(std::make_unique<Norm<T>>(NormKind::Layer, g.d_e, g.eps, store, p + "gamma2", p + "beta2"));
-    }
+    for (index_t l = 0; l < g.L; ++l) layer.push_back(std::make_unique<PostLNEncoderBlock<T>>(g, gelu(), store, layer_prefix("layers", l)));
     W_f = store.matrix("W_f", g.d_f, g.d_e);
     b_f = store.vector("b_f", g.d_f);
     norm_f = std::make_unique<Norm<T>>(NormKind::Layer, g.d_f, g.eps, store, "gamma", "beta");
-    unemb = g.tied ? std::make_unique<Unembedding<T>>(g.n_vocab, g.d_f, this->tok.W_e)
-                   : std::make_unique<Unembedding<T>>(g.n_vocab, g.d_f, store, "W_u");
-    store.allocate();
-    Rng rng(g.seed);
+    Rng rng = this->make_head_and_allocate(g.d_f);
     const double s = g.init_std, s_out = g.init_std / std::sqrt(2.0 * double(g.L));
-    this->tok.init(store, rng, s);
-    this->pos.init(store, rng, s);
-    for (index_t l = 0; l < g.L; ++l) {
-        attn[std::size_t(l)]->init(store, rng, s, s_out);
-        norm1[std::size_t(l)]->init(store);
-        mlp[std::size_t(l)]->init(store, rng, s, s_out);
-        norm2[std::size_t(l)]->init(store);
-    }
+    for (auto& b : layer) b->init(store, rng, s, s_out);
     store.normal(W_f.offset, g.d_f * g.d_e, s, rng);
     store.fill(b_f.offset, g.d_f, T(0));
     norm_f->init(store);
-    unemb->init(store, rng, s);
+    this->unemb->init(store, rng, s);
     acts_.resize(std::size_t(g.L));
     stream_.resize(std::size_t(g.L + 1));
 }
@@ -384,150 +526,76 @@ ETransformer<T>::ETransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::
 template <class T>
 void ETransformer<T>::forward(const Tokens& x) {
     validate(x, cfg.n_vocab, cfg.l_max, "x");
-    last_ = x.s;
+    this->last_.done = false;
     const index_t n = x.s.total(), d_e = cfg.d_e;
     this->embed(x, stream_[0]);  // lines 1–3
     for (index_t l = 0; l < cfg.L; ++l) {  // line 4
         poll();
         const std::size_t i = std::size_t(l);
-        LayerActs<T>& a = acts_[i];
-        CMatView<T> X = view(stream_[i]);
-        MatView<T> Xa = copy_into(a.X_a, X);
-        attn[i]->forward(store, X, x.s, X, x.s, Xa, a.attn, true);      // line 5: X ← X + MHAttention(X | W_l, Mask ≡ 1)
-        MatView<T> X1 = ensure(a.X_1, d_e, n);
-        norm1[i]->forward(store, Xa, X1, a.n1);                         // line 6: X ← layer_norm(X | γ¹, β¹)
-        MatView<T> Xb = copy_into(a.X_b, CMatView<T>(X1));
-        mlp[i]->forward(store, X1, Xb, a.mlp);                          // line 7: X ← X + W_mlp2 GELU(…) + b_mlp2 1ᵀ
-        norm2[i]->forward(store, Xb, ensure(stream_[i + 1], d_e, n), a.n2);  // line 8: X ← layer_norm(X | γ², β²)
+        layer[i]->forward(store, view(stream_[i]), x.s, ensure(stream_[i + 1], d_e, n), acts_[i]);  // lines 5–8
     }
     MatView<T> F = ensure(F_, cfg.d_f, n), G = ensure(G_, cfg.d_f, n);
     affine<T>(store.W(W_f), view(stream_[std::size_t(cfg.L)]), store.v(b_f), F);  // line 10: X ← GELU(W_f X + b_f 1ᵀ)
-    activation_forward<T>(cfg.gelu == Gelu::Tanh ? Activation::GeluTanh : Activation::Gelu, F, G);
-    norm_f->forward(store, G, ensure(Xf_, cfg.d_f, n), nf_);  // line 11: X ← layer_norm(X | γ, β)
+    activation_forward<T>(gelu(), F, G);
+    norm_f->forward(store, G, ensure(Xf_, cfg.d_f, n), norm_gamma_);  // line 11: X ← layer_norm(X | γ, β)
+    this->last_ = LastForward{true, x.s, x.s};
 }
 
 template <class T>
-void ETransformer<T>::backward(const Tokens& x, BackwardWork<T>& w) {
-    const index_t n = x.s.total(), d_e = cfg.d_e;
+void ETransformer<T>::run_backward(const typename Model<T>::Batch& in, BackwardWork<T>& w) {
+    const Tokens& x = *in.x;
+    const index_t n = x.s.total();
     // line 11, then line 10
     MatView<T> dG = zeros(w.Q, cfg.d_f, n);
-    norm_f->backward(store, view(w.dHead), nf_, dG);
-    activation_backward<T>(cfg.gelu == Gelu::Tanh ? Activation::GeluTanh : Activation::Gelu, view(F_), dG, dG);
-    MatView<T> P = zeros(w.P, d_e, n);
+    norm_f->backward(store, view(w.dHead), norm_gamma_, dG);
+    activation_backward<T>(gelu(), view(F_), dG, dG);
+    MatView<T> P = zeros(w.P, cfg.d_e, n);
     affine_backward<T>(store.W(W_f), view(stream_[std::size_t(cfg.L)]), dG, store.dW(W_f).data, store.dv(b_f), P.data);
     for (index_t l = cfg.L - 1; l >= 0; --l) {
         poll();
         const std::size_t i = std::size_t(l);
-        LayerActs<T>& a = acts_[i];
-        // lines 8 and 7: X_out = layer_norm₂(X_b), X_b = X_1 + MLP(X_1)
-        post_ln_backward(*norm2[i], store, a.n2, w.P, w.Q, [&](CMatView<T> dXb, MatView<T> dX1) {
-            mlp[i]->backward(store, view(a.X_1), a.mlp, dXb, dX1, w.dH);
-        });
-        // lines 6 and 5: X_1 = layer_norm₁(X_a), X_a = X_in + MHAttention(X_in)
-        post_ln_backward(*norm1[i], store, a.n1, w.P, w.Q, [&](CMatView<T> dXa, MatView<T> dXin) {
-            attn[i]->backward(store, view(stream_[i]), x.s, view(stream_[i]), x.s, a.attn, dXa, dXin, dXin, w.attn);
-        });
+        layer[i]->backward(store, view(stream_[i]), x.s, acts_[i], w);  // lines 8–5
     }
     this->embed_backward(x, view(w.P));  // line 2
 }
 
+// Algorithm 12 line 9: loss = −Σ_{t∈T̃} log P[x[t], t],  T̃ = {t : x̃[t] = mask_token}
 template <class T>
-double ETransformer<T>::loss_and_grad(const Tokens& x_tilde, const index_t* x) {
-    forward(x_tilde);
-    BackwardWork<T>& w = work_;
-    // Algorithm 12 line 9: loss = −Σ_{t∈T̃} log P[x[t], t],  T̃ = {t : x̃[t] = mask_token}
-    masked_targets(x_tilde, x, cfg.mask_token(), w.cols, w.targets);
-    store.zero_grad();
-    if (w.cols.empty()) return 0.0;  // no masked position: the listing's empty sum (documented)
-    MatView<T> dHead = zeros(w.dHead, cfg.d_f, x_tilde.s.total());
-    const double loss = this->head_loss(*unemb, out(), w.cols, w.targets, &dHead, w);
-    backward(x_tilde, w);
-    return loss;
-}
-
-template <class T>
-double ETransformer<T>::loss(const Tokens& x_tilde, const index_t* x, index_t* n_scored, index_t* n_correct) {
-    forward(x_tilde);
-    BackwardWork<T>& w = work_;
-    masked_targets(x_tilde, x, cfg.mask_token(), w.cols, w.targets);
-    if (n_scored) *n_scored = index_t(w.cols.size());
-    return this->head_loss(*unemb, out(), w.cols, w.targets, nullptr, w, n_correct);
-}
-
-template <class T>
-CMatView<T> ETransformer<T>::attention_weights(index_t l, index_t b, index_t h) const {
-    const MHAttentionCache<T>& c = acts_[std::size_t(l)].attn;
-    return {c.A.data() + c.A_off[std::size_t(b * cfg.H + h)], last_.len(b), last_.len(b)};
+void ETransformer<T>::score(const typename Model<T>::Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const {
+    masked_targets(*in.x, in.x_orig, cfg.mask_token(), cols, targets);
 }
 
 // ======================================== Algorithm 8 =================================================
 template <class T>
 EDTransformer<T>::EDTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::ED)) {
     const ModelConfig& g = cfg;
-    for (index_t l = 0; l < g.L_enc; ++l) {
-        const std::string p = layer_prefix("enc", l);
-        enc_attn.push_back(std::make_unique<MHAttention<T>>(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e,
-                                                            Mask::bidirectional(), store, p + "attn."));
-        enc_norm1.push_back(std::make_unique<Norm<T>>(NormKind::Layer, g.d_e, g.eps, store, p + "gamma1", p + "beta1"));
-        enc_mlp.push_back(std::make_unique<MLP<T>>(g.d_e, g.d_mlp, Activation::Relu, store, p, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"));
-        enc_norm2.push_back(std::make_unique<Norm<T>>(NormKind::Layer, g.d_e, g.eps, store, p + "gamma2", p + "beta2"));
-    }
-    for (index_t l = 0; l < g.L_dec; ++l) {
-        const std::string p = layer_prefix("dec", l);
-        dec_attn.push_back(std::make_unique<MHAttention<T>>(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e,
-                                                            Mask::unidirectional(), store, p + "attn."));
-        dec_norm3.push_back(std::make_unique<Norm<T>>(NormKind::Layer, g.d_e, g.eps, store, p + "gamma3", p + "beta3"));
-        dec_cross.push_back(std::make_unique<MHAttention<T>>(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e,
-                                                             Mask::bidirectional(), store, p + "cross_attn."));
-        dec_norm4.push_back(std::make_unique<Norm<T>>(NormKind::Layer, g.d_e, g.eps, store, p + "gamma4", p + "beta4"));
-        dec_mlp.push_back(std::make_unique<MLP<T>>(g.d_e, g.d_mlp, Activation::Relu, store, p, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4"));
-        dec_norm5.push_back(std::make_unique<Norm<T>>(NormKind::Layer, g.d_e, g.eps, store, p + "gamma5", p + "beta5"));
-    }
-    unemb = g.tied ? std::make_unique<Unembedding<T>>(g.n_vocab, g.d_e, this->tok.W_e)
-                   : std::make_unique<Unembedding<T>>(g.n_vocab, g.d_e, store, "W_u");
-    store.allocate();
-    Rng rng(g.seed);
+    for (index_t l = 0; l < g.L_enc; ++l)
+        enc_layer.push_back(std::make_unique<PostLNEncoderBlock<T>>(g, Activation::Relu, store, layer_prefix("enc", l)));
+    for (index_t l = 0; l < g.L_dec; ++l)
+        dec_layer.push_back(std::make_unique<PostLNDecoderBlock<T>>(g, store, layer_prefix("dec", l)));
+    Rng rng = this->make_head_and_allocate(g.d_e);
     const double s = g.init_std, s_out = g.init_std / std::sqrt(2.0 * double(g.L_enc + g.L_dec));
-    this->tok.init(store, rng, s);
-    this->pos.init(store, rng, s);
-    for (index_t l = 0; l < g.L_enc; ++l) {
-        enc_attn[std::size_t(l)]->init(store, rng, s, s_out);
-        enc_norm1[std::size_t(l)]->init(store);
-        enc_mlp[std::size_t(l)]->init(store, rng, s, s_out);
-        enc_norm2[std::size_t(l)]->init(store);
-    }
-    for (index_t l = 0; l < g.L_dec; ++l) {
-        dec_attn[std::size_t(l)]->init(store, rng, s, s_out);
-        dec_norm3[std::size_t(l)]->init(store);
-        dec_cross[std::size_t(l)]->init(store, rng, s, s_out);
-        dec_norm4[std::size_t(l)]->init(store);
-        dec_mlp[std::size_t(l)]->init(store, rng, s, s_out);
-        dec_norm5[std::size_t(l)]->init(store);
-    }
-    unemb->init(store, rng, s);
+    for (auto& b : enc_layer) b->init(store, rng, s, s_out);
+    for (auto& b : dec_layer) b->init(store, rng, s, s_out);
+    this->unemb->init(store, rng, s);
     enc_acts_.resize(std::size_t(g.L_enc));
     dec_acts_.resize(std::size_t(g.L_dec));
     zstream_.resize(std::size_t(g.L_enc + 1));
     xstream_.resize(std::size_t(g.L_dec + 1));
 }
 
-// lines 1–9: z -> Z (zstream_[L_enc])
+// lines 1–9: z -> Z (stream[L_enc])
 template <class T>
-void EDTransformer<T>::encoder_forward(const Tokens& z) {
+void EDTransformer<T>::encoder_forward(const Tokens& z, std::vector<typename PostLNEncoderBlock<T>::Acts>& acts,
+                                       std::vector<Matrix<T>>& stream) const {
     const index_t n = z.s.total(), d_e = cfg.d_e;
-    this->embed(z, zstream_[0]);  // lines 1–3
+    acts.resize(std::size_t(cfg.L_enc));
+    stream.resize(std::size_t(cfg.L_enc + 1));
+    this->embed(z, stream[0]);  // lines 1–3
     for (index_t l = 0; l < cfg.L_enc; ++l) {  // line 4
         poll();
         const std::size_t i = std::size_t(l);
-        LayerActs<T>& a = enc_acts_[i];
-        CMatView<T> Z = view(zstream_[i]);
-        MatView<T> Za = copy_into(a.X_a, Z);
-        enc_attn[i]->forward(store, Z, z.s, Z, z.s, Za, a.attn, true);       // line 5: Z ← Z + MHAttention(Z | W_l^enc, Mask ≡ 1)
-        MatView<T> Z1 = ensure(a.X_1, d_e, n);
-        enc_norm1[i]->forward(store, Za, Z1, a.n1);                           // line 6: Z ← layer_norm(Z | γ_l¹, β_l¹)  (erratum: γ_t)
-        MatView<T> Zb = copy_into(a.X_b, CMatView<T>(Z1));
-        enc_mlp[i]->forward(store, Z1, Zb, a.mlp);                            // line 7: Z ← Z + W_mlp2 ReLU(…) + b_mlp2 1ᵀ
-        enc_norm2[i]->forward(store, Zb, ensure(zstream_[i + 1], d_e, n), a.n2);  // line 8: Z ← layer_norm(Z | γ_l², β_l²)
+        enc_layer[i]->forward(store, view(stream[i]), z.s, ensure(stream[i + 1], d_e, n), acts[i]);  // lines 5–8
     }
 }
 
@@ -538,53 +606,29 @@ void EDTransformer<T>::forward(const Tokens& z, const Tokens& x) {
     if (z.s.count() != x.s.count())
         throw ValueError("z and x must hold the same number of sequences, got " + std::to_string(z.s.count()) + " and " +
                          std::to_string(x.s.count()));
-    last_z_ = z.s;
-    last_x_ = x.s;
-    encoder_forward(z);
+    this->last_.done = false;
+    encoder_forward(z, enc_acts_, zstream_);  // lines 1–9
     CMatView<T> Z = view(zstream_[std::size_t(cfg.L_enc)]);
     const index_t n = x.s.total(), d_e = cfg.d_e;
     this->embed(x, xstream_[0]);  // lines 10–12
     for (index_t l = 0; l < cfg.L_dec; ++l) {  // line 13 (erratum: the listing loops i, its body indexes l)
         poll();
         const std::size_t i = std::size_t(l);
-        LayerActs<T>& a = dec_acts_[i];
-        CMatView<T> X = view(xstream_[i]);
-        MatView<T> Xa = copy_into(a.X_a, X);
-        dec_attn[i]->forward(store, X, x.s, X, x.s, Xa, a.attn, true);         // line 14: X ← X + MHAttention(X | W_l^dec, Mask[t,t'] = [[t ≤ t']])
-        MatView<T> X1 = ensure(a.X_1, d_e, n);
-        dec_norm3[i]->forward(store, Xa, X1, a.n1);                            // line 15: X ← layer_norm(X | γ_l³, β_l³)
-        MatView<T> Xb = copy_into(a.X_b, CMatView<T>(X1));
-        dec_cross[i]->forward(store, X1, x.s, Z, z.s, Xb, a.cross, true);      // line 16: X ← X + MHAttention(X, Z | W_l^e/d, Mask ≡ 1)
-        MatView<T> X2 = ensure(a.X_2, d_e, n);
-        dec_norm4[i]->forward(store, Xb, X2, a.n2);                            // line 17: X ← layer_norm(X | γ_l⁴, β_l⁴)
-        MatView<T> Xc = copy_into(a.X_c, CMatView<T>(X2));
-        dec_mlp[i]->forward(store, X2, Xc, a.mlp);                             // line 18: X ← X + W_mlp4 ReLU(W_mlp3 X + b_mlp3 1ᵀ) + b_mlp4 1ᵀ
-        dec_norm5[i]->forward(store, Xc, ensure(xstream_[i + 1], d_e, n), a.n3);  // line 19: X ← layer_norm(X | γ_l⁵, β_l⁵)
+        dec_layer[i]->forward(store, view(xstream_[i]), x.s, Z, z.s, ensure(xstream_[i + 1], d_e, n), dec_acts_[i]);  // lines 14–19
     }
+    this->last_ = LastForward{true, z.s, x.s};
 }
 
 template <class T>
-void EDTransformer<T>::backward(const Tokens& z, const Tokens& x, BackwardWork<T>& w) {
-    const index_t d_e = cfg.d_e;
+void EDTransformer<T>::run_backward(const typename Model<T>::Batch& in, BackwardWork<T>& w) {
+    const Tokens &z = *in.z, &x = *in.x;
     CMatView<T> Z = view(zstream_[std::size_t(cfg.L_enc)]);
-    MatView<T> dZ = zeros(w.dZ, d_e, z.s.total());
+    MatView<T> dZ = zeros(w.dZ, cfg.d_e, z.s.total());
     copy_into(w.P, CMatView<T>(view(w.dHead)));  // ∂/∂X of line 21's input
     for (index_t l = cfg.L_dec - 1; l >= 0; --l) {
         poll();
         const std::size_t i = std::size_t(l);
-        LayerActs<T>& a = dec_acts_[i];
-        // lines 19, 18: X_out = layer_norm₅(X_c), X_c = X_2 + MLP(X_2)
-        post_ln_backward(*dec_norm5[i], store, a.n3, w.P, w.Q, [&](CMatView<T> dXc, MatView<T> dX2) {
-            dec_mlp[i]->backward(store, view(a.X_2), a.mlp, dXc, dX2, w.dH);
-        });
-        // lines 17, 16: X_2 = layer_norm₄(X_b), X_b = X_1 + MHAttention(X_1, Z): the context gets ∂/∂Z too
-        post_ln_backward(*dec_norm4[i], store, a.n2, w.P, w.Q, [&](CMatView<T> dXb, MatView<T> dX1) {
-            dec_cross[i]->backward(store, view(a.X_1), x.s, Z, z.s, a.cross, dXb, dX1, dZ, w.attn);
-        });
-        // lines 15, 14: X_1 = layer_norm₃(X_a), X_a = X_in + MHAttention(X_in)
-        post_ln_backward(*dec_norm3[i], store, a.n1, w.P, w.Q, [&](CMatView<T> dXa, MatView<T> dXin) {
-            dec_attn[i]->backward(store, view(xstream_[i]), x.s, view(xstream_[i]), x.s, a.attn, dXa, dXin, dXin, w.attn);
-        });
+        dec_layer[i]->backward(store, view(xstream_[i]), x.s, Z, z.s, dec_acts_[i], dZ, w);  // lines 19–14
     }
     this->embed_backward(x, view(w.P));  // line 11
     // the encoder, from ∂/∂Z accumulated over every decoder layer's cross-attention
@@ -592,58 +636,26 @@ void EDTransformer<T>::backward(const Tokens& z, const Tokens& x, BackwardWork<T
     for (index_t l = cfg.L_enc - 1; l >= 0; --l) {
         poll();
         const std::size_t i = std::size_t(l);
-        LayerActs<T>& a = enc_acts_[i];
-        post_ln_backward(*enc_norm2[i], store, a.n2, w.P, w.Q, [&](CMatView<T> dZb, MatView<T> dZ1) {  // lines 8, 7
-            enc_mlp[i]->backward(store, view(a.X_1), a.mlp, dZb, dZ1, w.dH);
-        });
-        post_ln_backward(*enc_norm1[i], store, a.n1, w.P, w.Q, [&](CMatView<T> dZa, MatView<T> dZin) {  // lines 6, 5
-            enc_attn[i]->backward(store, view(zstream_[i]), z.s, view(zstream_[i]), z.s, a.attn, dZa, dZin, dZin, w.attn);
-        });
+        enc_layer[i]->backward(store, view(zstream_[i]), z.s, enc_acts_[i], w);  // lines 8–5
     }
     this->embed_backward(z, view(w.P));  // line 2
 }
 
+// Algorithm 11 line 5: loss = −Σ_{t=1}^{ℓ−1} log P[x[t+1], t]
 template <class T>
-double EDTransformer<T>::loss_and_grad(const Tokens& z, const Tokens& x) {
-    forward(z, x);
-    BackwardWork<T>& w = work_;
-    next_token_targets(x, w.cols, w.targets);  // Algorithm 11 line 5
-    store.zero_grad();
-    MatView<T> dHead = zeros(w.dHead, cfg.d_e, x.s.total());
-    const double loss = this->head_loss(*unemb, out(), w.cols, w.targets, &dHead, w);
-    backward(z, x, w);
-    return loss;
+void EDTransformer<T>::score(const typename Model<T>::Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const {
+    next_token_targets(*in.x, cols, targets);
 }
 
 template <class T>
-double EDTransformer<T>::loss(const Tokens& z, const Tokens& x, index_t* n_scored, index_t* n_correct) {
-    forward(z, x);
-    BackwardWork<T>& w = work_;
-    next_token_targets(x, w.cols, w.targets);
-    if (n_scored) *n_scored = index_t(w.cols.size());
-    return this->head_loss(*unemb, out(), w.cols, w.targets, nullptr, w, n_correct);
-}
-
-template <class T>
-CMatView<T> EDTransformer<T>::attention_weights(int which, index_t l, index_t b, index_t h) const {
-    const MHAttentionCache<T>& c = which == 0 ? enc_acts_[std::size_t(l)].attn
-                                 : which == 1 ? dec_acts_[std::size_t(l)].attn
-                                              : dec_acts_[std::size_t(l)].cross;
-    // encoder self-attention (ℓ_z, ℓ_z), decoder self-attention (ℓ_x, ℓ_x), cross-attention (ℓ_z, ℓ_x)
-    const index_t rows = which == 1 ? last_x_.len(b) : last_z_.len(b);
-    const index_t cols = which == 0 ? last_z_.len(b) : last_x_.len(b);
-    return {c.A.data() + c.A_off[std::size_t(b * cfg.H + h)], rows, cols};
-}
-
-template <class T>
-void EDTransformer<T>::encode(Decoder& d, const index_t* z, index_t l_z) {
+void EDTransformer<T>::encode(Decoder& d, const index_t* z, index_t l_z) const {
     Tokens zt{z, Seqs::single(l_z)};
     validate(zt, cfg.n_vocab, cfg.l_max, "z");
-    encoder_forward(zt);  // lines 1–9, once per context
-    copy_into(d.Z, CMatView<T>(view(zstream_[std::size_t(cfg.L_enc)])));
+    encoder_forward(zt, d.enc_acts, d.zstream);  // lines 1–9, once per context
+    CMatView<T> Z = view(d.zstream[std::size_t(cfg.L_enc)]);
     d.self_kv.assign(std::size_t(cfg.L_dec), KVCache<T>());
     d.cross_kv.assign(std::size_t(cfg.L_dec), KVCache<T>());
-    for (index_t l = 0; l < cfg.L_dec; ++l) dec_cross[std::size_t(l)]->append_kv(store, view(d.Z), d.cross_kv[std::size_t(l)]);
+    for (index_t l = 0; l < cfg.L_dec; ++l) dec_layer[std::size_t(l)]->cross_attn.append_kv(store, Z, d.cross_kv[std::size_t(l)]);
     d.len = 0;
 }
 
@@ -656,28 +668,21 @@ void EDTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* logi
     FT_CHECK(index_t(d.self_kv.size()) == cfg.L_dec, "EDTransformer::decode before encode()");
     for (index_t t = 0; t < n; ++t)
         if (ids[t] < 0 || ids[t] >= cfg.n_vocab) throw IndexError("token id " + std::to_string(ids[t]) + " out of range");
-    const index_t d_e = cfg.d_e;
-    MatView<T> X = ensure(d.X, d_e, n);
+    MatView<T> X = ensure(d.w.X, cfg.d_e, n);
     this->tok.forward(store, ids, n, X);                       // line 11
     this->pos.forward_seqs(store, Seqs::single(n), X, d.len);
-    MatView<T> R = ensure(d.tmp, d_e, n);
-    for (index_t l = 0; l < cfg.L_dec; ++l) {
-        const std::size_t i = std::size_t(l);
-        std::copy(X.data, X.data + X.size(), R.data);
-        dec_attn[i]->append_kv(store, X, d.self_kv[i]);
-        dec_attn[i]->attend_cached(store, X, d.len, d.self_kv[i], R, d.scratch, true);  // line 14
-        dec_norm3[i]->forward(store, R, X, d.nc);                                        // line 15
-        std::copy(X.data, X.data + X.size(), R.data);
-        dec_cross[i]->attend_cached(store, X, d.len, d.cross_kv[i], R, d.scratch, true);  // line 16
-        dec_norm4[i]->forward(store, R, X, d.nc);                                         // line 17
-        std::copy(X.data, X.data + X.size(), R.data);
-        dec_mlp[i]->forward(store, X, R, d.mlp);                                          // line 18
-        dec_norm5[i]->forward(store, R, X, d.nc);                                         // line 19
-    }
-    unemb->logits(store, X.cols_range(n - 1, 1), MatView<T>(logits_out, cfg.n_vocab, 1));  // line 21, as logits
+    for (index_t l = 0; l < cfg.L_dec; ++l)
+        dec_layer[std::size_t(l)]->forward_cached(store, d.len, d.self_kv[std::size_t(l)], d.cross_kv[std::size_t(l)], d.w);  // lines 14–19
+    this->unemb->logits(store, X.cols_range(n - 1, 1), MatView<T>(logits_out, cfg.n_vocab, 1));  // line 21, as logits
     d.len += n;
 }
 
+template class PreLNDecoderBlock<float>;
+template class PreLNDecoderBlock<double>;
+template class PostLNEncoderBlock<float>;
+template class PostLNEncoderBlock<double>;
+template class PostLNDecoderBlock<float>;
+template class PostLNDecoderBlock<double>;
 template class Model<float>;
 template class Model<double>;
 template class DTransformer<float>;

@@ -136,7 +136,7 @@ class TokenEmbedding(_HasParams):
         """
         v: int id -> (d_e,); 1-D ids -> (d_e, ℓ).
         """
-    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, *, dtype: typing.Any = 'float32', seed: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, *, dtype: typing.Any = 'float32', seed: typing.Any = 0) -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -189,7 +189,7 @@ class PositionalEmbedding(_HasParams):
         """
         t: int position -> (d_e,); 1-D positions -> (d_e, n).
         """
-    def __init__(self, l_max: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, kind: str = 'learned', *, base: typing.Any = None, dtype: typing.Any = 'float32', seed: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def __init__(self, l_max: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, kind: str = 'learned', *, base: typing.Any = None, dtype: typing.Any = 'float32', seed: typing.Any = 0) -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -249,7 +249,7 @@ class BasicAttention(_HasParams):
         """
         (e (d_in,), E (d_in, T)) -> ṽ (d_out,)
         """
-    def __init__(self, d_in: typing.SupportsInt | typing.SupportsIndex, d_attn: typing.SupportsInt | typing.SupportsIndex, d_out: typing.SupportsInt | typing.SupportsIndex, *, dtype: typing.Any = 'float32', seed: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def __init__(self, d_in: typing.SupportsInt | typing.SupportsIndex, d_attn: typing.SupportsInt | typing.SupportsIndex, d_out: typing.SupportsInt | typing.SupportsIndex, *, dtype: typing.Any = 'float32', seed: typing.Any = 0) -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -312,7 +312,7 @@ class Attention(_HasParams):
         """
         (X (d_x, ℓ_x), Z (d_z, ℓ_z)) -> Ṽ (d_out, ℓ_x); Z omitted: Z = X.
         """
-    def __init__(self, d_x: typing.SupportsInt | typing.SupportsIndex, d_z: typing.SupportsInt | typing.SupportsIndex, d_attn: typing.SupportsInt | typing.SupportsIndex, d_out: typing.SupportsInt | typing.SupportsIndex, mask: typing.Any = 'bidirectional', *, dtype: typing.Any = 'float32', seed: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def __init__(self, d_x: typing.SupportsInt | typing.SupportsIndex, d_z: typing.SupportsInt | typing.SupportsIndex, d_attn: typing.SupportsInt | typing.SupportsIndex, d_out: typing.SupportsInt | typing.SupportsIndex, mask: typing.Any = 'bidirectional', *, dtype: typing.Any = 'float32', seed: typing.Any = 0) -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -382,7 +382,7 @@ class MHAttention(_HasParams):
         """
         (X (d_x, ℓ_x), Z (d_z, ℓ_z)) -> Ṽ (d_out, ℓ_x); Z omitted: Z = X.
         """
-    def __init__(self, H: typing.SupportsInt | typing.SupportsIndex, d_x: typing.SupportsInt | typing.SupportsIndex, d_z: typing.SupportsInt | typing.SupportsIndex, d_attn: typing.SupportsInt | typing.SupportsIndex, d_mid: typing.SupportsInt | typing.SupportsIndex, d_out: typing.SupportsInt | typing.SupportsIndex, mask: typing.Any = 'bidirectional', *, dtype: typing.Any = 'float32', seed: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def __init__(self, H: typing.SupportsInt | typing.SupportsIndex, d_x: typing.SupportsInt | typing.SupportsIndex, d_z: typing.SupportsInt | typing.SupportsIndex, d_attn: typing.SupportsInt | typing.SupportsIndex, d_mid: typing.SupportsInt | typing.SupportsIndex, d_out: typing.SupportsInt | typing.SupportsIndex, mask: typing.Any = 'bidirectional', *, dtype: typing.Any = 'float32', seed: typing.Any = 0) -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -453,7 +453,7 @@ class Unembedding(_HasParams):
         """
         e (d_e,) or (d_e, ℓ) -> p (N_V,) or (N_V, ℓ).
         """
-    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, *, dtype: typing.Any = 'float32', seed: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, *, dtype: typing.Any = 'float32', seed: typing.Any = 0) -> None:
         ...
     def __repr__(self) -> str:
         ...

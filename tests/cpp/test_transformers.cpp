@@ -203,3 +203,39 @@ TEST(Transformers, RejectBadHyperparametersAndInput) {
     EXPECT_THROW(m.forward(Tokens{longer.data(), Seqs::single(7)}), ValueError);
     EXPECT_THROW(m.forward(Tokens{bad.data(), Seqs::from_lengths({1, 0})}), ValueError);
 }
+
+// The state of the last forward is owned and checked by the core: no forward yet, an attention the model
+// has not, a layer / sequence / head out of range, a later smaller batch, and cached decoding in between.
+TEST(Transformers, AttentionWeightsAreCheckedAgainstTheLastForward) {
+    DTransformer<double> d(tiny(Arch::D));
+    EXPECT_THROW(d.attention_weights(AttentionKind::Decoder, 0, 0, 0), ValueError);  // before any forward
+    std::vector<index_t> ids = {1, 2, 3, 4, 5, 6, 0};
+    Seqs two = Seqs::from_lengths({4, 3});
+    d.forward(Tokens{ids.data(), two});
+    EXPECT_EQ(d.attention_weights(AttentionKind::Decoder, 1, 1, 1).rows, 3);
+    EXPECT_THROW(d.attention_weights(AttentionKind::Encoder, 0, 0, 0), ValueError);  // D has no encoder
+    EXPECT_THROW(d.attention_weights(AttentionKind::Decoder, 2, 0, 0), IndexError);  // layer
+    EXPECT_THROW(d.attention_weights(AttentionKind::Decoder, -1, 0, 0), IndexError);
+    EXPECT_THROW(d.attention_weights(AttentionKind::Decoder, 0, 2, 0), IndexError);  // sequence
+    EXPECT_THROW(d.attention_weights(AttentionKind::Decoder, 0, 0, 2), IndexError);  // head
+    d.forward(Tokens{ids.data(), Seqs::single(2)});
+    EXPECT_THROW(d.attention_weights(AttentionKind::Decoder, 0, 1, 0), IndexError);  // the batch of 2 is gone
+    CMatView<double> A = d.attention_weights(AttentionKind::Decoder, 0, 0, 1);
+    ASSERT_EQ(A.rows, 2);
+    ASSERT_EQ(A.cols, 2);
+    for (index_t j = 0; j < 2; ++j) EXPECT_NEAR(A(0, j) + A(1, j), 1.0, 1e-15);
+
+    EDTransformer<double> ed(tiny(Arch::ED));
+    EDTransformer<double>::Decoder dec;
+    ed.encode(dec, ids.data(), 3);  // cached decoding is not a forward
+    EXPECT_THROW(ed.attention_weights(AttentionKind::Decoder, 0, 0, 0), ValueError);
+    ed.forward(Tokens{ids.data(), Seqs::single(5)}, Tokens{ids.data(), Seqs::single(2)});
+    ed.encode(dec, ids.data(), 3);  // …nor does it change the last forward's matrices
+    CMatView<double> E = ed.attention_weights(AttentionKind::Encoder, 0, 0, 0);
+    EXPECT_EQ(E.rows, 5);
+    EXPECT_EQ(E.cols, 5);
+    CMatView<double> C = ed.attention_weights(AttentionKind::Cross, 1, 0, 0);
+    EXPECT_EQ(C.rows, 5);
+    EXPECT_EQ(C.cols, 2);
+    EXPECT_THROW(ed.attention_weights(AttentionKind::Cross, 2, 0, 0), IndexError);
+}

@@ -71,9 +71,9 @@ public:
     }
     // Check that this mask fits an attention of ℓ_z context tokens and queries at positions q0..q0+ℓ_x−1:
     // an explicit mask needs ℓ_z equal to its rows and q0 + ℓ_x at most its columns (so cached decoding
-    // can use its first columns; the stand-alone Attention/MHAttention bindings require the exact shape).
-    // ValueError naming the problem otherwise. (Every column keeps a context token: explicit_matrix.)
-    void check(index_t l_z, index_t l_x, index_t q0 = 0) const;
+    // can use its first columns), or with `exact` (the stand-alone Attention/MHAttention calls) exactly
+    // its shape. ValueError naming the problem otherwise. (Every column keeps a context token: explicit_matrix.)
+    void check(index_t l_z, index_t l_x, index_t q0 = 0, bool exact = false) const;
     const std::vector<std::uint8_t>& matrix() const { return m_; }
 
 private:

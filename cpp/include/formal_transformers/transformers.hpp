@@ -147,30 +147,137 @@ public:
     VecParam b_1, b_2;
 };
 
-// Per-layer activations kept for backward.
-template <class T>
-struct LayerActs {
-    Matrix<T> X_in;     // the residual stream entering the layer            [d_e, n]
-    Matrix<T> X_a;      // after the first residual update (before its norm)  [d_e, n]
-    Matrix<T> X_1;      // after the first norm                               [d_e, n]
-    Matrix<T> X_b;      // after the second residual update                   [d_e, n]
-    Matrix<T> X_2;      // after the second norm                              [d_e, n]
-    Matrix<T> X_c;      // ED decoder: after the third residual update        [d_e, n]
-    NormCache<T> n1, n2, n3;  // the layer's norms in order: γ¹ γ² (D, E, ED encoder); γ³ γ⁴ γ⁵ (ED decoder)
-    MHAttentionCache<T> attn, cross;
-    MLPCache<T> mlp;
-};
-
 // Scratch shared by the backward passes of all layers.
 template <class T>
 struct BackwardWork {
-    Matrix<T> P, Q;   // ping-pong gradients of the residual stream (x side)
+    Matrix<T> P, Q;   // P: ∂loss/∂(the residual stream) between layers; Q: scratch of the same shape
     Matrix<T> dZ;     // ED: gradient of the encoded context
     Matrix<T> dH;     // MLP hidden gradient
     Matrix<T> dHead;  // gradient of the last listing line's input (before the unembedding)
     MHAttentionWork<T> attn;
     Matrix<T> Xsel, dXsel, logits;
     std::vector<index_t> cols, targets;
+};
+
+// Scratch of decoding with caches (Algorithms 14, 15), shared by the layers: one token's columns.
+template <class T>
+struct DecodeScratch {
+    Matrix<T> X, Xt, tmp;  // [d_e, n]: the residual stream, a normalised copy, a spare
+    MHAttentionCache<T> attn;
+    MLPCache<T> mlp;
+    NormCache<T> norm;
+};
+
+// ---------------------------------------------------------------------------------------------------
+// The layers of the listings as blocks. A block registers its parameters (in the listing's order), runs its
+// lines forward (keeping its activations, named after the lines that make them) and backward, and for the
+// decoders also forward over cached keys and values. The listing's function calls it inside its layer loop.
+
+// Algorithm 10 lines 5–8: the pre-LN decoder layer of GPT-2 (Gopher with norm = RMSnorm), layer l.
+template <class T>
+class PreLNDecoderBlock {
+public:
+    struct Acts {                  // of one forward, for backward; n = columns of the batch
+        NormCache<T> norm_gamma1;  // line 5's layer_norm(· | γ¹, β¹)
+        Matrix<T> Xt_attn;         // [d_e, n] line 5: X̃ ← layer_norm(X | γ¹, β¹), the attention's input
+        MHAttentionCache<T> attn;  // line 6
+        Matrix<T> X_attn;          // [d_e, n] line 6: X ← X + MHAttention(X̃ | W_l, Mask[t, t'] = [[t ≤ t']])
+        NormCache<T> norm_gamma2;  // line 7's layer_norm(· | γ², β²)
+        Matrix<T> Xt_mlp;          // [d_e, n] line 7: X̃ ← layer_norm(X | γ², β²), the MLP's input
+        MLPCache<T> mlp;           // line 8
+    };
+    PreLNDecoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& prefix);
+    void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
+    // lines 5–8: X:[d_e,n] (sequences s) -> X_out:[d_e,n] (the next layer's X)
+    void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a) const;
+    // from w.P = ∂loss/∂X_out, leaves w.P = ∂loss/∂X; parameter gradients +=
+    void backward(ParamStore<T>& store, const Seqs& s, const Acts& a, BackwardWork<T>& w) const;
+    // lines 5–8 for the columns of X (in place) at positions q0, q0+1, … over the keys and values in kv
+    void forward_cached(const ParamStore<T>& store, MatView<T> X, index_t q0, KVCache<T>& kv, DecodeScratch<T>& d) const;
+
+    Norm<T> norm1;         // γ_l¹, β_l¹
+    MHAttention<T> attn;   // W_l, causal
+    Norm<T> norm2;         // γ_l², β_l²
+    MLP<T> mlp;            // W_mlp1^l, b_mlp1^l, W_mlp2^l, b_mlp2^l
+};
+
+// Algorithm 9 lines 5–8 = Algorithm 8 lines 5–8: the post-LN encoder layer of BERT and of the original
+// transformer's encoder, layer l (the listings write X and Z for its stream; here X).
+template <class T>
+class PostLNEncoderBlock {
+public:
+    struct Acts {
+        MHAttentionCache<T> attn;  // line 5
+        Matrix<T> X_attn;          // [d_e, n] line 5: X ← X + MHAttention(X | W_l, Mask ≡ 1)
+        NormCache<T> norm_gamma1;  // line 6's layer_norm(· | γ_l¹, β_l¹)
+        Matrix<T> X_1;             // [d_e, n] line 6: X ← layer_norm(X | γ_l¹, β_l¹), the MLP's input
+        MLPCache<T> mlp;           // line 7
+        Matrix<T> X_mlp;           // [d_e, n] line 7: X ← X + W_mlp2 φ(W_mlp1 X + b_mlp1 1ᵀ) + b_mlp2 1ᵀ
+        NormCache<T> norm_gamma2;  // line 8's layer_norm(· | γ_l², β_l²)
+    };
+    PostLNEncoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& prefix);
+    void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
+    // lines 5–8: X:[d_e,n] -> X_out
+    void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a) const;
+    // X: the block's input of that forward; from w.P = ∂loss/∂X_out, leaves w.P = ∂loss/∂X
+    void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s, const Acts& a, BackwardWork<T>& w) const;
+
+    MHAttention<T> attn;  // W_l (W_l^enc), bidirectional
+    Norm<T> norm1;        // γ_l¹, β_l¹
+    MLP<T> mlp;           // W_mlp1^l, b_mlp1^l, W_mlp2^l, b_mlp2^l (GELU in Alg 9, ReLU in Alg 8)
+    Norm<T> norm2;        // γ_l², β_l²
+};
+
+// Algorithm 8 lines 14–19: the post-LN decoder layer with cross-attention of the original transformer.
+template <class T>
+class PostLNDecoderBlock {
+public:
+    struct Acts {
+        MHAttentionCache<T> self_attn;   // line 14
+        Matrix<T> X_self;                // [d_e, n_x] line 14: X ← X + MHAttention(X | W_l^dec, Mask[t, t'] = [[t ≤ t']])
+        NormCache<T> norm_gamma3;        // line 15's layer_norm(· | γ_l³, β_l³)
+        Matrix<T> X_3;                   // [d_e, n_x] line 15: X ← layer_norm(X | γ_l³, β_l³)
+        MHAttentionCache<T> cross_attn;  // line 16
+        Matrix<T> X_cross;               // [d_e, n_x] line 16: X ← X + MHAttention(X, Z | W_l^e/d, Mask ≡ 1)
+        NormCache<T> norm_gamma4;        // line 17's layer_norm(· | γ_l⁴, β_l⁴)
+        Matrix<T> X_4;                   // [d_e, n_x] line 17: X ← layer_norm(X | γ_l⁴, β_l⁴), the MLP's input
+        MLPCache<T> mlp;                 // line 18
+        Matrix<T> X_mlp;                 // [d_e, n_x] line 18: X ← X + W_mlp4 ReLU(W_mlp3 X + b_mlp3 1ᵀ) + b_mlp4 1ᵀ
+        NormCache<T> norm_gamma5;        // line 19's layer_norm(· | γ_l⁵, β_l⁵)
+    };
+    PostLNDecoderBlock(const ModelConfig& c, ParamStore<T>& store, const std::string& prefix);
+    void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
+    // lines 14–19: X:[d_e,n_x] (sequences sx), the encoded context Z:[d_e,n_z] (sequences sz) -> X_out
+    void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
+                 MatView<T> X_out, Acts& a) const;
+    // from w.P = ∂loss/∂X_out, leaves w.P = ∂loss/∂X and adds ∂loss/∂Z into dZ
+    void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz, const Acts& a,
+                  MatView<T> dZ, BackwardWork<T>& w) const;
+    // lines 14–19 for the columns of d.X (in place) at positions q0, …, over the cached keys and values
+    void forward_cached(const ParamStore<T>& store, index_t q0, KVCache<T>& self_kv, const KVCache<T>& cross_kv,
+                        DecodeScratch<T>& d) const;
+
+    MHAttention<T> self_attn;   // W_l^dec, causal
+    Norm<T> norm3;              // γ_l³, β_l³
+    MHAttention<T> cross_attn;  // W_l^e/d, bidirectional
+    Norm<T> norm4;              // γ_l⁴, β_l⁴
+    MLP<T> mlp;                 // W_mlp3^l, b_mlp3^l, W_mlp4^l, b_mlp4^l
+    Norm<T> norm5;              // γ_l⁵, β_l⁵
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Which attention of a model: the encoder's self-attention (Algorithm 8 line 5, Algorithm 9 line 5), the
+// decoder's causal self-attention (Algorithm 8 line 14, Algorithm 10 line 6) or the decoder's
+// cross-attention to the encoded context (Algorithm 8 line 16).
+enum class AttentionKind { Encoder, Decoder, Cross };
+const char* name(AttentionKind kind);  // "enc", "dec", "cross"
+
+// What the last forward call left behind for backward and for attention_weights: its batch, and whether it
+// ran to the end. A forward clears it once its input is checked and records its batch on completion, so a
+// forward stopped half-way (Ctrl-C) leaves nothing readable; decoding with caches never touches it.
+struct LastForward {
+    bool done = false;
+    Seqs z, x;  // the batch: z the encoder's input (ED), x the decoder's; for D and E, z = x
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -187,16 +294,54 @@ public:
     ParamStore<T> store;  // θ (declared before every component, which registers into it)
     TokenEmbedding<T> tok;
     PositionalEmbedding<T> pos;
+    std::unique_ptr<Unembedding<T>> unemb;  // made last by each model: W_u follows the layers in θ
+
+    // the input of the listing's last line (softmax(W_u X)) in the last forward: [d, n]
+    virtual CMatView<T> out() const = 0;
+    // the last line on the last forward: Z = W_u X (logits) or P = softmax(W_u X); [N_V, n]
+    void logits(MatView<T> Z) const { unemb->logits(store, out(), Z); }
+    void probabilities(MatView<T> P) const { unemb->forward(store, out(), P); }
+
+    // softmax(S/√d_attn) (Algorithm 4 line 6) of the last forward call: attention `kind`, layer l, sequence
+    // b of the batch, head h -> [ℓ_keys, ℓ_queries] of that sequence (the encoder's (ℓ_z, ℓ_z), the decoder's
+    // (ℓ_x, ℓ_x), cross-attention's (ℓ_z, ℓ_x)). ValueError before any completed forward call or for a kind the
+    // model has not; IndexError naming l, b or h when out of range.
+    CMatView<T> attention_weights(AttentionKind kind, index_t l, index_t b, index_t h) const;
+    // how many layers hold attention `kind` (0: the model has none)
+    virtual index_t layers(AttentionKind kind) const = 0;
+    virtual const char* arch_name() const = 0;
 
 protected:
+    // A model's input: z the context (ED), x the tokens (x̃ for E), x_orig the originals of x̃ (E).
+    struct Batch {
+        const Tokens* z = nullptr;
+        const Tokens* x = nullptr;
+        const index_t* x_orig = nullptr;
+    };
+    // The losses of Algorithms 11–13, defined once: forward, −Σ log P[target, col] over the scored columns,
+    // and with `grad` its gradient in store.grad() (zeroed first). n_scored: how many columns were scored;
+    // n_correct: of them, how many have argmax = target.
+    double run_loss(const Batch& in, bool grad, index_t* n_scored, index_t* n_correct);
+    virtual void run_forward(const Batch& in) = 0;
+    virtual void run_backward(const Batch& in, BackwardWork<T>& w) = 0;  // from w.dHead = ∂loss/∂out()
+    // the scored columns and their targets
+    virtual void score(const Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const = 0;
+    // the cache of attention `kind` in layer l (l already checked against layers(kind))
+    virtual const MHAttentionCache<T>& attention_cache(AttentionKind kind, index_t l) const = 0;
+
+    // W_u (N_V × d), or W_eᵀ when tied; then θ is complete: allocate it, initialise the embeddings and
+    // return the random stream that initialises the rest (in θ's order)
+    Rng make_head_and_allocate(index_t d);
     // lines 1–3 of every listing: X[:, t] = W_e[:, x[t]] + W_p[:, t] per sequence
     void embed(const Tokens& x, Matrix<T>& X) const;
     void embed_backward(const Tokens& x, CMatView<T> dX);
     // −Σ log softmax(W_u X[:, col])[target] over the given columns, and (if dX) its gradient:
     // dW_u (or dW_e when tied) += …, dX[:, col] += W_uᵀ dZ[:, col]
-    double head_loss(const Unembedding<T>& u, CMatView<T> X, const std::vector<index_t>& cols,
-                     const std::vector<index_t>& targets, MatView<T>* dX, BackwardWork<T>& w,
-                     index_t* n_correct = nullptr);
+    double head_loss(CMatView<T> X, const std::vector<index_t>& cols, const std::vector<index_t>& targets,
+                     MatView<T>* dX, BackwardWork<T>& w, index_t* n_correct = nullptr);
+
+    LastForward last_;
+    BackwardWork<T> work_;
 };
 
 // Algorithm 10.
@@ -209,28 +354,26 @@ public:
 
     // lines 1–10 over a batch; the result (X after line 10) is `out()`
     void forward(const Tokens& x);
-    CMatView<T> out() const { return view(Xf_); }
+    CMatView<T> out() const override { return view(Xf_); }
     // the residual stream entering layer l (l = L: leaving the last layer), of the last forward
     CMatView<T> stream(index_t l) const { return view(stream_[std::size_t(l)]); }
-    // line 11 on the last forward: Z = W_u X (logits) or P = softmax(W_u X); [N_V, n]
-    void logits(MatView<T> Z) const { unemb->logits(store, out(), Z); }
-    void probabilities(MatView<T> P) const { unemb->forward(store, out(), P); }
     // Algorithm 13 line 5 summed over the batch, and its gradient in store.grad() (zeroed first)
-    double loss_and_grad(const Tokens& x);
+    double loss_and_grad(const Tokens& x) { return this->run_loss({nullptr, &x, nullptr}, true, nullptr, nullptr); }
     // the loss without gradients; n_scored: predicted tokens, n_correct: of them, argmax = target
-    double loss(const Tokens& x, index_t* n_scored = nullptr, index_t* n_correct = nullptr);
-    // softmax(S/√d_attn) of the last forward: layer l, sequence b, head h -> [ℓ_b, ℓ_b]
-    CMatView<T> attention_weights(index_t l, index_t b, index_t h) const;
+    double loss(const Tokens& x, index_t* n_scored = nullptr, index_t* n_correct = nullptr) {
+        return this->run_loss({nullptr, &x, nullptr}, false, n_scored, n_correct);
+    }
+    // its layers' self-attention (Model::attention_weights)
+    static constexpr AttentionKind self_attention = AttentionKind::Decoder;
+    index_t layers(AttentionKind kind) const override { return kind == self_attention ? cfg.L : 0; }
+    const char* arch_name() const override { return "DTransformer"; }
 
     // Decoding with a KV cache (Algorithm 14): feed n tokens at positions len, len+1, …; writes the
     // logits of the last one to z:[N_V]. Each token costs one column of work per layer.
     struct Decoder {
         std::vector<KVCache<T>> kv;
         index_t len = 0;
-        Matrix<T> X, Xt, tmp;
-        MHAttentionCache<T> scratch;
-        MLPCache<T> mlp;
-        NormCache<T> nc;
+        DecodeScratch<T> w;
         void reset() {  // forget the context, keep the buffers (no allocation when refilled)
             len = 0;
             for (auto& c : kv) c.len = 0;
@@ -238,20 +381,18 @@ public:
     };
     void decode(Decoder& d, const index_t* ids, index_t n, T* z) const;
 
-    std::vector<std::unique_ptr<Norm<T>>> norm1, norm2;
-    std::vector<std::unique_ptr<MHAttention<T>>> attn;
-    std::vector<std::unique_ptr<MLP<T>>> mlp;
-    std::unique_ptr<Norm<T>> norm_f;
-    std::unique_ptr<Unembedding<T>> unemb;  // declared last: W_u follows the layers in θ
+    std::vector<std::unique_ptr<PreLNDecoderBlock<T>>> layer;  // lines 5–8 of layer l
+    std::unique_ptr<Norm<T>> norm_f;                           // line 10: γ, β
 
 private:
-    void backward(const Tokens& x, BackwardWork<T>& w);  // from w.dX = ∂loss/∂(line-10 output)
-    std::vector<LayerActs<T>> acts_;
+    void run_forward(const typename Model<T>::Batch& in) override { forward(*in.x); }
+    void run_backward(const typename Model<T>::Batch& in, BackwardWork<T>& w) override;
+    void score(const typename Model<T>::Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const override;
+    const MHAttentionCache<T>& attention_cache(AttentionKind, index_t l) const override { return acts_[std::size_t(l)].attn; }
+    std::vector<typename PreLNDecoderBlock<T>::Acts> acts_;
     std::vector<Matrix<T>> stream_;  // [L+1] residual stream between layers
     Matrix<T> Xf_;                   // line 10's output
-    NormCache<T> nf_;
-    Seqs last_;
-    BackwardWork<T> work_;
+    NormCache<T> norm_gamma_;        // line 10's layer_norm(· | γ, β)
 };
 
 // Algorithm 9.
@@ -262,30 +403,33 @@ public:
     using Model<T>::cfg;
     using Model<T>::store;
     void forward(const Tokens& x);  // lines 1–11
-    CMatView<T> out() const { return view(Xf_); }
-    void logits(MatView<T> Z) const { unemb->logits(store, out(), Z); }
-    void probabilities(MatView<T> P) const { unemb->forward(store, out(), P); }
+    CMatView<T> out() const override { return view(Xf_); }
     // Algorithm 12 line 9 for x̃ (with mask tokens) and x (the originals), summed over the batch
-    double loss_and_grad(const Tokens& x_tilde, const index_t* x);
-    double loss(const Tokens& x_tilde, const index_t* x, index_t* n_scored = nullptr, index_t* n_correct = nullptr);
-    CMatView<T> attention_weights(index_t l, index_t b, index_t h) const;
+    double loss_and_grad(const Tokens& x_tilde, const index_t* x) {
+        return this->run_loss({nullptr, &x_tilde, x}, true, nullptr, nullptr);
+    }
+    double loss(const Tokens& x_tilde, const index_t* x, index_t* n_scored = nullptr, index_t* n_correct = nullptr) {
+        return this->run_loss({nullptr, &x_tilde, x}, false, n_scored, n_correct);
+    }
+    static constexpr AttentionKind self_attention = AttentionKind::Encoder;
+    index_t layers(AttentionKind kind) const override { return kind == self_attention ? cfg.L : 0; }
+    const char* arch_name() const override { return "ETransformer"; }
 
-    std::vector<std::unique_ptr<MHAttention<T>>> attn;
-    std::vector<std::unique_ptr<Norm<T>>> norm1, norm2;
-    std::vector<std::unique_ptr<MLP<T>>> mlp;
-    MatParam W_f;
+    std::vector<std::unique_ptr<PostLNEncoderBlock<T>>> layer;  // lines 5–8 of layer l
+    MatParam W_f;                                               // line 10
     VecParam b_f;
-    std::unique_ptr<Norm<T>> norm_f;
-    std::unique_ptr<Unembedding<T>> unemb;  // declared last: W_u follows the layers in θ
+    std::unique_ptr<Norm<T>> norm_f;                            // line 11: γ, β
 
 private:
-    void backward(const Tokens& x, BackwardWork<T>& w);
-    std::vector<LayerActs<T>> acts_;
+    void run_forward(const typename Model<T>::Batch& in) override { forward(*in.x); }
+    void run_backward(const typename Model<T>::Batch& in, BackwardWork<T>& w) override;
+    void score(const typename Model<T>::Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const override;
+    const MHAttentionCache<T>& attention_cache(AttentionKind, index_t l) const override { return acts_[std::size_t(l)].attn; }
+    Activation gelu() const { return cfg.gelu == Gelu::Tanh ? Activation::GeluTanh : Activation::Gelu; }
+    std::vector<typename PostLNEncoderBlock<T>::Acts> acts_;
     std::vector<Matrix<T>> stream_;  // [L+1]
-    Matrix<T> F_, G_, Xf_;           // line 10: F = W_f X + b_f, G = GELU(F); line 11: Xf = layer_norm(G)
-    NormCache<T> nf_;
-    Seqs last_;
-    BackwardWork<T> work_;
+    Matrix<T> F_, G_, Xf_;           // line 10: F = W_f X + b_f 1ᵀ, G = GELU(F); line 11: Xf = layer_norm(G)
+    NormCache<T> norm_gamma_;        // line 11's layer_norm(· | γ, β)
 };
 
 // Algorithm 8.
@@ -297,45 +441,46 @@ public:
     using Model<T>::store;
 
     void forward(const Tokens& z, const Tokens& x);  // lines 1–20
-    CMatView<T> out() const { return view(xstream_.back()); }
+    CMatView<T> out() const override { return view(xstream_.back()); }
     CMatView<T> encoded() const { return view(zstream_.back()); }
-    void logits(MatView<T> Zl) const { unemb->logits(store, out(), Zl); }
-    void probabilities(MatView<T> P) const { unemb->forward(store, out(), P); }
     // Algorithm 11 line 5 summed over the batch (z and x: the same number of sequences)
-    double loss_and_grad(const Tokens& z, const Tokens& x);
-    double loss(const Tokens& z, const Tokens& x, index_t* n_scored = nullptr, index_t* n_correct = nullptr);
-    // which: 0 encoder self-attention, 1 decoder self-attention, 2 decoder cross-attention
-    CMatView<T> attention_weights(int which, index_t l, index_t b, index_t h) const;
+    double loss_and_grad(const Tokens& z, const Tokens& x) { return this->run_loss({&z, &x, nullptr}, true, nullptr, nullptr); }
+    double loss(const Tokens& z, const Tokens& x, index_t* n_scored = nullptr, index_t* n_correct = nullptr) {
+        return this->run_loss({&z, &x, nullptr}, false, n_scored, n_correct);
+    }
+    index_t layers(AttentionKind kind) const override { return kind == AttentionKind::Encoder ? cfg.L_enc : cfg.L_dec; }
+    const char* arch_name() const override { return "EDTransformer"; }
 
     // Decoding with caches (Algorithm 15): `encode` runs lines 1–9 once for one context z and fills the
     // cross-attention caches; `decode` feeds n tokens of x̂ and writes the logits of the last to z:[N_V].
     struct Decoder {
-        Matrix<T> Z;  // encoded context [d_e, ℓ_z]
+        std::vector<typename PostLNEncoderBlock<T>::Acts> enc_acts;  // the encoder's (the last forward's stay)
+        std::vector<Matrix<T>> zstream;                              // [L_enc+1]
         std::vector<KVCache<T>> self_kv, cross_kv;
         index_t len = 0;
-        Matrix<T> X, tmp;
-        MHAttentionCache<T> scratch;
-        MLPCache<T> mlp;
-        NormCache<T> nc;
+        DecodeScratch<T> w;
     };
-    void encode(Decoder& d, const index_t* z, index_t l_z);
+    void encode(Decoder& d, const index_t* z, index_t l_z) const;
     void decode(Decoder& d, const index_t* ids, index_t n, T* logits_out) const;
 
-    std::vector<std::unique_ptr<MHAttention<T>>> enc_attn;
-    std::vector<std::unique_ptr<Norm<T>>> enc_norm1, enc_norm2;
-    std::vector<std::unique_ptr<MLP<T>>> enc_mlp;
-    std::vector<std::unique_ptr<MHAttention<T>>> dec_attn, dec_cross;
-    std::vector<std::unique_ptr<Norm<T>>> dec_norm3, dec_norm4, dec_norm5;
-    std::vector<std::unique_ptr<MLP<T>>> dec_mlp;
-    std::unique_ptr<Unembedding<T>> unemb;  // declared last: W_u follows the layers in θ
+    std::vector<std::unique_ptr<PostLNEncoderBlock<T>>> enc_layer;  // lines 5–8 of encoder layer l
+    std::vector<std::unique_ptr<PostLNDecoderBlock<T>>> dec_layer;  // lines 14–19 of decoder layer l
 
 private:
-    void encoder_forward(const Tokens& z);
-    void backward(const Tokens& z, const Tokens& x, BackwardWork<T>& w);
-    std::vector<LayerActs<T>> enc_acts_, dec_acts_;
+    // lines 1–9 into the given activations (the model's own for forward, a Decoder's for encode)
+    void encoder_forward(const Tokens& z, std::vector<typename PostLNEncoderBlock<T>::Acts>& acts,
+                         std::vector<Matrix<T>>& stream) const;
+    void run_forward(const typename Model<T>::Batch& in) override { forward(*in.z, *in.x); }
+    void run_backward(const typename Model<T>::Batch& in, BackwardWork<T>& w) override;
+    void score(const typename Model<T>::Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const override;
+    const MHAttentionCache<T>& attention_cache(AttentionKind kind, index_t l) const override {
+        return kind == AttentionKind::Encoder ? enc_acts_[std::size_t(l)].attn
+             : kind == AttentionKind::Decoder ? dec_acts_[std::size_t(l)].self_attn
+                                              : dec_acts_[std::size_t(l)].cross_attn;
+    }
+    std::vector<typename PostLNEncoderBlock<T>::Acts> enc_acts_;
+    std::vector<typename PostLNDecoderBlock<T>::Acts> dec_acts_;
     std::vector<Matrix<T>> zstream_, xstream_;  // [L_enc+1], [L_dec+1]
-    Seqs last_z_, last_x_;
-    BackwardWork<T> work_;
 };
 
 }  // namespace ft
