@@ -436,7 +436,8 @@ def model_files(data):
         if data.draw(st.booleans()):
             cfg.pop(data.draw(st.sampled_from(sorted(cfg))), None)
         # (safetensors metadata is UTF-8: no lone surrogates there)
-        meta["formal_transformers.config"] = json.dumps(cfg) if data.draw(st.integers(0, 5)) else data.draw(st.text(max_size=40))
+        meta["formal_transformers.config"] = (json.dumps(cfg, default=lambda o: o.item() if hasattr(o, "item") else str(o))
+                                              if data.draw(st.integers(0, 5)) else data.draw(st.text(max_size=40)))
         p = os.path.join(tmp, f"cfg-{os.getpid()}.safetensors")
         save_file(load_file(model_file(tmp)), p, metadata=meta)
         blob = open(p, "rb").read()

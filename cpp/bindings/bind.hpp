@@ -150,6 +150,12 @@ struct CoreCall {
     py::gil_scoped_release nogil;
     ft::FpEnvScope fp;
 };
+// The same for long calls (training, inference): FTZ/DAZ also on the OpenMP pool's threads (two
+// fork/joins per call, too costly for short calls: fpenv.hpp).
+struct LongCoreCall {
+    py::gil_scoped_release nogil;
+    ft::FpEnvScope fp{true};
+};
 
 // Lock an object for one call, releasing the GIL while waiting (another thread may hold it for long).
 struct CallLock {

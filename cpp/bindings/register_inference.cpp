@@ -92,7 +92,7 @@ sliding window; the cache is refilled from the window each step then). seed=None
                     ft::Rng rng(self.next_seed());
                     std::vector<index_t> y;
                     {
-                        CoreCall nogil;
+                        LongCoreCall nogil;
                         y = ft::DInference(mdl, prompt.ids.data(), index_t(prompt.ids.size()), self.l_gen, self.o, rng);
                     }
                     return to_array(y);
@@ -138,7 +138,7 @@ values; cache=False runs the listing literally. Sampling as DInference.)doc")
                     ft::Rng rng(self.next_seed());
                     std::vector<index_t> x;
                     {
-                        CoreCall nogil;
+                        LongCoreCall nogil;
                         x = ft::EDInference(mdl, zi.ids.data(), index_t(zi.ids.size()), self.o, rng, self.max_len);
                     }
                     return to_array(x);

@@ -129,7 +129,7 @@ struct Recorder {
     void run(F&& train) {
         try {
             {
-                CoreCall nogil;
+                LongCoreCall nogil;
                 train(step_hook());
             }
         } catch (...) {

@@ -28,16 +28,18 @@ void set_csr(unsigned) {}
 #endif
 }  // namespace
 
-FpEnvScope::FpEnvScope() {
+FpEnvScope::FpEnvScope(bool with_pool) {
     if (depth++ > 0) return;
     outer_ = true;
-#ifdef FT_HAVE_MXCSR
+#ifndef FT_HAVE_MXCSR
+    (void)with_pool;
+#else
     saved_ = get_csr();
     caller_csr = saved_;
 #ifdef _OPENMP
     // the pool first: a thread the region creates inherits the creating thread's MXCSR, which must still be
     // the caller's (else "its own" value, restored on exit, would already have FTZ/DAZ)
-    if (!omp_in_parallel() && omp_get_max_threads() > 1) {
+    if (with_pool && !omp_in_parallel() && omp_get_max_threads() > 1) {
         team_ = omp_get_max_threads();
 #pragma omp parallel num_threads(team_)
         if (omp_get_thread_num() != 0 && !worker_saved) {

@@ -103,8 +103,13 @@ TEST(FpEnv, PoolThreadsHaveItOnlyInsideACoreCall) {
     ft::set_num_threads(2);
     EXPECT_EQ(threads_with_ftz(2), 0);
     {
-        ft::FpEnvScope s;
+        ft::FpEnvScope s(true);
         EXPECT_EQ(threads_with_ftz(2), 2);
+    }
+    EXPECT_EQ(threads_with_ftz(2), 0);
+    {
+        ft::FpEnvScope s;  // a short call: the calling thread only
+        EXPECT_EQ(threads_with_ftz(2), 1);
     }
     EXPECT_EQ(threads_with_ftz(2), 0);
 }

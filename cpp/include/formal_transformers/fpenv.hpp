@@ -9,10 +9,13 @@
 //  * on the calling thread: the caller's MXCSR is saved on entry, FTZ|DAZ set, and the saved value written
 //    back on exit — on every path, an exception (ValueError, Interrupted, ...) included, since it is a
 //    destructor;
-//  * on the OpenMP pool's other threads (which run our parallel regions and the BLAS's jobs, blas.cpp,
-//    through its threads callback): the same, in one parallel region on entry and one on exit (each thread restores the value
-//    it had), only when more than one thread is in use and the scope is not itself inside a parallel
-//    region.
+//  * with_pool (for the long calls: training, inference): also on the OpenMP pool's other threads (which
+//    run our parallel regions and the BLAS's jobs, through its threads callback), in one parallel region on entry
+//    and one on exit (each thread restores the value it had), when more than one thread is in use and the
+//    scope is not itself inside a parallel region. Two fork/joins per call cost more than a short call
+//    (measured: a 4x4 softmax 8 -> 87 us, a tiny model's forward 66 -> 151 us on the shared 2-core
+//    machine), so short calls leave the pool threads alone: there a denormal only costs time on the
+//    worker's share of the work, never accuracy of the caller's code.
 //
 // Scopes nest: only the outermost one touches the environment. `FpCallerEnv` is the inverse, for the rare
 // moments a core call runs the caller's code (the Ctrl-C poll hook runs Python signal handlers): it puts
@@ -25,7 +28,7 @@ namespace ft {
 
 class FpEnvScope {
 public:
-    FpEnvScope();
+    explicit FpEnvScope(bool with_pool = false);
     ~FpEnvScope();
     FpEnvScope(const FpEnvScope&) = delete;
     FpEnvScope& operator=(const FpEnvScope&) = delete;
