@@ -30,7 +30,7 @@ computes the initial loss and the parent checks that they agree to float32 accur
 would be meaningless).
 
 Flops of one step, counted for our GFLOP/s (a multiply-add = 2 flops; embeddings, biases, norms, softmax,
-GELU and Adam are not counted, the causal mask's zero half is):
+GELU and Adam are not counted; attention is counted for full ℓ×ℓ blocks, the causal mask's zeros included):
     forward  = 2 · P_mm · B·ℓ  +  L · B · 2·2·ℓ²·d_e
                P_mm = L·(4·d_e² + 2·d_e·d_mlp) + N_V·d_e  (the weights used in products: W_q, W_k, W_v, W_o,
                W_mlp1, W_mlp2 per layer, and the unembedding W_u — also when tied);  2·2·ℓ²·d_e per layer and
