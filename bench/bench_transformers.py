@@ -199,6 +199,11 @@ def load_ours_into_torch(torch, P, tm, cfg, tied):
         tm.ln_f.bias.copy_(torch.from_numpy(P["beta"].copy()))
 
 
+def copy_ours_into_torch(torch, model, tm, cfg, tied):
+    """The same from a live ft model (for bench_inference.py, where both run in one process)."""
+    load_ours_into_torch(torch, {k: np.asarray(v) for k, v in model.params.items()}, tm, cfg, tied)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The sides. Each is built in the process that runs it; .step() is one timed unit; .info describes it.
 
