@@ -308,6 +308,7 @@ def run_worker(args) -> None:
 
 class Worker:
     def __init__(self, label, kind, args, shape, env_changes, wdir, threads):
+        warmup = args.large_warmup if shape == "gpt2" else args.warmup
         env = dict(os.environ)
         for k, v in env_changes.items():
             if v is None:
@@ -315,7 +316,7 @@ class Worker:
             else:
                 env[k] = v
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--shape", shape,
-               "--threads", str(threads or 0), "--warmup", str(args.warmup), "--wdir", wdir]
+               "--threads", str(threads or 0), "--warmup", str(warmup), "--wdir", wdir]
         if args.tied:
             cmd.append("--tied")
         self.label, self.kind, self.times = label, kind, []
@@ -379,7 +380,7 @@ def bench(cfg, shape, args, threads, rounds, steps):
           f"{threads} threads each")
     print(f"  formal-transformers {info['version']}, BLAS: {info['blas']}; PyTorch {workers[1].hello['info']['version']}")
     print(f"  {rounds} interleaved rounds × {steps} timed steps per side ({args.gemm_steps} products for gemm), "
-          f"after {args.warmup} warm-up steps, {args.pause} s pause before each round; medians")
+          f"after {args.large_warmup if shape == 'gpt2' else args.warmup} warm-up steps, {args.pause} s pause before each round; medians")
     l0 = ours.hello["loss"]
     agree = True
     parts = []
@@ -439,6 +440,7 @@ def main():
     ap.add_argument("--large", action="store_true", help="also the GPT-2-small shape (~4 GB of memory per side)")
     ap.add_argument("--large-rounds", type=int, default=5)
     ap.add_argument("--large-steps", type=int, default=1)
+    ap.add_argument("--large-warmup", type=int, default=1, help="untimed steps per worker at GPT-2 size")
     ap.add_argument("--tied", action="store_true", help="W_u = W_eᵀ in both models (as nanoGPT/GPT-2 do)")
     ap.add_argument("--inprocess", choices=sorted(SIDES), help="run one side alone in this process, flat out "
                     "(--iters steps; with --large the GPT-2-small shape), for profiling")
