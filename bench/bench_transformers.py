@@ -439,6 +439,7 @@ def main():
     ap.add_argument("--gemm-steps", type=int, default=3, help="2048³ products per round of the gemm worker")
     ap.add_argument("--large", action="store_true", help="also the GPT-2-small shape (~4 GB of memory per side)")
     ap.add_argument("--large-rounds", type=int, default=5)
+    ap.add_argument("--only-large", action="store_true", help="the GPT-2-small shape alone (implies --large)")
     ap.add_argument("--large-steps", type=int, default=1)
     ap.add_argument("--large-warmup", type=int, default=1, help="untimed steps per worker at GPT-2 size")
     ap.add_argument("--tied", action="store_true", help="W_u = W_eᵀ in both models (as nanoGPT/GPT-2 do)")
@@ -458,8 +459,8 @@ def main():
 
     print(f"CPU: {cpu_model()}; os.cpu_count() = {os.cpu_count()}")
     print("Each side in its own worker process; the parent imports neither formal_transformers nor torch.")
-    meds = [bench(BABY, "baby", args, args.threads, args.rounds, args.steps)]
-    if args.large:
+    meds = [] if args.only_large else [bench(BABY, "baby", args, args.threads, args.rounds, args.steps)]
+    if args.large or args.only_large:
         meds.append(bench(GPT2, "gpt2", args, args.threads, args.large_rounds, args.large_steps))
     return meds
 
