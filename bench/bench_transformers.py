@@ -1,35 +1,102 @@
 """Benchmark (not a test): one training step of Algorithm 10 (DTransformer, GPT-2's pre-LN decoder) —
-forward + backward + Adam(W) step — formal-transformers vs an equivalent PyTorch model, same run, float32.
+forward + backward + Adam(W) step — formal-transformers vs an equivalent PyTorch model, float32, as a user
+sees them: each implementation in its own process.
+
+Why processes: PyTorch bundles its own OpenMP runtime (libgomp) and our core links the system's; two OpenMP
+pools in one process spin against each other and distort both. So this script (the parent, which imports
+neither the core's pool nor torch's) starts persistent workers, each a subprocess of this same file:
+  * ours           formal-transformers (its own default thread policy, the parent's environment);
+  * torch passive  PyTorch with OMP_WAIT_POLICY=passive (its best setting on a shared machine);
+  * torch default  PyTorch with the default environment (OMP_WAIT_POLICY / GOMP_SPINCOUNT removed);
+  * gemm           our _core._gemm of two 2048×2048 float32 matrices: the machine's gemm peak in this run.
+Every worker uses the same number of threads (--threads, default ft.get_num_threads()). After each worker's
+set-up and warm-up, rounds are interleaved (ours, torch passive, torch default, gemm, ours, ...), each round
+--steps timed steps, with a --pause between rounds so that one worker's idle threads have stopped spinning
+before the next runs; machine noise thus hits every side alike. Reported: the median over all timed steps
+per side, ms/step, tokens/s, and the ratios PyTorch/ours (> 1: ours faster).
 
 Shapes:
   * baby GPT (nanoGPT's CPU shakespeare_char config): N_V 65, ℓ 64, L 4, H 4, d_e 128, d_mlp 512, batch 12;
-  * --large adds a GPT-2-small shape: N_V 50257, ℓ_max 1024, ℓ 64, L 12, H 12, d_e 768, d_mlp 3072, batch 4
-    (fewer repetitions).
+  * --large adds GPT-2 small: N_V 50257, ℓ_max 1024, ℓ 64, L 12, H 12, d_e 768, d_mlp 3072, batch 4.
 Ours:   model.loss_and_grad(batch, copy=False); opt.step(model, model.grads)   with ft.Adam(lr, weight_decay=0.1)
         (copy=False: the gradient stays in model.grads, as PyTorch's .grad; no 650 MB copy per step at GPT-2 size)
 PyTorch: an nn.Module written here with the same parameters (pre-LN blocks: LayerNorm, fused qkv Linear with
   bias, causal scaled-dot-product attention, output Linear, LayerNorm, Linear-GELU(exact)-Linear; final
   LayerNorm; untied Linear unembedding unless --tied), loss = summed next-token cross-entropy (the listing's
   sum, Alg 13 line 5), loss.backward(), torch.optim.AdamW(lr, weight_decay=0.1), zero_grad(set_to_none=True).
-Both use the same number of threads (ft.get_num_threads(), or --threads n for both). Before timing, our
-parameters are copied into the PyTorch model and the two losses are compared (they must agree to float32
-accuracy, else the comparison would be meaningless). Reported: median ms/step over --reps timed steps after
---warmup steps (steps of the two alternate, so machine noise hits both alike), tokens/s, and the ratio.
+Same weights: our worker initialises the model, writes θ and the batch to an .npz in a temporary directory,
+and the torch workers (which never import formal_transformers) load it; before any step, each worker
+computes the initial loss and the parent checks that they agree to float32 accuracy (else the comparison
+would be meaningless).
 
-    FT_CORE_PATH=build/archtest PYTHONPATH=python python bench/bench_transformers.py [--reps 10] [--large]
+Flops of one step, counted for our GFLOP/s (a multiply-add = 2 flops; embeddings, biases, norms, softmax,
+GELU and Adam are not counted; attention is counted for full ℓ×ℓ blocks, the causal mask's zeros included):
+    forward  = 2 · P_mm · B·ℓ  +  L · B · 2·2·ℓ²·d_e
+               P_mm = L·(4·d_e² + 2·d_e·d_mlp) + N_V·d_e  (the weights used in products: W_q, W_k, W_v, W_o,
+               W_mlp1, W_mlp2 per layer, and the unembedding W_u — also when tied);  2·2·ℓ²·d_e per layer and
+               sequence is attention's two products QᵀK and V·softmax over all H heads (H·d_attn = d_e);
+    backward = 2 · forward   (a gradient for each product's two operands);   step = 3 · forward.
+The share of peak is that GFLOP/s over the gemm worker's median GFLOP/s (2·2048³ flops per product).
+
+    python bench/bench_transformers.py [--threads N] [--rounds 7] [--steps 3] [--large] [--tied]
+    python bench/bench_transformers.py --inprocess ours --iters 200     # one side, flat out, in this process
+                                                                          (for perf/py-spy; also torch, gemm)
+(with the package importable: installed, or PYTHONPATH=python FT_CORE_PATH=build/<dir> in a checkout).
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import numpy as np
 
-import formal_transformers as ft
-
+HERE = os.path.dirname(os.path.abspath(__file__))
 BABY = dict(name="baby GPT", n_vocab=65, l_max=64, l=64, L=4, H=4, d_e=128, d_mlp=512, batch=12)
 GPT2 = dict(name="GPT-2 small", n_vocab=50257, l_max=1024, l=64, L=12, H=12, d_e=768, d_mlp=3072, batch=4)
+SHAPES = {"baby": BABY, "gpt2": GPT2}
+PEAK_N = 2048
+
+
+def import_ft():
+    try:
+        import formal_transformers as ft
+    except ImportError:  # a checkout without an install: python/ beside this directory
+        sys.path.insert(0, os.path.join(HERE, "..", "python"))
+        import formal_transformers as ft
+    return ft
+
+
+def step_flops(cfg) -> float:
+    """Flops of one training step (the module docstring's formula)."""
+    L, d, dm, l, B = cfg["L"], cfg["d_e"], cfg["d_mlp"], cfg["l"], cfg["batch"]
+    p_mm = L * (4 * d * d + 2 * d * dm) + cfg["n_vocab"] * d
+    forward = 2.0 * p_mm * B * l + L * B * 2 * 2 * l * l * d
+    return 3.0 * forward
+
+
+def cpu_model() -> str:
+    """/proc/cpuinfo's "model name" with its family/model numbers (else platform's guess)."""
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor is enough
+                k, _, v = line.partition(":")
+                info[k.strip()] = v.strip()
+    except OSError:
+        pass
+    if "model name" not in info:
+        import platform
+        return platform.processor() or platform.machine()
+    return (f"{info['model name']} (vendor {info.get('vendor_id', '?')}, family {info.get('cpu family', '?')}, "
+            f"model {info.get('model', '?')}, stepping {info.get('stepping', '?')})")
 
 
 def torch_gpt(torch, cfg, tied):
@@ -104,82 +171,298 @@ def copy_ours_into_torch(torch, model, tm, cfg, tied):
         tm.ln_f.bias.copy_(torch.from_numpy(P["beta"].copy()))
 
 
-def bench(cfg, reps, warmup, tied, lr=3e-4):
-    import torch
-
-    n_threads = ft.get_num_threads()
-    torch.set_num_threads(n_threads)
-    rng = np.random.default_rng(0)
-    batch = rng.integers(0, cfg["n_vocab"], (cfg["batch"], cfg["l"]))
-
-    model = ft.DTransformer(cfg["n_vocab"], cfg["l_max"], cfg["L"], cfg["H"], cfg["d_e"], cfg["d_mlp"],
-                            tied=tied, dtype="float32", seed=0)
-    opt = ft.Adam(lr, weight_decay=0.1)
-    torch.manual_seed(0)
-    tm = torch_gpt(torch, cfg, tied)
-    copy_ours_into_torch(torch, model, tm, cfg, tied)
-    topt = torch.optim.AdamW(tm.parameters(), lr=lr, weight_decay=0.1)
-    idx = torch.from_numpy(batch.astype(np.int64))
-
-    ours_loss = model.loss(batch)
+def load_ours_into_torch(torch, P, tm, cfg, tied):
+    """Our θ (column convention, stacked heads; numpy arrays by our names) into the row-per-token torch modules."""
+    d = cfg["d_e"]
     with torch.no_grad():
-        torch_loss = float(tm.loss(idx))
-    agree = abs(ours_loss - torch_loss) / abs(torch_loss)
-    n_params = sum(int(np.asarray(v).size) for k, v in model.params.items() if not (tied and k == "W_u"))
+        tm.wte.weight.copy_(torch.from_numpy(P["W_e"].T.copy()))
+        tm.wpe.weight.copy_(torch.from_numpy(P["W_p"].T.copy()))
+        if not tied:
+            tm.lm_head.weight.copy_(torch.from_numpy(P["W_u"].copy()))
+        for l, b in enumerate(tm.blocks):
+            p = f"layers.{l}."
+            a = p + "attn."
+            b.qkv.weight.copy_(torch.from_numpy(np.concatenate(
+                [P[a + w].reshape(-1, d) for w in ("W_q", "W_k", "W_v")], axis=0)))
+            b.qkv.bias.copy_(torch.from_numpy(np.concatenate([P[a + w].reshape(-1) for w in ("b_q", "b_k", "b_v")])))
+            b.proj.weight.copy_(torch.from_numpy(P[a + "W_o"].copy()))
+            b.proj.bias.copy_(torch.from_numpy(P[a + "b_o"].copy()))
+            b.ln1.weight.copy_(torch.from_numpy(P[p + "gamma1"].copy()))
+            b.ln1.bias.copy_(torch.from_numpy(P[p + "beta1"].copy()))
+            b.ln2.weight.copy_(torch.from_numpy(P[p + "gamma2"].copy()))
+            b.ln2.bias.copy_(torch.from_numpy(P[p + "beta2"].copy()))
+            b.fc1.weight.copy_(torch.from_numpy(P[p + "W_mlp1"].copy()))
+            b.fc1.bias.copy_(torch.from_numpy(P[p + "b_mlp1"].copy()))
+            b.fc2.weight.copy_(torch.from_numpy(P[p + "W_mlp2"].copy()))
+            b.fc2.bias.copy_(torch.from_numpy(P[p + "b_mlp2"].copy()))
+        tm.ln_f.weight.copy_(torch.from_numpy(P["gamma"].copy()))
+        tm.ln_f.bias.copy_(torch.from_numpy(P["beta"].copy()))
 
-    def ours_step():
-        model.loss_and_grad(batch, copy=False)
-        opt.step(model, model.grads)
 
-    def torch_step():
-        loss = tm.loss(idx)
+def copy_ours_into_torch(torch, model, tm, cfg, tied):
+    """The same from a live ft model (for bench_inference.py, where both run in one process)."""
+    load_ours_into_torch(torch, {k: np.asarray(v) for k, v in model.params.items()}, tm, cfg, tied)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The sides. Each is built in the process that runs it; .step() is one timed unit; .info describes it.
+
+class OursSide:
+    def __init__(self, cfg, threads, tied, wdir, lr=3e-4):
+        ft = import_ft()
+        if threads:
+            ft.set_num_threads(threads)
+        rng = np.random.default_rng(0)
+        self.batch = rng.integers(0, cfg["n_vocab"], (cfg["batch"], cfg["l"]))
+        self.model = ft.DTransformer(cfg["n_vocab"], cfg["l_max"], cfg["L"], cfg["H"], cfg["d_e"], cfg["d_mlp"],
+                                     tied=tied, dtype="float32", seed=0)
+        self.opt = ft.Adam(lr, weight_decay=0.1)
+        P = {k: np.asarray(v) for k, v in self.model.params.items()}
+        if wdir:
+            np.savez(os.path.join(wdir, "theta.npz"), __batch__=self.batch, **P)
+        self.loss = float(self.model.loss(self.batch))
+        self.info = dict(version=ft.__version__, blas=ft.blas_info(), threads=ft.get_num_threads(),
+                         params=sum(int(v.size) for k, v in P.items() if not (tied and k == "W_u")),
+                         omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", "unset (ours: passive)"))
+
+    def step(self):
+        self.model.loss_and_grad(self.batch, copy=False)
+        self.opt.step(self.model, self.model.grads)
+
+
+class TorchSide:
+    def __init__(self, cfg, threads, tied, wdir, lr=3e-4):
+        assert "formal_transformers" not in sys.modules
+        import torch
+
+        if threads:
+            torch.set_num_threads(threads)
+        torch.manual_seed(0)
+        self.tm = torch_gpt(torch, cfg, tied)
+        if wdir:
+            with np.load(os.path.join(wdir, "theta.npz")) as z:
+                P = {k: z[k] for k in z.files}
+            batch = P.pop("__batch__")
+            load_ours_into_torch(torch, P, self.tm, cfg, tied)
+        else:  # alone (--inprocess): torch's own initialisation
+            batch = np.random.default_rng(0).integers(0, cfg["n_vocab"], (cfg["batch"], cfg["l"]))
+        self.idx = torch.from_numpy(batch.astype(np.int64))
+        self.opt = torch.optim.AdamW(self.tm.parameters(), lr=lr, weight_decay=0.1)
+        with torch.no_grad():
+            self.loss = float(self.tm.loss(self.idx))
+        self.info = dict(version=torch.__version__, threads=torch.get_num_threads(),
+                         omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", "unset"))
+
+    def step(self):
+        loss = self.tm.loss(self.idx)
         loss.backward()
-        topt.step()
-        topt.zero_grad(set_to_none=True)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
 
-    for _ in range(warmup):
-        ours_step()
-        torch_step()
-    t_ours, t_torch = [], []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        ours_step()
-        t_ours.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        torch_step()
-        t_torch.append(time.perf_counter() - t0)
-    mo, mt = statistics.median(t_ours), statistics.median(t_torch)
+
+class GemmSide:
+    """C = A B, A and B 2048×2048 float32, through the core's gemm (one BLAS call, no copies)."""
+
+    def __init__(self, cfg, threads, tied, wdir):
+        ft = import_ft()
+        if threads:
+            ft.set_num_threads(threads)
+        rng = np.random.default_rng(1)
+        self.A = np.asfortranarray(rng.standard_normal((PEAK_N, PEAK_N), dtype=np.float32))
+        self.B = np.asfortranarray(rng.standard_normal((PEAK_N, PEAK_N), dtype=np.float32))
+        self.gemm = ft._core._gemm
+        self.loss = None
+        self.info = dict(threads=ft.get_num_threads())
+
+    def step(self):
+        self.gemm(self.A, self.B)
+
+
+SIDES = {"ours": OursSide, "torch": TorchSide, "gemm": GemmSide}
+
+
+def run_worker(args) -> None:
+    """A persistent worker: build the side, warm up, answer `run k` with k step times, until `quit`.
+    The protocol uses a private copy of stdout; fd 1 goes to stderr, so nothing else printed can corrupt it."""
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    cfg = SHAPES[args.shape]
+    t0 = time.perf_counter()
+    side = SIDES[args.worker](cfg, args.threads, args.tied, args.wdir)
+    loss = side.loss  # the initial loss, before any step changes θ
+    for _ in range(args.warmup):
+        side.step()
+    proto.write("@@" + json.dumps(dict(loss=loss, info=side.info, setup_s=time.perf_counter() - t0)) + "\n")
+    for line in sys.stdin:
+        cmd = line.split()
+        if not cmd or cmd[0] == "quit":
+            break
+        times = []
+        for _ in range(int(cmd[1])):
+            t = time.perf_counter()
+            side.step()
+            times.append(time.perf_counter() - t)
+        proto.write("@@" + json.dumps(times) + "\n")
+
+
+class Worker:
+    def __init__(self, label, kind, args, shape, env_changes, wdir, threads):
+        warmup = args.large_warmup if shape == "gpt2" else args.warmup
+        env = dict(os.environ)
+        for k, v in env_changes.items():
+            if v is None:
+                env.pop(k, None)
+            else:
+                env[k] = v
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--shape", shape,
+               "--threads", str(threads or 0), "--warmup", str(warmup), "--wdir", wdir]
+        if args.tied:
+            cmd.append("--tied")
+        self.label, self.kind, self.times = label, kind, []
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        self.hello = None
+
+    def read(self):
+        line = self.proc.stdout.readline()
+        if not line.startswith("@@"):
+            raise RuntimeError(f"worker '{self.label}' stopped (exit code {self.proc.wait()}); see its stderr above")
+        return json.loads(line[2:])
+
+    def ready(self):
+        if self.hello is None:
+            self.hello = self.read()
+        return self.hello
+
+    def run(self, k):
+        self.proc.stdin.write(f"run {k}\n")
+        self.proc.stdin.flush()
+        self.times += self.read()
+
+    def close(self):
+        try:
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.close()
+        except (BrokenPipeError, ValueError):
+            pass
+        self.proc.wait()
+
+
+def bench(cfg, shape, args, threads, rounds, steps):
+    with tempfile.TemporaryDirectory(prefix="ft-bench-") as wdir:
+        workers = []
+        try:
+            ours = Worker("formal-transformers", "ours", args, shape, {}, wdir, threads)
+            workers.append(ours)
+            hello = ours.ready()  # θ is on disk now; the torch workers may start
+            threads = hello["info"]["threads"]
+            workers.append(Worker("PyTorch (passive)", "torch", args, shape, {"OMP_WAIT_POLICY": "passive"}, wdir,
+                                  threads))
+            workers.append(Worker("PyTorch (default)", "torch", args, shape,
+                                  {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None}, wdir, threads))
+            workers.append(Worker(f"gemm {PEAK_N}³ (ours)", "gemm", args, shape, {}, wdir, threads))
+            for w in workers:
+                w.ready()
+            for _ in range(rounds):  # A B C D A B C D ...
+                for w in workers:
+                    time.sleep(args.pause)
+                    w.run(steps if w.kind != "gemm" else args.gemm_steps)
+        finally:
+            for w in workers:
+                w.close()
+
+    info = ours.hello["info"]
     tokens = cfg["batch"] * cfg["l"]
+    flops = step_flops(cfg)
+    tied = "tied" if args.tied else "untied"
     print(f"\n{cfg['name']}: N_V {cfg['n_vocab']}, ℓ {cfg['l']}, L {cfg['L']}, H {cfg['H']}, d_e {cfg['d_e']}, "
-          f"d_mlp {cfg['d_mlp']}, batch {cfg['batch']}, {'tied' if tied else 'untied'}, {n_params / 1e6:.2f}M params, "
-          f"float32, {n_threads} threads, median of {reps} steps after {warmup} warm-up")
-    print(f"  initial loss (sum over {cfg['batch'] * (cfg['l'] - 1)} tokens): ours {ours_loss:.6f}, "
-          f"torch {torch_loss:.6f}, rel diff {agree:.2e}" + ("" if agree < 1e-4 else "   <-- MODELS DISAGREE"))
-    print(f"  {'':20s}{'ms/step':>10s}{'min ms':>10s}{'tokens/s':>12s}")
-    print(f"  {'formal-transformers':20s}{1e3 * mo:10.1f}{1e3 * min(t_ours):10.1f}{tokens / mo:12.0f}")
-    print(f"  {'PyTorch':20s}{1e3 * mt:10.1f}{1e3 * min(t_torch):10.1f}{tokens / mt:12.0f}")
-    print(f"  speed ratio PyTorch/ours: {mt / mo:.2f}x  ({'ours faster' if mo < mt else 'PyTorch faster'})")
-    return mo, mt
+          f"d_mlp {cfg['d_mlp']}, batch {cfg['batch']}, {tied}, {info['params'] / 1e6:.2f}M params, float32, "
+          f"{threads} threads each")
+    print(f"  formal-transformers {info['version']}, BLAS: {info['blas']}; PyTorch {workers[1].hello['info']['version']}")
+    print(f"  {rounds} interleaved rounds × {steps} timed steps per side ({args.gemm_steps} products for gemm), "
+          f"after {args.large_warmup if shape == 'gpt2' else args.warmup} warm-up steps, {args.pause} s pause before each round; medians")
+    l0 = ours.hello["loss"]
+    agree = True
+    parts = []
+    for w in workers[1:3]:
+        rel = abs(w.hello["loss"] - l0) / abs(w.hello["loss"])
+        agree &= rel < 1e-4
+        parts.append(f"{w.label} {w.hello['loss']:.6f} (rel diff {rel:.1e})")
+    print(f"  initial loss (sum over {cfg['batch'] * (cfg['l'] - 1)} tokens): ours {l0:.6f}, " + ", ".join(parts)
+          + ("" if agree else "   <-- MODELS DISAGREE"))
+    print(f"  {'':24s}{'ms/step':>10s}{'min ms':>10s}{'tokens/s':>11s}{'GFLOP/s':>10s}   OMP_WAIT_POLICY")
+    med = {}
+    for w in workers[:3]:
+        m = med[w.label] = statistics.median(w.times)
+        print(f"  {w.label:24s}{1e3 * m:10.1f}{1e3 * min(w.times):10.1f}{tokens / m:11.0f}{flops / m / 1e9:10.1f}"
+              f"   {w.hello['info']['omp_wait_policy']}")
+    g = workers[3]
+    peak = 2.0 * PEAK_N**3 / statistics.median(g.times) / 1e9
+    print(f"  {g.label:24s}{1e3 * statistics.median(g.times):10.1f}{'':21s}{peak:10.1f}   (the machine's gemm peak)")
+    mo = med[ours.label]
+    ratios = ", ".join(f"{w.label.split()[1].strip('()')} {med[w.label] / mo:.2f}x" for w in workers[1:3])
+    print(f"  speed ratio PyTorch/ours: {ratios}   (> 1: ours faster)")
+    print(f"  ours: {flops / 1e9:.2f} GFLOP per step (3 × forward, docstring) -> {flops / mo / 1e9:.1f} GFLOP/s = "
+          f"{100 * flops / mo / 1e9 / peak:.0f}% of the gemm peak {peak:.1f} GFLOP/s")
+    return med
+
+
+def run_inprocess(args) -> None:
+    """One side, flat out, in this process (for a profiler): --iters steps after the warm-up."""
+    cfg = GPT2 if args.large else BABY
+    side = SIDES[args.inprocess](cfg, args.threads, args.tied, None)
+    for _ in range(args.warmup):
+        side.step()
+    times = []
+    t_all = time.perf_counter()
+    for _ in range(args.iters):
+        t = time.perf_counter()
+        side.step()
+        times.append(time.perf_counter() - t)
+    t_all = time.perf_counter() - t_all
+    m = statistics.median(times)
+    unit = "product" if args.inprocess == "gemm" else "step"
+    flops = 2.0 * PEAK_N**3 if args.inprocess == "gemm" else step_flops(cfg)
+    what = f"{PEAK_N}³ float32 gemm" if args.inprocess == "gemm" else cfg["name"]
+    print(f"{args.inprocess} in-process, {what}, {side.info['threads']} threads: {args.iters} {unit}s in {t_all:.2f} s, "
+          f"median {1e3 * m:.2f} ms/{unit}, {flops / m / 1e9:.1f} GFLOP/s" + ("" if side.loss is None else
+                                                                             f"; initial loss {side.loss:.6f}"))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--reps", type=int, default=10, help="timed steps per implementation (≥5)")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--large", action="store_true", help="also the GPT-2-small shape (slow, ~4 GB of memory)")
-    ap.add_argument("--large-reps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=None, help="threads for every side (default: ft.get_num_threads())")
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds per side (baby GPT)")
+    ap.add_argument("--steps", type=int, default=3, help="timed steps per round (baby GPT)")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed steps in each worker before the rounds")
+    ap.add_argument("--pause", type=float, default=0.3, help="seconds of pause before each round")
+    ap.add_argument("--gemm-steps", type=int, default=3, help="2048³ products per round of the gemm worker")
+    ap.add_argument("--large", action="store_true", help="also the GPT-2-small shape (~4 GB of memory per side)")
+    ap.add_argument("--large-rounds", type=int, default=5)
+    ap.add_argument("--only-large", action="store_true", help="the GPT-2-small shape alone (implies --large)")
+    ap.add_argument("--large-steps", type=int, default=1)
+    ap.add_argument("--large-warmup", type=int, default=1, help="untimed steps per worker at GPT-2 size")
     ap.add_argument("--tied", action="store_true", help="W_u = W_eᵀ in both models (as nanoGPT/GPT-2 do)")
-    ap.add_argument("--threads", type=int, default=None, help="threads for both (default: ft.get_num_threads())")
+    ap.add_argument("--inprocess", choices=sorted(SIDES), help="run one side alone in this process, flat out "
+                    "(--iters steps; with --large the GPT-2-small shape), for profiling")
+    ap.add_argument("--iters", type=int, default=100, help="steps for --inprocess")
+    ap.add_argument("--worker", choices=sorted(SIDES), help=argparse.SUPPRESS)  # internal: a subprocess
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="baby", help=argparse.SUPPRESS)
+    ap.add_argument("--wdir", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.reps < 5 or args.large_reps < 5:
-        ap.error("use at least 5 timed repetitions")
-    if args.threads:
-        ft.set_num_threads(args.threads)
-    print(f"formal-transformers {ft.__version__}; " + (ft.blas_info() if callable(getattr(ft, "blas_info", None))
-                                                       else ""))
-    bench(BABY, args.reps, args.warmup, args.tied)
-    if args.large:
-        bench(GPT2, args.large_reps, 1, args.tied)
+    if args.worker:
+        return run_worker(args)
+    if args.inprocess:
+        return run_inprocess(args)
+    if args.rounds * args.steps < 5 or args.large_rounds * args.large_steps < 5:
+        ap.error("use at least 5 timed steps per side (rounds × steps)")
+
+    print(f"CPU: {cpu_model()}; os.cpu_count() = {os.cpu_count()}")
+    print("Each side in its own worker process; the parent imports neither formal_transformers nor torch.")
+    meds = [] if args.only_large else [bench(BABY, "baby", args, args.threads, args.rounds, args.steps)]
+    if args.large or args.only_large:
+        meds.append(bench(GPT2, "gpt2", args, args.threads, args.large_rounds, args.large_steps))
+    return meds
 
 
 if __name__ == "__main__":
