@@ -210,7 +210,8 @@ def component_calls(name, a, back, order):
 # ------------------------------------------------------------------------------------------------------
 # 3. call sequences on a model: a state machine
 class ModelMachine(RuleBasedStateMachine):
-    """forward / logits / loss / loss_and_grad / inference / zero_grad / params assignment / save-load in
+    """forward / logits / loss / loss_and_grad / inference / attention_weights / zero_grad / params assignment /
+    save-load in
     random order, on a small D, E or ED transformer. Invariants: the parameter names and shapes never
     change; a call that raises changes neither θ nor the gradients (never a half-updated model); θ
     changes only by an assignment or a load."""
@@ -311,6 +312,19 @@ class ModelMachine(RuleBasedStateMachine):
                 self.guarded("EDInference", inf, x, self.model)
         assert all(np.array_equal(v, self.theta[k], equal_nan=True) for k, v in self.model.params.items()), \
             "inference changed θ"
+
+    @rule(kind=st.sampled_from(["enc", "dec", "cross", "x", 0]), layer=st.sampled_from([-1, 0, 1, 2, 2**31, 2**63]),
+          seq=st.sampled_from([-1, 0, 1, 5, 2**31]))
+    def attention_weights(self, kind, layer, seq):
+        """Any state (before a forward, after a batch, after cached inference, after a failed call): a clear
+        exception or matrices whose columns are probability distributions (or NaN where θ holds NaN)."""
+        args = (kind, layer, seq) if self.arch == "ED" else (layer, seq)
+        A = self.guarded("attention_weights", self.model.attention_weights, *args)
+        if A is not None:
+            assert A.ndim == 3 and A.shape[0] == 2, A.shape
+            if np.isfinite(A).all():
+                assert np.allclose(A.sum(axis=1), 1.0, atol=1e-4), "attention columns do not sum to 1"
+                assert (A >= 0).all()
 
     @rule(dtype=st.sampled_from([None, "float32", "float64", "int8"]))
     def save_load(self, dtype):
