@@ -142,35 +142,6 @@ def torch_gpt(torch, cfg, tied):
     return GPT()
 
 
-def copy_ours_into_torch(torch, model, tm, cfg, tied):
-    """Our θ (column convention, stacked heads) into the row-per-token torch modules."""
-    P = {k: np.asarray(v) for k, v in model.params.items()}
-    d = cfg["d_e"]
-    with torch.no_grad():
-        tm.wte.weight.copy_(torch.from_numpy(P["W_e"].T.copy()))
-        tm.wpe.weight.copy_(torch.from_numpy(P["W_p"].T.copy()))
-        if not tied:
-            tm.lm_head.weight.copy_(torch.from_numpy(P["W_u"].copy()))
-        for l, b in enumerate(tm.blocks):
-            p = f"layers.{l}."
-            a = p + "attn."
-            b.qkv.weight.copy_(torch.from_numpy(np.concatenate(
-                [P[a + w].reshape(-1, d) for w in ("W_q", "W_k", "W_v")], axis=0)))
-            b.qkv.bias.copy_(torch.from_numpy(np.concatenate([P[a + w].reshape(-1) for w in ("b_q", "b_k", "b_v")])))
-            b.proj.weight.copy_(torch.from_numpy(P[a + "W_o"].copy()))
-            b.proj.bias.copy_(torch.from_numpy(P[a + "b_o"].copy()))
-            b.ln1.weight.copy_(torch.from_numpy(P[p + "gamma1"].copy()))
-            b.ln1.bias.copy_(torch.from_numpy(P[p + "beta1"].copy()))
-            b.ln2.weight.copy_(torch.from_numpy(P[p + "gamma2"].copy()))
-            b.ln2.bias.copy_(torch.from_numpy(P[p + "beta2"].copy()))
-            b.fc1.weight.copy_(torch.from_numpy(P[p + "W_mlp1"].copy()))
-            b.fc1.bias.copy_(torch.from_numpy(P[p + "b_mlp1"].copy()))
-            b.fc2.weight.copy_(torch.from_numpy(P[p + "W_mlp2"].copy()))
-            b.fc2.bias.copy_(torch.from_numpy(P[p + "b_mlp2"].copy()))
-        tm.ln_f.weight.copy_(torch.from_numpy(P["gamma"].copy()))
-        tm.ln_f.bias.copy_(torch.from_numpy(P["beta"].copy()))
-
-
 def load_ours_into_torch(torch, P, tm, cfg, tied):
     """Our θ (column convention, stacked heads; numpy arrays by our names) into the row-per-token torch modules."""
     d = cfg["d_e"]
