@@ -206,7 +206,7 @@ struct AttentionUnit : XZUnit<T, ft::Attention<T>, ft::AttentionCache<T>, NoWork
     }
 };
 
-// Algorithm 5 (heads stacked as API.md shows them)
+// Algorithm 5 (heads stacked as docs/api.md shows them)
 template <class T>
 struct MHAttentionUnit : XZUnit<T, ft::MHAttention<T>, ft::MHAttentionCache<T>, ft::MHAttentionWork<T>> {
     MHAttentionUnit(index_t H, index_t d_x, index_t d_z, index_t d_attn, index_t d_mid, index_t d_out, ft::Mask mask,

@@ -3,7 +3,7 @@
 These are the executable specification that the native core is tested against (float64, ≤1e-12
 relative) and that the notebooks show beside each native call. They favour the listing's shape over
 speed: loops where the listing loops, the paper's symbols as names, `# line k` on every step.
-Conventions as in API.md: column convention (a sequence is a (d, ℓ) array, column t is token t),
+Conventions as in docs/api.md: column convention (a sequence is a (d, ℓ) array, column t is token t),
 0-based token ids and positions.
 """
 from __future__ import annotations
@@ -133,7 +133,7 @@ def attention_weights(X, Z, W_q, b_q, W_k, b_k, mask) -> np.ndarray:
 
 
 def mh_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, mask) -> np.ndarray:
-    """Algorithm 5, with the heads stacked as API.md lays them out: W_q (H, d_attn, d_x), b_q (H, d_attn),
+    """Algorithm 5, with the heads stacked as docs/api.md lays them out: W_q (H, d_attn, d_x), b_q (H, d_attn),
     W_k (H, d_attn, d_z), b_k (H, d_attn), W_v (H, d_mid, d_z), b_v (H, d_mid), W_o (d_out, H·d_mid),
     b_o (d_out,)."""
     H = W_q.shape[0]
@@ -182,7 +182,7 @@ def unembedding(e, W_u) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------
 # Algorithms 8–10: the three architectures, and the losses of Algorithms 11–13.
 #
-# `params` is the API's dict name → array (API.md "Architectures"): `W_e` (d_e, N_V), `W_p` (d_e, ℓ_max),
+# `params` is the API's dict name → array (docs/api.md "Architectures"): `W_e` (d_e, N_V), `W_p` (d_e, ℓ_max),
 # `W_u` (N_V, d_e) — ETransformer (N_V, d_f); layer ℓ (0-based) of D/E: `layers.ℓ.attn.{W_q, …, b_o}`,
 # `layers.ℓ.{gamma1, beta1, gamma2, beta2, W_mlp1, b_mlp1, W_mlp2, b_mlp2}`; final `gamma`, `beta`
 # (E also `W_f`, `b_f`); ED: `enc.ℓ.*`, `dec.ℓ.attn.*`, `dec.ℓ.cross_attn.*`, `dec.ℓ.{gamma3..5, …}`.

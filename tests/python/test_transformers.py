@@ -1,6 +1,6 @@
 """Algorithms 8–10 (EDTransformer, ETransformer, DTransformer) and their losses (Algorithms 11–13, the
 loss lines): native vs reference.py (forward), vs an independent PyTorch transcription (every gradient),
-vs central finite differences, masking, batching, the parameter contract of API.md and bad input.
+vs central finite differences, masking, batching, the parameter contract of docs/api.md and bad input.
 
 Models are small and their parameters random (non-trivial γ, β, biases), so a term that is dropped or
 mixed up shows. Tolerances are DEVELOPING.md's: forward f64 ≤1e-12, f32 ≤1e-5 (relative, norm-wise);
@@ -56,7 +56,7 @@ ATTN = ("W_q", "b_q", "W_k", "b_k", "W_v", "b_v", "W_o", "b_o")
 
 
 def build(cfg, dtype="float64", seed=0, **override):
-    """The native model of a configuration (constructor exactly as API.md writes it)."""
+    """The native model of a configuration (constructor exactly as docs/api.md writes it)."""
     cfg = {**cfg, **override}
     kind = cfg["kind"]
     args = [cfg[k] for k in _POSITIONAL[kind]]
@@ -65,7 +65,7 @@ def build(cfg, dtype="float64", seed=0, **override):
 
 
 def expected_shapes(cfg) -> dict:
-    """API.md's parameter names and shapes for a configuration (W_u left out when tied: it may be absent)."""
+    """docs/api.md's parameter names and shapes for a configuration (W_u left out when tied: it may be absent)."""
     kind, V, l_max, H, d_e = cfg["kind"], cfg["n_vocab"], cfg["l_max"], cfg["H"], cfg["d_e"]
     d_mlp = cfg["d_mlp"]
     d_attn, d_mid = cfg.get("d_attn", d_e // H), cfg.get("d_mid", d_e // H)
@@ -789,7 +789,7 @@ def test_bad_sequences_raise(name):
 
     def calls(seq):
         """Every entry point with `seq` in the place of x (and, for ED, also of z). A ragged list is a batch
-        for the losses only (API.md defines forward batches as 2-D arrays)."""
+        for the losses only (docs/api.md defines forward batches as 2-D arrays)."""
         ragged = isinstance(seq, list) and bool(seq) and np.ndim(seq[0]) == 1
         other = partner(seq)
         if kind == "d":

@@ -4,7 +4,7 @@
 Written from the listings, not from reference.py (which it must not import), with torch's own kernels
 where they exist (F.layer_norm, F.gelu, torch.softmax, F.cross_entropy) so that the two references share
 no code. Column convention as in the paper: a sequence is a (d, ℓ) tensor, column t is token t; token ids
-0-based. Parameters are the API's dict name → array (API.md "Architectures"); a tied model may leave
+0-based. Parameters are the API's dict name → array (docs/api.md "Architectures"); a tied model may leave
 `W_u` out (then W_u = W_eᵀ and its gradient flows into W_e).
 """
 from __future__ import annotations

@@ -28,7 +28,7 @@
 // How the code maps to the listings:
 //  * `attention_head` is Algorithm 4's lines 4–6 (given Q, K, V); Attention and BasicAttention compute
 //    lines 1–3 and call it (Algorithm 3 is Algorithm 4 with one query and no mask).
-//  * MHAttention stores the H heads' W^h_q stacked as one [H·d_attn, d_x] matrix (API.md: W_q is
+//  * MHAttention stores the H heads' W^h_q stacked as one [H·d_attn, d_x] matrix (docs/api.md: W_q is
 //    (H, d_attn, d_x), head h a block of rows), so lines 1–3 of Algorithm 4 for all heads are ONE gemm
 //    each; line 2 of Algorithm 5 then runs `attention_head` per head on row blocks of Q, K, V, writing
 //    Y^h straight into its rows of Y (line 3 costs nothing).

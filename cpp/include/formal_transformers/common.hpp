@@ -1,6 +1,6 @@
 // formal-transformers: the numeric substrate shared by every listing.
 //
-// Conventions (DESIGN.md "Numerics"):
+// Conventions (docs/design.md "Numerics"):
 //  * Column convention: a sequence of token vectors is a [d, l] matrix whose column t is token t,
 //    stored column-major so each token's vector is contiguous.
 //  * Owned storage is xtensor (`Tensor<T, N>`, column-major, std::vector storage: shrinking keeps the

@@ -1,6 +1,6 @@
 // The paper's element-wise functions (§5 and notation): softmax over columns, GELU, ReLU, and their
 // derivatives. Raw loops over contiguous columns, vectorised with xsimd (exp/erf/tanh in SIMD), OpenMP
-// over columns (DESIGN.md measured 20-40x over xtensor expressions). No BLAS is called in here, so
+// over columns (docs/design.md measured 20-40x over xtensor expressions). No BLAS is called in here, so
 // these parallel regions never nest a BLAS call.
 #pragma once
 

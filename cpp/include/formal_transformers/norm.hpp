@@ -7,7 +7,7 @@
 //   3  return ê = (e − m) / √v ⊙ γ + β
 //
 // Applied to every column of a [d_e, n] matrix (the architectures' "for t ∈ [ℓ]: X[:,t] ← layer_norm(...)").
-// `eps` is added inside the square root, √(v + eps); eps = 0 is the listing exactly (API.md).
+// `eps` is added inside the square root, √(v + eps); eps = 0 is the listing exactly (docs/api.md).
 // RMSnorm: ê = e / √(Σ e[i]²/d_e + eps) ⊙ γ   (no centring, no β).
 #pragma once
 

@@ -1,5 +1,5 @@
 // θ in one place. Parameters, their gradients (and the optimizer's moments, optim.hpp) live in one flat
-// buffer each, with named views into it (DESIGN.md): an optimizer step is one loop, and numpy sees each
+// buffer each, with named views into it (docs/design.md): an optimizer step is one loop, and numpy sees each
 // parameter as a zero-copy view. The buffers are allocated once and never move, so views stay valid.
 #pragma once
 

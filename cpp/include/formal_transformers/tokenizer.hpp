@@ -8,7 +8,7 @@
 //   text is represented as x = [bos_token, x[1], ..., x[ℓ], eos_token]". "If ℓ > ℓ_max, x is split into
 //   chunks of length ≤ ℓ_max".
 //
-// Vocabulary layout (0-based, API.md): the regular tokens 0 .. N_V−4, then mask_token = N_V−3,
+// Vocabulary layout (0-based, docs/api.md): the regular tokens 0 .. N_V−4, then mask_token = N_V−3,
 // bos_token = N_V−2, eos_token = N_V−1. Special tokens never arise from text: encoding only ever yields
 // regular ids; the literal text "<mask>" is encoded like any other text.
 //

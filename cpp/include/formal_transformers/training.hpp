@@ -21,7 +21,7 @@
 //   9      loss(θ) = −Σ_{t∈T̃} log P(θ)[x_n[t], t]
 //
 // What the options add to the listing (defaults reproduce it, except the optimizer, which is Adam by
-// default as API.md says; optimizer = SGD with batch_size = 1, shuffle = false is the listing exactly):
+// default as docs/api.md says; optimizer = SGD with batch_size = 1, shuffle = false is the listing exactly):
 //  * batch_size B: line 2 walks the data B sequences at a time; the update uses the mean over the
 //    minibatch of the listing's per-sequence loss (reduction "sum", the default), or the mean per scored
 //    token (reduction "mean", nanoGPT's). B = 1 with "sum" is the listing's update.

@@ -8,7 +8,7 @@
 // transposed and the gradient lands in dW_e.
 //
 // The training losses (Algorithms 11–13) need −log P[y, t] only, so `nll` works on the logits W_u X
-// with a log-softmax (logsumexp; never the log of a probability, DESIGN.md "Numerics") and returns the
+// with a log-softmax (logsumexp; never the log of a probability, docs/design.md "Numerics") and returns the
 // gradient with respect to the logits in the same pass: dZ[:, t] = softmax(Z[:, t]) − e_y.
 #pragma once
 
