@@ -31,25 +31,16 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 import tracemalloc
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from _common import WorkerProcess, cpu_model, import_ft
+
 STEP_CASES = [("NN", 128, 768, 128), ("TN", 64, 64, 32), ("NN", 768, 256, 3072), ("NT", 768, 50257, 256),
               ("NN", 2048, 2048, 2048)]
-
-
-def import_ft():
-    try:
-        import formal_transformers as ft
-    except ImportError:  # a checkout without an install: python/ beside this directory
-        sys.path.insert(0, os.path.join(HERE, "..", "python"))
-        import formal_transformers as ft
-    return ft
 
 
 def make_cases(sizes, dtypes):
@@ -176,48 +167,13 @@ def run_worker(args) -> None:
             proto.write("@@" + json.dumps(times) + "\n")
 
 
-class Worker:
+class Worker(WorkerProcess):
     def __init__(self, kind, args, threads, env_changes):
-        env = dict(os.environ, **env_changes)
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--threads", str(threads or 0),
                "--sizes", *map(str, args.sizes), "--dtypes", *args.dtypes]
+        super().__init__(kind, cmd, env_changes)
         self.kind = kind
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         self.hello = self.ask(None)
-
-    def ask(self, line):
-        if line is not None:
-            self.proc.stdin.write(line + "\n")
-            self.proc.stdin.flush()
-        reply = self.proc.stdout.readline()
-        if not reply.startswith("@@"):
-            raise RuntimeError(f"worker '{self.kind}' stopped (exit code {self.proc.wait()}); see its stderr above")
-        return json.loads(reply[2:])
-
-    def close(self):
-        try:
-            self.proc.stdin.write("quit\n")
-            self.proc.stdin.close()
-        except (BrokenPipeError, ValueError):
-            pass
-        self.proc.wait()
-
-
-def cpu_model() -> str:
-    info = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if not line.strip():
-                    break
-                k, _, v = line.partition(":")
-                info[k.strip()] = v.strip()
-    except OSError:
-        pass
-    if "model name" not in info:
-        import platform
-        return platform.processor() or platform.machine()
-    return f"{info['model name']} (family {info.get('cpu family', '?')}, model {info.get('model', '?')})"
 
 
 def run_inprocess(args) -> None:

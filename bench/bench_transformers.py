@@ -49,27 +49,18 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from _common import WorkerProcess, cpu_model, import_ft
+
 BABY = dict(name="baby GPT", n_vocab=65, l_max=64, l=64, L=4, H=4, d_e=128, d_mlp=512, batch=12)
 GPT2 = dict(name="GPT-2 small", n_vocab=50257, l_max=1024, l=64, L=12, H=12, d_e=768, d_mlp=3072, batch=4)
 SHAPES = {"baby": BABY, "gpt2": GPT2}
 PEAK_N = 2048
-
-
-def import_ft():
-    try:
-        import formal_transformers as ft
-    except ImportError:  # a checkout without an install: python/ beside this directory
-        sys.path.insert(0, os.path.join(HERE, "..", "python"))
-        import formal_transformers as ft
-    return ft
 
 
 def step_flops(cfg) -> float:
@@ -78,25 +69,6 @@ def step_flops(cfg) -> float:
     p_mm = L * (4 * d * d + 2 * d * dm) + cfg["n_vocab"] * d
     forward = 2.0 * p_mm * B * l + L * B * 2 * 2 * l * l * d
     return 3.0 * forward
-
-
-def cpu_model() -> str:
-    """/proc/cpuinfo's "model name" with its family/model numbers (else platform's guess)."""
-    info = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if not line.strip():
-                    break  # the first processor is enough
-                k, _, v = line.partition(":")
-                info[k.strip()] = v.strip()
-    except OSError:
-        pass
-    if "model name" not in info:
-        import platform
-        return platform.processor() or platform.machine()
-    return (f"{info['model name']} (vendor {info.get('vendor_id', '?')}, family {info.get('cpu family', '?')}, "
-            f"model {info.get('model', '?')}, stepping {info.get('stepping', '?')})")
 
 
 def torch_gpt(torch, cfg, tied):
@@ -277,28 +249,15 @@ def run_worker(args) -> None:
         proto.write("@@" + json.dumps(times) + "\n")
 
 
-class Worker:
+class Worker(WorkerProcess):
     def __init__(self, label, kind, args, shape, env_changes, wdir, threads):
         warmup = args.large_warmup if shape == "gpt2" else args.warmup
-        env = dict(os.environ)
-        for k, v in env_changes.items():
-            if v is None:
-                env.pop(k, None)
-            else:
-                env[k] = v
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--shape", shape,
                "--threads", str(threads or 0), "--warmup", str(warmup), "--wdir", wdir]
         if args.tied:
             cmd.append("--tied")
-        self.label, self.kind, self.times = label, kind, []
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-        self.hello = None
-
-    def read(self):
-        line = self.proc.stdout.readline()
-        if not line.startswith("@@"):
-            raise RuntimeError(f"worker '{self.label}' stopped (exit code {self.proc.wait()}); see its stderr above")
-        return json.loads(line[2:])
+        super().__init__(label, cmd, env_changes)
+        self.kind, self.times, self.hello = kind, [], None
 
     def ready(self):
         if self.hello is None:
@@ -306,17 +265,7 @@ class Worker:
         return self.hello
 
     def run(self, k):
-        self.proc.stdin.write(f"run {k}\n")
-        self.proc.stdin.flush()
-        self.times += self.read()
-
-    def close(self):
-        try:
-            self.proc.stdin.write("quit\n")
-            self.proc.stdin.close()
-        except (BrokenPipeError, ValueError):
-            pass
-        self.proc.wait()
+        self.times += self.ask(f"run {k}")
 
 
 def bench(cfg, shape, args, threads, rounds, steps):
