@@ -30,12 +30,17 @@ import pytest
 import formal_transformers as ft
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+# the folder holding the package under test: python/ in a developer build (with FT_CORE_PATH), site-packages
+# when installed (CI: the source tree's package has no compiled _core there)
+PKG_PARENT = pathlib.Path(ft.__file__).resolve().parents[1]
 
 
 def run_child(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """Run `code` in a fresh interpreter with this package; return the finished process."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python")] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONPATH"] = os.pathsep.join([str(PKG_PARENT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    if env.get("FT_CORE_PATH"):
+        env["FT_CORE_PATH"] = os.path.abspath(env["FT_CORE_PATH"])
     return subprocess.run([sys.executable, "-X", "faulthandler", "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, timeout=timeout, env=env)
 
