@@ -129,3 +129,18 @@ TEST(Blas, VectorShapedProductsMatchNaiveLoopOnSubBlocks) {
                         << "op(A) " << int(a) << " op(B) " << int(b) << " m " << m << " n " << n << " beta " << beta;
                 }
 }
+
+// zero_grad of a store large enough for its parallel path (> 2^21 entries, several 64 KB chunks and a
+// partial last one) clears every gradient entry, first and last included.
+TEST(ParamStore, ZeroGradClearsLargeStoresInParallel) {
+    ParamStore<float> store;
+    store.vector("a", (index_t(1) << 21) + 12345);
+    store.vector("b", 7);
+    store.allocate();
+    const int saved = get_num_threads();
+    set_num_threads(2);
+    std::fill(store.grad(), store.grad() + store.size(), 1.5f);
+    store.zero_grad();
+    set_num_threads(saved);
+    for (index_t i = 0; i < store.size(); ++i) ASSERT_EQ(store.grad()[i], 0.0f) << "entry " << i;
+}

@@ -179,3 +179,23 @@ def test_main_job_default_text_is_the_stdlib_source():
     text = cli.default_text(50_000)
     assert len(text) == 50_000
     assert "def " in text and "import" in text
+
+
+def test_openmp_wait_default_is_set_only_while_the_core_loads():
+    """The bounded spin (OMP_WAIT_POLICY=active, GOMP_SPINCOUNT=10000) is our libgomp's default only while
+    _core loads: afterwards the process (and its children) see the user's environment; a user's own
+    setting is left alone."""
+    code = ("import os, formal_transformers as ft; "
+            "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))")
+    pkg_parent = str(pathlib.Path(ft.__file__).resolve().parents[1])
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "FT_OMP_WAIT_POLICY")}
+    env["PYTHONPATH"] = os.pathsep.join([pkg_parent] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    if env.get("FT_CORE_PATH"):
+        env["FT_CORE_PATH"] = os.path.abspath(env["FT_CORE_PATH"])
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["None", "None"]
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(env, OMP_WAIT_POLICY="passive"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["passive", "None"]
