@@ -5,7 +5,8 @@
 #include <cstring>
 #include <functional>
 #include <queue>
-#include <unordered_map>
+
+#include <tsl/robin_map.h>
 
 #include "formal_transformers/tokenizer.hpp"
 #include "tokenizer_internal.hpp"
@@ -13,20 +14,12 @@
 namespace ft {
 using namespace tok;
 
-namespace {
-std::size_t table_size_for(std::size_t n) {
-    std::size_t cap = 16;
-    while (cap < 2 * n + 2) cap <<= 1;
-    return cap;
-}
-
-}  // namespace
 
 // =====================================================================================================
 // Byte-level BPE
-namespace {
-constexpr std::uint64_t kEmpty = ~std::uint64_t(0);
-}  // namespace
+struct BPETokenizer::Index {
+    tsl::robin_map<std::uint64_t, token_t, Mix64Hash> rank;  // pair_key(left, right) -> rank
+};
 
 void BPETokenizer::build() {
     const std::size_t m = merges_.size();
@@ -34,40 +27,27 @@ void BPETokenizer::build() {
     vocab_.clear();
     vocab_.reserve(256 + m);
     for (int b = 0; b < 256; ++b) vocab_.emplace_back(1, char(b));
-    const std::size_t cap = table_size_for(m);
-    mkeys_.assign(cap, kEmpty);
-    mranks_.assign(cap, -1);
-    mmask_ = cap - 1;
+    auto index = std::make_shared<Index>();
+    index->rank.reserve(m);
     for (std::size_t k = 0; k < m; ++k) {
         const auto [a, b] = merges_[k];
         const token_t id = token_t(256 + k);
         if (a < 0 || a >= id || b < 0 || b >= id)
             throw ValueError("BPE merge " + std::to_string(k) + " = (" + std::to_string(a) + ", " + std::to_string(b) +
                              ") uses an id that does not exist before it (ids must be < " + std::to_string(id) + ")");
-        const std::uint64_t key = pair_key(a, b);
-        std::uint64_t h = mix64(key) & mmask_;
-        while (mkeys_[h] != kEmpty) {
-            if (mkeys_[h] == key)
-                throw ValueError("BPE merge " + std::to_string(k) + " = (" + std::to_string(a) + ", " + std::to_string(b) +
-                                 ") repeats merge " + std::to_string(mranks_[h]));
-            h = (h + 1) & mmask_;
-        }
-        mkeys_[h] = key;
-        mranks_[h] = token_t(k);
+        const auto [it, inserted] = index->rank.try_emplace(pair_key(a, b), token_t(k));
+        if (!inserted)
+            throw ValueError("BPE merge " + std::to_string(k) + " = (" + std::to_string(a) + ", " + std::to_string(b) +
+                             ") repeats merge " + std::to_string(it->second));
         vocab_.push_back(vocab_[std::size_t(a)] + vocab_[std::size_t(b)]);
     }
+    index_ = std::move(index);
     sp_.n_vocab = token_t(256 + m + 3);
 }
 
 token_t BPETokenizer::rank_of(token_t a, token_t b) const {
-    const std::uint64_t key = pair_key(a, b);
-    std::uint64_t h = mix64(key) & mmask_;
-    for (;;) {
-        const std::uint64_t k = mkeys_[h];
-        if (k == key) return mranks_[h];
-        if (k == kEmpty) return -1;
-        h = (h + 1) & mmask_;
-    }
+    const auto it = index_->rank.find(pair_key(a, b));
+    return it == index_->rank.end() ? token_t(-1) : it->second;
 }
 
 BPETokenizer BPETokenizer::from_merges(std::vector<Merge> merges) {
@@ -178,68 +158,30 @@ void BPETokenizer::encode_piece_naive(std::string_view piece, std::vector<token_
 }
 
 namespace {
-// Per-call cache of piece -> ids (the pieces of natural text repeat a lot): open addressing, keys view the
+// Per-call cache of piece -> ids (the pieces of natural text repeat a lot): a hash map whose keys view the
 // caller's text (alive for the call), values are ranges of one flat id store.
 class PieceCache {
 public:
-    PieceCache() { slots_.assign(1024, Slot{}); }
-    // the cached ids of `piece`, or nullptr; `h` is hash(piece)
-    const token_t* find(std::string_view piece, std::uint64_t h, std::uint32_t& count) const {
-        for (std::size_t i = h & (slots_.size() - 1);; i = (i + 1) & (slots_.size() - 1)) {
-            const Slot& s = slots_[i];
-            if (!s.p) return nullptr;
-            if (s.h == h && s.len == piece.size() && std::memcmp(s.p, piece.data(), piece.size()) == 0) {
-                count = s.cnt;
-                return store_.data() + s.off;
-            }
-        }
+    // the cached ids of `piece` (count of them in `count`), or nullptr
+    const token_t* find(std::string_view piece, std::uint32_t& count) const {
+        const auto it = map_.find(piece);
+        if (it == map_.end()) return nullptr;
+        count = it->second.count;
+        return store_.data() + it->second.offset;
     }
-    void insert(std::string_view piece, std::uint64_t h, const token_t* ids, std::uint32_t count) {
-        if (used_ >= kMaxEntries || store_.size() + count > UINT32_MAX) return;
-        if (2 * (used_ + 1) > slots_.size()) grow();
-        place(Slot{h, piece.data(), std::uint32_t(piece.size()), std::uint32_t(store_.size()), count});
+    void insert(std::string_view piece, const token_t* ids, std::uint32_t count) {
+        if (map_.size() >= kMaxEntries || store_.size() + count > UINT32_MAX) return;
+        map_.emplace(piece, Range{std::uint32_t(store_.size()), count});
         store_.insert(store_.end(), ids, ids + count);
-        ++used_;
-    }
-    static std::uint64_t hash(std::string_view s) {
-        const char* p = s.data();
-        std::size_t n = s.size();
-        std::uint64_t h = 0x9E3779B97F4A7C15ULL ^ n;
-        while (n >= 8) {
-            std::uint64_t v;
-            std::memcpy(&v, p, 8);
-            h = (h ^ v) * 0xff51afd7ed558ccdULL;
-            h ^= h >> 32;
-            p += 8;
-            n -= 8;
-        }
-        std::uint64_t v = 0;
-        std::memcpy(&v, p, n);
-        return mix64(h ^ v);
     }
 
 private:
-    struct Slot {
-        std::uint64_t h = 0;
-        const char* p = nullptr;  // nullptr: empty
-        std::uint32_t len = 0, off = 0, cnt = 0;
+    struct Range {
+        std::uint32_t offset, count;
     };
     static constexpr std::size_t kMaxEntries = std::size_t(1) << 22;
-    std::vector<Slot> slots_;
+    tsl::robin_map<std::string_view, Range> map_;
     std::vector<token_t> store_;
-    std::size_t used_ = 0;
-
-    void place(const Slot& s) {
-        std::size_t i = s.h & (slots_.size() - 1);
-        while (slots_[i].p) i = (i + 1) & (slots_.size() - 1);
-        slots_[i] = s;
-    }
-    void grow() {
-        std::vector<Slot> old(slots_.size() * 2, Slot{});
-        old.swap(slots_);
-        for (const Slot& s : old)
-            if (s.p) place(s);
-    }
 };
 
 void encode_text(const BPETokenizer& t, std::string_view text, PieceCache& cache, std::vector<token_t>& out) {
@@ -249,15 +191,14 @@ void encode_text(const BPETokenizer& t, std::string_view text, PieceCache& cache
             out.push_back(token_t(static_cast<unsigned char>(piece[0])));
             return;
         }
-        const std::uint64_t h = PieceCache::hash(piece);
         std::uint32_t count = 0;
-        if (const token_t* ids = cache.find(piece, h, count)) {
+        if (const token_t* ids = cache.find(piece, count)) {
             out.insert(out.end(), ids, ids + count);
             return;
         }
         const std::size_t start = out.size();
         t.encode_piece(piece, out);
-        cache.insert(piece, h, out.data() + start, std::uint32_t(out.size() - start));
+        cache.insert(piece, out.data() + start, std::uint32_t(out.size() - start));
     });
 }
 }  // namespace
@@ -320,7 +261,7 @@ BPETokenizer BPETokenizer::train(std::string_view text, index_t n_vocab, index_t
     const std::size_t target = std::size_t(n_vocab - 259);
 
     // 1. words
-    std::unordered_map<std::string_view, std::int64_t> piece_count;
+    tsl::robin_map<std::string_view, std::int64_t> piece_count;
     for_each_piece(text, [&](std::size_t b, std::size_t e) { ++piece_count[text.substr(b, e - b)]; });
     poll();
     std::vector<std::vector<token_t>> words;
@@ -337,8 +278,8 @@ BPETokenizer BPETokenizer::train(std::string_view text, index_t n_vocab, index_t
     piece_count = {};
 
     // 2. pair counts and the pair -> words index
-    std::unordered_map<std::uint64_t, std::int64_t> count;
-    std::unordered_map<std::uint64_t, std::vector<std::int32_t>> where;
+    tsl::robin_map<std::uint64_t, std::int64_t, Mix64Hash> count;
+    tsl::robin_map<std::uint64_t, std::vector<std::int32_t>, Mix64Hash> where;
     for (std::size_t w = 0; w < words.size(); ++w) {
         const auto& s = words[w];
         for (std::size_t i = 0; i + 1 < s.size(); ++i) {
@@ -385,7 +326,7 @@ BPETokenizer BPETokenizer::train(std::string_view text, index_t n_vocab, index_t
         auto wit = where.find(top.pair);
         std::vector<std::int32_t> ws;
         if (wit != where.end()) {
-            ws = std::move(wit->second);
+            ws = std::move(wit.value());
             where.erase(wit);
         }
         for (const std::int32_t w : ws) {
@@ -424,7 +365,7 @@ BPETokenizer BPETokenizer::train(std::string_view text, index_t n_vocab, index_t
             for (; k < delta.size() && delta[k].first == p; ++k) d += delta[k].second;
             if (p == top.pair || d == 0) continue;
             auto it = count.find(p);
-            std::int64_t& c = it == count.end() ? count[p] : it->second;
+            std::int64_t& c = it == count.end() ? count[p] : it.value();
             c += d;
             FT_CHECK(c >= 0, "BPE training: negative pair count");
             if (c == 0) {

@@ -2,7 +2,8 @@
 // tokenizer.hpp and docs/tokenization.md.
 #include <algorithm>
 #include <functional>
-#include <unordered_map>
+
+#include <tsl/robin_map.h>
 
 #include "formal_transformers/tokenizer.hpp"
 #include "tokenizer_internal.hpp"
@@ -10,14 +11,6 @@
 namespace ft {
 using namespace tok;
 
-namespace {
-std::size_t table_size_for(std::size_t n) {
-    std::size_t cap = 16;
-    while (cap < 2 * n + 2) cap <<= 1;
-    return cap;
-}
-
-}  // namespace
 
 // =====================================================================================================
 // Character-level tokenizer
@@ -146,12 +139,25 @@ CharTokenizer CharTokenizer::from_json(std::string_view doc) {
 
 // =====================================================================================================
 // Word-level tokenizer: the words are the pre-tokenizer's pieces.
+namespace {
+struct ViewHash {  // looks std::string keys up by string_view
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>()(s); }
+};
+struct ViewEqual {
+    using is_transparent = void;
+    bool operator()(std::string_view a, std::string_view b) const noexcept { return a == b; }
+};
+}  // namespace
+
+struct WordTokenizer::Index {
+    tsl::robin_map<std::string, token_t, ViewHash, ViewEqual> id;
+};
+
 void WordTokenizer::build() {
     check_n_vocab_fits(words_.size() + 1, "WordTokenizer");
-    const std::size_t cap = table_size_for(words_.size());
-    table_.assign(cap, -1);
-    tmask_ = cap - 1;
-    const std::hash<std::string_view> hash;
+    auto index = std::make_shared<Index>();
+    index->id.reserve(words_.size());
     for (std::size_t k = 0; k < words_.size(); ++k) {
         const std::string& w = words_[k];
         if (w.empty()) throw ValueError("WordTokenizer: word " + std::to_string(k) + " is empty");
@@ -163,26 +169,18 @@ void WordTokenizer::build() {
         if (pieces != 1 || first_end != w.size())
             throw ValueError("WordTokenizer: word " + std::to_string(k) + " " + quote(w) +
                              " is not a single piece of the pre-tokenizer, so no text would ever produce it");
-        std::uint64_t h = mix64(hash(w)) & tmask_;
-        while (table_[h] >= 0) {
-            if (words_[std::size_t(table_[h])] == w)
-                throw ValueError("WordTokenizer: word " + std::to_string(k) + " " + quote(w) + " repeats word " +
-                                 std::to_string(table_[h]));
-            h = (h + 1) & tmask_;
-        }
-        table_[h] = token_t(k);
+        const auto [it, inserted] = index->id.try_emplace(w, token_t(k));
+        if (!inserted)
+            throw ValueError("WordTokenizer: word " + std::to_string(k) + " " + quote(w) + " repeats word " +
+                             std::to_string(it->second));
     }
+    index_ = std::move(index);
     sp_.n_vocab = token_t(words_.size() + (unk_ ? 1 : 0) + 3);
 }
 
 token_t WordTokenizer::lookup(std::string_view w) const {
-    std::uint64_t h = mix64(std::hash<std::string_view>()(w)) & tmask_;
-    for (;;) {
-        const token_t k = table_[h];
-        if (k < 0) return -1;
-        if (words_[std::size_t(k)] == w) return k;
-        h = (h + 1) & tmask_;
-    }
+    const auto it = index_->id.find(w);
+    return it == index_->id.end() ? token_t(-1) : it->second;
 }
 
 WordTokenizer WordTokenizer::from_words(std::vector<std::string> words, bool unk) {
@@ -198,7 +196,7 @@ WordTokenizer WordTokenizer::fit(std::string_view text, bool unk, index_t min_co
     if (min_count < 1) throw ValueError("WordTokenizer.fit: min_count must be >= 1, got " + std::to_string(min_count));
     if (max_words < 0) throw ValueError("WordTokenizer.fit: max_words must be >= 0 (0: no limit), got " + std::to_string(max_words));
     for_each_code_point(text, "WordTokenizer.fit", [](std::uint32_t, std::size_t, std::size_t, std::size_t) {});
-    std::unordered_map<std::string_view, std::int64_t> counts;
+    tsl::robin_map<std::string_view, std::int64_t> counts;
     for_each_piece(text, [&](std::size_t b, std::size_t e) { ++counts[text.substr(b, e - b)]; });
     std::vector<std::pair<std::int64_t, std::string_view>> items;
     for (auto& [w, c] : counts)

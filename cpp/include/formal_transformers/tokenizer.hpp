@@ -50,6 +50,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -119,10 +120,8 @@ private:
 
     std::vector<Merge> merges_;
     std::vector<std::string> vocab_;  // bytes of every regular id
-    // (left << 32 | right) -> rank, open addressing
-    std::vector<std::uint64_t> mkeys_;
-    std::vector<token_t> mranks_;
-    std::uint64_t mmask_ = 0;
+    struct Index;  // (left, right) -> rank: a hash map (bpe_tokenizer.cpp); immutable, so shared by copies
+    std::shared_ptr<const Index> index_;
     Specials sp_;
     token_t rank_of(token_t a, token_t b) const;  // -1 if no merge
 };
@@ -180,8 +179,8 @@ private:
     WordTokenizer() = default;
     void build();
     std::vector<std::string> words_;
-    std::vector<token_t> table_;  // open addressing: index into words_ or -1 (no pointers: safe to move)
-    std::uint64_t tmask_ = 0;
+    struct Index;  // word -> id: a hash map (char_word_tokenizer.cpp); immutable, so shared by copies
+    std::shared_ptr<const Index> index_;
     bool unk_ = false;
     Specials sp_;
     token_t lookup(std::string_view w) const;
