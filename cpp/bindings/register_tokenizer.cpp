@@ -38,13 +38,16 @@ py::str text_out(const std::string& s) {
     return py::reinterpret_steal<py::str>(u);
 }
 
-py::array_t<std::int32_t> ids_out(std::vector<token_t>&& v) {
+// Token ids out: np.int64 (index_t, what the models take), zero-copy over the core's vector.
+py::array_t<index_t> ids_out(std::vector<token_t>&& v) {
+    static_assert(std::is_same_v<token_t, index_t>, "one id type from tokenizer to model");
     auto* p = new std::vector<token_t>(std::move(v));
     py::capsule owner(p, [](void* q) { delete static_cast<std::vector<token_t>*>(q); });
-    return py::array_t<std::int32_t>({py::ssize_t(p->size())}, {py::ssize_t(sizeof(std::int32_t))}, p->data(), owner);
+    return py::array_t<index_t>({py::ssize_t(p->size())}, {py::ssize_t(sizeof(index_t))}, p->data(), owner);
 }
 
-// Token ids to decode: a 1-D integer array or list (may be empty), each in [0, n_vocab).
+// Token ids to decode: a 1-D integer array (any integer dtype: int64 as encode gives, int32 and others for
+// compatibility) or list (may be empty), each in [0, n_vocab).
 std::vector<token_t> ids_arg(const py::handle& obj, token_t n_vocab) {
     if (py::isinstance<py::array>(obj)) {
         py::array a = py::reinterpret_borrow<py::array>(obj);
@@ -54,8 +57,7 @@ std::vector<token_t> ids_arg(const py::handle& obj, token_t n_vocab) {
     } else if (py::isinstance<py::int_>(obj) || py::hasattr(obj, "__index__")) {
         throw ft::TypeError("ids must be a 1-D sequence of token ids, got " + type_name(obj));
     }
-    InIds in = in_ids(obj, "ids", n_vocab, false);
-    return std::vector<token_t>(in.ids.begin(), in.ids.end());
+    return in_ids(obj, "ids", n_vocab, false).ids;
 }
 
 bool bool_arg(const py::handle& obj, const char* what) {
@@ -139,7 +141,7 @@ void def_common(Cls& cls, const char* name) {
                 return ids_out(std::move(ids));
             },
             py::arg("text"), py::arg("bos") = true, py::arg("eos") = true,
-            "text (str) -> 1-D np.int32 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only "
+            "text (str) -> 1-D np.int64 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only "
             "where bos/eos ask for them; TypeError unless text is a str.")
         .def(
             "encode_batch",
@@ -162,7 +164,7 @@ void def_common(Cls& cls, const char* name) {
                 return res;
             },
             py::arg("texts"), py::arg("bos") = true, py::arg("eos") = true,
-            "A list of str -> a list of 1-D np.int32 arrays, each as encode() gives it.")
+            "A list of str -> a list of 1-D np.int64 arrays, each as encode() gives it.")
         .def(
             "save",
             [](const Tok& t, const py::object& path) { write_file(path, t.to_json()); }, py::arg("path"),
@@ -194,7 +196,7 @@ void def_common(Cls& cls, const char* name) {
 }
 
 const char* kDecodeDoc =
-    "ids (1-D integers, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as "
+    "ids (1-D integers of any integer dtype — np.int64 as encode() gives, np.int32 too —, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as "
     "'<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).";
 
 

@@ -868,20 +868,20 @@ class BPETokenizer:
         ...
     def decode(self, ids: typing.Any, skip_special: bool = True, errors: str = 'replace') -> str:
         """
-        ids (1-D integers, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as '<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).
+        ids (1-D integers of any integer dtype — np.int64 as encode() gives, np.int32 too —, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as '<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).
         The tokens' bytes are decoded as UTF-8 (surrogates pass, as Python's 'surrogatepass'); other invalid byte sequences are replaced by U+FFFD exactly as bytes.decode('utf-8', 'replace') does (errors='replace'), dropped ('ignore') or a ValueError ('strict').
         """
     def decode_bytes(self, ids: typing.Any, skip_special: bool = True) -> bytes:
         """
         ids -> the concatenated bytes of the tokens.
         """
-    def encode(self, text: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> numpy.typing.NDArray[numpy.int32]:
+    def encode(self, text: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> numpy.typing.NDArray[numpy.int64]:
         """
-        text (str) -> 1-D np.int32 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only where bos/eos ask for them; TypeError unless text is a str.
+        text (str) -> 1-D np.int64 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only where bos/eos ask for them; TypeError unless text is a str.
         """
     def encode_batch(self, texts: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> list:
         """
-        A list of str -> a list of 1-D np.int32 arrays, each as encode() gives it.
+        A list of str -> a list of 1-D np.int64 arrays, each as encode() gives it.
         """
     def save(self, path: typing.Any) -> None:
         """
@@ -956,15 +956,15 @@ class CharTokenizer:
         ...
     def decode(self, ids: typing.Any, skip_special: bool = True) -> str:
         """
-        ids (1-D integers, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as '<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).
+        ids (1-D integers of any integer dtype — np.int64 as encode() gives, np.int32 too —, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as '<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).
         """
-    def encode(self, text: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> numpy.typing.NDArray[numpy.int32]:
+    def encode(self, text: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> numpy.typing.NDArray[numpy.int64]:
         """
-        text (str) -> 1-D np.int32 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only where bos/eos ask for them; TypeError unless text is a str.
+        text (str) -> 1-D np.int64 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only where bos/eos ask for them; TypeError unless text is a str.
         """
     def encode_batch(self, texts: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> list:
         """
-        A list of str -> a list of 1-D np.int32 arrays, each as encode() gives it.
+        A list of str -> a list of 1-D np.int64 arrays, each as encode() gives it.
         """
     def save(self, path: typing.Any) -> None:
         """
@@ -1045,15 +1045,15 @@ class WordTokenizer:
         ...
     def decode(self, ids: typing.Any, skip_special: bool = True) -> str:
         """
-        ids (1-D integers, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as '<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).
+        ids (1-D integers of any integer dtype — np.int64 as encode() gives, np.int32 too —, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as '<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).
         """
-    def encode(self, text: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> numpy.typing.NDArray[numpy.int32]:
+    def encode(self, text: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> numpy.typing.NDArray[numpy.int64]:
         """
-        text (str) -> 1-D np.int32 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only where bos/eos ask for them; TypeError unless text is a str.
+        text (str) -> 1-D np.int64 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only where bos/eos ask for them; TypeError unless text is a str.
         """
     def encode_batch(self, texts: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> list:
         """
-        A list of str -> a list of 1-D np.int32 arrays, each as encode() gives it.
+        A list of str -> a list of 1-D np.int64 arrays, each as encode() gives it.
         """
     def save(self, path: typing.Any) -> None:
         """

@@ -62,7 +62,9 @@
 
 namespace ft {
 
-using token_t = std::int32_t;
+// One id type from tokenizer to model to inference: token ids are the models' ft::index_t (int64).
+// Vocabularies stay below 2^31 ids (ValueError beyond), so a pair of ids packs into 64 bits internally.
+using token_t = index_t;
 
 
 // ---------------------------------------------------------------------------------------------------
