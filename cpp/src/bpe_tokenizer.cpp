@@ -42,7 +42,7 @@ void BPETokenizer::build() {
         vocab_.push_back(vocab_[std::size_t(a)] + vocab_[std::size_t(b)]);
     }
     index_ = std::move(index);
-    sp_.n_vocab = token_t(256 + m + 3);
+    sp_ = Specials::layout(token_t(256 + m + 3));
 }
 
 token_t BPETokenizer::rank_of(token_t a, token_t b) const {
@@ -57,7 +57,25 @@ BPETokenizer BPETokenizer::from_merges(std::vector<Merge> merges) {
     return t;
 }
 
-const std::string& BPETokenizer::token_bytes(token_t id) const {
+std::vector<BPETokenizer::Merge> BPETokenizer::merge_ids() const {
+    if (ext_.empty()) return merges_;
+    std::vector<Merge> out;
+    out.reserve(merges_.size());
+    for (auto [a, b] : merges_) out.emplace_back(ext_[std::size_t(a)], ext_[std::size_t(b)]);
+    return out;
+}
+
+const std::string* BPETokenizer::special_text(token_t file_id) const {
+    const auto it = std::lower_bound(specials_.begin(), specials_.end(), file_id,
+                                     [](const auto& s, token_t v) { return s.first < v; });
+    return it != specials_.end() && it->first == file_id ? &it->second : nullptr;
+}
+
+const std::string& BPETokenizer::token_bytes(token_t file_id) const {
+    const token_t id = file_id >= 0 && file_id < sp_.n_vocab ? internal_of(file_id) : token_t(-1);
+    if (!ext_.empty() && (id < 0 || id >= token_t(vocab_.size()) || ext_[std::size_t(id)] < 0))
+        throw IndexError("token_bytes: id " + std::to_string(file_id) + " is not a regular token of this tokenizer "
+                         "(a special token, or out of range [0, " + std::to_string(sp_.n_vocab) + "))");
     if (id < 0 || id >= token_t(vocab_.size()))
         throw IndexError("token_bytes: id " + std::to_string(id) + " is not a regular token (regular ids are [0, " +
                          std::to_string(vocab_.size()) + "); specials are " + std::to_string(sp_.mask()) + ", " +
@@ -184,10 +202,15 @@ private:
     std::vector<token_t> store_;
 };
 
+// Text -> ids appended to `out`, in the tokenizer's own ids (a file's, see file_ids()). Bytes a file has no
+// token for are dropped before the merges (what HF's BPE model does with characters outside its vocabulary
+// when it has no unk token), so the symbols around them may merge.
 void encode_text(const BPETokenizer& t, std::string_view text, PieceCache& cache, std::vector<token_t>& out) {
+    const std::vector<token_t>& ext = t.file_ids();
+    std::string kept;
     for_each_piece(text, [&](std::size_t b, std::size_t e) {
         const std::string_view piece = text.substr(b, e - b);
-        if (piece.size() == 1) {
+        if (piece.size() == 1 && ext.empty()) {
             out.push_back(token_t(static_cast<unsigned char>(piece[0])));
             return;
         }
@@ -197,13 +220,29 @@ void encode_text(const BPETokenizer& t, std::string_view text, PieceCache& cache
             return;
         }
         const std::size_t start = out.size();
-        t.encode_piece(piece, out);
+        if (ext.empty()) {
+            t.encode_piece(piece, out);
+        } else {
+            kept.clear();
+            for (char c : piece)
+                if (ext[static_cast<unsigned char>(c)] >= 0) kept += c;
+            t.encode_piece(kept, out);
+            for (std::size_t i = start; i < out.size(); ++i) out[i] = ext[std::size_t(out[i])];
+        }
         cache.insert(piece, out.data() + start, std::uint32_t(out.size() - start));
     });
+}
+
+void check_has(token_t id, const char* name) {
+    if (id < 0)
+        throw ValueError(std::string("encode: this tokenizer has no ") + name + "_token (its file names none; pass " +
+                         name + "=False, or name one when loading: " + name + "_token='...')");
 }
 }  // namespace
 
 std::vector<token_t> BPETokenizer::encode(std::string_view text, bool bos, bool eos) const {
+    if (bos) check_has(sp_.bos(), "bos");
+    if (eos) check_has(sp_.eos(), "eos");
     std::vector<token_t> out;
     out.reserve(text.size() / 3 + 2);
     if (bos) out.push_back(sp_.bos());
@@ -215,6 +254,8 @@ std::vector<token_t> BPETokenizer::encode(std::string_view text, bool bos, bool 
 
 std::vector<std::vector<token_t>> BPETokenizer::encode_batch(const std::vector<std::string_view>& texts, bool bos,
                                                              bool eos) const {
+    if (bos) check_has(sp_.bos(), "bos");
+    if (eos) check_has(sp_.eos(), "eos");
     std::vector<std::vector<token_t>> out(texts.size());
     PieceCache cache;
     for (std::size_t k = 0; k < texts.size(); ++k) {
@@ -231,8 +272,14 @@ std::string BPETokenizer::decode_bytes(const token_t* ids, std::size_t n, bool s
     std::string out;
     for (std::size_t t = 0; t < n; ++t) {
         const token_t v = ids[t];
-        if (v < token_t(vocab_.size())) out += vocab_[std::size_t(v)];
-        else if (!skip_special) out += sp_.name(v);
+        if (ext_.empty()) {
+            if (v < token_t(vocab_.size())) out += vocab_[std::size_t(v)];
+            else if (!skip_special) out += sp_.name(v);
+        } else if (int_[std::size_t(v)] >= 0) {
+            out += vocab_[std::size_t(int_[std::size_t(v)])];
+        } else if (!skip_special) {
+            out += *special_text(v);
+        }
     }
     return out;
 }
@@ -389,7 +436,28 @@ BPETokenizer BPETokenizer::train(std::string_view text, index_t n_vocab, index_t
 // Save format: see docs/tokenization.md. "merges" is authoritative; the text after each pair (the new
 // token's bytes, rendered) is for the reader and is checked on load.
 std::string BPETokenizer::to_json() const {
-    std::string out = json_header("bpe", sp_);
+    std::string out;
+    if (ext_.empty()) {
+        out = json_header("bpe", sp_);
+    } else {  // a file's own ids (docs/tokenization.md): its special tokens, their roles, the id of each token
+        out = json_header("bpe", sp_.n_vocab);
+        out += "  \"special_tokens\": [";
+        for (std::size_t k = 0; k < specials_.size(); ++k) {
+            out += (k ? ", [" : "[") + std::to_string(specials_[k].first) + ", ";
+            json_string(out, specials_[k].second);
+            out += "]";
+        }
+        out += "],\n  \"roles\": {";
+        const std::pair<const char*, token_t> roles[3] = {{"mask", sp_.mask()}, {"bos", sp_.bos()}, {"eos", sp_.eos()}};
+        for (int r = 0; r < 3; ++r) {
+            out += std::string(r ? ", \"" : "\"") + roles[r].first + "\": ";
+            if (roles[r].second < 0) out += "null";
+            else json_string(out, *special_text(roles[r].second));
+        }
+        out += "},\n  \"file_ids\": [";
+        for (std::size_t k = 0; k < ext_.size(); ++k) out += (k ? (k % 16 ? ", " : ",\n    ") : "") + std::to_string(ext_[k]);
+        out += "],\n";
+    }
     out += "  \"pre_tokenizer\": \"gpt2\",\n";
     out += "  \"merges\": [";
     for (std::size_t k = 0; k < merges_.size(); ++k) {
@@ -428,6 +496,36 @@ BPETokenizer BPETokenizer::from_json(std::string_view doc) {
         if (text(m[k][2]) != render(t.vocab_[256 + k]))
             corrupt("merge " + std::to_string(k) + ": its text \"" + render(text(m[k][2])) +
                     "\" does not match the merged tokens \"" + render(render(t.vocab_[256 + k])) + "\"");
+    if (d.contains("file_ids")) {  // a file's own ids
+        std::vector<token_t> ext;
+        for (const Json& v : field_of(d, "file_ids", Json::value_t::array)) {
+            if (!is_int(v) || int_of(v) < -1 || int_of(v) >= INT32_MAX) corrupt("\"file_ids\" holds a bad id");
+            ext.push_back(token_t(int_of(v)));
+        }
+        std::vector<std::pair<token_t, std::string>> specials;
+        for (const Json& s : field_of(d, "special_tokens", Json::value_t::array)) {
+            if (!s.is_array() || s.size() != 2 || !is_int(s[0]) || int_of(s[0]) < 0 || int_of(s[0]) >= INT32_MAX ||
+                !s[1].is_string())
+                corrupt("\"special_tokens\" must be a list of [id, text]");
+            specials.emplace_back(token_t(int_of(s[0])), text(s[1]));
+        }
+        const Json& r = field_of(d, "roles", Json::value_t::object);
+        Roles roles;
+        std::string* dst[3] = {&roles.mask, &roles.bos, &roles.eos};
+        const char* names[3] = {"mask", "bos", "eos"};
+        for (int k = 0; k < 3; ++k) {
+            const Json& v = field(r, names[k]);
+            if (v.is_string()) *dst[k] = text(v);
+            else if (!v.is_null()) corrupt(std::string("\"roles\": \"") + names[k] + "\" must be a token's text or null");
+        }
+        const long long n = field_int(d, "n_vocab");
+        if (n < 0 || n >= INT32_MAX) corrupt("\"n_vocab\" is out of range");
+        try {
+            return with_file_ids(t.merges_, std::move(ext), std::move(specials), token_t(n), roles, "tokenizer file");
+        } catch (const ValueError& e) {
+            corrupt(e.what());
+        }
+    }
     check_layout(d, t.sp_);
     return t;
 }

@@ -50,7 +50,7 @@ CharTokenizer CharTokenizer::from_chars(std::vector<std::uint32_t> chars, bool u
     t.unk_ = unk;
     std::fill(std::begin(t.ascii_), std::end(t.ascii_), token_t(-1));
     for (std::size_t k = 0; k < t.chars_.size() && t.chars_[k] < 256; ++k) t.ascii_[t.chars_[k]] = token_t(k);
-    t.sp_.n_vocab = token_t(t.chars_.size() + (unk ? 1 : 0) + 3);
+    t.sp_ = Specials::layout(token_t(t.chars_.size() + (unk ? 1 : 0) + 3));
     return t;
 }
 
@@ -175,7 +175,7 @@ void WordTokenizer::build() {
                              std::to_string(it->second));
     }
     index_ = std::move(index);
-    sp_.n_vocab = token_t(words_.size() + (unk_ ? 1 : 0) + 3);
+    sp_ = Specials::layout(token_t(words_.size() + (unk_ ? 1 : 0) + 3));
 }
 
 token_t WordTokenizer::lookup(std::string_view w) const {

@@ -56,7 +56,13 @@ long long int_of(const Json& v);                       // its value (is_int(v) c
 // Writing (by hand: our layout, and surrogates, which nlohmann's writer cannot carry). A JSON string literal
 // of text (UTF-8 + surrogates): see tokenizer_json.cpp.
 void json_string(std::string& out, std::string_view s);
-std::string json_header(const char* type, const Specials& sp);
+std::string json_header(const char* type, const Specials& sp);  // ... with n_vocab and special_tokens
+std::string json_header(const char* type, token_t n_vocab);       // ... with n_vocab only
+
+// GPT-2's byte-level alphabet (HF's ByteLevel): each byte as one printable code point (bytes 33..126,
+// 161..172, 174..255 as themselves, the others as U+0100 + k in order).
+std::string byte_level(std::string_view bytes);
+bool from_byte_level(std::string_view s, std::string& bytes);  // false if a character is not in the alphabet
 // The common header of our files (format, version, type); returns the document.
 Json read_document(std::string_view text, const char* type);
 // n_vocab and special_tokens must agree with the layout the content implies.

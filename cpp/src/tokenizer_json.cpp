@@ -258,11 +258,16 @@ void json_string(std::string& out, std::string_view s) {
 constexpr const char* kFormat = "formal-transformers/tokenizer";
 constexpr long long kVersion = 1;
 
-std::string json_header(const char* type, const Specials& sp) {
+std::string json_header(const char* type, token_t n_vocab) {
     std::string out = "{\n  \"format\": \"";
     out += kFormat;
     out += "\",\n  \"version\": " + std::to_string(kVersion) + ",\n  \"type\": \"" + type + "\",\n";
-    out += "  \"n_vocab\": " + std::to_string(sp.n_vocab) + ",\n";
+    out += "  \"n_vocab\": " + std::to_string(n_vocab) + ",\n";
+    return out;
+}
+
+std::string json_header(const char* type, const Specials& sp) {
+    std::string out = json_header(type, sp.n_vocab);
     out += "  \"special_tokens\": {\"<mask>\": " + std::to_string(sp.mask()) + ", \"<bos>\": " + std::to_string(sp.bos()) +
            ", \"<eos>\": " + std::to_string(sp.eos()) + "},\n";
     return out;

@@ -69,13 +69,20 @@ using token_t = index_t;
 
 // ---------------------------------------------------------------------------------------------------
 // The layout of §4 for a vocabulary of n_regular regular tokens.
+// (A BPE tokenizer read from another project's files keeps that file's ids instead: its mask/bos/eos are
+// the tokens named so, or none: -1.)
 struct Specials {
     token_t n_vocab = 0;
-    token_t mask() const { return n_vocab - 3; }
-    token_t bos() const { return n_vocab - 2; }
-    token_t eos() const { return n_vocab - 1; }
-    bool is_special(token_t id) const { return id >= n_vocab - 3 && id < n_vocab; }
+    token_t mask_id = -1, bos_id = -1, eos_id = -1;  // -1: the tokenizer has no such token
+    static Specials layout(token_t n_vocab) { return {n_vocab, n_vocab - 3, n_vocab - 2, n_vocab - 1}; }
+    token_t mask() const { return mask_id; }
+    token_t bos() const { return bos_id; }
+    token_t eos() const { return eos_id; }
+    bool is_special(token_t id) const { return id >= 0 && (id == mask_id || id == bos_id || id == eos_id); }
     const char* name(token_t id) const;  // "<mask>", "<bos>", "<eos>"
+    bool operator==(const Specials& o) const {
+        return n_vocab == o.n_vocab && mask_id == o.mask_id && bos_id == o.bos_id && eos_id == o.eos_id;
+    }
 };
 
 // Ids of a decode call: checked against n_vocab (IndexError naming the position).
@@ -96,6 +103,35 @@ public:
     // Several texts; each gets its own bos/eos. Shares one piece cache.
     std::vector<std::vector<token_t>> encode_batch(const std::vector<std::string_view>& texts, bool bos = true,
                                                    bool eos = true) const;
+    // ---- Hugging Face / GPT-2 files (byte-level BPE; docs/tokenization.md "Hugging Face and GPT-2 files").
+    // The file's ids are kept: its vocabulary of byte-level strings (GPT-2's byte-to-unicode alphabet) gives
+    // each byte and each merge result an id; every other token (added tokens, vocabulary entries no merge
+    // makes) is special: never produced from text, skipped by decode or rendered as its text. mask/bos/eos
+    // are the special tokens named by the arguments (empty: "<mask>", "<bos>", "<eos>" when the file has
+    // them, and for tokenizer.json the tokens around $A of a TemplateProcessing post-processor), else none.
+    // Anything the HF pipeline would do that this tokenizer does not (a normalizer, another model type or
+    // pre-tokenizer, dropout, non-special added tokens, ...) is a ValueError naming it.
+    struct Roles {
+        std::string mask, bos, eos;  // names of special tokens; empty: the default above
+    };
+    static BPETokenizer from_hf_json(std::string_view tokenizer_json, const Roles& roles = {});
+    std::string to_hf_json() const;
+    static BPETokenizer from_gpt2_files(std::string_view vocab_json, std::string_view merges_txt,
+                                        const Roles& roles = {});
+    std::pair<std::string, std::string> to_gpt2_files() const;  // (vocab.json, merges.txt)
+    // The file id of each internal id (bytes 0..255, then merge k at 256 + k; -1: a byte the file has no
+    // token for, dropped from text as HF does); empty for our own layout, where the ids are the internal ones.
+    const std::vector<token_t>& file_ids() const { return ext_; }
+    // Special tokens (id, text) other than our own layout's three, in id order (empty for our layout).
+    const std::vector<std::pair<token_t, std::string>>& special_tokens() const { return specials_; }
+    // A tokenizer with a file's ids (what the readers above build; bpe_hf.cpp): merges as internal ids,
+    // ext = file_ids(), the special tokens (id, text), N_V. Checked: every id in [0, N_V) used exactly once,
+    // only bytes may lack an id, roles name special tokens; ValueError (prefixed by `who`) otherwise.
+    // A layout that is our own after all gives our own tokenizer.
+    static BPETokenizer with_file_ids(std::vector<Merge> merges, std::vector<token_t> ext,
+                                      std::vector<std::pair<token_t, std::string>> specials, token_t n_vocab,
+                                      const Roles& roles, const char* who);
+
     // ids -> the concatenated token bytes (specials skipped or rendered as "<mask>" ...)
     std::string decode_bytes(const token_t* ids, std::size_t n, bool skip_special = true) const;
     // ids -> text (UTF-8 + surrogates; invalid byte sequences handled by `errors`)
@@ -104,11 +140,15 @@ public:
 
     token_t n_vocab() const { return sp_.n_vocab; }
     const Specials& specials() const { return sp_; }
+    // The merges in rank order, as internal ids (bytes, 256 + k); merge_ids() in the tokenizer's own ids.
     const std::vector<Merge>& merges() const { return merges_; }
+    std::vector<Merge> merge_ids() const;
     const std::string& token_bytes(token_t id) const;  // regular ids only (IndexError otherwise)
     std::string to_json() const;
     static BPETokenizer from_json(std::string_view json);
-    bool operator==(const BPETokenizer& o) const { return merges_ == o.merges_; }
+    bool operator==(const BPETokenizer& o) const {
+        return merges_ == o.merges_ && ext_ == o.ext_ && specials_ == o.specials_ && sp_ == o.sp_;
+    }
 
     // Encode one pre-tokenized piece (bytes), appending ids to `out` (exposed for tests).
     void encode_piece(std::string_view piece, std::vector<token_t>& out) const;
@@ -126,6 +166,13 @@ private:
     std::shared_ptr<const Index> index_;
     Specials sp_;
     token_t rank_of(token_t a, token_t b) const;  // -1 if no merge
+    // A file's own ids (from_hf_json, from_gpt2_files); all empty for our layout.
+    std::vector<token_t> ext_;  // internal id -> file id (-1: a byte the file lacks)
+    std::vector<token_t> int_;  // file id -> internal id (-1: a special token)
+    std::vector<std::pair<token_t, std::string>> specials_;  // (file id, text), by id
+    bool lacks_bytes_ = false;
+    token_t internal_of(token_t file_id) const { return ext_.empty() ? file_id : int_[std::size_t(file_id)]; }
+    const std::string* special_text(token_t file_id) const;  // nullptr if not a special token
 };
 
 // ---------------------------------------------------------------------------------------------------
