@@ -198,7 +198,26 @@ private:
         std::uint32_t offset, count;
     };
     static constexpr std::size_t kMaxEntries = std::size_t(1) << 22;
-    tsl::robin_map<std::string_view, Range> map_;
+    struct Hash {  // pieces are short: 8 bytes at a time, then mixed
+        std::size_t operator()(std::string_view s) const noexcept {
+            const char* p = s.data();
+            std::size_t n = s.size();
+            std::uint64_t h = 0x9E3779B97F4A7C15ULL ^ n;
+            for (; n >= 8; p += 8, n -= 8) {
+                std::uint64_t v;
+                std::memcpy(&v, p, 8);
+                h = (h ^ v) * 0xff51afd7ed558ccdULL;
+                h ^= h >> 32;
+            }
+            std::uint64_t v = 0;
+            std::memcpy(&v, p, n);
+            return std::size_t(mix64(h ^ v));
+        }
+    };
+    // the hash stored beside each key: a probe compares it before the bytes
+    tsl::robin_map<std::string_view, Range, Hash, std::equal_to<std::string_view>,
+                   std::allocator<std::pair<std::string_view, Range>>, true>
+        map_;
     std::vector<token_t> store_;
 };
 
