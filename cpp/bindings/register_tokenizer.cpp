@@ -38,13 +38,16 @@ py::str text_out(const std::string& s) {
     return py::reinterpret_steal<py::str>(u);
 }
 
-py::array_t<std::int32_t> ids_out(std::vector<token_t>&& v) {
+// Token ids out: np.int64 (index_t, what the models take), zero-copy over the core's vector.
+py::array_t<index_t> ids_out(std::vector<token_t>&& v) {
+    static_assert(std::is_same_v<token_t, index_t>, "one id type from tokenizer to model");
     auto* p = new std::vector<token_t>(std::move(v));
     py::capsule owner(p, [](void* q) { delete static_cast<std::vector<token_t>*>(q); });
-    return py::array_t<std::int32_t>({py::ssize_t(p->size())}, {py::ssize_t(sizeof(std::int32_t))}, p->data(), owner);
+    return py::array_t<index_t>({py::ssize_t(p->size())}, {py::ssize_t(sizeof(index_t))}, p->data(), owner);
 }
 
-// Token ids to decode: a 1-D integer array or list (may be empty), each in [0, n_vocab).
+// Token ids to decode: a 1-D integer array (any integer dtype: int64 as encode gives, int32 and others for
+// compatibility) or list (may be empty), each in [0, n_vocab).
 std::vector<token_t> ids_arg(const py::handle& obj, token_t n_vocab) {
     if (py::isinstance<py::array>(obj)) {
         py::array a = py::reinterpret_borrow<py::array>(obj);
@@ -54,8 +57,7 @@ std::vector<token_t> ids_arg(const py::handle& obj, token_t n_vocab) {
     } else if (py::isinstance<py::int_>(obj) || py::hasattr(obj, "__index__")) {
         throw ft::TypeError("ids must be a 1-D sequence of token ids, got " + type_name(obj));
     }
-    InIds in = in_ids(obj, "ids", n_vocab, false);
-    return std::vector<token_t>(in.ids.begin(), in.ids.end());
+    return in_ids(obj, "ids", n_vocab, false).ids;
 }
 
 bool bool_arg(const py::handle& obj, const char* what) {
@@ -117,14 +119,44 @@ std::vector<std::string_view> texts_arg(const py::handle& texts, std::vector<py:
     return views;
 }
 
+py::object id_or_none(token_t id) { return id < 0 ? py::object(py::none()) : py::object(py::int_(id)); }
+
+// The names of mask/bos/eos for the file readers: None = the default (docs/tokenization.md)
+ft::BPETokenizer::Roles roles_arg(const py::handle& mask, const py::handle& bos, const py::handle& eos) {
+    ft::BPETokenizer::Roles r;
+    const std::pair<const py::handle*, std::string*> all[3] = {{&mask, &r.mask}, {&bos, &r.bos}, {&eos, &r.eos}};
+    const char* names[3] = {"mask_token", "bos_token", "eos_token"};
+    for (int k = 0; k < 3; ++k) {
+        if (all[k].first->is_none()) continue;
+        py::object keep;
+        *all[k].second = std::string(text_arg(*all[k].first, names[k], keep));
+        if (all[k].second->empty()) throw ft::ValueError(std::string(names[k]) + " must not be empty");
+    }
+    return r;
+}
+
+// from_hf_json / from_gpt2_files: ValueError names the file
+template <class F>
+ft::BPETokenizer read_foreign(const char* what, const py::object& path, F&& f) {
+    try {
+        return f();
+    } catch (const ft::ValueError& e) {
+        throw ft::ValueError(std::string("BPETokenizer.") + what + "(" + py::repr(path).cast<std::string>() + "): " + e.what());
+    }
+}
+
 // The surface common to the three tokenizers.
 template <class Tok, class Cls>
 void def_common(Cls& cls, const char* name) {
     cls.def_property_readonly("n_vocab", [](const Tok& t) { return t.n_vocab(); },
                               "N_V: regular tokens + the 3 special tokens.")
-        .def_property_readonly("mask_token", [](const Tok& t) { return t.specials().mask(); }, "N_V − 3")
-        .def_property_readonly("bos_token", [](const Tok& t) { return t.specials().bos(); }, "N_V − 2")
-        .def_property_readonly("eos_token", [](const Tok& t) { return t.specials().eos(); }, "N_V − 1")
+        .def_property_readonly("mask_token", [](const Tok& t) { return id_or_none(t.specials().mask()); },
+                               "N_V − 3 (a BPE tokenizer from another project's file: the file's id of its mask "
+                               "token, or None)")
+        .def_property_readonly("bos_token", [](const Tok& t) { return id_or_none(t.specials().bos()); },
+                               "N_V − 2 (a BPE tokenizer from another project's file: its id, or None)")
+        .def_property_readonly("eos_token", [](const Tok& t) { return id_or_none(t.specials().eos()); },
+                               "N_V − 1 (a BPE tokenizer from another project's file: its id, or None)")
         .def(
             "encode",
             [](const Tok& t, const py::handle& text, const py::handle& bos, const py::handle& eos) {
@@ -139,7 +171,7 @@ void def_common(Cls& cls, const char* name) {
                 return ids_out(std::move(ids));
             },
             py::arg("text"), py::arg("bos") = true, py::arg("eos") = true,
-            "text (str) -> 1-D np.int32 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only "
+            "text (str) -> 1-D np.int64 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only "
             "where bos/eos ask for them; TypeError unless text is a str.")
         .def(
             "encode_batch",
@@ -162,7 +194,7 @@ void def_common(Cls& cls, const char* name) {
                 return res;
             },
             py::arg("texts"), py::arg("bos") = true, py::arg("eos") = true,
-            "A list of str -> a list of 1-D np.int32 arrays, each as encode() gives it.")
+            "A list of str -> a list of 1-D np.int64 arrays, each as encode() gives it.")
         .def(
             "save",
             [](const Tok& t, const py::object& path) { write_file(path, t.to_json()); }, py::arg("path"),
@@ -194,7 +226,7 @@ void def_common(Cls& cls, const char* name) {
 }
 
 const char* kDecodeDoc =
-    "ids (1-D integers, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as "
+    "ids (1-D integers of any integer dtype — np.int64 as encode() gives, np.int32 too —, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as "
     "'<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).";
 
 
@@ -290,10 +322,98 @@ void register_tokenizer(py::module_& m) {
             "merges",
             [](const ft::BPETokenizer& t) {
                 py::list out;
-                for (auto& mg : t.merges()) out.append(py::make_tuple(mg.first, mg.second));
+                for (auto& mg : t.merge_ids()) out.append(py::make_tuple(mg.first, mg.second));
                 return out;
             },
-            "The learned merges in rank order: merges[k] = (left id, right id) made id 256 + k.")
+            "The merges in rank order: merges[k] = (left id, right id), which made id 256 + k (in a tokenizer "
+            "from another project's file: the file's ids, see file_ids).")
+        .def_property_readonly(
+            "special_tokens",
+            [](const ft::BPETokenizer& t) {
+                py::list out;
+                if (t.file_ids().empty()) {
+                    for (token_t id : {t.specials().mask(), t.specials().bos(), t.specials().eos()})
+                        out.append(py::make_tuple(id, text_out(t.specials().name(id))));
+                } else {
+                    for (auto& [id, s] : t.special_tokens()) out.append(py::make_tuple(id, text_out(s)));
+                }
+                return out;
+            },
+            "[(id, text)] of the special tokens (never produced from text), by id: ours are (N_V−3, '<mask>'), "
+            "(N_V−2, '<bos>'), (N_V−1, '<eos>'); a file's are its added tokens and the vocabulary entries no merge "
+            "makes.")
+        .def_property_readonly(
+            "file_ids",
+            [](const ft::BPETokenizer& t) -> py::object {
+                if (t.file_ids().empty()) return py::none();
+                std::vector<token_t> v = t.file_ids();
+                return ids_out(std::move(v));
+            },
+            "None for our own layout (bytes 0..255, merge k = 256 + k, then mask/bos/eos). For a tokenizer read "
+            "from another project's file: the file's id of byte b (file_ids[b], -1 if the file has no token for "
+            "it: such bytes are dropped from text, as HF does) and of merge k (file_ids[256 + k]).")
+        .def_static(
+            "from_hf_json",
+            [](const py::object& path, const py::handle& mask, const py::handle& bos, const py::handle& eos) {
+                const auto roles = roles_arg(mask, bos, eos);
+                const std::string text = read_file(path);
+                return read_foreign("from_hf_json", path, [&] {
+                    py::gil_scoped_release nogil;
+                    return ft::BPETokenizer::from_hf_json(text, roles);
+                });
+            },
+            py::arg("path"), py::kw_only(), py::arg("mask_token") = py::none(), py::arg("bos_token") = py::none(),
+            py::arg("eos_token") = py::none(),
+            "Read a Hugging Face tokenizer.json of a byte-level BPE (model 'BPE', ByteLevel pre-tokenizer without "
+            "add_prefix_space). The file's ids are kept (n_vocab is the file's); mask/bos/eos are the special tokens "
+            "named by the arguments, else '<mask>'/'<bos>'/'<eos>' if the file has them, and bos/eos also the "
+            "tokens a TemplateProcessing post-processor puts around $A; else None. Other model types (WordPiece, "
+            "Unigram, ...) and HF options this tokenizer does not reproduce are a ValueError naming them. "
+            "docs/tokenization.md 'Hugging Face and GPT-2 files'.")
+        .def(
+            "to_hf_json",
+            [](const ft::BPETokenizer& t, const py::object& path) {
+                std::string s;
+                {
+                    py::gil_scoped_release nogil;
+                    s = t.to_hf_json();
+                }
+                if (!path.is_none()) write_file(path, s);
+                return text_out(s);
+            },
+            py::arg("path") = py::none(),
+            "The tokenizer as a Hugging Face tokenizer.json (written to `path` unless None; the text is returned). "
+            "tokenizers.Tokenizer.from_file(path).encode(text).ids equals encode(text) (bos/eos through a "
+            "TemplateProcessing post-processor).")
+        .def_static(
+            "from_gpt2_files",
+            [](const py::object& vocab, const py::object& merges, const py::handle& mask, const py::handle& bos,
+               const py::handle& eos) {
+                const auto roles = roles_arg(mask, bos, eos);
+                const std::string v = read_file(vocab), m = read_file(merges);
+                return read_foreign("from_gpt2_files", vocab, [&] {
+                    py::gil_scoped_release nogil;
+                    return ft::BPETokenizer::from_gpt2_files(v, m, roles);
+                });
+            },
+            py::arg("vocab"), py::arg("merges"), py::kw_only(), py::arg("mask_token") = py::none(),
+            py::arg("bos_token") = py::none(), py::arg("eos_token") = py::none(),
+            "Read GPT-2's vocab.json + merges.txt (ids kept; vocabulary entries no merge makes, e.g. "
+            "'<|endoftext|>', are special tokens; name mask/bos/eos among them, e.g. "
+            "bos_token='<|endoftext|>', eos_token='<|endoftext|>').")
+        .def(
+            "to_gpt2_files",
+            [](const ft::BPETokenizer& t, const py::object& vocab, const py::object& merges) {
+                std::pair<std::string, std::string> f;
+                {
+                    py::gil_scoped_release nogil;
+                    f = t.to_gpt2_files();
+                }
+                write_file(vocab, f.first);
+                write_file(merges, f.second);
+            },
+            py::arg("vocab"), py::arg("merges"),
+            "Write GPT-2's vocab.json (special tokens included under their text) and merges.txt.")
         .def(
             "token_bytes",
             [](const ft::BPETokenizer& t, long long id) {

@@ -832,6 +832,16 @@ class BPETokenizer:
     Build with BPETokenizer.train(text, n_vocab) or BPETokenizer.load(path).
     """
     @staticmethod
+    def from_gpt2_files(vocab: typing.Any, merges: typing.Any, *, mask_token: typing.Any = None, bos_token: typing.Any = None, eos_token: typing.Any = None) -> BPETokenizer:
+        """
+        Read GPT-2's vocab.json + merges.txt (ids kept; vocabulary entries no merge makes, e.g. '<|endoftext|>', are special tokens; name mask/bos/eos among them, e.g. bos_token='<|endoftext|>', eos_token='<|endoftext|>').
+        """
+    @staticmethod
+    def from_hf_json(path: typing.Any, *, mask_token: typing.Any = None, bos_token: typing.Any = None, eos_token: typing.Any = None) -> BPETokenizer:
+        """
+        Read a Hugging Face tokenizer.json of a byte-level BPE (model 'BPE', ByteLevel pre-tokenizer without add_prefix_space). The file's ids are kept (n_vocab is the file's); mask/bos/eos are the special tokens named by the arguments, else '<mask>'/'<bos>'/'<eos>' if the file has them, and bos/eos also the tokens a TemplateProcessing post-processor puts around $A; else None. Other model types (WordPiece, Unigram, ...) and HF options this tokenizer does not reproduce are a ValueError naming them. docs/tokenization.md 'Hugging Face and GPT-2 files'.
+        """
+    @staticmethod
     def from_json(text: typing.Any) -> BPETokenizer:
         """
         The tokenizer whose to_json() is `text` (ValueError if it is corrupt).
@@ -868,24 +878,32 @@ class BPETokenizer:
         ...
     def decode(self, ids: typing.Any, skip_special: bool = True, errors: str = 'replace') -> str:
         """
-        ids (1-D integers, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as '<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).
+        ids (1-D integers of any integer dtype — np.int64 as encode() gives, np.int32 too —, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as '<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).
         The tokens' bytes are decoded as UTF-8 (surrogates pass, as Python's 'surrogatepass'); other invalid byte sequences are replaced by U+FFFD exactly as bytes.decode('utf-8', 'replace') does (errors='replace'), dropped ('ignore') or a ValueError ('strict').
         """
     def decode_bytes(self, ids: typing.Any, skip_special: bool = True) -> bytes:
         """
         ids -> the concatenated bytes of the tokens.
         """
-    def encode(self, text: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> numpy.typing.NDArray[numpy.int32]:
+    def encode(self, text: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> numpy.typing.NDArray[numpy.int64]:
         """
-        text (str) -> 1-D np.int32 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only where bos/eos ask for them; TypeError unless text is a str.
+        text (str) -> 1-D np.int64 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only where bos/eos ask for them; TypeError unless text is a str.
         """
     def encode_batch(self, texts: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> list:
         """
-        A list of str -> a list of 1-D np.int32 arrays, each as encode() gives it.
+        A list of str -> a list of 1-D np.int64 arrays, each as encode() gives it.
         """
     def save(self, path: typing.Any) -> None:
         """
         Write the tokenizer as JSON (UTF-8; format in docs/tokenization.md).
+        """
+    def to_gpt2_files(self, vocab: typing.Any, merges: typing.Any) -> None:
+        """
+        Write GPT-2's vocab.json (special tokens included under their text) and merges.txt.
+        """
+    def to_hf_json(self, path: typing.Any = None) -> str:
+        """
+        The tokenizer as a Hugging Face tokenizer.json (written to `path` unless None; the text is returned). tokenizers.Tokenizer.from_file(path).encode(text).ids equals encode(text) (bos/eos through a TemplateProcessing post-processor).
         """
     def to_json(self) -> str:
         """
@@ -896,29 +914,39 @@ class BPETokenizer:
         The bytes of a regular token (IndexError for special or out-of-range ids).
         """
     @property
-    def bos_token(self) -> int:
+    def bos_token(self) -> typing.Any:
         """
-        N_V − 2
-        """
-    @property
-    def eos_token(self) -> int:
-        """
-        N_V − 1
+        N_V − 2 (a BPE tokenizer from another project's file: its id, or None)
         """
     @property
-    def mask_token(self) -> int:
+    def eos_token(self) -> typing.Any:
         """
-        N_V − 3
+        N_V − 1 (a BPE tokenizer from another project's file: its id, or None)
+        """
+    @property
+    def file_ids(self) -> typing.Any:
+        """
+        None for our own layout (bytes 0..255, merge k = 256 + k, then mask/bos/eos). For a tokenizer read from another project's file: the file's id of byte b (file_ids[b], -1 if the file has no token for it: such bytes are dropped from text, as HF does) and of merge k (file_ids[256 + k]).
+        """
+    @property
+    def mask_token(self) -> typing.Any:
+        """
+        N_V − 3 (a BPE tokenizer from another project's file: the file's id of its mask token, or None)
         """
     @property
     def merges(self) -> list:
         """
-        The learned merges in rank order: merges[k] = (left id, right id) made id 256 + k.
+        The merges in rank order: merges[k] = (left id, right id), which made id 256 + k (in a tokenizer from another project's file: the file's ids, see file_ids).
         """
     @property
     def n_vocab(self) -> int:
         """
         N_V: regular tokens + the 3 special tokens.
+        """
+    @property
+    def special_tokens(self) -> list:
+        """
+        [(id, text)] of the special tokens (never produced from text), by id: ours are (N_V−3, '<mask>'), (N_V−2, '<bos>'), (N_V−1, '<eos>'); a file's are its added tokens and the vocabulary entries no merge makes.
         """
 class CharTokenizer:
     """
@@ -956,15 +984,15 @@ class CharTokenizer:
         ...
     def decode(self, ids: typing.Any, skip_special: bool = True) -> str:
         """
-        ids (1-D integers, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as '<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).
+        ids (1-D integers of any integer dtype — np.int64 as encode() gives, np.int32 too —, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as '<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).
         """
-    def encode(self, text: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> numpy.typing.NDArray[numpy.int32]:
+    def encode(self, text: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> numpy.typing.NDArray[numpy.int64]:
         """
-        text (str) -> 1-D np.int32 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only where bos/eos ask for them; TypeError unless text is a str.
+        text (str) -> 1-D np.int64 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only where bos/eos ask for them; TypeError unless text is a str.
         """
     def encode_batch(self, texts: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> list:
         """
-        A list of str -> a list of 1-D np.int32 arrays, each as encode() gives it.
+        A list of str -> a list of 1-D np.int64 arrays, each as encode() gives it.
         """
     def save(self, path: typing.Any) -> None:
         """
@@ -975,9 +1003,9 @@ class CharTokenizer:
         The JSON text save() writes.
         """
     @property
-    def bos_token(self) -> int:
+    def bos_token(self) -> typing.Any:
         """
-        N_V − 2
+        N_V − 2 (a BPE tokenizer from another project's file: its id, or None)
         """
     @property
     def chars(self) -> list:
@@ -985,14 +1013,14 @@ class CharTokenizer:
         The characters of ids 0, 1, ...
         """
     @property
-    def eos_token(self) -> int:
+    def eos_token(self) -> typing.Any:
         """
-        N_V − 1
+        N_V − 1 (a BPE tokenizer from another project's file: its id, or None)
         """
     @property
-    def mask_token(self) -> int:
+    def mask_token(self) -> typing.Any:
         """
-        N_V − 3
+        N_V − 3 (a BPE tokenizer from another project's file: the file's id of its mask token, or None)
         """
     @property
     def n_vocab(self) -> int:
@@ -1045,15 +1073,15 @@ class WordTokenizer:
         ...
     def decode(self, ids: typing.Any, skip_special: bool = True) -> str:
         """
-        ids (1-D integers, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as '<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).
+        ids (1-D integers of any integer dtype — np.int64 as encode() gives, np.int32 too —, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as '<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).
         """
-    def encode(self, text: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> numpy.typing.NDArray[numpy.int32]:
+    def encode(self, text: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> numpy.typing.NDArray[numpy.int64]:
         """
-        text (str) -> 1-D np.int32 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only where bos/eos ask for them; TypeError unless text is a str.
+        text (str) -> 1-D np.int64 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only where bos/eos ask for them; TypeError unless text is a str.
         """
     def encode_batch(self, texts: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> list:
         """
-        A list of str -> a list of 1-D np.int32 arrays, each as encode() gives it.
+        A list of str -> a list of 1-D np.int64 arrays, each as encode() gives it.
         """
     def save(self, path: typing.Any) -> None:
         """
@@ -1064,19 +1092,19 @@ class WordTokenizer:
         The JSON text save() writes.
         """
     @property
-    def bos_token(self) -> int:
+    def bos_token(self) -> typing.Any:
         """
-        N_V − 2
-        """
-    @property
-    def eos_token(self) -> int:
-        """
-        N_V − 1
+        N_V − 2 (a BPE tokenizer from another project's file: its id, or None)
         """
     @property
-    def mask_token(self) -> int:
+    def eos_token(self) -> typing.Any:
         """
-        N_V − 3
+        N_V − 1 (a BPE tokenizer from another project's file: its id, or None)
+        """
+    @property
+    def mask_token(self) -> typing.Any:
+        """
+        N_V − 3 (a BPE tokenizer from another project's file: the file's id of its mask token, or None)
         """
     @property
     def n_vocab(self) -> int:

@@ -289,3 +289,45 @@ TEST(TokenizerChunk, Bounds) {
     EXPECT_THROW(chunk_bounds(10, 4, 5), ValueError);
     EXPECT_THROW(chunk_bounds(10, 4, 0), ValueError);
 }
+
+// ---------------------------------------------------------------------------------------------------
+// Other projects' files (docs/tokenization.md "Hugging Face and GPT-2 files"), worked by hand.
+TEST(TokenizerBPEFiles, Gpt2FilesKeepTheirIdsAndDropBytesWithoutToken) {
+    // Only 'a', 'b' have tokens; merge "a b" makes "ab" (id 2); <|endoftext|> is made by no merge: special.
+    const std::string vocab = R"({"a": 0, "b": 1, "ab": 2, "<|endoftext|>": 3})";
+    const std::string merges = "#version: 0.2\na b\n";
+    const BPETokenizer t = BPETokenizer::from_gpt2_files(vocab, merges);
+    EXPECT_EQ(t.n_vocab(), 4);
+    EXPECT_EQ(t.specials().bos(), -1);
+    EXPECT_EQ(t.specials().eos(), -1);
+    // pieces "abc", " ab": 'c' and ' ' have no token and are dropped (as HF does) -> "ab", "ab"
+    EXPECT_EQ(t.encode("abc ab", false, false), (V{2, 2}));
+    EXPECT_EQ(t.encode("bab", false, false), (V{1, 2}));  // merges inside the piece only, leftmost first
+    EXPECT_THROW(t.encode("ab"), ValueError);            // no bos token named
+    const V ids = {2, 3, 0};
+    EXPECT_EQ(t.decode(ids.data(), ids.size()), "aba");
+    EXPECT_EQ(t.decode(ids.data(), ids.size(), false), "ab<|endoftext|>a");
+    BPETokenizer::Roles r;
+    r.bos = r.eos = "<|endoftext|>";
+    const BPETokenizer u = BPETokenizer::from_gpt2_files(vocab, merges, r);
+    EXPECT_EQ(u.encode("ab"), (V{3, 2, 3}));
+    EXPECT_EQ(BPETokenizer::from_json(u.to_json()), u);  // our save format keeps the file's ids and roles
+    EXPECT_EQ(BPETokenizer::from_gpt2_files(u.to_gpt2_files().first, u.to_gpt2_files().second, r), u);
+    // broken layouts
+    EXPECT_THROW(BPETokenizer::from_gpt2_files(R"({"a": 0, "b": 2})", ""), ValueError);          // id 1 unused
+    EXPECT_THROW(BPETokenizer::from_gpt2_files(R"({"a": 0, "b": 0})", ""), ValueError);          // id 0 twice
+    EXPECT_THROW(BPETokenizer::from_gpt2_files(R"({"a": 0, "b": 1})", "a b\n"), ValueError);     // "ab" missing
+    EXPECT_THROW(BPETokenizer::from_gpt2_files(R"({"a": 0, "b": 1, "ab": 2})", "a  b\n"), ValueError);
+    r.bos = "<s>";
+    EXPECT_THROW(BPETokenizer::from_gpt2_files(vocab, merges, r), ValueError);  // not a special token
+}
+
+TEST(TokenizerBPEFiles, HfJsonOfOurOwnLayoutIsOurs) {
+    const BPETokenizer t = BPETokenizer::from_merges({{'a', 'a'}, {'a', 'b'}, {256, 257}});
+    const BPETokenizer u = BPETokenizer::from_hf_json(t.to_hf_json());
+    EXPECT_EQ(u, t);
+    EXPECT_TRUE(u.file_ids().empty());
+    EXPECT_EQ(u.encode("aaab"), (V{260, 258, 261}));
+    EXPECT_THROW(BPETokenizer::from_hf_json(R"({"model": {"type": "WordPiece", "vocab": {}}})"), ValueError);
+    EXPECT_THROW(BPETokenizer::from_hf_json("{"), ValueError);
+}

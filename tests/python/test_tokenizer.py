@@ -41,7 +41,7 @@ def bpe():
 
 def _specials_ok(ids, tok, bos, eos):
     ids = np.asarray(ids)
-    assert ids.dtype == np.int32 and ids.ndim == 1
+    assert ids.dtype == np.int64 and ids.ndim == 1  # ft.index_t: what the models take
     assert np.all(ids >= 0) and np.all(ids < tok.n_vocab)
     inner = ids[1 if bos else 0: len(ids) - (1 if eos else 0)]
     assert not np.any(inner >= tok.mask_token), "a special id arose from text"
@@ -592,3 +592,28 @@ def test_reexported_and_documented():
     doc = ft.BPETokenizer.__doc__
     assert "ties go to the smallest" in doc and "surrogatepass" in doc
     assert "unk=True" in ft.CharTokenizer.__doc__ and "unk=True" in ft.WordTokenizer.__doc__
+
+
+# ------------------------------------------------------------------------------------------------------
+# One id type from tokenizer to model to inference (ft.index_t = int64)
+def test_ids_are_int64_end_to_end_and_int32_still_accepted(bpe):
+    ids = bpe.encode("To be, or not to be")
+    assert ids.dtype == np.int64
+    assert all(a.dtype == np.int64 for a in bpe.encode_batch(["a b", "c"]))
+    # decode takes int64 (what encode gives), int32 and other integer dtypes, and lists, alike
+    want = bpe.decode(ids)
+    for v in (ids, ids.astype(np.int32), ids.astype(np.uint16), ids.tolist(), tuple(ids.tolist())):
+        assert bpe.decode(v) == want
+    for tok in (ft.CharTokenizer.fit(CORPUS), ft.WordTokenizer.fit(CORPUS)):
+        x = tok.encode(CORPUS[:50])
+        assert x.dtype == np.int64 and tok.decode(x.astype(np.int32)) == tok.decode(x) == CORPUS[:50]
+    # chunk keeps the dtype it is given: int64 from encode, int32 for compatibility
+    assert all(c.dtype == np.int64 for c in ft.chunk(ids, 4))
+    assert all(c.dtype == np.int32 for c in ft.chunk(ids.astype(np.int32), 4))
+    # the model and the sampler take the ids as they are and give int64 back, which decode takes
+    m = ft.DTransformer(bpe.n_vocab, 16, 1, 1, 8, 16, seed=0)
+    P = m(ids[:16])
+    assert P.shape == (bpe.n_vocab, min(16, len(ids)))
+    out = ft.DInference(l_gen=5, seed=0)(ids[:8], m)
+    assert out.dtype == np.int64
+    assert isinstance(bpe.decode(out), str)
