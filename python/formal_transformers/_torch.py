@@ -370,10 +370,10 @@ _CLASSES = {"DTransformer": TorchDTransformer, "ETransformer": TorchETransformer
 def from_ft(model) -> FTModule:
     from .hf import _KNOWN
 
-    cfg = dict(model.config)
-    arch = cfg.get("arch")
-    if arch not in _CLASSES:
+    arch = type(model).__name__
+    if arch not in _CLASSES or not hasattr(model, "config"):
         raise TypeError(f"ft.to_torch takes a DTransformer, ETransformer or EDTransformer, got {type(model).__name__}")
+    cfg = dict(model.config)
     for k, v in cfg.items():
         if k not in _KNOWN and v not in (None, False, 0, "", "none"):
             raise ValueError(f"ft.to_torch does not support the option {k}={v!r} yet")

@@ -22,7 +22,8 @@ W itself; the paper's columns are tokens):
     attention.output.dense = W_o, b_o; attention.output.LayerNorm = γ_l¹, β_l¹; intermediate.dense =
     W_mlp1, b_mlp1; output.dense = W_mlp2, b_mlp2; output.LayerNorm = γ_l², β_l²; BertForMaskedLM's head
     cls.predictions.transform.dense = W_f, b_f (line 10), transform.LayerNorm = γ, β (line 11), decoder =
-    W_u (tied: W_eᵀ) with cls.predictions.bias = b_u (line 12). BERT's last_hidden_state is
+    W_u (tied: W_eᵀ) with its bias = b_u (line 12; cls.predictions.decoder.bias, which HF ties to
+    cls.predictions.bias unless the head is untied). BERT's last_hidden_state is
     model.hidden(x) (X after line 9). A BertModel has no MLM head: W_f, b_f, γ, β keep the model's
     initialisation and b_u = 0 (its pooler, a tanh layer over the first token, is not part of the paper's
     model and is not read).
@@ -225,6 +226,8 @@ def _bert_from_ft(P: dict, cfg: dict) -> dict:
             v = P[b]
         t[("bert." if a.startswith(("embeddings", "encoder")) else "") + a] = (
             v.T if kind == "T" else v.reshape(-1, *v.shape[2:]) if kind == "heads" else v)
+    if not cfg["tied"]:  # untied, HF's decoder keeps its own bias (the one it adds)
+        t["cls.predictions.decoder.bias"] = t["cls.predictions.bias"]
     return t
 
 
@@ -242,8 +245,8 @@ _FAMILY = {  # family -> (hyperparameters, expected tensors, tensors -> ft, ft c
     "bert": (_bert_hyper, _bert_expected, _bert_to_ft, "ETransformer"),
     # LLaMA: "llama": (_llama_hyper, _llama_expected, _llama_to_ft, "DTransformer"),
 }
-_IGNORED = (".attn.bias", ".attn.masked_bias", "embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias",
-            "cls.predictions.decoder.bias")  # buffers, BertModel's pooler, the decoder's alias of cls.predictions.bias
+_IGNORED = (".attn.bias", ".attn.masked_bias", "embeddings.position_ids", "pooler.dense.weight",
+            "pooler.dense.bias")  # buffers and BertModel's pooler
 
 
 def _strip(T: dict, prefix: str, head: bool) -> dict:
@@ -261,6 +264,9 @@ def _build(cls_name: str, config: dict, T: dict, dtype, where: str):
     T = _strip(T, prefix, head)
     if head and family == "bert" and hp["tied"] and "cls.predictions.decoder.weight" in T:
         T.pop("cls.predictions.decoder.weight")  # the tied alias of W_eᵀ
+    if head and family == "bert" and "cls.predictions.decoder.bias" in T:
+        # the bias the decoder adds (HF ties it to cls.predictions.bias unless the head is untied)
+        T["cls.predictions.bias"] = T.pop("cls.predictions.decoder.bias")
     if head and family == "gpt2" and hp["tied"]:
         T.pop("lm_head.weight", None)
     exp = expected(hp, head)
