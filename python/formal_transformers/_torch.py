@@ -368,15 +368,17 @@ _CLASSES = {"DTransformer": TorchDTransformer, "ETransformer": TorchETransformer
 
 
 def from_ft(model) -> FTModule:
-    from .hf import _KNOWN
+    from .hf import _check_options
 
     arch = type(model).__name__
     if arch not in _CLASSES or not hasattr(model, "config"):
         raise TypeError(f"ft.to_torch takes a DTransformer, ETransformer or EDTransformer, got {type(model).__name__}")
     cfg = dict(model.config)
-    for k, v in cfg.items():
-        if k not in _KNOWN and v not in (None, False, 0, "", "none"):
-            raise ValueError(f"ft.to_torch does not support the option {k}={v!r} yet")
+    _check_options(cfg, "ft.to_torch (this version)")
+    if cfg.get("positional") not in ("learned", "sinusoidal"):
+        raise ValueError(f"ft.to_torch (this version) does not support positional={cfg.get('positional')!r}")
+    if cfg.get("norm", "layer") not in ("layer", "rms"):
+        raise ValueError(f"ft.to_torch (this version) does not support norm={cfg.get('norm')!r}")
     if arch == "EDTransformer" and (cfg["d_attn"] * cfg["H"] != cfg["d_e"] or cfg["d_mid"] * cfg["H"] != cfg["d_e"]):
         raise ValueError("ft.to_torch builds EDTransformer on torch.nn.Transformer layers, which need "
                          f"d_attn = d_mid = d_e / H; got d_attn={cfg['d_attn']}, d_mid={cfg['d_mid']}")

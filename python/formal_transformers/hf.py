@@ -334,10 +334,24 @@ _KNOWN = {"arch", "n_vocab", "l_max", "L", "L_enc", "L_dec", "H", "d_e", "d_mlp"
           "unembed_bias"}
 
 
-def _check_exportable(cfg: dict, target: str) -> None:
-    for k, v in cfg.items():  # options added later (e.g. RoPE) that the HF class cannot express
-        if k not in _KNOWN and v not in (None, False, 0, "", "none"):
+def _check_options(cfg: dict, target: str) -> None:
+    """Options beyond the ones this module maps (the decoder variants' names of docs/api.md, or later ones)
+    must be at their listing defaults."""
+    if cfg.get("bias", True) is False:
+        raise ValueError(f"{target} has no equivalent of the option bias=False")
+    if cfg.get("H_kv") not in (None, 0, cfg.get("H")):
+        raise ValueError(f"{target} has no equivalent of the option H_kv={cfg['H_kv']!r} (grouped-query attention)")
+    for k, v in cfg.items():
+        if k in ("bias", "H_kv") or k in _KNOWN:
+            continue
+        if k == "mlp" and v in (None, "", "gelu", "mlp", "default"):
+            continue
+        if v not in (None, False, 0, "", "none"):
             raise ValueError(f"{target} has no equivalent of the option {k}={v!r}")
+
+
+def _check_exportable(cfg: dict, target: str) -> None:
+    _check_options(cfg, target)
     if cfg.get("positional") != "learned":
         raise ValueError(f"{target} has no equivalent of positional={cfg.get('positional')!r} (learned positions only)")
     if cfg["d_attn"] * cfg["H"] != cfg["d_e"] or cfg["d_mid"] * cfg["H"] != cfg["d_e"]:
