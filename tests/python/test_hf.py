@@ -472,3 +472,16 @@ def test_bad_directories_raise_naming_the_problem(kind, tmp_path):
     d8 = tmp_path / "good"
     ft.save_hf(m, d8)
     _same_params(m, ft.load_hf(d8))
+
+
+@pytest.mark.parametrize("extra,option", [(dict(bias=False), "bias"), (dict(H_kv=1), "H_kv"), (dict(mlp="swiglu"), "mlp"),
+                                          (dict(rope_base=1e4), "rope_base")])
+def test_options_beyond_the_mapping_are_refused(extra, option):
+    # the decoder variants' options (docs/api.md) and any later one: refused by name until they are mapped
+    from formal_transformers.hf import _check_options
+
+    cfg = dict(ft.DTransformer(V, LMAX, 1, 2, 8, 12).config)
+    _check_options(cfg, "GPT-2")  # the listing's defaults pass
+    _check_options({**cfg, "bias": True, "H_kv": 2, "mlp": "gelu"}, "GPT-2")  # explicit defaults pass
+    with pytest.raises(ValueError, match=option):
+        _check_options({**cfg, **extra}, "GPT-2")
