@@ -122,6 +122,7 @@ CONSTRUCTORS = {
     "Unembedding": (lambda a, kw: ft.Unembedding(a[0], a[1], **kw), 2),
     "DTransformer": (lambda a, kw: ft.DTransformer(*a[:6], **kw), 6),
     "ETransformer": (lambda a, kw: ft.ETransformer(*a[:7], **kw), 7),
+    "ETransformer_bert": (lambda a, kw: ft.ETransformer(*a[:7], n_segments=a[0], embed_norm=True, unembed_bias=True, **kw), 7),
     "EDTransformer": (lambda a, kw: ft.EDTransformer(*a[:7], **kw), 7),
     "masks": (lambda a, kw: (ft.unidirectional_mask(a[0], a[1]), ft.bidirectional_mask(a[0], a[1])), 2),
     "DInference": (lambda a, kw: ft.DInference(a[0], *a[1:2]), 2),
@@ -140,7 +141,7 @@ MODEL_KW = st.fixed_dictionaries({}, optional={
 @given(name=st.sampled_from(sorted(CONSTRUCTORS)), args=st.lists(size_or_odd, min_size=7, max_size=7), kw=MODEL_KW)
 def constructors(name, args, kw):
     make, _ = CONSTRUCTORS[name]
-    if name in ("DTransformer", "ETransformer", "EDTransformer"):
+    if name in ("DTransformer", "ETransformer", "ETransformer_bert", "EDTransformer"):
         pass
     elif name in ("PositionalEmbedding", "PositionalEmbedding_sin"):
         kw = {k: v for k, v in kw.items() if k in ("dtype", "seed", "base")}
@@ -148,7 +149,7 @@ def constructors(name, args, kw):
         kw = {}
     else:
         kw = {k: v for k, v in kw.items() if k in ("dtype", "seed")}
-    if name in ("DTransformer", "ETransformer", "EDTransformer"):
+    if name in ("DTransformer", "ETransformer", "ETransformer_bert", "EDTransformer"):
         kw.pop("base", None)
     log("constructors", (name, args, kw))
     t = time.perf_counter()
@@ -228,7 +229,8 @@ class ModelMachine(RuleBasedStateMachine):
         if arch == "D":
             self.model = ft.DTransformer(12, 8, 2, 2, 4, 6, dtype=dtype, tied=tied, seed=seed)
         elif arch == "E":
-            self.model = ft.ETransformer(12, 8, 1, 2, 4, 6, 4, dtype=dtype, tied=tied, seed=seed)
+            bert = dict(n_segments=2, embed_norm=True, unembed_bias=True) if seed % 2 else {}  # BERT's options
+            self.model = ft.ETransformer(12, 8, 1, 2, 4, 6, 4, dtype=dtype, tied=tied, seed=seed, **bert)
         else:
             self.model = ft.EDTransformer(12, 8, 1, 2, 2, 4, 6, dtype=dtype, tied=tied, seed=seed)
         self.arch = arch
@@ -269,6 +271,12 @@ class ModelMachine(RuleBasedStateMachine):
     @rule(x=ids(), z=ids(), copy=st.booleans())
     def loss_and_grad(self, x, z, copy):
         self.guarded("loss_and_grad", self.model.loss_and_grad, *self.args(x, z), copy=copy)
+
+    @rule(x=ids(), seg=ids(n_vocab=3))
+    def hidden_segments(self, x, seg):  # ETransformer: X after line 9, with BERT's segment ids (or None)
+        if self.arch == "E":
+            self.guarded("hidden", self.model.hidden, x, segments=seg if len(seg) % 3 else None)
+            self.guarded("loss_and_grad segments", self.model.loss_and_grad, x, x, segments=seg)
 
     @rule()
     def zero_grad(self):

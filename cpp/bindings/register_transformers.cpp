@@ -1,5 +1,6 @@
 // Algorithms 8–10 as Python classes: EDTransformer, ETransformer, DTransformer.
 #include <tuple>
+#include <type_traits>
 
 #include "bind.hpp"
 #include "formal_transformers/transformers.hpp"
@@ -130,6 +131,11 @@ py::dict config_dict(const ModelConfig& c, const char* arch, const std::string& 
     d["seed"] = c.seed;
     d["init_std"] = c.init_std;
     d["dtype"] = dtype;
+    if (std::string(arch) == "ETransformer") {  // BERT's options (beyond Algorithm 9)
+        d["n_segments"] = c.n_segments;
+        d["embed_norm"] = c.embed_norm;
+        d["unembed_bias"] = c.unembed_bias;
+    }
     return d;
 }
 
@@ -201,6 +207,7 @@ void def_model_common(PyClass& cls) {
 template <template <class> class Unit, class PyClass>
 void def_single_input(PyClass& cls) {
     using D = Dual<Unit>;
+    if constexpr (!std::is_same_v<Unit<double>, ft::ETransformer<double>>)  // E: def_segment_inputs
     cls.def(
            "__call__",
            [](D& d, const py::handle& x) {
@@ -228,8 +235,8 @@ void def_single_input(PyClass& cls) {
                     });
                 });
             },
-            py::arg("x"), "W_u X (before the final softmax), shaped like the call's output.")
-        .def(
+            py::arg("x"), "W_u X (before the final softmax), shaped like the call's output.");
+    cls.def(
             "attention_weights",
             [](D& d, long long layer, long long seq) {
                 CallLock lock(d.mutex);
@@ -280,6 +287,96 @@ void def_pair_losses(PyClass& cls, const char* a, const char* b, Pair pair, Core
                 });
             },
             py::arg(a), py::arg(b), py::arg("reduction") = "sum");
+}
+
+// BERT's segment (token-type) ids of ETransformer: None (every token in segment 0) or ids shaped like x.
+template <class M>
+std::vector<index_t> segment_ids(const M& m, const py::object& segments, const InBatch& x) {
+    if (segments.is_none()) return {};
+    if (m.cfg.n_segments <= 0)
+        throw ft::ValueError("segments given, but the model has no segment embeddings (n_segments = 0)");
+    InBatch s = in_batch(segments, "segments", m.cfg.n_segments, m.cfg.l_max);
+    if (s.lengths != x.lengths)
+        throw ft::ValueError("segments must have the shape of x (one segment id per token)");
+    return std::move(s.ids);
+}
+const index_t* ptr_or_null(const std::vector<index_t>& v) { return v.empty() ? nullptr : v.data(); }
+
+// ETransformer's inputs with segment ids: P = model(x, segments=…), logits, hidden, and the losses.
+template <class PyClass>
+void def_segment_inputs(PyClass& cls) {
+    using D = Dual<EUnit>;
+    // what: 0 probabilities, 1 logits, 2 X after line 9
+    auto run = [](D& d, const py::handle& x, const py::object& segments, int what) {
+        CallLock lock(d.mutex);
+        return d.visit([&](auto& m) -> py::object {
+            using T = typename std::decay_t<decltype(m.store)>::value_type;
+            InBatch in = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
+            const std::vector<index_t> seg = segment_ids(m, segments, in);
+            const index_t rows = what == 2 ? m.cfg.d_e : m.cfg.n_vocab;
+            return shaped_output<T>(rows, in, is_2d(x), [&](ft::MatView<T> out) {
+                m.forward(Tokens{in.ids.data(), seqs_of(in)}, ptr_or_null(seg));  // lines 1–11
+                if (what == 0) m.probabilities(out);                              // line 12
+                else if (what == 1) m.logits(out);
+                else {
+                    ft::CMatView<T> h = m.hidden();
+                    std::copy(h.data, h.data + h.size(), out.data);
+                }
+            });
+        });
+    };
+    cls.def("__call__", [run](D& d, const py::handle& x, const py::object& segments) { return run(d, x, segments, 0); },
+            py::arg("x"), py::kw_only(), py::arg("segments") = py::none())
+        .def("logits", [run](D& d, const py::handle& x, const py::object& segments) { return run(d, x, segments, 1); },
+             py::arg("x"), py::kw_only(), py::arg("segments") = py::none(),
+             "W_u X (+ b_u 1ᵀ with unembed_bias; before the final softmax), shaped like the call's output.")
+        .def("hidden", [run](D& d, const py::handle& x, const py::object& segments) { return run(d, x, segments, 2); },
+             py::arg("x"), py::kw_only(), py::arg("segments") = py::none(),
+             "X after line 9 (the last layer's output; BERT's last hidden state): (d_e, ℓ) for one sequence, "
+             "(N, d_e, ℓ) for a 2-D batch, a list for a ragged list. Beyond the listing, which returns only P.");
+    auto pair = [](auto& m, const py::handle& x_tilde, const py::handle& x, const py::object& segments) {
+        InBatch xt = in_batch(x_tilde, "x_tilde", m.cfg.n_vocab, m.cfg.l_max);
+        InBatch xo = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
+        if (xt.lengths != xo.lengths)
+            throw ft::ValueError("x_tilde and x must have the same shape (the same sequences, the same lengths)");
+        std::vector<index_t> seg = segment_ids(m, segments, xt);
+        return std::make_tuple(std::move(xt), std::move(xo), std::move(seg));
+    };
+    cls.def(
+           "loss_and_grad",
+           [pair](py::object self, const py::handle& x_tilde, const py::handle& x, bool copy, const py::object& segments) {
+               D& d = self.cast<D&>();
+               CallLock lock(d.mutex);
+               return d.visit([&](auto& m) {
+                   auto [xt, xo, seg] = pair(m, x_tilde, x, segments);
+                   double loss;
+                   {
+                       CoreCall nogil;
+                       loss = m.loss_and_grad(Tokens{xt.ids.data(), seqs_of(xt)}, xo.ids.data(), ptr_or_null(seg));
+                   }
+                   return py::make_tuple(loss, grads_out(self, m.store, copy));
+               });
+           },
+           py::arg("x_tilde"), py::arg("x"), py::arg("copy") = true, py::kw_only(), py::arg("segments") = py::none(),
+           "Algorithm 12 line 9 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad; segments: "
+           "segment ids shaped like x (n_segments > 0).")
+        .def(
+            "loss",
+            [pair](D& d, const py::handle& x_tilde, const py::handle& x, const std::string& reduction, const py::object& segments) {
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& m) {
+                    auto [xt, xo, seg] = pair(m, x_tilde, x, segments);
+                    apply_reduction(0, 1, reduction);
+                    index_t scored = 0;
+                    double loss;
+                    {
+                        CoreCall nogil;
+                        loss = m.loss(Tokens{xt.ids.data(), seqs_of(xt)}, xo.ids.data(), &scored, nullptr, ptr_or_null(seg));
+                    }
+                    return apply_reduction(loss, scored, reduction);
+                });
+            },
+            py::arg("x_tilde"), py::arg("x"), py::arg("reduction") = "sum", py::kw_only(), py::arg("segments") = py::none());
 }
 
 }  // namespace
@@ -374,12 +471,16 @@ Post-LN layers with bidirectional multi-head self-attention and a GELU MLP, then
 a final layer_norm, and P = softmax(W_u X) with W_u (N_V, d_f) (the listing's N_V × d_e only type-checks
 when d_f = d_e; see the errata). Hyperparameters: n_vocab, l_max, L, H, d_e, d_mlp, d_f; options as
 DTransformer (no norm option).
+BERT's options, beyond Algorithm 9 (the defaults keep the listing): n_segments > 0 adds segment
+(token-type) embeddings W_s (d_e, n_segments) to line 2's e_t for the `segments=` ids of every call (0 when
+None); embed_norm=True applies layer_norm(· | γ_e, β_e) to X after line 3; unembed_bias=True gives
+P = softmax(W_u X + b_u 1ᵀ). model.hidden(x) returns X after line 9 (BERT's last hidden state).
 loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] over T̃ = {t : x̃[t] = mask_token}
 (mask_token = N_V − 3); with no masked position the loss is 0 and every gradient 0.)doc");
     ecls.def(py::init([](long long n_vocab, long long l_max, long long L, long long H, long long d_e, long long d_mlp,
                          long long d_f, const py::object& d_attn, const py::object& d_mid, const std::string& positional,
                          const py::object& base, bool tied, const std::string& gelu, double eps, const py::object& dtype,
-                         const py::object& seed, double init_std) {
+                         const py::object& seed, double init_std, long long n_segments, bool embed_norm, bool unembed_bias) {
                  ModelConfig c;
                  c.n_vocab = n_vocab;
                  c.l_max = l_max;
@@ -390,6 +491,9 @@ loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] o
                  c.d_f = d_f;
                  c.gelu = parse_gelu(gelu);
                  common_options(c, d_attn, d_mid, positional, base, tied, eps, seed, init_std);
+                 c.n_segments = n_segments;
+                 c.embed_norm = embed_norm;
+                 c.unembed_bias = unembed_bias;
                  const DType dt = parse_dtype(dtype);
                  CoreCall nogil;
                  return std::make_unique<DE>(dt, c);
@@ -398,20 +502,11 @@ loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] o
              py::arg("d_f"), py::kw_only(), py::arg("d_attn") = py::none(), py::arg("d_mid") = py::none(),
              py::arg("positional") = "learned", py::arg("base") = py::none(), py::arg("tied") = false,
              py::arg("gelu") = "exact", py::arg("eps") = 1e-5, py::arg("dtype") = "float32", py::arg("seed") = 0,
-             py::arg("init_std") = 0.02);
+             py::arg("init_std") = 0.02, py::arg("n_segments") = 0, py::arg("embed_norm") = false,
+             py::arg("unembed_bias") = false);
     def_model_common<EUnit>(ecls);
-    auto e_pair = [](auto& m, const py::handle& x_tilde, const py::handle& x) {
-        InBatch xt = in_batch(x_tilde, "x_tilde", m.cfg.n_vocab, m.cfg.l_max);
-        InBatch xo = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
-        if (xt.lengths != xo.lengths)
-            throw ft::ValueError("x_tilde and x must have the same shape (the same sequences, the same lengths)");
-        return std::make_pair(std::move(xt), std::move(xo));
-    };
     def_single_input<EUnit>(ecls);
-    def_pair_losses<EUnit>(
-        ecls, "x_tilde", "x", e_pair,
-        [](const InBatch& xt, const InBatch& xo) { return std::make_tuple(Tokens{xt.ids.data(), seqs_of(xt)}, xo.ids.data()); },
-        "Algorithm 12 line 9 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad.");
+    def_segment_inputs(ecls);  // __call__, logits, hidden, loss_and_grad, loss with BERT's segment ids
     ecls.def_property_readonly("d_f", [](DE& d) { return d.visit([](auto& m) { return m.cfg.d_f; }); })
         .def_property_readonly("config", [](DE& d) { return d.visit([&](auto& m) { return config_dict(m.cfg, "ETransformer", d.dtype()); }); })
         .def("__repr__", [](DE& d) { return d.visit([&](auto& m) { return model_repr(config_dict(m.cfg, "ETransformer", d.dtype())); }); });

@@ -38,6 +38,9 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
     if (arch == Arch::E && c.tied && c.d_f != c.d_e)
         throw ValueError("tied=True needs d_f == d_e: W_u = W_eᵀ is N_V × d_e, but ETransformer's W_u is N_V × d_f");
     if (arch != Arch::D && c.norm != NormKind::Layer) throw ValueError("norm='rms' is a DTransformer option (Gopher)");
+    if (c.n_segments < 0) throw ValueError("n_segments must be >= 0, got " + std::to_string(c.n_segments));
+    if (arch != Arch::E && (c.n_segments > 0 || c.embed_norm || c.unembed_bias))
+        throw ValueError("n_segments, embed_norm and unembed_bias are ETransformer options (BERT)");
     check_model_size(c, arch);  // sizes.hpp: overflow-safe, before any layer is declared
     return c;
 }
@@ -372,6 +375,7 @@ template <class T>
 Rng Model<T>::make_head_and_allocate(index_t d) {
     unemb = cfg.tied ? std::make_unique<Unembedding<T>>(cfg.n_vocab, d, tok.W_e)
                      : std::make_unique<Unembedding<T>>(cfg.n_vocab, d, store, "W_u");
+    if (cfg.unembed_bias) unemb->add_bias(store, "b_u");  // BERT's option (0 at initialisation)
     store.allocate();
     Rng rng(cfg.seed);
     tok.init(store, rng, cfg.init_std);
@@ -508,12 +512,16 @@ void DTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* z) co
 template <class T>
 ETransformer<T>::ETransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::E)) {
     const ModelConfig& g = cfg;
+    if (g.n_segments > 0) W_s = store.matrix("W_s", g.d_e, g.n_segments);  // BERT options, after W_e, W_p
+    if (g.embed_norm) norm_e = std::make_unique<Norm<T>>(NormKind::Layer, g.d_e, g.eps, store, "gamma_e", "beta_e");
     for (index_t l = 0; l < g.L; ++l) layer.push_back(std::make_unique<PostLNEncoderBlock<T>>(g, gelu(), store, layer_prefix("layers", l)));
     W_f = store.matrix("W_f", g.d_f, g.d_e);
     b_f = store.vector("b_f", g.d_f);
     norm_f = std::make_unique<Norm<T>>(NormKind::Layer, g.d_f, g.eps, store, "gamma", "beta");
     Rng rng = this->make_head_and_allocate(g.d_f);
     const double s = g.init_std, s_out = g.init_std / std::sqrt(2.0 * double(g.L));
+    if (g.n_segments > 0) store.normal(W_s.offset, g.d_e * g.n_segments, s, rng);  // as W_e, W_p
+    if (norm_e) norm_e->init(store);
     for (auto& b : layer) b->init(store, rng, s, s_out);
     store.normal(W_f.offset, g.d_f * g.d_e, s, rng);
     store.fill(b_f.offset, g.d_f, T(0));
@@ -524,11 +532,32 @@ ETransformer<T>::ETransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::
 }
 
 template <class T>
-void ETransformer<T>::forward(const Tokens& x) {
+void ETransformer<T>::forward(const Tokens& x, const index_t* seg) {
     validate(x, cfg.n_vocab, cfg.l_max, "x");
-    this->last_.done = false;
     const index_t n = x.s.total(), d_e = cfg.d_e;
-    this->embed(x, stream_[0]);  // lines 1–3
+    if (seg && cfg.n_segments <= 0) throw ValueError("segment ids given, but the model has no segment embeddings (n_segments = 0)");
+    if (seg)
+        for (index_t t = 0; t < n; ++t)
+            if (seg[t] < 0 || seg[t] >= cfg.n_segments)
+                throw IndexError("segment id " + std::to_string(seg[t]) + " at column " + std::to_string(t) +
+                                 " is out of range [0, " + std::to_string(cfg.n_segments) + ")");
+    this->last_.done = false;
+    const bool bert_embed = cfg.n_segments > 0 || cfg.embed_norm;
+    Matrix<T>& E = cfg.embed_norm ? E_ : stream_[0];
+    this->embed(x, E);  // lines 1–3
+    if (bert_embed) {
+        MatView<T> Ev = view(E);
+        if (cfg.n_segments > 0) {  // BERT: e_t += W_s[:, seg[t]]  (beyond the listing's line 2)
+            CMatView<T> Ws = store.W(W_s);
+            for (index_t t = 0; t < n; ++t) {
+                const T* w = Ws.col(seg ? seg[t] : 0);
+                T* e = Ev.col(t);
+                for (index_t i = 0; i < d_e; ++i) e[i] += w[i];
+            }
+        }
+        if (cfg.embed_norm)  // BERT: X[:, t] ← layer_norm(X[:, t] | γ_e, β_e)  (after line 3)
+            norm_e->forward(store, view(E_), ensure(stream_[0], d_e, n), norm_e_cache_);
+    }
     for (index_t l = 0; l < cfg.L; ++l) {  // line 4
         poll();
         const std::size_t i = std::size_t(l);
@@ -556,7 +585,21 @@ void ETransformer<T>::run_backward(const typename Model<T>::Batch& in, BackwardW
         const std::size_t i = std::size_t(l);
         layer[i]->backward(store, view(stream_[i]), x.s, acts_[i], w);  // lines 8–5
     }
-    this->embed_backward(x, view(w.P));  // line 2
+    CMatView<T> dE = view(w.P);
+    if (cfg.embed_norm) {  // BERT: layer_norm(· | γ_e, β_e) after line 3
+        MatView<T> dEn = zeros(w.Q, cfg.d_e, n);
+        norm_e->backward(store, view(w.P), norm_e_cache_, dEn);
+        dE = dEn;
+    }
+    if (cfg.n_segments > 0) {  // BERT: dW_s[:, seg[t]] += dE[:, t]
+        MatView<T> dWs = store.dW(W_s);
+        for (index_t t = 0; t < n; ++t) {
+            T* g = dWs.col(in.segments ? in.segments[t] : 0);
+            const T* d = dE.col(t);
+            for (index_t i = 0; i < cfg.d_e; ++i) g[i] += d[i];
+        }
+    }
+    this->embed_backward(x, dE);  // line 2
 }
 
 // Algorithm 12 line 9: loss = −Σ_{t∈T̃} log P[x[t], t],  T̃ = {t : x̃[t] = mask_token}

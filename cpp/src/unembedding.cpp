@@ -30,6 +30,20 @@ void Unembedding<T>::init(ParamStore<T>& store, Rng& rng, double stddev) const {
 template <class T>
 void Unembedding<T>::logits(const ParamStore<T>& store, CMatView<T> X, MatView<T> Z) const {
     gemm<T>(tied ? Op::T : Op::N, Op::N, T(1), store.W(W), X, T(0), Z);  // W_u X  (W_u = W_eᵀ when tied)
+    if (has_bias) {  // + b_u 1ᵀ (BERT's option)
+        const T* bu = store.v(b);
+        for (index_t t = 0; t < Z.cols; ++t) {
+            T* z = Z.col(t);
+            for (index_t i = 0; i < n_vocab; ++i) z[i] += bu[i];
+        }
+    }
+}
+
+template <class T>
+void Unembedding<T>::add_bias(ParamStore<T>& store, const std::string& name) {
+    FT_CHECK(!has_bias, "Unembedding: bias registered twice");
+    b = store.vector(name, n_vocab);
+    has_bias = true;
 }
 
 // X:[d_e,n] -> P:[N_V,n]
@@ -46,6 +60,13 @@ void Unembedding<T>::backward_logits(ParamStore<T>& store, CMatView<T> X, CMatVi
     else
         gemm<T>(Op::N, Op::T, T(1), dZ, X, T(1), store.dW(W));  // dW_u += dZ Xᵀ
     if (dX.data) gemm<T>(tied ? Op::N : Op::T, Op::N, T(1), store.W(W), dZ, T(1), dX);  // dX += W_uᵀ dZ
+    if (has_bias) {  // db_u += dZ 1
+        T* db = store.dv(b);
+        for (index_t t = 0; t < dZ.cols; ++t) {
+            const T* g = dZ.col(t);
+            for (index_t i = 0; i < n_vocab; ++i) db[i] += g[i];
+        }
+    }
 }
 
 template <class T>

@@ -57,6 +57,7 @@ finally:
 from ._core import *  # noqa: E402,F401,F403
 from . import datasets, reference  # noqa: E402,F401
 from .io import load, save  # noqa: E402
+from .hf import from_hf, from_torch, load_hf, save_hf, to_hf, to_torch  # noqa: E402  (weights in and out)
 from .training import DTraining, EDTraining, ETraining, History  # noqa: E402
 
 _Mapping.register(_core.ParamDict)
@@ -66,4 +67,5 @@ __version__ = "0.1.0"
 __all__ = sorted(
     {name for name in dir(_core) if not name.startswith("_")}
     | {"DTraining", "ETraining", "EDTraining", "History", "save", "load", "reference", "datasets"}
+    | {"from_hf", "to_hf", "save_hf", "load_hf", "to_torch", "from_torch"}
 )

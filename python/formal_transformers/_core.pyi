@@ -585,12 +585,16 @@ class ETransformer(_HasParams):
     a final layer_norm, and P = softmax(W_u X) with W_u (N_V, d_f) (the listing's N_V × d_e only type-checks
     when d_f = d_e; see the errata). Hyperparameters: n_vocab, l_max, L, H, d_e, d_mlp, d_f; options as
     DTransformer (no norm option).
+    BERT's options, beyond Algorithm 9 (the defaults keep the listing): n_segments > 0 adds segment
+    (token-type) embeddings W_s (d_e, n_segments) to line 2's e_t for the `segments=` ids of every call (0 when
+    None); embed_norm=True applies layer_norm(· | γ_e, β_e) to X after line 3; unembed_bias=True gives
+    P = softmax(W_u X + b_u 1ᵀ). model.hidden(x) returns X after line 9 (BERT's last hidden state).
     loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] over T̃ = {t : x̃[t] = mask_token}
     (mask_token = N_V − 3); with no masked position the loss is 0 and every gradient 0.
     """
-    def __call__(self, x: typing.Any) -> typing.Any:
+    def __call__(self, x: typing.Any, *, segments: typing.Any = None) -> typing.Any:
         ...
-    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, d_f: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, positional: str = 'learned', base: typing.Any = None, tied: bool = False, gelu: str = 'exact', eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02) -> None:
+    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, d_f: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, positional: str = 'learned', base: typing.Any = None, tied: bool = False, gelu: str = 'exact', eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, n_segments: typing.SupportsInt | typing.SupportsIndex = 0, embed_norm: bool = False, unembed_bias: bool = False) -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -598,15 +602,19 @@ class ETransformer(_HasParams):
         """
         softmax(S/√d_attn) of every head of `layer` in the last forward call: (H, ℓ, ℓ); column t is how token t attends to the tokens of its sequence.
         """
-    def logits(self, x: typing.Any) -> typing.Any:
+    def hidden(self, x: typing.Any, *, segments: typing.Any = None) -> typing.Any:
         """
-        W_u X (before the final softmax), shaped like the call's output.
+        X after line 9 (the last layer's output; BERT's last hidden state): (d_e, ℓ) for one sequence, (N, d_e, ℓ) for a 2-D batch, a list for a ragged list. Beyond the listing, which returns only P.
         """
-    def loss(self, x_tilde: typing.Any, x: typing.Any, reduction: str = 'sum') -> float:
+    def logits(self, x: typing.Any, *, segments: typing.Any = None) -> typing.Any:
+        """
+        W_u X (+ b_u 1ᵀ with unembed_bias; before the final softmax), shaped like the call's output.
+        """
+    def loss(self, x_tilde: typing.Any, x: typing.Any, reduction: str = 'sum', *, segments: typing.Any = None) -> float:
         ...
-    def loss_and_grad(self, x_tilde: typing.Any, x: typing.Any, copy: bool = True) -> tuple[float, typing.Any]:
+    def loss_and_grad(self, x_tilde: typing.Any, x: typing.Any, copy: bool = True, *, segments: typing.Any = None) -> tuple[float, typing.Any]:
         """
-        Algorithm 12 line 9 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad.
+        Algorithm 12 line 9 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad; segments: segment ids shaped like x (n_segments > 0).
         """
     def zero_grad(self) -> None:
         ...

@@ -260,18 +260,28 @@ def d_transformer(x, params, *, L: int, H: int, norm: str = "layer", gelu: str =
 
 
 def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float = 1e-5,
-                  logits: bool = False) -> np.ndarray:
+                  logits: bool = False, segments=None, hidden: bool = False) -> np.ndarray:
     """Algorithm 9: P ← ETransformer(x | θ), BERT's encoder-only transformer (post-LN).
 
     x: 1-D token ids (possibly holding mask_token). Returns P ∈ (0,1)^{N_V×ℓ}, P[:, t] = P̂(x[t] | x̃)
     (`logits=True`: W_u X).
     Erratum: the listing types W_u ∈ R^{N_V×d_e}, but line 12 applies it to X ∈ R^{d_f×ℓ} (line 10 maps
-    to d_f), so W_u must be N_V × d_f (the two agree only when d_f = d_e)."""
+    to d_f), so W_u must be N_V × d_f (the two agree only when d_f = d_e).
+    BERT's options (beyond the listing), present when their parameters are: `W_s` (d_e, n_segments) adds
+    W_s[:, segments[t]] to e_t (segments None: all 0); `gamma_e`, `beta_e`: X ← layer_norm(X | γ_e, β_e)
+    after line 3; `b_u`: P = softmax(W_u X + b_u 1ᵀ). hidden=True returns X after line 9."""
     x = np.asarray(x)
     W_e, W_p = params["W_e"], params["W_p"]
     l = len(x)  # line 1: ℓ ← length(x)
     e = [token_embedding(x[t], W_e) + positional_embedding(t, W_p) for t in range(l)]  # line 2: e_t ← W_e[:, x[t]] + W_p[:, t]
+    if "W_s" in params:  # BERT: e_t += W_s[:, segments[t]]
+        seg = np.zeros(l, dtype=np.int64) if segments is None else np.asarray(segments)
+        e = [e[t] + params["W_s"][:, seg[t]] for t in range(l)]
+    elif segments is not None:
+        raise ValueError("segments given, but params has no W_s")
     X = np.stack(e, axis=1)  # line 3: X ← [e_1, e_2, …, e_ℓ]
+    if "gamma_e" in params:  # BERT: X[:, t] ← layer_norm(X[:, t] | γ_e, β_e)
+        X = layer_norm_columns(X, params["gamma_e"], params["beta_e"], eps)
     for i in range(L):  # line 4: for l = 1, 2, …, L do
         p = f"layers.{i}."
         _check_H(params, p + "attn.", H)
@@ -281,9 +291,13 @@ def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float 
             + params[p + "b_mlp2"][:, None]  # line 7: X ← X + W_mlp2^l GELU(W_mlp1^l X + b_mlp1^l 1ᵀ) + b_mlp2^l 1ᵀ
         X = layer_norm_columns(X, params[p + "gamma2"], params[p + "beta2"], eps)  # line 8: for t: X[:, t] ← layer_norm(X[:, t] | γ_l², β_l²)
     # line 9: end for
+    if hidden:
+        return X
     X = _gelu_kind(params["W_f"] @ X + params["b_f"][:, None], gelu)  # line 10: X ← GELU(W_f X + b_f 1ᵀ)
     X = layer_norm_columns(X, params["gamma"], params["beta"], eps)  # line 11: for t: X[:, t] ← layer_norm(X[:, t] | γ, β)
     logits_ = _unembedding_matrix(params) @ X
+    if "b_u" in params:  # BERT: + b_u 1ᵀ
+        logits_ = logits_ + params["b_u"][:, None]
     return logits_ if logits else softmax(logits_)  # line 12: return P = softmax(W_u X)
 
 
@@ -346,12 +360,14 @@ def d_loss(x, params, **hp) -> float:
     return float(total)
 
 
-def e_loss(x_tilde, x, params, mask_token: int, **hp) -> float:
+def e_loss(x_tilde, x, params, mask_token: int, segments=None, **hp) -> float:
     """Algorithm 12 line 9 (ETraining): loss(θ) = −Σ_{t∈T̃} log P[x[t], t], P ← ETransformer(x̃ | θ),
-    T̃ = {t : x̃[t] = mask_token}. A batch gives the sum over its sequences. hp: L, H, gelu, eps."""
+    T̃ = {t : x̃[t] = mask_token}. A batch gives the sum over its sequences. hp: L, H, gelu, eps.
+    segments: BERT's segment ids shaped like x (None: all 0)."""
     total = 0.0
-    for s_tilde, s in zip(_sequences(x_tilde), _sequences(x)):
-        logP = log_softmax(e_transformer(s_tilde, params, logits=True, **hp))
+    segs = [None] * len(_sequences(x)) if segments is None else _sequences(segments)
+    for s_tilde, s, sg in zip(_sequences(x_tilde), _sequences(x), segs):
+        logP = log_softmax(e_transformer(s_tilde, params, logits=True, segments=sg, **hp))
         T_tilde = [t for t in range(len(s_tilde)) if s_tilde[t] == mask_token]
         total -= sum(logP[s[t], t] for t in T_tilde)
     return float(total)

@@ -239,3 +239,35 @@ TEST(Transformers, AttentionWeightsAreCheckedAgainstTheLastForward) {
     EXPECT_EQ(C.cols, 2);
     EXPECT_THROW(ed.attention_weights(AttentionKind::Cross, 2, 0, 0), IndexError);
 }
+
+// ETransformer's BERT options (beyond Algorithm 9): segment embeddings, layer_norm after line 3, a bias on W_u
+TEST(ETransformer, BertOptionsGradientsMatchFiniteDifferences) {
+    for (bool tied : {false, true}) {
+        ModelConfig c = tiny(Arch::E);
+        c.n_segments = 3;
+        c.embed_norm = true;
+        c.unembed_bias = true;
+        c.tied = tied;
+        if (tied) c.d_f = c.d_e;
+        ETransformer<double> m(c);
+        Rng rng(3);
+        fttest::randomize(m.store, rng, 0.4);
+        const index_t M = c.mask_token();
+        std::vector<index_t> x = {1, 3, 2, 0, 6, 2, 5};
+        std::vector<index_t> xt = {1, M, 2, M, 6, M, 5};
+        std::vector<index_t> seg = {0, 0, 1, 2, 2, 1, 0};
+        Tokens xtl{xt.data(), Seqs::from_lengths({4, 3})};
+        m.loss_and_grad(xtl, x.data(), seg.data());
+        std::vector<double> g(m.store.grad(), m.store.grad() + m.store.size());
+        check_all_params(m.store, [&] { return m.loss(xtl, x.data(), nullptr, nullptr, seg.data()); }, g);
+        // the segment ids matter, and null means segment 0 everywhere
+        std::vector<index_t> zeros(7, 0);
+        EXPECT_NE(m.loss(xtl, x.data(), nullptr, nullptr, seg.data()), m.loss(xtl, x.data()));
+        EXPECT_EQ(m.loss(xtl, x.data(), nullptr, nullptr, zeros.data()), m.loss(xtl, x.data()));
+        std::vector<index_t> bad = {0, 0, 3, 0, 0, 0, 0};
+        EXPECT_THROW(m.loss(xtl, x.data(), nullptr, nullptr, bad.data()), IndexError);
+    }
+    ModelConfig d = tiny(Arch::D);
+    d.n_segments = 2;
+    EXPECT_THROW(DTransformer<float>{d}, ValueError);  // ETransformer options only
+}

@@ -89,6 +89,13 @@ struct ModelConfig {
     double eps = 1e-5;
     std::uint64_t seed = 0;
     double init_std = 0.02;
+    // BERT's options of ETransformer, beyond Algorithm 9 (the defaults keep the listing bit for bit; other
+    // architectures reject them): segment (token-type) embeddings W_s [d_e, n_segments] added at line 2 for a
+    // segment-id input (0 for every token when none is given); a layer_norm(· | γ_e, β_e) of X after line 3;
+    // a bias b_u on the unembedding, P = softmax(W_u X + b_u 1ᵀ).
+    index_t n_segments = 0;
+    bool embed_norm = false;
+    bool unembed_bias = false;
 
     index_t mask_token() const { return n_vocab - 3; }
     index_t bos_token() const { return n_vocab - 2; }
@@ -317,6 +324,7 @@ protected:
         const Tokens* z = nullptr;
         const Tokens* x = nullptr;
         const index_t* x_orig = nullptr;
+        const index_t* segments = nullptr;  // E with n_segments > 0: the segment id of every token of x (null: 0)
     };
     // The losses of Algorithms 11–13, defined once: forward, −Σ log P[target, col] over the scored columns,
     // and with `grad` its gradient in store.grad() (zeroed first). n_scored: how many columns were scored;
@@ -402,14 +410,18 @@ public:
     explicit ETransformer(const ModelConfig& c);
     using Model<T>::cfg;
     using Model<T>::store;
-    void forward(const Tokens& x);  // lines 1–11
+    // lines 1–11; segments: with cfg.n_segments > 0, one segment id per token of x (null: all 0; BERT)
+    void forward(const Tokens& x, const index_t* segments = nullptr);
     CMatView<T> out() const override { return view(Xf_); }
+    // X after line 9 of the last forward (BERT's "last hidden state"): [d_e, n]
+    CMatView<T> hidden() const { return view(stream_[std::size_t(cfg.L)]); }
     // Algorithm 12 line 9 for x̃ (with mask tokens) and x (the originals), summed over the batch
-    double loss_and_grad(const Tokens& x_tilde, const index_t* x) {
-        return this->run_loss({nullptr, &x_tilde, x}, true, nullptr, nullptr);
+    double loss_and_grad(const Tokens& x_tilde, const index_t* x, const index_t* segments = nullptr) {
+        return this->run_loss({nullptr, &x_tilde, x, segments}, true, nullptr, nullptr);
     }
-    double loss(const Tokens& x_tilde, const index_t* x, index_t* n_scored = nullptr, index_t* n_correct = nullptr) {
-        return this->run_loss({nullptr, &x_tilde, x}, false, n_scored, n_correct);
+    double loss(const Tokens& x_tilde, const index_t* x, index_t* n_scored = nullptr, index_t* n_correct = nullptr,
+                const index_t* segments = nullptr) {
+        return this->run_loss({nullptr, &x_tilde, x, segments}, false, n_scored, n_correct);
     }
     static constexpr AttentionKind self_attention = AttentionKind::Encoder;
     index_t layers(AttentionKind kind) const override { return kind == self_attention ? cfg.L : 0; }
@@ -419,9 +431,11 @@ public:
     MatParam W_f;                                               // line 10
     VecParam b_f;
     std::unique_ptr<Norm<T>> norm_f;                            // line 11: γ, β
+    MatParam W_s;                                               // BERT option: segment embeddings [d_e, n_segments]
+    std::unique_ptr<Norm<T>> norm_e;                            // BERT option: γ_e, β_e after line 3
 
 private:
-    void run_forward(const typename Model<T>::Batch& in) override { forward(*in.x); }
+    void run_forward(const typename Model<T>::Batch& in) override { forward(*in.x, in.segments); }
     void run_backward(const typename Model<T>::Batch& in, BackwardWork<T>& w) override;
     void score(const typename Model<T>::Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const override;
     const MHAttentionCache<T>& attention_cache(AttentionKind, index_t l) const override { return acts_[std::size_t(l)].attn; }
@@ -430,6 +444,8 @@ private:
     std::vector<Matrix<T>> stream_;  // [L+1]
     Matrix<T> F_, G_, Xf_;           // line 10: F = W_f X + b_f 1ᵀ, G = GELU(F); line 11: Xf = layer_norm(G)
     NormCache<T> norm_gamma_;        // line 11's layer_norm(· | γ, β)
+    Matrix<T> E_;                    // BERT options: line 3's X (with segment embeddings) before layer_norm(· | γ_e, β_e)
+    NormCache<T> norm_e_cache_;
 };
 
 // Algorithm 8.

@@ -39,6 +39,12 @@ public:
     index_t n_vocab, d_e;
     bool tied;
     MatParam W;  // W_u [N_V, d_e], or W_e [d_e, N_V] when tied
+
+    // Beyond Algorithm 7 (BERT's output layer): a bias b_u [N_V], Z = W_u X + b_u 1ᵀ; logits, forward and
+    // backward_logits then include it (db_u += dZ 1). Registered once, before the store is allocated.
+    void add_bias(ParamStore<T>& store, const std::string& name = "b_u");
+    bool has_bias = false;
+    VecParam b;
 };
 
 // Negative log-likelihood of targets under softmax of the logits, in one pass per column:

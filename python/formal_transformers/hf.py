@@ -1,0 +1,516 @@
+"""Weights in and out: Hugging Face `transformers` models and plain PyTorch modules.
+
+    model = ft.from_hf(hf_model)        # GPT2LMHeadModel / GPT2Model -> DTransformer,
+                                        # BertForMaskedLM / BertModel -> ETransformer
+    hf_model = ft.to_hf(model)          # -> GPT2LMHeadModel / BertForMaskedLM with equal outputs
+    ft.save_hf(model, "dir")            # config.json + model.safetensors, for AutoModel*.from_pretrained("dir")
+    model = ft.load_hf("dir")           # such a directory (or a downloaded HF one), with safetensors alone
+    module = ft.to_torch(model)         # a plain torch.nn.Module: equal loss and gradients (all three models)
+    model = ft.from_torch(module)       # and back
+
+Everything works over the zero-copy `params` views, in float32 and float64; nothing touches the network
+(local objects and paths only). How the weights map (HF stores y = x Wᵀ + b in rows, GPT-2's Conv1D stores
+W itself; the paper's columns are tokens):
+
+  GPT-2 (Algorithm 10, pre-LN, gelu="tanh" for gelu_new / gelu_pytorch_tanh, "exact" for gelu; tied W_u):
+    wte.weight = W_eᵀ, wpe.weight = W_pᵀ; h.l.ln_1 = γ_l¹, β_l¹; h.l.attn.c_attn = [W_q; W_k; W_v]ᵀ (heads
+    in blocks of d_e/H rows) with [b_q; b_k; b_v]; h.l.attn.c_proj = W_oᵀ, b_o; h.l.ln_2 = γ_l², β_l²;
+    h.l.mlp.c_fc = W_mlp1ᵀ, b_mlp1; h.l.mlp.c_proj = W_mlp2ᵀ, b_mlp2; ln_f = γ, β; lm_head = W_u (tied: W_eᵀ).
+  BERT (Algorithm 9 with its BERT options: n_segments, embed_norm, unembed_bias; post-LN):
+    embeddings.{word,position,token_type}_embeddings = W_eᵀ, W_pᵀ, W_sᵀ; embeddings.LayerNorm = γ_e, β_e;
+    encoder.layer.l.attention.self.{query,key,value} = W_q, W_k, W_v (H blocks of d_e/H rows) and biases;
+    attention.output.dense = W_o, b_o; attention.output.LayerNorm = γ_l¹, β_l¹; intermediate.dense =
+    W_mlp1, b_mlp1; output.dense = W_mlp2, b_mlp2; output.LayerNorm = γ_l², β_l²; BertForMaskedLM's head
+    cls.predictions.transform.dense = W_f, b_f (line 10), transform.LayerNorm = γ, β (line 11), decoder =
+    W_u (tied: W_eᵀ) with its bias = b_u (line 12; cls.predictions.decoder.bias, which HF ties to
+    cls.predictions.bias unless the head is untied). BERT's last_hidden_state is
+    model.hidden(x) (X after line 9). A BertModel has no MLM head: W_f, b_f, γ, β keep the model's
+    initialisation and b_u = 0 (its pooler, a tanh layer over the first token, is not part of the paper's
+    model and is not read).
+
+Batches: HF pads a batch to one length and passes attention_mask (1 = token, 0 = padding); our batches are
+unpadded sequences, so a padded row with mask m maps to the sequence x[m == 1] (right padding; positions
+start at 0 either way) and HF's outputs at padded positions have no counterpart. HF's BERT embedding has
+padding_idx = pad_token_id, which keeps that row of W_e out of the embedding gradient; ft has no padding
+token (its gradient of that row differs when the id occurs in a sequence). to_hf writes pad_token_id = None.
+
+Unsupported configurations raise ValueError naming the option; nothing is half-loaded (every tensor is
+checked before a model is made). The LLaMA mapping (LlamaForCausalLM -> DTransformer with RoPE, GQA and
+SwiGLU) has its place below, marked "LLaMA".
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Union
+
+import numpy as np
+
+from . import _core
+
+__all__ = ["from_hf", "to_hf", "save_hf", "load_hf", "to_torch", "from_torch"]
+
+_GELU_OF_HF = {"gelu": "exact", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
+_HF_OF_GELU = {"exact": "gelu", "tanh": "gelu_new"}
+_DTYPES = ("float32", "float64")
+
+
+# ---------------------------------------------------------------------------------------------------
+# HF configurations -> the paper's hyperparameters (ValueError naming any option we cannot express)
+
+def _unsupported(model: str, option: str, value, why: str = "") -> ValueError:
+    return ValueError(f"{model} config option {option}={value!r} is not supported{': ' + why if why else ''}")
+
+
+def _gelu_of(model: str, option: str, act) -> str:
+    if act not in _GELU_OF_HF:
+        raise _unsupported(model, option, act, "the activation must be one of " + ", ".join(sorted(_GELU_OF_HF)))
+    return _GELU_OF_HF[act]
+
+
+def _gpt2_hyper(c: dict) -> dict:
+    m = "GPT-2"
+    if not c.get("scale_attn_weights", True):
+        raise _unsupported(m, "scale_attn_weights", False, "Algorithm 4 divides the scores by √d_attn")
+    if c.get("scale_attn_by_inverse_layer_idx", False):
+        raise _unsupported(m, "scale_attn_by_inverse_layer_idx", True, "the listing scales every layer alike")
+    if c.get("add_cross_attention", False):
+        raise _unsupported(m, "add_cross_attention", True, "DTransformer has no cross-attention")
+    d, H = int(c["n_embd"]), int(c["n_head"])
+    if d % H:
+        raise _unsupported(m, "n_head", H, f"n_embd = {d} must be divisible by it")
+    return dict(n_vocab=int(c["vocab_size"]), l_max=int(c["n_positions"]), L=int(c["n_layer"]), H=H, d_e=d,
+                d_mlp=int(c.get("n_inner") or 4 * d), gelu=_gelu_of(m, "activation_function",
+                                                                    c.get("activation_function", "gelu_new")),
+                eps=float(c.get("layer_norm_epsilon", 1e-5)), tied=bool(c.get("tie_word_embeddings", True)))
+
+
+def _bert_hyper(c: dict) -> dict:
+    m = "BERT"
+    if c.get("position_embedding_type", "absolute") != "absolute":
+        raise _unsupported(m, "position_embedding_type", c["position_embedding_type"],
+                           "only learned absolute positions (Algorithm 2)")
+    if c.get("is_decoder", False):
+        raise _unsupported(m, "is_decoder", True, "ETransformer is bidirectional (Mask ≡ 1)")
+    if c.get("add_cross_attention", False):
+        raise _unsupported(m, "add_cross_attention", True, "ETransformer has no cross-attention")
+    d, H = int(c["hidden_size"]), int(c["num_attention_heads"])
+    if d % H:
+        raise _unsupported(m, "num_attention_heads", H, f"hidden_size = {d} must be divisible by it")
+    n_seg = int(c.get("type_vocab_size", 2))
+    if n_seg < 1:
+        raise _unsupported(m, "type_vocab_size", n_seg, "BERT adds a token-type embedding to every token")
+    return dict(n_vocab=int(c["vocab_size"]), l_max=int(c["max_position_embeddings"]), L=int(c["num_hidden_layers"]),
+                H=H, d_e=d, d_mlp=int(c["intermediate_size"]), d_f=d,
+                gelu=_gelu_of(m, "hidden_act", c.get("hidden_act", "gelu")), eps=float(c.get("layer_norm_eps", 1e-12)),
+                tied=bool(c.get("tie_word_embeddings", True)), n_segments=n_seg, embed_norm=True, unembed_bias=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tensors: HF names (without the "transformer." / "bert." prefix of the head classes) <-> ft params.
+# Each mapping returns {ft name: array in ft's layout} and the HF names it read.
+
+def _split_heads(W, H):  # (H·d_h, d) -> (H, d_h, d);  (H·d_h,) -> (H, d_h)
+    return W.reshape(H, W.shape[0] // H, *W.shape[1:])
+
+
+def _gpt2_expected(hp: dict, head: bool) -> dict:
+    d, V, P, m = hp["d_e"], hp["n_vocab"], hp["l_max"], hp["d_mlp"]
+    e = {"wte.weight": (V, d), "wpe.weight": (P, d), "ln_f.weight": (d,), "ln_f.bias": (d,)}
+    for l in range(hp["L"]):
+        h = f"h.{l}."
+        e.update({h + "ln_1.weight": (d,), h + "ln_1.bias": (d,), h + "attn.c_attn.weight": (d, 3 * d),
+                  h + "attn.c_attn.bias": (3 * d,), h + "attn.c_proj.weight": (d, d), h + "attn.c_proj.bias": (d,),
+                  h + "ln_2.weight": (d,), h + "ln_2.bias": (d,), h + "mlp.c_fc.weight": (d, m),
+                  h + "mlp.c_fc.bias": (m,), h + "mlp.c_proj.weight": (m, d), h + "mlp.c_proj.bias": (d,)})
+    if head and not hp["tied"]:
+        e["lm_head.weight"] = (V, d)
+    return e
+
+
+def _gpt2_to_ft(hp: dict, T: dict, head: bool) -> dict:
+    d, H = hp["d_e"], hp["H"]
+    p = {"W_e": T["wte.weight"].T, "W_p": T["wpe.weight"].T, "gamma": T["ln_f.weight"], "beta": T["ln_f.bias"]}
+    for l in range(hp["L"]):
+        h, q = f"h.{l}.", f"layers.{l}."
+        W, b = T[h + "attn.c_attn.weight"], T[h + "attn.c_attn.bias"]
+        for i, n in enumerate("qkv"):
+            p[q + f"attn.W_{n}"] = _split_heads(W[:, i * d:(i + 1) * d].T, H)
+            p[q + f"attn.b_{n}"] = _split_heads(b[i * d:(i + 1) * d], H)
+        p[q + "attn.W_o"], p[q + "attn.b_o"] = T[h + "attn.c_proj.weight"].T, T[h + "attn.c_proj.bias"]
+        p[q + "gamma1"], p[q + "beta1"] = T[h + "ln_1.weight"], T[h + "ln_1.bias"]
+        p[q + "gamma2"], p[q + "beta2"] = T[h + "ln_2.weight"], T[h + "ln_2.bias"]
+        p[q + "W_mlp1"], p[q + "b_mlp1"] = T[h + "mlp.c_fc.weight"].T, T[h + "mlp.c_fc.bias"]
+        p[q + "W_mlp2"], p[q + "b_mlp2"] = T[h + "mlp.c_proj.weight"].T, T[h + "mlp.c_proj.bias"]
+    if head and not hp["tied"]:
+        p["W_u"] = T["lm_head.weight"]
+    return p
+
+
+def _gpt2_from_ft(P: dict, cfg: dict) -> dict:
+    """ft params of a DTransformer -> GPT2LMHeadModel's state (full names)."""
+    L = cfg["L"]
+    t = {"transformer.wte.weight": P["W_e"].T, "transformer.wpe.weight": P["W_p"].T,
+         "transformer.ln_f.weight": P["gamma"], "transformer.ln_f.bias": P["beta"]}
+    flat = lambda a: a.reshape(-1, *a.shape[2:])  # (H, d_h, …) -> (H·d_h, …)
+    for l in range(L):
+        h, q = f"transformer.h.{l}.", f"layers.{l}."
+        t[h + "attn.c_attn.weight"] = np.concatenate([flat(P[q + f"attn.W_{n}"]).T for n in "qkv"], axis=1)
+        t[h + "attn.c_attn.bias"] = np.concatenate([flat(P[q + f"attn.b_{n}"]) for n in "qkv"])
+        t[h + "attn.c_proj.weight"], t[h + "attn.c_proj.bias"] = P[q + "attn.W_o"].T, P[q + "attn.b_o"]
+        t[h + "ln_1.weight"], t[h + "ln_1.bias"] = P[q + "gamma1"], P[q + "beta1"]
+        t[h + "ln_2.weight"], t[h + "ln_2.bias"] = P[q + "gamma2"], P[q + "beta2"]
+        t[h + "mlp.c_fc.weight"], t[h + "mlp.c_fc.bias"] = P[q + "W_mlp1"].T, P[q + "b_mlp1"]
+        t[h + "mlp.c_proj.weight"], t[h + "mlp.c_proj.bias"] = P[q + "W_mlp2"].T, P[q + "b_mlp2"]
+    if not cfg["tied"]:
+        t["lm_head.weight"] = P["W_u"]
+    return t
+
+
+_BERT_LAYER = (  # (HF name in encoder.layer.l., ft name in layers.l., kind)
+    ("attention.self.query.weight", "attn.W_q", "heads"), ("attention.self.query.bias", "attn.b_q", "heads"),
+    ("attention.self.key.weight", "attn.W_k", "heads"), ("attention.self.key.bias", "attn.b_k", "heads"),
+    ("attention.self.value.weight", "attn.W_v", "heads"), ("attention.self.value.bias", "attn.b_v", "heads"),
+    ("attention.output.dense.weight", "attn.W_o", ""), ("attention.output.dense.bias", "attn.b_o", ""),
+    ("attention.output.LayerNorm.weight", "gamma1", ""), ("attention.output.LayerNorm.bias", "beta1", ""),
+    ("intermediate.dense.weight", "W_mlp1", ""), ("intermediate.dense.bias", "b_mlp1", ""),
+    ("output.dense.weight", "W_mlp2", ""), ("output.dense.bias", "b_mlp2", ""),
+    ("output.LayerNorm.weight", "gamma2", ""), ("output.LayerNorm.bias", "beta2", ""),
+)
+_BERT_EMB = (("embeddings.word_embeddings.weight", "W_e", "T"), ("embeddings.position_embeddings.weight", "W_p", "T"),
+             ("embeddings.token_type_embeddings.weight", "W_s", "T"), ("embeddings.LayerNorm.weight", "gamma_e", ""),
+             ("embeddings.LayerNorm.bias", "beta_e", ""))
+_BERT_HEAD = (("cls.predictions.transform.dense.weight", "W_f", ""), ("cls.predictions.transform.dense.bias", "b_f", ""),
+              ("cls.predictions.transform.LayerNorm.weight", "gamma", ""),
+              ("cls.predictions.transform.LayerNorm.bias", "beta", ""), ("cls.predictions.bias", "b_u", ""))
+
+
+def _bert_pairs(hp: dict, head: bool):
+    pairs = list(_BERT_EMB)
+    for l in range(hp["L"]):
+        pairs += [(f"encoder.layer.{l}." + a, f"layers.{l}." + b, k) for a, b, k in _BERT_LAYER]
+    if head:
+        pairs += list(_BERT_HEAD)
+        if not hp["tied"]:
+            pairs.append(("cls.predictions.decoder.weight", "W_u", ""))
+    return pairs
+
+
+def _bert_expected(hp: dict, head: bool) -> dict:
+    d, V, m = hp["d_e"], hp["n_vocab"], hp["d_mlp"]
+    shape = {"W_e": (V, d), "W_p": (hp["l_max"], d), "W_s": (hp["n_segments"], d), "gamma_e": (d,), "beta_e": (d,),
+             "W_f": (d, d), "b_f": (d,), "gamma": (d,), "beta": (d,), "b_u": (V,), "W_u": (V, d)}
+    layer = {"attn.W_q": (d, d), "attn.W_k": (d, d), "attn.W_v": (d, d), "attn.W_o": (d, d), "W_mlp1": (m, d),
+             "b_mlp1": (m,), "W_mlp2": (d, m)}
+    out = {}
+    for a, b, _ in _bert_pairs(hp, head):
+        out[a] = shape.get(b) or layer.get(b.split(".", 2)[-1], (d,))
+    return out
+
+
+def _bert_to_ft(hp: dict, T: dict, head: bool) -> dict:
+    p = {}
+    for a, b, kind in _bert_pairs(hp, head):
+        v = T[a]
+        p[b] = v.T if kind == "T" else _split_heads(v, hp["H"]) if kind == "heads" else v
+    return p
+
+
+def _bert_from_ft(P: dict, cfg: dict) -> dict:
+    hp = dict(cfg, n_segments=max(cfg.get("n_segments", 0), 1))
+    t = {}
+    for a, b, kind in _bert_pairs(hp, True):
+        if b not in P:  # n_segments = 0: one segment of zeros; no b_u: zeros (the same function)
+            v = np.zeros((hp["d_e"], 1) if b == "W_s" else (cfg["n_vocab"],), dtype=P["W_e"].dtype)
+        else:
+            v = P[b]
+        t[("bert." if a.startswith(("embeddings", "encoder")) else "") + a] = (
+            v.T if kind == "T" else v.reshape(-1, *v.shape[2:]) if kind == "heads" else v)
+    if not cfg["tied"]:  # untied, HF's decoder keeps its own bias (the one it adds)
+        t["cls.predictions.decoder.bias"] = t["cls.predictions.bias"]
+    return t
+
+
+# The supported classes: HF class name -> (family, with the LM head, prefix of the body in its state dict)
+_CLASSES = {
+    "GPT2LMHeadModel": ("gpt2", True, "transformer."),
+    "GPT2Model": ("gpt2", False, ""),
+    "BertForMaskedLM": ("bert", True, "bert."),
+    "BertModel": ("bert", False, ""),
+    # LLaMA: "LlamaForCausalLM": ("llama", True, "model."), with _llama_hyper / _llama_expected / _llama_to_ft
+    # below, once DTransformer has RoPE, GQA and SwiGLU (helper "variants"' mapping moves here at merge time).
+}
+_FAMILY = {  # family -> (hyperparameters, expected tensors, tensors -> ft, ft class)
+    "gpt2": (_gpt2_hyper, _gpt2_expected, _gpt2_to_ft, "DTransformer"),
+    "bert": (_bert_hyper, _bert_expected, _bert_to_ft, "ETransformer"),
+    # LLaMA: "llama": (_llama_hyper, _llama_expected, _llama_to_ft, "DTransformer"),
+}
+_IGNORED = (".attn.bias", ".attn.masked_bias", "embeddings.position_ids", "pooler.dense.weight",
+            "pooler.dense.bias")  # buffers and BertModel's pooler
+
+
+def _strip(T: dict, prefix: str, head: bool) -> dict:
+    """The body's tensors without the head class's prefix (files and state dicts may hold either form)."""
+    if not prefix or not any(k.startswith(prefix) for k in T):
+        return dict(T)
+    return {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in T.items()}
+
+
+def _build(cls_name: str, config: dict, T: dict, dtype, where: str):
+    """Check every tensor, then make the ft model and copy them in (nothing is made on a failed check)."""
+    family, head, prefix = _CLASSES[cls_name]
+    hyper, expected, to_ft, arch = _FAMILY[family]
+    hp = hyper(config)
+    T = _strip(T, prefix, head)
+    if head and family == "bert" and hp["tied"] and "cls.predictions.decoder.weight" in T:
+        T.pop("cls.predictions.decoder.weight")  # the tied alias of W_eᵀ
+    if head and family == "bert" and "cls.predictions.decoder.bias" in T:
+        # the bias the decoder adds (HF ties it to cls.predictions.bias unless the head is untied)
+        T["cls.predictions.bias"] = T.pop("cls.predictions.decoder.bias")
+    if head and family == "gpt2" and hp["tied"]:
+        T.pop("lm_head.weight", None)
+    exp = expected(hp, head)
+    missing = sorted(set(exp) - set(T))
+    if missing:
+        raise ValueError(f"{where}: missing tensor{'s' if len(missing) > 1 else ''} for {cls_name}: "
+                         + ", ".join(missing[:8]) + (" …" if len(missing) > 8 else ""))
+    extra = sorted(k for k in set(T) - set(exp) if not k.endswith(_IGNORED) and not k.startswith("pooler."))
+    if extra:
+        raise ValueError(f"{where}: unexpected tensor{'s' if len(extra) > 1 else ''} for {cls_name} "
+                         f"(a different configuration?): " + ", ".join(extra[:8]) + (" …" if len(extra) > 8 else ""))
+    for k, shape in exp.items():
+        if tuple(T[k].shape) != tuple(shape):
+            raise ValueError(f"{where}: tensor {k} has shape {tuple(T[k].shape)}, the config needs {tuple(shape)}")
+        if not np.issubdtype(T[k].dtype, np.floating):
+            raise ValueError(f"{where}: tensor {k} has dtype {T[k].dtype}, expected floating point")
+        if not np.all(np.isfinite(T[k])):
+            raise ValueError(f"{where}: tensor {k} holds NaN or infinite values")
+    if dtype is None:
+        dtype = "float64" if any(T[k].dtype == np.float64 for k in exp) else "float32"
+    dtype = np.dtype(dtype).name
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be float32 or float64, got {dtype}")
+    params = to_ft(hp, T, head)
+    model = getattr(_core, arch)(**hp, dtype=dtype)
+    for name, value in params.items():
+        model.params[name][...] = value
+    return model
+
+
+def _cls_of(hf_model) -> str:
+    name = type(hf_model).__name__
+    if name not in _CLASSES:
+        raise ValueError(f"ft.from_hf supports {', '.join(_CLASSES)}; got {name}")
+    return name
+
+
+def from_hf(hf_model, *, dtype=None):
+    """The ft model computing the same function as a `transformers` model: GPT2LMHeadModel / GPT2Model ->
+    DTransformer (tied unless the config unties it), BertForMaskedLM / BertModel -> ETransformer (with
+    n_segments, embed_norm, unembed_bias). dtype: float32 / float64 (default: the HF model's, float64 if
+    its weights are float64). ValueError naming an unsupported configuration option."""
+    name = _cls_of(hf_model)
+    config = hf_model.config.to_dict()
+    T = {}
+    for k, v in hf_model.state_dict().items():
+        v = v.detach().cpu()
+        if v.is_floating_point() and v.dtype not in (_torch_dtype("float32"), _torch_dtype("float64")):
+            v = v.float()
+        T[k] = v.numpy()
+    return _build(name, config, T, dtype, name)
+
+
+def _torch_dtype(name):
+    import torch
+
+    return getattr(torch, name)
+
+
+# ---------------------------------------------------------------------------------------------------
+# ft -> HF: configuration and state of the matching class
+
+_KNOWN = {"arch", "n_vocab", "l_max", "L", "L_enc", "L_dec", "H", "d_e", "d_mlp", "d_f", "d_attn", "d_mid", "norm",
+          "positional", "base", "tied", "gelu", "eps", "seed", "init_std", "dtype", "n_segments", "embed_norm",
+          "unembed_bias"}
+
+
+def _check_options(cfg: dict, target: str) -> None:
+    """Options beyond the ones this module maps (the decoder variants' names of docs/api.md, or later ones)
+    must be at their listing defaults."""
+    if cfg.get("bias", True) is False:
+        raise ValueError(f"{target} has no equivalent of the option bias=False")
+    if cfg.get("H_kv") not in (None, 0, cfg.get("H")):
+        raise ValueError(f"{target} has no equivalent of the option H_kv={cfg['H_kv']!r} (grouped-query attention)")
+    for k, v in cfg.items():
+        if k in ("bias", "H_kv") or k in _KNOWN:
+            continue
+        if k == "mlp" and v in (None, "", "gelu", "mlp", "default"):
+            continue
+        if v not in (None, False, 0, "", "none"):
+            raise ValueError(f"{target} has no equivalent of the option {k}={v!r}")
+
+
+def _check_exportable(cfg: dict, target: str) -> None:
+    _check_options(cfg, target)
+    if cfg.get("positional") != "learned":
+        raise ValueError(f"{target} has no equivalent of positional={cfg.get('positional')!r} (learned positions only)")
+    if cfg["d_attn"] * cfg["H"] != cfg["d_e"] or cfg["d_mid"] * cfg["H"] != cfg["d_e"]:
+        raise ValueError(f"{target} needs d_attn = d_mid = d_e / H, got d_attn={cfg['d_attn']}, d_mid={cfg['d_mid']}")
+
+
+def _hf_export(model):
+    """(HF class name, config.json dict, state dict of numpy arrays with the class's names)."""
+    cfg = model.config
+    arch = cfg["arch"]
+    P = {k: np.asarray(v) for k, v in model.params.items()}
+    if arch == "DTransformer":
+        _check_exportable(cfg, "GPT-2")
+        if cfg["norm"] != "layer":
+            raise ValueError(f"GPT-2 has no equivalent of norm={cfg['norm']!r} (layer_norm only)")
+        hf = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": cfg["n_vocab"],
+              "n_positions": cfg["l_max"], "n_embd": cfg["d_e"], "n_layer": cfg["L"], "n_head": cfg["H"],
+              "n_inner": cfg["d_mlp"], "activation_function": _HF_OF_GELU[cfg["gelu"]],
+              "layer_norm_epsilon": cfg["eps"], "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+              "summary_first_dropout": 0.0, "scale_attn_weights": True, "tie_word_embeddings": cfg["tied"],
+              "initializer_range": cfg["init_std"], "bos_token_id": cfg["n_vocab"] - 2,
+              "eos_token_id": cfg["n_vocab"] - 1, "use_cache": True, "dtype": cfg["dtype"]}
+        return "GPT2LMHeadModel", hf, _gpt2_from_ft(P, cfg)
+    if arch == "ETransformer":
+        _check_exportable(cfg, "BERT")
+        if not cfg.get("embed_norm"):
+            raise ValueError("BERT has no equivalent of embed_norm=False: it always normalises its embeddings")
+        if cfg["d_f"] != cfg["d_e"]:
+            raise ValueError(f"BERT needs d_f = d_e (its head's dense layer is d_e × d_e), got d_f={cfg['d_f']}")
+        hf = {"model_type": "bert", "architectures": ["BertForMaskedLM"], "vocab_size": cfg["n_vocab"],
+              "hidden_size": cfg["d_e"], "num_hidden_layers": cfg["L"], "num_attention_heads": cfg["H"],
+              "intermediate_size": cfg["d_mlp"], "hidden_act": _HF_OF_GELU[cfg["gelu"]],
+              "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+              "max_position_embeddings": cfg["l_max"], "type_vocab_size": max(cfg.get("n_segments", 0), 1),
+              "layer_norm_eps": cfg["eps"], "pad_token_id": None, "position_embedding_type": "absolute",
+              "tie_word_embeddings": cfg["tied"], "initializer_range": cfg["init_std"], "dtype": cfg["dtype"]}
+        return "BertForMaskedLM", hf, _bert_from_ft(P, cfg)
+    raise ValueError(f"{arch} has no transformers class: use ft.to_torch (torch.nn.Transformer layers) instead")
+
+
+def to_hf(model):
+    """The `transformers` model with the same function: DTransformer -> GPT2LMHeadModel, ETransformer (with
+    embed_norm, d_f = d_e) -> BertForMaskedLM; in the model's dtype, eval mode, dropout 0.
+    ValueError for options the class cannot express (RMSnorm, sinusoidal positions, d_attn ≠ d_e/H, …)."""
+    cls_name, hf_cfg, state = _hf_export(model)
+    import torch
+    import transformers
+
+    kw = {k: v for k, v in hf_cfg.items() if k not in ("model_type", "architectures", "dtype")}
+    config = transformers.AutoConfig.for_model(hf_cfg["model_type"], **kw)
+    config.architectures = hf_cfg["architectures"]
+    dt = getattr(torch, hf_cfg["dtype"])
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dt)
+    try:
+        hf = getattr(transformers, cls_name)(config)
+    finally:
+        torch.set_default_dtype(old)
+    _load_state(hf, state)
+    return hf.eval()
+
+
+def _load_state(hf, state: dict) -> None:
+    import torch
+
+    own = hf.state_dict()
+    with torch.no_grad():
+        for k, v in state.items():
+            if k not in own:
+                raise ValueError(f"internal: {type(hf).__name__} has no tensor {k}")
+            own[k].copy_(torch.from_numpy(np.ascontiguousarray(v)))
+
+
+def save_hf(model, path: Union[str, os.PathLike]) -> None:
+    """Write `path`/config.json and `path`/model.safetensors (tied tensors once, metadata format "pt") such
+    that transformers.AutoModelForCausalLM / AutoModelForMaskedLM.from_pretrained(path) loads the matching
+    class with equal outputs. Needs safetensors only (no transformers, no torch)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    cls_name, hf_cfg, state = _hf_export(model)
+    from safetensors.numpy import save_file
+
+    path = os.fspath(path)
+    os.makedirs(path, exist_ok=True)
+    tensors = {k: np.ascontiguousarray(v) for k, v in state.items()}
+    tmp = os.path.join(path, "model.safetensors.tmp")
+    save_file(tensors, tmp, metadata={"format": "pt"})
+    os.replace(tmp, os.path.join(path, "model.safetensors"))
+    tmp = os.path.join(path, "config.json.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(hf_cfg, f, indent=2, sort_keys=True)
+    os.replace(tmp, os.path.join(path, "config.json"))
+
+
+def load_hf(path: Union[str, os.PathLike], *, dtype=None):
+    """Read a Hugging Face model directory (config.json + model.safetensors: written by save_hf or by
+    transformers' save_pretrained, e.g. a downloaded GPT-2, BERT or all-MiniLM-L6-v2) with safetensors
+    alone. The class comes from config.json's "architectures" (or its model_type and whether the file
+    holds an LM head). ValueError naming a missing or mismatched tensor; nothing is half-loaded."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    path = os.fspath(path)
+    cfg_file, st_file = os.path.join(path, "config.json"), os.path.join(path, "model.safetensors")
+    for f in (cfg_file, st_file):
+        if not os.path.isfile(f):
+            raise ValueError(f"{path}: no {os.path.basename(f)} (ft.load_hf reads a local directory written by "
+                             "save_hf or save_pretrained, with one model.safetensors)")
+    try:
+        with open(cfg_file, encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{cfg_file}: not a readable JSON file ({e})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{cfg_file}: expected a JSON object")
+    from safetensors.numpy import load_file
+
+    try:
+        T = load_file(st_file)
+    except Exception as e:  # safetensors raises its own error types for damaged files
+        raise ValueError(f"{st_file}: cannot read it as safetensors ({e})") from None
+    names = [a for a in config.get("architectures") or [] if a in _CLASSES]
+    if names:
+        cls_name = names[0]
+    else:
+        mt = config.get("model_type")
+        if mt == "gpt2":
+            cls_name = "GPT2LMHeadModel" if "lm_head.weight" in T or any(k.startswith("transformer.") for k in T) \
+                else "GPT2Model"
+        elif mt == "bert":
+            cls_name = "BertForMaskedLM" if any(k.startswith("cls.predictions.") for k in T) else "BertModel"
+        else:
+            raise ValueError(f"{cfg_file}: model_type {mt!r} / architectures {config.get('architectures')!r} "
+                             f"is not supported (supported: {', '.join(_CLASSES)})")
+    return _build(cls_name, config, T, dtype, path)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Plain PyTorch (formal_transformers/_torch.py holds the modules)
+
+def to_torch(model):
+    """A plain torch.nn.Module computing the same function, in the model's dtype, with ft's losses:
+    DTransformer / ETransformer as modules of torch.nn.Linear, LayerNorm (RMSNorm), Embedding;
+    EDTransformer on torch.nn.TransformerEncoderLayer / TransformerDecoderLayer (norm_first=False, ReLU,
+    dropout 0, no final norms; needs d_attn = d_mid = d_e / H). module.loss(...) takes the arguments of
+    model.loss_and_grad and returns the same (summed) loss; module.ft_params() / module.ft_grads() give the
+    parameters / gradients under ft's names and layouts; ft.from_torch(module) makes an ft model again."""
+    from . import _torch
+
+    return _torch.from_ft(model)
+
+
+def from_torch(module):
+    """The ft model holding the parameters of a module made by ft.to_torch (after training in PyTorch)."""
+    from . import _torch
+
+    if not isinstance(module, _torch.FTModule):
+        raise TypeError(f"ft.from_torch takes a module made by ft.to_torch, got {type(module).__name__}")
+    cfg = dict(module.ft_config)
+    arch = cfg.pop("arch")
+    model = getattr(_core, arch)(**cfg)
+    model.params.update({k: np.ascontiguousarray(v) for k, v in module.ft_params().items()})
+    return model
