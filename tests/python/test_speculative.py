@@ -12,6 +12,10 @@ fixed, so a run is reproducible.
 from __future__ import annotations
 
 import itertools
+import os
+import signal
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -262,3 +266,40 @@ def test_l_gen_zero_and_repr():
     s = ft.SpeculativeInference(7, 3, 0.5, seed=1)
     assert (s.l_gen, s.k, s.tau) == (7, 3, 0.5)
     assert repr(s) == "SpeculativeInference(l_gen=7, k=3, tau=0.5)"
+
+
+def test_gil_released_and_ctrl_c_stops():
+    """A long call lets another Python thread run (the GIL is released) and a real SIGINT stops it early with
+    KeyboardInterrupt, the models still usable."""
+    target = ft.DTransformer(V, 2048, 2, 2, 32, 64, dtype="float32", seed=0)
+    draft = ft.DTransformer(V, 2048, 1, 2, 16, 32, dtype="float32", seed=1)
+    spec = ft.SpeculativeInference(2000, 4, 1.0, seed=0)
+    x = np.array([1, 2, 3])
+    ticks, stop = [0], threading.Event()
+
+    def count():
+        while not stop.is_set():
+            ticks[0] += 1
+            time.sleep(0.001)
+
+    th = threading.Thread(target=count)
+    th.start()
+    t0 = time.perf_counter()
+    try:
+        spec(x, target, draft)
+        full = time.perf_counter() - t0
+    finally:
+        stop.set()
+        th.join()
+    assert full > 0.2, f"the call took {full:.3f} s: too short to test"
+    assert ticks[0] >= 20, f"only {ticks[0]} ticks of the other thread in {full:.2f} s: the GIL was held"
+    timer = threading.Timer(0.05, lambda: os.kill(os.getpid(), signal.SIGINT))
+    t0 = time.perf_counter()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            spec(x, target, draft)
+    finally:
+        timer.join()
+    assert time.perf_counter() - t0 < 0.8 * full + 0.05
+    assert len(ft.SpeculativeInference(5, 2, 0.0)(x, target, draft)) == 5
