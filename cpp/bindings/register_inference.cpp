@@ -3,6 +3,7 @@
 
 #include "bind.hpp"
 #include "formal_transformers/inference.hpp"
+#include "formal_transformers/speculative.hpp"
 
 namespace ftpy {
 
@@ -26,6 +27,9 @@ struct DInferencePy : SamplerPy {
 };
 struct EDInferencePy : SamplerPy {
     long long max_len = 0;
+};
+struct SpeculativeInferencePy : SamplerPy {
+    long long l_gen = 0, k = 4;
 };
 
 ft::SamplingOptions sampling(double tau, const py::object& top_k, const py::object& top_p, bool cache) {
@@ -148,6 +152,78 @@ values; cache=False runs the listing literally. Sampling as DInference.)doc")
         .def_property_readonly("tau", [](const EDInferencePy& s) { return s.o.tau; })
         .def("__repr__", [](const EDInferencePy& s) {
             return "EDInference(" + sampling_repr(s.o) + ", max_len=" + std::to_string(s.max_len) + ")";
+        });
+
+    py::class_<SpeculativeInferencePy>(m, "SpeculativeInference", R"doc(Speculative decoding (Leviathan et al. 2023; Chen et al. 2023) beside Algorithm 14, listing in docs/speculative_decoding.md.
+
+SpeculativeInference(l_gen, k=4, tau=1.0, *, seed=None)(x, target, draft, *, stats=False) -> y, the ℓ_gen
+token ids after the prompt x, distributed exactly as DInference(l_gen, tau)(x, target): the draft
+DTransformer proposes k tokens, the target scores them in one cached pass, each is kept with probability
+min(1, q(x̂)/p(x̂)) (q the target's, p the draft's q ∝ P^{1/τ}); the first rejected one is replaced by a
+token from norm(max(0, q − p)); when all k are kept the target adds one more. τ = 0: the target's greedy
+output. Both models: same vocabulary and dtype, len(x) + l_gen − 1 ≤ l_max (no sliding window).
+stats=True returns (y, dict) with target_passes, draft_passes, drafted and accepted (per target pass) and
+tokens_per_pass. seed=None: a fresh random seed.)doc")
+        .def(py::init([](long long l_gen, long long k, double tau, const py::object& seed) {
+                 if (l_gen < 0) throw ft::ValueError("l_gen must be >= 0, got " + std::to_string(l_gen));
+                 if (k < 1) throw ft::ValueError("k (tokens drafted per target pass) must be >= 1, got " + std::to_string(k));
+                 check_seed(seed);
+                 SpeculativeInferencePy d;
+                 d.o = sampling(tau, py::none(), py::none(), true);
+                 d.seed = seed;
+                 d.l_gen = l_gen;
+                 d.k = k;
+                 return d;
+             }),
+             py::arg("l_gen"), py::arg("k") = 4, py::arg("tau") = 1.0, py::kw_only(), py::arg("seed") = py::none())
+        .def(
+            "__call__",
+            [](SpeculativeInferencePy& self, const py::handle& x, const py::object& target, const py::object& draft,
+               bool want_stats) -> py::object {
+                for (const py::object* mo : {&target, &draft})
+                    if (!py::isinstance<Dual<DUnitI>>(*mo))
+                        throw ft::TypeError(std::string("SpeculativeInference needs a DTransformer as ") +
+                                            (mo == &target ? "target" : "draft") + ", got " +
+                                            py::str(py::type::handle_of(*mo).attr("__name__")).cast<std::string>());
+                auto& dt = target.cast<Dual<DUnitI>&>();
+                auto& dd = draft.cast<Dual<DUnitI>&>();
+                if (dt.u.index() != dd.u.index())
+                    throw ft::ValueError("the draft and the target must have the same dtype: target " + dt.dtype() + ", draft " + dd.dtype());
+                CallLock lock_t(dt.mutex);
+                CallLock lock_d(dd.mutex);  // the same recursive mutex when target is draft
+                ft::SpeculativeStats st;
+                py::array_t<long long> y = dt.visit([&](auto& mt) {
+                    using M = std::decay_t<decltype(mt)>;
+                    M& md = *std::get<std::unique_ptr<M>>(dd.u);
+                    if (md.cfg.n_vocab != mt.cfg.n_vocab)
+                        throw ft::ValueError("the draft and the target must share the vocabulary: draft N_V = " +
+                                             std::to_string(md.cfg.n_vocab) + ", target N_V = " + std::to_string(mt.cfg.n_vocab));
+                    InIds prompt = in_ids(x, "x", mt.cfg.n_vocab, false);
+                    ft::Rng rng(self.next_seed());
+                    std::vector<index_t> out;
+                    {
+                        LongCoreCall nogil;
+                        out = ft::SpeculativeInference(mt, md, prompt.ids.data(), index_t(prompt.ids.size()), index_t(self.l_gen),
+                                                       index_t(self.k), self.o.tau, rng, &st);
+                    }
+                    return to_array(out);
+                });
+                if (!want_stats) return std::move(y);
+                py::dict s;
+                s["target_passes"] = st.target_passes;
+                s["draft_passes"] = st.draft_passes;
+                s["drafted"] = to_array(st.drafted);
+                s["accepted"] = to_array(st.accepted);
+                s["tokens_per_pass"] = st.target_passes ? double(self.l_gen) / double(st.target_passes) : 0.0;
+                return py::make_tuple(y, s);
+            },
+            py::arg("x"), py::arg("target"), py::arg("draft"), py::kw_only(), py::arg("stats") = false)
+        .def_readonly("l_gen", &SpeculativeInferencePy::l_gen)
+        .def_readonly("k", &SpeculativeInferencePy::k)
+        .def_property_readonly("tau", [](const SpeculativeInferencePy& s) { return s.o.tau; })
+        .def("__repr__", [](const SpeculativeInferencePy& s) {
+            return "SpeculativeInference(l_gen=" + std::to_string(s.l_gen) + ", k=" + std::to_string(s.k) +
+                   ", tau=" + py::repr(py::float_(s.o.tau)).cast<std::string>() + ")";
         });
 }
 

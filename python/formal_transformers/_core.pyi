@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'RMSNorm', 'SGD', 'TokenEmbedding', 'Unembedding', 'WordTokenizer', 'bidirectional_mask', 'blas_info', 'blas_kernel', 'chunk', 'gelu', 'get_num_threads', 'learning_rate', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
+__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'RMSNorm', 'SGD', 'SpeculativeInference', 'TokenEmbedding', 'Unembedding', 'WordTokenizer', 'bidirectional_mask', 'blas_info', 'blas_kernel', 'chunk', 'gelu', 'get_num_threads', 'learning_rate', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
 class _HasParams:
     """
     Base of every object with parameters (params, grads).
@@ -1167,6 +1167,34 @@ class EDInference:
     def __init__(self, tau: typing.SupportsFloat | typing.SupportsIndex = 1.0, *, max_len: typing.Any = None, top_k: typing.Any = None, top_p: typing.Any = None, seed: typing.Any = None, cache: bool = True) -> None:
         ...
     def __repr__(self) -> str:
+        ...
+    @property
+    def tau(self) -> float:
+        ...
+class SpeculativeInference:
+    """
+    Speculative decoding (Leviathan et al. 2023; Chen et al. 2023) beside Algorithm 14, listing in docs/speculative_decoding.md.
+    
+    SpeculativeInference(l_gen, k=4, tau=1.0, *, seed=None)(x, target, draft, *, stats=False) -> y, the ℓ_gen
+    token ids after the prompt x, distributed exactly as DInference(l_gen, tau)(x, target): the draft
+    DTransformer proposes k tokens, the target scores them in one cached pass, each is kept with probability
+    min(1, q(x̂)/p(x̂)) (q the target's, p the draft's q ∝ P^{1/τ}); the first rejected one is replaced by a
+    token from norm(max(0, q − p)); when all k are kept the target adds one more. τ = 0: the target's greedy
+    output. Both models: same vocabulary and dtype, len(x) + l_gen − 1 ≤ l_max (no sliding window).
+    stats=True returns (y, dict) with target_passes, draft_passes, drafted and accepted (per target pass) and
+    tokens_per_pass. seed=None: a fresh random seed.
+    """
+    def __call__(self, x: typing.Any, target: typing.Any, draft: typing.Any, *, stats: bool = False) -> typing.Any:
+        ...
+    def __init__(self, l_gen: typing.SupportsInt | typing.SupportsIndex, k: typing.SupportsInt | typing.SupportsIndex = 4, tau: typing.SupportsFloat | typing.SupportsIndex = 1.0, *, seed: typing.Any = None) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    @property
+    def k(self) -> int:
+        ...
+    @property
+    def l_gen(self) -> int:
         ...
     @property
     def tau(self) -> float:

@@ -553,3 +553,76 @@ def ed_inference(z, forward, *, tau: float, bos_token: int, eos_token: int, max_
         x_hat = x_hat + [y]  # line 7: x̂ ← [x̂, y]
     # line 8: end
     return np.asarray(x_hat, dtype=np.int64)  # line 9: return x̂
+
+
+# ---------------------------------------------------------------------------------------------------
+# Speculative decoding (Leviathan et al. 2023; Chen et al. 2023), Algorithm S of docs/speculative_decoding.md,
+# uncached: every P and P̃ is a whole-model call on the whole sequence, as Algorithm 14's line 3.
+
+
+def _sample_from(w: np.ndarray, rng) -> int:
+    """Sample a token from norm(w) (w ≥ 0, Σ w > 0) by inverting the cumulative sum at one uniform number; a
+    one-hot w (τ = 0) needs none."""
+    nz = np.flatnonzero(w > 0)
+    if len(nz) == 1:
+        return int(nz[0])
+    c = np.cumsum(w)
+    return int(min(np.searchsorted(c, rng.random() * c[-1], side="right"), len(w) - 1))
+
+
+def speculative_acceptance(q_x: float, p_x: float) -> float:
+    """Line 13's acceptance probability min(1, q_j[x̂_j] / p_j[x̂_j])."""
+    return min(1.0, q_x / p_x)
+
+
+def speculative_inference(x, target, draft, *, l_gen: int, k: int, tau: float, rng=None,
+                          stats: dict | None = None, accept=speculative_acceptance) -> np.ndarray:
+    """Algorithm S: y ← SpeculativeInference(x, θ̂_target, θ̂_draft), speculative decoding.
+
+    x: the prompt (1-D ids, ℓ ≥ 1); target(x), draft(x) -> P (N_V, length(x)), the two DTransformers as
+    functions (e.g. lambda x: d_transformer(x, params, L=…, H=…)). Returns the ℓ_gen new ids. stats, when
+    given, receives target_passes, draft_passes, drafted and accepted (per target pass). accept(q_x, p_x) is
+    line 13's probability (a test swaps in a wrong rule to show the distribution check catches it)."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if tau < 0:
+        raise ValueError(f"tau must be >= 0, got {tau}")
+    if rng is None:  # only τ > 0 needs random numbers (at τ = 0 line 13's ratio is 0 or 1)
+        rng = np.random.default_rng()
+    st = stats if stats is not None else {}
+    st.update(target_passes=0, draft_passes=0, drafted=[], accepted=[])
+    x = [int(v) for v in np.asarray(x).ravel()]
+    l = len(x)  # line 1: ℓ ← length(x)
+    while len(x) < l + l_gen:  # line 2: while length(x) < ℓ + ℓ_gen do
+        m = len(x)  # line 3: m ← length(x); k' ← min(k, ℓ + ℓ_gen − m − 1)
+        kp = min(k, l + l_gen - m - 1)
+        x_hat, p = [], []
+        for j in range(1, kp + 1):  # line 4: for j = 1, 2, …, k' do
+            P_d = draft(np.asarray(x + x_hat))  # line 5: P̃ ← DTransformer([x, x̂_1, …, x̂_{j−1}] | θ̂_draft)
+            p.append(sampling_distribution(P_d[:, m + j - 2], tau))  # line 6: p_j ∝ P̃[:, m + j − 1]^{1/τ}
+            x_hat.append(_sample_from(p[-1], rng))  # line 7: sample a token x̂_j from p_j
+            st["draft_passes"] += 1
+        # line 8: end
+        P = target(np.asarray(x + x_hat))  # line 9: P ← DTransformer([x, x̂_1, …, x̂_{k'}] | θ̂_target)
+        st["target_passes"] += 1
+        # line 10: q_j ∝ P[:, m + j − 1]^{1/τ} for j = 1, …, k' + 1   (1-based column m + j − 1)
+        q = [sampling_distribution(P[:, m + j - 2], tau) for j in range(1, kp + 2)]
+        y = None
+        for j in range(1, kp + 1):  # line 11: for j = 1, 2, …, k' do
+            r = rng.random()  # line 12: sample r uniformly from [0, 1)
+            xj = x_hat[j - 1]
+            if r >= accept(q[j - 1][xj], p[j - 1][xj]):  # line 13: if r ≥ min(1, q_j[x̂_j] / p_j[x̂_j]) then
+                res = np.maximum(0.0, q[j - 1] - p[j - 1])
+                y = _sample_from(res if res.sum() > 0 else q[j - 1], rng)  # line 14: y ~ norm(max(0, q_j − p_j))
+                x = x + x_hat[:j - 1] + [y]  # line 15: x ← [x, x̂_1, …, x̂_{j−1}, y]; continue at line 2
+                st["accepted"].append(j - 1)
+                break
+            # line 16: end
+        # line 17: end
+        if y is None:
+            y = _sample_from(q[kp], rng)  # line 18: sample a token y from q_{k'+1}
+            x = x + x_hat + [y]  # line 19: x ← [x, x̂_1, …, x̂_{k'}, y]
+            st["accepted"].append(kp)
+        st["drafted"].append(kp)
+    # line 20: end
+    return np.asarray(x[l:l + l_gen], dtype=np.int64)  # line 21: return y = x[ℓ+1 : ℓ+ℓ_gen]

@@ -386,8 +386,16 @@ public:
             len = 0;
             for (auto& c : kv) c.len = 0;
         }
+        void rollback(index_t n) {  // keep the first n tokens (n ≤ len), forget the later ones (speculative decoding)
+            FT_CHECK(n >= 0 && n <= len, "Decoder::rollback past the cached length");
+            len = n;
+            for (auto& c : kv) c.len = n;
+        }
     };
     void decode(Decoder& d, const index_t* ids, index_t n, T* z) const;
+    // The same, writing the logits of ALL n fed tokens to Z:[N_V, n] (speculative decoding verifies the
+    // drafted tokens in one call; defined in speculative.cpp).
+    void decode_all(Decoder& d, const index_t* ids, index_t n, MatView<T> Z) const;
 
     std::vector<std::unique_ptr<PreLNDecoderBlock<T>>> layer;  // lines 5–8 of layer l
     std::unique_ptr<Norm<T>> norm_f;                           // line 10: γ, β
