@@ -275,7 +275,7 @@ class ModelMachine(RuleBasedStateMachine):
     @rule(x=ids(), seg=ids(n_vocab=3))
     def hidden_segments(self, x, seg):  # ETransformer: X after line 9, with BERT's segment ids (or None)
         if self.arch == "E":
-            self.guarded("hidden", self.model.hidden, x, segments=seg if len(seg) % 3 else None)
+            self.guarded("hidden", self.model.hidden, x, segments=seg if np.size(seg) % 3 else None)  # ids() may draw a 0-d array
             self.guarded("loss_and_grad segments", self.model.loss_and_grad, x, x, segments=seg)
 
     @rule()
