@@ -3,9 +3,18 @@
 // are index bookkeeping inside MHAttention (attention.cpp) and MLP (transformers.cpp).
 #include "formal_transformers/variants.hpp"
 
+#include <algorithm>
 #include <cmath>
 
+#include <xsimd/xsimd.hpp>
+
 namespace ft {
+namespace {
+template <class T>
+using Batch = xsimd::batch<T>;
+template <class T>
+constexpr index_t Lanes = index_t(Batch<T>::size);
+}  // namespace
 
 // ===================================== Algorithm V1: RoPE =============================================
 template <class T>
@@ -13,12 +22,34 @@ void rope(MatView<T> X, index_t n_heads, index_t d, const index_t* pos, double t
     const index_t half = d / 2;
     std::vector<double> omega(static_cast<std::size_t>(half));
     for (index_t i = 0; i < half; ++i) omega[std::size_t(i)] = std::pow(theta, -2.0 * double(i) / double(d));  // line 1
+    // line 3's cos and sin, once per distinct position (a batch repeats positions 0, 1, … per sequence)
+    index_t pmin = 0, pmax = -1;
+    if (X.cols > 0) {
+        pmin = *std::min_element(pos, pos + X.cols);
+        pmax = *std::max_element(pos, pos + X.cols);
+    }
+    const index_t span = std::min<index_t>(pmax - pmin + 1, X.cols);  // distinct positions ≤ columns
+    const bool table = pmax - pmin + 1 <= X.cols;
+    std::vector<T> cs(static_cast<std::size_t>(table ? 2 * span * half : 0));
+    for (index_t r = 0; table && r < span; ++r)
+        for (index_t i = 0; i < half; ++i) {
+            const double a = double(pmin + r) * omega[std::size_t(i)];
+            cs[std::size_t(2 * (r * half + i))] = T(std::cos(a));
+            cs[std::size_t(2 * (r * half + i) + 1)] = T(std::sin(a));
+        }
 #pragma omp parallel for schedule(static) if (X.size() > 16384)
     for (index_t j = 0; j < X.cols; ++j) {  // line 2: every column t …
         T* x = X.col(j);
         for (index_t i = 0; i < half; ++i) {  // … and every pair i
-            const double a = double(pos[j]) * omega[std::size_t(i)];
-            const T c = T(std::cos(a)), s = inverse ? T(-std::sin(a)) : T(std::sin(a));  // line 3 (R(p)ᵀ = R(−p))
+            T c, s;  // line 3 (R(p)ᵀ = R(−p): the backward negates s)
+            if (table) {
+                const std::size_t k = std::size_t(2 * ((pos[j] - pmin) * half + i));
+                c = cs[k], s = cs[k + 1];
+            } else {
+                const double a = double(pos[j]) * omega[std::size_t(i)];
+                c = T(std::cos(a)), s = T(std::sin(a));
+            }
+            if (inverse) s = -s;
             for (index_t h = 0; h < n_heads; ++h) {
                 T* u = x + h * d + i;
                 T* v = u + half;
@@ -65,13 +96,19 @@ void silu_backward(const T* x, const T* dy, T* dx, index_t n) {
     }
 }
 
+// (xsimd: exp in SIMD, as functions.cpp's GELU; scalar tails)
 template <class T>
 void swiglu_gate(CMatView<T> G, CMatView<T> U, MatView<T> A) {
 #pragma omp parallel for schedule(static) if (A.size() > 16384)
     for (index_t j = 0; j < A.cols; ++j) {
         const T *g = G.col(j), *u = U.col(j);
         T* a = A.col(j);
-        for (index_t i = 0; i < A.rows; ++i) a[i] = g[i] / (T(1) + std::exp(-g[i])) * u[i];  // A ← SiLU(G) ⊙ U
+        index_t i = 0;
+        for (; i + Lanes<T> <= A.rows; i += Lanes<T>) {  // A ← SiLU(G) ⊙ U, SiLU(g) = g σ(g)
+            const Batch<T> gv = Batch<T>::load_unaligned(g + i);
+            (gv / (T(1) + xsimd::exp(-gv)) * Batch<T>::load_unaligned(u + i)).store_unaligned(a + i);
+        }
+        for (; i < A.rows; ++i) a[i] = g[i] / (T(1) + std::exp(-g[i])) * u[i];
     }
 }
 
@@ -81,7 +118,15 @@ void swiglu_gate_backward(CMatView<T> G, CMatView<T> U, CMatView<T> dA, MatView<
     for (index_t j = 0; j < dA.cols; ++j) {
         const T *g = G.col(j), *u = U.col(j), *da = dA.col(j);
         T *dg = dG.col(j), *du = dU.col(j);
-        for (index_t i = 0; i < dA.rows; ++i) {
+        index_t i = 0;
+        for (; i + Lanes<T> <= dA.rows; i += Lanes<T>) {
+            const Batch<T> gv = Batch<T>::load_unaligned(g + i), a = Batch<T>::load_unaligned(da + i);
+            const Batch<T> sg = T(1) / (T(1) + xsimd::exp(-gv));
+            const Batch<T> uv = Batch<T>::load_unaligned(u + i);
+            (a * (gv * sg)).store_unaligned(du + i);                         // dU = dA ⊙ SiLU(G)
+            (a * uv * (sg * (T(1) + gv * (T(1) - sg)))).store_unaligned(dg + i);  // dG = dA ⊙ U ⊙ SiLU′(G)
+        }
+        for (; i < dA.rows; ++i) {
             const T sg = T(1) / (T(1) + std::exp(-g[i]));
             const T a = da[i];
             du[i] = a * (g[i] * sg);                                 // dU = dA ⊙ SiLU(G)
