@@ -377,12 +377,14 @@ class MHAttention(_HasParams):
     Inputs: float arrays of either precision, any layout (zero-copy when already this dtype and F-contiguous,
       otherwise converted once); non-float arrays -> TypeError. NaN is not checked: it propagates as
       numpy's arithmetic of the listing (reference.py) would.
+    Variants (docs/variants.md): H_kv key/value heads (V3: W_k (H_kv, d_attn, d_z), W_v (H_kv, d_mid,
+      d_z); None: H), bias=False (V5: no b's), positional='rope' (V1, rope_theta) | 'alibi' (V2) | 'none'.
     """
     def __call__(self, X: typing.Any, Z: typing.Any = None) -> typing.Any:
         """
         (X (d_x, ℓ_x), Z (d_z, ℓ_z)) -> Ṽ (d_out, ℓ_x); Z omitted: Z = X.
         """
-    def __init__(self, H: typing.SupportsInt | typing.SupportsIndex, d_x: typing.SupportsInt | typing.SupportsIndex, d_z: typing.SupportsInt | typing.SupportsIndex, d_attn: typing.SupportsInt | typing.SupportsIndex, d_mid: typing.SupportsInt | typing.SupportsIndex, d_out: typing.SupportsInt | typing.SupportsIndex, mask: typing.Any = 'bidirectional', *, dtype: typing.Any = 'float32', seed: typing.Any = 0) -> None:
+    def __init__(self, H: typing.SupportsInt | typing.SupportsIndex, d_x: typing.SupportsInt | typing.SupportsIndex, d_z: typing.SupportsInt | typing.SupportsIndex, d_attn: typing.SupportsInt | typing.SupportsIndex, d_mid: typing.SupportsInt | typing.SupportsIndex, d_out: typing.SupportsInt | typing.SupportsIndex, mask: typing.Any = 'bidirectional', *, dtype: typing.Any = 'float32', seed: typing.Any = 0, H_kv: typing.Any = None, bias: typing.Any = True, positional: str = 'none', rope_theta: typing.SupportsFloat | typing.SupportsIndex = 10000.0) -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -394,6 +396,9 @@ class MHAttention(_HasParams):
         ...
     @property
     def H(self) -> int:
+        ...
+    @property
+    def H_kv(self) -> int:
         ...
     @property
     def d_attn(self) -> int:

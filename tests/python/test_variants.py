@@ -359,3 +359,93 @@ def test_llama_for_causal_lm_probabilities_and_every_gradient(monkeypatch):
     assert abs(loss - loss_hf.item()) <= 1e-10 * abs(loss_hf.item())
     for k, (w, f) in mapping.items():
         assert rel_err(grads[k], f(w.grad.numpy())) <= 1e-10, k
+
+
+# ---------------------------------------------------------------------------------------------------
+# The stand-alone MHAttention with the variants (Algorithm 5 with V1/V2/V3/V5)
+
+ATTN_OPTS = {
+    "gqa": dict(H_kv=2),
+    "mqa_no_bias": dict(H_kv=1, bias=False),
+    "rope": dict(positional="rope"),
+    "rope_gqa": dict(positional="rope", H_kv=2, rope_theta=100.0),
+    "alibi_gqa": dict(positional="alibi", H_kv=2),
+}
+
+
+def _mh(opts, mask, dtype="float64", seed=0):
+    m = ft.MHAttention(4, 10, 9, 6, 5, 7, mask, dtype=dtype, seed=seed, **opts)
+    rng = np.random.default_rng(seed)
+    for v in m.params.values():
+        v[...] = rng.standard_normal(v.shape)
+    return m, {k: np.array(v, dtype=np.float64) for k, v in m.params.items()}
+
+
+def _mh_ref(P, X, Z, mask, opts):
+    return ref.gqa_mhattention(X, Z, P["W_q"], P.get("b_q"), P["W_k"], P.get("b_k"), P["W_v"], P.get("b_v"), P["W_o"],
+                               P.get("b_o"), mask, positional=opts.get("positional", "none"),
+                               theta=opts.get("rope_theta", 10000.0))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("mask", ["bidirectional", "unidirectional"])
+@pytest.mark.parametrize("name", list(ATTN_OPTS))
+def test_mhattention_variants_match_reference(name, mask, dtype):
+    opts = ATTN_OPTS[name]
+    m, P = _mh(opts, mask, dtype)
+    rng = np.random.default_rng(1)
+    l = 6
+    X, Z = rng.standard_normal((10, l)), rng.standard_normal((9, l))
+    M = ref.unidirectional_mask(l, l) if mask == "unidirectional" else ref.bidirectional_mask(l, l)
+    assert rel_err(m(X, Z), _mh_ref(P, X, Z, M, opts)) <= TOL[dtype]
+    assert m.H_kv == opts.get("H_kv", 4)
+
+
+@pytest.mark.parametrize("name", list(ATTN_OPTS))
+def test_mhattention_variants_backward_matches_finite_differences(name):
+    from conftest import numeric_grad
+
+    opts = ATTN_OPTS[name]
+    m, P = _mh(opts, "unidirectional")
+    rng = np.random.default_rng(2)
+    l_x = l_z = 5
+    X, Z, dY = rng.standard_normal((10, l_x)), rng.standard_normal((9, l_z)), rng.standard_normal((7, l_x))
+    M = ref.unidirectional_mask(l_z, l_x)
+    m(X, Z)
+    m.zero_grad()
+    dX, dZ = m.backward(dY)
+    f = lambda **kw: float(np.sum(dY * _mh_ref({**P, **{k: v for k, v in kw.items() if k in P}},  # noqa: E731
+                                              kw.get("X", X), kw.get("Z", Z), M, opts)))
+    Xc, Zc = X.copy(), Z.copy()  # numeric_grad perturbs its array in place
+    assert rel_err(dX, numeric_grad(lambda: f(X=Xc), Xc)) <= 1e-6
+    assert rel_err(dZ, numeric_grad(lambda: f(Z=Zc), Zc)) <= 1e-6
+    scale = max(np.abs(g).max() for g in m.grads.values())
+    for k in P:
+        Pk = P[k].copy()
+        num = numeric_grad(lambda: f(**{k: Pk}), Pk)
+        if k == "b_k" and opts.get("positional") != "rope":
+            assert np.abs(m.grads[k]).max() <= 1e-12 * scale  # exactly 0: a per-column constant of S
+            continue
+        assert rel_err(m.grads[k], num) <= 1e-6, k
+
+
+def test_mhattention_with_H_kv_equal_H_is_algorithm_5_exactly():
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((10, 6))
+    a, b = ft.MHAttention(4, 10, 10, 6, 5, 7, dtype="float64", seed=4), \
+        ft.MHAttention(4, 10, 10, 6, 5, 7, dtype="float64", seed=4, H_kv=4)
+    assert np.array_equal(a(X), b(X))
+    dY = rng.standard_normal((7, 6))
+    assert all(np.array_equal(u, v) for u, v in zip(a.backward(dY), b.backward(dY)))
+    assert all(np.array_equal(a.grads[k], b.grads[k]) for k in a.grads)
+
+
+def test_mhattention_variant_bad_input():
+    with pytest.raises(ValueError, match="must divide H"):
+        ft.MHAttention(4, 8, 8, 6, 5, 7, H_kv=3)
+    with pytest.raises(ValueError, match="even"):
+        ft.MHAttention(4, 8, 8, 5, 5, 7, positional="rope")
+    with pytest.raises(ValueError, match="positional"):
+        ft.MHAttention(4, 8, 8, 6, 5, 7, positional="learned")
+    with pytest.raises(TypeError):
+        ft.MHAttention(4, 8, 8, 6, 5, 7, bias=1)
