@@ -449,3 +449,15 @@ def test_mhattention_variant_bad_input():
         ft.MHAttention(4, 8, 8, 6, 5, 7, positional="learned")
     with pytest.raises(TypeError):
         ft.MHAttention(4, 8, 8, 6, 5, 7, bias=1)
+
+
+@pytest.mark.parametrize("opts", [dict(H_kv=2), dict(H_kv=1, bias=False)])
+def test_ed_cached_decoding_with_gqa_equals_the_literal_path(opts):
+    """Algorithm 15's caches (self- and cross-attention) hold H_kv heads: cached = literal, token for token."""
+    m = ft.EDTransformer(19, 12, 1, 2, 4, 24, 20, dtype="float64", seed=2, **opts)
+    randomize(m, np.random.default_rng(11))
+    z = [4, 8, 15, 16, 2, 3]
+    for tau in (0.0, 1.0):
+        a = ft.EDInference(tau, max_len=10, seed=5, cache=True)(z, m)
+        b = ft.EDInference(tau, max_len=10, seed=5, cache=False)(z, m)
+        assert list(a) == list(b), tau
