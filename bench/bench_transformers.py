@@ -39,6 +39,13 @@ GELU and Adam are not counted; attention is counted for full ℓ×ℓ blocks, th
 The share of peak is that GFLOP/s over the gemm worker's median GFLOP/s (2·2048³ flops per product).
 
     python bench/bench_transformers.py [--threads N] [--rounds 7] [--steps 3] [--large] [--tied]
+    python bench/bench_transformers.py --variant llama [--tied]   # the LLaMA-style baby (docs/variants.md)
+
+--variant llama: the LLaMA-style baby model of notebooks/09_variants (RoPE, H_kv 2 of H 4, RMSnorm, SwiGLU with
+d_mlp 392, no biases; 0.2% fewer parameters than the baby GPT) against an equivalent PyTorch module (RMSnorm,
+bias-free q/k/v/o Linear with H_kv key/value heads, half-split RoPE on q and k, causal scaled-dot-product attention
+with enable_gqa, SiLU-gated MLP), with a fifth worker running OUR GPT-2-style baby GPT in the same rounds, so the
+two architectures are compared in one run. Flops: P_mm = L·(2·d_e² + 2·d_e²·H_kv/H + 3·d_e·d_mlp) + N_V·d_e.
     python bench/bench_transformers.py --inprocess ours --iters 200     # one side, flat out, in this process
                                                                           (for perf/py-spy; also torch, gemm)
 (with the package importable: installed, or PYTHONPATH=python FT_CORE_PATH=build/<dir> in a checkout).
@@ -59,7 +66,9 @@ from _common import WorkerProcess, cpu_model, import_ft
 
 BABY = dict(name="baby GPT", n_vocab=65, l_max=64, l=64, L=4, H=4, d_e=128, d_mlp=512, batch=12)
 GPT2 = dict(name="GPT-2 small", n_vocab=50257, l_max=1024, l=64, L=12, H=12, d_e=768, d_mlp=3072, batch=4)
-SHAPES = {"baby": BABY, "gpt2": GPT2}
+LLAMA = dict(name="LLaMA-style baby", n_vocab=65, l_max=64, l=64, L=4, H=4, d_e=128, d_mlp=392, batch=12,
+             variant=dict(positional="rope", H_kv=2, mlp="swiglu", bias=False, norm="rms"))
+SHAPES = {"baby": BABY, "gpt2": GPT2, "llama": LLAMA}
 PEAK_N = 2048
 
 
@@ -67,6 +76,9 @@ def step_flops(cfg) -> float:
     """Flops of one training step (the module docstring's formula)."""
     L, d, dm, l, B = cfg["L"], cfg["d_e"], cfg["d_mlp"], cfg["l"], cfg["batch"]
     p_mm = L * (4 * d * d + 2 * d * dm) + cfg["n_vocab"] * d
+    if "variant" in cfg:  # GQA: W_k, W_v have H_kv/H of the rows; SwiGLU: three d_e×d_mlp matrices
+        kv = cfg["variant"]["H_kv"] / cfg["H"]
+        p_mm = L * (2 * d * d + 2 * d * d * kv + 3 * d * dm) + cfg["n_vocab"] * d
     forward = 2.0 * p_mm * B * l + L * B * 2 * 2 * l * l * d
     return 3.0 * forward
 
@@ -114,6 +126,93 @@ def torch_gpt(torch, cfg, tied):
     return GPT()
 
 
+def torch_llama(torch, cfg, tied):
+    """The LLaMA-style decoder of docs/variants.md V6 as a row-per-token torch module."""
+    nn, F = torch.nn, torch.nn.functional
+    d, H, H_kv, dm = cfg["d_e"], cfg["H"], cfg["variant"]["H_kv"], cfg["d_mlp"]
+    dh = d // H
+
+    class RMSNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(d))
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * self.weight
+
+    inv = 1.0 / (10000.0 ** (torch.arange(0, dh, 2, dtype=torch.float64) / dh))
+    ang = torch.outer(torch.arange(cfg["l_max"], dtype=torch.float64), inv)
+    cos_t, sin_t = torch.cat([ang.cos(), ang.cos()], -1).float(), torch.cat([ang.sin(), ang.sin()], -1).float()
+
+    def rope(x):  # x: (B, heads, T, dh)
+        T = x.shape[2]
+        rot = torch.cat([-x[..., dh // 2:], x[..., : dh // 2]], dim=-1)
+        return x * cos_t[:T] + rot * sin_t[:T]
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.n1, self.n2 = RMSNorm(), RMSNorm()
+            self.q = nn.Linear(d, H * dh, bias=False)
+            self.k, self.v = nn.Linear(d, H_kv * dh, bias=False), nn.Linear(d, H_kv * dh, bias=False)
+            self.o = nn.Linear(H * dh, d, bias=False)
+            self.gate, self.up = nn.Linear(d, dm, bias=False), nn.Linear(d, dm, bias=False)
+            self.down = nn.Linear(dm, d, bias=False)
+
+        def forward(self, x):
+            B, T, _ = x.shape
+            h = self.n1(x)
+            q = rope(self.q(h).view(B, T, H, dh).transpose(1, 2))
+            k = rope(self.k(h).view(B, T, H_kv, dh).transpose(1, 2))
+            v = self.v(h).view(B, T, H_kv, dh).transpose(1, 2)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            x = x + self.o(y.transpose(1, 2).reshape(B, T, d))
+            h = self.n2(x)
+            return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+    class Llama(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(cfg["n_vocab"], d)
+            self.blocks = nn.ModuleList(Block() for _ in range(cfg["L"]))
+            self.norm = RMSNorm()
+            self.lm_head = nn.Linear(d, cfg["n_vocab"], bias=False)
+            if tied:
+                self.lm_head.weight = self.wte.weight
+
+        def loss(self, idx):
+            x = self.wte(idx)
+            for b in self.blocks:
+                x = b(x)
+            logits = self.lm_head(self.norm(x))
+            return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), idx[:, 1:].reshape(-1),
+                                   reduction="sum")
+
+    return Llama()
+
+
+def load_ours_into_torch_llama(torch, P, tm, cfg, tied):
+    d = cfg["d_e"]
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+    with torch.no_grad():
+        tm.wte.weight.copy_(t(P["W_e"].T))
+        if not tied:
+            tm.lm_head.weight.copy_(t(P["W_u"]))
+        for l, b in enumerate(tm.blocks):
+            p = f"layers.{l}."
+            a = p + "attn."
+            b.q.weight.copy_(t(P[a + "W_q"].reshape(-1, d)))
+            b.k.weight.copy_(t(P[a + "W_k"].reshape(-1, d)))
+            b.v.weight.copy_(t(P[a + "W_v"].reshape(-1, d)))
+            b.o.weight.copy_(t(P[a + "W_o"]))
+            b.gate.weight.copy_(t(P[p + "W_gate"]))
+            b.up.weight.copy_(t(P[p + "W_mlp1"]))
+            b.down.weight.copy_(t(P[p + "W_mlp2"]))
+            b.n1.weight.copy_(t(P[p + "gamma1"]))
+            b.n2.weight.copy_(t(P[p + "gamma2"]))
+        tm.norm.weight.copy_(t(P["gamma"]))
+
+
 def load_ours_into_torch(torch, P, tm, cfg, tied):
     """Our θ (column convention, stacked heads; numpy arrays by our names) into the row-per-token torch modules."""
     d = cfg["d_e"]
@@ -158,7 +257,7 @@ class OursSide:
         rng = np.random.default_rng(0)
         self.batch = rng.integers(0, cfg["n_vocab"], (cfg["batch"], cfg["l"]))
         self.model = ft.DTransformer(cfg["n_vocab"], cfg["l_max"], cfg["L"], cfg["H"], cfg["d_e"], cfg["d_mlp"],
-                                     tied=tied, dtype="float32", seed=0)
+                                     tied=tied, dtype="float32", seed=0, **cfg.get("variant", {}))
         self.opt = ft.Adam(lr, weight_decay=0.1)
         P = {k: np.asarray(v) for k, v in self.model.params.items()}
         if wdir:
@@ -181,12 +280,12 @@ class TorchSide:
         if threads:
             torch.set_num_threads(threads)
         torch.manual_seed(0)
-        self.tm = torch_gpt(torch, cfg, tied)
+        self.tm = (torch_llama if "variant" in cfg else torch_gpt)(torch, cfg, tied)
         if wdir:
             with np.load(os.path.join(wdir, "theta.npz")) as z:
                 P = {k: z[k] for k in z.files}
             batch = P.pop("__batch__")
-            load_ours_into_torch(torch, P, self.tm, cfg, tied)
+            (load_ours_into_torch_llama if "variant" in cfg else load_ours_into_torch)(torch, P, self.tm, cfg, tied)
         else:  # alone (--inprocess): torch's own initialisation
             batch = np.random.default_rng(0).integers(0, cfg["n_vocab"], (cfg["batch"], cfg["l"]))
         self.idx = torch.from_numpy(batch.astype(np.int64))
@@ -281,6 +380,10 @@ def bench(cfg, shape, args, threads, rounds, steps):
             workers.append(Worker("PyTorch (default)", "torch", args, shape,
                                   {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None}, wdir, threads))
             workers.append(Worker(f"gemm {PEAK_N}³ (ours)", "gemm", args, shape, {}, wdir, threads))
+            if shape == "llama":  # our GPT-2-style baby GPT in the same rounds (its own directory for its θ)
+                os.mkdir(os.path.join(wdir, "baby"))
+                workers.append(Worker("ft GPT-2-style baby", "ours", args, "baby", {}, os.path.join(wdir, "baby"),
+                                      threads))
             for w in workers:
                 w.ready()
             for _ in range(rounds):  # A B C D A B C D ...
@@ -319,6 +422,12 @@ def bench(cfg, shape, args, threads, rounds, steps):
     g = workers[3]
     peak = 2.0 * PEAK_N**3 / statistics.median(g.times) / 1e9
     print(f"  {g.label:24s}{1e3 * statistics.median(g.times):10.1f}{'':21s}{peak:10.1f}   (the machine's gemm peak)")
+    if shape == "llama":
+        b = workers[4]
+        mb = med[b.label] = statistics.median(b.times)
+        print(f"  {b.label:24s}{1e3 * mb:10.1f}{1e3 * min(b.times):10.1f}{tokens / mb:11.0f}{step_flops(BABY) / mb / 1e9:10.1f}"
+              f"   ({b.hello['info']['params']:,} params vs {info['params']:,}; same rounds)")
+        print(f"  LLaMA-style / GPT-2-style step time (ours): {med[ours.label] / mb:.2f}")
     mo = med[ours.label]
     ratios = ", ".join(f"{w.label.split()[1].strip('()')} {med[w.label] / mo:.2f}x" for w in workers[1:3])
     print(f"  speed ratio PyTorch/ours: {ratios}   (> 1: ours faster)")
@@ -329,7 +438,7 @@ def bench(cfg, shape, args, threads, rounds, steps):
 
 def run_inprocess(args) -> None:
     """One side, flat out, in this process (for a profiler): --iters steps after the warm-up."""
-    cfg = GPT2 if args.large else BABY
+    cfg = GPT2 if args.large else LLAMA if args.variant == "llama" else BABY
     side = SIDES[args.inprocess](cfg, args.threads, args.tied, None)
     for _ in range(args.warmup):
         side.step()
@@ -366,6 +475,8 @@ def main():
     ap.add_argument("--inprocess", choices=sorted(SIDES), help="run one side alone in this process, flat out "
                     "(--iters steps; with --large the GPT-2-small shape), for profiling")
     ap.add_argument("--iters", type=int, default=100, help="steps for --inprocess")
+    ap.add_argument("--variant", choices=["llama"], help="the LLaMA-style baby (docs/variants.md) vs PyTorch and "
+                    "vs our GPT-2-style baby GPT, instead of the baby GPT")
     ap.add_argument("--worker", choices=sorted(SIDES), help=argparse.SUPPRESS)  # internal: a subprocess
     ap.add_argument("--shape", choices=sorted(SHAPES), default="baby", help=argparse.SUPPRESS)
     ap.add_argument("--wdir", default=None, help=argparse.SUPPRESS)
@@ -379,6 +490,8 @@ def main():
 
     print(f"CPU: {cpu_model()}; os.cpu_count() = {os.cpu_count()}")
     print("Each side in its own worker process; the parent imports neither formal_transformers nor torch.")
+    if args.variant == "llama":
+        return [bench(LLAMA, "llama", args, args.threads, args.rounds, args.steps)]
     meds = [] if args.only_large else [bench(BABY, "baby", args, args.threads, args.rounds, args.steps)]
     if args.large or args.only_large:
         meds.append(bench(GPT2, "gpt2", args, args.threads, args.large_rounds, args.large_steps))

@@ -121,6 +121,9 @@ CONSTRUCTORS = {
     "RMSNorm": (lambda a, kw: ft.RMSNorm(a[0], **kw), 1),
     "Unembedding": (lambda a, kw: ft.Unembedding(a[0], a[1], **kw), 2),
     "DTransformer": (lambda a, kw: ft.DTransformer(*a[:6], **kw), 6),
+    "DTransformer_llama": (lambda a, kw: ft.DTransformer(*a[:6], positional="rope", H_kv=a[6], mlp="swiglu", bias=False,
+                                                         norm="rms", **kw), 7),
+    "DTransformer_alibi": (lambda a, kw: ft.DTransformer(*a[:6], positional="alibi", H_kv=a[6], **kw), 7),
     "ETransformer": (lambda a, kw: ft.ETransformer(*a[:7], **kw), 7),
     "ETransformer_bert": (lambda a, kw: ft.ETransformer(*a[:7], n_segments=a[0], embed_norm=True, unembed_bias=True, **kw), 7),
     "EDTransformer": (lambda a, kw: ft.EDTransformer(*a[:7], **kw), 7),
@@ -454,7 +457,8 @@ def model_files(data):
         cfg = json.loads(meta["formal_transformers.config"])
         key = data.draw(st.sampled_from(sorted(cfg) + ["arch", "extra"]))
         cfg[key] = data.draw(st.one_of(size_or_odd, st.text(max_size=6), st.sampled_from(
-            ["DTransformer", "ETransformer", "EDTransformer", "layer", "rms", "sinusoidal", "tanh"]), st.floats()))
+            ["DTransformer", "ETransformer", "EDTransformer", "layer", "rms", "sinusoidal", "tanh", "rope",
+             "alibi", "swiglu", True, False]), st.floats()))
         if data.draw(st.booleans()):
             cfg.pop(data.draw(st.sampled_from(sorted(cfg))), None)
         # (safetensors metadata is UTF-8: no lone surrogates there)

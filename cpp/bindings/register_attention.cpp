@@ -146,6 +146,11 @@ struct XZUnit {
     explicit XZUnit(A&&... hyper) : att(std::forward<A>(hyper)..., store) {
         store.allocate();
     }
+    // MHAttention with the variants of docs/variants.md
+    template <class... A>
+    explicit XZUnit(const ft::AttnVariant& v, A&&... hyper) : att(std::forward<A>(hyper)..., store, "", v) {
+        store.allocate();
+    }
 
     py::array call(const py::handle& Xo, const py::handle& Zo) {
         InMatrix<T> x = in_matrix<T>(Xo, "X", att.d_x, false, "d_x");
@@ -210,8 +215,8 @@ struct AttentionUnit : XZUnit<T, ft::Attention<T>, ft::AttentionCache<T>, NoWork
 template <class T>
 struct MHAttentionUnit : XZUnit<T, ft::MHAttention<T>, ft::MHAttentionCache<T>, ft::MHAttentionWork<T>> {
     MHAttentionUnit(index_t H, index_t d_x, index_t d_z, index_t d_attn, index_t d_mid, index_t d_out, ft::Mask mask,
-                    std::uint64_t seed)
-        : XZUnit<T, ft::MHAttention<T>, ft::MHAttentionCache<T>, ft::MHAttentionWork<T>>(H, d_x, d_z, d_attn, d_mid,
+                    std::uint64_t seed, const ft::AttnVariant& v = ft::AttnVariant())
+        : XZUnit<T, ft::MHAttention<T>, ft::MHAttentionCache<T>, ft::MHAttentionWork<T>>(v, H, d_x, d_z, d_attn, d_mid,
                                                                                        d_out, std::move(mask)) {
         ft::Rng rng(seed);
         for (const ft::MatParam* W : {&this->att.W_q, &this->att.W_k, &this->att.W_v, &this->att.W_o})
@@ -374,15 +379,29 @@ void register_attention(py::module_& m) {
                       "  before any call).\n"
                       "Inputs: float arrays of either precision, any layout (zero-copy when already this dtype and F-contiguous,\n"
                       "  otherwise converted once); non-float arrays -> TypeError. NaN is not checked: it propagates as\n"
-                      "  numpy's arithmetic of the listing (reference.py) would.");
+                      "  numpy's arithmetic of the listing (reference.py) would.\n"
+                      "Variants (docs/variants.md): H_kv key/value heads (V3: W_k (H_kv, d_attn, d_z), W_v (H_kv, d_mid,\n"
+                      "  d_z); None: H), bias=False (V5: no b's), positional='rope' (V1, rope_theta) | 'alibi' (V2) | 'none'.");
     mh.def(py::init([](long long H, long long d_x, long long d_z, long long d_attn, long long d_mid, long long d_out,
-                       const py::object& mask, const py::object& dtype, const py::object& seed) {
+                       const py::object& mask, const py::object& dtype, const py::object& seed, const py::object& H_kv,
+                       const py::object& bias, const std::string& positional, double rope_theta) {
                const index_t h = positive(H, "H"), a = positive(d_x, "d_x"), b = positive(d_z, "d_z"),
                              c = positive(d_attn, "d_attn"), mid = positive(d_mid, "d_mid"), o = positive(d_out, "d_out");
-               return std::make_unique<DM>(parse_dtype(dtype), h, a, b, c, mid, o, parse_mask(mask), seed_arg(seed));
+               ft::AttnVariant v;
+               if (!H_kv.is_none()) v.H_kv = positive(int_arg(H_kv, "H_kv"), "H_kv");
+               if (!py::isinstance<py::bool_>(bias)) throw py::type_error("bias must be True or False");
+               v.bias = bias.cast<bool>();
+               if (positional == "rope") v.pos = ft::AttnPos::Rope;
+               else if (positional == "alibi") v.pos = ft::AttnPos::Alibi;
+               else if (positional != "none")
+                   throw ft::ValueError("positional must be 'none', 'rope' or 'alibi', got '" + positional + "'");
+               v.rope_theta = rope_theta;
+               return std::make_unique<DM>(parse_dtype(dtype), h, a, b, c, mid, o, parse_mask(mask), seed_arg(seed), v);
            }),
            py::arg("H"), py::arg("d_x"), py::arg("d_z"), py::arg("d_attn"), py::arg("d_mid"), py::arg("d_out"),
-           py::arg("mask") = "bidirectional", py::kw_only(), py::arg("dtype") = "float32", py::arg("seed") = 0)
+           py::arg("mask") = "bidirectional", py::kw_only(), py::arg("dtype") = "float32", py::arg("seed") = 0,
+           py::arg("H_kv") = py::none(), py::arg("bias") = true, py::arg("positional") = "none",
+           py::arg("rope_theta") = 10000.0)
         .def("__call__", &call2<DM>, py::arg("X"), py::arg("Z") = py::none(),
              "(X (d_x, ℓ_x), Z (d_z, ℓ_z)) -> Ṽ (d_out, ℓ_x); Z omitted: Z = X.")
         .def("backward", &backward1<DM>, py::arg("dY"),
@@ -398,6 +417,7 @@ void register_attention(py::module_& m) {
         .def_property_readonly("d_attn", [](DM& d) { return d.visit([](auto& u) { return u.att.d_attn; }); })
         .def_property_readonly("d_mid", [](DM& d) { return d.visit([](auto& u) { return u.att.d_mid; }); })
         .def_property_readonly("d_out", [](DM& d) { return d.visit([](auto& u) { return u.att.d_out; }); })
+        .def_property_readonly("H_kv", [](DM& d) { return d.visit([](auto& u) { return u.att.H_kv; }); })
         .def("__repr__", [](DM& d) {
             return d.visit([&](auto& u) {
                 return "MHAttention(H=" + std::to_string(u.att.H) + ", d_x=" + std::to_string(u.att.d_x) +

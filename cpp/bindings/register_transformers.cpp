@@ -16,7 +16,9 @@ ft::Seqs seqs_of(const InBatch& b) { return ft::Seqs::from_lengths(b.lengths); }
 ft::Positional parse_positional(const std::string& s) {
     if (s == "learned") return ft::Positional::Learned;
     if (s == "sinusoidal") return ft::Positional::Sinusoidal;
-    throw ft::ValueError("positional must be 'learned' or 'sinusoidal', got '" + s + "'");
+    if (s == "rope") return ft::Positional::Rope;
+    if (s == "alibi") return ft::Positional::Alibi;
+    throw ft::ValueError("positional must be 'learned', 'sinusoidal', 'rope' or 'alibi', got '" + s + "'");
 }
 ft::Gelu parse_gelu(const std::string& s) {
     if (s == "exact" || s == "none") return ft::Gelu::Exact;
@@ -31,6 +33,25 @@ ft::NormKind parse_norm(const std::string& s) {
 index_t opt_size(const py::object& v, const char* name) {
     if (v.is_none()) return 0;
     return positive(int_arg(v, name), name);
+}
+// The variants' options (docs/variants.md): H_kv (None: H) and bias for every model; mlp, rope_theta for D.
+void variant_options(ModelConfig& c, const py::object& H_kv, const py::object& bias) {
+    c.H_kv = opt_size(H_kv, "H_kv");
+    if (!py::isinstance<py::bool_>(bias)) throw py::type_error("bias must be True or False");
+    c.bias = bias.cast<bool>();
+}
+ModelConfig::Mlp parse_mlp(const std::string& s) {
+    if (s == "gelu") return ModelConfig::Mlp::Standard;
+    if (s == "swiglu") return ModelConfig::Mlp::SwiGLU;
+    throw ft::ValueError("mlp must be 'gelu' or 'swiglu', got '" + s + "'");
+}
+const char* positional_name(ft::Positional p) {
+    switch (p) {
+        case ft::Positional::Learned: return "learned";
+        case ft::Positional::Sinusoidal: return "sinusoidal";
+        case ft::Positional::Rope: return "rope";
+        default: return "alibi";
+    }
 }
 
 // Shared keyword options of the three constructors.
@@ -123,13 +144,19 @@ py::dict config_dict(const ModelConfig& c, const char* arch, const std::string& 
     d["d_attn"] = c.d_attn;
     d["d_mid"] = c.d_mid;
     if (std::string(arch) == "DTransformer") d["norm"] = c.norm == ft::NormKind::Layer ? "layer" : "rms";
-    d["positional"] = c.positional == ft::Positional::Learned ? "learned" : "sinusoidal";
+    d["positional"] = positional_name(c.positional);
     d["base"] = c.pos_base > 0 ? py::object(py::float_(c.pos_base)) : py::object(py::none());
     d["tied"] = c.tied;
     if (std::string(arch) != "EDTransformer") d["gelu"] = c.gelu == ft::Gelu::Exact ? "exact" : "tanh";
     d["eps"] = c.eps;
     d["seed"] = c.seed;
     d["init_std"] = c.init_std;
+    d["H_kv"] = c.H_kv;
+    d["bias"] = c.bias;
+    if (std::string(arch) == "DTransformer") {
+        d["mlp"] = c.mlp == ModelConfig::Mlp::SwiGLU ? "swiglu" : "gelu";
+        d["rope_theta"] = c.rope_theta;
+    }
     d["dtype"] = dtype;
     if (std::string(arch) == "ETransformer") {  // BERT's options (beyond Algorithm 9)
         d["n_segments"] = c.n_segments;
@@ -392,6 +419,9 @@ d_attn = d_mid = d_e // H by default, norm="layer" | "rms" (Gopher's RMSnorm), p
 "sinusoidal" (base replaces ℓ_max in the paper's formula), tied=False (W_u = W_eᵀ when True),
 gelu="exact" | "tanh" (GPT-2's approximation), eps (inside layer_norm's square root), dtype, seed,
 init_std (GPT-2's init: N(0, init_std²), residual projections / √(2L), biases 0, γ = 1, β = 0).
+Variants (docs/variants.md): positional="rope" (rope_theta=10000.0) | "alibi" (no W_p), H_kv key/value
+heads (grouped-query attention; None: H), mlp="gelu" | "swiglu", bias=False (no biases in attention and
+MLP). With norm="rms" these make a LLaMA-style decoder; the defaults are Algorithm 10.
 
 Call: P = model(x), x a 1-D sequence of token ids (ℓ ≤ l_max) -> P (N_V, ℓ); column t is the
 distribution of x[t+1] given x[:t+1]. A 2-D (N, ℓ) array gives (N, N_V, ℓ); a list of sequences a list.
@@ -400,7 +430,8 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
     dcls.def(py::init([](long long n_vocab, long long l_max, long long L, long long H, long long d_e, long long d_mlp,
                          const py::object& d_attn, const py::object& d_mid, const std::string& norm,
                          const std::string& positional, const py::object& base, bool tied, const std::string& gelu,
-                         double eps, const py::object& dtype, const py::object& seed, double init_std) {
+                         double eps, const py::object& dtype, const py::object& seed, double init_std,
+                         const py::object& H_kv, const py::object& bias, const std::string& mlp, double rope_theta) {
                  ModelConfig c;
                  c.n_vocab = n_vocab;
                  c.l_max = l_max;
@@ -411,6 +442,9 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
                  c.norm = parse_norm(norm);
                  c.gelu = parse_gelu(gelu);
                  common_options(c, d_attn, d_mid, positional, base, tied, eps, seed, init_std);
+                 variant_options(c, H_kv, bias);
+                 c.mlp = parse_mlp(mlp);
+                 c.rope_theta = rope_theta;
                  const DType dt = parse_dtype(dtype);
                  CoreCall nogil;
                  return std::make_unique<DD>(dt, c);
@@ -419,7 +453,8 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
              py::kw_only(), py::arg("d_attn") = py::none(), py::arg("d_mid") = py::none(), py::arg("norm") = "layer",
              py::arg("positional") = "learned", py::arg("base") = py::none(), py::arg("tied") = false,
              py::arg("gelu") = "exact", py::arg("eps") = 1e-5, py::arg("dtype") = "float32", py::arg("seed") = 0,
-             py::arg("init_std") = 0.02);
+             py::arg("init_std") = 0.02, py::arg("H_kv") = py::none(), py::arg("bias") = true, py::arg("mlp") = "gelu",
+             py::arg("rope_theta") = 10000.0);
     def_model_common<DUnit>(dcls);
     def_single_input<DUnit>(dcls);
     dcls        .def(
@@ -480,7 +515,8 @@ loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] o
     ecls.def(py::init([](long long n_vocab, long long l_max, long long L, long long H, long long d_e, long long d_mlp,
                          long long d_f, const py::object& d_attn, const py::object& d_mid, const std::string& positional,
                          const py::object& base, bool tied, const std::string& gelu, double eps, const py::object& dtype,
-                         const py::object& seed, double init_std, long long n_segments, bool embed_norm, bool unembed_bias) {
+                         const py::object& seed, double init_std, long long n_segments, bool embed_norm, bool unembed_bias,
+                         const py::object& H_kv, const py::object& bias) {
                  ModelConfig c;
                  c.n_vocab = n_vocab;
                  c.l_max = l_max;
@@ -494,6 +530,7 @@ loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] o
                  c.n_segments = n_segments;
                  c.embed_norm = embed_norm;
                  c.unembed_bias = unembed_bias;
+                 variant_options(c, H_kv, bias);
                  const DType dt = parse_dtype(dtype);
                  CoreCall nogil;
                  return std::make_unique<DE>(dt, c);
@@ -503,7 +540,7 @@ loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] o
              py::arg("positional") = "learned", py::arg("base") = py::none(), py::arg("tied") = false,
              py::arg("gelu") = "exact", py::arg("eps") = 1e-5, py::arg("dtype") = "float32", py::arg("seed") = 0,
              py::arg("init_std") = 0.02, py::arg("n_segments") = 0, py::arg("embed_norm") = false,
-             py::arg("unembed_bias") = false);
+             py::arg("unembed_bias") = false, py::arg("H_kv") = py::none(), py::arg("bias") = true);
     def_model_common<EUnit>(ecls);
     def_single_input<EUnit>(ecls);
     def_segment_inputs(ecls);  // __call__, logits, hidden, loss_and_grad, loss with BERT's segment ids
@@ -523,7 +560,7 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
     edcls.def(py::init([](long long n_vocab, long long l_max, long long L_enc, long long L_dec, long long H, long long d_e,
                           long long d_mlp, const py::object& d_attn, const py::object& d_mid, const std::string& positional,
                           const py::object& base, bool tied, double eps, const py::object& dtype, const py::object& seed,
-                          double init_std) {
+                          double init_std, const py::object& H_kv, const py::object& bias) {
                   ModelConfig c;
                   c.n_vocab = n_vocab;
                   c.l_max = l_max;
@@ -533,6 +570,7 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
                   c.d_e = d_e;
                   c.d_mlp = d_mlp;
                   common_options(c, d_attn, d_mid, positional, base, tied, eps, seed, init_std);
+                  variant_options(c, H_kv, bias);
                   const DType dt = parse_dtype(dtype);
                   CoreCall nogil;
                   return std::make_unique<DED>(dt, c);
@@ -540,7 +578,8 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
               py::arg("n_vocab"), py::arg("l_max"), py::arg("L_enc"), py::arg("L_dec"), py::arg("H"), py::arg("d_e"),
               py::arg("d_mlp"), py::kw_only(), py::arg("d_attn") = py::none(), py::arg("d_mid") = py::none(),
               py::arg("positional") = "learned", py::arg("base") = py::none(), py::arg("tied") = false,
-              py::arg("eps") = 1e-5, py::arg("dtype") = "float32", py::arg("seed") = 0, py::arg("init_std") = 0.02);
+              py::arg("eps") = 1e-5, py::arg("dtype") = "float32", py::arg("seed") = 0, py::arg("init_std") = 0.02,
+              py::arg("H_kv") = py::none(), py::arg("bias") = true);
     def_model_common<EDUnit>(edcls);
     auto ed_pair = [](auto& m, const py::handle& z, const py::handle& x) {
         InBatch zb = in_batch(z, "z", m.cfg.n_vocab, m.cfg.l_max);

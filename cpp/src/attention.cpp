@@ -108,8 +108,10 @@ void for_blocks(index_t n_seqs, index_t H, index_t work_per_block, F&& f) {
 
 template <class T>
 void attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const Mask& mask, index_t q0, MatView<T> A,
-                    MatView<T> Vt) {
+                    MatView<T> Vt, double alibi_slope) {
     scores<T>(Q, K, A);            // line 4
+    if (alibi_slope != 0)          // V2 line 6′: S/√d_attn − m_h D (variants.cpp)
+        alibi_add<T>(A, alibi_slope, q0, mask.kind() == Mask::Kind::Unidirectional);
     mask_softmax<T>(mask, q0, A);  // lines 5, 6: A = softmax(S/√d_attn)
     mix<T>(V, A, Vt);              // line 6: Ṽ = V A
 }
@@ -245,25 +247,44 @@ void Attention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx,
 // ===================================== Algorithm 5 ====================================================
 template <class T>
 MHAttention<T>::MHAttention(index_t H_, index_t d_x_, index_t d_z_, index_t d_attn_, index_t d_mid_, index_t d_out_,
-                            Mask mask_, ParamStore<T>& store, const std::string& p)
-    : H(H_), d_x(d_x_), d_z(d_z_), d_attn(d_attn_), d_mid(d_mid_), d_out(d_out_), mask(std::move(mask_)) {
+                            Mask mask_, ParamStore<T>& store, const std::string& p, const AttnVariant& v)
+    : H(H_), d_x(d_x_), d_z(d_z_), d_attn(d_attn_), d_mid(d_mid_), d_out(d_out_), mask(std::move(mask_)), var(v) {
     if (H <= 0 || d_x <= 0 || d_z <= 0 || d_attn <= 0 || d_mid <= 0 || d_out <= 0)
         throw ValueError("MHAttention: H, d_x, d_z, d_attn, d_mid, d_out must be positive");
+    H_kv = var.H_kv > 0 ? var.H_kv : H;  // V3: 0 means H (Algorithm 5)
+    var.H_kv = H_kv;
+    if (H_kv > H || H % H_kv != 0)
+        throw ValueError("H_kv = " + std::to_string(H_kv) + " must divide H = " + std::to_string(H) +
+                         " (grouped-query attention: groups of H/H_kv query heads share a key/value head)");
+    if (var.pos == AttnPos::Rope && d_attn % 2 != 0)
+        throw ValueError("RoPE rotates pairs of rows: d_attn (the head size) must be even, got " + std::to_string(d_attn));
+    if (var.pos == AttnPos::Rope && !(var.rope_theta > 0) )
+        throw ValueError("rope_theta must be > 0");
+    if (var.pos == AttnPos::Alibi) slopes = alibi_slopes(H);
     W_q = store.stacked(p + "W_q", H, d_attn, d_x);
-    b_q = store.stacked_vector(p + "b_q", H, d_attn);
-    W_k = store.stacked(p + "W_k", H, d_attn, d_z);
-    b_k = store.stacked_vector(p + "b_k", H, d_attn);
-    W_v = store.stacked(p + "W_v", H, d_mid, d_z);
-    b_v = store.stacked_vector(p + "b_v", H, d_mid);
+    if (var.bias) b_q = store.stacked_vector(p + "b_q", H, d_attn);
+    W_k = store.stacked(p + "W_k", H_kv, d_attn, d_z);
+    if (var.bias) b_k = store.stacked_vector(p + "b_k", H_kv, d_attn);
+    W_v = store.stacked(p + "W_v", H_kv, d_mid, d_z);
+    if (var.bias) b_v = store.stacked_vector(p + "b_v", H_kv, d_mid);
     W_o = store.matrix(p + "W_o", d_out, H * d_mid);
-    b_o = store.vector(p + "b_o", d_out);
+    if (var.bias) b_o = store.vector(p + "b_o", d_out);
+}
+
+template <class T>
+void MHAttention<T>::rope_seqs(MatView<T> M, index_t n_heads, const Seqs& s, index_t q0, bool inverse) const {
+    std::vector<index_t> pos(std::size_t(M.cols));
+    for (index_t b = 0; b < s.count(); ++b)
+        for (index_t j = 0; j < s.len(b); ++j) pos[std::size_t(s.begin(b) + j)] = q0 + j;
+    rope<T>(M, n_heads, d_attn, pos.data(), var.rope_theta, inverse);
 }
 
 template <class T>
 void MHAttention<T>::init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const {
     for (const MatParam* W : {&W_q, &W_k, &W_v}) store.normal(W->offset, W->rows * W->cols, stddev, rng);
     store.normal(W_o.offset, W_o.rows * W_o.cols, out_stddev, rng);
-    for (const VecParam* b : {&b_q, &b_k, &b_v, &b_o}) store.fill(b->offset, b->size, T(0));
+    if (var.bias)
+        for (const VecParam* b : {&b_q, &b_k, &b_v, &b_o}) store.fill(b->offset, b->size, T(0));
 }
 
 // X:[d_x,n_x], Z:[d_z,n_z] -> Ṽ:[d_out,n_x]
@@ -274,31 +295,38 @@ void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Se
     for (index_t b = 0; b < sx.count(); ++b) mask.check(sz.len(b), sx.len(b));
     MatView<T> Y = ensure(c.Y, H * d_mid, X.cols);
     MatView<T> Q, K, V;
-    const index_t Dq = H * d_attn, Dv = H * d_mid;
+    const index_t Dq = H * d_attn, Dk = H_kv * d_attn, Dv = H_kv * d_mid;  // V3: K and V have H_kv heads
     c.fused = X.data == Z.data && X.rows == Z.rows && X.cols == Z.cols && X.ld == Z.ld && sx.off == sz.off;
     if (c.fused) {
         // line 2, first half, self-attention: Algorithm 4's lines 1–3 for all heads and for Q, K, V at once,
         // [Q; K; V] ← [W_q; W_k; W_v] X + [b_q; b_k; b_v] 1ᵀ (the same numbers as the three products below)
-        MatView<T> W = ensure(c.W_qkv, 2 * Dq + Dv, d_x);
+        MatView<T> W = ensure(c.W_qkv, Dq + Dk + Dv, d_x);
         CMatView<T> Wq = store.W(W_q), Wk = store.W(W_k), Wv = store.W(W_v);
         for (index_t j = 0; j < d_x; ++j) {
             std::copy(Wq.col(j), Wq.col(j) + Dq, W.col(j));
-            std::copy(Wk.col(j), Wk.col(j) + Dq, W.col(j) + Dq);
-            std::copy(Wv.col(j), Wv.col(j) + Dv, W.col(j) + 2 * Dq);
+            std::copy(Wk.col(j), Wk.col(j) + Dk, W.col(j) + Dq);
+            std::copy(Wv.col(j), Wv.col(j) + Dv, W.col(j) + Dq + Dk);
         }
-        T* b = ensure(c.b_qkv, 2 * Dq + Dv);
-        std::copy(store.v(b_q), store.v(b_q) + Dq, b);
-        std::copy(store.v(b_k), store.v(b_k) + Dq, b + Dq);
-        std::copy(store.v(b_v), store.v(b_v) + Dv, b + 2 * Dq);
-        MatView<T> QKV = ensure(c.QKV, 2 * Dq + Dv, X.cols);
+        T* b = nullptr;
+        if (var.bias) {
+            b = ensure(c.b_qkv, Dq + Dk + Dv);
+            std::copy(store.v(b_q), store.v(b_q) + Dq, b);
+            std::copy(store.v(b_k), store.v(b_k) + Dk, b + Dq);
+            std::copy(store.v(b_v), store.v(b_v) + Dv, b + Dq + Dk);
+        }
+        MatView<T> QKV = ensure(c.QKV, Dq + Dk + Dv, X.cols);
         affine<T>(W, X, b, QKV);
-        Q = QKV.rows_range(0, Dq), K = QKV.rows_range(Dq, Dq), V = QKV.rows_range(2 * Dq, Dv);
+        Q = QKV.rows_range(0, Dq), K = QKV.rows_range(Dq, Dk), V = QKV.rows_range(Dq + Dk, Dv);
     } else {
-        Q = ensure(c.Q, Dq, X.cols), K = ensure(c.K, Dq, Z.cols), V = ensure(c.V, Dv, Z.cols);
+        Q = ensure(c.Q, Dq, X.cols), K = ensure(c.K, Dk, Z.cols), V = ensure(c.V, Dv, Z.cols);
         // line 2, first half: Algorithm 4's lines 1–3 for all heads at once (W_q = [W_q¹; …; W_q^H], …)
-        affine<T>(store.W(W_q), X, store.v(b_q), Q);  // Q^h ← W_q^h X + b_q^h 1ᵀ
-        affine<T>(store.W(W_k), Z, store.v(b_k), K);  // K^h ← W_k^h Z + b_k^h 1ᵀ
-        affine<T>(store.W(W_v), Z, store.v(b_v), V);  // V^h ← W_v^h Z + b_v^h 1ᵀ
+        affine<T>(store.W(W_q), X, bias(store, b_q), Q);  // Q^h ← W_q^h X + b_q^h 1ᵀ
+        affine<T>(store.W(W_k), Z, bias(store, b_k), K);  // K^g ← W_k^g Z + b_k^g 1ᵀ  (g ∈ [H_kv])
+        affine<T>(store.W(W_v), Z, bias(store, b_v), V);  // V^g ← W_v^g Z + b_v^g 1ᵀ
+    }
+    if (var.pos == AttnPos::Rope) {  // V1 lines 2a, 2b: rotate every head's Q and K at their positions
+        rope_seqs(Q, H, sx, 0, false);
+        rope_seqs(K, H_kv, sz, 0, false);
     }
     c.Qv = Q, c.Kv = K, c.Vv = V;
     c.A_off.assign(1, 0);
@@ -306,65 +334,74 @@ void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Se
         for (index_t h = 0; h < H; ++h) c.A_off.push_back(c.A_off.back() + sz.len(b) * sx.len(b));
     c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));
     // lines 1–3: for h ∈ [H]: Y^h ← Attention(X, Z | W^h_qkv, Mask): Algorithm 4's lines 4–6 on head h's
-    // rows of Q, K, V, for every sequence, writing Y^h into its rows of Y.
-    const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid);
+    // rows of Q, K, V (V3: key/value head g = h / (H/H_kv)), for every sequence, writing Y^h into its rows of Y.
+    const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid), group = H / H_kv;
     for_blocks(sx.count(), H, work, [&](index_t b, index_t h) {
+        const index_t g = h / group;
         attention_head<T>(Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
-                          K.rows_range(h * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
-                          V.rows_range(h * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), mask, 0,
+                          K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                          V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), mask, 0,
                           MatView<T>(c.A.data() + c.A_off[std::size_t(b * H + h)], sz.len(b), sx.len(b)),
-                          Y.rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)));
+                          Y.rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
+                          slopes.empty() ? 0.0 : slopes[std::size_t(h)]);
     });
     // line 3 is the layout itself: Y = [Y¹; Y²; …; Y^H]
     if (accumulate)
-        affine_add<T>(store.W(W_o), Y, store.v(b_o), Vt);  // line 4, added to the caller's residual stream
+        affine_add<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // line 4, added to the caller's residual stream
     else
-        affine<T>(store.W(W_o), Y, store.v(b_o), Vt);  // line 4: Ṽ = W_o Y + b_o 1ᵀ
+        affine<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // line 4: Ṽ = W_o Y + b_o 1ᵀ
 }
 
 template <class T>
 void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
                               const MHAttentionCache<T>& c, CMatView<T> dVt, MatView<T> dX, MatView<T> dZ,
                               MHAttentionWork<T>& w) const {
-    const index_t Dq = H * d_attn, Dv = H * d_mid;
+    const index_t Dq = H * d_attn, Dk = H_kv * d_attn, Dv = H_kv * d_mid, Dy = H * d_mid;
     // the fused product of the forward (self-attention), differentiated as one product when dZ is dX too
     const bool fused = c.fused && dX.data == dZ.data && dX.ld == dZ.ld;
-    MatView<T> dY = ensure(w.dY, Dv, X.cols);
+    MatView<T> dY = ensure(w.dY, Dy, X.cols);
     MatView<T> dQ, dK, dV;
     if (fused) {
-        MatView<T> dQKV = ensure(w.dQKV, 2 * Dq + Dv, X.cols);
+        MatView<T> dQKV = ensure(w.dQKV, Dq + Dk + Dv, X.cols);
         std::fill(dQKV.data, dQKV.data + dQKV.size(), T(0));
-        dQ = dQKV.rows_range(0, Dq), dK = dQKV.rows_range(Dq, Dq), dV = dQKV.rows_range(2 * Dq, Dv);
+        dQ = dQKV.rows_range(0, Dq), dK = dQKV.rows_range(Dq, Dk), dV = dQKV.rows_range(Dq + Dk, Dv);
     } else {
-        dQ = ensure(w.dQ, Dq, X.cols), dK = ensure(w.dK, Dq, Z.cols), dV = ensure(w.dV, Dv, Z.cols);
+        dQ = ensure(w.dQ, Dq, X.cols), dK = ensure(w.dK, Dk, Z.cols), dV = ensure(w.dV, Dv, Z.cols);
         std::fill(dQ.data, dQ.data + dQ.size(), T(0));
         std::fill(dK.data, dK.data + dK.size(), T(0));
         std::fill(dV.data, dV.data + dV.size(), T(0));
     }
     std::fill(dY.data, dY.data + dY.size(), T(0));
     // d(line 4): dW_o += dṼ Yᵀ, db_o += dṼ 1, dY = W_oᵀ dṼ
-    affine_backward<T>(store.W(W_o), view(c.Y), dVt, store.dW(W_o).data, store.dv(b_o), dY.data);
+    affine_backward<T>(store.W(W_o), view(c.Y), dVt, store.dW(W_o).data, dbias(store, b_o), dY.data);
     w.dA.resize(c.A.size());
     CMatView<T> Q = c.Qv, K = c.Kv, V = c.Vv;
-    // d(lines 1–3): Algorithm 4's lines 6, 5, 4 backward per (sequence, head) block
-    const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid);
-    for_blocks(sx.count(), H, work, [&](index_t b, index_t h) {
-        const std::size_t off = std::size_t(c.A_off[std::size_t(b * H + h)]);
-        attention_head_backward<T>(Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
-                                   K.rows_range(h * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
-                                   V.rows_range(h * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)),
-                                   CMatView<T>(c.A.data() + off, sz.len(b), sx.len(b)),
-                                   CMatView<T>(dY).rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
-                                   dQ.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
-                                   dK.rows_range(h * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
-                                   dV.rows_range(h * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)),
-                                   MatView<T>(w.dA.data() + off, sz.len(b), sx.len(b)));
+    // d(lines 1–3): Algorithm 4's lines 6, 5, 4 backward per (sequence, key/value head g) block; the query
+    // heads of a group run in turn, so dK^g and dV^g sum their contributions (V3) without a race
+    const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid), group = H / H_kv;
+    for_blocks(sx.count(), H_kv, work * group, [&](index_t b, index_t g) {
+        for (index_t h = g * group; h < (g + 1) * group; ++h) {
+            const std::size_t off = std::size_t(c.A_off[std::size_t(b * H + h)]);
+            attention_head_backward<T>(Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                                       K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                                       V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)),
+                                       CMatView<T>(c.A.data() + off, sz.len(b), sx.len(b)),
+                                       CMatView<T>(dY).rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
+                                       dQ.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                                       dK.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                                       dV.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)),
+                                       MatView<T>(w.dA.data() + off, sz.len(b), sx.len(b)));
+        }
     });
+    if (var.pos == AttnPos::Rope) {  // d(V1 lines 2a, 2b): back through the rotations, dQ ← R(p)ᵀ dQ, dK ← R(p)ᵀ dK
+        rope_seqs(dQ, H, sx, 0, true);
+        rope_seqs(dK, H_kv, sz, 0, true);
+    }
     if (fused) {
         // Algorithm 4's lines 1–3 for all heads, Q, K and V at once: [dW_q; dW_k; dW_v] = [dQ; dK; dV] Xᵀ,
         // d[b_q; b_k; b_v] = [dQ; dK; dV] 1, dX += [W_q; W_k; W_v]ᵀ [dQ; dK; dV]
         CMatView<T> dQKV = view(w.dQKV);
-        MatView<T> dW = ensure(w.dW_qkv, 2 * Dq + Dv, d_x);
+        MatView<T> dW = ensure(w.dW_qkv, Dq + Dk + Dv, d_x);
         gemm<T>(Op::N, Op::T, T(1), dQKV, X, T(0), dW);
         MatView<T> dWq = store.dW(W_q), dWk = store.dW(W_k), dWv = store.dW(W_v);
         for (index_t j = 0; j < d_x; ++j) {
@@ -373,20 +410,22 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
 #pragma omp simd
             for (index_t i = 0; i < Dq; ++i) q[i] += g[i];
 #pragma omp simd
-            for (index_t i = 0; i < Dq; ++i) k[i] += g[Dq + i];
+            for (index_t i = 0; i < Dk; ++i) k[i] += g[Dq + i];
 #pragma omp simd
-            for (index_t i = 0; i < Dv; ++i) v[i] += g[2 * Dq + i];
+            for (index_t i = 0; i < Dv; ++i) v[i] += g[Dq + Dk + i];
         }
-        add_column_sum<T>(dQKV.rows_range(0, Dq), store.dv(b_q));
-        add_column_sum<T>(dQKV.rows_range(Dq, Dq), store.dv(b_k));
-        add_column_sum<T>(dQKV.rows_range(2 * Dq, Dv), store.dv(b_v));
+        if (var.bias) {
+            add_column_sum<T>(dQKV.rows_range(0, Dq), store.dv(b_q));
+            add_column_sum<T>(dQKV.rows_range(Dq, Dk), store.dv(b_k));
+            add_column_sum<T>(dQKV.rows_range(Dq + Dk, Dv), store.dv(b_v));
+        }
         gemm<T>(Op::T, Op::N, T(1), view(c.W_qkv), dQKV, T(1), dX);
         return;
     }
     // Algorithm 4's lines 3, 2, 1 for all heads at once (stacked): parameter gradients, dZ, dX
-    affine_backward<T>(store.W(W_v), Z, dV, store.dW(W_v).data, store.dv(b_v), dZ.data, dZ.ld);
-    affine_backward<T>(store.W(W_k), Z, dK, store.dW(W_k).data, store.dv(b_k), dZ.data, dZ.ld);
-    affine_backward<T>(store.W(W_q), X, dQ, store.dW(W_q).data, store.dv(b_q), dX.data, dX.ld);
+    affine_backward<T>(store.W(W_v), Z, dV, store.dW(W_v).data, dbias(store, b_v), dZ.data, dZ.ld);
+    affine_backward<T>(store.W(W_k), Z, dK, store.dW(W_k).data, dbias(store, b_k), dZ.data, dZ.ld);
+    affine_backward<T>(store.W(W_q), X, dQ, store.dW(W_q).data, dbias(store, b_q), dX.data, dX.ld);
 }
 
 template <class T>
@@ -394,15 +433,17 @@ void MHAttention<T>::append_kv(const ParamStore<T>& store, CMatView<T> Z, KVCach
     const index_t need = cache.len + Z.cols;
     if (index_t(cache.K.shape(1)) < need) {  // grow (doubling), keeping the cached columns
         const index_t cap = std::max<index_t>(need, 2 * index_t(cache.K.shape(1)));
-        Matrix<T> K2 = Matrix<T>::from_shape({std::size_t(H * d_attn), std::size_t(cap)});
-        Matrix<T> V2 = Matrix<T>::from_shape({std::size_t(H * d_mid), std::size_t(cap)});
-        std::copy(cache.K.data(), cache.K.data() + H * d_attn * cache.len, K2.data());
-        std::copy(cache.V.data(), cache.V.data() + H * d_mid * cache.len, V2.data());
+        Matrix<T> K2 = Matrix<T>::from_shape({std::size_t(H_kv * d_attn), std::size_t(cap)});
+        Matrix<T> V2 = Matrix<T>::from_shape({std::size_t(H_kv * d_mid), std::size_t(cap)});
+        std::copy(cache.K.data(), cache.K.data() + H_kv * d_attn * cache.len, K2.data());
+        std::copy(cache.V.data(), cache.V.data() + H_kv * d_mid * cache.len, V2.data());
         cache.K = std::move(K2);
         cache.V = std::move(V2);
     }
-    affine<T>(store.W(W_k), Z, store.v(b_k), view(cache.K).cols_range(cache.len, Z.cols));  // Alg 4 line 2
-    affine<T>(store.W(W_v), Z, store.v(b_v), view(cache.V).cols_range(cache.len, Z.cols));  // Alg 4 line 3
+    MatView<T> Knew = view(cache.K).cols_range(cache.len, Z.cols);
+    affine<T>(store.W(W_k), Z, bias(store, b_k), Knew);                                           // Alg 4 line 2 (H_kv heads)
+    affine<T>(store.W(W_v), Z, bias(store, b_v), view(cache.V).cols_range(cache.len, Z.cols));  // Alg 4 line 3
+    if (var.pos == AttnPos::Rope) rope_seqs(Knew, H_kv, Seqs::single(Z.cols), cache.len, false);  // V1 line 2b, absolute
     cache.len = need;
 }
 
@@ -412,17 +453,19 @@ void MHAttention<T>::attend_cached(const ParamStore<T>& store, CMatView<T> X, in
     const index_t n = X.cols, lz = cache.len;
     mask.check(lz, n, q0);
     MatView<T> Q = ensure(s.Q, H * d_attn, n), Y = ensure(s.Y, H * d_mid, n);
-    affine<T>(store.W(W_q), X, store.v(b_q), Q);  // Alg 4 line 1, all heads
+    affine<T>(store.W(W_q), X, bias(store, b_q), Q);  // Alg 4 line 1, all heads
+    if (var.pos == AttnPos::Rope) rope_seqs(Q, H, Seqs::single(n), q0, false);  // V1 line 2a at q0, q0+1, …
     s.A.resize(std::size_t(lz * n));
     CMatView<T> K = CMatView<T>(view(cache.K)).cols_range(0, lz), V = CMatView<T>(view(cache.V)).cols_range(0, lz);
-    for (index_t h = 0; h < H; ++h)  // Alg 5 lines 1–3 (Alg 4 lines 4–6 per head)
-        attention_head<T>(Q.rows_range(h * d_attn, d_attn), K.rows_range(h * d_attn, d_attn),
-                          V.rows_range(h * d_mid, d_mid), mask, q0, MatView<T>(s.A.data(), lz, n),
-                          Y.rows_range(h * d_mid, d_mid));
+    const index_t group = H / H_kv;
+    for (index_t h = 0; h < H; ++h)  // Alg 5 lines 1–3 (Alg 4 lines 4–6 per head; V3: key/value head h / group)
+        attention_head<T>(Q.rows_range(h * d_attn, d_attn), K.rows_range((h / group) * d_attn, d_attn),
+                          V.rows_range((h / group) * d_mid, d_mid), mask, q0, MatView<T>(s.A.data(), lz, n),
+                          Y.rows_range(h * d_mid, d_mid), slopes.empty() ? 0.0 : slopes[std::size_t(h)]);
     if (accumulate)
-        affine_add<T>(store.W(W_o), Y, store.v(b_o), Vt);  // Alg 5 line 4 (into the residual stream)
+        affine_add<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // Alg 5 line 4 (into the residual stream)
     else
-        affine<T>(store.W(W_o), Y, store.v(b_o), Vt);  // Alg 5 line 4
+        affine<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // Alg 5 line 4
 }
 
 template class BasicAttention<float>;
@@ -431,8 +474,8 @@ template class Attention<float>;
 template class Attention<double>;
 template class MHAttention<float>;
 template class MHAttention<double>;
-template void attention_head<float>(CMatView<float>, CMatView<float>, CMatView<float>, const Mask&, index_t, MatView<float>, MatView<float>);
-template void attention_head<double>(CMatView<double>, CMatView<double>, CMatView<double>, const Mask&, index_t, MatView<double>, MatView<double>);
+template void attention_head<float>(CMatView<float>, CMatView<float>, CMatView<float>, const Mask&, index_t, MatView<float>, MatView<float>, double);
+template void attention_head<double>(CMatView<double>, CMatView<double>, CMatView<double>, const Mask&, index_t, MatView<double>, MatView<double>, double);
 template void attention_head_backward<float>(CMatView<float>, CMatView<float>, CMatView<float>, CMatView<float>, CMatView<float>,
                                              MatView<float>, MatView<float>, MatView<float>, MatView<float>);
 template void attention_head_backward<double>(CMatView<double>, CMatView<double>, CMatView<double>, CMatView<double>,

@@ -57,12 +57,14 @@ PositionalEmbedding<T>::PositionalEmbedding(index_t l_max_, index_t d_e_, Positi
     : l_max(l_max_), d_e(d_e_), kind(kind_), base(base_ > 0 ? base_ : double(l_max_)) {
     if (l_max <= 0) throw ValueError("PositionalEmbedding: l_max must be positive");
     if (d_e <= 0) throw ValueError("PositionalEmbedding: d_e must be positive");
+    if (kind == Positional::Rope || kind == Positional::Alibi) return;  // no W_p (V1, V2)
     W_p = store.matrix(name, d_e, l_max);
     if (kind == Positional::Sinusoidal) store.freeze(W_p.offset);
 }
 
 template <class T>
 void PositionalEmbedding<T>::init(ParamStore<T>& store, Rng& rng, double stddev) const {
+    if (W_p.offset < 0) return;  // no W_p
     if (kind == Positional::Learned) {
         store.normal(W_p.offset, d_e * l_max, stddev, rng);
         return;
@@ -81,6 +83,7 @@ void PositionalEmbedding<T>::init(ParamStore<T>& store, Rng& rng, double stddev)
 template <class T>
 void PositionalEmbedding<T>::forward(const ParamStore<T>& store, const index_t* positions, index_t n, MatView<T> E,
                                      bool accumulate) const {
+    if (W_p.offset < 0) return;  // no W_p
     CMatView<T> W = store.W(W_p);
     for (index_t t = 0; t < n; ++t) {
         const T* w = W.col(positions[t]);  // line 1: e_p = W_p[:, ℓ]
@@ -96,6 +99,7 @@ void PositionalEmbedding<T>::forward(const ParamStore<T>& store, const index_t* 
 
 template <class T>
 void PositionalEmbedding<T>::forward_seqs(const ParamStore<T>& store, const Seqs& s, MatView<T> E, index_t offset) const {
+    if (W_p.offset < 0) return;  // no W_p (V1, V2: the position enters attention)
     CMatView<T> W = store.W(W_p);
 #pragma omp parallel for schedule(static) if (d_e * s.total() > 65536)
     for (index_t b = 0; b < s.count(); ++b)

@@ -41,6 +41,18 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
     if (c.n_segments < 0) throw ValueError("n_segments must be >= 0, got " + std::to_string(c.n_segments));
     if (arch != Arch::E && (c.n_segments > 0 || c.embed_norm || c.unembed_bias))
         throw ValueError("n_segments, embed_norm and unembed_bias are ETransformer options (BERT)");
+    // the variants (docs/variants.md)
+    if (c.H_kv == 0) c.H_kv = c.H;
+    if (c.H_kv < 0 || c.H_kv > c.H || c.H % c.H_kv != 0)
+        throw ValueError("H_kv = " + std::to_string(c.H_kv) + " must divide H = " + std::to_string(c.H) +
+                         " (grouped-query attention: groups of H/H_kv query heads share a key/value head)");
+    const bool rel_pos = c.positional == Positional::Rope || c.positional == Positional::Alibi;
+    if (arch != Arch::D && rel_pos) throw ValueError("positional='rope' and 'alibi' are DTransformer options");
+    if (arch != Arch::D && c.mlp != ModelConfig::Mlp::Standard) throw ValueError("mlp='swiglu' is a DTransformer option");
+    if (c.positional == Positional::Rope && c.d_attn % 2 != 0)
+        throw ValueError("positional='rope' rotates pairs of rows: d_attn (the head size) must be even, got " +
+                         std::to_string(c.d_attn));
+    if (!(c.rope_theta > 0)) throw ValueError("rope_theta must be > 0");
     check_model_size(c, arch);  // sizes.hpp: overflow-safe, before any layer is declared
     return c;
 }
@@ -80,6 +92,16 @@ MatView<T> copy_into(Matrix<T>& dst, CMatView<T> src) {
     return v;
 }
 std::string layer_prefix(const char* group, index_t l) { return std::string(group) + "." + std::to_string(l) + "."; }
+// The attention options of a model (docs/variants.md); `positional`: RoPE/ALiBi apply (D's self-attention)
+AttnVariant attn_variant(const ModelConfig& g, bool positional) {
+    AttnVariant v;
+    v.H_kv = g.H_kv;
+    v.bias = g.bias;
+    if (positional && g.positional == Positional::Rope) v.pos = AttnPos::Rope;
+    if (positional && g.positional == Positional::Alibi) v.pos = AttnPos::Alibi;
+    v.rope_theta = g.rope_theta;
+    return v;
+}
 }  // namespace
 
 // ======================================== shared pieces ===============================================
@@ -113,16 +135,44 @@ MLP<T>::MLP(index_t d_e_, index_t d_mlp_, Activation act_, ParamStore<T>& store,
     b_2 = store.vector(p + b2, d_e);
 }
 template <class T>
-void MLP<T>::init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const {
-    store.normal(W_1.offset, d_mlp * d_e, stddev, rng);
-    store.fill(b_1.offset, d_mlp, T(0));
-    store.normal(W_2.offset, d_e * d_mlp, out_stddev, rng);
-    store.fill(b_2.offset, d_e, T(0));
+MLP<T>::MLP(index_t d_e_, index_t d_mlp_, Activation act_, ParamStore<T>& store, const std::string& p,
+            const std::string& W1, const std::string& b1, const std::string& W2, const std::string& b2, bool gated_,
+            bool bias_)
+    : d_e(d_e_), d_mlp(d_mlp_), act(act_), gated(gated_), bias(bias_) {
+    if (gated) W_g = store.matrix(p + "W_gate", d_mlp, d_e);
+    if (gated && bias) b_g = store.vector(p + "b_gate", d_mlp);
+    W_1 = store.matrix(p + W1, d_mlp, d_e);
+    if (bias) b_1 = store.vector(p + b1, d_mlp);
+    W_2 = store.matrix(p + W2, d_e, d_mlp);
+    if (bias) b_2 = store.vector(p + b2, d_e);
 }
-// Out += W_2 φ(W_1 X̃ + b_1 1ᵀ) + b_2 1ᵀ
+template <class T>
+void MLP<T>::init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const {
+    if (gated) store.normal(W_g.offset, d_mlp * d_e, stddev, rng);
+    if (gated && bias) store.fill(b_g.offset, d_mlp, T(0));
+    store.normal(W_1.offset, d_mlp * d_e, stddev, rng);
+    if (bias) store.fill(b_1.offset, d_mlp, T(0));
+    store.normal(W_2.offset, d_e * d_mlp, out_stddev, rng);
+    if (bias) store.fill(b_2.offset, d_e, T(0));
+}
+// Out += W_2 φ(W_1 X̃ + b_1 1ᵀ) + b_2 1ᵀ   (gated: Out += SwiGLU(X̃), V4)
 template <class T>
 void MLP<T>::forward(const ParamStore<T>& store, CMatView<T> Xt, MatView<T> Out, MLPCache<T>& c) const {
     MatView<T> Hp = ensure(c.Hpre, d_mlp, Xt.cols), A = ensure(c.Act, d_mlp, Xt.cols);
+    if (gated || !bias) {  // the variants (docs/variants.md V4, V5)
+        const T* nb = nullptr;
+        if (gated) {
+            MatView<T> G = ensure(c.G, d_mlp, Xt.cols);
+            affine<T>(store.W(W_g), Xt, bias ? store.v(b_g) : nb, G);   // V4 line 1: G ← W_gate X̃ + b_gate 1ᵀ
+            affine<T>(store.W(W_1), Xt, bias ? store.v(b_1) : nb, Hp);  // V4 line 2: U ← W_mlp1 X̃ + b_mlp1 1ᵀ
+            swiglu_gate<T>(G, Hp, A);                                    // V4 line 3: A ← SiLU(G) ⊙ U
+        } else {
+            affine<T>(store.W(W_1), Xt, nb, Hp);  // V5: W_mlp1 X̃
+            activation_forward<T>(act, Hp, A);
+        }
+        affine_add<T>(store.W(W_2), A, bias ? store.v(b_2) : nb, Out);  // V4 line 4 into X: X + W_mlp2 A (+ b_mlp2 1ᵀ)
+        return;
+    }
     affine<T>(store.W(W_1), Xt, store.v(b_1), Hp);     // W_mlp1 X̃ + b_mlp1 1ᵀ
     activation_forward<T>(act, Hp, A);                 // GELU or ReLU
     affine_add<T>(store.W(W_2), A, store.v(b_2), Out);  // X + W_mlp2 (…) + b_mlp2 1ᵀ
@@ -130,6 +180,24 @@ void MLP<T>::forward(const ParamStore<T>& store, CMatView<T> Xt, MatView<T> Out,
 template <class T>
 void MLP<T>::backward(ParamStore<T>& store, CMatView<T> Xt, const MLPCache<T>& c, CMatView<T> dOut, MatView<T> dXt,
                       Matrix<T>& dH) const {
+    if (gated || !bias) {  // the variants (docs/variants.md V4, V5)
+        T* nb = nullptr;
+        // dH holds [dA; dG] (2·d_mlp rows when gated)
+        MatView<T> dd = zeros(dH, gated ? 2 * d_mlp : d_mlp, Xt.cols);
+        MatView<T> dA = dd.rows_range(0, d_mlp);
+        affine_backward<T>(store.W(W_2), view(c.Act), dOut, store.dW(W_2).data, bias ? store.dv(b_2) : nb, dA.data,
+                           dA.ld);  // d(line 4): dA = W_mlp2ᵀ dY
+        if (gated) {
+            MatView<T> dG = dd.rows_range(d_mlp, d_mlp);
+            swiglu_gate_backward<T>(view(c.G), view(c.Hpre), dA, dG, dA);  // d(line 3): dU (in dA's place), dG
+            affine_backward<T>(store.W(W_1), Xt, dA, store.dW(W_1).data, bias ? store.dv(b_1) : nb, dXt.data, dXt.ld);  // d(line 2)
+            affine_backward<T>(store.W(W_g), Xt, dG, store.dW(W_g).data, bias ? store.dv(b_g) : nb, dXt.data, dXt.ld);  // d(line 1)
+        } else {
+            activation_backward<T>(act, view(c.Hpre), dA, dA);
+            affine_backward<T>(store.W(W_1), Xt, dA, store.dW(W_1).data, nb, dXt.data, dXt.ld);
+        }
+        return;
+    }
     MatView<T> dh = zeros(dH, d_mlp, Xt.cols);
     affine_backward<T>(store.W(W_2), view(c.Act), dOut, store.dW(W_2).data, store.dv(b_2), dh.data);  // dAct = W_2ᵀ dOut
     activation_backward<T>(act, view(c.Hpre), dh, dh);                                               // dHpre = φ'(Hpre) ⊙ dAct
@@ -153,9 +221,10 @@ void post_ln_backward(const Norm<T>& norm, ParamStore<T>& store, const NormCache
 template <class T>
 PreLNDecoderBlock<T>::PreLNDecoderBlock(const ModelConfig& g, Activation act, ParamStore<T>& store, const std::string& p)
     : norm1(g.norm, g.d_e, g.eps, store, p + "gamma1", p + "beta1"),
-      attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::unidirectional(), store, p + "attn."),
+      attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::unidirectional(), store, p + "attn.", attn_variant(g, true)),
       norm2(g.norm, g.d_e, g.eps, store, p + "gamma2", p + "beta2"),
-      mlp(g.d_e, g.d_mlp, act, store, p, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2") {}
+      mlp(g.d_e, g.d_mlp, act, store, p, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2", g.mlp == ModelConfig::Mlp::SwiGLU,
+          g.bias) {}
 
 template <class T>
 void PreLNDecoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double s_out) const {
@@ -205,9 +274,9 @@ void PreLNDecoderBlock<T>::forward_cached(const ParamStore<T>& store, MatView<T>
 // ------------------- Algorithm 9 lines 5–8 = Algorithm 8 lines 5–8: post-LN encoder block ---------------
 template <class T>
 PostLNEncoderBlock<T>::PostLNEncoderBlock(const ModelConfig& g, Activation act, ParamStore<T>& store, const std::string& p)
-    : attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::bidirectional(), store, p + "attn."),
+    : attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::bidirectional(), store, p + "attn.", attn_variant(g, false)),
       norm1(NormKind::Layer, g.d_e, g.eps, store, p + "gamma1", p + "beta1"),
-      mlp(g.d_e, g.d_mlp, act, store, p, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"),
+      mlp(g.d_e, g.d_mlp, act, store, p, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2", false, g.bias),
       norm2(NormKind::Layer, g.d_e, g.eps, store, p + "gamma2", p + "beta2") {}
 
 template <class T>
@@ -246,11 +315,13 @@ void PostLNEncoderBlock<T>::backward(ParamStore<T>& store, CMatView<T> X, const 
 // ---------------- Algorithm 8 lines 14–19: post-LN decoder block with cross-attention -------------------
 template <class T>
 PostLNDecoderBlock<T>::PostLNDecoderBlock(const ModelConfig& g, ParamStore<T>& store, const std::string& p)
-    : self_attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::unidirectional(), store, p + "attn."),
+    : self_attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::unidirectional(), store, p + "attn.",
+                attn_variant(g, false)),
       norm3(NormKind::Layer, g.d_e, g.eps, store, p + "gamma3", p + "beta3"),
-      cross_attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::bidirectional(), store, p + "cross_attn."),
+      cross_attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::bidirectional(), store, p + "cross_attn.",
+                 attn_variant(g, false)),
       norm4(NormKind::Layer, g.d_e, g.eps, store, p + "gamma4", p + "beta4"),
-      mlp(g.d_e, g.d_mlp, Activation::Relu, store, p, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4"),
+      mlp(g.d_e, g.d_mlp, Activation::Relu, store, p, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4", false, g.bias),
       norm5(NormKind::Layer, g.d_e, g.eps, store, p + "gamma5", p + "beta5") {}
 
 template <class T>
@@ -491,7 +562,9 @@ void DTransformer<T>::score(const typename Model<T>::Batch& in, std::vector<inde
 // cached per layer (line 6 attends over them); only the last token's logits are produced (line 11).
 template <class T>
 void DTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* z) const {
-    if (d.len + n > cfg.l_max)
+    // RoPE and ALiBi have no table of positions: their cached decoding may run past ℓ_max (docs/variants.md)
+    const bool rel_pos = cfg.positional == Positional::Rope || cfg.positional == Positional::Alibi;
+    if (!rel_pos && d.len + n > cfg.l_max)
         throw ValueError("decoding past l_max = " + std::to_string(cfg.l_max) + " (context would be " +
                          std::to_string(d.len + n) + ")");
     for (index_t t = 0; t < n; ++t)

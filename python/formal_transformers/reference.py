@@ -626,3 +626,134 @@ def speculative_inference(x, target, draft, *, l_gen: int, k: int, tau: float, r
         st["drafted"].append(kp)
     # line 20: end
     return np.asarray(x[l:l + l_gen], dtype=np.int64)  # line 21: return y = x[ℓ+1 : ℓ+ℓ_gen]
+# Decoder variants (docs/variants.md): V1 RoPE, V2 ALiBi, V3 grouped-query attention, V4 SwiGLU/SiLU,
+# V5 bias-free maps, V6 the DTransformer composed of them.
+
+
+def rope(X, p, theta: float = 10000.0, interleaved: bool = False) -> np.ndarray:
+    """Algorithm V1: X′ ← RoPE(X, p | θ). X ∈ R^{d×ℓ} one head's queries or keys (d even), p the absolute
+    position of each column. Rows i and i + d/2 form a pair (half-split, as HF LLaMA); interleaved=True
+    pairs rows 2i−1 and 2i (the RoPE paper)."""
+    X = np.asarray(X, dtype=np.float64)
+    d, l = X.shape
+    p = np.asarray(p)
+    omega = theta ** (-2.0 * np.arange(d // 2) / d)  # line 1: ω_i ← θ^{−2(i−1)/d}
+    Xp = np.empty_like(X)
+    for t in range(l):  # line 2: for t ∈ [ℓ], i ∈ [d/2]
+        for i in range(d // 2):
+            a, b = (2 * i, 2 * i + 1) if interleaved else (i, i + d // 2)
+            c, s = math.cos(p[t] * omega[i]), math.sin(p[t] * omega[i])  # line 3
+            Xp[a, t] = c * X[a, t] - s * X[b, t]  # line 4
+            Xp[b, t] = s * X[a, t] + c * X[b, t]  # line 5
+    return Xp  # line 6
+
+
+def alibi_slopes(H: int) -> np.ndarray:
+    """Algorithm V2: m ← ALiBiSlopes(H) (0-based: m[h] is m_{h+1})."""
+    n = 2 ** int(math.floor(math.log2(H)))  # line 1: n ← 2^{⌊log₂ H⌋}
+    m = [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]  # line 2: m_h ← 2^{−8h/n}
+    m += [2.0 ** (-4.0 * (2 * h - 1) / n) for h in range(1, H - n + 1)]  # line 3: m_{n+h} ← 2^{−4(2h−1)/n}
+    return np.array(m)  # line 4
+
+
+def alibi_bias(l_z: int, l_x: int, q0: int = 0) -> np.ndarray:
+    """D of V2's line 6′: D[t_z, t_x] = |(q0 + t_x) − t_z| (the score of head h gets −m_h D)."""
+    return np.abs((q0 + np.arange(l_x))[None, :] - np.arange(l_z)[:, None]).astype(np.float64)
+
+
+def variant_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, *, positional: str = "none",
+                      theta: float = 10000.0, slope: float = 0.0, q0: int = 0) -> np.ndarray:
+    """Algorithm 4 with V1's lines 2a–2b (positional="rope") or V2's line 6′ (positional="alibi", slope m_h);
+    b_* may be None (V5)."""
+    d_attn = W_q.shape[0]
+    l_x, l_z = X.shape[1], Z.shape[1]
+    Q = W_q @ X + (0 if b_q is None else b_q[:, None])  # line 1
+    K = W_k @ Z + (0 if b_k is None else b_k[:, None])  # line 2
+    if positional == "rope":
+        Q = rope(Q, q0 + np.arange(l_x), theta)  # line 2a
+        K = rope(K, np.arange(l_z), theta)  # line 2b
+    V = W_v @ Z + (0 if b_v is None else b_v[:, None])  # line 3
+    S = K.T @ Q  # line 4
+    S = np.where(mask, S, -np.inf)  # line 5
+    B = -slope * alibi_bias(l_z, l_x, q0) if positional == "alibi" else 0.0
+    return V @ softmax(S / math.sqrt(d_attn) + B)  # line 6 (6′ with ALiBi)
+
+
+def gqa_mhattention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, mask, *, positional: str = "none",
+                    theta: float = 10000.0, q0: int = 0) -> np.ndarray:
+    """Algorithm V3 (grouped-query attention): W_q (H, d_attn, d_x); W_k (H_kv, d_attn, d_z), W_v (H_kv, d_mid,
+    d_z); b_* None with bias=False. With RoPE/ALiBi on every head (V1/V2)."""
+    H, H_kv = W_q.shape[0], W_k.shape[0]
+    if H % H_kv:
+        raise ValueError(f"H_kv = {H_kv} must divide H = {H}")
+    m = alibi_slopes(H) if positional == "alibi" else np.zeros(H)
+    Y = []
+    for h in range(1, H + 1):  # line 1: for h ∈ [H]
+        g = math.ceil(h * H_kv / H)  # line 2: g ← ⌈h·H_kv/H⌉
+        Y.append(variant_attention(X, Z, W_q[h - 1], None if b_q is None else b_q[h - 1], W_k[g - 1],
+                                   None if b_k is None else b_k[g - 1], W_v[g - 1],
+                                   None if b_v is None else b_v[g - 1], mask, positional=positional, theta=theta,
+                                   slope=m[h - 1], q0=q0))  # line 3
+    Y = np.concatenate(Y, axis=0)  # line 4: Y ← [Y¹; …; Y^H]
+    return W_o @ Y + (0 if b_o is None else b_o[:, None])  # line 5
+
+
+def silu(x) -> np.ndarray:
+    """SiLU(x) = x σ(x) = x / (1 + e^{−x}), element-wise."""
+    x = np.asarray(x, dtype=np.float64)
+    return x / (1.0 + np.exp(-x))
+
+
+def swiglu_mlp(X_tilde, W_gate, b_gate, W_mlp1, b_mlp1, W_mlp2, b_mlp2) -> np.ndarray:
+    """Algorithm V4: Y ← SwiGLU(X̃ | W_gate, W_mlp1, W_mlp2); biases may be None (V5)."""
+    G = W_gate @ X_tilde + (0 if b_gate is None else b_gate[:, None])  # line 1: G ← W_gate X̃ + b_gate 1ᵀ
+    U = W_mlp1 @ X_tilde + (0 if b_mlp1 is None else b_mlp1[:, None])  # line 2: U ← W_mlp1 X̃ + b_mlp1 1ᵀ
+    A = silu(G) * U  # line 3: A ← SiLU(G) ⊙ U
+    return W_mlp2 @ A + (0 if b_mlp2 is None else b_mlp2[:, None])  # line 4: Y = W_mlp2 A + b_mlp2 1ᵀ
+
+
+def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gelu: str = "exact",
+                          eps: float = 1e-5, positional: str = "learned", rope_theta: float = 10000.0,
+                          mlp: str = "gelu", logits: bool = False) -> np.ndarray:
+    """Algorithm V6: DTransformer with the variants. H_kv and bias=False are read off params (W_k's heads,
+    absent b's); positional="rope" | "alibi" has no W_p (any length ℓ); mlp="swiglu" uses W_gate."""
+    x = np.asarray(x)
+    get = params.get
+    l = len(x)  # line 1
+    has_Wp = positional in ("learned", "sinusoidal")
+    e = [token_embedding(x[t], params["W_e"]) + (positional_embedding(t, params["W_p"]) if has_Wp else 0.0)
+         for t in range(l)]  # line 2: e_t ← W_e[:, x[t]] (+ W_p[:, t])
+    X = np.stack(e, axis=1)  # line 3
+    pos_attn = positional if positional in ("rope", "alibi") else "none"
+
+    def nrm(X, g, b):
+        return rms_norm_columns(X, params[g], eps) if norm == "rms" else layer_norm_columns(X, params[g], params[b], eps)
+
+    for i in range(L):  # line 4
+        p = f"layers.{i}."
+        a = p + "attn."
+        _check_H(params, a, H)
+        X_tilde = nrm(X, p + "gamma1", p + "beta1")  # line 5
+        X = X + gqa_mhattention(X_tilde, X_tilde, params[a + "W_q"], get(a + "b_q"), params[a + "W_k"], get(a + "b_k"),
+                                params[a + "W_v"], get(a + "b_v"), params[a + "W_o"], get(a + "b_o"),
+                                unidirectional_mask(l, l), positional=pos_attn, theta=rope_theta)  # line 6
+        X_tilde = nrm(X, p + "gamma2", p + "beta2")  # line 7
+        if mlp == "swiglu":  # line 8 (V4)
+            X = X + swiglu_mlp(X_tilde, params[p + "W_gate"], get(p + "b_gate"), params[p + "W_mlp1"], get(p + "b_mlp1"),
+                               params[p + "W_mlp2"], get(p + "b_mlp2"))
+        else:
+            b1, b2 = get(p + "b_mlp1"), get(p + "b_mlp2")
+            X = X + params[p + "W_mlp2"] @ _gelu_kind(params[p + "W_mlp1"] @ X_tilde + (0 if b1 is None else b1[:, None]),
+                                                       gelu) + (0 if b2 is None else b2[:, None])
+    X = nrm(X, "gamma", "beta")  # line 10
+    logits_ = _unembedding_matrix(params) @ X
+    return logits_ if logits else softmax(logits_)  # line 11
+
+
+def d_variant_loss(x, params, **hp) -> float:
+    """Algorithm 13 line 5 on d_transformer_variant (hp: its keywords)."""
+    total = 0.0
+    for s in _sequences(x):
+        logP = log_softmax(d_transformer_variant(s, params, logits=True, **hp))
+        total -= sum(logP[s[t + 1], t] for t in range(len(s) - 1))
+    return float(total)

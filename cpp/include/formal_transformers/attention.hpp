@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "formal_transformers/params.hpp"
+#include "formal_transformers/variants.hpp"
 
 namespace ft {
 
@@ -87,9 +88,10 @@ private:
 //   S ← Kᵀ Q / √d_attn (line 4, scaled); masked S ← −∞ (line 5); A ← softmax(S) and Ṽ ← V A (line 6).
 // Q:[d_attn,l_x], K:[d_attn,l_z], V:[d_v,l_z] -> A:[l_z,l_x] (kept for backward), Vt:[d_v,l_x].
 // q0 is the absolute position of Q's first column (0, or the prefix length when decoding with a cache).
+// alibi_slope m ≠ 0: line 6 is V2's line 6′, softmax(S/√d_attn − m D) (variants.hpp).
 template <class T>
 void attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const Mask& mask, index_t q0, MatView<T> A,
-                    MatView<T> Vt);
+                    MatView<T> Vt, double alibi_slope = 0);
 // Backward of attention_head, given dṼ:[d_v,l_x]. Accumulates dQ += K dS/√d, dK += Q dSᵀ/√d,
 // dV += dṼ Aᵀ, with dS = softmax'(A)(Vᵀ dṼ) per column. dA:[l_z,l_x] is scratch.
 template <class T>
@@ -185,16 +187,18 @@ struct MHAttentionWork {
 // Keys and values of the context tokens seen so far, for decoding one sequence with a cache (Alg 14/15).
 template <class T>
 struct KVCache {
-    Matrix<T> K;  // [H·d_attn, capacity]
-    Matrix<T> V;  // [H·d_mid,  capacity]
+    Matrix<T> K;  // [H_kv·d_attn, capacity]  (with RoPE: rotated at their absolute positions)
+    Matrix<T> V;  // [H_kv·d_mid,  capacity]
     index_t len = 0;
 };
 
 template <class T>
 class MHAttention {
 public:
+    // v: the variants of docs/variants.md (V1 RoPE, V2 ALiBi, V3 H_kv key/value heads, V5 no biases);
+    // the default is Algorithm 5. ValueError: H_kv not dividing H, odd d_attn with RoPE, θ ≤ 0.
     MHAttention(index_t H, index_t d_x, index_t d_z, index_t d_attn, index_t d_mid, index_t d_out, Mask mask,
-                ParamStore<T>& store, const std::string& prefix = "");
+                ParamStore<T>& store, const std::string& prefix = "", const AttnVariant& v = AttnVariant());
     // W_q, W_k, W_v ~ N(0, stddev²); W_o ~ N(0, out_stddev²); biases 0
     void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
 
@@ -219,6 +223,17 @@ public:
     Mask mask;
     MatParam W_q, W_k, W_v, W_o;  // stacked [H·d_attn, d_x], [H·d_attn, d_z], [H·d_mid, d_z]; W_o [d_out, H·d_mid]
     VecParam b_q, b_k, b_v, b_o;  // stacked [H·d_attn], [H·d_attn], [H·d_mid]; b_o [d_out]
+    // Variants (docs/variants.md). With H_kv < H, W_k is [H_kv·d_attn, d_z], W_v [H_kv·d_mid, d_z] (b_k, b_v
+    // likewise) and query head h uses key/value head h / (H/H_kv). With bias = false the b's are not in θ.
+    AttnVariant var;
+    index_t H_kv = 0;
+    std::vector<double> slopes;  // V2: m_h of head h (ALiBi only)
+
+private:
+    const T* bias(const ParamStore<T>& s, const VecParam& b) const { return var.bias ? s.v(b) : nullptr; }
+    T* dbias(ParamStore<T>& s, const VecParam& b) const { return var.bias ? s.dv(b) : nullptr; }
+    // V1 lines 2a/2b on the heads of M (rows n_heads·d_attn) at the positions of batch s (+ q0)
+    void rope_seqs(MatView<T> M, index_t n_heads, const Seqs& s, index_t q0, bool inverse) const;
 };
 
 }  // namespace ft

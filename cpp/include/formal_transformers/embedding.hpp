@@ -41,7 +41,9 @@ public:
     MatParam W_e;
 };
 
-enum class Positional { Learned, Sinusoidal };
+// Rope, Alibi (docs/variants.md, V1/V2): the position enters attention instead; there is no W_p (the
+// embedding registers nothing and adds nothing).
+enum class Positional { Learned, Sinusoidal, Rope, Alibi };
 
 template <class T>
 class PositionalEmbedding {

@@ -96,6 +96,12 @@ struct ModelConfig {
     index_t n_segments = 0;
     bool embed_norm = false;
     bool unembed_bias = false;
+    // Variants (docs/variants.md). positional = Rope | Alibi (D only) puts the position into attention;
+    // H_kv: key/value heads (V3; 0: H); bias = false: V5; mlp = SwiGLU: V4 (D only); rope_theta: V1's θ.
+    index_t H_kv = 0;
+    bool bias = true;
+    enum class Mlp { Standard, SwiGLU } mlp = Mlp::Standard;
+    double rope_theta = 10000.0;
 
     index_t mask_token() const { return n_vocab - 3; }
     index_t bos_token() const { return n_vocab - 2; }
@@ -133,14 +139,19 @@ private:
 // The MLP of the listings' residual update X ← X + W_mlp2 φ(W_mlp1 X̃ + b_mlp1 1ᵀ) + b_mlp2 1ᵀ.
 template <class T>
 struct MLPCache {
-    Matrix<T> Hpre;  // [d_mlp, n]  W_mlp1 X̃ + b_mlp1 1ᵀ
-    Matrix<T> Act;   // [d_mlp, n]  φ(Hpre)
+    Matrix<T> Hpre;  // [d_mlp, n]  W_mlp1 X̃ + b_mlp1 1ᵀ   (SwiGLU: U, V4 line 2)
+    Matrix<T> Act;   // [d_mlp, n]  φ(Hpre)                (SwiGLU: A = SiLU(G) ⊙ U, V4 line 3)
+    Matrix<T> G;     // [d_mlp, n]  SwiGLU only: W_gate X̃ + b_gate 1ᵀ (V4 line 1)
 };
 template <class T>
 class MLP {
 public:
     MLP(index_t d_e, index_t d_mlp, Activation act, ParamStore<T>& store, const std::string& prefix,
         const std::string& W1, const std::string& b1, const std::string& W2, const std::string& b2);
+    // With the variants: gated = V4 SwiGLU (W_gate, b_gate registered first; act unused), bias = false: V5.
+    MLP(index_t d_e, index_t d_mlp, Activation act, ParamStore<T>& store, const std::string& prefix,
+        const std::string& W1, const std::string& b1, const std::string& W2, const std::string& b2, bool gated,
+        bool bias);
     void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
     // X̃:[d_e,n] -> Out += W2 φ(W1 X̃ + b1 1ᵀ) + b2 1ᵀ
     void forward(const ParamStore<T>& store, CMatView<T> Xt, MatView<T> Out, MLPCache<T>& c) const;
@@ -152,6 +163,9 @@ public:
     Activation act;
     MatParam W_1, W_2;
     VecParam b_1, b_2;
+    bool gated = false, bias = true;  // V4, V5
+    MatParam W_g;                     // W_gate (gated only)
+    VecParam b_g;                     // b_gate (gated and bias only)
 };
 
 // Scratch shared by the backward passes of all layers.

@@ -1,0 +1,78 @@
+// Decoder variants (docs/variants.md): V1 RoPE, V2 ALiBi, V3 grouped-query attention, V4 SwiGLU/SiLU,
+// V5 bias-free linear maps. The kernels live here; MHAttention (attention.cpp) and MLP (transformers.cpp)
+// call them where the listings say.
+//
+// Algorithm V1: X′ ← RoPE(X, p | θ)    X ∈ R^{d×ℓ} (one head's queries or keys, d even), p ∈ N^ℓ
+//   1  for i ∈ [d/2]: ω_i ← θ^{−2(i−1)/d}
+//   2  for t ∈ [ℓ], i ∈ [d/2]:
+//   3    c ← cos(p[t] ω_i),  s ← sin(p[t] ω_i)
+//   4    X′[i, t]       ← c X[i, t] − s X[i + d/2, t]
+//   5    X′[i + d/2, t] ← s X[i, t] + c X[i + d/2, t]
+//   6  return X′
+//   Inserted into Algorithm 4 after line 2: 2a Q ← RoPE(Q, (q₀, …, q₀+ℓ_x−1)), 2b K ← RoPE(K, (0, …, ℓ_z−1)).
+//   Backward: dX = R(p)ᵀ dX′ (the same rotation by −p).
+//
+// Algorithm V2: m ← ALiBiSlopes(H)
+//   1  n ← 2^{⌊log₂ H⌋}
+//   2  for h ∈ [n]: m_h ← 2^{−8h/n}
+//   3  for h ∈ [H − n]: m_{n+h} ← 2^{−4(2h−1)/n}
+//   4  return m
+//   Replaces Algorithm 4 line 6 for head h: Ṽ = V · softmax(S/√d_attn − m_h D), D[t_z, t_x] = |q₀ + t_x − t_z|.
+//   Backward: Algorithm 4's, unchanged (the bias is a constant).
+//
+// Algorithm V3 (grouped-query attention) replaces Algorithm 5 lines 1–2:
+//   1  for h ∈ [H]:  2  g ← ⌈h·H_kv/H⌉;  3  Y^h ← Attention(X, Z | W_q^h, b_q^h, W_k^g, b_k^g, W_v^g, b_v^g, Mask)
+//   (MHAttention: `AttnVariant::H_kv`; dK^g, dV^g are sums over the group's query heads.)
+//
+// Algorithm V4: Y ← SwiGLU(X̃ | W_gate, b_gate, W_mlp1, b_mlp1, W_mlp2, b_mlp2)   replaces Algorithm 10 line 8
+//   1  G ← W_gate X̃ + b_gate 1ᵀ    2  U ← W_mlp1 X̃ + b_mlp1 1ᵀ    3  A ← SiLU(G) ⊙ U    4  return Y = W_mlp2 A + b_mlp2 1ᵀ
+//   SiLU(x) = x σ(x) = x / (1 + e^{−x});  SiLU′(x) = σ(x) (1 + x (1 − σ(x))).
+//   Backward: dA = W_mlp2ᵀ dY; dU = dA ⊙ SiLU(G); dG = dA ⊙ U ⊙ SiLU′(G); dX̃ = W_gateᵀ dG + W_mlp1ᵀ dU.
+//
+// V5: bias=False removes b_q, b_k, b_v, b_o (Algorithms 4, 5) and b_mlp1, b_mlp2, b_gate (Algorithm 10
+// line 8) from θ: each W X + b 1ᵀ of those lines becomes W X.
+#pragma once
+
+#include <vector>
+
+#include "formal_transformers/common.hpp"
+
+namespace ft {
+
+// How the position enters attention: not at all (Algorithm 5), V1 or V2.
+enum class AttnPos { None, Rope, Alibi };
+
+// The options of one MHAttention. Defaults: Algorithm 5 exactly.
+struct AttnVariant {
+    index_t H_kv = 0;            // key/value heads (V3); 0: H
+    bool bias = true;            // false: V5 (no b_q, b_k, b_v, b_o)
+    AttnPos pos = AttnPos::None;
+    double rope_theta = 10000.0; // V1's θ
+};
+
+// Algorithm V1 on every head of X:[n_heads·d, n] in place, column j at absolute position pos[j];
+// inverse = true applies R(p)ᵀ (the backward). d even.
+template <class T>
+void rope(MatView<T> X, index_t n_heads, index_t d, const index_t* pos, double theta, bool inverse = false);
+
+// Algorithm V2, lines 1–4 (0-based: slopes[h] is m_{h+1}).
+std::vector<double> alibi_slopes(index_t H);
+
+// V2's bias on scaled scores S:[ℓ_z, ℓ_x] of one head: S[t_z, j] −= m |q0 + j − t_z| for t_z < live(j)
+// (live(j) = ℓ_z, or q0 + j + 1 under the causal mask: the rest is masked anyway).
+template <class T>
+void alibi_add(MatView<T> S, double m, index_t q0, bool causal);
+
+// SiLU, element-wise: y = x σ(x) (x, y may alias); dx = SiLU′(x) ⊙ dy.
+template <class T>
+void silu(const T* x, T* y, index_t n);
+template <class T>
+void silu_backward(const T* x, const T* dy, T* dx, index_t n);
+
+// V4 line 3 over matrices: A = SiLU(G) ⊙ U. Backward: from dA, dU = dA ⊙ SiLU(G), dG = dA ⊙ U ⊙ SiLU′(G).
+template <class T>
+void swiglu_gate(CMatView<T> G, CMatView<T> U, MatView<T> A);
+template <class T>
+void swiglu_gate_backward(CMatView<T> G, CMatView<T> U, CMatView<T> dA, MatView<T> dG, MatView<T> dU);
+
+}  // namespace ft

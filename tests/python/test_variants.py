@@ -1,0 +1,463 @@
+"""The decoder variants of docs/variants.md (RoPE, ALiBi, grouped-query attention, SwiGLU, bias-free maps):
+forward vs reference.py, every gradient vs PyTorch autograd of an independent transcription
+(torch_variants.py), cached decoding vs the full forward, the options' equivalences, Hugging Face's
+LlamaForCausalLM with its weights copied in, bad input."""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+
+import formal_transformers as ft
+from formal_transformers import reference as ref
+from conftest import TOL, rel_err, torch_or_skip
+
+BASE = dict(n_vocab=19, l_max=12, L=2, H=4, d_e=24, d_mlp=20)
+OPTIONS = {
+    "rope": dict(positional="rope"),
+    "rope_theta500": dict(positional="rope", rope_theta=500.0),
+    "alibi": dict(positional="alibi"),
+    "alibi_H6": dict(positional="alibi", H=6),  # slopes of a non-power-of-2 H (listing V2 line 3)
+    "gqa": dict(H_kv=2),
+    "mqa": dict(H_kv=1),
+    "swiglu": dict(mlp="swiglu"),
+    "no_bias": dict(bias=False),
+    "llama": dict(positional="rope", H_kv=2, mlp="swiglu", bias=False, norm="rms"),
+    "alibi_all": dict(positional="alibi", H=6, H_kv=3, mlp="swiglu", bias=False, norm="rms", tied=True),
+}
+REF_KEYS = ("norm", "positional", "rope_theta", "mlp")
+BATCH = [[3, 1, 4, 1, 5, 9, 2, 6, 5], [8, 9, 7, 9, 3]]  # ragged: RoPE/ALiBi positions restart per sequence
+
+
+def make(opts, dtype="float64", seed=3, **extra):
+    kw = {**BASE, **opts, **extra}
+    args = [kw.pop(k) for k in ("n_vocab", "l_max", "L", "H", "d_e", "d_mlp")]
+    return ft.DTransformer(*args, dtype=dtype, seed=seed, **kw)
+
+
+def hp_of(opts):
+    return dict(L=BASE["L"], H=opts.get("H", BASE["H"]), **{k: v for k, v in opts.items() if k in REF_KEYS})
+
+
+def randomize(model, rng, tied=False):
+    """Every parameter random (biases and β nonzero, γ ≈ 1); returns θ as float64 copies."""
+    for name, view in model.params.items():
+        if tied and name == "W_u":
+            continue
+        last = name.rsplit(".", 1)[-1]
+        z = rng.standard_normal(view.shape)
+        if last.startswith("gamma"):
+            view[...] = 1.0 + 0.3 * z
+        elif last.startswith(("beta", "b_")):
+            view[...] = 0.3 * z
+        elif last == "W_e":
+            view[...] = z
+        else:
+            view[...] = z / math.sqrt(view.shape[-1])
+    return {k: np.array(v, dtype=np.float64) for k, v in model.params.items() if not (tied and k == "W_u")}
+
+
+@pytest.fixture(scope="module")
+def tv():
+    torch_or_skip()
+    import torch_variants
+
+    return torch_variants
+
+
+# ---------------------------------------------------------------------------------------------------
+# Forward vs reference.py, gradients vs autograd
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_forward_matches_reference(name, dtype):
+    opts = OPTIONS[name]
+    model = make(opts, dtype)
+    theta = randomize(model, np.random.default_rng(1), opts.get("tied", False))
+    P = model(BATCH)
+    for x, Pb in zip(BATCH, P):
+        want = ref.d_transformer_variant(x, theta, **hp_of(opts))
+        assert rel_err(Pb, want) <= TOL[dtype], name
+
+
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_every_gradient_matches_torch_autograd(tv, name):
+    opts = OPTIONS[name]
+    tied = opts.get("tied", False)
+    model = make(opts)
+    theta = randomize(model, np.random.default_rng(2), tied)
+    loss, grads = model.loss_and_grad(BATCH)
+    t_loss, t_grads = tv.loss_and_grad(theta, BATCH, **hp_of(opts))
+    assert abs(loss - t_loss) <= 1e-10 * abs(t_loss)
+    assert set(t_grads) == set(grads) - ({"W_u"} if tied else set())
+    scale = max(np.abs(g).max() for g in t_grads.values())
+    for k, g in t_grads.items():
+        if k.endswith(".b_k") and opts.get("positional") != "rope":
+            # exactly 0 in exact arithmetic (b_kᵀq_t is added to a whole column of S; the softmax ignores it):
+            # only rounding noise on both sides. With RoPE, b_k is rotated per position and matters.
+            assert np.abs(grads[k]).max() <= 1e-12 * scale
+            continue
+        assert rel_err(grads[k], g) <= 1e-8, (name, k, rel_err(grads[k], g))
+
+
+def test_reference_and_torch_transcription_agree_on_the_loss(tv):
+    opts = OPTIONS["llama"]
+    model = make(opts)
+    theta = randomize(model, np.random.default_rng(3))
+    assert abs(ref.d_variant_loss(BATCH, theta, **hp_of(opts)) - tv.loss_and_grad(theta, BATCH, **hp_of(opts))[0]) \
+        <= 1e-11 * abs(ref.d_variant_loss(BATCH, theta, **hp_of(opts)))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Cached decoding (Algorithm 14 with the KV cache) equals the full forward, token for token
+
+
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_cached_decoding_equals_full_forward(name):
+    opts = OPTIONS[name]
+    model = make(opts)
+    randomize(model, np.random.default_rng(4), opts.get("tied", False))
+    prompt = [1, 2, 3, 4, 5]
+    # 16 new tokens: the context passes l_max = 12, so the window slides and the caches are refilled
+    for tau in (0.0, 1.0):
+        cached = ft.DInference(16, tau, seed=7, cache=True)(prompt, model)
+        full = ft.DInference(16, tau, seed=7, cache=False)(prompt, model)
+        assert list(cached) == list(full), (name, tau)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Equivalences that pin the options down
+
+
+def test_gqa_with_H_kv_equal_H_is_algorithm_5_exactly():
+    x = BATCH
+    plain, full = make({}), make({"H_kv": 4})
+    assert plain.params.keys() == full.params.keys()
+    randomize(plain, np.random.default_rng(5))
+    for k in plain.params:
+        full.params[k][...] = plain.params[k]
+    for a, b in zip(plain(x), full(x)):
+        assert np.array_equal(a, b)
+    (la, ga), (lb, gb) = plain.loss_and_grad(x), full.loss_and_grad(x)
+    assert la == lb and all(np.array_equal(ga[k], gb[k]) for k in ga)
+
+
+def _expand_kv(params_gqa, H, prefixes):
+    """θ of an H_kv-head model -> θ of the H-head model whose key/value heads repeat each group's."""
+    out = dict(params_gqa)
+    for p in prefixes:
+        for k in ("W_k", "b_k", "W_v", "b_v"):
+            if p + k in out:
+                out[p + k] = np.repeat(out[p + k], H // out[p + k].shape[0], axis=0)
+    return out
+
+
+def _group_sum(g_full, H_kv):
+    return g_full.reshape(H_kv, -1, *g_full.shape[1:]).sum(axis=1)
+
+
+@pytest.mark.parametrize("arch", ["E", "ED", "D"])
+def test_gqa_equals_mhattention_with_repeated_key_value_heads(arch):
+    """Every model with H_kv = 2 < H = 4 equals Algorithm 5 (H_kv = H) whose key/value heads repeat each
+    group's; the gradient of a shared head is the sum over its group."""
+    def build(H_kv, bias=True):
+        kw = dict(dtype="float64", seed=9, H_kv=H_kv, bias=bias)
+        if arch == "E":
+            return ft.ETransformer(19, 12, 2, 4, 24, 20, 16, **kw)
+        if arch == "ED":
+            return ft.EDTransformer(19, 12, 1, 2, 4, 24, 20, **kw)
+        return ft.DTransformer(19, 12, 2, 4, 24, 20, **kw)
+
+    g, m = build(2), build(4)
+    theta = randomize(g, np.random.default_rng(6))
+    prefixes = sorted({k[: k.index("attn.") + 5] for k in theta if "attn." in k})
+    for k, v in _expand_kv(theta, 4, prefixes).items():
+        m.params[k][...] = v
+    z, x = [5, 1, 2, 3, 4, 6], [7, 3, 2, 8]
+    args = {"E": (x, [7, 3, 2, 8]), "ED": (z, x), "D": (x,)}[arch]
+    fwd = args[:1] if arch == "E" else args
+    assert rel_err(g(*fwd), m(*fwd)) <= 1e-12
+    (la, ga), (lb, gb) = g.loss_and_grad(*args), m.loss_and_grad(*args)
+    assert abs(la - lb) <= 1e-12 * abs(lb)
+    scale = max(np.abs(v).max() for v in gb.values())
+    for k in ga:
+        want = _group_sum(gb[k], 2) if any(k == p + n for p in prefixes for n in ("W_k", "b_k", "W_v", "b_v")) else gb[k]
+        if k.endswith(".b_k"):  # exactly 0 (the softmax ignores a per-column constant): rounding noise only
+            assert np.abs(ga[k]).max() <= 1e-12 * scale and np.abs(want).max() <= 1e-12 * scale
+            continue
+        assert rel_err(ga[k], want) <= 1e-10, k
+
+
+@pytest.mark.parametrize("arch", ["E", "ED", "D"])
+def test_bias_false_equals_zero_biases(arch):
+    def build(bias):
+        kw = dict(dtype="float64", seed=9, bias=bias)
+        if arch == "E":
+            return ft.ETransformer(19, 12, 2, 4, 24, 20, 16, **kw)
+        if arch == "ED":
+            return ft.EDTransformer(19, 12, 1, 2, 4, 24, 20, **kw)
+        return ft.DTransformer(19, 12, 2, 4, 24, 20, **kw)
+
+    nb, wb = build(False), build(True)
+    removed = set(wb.params) - set(nb.params)
+    assert removed and all(k.rsplit(".", 1)[-1] in ("b_q", "b_k", "b_v", "b_o", "b_mlp1", "b_mlp2", "b_mlp3", "b_mlp4")
+                           for k in removed)
+    theta = randomize(nb, np.random.default_rng(7))
+    for k in wb.params:
+        wb.params[k][...] = theta[k] if k in theta else 0.0
+    args = {"E": ([7, 3, 2, 8], [7, 3, 2, 8]), "ED": ([5, 1, 2], [7, 3, 2, 8]), "D": ([7, 3, 2, 8],)}[arch]
+    fwd = args[:1] if arch == "E" else args
+    assert rel_err(nb(*fwd), wb(*fwd)) <= 1e-13
+    ga, gb = nb.loss_and_grad(*args)[1], wb.loss_and_grad(*args)[1]
+    for k in ga:
+        assert rel_err(ga[k], gb[k]) <= 1e-12, k
+
+
+def test_rope_interleaved_pairing_is_a_row_permutation_of_the_half_split():
+    rng = np.random.default_rng(8)
+    d, l = 8, 5
+    X, p = rng.standard_normal((d, l)), np.array([0, 3, 4, 9, 17])
+    perm = np.r_[np.arange(0, d, 2), np.arange(1, d, 2)]  # π: row 2i−1 -> i, row 2i -> i + d/2 (1-based)
+    half = ref.rope(X[perm], p)
+    inter = np.empty_like(half)
+    inter[perm] = half  # πᵀ
+    assert rel_err(ref.rope(X, p, interleaved=True), inter) <= 1e-15
+    # and scores depend on positions only through their difference: R(p)ᵀR(p') = R(p' − p)
+    q, k = rng.standard_normal((d, 1)), rng.standard_normal((d, 1))
+    s1 = ref.rope(k, [2]).T @ ref.rope(q, [7])
+    s2 = ref.rope(k, [12]).T @ ref.rope(q, [17])
+    assert abs(s1 - s2).max() <= 1e-12
+
+
+def test_alibi_slopes_match_press_et_al(tv):
+    assert np.array_equal(ref.alibi_slopes(8), 2.0 ** -np.arange(1, 9))
+    for H in range(1, 33):
+        assert rel_err(ref.alibi_slopes(H), np.array(tv.alibi_slopes(H))) <= 1e-15, H
+
+
+def test_save_load_round_trips_the_options(tmp_path):
+    model = make(OPTIONS["llama"])
+    randomize(model, np.random.default_rng(9))
+    cfg = model.config
+    assert (cfg["positional"], cfg["H_kv"], cfg["mlp"], cfg["bias"], cfg["norm"], cfg["rope_theta"]) == \
+        ("rope", 2, "swiglu", False, "rms", 10000.0)
+    ft.save(model, tmp_path / "m.safetensors")
+    back = ft.load(tmp_path / "m.safetensors")
+    assert back.config == cfg
+    for a, b in zip(model(BATCH), back(BATCH)):
+        assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(H_kv=3), "must divide H"),
+    (dict(H_kv=8), "must divide H"),
+    (dict(positional="rope", d_attn=3, d_mid=6), "even"),
+    (dict(positional="rope", rope_theta=0.0), "rope_theta"),
+    (dict(mlp="geglu"), "mlp must be"),
+    (dict(positional="relative"), "positional must be"),
+])
+def test_bad_options_raise_value_error(kw, match):
+    with pytest.raises(ValueError, match=match):
+        make({}, **kw)
+
+
+def test_bad_option_types_and_encoder_only_options():
+    with pytest.raises(ValueError):
+        make({}, H_kv=0)
+    with pytest.raises(TypeError):
+        make({}, bias="no")
+    with pytest.raises(TypeError):
+        make({}, H_kv=2.5)
+    with pytest.raises(ValueError, match="DTransformer option"):
+        ft.ETransformer(19, 12, 2, 4, 24, 20, 16, positional="rope")
+    with pytest.raises(ValueError, match="DTransformer option"):
+        ft.EDTransformer(19, 12, 1, 1, 4, 24, 20, positional="alibi")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Hugging Face LlamaForCausalLM with its weights copied in
+
+
+def llama_to_ft(hf, model):
+    """Copy a LlamaForCausalLM's weights into a DTransformer(positional="rope", H_kv, mlp="swiglu", bias=False,
+    norm="rms") of the same sizes. Returns {ft name: (hf parameter, to_ft)}, to_ft mapping an HF-shaped array
+    (a weight or its gradient) to the ft parameter's shape."""
+    H, H_kv = model.H, hf.config.num_key_value_heads
+    d_e = model.d_e
+    d_attn = d_e // H
+    m = {"W_e": (hf.model.embed_tokens.weight, lambda a: a.T), "W_u": (hf.lm_head.weight, lambda a: a),
+         "gamma": (hf.model.norm.weight, lambda a: a)}
+    for l, layer in enumerate(hf.model.layers):
+        p, at = f"layers.{l}.", layer.self_attn
+        m[p + "attn.W_q"] = (at.q_proj.weight, lambda a: a.reshape(H, d_attn, d_e))
+        m[p + "attn.W_k"] = (at.k_proj.weight, lambda a: a.reshape(H_kv, d_attn, d_e))
+        m[p + "attn.W_v"] = (at.v_proj.weight, lambda a: a.reshape(H_kv, d_attn, d_e))
+        m[p + "attn.W_o"] = (at.o_proj.weight, lambda a: a)
+        m[p + "W_gate"] = (layer.mlp.gate_proj.weight, lambda a: a)
+        m[p + "W_mlp1"] = (layer.mlp.up_proj.weight, lambda a: a)
+        m[p + "W_mlp2"] = (layer.mlp.down_proj.weight, lambda a: a)
+        m[p + "gamma1"] = (layer.input_layernorm.weight, lambda a: a)
+        m[p + "gamma2"] = (layer.post_attention_layernorm.weight, lambda a: a)
+    for k, (w, f) in m.items():
+        model.params[k][...] = f(w.detach().numpy())
+    return m
+
+
+def _float64_llama(monkeypatch):
+    """HF computes RMSnorm, the RoPE angles and (eager) softmax in float32 even for a float64 model (a choice
+    for mixed precision); for an exactness check those three run the same formulas in float64 here."""
+    import torch
+    from transformers.models.llama import modeling_llama as ml
+
+    def rms_forward(self, h):
+        return self.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
+
+    def rope_forward(self, x, position_ids):
+        d = self.inv_freq.shape[0] * 2
+        theta = self.config.rope_parameters["rope_theta"]
+        inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+        freqs = position_ids[..., None].to(torch.float64) * inv
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+    monkeypatch.setattr(ml.LlamaRMSNorm, "forward", rms_forward)
+    monkeypatch.setattr(ml.LlamaRotaryEmbedding, "forward", rope_forward)
+    return ml
+
+
+def test_llama_for_causal_lm_probabilities_and_every_gradient(monkeypatch):
+    torch = torch_or_skip()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    transformers = pytest.importorskip("transformers")
+    _float64_llama(monkeypatch)
+    V, l_max, L, H, H_kv, d_e, d_mlp, eps, theta = 29, 16, 2, 4, 2, 24, 36, 1e-6, 500.0
+    cfg = transformers.LlamaConfig(vocab_size=V, hidden_size=d_e, intermediate_size=d_mlp, num_hidden_layers=L,
+                                   num_attention_heads=H, num_key_value_heads=H_kv, max_position_embeddings=l_max,
+                                   rms_norm_eps=eps, rope_theta=theta, attention_bias=False, mlp_bias=False,
+                                   tie_word_embeddings=False, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    hf = transformers.LlamaForCausalLM(cfg).to(torch.float64)
+    with torch.no_grad():  # every weight random (norm weights too, not their init 1)
+        for name, w in hf.named_parameters():
+            w.copy_(1.0 + 0.3 * torch.randn_like(w) if "norm" in name else torch.randn_like(w) / math.sqrt(w.shape[-1]))
+    model = ft.DTransformer(V, l_max, L, H, d_e, d_mlp, positional="rope", rope_theta=theta, H_kv=H_kv, mlp="swiglu",
+                            bias=False, norm="rms", eps=eps, dtype="float64")
+    mapping = llama_to_ft(hf, model)
+    assert set(mapping) == set(model.params)
+    x = np.array([3, 14, 15, 9, 26, 5, 3, 5, 8, 9, 7, 9, 3, 2])
+    ids = torch.as_tensor(x)[None]
+    logits = hf(ids).logits[0]  # (ℓ, V)
+    P_hf = torch.softmax(logits, dim=-1).detach().numpy().T
+    assert rel_err(model(x), P_hf) <= 1e-10
+    loss_hf = torch.nn.functional.cross_entropy(logits[:-1], ids[0, 1:], reduction="sum")
+    hf.zero_grad()
+    loss_hf.backward()
+    loss, grads = model.loss_and_grad(x)
+    assert abs(loss - loss_hf.item()) <= 1e-10 * abs(loss_hf.item())
+    for k, (w, f) in mapping.items():
+        assert rel_err(grads[k], f(w.grad.numpy())) <= 1e-10, k
+
+
+# ---------------------------------------------------------------------------------------------------
+# The stand-alone MHAttention with the variants (Algorithm 5 with V1/V2/V3/V5)
+
+ATTN_OPTS = {
+    "gqa": dict(H_kv=2),
+    "mqa_no_bias": dict(H_kv=1, bias=False),
+    "rope": dict(positional="rope"),
+    "rope_gqa": dict(positional="rope", H_kv=2, rope_theta=100.0),
+    "alibi_gqa": dict(positional="alibi", H_kv=2),
+}
+
+
+def _mh(opts, mask, dtype="float64", seed=0):
+    m = ft.MHAttention(4, 10, 9, 6, 5, 7, mask, dtype=dtype, seed=seed, **opts)
+    rng = np.random.default_rng(seed)
+    for v in m.params.values():
+        v[...] = rng.standard_normal(v.shape)
+    return m, {k: np.array(v, dtype=np.float64) for k, v in m.params.items()}
+
+
+def _mh_ref(P, X, Z, mask, opts):
+    return ref.gqa_mhattention(X, Z, P["W_q"], P.get("b_q"), P["W_k"], P.get("b_k"), P["W_v"], P.get("b_v"), P["W_o"],
+                               P.get("b_o"), mask, positional=opts.get("positional", "none"),
+                               theta=opts.get("rope_theta", 10000.0))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("mask", ["bidirectional", "unidirectional"])
+@pytest.mark.parametrize("name", list(ATTN_OPTS))
+def test_mhattention_variants_match_reference(name, mask, dtype):
+    opts = ATTN_OPTS[name]
+    m, P = _mh(opts, mask, dtype)
+    rng = np.random.default_rng(1)
+    l = 6
+    X, Z = rng.standard_normal((10, l)), rng.standard_normal((9, l))
+    M = ref.unidirectional_mask(l, l) if mask == "unidirectional" else ref.bidirectional_mask(l, l)
+    assert rel_err(m(X, Z), _mh_ref(P, X, Z, M, opts)) <= TOL[dtype]
+    assert m.H_kv == opts.get("H_kv", 4)
+
+
+@pytest.mark.parametrize("name", list(ATTN_OPTS))
+def test_mhattention_variants_backward_matches_finite_differences(name):
+    from conftest import numeric_grad
+
+    opts = ATTN_OPTS[name]
+    m, P = _mh(opts, "unidirectional")
+    rng = np.random.default_rng(2)
+    l_x = l_z = 5
+    X, Z, dY = rng.standard_normal((10, l_x)), rng.standard_normal((9, l_z)), rng.standard_normal((7, l_x))
+    M = ref.unidirectional_mask(l_z, l_x)
+    m(X, Z)
+    m.zero_grad()
+    dX, dZ = m.backward(dY)
+    f = lambda **kw: float(np.sum(dY * _mh_ref({**P, **{k: v for k, v in kw.items() if k in P}},  # noqa: E731
+                                              kw.get("X", X), kw.get("Z", Z), M, opts)))
+    Xc, Zc = X.copy(), Z.copy()  # numeric_grad perturbs its array in place
+    assert rel_err(dX, numeric_grad(lambda: f(X=Xc), Xc)) <= 1e-6
+    assert rel_err(dZ, numeric_grad(lambda: f(Z=Zc), Zc)) <= 1e-6
+    scale = max(np.abs(g).max() for g in m.grads.values())
+    for k in P:
+        Pk = P[k].copy()
+        num = numeric_grad(lambda: f(**{k: Pk}), Pk)
+        if k == "b_k" and opts.get("positional") != "rope":
+            assert np.abs(m.grads[k]).max() <= 1e-12 * scale  # exactly 0: a per-column constant of S
+            continue
+        assert rel_err(m.grads[k], num) <= 1e-6, k
+
+
+def test_mhattention_with_H_kv_equal_H_is_algorithm_5_exactly():
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((10, 6))
+    a, b = ft.MHAttention(4, 10, 10, 6, 5, 7, dtype="float64", seed=4), \
+        ft.MHAttention(4, 10, 10, 6, 5, 7, dtype="float64", seed=4, H_kv=4)
+    assert np.array_equal(a(X), b(X))
+    dY = rng.standard_normal((7, 6))
+    assert all(np.array_equal(u, v) for u, v in zip(a.backward(dY), b.backward(dY)))
+    assert all(np.array_equal(a.grads[k], b.grads[k]) for k in a.grads)
+
+
+def test_mhattention_variant_bad_input():
+    with pytest.raises(ValueError, match="must divide H"):
+        ft.MHAttention(4, 8, 8, 6, 5, 7, H_kv=3)
+    with pytest.raises(ValueError, match="even"):
+        ft.MHAttention(4, 8, 8, 5, 5, 7, positional="rope")
+    with pytest.raises(ValueError, match="positional"):
+        ft.MHAttention(4, 8, 8, 6, 5, 7, positional="learned")
+    with pytest.raises(TypeError):
+        ft.MHAttention(4, 8, 8, 6, 5, 7, bias=1)
+
+
+@pytest.mark.parametrize("opts", [dict(H_kv=2), dict(H_kv=1, bias=False)])
+def test_ed_cached_decoding_with_gqa_equals_the_literal_path(opts):
+    """Algorithm 15's caches (self- and cross-attention) hold H_kv heads: cached = literal, token for token."""
+    m = ft.EDTransformer(19, 12, 1, 2, 4, 24, 20, dtype="float64", seed=2, **opts)
+    randomize(m, np.random.default_rng(11))
+    z = [4, 8, 15, 16, 2, 3]
+    for tau in (0.0, 1.0):
+        a = ft.EDInference(tau, max_len=10, seed=5, cache=True)(z, m)
+        b = ft.EDInference(tau, max_len=10, seed=5, cache=False)(z, m)
+        assert list(a) == list(b), tau

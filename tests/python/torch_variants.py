@@ -1,0 +1,108 @@
+"""An independent PyTorch transcription of the decoder variants of docs/variants.md (RoPE, ALiBi, grouped-query
+attention, SwiGLU, bias-free maps) inside Algorithm 10, float64 with autograd: the gradient oracle of
+test_variants.py.
+
+Written from the listings, not from reference.py or the core: RoPE in the vectorised `rotate_half` form
+(cos/sin tables, no per-pair loop), the ALiBi slopes by Press et al.'s recursive construction (not the
+closed form of listing V2), grouped-query attention by repeating each key/value head over its group
+(`repeat_interleave`), SiLU from torch (F.silu). Column convention: a sequence is a (d, ℓ) tensor.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+torch.set_num_threads(1)
+
+
+def rope(X, pos, theta):
+    """X (n_heads, d, ℓ), pos (ℓ,) -> rotated, pairs (i, i + d/2)."""
+    d = X.shape[1]
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))  # (d/2,)
+    ang = pos.to(torch.float64)[None, :] * inv[:, None]  # (d/2, ℓ)
+    cos, sin = torch.cat([ang.cos(), ang.cos()], 0), torch.cat([ang.sin(), ang.sin()], 0)  # (d, ℓ)
+    rot = torch.cat([-X[:, d // 2:], X[:, : d // 2]], dim=1)  # rotate_half
+    return X * cos + rot * sin
+
+
+def alibi_slopes(H):
+    def pow2(n):
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        return [start * start ** i for i in range(n)]
+
+    if math.log2(H).is_integer():
+        return pow2(H)
+    c = 2 ** math.floor(math.log2(H))
+    return pow2(c) + alibi_slopes(2 * c)[0::2][: H - c]
+
+
+def gqa(X, p, a, H, positional, theta):
+    """Causal self-attention with H query heads and H_kv = W_k's heads; X (d, ℓ)."""
+    W_q, W_k, W_v = p[a + "W_q"], p[a + "W_k"], p[a + "W_v"]
+    H_kv, d_attn, l = W_k.shape[0], W_q.shape[1], X.shape[1]
+
+    def proj(W, b):
+        Y = torch.einsum("hij,jt->hit", W, X)
+        return Y if b not in p else Y + p[b][:, :, None]
+
+    Q, K, V = proj(W_q, a + "b_q"), proj(W_k, a + "b_k"), proj(W_v, a + "b_v")  # (heads, d, ℓ)
+    pos = torch.arange(l)
+    if positional == "rope":
+        Q, K = rope(Q, pos, theta), rope(K, pos, theta)
+    K = K.repeat_interleave(H // H_kv, dim=0)  # each key/value head serves H/H_kv consecutive query heads
+    V = V.repeat_interleave(H // H_kv, dim=0)
+    S = torch.einsum("hiz,hix->hzx", K, Q) / math.sqrt(d_attn)  # (H, ℓ_z, ℓ_x)
+    if positional == "alibi":
+        dist = (pos[None, :] - pos[:, None]).abs().to(torch.float64)  # |t_x − t_z|
+        S = S - torch.tensor(alibi_slopes(H), dtype=torch.float64)[:, None, None] * dist
+    causal = pos[:, None] <= pos[None, :]
+    S = S.masked_fill(~causal, float("-inf"))
+    Y = torch.einsum("hdz,hzx->hdx", V, torch.softmax(S, dim=1)).reshape(-1, l)
+    out = p[a + "W_o"] @ Y
+    return out if (a + "b_o") not in p else out + p[a + "b_o"][:, None]
+
+
+def _lin(p, W, b, X):
+    Y = p[W] @ X
+    return Y if b not in p else Y + p[b][:, None]
+
+
+def d_logits(x, p, *, L, H, norm="layer", gelu="exact", eps=1e-5, positional="learned", rope_theta=10000.0,
+             mlp="gelu"):
+    ids = torch.as_tensor(np.asarray(x), dtype=torch.long)
+    X = p["W_e"][:, ids]
+    if positional in ("learned", "sinusoidal"):
+        X = X + p["W_p"][:, : len(ids)]
+
+    def nrm(X, g, b):
+        if norm == "rms":
+            return X * torch.rsqrt((X * X).mean(0, keepdim=True) + eps) * p[g][:, None]
+        return F.layer_norm(X.T, (X.shape[0],), p[g], p[b], eps).T
+
+    for l in range(L):
+        q = f"layers.{l}."
+        X = X + gqa(nrm(X, q + "gamma1", q + "beta1"), p, q + "attn.", H, positional, rope_theta)
+        Xt = nrm(X, q + "gamma2", q + "beta2")
+        if mlp == "swiglu":
+            A = F.silu(_lin(p, q + "W_gate", q + "b_gate", Xt)) * _lin(p, q + "W_mlp1", q + "b_mlp1", Xt)
+        else:
+            A = F.gelu(_lin(p, q + "W_mlp1", q + "b_mlp1", Xt), approximate="tanh" if gelu == "tanh" else "none")
+        X = X + _lin(p, q + "W_mlp2", q + "b_mlp2", A)
+    X = nrm(X, "gamma", "beta")
+    return (p["W_u"] if "W_u" in p else p["W_e"].T) @ X
+
+
+def loss_and_grad(params, x, **hp):
+    """Algorithm 13 line 5 summed over the sequences of x, and every parameter's gradient (numpy)."""
+    p = {k: torch.tensor(np.array(v, dtype=np.float64), requires_grad=True) for k, v in params.items()}
+    seqs = [np.asarray(x)] if np.ndim(x[0]) == 0 else [np.asarray(s) for s in x]
+    loss = 0.0
+    for s in seqs:
+        Z = d_logits(s, p, **hp)
+        loss = loss + F.cross_entropy(Z.T[:-1], torch.as_tensor(s[1:], dtype=torch.long), reduction="sum")
+    grads = torch.autograd.grad(loss, list(p.values()), allow_unused=True)
+    return float(loss.detach()), {k: (np.zeros(v.shape) if g is None else g.numpy().copy())
+                                  for (k, v), g in zip(p.items(), grads)}
