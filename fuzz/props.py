@@ -275,10 +275,10 @@ class ModelMachine(RuleBasedStateMachine):
     def loss_and_grad(self, x, z, copy):
         self.guarded("loss_and_grad", self.model.loss_and_grad, *self.args(x, z), copy=copy)
 
-    @rule(x=ids(), seg=ids(n_vocab=3))
-    def hidden_segments(self, x, seg):  # ETransformer: X after line 9, with BERT's segment ids (or None)
+    @rule(x=ids(), seg=ids(n_vocab=3), none=st.booleans())
+    def hidden_segments(self, x, seg, none):  # ETransformer: X after line 9, with BERT's segment ids (or None)
         if self.arch == "E":
-            self.guarded("hidden", self.model.hidden, x, segments=seg if np.size(seg) % 3 else None)  # ids() may draw a 0-d array
+            self.guarded("hidden", self.model.hidden, x, segments=None if none else seg)
             self.guarded("loss_and_grad segments", self.model.loss_and_grad, x, x, segments=seg)
 
     @rule()

@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'RMSNorm', 'SGD', 'TokenEmbedding', 'Unembedding', 'WordTokenizer', 'bidirectional_mask', 'blas_info', 'blas_kernel', 'chunk', 'gelu', 'get_num_threads', 'learning_rate', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
+__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'RMSNorm', 'SGD', 'SpeculativeInference', 'TokenEmbedding', 'Unembedding', 'WordTokenizer', 'bidirectional_mask', 'blas_info', 'blas_kernel', 'chunk', 'gelu', 'get_num_threads', 'learning_rate', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
 class _HasParams:
     """
     Base of every object with parameters (params, grads).
@@ -593,12 +593,16 @@ class ETransformer(_HasParams):
     a final layer_norm, and P = softmax(W_u X) with W_u (N_V, d_f) (the listing's N_V × d_e only type-checks
     when d_f = d_e; see the errata). Hyperparameters: n_vocab, l_max, L, H, d_e, d_mlp, d_f; options as
     DTransformer (no norm option).
+    BERT's options, beyond Algorithm 9 (the defaults keep the listing): n_segments > 0 adds segment
+    (token-type) embeddings W_s (d_e, n_segments) to line 2's e_t for the `segments=` ids of every call (0 when
+    None); embed_norm=True applies layer_norm(· | γ_e, β_e) to X after line 3; unembed_bias=True gives
+    P = softmax(W_u X + b_u 1ᵀ). model.hidden(x) returns X after line 9 (BERT's last hidden state).
     loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] over T̃ = {t : x̃[t] = mask_token}
     (mask_token = N_V − 3); with no masked position the loss is 0 and every gradient 0.
     """
-    def __call__(self, x: typing.Any) -> typing.Any:
+    def __call__(self, x: typing.Any, *, segments: typing.Any = None) -> typing.Any:
         ...
-    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, d_f: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, positional: str = 'learned', base: typing.Any = None, tied: bool = False, gelu: str = 'exact', eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, H_kv: typing.Any = None, bias: typing.Any = True) -> None:
+    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, d_f: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, positional: str = 'learned', base: typing.Any = None, tied: bool = False, gelu: str = 'exact', eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, n_segments: typing.SupportsInt | typing.SupportsIndex = 0, embed_norm: bool = False, unembed_bias: bool = False, H_kv: typing.Any = None, bias: typing.Any = True) -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -606,15 +610,19 @@ class ETransformer(_HasParams):
         """
         softmax(S/√d_attn) of every head of `layer` in the last forward call: (H, ℓ, ℓ); column t is how token t attends to the tokens of its sequence.
         """
-    def logits(self, x: typing.Any) -> typing.Any:
+    def hidden(self, x: typing.Any, *, segments: typing.Any = None) -> typing.Any:
         """
-        W_u X (before the final softmax), shaped like the call's output.
+        X after line 9 (the last layer's output; BERT's last hidden state): (d_e, ℓ) for one sequence, (N, d_e, ℓ) for a 2-D batch, a list for a ragged list. Beyond the listing, which returns only P.
         """
-    def loss(self, x_tilde: typing.Any, x: typing.Any, reduction: str = 'sum') -> float:
+    def logits(self, x: typing.Any, *, segments: typing.Any = None) -> typing.Any:
+        """
+        W_u X (+ b_u 1ᵀ with unembed_bias; before the final softmax), shaped like the call's output.
+        """
+    def loss(self, x_tilde: typing.Any, x: typing.Any, reduction: str = 'sum', *, segments: typing.Any = None) -> float:
         ...
-    def loss_and_grad(self, x_tilde: typing.Any, x: typing.Any, copy: bool = True) -> tuple[float, typing.Any]:
+    def loss_and_grad(self, x_tilde: typing.Any, x: typing.Any, copy: bool = True, *, segments: typing.Any = None) -> tuple[float, typing.Any]:
         """
-        Algorithm 12 line 9 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad.
+        Algorithm 12 line 9 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad; segments: segment ids shaped like x (n_segments > 0).
         """
     def zero_grad(self) -> None:
         ...
@@ -840,6 +848,16 @@ class BPETokenizer:
     Build with BPETokenizer.train(text, n_vocab) or BPETokenizer.load(path).
     """
     @staticmethod
+    def from_gpt2_files(vocab: typing.Any, merges: typing.Any, *, mask_token: typing.Any = None, bos_token: typing.Any = None, eos_token: typing.Any = None) -> BPETokenizer:
+        """
+        Read GPT-2's vocab.json + merges.txt (ids kept; vocabulary entries no merge makes, e.g. '<|endoftext|>', are special tokens; name mask/bos/eos among them, e.g. bos_token='<|endoftext|>', eos_token='<|endoftext|>').
+        """
+    @staticmethod
+    def from_hf_json(path: typing.Any, *, mask_token: typing.Any = None, bos_token: typing.Any = None, eos_token: typing.Any = None) -> BPETokenizer:
+        """
+        Read a Hugging Face tokenizer.json of a byte-level BPE (model 'BPE', ByteLevel pre-tokenizer without add_prefix_space). The file's ids are kept (n_vocab is the file's); mask/bos/eos are the special tokens named by the arguments, else '<mask>'/'<bos>'/'<eos>' if the file has them, and bos/eos also the tokens a TemplateProcessing post-processor puts around $A; else None. Other model types (WordPiece, Unigram, ...) and HF options this tokenizer does not reproduce are a ValueError naming them. docs/tokenization.md 'Hugging Face and GPT-2 files'.
+        """
+    @staticmethod
     def from_json(text: typing.Any) -> BPETokenizer:
         """
         The tokenizer whose to_json() is `text` (ValueError if it is corrupt).
@@ -876,24 +894,32 @@ class BPETokenizer:
         ...
     def decode(self, ids: typing.Any, skip_special: bool = True, errors: str = 'replace') -> str:
         """
-        ids (1-D integers, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as '<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).
+        ids (1-D integers of any integer dtype — np.int64 as encode() gives, np.int32 too —, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as '<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).
         The tokens' bytes are decoded as UTF-8 (surrogates pass, as Python's 'surrogatepass'); other invalid byte sequences are replaced by U+FFFD exactly as bytes.decode('utf-8', 'replace') does (errors='replace'), dropped ('ignore') or a ValueError ('strict').
         """
     def decode_bytes(self, ids: typing.Any, skip_special: bool = True) -> bytes:
         """
         ids -> the concatenated bytes of the tokens.
         """
-    def encode(self, text: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> numpy.typing.NDArray[numpy.int32]:
+    def encode(self, text: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> numpy.typing.NDArray[numpy.int64]:
         """
-        text (str) -> 1-D np.int32 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only where bos/eos ask for them; TypeError unless text is a str.
+        text (str) -> 1-D np.int64 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only where bos/eos ask for them; TypeError unless text is a str.
         """
     def encode_batch(self, texts: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> list:
         """
-        A list of str -> a list of 1-D np.int32 arrays, each as encode() gives it.
+        A list of str -> a list of 1-D np.int64 arrays, each as encode() gives it.
         """
     def save(self, path: typing.Any) -> None:
         """
         Write the tokenizer as JSON (UTF-8; format in docs/tokenization.md).
+        """
+    def to_gpt2_files(self, vocab: typing.Any, merges: typing.Any) -> None:
+        """
+        Write GPT-2's vocab.json (special tokens included under their text) and merges.txt.
+        """
+    def to_hf_json(self, path: typing.Any = None) -> str:
+        """
+        The tokenizer as a Hugging Face tokenizer.json (written to `path` unless None; the text is returned). tokenizers.Tokenizer.from_file(path).encode(text).ids equals encode(text) (bos/eos through a TemplateProcessing post-processor).
         """
     def to_json(self) -> str:
         """
@@ -904,29 +930,39 @@ class BPETokenizer:
         The bytes of a regular token (IndexError for special or out-of-range ids).
         """
     @property
-    def bos_token(self) -> int:
+    def bos_token(self) -> typing.Any:
         """
-        N_V − 2
-        """
-    @property
-    def eos_token(self) -> int:
-        """
-        N_V − 1
+        N_V − 2 (a BPE tokenizer from another project's file: its id, or None)
         """
     @property
-    def mask_token(self) -> int:
+    def eos_token(self) -> typing.Any:
         """
-        N_V − 3
+        N_V − 1 (a BPE tokenizer from another project's file: its id, or None)
+        """
+    @property
+    def file_ids(self) -> typing.Any:
+        """
+        None for our own layout (bytes 0..255, merge k = 256 + k, then mask/bos/eos). For a tokenizer read from another project's file: the file's id of byte b (file_ids[b], -1 if the file has no token for it: such bytes are dropped from text, as HF does) and of merge k (file_ids[256 + k]).
+        """
+    @property
+    def mask_token(self) -> typing.Any:
+        """
+        N_V − 3 (a BPE tokenizer from another project's file: the file's id of its mask token, or None)
         """
     @property
     def merges(self) -> list:
         """
-        The learned merges in rank order: merges[k] = (left id, right id) made id 256 + k.
+        The merges in rank order: merges[k] = (left id, right id), which made id 256 + k (in a tokenizer from another project's file: the file's ids, see file_ids).
         """
     @property
     def n_vocab(self) -> int:
         """
         N_V: regular tokens + the 3 special tokens.
+        """
+    @property
+    def special_tokens(self) -> list:
+        """
+        [(id, text)] of the special tokens (never produced from text), by id: ours are (N_V−3, '<mask>'), (N_V−2, '<bos>'), (N_V−1, '<eos>'); a file's are its added tokens and the vocabulary entries no merge makes.
         """
 class CharTokenizer:
     """
@@ -964,15 +1000,15 @@ class CharTokenizer:
         ...
     def decode(self, ids: typing.Any, skip_special: bool = True) -> str:
         """
-        ids (1-D integers, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as '<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).
+        ids (1-D integers of any integer dtype — np.int64 as encode() gives, np.int32 too —, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as '<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).
         """
-    def encode(self, text: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> numpy.typing.NDArray[numpy.int32]:
+    def encode(self, text: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> numpy.typing.NDArray[numpy.int64]:
         """
-        text (str) -> 1-D np.int32 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only where bos/eos ask for them; TypeError unless text is a str.
+        text (str) -> 1-D np.int64 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only where bos/eos ask for them; TypeError unless text is a str.
         """
     def encode_batch(self, texts: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> list:
         """
-        A list of str -> a list of 1-D np.int32 arrays, each as encode() gives it.
+        A list of str -> a list of 1-D np.int64 arrays, each as encode() gives it.
         """
     def save(self, path: typing.Any) -> None:
         """
@@ -983,9 +1019,9 @@ class CharTokenizer:
         The JSON text save() writes.
         """
     @property
-    def bos_token(self) -> int:
+    def bos_token(self) -> typing.Any:
         """
-        N_V − 2
+        N_V − 2 (a BPE tokenizer from another project's file: its id, or None)
         """
     @property
     def chars(self) -> list:
@@ -993,14 +1029,14 @@ class CharTokenizer:
         The characters of ids 0, 1, ...
         """
     @property
-    def eos_token(self) -> int:
+    def eos_token(self) -> typing.Any:
         """
-        N_V − 1
+        N_V − 1 (a BPE tokenizer from another project's file: its id, or None)
         """
     @property
-    def mask_token(self) -> int:
+    def mask_token(self) -> typing.Any:
         """
-        N_V − 3
+        N_V − 3 (a BPE tokenizer from another project's file: the file's id of its mask token, or None)
         """
     @property
     def n_vocab(self) -> int:
@@ -1053,15 +1089,15 @@ class WordTokenizer:
         ...
     def decode(self, ids: typing.Any, skip_special: bool = True) -> str:
         """
-        ids (1-D integers, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as '<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).
+        ids (1-D integers of any integer dtype — np.int64 as encode() gives, np.int32 too —, may be empty) -> str. Special ids are skipped (skip_special=True) or rendered as '<mask>', '<bos>', '<eos>'. IndexError for an id outside [0, n_vocab).
         """
-    def encode(self, text: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> numpy.typing.NDArray[numpy.int32]:
+    def encode(self, text: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> numpy.typing.NDArray[numpy.int64]:
         """
-        text (str) -> 1-D np.int32 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only where bos/eos ask for them; TypeError unless text is a str.
+        text (str) -> 1-D np.int64 array [bos_token] x[1..ℓ] [eos_token] (§4). Special ids appear only where bos/eos ask for them; TypeError unless text is a str.
         """
     def encode_batch(self, texts: typing.Any, bos: typing.Any = True, eos: typing.Any = True) -> list:
         """
-        A list of str -> a list of 1-D np.int32 arrays, each as encode() gives it.
+        A list of str -> a list of 1-D np.int64 arrays, each as encode() gives it.
         """
     def save(self, path: typing.Any) -> None:
         """
@@ -1072,19 +1108,19 @@ class WordTokenizer:
         The JSON text save() writes.
         """
     @property
-    def bos_token(self) -> int:
+    def bos_token(self) -> typing.Any:
         """
-        N_V − 2
-        """
-    @property
-    def eos_token(self) -> int:
-        """
-        N_V − 1
+        N_V − 2 (a BPE tokenizer from another project's file: its id, or None)
         """
     @property
-    def mask_token(self) -> int:
+    def eos_token(self) -> typing.Any:
         """
-        N_V − 3
+        N_V − 1 (a BPE tokenizer from another project's file: its id, or None)
+        """
+    @property
+    def mask_token(self) -> typing.Any:
+        """
+        N_V − 3 (a BPE tokenizer from another project's file: the file's id of its mask token, or None)
         """
     @property
     def n_vocab(self) -> int:
@@ -1139,6 +1175,34 @@ class EDInference:
     def __init__(self, tau: typing.SupportsFloat | typing.SupportsIndex = 1.0, *, max_len: typing.Any = None, top_k: typing.Any = None, top_p: typing.Any = None, seed: typing.Any = None, cache: bool = True) -> None:
         ...
     def __repr__(self) -> str:
+        ...
+    @property
+    def tau(self) -> float:
+        ...
+class SpeculativeInference:
+    """
+    Speculative decoding (Leviathan et al. 2023; Chen et al. 2023) beside Algorithm 14, listing in docs/speculative_decoding.md.
+    
+    SpeculativeInference(l_gen, k=4, tau=1.0, *, seed=None)(x, target, draft, *, stats=False) -> y, the ℓ_gen
+    token ids after the prompt x, distributed exactly as DInference(l_gen, tau)(x, target): the draft
+    DTransformer proposes k tokens, the target scores them in one cached pass, each is kept with probability
+    min(1, q(x̂)/p(x̂)) (q the target's, p the draft's q ∝ P^{1/τ}); the first rejected one is replaced by a
+    token from norm(max(0, q − p)); when all k are kept the target adds one more. τ = 0: the target's greedy
+    output. Both models: same vocabulary and dtype, len(x) + l_gen − 1 ≤ l_max (no sliding window).
+    stats=True returns (y, dict) with target_passes, draft_passes, drafted and accepted (per target pass) and
+    tokens_per_pass. seed=None: a fresh random seed.
+    """
+    def __call__(self, x: typing.Any, target: typing.Any, draft: typing.Any, *, stats: bool = False) -> typing.Any:
+        ...
+    def __init__(self, l_gen: typing.SupportsInt | typing.SupportsIndex, k: typing.SupportsInt | typing.SupportsIndex = 4, tau: typing.SupportsFloat | typing.SupportsIndex = 1.0, *, seed: typing.Any = None) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    @property
+    def k(self) -> int:
+        ...
+    @property
+    def l_gen(self) -> int:
         ...
     @property
     def tau(self) -> float:

@@ -1,8 +1,9 @@
 """Weights in and out: Hugging Face `transformers` models and plain PyTorch modules.
 
     model = ft.from_hf(hf_model)        # GPT2LMHeadModel / GPT2Model -> DTransformer,
-                                        # BertForMaskedLM / BertModel -> ETransformer
-    hf_model = ft.to_hf(model)          # -> GPT2LMHeadModel / BertForMaskedLM with equal outputs
+                                        # BertForMaskedLM / BertModel -> ETransformer,
+                                        # LlamaForCausalLM -> DTransformer(positional="rope", H_kv, mlp="swiglu", …)
+    hf_model = ft.to_hf(model)          # -> GPT2LMHeadModel / BertForMaskedLM / LlamaForCausalLM, equal outputs
     ft.save_hf(model, "dir")            # config.json + model.safetensors, for AutoModel*.from_pretrained("dir")
     model = ft.load_hf("dir")           # such a directory (or a downloaded HF one), with safetensors alone
     module = ft.to_torch(model)         # a plain torch.nn.Module: equal loss and gradients (all three models)
@@ -34,9 +35,16 @@ start at 0 either way) and HF's outputs at padded positions have no counterpart.
 padding_idx = pad_token_id, which keeps that row of W_e out of the embedding gradient; ft has no padding
 token (its gradient of that row differs when the id occurs in a sequence). to_hf writes pad_token_id = None.
 
+  LLaMA (Algorithm 10 with docs/variants.md's V1 RoPE (half-split pairing, θ = rope_theta), V3 grouped-query
+    attention (H_kv = num_key_value_heads), V4 SwiGLU, V5 no biases, and norm="rms"; pre-norm):
+    embed_tokens = W_eᵀ; layers.l.self_attn.{q,k,v}_proj = W_q (H blocks), W_k, W_v (H_kv blocks of head_dim
+    rows); o_proj = W_o; mlp.gate_proj, up_proj, down_proj = W_gate, W_mlp1, W_mlp2; input_layernorm = γ_l¹;
+    post_attention_layernorm = γ_l²; norm = γ; lm_head = W_u (tied: W_eᵀ). HF computes RMSnorm and the RoPE
+    angles in float32 even for a float64 model, so a float64 HF LLaMA agrees with ft to float32 accuracy
+    unless those two run in float64 (tests/python/test_variants.py shows how).
+
 Unsupported configurations raise ValueError naming the option; nothing is half-loaded (every tensor is
-checked before a model is made). The LLaMA mapping (LlamaForCausalLM -> DTransformer with RoPE, GQA and
-SwiGLU) has its place below, marked "LLaMA".
+checked before a model is made).
 """
 from __future__ import annotations
 
@@ -231,22 +239,119 @@ def _bert_from_ft(P: dict, cfg: dict) -> dict:
     return t
 
 
+# LLaMA (LlamaForCausalLM -> DTransformer with the variants of docs/variants.md: RoPE V1, grouped-query
+# attention V3, SwiGLU V4, no biases V5, with norm="rms")
+
+def _llama_theta(c: dict) -> float:
+    rp = c.get("rope_parameters") or c.get("rope_scaling") or {}
+    kind = rp.get("rope_type", rp.get("type", "default")) if isinstance(rp, dict) else "default"
+    if kind not in (None, "default"):
+        raise _unsupported("LLaMA", "rope_type", kind, "only the plain rotary embedding of V1 (no scaling)")
+    theta = c.get("rope_theta", rp.get("rope_theta") if isinstance(rp, dict) else None)
+    return float(10000.0 if theta is None else theta)
+
+
+def _llama_hyper(c: dict) -> dict:
+    m = "LLaMA"
+    if c.get("hidden_act", "silu") != "silu":
+        raise _unsupported(m, "hidden_act", c["hidden_act"], "SwiGLU (V4) gates with SiLU")
+    for opt in ("attention_bias", "mlp_bias"):
+        if c.get(opt, False):
+            raise _unsupported(m, opt, True, "the LLaMA-style DTransformer has bias=False (V5) throughout")
+    if int(c.get("pretraining_tp", 1) or 1) != 1:
+        raise _unsupported(m, "pretraining_tp", c["pretraining_tp"], "only the unsplit layers")
+    d, H = int(c["hidden_size"]), int(c["num_attention_heads"])
+    H_kv = int(c.get("num_key_value_heads") or H)
+    d_h = int(c.get("head_dim") or d // H)
+    if H % H_kv:
+        raise _unsupported(m, "num_key_value_heads", H_kv, f"it must divide num_attention_heads = {H}")
+    return dict(n_vocab=int(c["vocab_size"]), l_max=int(c["max_position_embeddings"]), L=int(c["num_hidden_layers"]),
+                H=H, d_e=d, d_mlp=int(c["intermediate_size"]), d_attn=d_h, d_mid=d_h, H_kv=H_kv, positional="rope",
+                rope_theta=_llama_theta(c), mlp="swiglu", bias=False, norm="rms", eps=float(c.get("rms_norm_eps", 1e-6)),
+                tied=bool(c.get("tie_word_embeddings", False)))
+
+
+_LLAMA_LAYER = (  # (HF name in layers.l., ft name in layers.l., heads of the reshape: "H", "H_kv" or "")
+    ("self_attn.q_proj.weight", "attn.W_q", "H"), ("self_attn.k_proj.weight", "attn.W_k", "H_kv"),
+    ("self_attn.v_proj.weight", "attn.W_v", "H_kv"), ("self_attn.o_proj.weight", "attn.W_o", ""),
+    ("mlp.gate_proj.weight", "W_gate", ""), ("mlp.up_proj.weight", "W_mlp1", ""), ("mlp.down_proj.weight", "W_mlp2", ""),
+    ("input_layernorm.weight", "gamma1", ""), ("post_attention_layernorm.weight", "gamma2", ""),
+)
+
+
+def _llama_expected(hp: dict, head: bool) -> dict:
+    d, V, m, H, H_kv, d_h = hp["d_e"], hp["n_vocab"], hp["d_mlp"], hp["H"], hp["H_kv"], hp["d_attn"]
+    layer = {"attn.W_q": (H * d_h, d), "attn.W_k": (H_kv * d_h, d), "attn.W_v": (H_kv * d_h, d),
+             "attn.W_o": (d, H * d_h), "W_gate": (m, d), "W_mlp1": (m, d), "W_mlp2": (d, m), "gamma1": (d,),
+             "gamma2": (d,)}
+    e = {"embed_tokens.weight": (V, d), "norm.weight": (d,)}
+    for l in range(hp["L"]):
+        e.update({f"layers.{l}.{a}": layer[b] for a, b, _ in _LLAMA_LAYER})
+    if head and not hp["tied"]:
+        e["lm_head.weight"] = (V, d)
+    return e
+
+
+def _llama_to_ft(hp: dict, T: dict, head: bool) -> dict:
+    p = {"W_e": T["embed_tokens.weight"].T, "gamma": T["norm.weight"]}
+    for l in range(hp["L"]):
+        for a, b, heads in _LLAMA_LAYER:
+            v = T[f"layers.{l}.{a}"]
+            p[f"layers.{l}.{b}"] = _split_heads(v, hp[heads]) if heads else v
+    if head and not hp["tied"]:
+        p["W_u"] = T["lm_head.weight"]
+    return p
+
+
+def _llama_from_ft(P: dict, cfg: dict) -> dict:
+    """ft params of a LLaMA-style DTransformer -> LlamaForCausalLM's state (full names)."""
+    t = {"model.embed_tokens.weight": P["W_e"].T, "model.norm.weight": P["gamma"]}
+    for l in range(cfg["L"]):
+        for a, b, heads in _LLAMA_LAYER:
+            v = P[f"layers.{l}.{b}"]
+            t[f"model.layers.{l}.{a}"] = v.reshape(-1, *v.shape[2:]) if heads else v
+    if not cfg["tied"]:
+        t["lm_head.weight"] = P["W_u"]
+    return t
+
+
+def _is_llama_style(cfg: dict) -> bool:
+    return cfg.get("arch") == "DTransformer" and cfg.get("positional") == "rope"
+
+
+def _llama_export(cfg: dict, P: dict):
+    for k, want in (("mlp", "swiglu"), ("bias", False), ("norm", "rms")):
+        if cfg.get(k) != want:
+            raise ValueError(f"LLaMA has no equivalent of {k}={cfg.get(k)!r} with positional='rope' "
+                             f"(LlamaForCausalLM: mlp='swiglu', bias=False, norm='rms')")
+    if cfg["d_attn"] != cfg["d_mid"]:
+        raise ValueError(f"LLaMA needs d_attn = d_mid (its head_dim), got d_attn={cfg['d_attn']}, d_mid={cfg['d_mid']}")
+    hf = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": cfg["n_vocab"],
+          "hidden_size": cfg["d_e"], "intermediate_size": cfg["d_mlp"], "num_hidden_layers": cfg["L"],
+          "num_attention_heads": cfg["H"], "num_key_value_heads": cfg["H_kv"], "head_dim": cfg["d_attn"],
+          "max_position_embeddings": cfg["l_max"], "rms_norm_eps": cfg["eps"], "rope_theta": cfg["rope_theta"],
+          "hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "attention_dropout": 0.0,
+          "tie_word_embeddings": cfg["tied"], "initializer_range": cfg["init_std"],
+          "bos_token_id": cfg["n_vocab"] - 2, "eos_token_id": cfg["n_vocab"] - 1, "use_cache": True,
+          "dtype": cfg["dtype"]}
+    return "LlamaForCausalLM", hf, _llama_from_ft(P, cfg)
+
+
 # The supported classes: HF class name -> (family, with the LM head, prefix of the body in its state dict)
 _CLASSES = {
     "GPT2LMHeadModel": ("gpt2", True, "transformer."),
     "GPT2Model": ("gpt2", False, ""),
     "BertForMaskedLM": ("bert", True, "bert."),
     "BertModel": ("bert", False, ""),
-    # LLaMA: "LlamaForCausalLM": ("llama", True, "model."), with _llama_hyper / _llama_expected / _llama_to_ft
-    # below, once DTransformer has RoPE, GQA and SwiGLU (helper "variants"' mapping moves here at merge time).
+    "LlamaForCausalLM": ("llama", True, "model."),
 }
 _FAMILY = {  # family -> (hyperparameters, expected tensors, tensors -> ft, ft class)
     "gpt2": (_gpt2_hyper, _gpt2_expected, _gpt2_to_ft, "DTransformer"),
     "bert": (_bert_hyper, _bert_expected, _bert_to_ft, "ETransformer"),
-    # LLaMA: "llama": (_llama_hyper, _llama_expected, _llama_to_ft, "DTransformer"),
+    "llama": (_llama_hyper, _llama_expected, _llama_to_ft, "DTransformer"),
 }
 _IGNORED = (".attn.bias", ".attn.masked_bias", "embeddings.position_ids", "pooler.dense.weight",
-            "pooler.dense.bias")  # buffers and BertModel's pooler
+            "pooler.dense.bias", "rotary_emb.inv_freq")  # buffers and BertModel's pooler
 
 
 def _strip(T: dict, prefix: str, head: bool) -> dict:
@@ -267,7 +372,7 @@ def _build(cls_name: str, config: dict, T: dict, dtype, where: str):
     if head and family == "bert" and "cls.predictions.decoder.bias" in T:
         # the bias the decoder adds (HF ties it to cls.predictions.bias unless the head is untied)
         T["cls.predictions.bias"] = T.pop("cls.predictions.decoder.bias")
-    if head and family == "gpt2" and hp["tied"]:
+    if head and family in ("gpt2", "llama") and hp["tied"]:
         T.pop("lm_head.weight", None)
     exp = expected(hp, head)
     missing = sorted(set(exp) - set(T))
@@ -307,7 +412,8 @@ def _cls_of(hf_model) -> str:
 def from_hf(hf_model, *, dtype=None):
     """The ft model computing the same function as a `transformers` model: GPT2LMHeadModel / GPT2Model ->
     DTransformer (tied unless the config unties it), BertForMaskedLM / BertModel -> ETransformer (with
-    n_segments, embed_norm, unembed_bias). dtype: float32 / float64 (default: the HF model's, float64 if
+    n_segments, embed_norm, unembed_bias), LlamaForCausalLM -> DTransformer(positional="rope", H_kv,
+    mlp="swiglu", bias=False, norm="rms"). dtype: float32 / float64 (default: the HF model's, float64 if
     its weights are float64). ValueError naming an unsupported configuration option."""
     name = _cls_of(hf_model)
     config = hf_model.config.to_dict()
@@ -331,7 +437,7 @@ def _torch_dtype(name):
 
 _KNOWN = {"arch", "n_vocab", "l_max", "L", "L_enc", "L_dec", "H", "d_e", "d_mlp", "d_f", "d_attn", "d_mid", "norm",
           "positional", "base", "tied", "gelu", "eps", "seed", "init_std", "dtype", "n_segments", "embed_norm",
-          "unembed_bias"}
+          "unembed_bias", "rope_theta"}  # rope_theta acts only with positional="rope" (the LLaMA path)
 
 
 def _check_options(cfg: dict, target: str) -> None:
@@ -363,6 +469,8 @@ def _hf_export(model):
     cfg = model.config
     arch = cfg["arch"]
     P = {k: np.asarray(v) for k, v in model.params.items()}
+    if _is_llama_style(cfg):
+        return _llama_export(cfg, P)
     if arch == "DTransformer":
         _check_exportable(cfg, "GPT-2")
         if cfg["norm"] != "layer":
@@ -393,8 +501,9 @@ def _hf_export(model):
 
 
 def to_hf(model):
-    """The `transformers` model with the same function: DTransformer -> GPT2LMHeadModel, ETransformer (with
-    embed_norm, d_f = d_e) -> BertForMaskedLM; in the model's dtype, eval mode, dropout 0.
+    """The `transformers` model with the same function: DTransformer -> GPT2LMHeadModel (LlamaForCausalLM when
+    positional="rope", with mlp="swiglu", bias=False, norm="rms"), ETransformer (with embed_norm, d_f = d_e)
+    -> BertForMaskedLM; in the model's dtype, eval mode, dropout 0.
     ValueError for options the class cannot express (RMSnorm, sinusoidal positions, d_attn ≠ d_e/H, …)."""
     cls_name, hf_cfg, state = _hf_export(model)
     import torch
@@ -482,6 +591,8 @@ def load_hf(path: Union[str, os.PathLike], *, dtype=None):
                 else "GPT2Model"
         elif mt == "bert":
             cls_name = "BertForMaskedLM" if any(k.startswith("cls.predictions.") for k in T) else "BertModel"
+        elif mt == "llama":
+            cls_name = "LlamaForCausalLM"
         else:
             raise ValueError(f"{cfg_file}: model_type {mt!r} / architectures {config.get('architectures')!r} "
                              f"is not supported (supported: {', '.join(_CLASSES)})")

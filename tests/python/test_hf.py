@@ -485,3 +485,82 @@ def test_options_beyond_the_mapping_are_refused(extra, option):
     _check_options({**cfg, "bias": True, "H_kv": 2, "mlp": "gelu"}, "GPT-2")  # explicit defaults pass
     with pytest.raises(ValueError, match=option):
         _check_options({**cfg, **extra}, "GPT-2")
+
+
+# ---------------------------------------------------------------------------------------------------
+# LLaMA (LlamaForCausalLM <-> DTransformer with RoPE, grouped-query attention, SwiGLU, no biases, RMSnorm)
+
+def _llama(dtype=torch.float64, **kw):
+    cfg = dict(vocab_size=V, hidden_size=16, intermediate_size=20, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=LMAX, rms_norm_eps=1e-6, rope_theta=300.0,
+               attention_bias=False, mlp_bias=False, tie_word_embeddings=False, bos_token_id=V - 2,
+               eos_token_id=V - 1)
+    cfg.update(kw)
+    m = transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg))
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # every weight random, the RMSnorm gains around 1
+        for name, p in m.named_parameters():
+            r = torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.3
+            p.copy_(r + 1 if "norm" in name else r)
+    return m.to(dtype).eval()
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_llama_for_causal_lm_P_and_every_gradient(monkeypatch, tied):
+    from test_variants import _float64_llama  # HF's float32 RMSnorm / RoPE angles run in float64 for the check
+
+    _float64_llama(monkeypatch)
+    hf = _llama(tie_word_embeddings=tied)
+    m = ft.from_hf(hf)
+    c = m.config
+    assert (c["positional"], c["H_kv"], c["mlp"], c["bias"], c["norm"], c["tied"]) == ("rope", 2, "swiglu", False,
+                                                                                      "rms", tied)
+    assert c["rope_theta"] == 300.0 and m.params["W_e"].dtype == np.float64
+    x = np.array([3, 14, 15, 9, 2, 6, 5, 3, 5, 8])
+    ids = torch.tensor(x)[None]
+    logits = hf(ids).logits[0]
+    assert rel_err(m(x), torch.softmax(logits, -1).detach().numpy().T) <= TOL64
+    loss_hf = torch.nn.functional.cross_entropy(logits[:-1], ids[0, 1:], reduction="sum")
+    hf.zero_grad()
+    loss_hf.backward()
+    loss, grads = m.loss_and_grad(x)
+    assert abs(loss - loss_hf.item()) <= TOL64 * abs(loss_hf.item())
+    _assert_grads(grads, _grads_as_ft(hf))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_llama_round_trips_are_exact(dtype, tmp_path):
+    m = ft.DTransformer(V, LMAX, 2, 4, 16, 20, positional="rope", rope_theta=500.0, H_kv=2, mlp="swiglu", bias=False,
+                        norm="rms", eps=1e-6, dtype=dtype, seed=3, init_std=0.3)
+    rng = np.random.default_rng(2)
+    for k, p in m.params.items():
+        if "gamma" in k:
+            p[...] = 1 + rng.normal(0, 0.3, p.shape)
+    hf = ft.to_hf(m)
+    assert type(hf).__name__ == "LlamaForCausalLM" and hf.config.num_key_value_heads == 2
+    _same_params(m, ft.from_hf(hf))
+    assert _cfg(ft.from_hf(hf)) == _cfg(m)
+    x = np.array([1, 7, 3, 9, 4, 4, 11])
+    tol = 1e-5 if dtype == "float32" else 1e-6  # HF's float32 RMSnorm and RoPE angles (see hf.py)
+    assert rel_err(m.logits(x), hf(torch.tensor(x)[None]).logits[0].detach().numpy().T) <= tol
+    ft.save_hf(m, tmp_path)
+    auto, info = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert type(auto).__name__ == "LlamaForCausalLM"
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    back = ft.load_hf(tmp_path)
+    _same_params(m, back)
+    assert _cfg(back) == _cfg(m)
+
+
+@pytest.mark.parametrize("kw,option", [(dict(hidden_act="gelu"), "hidden_act"), (dict(attention_bias=True), "attention_bias"),
+                                       (dict(mlp_bias=True), "mlp_bias"),
+                                       (dict(rope_scaling={"rope_type": "linear", "factor": 2.0}), "rope_type")])
+def test_llama_unsupported_options_are_named(kw, option):
+    with pytest.raises(ValueError, match=option):
+        ft.from_hf(_llama(**kw))
+
+
+def test_llama_style_exports_need_every_llama_option():
+    m = ft.DTransformer(V, LMAX, 1, 2, 8, 12, positional="rope", H_kv=1, mlp="swiglu", bias=False)  # layer_norm
+    with pytest.raises(ValueError, match="norm"):
+        ft.to_hf(m)
