@@ -3,9 +3,10 @@ trained on tiny Shakespeare (characters, N_V 65).
 
 draft:  the baby GPT — DTransformer N_V 65, ℓ_max 64, L 4, H 4, d_e 128, d_mlp 512 (tied W_u);
 target: a bigger one — L 8, H 8, d_e 256, d_mlp 1024 (tied), same ℓ_max.
-Both are trained here for a bounded time (--draft-seconds, --target-seconds; Adam, the notebook 06 setting:
-windows of ℓ_max characters at random offsets, batch 12, cosine schedule) and cached under
-~/.cache/formal-transformers/bench_speculative (ft.save / ft.load), so reruns only measure.
+Both are trained here for a fixed number of steps (--draft-steps, --target-steps: the models are the same
+on a busy machine and a quiet one; Adam, the notebook 06 setting: windows of ℓ_max characters at random
+offsets, batch 12) and cached under ~/.cache/formal-transformers/bench_speculative (ft.save / ft.load), so
+reruns only measure.
 
 Measured, for τ in --taus and k in --ks: over --prompts prompts (the first 4 characters of validation
 windows), ℓ_gen = ℓ_max − 4 + 1 = 61 tokens each: ms per generated token of ft.DInference on the target
@@ -13,8 +14,8 @@ windows), ℓ_gen = ℓ_max − 4 + 1 = 61 tokens each: ms per generated token o
 and the accepted drafts / tokens per target pass. τ = 0 also checks that both give the same tokens. Per prompt
 the minimum over --reps repetitions (plain and speculative interleaved), then the median over prompts.
 
-    FT_CORE_PATH=build/dev PYTHONPATH=python python bench/bench_speculative.py [--draft-seconds 180]
-        [--target-seconds 480] [--prompts 8] [--reps 3] [--ks 2 4 6] [--taus 0 0.8] [--retrain]
+    FT_CORE_PATH=build/dev PYTHONPATH=python python bench/bench_speculative.py [--draft-steps 2500]
+        [--target-steps 2000] [--train-only] [--prompts 8] [--reps 3] [--ks 2 4 6] [--taus 0 0.8] [--retrain]
 """
 from __future__ import annotations
 
@@ -43,32 +44,26 @@ def load_text(ft):
         return None
 
 
-def train(ft, name, cfg, seconds, train_ids, val_seqs, retrain):
-    """A model of `cfg` trained for about `seconds` (cached by config and budget)."""
+def train(ft, name, cfg, n_steps, train_ids, val_seqs, retrain):
+    """A model of `cfg` trained for `n_steps` Adam steps (cached by config and step count)."""
     os.makedirs(CACHE, exist_ok=True)
-    path = os.path.join(CACHE, f"{name}_L{cfg['L']}_H{cfg['H']}_de{cfg['d_e']}_{int(seconds)}s.safetensors")
+    path = os.path.join(CACHE, f"{name}_L{cfg['L']}_H{cfg['H']}_de{cfg['d_e']}_{n_steps}steps.safetensors")
     if os.path.exists(path) and not retrain:
         model = ft.load(path)
         print(f"{name}: loaded {path}")
     else:
         model = ft.DTransformer(65, L_MAX, cfg["L"], cfg["H"], cfg["d_e"], cfg["d_mlp"], tied=True, seed=0)
         rng = np.random.default_rng(0)
-        n_max = 100_000  # windows drawn up front; training stops on time first
-        offsets = rng.integers(0, len(train_ids) - L_MAX + 1, size=n_max)
+        offsets = rng.integers(0, len(train_ids) - L_MAX + 1, size=12 * n_steps)  # windows drawn up front
         seqs = np.lib.stride_tricks.sliding_window_view(train_ids, L_MAX)[offsets]
         t0 = time.perf_counter()
-        steps = [0]
-
-        def budget(info):
-            steps[0] = info["step"]
-            return time.perf_counter() - t0 < seconds
-
         trainer = ft.DTraining(n_epochs=1, eta=1e-3, optimizer="adam", betas=(0.9, 0.99), weight_decay=0.1,
-                               batch_size=12, reduction="mean", shuffle=False, schedule="constant", clip=1.0,
-                               seed=0, callback=budget, progress=False)
+                               batch_size=12, reduction="mean", shuffle=False, schedule="cosine", warmup=100,
+                               min_lr=1e-4, clip=1.0, max_steps=n_steps, seed=0, progress=False)
         trainer(seqs, model)
         ft.save(model, path)
-        print(f"{name}: trained {steps[0]} steps in {time.perf_counter() - t0:.0f} s -> {path}")
+        print(f"{name}: trained {n_steps} steps in {time.perf_counter() - t0:.0f} s "
+              f"(load average {os.getloadavg()[0]:.1f}) -> {path}")
     loss = model.loss(val_seqs, reduction="mean")
     print(f"{name}: {model.n_params:,} parameters, validation loss {loss:.4f} nats/char ({len(val_seqs)} windows)")
     return model
@@ -76,8 +71,9 @@ def train(ft, name, cfg, seconds, train_ids, val_seqs, retrain):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--draft-seconds", type=float, default=180)
-    ap.add_argument("--target-seconds", type=float, default=480)
+    ap.add_argument("--draft-steps", type=int, default=2500)
+    ap.add_argument("--target-steps", type=int, default=2000)
+    ap.add_argument("--train-only", action="store_true", help="train (or load) the two models and stop")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--ks", type=int, nargs="+", default=[2, 4, 6])
@@ -97,8 +93,10 @@ def main():
 
     print(f"CPU: {cpu_model()}; os.cpu_count() = {os.cpu_count()}; threads {ft.get_num_threads()}")
     print(f"BLAS: {ft.blas_info()}")
-    draft = train(ft, "draft", DRAFT, a.draft_seconds, train_ids, val_seqs, a.retrain)
-    target = train(ft, "target", TARGET, a.target_seconds, train_ids, val_seqs, a.retrain)
+    draft = train(ft, "draft", DRAFT, a.draft_steps, train_ids, val_seqs, a.retrain)
+    target = train(ft, "target", TARGET, a.target_steps, train_ids, val_seqs, a.retrain)
+    if a.train_only:
+        return
 
     l_gen = L_MAX - 4 + 1
     prompts = [val_seqs[i * (len(val_seqs) // a.prompts)][:4] for i in range(a.prompts)]

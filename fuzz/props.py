@@ -311,10 +311,11 @@ class ModelMachine(RuleBasedStateMachine):
         self.theta = self.snapshot()
 
     @rule(l_gen=st.integers(-1, 12), tau=st.sampled_from([0.0, 0.5, 1.0, -1.0, float("nan")]), cache=st.booleans(),
-          top_k=st.sampled_from([None, 0, 1, 3, 100]), x=ids(batch=False))
-    def inference(self, l_gen, tau, cache, top_k, x):
+          top_k=st.sampled_from([None, 0, 1, 3, 100]), x=ids(batch=False),
+          context=st.sampled_from(["auto", "window", "full", "all"]))
+    def inference(self, l_gen, tau, cache, top_k, x, context):
         if self.arch == "D":
-            inf = call(ft.DInference, l_gen, tau, top_k=top_k, seed=1, cache=cache)
+            inf = call(ft.DInference, l_gen, tau, top_k=top_k, seed=1, cache=cache, context=context)
             if inf is not None:
                 self.guarded("DInference", inf, x, self.model)
         elif self.arch == "ED":

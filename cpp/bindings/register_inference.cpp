@@ -56,6 +56,9 @@ std::string sampling_repr(const ft::SamplingOptions& o) {
     return "tau=" + py::repr(py::float_(o.tau)).cast<std::string>() + ", top_k=" + std::to_string(o.top_k) +
            ", top_p=" + py::repr(py::float_(o.top_p)).cast<std::string>() + ", cache=" + (o.cache ? "True" : "False");
 }
+const char* context_name(ft::SamplingOptions::Context c) {
+    return c == ft::SamplingOptions::Context::Full ? "full" : c == ft::SamplingOptions::Context::Window ? "window" : "auto";
+}
 }  // namespace
 
 void register_inference(py::module_& m) {
@@ -66,20 +69,27 @@ token ids that follow the prompt x (1-D, 1 ≤ ℓ ≤ l_max). Each token is dra
 the last column of P = model(x) (τ = 0: argmax); top_k / top_p restrict q to the k most probable tokens,
 then to the smallest set of those whose renormalised mass is ≥ top_p. cache=True keeps the keys and values of earlier tokens (one column of
 work per new token); cache=False runs the listing literally (the whole model on the whole sequence each
-step) — both give the same tokens for the same seed. Past l_max the model sees the last l_max tokens (a
-sliding window; the cache is refilled from the window each step then). seed=None: a fresh random seed.)doc")
+step) — both give the same tokens for the same seed. Past l_max, by `context`: "window", the model sees
+the last l_max tokens (a sliding window; the cache is refilled from the window each step then); "full",
+the model sees the whole sequence (only for positional="rope" or "alibi", whose positions have no table:
+ALiBi extrapolates); "auto" (default): "full" for ALiBi, "window" otherwise. seed=None: a fresh random seed.)doc")
         .def(py::init([](long long l_gen, double tau, const py::object& top_k, const py::object& top_p,
-                         const py::object& seed, bool cache) {
+                         const py::object& seed, bool cache, const std::string& context) {
                  if (l_gen < 0) throw ft::ValueError("l_gen must be >= 0, got " + std::to_string(l_gen));
                  check_seed(seed);
                  DInferencePy d;
                  d.o = sampling(tau, top_k, top_p, cache);
+                 if (context == "auto") d.o.context = ft::SamplingOptions::Context::Auto;
+                 else if (context == "window") d.o.context = ft::SamplingOptions::Context::Window;
+                 else if (context == "full") d.o.context = ft::SamplingOptions::Context::Full;
+                 else throw ft::ValueError("context must be 'auto', 'window' or 'full', got '" + context + "'");
                  d.seed = seed;
                  d.l_gen = l_gen;
                  return d;
              }),
              py::arg("l_gen"), py::arg("tau") = 1.0, py::kw_only(), py::arg("top_k") = py::none(),
-             py::arg("top_p") = py::none(), py::arg("seed") = py::none(), py::arg("cache") = true)
+             py::arg("top_p") = py::none(), py::arg("seed") = py::none(), py::arg("cache") = true,
+             py::arg("context") = "auto")
         .def(
             "__call__",
             [](DInferencePy& self, const py::handle& x, const py::object& model) {
@@ -105,7 +115,11 @@ sliding window; the cache is refilled from the window each step then). seed=None
             py::arg("x"), py::arg("model"))
         .def_readonly("l_gen", &DInferencePy::l_gen)
         .def_property_readonly("tau", [](const DInferencePy& s) { return s.o.tau; })
-        .def("__repr__", [](const DInferencePy& s) { return "DInference(l_gen=" + std::to_string(s.l_gen) + ", " + sampling_repr(s.o) + ")"; });
+        .def_property_readonly("context", [](const DInferencePy& s) { return context_name(s.o.context); })
+        .def("__repr__", [](const DInferencePy& s) {
+            return "DInference(l_gen=" + std::to_string(s.l_gen) + ", " + sampling_repr(s.o) + ", context='" +
+                   context_name(s.o.context) + "')";
+        });
 
     py::class_<EDInferencePy>(m, "EDInference", R"doc(Algorithm 15: x̂ ← EDInference(z, θ̂) — sequence-to-sequence decoding with an EDTransformer.
 

@@ -71,6 +71,12 @@ std::vector<index_t> DInference(DTransformer<T>& model, const index_t* x_in, ind
     const ModelConfig& c = model.cfg;
     if (l_gen < 0) throw ValueError("l_gen must be >= 0, got " + std::to_string(l_gen));
     validate(Tokens{x_in, Seqs::single(l)}, c.n_vocab, c.l_max, "x");  // the prompt fits ℓ_max
+    const bool rel_pos = c.positional == Positional::Rope || c.positional == Positional::Alibi;
+    if (o.context == SamplingOptions::Context::Full && !rel_pos)
+        throw ValueError("context='full' (past l_max) needs positions without a table (positional='rope' or "
+                         "'alibi'); this model's positions are a table of l_max columns");
+    const bool full = o.context == SamplingOptions::Context::Full ||
+                      (o.context == SamplingOptions::Context::Auto && c.positional == Positional::Alibi);
     std::vector<index_t> x(x_in, x_in + l);                             // line 1: ℓ ← length(x)
     x.reserve(std::size_t(l + l_gen));
     std::vector<T> z(std::size_t(c.n_vocab));
@@ -83,7 +89,7 @@ std::vector<index_t> DInference(DTransformer<T>& model, const index_t* x_in, ind
     for (index_t i = 1; i <= l_gen; ++i) {  // line 2
         poll();
         const index_t len = index_t(x.size());
-        const index_t w0 = std::max<index_t>(0, len - c.l_max);  // the window the model sees: x[w0:len]
+        const index_t w0 = full ? 0 : std::max<index_t>(0, len - c.l_max);  // the model sees x[w0:len]
         if (!o.cache) {
             // line 3: P ← DTransformer(x | θ̂) on the window; line 4: p ← P[:, ℓ + i − 1] (its last column)
             model.forward(Tokens{x.data() + w0, Seqs::single(len - w0)});

@@ -2,6 +2,7 @@
 #include "formal_transformers/transformers.hpp"
 
 #include <cmath>
+#include <limits>
 
 #include "formal_transformers/blas.hpp"
 
@@ -527,7 +528,10 @@ DTransformer<T>::DTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::
 // x -> X after line 10 (kept in Xf_), every layer's activations kept
 template <class T>
 void DTransformer<T>::forward(const Tokens& x) {
-    validate(x, cfg.n_vocab, cfg.l_max, "x");
+    // RoPE and ALiBi have no table of positions: the model runs on any length (ℓ_max is the training
+    // length there; Algorithm 14 with context = Full uses this, inference.hpp)
+    const bool rel_pos = cfg.positional == Positional::Rope || cfg.positional == Positional::Alibi;
+    validate(x, cfg.n_vocab, rel_pos ? std::numeric_limits<index_t>::max() : cfg.l_max, "x");
     this->last_.done = false;
     const index_t n = x.s.total(), d_e = cfg.d_e;
     this->embed(x, stream_[0]);  // lines 1–3

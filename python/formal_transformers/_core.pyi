@@ -1146,14 +1146,19 @@ class DInference:
     the last column of P = model(x) (τ = 0: argmax); top_k / top_p restrict q to the k most probable tokens,
     then to the smallest set of those whose renormalised mass is ≥ top_p. cache=True keeps the keys and values of earlier tokens (one column of
     work per new token); cache=False runs the listing literally (the whole model on the whole sequence each
-    step) — both give the same tokens for the same seed. Past l_max the model sees the last l_max tokens (a
-    sliding window; the cache is refilled from the window each step then). seed=None: a fresh random seed.
+    step) — both give the same tokens for the same seed. Past l_max, by `context`: "window", the model sees
+    the last l_max tokens (a sliding window; the cache is refilled from the window each step then); "full",
+    the model sees the whole sequence (only for positional="rope" or "alibi", whose positions have no table:
+    ALiBi extrapolates); "auto" (default): "full" for ALiBi, "window" otherwise. seed=None: a fresh random seed.
     """
     def __call__(self, x: typing.Any, model: typing.Any) -> numpy.typing.NDArray[numpy.int64]:
         ...
-    def __init__(self, l_gen: typing.SupportsInt | typing.SupportsIndex, tau: typing.SupportsFloat | typing.SupportsIndex = 1.0, *, top_k: typing.Any = None, top_p: typing.Any = None, seed: typing.Any = None, cache: bool = True) -> None:
+    def __init__(self, l_gen: typing.SupportsInt | typing.SupportsIndex, tau: typing.SupportsFloat | typing.SupportsIndex = 1.0, *, top_k: typing.Any = None, top_p: typing.Any = None, seed: typing.Any = None, cache: bool = True, context: str = 'auto') -> None:
         ...
     def __repr__(self) -> str:
+        ...
+    @property
+    def context(self) -> str:
         ...
     @property
     def l_gen(self) -> int:

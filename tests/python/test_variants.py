@@ -128,6 +128,38 @@ def test_cached_decoding_equals_full_forward(name):
         assert list(cached) == list(full), (name, tau)
 
 
+@pytest.mark.parametrize("name", ["rope", "alibi", "alibi_H6", "llama", "alibi_all"])
+@pytest.mark.parametrize("cache", [True, False])
+def test_decoding_past_l_max_in_both_contexts_matches_the_reference(name, cache):
+    # Algorithm 14 run to 3 × ℓ_max (prompt 5 + 31 new tokens, ℓ_max 12), greedy, against reference.py's
+    # listing: context="full" sees the whole sequence (no table of positions), "window" the last ℓ_max
+    opts = OPTIONS[name]
+    model = make(opts)
+    theta = randomize(model, np.random.default_rng(6), opts.get("tied", False))
+    prompt, l_gen = [1, 2, 3, 4, 5], 3 * BASE["l_max"] - 5
+    forward = lambda c: ref.d_transformer_variant(c, theta, **hp_of(opts))  # noqa: E731
+    ys = {}
+    for context, l_max in (("full", None), ("window", BASE["l_max"])):
+        ys[context] = ft.DInference(l_gen, 0.0, cache=cache, context=context)(prompt, model)
+        expected = ref.d_inference(prompt, forward, l_gen=l_gen, tau=0.0, l_max=l_max)
+        assert list(ys[context]) == list(expected), (name, context)
+    # the check can tell the contexts apart: past ℓ_max they give another next-token distribution
+    seq = np.concatenate([prompt, ys["full"]])
+    assert np.abs(forward(seq)[:, -1] - forward(seq[-BASE["l_max"]:])[:, -1]).max() > 1e-6
+    auto = ft.DInference(l_gen, 0.0, cache=cache)(prompt, model)  # "auto": full for ALiBi, window for RoPE
+    assert list(auto) == list(ys["full" if opts["positional"] == "alibi" else "window"])
+
+
+def test_context_full_needs_positions_without_a_table():
+    for opts in ({}, {"positional": "sinusoidal"}):
+        with pytest.raises(ValueError, match="context='full'"):
+            ft.DInference(20, 0.0, context="full")([1, 2, 3], make(opts))
+    assert len(ft.DInference(20, 0.0, context="window")([1, 2, 3], make({}))) == 20
+    with pytest.raises(ValueError, match="context must be"):
+        ft.DInference(4, context="everything")
+    assert ft.DInference(4).context == "auto" and "context='full'" in repr(ft.DInference(4, context="full"))
+
+
 # ---------------------------------------------------------------------------------------------------
 # Equivalences that pin the options down
 

@@ -31,9 +31,13 @@
 // Sampling: q ∝ p^{1/τ} = softmax(W_u x / τ) computed from the logits (τ = 0: argmax, first of ties);
 // top_k keeps the k most probable tokens, then top_p the smallest set of those whose mass, renormalised
 // over them, reaches p (nucleus); the draw is from q restricted to what is kept (the order of HF's warpers). One uniform number per token from the seeded Rng.
-// Beyond ℓ_max (Algorithm 14): the model sees the last ℓ_max tokens (a sliding window). While the
-// context fits, the cached path adds one column per token; once it is full, both paths recompute the
-// window each step. Algorithm 15 stops at eos_token or when x̂ reaches max_len tokens (default ℓ_max),
+// Beyond ℓ_max (Algorithm 14), by SamplingOptions::context:
+//  * Window: the model sees the last ℓ_max tokens (a sliding window). While the context fits, the cached
+//    path adds one column per token; once it is full, both paths recompute the window each step.
+//  * Full: the model sees the whole sequence, past ℓ_max (only where positions have no table: RoPE and
+//    ALiBi, docs/variants.md; ALiBi was made to extrapolate so). The cached path keeps adding one column
+//    per token; the literal path runs the model on the whole sequence.
+//  * Auto (the default): Full for ALiBi, Window otherwise. Algorithm 15 stops at eos_token or when x̂ reaches max_len tokens (default ℓ_max),
 // so it always terminates.
 #pragma once
 
@@ -48,6 +52,7 @@ struct SamplingOptions {
     index_t top_k = 0;   // 0: all tokens
     double top_p = 1.0;  // in (0, 1]
     bool cache = true;   // KV cache (false: the listing literally)
+    enum class Context { Auto, Window, Full } context = Context::Auto;  // beyond ℓ_max (Algorithm 14), above
     void check() const;  // ValueError for τ < 0, top_k < 0, top_p outside (0, 1]
 };
 
