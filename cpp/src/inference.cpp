@@ -71,8 +71,7 @@ std::vector<index_t> DInference(DTransformer<T>& model, const index_t* x_in, ind
     const ModelConfig& c = model.cfg;
     if (l_gen < 0) throw ValueError("l_gen must be >= 0, got " + std::to_string(l_gen));
     validate(Tokens{x_in, Seqs::single(l)}, c.n_vocab, c.l_max, "x");  // the prompt fits ℓ_max
-    const bool rel_pos = c.positional == Positional::Rope || c.positional == Positional::Alibi;
-    if (o.context == SamplingOptions::Context::Full && !rel_pos)
+    if (o.context == SamplingOptions::Context::Full && !in_attention(c.positional))
         throw ValueError("context='full' (past l_max) needs positions without a table (positional='rope' or "
                          "'alibi'); this model's positions are a table of l_max columns");
     const bool full = o.context == SamplingOptions::Context::Full ||

@@ -47,7 +47,7 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
     if (c.H_kv < 0 || c.H_kv > c.H || c.H % c.H_kv != 0)
         throw ValueError("H_kv = " + std::to_string(c.H_kv) + " must divide H = " + std::to_string(c.H) +
                          " (grouped-query attention: groups of H/H_kv query heads share a key/value head)");
-    const bool rel_pos = c.positional == Positional::Rope || c.positional == Positional::Alibi;
+    const bool rel_pos = in_attention(c.positional);
     if (arch != Arch::D && rel_pos) throw ValueError("positional='rope' and 'alibi' are DTransformer options");
     if (arch != Arch::D && c.mlp != ModelConfig::Mlp::Standard) throw ValueError("mlp='swiglu' is a DTransformer option");
     if (c.positional == Positional::Rope && c.d_attn % 2 != 0)
@@ -530,8 +530,7 @@ template <class T>
 void DTransformer<T>::forward(const Tokens& x) {
     // RoPE and ALiBi have no table of positions: the model runs on any length (ℓ_max is the training
     // length there; Algorithm 14 with context = Full uses this, inference.hpp)
-    const bool rel_pos = cfg.positional == Positional::Rope || cfg.positional == Positional::Alibi;
-    validate(x, cfg.n_vocab, rel_pos ? std::numeric_limits<index_t>::max() : cfg.l_max, "x");
+    validate(x, cfg.n_vocab, in_attention(cfg.positional) ? std::numeric_limits<index_t>::max() : cfg.l_max, "x");
     this->last_.done = false;
     const index_t n = x.s.total(), d_e = cfg.d_e;
     this->embed(x, stream_[0]);  // lines 1–3
@@ -567,8 +566,7 @@ void DTransformer<T>::score(const typename Model<T>::Batch& in, std::vector<inde
 template <class T>
 void DTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* z) const {
     // RoPE and ALiBi have no table of positions: their cached decoding may run past ℓ_max (docs/variants.md)
-    const bool rel_pos = cfg.positional == Positional::Rope || cfg.positional == Positional::Alibi;
-    if (!rel_pos && d.len + n > cfg.l_max)
+    if (!in_attention(cfg.positional) && d.len + n > cfg.l_max)
         throw ValueError("decoding past l_max = " + std::to_string(cfg.l_max) + " (context would be " +
                          std::to_string(d.len + n) + ")");
     for (index_t t = 0; t < n; ++t)

@@ -44,6 +44,8 @@ public:
 // Rope, Alibi (docs/variants.md, V1/V2): the position enters attention instead; there is no W_p (the
 // embedding registers nothing and adds nothing).
 enum class Positional { Learned, Sinusoidal, Rope, Alibi };
+// RoPE and ALiBi (docs/variants.md V1, V2) put the position into attention: no table W_p, so no bound ℓ_max
+inline bool in_attention(Positional p) { return p == Positional::Rope || p == Positional::Alibi; }
 
 template <class T>
 class PositionalEmbedding {

@@ -37,8 +37,8 @@
 //  * Full: the model sees the whole sequence, past ℓ_max (only where positions have no table: RoPE and
 //    ALiBi, docs/variants.md; ALiBi was made to extrapolate so). The cached path keeps adding one column
 //    per token; the literal path runs the model on the whole sequence.
-//  * Auto (the default): Full for ALiBi, Window otherwise. Algorithm 15 stops at eos_token or when x̂ reaches max_len tokens (default ℓ_max),
-// so it always terminates.
+//  * Auto (the default): Full for ALiBi, Window otherwise.
+// Algorithm 15 stops at eos_token or when x̂ reaches max_len tokens (default ℓ_max), so it always terminates.
 #pragma once
 
 #include <vector>
