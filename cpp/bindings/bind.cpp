@@ -295,9 +295,13 @@ std::string ParamDict::repr() const {
 
 template <class T>
 ParamDict make_param_dict(const py::object& owner, ft::ParamStore<T>& store, bool grads) {
+    return param_views(owner, store, grads ? store.grad() : store.theta());
+}
+
+template <class T>
+ParamDict param_views(const py::object& owner, const ft::ParamStore<T>& store, T* base) {
     std::vector<std::string> names;
     std::vector<py::array> arrays;
-    T* base = grads ? store.grad() : store.theta();
     for (const ft::ParamInfo& e : store.entries()) {
         std::vector<py::ssize_t> shape(e.shape.begin(), e.shape.end()), strides;
         for (index_t s : e.strides) strides.push_back(py::ssize_t(s * index_t(sizeof(T))));
@@ -314,5 +318,7 @@ template py::array_t<float, py::array::f_style> out_matrix<float>(index_t, index
 template py::array_t<double, py::array::f_style> out_matrix<double>(index_t, index_t);
 template ParamDict make_param_dict<float>(const py::object&, ft::ParamStore<float>&, bool);
 template ParamDict make_param_dict<double>(const py::object&, ft::ParamStore<double>&, bool);
+template ParamDict param_views<float>(const py::object&, const ft::ParamStore<float>&, float*);
+template ParamDict param_views<double>(const py::object&, const ft::ParamStore<double>&, double*);
 
 }  // namespace ftpy

@@ -107,6 +107,10 @@ private:
 
 template <class T>
 ParamDict make_param_dict(const py::object& owner, ft::ParamStore<T>& store, bool grads);
+// The same names and shapes over another flat buffer laid out as θ (a copy of θ, e.g. early stopping's best
+// parameters); `owner` keeps the buffer alive (None: the caller does, for the views' lifetime).
+template <class T>
+ParamDict param_views(const py::object& owner, const ft::ParamStore<T>& store, T* base);
 
 // ------------------------------------------------------------------------------------------------------
 // Every Python object with parameters derives from StoreHolder (registered in module.cpp), so generic

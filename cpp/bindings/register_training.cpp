@@ -35,6 +35,17 @@ ft::TrainOptions parse_options(const py::dict& d) {
         else if (k == "eval_every") o.eval_every = int_arg(v, "eval_every");
         else if (k == "start_step") o.start_step = int_arg(v, "start_step");
         else if (k == "p_mask") o.p_mask = float_arg(v, "p_mask");
+        else if (k == "patience") {
+            if (!v.is_none()) {
+                o.patience = int_arg(v, "patience");
+                if (o.patience < 1)
+                    throw ft::ValueError("patience must be >= 1 (or None: no early stopping), got " + std::to_string(o.patience));
+            }
+        } else if (k == "min_delta") o.min_delta = float_arg(v, "min_delta");
+        else if (k == "restore_best") {
+            if (!py::isinstance<py::bool_>(v)) throw ft::TypeError("restore_best must be True or False");
+            o.restore_best = v.cast<bool>();
+        }
         else if (k == "reduction") {
             const std::string r = option_str(v, "reduction");
             if (r == "sum") o.reduction = ft::TrainOptions::Reduction::Sum;
@@ -140,6 +151,68 @@ struct Recorder {
     }
 };
 
+// Early stopping's state (training.hpp) to and from a Python dict: best_val_loss (None: no evaluation yet),
+// best_step, bad_evals, best_params (name -> array, as model.params; None unless restore_best) in; the same
+// plus stopped, restored and last_params (θ after the last step when the best was restored) out.
+template <class T>
+ft::EarlyStopState<T> read_early(const py::object& obj, const ft::ParamStore<T>& store) {
+    ft::EarlyStopState<T> s;
+    if (obj.is_none()) return s;
+    if (!py::isinstance<py::dict>(obj)) throw ft::TypeError("the early-stopping state must be a dict (or None)");
+    const py::dict d = obj;
+    auto get = [&](const char* k) { return d.contains(k) ? py::object(d[k]) : py::object(py::none()); };
+    if (!get("best_val_loss").is_none()) s.best_val_loss = float_arg(get("best_val_loss"), "best_val_loss");
+    if (!get("best_step").is_none()) s.best_step = int_arg(get("best_step"), "best_step");
+    if (!get("bad_evals").is_none()) s.bad_evals = int_arg(get("bad_evals"), "bad_evals");
+    const py::object best = get("best_params");
+    if (!best.is_none()) {
+        if (!py::isinstance<py::dict>(best)) throw ft::TypeError("best_params must be a dict name -> array (or None)");
+        s.best_theta.resize(std::size_t(ft::check_bytes(store.size(), sizeof(T), "best_params")));
+        ParamDict into = param_views(py::capsule(s.best_theta.data(), [](void*) {}), store, s.best_theta.data());
+        const py::dict bd = best;
+        if (bd.size() != into.names().size())
+            throw ft::ValueError("best_params must name every parameter of the model (" + std::to_string(into.names().size()) +
+                                 "), got " + std::to_string(bd.size()));
+        into.update(bd);  // names, shapes and dtypes checked
+    }
+    return s;
+}
+
+template <class T>
+void write_early(const py::object& obj, const ft::EarlyStopState<T>& s, const ft::ParamStore<T>& store) {
+    if (obj.is_none()) return;
+    auto copies = [&](const std::vector<T>& flat) -> py::object {
+        if (flat.empty()) return py::none();
+        ParamDict v = param_views(py::object(), store, const_cast<T*>(flat.data()));  // no owner: copies
+        py::dict out;
+        for (std::size_t i = 0; i < v.names().size(); ++i) out[py::str(v.names()[i])] = v.arrays()[i];
+        return out;
+    };
+    py::dict d = obj;
+    const bool any = s.best_val_loss < std::numeric_limits<double>::infinity();
+    d["best_val_loss"] = any ? py::object(py::float_(s.best_val_loss)) : py::object(py::none());
+    d["best_step"] = s.best_step;
+    d["bad_evals"] = s.bad_evals;
+    d["stopped"] = s.stopped;
+    d["restored"] = s.restored;
+    d["best_params"] = copies(s.best_theta);
+    d["last_params"] = copies(s.last_theta);
+}
+
+// `train(hook, state)` under rec.run, the early-stopping state read from `early` before and written back
+// after, however training ends (Ctrl-C, a callback's error: the counters so far, to resume from).
+template <class T, class F>
+void run_training(Recorder& rec, const py::object& early, const ft::ParamStore<T>& store, F&& train) {
+    ft::EarlyStopState<T> es = read_early(early, store);
+    try {
+        rec.run([&](const ft::StepHook& h) { train(h, &es); });
+    } catch (...) {
+        write_early(early, es, store);
+        throw;
+    }
+    write_early(early, es, store);
+}
+
 template <class T>
 struct type_tag {
     using type = T;
@@ -169,7 +242,7 @@ void register_training(py::module_& m) {
             fname,
             [train, listing, cls](const py::object& model, const py::handle& x_data, const py::dict& options,
                                   const py::object& optimizer, const py::object& hook, const py::handle& val,
-                                  const py::object& sink) {
+                                  const py::object& sink, const py::object& early) {
                 if (!py::isinstance<Unit>(model))
                     throw ft::TypeError(std::string(listing) + " trains a " + cls + ", got " +
                                         py::str(py::type::handle_of(model).attr("__name__")).cast<std::string>());
@@ -184,11 +257,13 @@ void register_training(py::module_& m) {
                     auto update = update_rule<T>(optimizer, model, mdl.store);
                     Recorder rec{sink, hook};
                     rec.warn_nonfinite = o.nonfinite == ft::TrainOptions::NonFinite::Warn;
-                    rec.run([&](const ft::StepHook& h) { train(mdl, data, o, update, h, val.is_none() ? nullptr : &vdata); });
+                    run_training(rec, early, mdl.store, [&](const ft::StepHook& h, ft::EarlyStopState<T>* es) {
+                        train(mdl, data, o, update, h, val.is_none() ? nullptr : &vdata, es);
+                    });
                 });
             },
             py::arg("model"), py::arg("x_data"), py::arg("options"), py::arg("optimizer"), py::arg("hook") = py::none(),
-            py::arg("val_data") = py::none(), py::arg("history") = py::none());
+            py::arg("val_data") = py::none(), py::arg("history") = py::none(), py::arg("early_stopping") = py::none());
     };
     single_data(
         "_dtraining", [](auto& mdl, auto&&... a) { ft::DTraining(mdl, a...); }, type_tag<Dual<DUnitT>>{},
@@ -200,7 +275,7 @@ void register_training(py::module_& m) {
         "_edtraining",
         [](const py::object& model, const py::handle& z_data, const py::handle& x_data, const py::dict& options,
            const py::object& optimizer, const py::object& hook, const py::handle& z_val, const py::handle& x_val,
-           const py::object& sink) {
+           const py::object& sink, const py::object& early) {
             if (!py::isinstance<Dual<EDUnitT>>(model))
                 throw ft::TypeError("EDTraining trains an EDTransformer, got " +
                                     py::str(py::type::handle_of(model).attr("__name__")).cast<std::string>());
@@ -219,15 +294,16 @@ void register_training(py::module_& m) {
                 }
                 auto update = update_rule<T>(optimizer, model, mdl.store);
                 Recorder rec{sink, hook};
-                    rec.warn_nonfinite = o.nonfinite == ft::TrainOptions::NonFinite::Warn;
-                rec.run([&](const ft::StepHook& h) {
-                    ft::EDTraining<T>(mdl, zd, xd, o, update, h, z_val.is_none() ? nullptr : &zv, x_val.is_none() ? nullptr : &xv);
+                rec.warn_nonfinite = o.nonfinite == ft::TrainOptions::NonFinite::Warn;
+                run_training(rec, early, mdl.store, [&](const ft::StepHook& h, ft::EarlyStopState<T>* es) {
+                    ft::EDTraining<T>(mdl, zd, xd, o, update, h, z_val.is_none() ? nullptr : &zv,
+                                      x_val.is_none() ? nullptr : &xv, es);
                 });
             });
         },
         py::arg("model"), py::arg("z_data"), py::arg("x_data"), py::arg("options"), py::arg("optimizer"),
         py::arg("hook") = py::none(), py::arg("z_val") = py::none(), py::arg("x_val") = py::none(),
-        py::arg("history") = py::none());
+        py::arg("history") = py::none(), py::arg("early_stopping") = py::none());
     m.def(
         "_mask_tokens",
         [](const py::handle& x, long long mask_token, double p_mask, unsigned long long seed) {

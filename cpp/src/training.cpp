@@ -2,6 +2,7 @@
 // per listing.
 #include "formal_transformers/training.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -19,6 +20,9 @@ void TrainOptions::check() const {
     if (eval_every < 0) throw ValueError("eval_every must be >= 0");
     if (start_step < 0) throw ValueError("start_step must be >= 0, got " + std::to_string(start_step));
     if (!(p_mask > 0 && p_mask < 1)) throw ValueError("p_mask must be in (0, 1), got " + std::to_string(p_mask));
+    if (patience < 0) throw ValueError("patience must be >= 1 (0: no early stopping), got " + std::to_string(patience));
+    if (!(min_delta >= 0) || !std::isfinite(min_delta))
+        throw ValueError("min_delta must be a finite number >= 0, got " + std::to_string(min_delta));
 }
 
 double learning_rate(const TrainOptions& o, index_t step, index_t total) {
@@ -72,11 +76,68 @@ bool update_fits(const ParamStore<T>& store, double step) {
     return ok;
 }
 
+// Early stopping (the listing in training.hpp) around the loop below: checks before any update, lines
+// 3–10 after each evaluation, line 13 at a normal end.
+template <class T>
+class EarlyStopping {
+public:
+    EarlyStopping(const TrainOptions& o, ParamStore<T>& store, EarlyStopState<T>* state, bool has_val)
+        : o_(o), store_(store), s_(state ? *state : local_) {
+        if ((o.patience > 0 || o.restore_best) && !has_val)
+            throw ValueError(std::string(o.patience > 0 ? "patience" : "restore_best") +
+                             " needs validation data (early stopping watches the validation loss)");
+        const std::size_t n = std::size_t(store.size());
+        if (!s_.best_theta.empty() && s_.best_theta.size() != n)
+            throw ValueError("the early-stopping state's best parameters have " + std::to_string(s_.best_theta.size()) +
+                             " values, the model has " + std::to_string(n));
+        if (s_.bad_evals < 0) throw ValueError("the early-stopping state's bad_evals must be >= 0");
+        if (o.restore_best && has_best() && s_.best_theta.empty())
+            throw ValueError("restore_best: the early-stopping state has a best evaluation (step " +
+                             std::to_string(s_.best_step) + ") but not its parameters (kept only with restore_best)");
+        s_.stopped = s_.restored = false;
+        s_.last_theta.clear();
+        if (o.restore_best)  // θ*: sized once per run
+            s_.best_theta.resize(std::size_t(check_bytes(store.size(), sizeof(T), "the best parameters (restore_best)")));
+    }
+    // After an evaluation of θ at `step` (start_step-based): lines 4–9; true: stop (line 9).
+    bool evaluated(double val_loss, index_t step) {
+        if (val_loss < s_.best_val_loss - o_.min_delta) {  // ES line 4
+            s_.best_val_loss = val_loss;                   // ES line 5
+            s_.best_step = step;
+            s_.bad_evals = 0;
+            if (o_.restore_best) std::copy(store_.theta(), store_.theta() + store_.size(), s_.best_theta.begin());  // ES line 6
+            theta_is_best_ = true;
+            return false;
+        }
+        ++s_.bad_evals;                                                       // ES line 8
+        s_.stopped = o_.patience > 0 && s_.bad_evals >= o_.patience;          // ES line 9
+        return s_.stopped;
+    }
+    void updated() { theta_is_best_ = false; }
+    // ES line 13, at a normal end
+    void finish() {
+        if (!o_.restore_best || !has_best() || theta_is_best_) return;
+        s_.last_theta.resize(std::size_t(check_bytes(store_.size(), sizeof(T), "the last parameters (restore_best)")));
+        std::copy(store_.theta(), store_.theta() + store_.size(), s_.last_theta.begin());
+        std::copy(s_.best_theta.begin(), s_.best_theta.end(), store_.theta());
+        s_.restored = true;
+    }
+
+private:
+    bool has_best() const { return s_.best_val_loss < std::numeric_limits<double>::infinity(); }
+    const TrainOptions& o_;
+    ParamStore<T>& store_;
+    EarlyStopState<T> local_;
+    EarlyStopState<T>& s_;
+    bool theta_is_best_ = false;  // no update since θ* was taken
+};
+
 // Lines 1, 2 and 6 of Algorithms 11–13. `body(batch indices) -> {loss, scored}` runs lines 3–5 for the
 // minibatch, leaving ∇(Σ_n loss_n) in store.grad(); `evaluate(info)` fills the validation figures.
 template <class T, class Body, class Eval>
 void train_loop(ParamStore<T>& store, index_t N_data, const TrainOptions& o, const UpdateFn<T>& update,
-                const StepHook& hook, Body&& body, Eval&& evaluate, bool has_val) {
+                const StepHook& hook, Body&& body, Eval&& evaluate, bool has_val, EarlyStopState<T>* state) {
+    EarlyStopping<T> early(o, store, state, has_val);
     const index_t B = o.batch_size;
     const index_t per_epoch = (N_data + B - 1) / B;
     index_t total = o.n_epochs * per_epoch;
@@ -123,21 +184,28 @@ void train_loop(ParamStore<T>& store, index_t N_data, const TrainOptions& o, con
             } else {
                 if (o.clip > 0 && info.grad_norm > o.clip) scale<T>(g, store.size(), T(o.clip / info.grad_norm));
                 update(store, g, info.lr);  // line 6: θ ← θ − η·∇loss(θ)  (or Adam)
+                early.updated();
             }
             info.tokens = ls.second;
-            if (has_val && ((o.eval_every > 0 && step % o.eval_every == 0) || step == total)) {
+            bool stop = false;
+            if (has_val && ((o.eval_every > 0 && step % o.eval_every == 0) || step == total)) {  // ES line 2
                 try {
-                    evaluate(info);
+                    evaluate(info);  // ES line 3
                 } catch (...) {  // Ctrl-C (however the poll hook signals it): θ already holds this step, record it
                     info.val_loss = info.val_accuracy = -1;
                     info.interrupted = true;
                     if (hook) hook(info);
                     throw;
                 }
+                stop = early.evaluated(info.val_loss, o.start_step + step);  // ES lines 4–10
             }
-            if (hook && !hook(info)) return;
+            if ((hook && !hook(info)) || stop) {
+                early.finish();
+                return;
+            }
         }
     }
+    early.finish();  // ES line 13
 }
 
 // Validation in minibatches: mean loss per scored token and argmax accuracy.
@@ -160,7 +228,7 @@ void evaluate_chunks(index_t N, index_t B, StepInfo& info, F&& chunk) {
 // ======================================== Algorithm 13 ================================================
 template <class T>
 void DTraining(DTransformer<T>& model, const Dataset& data, const TrainOptions& o, const UpdateFn<T>& update,
-               const StepHook& hook, const Dataset* val) {
+               const StepHook& hook, const Dataset* val, EarlyStopState<T>* early) {
     o.check();
     check_dataset(data, "x_data");
     const ModelConfig& c = model.cfg;
@@ -185,13 +253,13 @@ void DTraining(DTransformer<T>& model, const Dataset& data, const TrainOptions& 
             return model.loss(b.tokens(s), &sc, &co);
         });
     };
-    train_loop(model.store, data.size(), o, update, hook, body, evaluate, val != nullptr && val->size() > 0);
+    train_loop(model.store, data.size(), o, update, hook, body, evaluate, val != nullptr && val->size() > 0, early);
 }
 
 // ======================================== Algorithm 12 ================================================
 template <class T>
 void ETraining(ETransformer<T>& model, const Dataset& data, const TrainOptions& o, const UpdateFn<T>& update,
-               const StepHook& hook, const Dataset* val) {
+               const StepHook& hook, const Dataset* val, EarlyStopState<T>* early) {
     o.check();
     check_dataset(data, "x_data");
     const ModelConfig& c = model.cfg;
@@ -222,13 +290,14 @@ void ETraining(ETransformer<T>& model, const Dataset& data, const TrainOptions& 
             return model.loss(Tokens{x_tilde.data(), s}, b.ids.data(), &sc, &co);
         });
     };
-    train_loop(model.store, data.size(), o, update, hook, body, evaluate, val != nullptr && val->size() > 0);
+    train_loop(model.store, data.size(), o, update, hook, body, evaluate, val != nullptr && val->size() > 0, early);
 }
 
 // ======================================== Algorithm 11 ================================================
 template <class T>
 void EDTraining(EDTransformer<T>& model, const Dataset& z_data, const Dataset& x_data, const TrainOptions& o,
-                const UpdateFn<T>& update, const StepHook& hook, const Dataset* z_val, const Dataset* x_val) {
+                const UpdateFn<T>& update, const StepHook& hook, const Dataset* z_val, const Dataset* x_val,
+                EarlyStopState<T>* early) {
     o.check();
     check_dataset(x_data, "x_data");
     if (z_data.size() != x_data.size())
@@ -268,14 +337,14 @@ void EDTraining(EDTransformer<T>& model, const Dataset& z_data, const Dataset& x
             return model.loss(bz.tokens(sz), bx.tokens(sx), &sc, &co);
         });
     };
-    train_loop(model.store, x_data.size(), o, update, hook, body, evaluate, x_val != nullptr && x_val->size() > 0);
+    train_loop(model.store, x_data.size(), o, update, hook, body, evaluate, x_val != nullptr && x_val->size() > 0, early);
 }
 
-template void DTraining<float>(DTransformer<float>&, const Dataset&, const TrainOptions&, const UpdateFn<float>&, const StepHook&, const Dataset*);
-template void DTraining<double>(DTransformer<double>&, const Dataset&, const TrainOptions&, const UpdateFn<double>&, const StepHook&, const Dataset*);
-template void ETraining<float>(ETransformer<float>&, const Dataset&, const TrainOptions&, const UpdateFn<float>&, const StepHook&, const Dataset*);
-template void ETraining<double>(ETransformer<double>&, const Dataset&, const TrainOptions&, const UpdateFn<double>&, const StepHook&, const Dataset*);
-template void EDTraining<float>(EDTransformer<float>&, const Dataset&, const Dataset&, const TrainOptions&, const UpdateFn<float>&, const StepHook&, const Dataset*, const Dataset*);
-template void EDTraining<double>(EDTransformer<double>&, const Dataset&, const Dataset&, const TrainOptions&, const UpdateFn<double>&, const StepHook&, const Dataset*, const Dataset*);
+template void DTraining<float>(DTransformer<float>&, const Dataset&, const TrainOptions&, const UpdateFn<float>&, const StepHook&, const Dataset*, EarlyStopState<float>*);
+template void DTraining<double>(DTransformer<double>&, const Dataset&, const TrainOptions&, const UpdateFn<double>&, const StepHook&, const Dataset*, EarlyStopState<double>*);
+template void ETraining<float>(ETransformer<float>&, const Dataset&, const TrainOptions&, const UpdateFn<float>&, const StepHook&, const Dataset*, EarlyStopState<float>*);
+template void ETraining<double>(ETransformer<double>&, const Dataset&, const TrainOptions&, const UpdateFn<double>&, const StepHook&, const Dataset*, EarlyStopState<double>*);
+template void EDTraining<float>(EDTransformer<float>&, const Dataset&, const Dataset&, const TrainOptions&, const UpdateFn<float>&, const StepHook&, const Dataset*, const Dataset*, EarlyStopState<float>*);
+template void EDTraining<double>(EDTransformer<double>&, const Dataset&, const Dataset&, const TrainOptions&, const UpdateFn<double>&, const StepHook&, const Dataset*, const Dataset*, EarlyStopState<double>*);
 
 }  // namespace ft

@@ -1212,11 +1212,11 @@ class SpeculativeInference:
     @property
     def tau(self) -> float:
         ...
-def _dtraining(model: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None) -> None:
+def _dtraining(model: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None) -> None:
     ...
-def _edtraining(model: typing.Any, z_data: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, z_val: typing.Any = None, x_val: typing.Any = None, history: typing.Any = None) -> None:
+def _edtraining(model: typing.Any, z_data: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, z_val: typing.Any = None, x_val: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None) -> None:
     ...
-def _etraining(model: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None) -> None:
+def _etraining(model: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None) -> None:
     ...
 def _gemm(A: typing.Any, B: typing.Any, transA: bool = False, transB: bool = False) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """

@@ -8,7 +8,9 @@ from it with DInference (Algorithm 14).
 The default text needs no download: the source code of the Python standard library that runs this
 command (the first ~1 MB of its top-level modules in name order). A run directory holds what resuming
 and sampling need: model.safetensors (θ and the hyperparameters), tokenizer.json, optimizer.safetensors
-(Adam's step count and moments) and run.json (options, data split, loss history).
+(Adam's step count and moments), run.json (options, data split, loss history, early stopping's counters)
+and, with --restore-best, early_stopping.safetensors (the best evaluation's θ, and the last step's θ when
+model.safetensors holds the restored best: what --resume continues from).
 """
 from __future__ import annotations
 
@@ -84,11 +86,17 @@ def train(args) -> pathlib.Path:
         _core.set_num_threads(args.threads)
     resume = args.resume and (out / "model.safetensors").exists()
     text, source = load_text(args.text)
+    early = None  # early stopping's state to resume from (docs/early_stopping.md)
     if resume:
         tok = _load_tokenizer(out)
         model = io.load(out / "model.safetensors")
         state = json.loads((out / "run.json").read_text())
         done = state["steps_done"]
+        early = _load_early_stopping(out, state, model)
+        if early is not None and early.get("stopped"):
+            _say(f"nothing to do: the run stopped early at step {done} (best validation loss "
+                 f"{early['best_val_loss']:.4f} at step {early['best_step']})")
+            return out
         _say(f"resuming {out} after step {done}")
     else:
         tok = make_tokenizer(args.tokenizer, text, args.vocab)
@@ -105,6 +113,11 @@ def train(args) -> pathlib.Path:
     _say(f"model: {model!r}")
     _say(f"       {model.n_params:,} parameters; {len(train_seqs):,} training and {len(val_seqs):,} validation "
          f"sequences of {model.l_max} tokens; {_core.get_num_threads()} threads")
+    if (args.patience is not None or args.restore_best) and not val_seqs[: args.val_seqs]:
+        raise SystemExit("error: --patience and --restore-best need validation data (--val-frac > 0)")
+    if early is not None and args.restore_best and early.get("best_step") is not None and early.get("best_params") is None:
+        raise SystemExit("error: --restore-best: the run so far kept no best parameters (it ran without "
+                         "--restore-best)")
     steps_left = args.steps - done
     if steps_left <= 0:
         _say(f"nothing to do: {done} of {args.steps} steps already done")
@@ -121,7 +134,10 @@ def train(args) -> pathlib.Path:
         seed=args.seed + done, reduction="mean", schedule="cosine", warmup=args.warmup, min_lr=args.min_lr,
         clip=1.0, max_steps=steps_left, eval_every=args.eval_every, val_data=val_seqs[: args.val_seqs] or None,
         start_step=done, progress=not args.quiet, nonfinite=getattr(args, "nonfinite", "raise"),  # the schedule continues where it stopped
+        patience=args.patience, min_delta=args.min_delta, restore_best=args.restore_best,
     )
+    if early is not None:
+        trainer.early_stopping = early  # the counters (and θ*) go on
     t0 = time.perf_counter()
     interrupted = False
     failure = None
@@ -143,17 +159,22 @@ def train(args) -> pathlib.Path:
 
         save_file({"t": np.array([sd["t"]], dtype=np.int64), "m": sd["m"], "v": sd["v"]}, str(out / "optimizer.safetensors"))
     hist = state.get("history", {})
-    for k, v in h.items():  # steps numbered over the whole run, across resumptions
-        hist.setdefault(k, []).extend(float(x) + (done if k in ("step", "val_step") else 0) for x in v)
+    for k in h.KEYS:  # steps numbered over the whole run, across resumptions
+        hist.setdefault(k, []).extend(float(x) + (done if k in ("step", "val_step") else 0) for x in h[k])
     state.update(
         steps_done=steps_now, text=source, tokenizer=type(tok).__name__, args=vars(args), history=hist,
         seconds=state.get("seconds", 0.0) + elapsed,
     )
+    _save_early_stopping(out, state, trainer.early_stopping, done)
     (out / "run.json").write_text(json.dumps(state))
     ms = 1000 * elapsed / max(1, len(h["step"]))
     last_val = f", validation loss {h['val_loss'][-1]:.4f}" if h["val_loss"] else ""
     _say(f"trained {len(h['step'])} steps in {elapsed:.1f} s ({ms:.1f} ms/step); "
          f"loss {h['loss'][-1]:.4f}{last_val} (nats per token)" if h["step"] else "no step done")
+    if h["best_val_loss"] is not None and (args.patience is not None or args.restore_best):
+        why = f"stopped early: {args.patience} evaluations without improvement; " if h["stopped_early"] else ""
+        kept = "; the saved model has its parameters" if h["restored_best"] else ""
+        _say(f"{why}best validation loss {h['best_val_loss']:.4f} at step {h['best_step']}{kept}")
     _say(f"saved to {out}/")
     if interrupted:
         _say("interrupted: resume with --resume")
@@ -161,6 +182,53 @@ def train(args) -> pathlib.Path:
     if failure is not None:
         raise SystemExit(f"error: {failure}")
     return out
+
+
+EARLY_FILE = "early_stopping.safetensors"
+
+
+def _save_early_stopping(out: pathlib.Path, state: dict, early, done: int):
+    """Early stopping's counters into run.json's state (best_step over the whole run), θ* and, when the
+    model holds the restored best, the last step's θ into early_stopping.safetensors."""
+    path = out / EARLY_FILE
+    if early is None or "stopped" not in early:
+        return  # no training call ran: what was saved before stays
+    state["early_stopping"] = {
+        "best_val_loss": early["best_val_loss"],
+        "best_step": early["best_step"],  # counted from the run's start (the trainer's start_step = done)
+        "bad_evals": int(early["bad_evals"]), "stopped": bool(early["stopped"]), "restored": bool(early["restored"]),
+    }
+    tensors = {}
+    for prefix, params in (("best.", early.get("best_params")), ("last.", early.get("last_params"))):
+        for k, v in (params or {}).items():
+            tensors[prefix + k] = np.ascontiguousarray(v)
+    if tensors:
+        from safetensors.numpy import save_file
+
+        save_file(tensors, str(path) + ".tmp")
+        os.replace(str(path) + ".tmp", path)
+    elif path.exists():
+        path.unlink()
+
+
+def _load_early_stopping(out: pathlib.Path, state: dict, model):
+    """The state _save_early_stopping wrote, for the trainer (best_step counted from this part's start);
+    the model goes back to the last step's θ when it holds a restored best. None: nothing saved."""
+    saved = state.get("early_stopping")
+    if saved is None:
+        return None
+    early = dict(saved)
+    early["best_params"] = None
+    if (out / EARLY_FILE).exists():
+        from safetensors.numpy import load_file
+
+        t = load_file(out / EARLY_FILE)
+        best = {k[5:]: v for k, v in t.items() if k.startswith("best.")}
+        last = {k[5:]: v for k, v in t.items() if k.startswith("last.")}
+        early["best_params"] = best or None
+        if last:
+            model.params.update(last)  # resume from the last step, not from the restored best
+    return early
 
 
 def _load_tokenizer(run: pathlib.Path):
@@ -233,6 +301,11 @@ def _train_args(p: argparse.ArgumentParser, steps: int):
                    help="a step with a NaN/inf loss or gradient norm: stop (default; the run keeps the step "
                         "before it) or skip it (warn: with a warning)")
     p.add_argument("--eval-every", type=int, default=250)
+    p.add_argument("--patience", type=int, default=None,
+                   help="early stopping: stop after this many evaluations without a lower validation loss")
+    p.add_argument("--min-delta", type=float, default=0.0, help="an improvement must lower the best by more")
+    p.add_argument("--restore-best", action="store_true",
+                   help="save the parameters of the best evaluation (the last step's are kept for --resume)")
     p.add_argument("--val-frac", type=float, default=0.1)
     p.add_argument("--val-seqs", type=int, default=2000, help="validation sequences used per evaluation")
     p.add_argument("--seed", type=int, default=0)

@@ -29,16 +29,22 @@ class History(dict):
     """Per-step figures of a training run: lists keyed by "step", "epoch", "loss" (mean per scored
     token, nats), "lr", "grad_norm", "tokens", "time" (seconds since the start), "skipped" (True: a
     non-finite step whose update was not applied, nonfinite="warn"/"skip"), and the evaluations
-    "val_step", "val_loss", "val_accuracy". `arrays()` gives numpy arrays; `plot()` draws the curves."""
+    "val_step", "val_loss", "val_accuracy". With validation data, early stopping's outcome (single
+    values, of the last call): "best_step" and "best_val_loss" (the best evaluation so far, None before
+    the first; its step counts from the start of the whole run: start_step + the step here), "stopped_early" (True: `patience` evaluations without improvement ended training) and
+    "restored_best" (True: the model's parameters were replaced by those of best_step at the end).
+    `arrays()` gives numpy arrays of the per-step lists; `plot()` draws the curves."""
 
     KEYS = ("step", "epoch", "loss", "lr", "grad_norm", "tokens", "time", "skipped", "val_step", "val_loss",
             "val_accuracy")
+    SUMMARY = ("best_step", "best_val_loss", "stopped_early", "restored_best")
 
     def __init__(self):
         super().__init__({k: [] for k in self.KEYS})
+        self.update(best_step=None, best_val_loss=None, stopped_early=False, restored_best=False)
 
     def arrays(self) -> dict:
-        return {k: np.asarray(v) for k, v in self.items()}
+        return {k: np.asarray(self[k]) for k in self.KEYS}
 
     def plot(self, ax=None, smooth: int = 1):
         """Loss (and validation loss) against the step, with matplotlib."""
@@ -84,6 +90,9 @@ class _Trainer:
         eval_every: int = 0,
         start_step: int = 0,
         nonfinite: str = "raise",
+        patience: Optional[int] = None,
+        min_delta: float = 0.0,
+        restore_best: bool = False,
         weight_decay: float = 0.0,
         betas: tuple = (0.9, 0.999),
         callback: Optional[Callable[[dict], Any]] = None,
@@ -105,7 +114,8 @@ class _Trainer:
         self.options = dict(
             n_epochs=n_epochs, eta=eta, batch_size=batch_size, shuffle=bool(shuffle), seed=seed, reduction=reduction,
             schedule=schedule, warmup=warmup, min_lr=min_lr, clip=clip, max_steps=max_steps, eval_every=eval_every,
-            start_step=start_step, nonfinite=nonfinite,
+            start_step=start_step, nonfinite=nonfinite, patience=patience, min_delta=min_delta,
+            restore_best=restore_best,
         )
         _core.learning_rate(self._core_options(), 1, 1)  # validates every option now, with a clear message
         if optimizer == "sgd" and weight_decay:
@@ -118,6 +128,32 @@ class _Trainer:
         self.optimizer = optimizer if not isinstance(optimizer, str) else None
         self._model = None
         self.history = History()
+        self._early = None        # early stopping's state (see early_stopping)
+        self._early_model = None  # the model it belongs to
+
+    def _check_early_stopping(self):
+        """patience / restore_best watch the validation loss: without val_data they are a ValueError now."""
+        if self.val_data is None and (self.options["patience"] is not None or self.options["restore_best"]):
+            name = "patience" if self.options["patience"] is not None else "restore_best"
+            raise ValueError(f"{name} needs val_data (early stopping watches the validation loss)")
+
+    @property
+    def early_stopping(self) -> Optional[dict]:
+        """Early stopping's state after the last call (None before): best_val_loss, best_step (start_step +
+        the history's step: history's numbering unless start_step is set), bad_evals (evaluations since best_step without improvement), best_params
+        (name -> array: θ at best_step, with restore_best; else None), stopped, restored, last_params
+        (θ after the last step, when the best was restored). Calling the trainer again on the same model
+        continues from it; assign a saved one (the first four entries are enough; best_params too with
+        restore_best) to resume a run in a new trainer — with start_step, a resumed run stops where one
+        uninterrupted run would."""
+        return self._early
+
+    @early_stopping.setter
+    def early_stopping(self, state: Optional[dict]):
+        if state is not None and not isinstance(state, dict):
+            raise TypeError(f"early_stopping must be a dict (or None), got {type(state).__name__}")
+        self._early = None if state is None else dict(state)
+        self._early_model = None  # for whichever model the next call trains
 
     def _core_options(self) -> dict:
         return dict(self.options)
@@ -153,6 +189,14 @@ class _Trainer:
         step0 = h["step"][-1] if h["step"] else 0
         time0 = h["time"][-1] if h["time"] else 0.0
         record: list = []
+        # early stopping's state: best_step counts start_step + the history's step (so that a state carries
+        # over to a trainer resuming with start_step as is); the core counts start_step + this call's step
+        shift = -step0
+        if self._early is not None and self._early_model is not None and self._early_model is not model:
+            self._early = None  # another model: a fresh state, as the optimizer's
+        early = {} if self._early is None else {k: v for k, v in self._early.items() if k != "last_params"}
+        if early.get("best_val_loss") is not None:
+            early["best_step"] = int(early["best_step"]) + shift
         last_val = [None]
 
         def hook(info: dict) -> bool:
@@ -171,7 +215,7 @@ class _Trainer:
             return True
 
         try:
-            run(opt, hook, record)
+            run(opt, hook, record, early)
         except KeyboardInterrupt:
             if bar is not None:
                 bar.close()
@@ -195,6 +239,12 @@ class _Trainer:
                     h["val_step"].append(step0 + r["step"])
                     h["val_loss"].append(r["val_loss"])
                     h["val_accuracy"].append(r["val_accuracy"])
+            if "stopped" in early:  # written by the core however training ended
+                found = early["best_val_loss"] is not None
+                early["best_step"] = early["best_step"] - shift if found else None
+                self._early, self._early_model = early, model
+                h.update(best_step=early["best_step"], best_val_loss=early["best_val_loss"],
+                         stopped_early=early["stopped"], restored_best=early["restored"])
         return model
 
     def __repr__(self):
@@ -226,6 +276,12 @@ class DTraining(_Trainer):
                   in "skipped")
       val_data, eval_every   validation loss (mean per token) and accuracy every eval_every steps and
                   at the end
+      patience    early stopping: stop when `patience` evaluations in a row did not lower the best
+                  validation loss by more than `min_delta` (default 0); None (default): never
+      restore_best  at the end, give the model the parameters of the best evaluation (θ is copied at
+                  each new best; an end by Ctrl-C or an exception restores nothing). Both need val_data;
+                  the outcome is in history ("best_step", "best_val_loss", "stopped_early",
+                  "restored_best") and the state to resume from in `trainer.early_stopping`
       callback    called after each step with a dict (step, epoch, loss, lr, grad_norm, tokens,
                   val_loss, val_accuracy); returning False stops training
       progress    a tqdm bar showing the loss (False: none)
@@ -236,10 +292,12 @@ class DTraining(_Trainer):
     def __init__(self, n_epochs: int, eta: float, *, val_data=None, **opts):
         super().__init__(n_epochs, eta, **opts)
         self.val_data = val_data
+        self._check_early_stopping()
 
     def __call__(self, x_data, model):
         return self._run(
-            lambda opt, hook, rec: _core._dtraining(model, x_data, self._core_options(), opt, hook, self.val_data, rec),
+            lambda opt, hook, rec, es: _core._dtraining(model, x_data, self._core_options(), opt, hook, self.val_data,
+                                                        rec, es),
             model,
         )
 
@@ -260,10 +318,12 @@ class ETraining(_Trainer):
         _core.learning_rate(self._core_options(), 1, 1)
         self.p_mask = float(p_mask)
         self.val_data = val_data
+        self._check_early_stopping()
 
     def __call__(self, x_data, model):
         return self._run(
-            lambda opt, hook, rec: _core._etraining(model, x_data, self._core_options(), opt, hook, self.val_data, rec),
+            lambda opt, hook, rec, es: _core._etraining(model, x_data, self._core_options(), opt, hook, self.val_data,
+                                                        rec, es),
             model,
         )
 
@@ -310,10 +370,12 @@ class EDTraining(_Trainer):
         if val_data is not None and (not isinstance(val_data, (tuple, list)) or len(val_data) != 2):
             raise ValueError("EDTraining's val_data must be a pair (z_val, x_val)")
         self.val_data = val_data
+        self._check_early_stopping()
 
     def __call__(self, z_data, x_data, model):
         zv, xv = self.val_data if self.val_data is not None else (None, None)
         return self._run(
-            lambda opt, hook, rec: _core._edtraining(model, z_data, x_data, self._core_options(), opt, hook, zv, xv, rec),
+            lambda opt, hook, rec, es: _core._edtraining(model, z_data, x_data, self._core_options(), opt, hook, zv, xv,
+                                                         rec, es),
             model,
         )

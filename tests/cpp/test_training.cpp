@@ -258,3 +258,161 @@ TEST(Inference, RejectsBadInput) {
     o.top_p = 0;
     EXPECT_THROW(DInference<float>(m, x.data(), 2, 3, o, rng), ValueError);
 }
+
+// ======================================== early stopping ==============================================
+namespace {
+// Validation data whose loss first falls, then rises while training on cycle_data(5, ·) goes on: half the
+// sequences run the cycle forwards (what is learnt), half backwards (which the learnt model gets ever more
+// confidently wrong).
+Dataset mixed_val(index_t l) {
+    Dataset d;
+    std::vector<index_t> lens;
+    for (index_t phase = 0; phase < 5; ++phase) {
+        for (index_t t = 0; t < l; ++t) d.ids.push_back((phase + t) % 5);
+        for (index_t t = 0; t < l; ++t) d.ids.push_back((phase + 5 * l - t) % 5);
+        lens.push_back(l);
+        lens.push_back(l);
+    }
+    d.s = Seqs::from_lengths(lens);
+    return d;
+}
+
+struct Recorded {
+    std::vector<index_t> steps, val_steps;
+    std::vector<double> val_loss;
+    std::vector<std::vector<double>> theta_at_eval;  // θ at each evaluation
+};
+
+Recorded run_early(DTransformer<double>& m, const TrainOptions& o, EarlyStopState<double>* state = nullptr) {
+    const Dataset data = cycle_data(5, 12), val = mixed_val(12);
+    Recorded r;
+    DTraining<double>(m, data, o, sgd<double>(), [&](const StepInfo& s) {
+        r.steps.push_back(s.step);
+        if (s.val_loss >= 0) {
+            r.val_steps.push_back(s.step);
+            r.val_loss.push_back(s.val_loss);
+            r.theta_at_eval.emplace_back(m.store.theta(), m.store.theta() + m.store.size());
+        }
+        return true;
+    }, &val, state);
+    return r;
+}
+
+TrainOptions early_options() {
+    TrainOptions o;
+    o.n_epochs = 60;
+    o.eta = 0.005;
+    o.shuffle = false;
+    o.eval_every = 5;  // once per epoch (5 sequences, batch 1)
+    o.patience = 3;
+    return o;
+}
+
+bool same_bits(const double* a, const std::vector<double>& b) {
+    return std::equal(b.begin(), b.end(), a);
+}
+}  // namespace
+
+TEST(EarlyStopping, StopsAfterPatienceEvaluationsWithoutImprovementAndRestoresTheBest) {
+    for (bool restore : {false, true}) {
+        DTransformer<double> m(small_d());
+        TrainOptions o = early_options();
+        o.restore_best = restore;
+        EarlyStopState<double> st;
+        const Recorded r = run_early(m, o, &st);
+        // the best evaluation: the first minimum; it is neither the first nor the last evaluation
+        const auto best = std::size_t(std::min_element(r.val_loss.begin(), r.val_loss.end()) - r.val_loss.begin());
+        ASSERT_GT(best, 0u) << "the validation loss should first fall";
+        // training stopped at exactly the `patience`-th evaluation after the best, long before its epochs end
+        EXPECT_EQ(r.val_loss.size(), best + 1 + 3);
+        EXPECT_EQ(r.steps.back(), r.val_steps.back());
+        EXPECT_LT(r.steps.back(), o.n_epochs * 5);
+        EXPECT_TRUE(st.stopped);
+        EXPECT_EQ(st.best_step, r.val_steps[best]);
+        EXPECT_EQ(st.best_val_loss, r.val_loss[best]);
+        EXPECT_EQ(st.bad_evals, 3);
+        if (restore) {  // θ is the best evaluation's, bit for bit; the last one is kept for resuming
+            EXPECT_TRUE(st.restored);
+            EXPECT_TRUE(same_bits(m.store.theta(), r.theta_at_eval[best]));
+            EXPECT_TRUE(same_bits(st.last_theta.data(), r.theta_at_eval.back()));
+        } else {
+            EXPECT_FALSE(st.restored);
+            EXPECT_TRUE(st.best_theta.empty() && st.last_theta.empty());
+            EXPECT_TRUE(same_bits(m.store.theta(), r.theta_at_eval.back()));
+        }
+    }
+}
+
+TEST(EarlyStopping, ARunThatKeepsImprovingIsUnaffected) {
+    // validation data = the training data: its loss falls at every evaluation
+    const Dataset data = cycle_data(5, 12);
+    DTransformer<double> a(small_d()), b(small_d());
+    TrainOptions o = early_options();
+    o.n_epochs = 8;
+    o.eta = 0.05;
+    std::vector<double> vl;
+    EarlyStopState<double> st;
+    DTraining<double>(a, data, o, sgd<double>(), [&](const StepInfo& s) {
+        if (s.val_loss >= 0) vl.push_back(s.val_loss);
+        return true;
+    }, &data, &st);
+    ASSERT_EQ(vl.size(), 8u);
+    for (std::size_t i = 1; i < vl.size(); ++i) ASSERT_LT(vl[i], vl[i - 1]);
+    EXPECT_FALSE(st.stopped);
+    EXPECT_EQ(st.best_step, 40);
+    o.patience = 0;
+    DTraining<double>(b, data, o, sgd<double>(), {}, &data);
+    EXPECT_TRUE(std::equal(a.store.theta(), a.store.theta() + a.store.size(), b.store.theta()));
+}
+
+TEST(EarlyStopping, AResumedRunStopsWhereOneRunStops) {
+    TrainOptions o = early_options();
+    o.restore_best = true;
+    DTransformer<double> one(small_d()), split(small_d());
+    EarlyStopState<double> s1;
+    const Recorded r = run_early(one, o, &s1);
+    ASSERT_TRUE(s1.stopped);
+    // first part: up to an epoch's end before the stop, past the best; then the rest with the state
+    const index_t cut = r.steps.back() - 5;
+    TrainOptions o1 = o;
+    o1.max_steps = cut;
+    EarlyStopState<double> s2;
+    run_early(split, o1, &s2);
+    ASSERT_FALSE(s2.stopped);
+    ASSERT_TRUE(s2.restored);  // the first part ended normally: restored; resuming continues from its last θ
+    std::copy(s2.last_theta.begin(), s2.last_theta.end(), split.store.theta());
+    TrainOptions o2 = o;
+    o2.start_step = cut;
+    const Recorded r2 = run_early(split, o2, &s2);
+    EXPECT_TRUE(s2.stopped);
+    EXPECT_EQ(cut + r2.steps.back(), r.steps.back());
+    EXPECT_EQ(s2.best_step, s1.best_step);
+    EXPECT_EQ(s2.best_val_loss, s1.best_val_loss);
+    EXPECT_TRUE(std::equal(one.store.theta(), one.store.theta() + one.store.size(), split.store.theta()));
+}
+
+TEST(EarlyStopping, RejectsBadOptionsAndMissingValidationData) {
+    TrainOptions o;
+    o.patience = -1;
+    EXPECT_THROW(o.check(), ValueError);
+    o = TrainOptions();
+    o.min_delta = -0.1;
+    EXPECT_THROW(o.check(), ValueError);
+    const Dataset data = cycle_data(5, 12);
+    for (int which = 0; which < 2; ++which) {
+        o = TrainOptions();
+        if (which) o.restore_best = true;
+        else o.patience = 1;
+        DTransformer<double> m(small_d()), fresh(small_d());
+        EXPECT_THROW(DTraining<double>(m, data, o, sgd<double>(), {}), ValueError);
+        EXPECT_TRUE(std::equal(m.store.theta(), m.store.theta() + m.store.size(), fresh.store.theta()));
+    }
+    // a state whose best parameters do not fit the model
+    o = TrainOptions();
+    o.restore_best = true;
+    EarlyStopState<double> st;
+    st.best_theta.assign(3, 0.0);
+    st.best_step = 1;
+    DTransformer<double> m(small_d());
+    EXPECT_THROW(DTraining<double>(m, data, o, sgd<double>(), {}, &data, &st), ValueError);
+}

@@ -34,12 +34,41 @@
 //    applied. Raise (the default): training stops with NonFiniteError naming the step, before its update,
 //    so the model holds θ after the previous step (its grads hold the failed step's gradient). Warn / Skip:
 //    the step is skipped (no update, StepInfo.skipped set; the bindings warn for Warn) and training goes on.
+//  * early stopping (patience > 0, restore_best; needs validation data): the listing below, written
+//    for this project (docs/early_stopping.md), wraps the loop above; its lines are marked `// ES line k`.
 // After each update a hook receives the step's figures and may stop training by returning false. Ctrl-C
 // (or any exception from the hook) ends training between steps or inside a step before its update, so the
 // model always holds the parameters of a completed step.
+//
+// Early stopping: θ̂, s ← EarlyStopping(θ, s | Training)
+//   Input: θ, the parameters; s = (L*, i*, k, θ*), the state carried over from an earlier part of the run
+//          (fresh: L* = ∞, i* = 0, k = 0, θ* none): the best validation loss, its step, the evaluations
+//          since it, and its parameters.
+//   Output: θ̂, the trained parameters (θ* with restore_best); s, the state, to resume from.
+//   Hyperparameters: patience ∈ ℕ, min_delta ∈ [0, ∞), restore_best ∈ {true, false}, eval_every; those of
+//          the training listing (N_epochs, η, …).
+//   1  for each step i of the training listing (lines 1–6 of Algorithm 11, 12 or 13) do
+//   2    if i is an evaluation step (every eval_every steps, and the last) then
+//   3      L ← the validation loss of θ (mean per scored token)
+//   4      if L < L* − min_delta then
+//   5        L* ← L, i* ← i, k ← 0
+//   6        if restore_best then θ* ← θ
+//   7      else
+//   8        k ← k + 1
+//   9        if k = patience then stop training
+//  10      end
+//  11    end
+//  12  end
+//  13  if restore_best and θ ≠ θ* then θ ← θ*
+//  14  return θ̂ = θ, s = (L*, i*, k, θ*)
+// Line 13 runs when training ends normally (its epochs, max_steps, line 9, or the hook returning false);
+// not when an exception ends it (Ctrl-C, NonFiniteError, an error in the hook): the model then keeps the
+// parameters of its last completed step, and the state (θ* included) is filled so that a resumed run goes
+// on as one uninterrupted run would. Only θ is restored: the optimizer's moments stay those of the last step.
 #pragma once
 
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -64,6 +93,9 @@ struct TrainOptions {
     index_t start_step = 0;         // resuming: steps already done; the schedule continues from there (its
                                     // length is start_step + this run's steps)
     double p_mask = 0.15;           // ETraining
+    index_t patience = 0;           // early stopping: stop after this many evaluations without improvement (0: off)
+    double min_delta = 0.0;         // an improvement lowers the best validation loss by more than this
+    bool restore_best = false;      // at the end, θ ← the parameters of the best evaluation
     enum class NonFinite { Raise, Warn, Skip } nonfinite = NonFinite::Raise;  // see above
     void check() const;             // ValueError naming a bad value
 };
@@ -86,6 +118,20 @@ struct StepInfo {
     bool interrupted = false;  // evaluation of this step was interrupted (Ctrl-C): the update is done, record it and stop
 };
 
+// Early stopping's state (the listing's s): pass one to a trainer to read it afterwards, or to resume — a
+// run continued from the state (and start_step) of an earlier part goes on as one uninterrupted run would.
+template <class T>
+struct EarlyStopState {
+    double best_val_loss = std::numeric_limits<double>::infinity();  // L*: ∞ before the first evaluation
+    index_t best_step = 0;          // i*, numbered start_step + the run's step (a label: any value when resumed)
+    index_t bad_evals = 0;          // k: evaluations since i* that did not improve on L* by more than min_delta
+    std::vector<T> best_theta;      // θ* (restore_best; else empty): sized once per run, copied per improvement
+    // set by each run:
+    bool stopped = false;           // line 9 ended training
+    bool restored = false;          // line 13 replaced θ by θ*
+    std::vector<T> last_theta;      // when restored: θ after the last step (what a resumed run continues from)
+};
+
 // The update rule (SGD or Adam, see optim.hpp): given the flat gradient and the step's η.
 template <class T>
 using UpdateFn = std::function<void(ParamStore<T>&, const T* g, double lr)>;
@@ -106,16 +152,16 @@ double learning_rate(const TrainOptions& o, index_t step, index_t total);
 // Algorithm 13
 template <class T>
 void DTraining(DTransformer<T>& model, const Dataset& data, const TrainOptions& o, const UpdateFn<T>& update,
-               const StepHook& hook, const Dataset* val = nullptr);
+               const StepHook& hook, const Dataset* val = nullptr, EarlyStopState<T>* early = nullptr);
 // Algorithm 12 (the originals x; the masking of lines 4–6 happens here, from the seeded Rng)
 template <class T>
 void ETraining(ETransformer<T>& model, const Dataset& data, const TrainOptions& o, const UpdateFn<T>& update,
-               const StepHook& hook, const Dataset* val = nullptr);
+               const StepHook& hook, const Dataset* val = nullptr, EarlyStopState<T>* early = nullptr);
 // Algorithm 11 (z_data and x_data: the same number of sequences)
 template <class T>
 void EDTraining(EDTransformer<T>& model, const Dataset& z_data, const Dataset& x_data, const TrainOptions& o,
                 const UpdateFn<T>& update, const StepHook& hook, const Dataset* z_val = nullptr,
-                const Dataset* x_val = nullptr);
+                const Dataset* x_val = nullptr, EarlyStopState<T>* early = nullptr);
 
 // Line 5 of Algorithm 12 for a whole sequence: x̃[t] = mask_token with probability p_mask, else x[t].
 void mask_tokens(const index_t* x, index_t n, index_t mask_token, double p_mask, Rng& rng, index_t* x_tilde);
