@@ -19,6 +19,9 @@ import pytest
 
 import formal_transformers as ft
 
+from test_training import assert_identical as assert_params_equal  # bit for bit, parameter by parameter
+from test_training import one_thread  # noqa: F401  (autouse: a single-threaded core)
+
 N_V = 8  # tokens 0..4 are data, 5 = mask, 6 = bos, 7 = eos
 BOS, EOS = N_V - 2, N_V - 1
 
@@ -95,25 +98,9 @@ def expected_stop(val_loss, patience, min_delta=0.0):
     return None, i_best
 
 
-def assert_params_equal(a, b):
-    a = a.params if hasattr(a, "params") else a
-    b = b.params if hasattr(b, "params") else b
-    assert sorted(a.keys()) == sorted(b.keys())
-    for k in a.keys():
-        assert np.array_equal(np.asarray(a[k]), np.asarray(b[k])), k
-
-
 def val_loss_of(kind, m):
     _, val = task(kind)
     return m.loss(*val, reduction="mean") if kind == "ed" else m.loss(val, reduction="mean")
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = ft.get_num_threads()
-    ft.set_num_threads(1)
-    yield
-    ft.set_num_threads(n)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -410,7 +397,8 @@ def test_cli_resume_carries_the_counters_and_the_last_parameters(tmp_path):
     if first["early_stopping"]["restored"]:
         from safetensors.numpy import load_file
 
-        last = {k[5:]: v for k, v in load_file(run / "early_stopping.safetensors").items() if k.startswith("last.")}
+        saved = load_file(run / "early_stopping.safetensors")
+        last = {k: saved["last." + k] for k in m.params.keys()}
         early = cli._load_early_stopping(run, first, m)
         assert_params_equal(m, last)
         assert early["best_step"] == first["early_stopping"]["best_step"]
