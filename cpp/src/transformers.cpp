@@ -888,8 +888,8 @@ void EDTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* logi
 namespace {
 template <class T>
 void add_mask(std::vector<typename Model<T>::MaskRef>& out, const std::string& name, const DropoutMask& m,
-              bool weights = false, AttentionKind kind = AttentionKind::Decoder, index_t l = 0) {
-    if (m.active()) out.push_back({name, &m, weights, kind, l});
+              bool weights = false, AttentionKind kind = AttentionKind::Decoder, index_t l = 0, const T* A0 = nullptr) {
+    if (m.active()) out.push_back({name, &m, weights, kind, l, A0});
 }
 }  // namespace
 
@@ -900,7 +900,7 @@ std::vector<typename Model<T>::MaskRef> DTransformer<T>::dropout_masks() const {
     for (index_t l = 0; l < index_t(acts_.size()); ++l) {
         const auto& a = acts_[std::size_t(l)];
         const std::string p = layer_prefix("layers", l);
-        add_mask<T>(r, p + "attn.weights", a.attn.drop, true, self_attention, l);
+        add_mask<T>(r, p + "attn.weights", a.attn.drop, true, self_attention, l, a.attn.A.data());
         add_mask<T>(r, p + "attn.out", a.drop_attn);
         add_mask<T>(r, p + "mlp.out", a.drop_mlp);
     }
@@ -913,7 +913,7 @@ std::vector<typename Model<T>::MaskRef> ETransformer<T>::dropout_masks() const {
     for (index_t l = 0; l < index_t(acts_.size()); ++l) {
         const auto& a = acts_[std::size_t(l)];
         const std::string p = layer_prefix("layers", l);
-        add_mask<T>(r, p + "attn.weights", a.attn.drop, true, self_attention, l);
+        add_mask<T>(r, p + "attn.weights", a.attn.drop, true, self_attention, l, a.attn.A.data());
         add_mask<T>(r, p + "attn.out", a.drop_attn);
         add_mask<T>(r, p + "mlp.out", a.drop_mlp);
     }
@@ -926,7 +926,7 @@ std::vector<typename Model<T>::MaskRef> EDTransformer<T>::dropout_masks() const 
     for (index_t l = 0; l < index_t(enc_acts_.size()); ++l) {
         const auto& a = enc_acts_[std::size_t(l)];
         const std::string p = layer_prefix("enc", l);
-        add_mask<T>(r, p + "attn.weights", a.attn.drop, true, AttentionKind::Encoder, l);
+        add_mask<T>(r, p + "attn.weights", a.attn.drop, true, AttentionKind::Encoder, l, a.attn.A.data());
         add_mask<T>(r, p + "attn.out", a.drop_attn);
         add_mask<T>(r, p + "mlp.out", a.drop_mlp);
     }
@@ -934,9 +934,9 @@ std::vector<typename Model<T>::MaskRef> EDTransformer<T>::dropout_masks() const 
     for (index_t l = 0; l < index_t(dec_acts_.size()); ++l) {
         const auto& a = dec_acts_[std::size_t(l)];
         const std::string p = layer_prefix("dec", l);
-        add_mask<T>(r, p + "attn.weights", a.self_attn.drop, true, AttentionKind::Decoder, l);
+        add_mask<T>(r, p + "attn.weights", a.self_attn.drop, true, AttentionKind::Decoder, l, a.self_attn.A.data());
         add_mask<T>(r, p + "attn.out", a.drop_self);
-        add_mask<T>(r, p + "cross_attn.weights", a.cross_attn.drop, true, AttentionKind::Cross, l);
+        add_mask<T>(r, p + "cross_attn.weights", a.cross_attn.drop, true, AttentionKind::Cross, l, a.cross_attn.A.data());
         add_mask<T>(r, p + "cross_attn.out", a.drop_cross);
         add_mask<T>(r, p + "mlp.out", a.drop_mlp);
     }

@@ -360,7 +360,9 @@ public:
         bool weights;
         AttentionKind kind;
         index_t layer;
+        const T* A0;  // weights: the start of the attention's A (attention_weights(...).data − A0: the offset)
     };
+    const LastForward& last_forward() const { return last_; }
     virtual std::vector<MaskRef> dropout_masks() const = 0;
 
 protected:
