@@ -470,7 +470,7 @@ def bench(cfg, shape, args, threads, rounds, steps):
 
 def run_inprocess(args) -> None:
     """One side, flat out, in this process (for a profiler): --iters steps after the warm-up."""
-    cfg = GPT2 if args.large else LLAMA if args.variant == "llama" else BABY
+    cfg = dict(GPT2 if args.large else LLAMA if args.variant == "llama" else BABY, dropout=args.dropout)
     side = SIDES[args.inprocess](cfg, args.threads, args.tied, None)
     for _ in range(args.warmup):
         side.step()
