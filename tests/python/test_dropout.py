@@ -443,3 +443,23 @@ def test_bad_dropout_step():
         m.dropout_step = 1.5
     m.dropout_step = 2**64 - 1
     assert m.dropout_step == 2**64 - 1
+
+
+def test_cli_train_dropout_and_resume_keeps_the_counter(tmp_path):
+    """`python -m formal_transformers train --dropout p`: the model drops at p; a resumed run continues the
+    mask stream (dropout_step saved with the model) instead of replaying the first steps' masks."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "t.txt").write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    small = ["--text", "t.txt", "--out", "run", "--context", "16", "--layers", "1", "--heads", "2", "--d-e", "16",
+             "--d-mlp", "32", "--batch", "4", "--eval-every", "0", "--warmup", "1", "--quiet", "--dropout", "0.2"]
+    for steps in ("6", "10"):
+        r = subprocess.run([sys.executable, "-m", "formal_transformers", "train", *small, "--steps", steps]
+                           + (["--resume"] if steps == "10" else []), cwd=tmp_path, env=dict(os.environ),
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        m = ft.load(tmp_path / "run" / "model.safetensors")
+        assert m.config["resid_dropout"] == m.config["attn_dropout"] == m.config["embed_dropout"] == 0.2
+        assert m.dropout_step == int(steps)
