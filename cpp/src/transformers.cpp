@@ -891,45 +891,40 @@ void add_mask(std::vector<typename Model<T>::MaskRef>& out, const std::string& n
               bool weights = false, AttentionKind kind = AttentionKind::Decoder, index_t l = 0, const T* A0 = nullptr) {
     if (m.active()) out.push_back({name, &m, weights, kind, l, A0});
 }
+
+// the masks of blocks with one self-attention (D, E, ED's encoder), their layers named prefix.l.
+template <class T, class Acts>
+void self_block_masks(std::vector<typename Model<T>::MaskRef>& r, const char* prefix, const std::vector<Acts>& acts,
+                      AttentionKind kind) {
+    for (index_t l = 0; l < index_t(acts.size()); ++l) {
+        const auto& a = acts[std::size_t(l)];
+        const std::string p = layer_prefix(prefix, l);
+        add_mask<T>(r, p + "attn.weights", a.attn.drop, true, kind, l, a.attn.A.data());
+        add_mask<T>(r, p + "attn.out", a.drop_attn);
+        add_mask<T>(r, p + "mlp.out", a.drop_mlp);
+    }
+}
 }  // namespace
 
 template <class T>
 std::vector<typename Model<T>::MaskRef> DTransformer<T>::dropout_masks() const {
     std::vector<typename Model<T>::MaskRef> r;
     add_mask<T>(r, "embed", this->drop_embed_);
-    for (index_t l = 0; l < index_t(acts_.size()); ++l) {
-        const auto& a = acts_[std::size_t(l)];
-        const std::string p = layer_prefix("layers", l);
-        add_mask<T>(r, p + "attn.weights", a.attn.drop, true, self_attention, l, a.attn.A.data());
-        add_mask<T>(r, p + "attn.out", a.drop_attn);
-        add_mask<T>(r, p + "mlp.out", a.drop_mlp);
-    }
+    self_block_masks<T>(r, "layers", acts_, self_attention);
     return r;
 }
 template <class T>
 std::vector<typename Model<T>::MaskRef> ETransformer<T>::dropout_masks() const {
     std::vector<typename Model<T>::MaskRef> r;
     add_mask<T>(r, "embed", this->drop_embed_);
-    for (index_t l = 0; l < index_t(acts_.size()); ++l) {
-        const auto& a = acts_[std::size_t(l)];
-        const std::string p = layer_prefix("layers", l);
-        add_mask<T>(r, p + "attn.weights", a.attn.drop, true, self_attention, l, a.attn.A.data());
-        add_mask<T>(r, p + "attn.out", a.drop_attn);
-        add_mask<T>(r, p + "mlp.out", a.drop_mlp);
-    }
+    self_block_masks<T>(r, "layers", acts_, self_attention);
     return r;
 }
 template <class T>
 std::vector<typename Model<T>::MaskRef> EDTransformer<T>::dropout_masks() const {
     std::vector<typename Model<T>::MaskRef> r;
     add_mask<T>(r, "embed.z", drop_embed_z_);
-    for (index_t l = 0; l < index_t(enc_acts_.size()); ++l) {
-        const auto& a = enc_acts_[std::size_t(l)];
-        const std::string p = layer_prefix("enc", l);
-        add_mask<T>(r, p + "attn.weights", a.attn.drop, true, AttentionKind::Encoder, l, a.attn.A.data());
-        add_mask<T>(r, p + "attn.out", a.drop_attn);
-        add_mask<T>(r, p + "mlp.out", a.drop_mlp);
-    }
+    self_block_masks<T>(r, "enc", enc_acts_, AttentionKind::Encoder);
     add_mask<T>(r, "embed.x", this->drop_embed_);
     for (index_t l = 0; l < index_t(dec_acts_.size()); ++l) {
         const auto& a = dec_acts_[std::size_t(l)];
