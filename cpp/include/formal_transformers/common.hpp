@@ -25,6 +25,8 @@
 namespace ft {
 
 using index_t = std::ptrdiff_t;
+// A token sequence in the xtensor API (formal_transformers.hpp): 0-based ids, int64.
+using TokenIds = xt::xtensor<index_t, 1>;
 
 // ---------------------------------------------------------------------------------------------------
 // Errors. The core throws these; the bindings translate them to the Python exception of the same name.
