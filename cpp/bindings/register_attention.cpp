@@ -140,7 +140,8 @@ template <class T>
 py::object weights_unit(const ft::unit::MHAttention<T>& u) {
     auto w = u.weights();
     if (!w) return py::none();
-    return py::array_t<T>({py::ssize_t(w->shape(0)), py::ssize_t(w->shape(1)), py::ssize_t(w->shape(2))}, w->data());
+    const py::ssize_t s = py::ssize_t(sizeof(T)), H = py::ssize_t(w->shape(0)), l_z = py::ssize_t(w->shape(1));
+    return py::array_t<T>({H, l_z, py::ssize_t(w->shape(2))}, {s, s * H, s * H * l_z}, w->data());  // a copy
 }
 
 template <class D>

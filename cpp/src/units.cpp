@@ -95,7 +95,7 @@ void TokenEmbedding<T>::backward(CMatView<T> dE) {
 }
 
 template <class T>
-Matrix<T> TokenEmbedding<T>::operator()(const xt::xtensor<index_t, 1>& v) {
+Matrix<T> TokenEmbedding<T>::operator()(const TokenIds& v) {
     const index_t n = index_t(v.size());
     Matrix<T> E = matrix<T>(emb.d_e, std::max<index_t>(n, 0));
     forward(v.data(), n, view(E));
@@ -137,7 +137,7 @@ void PositionalEmbedding<T>::backward(CMatView<T> dE) {
 }
 
 template <class T>
-Matrix<T> PositionalEmbedding<T>::operator()(const xt::xtensor<index_t, 1>& t) {
+Matrix<T> PositionalEmbedding<T>::operator()(const TokenIds& t) {
     const index_t n = index_t(t.size());
     Matrix<T> E = matrix<T>(pe.d_e, std::max<index_t>(n, 0));
     forward(t.data(), n, view(E));
@@ -396,10 +396,10 @@ MHAttention<T>::MHAttention(index_t H, index_t d_x, index_t d_z, index_t d_attn,
 }
 
 template <class T>
-std::optional<xt::xtensor<T, 3>> MHAttention<T>::weights() const {
+std::optional<Tensor<T, 3>> MHAttention<T>::weights() const {
     const index_t l_x = this->l_x_, l_z = this->l_z_, H = this->att.H;
     if (l_x < 0) return std::nullopt;
-    xt::xtensor<T, 3> W = xt::xtensor<T, 3>::from_shape({std::size_t(H), std::size_t(l_z), std::size_t(l_x)});
+    Tensor<T, 3> W = Tensor<T, 3>::from_shape({std::size_t(H), std::size_t(l_z), std::size_t(l_x)});
     // head h's block is a column-major [l_z, l_x] matrix at offset h·l_z·l_x (one sequence)
     const T* A = this->cache_.A.data();
     for (index_t h = 0; h < H; ++h)

@@ -104,7 +104,7 @@ public:
         std::vector<std::size_t> shape(e->shape.begin(), e->shape.end());
         std::vector<std::ptrdiff_t> strides(e->strides.begin(), e->strides.end());
         T* base = (grads_ ? store_->grad() : store_->theta()) + e->offset;
-        return xt::adapt(base, std::size_t(e->size), xt::no_ownership(), std::move(shape), std::move(strides));
+        return xt::adapt(std::move(base), std::size_t(e->size), xt::no_ownership(), std::move(shape), std::move(strides));
     }
     bool contains(const std::string& name) const { return store_->find(name) != nullptr; }
     std::vector<std::string> names() const {

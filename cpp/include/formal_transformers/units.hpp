@@ -61,7 +61,7 @@ public:
     void backward(CMatView<T> dE);
     index_t last_n() const { return called_ ? index_t(last_.size()) : -1; }
 
-    Matrix<T> operator()(const xt::xtensor<index_t, 1>& v);  // (d_e, ℓ)
+    Matrix<T> operator()(const TokenIds& v);  // (d_e, ℓ)
     Vector<T> operator()(index_t v);                         // (d_e,)
     void backward(const Matrix<T>& dE) { backward(view(dE)); }
 
@@ -82,7 +82,7 @@ public:
     void forward(const index_t* positions, index_t n, MatView<T> E, const char* what = "t");
     void backward(CMatView<T> dE);  // learned: grads W_p[:, t_j] += dE[:, j]; sinusoidal: nothing
 
-    Matrix<T> operator()(const xt::xtensor<index_t, 1>& t);
+    Matrix<T> operator()(const TokenIds& t);
     Vector<T> operator()(index_t t);
     void backward(const Matrix<T>& dE) { backward(view(dE)); }
 
@@ -218,8 +218,8 @@ class MHAttention : public XZUnit<T, ft::MHAttention<T>> {
 public:
     MHAttention(index_t H, index_t d_x, index_t d_z, index_t d_attn, index_t d_mid, index_t d_out,
                 Mask mask = Mask::bidirectional(), std::uint64_t seed = 0, const AttnVariant& v = AttnVariant());
-    // softmax(S^h/√d_attn) of every head, (H, ℓ_z, ℓ_x) row-major, of the last call (nullopt before any call)
-    std::optional<xt::xtensor<T, 3>> weights() const;
+    // softmax(S^h/√d_attn) of every head, (H, ℓ_z, ℓ_x) (column-major, as every Tensor), of the last call (nullopt before any call)
+    std::optional<Tensor<T, 3>> weights() const;
 };
 
 }  // namespace ft::unit
