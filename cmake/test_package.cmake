@@ -13,6 +13,7 @@ foreach(step
     "${CMAKE_COMMAND};-S;${SRC}/tests/cmake_package;-B;${consumer};-G;Ninja;-DCMAKE_PREFIX_PATH=${prefix};-DCMAKE_BUILD_TYPE=Release"
     "${CMAKE_COMMAND};--build;${consumer}"
     "${consumer}/ft_consumer"
+    "${consumer}/ft_snippet"
     "${CMAKE_COMMAND};-S;${SRC}/examples/cpp;-B;${example};-G;Ninja;-DCMAKE_PREFIX_PATH=${prefix};-DCMAKE_BUILD_TYPE=Release"
     "${CMAKE_COMMAND};--build;${example}"
     "${example}/train_baby_gpt;${text};3;20")

@@ -37,6 +37,16 @@ void check_input(CMatView<T> M, index_t rows, const char* what, const char* rows
 // "<what> has 3 columns but <last_what> 2<unit>".
 void check_backward(index_t cols, index_t last, const char* what, const std::string& last_what, const char* unit = "");
 
+// Any other xtensor expression (e.g. a row-major xt::xtensor) picks the overload of its rank and is copied
+// once into the column-major storage (a Matrix or a Vector would both accept it: ambiguous otherwise).
+template <class X, std::size_t N>
+using if_rank = std::enable_if_t<xt::get_rank<std::decay_t<X>>::value == N, int>;
+#define FT_UNIT_BY_RANK(fn)                                                               \
+    template <class X, if_rank<X, 2> = 0>                                                      \
+    Matrix<T> fn(const xt::xexpression<X>& x) { return fn(Matrix<T>(x.derived_cast())); }  \
+    template <class X, if_rank<X, 1> = 0>                                                      \
+    Vector<T> fn(const xt::xexpression<X>& x) { return fn(Vector<T>(x.derived_cast())); }
+
 // What every unit shares: θ and its gradient, by name (params.hpp).
 template <class T>
 class Base {
@@ -109,6 +119,8 @@ public:
     Vector<T> operator()(const Vector<T>& e);
     Matrix<T> backward(const Matrix<T>& dE_hat);
     Vector<T> backward(const Vector<T>& de_hat);
+    FT_UNIT_BY_RANK(operator())
+    FT_UNIT_BY_RANK(backward)
 
     Norm norm;
 
@@ -141,6 +153,8 @@ public:
     Matrix<T> logits(const Matrix<T>& E) const;
     Matrix<T> backward(const Matrix<T>& dP);
     Vector<T> backward(const Vector<T>& dp);
+    FT_UNIT_BY_RANK(operator())
+    FT_UNIT_BY_RANK(backward)
 
     ft::Unembedding<T> un;
 
