@@ -135,18 +135,18 @@ void register_embedding(py::module_& m) {
            py::arg("n_vocab"), py::arg("d_e"), py::kw_only(), py::arg("dtype") = "float32", py::arg("seed") = 0)
         .def("__call__", [](DT& d, const py::handle& v) {
                  CallLock l(d.mutex);
-                 return d.visit([&](auto& u) { return embed(u, in_token_ids(v, "v", u.emb.n_vocab), u.emb.d_e); });
+                 return d.visit([&](auto& u) { return embed(u, in_token_ids(v, "v", u.layer.n_vocab), u.layer.d_e); });
              },
              py::arg("v"), "v: int id -> (d_e,); 1-D ids -> (d_e, ℓ).")
         .def("backward",
-             [](DT& d, const py::handle& dE) { CallLock l(d.mutex); d.visit([&](auto& u) { embed_backward(u, dE, u.emb.d_e); }); },
+             [](DT& d, const py::handle& dE) { CallLock l(d.mutex); d.visit([&](auto& u) { embed_backward(u, dE, u.layer.d_e); }); },
              py::arg("dE"),
              "Gradient of the last call: grads['W_e'][:, v[t]] += dE[:, t] for every t. Returns None.")
-        .def_property_readonly("n_vocab", [](DT& d) { return d.visit([](auto& u) { return u.emb.n_vocab; }); })
-        .def_property_readonly("d_e", [](DT& d) { return d.visit([](auto& u) { return u.emb.d_e; }); })
+        .def_property_readonly("n_vocab", [](DT& d) { return d.visit([](auto& u) { return u.layer.n_vocab; }); })
+        .def_property_readonly("d_e", [](DT& d) { return d.visit([](auto& u) { return u.layer.d_e; }); })
         .def("__repr__", [](DT& d) {
             return d.visit([&](auto& u) {
-                return "TokenEmbedding(n_vocab=" + std::to_string(u.emb.n_vocab) + ", d_e=" + std::to_string(u.emb.d_e) +
+                return "TokenEmbedding(n_vocab=" + std::to_string(u.layer.n_vocab) + ", d_e=" + std::to_string(u.layer.d_e) +
                        ", dtype='" + d.dtype() + "')";
             });
         });
@@ -197,31 +197,31 @@ void register_embedding(py::module_& m) {
            py::arg("dtype") = "float32", py::arg("seed") = 0)
         .def("__call__", [](DP& d, const py::handle& t) {
                  CallLock l(d.mutex);
-                 return d.visit([&](auto& u) { return embed(u, in_positions(t, "t", u.pe.l_max), u.pe.d_e); });
+                 return d.visit([&](auto& u) { return embed(u, in_positions(t, "t", u.layer.l_max), u.layer.d_e); });
              },
              py::arg("t"), "t: int position -> (d_e,); 1-D positions -> (d_e, n).")
         .def("backward",
-             [](DP& d, const py::handle& dE) { CallLock l(d.mutex); d.visit([&](auto& u) { embed_backward(u, dE, u.pe.d_e); }); },
+             [](DP& d, const py::handle& dE) { CallLock l(d.mutex); d.visit([&](auto& u) { embed_backward(u, dE, u.layer.d_e); }); },
              py::arg("dE"),
              "Gradient of the last call: grads['W_p'][:, t_j] += dE[:, j] (learned; nothing for sinusoidal). "
              "Returns None.")
-        .def_property_readonly("l_max", [](DP& d) { return d.visit([](auto& u) { return u.pe.l_max; }); })
-        .def_property_readonly("d_e", [](DP& d) { return d.visit([](auto& u) { return u.pe.d_e; }); })
+        .def_property_readonly("l_max", [](DP& d) { return d.visit([](auto& u) { return u.layer.l_max; }); })
+        .def_property_readonly("d_e", [](DP& d) { return d.visit([](auto& u) { return u.layer.d_e; }); })
         .def_property_readonly("kind", [](DP& d) {
-            return d.visit([](auto& u) { return std::string(u.pe.kind == ft::Positional::Learned ? "learned" : "sinusoidal"); });
+            return d.visit([](auto& u) { return std::string(u.layer.kind == ft::Positional::Learned ? "learned" : "sinusoidal"); });
         })
         .def_property_readonly("base", [](DP& d) -> py::object {
             return d.visit([](auto& u) -> py::object {
-                if (u.pe.kind == ft::Positional::Learned) return py::none();
-                return py::float_(u.pe.base);
+                if (u.layer.kind == ft::Positional::Learned) return py::none();
+                return py::float_(u.layer.base);
             });
         }, "The base of the sinusoidal formula (ℓ_max unless given); None for a learned W_p.")
         .def("__repr__", [](DP& d) {
             return d.visit([&](auto& u) {
-                std::string s = "PositionalEmbedding(l_max=" + std::to_string(u.pe.l_max) + ", d_e=" + std::to_string(u.pe.d_e) +
-                                ", kind='" + (u.pe.kind == ft::Positional::Learned ? "learned" : "sinusoidal") + "'";
-                if (u.pe.kind == ft::Positional::Sinusoidal)
-                    s += ", base=" + py::repr(py::float_(u.pe.base)).cast<std::string>();
+                std::string s = "PositionalEmbedding(l_max=" + std::to_string(u.layer.l_max) + ", d_e=" + std::to_string(u.layer.d_e) +
+                                ", kind='" + (u.layer.kind == ft::Positional::Learned ? "learned" : "sinusoidal") + "'";
+                if (u.layer.kind == ft::Positional::Sinusoidal)
+                    s += ", base=" + py::repr(py::float_(u.layer.base)).cast<std::string>();
                 return s + ", dtype='" + d.dtype() + "')";
             });
         });

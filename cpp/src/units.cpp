@@ -69,85 +69,56 @@ void init_fan_in(ParamStore<T>& store, const MatParam& W, Rng& rng) {
 }
 }  // namespace
 
-// ---------------------------------------------------------------------------------------------- Algorithm 1
-template <class T>
-TokenEmbedding<T>::TokenEmbedding(index_t n_vocab, index_t d_e, std::uint64_t seed) : emb(n_vocab, d_e, this->store) {
-    this->store.allocate();
-    Rng rng(seed);
-    emb.init(this->store, rng, 1.0);  // W_e ~ N(0, 1)
-}
-
-template <class T>
-void TokenEmbedding<T>::forward(const index_t* ids, index_t n, MatView<T> E, const char* what) {
-    check_indices(ids, n, emb.n_vocab, what, false);
-    FT_CHECK(E.rows == emb.d_e && E.cols == n, "TokenEmbedding output shape");
-    emb.forward(this->store, ids, n, E);
-    last_.assign(ids, ids + n);
+// ---------------------------------------------------------------------------------------------- Algorithms 1, 2
+template <class T, class Layer>
+void Lookup<T, Layer>::forward(const index_t* idx, index_t n, MatView<T> E, const char* what) {
+    check_indices(idx, n, size_, what ? what : positions_ ? "t" : "v", positions_);
+    FT_CHECK(E.rows == layer.d_e && E.cols == n, "embedding output shape");
+    layer.forward(this->store, idx, n, E);
+    last_.assign(idx, idx + n);
     called_ = true;
 }
 
-template <class T>
-void TokenEmbedding<T>::backward(CMatView<T> dE) {
+template <class T, class Layer>
+void Lookup<T, Layer>::backward(CMatView<T> dE) {
     if (!called_) throw ValueError("backward() called before any forward call");
-    check_input(dE, emb.d_e, "dE", "d_e");
-    check_backward(dE.cols, index_t(last_.size()), "dE", "the last call embedded", " token(s)");
-    emb.backward(this->store, last_.data(), dE.cols, dE);
+    check_input(dE, layer.d_e, "dE", "d_e");
+    check_backward(dE.cols, index_t(last_.size()), "dE", "the last call embedded", positions_ ? " position(s)" : " token(s)");
+    layer.backward(this->store, last_.data(), dE.cols, dE);  // a no-op for the sinusoidal (frozen) W_p
 }
 
-template <class T>
-Matrix<T> TokenEmbedding<T>::operator()(const TokenIds& v) {
-    const index_t n = index_t(v.size());
-    Matrix<T> E = matrix<T>(emb.d_e, std::max<index_t>(n, 0));
-    forward(v.data(), n, view(E));
+template <class T, class Layer>
+Matrix<T> Lookup<T, Layer>::operator()(const TokenIds& idx) {
+    const index_t n = index_t(idx.size());
+    Matrix<T> E = matrix<T>(layer.d_e, n);
+    forward(idx.data(), n, view(E));
     return E;
 }
-template <class T>
-Vector<T> TokenEmbedding<T>::operator()(index_t v) {
-    Matrix<T> E = matrix<T>(emb.d_e, 1);
-    forward(&v, 1, view(E));
+template <class T, class Layer>
+Vector<T> Lookup<T, Layer>::operator()(index_t i) {
+    Matrix<T> E = matrix<T>(layer.d_e, 1);
+    forward(&i, 1, view(E));
     return column(E);
 }
 
-// ---------------------------------------------------------------------------------------------- Algorithm 2
+template <class T>
+TokenEmbedding<T>::TokenEmbedding(index_t n_vocab, index_t d_e, std::uint64_t seed)
+    : Lookup<T, ft::TokenEmbedding<T>>([&](ParamStore<T>& s) { return ft::TokenEmbedding<T>(n_vocab, d_e, s); }, n_vocab,
+                                       false) {
+    this->store.allocate();
+    Rng rng(seed);
+    this->layer.init(this->store, rng, 1.0);  // W_e ~ N(0, 1)
+}
+
 template <class T>
 PositionalEmbedding<T>::PositionalEmbedding(index_t l_max, index_t d_e, Positional kind, double base, std::uint64_t seed)
-    : pe(l_max, d_e, kind, base, this->store) {
+    : Lookup<T, ft::PositionalEmbedding<T>>(
+          [&](ParamStore<T>& s) { return ft::PositionalEmbedding<T>(l_max, d_e, kind, base, s); }, l_max, true) {
     if (kind != Positional::Learned && kind != Positional::Sinusoidal)
         throw ValueError("a stand-alone PositionalEmbedding is 'learned' or 'sinusoidal' (RoPE and ALiBi live in attention)");
     this->store.allocate();
     Rng rng(seed);
-    pe.init(this->store, rng, 1.0);  // learned: W_p ~ N(0, 1); sinusoidal: the paper's formula
-}
-
-template <class T>
-void PositionalEmbedding<T>::forward(const index_t* positions, index_t n, MatView<T> E, const char* what) {
-    check_indices(positions, n, pe.l_max, what, true);
-    FT_CHECK(E.rows == pe.d_e && E.cols == n, "PositionalEmbedding output shape");
-    pe.forward(this->store, positions, n, E);
-    last_.assign(positions, positions + n);
-    called_ = true;
-}
-
-template <class T>
-void PositionalEmbedding<T>::backward(CMatView<T> dE) {
-    if (!called_) throw ValueError("backward() called before any forward call");
-    check_input(dE, pe.d_e, "dE", "d_e");
-    check_backward(dE.cols, index_t(last_.size()), "dE", "the last call embedded", " position(s)");
-    pe.backward(this->store, last_.data(), dE.cols, dE);  // a no-op for the sinusoidal (frozen) W_p
-}
-
-template <class T>
-Matrix<T> PositionalEmbedding<T>::operator()(const TokenIds& t) {
-    const index_t n = index_t(t.size());
-    Matrix<T> E = matrix<T>(pe.d_e, std::max<index_t>(n, 0));
-    forward(t.data(), n, view(E));
-    return E;
-}
-template <class T>
-Vector<T> PositionalEmbedding<T>::operator()(index_t t) {
-    Matrix<T> E = matrix<T>(pe.d_e, 1);
-    forward(&t, 1, view(E));
-    return column(E);
+    this->layer.init(this->store, rng, 1.0);  // learned: W_p ~ N(0, 1); sinusoidal: the paper's formula
 }
 
 // ---------------------------------------------------------------------------------------------- Algorithm 6
@@ -410,6 +381,10 @@ std::optional<Tensor<T, 3>> MHAttention<T>::weights() const {
 
 template void check_input<float>(CMatView<float>, index_t, const char*, const char*);
 template void check_input<double>(CMatView<double>, index_t, const char*, const char*);
+template class Lookup<float, ft::TokenEmbedding<float>>;
+template class Lookup<double, ft::TokenEmbedding<double>>;
+template class Lookup<float, ft::PositionalEmbedding<float>>;
+template class Lookup<double, ft::PositionalEmbedding<double>>;
 template class TokenEmbedding<float>;
 template class TokenEmbedding<double>;
 template class PositionalEmbedding<float>;

@@ -60,47 +60,47 @@ public:
     void zero_grad() { store.zero_grad(); }
 };
 
-// Algorithm 1 with θ = {W_e ~ N(0, 1)}.
-template <class T>
-class TokenEmbedding : public Base<T> {
+// Algorithms 1 and 2 stand alone: a table W (W_e or W_p) read at indices (token ids or positions).
+template <class T, class Layer>
+class Lookup : public Base<T> {
 public:
-    TokenEmbedding(index_t n_vocab, index_t d_e, std::uint64_t seed = 0);
-    // ids[0:n) -> E:[d_e, n]; IndexError for an id outside [0, N_V) (`what` names the argument)
-    void forward(const index_t* ids, index_t n, MatView<T> E, const char* what = "v");
-    // grads W_e[:, ids[t]] += dE[:, t] for the last call's ids
+    // idx[0:n) -> E:[d_e, n], E[:, t] = W[:, idx[t]]; IndexError for an index outside the table (`what`
+    // names the argument; null: "v" for ids, "t" for positions)
+    void forward(const index_t* idx, index_t n, MatView<T> E, const char* what = nullptr);
+    // grads W[:, idx[t]] += dE[:, t] for the last call's indices (nothing for a frozen W_p)
     void backward(CMatView<T> dE);
     index_t last_n() const { return called_ ? index_t(last_.size()) : -1; }
 
-    Matrix<T> operator()(const TokenIds& v);  // (d_e, ℓ)
-    Vector<T> operator()(index_t v);                         // (d_e,)
+    Matrix<T> operator()(const TokenIds& idx);  // (d_e, ℓ)
+    Vector<T> operator()(index_t i);            // (d_e,)
     void backward(const Matrix<T>& dE) { backward(view(dE)); }
 
-    ft::TokenEmbedding<T> emb;
+    Layer layer;  // ft::TokenEmbedding (n_vocab, d_e, W_e) or ft::PositionalEmbedding (l_max, d_e, W_p)
+
+protected:
+    template <class Make>
+    Lookup(Make make, index_t size, bool positions) : layer(make(this->store)), size_(size), positions_(positions) {}
 
 private:
+    index_t size_;    // N_V or ℓ_max
+    bool positions_;  // the messages' words
     std::vector<index_t> last_;
     bool called_ = false;
 };
 
+// Algorithm 1 with θ = {W_e ~ N(0, 1)}.
+template <class T>
+class TokenEmbedding : public Lookup<T, ft::TokenEmbedding<T>> {
+public:
+    TokenEmbedding(index_t n_vocab, index_t d_e, std::uint64_t seed = 0);
+};
+
 // Algorithm 2 (kind Learned: W_p ~ N(0, 1), or Sinusoidal: the paper's fixed W_p; base ≤ 0: ℓ_max).
 template <class T>
-class PositionalEmbedding : public Base<T> {
+class PositionalEmbedding : public Lookup<T, ft::PositionalEmbedding<T>> {
 public:
     PositionalEmbedding(index_t l_max, index_t d_e, Positional kind = Positional::Learned, double base = 0,
                         std::uint64_t seed = 0);
-    // positions[0:n) -> E:[d_e, n]; IndexError for a position outside [0, ℓ_max)
-    void forward(const index_t* positions, index_t n, MatView<T> E, const char* what = "t");
-    void backward(CMatView<T> dE);  // learned: grads W_p[:, t_j] += dE[:, j]; sinusoidal: nothing
-
-    Matrix<T> operator()(const TokenIds& t);
-    Vector<T> operator()(index_t t);
-    void backward(const Matrix<T>& dE) { backward(view(dE)); }
-
-    ft::PositionalEmbedding<T> pe;
-
-private:
-    std::vector<index_t> last_;
-    bool called_ = false;
 };
 
 // Algorithm 6 (layer_norm, Norm = ft::LayerNorm) or Gopher's RMSnorm (ft::RMSNorm); γ = 1, β = 0.
