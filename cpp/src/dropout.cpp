@@ -35,11 +35,15 @@ template <class T>
 void dropout_forward(double p, const DropoutKey& k, std::uint64_t i0, T* y, index_t n, std::uint8_t* keep) {
     const std::uint64_t s = stream_of(k);
     const T scale = T(1.0 / (1.0 - p));
-#pragma omp parallel for schedule(static) if (n > 65536)
+    // u ≥ p with u = m·2^-53 (m: the top 53 bits) ⇔ m ≥ ⌈p·2^53⌉ (p·2^53 is exact): the same test as
+    // dropout_uniform's, in integers, so the loop vectorises
+    const std::uint64_t threshold = std::uint64_t(std::ceil(p * 0x1.0p53));
+    const std::uint64_t base = s + (i0 + 1) * golden;
+#pragma omp parallel for simd schedule(static) if (n > 65536)
     for (index_t i = 0; i < n; ++i) {
-        const bool kept = uniform_at(s, i0 + std::uint64_t(i)) >= p;  // line 1: M = [[u ≥ p]]
+        const bool kept = (mix64(base + std::uint64_t(i) * golden) >> 11) >= threshold;  // line 1: M = [[u ≥ p]]
         keep[i] = kept;
-        y[i] = kept ? y[i] * scale : T(0);                             // line 2: Ỹ = Y ⊙ M / (1 − p)
+        y[i] = kept ? y[i] * scale : T(0);  // line 2: Ỹ = Y ⊙ M / (1 − p)
     }
 }
 

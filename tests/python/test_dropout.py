@@ -452,12 +452,16 @@ def test_cli_train_dropout_and_resume_keeps_the_counter(tmp_path):
     import subprocess
     import sys
 
+    env = dict(os.environ)  # the package under test (docs/DEVELOPING.md): its folder first, FT_CORE_PATH absolute
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(ft.__file__)), env.get("PYTHONPATH", "")])
+    if env.get("FT_CORE_PATH"):
+        env["FT_CORE_PATH"] = os.path.abspath(env["FT_CORE_PATH"])
     (tmp_path / "t.txt").write_text("the quick brown fox jumps over the lazy dog. " * 40)
     small = ["--text", "t.txt", "--out", "run", "--context", "16", "--layers", "1", "--heads", "2", "--d-e", "16",
              "--d-mlp", "32", "--batch", "4", "--eval-every", "0", "--warmup", "1", "--quiet", "--dropout", "0.2"]
     for steps in ("6", "10"):
         r = subprocess.run([sys.executable, "-m", "formal_transformers", "train", *small, "--steps", steps]
-                           + (["--resume"] if steps == "10" else []), cwd=tmp_path, env=dict(os.environ),
+                           + (["--resume"] if steps == "10" else []), cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr
         m = ft.load(tmp_path / "run" / "model.safetensors")
