@@ -18,7 +18,7 @@ import pytest
 import formal_transformers as ft
 from formal_transformers import reference as ref
 
-from conftest import rel_err, torch_or_skip
+from conftest import child_env, rel_err, torch_or_skip
 
 V, LMAX = 11, 12
 
@@ -448,20 +448,15 @@ def test_bad_dropout_step():
 def test_cli_train_dropout_and_resume_keeps_the_counter(tmp_path):
     """`python -m formal_transformers train --dropout p`: the model drops at p; a resumed run continues the
     mask stream (dropout_step saved with the model) instead of replaying the first steps' masks."""
-    import os
     import subprocess
     import sys
 
-    env = dict(os.environ)  # the package under test (docs/DEVELOPING.md): its folder first, FT_CORE_PATH absolute
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(ft.__file__)), env.get("PYTHONPATH", "")])
-    if env.get("FT_CORE_PATH"):
-        env["FT_CORE_PATH"] = os.path.abspath(env["FT_CORE_PATH"])
     (tmp_path / "t.txt").write_text("the quick brown fox jumps over the lazy dog. " * 40)
     small = ["--text", "t.txt", "--out", "run", "--context", "16", "--layers", "1", "--heads", "2", "--d-e", "16",
              "--d-mlp", "32", "--batch", "4", "--eval-every", "0", "--warmup", "1", "--quiet", "--dropout", "0.2"]
     for steps in ("6", "10"):
         r = subprocess.run([sys.executable, "-m", "formal_transformers", "train", *small, "--steps", steps]
-                           + (["--resume"] if steps == "10" else []), cwd=tmp_path, env=env,
+                           + (["--resume"] if steps == "10" else []), cwd=tmp_path, env=child_env(),
                            capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr
         m = ft.load(tmp_path / "run" / "model.safetensors")
