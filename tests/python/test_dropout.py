@@ -18,7 +18,7 @@ import pytest
 import formal_transformers as ft
 from formal_transformers import reference as ref
 
-from conftest import rel_err, torch_or_skip
+from conftest import child_env, rel_err, torch_or_skip
 
 V, LMAX = 11, 12
 
@@ -448,7 +448,6 @@ def test_bad_dropout_step():
 def test_cli_train_dropout_and_resume_keeps_the_counter(tmp_path):
     """`python -m formal_transformers train --dropout p`: the model drops at p; a resumed run continues the
     mask stream (dropout_step saved with the model) instead of replaying the first steps' masks."""
-    import os
     import subprocess
     import sys
 
@@ -457,7 +456,7 @@ def test_cli_train_dropout_and_resume_keeps_the_counter(tmp_path):
              "--d-mlp", "32", "--batch", "4", "--eval-every", "0", "--warmup", "1", "--quiet", "--dropout", "0.2"]
     for steps in ("6", "10"):
         r = subprocess.run([sys.executable, "-m", "formal_transformers", "train", *small, "--steps", steps]
-                           + (["--resume"] if steps == "10" else []), cwd=tmp_path, env=dict(os.environ),
+                           + (["--resume"] if steps == "10" else []), cwd=tmp_path, env=child_env(),
                            capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr
         m = ft.load(tmp_path / "run" / "model.safetensors")
