@@ -2,6 +2,7 @@
 #include "formal_transformers/blas.hpp"
 #include "testing.hpp"
 
+#include <limits>
 #include <string>
 
 using namespace ft;
@@ -128,6 +129,40 @@ TEST(Blas, VectorShapedProductsMatchNaiveLoopOnSubBlocks) {
                     EXPECT_LT(rel_error(C1.data(), C2.data(), C1.size()), 1e-13)
                         << "op(A) " << int(a) << " op(B) " << int(b) << " m " << m << " n " << n << " beta " << beta;
                 }
+}
+
+// A few columns (2 ≤ n ≤ 8, A as stored, m ≥ 16) go to the kernel that reads A once (the verify pass of
+// speculative decoding): every n, row counts with and without a partial last block of rows, sub-blocks
+// (leading dimensions ≠ rows), every beta, NaN in C ignored when beta = 0, float and double, one thread
+// and the pool (the row blocks shared by the team once the product is large).
+template <class T>
+void check_few_columns(index_t m, index_t n, index_t k, T beta, Rng& rng) {
+    Matrix<T> A = random_matrix<T>(m + 3, k + 2, rng), B = random_matrix<T>(k + 4, n + 1, rng);
+    Matrix<T> C1 = random_matrix<T>(m + 5, n + 2, rng);
+    if (beta == T(0)) C1(3, 1) = std::numeric_limits<T>::quiet_NaN();  // BLAS semantics: C not read
+    Matrix<T> C2 = C1;
+    auto Av = CMatView<T>(view(A).rows_range(1, m).cols_range(2, k));
+    auto Bv = CMatView<T>(view(B).rows_range(2, k).cols_range(1, n));
+    gemm<T>(Op::N, Op::N, T(0.75), Av, Bv, beta, view(C1).rows_range(3, m).cols_range(1, n));
+    gemm_naive<T>(Op::N, Op::N, T(0.75), Av, Bv, beta, view(C2).rows_range(3, m).cols_range(1, n));
+    const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-13;
+    EXPECT_LT(rel_error(C1.data(), C2.data(), C1.size()), tol) << "m " << m << " n " << n << " k " << k << " beta " << beta;
+}
+
+TEST(Blas, FewColumnProductsMatchNaiveLoop) {
+    Rng rng(5);
+    for (index_t n = 2; n <= 8; ++n)
+        for (index_t m : {16, 17, 47, 64, 65, 130})
+            for (double beta : {0.0, 1.0, -0.5}) {
+                check_few_columns<double>(m, n, 9, beta, rng);
+                check_few_columns<float>(m, n, 33, float(beta), rng);
+            }
+    // large enough for the team: 1024 × 300 × n ≥ 2^18, on the pool and on one thread
+    for (index_t n : {2, 5, 8}) {
+        check_few_columns<double>(1030, n, 300, 0.0, rng);
+        SingleThreadScope one;
+        check_few_columns<float>(1030, n, 300, 1.0f, rng);
+    }
 }
 
 // zero_grad of a store large enough for its parallel path (> 2^21 entries, several 64 KB chunks and a
