@@ -1,4 +1,5 @@
-// Matrix products: every product of the core is one CBLAS call on the operands' own buffers.
+// Matrix products: every product of the core is one CBLAS call on the operands' own buffers, except
+// A·B with 2–8 columns of B (gemm_few_columns below).
 //
 // The BLAS (docs/design.md "BLAS"): by default OpenBLAS from PyPI's scipy-openblas32 — a current OpenBLAS
 // (0.3.28 or later) built with DYNAMIC_ARCH, whose run-time kernel choice knows today's CPUs and falls back
