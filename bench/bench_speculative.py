@@ -73,7 +73,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--draft-steps", type=int, default=2500)
     ap.add_argument("--target-steps", type=int, default=2000)
-    ap.add_argument("--train-only", action="store_true", help="train (or load) the two models and stop")
+    ap.add_argument("--train-only", choices=["both", "draft", "target"], nargs="?", const="both",
+                    help="train (or load) the two models (or one) and stop")
+    ap.add_argument("--target-size", type=int, nargs=3, metavar=("L", "H", "d_e"),
+                    default=[TARGET["L"], TARGET["H"], TARGET["d_e"]], help="the target's L, H, d_e (d_mlp = 4 d_e)")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--ks", type=int, nargs="+", default=[2, 4, 6])
@@ -93,8 +96,14 @@ def main():
 
     print(f"CPU: {cpu_model()}; os.cpu_count() = {os.cpu_count()}; threads {ft.get_num_threads()}")
     print(f"BLAS: {ft.blas_info()}")
+    L, H, d_e = a.target_size
+    target_cfg = dict(L=L, H=H, d_e=d_e, d_mlp=4 * d_e)
+    if a.train_only in ("draft", "target"):  # one model (e.g. the two in parallel processes)
+        cfg, steps = (DRAFT, a.draft_steps) if a.train_only == "draft" else (target_cfg, a.target_steps)
+        train(ft, a.train_only, cfg, steps, train_ids, val_seqs, a.retrain)
+        return
     draft = train(ft, "draft", DRAFT, a.draft_steps, train_ids, val_seqs, a.retrain)
-    target = train(ft, "target", TARGET, a.target_steps, train_ids, val_seqs, a.retrain)
+    target = train(ft, "target", target_cfg, a.target_steps, train_ids, val_seqs, a.retrain)
     if a.train_only:
         return
 
