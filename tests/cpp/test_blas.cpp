@@ -3,6 +3,7 @@
 #include "testing.hpp"
 
 #include <string>
+#include <tuple>
 
 using namespace ft;
 using fttest::random_matrix;
@@ -106,6 +107,35 @@ TEST(Blas, ThreadedProductsOnOurPoolMatchNaiveLoop) {
     // whichever BLAS this is, it says which kernel it runs and where its threads come from
     EXPECT_FALSE(blas_kernel().empty());
     EXPECT_NE(blas_info().find("kernel " + blas_kernel()), std::string::npos) << blas_info();
+}
+
+// Products large enough for gemm to split them over threads (slices of C's columns, or rows when C is
+// tall; blas.cpp), every transpose and beta, on sub-blocks of larger matrices (leading dimensions ≠ rows),
+// with slice counts that do not divide the sizes: the same result as the naive loop, from 1, 2 and 3 threads.
+TEST(Blas, SplitProductsMatchNaiveLoopOnSubBlocks) {
+    Rng rng(17);
+    const int saved = get_num_threads();
+    for (int threads : {1, 2, 3})
+        for (Op a : {Op::N, Op::T})
+            for (Op b : {Op::N, Op::T})
+                for (double beta : {0.0, 1.0})
+                    for (auto [m, n, k] : {std::tuple<index_t, index_t, index_t>{61, 301, 97},  // wide C: columns
+                                           {333, 70, 71},                                      // tall C: rows
+                                           {130, 129, 128}}) {
+                        set_num_threads(threads);
+                        const index_t ar = a == Op::N ? m : k, ac = a == Op::N ? k : m;
+                        const index_t br = b == Op::N ? k : n, bc = b == Op::N ? n : k;
+                        Matrix<double> A = random_matrix<double>(ar + 3, ac + 2, rng), B = random_matrix<double>(br + 4, bc + 1, rng);
+                        Matrix<double> C1 = random_matrix<double>(m + 5, n + 2, rng), C2 = C1;
+                        auto Av = CMatView<double>(view(A).rows_range(1, ar).cols_range(2, ac));
+                        auto Bv = CMatView<double>(view(B).rows_range(2, br).cols_range(1, bc));
+                        gemm<double>(a, b, 0.75, Av, Bv, beta, view(C1).rows_range(3, m).cols_range(1, n));
+                        gemm_naive<double>(a, b, 0.75, Av, Bv, beta, view(C2).rows_range(3, m).cols_range(1, n));
+                        set_num_threads(saved);
+                        ASSERT_LT(rel_error(C1.data(), C2.data(), C1.size()), 1e-13)
+                            << "threads " << threads << " op(A) " << int(a) << " op(B) " << int(b) << " m " << m
+                            << " n " << n << " k " << k << " beta " << beta;
+                    }
 }
 
 // One column (n = 1) and one row (m = 1) go to gemv: every transpose, beta, and operands that are
