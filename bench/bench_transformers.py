@@ -265,7 +265,7 @@ class OursSide:
         self.loss = float(self.model.loss(self.batch))
         self.info = dict(version=ft.__version__, blas=ft.blas_info(), threads=ft.get_num_threads(),
                          params=sum(int(v.size) for k, v in P.items() if not (tied and k == "W_u")),
-                         omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", "unset (ours: spin 10000, then sleep)"))
+                         omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", "unset (ours: spin 1000, then sleep)"))
 
     def step(self):
         self.model.loss_and_grad(self.batch, copy=False)
