@@ -438,7 +438,7 @@ def bench(cfg, shape, args, threads, rounds, steps):
 
 def run_inprocess(args) -> None:
     """One side, flat out, in this process (for a profiler): --iters steps after the warm-up."""
-    cfg = GPT2 if args.large else LLAMA if args.variant == "llama" else BABY
+    cfg = GPT2 if args.large or args.only_large else LLAMA if args.variant == "llama" else BABY
     side = SIDES[args.inprocess](cfg, args.threads, args.tied, None)
     for _ in range(args.warmup):
         side.step()
