@@ -49,6 +49,14 @@ two architectures are compared in one run. Flops: P_mm = L·(2·d_e² + 2·d_e²
     python bench/bench_transformers.py --inprocess ours --iters 200     # one side, flat out, in this process
                                                                           (for perf/py-spy; also torch, gemm)
 (with the package importable: installed, or PYTHONPATH=python FT_CORE_PATH=build/<dir> in a checkout).
+
+    python bench/bench_transformers.py --dropout 0.1     # the cost of dropout per training step
+
+--dropout p (docs/regularisation.md): ours and both PyTorch workers drop at rate p at GPT-2's places (after the
+embedding sum, on the attention weights — PyTorch: scaled_dot_product_attention's dropout_p —, on each
+sublayer's output before the residual add); two more workers run ours and PyTorch (passive) WITHOUT dropout in
+the same rounds, and the cost of dropout per step is reported for each (ms and %). The initial losses are
+compared in evaluation (no dropout).
 """
 from __future__ import annotations
 
@@ -85,6 +93,10 @@ def step_flops(cfg) -> float:
 
 def torch_gpt(torch, cfg, tied):
     nn, F = torch.nn, torch.nn.functional
+    p_drop = cfg.get("dropout", 0.0)
+
+    def drop(x, training):  # --dropout: GPT-2's resid_pdrop / embd_pdrop (none at rate 0)
+        return F.dropout(x, p_drop, training) if p_drop > 0 else x
 
     class Block(nn.Module):
         def __init__(self):
@@ -99,9 +111,10 @@ def torch_gpt(torch, cfg, tied):
             H = cfg["H"]
             q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
             q, k, v = (a.view(B, T, H, d // H).transpose(1, 2) for a in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # scale 1/√d_attn
-            x = x + self.proj(y.transpose(1, 2).reshape(B, T, d))
-            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True,  # scale 1/√d_attn
+                                               dropout_p=p_drop if self.training else 0.0)
+            x = x + drop(self.proj(y.transpose(1, 2).reshape(B, T, d)), self.training)
+            return x + drop(self.fc2(F.gelu(self.fc1(self.ln2(x)))), self.training)
 
     class GPT(nn.Module):
         def __init__(self):
@@ -116,7 +129,7 @@ def torch_gpt(torch, cfg, tied):
 
         def loss(self, idx):
             T = idx.shape[1]
-            x = self.wte(idx) + self.wpe(torch.arange(T))
+            x = drop(self.wte(idx) + self.wpe(torch.arange(T)), self.training)
             for b in self.blocks:
                 x = b(x)
             logits = self.lm_head(self.ln_f(x))
@@ -257,7 +270,8 @@ class OursSide:
         rng = np.random.default_rng(0)
         self.batch = rng.integers(0, cfg["n_vocab"], (cfg["batch"], cfg["l"]))
         self.model = ft.DTransformer(cfg["n_vocab"], cfg["l_max"], cfg["L"], cfg["H"], cfg["d_e"], cfg["d_mlp"],
-                                     tied=tied, dtype="float32", seed=0, **cfg.get("variant", {}))
+                                     tied=tied, dtype="float32", seed=0, **cfg.get("variant", {}),
+                                     **({"dropout": cfg["dropout"]} if cfg.get("dropout") else {}))
         self.opt = ft.Adam(lr, weight_decay=0.1)
         P = {k: np.asarray(v) for k, v in self.model.params.items()}
         if wdir:
@@ -291,7 +305,9 @@ class TorchSide:
         self.idx = torch.from_numpy(batch.astype(np.int64))
         self.opt = torch.optim.AdamW(self.tm.parameters(), lr=lr, weight_decay=0.1)
         with torch.no_grad():
+            self.tm.eval()  # the initial loss without dropout (ours: model.loss never drops)
             self.loss = float(self.tm.loss(self.idx))
+            self.tm.train()
         self.info = dict(version=torch.__version__, threads=torch.get_num_threads(),
                          omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", "unset"))
 
@@ -329,7 +345,7 @@ def run_worker(args) -> None:
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    cfg = SHAPES[args.shape]
+    cfg = dict(SHAPES[args.shape], dropout=args.dropout)
     t0 = time.perf_counter()
     side = SIDES[args.worker](cfg, args.threads, args.tied, args.wdir)
     loss = side.loss  # the initial loss, before any step changes θ
@@ -349,10 +365,11 @@ def run_worker(args) -> None:
 
 
 class Worker(WorkerProcess):
-    def __init__(self, label, kind, args, shape, env_changes, wdir, threads):
+    def __init__(self, label, kind, args, shape, env_changes, wdir, threads, dropout=None):
         warmup = args.large_warmup if shape == "gpt2" else args.warmup
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--shape", shape,
-               "--threads", str(threads or 0), "--warmup", str(warmup), "--wdir", wdir]
+               "--threads", str(threads or 0), "--warmup", str(warmup), "--wdir", wdir,
+               "--dropout", str(args.dropout if dropout is None else dropout)]
         if args.tied:
             cmd.append("--tied")
         super().__init__(label, cmd, env_changes)
@@ -371,19 +388,27 @@ def bench(cfg, shape, args, threads, rounds, steps):
     with tempfile.TemporaryDirectory(prefix="ft-bench-") as wdir:
         workers = []
         try:
-            ours = Worker("formal-transformers", "ours", args, shape, {}, wdir, threads)
+            dl = f" (dropout {args.dropout})" if args.dropout else ""
+            ours = Worker("formal-transformers" + dl, "ours", args, shape, {}, wdir, threads)
             workers.append(ours)
             hello = ours.ready()  # θ is on disk now; the torch workers may start
             threads = hello["info"]["threads"]
-            workers.append(Worker("PyTorch (passive)", "torch", args, shape, {"OMP_WAIT_POLICY": "passive"}, wdir,
+            workers.append(Worker("PyTorch (passive)" + dl, "torch", args, shape, {"OMP_WAIT_POLICY": "passive"}, wdir,
                                   threads))
-            workers.append(Worker("PyTorch (default)", "torch", args, shape,
+            workers.append(Worker("PyTorch (default)" + dl, "torch", args, shape,
                                   {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None}, wdir, threads))
             workers.append(Worker(f"gemm {PEAK_N}³ (ours)", "gemm", args, shape, {}, wdir, threads))
             if shape == "llama":  # our GPT-2-style baby GPT in the same rounds (its own directory for its θ)
                 os.mkdir(os.path.join(wdir, "baby"))
                 workers.append(Worker("ft GPT-2-style baby", "ours", args, "baby", {}, os.path.join(wdir, "baby"),
                                       threads))
+            if args.dropout:  # ours and PyTorch without dropout, same θ, same rounds: the cost of dropout
+                os.mkdir(os.path.join(wdir, "nodrop"))
+                workers.append(Worker("formal-transformers (no dropout)", "ours", args, shape, {},
+                                      os.path.join(wdir, "nodrop"), threads, dropout=0.0))
+                workers[-1].ready()  # its θ (the same: seed 0) on disk before its torch twin reads it
+                workers.append(Worker("PyTorch (passive, no dropout)", "torch", args, shape, {"OMP_WAIT_POLICY": "passive"},
+                                      os.path.join(wdir, "nodrop"), threads, dropout=0.0))
             for w in workers:
                 w.ready()
             for _ in range(rounds):  # A B C D A B C D ...
@@ -428,6 +453,13 @@ def bench(cfg, shape, args, threads, rounds, steps):
         print(f"  {b.label:24s}{1e3 * mb:10.1f}{1e3 * min(b.times):10.1f}{tokens / mb:11.0f}{step_flops(BABY) / mb / 1e9:10.1f}"
               f"   ({b.hello['info']['params']:,} params vs {info['params']:,}; same rounds)")
         print(f"  LLaMA-style / GPT-2-style step time (ours): {med[ours.label] / mb:.2f}")
+    if args.dropout:
+        for w, ref_w in ((workers[-2], ours), (workers[-1], workers[1])):
+            m = med[w.label] = statistics.median(w.times)
+            print(f"  {w.label:24s}{1e3 * m:10.1f}{1e3 * min(w.times):10.1f}{tokens / m:11.0f}{flops / m / 1e9:10.1f}")
+        for name, with_d, without in (("ours", ours, workers[-2]), ("PyTorch (passive)", workers[1], workers[-1])):
+            a, b = med[with_d.label], med[without.label]
+            print(f"  cost of dropout {args.dropout} per step, {name}: {1e3 * (a - b):+.2f} ms ({100 * (a - b) / b:+.1f}%)")
     mo = med[ours.label]
     ratios = ", ".join(f"{w.label.split()[1].strip('()')} {med[w.label] / mo:.2f}x" for w in workers[1:3])
     print(f"  speed ratio PyTorch/ours: {ratios}   (> 1: ours faster)")
@@ -438,7 +470,8 @@ def bench(cfg, shape, args, threads, rounds, steps):
 
 def run_inprocess(args) -> None:
     """One side, flat out, in this process (for a profiler): --iters steps after the warm-up."""
-    cfg = GPT2 if args.large or args.only_large else LLAMA if args.variant == "llama" else BABY
+    cfg = dict(GPT2 if args.large or args.only_large else LLAMA if args.variant == "llama" else BABY,
+               dropout=args.dropout)
     side = SIDES[args.inprocess](cfg, args.threads, args.tied, None)
     for _ in range(args.warmup):
         side.step()
@@ -480,11 +513,15 @@ def main():
     ap.add_argument("--worker", choices=sorted(SIDES), help=argparse.SUPPRESS)  # internal: a subprocess
     ap.add_argument("--shape", choices=sorted(SHAPES), default="baby", help=argparse.SUPPRESS)
     ap.add_argument("--wdir", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--dropout", type=float, default=0.0, help="dropout rate of every side, with no-dropout twins of "
+                    "ours and PyTorch (passive) in the same rounds: the cost of dropout per step")
     args = ap.parse_args()
     if args.worker:
         return run_worker(args)
     if args.inprocess:
         return run_inprocess(args)
+    if args.dropout and args.variant:
+        ap.error("--dropout times the GPT-2-style models (the LLaMA-style PyTorch module has no dropout)")
     if args.rounds * args.steps < 5 or args.large_rounds * args.large_steps < 5:
         ap.error("use at least 5 timed steps per side (rounds × steps)")
 

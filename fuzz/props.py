@@ -136,9 +136,13 @@ CONSTRUCTORS = {
     "set_num_threads": (lambda a, kw: ft.set_num_threads(a[0]) if a[0] in (1, 2) or not isinstance(a[0], int)
                         or a[0] < 1 or a[0] > 2**31 else None, 1),
 }
+rate_or_odd = st.one_of(st.floats(0, 1, exclude_max=True), st.floats(0, 1, exclude_max=True), weird, odd,
+                        st.just(1.0), st.just(-0.5))
 MODEL_KW = st.fixed_dictionaries({}, optional={
     "dtype": dtypes, "seed": st.one_of(st.integers(-5, 2**70), odd), "d_attn": size_or_odd, "d_mid": size_or_odd,
-    "eps": st.one_of(finite, weird), "init_std": st.one_of(finite, weird), "base": st.one_of(finite, weird, st.none())})
+    "eps": st.one_of(finite, weird), "init_std": st.one_of(finite, weird), "base": st.one_of(finite, weird, st.none()),
+    # dropout (docs/regularisation.md): rates in [0, 1), or anything else (ValueError / TypeError naming it)
+    "dropout": rate_or_odd, "embed_dropout": rate_or_odd, "attn_dropout": rate_or_odd, "resid_dropout": rate_or_odd})
 
 
 @given(name=st.sampled_from(sorted(CONSTRUCTORS)), args=st.lists(size_or_odd, min_size=7, max_size=7), kw=MODEL_KW)
@@ -226,16 +230,16 @@ class ModelMachine(RuleBasedStateMachine):
         self.tmp = tempfile.mkdtemp(prefix="ft-fuzz-")
 
     @initialize(arch=st.sampled_from(["D", "E", "ED"]), dtype=st.sampled_from(["float32", "float64"]),
-                tied=st.booleans(), seed=st.integers(0, 5))
-    def build(self, arch, dtype, tied, seed):
-        log("machine", ("build", arch, dtype, tied, seed))
+                tied=st.booleans(), seed=st.integers(0, 5), dropout=st.sampled_from([0.0, 0.0, 0.1, 0.5, 0.9]))
+    def build(self, arch, dtype, tied, seed, dropout):
+        log("machine", ("build", arch, dtype, tied, seed, dropout))
         if arch == "D":
-            self.model = ft.DTransformer(12, 8, 2, 2, 4, 6, dtype=dtype, tied=tied, seed=seed)
+            self.model = ft.DTransformer(12, 8, 2, 2, 4, 6, dtype=dtype, tied=tied, seed=seed, dropout=dropout)
         elif arch == "E":
             bert = dict(n_segments=2, embed_norm=True, unembed_bias=True) if seed % 2 else {}  # BERT's options
-            self.model = ft.ETransformer(12, 8, 1, 2, 4, 6, 4, dtype=dtype, tied=tied, seed=seed, **bert)
+            self.model = ft.ETransformer(12, 8, 1, 2, 4, 6, 4, dtype=dtype, tied=tied, seed=seed, dropout=dropout, **bert)
         else:
-            self.model = ft.EDTransformer(12, 8, 1, 2, 2, 4, 6, dtype=dtype, tied=tied, seed=seed)
+            self.model = ft.EDTransformer(12, 8, 1, 2, 2, 4, 6, dtype=dtype, tied=tied, seed=seed, dropout=dropout)
         self.arch = arch
         self.names = {k: v.shape for k, v in self.model.params.items()}
         self.theta = self.snapshot()

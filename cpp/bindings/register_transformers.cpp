@@ -68,6 +68,24 @@ void common_options(ModelConfig& c, const py::object& d_attn, const py::object& 
     c.init_std = init_std;
 }
 
+// Dropout rates (docs/regularisation.md): dropout= for every place, embed_dropout= / attn_dropout= /
+// resid_dropout= (None: dropout) per place. TypeError for a non-number, ValueError outside [0, 1) (NaN too).
+double rate_arg(const py::handle& v, const char* name) {
+    const double p = float_arg(v, name);
+    ft::check_dropout_rate(p, name);
+    return p;
+}
+void dropout_options(ModelConfig& c, const py::object& dropout, const py::object& embed, const py::object& attn,
+                     const py::object& resid) {
+    const double p = rate_arg(dropout, "dropout");
+    c.embed_dropout = embed.is_none() ? p : rate_arg(embed, "embed_dropout");
+    c.attn_dropout = attn.is_none() ? p : rate_arg(attn, "attn_dropout");
+    c.resid_dropout = resid.is_none() ? p : rate_arg(resid, "resid_dropout");
+}
+#define FT_DROPOUT_ARGS                                                                                        \
+    py::arg("dropout") = 0.0, py::arg("embed_dropout") = py::none(), py::arg("attn_dropout") = py::none(),     \
+        py::arg("resid_dropout") = py::none()
+
 // Probabilities or logits of the last forward, shaped for the input: (N_V, ℓ) for one sequence,
 // (N, N_V, ℓ) for a 2-D batch, a list of (N_V, ℓ_b) for a ragged list.
 template <class T, class Fill>
@@ -153,6 +171,9 @@ py::dict config_dict(const ModelConfig& c, const char* arch, const std::string& 
     d["init_std"] = c.init_std;
     d["H_kv"] = c.H_kv;
     d["bias"] = c.bias;
+    d["embed_dropout"] = c.embed_dropout;
+    d["attn_dropout"] = c.attn_dropout;
+    d["resid_dropout"] = c.resid_dropout;
     if (std::string(arch) == "DTransformer") {
         d["mlp"] = c.mlp == ModelConfig::Mlp::SwiGLU ? "swiglu" : "gelu";
         d["rope_theta"] = c.rope_theta;
@@ -195,6 +216,41 @@ py::array attention_array(const Model& m, ft::AttentionKind kind, long long laye
     return out;
 }
 
+// The dropout masks of the last forward (training): name -> bool array, True = kept. Sublayer outputs and
+// embeddings: (d_e, n) over the batch's columns; attention weights: a list over the sequences of (H, rows,
+// columns) arrays laid out as attention_weights returns them.
+template <class Model>
+py::dict masks_dict(const Model& m) {
+    py::dict out;
+    using T = typename std::decay_t<decltype(m.store)>::value_type;
+    for (const auto& r : static_cast<const ft::Model<T>&>(m).dropout_masks()) {
+        const std::vector<std::uint8_t>& keep = r.mask->keep;
+        if (!r.weights) {
+            const py::ssize_t d = m.cfg.d_e, n = py::ssize_t(keep.size()) / d;
+            py::array_t<bool, py::array::f_style> a({d, n});
+            std::copy(keep.begin(), keep.end(), a.mutable_data());
+            out[py::str(r.name)] = a;
+            continue;
+        }
+        py::list seqs;
+        const index_t B = m.last_forward().x.count(), H = m.cfg.H;
+        for (index_t b = 0; b < B; ++b) {
+            auto a0 = m.attention_weights(r.kind, r.layer, b, 0);
+            py::array_t<bool> a({py::ssize_t(H), py::ssize_t(a0.rows), py::ssize_t(a0.cols)});
+            bool* o = a.mutable_data();
+            for (index_t h = 0; h < H; ++h) {
+                auto w = m.attention_weights(r.kind, r.layer, b, h);
+                const std::size_t off = std::size_t(w.data - r.A0);
+                for (index_t i = 0; i < w.rows; ++i)
+                    for (index_t j = 0; j < w.cols; ++j) o[(h * w.rows + i) * w.cols + j] = keep[off + std::size_t(i + j * w.rows)] != 0;
+            }
+            seqs.append(a);
+        }
+        out[py::str(r.name)] = seqs;
+    }
+    return out;
+}
+
 }  // namespace
 
 template <class T>
@@ -229,6 +285,27 @@ void def_model_common(PyClass& cls) {
                                    });
                                },
                                "Number of trainable scalars in θ.");
+    cls.def_property(
+           "dropout_step",
+           [](D& d) { return d.visit([](auto& m) { return m.dropout_step; }); },
+           [](D& d, const py::handle& v) {
+               const std::uint64_t s = seed_arg(v, "dropout_step");
+               CallLock lock(d.mutex);
+               d.visit([&](auto& m) { m.dropout_step = s; });
+           },
+           "Dropout's counter (docs/regularisation.md): the masks of a training forward are keyed by (seed, "
+           "dropout_step, place, entry); each loss_and_grad advances it by one. Set it back to replay the same masks.")
+        .def(
+            "dropout_masks",
+            [](D& d) {
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& m) { return masks_dict(m); });
+            },
+            "The dropout masks of the last forward, True = kept (empty after an evaluating call: model(x), loss, "
+            "or rates 0): 'embed' (D, E) / 'embed.z', 'embed.x' (ED) and '<layer>.attn.out', "
+            "'<layer>.mlp.out' (ED decoder: also '<layer>.cross_attn.out') as (d_e, n) arrays over the batch's "
+            "columns; '<layer>.attn.weights' ('<layer>.cross_attn.weights') as a list over the sequences of "
+            "(H, rows, columns) arrays laid out as attention_weights.");
 }
 // The single-input surface of Algorithms 9 and 10: P = model(x), model.logits(x), attention_weights, L.
 template <template <class> class Unit, class PyClass>
@@ -422,6 +499,10 @@ init_std (GPT-2's init: N(0, init_std²), residual projections / √(2L), biases
 Variants (docs/variants.md): positional="rope" (rope_theta=10000.0) | "alibi" (no W_p), H_kv key/value
 heads (grouped-query attention; None: H), mlp="gelu" | "swiglu", bias=False (no biases in attention and
 MLP). With norm="rms" these make a LLaMA-style decoder; the defaults are Algorithm 10.
+Dropout (docs/regularisation.md; beyond the listing): dropout=p drops after the embedding sum, on the
+attention weights and on each sublayer's output before the residual add (embed_dropout, attn_dropout,
+resid_dropout: per place, None = dropout). Only loss_and_grad (and the trainers) drop; model(x), loss,
+inference never do. Masks: keyed by (seed, dropout_step); dropout_masks() shows the last ones.
 
 Call: P = model(x), x a 1-D sequence of token ids (ℓ ≤ l_max) -> P (N_V, ℓ); column t is the
 distribution of x[t+1] given x[:t+1]. A 2-D (N, ℓ) array gives (N, N_V, ℓ); a list of sequences a list.
@@ -431,7 +512,9 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
                          const py::object& d_attn, const py::object& d_mid, const std::string& norm,
                          const std::string& positional, const py::object& base, bool tied, const std::string& gelu,
                          double eps, const py::object& dtype, const py::object& seed, double init_std,
-                         const py::object& H_kv, const py::object& bias, const std::string& mlp, double rope_theta) {
+                         const py::object& H_kv, const py::object& bias, const std::string& mlp, double rope_theta,
+                         const py::object& dropout, const py::object& embed_dropout, const py::object& attn_dropout,
+                         const py::object& resid_dropout) {
                  ModelConfig c;
                  c.n_vocab = n_vocab;
                  c.l_max = l_max;
@@ -445,6 +528,7 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
                  variant_options(c, H_kv, bias);
                  c.mlp = parse_mlp(mlp);
                  c.rope_theta = rope_theta;
+                 dropout_options(c, dropout, embed_dropout, attn_dropout, resid_dropout);
                  const DType dt = parse_dtype(dtype);
                  CoreCall nogil;
                  return std::make_unique<DD>(dt, c);
@@ -454,7 +538,7 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
              py::arg("positional") = "learned", py::arg("base") = py::none(), py::arg("tied") = false,
              py::arg("gelu") = "exact", py::arg("eps") = 1e-5, py::arg("dtype") = "float32", py::arg("seed") = 0,
              py::arg("init_std") = 0.02, py::arg("H_kv") = py::none(), py::arg("bias") = true, py::arg("mlp") = "gelu",
-             py::arg("rope_theta") = 10000.0);
+             py::arg("rope_theta") = 10000.0, FT_DROPOUT_ARGS);
     def_model_common<DUnit>(dcls);
     def_single_input<DUnit>(dcls);
     dcls        .def(
@@ -505,7 +589,7 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
 Post-LN layers with bidirectional multi-head self-attention and a GELU MLP, then X ← GELU(W_f X + b_f 1ᵀ),
 a final layer_norm, and P = softmax(W_u X) with W_u (N_V, d_f) (the listing's N_V × d_e only type-checks
 when d_f = d_e; see the errata). Hyperparameters: n_vocab, l_max, L, H, d_e, d_mlp, d_f; options as
-DTransformer (no norm option).
+DTransformer (no norm option; dropout=… as DTransformer, embed_dropout acting after embed_norm's layer_norm).
 BERT's options, beyond Algorithm 9 (the defaults keep the listing): n_segments > 0 adds segment
 (token-type) embeddings W_s (d_e, n_segments) to line 2's e_t for the `segments=` ids of every call (0 when
 None); embed_norm=True applies layer_norm(· | γ_e, β_e) to X after line 3; unembed_bias=True gives
@@ -516,7 +600,8 @@ loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] o
                          long long d_f, const py::object& d_attn, const py::object& d_mid, const std::string& positional,
                          const py::object& base, bool tied, const std::string& gelu, double eps, const py::object& dtype,
                          const py::object& seed, double init_std, long long n_segments, bool embed_norm, bool unembed_bias,
-                         const py::object& H_kv, const py::object& bias) {
+                         const py::object& H_kv, const py::object& bias, const py::object& dropout,
+                         const py::object& embed_dropout, const py::object& attn_dropout, const py::object& resid_dropout) {
                  ModelConfig c;
                  c.n_vocab = n_vocab;
                  c.l_max = l_max;
@@ -531,6 +616,7 @@ loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] o
                  c.embed_norm = embed_norm;
                  c.unembed_bias = unembed_bias;
                  variant_options(c, H_kv, bias);
+                 dropout_options(c, dropout, embed_dropout, attn_dropout, resid_dropout);
                  const DType dt = parse_dtype(dtype);
                  CoreCall nogil;
                  return std::make_unique<DE>(dt, c);
@@ -540,7 +626,7 @@ loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] o
              py::arg("positional") = "learned", py::arg("base") = py::none(), py::arg("tied") = false,
              py::arg("gelu") = "exact", py::arg("eps") = 1e-5, py::arg("dtype") = "float32", py::arg("seed") = 0,
              py::arg("init_std") = 0.02, py::arg("n_segments") = 0, py::arg("embed_norm") = false,
-             py::arg("unembed_bias") = false, py::arg("H_kv") = py::none(), py::arg("bias") = true);
+             py::arg("unembed_bias") = false, py::arg("H_kv") = py::none(), py::arg("bias") = true, FT_DROPOUT_ARGS);
     def_model_common<EUnit>(ecls);
     def_single_input<EUnit>(ecls);
     def_segment_inputs(ecls);  // __call__, logits, hidden, loss_and_grad, loss with BERT's segment ids
@@ -555,12 +641,14 @@ loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] o
 Encoder: post-LN layers of bidirectional self-attention and a ReLU MLP over the context z. Decoder:
 post-LN layers of causal self-attention, cross-attention to the encoded Z, and a ReLU MLP; then
 P = softmax(W_u X). Hyperparameters: n_vocab, l_max, L_enc, L_dec, H, d_e, d_mlp; options d_attn, d_mid,
-positional, base, tied, eps, dtype, seed, init_std.
+positional, base, tied, eps, dtype, seed, init_std, H_kv, bias, dropout (as DTransformer: embeddings of z and x,
+attention weights of all three attentions, every sublayer's output).
 Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5, −Σ_{t<ℓ_x−1} log P[x[t+1], t].)doc");
     edcls.def(py::init([](long long n_vocab, long long l_max, long long L_enc, long long L_dec, long long H, long long d_e,
                           long long d_mlp, const py::object& d_attn, const py::object& d_mid, const std::string& positional,
                           const py::object& base, bool tied, double eps, const py::object& dtype, const py::object& seed,
-                          double init_std, const py::object& H_kv, const py::object& bias) {
+                          double init_std, const py::object& H_kv, const py::object& bias, const py::object& dropout,
+                          const py::object& embed_dropout, const py::object& attn_dropout, const py::object& resid_dropout) {
                   ModelConfig c;
                   c.n_vocab = n_vocab;
                   c.l_max = l_max;
@@ -571,6 +659,7 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
                   c.d_mlp = d_mlp;
                   common_options(c, d_attn, d_mid, positional, base, tied, eps, seed, init_std);
                   variant_options(c, H_kv, bias);
+                  dropout_options(c, dropout, embed_dropout, attn_dropout, resid_dropout);
                   const DType dt = parse_dtype(dtype);
                   CoreCall nogil;
                   return std::make_unique<DED>(dt, c);
@@ -579,7 +668,7 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
               py::arg("d_mlp"), py::kw_only(), py::arg("d_attn") = py::none(), py::arg("d_mid") = py::none(),
               py::arg("positional") = "learned", py::arg("base") = py::none(), py::arg("tied") = false,
               py::arg("eps") = 1e-5, py::arg("dtype") = "float32", py::arg("seed") = 0, py::arg("init_std") = 0.02,
-              py::arg("H_kv") = py::none(), py::arg("bias") = true);
+              py::arg("H_kv") = py::none(), py::arg("bias") = true, FT_DROPOUT_ARGS);
     def_model_common<EDUnit>(edcls);
     auto ed_pair = [](auto& m, const py::handle& z, const py::handle& x) {
         InBatch zb = in_batch(z, "z", m.cfg.n_vocab, m.cfg.l_max);

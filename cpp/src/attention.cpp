@@ -110,21 +110,32 @@ void for_blocks(index_t n_seqs, index_t H, index_t work_per_block, F&& f) {
 
 template <class T>
 void attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const Mask& mask, index_t q0, MatView<T> A,
-                    MatView<T> Vt, double alibi_slope) {
+                    MatView<T> Vt, double alibi_slope, const HeadDropout<T>* drop) {
     scores<T>(Q, K, A);            // line 4
     if (alibi_slope != 0)          // V2 line 6′: S/√d_attn − m_h D (variants.cpp)
         alibi_add<T>(A, alibi_slope, q0, mask.kind() == Mask::Kind::Unidirectional);
     mask_softmax<T>(mask, q0, A);  // lines 5, 6: A = softmax(S/√d_attn)
-    mix<T>(V, A, Vt);              // line 6: Ṽ = V A
+    if (!drop) {
+        mix<T>(V, A, Vt);  // line 6: Ṽ = V A
+        return;
+    }
+    // training with dropout (docs/regularisation.md): line 6 as Ṽ = V · Dropout(A | p, M)
+    MatView<T> Ad(drop->Ad, A.rows, A.cols);
+    std::copy(A.data, A.data + A.size(), Ad.data);
+    dropout_forward<T>(drop->p, drop->key, drop->i0, Ad.data, Ad.size(), drop->keep);  // D1 lines 1–2
+    mix<T>(V, Ad, Vt);
 }
 
 // Backward of lines 4–6: d(line 6) gives dV and dA; the softmax derivative gives dS; d(line 4) gives dQ, dK.
 template <class T>
 void attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> A, CMatView<T> dVt,
-                             MatView<T> dQ, MatView<T> dK, MatView<T> dV, MatView<T> dA) {
+                             MatView<T> dQ, MatView<T> dK, MatView<T> dV, MatView<T> dA, const T* Ad,
+                             const std::uint8_t* keep, double p) {
     const T scale = T(1) / std::sqrt(T(Q.rows));
-    gemm<T>(Op::N, Op::T, T(1), dVt, A, T(1), dV);  // line 6: dV += dṼ Aᵀ
+    // line 6: dV += dṼ Aᵀ (with dropout: the dropped weights Ad the forward multiplied V with)
+    gemm<T>(Op::N, Op::T, T(1), dVt, keep ? CMatView<T>(Ad, A.rows, A.cols) : A, T(1), dV);
     gemm<T>(Op::T, Op::N, T(1), V, dVt, T(0), dA);  // line 6: dA = Vᵀ dṼ
+    if (keep) dropout_backward<T>(p, keep, dA.data, dA.size());  // D2: back through Dropout(A | p, M)
     softmax_columns_backward<T>(A, dA);              // dS = A ⊙ (dA − 1(1ᵀ(A ⊙ dA)));  masked: A = 0 so dS = 0
     gemm<T>(Op::N, Op::N, scale, K, dA, T(1), dQ);   // line 4: dQ += K dS / √d_attn
     gemm<T>(Op::N, Op::T, scale, Q, dA, T(1), dK);   // line 4: dK += Q dSᵀ / √d_attn
@@ -292,7 +303,8 @@ void MHAttention<T>::init(ParamStore<T>& store, Rng& rng, double stddev, double 
 // X:[d_x,n_x], Z:[d_z,n_z] -> Ṽ:[d_out,n_x]
 template <class T>
 void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
-                             MatView<T> Vt, MHAttentionCache<T>& c, bool accumulate) const {
+                             MatView<T> Vt, MHAttentionCache<T>& c, bool accumulate, const Dropout* drop,
+                             std::uint64_t place) const {
     FT_CHECK(sx.count() == sz.count(), "MHAttention: X and Z batches differ in size");
     for (index_t b = 0; b < sx.count(); ++b) mask.check(sz.len(b), sx.len(b));
     MatView<T> Y = ensure(c.Y, H * d_mid, X.cols);
@@ -335,17 +347,28 @@ void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Se
     for (index_t b = 0; b < sx.count(); ++b)
         for (index_t h = 0; h < H; ++h) c.A_off.push_back(c.A_off.back() + sz.len(b) * sx.len(b));
     c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));
+    // dropout on the weights (training only): a mask for every entry of A, keyed by its index in A
+    c.drop.p = drop ? drop->attn : 0.0;
+    if (c.drop.active()) {
+        c.drop.keep.resize(std::size_t(check_bytes(c.A_off.back(), 1, "dropout mask")));
+        c.Ad.resize(c.A.size());
+    } else {
+        c.drop.keep.clear();
+    }
     // lines 1–3: for h ∈ [H]: Y^h ← Attention(X, Z | W^h_qkv, Mask): Algorithm 4's lines 4–6 on head h's
     // rows of Q, K, V (V3: key/value head g = h / (H/H_kv)), for every sequence, writing Y^h into its rows of Y.
     const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid), group = H / H_kv;
     for_blocks(sx.count(), H, work, [&](index_t b, index_t h) {
         const index_t g = h / group;
+        const std::size_t off = std::size_t(c.A_off[std::size_t(b * H + h)]);
+        HeadDropout<T> hd;
+        if (c.drop.active()) hd = {c.drop.p, drop->key(place), std::uint64_t(off), c.Ad.data() + off, c.drop.keep.data() + off};
         attention_head<T>(Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
                           K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
                           V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), mask, 0,
-                          MatView<T>(c.A.data() + c.A_off[std::size_t(b * H + h)], sz.len(b), sx.len(b)),
+                          MatView<T>(c.A.data() + off, sz.len(b), sx.len(b)),
                           Y.rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
-                          slopes.empty() ? 0.0 : slopes[std::size_t(h)]);
+                          slopes.empty() ? 0.0 : slopes[std::size_t(h)], c.drop.active() ? &hd : nullptr);
     });
     // line 3 is the layout itself: Y = [Y¹; Y²; …; Y^H]
     if (accumulate)
@@ -392,7 +415,9 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
                                        dQ.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
                                        dK.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
                                        dV.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)),
-                                       MatView<T>(w.dA.data() + off, sz.len(b), sx.len(b)));
+                                       MatView<T>(w.dA.data() + off, sz.len(b), sx.len(b)),
+                                       c.drop.active() ? c.Ad.data() + off : nullptr,
+                                       c.drop.active() ? c.drop.keep.data() + off : nullptr, c.drop.p);
         }
     });
     if (var.pos == AttnPos::Rope) {  // d(V1 lines 2a, 2b): back through the rotations, dQ ← R(p)ᵀ dQ, dK ← R(p)ᵀ dK
@@ -476,11 +501,15 @@ template class Attention<float>;
 template class Attention<double>;
 template class MHAttention<float>;
 template class MHAttention<double>;
-template void attention_head<float>(CMatView<float>, CMatView<float>, CMatView<float>, const Mask&, index_t, MatView<float>, MatView<float>, double);
-template void attention_head<double>(CMatView<double>, CMatView<double>, CMatView<double>, const Mask&, index_t, MatView<double>, MatView<double>, double);
+template void attention_head<float>(CMatView<float>, CMatView<float>, CMatView<float>, const Mask&, index_t, MatView<float>,
+                                    MatView<float>, double, const HeadDropout<float>*);
+template void attention_head<double>(CMatView<double>, CMatView<double>, CMatView<double>, const Mask&, index_t,
+                                     MatView<double>, MatView<double>, double, const HeadDropout<double>*);
 template void attention_head_backward<float>(CMatView<float>, CMatView<float>, CMatView<float>, CMatView<float>, CMatView<float>,
-                                             MatView<float>, MatView<float>, MatView<float>, MatView<float>);
+                                             MatView<float>, MatView<float>, MatView<float>, MatView<float>, const float*,
+                                             const std::uint8_t*, double);
 template void attention_head_backward<double>(CMatView<double>, CMatView<double>, CMatView<double>, CMatView<double>,
-                                              CMatView<double>, MatView<double>, MatView<double>, MatView<double>, MatView<double>);
+                                              CMatView<double>, MatView<double>, MatView<double>, MatView<double>,
+                                              MatView<double>, const double*, const std::uint8_t*, double);
 
 }  // namespace ft

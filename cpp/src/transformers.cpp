@@ -54,6 +54,9 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
         throw ValueError("positional='rope' rotates pairs of rows: d_attn (the head size) must be even, got " +
                          std::to_string(c.d_attn));
     if (!(c.rope_theta > 0)) throw ValueError("rope_theta must be > 0");
+    check_dropout_rate(c.embed_dropout, "embed_dropout");
+    check_dropout_rate(c.attn_dropout, "attn_dropout");
+    check_dropout_rate(c.resid_dropout, "resid_dropout");
     check_model_size(c, arch);  // sizes.hpp: overflow-safe, before any layer is declared
     return c;
 }
@@ -205,6 +208,37 @@ void MLP<T>::backward(ParamStore<T>& store, CMatView<T> Xt, const MLPCache<T>& c
     affine_backward<T>(store.W(W_1), Xt, dh, store.dW(W_1).data, store.dv(b_1), dXt.data, dXt.ld);   // dX̃ += W_1ᵀ dHpre
 }
 
+// Dropout on a sublayer's output before the residual add (docs/regularisation.md): X ← X + Dropout(f(X̃) | p, M)
+// with p = drop->resid, where f accumulates into its argument (f(X) is the listing's X ← X + f(X̃), in place).
+// Without dropout (evaluation, or p = 0) exactly that; with it, f runs into the scratch R, which is dropped
+// (D1) and added.
+template <class T, class F>
+void add_dropped(const Dropout* drop, std::uint64_t place, MatView<T> X, Matrix<T>& R, DropoutMask& m, F&& f) {
+    m.p = drop ? drop->resid : 0.0;
+    if (!m.active()) {
+        m.keep.clear();
+        f(X);
+        return;
+    }
+    MatView<T> r = zeros(R, X.rows, X.cols);
+    f(r);
+    drop->apply(m.p, place, r, m);
+    for (index_t j = 0; j < X.cols; ++j) {
+        T* x = X.col(j);
+        const T* y = r.col(j);
+        for (index_t i = 0; i < X.rows; ++i) x[i] += y[i];
+    }
+}
+// ∂loss/∂f's output from ∂loss/∂X of add_dropped: dX itself, or dX ⊙ M / (1 − p) (D2) in the scratch dR.
+template <class T>
+CMatView<T> dropped_grad(const DropoutMask& m, CMatView<T> dX, Matrix<T>& dR) {
+    if (!m.active()) return dX;
+    MatView<T> d = copy_into(dR, dX);
+    dropout_backward<T>(m.p, m.keep.data(), d.data, d.size());
+    return d;
+}
+std::uint64_t site(std::uint64_t place0, DropSite s) { return place0 | std::uint64_t(s); }
+
 // A post-LN sublayer of Algorithms 8 and 9: X_r = X + f(X, …); out = norm(X_r).
 // Given P = ∂loss/∂out, leaves P = ∂loss/∂X: Q ← norm'(P) (= ∂/∂X_r); P ← Q (the residual path);
 // f_back(Q, P) adds f's input gradient into P.
@@ -236,16 +270,21 @@ void PreLNDecoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double
 }
 
 template <class T>
-void PreLNDecoderBlock<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a) const {
+void PreLNDecoderBlock<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a,
+                                   const Dropout* drop, std::uint64_t place0) const {
     const index_t d_e = X.rows, n = X.cols;
     MatView<T> Xt1 = ensure(a.Xt_attn, d_e, n);
-    norm1.forward(store, X, Xt1, a.norm_gamma1);                           // line 5: X̃ ← layer_norm(X | γ¹, β¹)
+    norm1.forward(store, X, Xt1, a.norm_gamma1);  // line 5: X̃ ← layer_norm(X | γ¹, β¹)
     MatView<T> Xa = copy_into(a.X_attn, X);
-    attn.forward(store, Xt1, s, Xt1, s, Xa, a.attn, /*accumulate=*/true);  // line 6: X ← X + MHAttention(X̃ | W_l, Mask[t, t'] = [[t ≤ t']])
+    add_dropped(drop, site(place0, DropSite::SelfOut), Xa, a.R, a.drop_attn, [&](MatView<T> out) {
+        attn.forward(store, Xt1, s, Xt1, s, out, a.attn, /*accumulate=*/true, drop, site(place0, DropSite::SelfWeights));
+    });  // line 6: X ← X + MHAttention(X̃ | W_l, Mask[t, t'] = [[t ≤ t']])
     MatView<T> Xt2 = ensure(a.Xt_mlp, d_e, n);
-    norm2.forward(store, Xa, Xt2, a.norm_gamma2);                          // line 7: X̃ ← layer_norm(X | γ², β²)
+    norm2.forward(store, Xa, Xt2, a.norm_gamma2);  // line 7: X̃ ← layer_norm(X | γ², β²)
     std::copy(Xa.data, Xa.data + Xa.size(), X_out.data);
-    mlp.forward(store, Xt2, X_out, a.mlp);                                 // line 8: X ← X + W_mlp2 GELU(W_mlp1 X̃ + b_mlp1 1ᵀ) + b_mlp2 1ᵀ
+    add_dropped(drop, site(place0, DropSite::MlpOut), X_out, a.R, a.drop_mlp, [&](MatView<T> out) {
+        mlp.forward(store, Xt2, out, a.mlp);
+    });  // line 8: X ← X + W_mlp2 GELU(W_mlp1 X̃ + b_mlp1 1ᵀ) + b_mlp2 1ᵀ
 }
 
 template <class T>
@@ -253,11 +292,12 @@ void PreLNDecoderBlock<T>::backward(ParamStore<T>& store, const Seqs& s, const A
     MatView<T> P = view(w.P);
     // line 8: X_out = X_attn + MLP(X̃_mlp)  ->  ∂/∂X̃_mlp into Q; ∂/∂X_attn = P (+ line 7's part below)
     MatView<T> Q = zeros(w.Q, P.rows, P.cols);
-    mlp.backward(store, view(a.Xt_mlp), a.mlp, P, Q, w.dH);
+    mlp.backward(store, view(a.Xt_mlp), a.mlp, dropped_grad(a.drop_mlp, CMatView<T>(P), w.dR), Q, w.dH);
     norm2.backward(store, Q, a.norm_gamma2, P);  // line 7
     // line 6: X_attn = X + MHAttention(X̃_attn)  ->  ∂/∂X̃_attn (queries, keys and values alike) into Q
     zero(Q);
-    attn.backward(store, view(a.Xt_attn), s, view(a.Xt_attn), s, a.attn, P, Q, Q, w.attn);
+    attn.backward(store, view(a.Xt_attn), s, view(a.Xt_attn), s, a.attn, dropped_grad(a.drop_attn, CMatView<T>(P), w.dR),
+                  Q, Q, w.attn);
     norm1.backward(store, Q, a.norm_gamma1, P);  // line 5
 }
 
@@ -289,15 +329,20 @@ void PostLNEncoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, doubl
 }
 
 template <class T>
-void PostLNEncoderBlock<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a) const {
+void PostLNEncoderBlock<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a,
+                                    const Dropout* drop, std::uint64_t place0) const {
     const index_t d_e = X.rows, n = X.cols;
     MatView<T> Xa = copy_into(a.X_attn, X);
-    attn.forward(store, X, s, X, s, Xa, a.attn, true);  // line 5: X ← X + MHAttention(X | W_l, Mask ≡ 1)
+    add_dropped(drop, site(place0, DropSite::SelfOut), Xa, a.R, a.drop_attn, [&](MatView<T> out) {
+        attn.forward(store, X, s, X, s, out, a.attn, true, drop, site(place0, DropSite::SelfWeights));
+    });  // line 5: X ← X + MHAttention(X | W_l, Mask ≡ 1)
     MatView<T> X1 = ensure(a.X_1, d_e, n);
-    norm1.forward(store, Xa, X1, a.norm_gamma1);        // line 6: X ← layer_norm(X | γ_l¹, β_l¹)  (Alg 8 erratum: γ_t)
+    norm1.forward(store, Xa, X1, a.norm_gamma1);  // line 6: X ← layer_norm(X | γ_l¹, β_l¹)  (Alg 8 erratum: γ_t)
     MatView<T> Xm = copy_into(a.X_mlp, CMatView<T>(X1));
-    mlp.forward(store, X1, Xm, a.mlp);                  // line 7: X ← X + W_mlp2 φ(W_mlp1 X + b_mlp1 1ᵀ) + b_mlp2 1ᵀ
-    norm2.forward(store, Xm, X_out, a.norm_gamma2);     // line 8: X ← layer_norm(X | γ_l², β_l²)
+    add_dropped(drop, site(place0, DropSite::MlpOut), Xm, a.R, a.drop_mlp, [&](MatView<T> out) {
+        mlp.forward(store, X1, out, a.mlp);
+    });  // line 7: X ← X + W_mlp2 φ(W_mlp1 X + b_mlp1 1ᵀ) + b_mlp2 1ᵀ
+    norm2.forward(store, Xm, X_out, a.norm_gamma2);  // line 8: X ← layer_norm(X | γ_l², β_l²)
 }
 
 template <class T>
@@ -305,11 +350,11 @@ void PostLNEncoderBlock<T>::backward(ParamStore<T>& store, CMatView<T> X, const 
                                      BackwardWork<T>& w) const {
     // lines 8 and 7: X_out = layer_norm₂(X_mlp), X_mlp = X_1 + MLP(X_1)
     post_ln_backward(norm2, store, a.norm_gamma2, w.P, w.Q, [&](CMatView<T> dXm, MatView<T> dX1) {
-        mlp.backward(store, view(a.X_1), a.mlp, dXm, dX1, w.dH);
+        mlp.backward(store, view(a.X_1), a.mlp, dropped_grad(a.drop_mlp, dXm, w.dR), dX1, w.dH);
     });
     // lines 6 and 5: X_1 = layer_norm₁(X_attn), X_attn = X + MHAttention(X)
     post_ln_backward(norm1, store, a.norm_gamma1, w.P, w.Q, [&](CMatView<T> dXa, MatView<T> dX) {
-        attn.backward(store, X, s, X, s, a.attn, dXa, dX, dX, w.attn);
+        attn.backward(store, X, s, X, s, a.attn, dropped_grad(a.drop_attn, dXa, w.dR), dX, dX, w.attn);
     });
 }
 
@@ -337,19 +382,26 @@ void PostLNDecoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, doubl
 
 template <class T>
 void PostLNDecoderBlock<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z,
-                                    const Seqs& sz, MatView<T> X_out, Acts& a) const {
+                                    const Seqs& sz, MatView<T> X_out, Acts& a, const Dropout* drop,
+                                    std::uint64_t place0) const {
     const index_t d_e = X.rows, n = X.cols;
     MatView<T> Xs = copy_into(a.X_self, X);
-    self_attn.forward(store, X, sx, X, sx, Xs, a.self_attn, true);     // line 14: X ← X + MHAttention(X | W_l^dec, Mask[t, t'] = [[t ≤ t']])
+    add_dropped(drop, site(place0, DropSite::SelfOut), Xs, a.R, a.drop_self, [&](MatView<T> out) {
+        self_attn.forward(store, X, sx, X, sx, out, a.self_attn, true, drop, site(place0, DropSite::SelfWeights));
+    });  // line 14: X ← X + MHAttention(X | W_l^dec, Mask[t, t'] = [[t ≤ t']])
     MatView<T> X3 = ensure(a.X_3, d_e, n);
-    norm3.forward(store, Xs, X3, a.norm_gamma3);                       // line 15: X ← layer_norm(X | γ_l³, β_l³)
+    norm3.forward(store, Xs, X3, a.norm_gamma3);  // line 15: X ← layer_norm(X | γ_l³, β_l³)
     MatView<T> Xc = copy_into(a.X_cross, CMatView<T>(X3));
-    cross_attn.forward(store, X3, sx, Z, sz, Xc, a.cross_attn, true);  // line 16: X ← X + MHAttention(X, Z | W_l^e/d, Mask ≡ 1)
+    add_dropped(drop, site(place0, DropSite::CrossOut), Xc, a.R, a.drop_cross, [&](MatView<T> out) {
+        cross_attn.forward(store, X3, sx, Z, sz, out, a.cross_attn, true, drop, site(place0, DropSite::CrossWeights));
+    });  // line 16: X ← X + MHAttention(X, Z | W_l^e/d, Mask ≡ 1)
     MatView<T> X4 = ensure(a.X_4, d_e, n);
-    norm4.forward(store, Xc, X4, a.norm_gamma4);                       // line 17: X ← layer_norm(X | γ_l⁴, β_l⁴)
+    norm4.forward(store, Xc, X4, a.norm_gamma4);  // line 17: X ← layer_norm(X | γ_l⁴, β_l⁴)
     MatView<T> Xm = copy_into(a.X_mlp, CMatView<T>(X4));
-    mlp.forward(store, X4, Xm, a.mlp);                                 // line 18: X ← X + W_mlp4 ReLU(W_mlp3 X + b_mlp3 1ᵀ) + b_mlp4 1ᵀ
-    norm5.forward(store, Xm, X_out, a.norm_gamma5);                    // line 19: X ← layer_norm(X | γ_l⁵, β_l⁵)
+    add_dropped(drop, site(place0, DropSite::MlpOut), Xm, a.R, a.drop_mlp, [&](MatView<T> out) {
+        mlp.forward(store, X4, out, a.mlp);
+    });  // line 18: X ← X + W_mlp4 ReLU(W_mlp3 X + b_mlp3 1ᵀ) + b_mlp4 1ᵀ
+    norm5.forward(store, Xm, X_out, a.norm_gamma5);  // line 19: X ← layer_norm(X | γ_l⁵, β_l⁵)
 }
 
 template <class T>
@@ -357,15 +409,16 @@ void PostLNDecoderBlock<T>::backward(ParamStore<T>& store, CMatView<T> X, const 
                                      const Acts& a, MatView<T> dZ, BackwardWork<T>& w) const {
     // lines 19, 18: X_out = layer_norm₅(X_mlp), X_mlp = X_4 + MLP(X_4)
     post_ln_backward(norm5, store, a.norm_gamma5, w.P, w.Q, [&](CMatView<T> dXm, MatView<T> dX4) {
-        mlp.backward(store, view(a.X_4), a.mlp, dXm, dX4, w.dH);
+        mlp.backward(store, view(a.X_4), a.mlp, dropped_grad(a.drop_mlp, dXm, w.dR), dX4, w.dH);
     });
     // lines 17, 16: X_4 = layer_norm₄(X_cross), X_cross = X_3 + MHAttention(X_3, Z): the context gets ∂/∂Z too
     post_ln_backward(norm4, store, a.norm_gamma4, w.P, w.Q, [&](CMatView<T> dXc, MatView<T> dX3) {
-        cross_attn.backward(store, view(a.X_3), sx, Z, sz, a.cross_attn, dXc, dX3, dZ, w.attn);
+        cross_attn.backward(store, view(a.X_3), sx, Z, sz, a.cross_attn, dropped_grad(a.drop_cross, dXc, w.dR), dX3, dZ,
+                            w.attn);
     });
     // lines 15, 14: X_3 = layer_norm₃(X_self), X_self = X + MHAttention(X)
     post_ln_backward(norm3, store, a.norm_gamma3, w.P, w.Q, [&](CMatView<T> dXs, MatView<T> dX) {
-        self_attn.backward(store, X, sx, X, sx, a.self_attn, dXs, dX, dX, w.attn);
+        self_attn.backward(store, X, sx, X, sx, a.self_attn, dropped_grad(a.drop_self, dXs, w.dR), dX, dX, w.attn);
     });
 }
 
@@ -462,6 +515,21 @@ void Model<T>::embed(const Tokens& x, Matrix<T>& X) const {
     pos.forward_seqs(store, x.s, E);            //          … + W_p[:, t]   (line 3: X ← [e_1, …, e_ℓ])
 }
 
+// Dropout after the embedding sum (line 3): X ← Dropout(X | p_embed, M) in training; the mask is cleared otherwise
+template <class T>
+void Model<T>::embed_dropout(Matrix<T>& X, DropSite site, DropoutMask& m) const {
+    if (train_) {
+        train_->apply(train_->embed, drop_place(0, 0, site), view(X), m);
+    } else {
+        m.p = 0;
+        m.keep.clear();
+    }
+}
+template <class T>
+void Model<T>::embed_dropout_backward(const DropoutMask& m, MatView<T> dX) const {
+    if (m.active()) dropout_backward<T>(m.p, m.keep.data(), dX.data, dX.size());  // D2
+}
+
 template <class T>
 void Model<T>::embed_backward(const Tokens& x, CMatView<T> dX) {
     tok.backward(store, x.ids, x.s.total(), dX);
@@ -493,7 +561,16 @@ double Model<T>::head_loss(CMatView<T> X, const std::vector<index_t>& cols, cons
 
 template <class T>
 double Model<T>::run_loss(const Batch& in, bool grad, index_t* n_scored, index_t* n_correct) {
+    // training (grad) with a dropout rate: the forward drops, keyed by (seed, dropout_step); evaluation never
+    Dropout d{cfg.embed_dropout, cfg.attn_dropout, cfg.resid_dropout, cfg.seed, dropout_step};
+    struct Reset {
+        const Dropout*& p;
+        ~Reset() { p = nullptr; }
+    } reset{train_};
+    train_ = grad && cfg.has_dropout() ? &d : nullptr;
     run_forward(in);
+    train_ = nullptr;
+    if (grad) ++dropout_step;
     BackwardWork<T>& w = work_;
     score(in, w.cols, w.targets);
     if (n_scored) *n_scored = index_t(w.cols.size());
@@ -533,11 +610,13 @@ void DTransformer<T>::forward(const Tokens& x) {
     validate(x, cfg.n_vocab, in_attention(cfg.positional) ? std::numeric_limits<index_t>::max() : cfg.l_max, "x");
     this->last_.done = false;
     const index_t n = x.s.total(), d_e = cfg.d_e;
-    this->embed(x, stream_[0]);  // lines 1–3
+    this->embed(x, stream_[0]);                                             // lines 1–3
+    this->embed_dropout(stream_[0], DropSite::EmbedX, this->drop_embed_);  // (training) X ← Dropout(X)
     for (index_t l = 0; l < cfg.L; ++l) {  // line 4
         poll();
         const std::size_t i = std::size_t(l);
-        layer[i]->forward(store, view(stream_[i]), x.s, ensure(stream_[i + 1], d_e, n), acts_[i]);  // lines 5–8
+        layer[i]->forward(store, view(stream_[i]), x.s, ensure(stream_[i + 1], d_e, n), acts_[i], this->train_,
+                          drop_place(1, std::uint64_t(l), DropSite::EmbedX));  // lines 5–8
     }
     norm_f->forward(store, view(stream_[std::size_t(cfg.L)]), ensure(Xf_, d_e, n), norm_gamma_);  // line 10: X ← layer_norm(X | γ, β)
     this->last_ = LastForward{true, x.s, x.s};
@@ -552,6 +631,7 @@ void DTransformer<T>::run_backward(const typename Model<T>::Batch& in, BackwardW
         poll();
         layer[std::size_t(l)]->backward(store, in.x->s, acts_[std::size_t(l)], w);  // lines 8–5
     }
+    this->embed_dropout_backward(this->drop_embed_, view(w.P));
     this->embed_backward(*in.x, view(w.P));  // line 2
 }
 
@@ -633,10 +713,12 @@ void ETransformer<T>::forward(const Tokens& x, const index_t* seg) {
         if (cfg.embed_norm)  // BERT: X[:, t] ← layer_norm(X[:, t] | γ_e, β_e)  (after line 3)
             norm_e->forward(store, view(E_), ensure(stream_[0], d_e, n), norm_e_cache_);
     }
+    this->embed_dropout(stream_[0], DropSite::EmbedX, this->drop_embed_);  // (training) X ← Dropout(X), after BERT's norm
     for (index_t l = 0; l < cfg.L; ++l) {  // line 4
         poll();
         const std::size_t i = std::size_t(l);
-        layer[i]->forward(store, view(stream_[i]), x.s, ensure(stream_[i + 1], d_e, n), acts_[i]);  // lines 5–8
+        layer[i]->forward(store, view(stream_[i]), x.s, ensure(stream_[i + 1], d_e, n), acts_[i], this->train_,
+                          drop_place(1, std::uint64_t(l), DropSite::EmbedX));  // lines 5–8
     }
     MatView<T> F = ensure(F_, cfg.d_f, n), G = ensure(G_, cfg.d_f, n);
     affine<T>(store.W(W_f), view(stream_[std::size_t(cfg.L)]), store.v(b_f), F);  // line 10: X ← GELU(W_f X + b_f 1ᵀ)
@@ -660,6 +742,7 @@ void ETransformer<T>::run_backward(const typename Model<T>::Batch& in, BackwardW
         const std::size_t i = std::size_t(l);
         layer[i]->backward(store, view(stream_[i]), x.s, acts_[i], w);  // lines 8–5
     }
+    this->embed_dropout_backward(this->drop_embed_, view(w.P));
     CMatView<T> dE = view(w.P);
     if (cfg.embed_norm) {  // BERT: layer_norm(· | γ_e, β_e) after line 3
         MatView<T> dEn = zeros(w.Q, cfg.d_e, n);
@@ -705,15 +788,17 @@ EDTransformer<T>::EDTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch
 // lines 1–9: z -> Z (stream[L_enc])
 template <class T>
 void EDTransformer<T>::encoder_forward(const Tokens& z, std::vector<typename PostLNEncoderBlock<T>::Acts>& acts,
-                                       std::vector<Matrix<T>>& stream) const {
+                                       std::vector<Matrix<T>>& stream, const Dropout* drop, DropoutMask* embed_mask) const {
     const index_t n = z.s.total(), d_e = cfg.d_e;
     acts.resize(std::size_t(cfg.L_enc));
     stream.resize(std::size_t(cfg.L_enc + 1));
     this->embed(z, stream[0]);  // lines 1–3
+    if (embed_mask) this->embed_dropout(stream[0], DropSite::EmbedZ, *embed_mask);  // (training) Z ← Dropout(Z)
     for (index_t l = 0; l < cfg.L_enc; ++l) {  // line 4
         poll();
         const std::size_t i = std::size_t(l);
-        enc_layer[i]->forward(store, view(stream[i]), z.s, ensure(stream[i + 1], d_e, n), acts[i]);  // lines 5–8
+        enc_layer[i]->forward(store, view(stream[i]), z.s, ensure(stream[i + 1], d_e, n), acts[i], drop,
+                              drop_place(1, std::uint64_t(l), DropSite::EmbedX));  // lines 5–8
     }
 }
 
@@ -725,14 +810,16 @@ void EDTransformer<T>::forward(const Tokens& z, const Tokens& x) {
         throw ValueError("z and x must hold the same number of sequences, got " + std::to_string(z.s.count()) + " and " +
                          std::to_string(x.s.count()));
     this->last_.done = false;
-    encoder_forward(z, enc_acts_, zstream_);  // lines 1–9
+    encoder_forward(z, enc_acts_, zstream_, this->train_, &drop_embed_z_);  // lines 1–9
     CMatView<T> Z = view(zstream_[std::size_t(cfg.L_enc)]);
     const index_t n = x.s.total(), d_e = cfg.d_e;
-    this->embed(x, xstream_[0]);  // lines 10–12
+    this->embed(x, xstream_[0]);                                              // lines 10–12
+    this->embed_dropout(xstream_[0], DropSite::EmbedX, this->drop_embed_);  // (training) X ← Dropout(X)
     for (index_t l = 0; l < cfg.L_dec; ++l) {  // line 13 (erratum: the listing loops i, its body indexes l)
         poll();
         const std::size_t i = std::size_t(l);
-        dec_layer[i]->forward(store, view(xstream_[i]), x.s, Z, z.s, ensure(xstream_[i + 1], d_e, n), dec_acts_[i]);  // lines 14–19
+        dec_layer[i]->forward(store, view(xstream_[i]), x.s, Z, z.s, ensure(xstream_[i + 1], d_e, n), dec_acts_[i],
+                              this->train_, drop_place(2, std::uint64_t(l), DropSite::EmbedX));  // lines 14–19
     }
     this->last_ = LastForward{true, z.s, x.s};
 }
@@ -748,6 +835,7 @@ void EDTransformer<T>::run_backward(const typename Model<T>::Batch& in, Backward
         const std::size_t i = std::size_t(l);
         dec_layer[i]->backward(store, view(xstream_[i]), x.s, Z, z.s, dec_acts_[i], dZ, w);  // lines 19–14
     }
+    this->embed_dropout_backward(this->drop_embed_, view(w.P));
     this->embed_backward(x, view(w.P));  // line 11
     // the encoder, from ∂/∂Z accumulated over every decoder layer's cross-attention
     copy_into(w.P, CMatView<T>(dZ));
@@ -756,6 +844,7 @@ void EDTransformer<T>::run_backward(const typename Model<T>::Batch& in, Backward
         const std::size_t i = std::size_t(l);
         enc_layer[i]->backward(store, view(zstream_[i]), z.s, enc_acts_[i], w);  // lines 8–5
     }
+    this->embed_dropout_backward(drop_embed_z_, view(w.P));
     this->embed_backward(z, view(w.P));  // line 2
 }
 
@@ -793,6 +882,60 @@ void EDTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* logi
         dec_layer[std::size_t(l)]->forward_cached(store, d.len, d.self_kv[std::size_t(l)], d.cross_kv[std::size_t(l)], d.w);  // lines 14–19
     this->unemb->logits(store, X.cols_range(n - 1, 1), MatView<T>(logits_out, cfg.n_vocab, 1));  // line 21, as logits
     d.len += n;
+}
+
+// ===================================== dropout masks (inspection) =====================================
+namespace {
+template <class T>
+void add_mask(std::vector<typename Model<T>::MaskRef>& out, const std::string& name, const DropoutMask& m,
+              bool weights = false, AttentionKind kind = AttentionKind::Decoder, index_t l = 0, const T* A0 = nullptr) {
+    if (m.active()) out.push_back({name, &m, weights, kind, l, A0});
+}
+
+// the masks of blocks with one self-attention (D, E, ED's encoder), their layers named prefix.l.
+template <class T, class Acts>
+void self_block_masks(std::vector<typename Model<T>::MaskRef>& r, const char* prefix, const std::vector<Acts>& acts,
+                      AttentionKind kind) {
+    for (index_t l = 0; l < index_t(acts.size()); ++l) {
+        const auto& a = acts[std::size_t(l)];
+        const std::string p = layer_prefix(prefix, l);
+        add_mask<T>(r, p + "attn.weights", a.attn.drop, true, kind, l, a.attn.A.data());
+        add_mask<T>(r, p + "attn.out", a.drop_attn);
+        add_mask<T>(r, p + "mlp.out", a.drop_mlp);
+    }
+}
+}  // namespace
+
+template <class T>
+std::vector<typename Model<T>::MaskRef> DTransformer<T>::dropout_masks() const {
+    std::vector<typename Model<T>::MaskRef> r;
+    add_mask<T>(r, "embed", this->drop_embed_);
+    self_block_masks<T>(r, "layers", acts_, self_attention);
+    return r;
+}
+template <class T>
+std::vector<typename Model<T>::MaskRef> ETransformer<T>::dropout_masks() const {
+    std::vector<typename Model<T>::MaskRef> r;
+    add_mask<T>(r, "embed", this->drop_embed_);
+    self_block_masks<T>(r, "layers", acts_, self_attention);
+    return r;
+}
+template <class T>
+std::vector<typename Model<T>::MaskRef> EDTransformer<T>::dropout_masks() const {
+    std::vector<typename Model<T>::MaskRef> r;
+    add_mask<T>(r, "embed.z", drop_embed_z_);
+    self_block_masks<T>(r, "enc", enc_acts_, AttentionKind::Encoder);
+    add_mask<T>(r, "embed.x", this->drop_embed_);
+    for (index_t l = 0; l < index_t(dec_acts_.size()); ++l) {
+        const auto& a = dec_acts_[std::size_t(l)];
+        const std::string p = layer_prefix("dec", l);
+        add_mask<T>(r, p + "attn.weights", a.self_attn.drop, true, AttentionKind::Decoder, l, a.self_attn.A.data());
+        add_mask<T>(r, p + "attn.out", a.drop_self);
+        add_mask<T>(r, p + "cross_attn.weights", a.cross_attn.drop, true, AttentionKind::Cross, l, a.cross_attn.A.data());
+        add_mask<T>(r, p + "cross_attn.out", a.drop_cross);
+        add_mask<T>(r, p + "mlp.out", a.drop_mlp);
+    }
+    return r;
 }
 
 template class PreLNDecoderBlock<float>;

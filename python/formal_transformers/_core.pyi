@@ -504,6 +504,10 @@ class DTransformer(_HasParams):
     Variants (docs/variants.md): positional="rope" (rope_theta=10000.0) | "alibi" (no W_p), H_kv key/value
     heads (grouped-query attention; None: H), mlp="gelu" | "swiglu", bias=False (no biases in attention and
     MLP). With norm="rms" these make a LLaMA-style decoder; the defaults are Algorithm 10.
+    Dropout (docs/regularisation.md; beyond the listing): dropout=p drops after the embedding sum, on the
+    attention weights and on each sublayer's output before the residual add (embed_dropout, attn_dropout,
+    resid_dropout: per place, None = dropout). Only loss_and_grad (and the trainers) drop; model(x), loss,
+    inference never do. Masks: keyed by (seed, dropout_step); dropout_masks() shows the last ones.
     
     Call: P = model(x), x a 1-D sequence of token ids (ℓ ≤ l_max) -> P (N_V, ℓ); column t is the
     distribution of x[t+1] given x[:t+1]. A 2-D (N, ℓ) array gives (N, N_V, ℓ); a list of sequences a list.
@@ -512,13 +516,17 @@ class DTransformer(_HasParams):
     """
     def __call__(self, x: typing.Any) -> typing.Any:
         ...
-    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, norm: str = 'layer', positional: str = 'learned', base: typing.Any = None, tied: bool = False, gelu: str = 'exact', eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, H_kv: typing.Any = None, bias: typing.Any = True, mlp: str = 'gelu', rope_theta: typing.SupportsFloat | typing.SupportsIndex = 10000.0) -> None:
+    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, norm: str = 'layer', positional: str = 'learned', base: typing.Any = None, tied: bool = False, gelu: str = 'exact', eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, H_kv: typing.Any = None, bias: typing.Any = True, mlp: str = 'gelu', rope_theta: typing.SupportsFloat | typing.SupportsIndex = 10000.0, dropout: typing.Any = 0.0, embed_dropout: typing.Any = None, attn_dropout: typing.Any = None, resid_dropout: typing.Any = None) -> None:
         ...
     def __repr__(self) -> str:
         ...
     def attention_weights(self, layer: typing.SupportsInt | typing.SupportsIndex, seq: typing.SupportsInt | typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
         """
         softmax(S/√d_attn) of every head of `layer` in the last forward call: (H, ℓ, ℓ); column t is how token t attends to the tokens of its sequence.
+        """
+    def dropout_masks(self) -> dict:
+        """
+        The dropout masks of the last forward, True = kept (empty after an evaluating call: model(x), loss, or rates 0): 'embed' (D, E) / 'embed.z', 'embed.x' (ED) and '<layer>.attn.out', '<layer>.mlp.out' (ED decoder: also '<layer>.cross_attn.out') as (d_e, n) arrays over the batch's columns; '<layer>.attn.weights' ('<layer>.cross_attn.weights') as a list over the sequences of (H, rows, columns) arrays laid out as attention_weights.
         """
     def logits(self, x: typing.Any) -> typing.Any:
         """
@@ -550,6 +558,14 @@ class DTransformer(_HasParams):
         ...
     @property
     def d_e(self) -> int:
+        ...
+    @property
+    def dropout_step(self) -> int:
+        """
+        Dropout's counter (docs/regularisation.md): the masks of a training forward are keyed by (seed, dropout_step, place, entry); each loss_and_grad advances it by one. Set it back to replay the same masks.
+        """
+    @dropout_step.setter
+    def dropout_step(self, arg1: typing.Any) -> None:
         ...
     @property
     def dtype(self) -> str:
@@ -592,7 +608,7 @@ class ETransformer(_HasParams):
     Post-LN layers with bidirectional multi-head self-attention and a GELU MLP, then X ← GELU(W_f X + b_f 1ᵀ),
     a final layer_norm, and P = softmax(W_u X) with W_u (N_V, d_f) (the listing's N_V × d_e only type-checks
     when d_f = d_e; see the errata). Hyperparameters: n_vocab, l_max, L, H, d_e, d_mlp, d_f; options as
-    DTransformer (no norm option).
+    DTransformer (no norm option; dropout=… as DTransformer, embed_dropout acting after embed_norm's layer_norm).
     BERT's options, beyond Algorithm 9 (the defaults keep the listing): n_segments > 0 adds segment
     (token-type) embeddings W_s (d_e, n_segments) to line 2's e_t for the `segments=` ids of every call (0 when
     None); embed_norm=True applies layer_norm(· | γ_e, β_e) to X after line 3; unembed_bias=True gives
@@ -602,13 +618,17 @@ class ETransformer(_HasParams):
     """
     def __call__(self, x: typing.Any, *, segments: typing.Any = None) -> typing.Any:
         ...
-    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, d_f: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, positional: str = 'learned', base: typing.Any = None, tied: bool = False, gelu: str = 'exact', eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, n_segments: typing.SupportsInt | typing.SupportsIndex = 0, embed_norm: bool = False, unembed_bias: bool = False, H_kv: typing.Any = None, bias: typing.Any = True) -> None:
+    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, d_f: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, positional: str = 'learned', base: typing.Any = None, tied: bool = False, gelu: str = 'exact', eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, n_segments: typing.SupportsInt | typing.SupportsIndex = 0, embed_norm: bool = False, unembed_bias: bool = False, H_kv: typing.Any = None, bias: typing.Any = True, dropout: typing.Any = 0.0, embed_dropout: typing.Any = None, attn_dropout: typing.Any = None, resid_dropout: typing.Any = None) -> None:
         ...
     def __repr__(self) -> str:
         ...
     def attention_weights(self, layer: typing.SupportsInt | typing.SupportsIndex, seq: typing.SupportsInt | typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
         """
         softmax(S/√d_attn) of every head of `layer` in the last forward call: (H, ℓ, ℓ); column t is how token t attends to the tokens of its sequence.
+        """
+    def dropout_masks(self) -> dict:
+        """
+        The dropout masks of the last forward, True = kept (empty after an evaluating call: model(x), loss, or rates 0): 'embed' (D, E) / 'embed.z', 'embed.x' (ED) and '<layer>.attn.out', '<layer>.mlp.out' (ED decoder: also '<layer>.cross_attn.out') as (d_e, n) arrays over the batch's columns; '<layer>.attn.weights' ('<layer>.cross_attn.weights') as a list over the sequences of (H, rows, columns) arrays laid out as attention_weights.
         """
     def hidden(self, x: typing.Any, *, segments: typing.Any = None) -> typing.Any:
         """
@@ -645,6 +665,14 @@ class ETransformer(_HasParams):
         ...
     @property
     def d_f(self) -> int:
+        ...
+    @property
+    def dropout_step(self) -> int:
+        """
+        Dropout's counter (docs/regularisation.md): the masks of a training forward are keyed by (seed, dropout_step, place, entry); each loss_and_grad advances it by one. Set it back to replay the same masks.
+        """
+    @dropout_step.setter
+    def dropout_step(self, arg1: typing.Any) -> None:
         ...
     @property
     def dtype(self) -> str:
@@ -687,18 +715,23 @@ class EDTransformer(_HasParams):
     Encoder: post-LN layers of bidirectional self-attention and a ReLU MLP over the context z. Decoder:
     post-LN layers of causal self-attention, cross-attention to the encoded Z, and a ReLU MLP; then
     P = softmax(W_u X). Hyperparameters: n_vocab, l_max, L_enc, L_dec, H, d_e, d_mlp; options d_attn, d_mid,
-    positional, base, tied, eps, dtype, seed, init_std.
+    positional, base, tied, eps, dtype, seed, init_std, H_kv, bias, dropout (as DTransformer: embeddings of z and x,
+    attention weights of all three attentions, every sublayer's output).
     Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5, −Σ_{t<ℓ_x−1} log P[x[t+1], t].
     """
     def __call__(self, z: typing.Any, x: typing.Any) -> typing.Any:
         ...
-    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L_enc: typing.SupportsInt | typing.SupportsIndex, L_dec: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, positional: str = 'learned', base: typing.Any = None, tied: bool = False, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, H_kv: typing.Any = None, bias: typing.Any = True) -> None:
+    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L_enc: typing.SupportsInt | typing.SupportsIndex, L_dec: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, positional: str = 'learned', base: typing.Any = None, tied: bool = False, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, H_kv: typing.Any = None, bias: typing.Any = True, dropout: typing.Any = 0.0, embed_dropout: typing.Any = None, attn_dropout: typing.Any = None, resid_dropout: typing.Any = None) -> None:
         ...
     def __repr__(self) -> str:
         ...
     def attention_weights(self, kind: str, layer: typing.SupportsInt | typing.SupportsIndex, seq: typing.SupportsInt | typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
         """
         Attention matrices of the last forward call: kind 'enc' (ℓ_z, ℓ_z), 'dec' (ℓ_x, ℓ_x) or 'cross' (ℓ_z, ℓ_x), for every head: (H, rows, columns).
+        """
+    def dropout_masks(self) -> dict:
+        """
+        The dropout masks of the last forward, True = kept (empty after an evaluating call: model(x), loss, or rates 0): 'embed' (D, E) / 'embed.z', 'embed.x' (ED) and '<layer>.attn.out', '<layer>.mlp.out' (ED decoder: also '<layer>.cross_attn.out') as (d_e, n) arrays over the batch's columns; '<layer>.attn.weights' ('<layer>.cross_attn.weights') as a list over the sequences of (H, rows, columns) arrays laid out as attention_weights.
         """
     def logits(self, z: typing.Any, x: typing.Any) -> typing.Any:
         ...
@@ -729,6 +762,14 @@ class EDTransformer(_HasParams):
         ...
     @property
     def d_e(self) -> int:
+        ...
+    @property
+    def dropout_step(self) -> int:
+        """
+        Dropout's counter (docs/regularisation.md): the masks of a training forward are keyed by (seed, dropout_step, place, entry); each loss_and_grad advances it by one. Set it back to replay the same masks.
+        """
+    @dropout_step.setter
+    def dropout_step(self, arg1: typing.Any) -> None:
         ...
     @property
     def dtype(self) -> str:

@@ -93,7 +93,8 @@ def train(args) -> pathlib.Path:
     else:
         tok = make_tokenizer(args.tokenizer, text, args.vocab)
         model = _core.DTransformer(
-            tok.n_vocab, args.context + 1, args.layers, args.heads, args.d_e, args.d_mlp, seed=args.seed
+            tok.n_vocab, args.context + 1, args.layers, args.heads, args.d_e, args.d_mlp, seed=args.seed,
+            dropout=getattr(args, "dropout", 0.0),
         )
         done = 0
         state = {"history": {}}
@@ -229,6 +230,8 @@ def _train_args(p: argparse.ArgumentParser, steps: int):
     p.add_argument("--min-lr", type=float, default=1e-4)
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--dropout", type=float, default=0.0,
+                   help="dropout rate (docs/regularisation.md; a resumed run keeps the model's own rates)")
     p.add_argument("--nonfinite", default="raise", choices=["raise", "warn", "skip"],
                    help="a step with a NaN/inf loss or gradient norm: stop (default; the run keeps the step "
                         "before it) or skip it (warn: with a warning)")

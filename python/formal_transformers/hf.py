@@ -90,7 +90,10 @@ def _gpt2_hyper(c: dict) -> dict:
     return dict(n_vocab=int(c["vocab_size"]), l_max=int(c["n_positions"]), L=int(c["n_layer"]), H=H, d_e=d,
                 d_mlp=int(c.get("n_inner") or 4 * d), gelu=_gelu_of(m, "activation_function",
                                                                     c.get("activation_function", "gelu_new")),
-                eps=float(c.get("layer_norm_epsilon", 1e-5)), tied=bool(c.get("tie_word_embeddings", True)))
+                eps=float(c.get("layer_norm_epsilon", 1e-5)), tied=bool(c.get("tie_word_embeddings", True)),
+                # dropout at GPT-2's places, which are ours (docs/regularisation.md); HF's defaults are 0.1
+                embed_dropout=float(c.get("embd_pdrop", 0.1)), attn_dropout=float(c.get("attn_pdrop", 0.1)),
+                resid_dropout=float(c.get("resid_pdrop", 0.1)))
 
 
 def _bert_hyper(c: dict) -> dict:
@@ -111,7 +114,10 @@ def _bert_hyper(c: dict) -> dict:
     return dict(n_vocab=int(c["vocab_size"]), l_max=int(c["max_position_embeddings"]), L=int(c["num_hidden_layers"]),
                 H=H, d_e=d, d_mlp=int(c["intermediate_size"]), d_f=d,
                 gelu=_gelu_of(m, "hidden_act", c.get("hidden_act", "gelu")), eps=float(c.get("layer_norm_eps", 1e-12)),
-                tied=bool(c.get("tie_word_embeddings", True)), n_segments=n_seg, embed_norm=True, unembed_bias=True)
+                tied=bool(c.get("tie_word_embeddings", True)), n_segments=n_seg, embed_norm=True, unembed_bias=True,
+                # BERT's hidden dropout acts after its embedding layer_norm and on each sublayer's output
+                embed_dropout=float(c.get("hidden_dropout_prob", 0.1)), resid_dropout=float(c.get("hidden_dropout_prob", 0.1)),
+                attn_dropout=float(c.get("attention_probs_dropout_prob", 0.1)))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -268,7 +274,8 @@ def _llama_hyper(c: dict) -> dict:
     return dict(n_vocab=int(c["vocab_size"]), l_max=int(c["max_position_embeddings"]), L=int(c["num_hidden_layers"]),
                 H=H, d_e=d, d_mlp=int(c["intermediate_size"]), d_attn=d_h, d_mid=d_h, H_kv=H_kv, positional="rope",
                 rope_theta=_llama_theta(c), mlp="swiglu", bias=False, norm="rms", eps=float(c.get("rms_norm_eps", 1e-6)),
-                tied=bool(c.get("tie_word_embeddings", False)))
+                tied=bool(c.get("tie_word_embeddings", False)),
+                attn_dropout=float(c.get("attention_dropout", 0.0)))  # LLaMA drops only its attention weights
 
 
 _LLAMA_LAYER = (  # (HF name in layers.l., ft name in layers.l., heads of the reshape: "H", "H_kv" or "")
@@ -319,7 +326,21 @@ def _is_llama_style(cfg: dict) -> bool:
     return cfg.get("arch") == "DTransformer" and cfg.get("positional") == "rope"
 
 
+_RATES = ("embed_dropout", "attn_dropout", "resid_dropout")
+
+
+def _split_rates(cfg: dict):
+    """(the config without the dropout rates, the rates): the exports map the rates themselves."""
+    cfg = dict(cfg)
+    return cfg, {k: float(cfg.pop(k, 0.0)) for k in _RATES}
+
+
 def _llama_export(cfg: dict, P: dict):
+    cfg, rates = _split_rates(cfg)
+    for k in ("embed_dropout", "resid_dropout"):
+        if rates[k]:
+            raise ValueError(f"LLaMA has no equivalent of {k}={rates[k]!r}: it drops only its attention weights "
+                             "(attention_dropout = attn_dropout)")
     for k, want in (("mlp", "swiglu"), ("bias", False), ("norm", "rms")):
         if cfg.get(k) != want:
             raise ValueError(f"LLaMA has no equivalent of {k}={cfg.get(k)!r} with positional='rope' "
@@ -330,7 +351,7 @@ def _llama_export(cfg: dict, P: dict):
           "hidden_size": cfg["d_e"], "intermediate_size": cfg["d_mlp"], "num_hidden_layers": cfg["L"],
           "num_attention_heads": cfg["H"], "num_key_value_heads": cfg["H_kv"], "head_dim": cfg["d_attn"],
           "max_position_embeddings": cfg["l_max"], "rms_norm_eps": cfg["eps"], "rope_theta": cfg["rope_theta"],
-          "hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "attention_dropout": 0.0,
+          "hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "attention_dropout": rates["attn_dropout"],
           "tie_word_embeddings": cfg["tied"], "initializer_range": cfg["init_std"],
           "bos_token_id": cfg["n_vocab"] - 2, "eos_token_id": cfg["n_vocab"] - 1, "use_cache": True,
           "dtype": cfg["dtype"]}
@@ -471,6 +492,7 @@ def _hf_export(model):
     P = {k: np.asarray(v) for k, v in model.params.items()}
     if _is_llama_style(cfg):
         return _llama_export(cfg, P)
+    cfg, rates = _split_rates(cfg)  # dropout: GPT-2's and BERT's places are ours (docs/regularisation.md)
     if arch == "DTransformer":
         _check_exportable(cfg, "GPT-2")
         if cfg["norm"] != "layer":
@@ -478,7 +500,8 @@ def _hf_export(model):
         hf = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": cfg["n_vocab"],
               "n_positions": cfg["l_max"], "n_embd": cfg["d_e"], "n_layer": cfg["L"], "n_head": cfg["H"],
               "n_inner": cfg["d_mlp"], "activation_function": _HF_OF_GELU[cfg["gelu"]],
-              "layer_norm_epsilon": cfg["eps"], "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+              "layer_norm_epsilon": cfg["eps"], "resid_pdrop": rates["resid_dropout"],
+              "embd_pdrop": rates["embed_dropout"], "attn_pdrop": rates["attn_dropout"],
               "summary_first_dropout": 0.0, "scale_attn_weights": True, "tie_word_embeddings": cfg["tied"],
               "initializer_range": cfg["init_std"], "bos_token_id": cfg["n_vocab"] - 2,
               "eos_token_id": cfg["n_vocab"] - 1, "use_cache": True, "dtype": cfg["dtype"]}
@@ -489,10 +512,13 @@ def _hf_export(model):
             raise ValueError("BERT has no equivalent of embed_norm=False: it always normalises its embeddings")
         if cfg["d_f"] != cfg["d_e"]:
             raise ValueError(f"BERT needs d_f = d_e (its head's dense layer is d_e × d_e), got d_f={cfg['d_f']}")
+        if rates["embed_dropout"] != rates["resid_dropout"]:
+            raise ValueError("BERT has one hidden_dropout_prob for its embeddings and its sublayer outputs: "
+                             f"embed_dropout={rates['embed_dropout']!r} and resid_dropout={rates['resid_dropout']!r} differ")
         hf = {"model_type": "bert", "architectures": ["BertForMaskedLM"], "vocab_size": cfg["n_vocab"],
               "hidden_size": cfg["d_e"], "num_hidden_layers": cfg["L"], "num_attention_heads": cfg["H"],
               "intermediate_size": cfg["d_mlp"], "hidden_act": _HF_OF_GELU[cfg["gelu"]],
-              "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+              "hidden_dropout_prob": rates["resid_dropout"], "attention_probs_dropout_prob": rates["attn_dropout"],
               "max_position_embeddings": cfg["l_max"], "type_vocab_size": max(cfg.get("n_segments", 0), 1),
               "layer_norm_eps": cfg["eps"], "pad_token_id": None, "position_embedding_type": "absolute",
               "tie_word_embeddings": cfg["tied"], "initializer_range": cfg["init_std"], "dtype": cfg["dtype"]}
@@ -503,7 +529,9 @@ def _hf_export(model):
 def to_hf(model):
     """The `transformers` model with the same function: DTransformer -> GPT2LMHeadModel (LlamaForCausalLM when
     positional="rope", with mlp="swiglu", bias=False, norm="rms"), ETransformer (with embed_norm, d_f = d_e)
-    -> BertForMaskedLM; in the model's dtype, eval mode, dropout 0.
+    -> BertForMaskedLM; in the model's dtype, eval mode, the dropout rates mapped (GPT-2: embd_pdrop,
+    attn_pdrop, resid_pdrop; BERT: hidden_dropout_prob = embed_dropout = resid_dropout,
+    attention_probs_dropout_prob; LLaMA: attention_dropout) — from_hf maps them back.
     ValueError for options the class cannot express (RMSnorm, sinusoidal positions, d_attn ≠ d_e/H, …)."""
     cls_name, hf_cfg, state = _hf_export(model)
     import torch
@@ -606,7 +634,8 @@ def to_torch(model):
     """A plain torch.nn.Module computing the same function, in the model's dtype, with ft's losses:
     DTransformer / ETransformer as modules of torch.nn.Linear, LayerNorm (RMSNorm), Embedding;
     EDTransformer on torch.nn.TransformerEncoderLayer / TransformerDecoderLayer (norm_first=False, ReLU,
-    dropout 0, no final norms; needs d_attn = d_mid = d_e / H). module.loss(...) takes the arguments of
+    dropout 0 — a model with a dropout rate is refused: torch.nn.Transformer layers also drop inside the MLP —,
+    no final norms; needs d_attn = d_mid = d_e / H). module.loss(...) takes the arguments of
     model.loss_and_grad and returns the same (summed) loss; module.ft_params() / module.ft_grads() give the
     parameters / gradients under ft's names and layouts; ft.from_torch(module) makes an ft model again."""
     from . import _torch

@@ -4,7 +4,8 @@
     model = ft.load("model.safetensors")
 
 The file holds one tensor per parameter (the names of `model.params`, row-major copies) and, in its
-metadata, the model's `config` as JSON under "formal_transformers.config" plus a format version. Files
+metadata, the model's `config` as JSON under "formal_transformers.config" (with the dropout rates), the
+dropout counter `model.dropout_step`, plus a format version. Files
 written by other programs, or damaged ones, raise ValueError naming the problem.
 """
 from __future__ import annotations
@@ -44,7 +45,9 @@ def save(model, path: Union[str, os.PathLike], *, metadata: dict | None = None) 
         raise TypeError(f"ft.save saves a DTransformer, ETransformer or EDTransformer, got {type(model).__name__}")
     st = _safetensors()
     tensors = {name: np.ascontiguousarray(arr) for name, arr in model.params.items()}
-    meta = {"formal_transformers.format": FORMAT, "formal_transformers.config": json.dumps(model.config)}
+    meta = {"formal_transformers.format": FORMAT, "formal_transformers.config": json.dumps(model.config),
+            # dropout's counter (docs/regularisation.md): a resumed run draws the masks it would have drawn
+            "formal_transformers.dropout_step": str(model.dropout_step)}
     for k, v in (metadata or {}).items():
         meta[str(k)] = str(v)
     tmp = os.fspath(path) + ".tmp"
@@ -105,6 +108,12 @@ def load(path: Union[str, os.PathLike], *, dtype: str | None = None):
     if missing or extra:
         raise ValueError(f"{path}: parameters do not match the config (missing {sorted(missing)}, unexpected {sorted(extra)})")
     model.params.update(tensors)  # all or nothing: every dtype and shape is checked before writing
+    step = meta.get("formal_transformers.dropout_step")
+    if step is not None:
+        try:
+            model.dropout_step = int(step)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{path}: damaged dropout_step in the metadata ({e})") from None
     return model
 
 

@@ -108,15 +108,19 @@ def basic_attention(e, E, W_q, b_q, W_k, b_k, W_v, b_v) -> np.ndarray:
 # Algorithm 4: Ṽ ← Attention(X, Z | W_qkv, Mask)
 
 
-def attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask) -> np.ndarray:
-    """Algorithm 4. X ∈ R^{d_x×ℓ_x} (queries), Z ∈ R^{d_z×ℓ_z} (context), mask ∈ {0,1}^{ℓ_z×ℓ_x}."""
+def attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, drop=None) -> np.ndarray:
+    """Algorithm 4. X ∈ R^{d_x×ℓ_x} (queries), Z ∈ R^{d_z×ℓ_z} (context), mask ∈ {0,1}^{ℓ_z×ℓ_x}.
+    drop = (M, p): dropout on the weights before the product of line 6 (docs/regularisation.md)."""
     d_attn = W_q.shape[0]
     Q = W_q @ X + b_q[:, None]  # line 1: Q ← W_q X + b_q 1ᵀ
     K = W_k @ Z + b_k[:, None]  # line 2: K ← W_k Z + b_k 1ᵀ
     V = W_v @ Z + b_v[:, None]  # line 3: V ← W_v Z + b_v 1ᵀ
     S = K.T @ Q  # line 4: S ← Kᵀ Q
     S = np.where(mask, S, -np.inf)  # line 5: ∀t_z, t_x, if ¬Mask[t_z, t_x] then S[t_z, t_x] ← −∞
-    return V @ softmax(S / math.sqrt(d_attn))  # line 6: return Ṽ = V · softmax(S/√d_attn)
+    A = softmax(S / math.sqrt(d_attn))  # line 6: softmax(S/√d_attn) …
+    if drop is not None:  # (training) A ← Dropout(A | p, M)
+        A = dropout(A, *drop)
+    return V @ A  # line 6: return Ṽ = V · softmax(S/√d_attn)
 
 
 def attention_weights(X, Z, W_q, b_q, W_k, b_k, mask) -> np.ndarray:
@@ -132,14 +136,45 @@ def attention_weights(X, Z, W_q, b_q, W_k, b_k, mask) -> np.ndarray:
 # Algorithm 5: Ṽ ← MHAttention(X, Z | W, Mask)
 
 
-def mh_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, mask) -> np.ndarray:
+def mh_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, mask, drop=None) -> np.ndarray:
     """Algorithm 5, with the heads stacked as docs/api.md lays them out: W_q (H, d_attn, d_x), b_q (H, d_attn),
     W_k (H, d_attn, d_z), b_k (H, d_attn), W_v (H, d_mid, d_z), b_v (H, d_mid), W_o (d_out, H·d_mid),
-    b_o (d_out,)."""
+    b_o (d_out,). drop = (M (H, ℓ_z, ℓ_x), p): dropout on every head's weights."""
     H = W_q.shape[0]
-    Y = [attention(X, Z, W_q[h], b_q[h], W_k[h], b_k[h], W_v[h], b_v[h], mask) for h in range(H)]  # lines 1–2
+    Y = [attention(X, Z, W_q[h], b_q[h], W_k[h], b_k[h], W_v[h], b_v[h], mask,
+                   None if drop is None else (drop[0][h], drop[1])) for h in range(H)]  # lines 1–2
     Y = np.concatenate(Y, axis=0)  # line 3: Y ← [Y¹; Y²; …; Y^H]
     return W_o @ Y + b_o[:, None]  # line 4: return Ṽ = W_o Y + b_o 1ᵀ
+
+
+# ---------------------------------------------------------------------------------------------------
+# Dropout (docs/regularisation.md, Algorithms D1 and D2; Srivastava et al. 2014), the mask given
+
+
+def dropout(Y, M, p: float) -> np.ndarray:
+    """Algorithm D1 with its mask M ∈ {0,1}^{d×ℓ} as an input (line 1 drawn by the caller):
+    line 2: return Ỹ = Y ⊙ M / (1 − p)."""
+    return Y * np.asarray(M, dtype=np.float64) / (1.0 - p)
+
+
+def dropout_backward(dY, M, p: float) -> np.ndarray:
+    """Algorithm D2: return dY = dỸ ⊙ M / (1 − p)."""
+    return dY * np.asarray(M, dtype=np.float64) / (1.0 - p)
+
+
+class _Drop:
+    """The dropout of one training forward with given masks: `masks` as model.dropout_masks() returns them for
+    one sequence (True = kept; a place without a mask is not dropped), `rates` as model.config (embed_dropout,
+    attn_dropout, resid_dropout). No masks: the listings."""
+
+    def __init__(self, masks=None, rates=None):
+        self.masks, self.rates = masks or {}, rates or {}
+
+    def out(self, name, Y, kind="resid"):
+        return dropout(Y, self.masks[name], self.rates[kind + "_dropout"]) if name in self.masks else Y
+
+    def weights(self, name):
+        return (np.asarray(self.masks[name][0]), self.rates["attn_dropout"]) if name in self.masks else None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -222,13 +257,16 @@ def log_softmax(A: np.ndarray) -> np.ndarray:
 
 
 def d_transformer(x, params, *, L: int, H: int, norm: str = "layer", gelu: str = "exact", eps: float = 1e-5,
-                  logits: bool = False) -> np.ndarray:
+                  logits: bool = False, masks=None, rates=None) -> np.ndarray:
     """Algorithm 10: P ← DTransformer(x | θ), GPT-2's decoder-only transformer (pre-LN).
 
     x: 1-D token ids (0-based, ℓ ≤ ℓ_max). Returns P ∈ (0,1)^{N_V×ℓ}, P[:, t] = P̂(x[t+1] | x[:t+1]);
     `logits=True` returns W_u X instead of its softmax (line 11 before the softmax).
     norm="rms" replaces every layer_norm by Gopher's RMSnorm (no β parameters); gelu="tanh" is GPT-2's
-    approximation; eps sits inside the square root of every norm."""
+    approximation; eps sits inside the square root of every norm.
+    masks, rates: dropout with these masks (model.dropout_masks() of one sequence) at these rates (model.config),
+    after line 3, on the attention weights and on the sublayer outputs of lines 6 and 8."""
+    drop = _Drop(masks, rates)
     if norm not in ("layer", "rms"):
         raise ValueError(f"norm must be 'layer' or 'rms', got {norm!r}")
     x = np.asarray(x)
@@ -236,6 +274,7 @@ def d_transformer(x, params, *, L: int, H: int, norm: str = "layer", gelu: str =
     l = len(x)  # line 1: ℓ ← length(x)
     e = [token_embedding(x[t], W_e) + positional_embedding(t, W_p) for t in range(l)]  # line 2: e_t ← W_e[:, x[t]] + W_p[:, t]
     X = np.stack(e, axis=1)  # line 3: X ← [e_1, e_2, …, e_ℓ]
+    X = drop.out("embed", X, "embed")  # (training) X ← Dropout(X | p_embed, M)
     for i in range(L):  # line 4: for l = 1, 2, …, L do
         p = f"layers.{i}."
         _check_H(params, p + "attn.", H)
@@ -243,13 +282,14 @@ def d_transformer(x, params, *, L: int, H: int, norm: str = "layer", gelu: str =
             X_tilde = rms_norm_columns(X, params[p + "gamma1"], eps)
         else:
             X_tilde = layer_norm_columns(X, params[p + "gamma1"], params[p + "beta1"], eps)
-        X = X + mh_attention(X_tilde, X_tilde, *_W(params, p + "attn."), unidirectional_mask(l, l))  # line 6: X ← X + MHAttention(X̃ | W_l, Mask[t, t'] = [[t ≤ t']])
+        X = X + drop.out(p + "attn.out", mh_attention(X_tilde, X_tilde, *_W(params, p + "attn."), unidirectional_mask(l, l),
+                                                      drop.weights(p + "attn.weights")))  # line 6: X ← X + MHAttention(X̃ | W_l, Mask[t, t'] = [[t ≤ t']])
         if norm == "rms":  # line 7: for t ∈ [ℓ]: X̃[:, t] ← layer_norm(X[:, t] | γ_l², β_l²)
             X_tilde = rms_norm_columns(X, params[p + "gamma2"], eps)
         else:
             X_tilde = layer_norm_columns(X, params[p + "gamma2"], params[p + "beta2"], eps)
-        X = X + params[p + "W_mlp2"] @ _gelu_kind(params[p + "W_mlp1"] @ X_tilde + params[p + "b_mlp1"][:, None], gelu) \
-            + params[p + "b_mlp2"][:, None]  # line 8: X ← X + W_mlp2^l GELU(W_mlp1^l X̃ + b_mlp1^l 1ᵀ) + b_mlp2^l 1ᵀ
+        X = X + drop.out(p + "mlp.out", params[p + "W_mlp2"] @ _gelu_kind(params[p + "W_mlp1"] @ X_tilde + params[p + "b_mlp1"][:, None], gelu)
+                         + params[p + "b_mlp2"][:, None])  # line 8: X ← X + W_mlp2^l GELU(W_mlp1^l X̃ + b_mlp1^l 1ᵀ) + b_mlp2^l 1ᵀ
     # line 9: end for
     if norm == "rms":  # line 10: for t ∈ [ℓ]: X[:, t] ← layer_norm(X[:, t] | γ, β)
         X = rms_norm_columns(X, params["gamma"], eps)
@@ -260,7 +300,7 @@ def d_transformer(x, params, *, L: int, H: int, norm: str = "layer", gelu: str =
 
 
 def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float = 1e-5,
-                  logits: bool = False, segments=None, hidden: bool = False) -> np.ndarray:
+                  logits: bool = False, segments=None, hidden: bool = False, masks=None, rates=None) -> np.ndarray:
     """Algorithm 9: P ← ETransformer(x | θ), BERT's encoder-only transformer (post-LN).
 
     x: 1-D token ids (possibly holding mask_token). Returns P ∈ (0,1)^{N_V×ℓ}, P[:, t] = P̂(x[t] | x̃)
@@ -269,7 +309,9 @@ def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float 
     to d_f), so W_u must be N_V × d_f (the two agree only when d_f = d_e).
     BERT's options (beyond the listing), present when their parameters are: `W_s` (d_e, n_segments) adds
     W_s[:, segments[t]] to e_t (segments None: all 0); `gamma_e`, `beta_e`: X ← layer_norm(X | γ_e, β_e)
-    after line 3; `b_u`: P = softmax(W_u X + b_u 1ᵀ). hidden=True returns X after line 9."""
+    after line 3; `b_u`: P = softmax(W_u X + b_u 1ᵀ). hidden=True returns X after line 9.
+    masks, rates: dropout as d_transformer (after line 3, or after BERT's embedding layer_norm)."""
+    drop = _Drop(masks, rates)
     x = np.asarray(x)
     W_e, W_p = params["W_e"], params["W_p"]
     l = len(x)  # line 1: ℓ ← length(x)
@@ -282,13 +324,15 @@ def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float 
     X = np.stack(e, axis=1)  # line 3: X ← [e_1, e_2, …, e_ℓ]
     if "gamma_e" in params:  # BERT: X[:, t] ← layer_norm(X[:, t] | γ_e, β_e)
         X = layer_norm_columns(X, params["gamma_e"], params["beta_e"], eps)
+    X = drop.out("embed", X, "embed")  # (training) X ← Dropout(X | p_embed, M)
     for i in range(L):  # line 4: for l = 1, 2, …, L do
         p = f"layers.{i}."
         _check_H(params, p + "attn.", H)
-        X = X + mh_attention(X, X, *_W(params, p + "attn."), bidirectional_mask(l, l))  # line 5: X ← X + MHAttention(X | W_l, Mask ≡ 1)
+        X = X + drop.out(p + "attn.out", mh_attention(X, X, *_W(params, p + "attn."), bidirectional_mask(l, l),
+                                                      drop.weights(p + "attn.weights")))  # line 5: X ← X + MHAttention(X | W_l, Mask ≡ 1)
         X = layer_norm_columns(X, params[p + "gamma1"], params[p + "beta1"], eps)  # line 6: for t: X[:, t] ← layer_norm(X[:, t] | γ_l¹, β_l¹)
-        X = X + params[p + "W_mlp2"] @ _gelu_kind(params[p + "W_mlp1"] @ X + params[p + "b_mlp1"][:, None], gelu) \
-            + params[p + "b_mlp2"][:, None]  # line 7: X ← X + W_mlp2^l GELU(W_mlp1^l X + b_mlp1^l 1ᵀ) + b_mlp2^l 1ᵀ
+        X = X + drop.out(p + "mlp.out", params[p + "W_mlp2"] @ _gelu_kind(params[p + "W_mlp1"] @ X + params[p + "b_mlp1"][:, None], gelu)
+                         + params[p + "b_mlp2"][:, None])  # line 7: X ← X + W_mlp2^l GELU(W_mlp1^l X + b_mlp1^l 1ᵀ) + b_mlp2^l 1ᵀ
         X = layer_norm_columns(X, params[p + "gamma2"], params[p + "beta2"], eps)  # line 8: for t: X[:, t] ← layer_norm(X[:, t] | γ_l², β_l²)
     # line 9: end for
     if hidden:
@@ -302,40 +346,48 @@ def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float 
 
 
 def ed_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float = 1e-5,
-                   logits: bool = False) -> np.ndarray:
+                   logits: bool = False, masks=None, rates=None) -> np.ndarray:
     """Algorithm 8: P ← EDTransformer(z, x | θ), the original sequence-to-sequence transformer (post-LN,
     ReLU). z: 1-D source ids, x: 1-D target ids; one W_e, W_p embed both. Returns P ∈ (0,1)^{N_V×ℓ_x},
     P[:, t] = P̂(x[t+1] | x[:t+1], z) (`logits=True`: W_u X).
     Errata: line 6 writes γ_t¹, β_t¹ where the layer's γ_l¹, β_l¹ are meant; line 13 loops over i but the
-    body indexes l (the decoder layer). Both are implemented as evidently intended: per-layer parameters."""
+    body indexes l (the decoder layer). Both are implemented as evidently intended: per-layer parameters.
+    masks, rates: dropout as d_transformer (after lines 3 and 12, on the weights of the three attentions,
+    on the outputs of lines 5, 7, 14, 16, 18)."""
+    drop = _Drop(masks, rates)
     z, x = np.asarray(z), np.asarray(x)
     W_e, W_p = params["W_e"], params["W_p"]
     # Encoder
     l_z = len(z)  # line 1: ℓ_z ← length(z)
     e = [token_embedding(z[t], W_e) + positional_embedding(t, W_p) for t in range(l_z)]  # line 2: e_t ← W_e[:, z[t]] + W_p[:, t]
     Z = np.stack(e, axis=1)  # line 3: Z ← [e_1, e_2, …, e_ℓz]
+    Z = drop.out("embed.z", Z, "embed")  # (training) Z ← Dropout(Z | p_embed, M)
     for i in range(L_enc):  # line 4: for l = 1, 2, …, L_enc do
         p = f"enc.{i}."
         _check_H(params, p + "attn.", H)
-        Z = Z + mh_attention(Z, Z, *_W(params, p + "attn."), bidirectional_mask(l_z, l_z))  # line 5: Z ← Z + MHAttention(Z | W_l^enc, Mask ≡ 1)
+        Z = Z + drop.out(p + "attn.out", mh_attention(Z, Z, *_W(params, p + "attn."), bidirectional_mask(l_z, l_z),
+                                                      drop.weights(p + "attn.weights")))  # line 5: Z ← Z + MHAttention(Z | W_l^enc, Mask ≡ 1)
         Z = layer_norm_columns(Z, params[p + "gamma1"], params[p + "beta1"], eps)  # line 6: for t: Z[:, t] ← layer_norm(Z[:, t] | γ_l¹, β_l¹) (erratum: γ_t)
-        Z = Z + params[p + "W_mlp2"] @ relu(params[p + "W_mlp1"] @ Z + params[p + "b_mlp1"][:, None]) \
-            + params[p + "b_mlp2"][:, None]  # line 7: Z ← Z + W_mlp2^l ReLU(W_mlp1^l Z + b_mlp1^l 1ᵀ) + b_mlp2^l 1ᵀ
+        Z = Z + drop.out(p + "mlp.out", params[p + "W_mlp2"] @ relu(params[p + "W_mlp1"] @ Z + params[p + "b_mlp1"][:, None])
+                         + params[p + "b_mlp2"][:, None])  # line 7: Z ← Z + W_mlp2^l ReLU(W_mlp1^l Z + b_mlp1^l 1ᵀ) + b_mlp2^l 1ᵀ
         Z = layer_norm_columns(Z, params[p + "gamma2"], params[p + "beta2"], eps)  # line 8: for t: Z[:, t] ← layer_norm(Z[:, t] | γ_l², β_l²)
     # line 9: end for
     # Decoder
     l_x = len(x)  # line 10: ℓ_x ← length(x)
     e = [token_embedding(x[t], W_e) + positional_embedding(t, W_p) for t in range(l_x)]  # line 11: e_t ← W_e[:, x[t]] + W_p[:, t]
     X = np.stack(e, axis=1)  # line 12: X ← [e_1, e_2, …, e_ℓx]
+    X = drop.out("embed.x", X, "embed")  # (training) X ← Dropout(X | p_embed, M)
     for i in range(L_dec):  # line 13: for l = 1, 2, …, L_dec do (erratum: the listing writes "for i")
         p = f"dec.{i}."
         _check_H(params, p + "attn.", H)
-        X = X + mh_attention(X, X, *_W(params, p + "attn."), unidirectional_mask(l_x, l_x))  # line 14: X ← X + MHAttention(X | W_l^dec, Mask[t, t'] = [[t ≤ t']])
+        X = X + drop.out(p + "attn.out", mh_attention(X, X, *_W(params, p + "attn."), unidirectional_mask(l_x, l_x),
+                                                      drop.weights(p + "attn.weights")))  # line 14: X ← X + MHAttention(X | W_l^dec, Mask[t, t'] = [[t ≤ t']])
         X = layer_norm_columns(X, params[p + "gamma3"], params[p + "beta3"], eps)  # line 15: for t: X[:, t] ← layer_norm(X[:, t] | γ_l³, β_l³)
-        X = X + mh_attention(X, Z, *_W(params, p + "cross_attn."), bidirectional_mask(l_z, l_x))  # line 16: X ← X + MHAttention(X, Z | W_l^e/d, Mask ≡ 1)
+        X = X + drop.out(p + "cross_attn.out", mh_attention(X, Z, *_W(params, p + "cross_attn."), bidirectional_mask(l_z, l_x),
+                                                            drop.weights(p + "cross_attn.weights")))  # line 16: X ← X + MHAttention(X, Z | W_l^e/d, Mask ≡ 1)
         X = layer_norm_columns(X, params[p + "gamma4"], params[p + "beta4"], eps)  # line 17: for t: X[:, t] ← layer_norm(X[:, t] | γ_l⁴, β_l⁴)
-        X = X + params[p + "W_mlp4"] @ relu(params[p + "W_mlp3"] @ X + params[p + "b_mlp3"][:, None]) \
-            + params[p + "b_mlp4"][:, None]  # line 18: X ← X + W_mlp4^l ReLU(W_mlp3^l X + b_mlp3^l 1ᵀ) + b_mlp4^l 1ᵀ
+        X = X + drop.out(p + "mlp.out", params[p + "W_mlp4"] @ relu(params[p + "W_mlp3"] @ X + params[p + "b_mlp3"][:, None])
+                         + params[p + "b_mlp4"][:, None])  # line 18: X ← X + W_mlp4^l ReLU(W_mlp3^l X + b_mlp3^l 1ᵀ) + b_mlp4^l 1ᵀ
         X = layer_norm_columns(X, params[p + "gamma5"], params[p + "beta5"], eps)  # line 19: for t: X[:, t] ← layer_norm(X[:, t] | γ_l⁵, β_l⁵)
     # line 20: end for
     logits_ = _unembedding_matrix(params) @ X

@@ -271,3 +271,104 @@ TEST(ETransformer, BertOptionsGradientsMatchFiniteDifferences) {
     d.n_segments = 2;
     EXPECT_THROW(DTransformer<float>{d}, ValueError);  // ETransformer options only
 }
+
+// Dropout (docs/regularisation.md): with the masks replayed (dropout_step set back), every gradient of the three
+// architectures matches central finite differences of the dropped loss; evaluation does not drop; rate 0 is the
+// listing bit for bit.
+namespace {
+template <class M, class Call>
+void check_dropout_gradients(M& m, Call&& loss_and_grad) {
+    const std::uint64_t s = 11;
+    m.dropout_step = s;
+    const double L0 = loss_and_grad();
+    EXPECT_EQ(m.dropout_step, s + 1);
+    std::vector<double> g(m.store.grad(), m.store.grad() + m.store.size());
+    auto f = [&] {
+        m.dropout_step = s;
+        return loss_and_grad();
+    };
+    EXPECT_EQ(f(), L0);  // replayed: the same masks
+    check_all_params(m.store, f, g);
+}
+}  // namespace
+
+TEST(Dropout, GradientsOfEveryParameterMatchFiniteDifferencesWithReplayedMasks) {
+    for (int variant = 0; variant < 2; ++variant) {
+        ModelConfig c = tiny(Arch::D);
+        c.embed_dropout = 0.2, c.attn_dropout = 0.3, c.resid_dropout = 0.25;
+        if (variant == 1) {  // RoPE, grouped-query attention, SwiGLU, no biases, RMSnorm
+            c.positional = Positional::Rope;
+            c.d_attn = 2;
+            c.H_kv = 1;
+            c.mlp = ModelConfig::Mlp::SwiGLU;
+            c.bias = false;
+            c.norm = NormKind::RMS;
+        }
+        DTransformer<double> m(c);
+        Rng rng(1);
+        fttest::randomize(m.store, rng, 0.4);
+        std::vector<index_t> ids = {1, 3, 3, 0, 6, 2, 5, 4};
+        Tokens x{ids.data(), Seqs::from_lengths({5, 3})};
+        check_dropout_gradients(m, [&] { return m.loss_and_grad(x); });
+        EXPECT_NE(m.loss(x), m.loss_and_grad(x));  // the evaluating loss does not drop
+    }
+    {
+        ModelConfig c = tiny(Arch::E);
+        c.embed_dropout = c.attn_dropout = c.resid_dropout = 0.3;
+        c.n_segments = 2;
+        c.embed_norm = true;
+        ETransformer<double> m(c);
+        Rng rng(2);
+        fttest::randomize(m.store, rng, 0.4);
+        const index_t Mt = c.mask_token();
+        std::vector<index_t> x = {1, 3, 2, 0, 6, 2, 5}, xt = {1, Mt, 2, Mt, 6, Mt, 5}, seg = {0, 1, 1, 0, 1, 0, 0};
+        Tokens xtl{xt.data(), Seqs::from_lengths({4, 3})};
+        check_dropout_gradients(m, [&] { return m.loss_and_grad(xtl, x.data(), seg.data()); });
+    }
+    {
+        ModelConfig c = tiny(Arch::ED);
+        c.embed_dropout = c.attn_dropout = c.resid_dropout = 0.3;
+        EDTransformer<double> m(c);
+        Rng rng(3);
+        fttest::randomize(m.store, rng, 0.4);
+        std::vector<index_t> z = {1, 2, 3, 4, 0, 2, 2}, x = {5, 1, 3, 6, 5, 0};
+        Tokens zt{z.data(), Seqs::from_lengths({3, 4})}, xt{x.data(), Seqs::from_lengths({4, 2})};
+        check_dropout_gradients(m, [&] { return m.loss_and_grad(zt, xt); });
+    }
+}
+
+TEST(Dropout, RateZeroIsTheListingBitForBit) {
+    ModelConfig c = tiny(Arch::D);
+    DTransformer<float> plain(c);
+    c.embed_dropout = c.attn_dropout = c.resid_dropout = 0.0;
+    DTransformer<float> zero(c);
+    std::vector<index_t> ids = {1, 3, 3, 0, 6};
+    Tokens x{ids.data(), Seqs::single(5)};
+    EXPECT_EQ(plain.loss_and_grad(x), zero.loss_and_grad(x));
+    for (index_t i = 0; i < plain.store.size(); ++i) ASSERT_EQ(plain.store.grad()[i], zero.store.grad()[i]);
+    EXPECT_TRUE(static_cast<const Model<float>&>(zero).dropout_masks().empty());
+}
+
+TEST(Dropout, MaskFractionScalingAndBackward) {
+    const double p = 0.3;
+    const index_t n = 100000;
+    std::vector<double> y(std::size_t(n), 2.0), dy(std::size_t(n), 1.0);
+    std::vector<std::uint8_t> keep(static_cast<std::size_t>(n));
+    dropout_forward<double>(p, DropoutKey{1, 2, 3}, 0, y.data(), n, keep.data());
+    index_t kept = 0;
+    for (index_t i = 0; i < n; ++i) {
+        kept += keep[std::size_t(i)];
+        ASSERT_EQ(y[std::size_t(i)], keep[std::size_t(i)] ? 2.0 / (1 - p) : 0.0);  // D1 line 2
+    }
+    // Binomial(n, 1−p): within 5.5σ (false alarm 4e-8)
+    EXPECT_LT(std::abs(double(kept) - n * (1 - p)), 5.5 * std::sqrt(n * p * (1 - p)));
+    dropout_backward<double>(p, keep.data(), dy.data(), n);
+    for (index_t i = 0; i < n; ++i) ASSERT_EQ(dy[std::size_t(i)], keep[std::size_t(i)] ? 1.0 / (1 - p) : 0.0);  // D2
+    // the stream is a function of (seed, step, place, entry): the same key gives the same mask, offsets agree
+    std::vector<double> y2(10, 1.0);
+    std::vector<std::uint8_t> k2(10);
+    dropout_forward<double>(p, DropoutKey{1, 2, 3}, 500, y2.data(), 10, k2.data());
+    for (index_t i = 0; i < 10; ++i) ASSERT_EQ(k2[std::size_t(i)], keep[std::size_t(500 + i)]);
+    EXPECT_THROW(check_dropout_rate(1.0, "dropout"), ValueError);
+    EXPECT_THROW(check_dropout_rate(std::nan(""), "dropout"), ValueError);
+}

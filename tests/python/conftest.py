@@ -17,6 +17,21 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 TOL = {"float64": 1e-12, "float32": 1e-5}
 
+# the folder holding the package under test: python/ in a developer build (with FT_CORE_PATH), site-packages
+# when installed (CI: the source tree's package has no compiled _core there)
+PKG_PARENT = pathlib.Path(ft.__file__).resolve().parents[1]
+
+
+def child_env() -> dict:
+    """The environment of a child Python that must import the package under test from any working directory
+    (docs/DEVELOPING.md): the package's parent first on PYTHONPATH, FT_CORE_PATH made absolute."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(PKG_PARENT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONFAULTHANDLER"] = "1"
+    if env.get("FT_CORE_PATH"):
+        env["FT_CORE_PATH"] = os.path.abspath(env["FT_CORE_PATH"])
+    return env
+
 
 def rel_err(a, b) -> float:
     """max |a − b| / max |b|: norm-wise relative error (does not blow up where b has zeros)."""

@@ -20,22 +20,11 @@ import sys
 import pytest
 
 import formal_transformers as ft
+from conftest import child_env
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# the folder holding the package under test: python/ in a developer build (with FT_CORE_PATH), site-packages
-# when installed (CI: the source tree's package has no compiled _core there)
-PKG_PARENT = pathlib.Path(ft.__file__).resolve().parents[1]
 EXAMPLES = int(os.environ.get("FT_FUZZ_EXAMPLES", "100"))
 SECONDS = int(os.environ.get("FT_FUZZ_SECONDS", "30"))
-
-
-def child_env():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(PKG_PARENT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env["PYTHONFAULTHANDLER"] = "1"
-    if env.get("FT_CORE_PATH"):  # the children run in a temporary directory
-        env["FT_CORE_PATH"] = os.path.abspath(env["FT_CORE_PATH"])
-    return env
 
 
 def last_input(log: pathlib.Path) -> str:

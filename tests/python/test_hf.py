@@ -564,3 +564,22 @@ def test_llama_style_exports_need_every_llama_option():
     m = ft.DTransformer(V, LMAX, 1, 2, 8, 12, positional="rope", H_kv=1, mlp="swiglu", bias=False)  # layer_norm
     with pytest.raises(ValueError, match="norm"):
         ft.to_hf(m)
+
+
+def test_dropout_rates_map_both_ways():
+    """GPT-2's and BERT's dropout sit at ft's places (docs/regularisation.md): from_hf / to_hf map the rates,
+    and refuse what the other side cannot express."""
+    m = ft.from_hf(_gpt2(resid_pdrop=0.1, embd_pdrop=0.2, attn_pdrop=0.3))
+    assert (m.config["embed_dropout"], m.config["attn_dropout"], m.config["resid_dropout"]) == (0.2, 0.3, 0.1)
+    c = ft.to_hf(m).config
+    assert (c.embd_pdrop, c.attn_pdrop, c.resid_pdrop) == (0.2, 0.3, 0.1)
+    b = ft.from_hf(_bert(hidden_dropout_prob=0.15, attention_probs_dropout_prob=0.05))
+    assert (b.config["embed_dropout"], b.config["attn_dropout"], b.config["resid_dropout"]) == (0.15, 0.05, 0.15)
+    c = ft.to_hf(b).config
+    assert (c.hidden_dropout_prob, c.attention_probs_dropout_prob) == (0.15, 0.05)
+    cfg = {k: v for k, v in b.config.items() if k not in ("arch", "embed_dropout")}
+    pos = [cfg.pop(k) for k in ("n_vocab", "l_max", "L", "H", "d_e", "d_mlp", "d_f")]
+    with pytest.raises(ValueError, match="hidden_dropout_prob"):
+        ft.to_hf(ft.ETransformer(*pos, **cfg, embed_dropout=0.3))
+    with pytest.raises(ValueError, match="dropout"):
+        ft.to_torch(m)

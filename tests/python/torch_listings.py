@@ -23,22 +23,25 @@ ATTN = ("W_q", "b_q", "W_k", "b_k", "W_v", "b_v", "W_o", "b_o")
 
 
 # --- Algorithm 4: Ṽ ← Attention(X, Z | W_qkv, Mask) ------------------------------------------------
-def attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask):
-    """X (d_x, ℓ_x), Z (d_z, ℓ_z), mask (ℓ_z, ℓ_x) bool: Mask[t_z, t_x] = token t_x may attend to t_z."""
+def attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, drop=None):
+    """X (d_x, ℓ_x), Z (d_z, ℓ_z), mask (ℓ_z, ℓ_x) bool: Mask[t_z, t_x] = token t_x may attend to t_z.
+    drop: a function applying dropout to the weights (docs/regularisation.md), or None."""
     Q = W_q @ X + b_q[:, None]  # line 1
     K = W_k @ Z + b_k[:, None]  # line 2
     V = W_v @ Z + b_v[:, None]  # line 3
     S = K.T @ Q  # line 4
     S = S.masked_fill(~mask, float("-inf"))  # line 5
-    return V @ torch.softmax(S / math.sqrt(W_q.shape[0]), dim=0)  # line 6 (softmax over each column)
+    A = torch.softmax(S / math.sqrt(W_q.shape[0]), dim=0)  # line 6 (softmax over each column)
+    return V @ (A if drop is None else drop(A))  # line 6 (with dropout on the weights)
 
 
 # --- Algorithm 5: Ṽ ← MHAttention(X, Z | W, Mask), heads stacked on the first axis ------------------
-def mh_attention(X, Z, W, mask):
+def mh_attention(X, Z, W, mask, drop=None):
     """W: dict W_q (H, d_attn, d_x), b_q (H, d_attn), W_k (H, d_attn, d_z), b_k, W_v (H, d_mid, d_z),
-    b_v (H, d_mid), W_o (d_out, H·d_mid), b_o (d_out,)."""
+    b_v (H, d_mid), W_o (d_out, H·d_mid), b_o (d_out,). drop(h): head h's weight dropout, or None."""
     H = W["W_q"].shape[0]
-    Y = torch.cat([attention(X, Z, W["W_q"][h], W["b_q"][h], W["W_k"][h], W["b_k"][h], W["W_v"][h], W["b_v"][h], mask)
+    Y = torch.cat([attention(X, Z, W["W_q"][h], W["b_q"][h], W["W_k"][h], W["b_k"][h], W["W_v"][h], W["b_v"][h], mask,
+                             None if drop is None else drop(h))
                    for h in range(H)], dim=0)  # lines 1–3
     return W["W_o"] @ Y + W["b_o"][:, None]  # line 4
 
@@ -74,34 +77,59 @@ def _attn(p, prefix):
     return {k: p[prefix + k] for k in ATTN}
 
 
+class Drop:
+    """Dropout with given masks (docs/regularisation.md): masks as model.dropout_masks() returns them for ONE
+    sequence (True = kept), rates as model.config (embed_dropout, attn_dropout, resid_dropout). A place without
+    a mask is left alone. Y ⊙ M / (1 − p), written out (not torch's F.dropout)."""
+
+    def __init__(self, masks=None, rates=None):
+        self.masks, self.rates = masks or {}, rates or {}
+
+    def _apply(self, Y, M, p):
+        return Y * torch.as_tensor(np.asarray(M), dtype=Y.dtype) / (1.0 - p)
+
+    def out(self, name, Y, kind="resid"):  # the embeddings ("embed") or a sublayer's output ("resid")
+        if name not in self.masks:
+            return Y
+        return self._apply(Y, self.masks[name], self.rates[kind + "_dropout"])
+
+    def weights(self, name):  # h -> head h's dropout on its attention weights, or None
+        if name not in self.masks:
+            return None
+        M = np.asarray(self.masks[name][0])
+        return lambda h: (lambda A: self._apply(A, M[h], self.rates["attn_dropout"]))
+
+
 # --- Algorithm 10: DTransformer (GPT, pre-LN) -----------------------------------------------------------
-def d_logits(x, p, *, L, norm="layer", gelu="exact", eps=1e-5):
+def d_logits(x, p, *, L, norm="layer", gelu="exact", eps=1e-5, drop=None):
     approx = "tanh" if gelu == "tanh" else "none"
     nrm = (lambda X, g, b: rms_norm(X, p[g], eps)) if norm == "rms" else (lambda X, g, b: layer_norm(X, p[g], p[b], eps))
-    X = _embed(x, p)  # lines 1–3
+    d = drop or Drop()
+    X = d.out("embed", _embed(x, p), "embed")  # lines 1–3 (then dropout)
     mask = _mask_causal(X.shape[1])
     for l in range(L):  # line 4
         q = f"layers.{l}."
         Xt = nrm(X, q + "gamma1", q + "beta1")  # line 5
-        X = X + mh_attention(Xt, Xt, _attn(p, q + "attn."), mask)  # line 6
+        X = X + d.out(q + "attn.out", mh_attention(Xt, Xt, _attn(p, q + "attn."), mask, d.weights(q + "attn.weights")))  # line 6
         Xt = nrm(X, q + "gamma2", q + "beta2")  # line 7
-        X = X + p[q + "W_mlp2"] @ F.gelu(p[q + "W_mlp1"] @ Xt + p[q + "b_mlp1"][:, None], approximate=approx) \
-            + p[q + "b_mlp2"][:, None]  # line 8
+        X = X + d.out(q + "mlp.out", p[q + "W_mlp2"] @ F.gelu(p[q + "W_mlp1"] @ Xt + p[q + "b_mlp1"][:, None], approximate=approx)
+                      + p[q + "b_mlp2"][:, None])  # line 8
     X = nrm(X, "gamma", "beta")  # line 10
     return _W_u(p) @ X  # line 11 (before the softmax)
 
 
 # --- Algorithm 9: ETransformer (BERT, post-LN) ------------------------------------------------------------
-def e_logits(x, p, *, L, gelu="exact", eps=1e-5):
+def e_logits(x, p, *, L, gelu="exact", eps=1e-5, drop=None):
     approx = "tanh" if gelu == "tanh" else "none"
-    X = _embed(x, p)  # lines 1–3
+    d = drop or Drop()
+    X = d.out("embed", _embed(x, p), "embed")  # lines 1–3 (then dropout)
     mask = _mask_full(X.shape[1], X.shape[1])
     for l in range(L):  # line 4
         q = f"layers.{l}."
-        X = X + mh_attention(X, X, _attn(p, q + "attn."), mask)  # line 5
+        X = X + d.out(q + "attn.out", mh_attention(X, X, _attn(p, q + "attn."), mask, d.weights(q + "attn.weights")))  # line 5
         X = layer_norm(X, p[q + "gamma1"], p[q + "beta1"], eps)  # line 6
-        X = X + p[q + "W_mlp2"] @ F.gelu(p[q + "W_mlp1"] @ X + p[q + "b_mlp1"][:, None], approximate=approx) \
-            + p[q + "b_mlp2"][:, None]  # line 7
+        X = X + d.out(q + "mlp.out", p[q + "W_mlp2"] @ F.gelu(p[q + "W_mlp1"] @ X + p[q + "b_mlp1"][:, None], approximate=approx)
+                      + p[q + "b_mlp2"][:, None])  # line 7
         X = layer_norm(X, p[q + "gamma2"], p[q + "beta2"], eps)  # line 8
     X = F.gelu(p["W_f"] @ X + p["b_f"][:, None], approximate=approx)  # line 10
     X = layer_norm(X, p["gamma"], p["beta"], eps)  # line 11
@@ -109,24 +137,26 @@ def e_logits(x, p, *, L, gelu="exact", eps=1e-5):
 
 
 # --- Algorithm 8: EDTransformer (seq2seq, post-LN, ReLU) --------------------------------------------------
-def ed_logits(z, x, p, *, L_enc, L_dec, eps=1e-5):
-    Z = _embed(z, p)  # lines 1–3
+def ed_logits(z, x, p, *, L_enc, L_dec, eps=1e-5, drop=None):
+    d = drop or Drop()
+    Z = d.out("embed.z", _embed(z, p), "embed")  # lines 1–3 (then dropout)
     l_z = Z.shape[1]
     for l in range(L_enc):  # line 4
         q = f"enc.{l}."
-        Z = Z + mh_attention(Z, Z, _attn(p, q + "attn."), _mask_full(l_z, l_z))  # line 5
+        Z = Z + d.out(q + "attn.out", mh_attention(Z, Z, _attn(p, q + "attn."), _mask_full(l_z, l_z), d.weights(q + "attn.weights")))  # line 5
         Z = layer_norm(Z, p[q + "gamma1"], p[q + "beta1"], eps)  # line 6
-        Z = Z + p[q + "W_mlp2"] @ torch.relu(p[q + "W_mlp1"] @ Z + p[q + "b_mlp1"][:, None]) + p[q + "b_mlp2"][:, None]  # line 7
+        Z = Z + d.out(q + "mlp.out", p[q + "W_mlp2"] @ torch.relu(p[q + "W_mlp1"] @ Z + p[q + "b_mlp1"][:, None]) + p[q + "b_mlp2"][:, None])  # line 7
         Z = layer_norm(Z, p[q + "gamma2"], p[q + "beta2"], eps)  # line 8
-    X = _embed(x, p)  # lines 10–12
+    X = d.out("embed.x", _embed(x, p), "embed")  # lines 10–12 (then dropout)
     l_x = X.shape[1]
     for l in range(L_dec):  # line 13
         q = f"dec.{l}."
-        X = X + mh_attention(X, X, _attn(p, q + "attn."), _mask_causal(l_x))  # line 14
+        X = X + d.out(q + "attn.out", mh_attention(X, X, _attn(p, q + "attn."), _mask_causal(l_x), d.weights(q + "attn.weights")))  # line 14
         X = layer_norm(X, p[q + "gamma3"], p[q + "beta3"], eps)  # line 15
-        X = X + mh_attention(X, Z, _attn(p, q + "cross_attn."), _mask_full(l_z, l_x))  # line 16
+        X = X + d.out(q + "cross_attn.out", mh_attention(X, Z, _attn(p, q + "cross_attn."), _mask_full(l_z, l_x),
+                                                         d.weights(q + "cross_attn.weights")))  # line 16
         X = layer_norm(X, p[q + "gamma4"], p[q + "beta4"], eps)  # line 17
-        X = X + p[q + "W_mlp4"] @ torch.relu(p[q + "W_mlp3"] @ X + p[q + "b_mlp3"][:, None]) + p[q + "b_mlp4"][:, None]  # line 18
+        X = X + d.out(q + "mlp.out", p[q + "W_mlp4"] @ torch.relu(p[q + "W_mlp3"] @ X + p[q + "b_mlp3"][:, None]) + p[q + "b_mlp4"][:, None])  # line 18
         X = layer_norm(X, p[q + "gamma5"], p[q + "beta5"], eps)  # line 19
     return _W_u(p) @ X  # line 21 (before the softmax)
 

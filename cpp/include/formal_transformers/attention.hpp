@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "formal_transformers/dropout.hpp"
 #include "formal_transformers/params.hpp"
 #include "formal_transformers/variants.hpp"
 
@@ -84,19 +85,34 @@ private:
     std::vector<std::uint8_t> m_;
 };
 
+// Dropout on one head's attention weights (docs/regularisation.md): line 6 becomes Ṽ ← V · Dropout(A | p, M),
+// the mask drawn from `key` at entries i0, i0+1, … (the head's block of the layer's weights); Ad: [l_z,l_x]
+// receives A ⊙ M / (1 − p) (A keeps the softmax itself, for inspection and for the backward pass).
+template <class T>
+struct HeadDropout {
+    double p = 0;
+    DropoutKey key;
+    std::uint64_t i0 = 0;
+    T* Ad = nullptr;
+    std::uint8_t* keep = nullptr;
+};
+
 // Algorithm 4, lines 4–6, for one head of one sequence:
 //   S ← Kᵀ Q / √d_attn (line 4, scaled); masked S ← −∞ (line 5); A ← softmax(S) and Ṽ ← V A (line 6).
 // Q:[d_attn,l_x], K:[d_attn,l_z], V:[d_v,l_z] -> A:[l_z,l_x] (kept for backward), Vt:[d_v,l_x].
 // q0 is the absolute position of Q's first column (0, or the prefix length when decoding with a cache).
 // alibi_slope m ≠ 0: line 6 is V2's line 6′, softmax(S/√d_attn − m D) (variants.hpp).
+// drop: dropout on A before the product of line 6 (null: none, the listing).
 template <class T>
 void attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const Mask& mask, index_t q0, MatView<T> A,
-                    MatView<T> Vt, double alibi_slope = 0);
+                    MatView<T> Vt, double alibi_slope = 0, const HeadDropout<T>* drop = nullptr);
 // Backward of attention_head, given dṼ:[d_v,l_x]. Accumulates dQ += K dS/√d, dK += Q dSᵀ/√d,
 // dV += dṼ Aᵀ, with dS = softmax'(A)(Vᵀ dṼ) per column. dA:[l_z,l_x] is scratch.
+// With dropout (keep non-null): Ad = A ⊙ M/(1−p) replaces A in dV, and Vᵀ dṼ passes D2 before softmax'.
 template <class T>
 void attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> A, CMatView<T> dVt,
-                             MatView<T> dQ, MatView<T> dK, MatView<T> dV, MatView<T> dA);
+                             MatView<T> dQ, MatView<T> dK, MatView<T> dV, MatView<T> dA, const T* Ad = nullptr,
+                             const std::uint8_t* keep = nullptr, double p = 0);
 
 // Explicit bool masks as the free functions ft.bidirectional_mask / ft.unidirectional_mask return them.
 std::vector<std::uint8_t> bidirectional_mask(index_t l_z, index_t l_x);
@@ -176,6 +192,10 @@ struct MHAttentionCache {
     Matrix<T> W_qkv;  // [2·H·d_attn + H·d_mid, d_x]  a copy of θ's W_q, W_k, W_v stacked (fused only)
     Vector<T> b_qkv;  // [2·H·d_attn + H·d_mid]
     CMatView<T> Qv, Kv, Vv;  // Q, K, V as used: views of Q/K/V, or row blocks of QKV
+    // Dropout on the weights (training only; docs/regularisation.md): the mask of every entry of A and
+    // Ad = A ⊙ M / (1 − p), the weights line 6 multiplied V with. A stays softmax(S/√d_attn).
+    DropoutMask drop;
+    std::vector<T> Ad;
 };
 // Backward scratch; one can serve every layer of a model (used one layer at a time).
 template <class T>
@@ -204,8 +224,10 @@ public:
 
     // X:[d_x,n_x] (sequences sx), Z:[d_z,n_z] (sequences sz, same count) -> Vt:[d_out,n_x]
     // accumulate: Vt += Ṽ (the residual update X ← X + MHAttention(…) of the architectures, in place)
+    // drop (training): dropout at rate drop->attn on every head's weights, keyed drop->key(place)
     void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
-                 MatView<T> Vt, MHAttentionCache<T>& c, bool accumulate = false) const;
+                 MatView<T> Vt, MHAttentionCache<T>& c, bool accumulate = false, const Dropout* drop = nullptr,
+                 std::uint64_t place = 0) const;
     // dṼ:[d_out,n_x] -> dX += ..., dZ += ... (dX may alias dZ when X is Z), parameter gradients += ...
     void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
                   const MHAttentionCache<T>& c, CMatView<T> dVt, MatView<T> dX, MatView<T> dZ,

@@ -102,6 +102,11 @@ struct ModelConfig {
     bool bias = true;
     enum class Mlp { Standard, SwiGLU } mlp = Mlp::Standard;
     double rope_theta = 10000.0;
+    // Dropout (docs/regularisation.md; training only): rates after the embedding sum (line 3; Alg 8 lines 3
+    // and 12; after BERT's embedding layer_norm), on the attention weights (Alg 4 line 6, after the softmax)
+    // and on each sublayer's output before the residual add. 0: the listings bit for bit.
+    double embed_dropout = 0, attn_dropout = 0, resid_dropout = 0;
+    bool has_dropout() const { return embed_dropout > 0 || attn_dropout > 0 || resid_dropout > 0; }
 
     index_t mask_token() const { return n_vocab - 3; }
     index_t bos_token() const { return n_vocab - 2; }
@@ -175,6 +180,7 @@ struct BackwardWork {
     Matrix<T> dZ;     // ED: gradient of the encoded context
     Matrix<T> dH;     // MLP hidden gradient
     Matrix<T> dHead;  // gradient of the last listing line's input (before the unembedding)
+    Matrix<T> dR;     // dropout: ∂loss/∂(a sublayer's output) through the mask (D2)
     MHAttentionWork<T> attn;
     Matrix<T> Xsel, dXsel, logits;
     std::vector<index_t> cols, targets;
@@ -206,11 +212,16 @@ public:
         NormCache<T> norm_gamma2;  // line 7's layer_norm(· | γ², β²)
         Matrix<T> Xt_mlp;          // [d_e, n] line 7: X̃ ← layer_norm(X | γ², β²), the MLP's input
         MLPCache<T> mlp;           // line 8
+        // dropout (training): masks of the sublayer outputs of lines 6 and 8; R: scratch of a sublayer's output
+        DropoutMask drop_attn, drop_mlp;
+        Matrix<T> R;
     };
     PreLNDecoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& prefix);
     void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
-    // lines 5–8: X:[d_e,n] (sequences s) -> X_out:[d_e,n] (the next layer's X)
-    void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a) const;
+    // lines 5–8: X:[d_e,n] (sequences s) -> X_out:[d_e,n] (the next layer's X). drop (training): dropout on the
+    // attention weights and on the outputs of lines 6 and 8 before their residual adds, keyed by place0 | site
+    void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a,
+                 const Dropout* drop = nullptr, std::uint64_t place0 = 0) const;
     // from w.P = ∂loss/∂X_out, leaves w.P = ∂loss/∂X; parameter gradients +=
     void backward(ParamStore<T>& store, const Seqs& s, const Acts& a, BackwardWork<T>& w) const;
     // lines 5–8 for the columns of X (in place) at positions q0, q0+1, … over the keys and values in kv
@@ -235,11 +246,14 @@ public:
         MLPCache<T> mlp;           // line 7
         Matrix<T> X_mlp;           // [d_e, n] line 7: X ← X + W_mlp2 φ(W_mlp1 X + b_mlp1 1ᵀ) + b_mlp2 1ᵀ
         NormCache<T> norm_gamma2;  // line 8's layer_norm(· | γ_l², β_l²)
+        DropoutMask drop_attn, drop_mlp;  // dropout (training): the outputs of lines 5 and 7
+        Matrix<T> R;
     };
     PostLNEncoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& prefix);
     void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
-    // lines 5–8: X:[d_e,n] -> X_out
-    void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a) const;
+    // lines 5–8: X:[d_e,n] -> X_out (drop as PreLNDecoderBlock)
+    void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a,
+                 const Dropout* drop = nullptr, std::uint64_t place0 = 0) const;
     // X: the block's input of that forward; from w.P = ∂loss/∂X_out, leaves w.P = ∂loss/∂X
     void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s, const Acts& a, BackwardWork<T>& w) const;
 
@@ -265,12 +279,14 @@ public:
         MLPCache<T> mlp;                 // line 18
         Matrix<T> X_mlp;                 // [d_e, n_x] line 18: X ← X + W_mlp4 ReLU(W_mlp3 X + b_mlp3 1ᵀ) + b_mlp4 1ᵀ
         NormCache<T> norm_gamma5;        // line 19's layer_norm(· | γ_l⁵, β_l⁵)
+        DropoutMask drop_self, drop_cross, drop_mlp;  // dropout (training): the outputs of lines 14, 16, 18
+        Matrix<T> R;
     };
     PostLNDecoderBlock(const ModelConfig& c, ParamStore<T>& store, const std::string& prefix);
     void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
     // lines 14–19: X:[d_e,n_x] (sequences sx), the encoded context Z:[d_e,n_z] (sequences sz) -> X_out
     void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
-                 MatView<T> X_out, Acts& a) const;
+                 MatView<T> X_out, Acts& a, const Dropout* drop = nullptr, std::uint64_t place0 = 0) const;
     // from w.P = ∂loss/∂X_out, leaves w.P = ∂loss/∂X and adds ∂loss/∂Z into dZ
     void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz, const Acts& a,
                   MatView<T> dZ, BackwardWork<T>& w) const;
@@ -332,6 +348,23 @@ public:
     virtual index_t layers(AttentionKind kind) const = 0;
     virtual const char* arch_name() const = 0;
 
+    // Dropout (docs/regularisation.md). Only the training forward of loss_and_grad (and so the trainers) drops;
+    // its masks are keyed by (cfg.seed, dropout_step, place, entry), and each completed loss_and_grad advances
+    // dropout_step by one: setting it back replays the same masks.
+    std::uint64_t dropout_step = 0;
+    // The masks of the last forward (those with a rate > 0; none after an evaluating forward): name, mask,
+    // and for attention weights the attention (kind, layer) whose A they cover (attention_weights' layout).
+    struct MaskRef {
+        std::string name;
+        const DropoutMask* mask;
+        bool weights;
+        AttentionKind kind;
+        index_t layer;
+        const T* A0;  // weights: the start of the attention's A (attention_weights(...).data − A0: the offset)
+    };
+    const LastForward& last_forward() const { return last_; }
+    virtual std::vector<MaskRef> dropout_masks() const = 0;
+
 protected:
     // A model's input: z the context (ED), x the tokens (x̃ for E), x_orig the originals of x̃ (E).
     struct Batch {
@@ -357,6 +390,9 @@ protected:
     // lines 1–3 of every listing: X[:, t] = W_e[:, x[t]] + W_p[:, t] per sequence
     void embed(const Tokens& x, Matrix<T>& X) const;
     void embed_backward(const Tokens& x, CMatView<T> dX);
+    // dropout after line 3 (training; else the mask is cleared) and its backward (D2 on dX in place)
+    void embed_dropout(Matrix<T>& X, DropSite site, DropoutMask& m) const;
+    void embed_dropout_backward(const DropoutMask& m, MatView<T> dX) const;
     // −Σ log softmax(W_u X[:, col])[target] over the given columns, and (if dX) its gradient:
     // dW_u (or dW_e when tied) += …, dX[:, col] += W_uᵀ dZ[:, col]
     double head_loss(CMatView<T> X, const std::vector<index_t>& cols, const std::vector<index_t>& targets,
@@ -364,6 +400,8 @@ protected:
 
     LastForward last_;
     BackwardWork<T> work_;
+    const Dropout* train_ = nullptr;  // set during loss_and_grad's forward when the model has a dropout rate
+    DropoutMask drop_embed_;          // line 3's X (ED: the decoder's X of line 12)
 };
 
 // Algorithm 10.
@@ -419,6 +457,7 @@ private:
     void run_backward(const typename Model<T>::Batch& in, BackwardWork<T>& w) override;
     void score(const typename Model<T>::Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const override;
     const MHAttentionCache<T>& attention_cache(AttentionKind, index_t l) const override { return acts_[std::size_t(l)].attn; }
+    std::vector<typename Model<T>::MaskRef> dropout_masks() const override;
     std::vector<typename PreLNDecoderBlock<T>::Acts> acts_;
     std::vector<Matrix<T>> stream_;  // [L+1] residual stream between layers
     Matrix<T> Xf_;                   // line 10's output
@@ -461,6 +500,7 @@ private:
     void run_backward(const typename Model<T>::Batch& in, BackwardWork<T>& w) override;
     void score(const typename Model<T>::Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const override;
     const MHAttentionCache<T>& attention_cache(AttentionKind, index_t l) const override { return acts_[std::size_t(l)].attn; }
+    std::vector<typename Model<T>::MaskRef> dropout_masks() const override;
     Activation gelu() const { return cfg.gelu == Gelu::Tanh ? Activation::GeluTanh : Activation::Gelu; }
     std::vector<typename PostLNEncoderBlock<T>::Acts> acts_;
     std::vector<Matrix<T>> stream_;  // [L+1]
@@ -506,8 +546,12 @@ public:
 
 private:
     // lines 1–9 into the given activations (the model's own for forward, a Decoder's for encode)
+    // drop (training): dropout after line 3 into embed_mask and in every layer
     void encoder_forward(const Tokens& z, std::vector<typename PostLNEncoderBlock<T>::Acts>& acts,
-                         std::vector<Matrix<T>>& stream) const;
+                         std::vector<Matrix<T>>& stream, const Dropout* drop = nullptr,
+                         DropoutMask* embed_mask = nullptr) const;
+    std::vector<typename Model<T>::MaskRef> dropout_masks() const override;
+    DropoutMask drop_embed_z_;  // line 3's Z
     void run_forward(const typename Model<T>::Batch& in) override { forward(*in.z, *in.x); }
     void run_backward(const typename Model<T>::Batch& in, BackwardWork<T>& w) override;
     void score(const typename Model<T>::Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const override;

@@ -1,0 +1,74 @@
+// Dropout (Srivastava et al. 2014, "Dropout: a simple way to prevent neural networks from overfitting";
+// its places in the transformer: Vaswani et al. 2017 §5.4), inverted, with its backward pass. Beyond the
+// paper's listings (its §8 names regularisation); docs/regularisation.md "Dropout" has the listing and the
+// table of places against Algorithms 8, 9, 10.
+//
+// Algorithm D1: Ỹ ← Dropout(Y | p, M)
+//   Input: Y ∈ R^{d×ℓ}, a matrix of activations.
+//   Output: Ỹ ∈ R^{d×ℓ}, Y with a random part of its entries zeroed and the rest scaled up.
+//   Hyperparameters: p ∈ [0, 1), the dropout rate; the random mask M ∈ {0, 1}^{d×ℓ}.
+//   1  for i ∈ [d], t ∈ [ℓ]: M[i, t] ← [[u_{i,t} ≥ p]],  u_{i,t} ~ Uniform[0, 1) independently
+//   2  return Ỹ = Y ⊙ M / (1 − p)
+//
+// Algorithm D2: dY ← DropoutBackward(dỸ | p, M)
+//   1  return dY = dỸ ⊙ M / (1 − p)
+//
+// In training (loss_and_grad, the trainers) only; everything else (model(x), loss, inference) runs the
+// listings unchanged, which equals the expectation of line 2 over M (E[M/(1−p)] = 1). p = 0: no mask is
+// drawn and nothing is computed (the listings bit for bit).
+//
+// The random numbers u are counter-based: u = splitmix64 of (seed, step, place, element index) (Steele,
+// Lea & Flood 2014's finaliser), so a mask depends only on the model's seed, its dropout step (a counter
+// of training forwards, readable and settable: a run replays exactly), the place (which matrix of which
+// layer) and the entry's index in that matrix, never on threads or on the order of evaluation.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "formal_transformers/common.hpp"
+
+namespace ft {
+
+// The stream of one matrix of one training forward.
+struct DropoutKey {
+    std::uint64_t seed = 0, step = 0, place = 0;
+};
+// Places: which matrix of which layer (group: 0 the embeddings, 1 D/E's layers or ED's encoder layers, 2 ED's
+// decoder layers; site: what the mask is applied to).
+enum class DropSite : std::uint64_t { EmbedX = 0, EmbedZ = 1, SelfWeights = 2, SelfOut = 3, CrossWeights = 4, CrossOut = 5, MlpOut = 6 };
+inline std::uint64_t drop_place(std::uint64_t group, std::uint64_t layer, DropSite site) {
+    return (group << 48) | (layer << 8) | std::uint64_t(site);
+}
+// u_{i} ∈ [0, 1) (53 bits) of entry i of the keyed matrix (line 1)
+double dropout_uniform(const DropoutKey& k, std::uint64_t i);
+
+// A mask of one training forward, kept for the backward pass: rate p (0: no dropout here) and keep[i] = M[i].
+struct DropoutMask {
+    double p = 0;
+    std::vector<std::uint8_t> keep;
+    bool active() const { return p > 0; }
+};
+
+// Lines 1–2 on n contiguous entries y (entries i0, i0+1, … of the keyed matrix): draws keep[0..n) and
+// scales in place. p must be in (0, 1).
+template <class T>
+void dropout_forward(double p, const DropoutKey& k, std::uint64_t i0, T* y, index_t n, std::uint8_t* keep);
+// D2 in place: dy ← dy ⊙ keep / (1 − p)
+template <class T>
+void dropout_backward(double p, const std::uint8_t* keep, T* dy, index_t n);
+
+// The rates of one training forward and the key of its masks; null (no Dropout) in evaluation.
+struct Dropout {
+    double embed = 0, attn = 0, resid = 0;  // after the embedding sum; on attention weights; on sublayer outputs
+    std::uint64_t seed = 0, step = 0;
+    DropoutKey key(std::uint64_t place) const { return {seed, step, place}; }
+    // Line 1–2 on a whole matrix m (contiguous), keeping the mask in `mask`; p = 0 leaves m and clears mask.
+    template <class T>
+    void apply(double p, std::uint64_t place, MatView<T> m, DropoutMask& mask) const;
+};
+
+// The rates the model was built with (ModelConfig) checked: each in [0, 1), ValueError naming the option.
+void check_dropout_rate(double p, const char* name);
+
+}  // namespace ft

@@ -1,0 +1,77 @@
+// Dropout (Algorithms D1, D2 of docs/regularisation.md; Srivastava et al. 2014), forward and backward.
+//
+// Algorithm D1: Ỹ ← Dropout(Y | p, M)
+//   1  for i ∈ [d], t ∈ [ℓ]: M[i, t] ← [[u_{i,t} ≥ p]],  u_{i,t} ~ Uniform[0, 1) independently
+//   2  return Ỹ = Y ⊙ M / (1 − p)
+// Algorithm D2: dY ← DropoutBackward(dỸ | p, M)
+//   1  return dY = dỸ ⊙ M / (1 − p)
+#include "formal_transformers/dropout.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "formal_transformers/sizes.hpp"
+
+namespace ft {
+
+namespace {
+// splitmix64's finaliser (a bijection of 64-bit words with full avalanche)
+inline std::uint64_t mix64(std::uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+constexpr std::uint64_t golden = 0x9e3779b97f4a7c15ULL;
+inline std::uint64_t stream_of(const DropoutKey& k) {
+    return mix64(mix64(mix64(k.seed + golden) ^ (k.step + 2 * golden)) ^ (k.place + 3 * golden));
+}
+// entry i of a stream: splitmix64's i-th output from state s
+inline double uniform_at(std::uint64_t s, std::uint64_t i) { return double(mix64(s + (i + 1) * golden) >> 11) * 0x1.0p-53; }
+}  // namespace
+
+double dropout_uniform(const DropoutKey& k, std::uint64_t i) { return uniform_at(stream_of(k), i); }
+
+template <class T>
+void dropout_forward(double p, const DropoutKey& k, std::uint64_t i0, T* y, index_t n, std::uint8_t* keep) {
+    const std::uint64_t s = stream_of(k);
+    const T scale = T(1.0 / (1.0 - p));
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (index_t i = 0; i < n; ++i) {
+        const bool kept = uniform_at(s, i0 + std::uint64_t(i)) >= p;  // line 1: M = [[u ≥ p]]
+        keep[i] = kept;
+        y[i] = kept ? y[i] * scale : T(0);                             // line 2: Ỹ = Y ⊙ M / (1 − p)
+    }
+}
+
+template <class T>
+void dropout_backward(double p, const std::uint8_t* keep, T* dy, index_t n) {
+    const T scale = T(1.0 / (1.0 - p));
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (index_t i = 0; i < n; ++i) dy[i] = keep[i] ? dy[i] * scale : T(0);  // D2 line 1: dY = dỸ ⊙ M / (1 − p)
+}
+
+template <class T>
+void Dropout::apply(double p, std::uint64_t place, MatView<T> m, DropoutMask& mask) const {
+    mask.p = p;
+    if (!(p > 0)) {
+        mask.keep.clear();
+        return;
+    }
+    FT_CHECK(m.contiguous(), "dropout on a strided matrix");
+    mask.keep.resize(std::size_t(check_bytes(m.size(), 1, "dropout mask")));
+    dropout_forward<T>(p, key(place), 0, m.data, m.size(), mask.keep.data());
+}
+
+void check_dropout_rate(double p, const char* name) {
+    if (!(p >= 0 && p < 1))  // NaN fails too
+        throw ValueError(std::string(name) + " must be in [0, 1) (a dropout rate), got " + std::to_string(p));
+}
+
+template void dropout_forward<float>(double, const DropoutKey&, std::uint64_t, float*, index_t, std::uint8_t*);
+template void dropout_forward<double>(double, const DropoutKey&, std::uint64_t, double*, index_t, std::uint8_t*);
+template void dropout_backward<float>(double, const std::uint8_t*, float*, index_t);
+template void dropout_backward<double>(double, const std::uint8_t*, double*, index_t);
+template void Dropout::apply<float>(double, std::uint64_t, MatView<float>, DropoutMask&) const;
+template void Dropout::apply<double>(double, std::uint64_t, MatView<double>, DropoutMask&) const;
+
+}  // namespace ft
