@@ -369,6 +369,9 @@ TEST(Dropout, MaskFractionScalingAndBackward) {
     std::vector<std::uint8_t> k2(10);
     dropout_forward<double>(p, DropoutKey{1, 2, 3}, 500, y2.data(), 10, k2.data());
     for (index_t i = 0; i < 10; ++i) ASSERT_EQ(k2[std::size_t(i)], keep[std::size_t(500 + i)]);
+    // line 1 as written: M[i] = [[u_i ≥ p]] with u_i = dropout_uniform(key, i) (the kernel compares in integers)
+    for (index_t i = 0; i < 2000; ++i)
+        ASSERT_EQ(keep[std::size_t(i)] != 0, dropout_uniform(DropoutKey{1, 2, 3}, std::uint64_t(i)) >= p) << i;
     EXPECT_THROW(check_dropout_rate(1.0, "dropout"), ValueError);
     EXPECT_THROW(check_dropout_rate(std::nan(""), "dropout"), ValueError);
 }

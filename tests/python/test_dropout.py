@@ -448,7 +448,6 @@ def test_bad_dropout_step():
 def test_cli_train_dropout_and_resume_keeps_the_counter(tmp_path):
     """`python -m formal_transformers train --dropout p`: the model drops at p; a resumed run continues the
     mask stream (dropout_step saved with the model) instead of replaying the first steps' masks."""
-    import os
     import subprocess
     import sys
 

@@ -24,6 +24,11 @@ public:
     explicit SGD(double lr);
     // θ ← θ − lr · g over the trainable ranges (g: a flat gradient buffer of store.size(); lr < 0: use lr)
     void step(ParamStore<T>& store, const T* g, double lr_now = -1) const;
+    // θ ← θ − lr · ∇ of anything holding a ParamStore `store` (a model, a unit) with its own gradient
+    template <class M>
+    void step(M& model) const {
+        step(model.store, model.store.grad());
+    }
     double lr;
 };
 
@@ -36,6 +41,11 @@ public:
     // One step with the flat gradient g (store.size() entries); the first step sizes m and v to the store.
     // ValueError if later called with a store of another size.
     void step(ParamStore<T>& store, const T* g, double lr_now = -1);
+    // One step of anything holding a ParamStore `store` (a model, a unit) with its own gradient (grads())
+    template <class M>
+    void step(M& model) {
+        step(model.store, model.store.grad());
+    }
     void reset();
 
     double lr, beta1, beta2, eps, weight_decay;
