@@ -2,7 +2,7 @@
 #pragma once
 
 #include "bind.hpp"
-#include "formal_transformers/optim.hpp"
+#include "formal_transformers/training.hpp"
 
 namespace ftpy {
 
@@ -36,12 +36,8 @@ struct SGDPy {
 template <class T>
 std::function<void(ft::ParamStore<T>&, const T*, double)> update_rule(const py::object& optimizer, const py::object& owner,
                                                                      ft::ParamStore<T>& store) {
-    if (py::isinstance<AdamPy>(optimizer)) {
-        ft::Adam<T>* adam = &optimizer.cast<AdamPy&>().get(owner, store);
-        return [adam](ft::ParamStore<T>& s, const T* g, double lr) { adam->step(s, g, lr); };
-    }
-    if (py::isinstance<SGDPy>(optimizer))
-        return [](ft::ParamStore<T>& s, const T* g, double lr) { ft::SGD<T>(lr).step(s, g); };
+    if (py::isinstance<AdamPy>(optimizer)) return ft::update_rule(optimizer.cast<AdamPy&>().get(owner, store));
+    if (py::isinstance<SGDPy>(optimizer)) return ft::update_rule(ft::SGD<T>(0.0));
     throw ft::TypeError("optimizer must be 'adam', 'sgd', an ft.Adam or an ft.SGD");
 }
 

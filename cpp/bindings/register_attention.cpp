@@ -6,19 +6,12 @@
 #include <utility>
 
 #include "bind.hpp"
-#include "formal_transformers/attention.hpp"
+#include "formal_transformers/units.hpp"
 
 namespace ftpy {
 
 namespace {
 std::string type_name(const py::handle& o) { return py::str(py::type::handle_of(o).attr("__name__")).cast<std::string>(); }
-
-// W ~ N(0, 1/fan_in) with fan_in = the matrix's number of columns (stacked heads: the columns of one head's
-// block, the same). Draws in declaration order, so with equal fan-ins this is exactly the core's init().
-template <class T>
-void init_fan_in(ft::ParamStore<T>& store, const ft::MatParam& W, ft::Rng& rng) {
-    store.normal(W.offset, W.rows * W.cols, 1.0 / std::sqrt(double(W.cols)), rng);
-}
 
 // The Mask hyperparameter of Algorithm 4: "bidirectional", "unidirectional", or a bool array (l_z, l_x).
 ft::Mask parse_mask(const py::handle& mask) {
@@ -65,188 +58,106 @@ std::string mask_repr(const ft::Mask& mask) {
     return "'" + py::str(mask_object(mask)).cast<std::string>() + "'";
 }
 
-// A saved copy of an input (the user may mutate their array between the call and backward()).
-template <class T>
-void save_copy(ft::Matrix<T>& dst, ft::CMatView<T> src) {
-    ft::MatView<T> d = ft::ensure(dst, src.rows, src.cols);
-    for (index_t j = 0; j < src.cols; ++j) std::copy(src.col(j), src.col(j) + src.rows, d.col(j));
-}
-
 template <class T>
 py::array zeros(index_t rows, index_t cols) {
-    auto a = out_matrix<T>(rows, cols);
-    std::fill(a.mutable_data(), a.mutable_data() + rows * cols, T(0));
-    return std::move(a);
+    return out_matrix<T>(rows, cols);  // the core overwrites gradients
 }
 
 // ----------------------------------------------------------------------------------------------------
-// Algorithm 3 with its own θ; the core's cache keeps copies of e and E.
+// The stand-alone components are the core's (units.hpp); here only numpy in and out.
 template <class T>
-struct BasicAttentionUnit {
-    ft::ParamStore<T> store;
-    ft::BasicAttention<T> att;
-    ft::BasicAttentionCache<T> cache;
-    index_t last_T = -1;
-
-    BasicAttentionUnit(index_t d_in, index_t d_attn, index_t d_out, std::uint64_t seed) : att(d_in, d_attn, d_out, store) {
-        store.allocate();
-        ft::Rng rng(seed);
-        att.init(store, rng, 1.0 / std::sqrt(double(d_in)));  // every weight matrix has fan_in = d_in; biases 0
-    }
-
-    py::array call(const py::handle& e, const py::handle& E) {
-        InMatrix<T> ei = in_matrix<T>(e, "e", att.d_in, true, "d_in");
-        if (ei.m.cols != 1)
-            throw ft::ValueError("e must be one token vector (d_in,) = (" + std::to_string(att.d_in) + ",), got " +
-                                 std::to_string(ei.m.cols) + " columns");
-        InMatrix<T> Ei = in_matrix<T>(E, "E", att.d_in, false, "d_in");
-        auto out = out_matrix<T>(att.d_out, 1);
-        last_T = -1;
-        {
-            CoreCall nogil;
-            att.forward(store, ei.m.data, Ei.m, out.mutable_data(), cache);
-        }
-        last_T = Ei.m.cols;
-        return maybe_vector(out, true);
-    }
-
-    py::tuple backward(const py::handle& dv) {
-        if (last_T < 0) throw ft::ValueError("backward() called before any forward call");
-        InMatrix<T> d = in_matrix<T>(dv, "dv", att.d_out, true, "d_out");
-        if (d.m.cols != 1) throw ft::ValueError("dv must be one vector (d_out,), got " + std::to_string(d.m.cols) + " columns");
-        py::array de = zeros<T>(att.d_in, 1), dE = zeros<T>(att.d_in, last_T);
-        {
-            CoreCall nogil;
-            att.backward(store, cache, d.m.data, static_cast<T*>(de.mutable_data()),
-                         ft::MatView<T>(static_cast<T*>(dE.mutable_data()), att.d_in, last_T));
-        }
-        return py::make_tuple(maybe_vector(de, true), dE);
-    }
-
-    py::object weights() const {
-        if (last_T < 0) return py::none();
-        return py::array_t<T>({py::ssize_t(last_T)}, cache.alpha.data());  // a copy
-    }
-};
-
-// Algorithms 4 and 5 as stand-alone objects: their own θ, copies of the last call's X and Z (the user may
-// change their arrays before backward()), and the layer's activations. Only the layer type differs.
-struct NoWork {};
-
-template <class T, class Layer, class Cache, class Work>
-struct XZUnit {
-    ft::ParamStore<T> store;
-    Layer att;
-    Cache cache;
-    Work work;
-    ft::Matrix<T> X, Z;
-    index_t l_x = -1, l_z = -1;
-
-    template <class... A>
-    explicit XZUnit(A&&... hyper) : att(std::forward<A>(hyper)..., store) {
-        store.allocate();
-    }
-    // MHAttention with the variants of docs/variants.md
-    template <class... A>
-    explicit XZUnit(const ft::AttnVariant& v, A&&... hyper) : att(std::forward<A>(hyper)..., store, "", v) {
-        store.allocate();
-    }
-
-    py::array call(const py::handle& Xo, const py::handle& Zo) {
-        InMatrix<T> x = in_matrix<T>(Xo, "X", att.d_x, false, "d_x");
-        InMatrix<T> z = Zo.is_none() ? in_matrix<T>(Xo, "Z (= X, self-attention)", att.d_z, false, "d_z")
-                                     : in_matrix<T>(Zo, "Z", att.d_z, false, "d_z");
-        att.mask.check(z.m.cols, x.m.cols, 0, /*exact=*/true);  // an explicit mask fixes (l_z, l_x)
-        const index_t nx = x.m.cols, nz = z.m.cols;
-        auto out = out_matrix<T>(att.d_out, nx);
-        l_x = l_z = -1;  // nothing valid to differentiate until this call completes
-        {
-            CoreCall nogil;
-            save_copy(X, x.m);
-            save_copy(Z, z.m);
-            att.forward(store, ft::view(X), ft::Seqs::single(nx), ft::view(Z), ft::Seqs::single(nz),
-                        ft::MatView<T>(out.mutable_data(), att.d_out, nx), cache);
-        }
-        l_x = nx;
-        l_z = nz;
-        return std::move(out);
-    }
-
-    py::tuple backward(const py::handle& dY) {
-        if (l_x < 0) throw ft::ValueError("backward() called before any forward call");
-        InMatrix<T> d = in_matrix<T>(dY, "dY", att.d_out, false, "d_out");
-        if (d.m.cols != l_x)
-            throw ft::ValueError("dY has " + std::to_string(d.m.cols) + " columns but the last call had l_x = " +
-                                 std::to_string(l_x));
-        py::array dX = zeros<T>(att.d_x, l_x), dZ = zeros<T>(att.d_z, l_z);
-        {
-            CoreCall nogil;
-            const auto sx = ft::Seqs::single(l_x), sz = ft::Seqs::single(l_z);
-            ft::MatView<T> gX(static_cast<T*>(dX.mutable_data()), att.d_x, l_x);
-            ft::MatView<T> gZ(static_cast<T*>(dZ.mutable_data()), att.d_z, l_z);
-            if constexpr (std::is_same_v<Work, NoWork>)
-                att.backward(store, ft::view(X), sx, ft::view(Z), sz, cache, d.m, gX, gZ);
-            else
-                att.backward(store, ft::view(X), sx, ft::view(Z), sz, cache, d.m, gX, gZ, work);
-        }
-        return py::make_tuple(dX, dZ);
-    }
-};
-
-// Algorithm 4
+using BasicAttentionUnit = ft::unit::BasicAttention<T>;
 template <class T>
-struct AttentionUnit : XZUnit<T, ft::Attention<T>, ft::AttentionCache<T>, NoWork> {
-    AttentionUnit(index_t d_x, index_t d_z, index_t d_attn, index_t d_out, ft::Mask mask, std::uint64_t seed)
-        : XZUnit<T, ft::Attention<T>, ft::AttentionCache<T>, NoWork>(d_x, d_z, d_attn, d_out, std::move(mask)) {
-        ft::Rng rng(seed);
-        for (const ft::MatParam* W : {&this->att.W_q, &this->att.W_k, &this->att.W_v})
-            init_fan_in(this->store, *W, rng);  // biases stay 0
-    }
-
-    py::object weights() const {
-        const index_t l_x = this->l_x, l_z = this->l_z;
-        if (l_x < 0) return py::none();
-        const py::ssize_t s = py::ssize_t(sizeof(T));
-        return py::array_t<T>({py::ssize_t(l_z), py::ssize_t(l_x)}, {s, s * l_z}, this->cache.A.data());  // a copy
-    }
-};
-
-// Algorithm 5 (heads stacked as docs/api.md shows them)
+using AttentionUnit = ft::unit::Attention<T>;
 template <class T>
-struct MHAttentionUnit : XZUnit<T, ft::MHAttention<T>, ft::MHAttentionCache<T>, ft::MHAttentionWork<T>> {
-    MHAttentionUnit(index_t H, index_t d_x, index_t d_z, index_t d_attn, index_t d_mid, index_t d_out, ft::Mask mask,
-                    std::uint64_t seed, const ft::AttnVariant& v = ft::AttnVariant())
-        : XZUnit<T, ft::MHAttention<T>, ft::MHAttentionCache<T>, ft::MHAttentionWork<T>>(v, H, d_x, d_z, d_attn, d_mid,
-                                                                                       d_out, std::move(mask)) {
-        ft::Rng rng(seed);
-        for (const ft::MatParam* W : {&this->att.W_q, &this->att.W_k, &this->att.W_v, &this->att.W_o})
-            init_fan_in(this->store, *W, rng);  // biases 0
-    }
+using MHAttentionUnit = ft::unit::MHAttention<T>;
 
-    py::object weights() const {
-        const index_t l_x = this->l_x, l_z = this->l_z;
-        if (l_x < 0) return py::none();
-        // head h's block is a column-major [l_z, l_x] matrix at offset h·l_z·l_x (one sequence)
-        const py::ssize_t s = py::ssize_t(sizeof(T));
-        return py::array_t<T>({py::ssize_t(this->att.H), py::ssize_t(l_z), py::ssize_t(l_x)}, {s * l_z * l_x, s, s * l_z},
-                              this->cache.A.data());  // a copy
+template <class T>
+py::object call_unit(ft::unit::BasicAttention<T>& u, const py::handle& e, const py::handle& E) {
+    InMatrix<T> ei = in_matrix<T>(e, "e", u.att.d_in, true, "d_in");
+    InMatrix<T> Ei = in_matrix<T>(E, "E", u.att.d_in, false, "d_in");
+    auto out = out_matrix<T>(u.att.d_out, 1);
+    {
+        CoreCall nogil;
+        u.forward(ei.m, Ei.m, out.mutable_data());
     }
-};
+    return maybe_vector(out, true);
+}
+template <class T>
+py::object backward_unit(ft::unit::BasicAttention<T>& u, const py::handle& dv) {
+    InMatrix<T> d = in_matrix<T>(dv, "dv", u.att.d_out, true, "d_out");
+    const index_t T_ = std::max<index_t>(u.last_T(), 0);
+    py::array de = zeros<T>(u.att.d_in, 1), dE = zeros<T>(u.att.d_in, T_);
+    {
+        CoreCall nogil;
+        u.backward(d.m, static_cast<T*>(de.mutable_data()), ft::MatView<T>(static_cast<T*>(dE.mutable_data()), u.att.d_in, T_));
+    }
+    return py::make_tuple(maybe_vector(de, true), dE);
+}
+template <class T>
+py::object weights_unit(const ft::unit::BasicAttention<T>& u) {
+    auto w = u.weights();
+    if (!w) return py::none();
+    return py::array_t<T>({py::ssize_t(w->size())}, w->data());  // a copy
+}
+
+// Algorithms 4 and 5: X (Z omitted: Z = X) -> Ṽ; dY -> (dX, dZ).
+template <class U>
+py::object call_unit(U& u, const py::handle& Xo, const py::handle& Zo) {
+    using T = typename decltype(u.store)::value_type;
+    InMatrix<T> x = in_matrix<T>(Xo, "X", u.att.d_x, false, "d_x");
+    InMatrix<T> z = Zo.is_none() ? in_matrix<T>(Xo, "Z (= X, self-attention)", u.att.d_z, false, "d_z")
+                                 : in_matrix<T>(Zo, "Z", u.att.d_z, false, "d_z");
+    auto out = out_matrix<T>(u.att.d_out, x.m.cols);
+    {
+        CoreCall nogil;
+        u.forward(x.m, z.m, ft::MatView<T>(out.mutable_data(), u.att.d_out, x.m.cols));
+    }
+    return std::move(out);
+}
+template <class U>
+py::object backward_unit(U& u, const py::handle& dY) {
+    using T = typename decltype(u.store)::value_type;
+    InMatrix<T> d = in_matrix<T>(dY, "dY", u.att.d_out, false, "d_out");
+    const index_t l_x = std::max<index_t>(u.last_lx(), 0), l_z = std::max<index_t>(u.last_lz(), 0);
+    py::array dX = zeros<T>(u.att.d_x, l_x), dZ = zeros<T>(u.att.d_z, l_z);
+    {
+        CoreCall nogil;
+        u.backward(d.m, ft::MatView<T>(static_cast<T*>(dX.mutable_data()), u.att.d_x, l_x),
+                   ft::MatView<T>(static_cast<T*>(dZ.mutable_data()), u.att.d_z, l_z));
+    }
+    return py::make_tuple(dX, dZ);
+}
+template <class T>
+py::object weights_unit(const ft::unit::Attention<T>& u) {
+    auto w = u.weights();
+    if (!w) return py::none();
+    const py::ssize_t s = py::ssize_t(sizeof(T));
+    return py::array_t<T>({py::ssize_t(w->shape(0)), py::ssize_t(w->shape(1))}, {s, s * py::ssize_t(w->shape(0))},
+                          w->data());  // a copy
+}
+template <class T>
+py::object weights_unit(const ft::unit::MHAttention<T>& u) {
+    auto w = u.weights();
+    if (!w) return py::none();
+    const py::ssize_t s = py::ssize_t(sizeof(T)), H = py::ssize_t(w->shape(0)), l_z = py::ssize_t(w->shape(1));
+    return py::array_t<T>({H, l_z, py::ssize_t(w->shape(2))}, {s, s * H, s * H * l_z}, w->data());  // a copy
+}
 
 template <class D>
 py::object call2(D& d, const py::handle& X, const py::handle& Z) {
     CallLock l(d.mutex);
-    return d.visit([&](auto& u) -> py::object { return u.call(X, Z); });
+    return d.visit([&](auto& u) -> py::object { return call_unit(u, X, Z); });
 }
 template <class D>
 py::object backward1(D& d, const py::handle& dY) {
     CallLock l(d.mutex);
-    return d.visit([&](auto& u) -> py::object { return u.backward(dY); });
+    return d.visit([&](auto& u) -> py::object { return backward_unit(u, dY); });
 }
 template <class D>
 py::object weights_of(D& d) {
     CallLock l(d.mutex);
-    return d.visit([&](auto& u) { return u.weights(); });
+    return d.visit([&](auto& u) { return weights_unit(u); });
 }
 }  // namespace
 

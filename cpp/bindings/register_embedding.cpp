@@ -3,7 +3,7 @@
 #include <limits>
 
 #include "bind.hpp"
-#include "formal_transformers/embedding.hpp"
+#include "formal_transformers/units.hpp"
 
 namespace ftpy {
 
@@ -88,84 +88,30 @@ InIds in_token_ids(const py::handle& v, const char* what, index_t n_vocab) {
 }
 
 // ----------------------------------------------------------------------------------------------------
-// Algorithm 1 with its own θ = {W_e} and the ids of the last call (for backward).
+// Algorithms 1 and 2 as the core's stand-alone components (units.hpp): ids or positions in, (d_e, n) out.
 template <class T>
-struct TokenEmbeddingUnit {
-    ft::ParamStore<T> store;
-    ft::TokenEmbedding<T> emb;
-    std::vector<index_t> last_ids;
-    bool called = false;
-
-    TokenEmbeddingUnit(index_t n_vocab, index_t d_e, std::uint64_t seed) : emb(n_vocab, d_e, store) {
-        store.allocate();
-        ft::Rng rng(seed);
-        emb.init(store, rng, 1.0);  // W_e ~ N(0, 1)
-    }
-
-    py::array call(const py::handle& v) {
-        InIds in = in_token_ids(v, "v", emb.n_vocab);
-        const index_t n = index_t(in.ids.size());
-        auto out = out_matrix<T>(emb.d_e, n);
-        {
-            CoreCall nogil;
-            emb.forward(store, in.ids.data(), n, ft::MatView<T>(out.mutable_data(), emb.d_e, n));
-        }
-        last_ids = std::move(in.ids);
-        called = true;
-        return maybe_vector(out, in.was_scalar);
-    }
-
-    void backward(const py::handle& dE) {
-        if (!called) throw ft::ValueError("backward() called before any forward call");
-        InMatrix<T> d = in_matrix<T>(dE, "dE", emb.d_e, true, "d_e");
-        const index_t n = index_t(last_ids.size());
-        if (d.m.cols != n)
-            throw ft::ValueError("dE has " + std::to_string(d.m.cols) + " columns but the last call embedded " +
-                                 std::to_string(n) + " token(s)");
-        CoreCall nogil;
-        emb.backward(store, last_ids.data(), n, d.m);
-    }
-};
-
-// Algorithm 2 with its own θ = {W_p} and the positions of the last call.
+using TokenEmbeddingUnit = ft::unit::TokenEmbedding<T>;
 template <class T>
-struct PositionalEmbeddingUnit {
-    ft::ParamStore<T> store;
-    ft::PositionalEmbedding<T> pe;
-    std::vector<index_t> last_pos;
-    bool called = false;
+using PositionalEmbeddingUnit = ft::unit::PositionalEmbedding<T>;
 
-    PositionalEmbeddingUnit(index_t l_max, index_t d_e, ft::Positional kind, double base, std::uint64_t seed)
-        : pe(l_max, d_e, kind, base, store) {
-        store.allocate();
-        ft::Rng rng(seed);
-        pe.init(store, rng, 1.0);  // learned: W_p ~ N(0, 1); sinusoidal: the paper's formula
-    }
-
-    py::array call(const py::handle& t) {
-        InIds in = in_positions(t, "t", pe.l_max);
-        const index_t n = index_t(in.ids.size());
-        auto out = out_matrix<T>(pe.d_e, n);
-        {
-            CoreCall nogil;
-            pe.forward(store, in.ids.data(), n, ft::MatView<T>(out.mutable_data(), pe.d_e, n));
-        }
-        last_pos = std::move(in.ids);
-        called = true;
-        return maybe_vector(out, in.was_scalar);
-    }
-
-    void backward(const py::handle& dE) {
-        if (!called) throw ft::ValueError("backward() called before any forward call");
-        InMatrix<T> d = in_matrix<T>(dE, "dE", pe.d_e, true, "d_e");
-        const index_t n = index_t(last_pos.size());
-        if (d.m.cols != n)
-            throw ft::ValueError("dE has " + std::to_string(d.m.cols) + " columns but the last call embedded " +
-                                 std::to_string(n) + " position(s)");
+template <class U>
+py::array embed(U& u, const InIds& in, index_t d_e) {
+    using T = typename decltype(u.store)::value_type;
+    const index_t n = index_t(in.ids.size());
+    auto out = out_matrix<T>(d_e, n);
+    {
         CoreCall nogil;
-        pe.backward(store, last_pos.data(), n, d.m);  // a no-op for the sinusoidal (frozen) W_p
+        u.forward(in.ids.data(), n, ft::MatView<T>(out.mutable_data(), d_e, n));
     }
-};
+    return maybe_vector(out, in.was_scalar);
+}
+template <class U>
+void embed_backward(U& u, const py::handle& dE, index_t d_e) {
+    using T = typename decltype(u.store)::value_type;
+    InMatrix<T> d = in_matrix<T>(dE, "dE", d_e, true, "d_e");
+    CoreCall nogil;
+    u.backward(d.m);
+}
 }  // namespace
 
 void register_embedding(py::module_& m) {
@@ -187,17 +133,20 @@ void register_embedding(py::module_& m) {
                                            seed_arg(seed));
            }),
            py::arg("n_vocab"), py::arg("d_e"), py::kw_only(), py::arg("dtype") = "float32", py::arg("seed") = 0)
-        .def("__call__", [](DT& d, const py::handle& v) { CallLock l(d.mutex); return d.visit([&](auto& u) { return u.call(v); }); },
+        .def("__call__", [](DT& d, const py::handle& v) {
+                 CallLock l(d.mutex);
+                 return d.visit([&](auto& u) { return embed(u, in_token_ids(v, "v", u.layer.n_vocab), u.layer.d_e); });
+             },
              py::arg("v"), "v: int id -> (d_e,); 1-D ids -> (d_e, ℓ).")
         .def("backward",
-             [](DT& d, const py::handle& dE) { CallLock l(d.mutex); d.visit([&](auto& u) { u.backward(dE); }); },
+             [](DT& d, const py::handle& dE) { CallLock l(d.mutex); d.visit([&](auto& u) { embed_backward(u, dE, u.layer.d_e); }); },
              py::arg("dE"),
              "Gradient of the last call: grads['W_e'][:, v[t]] += dE[:, t] for every t. Returns None.")
-        .def_property_readonly("n_vocab", [](DT& d) { return d.visit([](auto& u) { return u.emb.n_vocab; }); })
-        .def_property_readonly("d_e", [](DT& d) { return d.visit([](auto& u) { return u.emb.d_e; }); })
+        .def_property_readonly("n_vocab", [](DT& d) { return d.visit([](auto& u) { return u.layer.n_vocab; }); })
+        .def_property_readonly("d_e", [](DT& d) { return d.visit([](auto& u) { return u.layer.d_e; }); })
         .def("__repr__", [](DT& d) {
             return d.visit([&](auto& u) {
-                return "TokenEmbedding(n_vocab=" + std::to_string(u.emb.n_vocab) + ", d_e=" + std::to_string(u.emb.d_e) +
+                return "TokenEmbedding(n_vocab=" + std::to_string(u.layer.n_vocab) + ", d_e=" + std::to_string(u.layer.d_e) +
                        ", dtype='" + d.dtype() + "')";
             });
         });
@@ -246,30 +195,33 @@ void register_embedding(py::module_& m) {
            }),
            py::arg("l_max"), py::arg("d_e"), py::arg("kind") = "learned", py::kw_only(), py::arg("base") = py::none(),
            py::arg("dtype") = "float32", py::arg("seed") = 0)
-        .def("__call__", [](DP& d, const py::handle& t) { CallLock l(d.mutex); return d.visit([&](auto& u) { return u.call(t); }); },
+        .def("__call__", [](DP& d, const py::handle& t) {
+                 CallLock l(d.mutex);
+                 return d.visit([&](auto& u) { return embed(u, in_positions(t, "t", u.layer.l_max), u.layer.d_e); });
+             },
              py::arg("t"), "t: int position -> (d_e,); 1-D positions -> (d_e, n).")
         .def("backward",
-             [](DP& d, const py::handle& dE) { CallLock l(d.mutex); d.visit([&](auto& u) { u.backward(dE); }); },
+             [](DP& d, const py::handle& dE) { CallLock l(d.mutex); d.visit([&](auto& u) { embed_backward(u, dE, u.layer.d_e); }); },
              py::arg("dE"),
              "Gradient of the last call: grads['W_p'][:, t_j] += dE[:, j] (learned; nothing for sinusoidal). "
              "Returns None.")
-        .def_property_readonly("l_max", [](DP& d) { return d.visit([](auto& u) { return u.pe.l_max; }); })
-        .def_property_readonly("d_e", [](DP& d) { return d.visit([](auto& u) { return u.pe.d_e; }); })
+        .def_property_readonly("l_max", [](DP& d) { return d.visit([](auto& u) { return u.layer.l_max; }); })
+        .def_property_readonly("d_e", [](DP& d) { return d.visit([](auto& u) { return u.layer.d_e; }); })
         .def_property_readonly("kind", [](DP& d) {
-            return d.visit([](auto& u) { return std::string(u.pe.kind == ft::Positional::Learned ? "learned" : "sinusoidal"); });
+            return d.visit([](auto& u) { return std::string(u.layer.kind == ft::Positional::Learned ? "learned" : "sinusoidal"); });
         })
         .def_property_readonly("base", [](DP& d) -> py::object {
             return d.visit([](auto& u) -> py::object {
-                if (u.pe.kind == ft::Positional::Learned) return py::none();
-                return py::float_(u.pe.base);
+                if (u.layer.kind == ft::Positional::Learned) return py::none();
+                return py::float_(u.layer.base);
             });
         }, "The base of the sinusoidal formula (ℓ_max unless given); None for a learned W_p.")
         .def("__repr__", [](DP& d) {
             return d.visit([&](auto& u) {
-                std::string s = "PositionalEmbedding(l_max=" + std::to_string(u.pe.l_max) + ", d_e=" + std::to_string(u.pe.d_e) +
-                                ", kind='" + (u.pe.kind == ft::Positional::Learned ? "learned" : "sinusoidal") + "'";
-                if (u.pe.kind == ft::Positional::Sinusoidal)
-                    s += ", base=" + py::repr(py::float_(u.pe.base)).cast<std::string>();
+                std::string s = "PositionalEmbedding(l_max=" + std::to_string(u.layer.l_max) + ", d_e=" + std::to_string(u.layer.d_e) +
+                                ", kind='" + (u.layer.kind == ft::Positional::Learned ? "learned" : "sinusoidal") + "'";
+                if (u.layer.kind == ft::Positional::Sinusoidal)
+                    s += ", base=" + py::repr(py::float_(u.layer.base)).cast<std::string>();
                 return s + ", dtype='" + d.dtype() + "')";
             });
         });

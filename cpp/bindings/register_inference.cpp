@@ -8,10 +8,6 @@
 namespace ftpy {
 
 namespace {
-template <class T>
-using DUnitI = ft::DTransformer<T>;
-template <class T>
-using EDUnitI = ft::EDTransformer<T>;
 
 struct SamplerPy {
     ft::SamplingOptions o;
@@ -93,10 +89,10 @@ ALiBi extrapolates); "auto" (default): "full" for ALiBi, "window" otherwise. see
         .def(
             "__call__",
             [](DInferencePy& self, const py::handle& x, const py::object& model) {
-                if (!py::isinstance<Dual<DUnitI>>(model))
+                if (!py::isinstance<Dual<ft::DTransformer>>(model))
                     throw ft::TypeError("DInference needs a DTransformer, got " +
                                         py::str(py::type::handle_of(model).attr("__name__")).cast<std::string>());
-                auto& d = model.cast<Dual<DUnitI>&>();
+                auto& d = model.cast<Dual<ft::DTransformer>&>();
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& mdl) {
                     InIds prompt = in_ids(x, "x", mdl.cfg.n_vocab, false);
@@ -142,10 +138,10 @@ values; cache=False runs the listing literally. Sampling as DInference.)doc")
         .def(
             "__call__",
             [](EDInferencePy& self, const py::handle& z, const py::object& model) {
-                if (!py::isinstance<Dual<EDUnitI>>(model))
+                if (!py::isinstance<Dual<ft::EDTransformer>>(model))
                     throw ft::TypeError("EDInference needs an EDTransformer, got " +
                                         py::str(py::type::handle_of(model).attr("__name__")).cast<std::string>());
-                auto& d = model.cast<Dual<EDUnitI>&>();
+                auto& d = model.cast<Dual<ft::EDTransformer>&>();
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& mdl) {
                     InIds zi = in_ids(z, "z", mdl.cfg.n_vocab, false);
@@ -195,12 +191,12 @@ tokens_per_pass. seed=None: a fresh random seed.)doc")
             [](SpeculativeInferencePy& self, const py::handle& x, const py::object& target, const py::object& draft,
                bool want_stats) -> py::object {
                 for (const py::object* mo : {&target, &draft})
-                    if (!py::isinstance<Dual<DUnitI>>(*mo))
+                    if (!py::isinstance<Dual<ft::DTransformer>>(*mo))
                         throw ft::TypeError(std::string("SpeculativeInference needs a DTransformer as ") +
                                             (mo == &target ? "target" : "draft") + ", got " +
                                             py::str(py::type::handle_of(*mo).attr("__name__")).cast<std::string>());
-                auto& dt = target.cast<Dual<DUnitI>&>();
-                auto& dd = draft.cast<Dual<DUnitI>&>();
+                auto& dt = target.cast<Dual<ft::DTransformer>&>();
+                auto& dd = draft.cast<Dual<ft::DTransformer>&>();
                 if (dt.u.index() != dd.u.index())
                     throw ft::ValueError("the draft and the target must have the same dtype: target " + dt.dtype() + ", draft " + dd.dtype());
                 CallLock lock_t(dt.mutex);

@@ -1,57 +1,39 @@
 // Algorithm 6: LayerNorm and RMSNorm as stand-alone Python objects.
 #include "bind.hpp"
-#include "formal_transformers/norm.hpp"
+#include "formal_transformers/units.hpp"
 
 namespace ftpy {
 
 namespace {
-// A stand-alone norm: its own θ (γ, β), and the activations of the last call for backward().
-template <class T, class Norm>
-struct NormUnit {
-    ft::ParamStore<T> store;
-    Norm norm;
-    ft::NormCache<T> cache;
-    index_t last_n = -1;  // columns of the last forward call (-1: none yet)
-    bool last_vector = false;
-
-    template <class... A>
-    explicit NormUnit(A&&... args) : norm(std::forward<A>(args)..., store) {
-        store.allocate();
-        norm.init(store);
-    }
-
-    py::array call(const py::handle& e) {
-        InMatrix<T> in = in_matrix<T>(e, "e", norm.d_e, true, "d_e");
-        auto out = out_matrix<T>(norm.d_e, in.m.cols);
-        {
-            CoreCall nogil;
-            norm.forward(store, in.m, ft::MatView<T>(out.mutable_data(), norm.d_e, in.m.cols), cache);
-        }
-        last_n = in.m.cols;
-        last_vector = in.was_vector;
-        return maybe_vector(out, in.was_vector);
-    }
-
-    py::array backward(const py::handle& dy) {
-        if (last_n < 0) throw ft::ValueError("backward() called before any forward call");
-        InMatrix<T> d = in_matrix<T>(dy, "dY", norm.d_e, true, "d_e");
-        if (d.m.cols != last_n)
-            throw ft::ValueError("dY has " + std::to_string(d.m.cols) + " columns but the last forward call had " +
-                                 std::to_string(last_n));
-        auto dx = out_matrix<T>(norm.d_e, last_n);
-        ft::MatView<T> dX(dx.mutable_data(), norm.d_e, last_n);
-        std::fill(dX.data, dX.data + dX.size(), T(0));
-        {
-            CoreCall nogil;
-            norm.backward(store, d.m, cache, dX);
-        }
-        return maybe_vector(dx, last_vector);
-    }
-};
+// Algorithm 6 and RMSnorm as the core's stand-alone components (units.hpp): e (d_e,) or (d_e, ℓ) -> ê.
 template <class T>
-using LayerNormUnit = NormUnit<T, ft::LayerNorm<T>>;
+using LayerNormUnit = ft::unit::LayerNorm<T>;
 template <class T>
-using RMSNormUnit = NormUnit<T, ft::RMSNorm<T>>;
+using RMSNormUnit = ft::unit::RMSNorm<T>;
+
+template <class U>
+py::array call_norm(U& u, const py::handle& e) {
+    using T = typename decltype(u.store)::value_type;
+    InMatrix<T> in = in_matrix<T>(e, "e", u.norm.d_e, true, "d_e");
+    auto out = out_matrix<T>(u.norm.d_e, in.m.cols);
+    {
+        CoreCall nogil;
+        u.forward(in.m, ft::MatView<T>(out.mutable_data(), u.norm.d_e, in.m.cols), in.was_vector);
+    }
+    return maybe_vector(out, in.was_vector);
+}
+template <class U>
+py::array backward_norm(U& u, const py::handle& dy) {
+    using T = typename decltype(u.store)::value_type;
+    InMatrix<T> d = in_matrix<T>(dy, "dY", u.norm.d_e, true, "d_e");
+    const index_t n = std::max<index_t>(u.last_n(), 0);
+    auto dx = out_matrix<T>(u.norm.d_e, n);
+    {
+        CoreCall nogil;
+        u.backward(d.m, ft::MatView<T>(dx.mutable_data(), u.norm.d_e, n));
+    }
+    return maybe_vector(dx, u.last_vector());
+}
 }  // namespace
 
 void register_norm(py::module_& m) {
@@ -65,9 +47,9 @@ void register_norm(py::module_& m) {
                return std::make_unique<DL>(parse_dtype(dtype), positive(d_e, "d_e"), eps);
            }),
            py::arg("d_e"), py::arg("eps") = 1e-5, py::arg("dtype") = "float32")
-        .def("__call__", [](DL& d, const py::handle& e) { CallLock l(d.mutex); return d.visit([&](auto& u) { return u.call(e); }); },
+        .def("__call__", [](DL& d, const py::handle& e) { CallLock l(d.mutex); return d.visit([&](auto& u) { return call_norm(u, e); }); },
              py::arg("e"))
-        .def("backward", [](DL& d, const py::handle& dy) { CallLock l(d.mutex); return d.visit([&](auto& u) { return u.backward(dy); }); },
+        .def("backward", [](DL& d, const py::handle& dy) { CallLock l(d.mutex); return d.visit([&](auto& u) { return backward_norm(u, dy); }); },
              py::arg("dY"), "Gradient of the last call: accumulates d gamma, d beta into grads; returns dE.")
         .def_property_readonly("d_e", [](DL& d) { return d.visit([](auto& u) { return u.norm.d_e; }); })
         .def_property_readonly("eps", [](DL& d) { return d.visit([](auto& u) { return u.norm.eps; }); })
@@ -87,9 +69,9 @@ void register_norm(py::module_& m) {
                return std::make_unique<DR>(parse_dtype(dtype), positive(d_e, "d_e"), eps);
            }),
            py::arg("d_e"), py::arg("eps") = 1e-5, py::arg("dtype") = "float32")
-        .def("__call__", [](DR& d, const py::handle& e) { CallLock l(d.mutex); return d.visit([&](auto& u) { return u.call(e); }); },
+        .def("__call__", [](DR& d, const py::handle& e) { CallLock l(d.mutex); return d.visit([&](auto& u) { return call_norm(u, e); }); },
              py::arg("e"))
-        .def("backward", [](DR& d, const py::handle& dy) { CallLock l(d.mutex); return d.visit([&](auto& u) { return u.backward(dy); }); },
+        .def("backward", [](DR& d, const py::handle& dy) { CallLock l(d.mutex); return d.visit([&](auto& u) { return backward_norm(u, dy); }); },
              py::arg("dY"))
         .def_property_readonly("d_e", [](DR& d) { return d.visit([](auto& u) { return u.norm.d_e; }); })
         .def_property_readonly("eps", [](DR& d) { return d.visit([](auto& u) { return u.norm.eps; }); })

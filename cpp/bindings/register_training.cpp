@@ -146,12 +146,6 @@ struct type_tag {
 };
 }  // namespace
 
-template <class T>
-using DUnitT = ft::DTransformer<T>;
-template <class T>
-using EUnitT = ft::ETransformer<T>;
-template <class T>
-using EDUnitT = ft::EDTransformer<T>;
 
 void register_training(py::module_& m) {
     // A non-finite loss or gradient norm under nonfinite='raise' (training.hpp): FloatingPointError.
@@ -191,20 +185,20 @@ void register_training(py::module_& m) {
             py::arg("val_data") = py::none(), py::arg("history") = py::none());
     };
     single_data(
-        "_dtraining", [](auto& mdl, auto&&... a) { ft::DTraining(mdl, a...); }, type_tag<Dual<DUnitT>>{},
+        "_dtraining", [](auto& mdl, auto&&... a) { ft::DTraining(mdl, a...); }, type_tag<Dual<ft::DTransformer>>{},
         "DTraining", "DTransformer");
     single_data(
-        "_etraining", [](auto& mdl, auto&&... a) { ft::ETraining(mdl, a...); }, type_tag<Dual<EUnitT>>{},
+        "_etraining", [](auto& mdl, auto&&... a) { ft::ETraining(mdl, a...); }, type_tag<Dual<ft::ETransformer>>{},
         "ETraining", "ETransformer");
     m.def(
         "_edtraining",
         [](const py::object& model, const py::handle& z_data, const py::handle& x_data, const py::dict& options,
            const py::object& optimizer, const py::object& hook, const py::handle& z_val, const py::handle& x_val,
            const py::object& sink) {
-            if (!py::isinstance<Dual<EDUnitT>>(model))
+            if (!py::isinstance<Dual<ft::EDTransformer>>(model))
                 throw ft::TypeError("EDTraining trains an EDTransformer, got " +
                                     py::str(py::type::handle_of(model).attr("__name__")).cast<std::string>());
-            auto& d = model.cast<Dual<EDUnitT>&>();
+            auto& d = model.cast<Dual<ft::EDTransformer>&>();
             const ft::TrainOptions o = parse_options(options);
             if (z_val.is_none() != x_val.is_none()) throw ft::ValueError("give both z_val and x_val, or neither");
             CallLock lock(d.mutex);

@@ -253,12 +253,6 @@ py::dict masks_dict(const Model& m) {
 
 }  // namespace
 
-template <class T>
-using DUnit = ft::DTransformer<T>;
-template <class T>
-using EUnit = ft::ETransformer<T>;
-template <class T>
-using EDUnit = ft::EDTransformer<T>;
 
 namespace {
 template <template <class> class Unit, class PyClass>
@@ -409,7 +403,7 @@ const index_t* ptr_or_null(const std::vector<index_t>& v) { return v.empty() ? n
 // ETransformer's inputs with segment ids: P = model(x, segments=…), logits, hidden, and the losses.
 template <class PyClass>
 void def_segment_inputs(PyClass& cls) {
-    using D = Dual<EUnit>;
+    using D = Dual<ft::ETransformer>;
     // what: 0 probabilities, 1 logits, 2 X after line 9
     auto run = [](D& d, const py::handle& x, const py::object& segments, int what) {
         CallLock lock(d.mutex);
@@ -487,7 +481,7 @@ void def_segment_inputs(PyClass& cls) {
 
 void register_transformers(py::module_& m) {
     // ------------------------------------------------------------------------------------------------
-    using DD = Dual<DUnit>;
+    using DD = Dual<ft::DTransformer>;
     py::class_<DD, StoreHolder> dcls(m, "DTransformer", R"doc(Algorithm 10: P ← DTransformer(x | θ) — GPT-2, a decoder-only transformer.
 
 Pre-LN layers with causal (unidirectional) multi-head self-attention and a GELU MLP, a final layer_norm,
@@ -539,8 +533,8 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
              py::arg("gelu") = "exact", py::arg("eps") = 1e-5, py::arg("dtype") = "float32", py::arg("seed") = 0,
              py::arg("init_std") = 0.02, py::arg("H_kv") = py::none(), py::arg("bias") = true, py::arg("mlp") = "gelu",
              py::arg("rope_theta") = 10000.0, FT_DROPOUT_ARGS);
-    def_model_common<DUnit>(dcls);
-    def_single_input<DUnit>(dcls);
+    def_model_common<ft::DTransformer>(dcls);
+    def_single_input<ft::DTransformer>(dcls);
     dcls        .def(
             "loss_and_grad",
             [](py::object self, const py::handle& x, bool copy) {
@@ -583,7 +577,7 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
         .def("__repr__", [](DD& d) { return d.visit([&](auto& m) { return model_repr(config_dict(m.cfg, "DTransformer", d.dtype())); }); });
 
     // ------------------------------------------------------------------------------------------------
-    using DE = Dual<EUnit>;
+    using DE = Dual<ft::ETransformer>;
     py::class_<DE, StoreHolder> ecls(m, "ETransformer", R"doc(Algorithm 9: P ← ETransformer(x | θ) — BERT, an encoder-only transformer.
 
 Post-LN layers with bidirectional multi-head self-attention and a GELU MLP, then X ← GELU(W_f X + b_f 1ᵀ),
@@ -627,15 +621,15 @@ loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] o
              py::arg("gelu") = "exact", py::arg("eps") = 1e-5, py::arg("dtype") = "float32", py::arg("seed") = 0,
              py::arg("init_std") = 0.02, py::arg("n_segments") = 0, py::arg("embed_norm") = false,
              py::arg("unembed_bias") = false, py::arg("H_kv") = py::none(), py::arg("bias") = true, FT_DROPOUT_ARGS);
-    def_model_common<EUnit>(ecls);
-    def_single_input<EUnit>(ecls);
+    def_model_common<ft::ETransformer>(ecls);
+    def_single_input<ft::ETransformer>(ecls);
     def_segment_inputs(ecls);  // __call__, logits, hidden, loss_and_grad, loss with BERT's segment ids
     ecls.def_property_readonly("d_f", [](DE& d) { return d.visit([](auto& m) { return m.cfg.d_f; }); })
         .def_property_readonly("config", [](DE& d) { return d.visit([&](auto& m) { return config_dict(m.cfg, "ETransformer", d.dtype()); }); })
         .def("__repr__", [](DE& d) { return d.visit([&](auto& m) { return model_repr(config_dict(m.cfg, "ETransformer", d.dtype())); }); });
 
     // ------------------------------------------------------------------------------------------------
-    using DED = Dual<EDUnit>;
+    using DED = Dual<ft::EDTransformer>;
     py::class_<DED, StoreHolder> edcls(m, "EDTransformer", R"doc(Algorithm 8: P ← EDTransformer(z, x | θ) — the original encoder-decoder transformer.
 
 Encoder: post-LN layers of bidirectional self-attention and a ReLU MLP over the context z. Decoder:
@@ -669,7 +663,7 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
               py::arg("positional") = "learned", py::arg("base") = py::none(), py::arg("tied") = false,
               py::arg("eps") = 1e-5, py::arg("dtype") = "float32", py::arg("seed") = 0, py::arg("init_std") = 0.02,
               py::arg("H_kv") = py::none(), py::arg("bias") = true, FT_DROPOUT_ARGS);
-    def_model_common<EDUnit>(edcls);
+    def_model_common<ft::EDTransformer>(edcls);
     auto ed_pair = [](auto& m, const py::handle& z, const py::handle& x) {
         InBatch zb = in_batch(z, "z", m.cfg.n_vocab, m.cfg.l_max);
         InBatch xb = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
@@ -706,7 +700,7 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
                 });
             },
             py::arg("z"), py::arg("x"));
-    def_pair_losses<EDUnit>(
+    def_pair_losses<ft::EDTransformer>(
         edcls, "z", "x", ed_pair,
         [](const InBatch& zb, const InBatch& xb) {
             return std::make_tuple(Tokens{zb.ids.data(), seqs_of(zb)}, Tokens{xb.ids.data(), seqs_of(xb)});

@@ -3,75 +3,40 @@
 
 #include "bind.hpp"
 #include "formal_transformers/blas.hpp"
-#include "formal_transformers/unembedding.hpp"
+#include "formal_transformers/units.hpp"
 
 namespace ftpy {
 
 namespace {
+// Algorithm 7 as the core's stand-alone component (units.hpp): e (d_e,) or (d_e, ℓ) -> p.
 template <class T>
-void save_copy(ft::Matrix<T>& dst, ft::CMatView<T> src) {
-    ft::MatView<T> d = ft::ensure(dst, src.rows, src.cols);
-    for (index_t j = 0; j < src.cols; ++j) std::copy(src.col(j), src.col(j) + src.rows, d.col(j));
+using UnembeddingUnit = ft::unit::Unembedding<T>;
+
+template <class T>
+py::array call_unembedding(ft::unit::Unembedding<T>& u, const py::handle& e, bool logits) {
+    InMatrix<T> in = in_matrix<T>(e, "e", u.un.d_e, true, "d_e");
+    auto out = out_matrix<T>(u.un.n_vocab, in.m.cols);
+    {
+        CoreCall nogil;
+        ft::MatView<T> O(out.mutable_data(), u.un.n_vocab, in.m.cols);
+        if (logits)
+            u.logits(in.m, O);
+        else
+            u.forward(in.m, O, in.was_vector);
+    }
+    return maybe_vector(out, in.was_vector);
 }
-
-// Algorithm 7 with its own θ = {W_u}, copies of the last call's input and output (for backward()).
 template <class T>
-struct UnembeddingUnit {
-    ft::ParamStore<T> store;
-    ft::Unembedding<T> un;
-    ft::Matrix<T> X, P, dP;  // last input e [d_e, n], its output p [N_V, n], backward scratch
-    index_t n = -1;
-    bool was_vector = false;
-
-    UnembeddingUnit(index_t n_vocab, index_t d_e, std::uint64_t seed) : un(n_vocab, d_e, store) {
-        store.allocate();
-        ft::Rng rng(seed);
-        un.init(store, rng, 1.0 / std::sqrt(double(d_e)));  // W_u ~ N(0, 1/fan_in), fan_in = d_e
+py::array backward_unembedding(ft::unit::Unembedding<T>& u, const py::handle& dPo) {
+    InMatrix<T> d = in_matrix<T>(dPo, "dP", u.un.n_vocab, true, "n_vocab");
+    const index_t n = std::max<index_t>(u.last_n(), 0);
+    auto dx = out_matrix<T>(u.un.d_e, n);
+    {
+        CoreCall nogil;
+        u.backward(d.m, ft::MatView<T>(dx.mutable_data(), u.un.d_e, n));
     }
-
-    py::array call(const py::handle& e) {
-        InMatrix<T> in = in_matrix<T>(e, "e", un.d_e, true, "d_e");
-        const index_t cols = in.m.cols;
-        auto out = out_matrix<T>(un.n_vocab, cols);
-        n = -1;  // nothing valid to differentiate until this call completes
-        {
-            CoreCall nogil;
-            save_copy(X, in.m);
-            ft::MatView<T> O(out.mutable_data(), un.n_vocab, cols);
-            un.forward(store, ft::view(X), O);  // line 1: p = softmax(W_u e)
-            save_copy(P, ft::CMatView<T>(O));
-        }
-        n = cols;
-        was_vector = in.was_vector;
-        return maybe_vector(out, in.was_vector);
-    }
-
-    py::array logits(const py::handle& e) const {
-        InMatrix<T> in = in_matrix<T>(e, "e", un.d_e, true, "d_e");
-        auto out = out_matrix<T>(un.n_vocab, in.m.cols);
-        {
-            CoreCall nogil;
-            un.logits(store, in.m, ft::MatView<T>(out.mutable_data(), un.n_vocab, in.m.cols));
-        }
-        return maybe_vector(out, in.was_vector);
-    }
-
-    py::array backward(const py::handle& dPo) {
-        if (n < 0) throw ft::ValueError("backward() called before any forward call");
-        InMatrix<T> d = in_matrix<T>(dPo, "dP", un.n_vocab, true, "n_vocab");
-        if (d.m.cols != n)
-            throw ft::ValueError("dP has " + std::to_string(d.m.cols) + " columns but the last call had " + std::to_string(n));
-        auto dx = out_matrix<T>(un.d_e, n);
-        ft::MatView<T> dX(dx.mutable_data(), un.d_e, n);
-        std::fill(dX.data, dX.data + dX.size(), T(0));
-        {
-            CoreCall nogil;
-            save_copy(dP, d.m);  // the core overwrites dP with dZ: never the caller's array
-            un.backward(store, ft::view(X), ft::view(P), ft::view(dP), dX);
-        }
-        return maybe_vector(dx, was_vector);
-    }
-};
+    return maybe_vector(dx, u.last_vector());
+}
 
 // ----------------------------------------------------------------------------------------------------
 // _gemm: C = op(A) op(B) through ft::gemm (one BLAS call), for the GFLOP/s benchmark.
@@ -148,13 +113,13 @@ void register_unembedding(py::module_& m) {
            }),
            py::arg("n_vocab"), py::arg("d_e"), py::kw_only(), py::arg("dtype") = "float32", py::arg("seed") = 0)
         .def("__call__",
-             [](DU& d, const py::handle& e) { CallLock l(d.mutex); return d.visit([&](auto& u) { return u.call(e); }); },
+             [](DU& d, const py::handle& e) { CallLock l(d.mutex); return d.visit([&](auto& u) { return call_unembedding(u, e, false); }); },
              py::arg("e"), "e (d_e,) or (d_e, ℓ) -> p (N_V,) or (N_V, ℓ).")
         .def("logits",
-             [](DU& d, const py::handle& e) { CallLock l(d.mutex); return d.visit([&](auto& u) { return u.logits(e); }); },
+             [](DU& d, const py::handle& e) { CallLock l(d.mutex); return d.visit([&](auto& u) { return call_unembedding(u, e, true); }); },
              py::arg("e"), "W_u e: (d_e,) or (d_e, ℓ) -> (N_V,) or (N_V, ℓ).")
         .def("backward",
-             [](DU& d, const py::handle& dP) { CallLock l(d.mutex); return d.visit([&](auto& u) { return u.backward(dP); }); },
+             [](DU& d, const py::handle& dP) { CallLock l(d.mutex); return d.visit([&](auto& u) { return backward_unembedding(u, dP); }); },
              py::arg("dP"), "Gradient of the last call: dP (N_V, ℓ) -> dE (d_e, ℓ); accumulates grads['W_u'].")
         .def_property_readonly("n_vocab", [](DU& d) { return d.visit([](auto& u) { return u.un.n_vocab; }); })
         .def_property_readonly("d_e", [](DU& d) { return d.visit([](auto& u) { return u.un.d_e; }); })

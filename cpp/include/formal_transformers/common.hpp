@@ -25,6 +25,11 @@
 namespace ft {
 
 using index_t = std::ptrdiff_t;
+// A token sequence in the xtensor API (formal_transformers.hpp): 0-based ids, int64. Its storage is a
+// std::vector, as every array the API takes or returns (Tensor below): xt::xtensor's default storage is
+// aligned for the SIMD width the including file was compiled for, so its type would differ between the
+// core and a program built with other flags. An xt::xtensor<index_t, 1> converts to it (one copy).
+using TokenIds = xt::xtensor_container<std::vector<index_t>, 1, xt::layout_type::row_major>;
 
 // ---------------------------------------------------------------------------------------------------
 // Errors. The core throws these; the bindings translate them to the Python exception of the same name.

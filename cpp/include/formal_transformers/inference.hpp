@@ -73,4 +73,20 @@ template <class T>
 std::vector<index_t> EDInference(EDTransformer<T>& model, const index_t* z, index_t l_z, const SamplingOptions& o,
                                  Rng& rng, index_t max_len = 0);
 
+// The same from C++ with xtensor sequences (formal_transformers.hpp).
+template <class T>
+TokenIds DInference(DTransformer<T>& model, const TokenIds& x, index_t l_gen, const SamplingOptions& o, Rng& rng) {
+    const std::vector<index_t> y = DInference(model, x.data(), index_t(x.size()), l_gen, o, rng);
+    TokenIds r = TokenIds::from_shape({y.size()});
+    std::copy(y.begin(), y.end(), r.begin());
+    return r;
+}
+template <class T>
+TokenIds EDInference(EDTransformer<T>& model, const TokenIds& z, const SamplingOptions& o, Rng& rng, index_t max_len = 0) {
+    const std::vector<index_t> x = EDInference(model, z.data(), index_t(z.size()), o, rng, max_len);
+    TokenIds r = TokenIds::from_shape({x.size()});
+    std::copy(x.begin(), x.end(), r.begin());
+    return r;
+}
+
 }  // namespace ft

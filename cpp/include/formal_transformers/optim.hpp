@@ -24,6 +24,11 @@ public:
     explicit SGD(double lr);
     // θ ← θ − lr · g over the trainable ranges (g: a flat gradient buffer of store.size(); lr < 0: use lr)
     void step(ParamStore<T>& store, const T* g, double lr_now = -1) const;
+    // θ ← θ − lr · ∇ of anything holding a ParamStore `store` (a model, a unit) with its own gradient
+    template <class M>
+    void step(M& model) const {
+        step(model.store, model.store.grad());
+    }
     double lr;
 };
 
@@ -36,6 +41,11 @@ public:
     // One step with the flat gradient g (store.size() entries); the first step sizes m and v to the store.
     // ValueError if later called with a store of another size.
     void step(ParamStore<T>& store, const T* g, double lr_now = -1);
+    // One step of anything holding a ParamStore `store` (a model, a unit) with its own gradient (grads())
+    template <class M>
+    void step(M& model) {
+        step(model.store, model.store.grad());
+    }
     void reset();
 
     double lr, beta1, beta2, eps, weight_decay;
@@ -43,6 +53,21 @@ public:
     index_t t = 0;          // steps taken
     Vector<T> m, v;         // first and second moments, flat like θ
 };
+
+// Adam's update of n entries (the loop of Adam::step), given the step's coefficients: a vectorised kernel
+// (xsimd) and the scalar loop kept beside it for the tests. Term by term as the header comment says.
+template <class T>
+struct AdamCoefficients {
+    T b1, b2, eps, wd;   // β₁, β₂, ε, λ
+    T shrink;            // 1 − ηλ (decoupled decay; 1 when λ = 0)
+    T step_size;         // η / (1 − β₁ᵗ)
+    T bc2_sqrt;          // √(1 − β₂ᵗ)
+    bool coupled;        // L2 decay: g ← g + λθ (else decoupled: θ ← θ(1 − ηλ))
+};
+template <class T>
+void adam_update(const AdamCoefficients<T>& c, T* theta, T* m, T* v, const T* g, index_t n);
+template <class T>
+void adam_update_naive(const AdamCoefficients<T>& c, T* theta, T* m, T* v, const T* g, index_t n);
 
 // √(Σ g²) over the trainable ranges (accumulated in double)
 template <class T>

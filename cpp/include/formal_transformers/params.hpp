@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <xtensor/xadapt.hpp>
+
 #include "formal_transformers/common.hpp"
 
 namespace ft {
@@ -82,6 +84,38 @@ private:
     index_t total_ = 0;
     bool allocated_ = false;
     Vector<T> theta_, grad_;
+};
+
+// θ (or its gradient) by name as writable xtensor adaptors over the flat buffer: no copy, so writing through
+// a view changes the parameter (the C++ counterpart of Python's `obj.params` / `obj.grads`). Shapes and
+// strides are the API's (ParamInfo: e.g. W_q (H, d_attn, d_x), each head a row block). Valid while the
+// store lives (its buffers never move).
+template <class T>
+using ParamView = decltype(xt::adapt(std::declval<T*>(), std::size_t(0), xt::no_ownership(),
+                                     std::declval<std::vector<std::size_t>>(), std::declval<std::vector<std::ptrdiff_t>>()));
+template <class T>
+class ParamViews {
+public:
+    ParamViews(ParamStore<T>& store, bool grads) : store_(&store), grads_(grads) {}
+    // ValueError naming the parameter when θ has none of that name
+    ParamView<T> operator[](const std::string& name) const {
+        const ParamInfo* e = store_->find(name);
+        if (!e) throw ValueError("no parameter named '" + name + "'");
+        std::vector<std::size_t> shape(e->shape.begin(), e->shape.end());
+        std::vector<std::ptrdiff_t> strides(e->strides.begin(), e->strides.end());
+        T* base = (grads_ ? store_->grad() : store_->theta()) + e->offset;
+        return xt::adapt(std::move(base), std::size_t(e->size), xt::no_ownership(), std::move(shape), std::move(strides));
+    }
+    bool contains(const std::string& name) const { return store_->find(name) != nullptr; }
+    std::vector<std::string> names() const {
+        std::vector<std::string> r;
+        for (const ParamInfo& e : store_->entries()) r.push_back(e.name);
+        return r;
+    }
+
+private:
+    ParamStore<T>* store_;
+    bool grads_;
 };
 
 }  // namespace ft

@@ -117,6 +117,35 @@ void EDTraining(EDTransformer<T>& model, const Dataset& z_data, const Dataset& x
                 const UpdateFn<T>& update, const StepHook& hook, const Dataset* z_val = nullptr,
                 const Dataset* x_val = nullptr);
 
+// ---------------------------------------------------------------------------------------------------
+// From C++ with xtensor sequences and an optimizer object (formal_transformers.hpp): the same loops.
+// A Dataset of the given sequences (checked by the trainers: IndexError, ValueError).
+Dataset dataset(const std::vector<TokenIds>& seqs);
+// Line 6 of Algorithms 11–13 by an optimizer: Adam's step (its moments, the step's η), or SGD's θ ← θ − η g.
+template <class T>
+UpdateFn<T> update_rule(Adam<T>& adam) {
+    return [&adam](ParamStore<T>& s, const T* g, double lr) { adam.step(s, g, lr); };
+}
+template <class T>
+UpdateFn<T> update_rule(const SGD<T>&) {
+    return [](ParamStore<T>& s, const T* g, double lr) { SGD<T>(lr).step(s, g); };
+}
+template <class T, class Opt>
+void DTraining(DTransformer<T>& model, const std::vector<TokenIds>& data, const TrainOptions& o, Opt& opt,
+               const StepHook& hook = nullptr) {
+    DTraining(model, dataset(data), o, update_rule<T>(opt), hook);
+}
+template <class T, class Opt>
+void ETraining(ETransformer<T>& model, const std::vector<TokenIds>& data, const TrainOptions& o, Opt& opt,
+               const StepHook& hook = nullptr) {
+    ETraining(model, dataset(data), o, update_rule<T>(opt), hook);
+}
+template <class T, class Opt>
+void EDTraining(EDTransformer<T>& model, const std::vector<TokenIds>& z_data, const std::vector<TokenIds>& x_data,
+                const TrainOptions& o, Opt& opt, const StepHook& hook = nullptr) {
+    EDTraining(model, dataset(z_data), dataset(x_data), o, update_rule<T>(opt), hook);
+}
+
 // Line 5 of Algorithm 12 for a whole sequence: x̃[t] = mask_token with probability p_mask, else x[t].
 void mask_tokens(const index_t* x, index_t n, index_t mask_token, double p_mask, Rng& rng, index_t* x_tilde);
 

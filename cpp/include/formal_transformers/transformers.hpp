@@ -348,6 +348,11 @@ public:
     virtual index_t layers(AttentionKind kind) const = 0;
     virtual const char* arch_name() const = 0;
 
+    // θ and its gradient by name: writable xtensor adaptors over the flat buffers (no copy; params.hpp)
+    ParamViews<T> params() { return ParamViews<T>(store, false); }
+    ParamViews<T> grads() { return ParamViews<T>(store, true); }
+    void zero_grad() { store.zero_grad(); }
+
     // Dropout (docs/regularisation.md). Only the training forward of loss_and_grad (and so the trainers) drops;
     // its masks are keyed by (cfg.seed, dropout_step, place, entry), and each completed loss_and_grad advances
     // dropout_step by one: setting it back replays the same masks.
@@ -423,6 +428,17 @@ public:
     double loss(const Tokens& x, index_t* n_scored = nullptr, index_t* n_correct = nullptr) {
         return this->run_loss({nullptr, &x, nullptr}, false, n_scored, n_correct);
     }
+    // The xtensor API (xtensor_api.cpp, docs/api.md "C++ API"): ids checked (IndexError, ValueError), P or the
+    // logits (N_V, ℓ) per sequence, the loss summed over the batch (mean: per predicted token) with its
+    // gradient in grads().
+    Matrix<T> operator()(const TokenIds& x);
+    std::vector<Matrix<T>> operator()(const std::vector<TokenIds>& batch);
+    using Model<T>::logits;
+    Matrix<T> logits(const TokenIds& x);
+    double loss_and_grad(const TokenIds& x);
+    double loss_and_grad(const std::vector<TokenIds>& batch);
+    double loss(const TokenIds& x, bool mean = false);
+    double loss(const std::vector<TokenIds>& batch, bool mean = false);
     // its layers' self-attention (Model::attention_weights)
     static constexpr AttentionKind self_attention = AttentionKind::Decoder;
     index_t layers(AttentionKind kind) const override { return kind == self_attention ? cfg.L : 0; }
@@ -484,6 +500,11 @@ public:
                 const index_t* segments = nullptr) {
         return this->run_loss({nullptr, &x_tilde, x, segments}, false, n_scored, n_correct);
     }
+    // The xtensor API (xtensor_api.cpp): P (N_V, ℓ) of x̃; the loss of x̃ against the originals x
+    Matrix<T> operator()(const TokenIds& x_tilde);
+    std::vector<Matrix<T>> operator()(const std::vector<TokenIds>& batch);
+    double loss_and_grad(const TokenIds& x_tilde, const TokenIds& x);
+    double loss(const TokenIds& x_tilde, const TokenIds& x, bool mean = false);
     static constexpr AttentionKind self_attention = AttentionKind::Encoder;
     index_t layers(AttentionKind kind) const override { return kind == self_attention ? cfg.L : 0; }
     const char* arch_name() const override { return "ETransformer"; }
@@ -526,6 +547,12 @@ public:
     double loss(const Tokens& z, const Tokens& x, index_t* n_scored = nullptr, index_t* n_correct = nullptr) {
         return this->run_loss({&z, &x, nullptr}, false, n_scored, n_correct);
     }
+    // The xtensor API (xtensor_api.cpp): P (N_V, ℓ_x) for the context z and the tokens x
+    Matrix<T> operator()(const TokenIds& z, const TokenIds& x);
+    std::vector<Matrix<T>> operator()(const std::vector<TokenIds>& z, const std::vector<TokenIds>& x);
+    double loss_and_grad(const TokenIds& z, const TokenIds& x);
+    double loss_and_grad(const std::vector<TokenIds>& z, const std::vector<TokenIds>& x);
+    double loss(const TokenIds& z, const TokenIds& x, bool mean = false);
     index_t layers(AttentionKind kind) const override { return kind == AttentionKind::Encoder ? cfg.L_enc : cfg.L_dec; }
     const char* arch_name() const override { return "EDTransformer"; }
 

@@ -1,0 +1,192 @@
+// The models' xtensor API (transformers.hpp, docs/api.md "C++ API"): xtensor token sequences in, checked
+// (validate: IndexError for ids outside [0, N_V), ValueError for empty or too long sequences), then the same
+// core calls the Python bindings make; results as column-major xtensor matrices (N_V, ℓ) per sequence.
+#include <algorithm>
+
+#include "formal_transformers/training.hpp"
+
+namespace ft {
+
+namespace {
+// Sequences side by side: the core's batch layout.
+struct Packed {
+    std::vector<index_t> ids;
+    Seqs s;
+    Tokens tokens() const { return Tokens{ids.data(), s}; }
+};
+Packed pack(const std::vector<TokenIds>& seqs, index_t n_vocab, index_t l_max, const char* what) {
+    Dataset d = dataset(seqs);
+    Packed p{std::move(d.ids), std::move(d.s)};
+    validate(p.tokens(), n_vocab, l_max, what);
+    return p;
+}
+Packed pack(const TokenIds& x, index_t n_vocab, index_t l_max, const char* what) {
+    return pack(std::vector<TokenIds>{x}, n_vocab, l_max, what);
+}
+// The last line of the listing on the last forward, one (N_V, ℓ_b) matrix per sequence b
+template <class T>
+std::vector<Matrix<T>> split(const Model<T>& m, const Seqs& s, bool logits) {
+    const index_t n_vocab = m.cfg.n_vocab;
+    checked_elements({n_vocab, s.total()}, sizeof(T), "P");
+    Matrix<T> all = Matrix<T>::from_shape({std::size_t(n_vocab), std::size_t(s.total())});
+    if (logits)
+        m.logits(view(all));
+    else
+        m.probabilities(view(all));
+    if (s.count() == 1) return {std::move(all)};
+    std::vector<Matrix<T>> r;
+    for (index_t b = 0; b < s.count(); ++b) {
+        Matrix<T> P = Matrix<T>::from_shape({std::size_t(n_vocab), std::size_t(s.len(b))});
+        std::copy(all.data() + s.begin(b) * n_vocab, all.data() + (s.begin(b) + s.len(b)) * n_vocab, P.data());
+        r.push_back(std::move(P));
+    }
+    return r;
+}
+double reduce(double loss, index_t scored, bool mean) { return mean ? (scored > 0 ? loss / double(scored) : 0.0) : loss; }
+}  // namespace
+
+// ------------------------------------------------------------------------------------------- Algorithm 10
+template <class T>
+std::vector<Matrix<T>> DTransformer<T>::operator()(const std::vector<TokenIds>& batch) {
+    Packed p = pack(batch, cfg.n_vocab, cfg.l_max, "x");
+    forward(p.tokens());               // every line but the last
+    return split(*this, p.s, false);   // the last: P = softmax(W_u X)
+}
+template <class T>
+Matrix<T> DTransformer<T>::operator()(const TokenIds& x) {
+    return std::move((*this)(std::vector<TokenIds>{x})[0]);
+}
+template <class T>
+Matrix<T> DTransformer<T>::logits(const TokenIds& x) {
+    Packed p = pack(x, cfg.n_vocab, cfg.l_max, "x");
+    forward(p.tokens());
+    return std::move(split(*this, p.s, true)[0]);
+}
+template <class T>
+double DTransformer<T>::loss_and_grad(const std::vector<TokenIds>& batch) {
+    Packed p = pack(batch, cfg.n_vocab, cfg.l_max, "x");
+    return loss_and_grad(p.tokens());
+}
+template <class T>
+double DTransformer<T>::loss_and_grad(const TokenIds& x) {
+    return loss_and_grad(std::vector<TokenIds>{x});
+}
+template <class T>
+double DTransformer<T>::loss(const std::vector<TokenIds>& batch, bool mean) {
+    Packed p = pack(batch, cfg.n_vocab, cfg.l_max, "x");
+    index_t scored = 0;
+    const double l = loss(p.tokens(), &scored);
+    return reduce(l, scored, mean);
+}
+template <class T>
+double DTransformer<T>::loss(const TokenIds& x, bool mean) {
+    return loss(std::vector<TokenIds>{x}, mean);
+}
+
+// ------------------------------------------------------------------------------------------- Algorithm 9
+template <class T>
+std::vector<Matrix<T>> ETransformer<T>::operator()(const std::vector<TokenIds>& batch) {
+    Packed p = pack(batch, cfg.n_vocab, cfg.l_max, "x");
+    forward(p.tokens());
+    return split(*this, p.s, false);
+}
+template <class T>
+Matrix<T> ETransformer<T>::operator()(const TokenIds& x_tilde) {
+    return std::move((*this)(std::vector<TokenIds>{x_tilde})[0]);
+}
+namespace {
+// x̃ and the originals x: the same length (ValueError otherwise)
+Packed pack_pair(const TokenIds& x_tilde, const TokenIds& x, index_t n_vocab, index_t l_max, Packed& orig) {
+    Packed p = pack(x_tilde, n_vocab, l_max, "x_tilde");
+    orig = pack(x, n_vocab, l_max, "x");
+    if (orig.s.total() != p.s.total())
+        throw ValueError("x_tilde and x must have the same length, got " + std::to_string(p.s.total()) + " and " +
+                         std::to_string(orig.s.total()));
+    return p;
+}
+}  // namespace
+template <class T>
+double ETransformer<T>::loss_and_grad(const TokenIds& x_tilde, const TokenIds& x) {
+    Packed orig;
+    Packed p = pack_pair(x_tilde, x, cfg.n_vocab, cfg.l_max, orig);
+    return loss_and_grad(p.tokens(), orig.ids.data());
+}
+template <class T>
+double ETransformer<T>::loss(const TokenIds& x_tilde, const TokenIds& x, bool mean) {
+    Packed orig;
+    Packed p = pack_pair(x_tilde, x, cfg.n_vocab, cfg.l_max, orig);
+    index_t scored = 0;
+    const double l = loss(p.tokens(), orig.ids.data(), &scored);
+    return reduce(l, scored, mean);
+}
+
+// ------------------------------------------------------------------------------------------- Algorithm 8
+namespace {
+void same_count(const std::vector<TokenIds>& z, const std::vector<TokenIds>& x) {
+    if (z.size() != x.size())
+        throw ValueError("z and x must hold the same number of sequences, got " + std::to_string(z.size()) + " and " +
+                         std::to_string(x.size()));
+}
+}  // namespace
+template <class T>
+std::vector<Matrix<T>> EDTransformer<T>::operator()(const std::vector<TokenIds>& z, const std::vector<TokenIds>& x) {
+    same_count(z, x);
+    Packed pz = pack(z, cfg.n_vocab, cfg.l_max, "z"), px = pack(x, cfg.n_vocab, cfg.l_max, "x");
+    forward(pz.tokens(), px.tokens());
+    return split(*this, px.s, false);
+}
+template <class T>
+Matrix<T> EDTransformer<T>::operator()(const TokenIds& z, const TokenIds& x) {
+    return std::move((*this)(std::vector<TokenIds>{z}, std::vector<TokenIds>{x})[0]);
+}
+template <class T>
+double EDTransformer<T>::loss_and_grad(const std::vector<TokenIds>& z, const std::vector<TokenIds>& x) {
+    same_count(z, x);
+    Packed pz = pack(z, cfg.n_vocab, cfg.l_max, "z"), px = pack(x, cfg.n_vocab, cfg.l_max, "x");
+    return loss_and_grad(pz.tokens(), px.tokens());
+}
+template <class T>
+double EDTransformer<T>::loss_and_grad(const TokenIds& z, const TokenIds& x) {
+    return loss_and_grad(std::vector<TokenIds>{z}, std::vector<TokenIds>{x});
+}
+template <class T>
+double EDTransformer<T>::loss(const TokenIds& z, const TokenIds& x, bool mean) {
+    Packed pz = pack(z, cfg.n_vocab, cfg.l_max, "z"), px = pack(x, cfg.n_vocab, cfg.l_max, "x");
+    index_t scored = 0;
+    const double l = loss(pz.tokens(), px.tokens(), &scored);
+    return reduce(l, scored, mean);
+}
+
+// ------------------------------------------------------------------------------------------- Algorithms 11–13
+Dataset dataset(const std::vector<TokenIds>& seqs) {
+    Dataset d;
+    for (const TokenIds& x : seqs) {
+        d.ids.insert(d.ids.end(), x.begin(), x.end());
+        d.s.off.push_back(d.s.off.back() + index_t(x.size()));
+    }
+    return d;
+}
+
+#define FT_XT_API(T)                                                                                            \
+    template Matrix<T> DTransformer<T>::operator()(const TokenIds&);                                            \
+    template std::vector<Matrix<T>> DTransformer<T>::operator()(const std::vector<TokenIds>&);                  \
+    template Matrix<T> DTransformer<T>::logits(const TokenIds&);                                                \
+    template double DTransformer<T>::loss_and_grad(const TokenIds&);                                            \
+    template double DTransformer<T>::loss_and_grad(const std::vector<TokenIds>&);                               \
+    template double DTransformer<T>::loss(const TokenIds&, bool);                                               \
+    template double DTransformer<T>::loss(const std::vector<TokenIds>&, bool);                                  \
+    template Matrix<T> ETransformer<T>::operator()(const TokenIds&);                                            \
+    template std::vector<Matrix<T>> ETransformer<T>::operator()(const std::vector<TokenIds>&);                  \
+    template double ETransformer<T>::loss_and_grad(const TokenIds&, const TokenIds&);                           \
+    template double ETransformer<T>::loss(const TokenIds&, const TokenIds&, bool);                              \
+    template Matrix<T> EDTransformer<T>::operator()(const TokenIds&, const TokenIds&);                          \
+    template std::vector<Matrix<T>> EDTransformer<T>::operator()(const std::vector<TokenIds>&,                  \
+                                                                 const std::vector<TokenIds>&);                 \
+    template double EDTransformer<T>::loss_and_grad(const TokenIds&, const TokenIds&);                          \
+    template double EDTransformer<T>::loss_and_grad(const std::vector<TokenIds>&, const std::vector<TokenIds>&); \
+    template double EDTransformer<T>::loss(const TokenIds&, const TokenIds&, bool);
+FT_XT_API(float)
+FT_XT_API(double)
+#undef FT_XT_API
+
+}  // namespace ft
