@@ -1,5 +1,4 @@
-// Matrix products: every product of the core is one CBLAS call on the operands' own buffers, except
-// A·B with 2–8 columns of B (gemm_few_columns below).
+// Matrix products: every product of the core is one CBLAS call on the operands' own buffers.
 //
 // The BLAS (docs/design.md "BLAS"): by default OpenBLAS from PyPI's scipy-openblas32 — a current OpenBLAS
 // (0.3.28 or later) built with DYNAMIC_ARCH, whose run-time kernel choice knows today's CPUs and falls back
@@ -174,61 +173,6 @@ std::string blas_info() {
 }
 
 namespace {
-// C = α A B + β C for A:[m,k] as stored (column-major, lda ≥ m) and a few columns B:[k,NC] (2 ≤ NC ≤ 8):
-// the verify pass of speculative decoding (k + 1 new tokens through every weight) and short prompts.
-// OpenBLAS's gemm packs all of A into a buffer before its kernel reads it again, and for a few columns
-// that copy costs more than the product itself (a 1024×256 weight and 5 columns: ~3× one gemv; gemv
-// itself reads A once but one column at a time). Here A is read once, straight from its columns: a block
-// of R rows of C (V vectors of each column, NC columns, in registers) accumulates A[i0:i0+R, p] B[p, j]
-// over p = 0, 1, …, k − 1 in order — each entry of C is the same in-order sum as in gemm_naive, with FMAs.
-template <class T, int NC, index_t R, bool Full>
-void few_columns_block(index_t r, index_t k, T alpha, const T* A, index_t lda, const T* B, index_t ldb, T beta, T* C,
-                       index_t ldc) {  // rows 0 … r − 1 of A and C (r = R when Full, else r < R)
-    if constexpr (Full) r = R;
-    T acc[NC][R] = {};
-    for (index_t p = 0; p < k; ++p) {
-        const T* a = A + p * lda;
-        for (int j = 0; j < NC; ++j) {
-            const T b = B[p + j * ldb];
-#pragma omp simd
-            for (index_t i = 0; i < (Full ? R : r); ++i) acc[j][i] += a[i] * b;
-        }
-    }
-    for (int j = 0; j < NC; ++j) {
-        T* c = C + j * ldc;
-        if (beta == T(0))
-            for (index_t i = 0; i < r; ++i) c[i] = alpha * acc[j][i];
-        else
-            for (index_t i = 0; i < r; ++i) c[i] = alpha * acc[j][i] + beta * c[i];
-    }
-}
-
-template <class T, int NC, int V>
-void gemm_few_columns(index_t m, index_t k, T alpha, const T* A, index_t lda, const T* B, index_t ldb, T beta, T* C,
-                      index_t ldc) {
-    constexpr index_t R = V * index_t(64 / sizeof(T));  // V AVX-512 vectors of rows (2V AVX2 vectors)
-    const index_t full = m / R;  // (one thread: gemm below gives each thread its own slice of rows)
-    for (index_t b = 0; b < full; ++b)
-        few_columns_block<T, NC, R, true>(R, k, alpha, A + b * R, lda, B, ldb, beta, C + b * R, ldc);
-    if (full * R < m)
-        few_columns_block<T, NC, R, false>(m - full * R, k, alpha, A + full * R, lda, B, ldb, beta, C + full * R, ldc);
-}
-
-template <class T>
-bool gemm_few_columns(index_t m, index_t n, index_t k, T alpha, const T* A, index_t lda, const T* B, index_t ldb, T beta,
-                      T* C, index_t ldc) {
-    switch (n) {  // NC · V accumulator vectors: at most 24 of the 32 registers (V = 8 for n = 2, 3: measured faster)
-        case 2: gemm_few_columns<T, 2, 8>(m, k, alpha, A, lda, B, ldb, beta, C, ldc); return true;
-        case 3: gemm_few_columns<T, 3, 8>(m, k, alpha, A, lda, B, ldb, beta, C, ldc); return true;
-        case 4: gemm_few_columns<T, 4, 4>(m, k, alpha, A, lda, B, ldb, beta, C, ldc); return true;
-        case 5: gemm_few_columns<T, 5, 4>(m, k, alpha, A, lda, B, ldb, beta, C, ldc); return true;
-        case 6: gemm_few_columns<T, 6, 4>(m, k, alpha, A, lda, B, ldb, beta, C, ldc); return true;
-        case 7: gemm_few_columns<T, 7, 3>(m, k, alpha, A, lda, B, ldb, beta, C, ldc); return true;
-        case 8: gemm_few_columns<T, 8, 3>(m, k, alpha, A, lda, B, ldb, beta, C, ldc); return true;
-        default: return false;
-    }
-}
-
 // One product on the calling thread's BLAS (one thread when the library's threads are ours): gemv for one
 // column or one row, else gemm. Shapes already checked, m, n, k > 0.
 template <class T>
@@ -248,9 +192,6 @@ void gemm_call(Op opA, Op opB, index_t m, index_t n, index_t k, T alpha, CMatVie
               I(opA == Op::N ? std::max<index_t>(A.ld, 1) : 1), beta, C.data, I(std::max<index_t>(C.ld, 1)));
         return;
     }
-    if (opA == Op::N && opB == Op::N && n <= 8 && m >= 16 &&
-        gemm_few_columns<T>(m, n, k, alpha, A.data, A.ld, B.data, B.ld, beta, C.data, C.ld))
-        return;
     xgemm(tr(opA), tr(opB), I(m), I(n), I(k), alpha, A.data, I(std::max<index_t>(A.ld, 1)), B.data,
           I(std::max<index_t>(B.ld, 1)), beta, C.data, I(std::max<index_t>(C.ld, 1)));
 }

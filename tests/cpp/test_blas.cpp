@@ -159,10 +159,9 @@ TEST(Blas, VectorShapedProductsMatchNaiveLoopOnSubBlocks) {
                         << "op(A) " << int(a) << " op(B) " << int(b) << " m " << m << " n " << n << " beta " << beta;
 }
 
-// A few columns (2 ≤ n ≤ 8, A as stored, m ≥ 16) go to the kernel that reads A once (the verify pass of
-// speculative decoding): every n, row counts with and without a partial last block of rows, sub-blocks
-// (leading dimensions ≠ rows), every beta, NaN in C ignored when beta = 0, float and double, one thread
-// and the pool (gemm splits a large product into slices of rows, each through the kernel).
+// A few columns (2 ≤ n ≤ 8: the verify pass of speculative decoding, short prompts): every n, row counts
+// that split unevenly, sub-blocks (leading dimensions ≠ rows), every beta, NaN in C ignored when beta = 0,
+// float and double, one thread and the pool (gemm splits a large product into slices of rows).
 template <class T>
 void check_few_columns(index_t m, index_t n, index_t k, T beta, Rng& rng) {
     Matrix<T> A = random_matrix<T>(m + 3, k + 2, rng), B = random_matrix<T>(k + 4, n + 1, rng);
@@ -185,7 +184,7 @@ TEST(Blas, FewColumnProductsMatchNaiveLoop) {
                 check_few_columns<double>(m, n, 9, beta, rng);
                 check_few_columns<float>(m, n, 33, float(beta), rng);
             }
-    // large enough for gemm to split the rows over the pool (each slice through the kernel), and on one thread
+    // large enough for gemm to split the rows over the pool, and on one thread
     for (index_t n : {2, 5, 8}) {
         check_few_columns<double>(1030, n, 300, 0.0, rng);
         SingleThreadScope one;

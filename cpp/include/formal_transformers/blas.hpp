@@ -1,8 +1,6 @@
 // Matrix products. Every product in the core is one call of `gemm` below, which is one BLAS gemm
 // (OpenBLAS; by default PyPI's scipy-openblas32, see blas.cpp) on the operands' own buffers: transposes
 // are flags, sub-blocks are leading dimensions, accumulation is beta = 1. No copies, no temporaries.
-// One exception: a weight times 2–8 columns (cached decoding of a few tokens, speculative decoding's
-// verify pass) runs a kernel of ours that reads the weight once (BLAS's gemm would pack it first).
 #pragma once
 
 #include <string>
