@@ -2,7 +2,7 @@
 trained on tiny Shakespeare (characters, N_V 65).
 
 draft:  the baby GPT — DTransformer N_V 65, ℓ_max 64, L 4, H 4, d_e 128, d_mlp 512 (tied W_u);
-target: a bigger one — L 8, H 8, d_e 256, d_mlp 1024 (tied), same ℓ_max.
+target: a bigger one — by default L 8, H 8, d_e 256, d_mlp 1024 (tied), same ℓ_max; --target-size L H d_e.
 Both are trained here for a fixed number of steps (--draft-steps, --target-steps: the models are the same
 on a busy machine and a quiet one; Adam, the notebook 06 setting: windows of ℓ_max characters at random
 offsets, batch 12) and cached under ~/.cache/formal-transformers/bench_speculative (ft.save / ft.load), so
@@ -15,7 +15,7 @@ and the accepted drafts / tokens per target pass. τ = 0 also checks that both g
 the minimum over --reps repetitions (plain and speculative interleaved), then the median over prompts.
 
     FT_CORE_PATH=build/dev PYTHONPATH=python python bench/bench_speculative.py [--draft-steps 2500]
-        [--target-steps 2000] [--train-only] [--prompts 8] [--reps 3] [--ks 2 4 6] [--taus 0 0.8] [--retrain]
+        [--target-steps 2000] [--target-size 8 8 256] [--train-only [draft|target]] [--prompts 8] [--reps 3] [--ks 2 4 6] [--taus 0 0.8] [--retrain]
 """
 from __future__ import annotations
 
@@ -73,7 +73,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--draft-steps", type=int, default=2500)
     ap.add_argument("--target-steps", type=int, default=2000)
-    ap.add_argument("--train-only", action="store_true", help="train (or load) the two models and stop")
+    ap.add_argument("--train-only", choices=["both", "draft", "target"], nargs="?", const="both",
+                    help="train (or load) the two models (or one) and stop")
+    ap.add_argument("--target-size", type=int, nargs=3, metavar=("L", "H", "d_e"),
+                    default=[TARGET["L"], TARGET["H"], TARGET["d_e"]], help="the target's L, H, d_e (d_mlp = 4 d_e)")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--ks", type=int, nargs="+", default=[2, 4, 6])
@@ -93,8 +96,14 @@ def main():
 
     print(f"CPU: {cpu_model()}; os.cpu_count() = {os.cpu_count()}; threads {ft.get_num_threads()}")
     print(f"BLAS: {ft.blas_info()}")
+    L, H, d_e = a.target_size
+    target_cfg = dict(L=L, H=H, d_e=d_e, d_mlp=4 * d_e)
+    if a.train_only in ("draft", "target"):  # one model (e.g. the two in parallel processes)
+        cfg, steps = (DRAFT, a.draft_steps) if a.train_only == "draft" else (target_cfg, a.target_steps)
+        train(ft, a.train_only, cfg, steps, train_ids, val_seqs, a.retrain)
+        return
     draft = train(ft, "draft", DRAFT, a.draft_steps, train_ids, val_seqs, a.retrain)
-    target = train(ft, "target", TARGET, a.target_steps, train_ids, val_seqs, a.retrain)
+    target = train(ft, "target", target_cfg, a.target_steps, train_ids, val_seqs, a.retrain)
     if a.train_only:
         return
 

@@ -279,7 +279,7 @@ class OursSide:
         self.loss = float(self.model.loss(self.batch))
         self.info = dict(version=ft.__version__, blas=ft.blas_info(), threads=ft.get_num_threads(),
                          params=sum(int(v.size) for k, v in P.items() if not (tied and k == "W_u")),
-                         omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", "unset (ours: spin 10000, then sleep)"))
+                         omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", "unset (ours: spin 1000, then sleep)"))
 
     def step(self):
         self.model.loss_and_grad(self.batch, copy=False)
@@ -470,7 +470,8 @@ def bench(cfg, shape, args, threads, rounds, steps):
 
 def run_inprocess(args) -> None:
     """One side, flat out, in this process (for a profiler): --iters steps after the warm-up."""
-    cfg = dict(GPT2 if args.large else LLAMA if args.variant == "llama" else BABY, dropout=args.dropout)
+    cfg = dict(GPT2 if args.large or args.only_large else LLAMA if args.variant == "llama" else BABY,
+               dropout=args.dropout)
     side = SIDES[args.inprocess](cfg, args.threads, args.tied, None)
     for _ in range(args.warmup):
         side.step()

@@ -87,17 +87,19 @@ void mix(CMatView<T> V, CMatView<T> A, MatView<T> Vt) {
     gemm<T>(Op::N, Op::N, T(1), V, A, T(0), Vt);
 }
 
-// Run f(b, h) for every (sequence b, head h) block of a batch. Small blocks — OpenBLAS keeps a product
-// with m·n·k < 4·65536 on one thread — run in parallel, one block per thread at a time (OpenBLAS's
-// OpenMP build runs a gemm called inside a parallel region on the calling thread, so the two pools never
-// compete); large blocks run one after another and OpenBLAS parallelises each product itself. Blocks
-// write disjoint parts of their outputs. (Nested regions inside f run serially: OpenMP's default.)
+// Run f(b, h) for every (sequence b, head h) block of a batch. The blocks run in parallel, one block per
+// thread at a time, each block's products on its thread (a gemm called inside one of our parallel regions
+// runs on the calling thread, blas.cpp, so the pools never compete) — unless there are fewer blocks than
+// threads and they are large (m·n·k ≥ 4·65536): then they run one after another and gemm splits each
+// product over the threads. Blocks write disjoint parts of their outputs. (Nested regions inside f run
+// serially: OpenMP's default.)
 // Tiny batches (total work under 2^16 multiply-adds) stay serial: a parallel region would cost more.
 // With another OpenBLAS build (pthreads: its own pool) gemm must not be called from our threads: serial.
 template <class F>
 void for_blocks(index_t n_seqs, index_t H, index_t work_per_block, F&& f) {
     const index_t n = n_seqs * H;
-    if (blas_is_openmp() && work_per_block < 4 * 65536 && n > 1 && n * work_per_block >= 65536) {
+    if (blas_is_openmp() && n > 1 && n * work_per_block >= 65536 &&
+        (work_per_block < 4 * 65536 || n >= index_t(get_num_threads()))) {
 #pragma omp parallel for schedule(dynamic)
         for (index_t bh = 0; bh < n; ++bh) f(bh / H, bh % H);
     } else {

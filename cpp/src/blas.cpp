@@ -112,10 +112,21 @@ void run_blas_jobs(int /*sync*/, ft_blas_dojob_t dojob, int numjobs, std::size_t
 bool install_blas_threads() {
     if (FT_BLAS(openblas_set_threads_callback_function) == nullptr) return false;
     FT_BLAS(openblas_set_threads_callback_function)(&run_blas_jobs);
-#ifdef _OPENMP
-    FT_BLAS(openblas_set_num_threads)(omp_get_max_threads());
-#endif
+    // Our gemm splits each large product into slices on our own threads (gemm below), each slice one BLAS
+    // call on one thread: the library itself stays at one thread. (Its jobs would run on our pool anyway,
+    // through the callback above, should anything raise its count.)
+    FT_BLAS(openblas_set_num_threads)(1);
     return true;
+}
+
+// The thread count of our products (set_num_threads): only used while our gemm splits products itself.
+int& split_threads() {
+#ifdef _OPENMP
+    static int n = omp_get_max_threads();
+#else
+    static int n = 1;
+#endif
+    return n;
 }
 
 // Installed once, before the first product (and by blas_set_num_threads / blas_info).
@@ -131,12 +142,14 @@ bool blas_is_openmp() {
 }
 
 void blas_set_num_threads(int n) {
-    blas_threads_are_ours();
-    FT_BLAS(openblas_set_num_threads)(n);
+    if (blas_threads_are_ours())
+        split_threads() = n;
+    else
+        FT_BLAS(openblas_set_num_threads)(n);
 }
 
 int blas_get_num_threads() {
-    blas_threads_are_ours();
+    if (blas_threads_are_ours()) return split_threads();
     return FT_BLAS(openblas_get_num_threads)();
 }
 
@@ -148,9 +161,9 @@ std::string blas_info() {
     while (!s.empty() && s.front() == ' ') s.erase(s.begin());
     while (!s.empty() && s.back() == ' ') s.pop_back();
     s += "; kernel " + blas_kernel();
-    s += "; threads " + std::to_string(FT_BLAS(openblas_get_num_threads)());
+    s += "; threads " + std::to_string(blas_get_num_threads());
     if (ours)
-        s += " on formal_transformers' OpenMP pool (threads callback)";
+        s += " on formal_transformers' OpenMP pool (products split into one-thread BLAS calls)";
     else if (FT_BLAS(openblas_get_parallel)() == 2)
         s += " on the OpenMP pool (OpenBLAS's OpenMP build)";
     else
@@ -159,18 +172,12 @@ std::string blas_info() {
     return s;
 }
 
+namespace {
+// One product on the calling thread's BLAS (one thread when the library's threads are ours): gemv for one
+// column or one row, else gemm. Shapes already checked, m, n, k > 0.
 template <class T>
-void gemm(Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta, MatView<T> C) {
-    const index_t m = rows_of(opA, A.rows, A.cols), k = cols_of(opA, A.rows, A.cols);
-    const index_t kb = rows_of(opB, B.rows, B.cols), n = cols_of(opB, B.rows, B.cols);
-    FT_CHECK(k == kb && C.rows == m && C.cols == n, "gemm shapes do not conform");
-    if (m == 0 || n == 0) return;
-    if (k == 0) {  // BLAS may not touch C when k == 0: apply beta ourselves
-        for (index_t j = 0; j < n; ++j)
-            for (index_t i = 0; i < m; ++i) C(i, j) = beta == T(0) ? T(0) : beta * C(i, j);
-        return;
-    }
-    blas_threads_are_ours();
+void gemm_call(Op opA, Op opB, index_t m, index_t n, index_t k, T alpha, CMatView<T> A, CMatView<T> B, T beta,
+               MatView<T> C) {
     using I = int;
     // One column (n = 1: every product of one new token in cached decoding) or one row (m = 1): a matrix-
     // vector product. OpenBLAS 0.3.21 sends such gemms through its packing gemm path; its gemv is direct.
@@ -187,6 +194,58 @@ void gemm(Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta, MatView
     }
     xgemm(tr(opA), tr(opB), I(m), I(n), I(k), alpha, A.data, I(std::max<index_t>(A.ld, 1)), B.data,
           I(std::max<index_t>(B.ld, 1)), beta, C.data, I(std::max<index_t>(C.ld, 1)));
+}
+
+// How a product is split over threads (gemm below): into slices of C's columns (or rows, when C is tall),
+// each one single-threaded BLAS call. Below kSplitWork multiply-adds a product stays on one thread (a
+// parallel region costs more); a slice is at least kMinSlice columns (rows) wide, slice edges on multiples
+// of kAlign; up to kSlicesPerThread slices per thread, taken dynamically, so that a thread the system
+// preempts (a busy machine) leaves its remaining slices to the others instead of stalling the product.
+constexpr double kSplitWork = double(1 << 20);
+constexpr index_t kMinSlice = 64, kAlign = 16, kSlicesPerThread = 2;
+}  // namespace
+
+template <class T>
+void gemm(Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta, MatView<T> C) {
+    const index_t m = rows_of(opA, A.rows, A.cols), k = cols_of(opA, A.rows, A.cols);
+    const index_t kb = rows_of(opB, B.rows, B.cols), n = cols_of(opB, B.rows, B.cols);
+    FT_CHECK(k == kb && C.rows == m && C.cols == n, "gemm shapes do not conform");
+    if (m == 0 || n == 0) return;
+    if (k == 0) {  // BLAS may not touch C when k == 0: apply beta ourselves
+        for (index_t j = 0; j < n; ++j)
+            for (index_t i = 0; i < m; ++i) C(i, j) = beta == T(0) ? T(0) : beta * C(i, j);
+        return;
+    }
+    int team = 1;
+#ifdef _OPENMP
+    // Our split needs the library at one thread (ours) and is pointless inside one of our parallel regions.
+    if (blas_threads_are_ours() && !omp_in_parallel()) team = std::min(split_threads(), omp_get_max_threads());
+#else
+    blas_threads_are_ours();
+#endif
+    const bool by_cols = n >= m;  // slice the longer side of C
+    const index_t len = by_cols ? n : m;
+    index_t slices = std::min<index_t>(index_t(team) * kSlicesPerThread, len / kMinSlice);
+    if (team <= 1 || double(m) * double(n) * double(k) < kSplitWork || slices < 2) {
+        gemm_call<T>(opA, opB, m, n, k, alpha, A, B, beta, C);
+        return;
+    }
+    if (slices < 2 * index_t(team)) slices = std::min<index_t>(slices, team);  // few slices: one per thread
+    const index_t step = (len / slices + kAlign - 1) / kAlign * kAlign;
+    slices = (len + step - 1) / step;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
+    for (index_t s = 0; s < slices; ++s) {
+        const index_t o = s * step, w = std::min(step, len - o);
+        if (by_cols) {  // C[:, o:o+w] = α op(A) op(B)[:, o:o+w] + β C[:, o:o+w]
+            CMatView<T> Bs = opB == Op::N ? CMatView<T>(B.data + o * B.ld, B.rows, w, B.ld)
+                                          : CMatView<T>(B.data + o, w, B.cols, B.ld);
+            gemm_call<T>(opA, opB, m, w, k, alpha, A, Bs, beta, C.cols_range(o, w));
+        } else {  // C[o:o+w, :] = α op(A)[o:o+w, :] op(B) + β C[o:o+w, :]
+            CMatView<T> As = opA == Op::N ? CMatView<T>(A.data + o, w, A.cols, A.ld)
+                                          : CMatView<T>(A.data + o * A.ld, A.rows, w, A.ld);
+            gemm_call<T>(opA, opB, w, n, k, alpha, As, B, beta, C.rows_range(o, w));
+        }
+    }
 }
 
 template <class T>

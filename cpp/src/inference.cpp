@@ -98,7 +98,12 @@ std::vector<index_t> DInference(DTransformer<T>& model, const index_t* x_in, ind
             if (w0 != start || fed == 0) {  // first call, or the window slid: (re)fill the caches
                 dec.reset();
                 start = w0;
-                model.decode(dec, x.data() + w0, len - w0, z.data());
+                if (len - w0 > kFewColumns) {  // a long context: the thread pool
+                    model.decode(dec, x.data() + w0, len - w0, z.data());
+                } else {  // a short prompt: a few columns, one thread (as every later step)
+                    SingleThreadScope one_thread;
+                    model.decode(dec, x.data() + w0, len - w0, z.data());
+                }
             } else {  // feed only the tokens not yet seen: one column of work per layer, on one thread
                 SingleThreadScope one_thread;
                 model.decode(dec, x.data() + fed, len - fed, z.data());

@@ -1,7 +1,10 @@
 // SGD and Adam over the flat parameter buffer.
 #include "formal_transformers/optim.hpp"
 
+#include <algorithm>
 #include <cmath>
+
+#include <xsimd/xsimd.hpp>
 
 namespace ft {
 
@@ -58,27 +61,57 @@ void Adam<T>::step(ParamStore<T>& store, const T* g, double lr_now) {
     }
     ++t;
     const double eta = lr_now >= 0 ? lr_now : lr;
-    const T b1 = T(beta1), b2 = T(beta2), e = T(eps), wd = T(weight_decay);
-    const T bc1 = T(1) - T(std::pow(beta1, double(t)));
-    const T bc2_sqrt = T(std::sqrt(1.0 - std::pow(beta2, double(t))));
-    const T step_size = T(eta) / bc1;
-    const T shrink = T(1) - T(eta) * wd;
-    const bool coupled = !decoupled && weight_decay != 0;
+    AdamCoefficients<T> c;
+    c.b1 = T(beta1), c.b2 = T(beta2), c.eps = T(eps), c.wd = T(weight_decay);
+    c.bc2_sqrt = T(std::sqrt(1.0 - std::pow(beta2, double(t))));
+    c.step_size = T(eta) / (T(1) - T(std::pow(beta1, double(t))));
+    c.shrink = T(1) - T(eta) * c.wd;
+    c.coupled = !decoupled && weight_decay != 0;
     T* theta = store.theta();
-    T* M = m.data();
-    T* V = v.data();
     for (const auto& r : store.trainable_ranges()) {
-#pragma omp parallel for simd schedule(static) if (r.second - r.first > 32768)
-        for (index_t i = r.first; i < r.second; ++i) {
-            T gi = g[i];
-            if (coupled) gi += wd * theta[i];                 // L2: g ← g + λθ
-            else theta[i] *= shrink;                          // AdamW: θ ← θ(1 − ηλ)  (λ = 0: ×1)
-            M[i] = M[i] * b1 + (T(1) - b1) * gi;              // m ← β₁m + (1−β₁)g
-            V[i] = V[i] * b2 + (T(1) - b2) * gi * gi;         // v ← β₂v + (1−β₂)g²
-            const T denom = std::sqrt(V[i]) / bc2_sqrt + e;   // √v̂ + ε
-            theta[i] -= step_size * (M[i] / denom);           // θ ← θ − η m̂/(√v̂ + ε)
+        // chunks of 16 K entries (64 KB of float32 per stream), split over the threads when the range is large
+        const index_t n = r.second - r.first, chunk = 16384, n_chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (n > 32768)
+        for (index_t k = 0; k < n_chunks; ++k) {
+            const index_t i = r.first + k * chunk, w = std::min(chunk, r.second - i);
+            adam_update<T>(c, theta + i, m.data() + i, v.data() + i, g + i, w);
         }
     }
+}
+
+template <class T>
+void adam_update_naive(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n) {
+    for (index_t i = 0; i < n; ++i) {
+        T gi = g[i];
+        if (c.coupled) gi += c.wd * theta[i];                       // L2: g ← g + λθ
+        else theta[i] *= c.shrink;                                  // AdamW: θ ← θ(1 − ηλ)  (λ = 0: ×1)
+        M[i] = M[i] * c.b1 + (T(1) - c.b1) * gi;                    // m ← β₁m + (1−β₁)g
+        V[i] = V[i] * c.b2 + (T(1) - c.b2) * gi * gi;               // v ← β₂v + (1−β₂)g²
+        const T denom = std::sqrt(V[i]) / c.bc2_sqrt + c.eps;       // √v̂ + ε
+        theta[i] -= c.step_size * (M[i] / denom);                   // θ ← θ − η m̂/(√v̂ + ε)
+    }
+}
+
+// The same terms on xsimd batches (the scalar loop did not vectorise: std::sqrt's errno path).
+template <class T>
+void adam_update(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n) {
+    using B = xsimd::batch<T>;
+    constexpr index_t W = index_t(B::size);
+    const B b1(c.b1), b2(c.b2), a1(T(1) - c.b1), a2(T(1) - c.b2), e(c.eps), wd(c.wd), shrink(c.shrink),
+        step(c.step_size), bc2(c.bc2_sqrt);
+    index_t i = 0;
+    for (; i + W <= n; i += W) {
+        B th = B::load_unaligned(theta + i), gi = B::load_unaligned(g + i);
+        if (c.coupled) gi = gi + wd * th;
+        else th = th * shrink;
+        const B m = B::load_unaligned(M + i) * b1 + a1 * gi;
+        const B v = B::load_unaligned(V + i) * b2 + a2 * gi * gi;
+        m.store_unaligned(M + i);
+        v.store_unaligned(V + i);
+        const B denom = xsimd::sqrt(v) / bc2 + e;
+        (th - step * (m / denom)).store_unaligned(theta + i);
+    }
+    adam_update_naive<T>(c, theta + i, M + i, V + i, g + i, n - i);
 }
 
 template <class T>
@@ -101,6 +134,10 @@ template class SGD<float>;
 template class SGD<double>;
 template class Adam<float>;
 template class Adam<double>;
+template void adam_update<float>(const AdamCoefficients<float>&, float*, float*, float*, const float*, index_t);
+template void adam_update<double>(const AdamCoefficients<double>&, double*, double*, double*, const double*, index_t);
+template void adam_update_naive<float>(const AdamCoefficients<float>&, float*, float*, float*, const float*, index_t);
+template void adam_update_naive<double>(const AdamCoefficients<double>&, double*, double*, double*, const double*, index_t);
 template double grad_norm<float>(const ParamStore<float>&, const float*);
 template double grad_norm<double>(const ParamStore<double>&, const double*);
 template void scale<float>(float*, index_t, float);

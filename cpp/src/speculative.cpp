@@ -96,12 +96,14 @@ std::vector<index_t> SpeculativeInference(const DTransformer<T>& target, const D
     std::vector<double> q, res;
     std::vector<T> zd(static_cast<std::size_t>(N_V));
     Matrix<T> Zt;
-    // feed a model the tokens x[d.len : end] its cache has not seen (the first fill of a prompt may use the
-    // thread pool; later calls are a few columns: one thread, as DInference)
+    // feed a model the tokens x[d.len : end] its cache has not seen: a long prompt's first fill uses the
+    // thread pool; a few columns (every later call, and a short prompt) run on one thread, as DInference —
+    // per product a few tens of µs, where a team's fork and barriers cost more than they save, and on a
+    // loaded machine a barrier waiting for a descheduled thread costs a time slice
     auto feed = [&](const DTransformer<T>& mdl, typename DTransformer<T>::Decoder& d, auto&& call) {
         const index_t n = index_t(x.size()) - d.len;
         FT_CHECK(n >= 1, "speculative decoding: nothing to feed");
-        if (d.len == 0 || n > 16) {
+        if (n > kFewColumns) {
             call(mdl, d, n);
         } else {
             SingleThreadScope one_thread;

@@ -2,7 +2,9 @@
 #include "formal_transformers/blas.hpp"
 #include "testing.hpp"
 
+#include <limits>
 #include <string>
+#include <tuple>
 
 using namespace ft;
 using fttest::random_matrix;
@@ -108,26 +110,86 @@ TEST(Blas, ThreadedProductsOnOurPoolMatchNaiveLoop) {
     EXPECT_NE(blas_info().find("kernel " + blas_kernel()), std::string::npos) << blas_info();
 }
 
+namespace {
+// gemm vs the naive loop for op(A):[m,k], op(B):[k,n] on sub-blocks of larger matrices (leading dimension ≠
+// rows, so strides matter), C a sub-block too: the relative error over the whole of C (the rest untouched).
+double sub_block_error(Op a, Op b, index_t m, index_t n, index_t k, double beta, Rng& rng) {
+    const index_t ar = a == Op::N ? m : k, ac = a == Op::N ? k : m;
+    const index_t br = b == Op::N ? k : n, bc = b == Op::N ? n : k;
+    Matrix<double> A = random_matrix<double>(ar + 3, ac + 2, rng), B = random_matrix<double>(br + 4, bc + 1, rng);
+    Matrix<double> C1 = random_matrix<double>(m + 5, n + 2, rng), C2 = C1;
+    auto Av = CMatView<double>(view(A).rows_range(1, ar).cols_range(2, ac));
+    auto Bv = CMatView<double>(view(B).rows_range(2, br).cols_range(1, bc));
+    gemm<double>(a, b, 0.75, Av, Bv, beta, view(C1).rows_range(3, m).cols_range(1, n));
+    gemm_naive<double>(a, b, 0.75, Av, Bv, beta, view(C2).rows_range(3, m).cols_range(1, n));
+    return rel_error(C1.data(), C2.data(), C1.size());
+}
+}  // namespace
+
+// Products large enough for gemm to split them over threads (slices of C's columns, or rows when C is
+// tall; blas.cpp), every transpose and beta, on sub-blocks, with slice counts that do not divide the sizes:
+// the same result as the naive loop, from 1, 2 and 3 threads.
+TEST(Blas, SplitProductsMatchNaiveLoopOnSubBlocks) {
+    Rng rng(17);
+    const int saved = get_num_threads();
+    for (int threads : {1, 2, 3})
+        for (Op a : {Op::N, Op::T})
+            for (Op b : {Op::N, Op::T})
+                for (double beta : {0.0, 1.0})
+                    for (auto [m, n, k] : {std::tuple<index_t, index_t, index_t>{61, 301, 97},  // wide C: columns
+                                           {333, 70, 71},                                      // tall C: rows
+                                           {130, 129, 128}}) {
+                        set_num_threads(threads);
+                        const double err = sub_block_error(a, b, m, n, k, beta, rng);
+                        set_num_threads(saved);
+                        ASSERT_LT(err, 1e-13) << "threads " << threads << " op(A) " << int(a) << " op(B) " << int(b)
+                                              << " m " << m << " n " << n << " k " << k << " beta " << beta;
+                    }
+}
+
 // One column (n = 1) and one row (m = 1) go to gemv: every transpose, beta, and operands that are
 // sub-blocks of larger matrices (leading dimension ≠ rows, so the vector strides matter).
 TEST(Blas, VectorShapedProductsMatchNaiveLoopOnSubBlocks) {
     Rng rng(11);
-    const index_t k = 9;
     for (Op a : {Op::N, Op::T})
         for (Op b : {Op::N, Op::T})
             for (double beta : {0.0, 1.0, -0.5})
-                for (auto [m, n] : {std::pair<index_t, index_t>{1, 6}, {6, 1}, {1, 1}}) {
-                    const index_t ar = a == Op::N ? m : k, ac = a == Op::N ? k : m;
-                    const index_t br = b == Op::N ? k : n, bc = b == Op::N ? n : k;
-                    Matrix<double> A = random_matrix<double>(ar + 3, ac + 2, rng), B = random_matrix<double>(br + 4, bc + 1, rng);
-                    Matrix<double> C1 = random_matrix<double>(m + 5, n + 2, rng), C2 = C1;
-                    auto Av = CMatView<double>(view(A).rows_range(1, ar).cols_range(2, ac));
-                    auto Bv = CMatView<double>(view(B).rows_range(2, br).cols_range(1, bc));
-                    gemm<double>(a, b, 0.75, Av, Bv, beta, view(C1).rows_range(3, m).cols_range(1, n));
-                    gemm_naive<double>(a, b, 0.75, Av, Bv, beta, view(C2).rows_range(3, m).cols_range(1, n));
-                    EXPECT_LT(rel_error(C1.data(), C2.data(), C1.size()), 1e-13)
+                for (auto [m, n] : {std::pair<index_t, index_t>{1, 6}, {6, 1}, {1, 1}})
+                    EXPECT_LT(sub_block_error(a, b, m, n, 9, beta, rng), 1e-13)
                         << "op(A) " << int(a) << " op(B) " << int(b) << " m " << m << " n " << n << " beta " << beta;
-                }
+}
+
+// A few columns (2 ≤ n ≤ 8: the verify pass of speculative decoding, short prompts): every n, row counts
+// that split unevenly, sub-blocks (leading dimensions ≠ rows), every beta, NaN in C ignored when beta = 0,
+// float and double, one thread and the pool (gemm splits a large product into slices of rows).
+template <class T>
+void check_few_columns(index_t m, index_t n, index_t k, T beta, Rng& rng) {
+    Matrix<T> A = random_matrix<T>(m + 3, k + 2, rng), B = random_matrix<T>(k + 4, n + 1, rng);
+    Matrix<T> C1 = random_matrix<T>(m + 5, n + 2, rng);
+    if (beta == T(0)) C1(3, 1) = std::numeric_limits<T>::quiet_NaN();  // BLAS semantics: C not read
+    Matrix<T> C2 = C1;
+    auto Av = CMatView<T>(view(A).rows_range(1, m).cols_range(2, k));
+    auto Bv = CMatView<T>(view(B).rows_range(2, k).cols_range(1, n));
+    gemm<T>(Op::N, Op::N, T(0.75), Av, Bv, beta, view(C1).rows_range(3, m).cols_range(1, n));
+    gemm_naive<T>(Op::N, Op::N, T(0.75), Av, Bv, beta, view(C2).rows_range(3, m).cols_range(1, n));
+    const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-13;
+    EXPECT_LT(rel_error(C1.data(), C2.data(), C1.size()), tol) << "m " << m << " n " << n << " k " << k << " beta " << beta;
+}
+
+TEST(Blas, FewColumnProductsMatchNaiveLoop) {
+    Rng rng(5);
+    for (index_t n = 2; n <= 8; ++n)
+        for (index_t m : {16, 17, 47, 64, 65, 130})
+            for (double beta : {0.0, 1.0, -0.5}) {
+                check_few_columns<double>(m, n, 9, beta, rng);
+                check_few_columns<float>(m, n, 33, float(beta), rng);
+            }
+    // large enough for gemm to split the rows over the pool, and on one thread
+    for (index_t n : {2, 5, 8}) {
+        check_few_columns<double>(1030, n, 300, 0.0, rng);
+        SingleThreadScope one;
+        check_few_columns<float>(1030, n, 300, 1.0f, rng);
+    }
 }
 
 // zero_grad of a store large enough for its parallel path (> 2^21 entries, several 64 KB chunks and a

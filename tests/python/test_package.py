@@ -182,7 +182,7 @@ def test_main_job_default_text_is_the_stdlib_source():
 
 
 def test_openmp_wait_default_is_set_only_while_the_core_loads():
-    """The bounded spin (OMP_WAIT_POLICY=active, GOMP_SPINCOUNT=10000) is our libgomp's default only while
+    """The bounded spin (OMP_WAIT_POLICY=active, GOMP_SPINCOUNT=1000) is our libgomp's default only while
     _core loads: afterwards the process (and its children) see the user's environment; a user's own
     setting is left alone."""
     code = ("import os, formal_transformers as ft; "

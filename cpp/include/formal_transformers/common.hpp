@@ -153,6 +153,9 @@ void init_threads();  // idempotent; called by the bindings at import (sets no F
 // For the lifetime of this object, the calling thread runs its OpenMP regions (and the BLAS) alone: for work too small to share between threads, such as decoding one token with the
 // KV cache (one column per layer), where waking a second thread for each small product costs more than the
 // product (bench/bench_inference.py). The previous thread count is restored on exit.
+// Decoding feeds at most this many new tokens on one thread (SingleThreadScope); more (a long prompt's first
+// fill) use the pool.
+constexpr index_t kFewColumns = 16;
 class SingleThreadScope {
 public:
     SingleThreadScope();

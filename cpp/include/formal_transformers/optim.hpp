@@ -54,6 +54,21 @@ public:
     Vector<T> m, v;         // first and second moments, flat like θ
 };
 
+// Adam's update of n entries (the loop of Adam::step), given the step's coefficients: a vectorised kernel
+// (xsimd) and the scalar loop kept beside it for the tests. Term by term as the header comment says.
+template <class T>
+struct AdamCoefficients {
+    T b1, b2, eps, wd;   // β₁, β₂, ε, λ
+    T shrink;            // 1 − ηλ (decoupled decay; 1 when λ = 0)
+    T step_size;         // η / (1 − β₁ᵗ)
+    T bc2_sqrt;          // √(1 − β₂ᵗ)
+    bool coupled;        // L2 decay: g ← g + λθ (else decoupled: θ ← θ(1 − ηλ))
+};
+template <class T>
+void adam_update(const AdamCoefficients<T>& c, T* theta, T* m, T* v, const T* g, index_t n);
+template <class T>
+void adam_update_naive(const AdamCoefficients<T>& c, T* theta, T* m, T* v, const T* g, index_t n);
+
 // √(Σ g²) over the trainable ranges (accumulated in double)
 template <class T>
 double grad_norm(const ParamStore<T>& store, const T* g);
