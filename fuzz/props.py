@@ -215,6 +215,21 @@ def component_calls(name, a, back, order):
     call(c.zero_grad)
 
 
+class pytest_raises:
+    """with pytest_raises(E, "words"): the block raises E whose message holds the words (no pytest here)."""
+
+    def __init__(self, kind, words):
+        self.kind, self.words = kind, words
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, et, ev, tb):
+        assert et is not None and issubclass(et, self.kind), f"expected {self.kind.__name__}, got {et}"
+        assert self.words in str(ev), f"{self.kind.__name__} without '{self.words}': {ev}"
+        return True
+
+
 # ------------------------------------------------------------------------------------------------------
 # 3. call sequences on a model: a state machine
 class ModelMachine(RuleBasedStateMachine):
@@ -230,11 +245,15 @@ class ModelMachine(RuleBasedStateMachine):
         self.tmp = tempfile.mkdtemp(prefix="ft-fuzz-")
 
     @initialize(arch=st.sampled_from(["D", "E", "ED"]), dtype=st.sampled_from(["float32", "float64"]),
-                tied=st.booleans(), seed=st.integers(0, 5), dropout=st.sampled_from([0.0, 0.0, 0.1, 0.5, 0.9]))
-    def build(self, arch, dtype, tied, seed, dropout):
-        log("machine", ("build", arch, dtype, tied, seed, dropout))
-        if arch == "D":
-            self.model = ft.DTransformer(12, 8, 2, 2, 4, 6, dtype=dtype, tied=tied, seed=seed, dropout=dropout)
+                tied=st.booleans(), seed=st.integers(0, 5), dropout=st.sampled_from([0.0, 0.0, 0.1, 0.5, 0.9]),
+                positional=st.sampled_from(["learned", "learned", "sinusoidal", "rope", "alibi"]),
+                H_kv=st.sampled_from([2, 1]), mlp=st.sampled_from(["gelu", "swiglu"]))
+    def build(self, arch, dtype, tied, seed, dropout, positional, H_kv, mlp):
+        log("machine", ("build", arch, dtype, tied, seed, dropout, positional, H_kv, mlp))
+        self.positional = positional if arch == "D" else "learned"
+        if arch == "D":  # the variants (docs/variants.md) are decoder options
+            self.model = ft.DTransformer(12, 8, 2, 2, 4, 6, dtype=dtype, tied=tied, seed=seed, dropout=dropout,
+                                         positional=positional, H_kv=H_kv, mlp=mlp)
         elif arch == "E":
             bert = dict(n_segments=2, embed_norm=True, unembed_bias=True) if seed % 2 else {}  # BERT's options
             self.model = ft.ETransformer(12, 8, 1, 2, 4, 6, 4, dtype=dtype, tied=tied, seed=seed, dropout=dropout, **bert)
@@ -278,6 +297,40 @@ class ModelMachine(RuleBasedStateMachine):
     @rule(x=ids(), z=ids(), copy=st.booleans())
     def loss_and_grad(self, x, z, copy):
         self.guarded("loss_and_grad", self.model.loss_and_grad, *self.args(x, z), copy=copy)
+
+    @rule(data=st.data(), how=st.sampled_from(["call", "logits", "loss", "loss_and_grad"]))
+    def past_l_max(self, data, how):
+        """Sequences longer than ℓ_max = 8 (and one too long for memory): RoPE and ALiBi score them (P's
+        columns are distributions, attention_weights is (H, ℓ, ℓ)); a table of positions (learned,
+        sinusoidal; every E and ED) refuses them with a ValueError naming l_max."""
+        lens = data.draw(st.lists(st.one_of(st.integers(9, 40), st.integers(1, 8), st.just(300_000)), min_size=1, max_size=3))
+        x = [np.array(data.draw(st.lists(st.integers(0, 11), min_size=n, max_size=n)), dtype=np.int64) if n <= 40
+             else np.zeros(n, dtype=np.int64) for n in lens]
+        batch = x if len(x) > 1 else x[0]
+        f = {"call": self.model, "logits": self.model.logits, "loss": self.model.loss,
+             "loss_and_grad": self.model.loss_and_grad}[how]
+        if self.arch == "E" and how in ("loss", "loss_and_grad"):
+            args, x, lens = (x[0], x[0]), x[:1], lens[:1]  # (x̃, x): one sequence
+        else:
+            args = self.args(batch, batch)
+        log("machine", ("past_l_max", how, lens))
+        r = self.guarded(how, f, *args)
+        if max(lens) > 8 and self.positional in ("learned", "sinusoidal"):
+            assert r is None, f"{self.positional} positions scored a sequence of length {max(lens)} > l_max"
+            with pytest_raises(ValueError, "l_max"):
+                f(*args)
+            return
+        if max(lens) >= 300_000:
+            assert r is None, "a length too large for memory was scored"
+            return
+        assert r is not None, f"{self.positional}: a batch of lengths {lens} (≤ 40) was refused"
+        if how == "call" and self.arch == "D":
+            for P, n in zip(r if len(x) > 1 else [r], lens):
+                assert P.shape == (12, n), P.shape
+                if np.isfinite(P).all():
+                    assert np.allclose(P.sum(axis=0), 1.0, atol=1e-4)
+            A = self.guarded("attention_weights", self.model.attention_weights, 0, len(x) - 1)
+            assert A is not None and A.shape == (2, lens[-1], lens[-1]), None if A is None else A.shape
 
     @rule(x=ids(), seg=ids(n_vocab=3), none=st.booleans())
     def hidden_segments(self, x, seg, none):  # ETransformer: X after line 9, with BERT's segment ids (or None)

@@ -312,7 +312,7 @@ void def_single_input(PyClass& cls) {
                CallLock lock(d.mutex);
                return d.visit([&](auto& m) -> py::object {
                    using T = typename std::decay_t<decltype(m.store)>::value_type;
-                   InBatch in = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
+                   InBatch in = in_batch(x, "x", m.cfg.n_vocab, ft::max_input_length(m.cfg));
                    return shaped_output<T>(m.cfg.n_vocab, in, is_2d(x), [&](ft::MatView<T> P) {
                        m.forward(Tokens{in.ids.data(), seqs_of(in)});  // every line but the last
                        m.probabilities(P);                             // the last: P = softmax(W_u X)
@@ -326,7 +326,7 @@ void def_single_input(PyClass& cls) {
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& m) -> py::object {
                     using T = typename std::decay_t<decltype(m.store)>::value_type;
-                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
+                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, ft::max_input_length(m.cfg));
                     return shaped_output<T>(m.cfg.n_vocab, in, is_2d(x), [&](ft::MatView<T> Z) {
                         m.forward(Tokens{in.ids.data(), seqs_of(in)});
                         m.logits(Z);
@@ -393,7 +393,7 @@ std::vector<index_t> segment_ids(const M& m, const py::object& segments, const I
     if (segments.is_none()) return {};
     if (m.cfg.n_segments <= 0)
         throw ft::ValueError("segments given, but the model has no segment embeddings (n_segments = 0)");
-    InBatch s = in_batch(segments, "segments", m.cfg.n_segments, m.cfg.l_max);
+    InBatch s = in_batch(segments, "segments", m.cfg.n_segments, ft::max_input_length(m.cfg));
     if (s.lengths != x.lengths)
         throw ft::ValueError("segments must have the shape of x (one segment id per token)");
     return std::move(s.ids);
@@ -409,7 +409,7 @@ void def_segment_inputs(PyClass& cls) {
         CallLock lock(d.mutex);
         return d.visit([&](auto& m) -> py::object {
             using T = typename std::decay_t<decltype(m.store)>::value_type;
-            InBatch in = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
+            InBatch in = in_batch(x, "x", m.cfg.n_vocab, ft::max_input_length(m.cfg));
             const std::vector<index_t> seg = segment_ids(m, segments, in);
             const index_t rows = what == 2 ? m.cfg.d_e : m.cfg.n_vocab;
             return shaped_output<T>(rows, in, is_2d(x), [&](ft::MatView<T> out) {
@@ -433,8 +433,8 @@ void def_segment_inputs(PyClass& cls) {
              "X after line 9 (the last layer's output; BERT's last hidden state): (d_e, ℓ) for one sequence, "
              "(N, d_e, ℓ) for a 2-D batch, a list for a ragged list. Beyond the listing, which returns only P.");
     auto pair = [](auto& m, const py::handle& x_tilde, const py::handle& x, const py::object& segments) {
-        InBatch xt = in_batch(x_tilde, "x_tilde", m.cfg.n_vocab, m.cfg.l_max);
-        InBatch xo = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
+        InBatch xt = in_batch(x_tilde, "x_tilde", m.cfg.n_vocab, ft::max_input_length(m.cfg));
+        InBatch xo = in_batch(x, "x", m.cfg.n_vocab, ft::max_input_length(m.cfg));
         if (xt.lengths != xo.lengths)
             throw ft::ValueError("x_tilde and x must have the same shape (the same sequences, the same lengths)");
         std::vector<index_t> seg = segment_ids(m, segments, xt);
@@ -498,8 +498,9 @@ attention weights and on each sublayer's output before the residual add (embed_d
 resid_dropout: per place, None = dropout). Only loss_and_grad (and the trainers) drop; model(x), loss,
 inference never do. Masks: keyed by (seed, dropout_step); dropout_masks() shows the last ones.
 
-Call: P = model(x), x a 1-D sequence of token ids (ℓ ≤ l_max) -> P (N_V, ℓ); column t is the
-distribution of x[t+1] given x[:t+1]. A 2-D (N, ℓ) array gives (N, N_V, ℓ); a list of sequences a list.
+Call: P = model(x), x a 1-D sequence of token ids (ℓ ≤ l_max; any ℓ with positional="rope"|"alibi",
+which have no table of positions) -> P (N_V, ℓ); column t is the distribution of x[t+1] given x[:t+1].
+A 2-D (N, ℓ) array gives (N, N_V, ℓ); a list of sequences a list.
 loss_and_grad(x) -> (loss, grads): Algorithm 13 line 5, −Σ_{t<ℓ−1} log P[x[t+1], t], summed over the
 batch, with the gradient of every parameter (copies; model.grads holds the same, zero-copy).)doc");
     dcls.def(py::init([](long long n_vocab, long long l_max, long long L, long long H, long long d_e, long long d_mlp,
@@ -541,7 +542,7 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
                 DD& d = self.cast<DD&>();
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& m) {
-                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
+                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, ft::max_input_length(m.cfg));
                     double loss;
                     {
                         CoreCall nogil;
@@ -560,7 +561,7 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
             [](DD& d, const py::handle& x, const std::string& reduction) {
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& m) {
-                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
+                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, ft::max_input_length(m.cfg));
                     index_t scored = 0;
                     double loss;
                     apply_reduction(0, 1, reduction);
@@ -665,8 +666,8 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
               py::arg("H_kv") = py::none(), py::arg("bias") = true, FT_DROPOUT_ARGS);
     def_model_common<ft::EDTransformer>(edcls);
     auto ed_pair = [](auto& m, const py::handle& z, const py::handle& x) {
-        InBatch zb = in_batch(z, "z", m.cfg.n_vocab, m.cfg.l_max);
-        InBatch xb = in_batch(x, "x", m.cfg.n_vocab, m.cfg.l_max);
+        InBatch zb = in_batch(z, "z", m.cfg.n_vocab, ft::max_input_length(m.cfg));
+        InBatch xb = in_batch(x, "x", m.cfg.n_vocab, ft::max_input_length(m.cfg));
         if (zb.lengths.size() != xb.lengths.size())
             throw ft::ValueError("z and x must hold the same number of sequences, got " + std::to_string(zb.lengths.size()) +
                                  " and " + std::to_string(xb.lengths.size()));

@@ -78,6 +78,12 @@ void validate(const Tokens& x, index_t n_vocab, index_t l_max, const char* what)
     }
 }
 
+index_t max_input_length(const ModelConfig& c) {
+    return in_attention(c.positional) ? std::numeric_limits<index_t>::max() : c.l_max;
+}
+
+void validate(const Tokens& x, const ModelConfig& c, const char* what) { validate(x, c.n_vocab, max_input_length(c), what); }
+
 namespace {
 template <class T>
 void zero(MatView<T> m) {
@@ -607,7 +613,7 @@ template <class T>
 void DTransformer<T>::forward(const Tokens& x) {
     // RoPE and ALiBi have no table of positions: the model runs on any length (ℓ_max is the training
     // length there; Algorithm 14 with context = Full uses this, inference.hpp)
-    validate(x, cfg.n_vocab, in_attention(cfg.positional) ? std::numeric_limits<index_t>::max() : cfg.l_max, "x");
+    validate(x, cfg, "x");
     this->last_.done = false;
     const index_t n = x.s.total(), d_e = cfg.d_e;
     this->embed(x, stream_[0]);                                             // lines 1–3
@@ -688,7 +694,7 @@ ETransformer<T>::ETransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::
 
 template <class T>
 void ETransformer<T>::forward(const Tokens& x, const index_t* seg) {
-    validate(x, cfg.n_vocab, cfg.l_max, "x");
+    validate(x, cfg, "x");
     const index_t n = x.s.total(), d_e = cfg.d_e;
     if (seg && cfg.n_segments <= 0) throw ValueError("segment ids given, but the model has no segment embeddings (n_segments = 0)");
     if (seg)
@@ -805,7 +811,7 @@ void EDTransformer<T>::encoder_forward(const Tokens& z, std::vector<typename Pos
 template <class T>
 void EDTransformer<T>::forward(const Tokens& z, const Tokens& x) {
     validate(z, cfg.n_vocab, cfg.l_max, "z");
-    validate(x, cfg.n_vocab, cfg.l_max, "x");
+    validate(x, cfg, "x");
     if (z.s.count() != x.s.count())
         throw ValueError("z and x must hold the same number of sequences, got " + std::to_string(z.s.count()) + " and " +
                          std::to_string(x.s.count()));

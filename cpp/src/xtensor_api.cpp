@@ -14,14 +14,15 @@ struct Packed {
     Seqs s;
     Tokens tokens() const { return Tokens{ids.data(), s}; }
 };
-Packed pack(const std::vector<TokenIds>& seqs, index_t n_vocab, index_t l_max, const char* what) {
+// checked by the model's rule (validate: ℓ ≤ max_input_length(c))
+Packed pack(const std::vector<TokenIds>& seqs, const ModelConfig& c, const char* what) {
     Dataset d = dataset(seqs);
     Packed p{std::move(d.ids), std::move(d.s)};
-    validate(p.tokens(), n_vocab, l_max, what);
+    validate(p.tokens(), c, what);
     return p;
 }
-Packed pack(const TokenIds& x, index_t n_vocab, index_t l_max, const char* what) {
-    return pack(std::vector<TokenIds>{x}, n_vocab, l_max, what);
+Packed pack(const TokenIds& x, const ModelConfig& c, const char* what) {
+    return pack(std::vector<TokenIds>{x}, c, what);
 }
 // The last line of the listing on the last forward, one (N_V, ℓ_b) matrix per sequence b
 template <class T>
@@ -48,7 +49,7 @@ double reduce(double loss, index_t scored, bool mean) { return mean ? (scored > 
 // ------------------------------------------------------------------------------------------- Algorithm 10
 template <class T>
 std::vector<Matrix<T>> DTransformer<T>::operator()(const std::vector<TokenIds>& batch) {
-    Packed p = pack(batch, cfg.n_vocab, cfg.l_max, "x");
+    Packed p = pack(batch, cfg, "x");
     forward(p.tokens());               // every line but the last
     return split(*this, p.s, false);   // the last: P = softmax(W_u X)
 }
@@ -58,13 +59,13 @@ Matrix<T> DTransformer<T>::operator()(const TokenIds& x) {
 }
 template <class T>
 Matrix<T> DTransformer<T>::logits(const TokenIds& x) {
-    Packed p = pack(x, cfg.n_vocab, cfg.l_max, "x");
+    Packed p = pack(x, cfg, "x");
     forward(p.tokens());
     return std::move(split(*this, p.s, true)[0]);
 }
 template <class T>
 double DTransformer<T>::loss_and_grad(const std::vector<TokenIds>& batch) {
-    Packed p = pack(batch, cfg.n_vocab, cfg.l_max, "x");
+    Packed p = pack(batch, cfg, "x");
     return loss_and_grad(p.tokens());
 }
 template <class T>
@@ -73,7 +74,7 @@ double DTransformer<T>::loss_and_grad(const TokenIds& x) {
 }
 template <class T>
 double DTransformer<T>::loss(const std::vector<TokenIds>& batch, bool mean) {
-    Packed p = pack(batch, cfg.n_vocab, cfg.l_max, "x");
+    Packed p = pack(batch, cfg, "x");
     index_t scored = 0;
     const double l = loss(p.tokens(), &scored);
     return reduce(l, scored, mean);
@@ -86,7 +87,7 @@ double DTransformer<T>::loss(const TokenIds& x, bool mean) {
 // ------------------------------------------------------------------------------------------- Algorithm 9
 template <class T>
 std::vector<Matrix<T>> ETransformer<T>::operator()(const std::vector<TokenIds>& batch) {
-    Packed p = pack(batch, cfg.n_vocab, cfg.l_max, "x");
+    Packed p = pack(batch, cfg, "x");
     forward(p.tokens());
     return split(*this, p.s, false);
 }
@@ -96,9 +97,9 @@ Matrix<T> ETransformer<T>::operator()(const TokenIds& x_tilde) {
 }
 namespace {
 // x̃ and the originals x: the same length (ValueError otherwise)
-Packed pack_pair(const TokenIds& x_tilde, const TokenIds& x, index_t n_vocab, index_t l_max, Packed& orig) {
-    Packed p = pack(x_tilde, n_vocab, l_max, "x_tilde");
-    orig = pack(x, n_vocab, l_max, "x");
+Packed pack_pair(const TokenIds& x_tilde, const TokenIds& x, const ModelConfig& c, Packed& orig) {
+    Packed p = pack(x_tilde, c, "x_tilde");
+    orig = pack(x, c, "x");
     if (orig.s.total() != p.s.total())
         throw ValueError("x_tilde and x must have the same length, got " + std::to_string(p.s.total()) + " and " +
                          std::to_string(orig.s.total()));
@@ -108,13 +109,13 @@ Packed pack_pair(const TokenIds& x_tilde, const TokenIds& x, index_t n_vocab, in
 template <class T>
 double ETransformer<T>::loss_and_grad(const TokenIds& x_tilde, const TokenIds& x) {
     Packed orig;
-    Packed p = pack_pair(x_tilde, x, cfg.n_vocab, cfg.l_max, orig);
+    Packed p = pack_pair(x_tilde, x, cfg, orig);
     return loss_and_grad(p.tokens(), orig.ids.data());
 }
 template <class T>
 double ETransformer<T>::loss(const TokenIds& x_tilde, const TokenIds& x, bool mean) {
     Packed orig;
-    Packed p = pack_pair(x_tilde, x, cfg.n_vocab, cfg.l_max, orig);
+    Packed p = pack_pair(x_tilde, x, cfg, orig);
     index_t scored = 0;
     const double l = loss(p.tokens(), orig.ids.data(), &scored);
     return reduce(l, scored, mean);
@@ -131,7 +132,7 @@ void same_count(const std::vector<TokenIds>& z, const std::vector<TokenIds>& x) 
 template <class T>
 std::vector<Matrix<T>> EDTransformer<T>::operator()(const std::vector<TokenIds>& z, const std::vector<TokenIds>& x) {
     same_count(z, x);
-    Packed pz = pack(z, cfg.n_vocab, cfg.l_max, "z"), px = pack(x, cfg.n_vocab, cfg.l_max, "x");
+    Packed pz = pack(z, cfg, "z"), px = pack(x, cfg, "x");
     forward(pz.tokens(), px.tokens());
     return split(*this, px.s, false);
 }
@@ -142,7 +143,7 @@ Matrix<T> EDTransformer<T>::operator()(const TokenIds& z, const TokenIds& x) {
 template <class T>
 double EDTransformer<T>::loss_and_grad(const std::vector<TokenIds>& z, const std::vector<TokenIds>& x) {
     same_count(z, x);
-    Packed pz = pack(z, cfg.n_vocab, cfg.l_max, "z"), px = pack(x, cfg.n_vocab, cfg.l_max, "x");
+    Packed pz = pack(z, cfg, "z"), px = pack(x, cfg, "x");
     return loss_and_grad(pz.tokens(), px.tokens());
 }
 template <class T>
@@ -151,7 +152,7 @@ double EDTransformer<T>::loss_and_grad(const TokenIds& z, const TokenIds& x) {
 }
 template <class T>
 double EDTransformer<T>::loss(const TokenIds& z, const TokenIds& x, bool mean) {
-    Packed pz = pack(z, cfg.n_vocab, cfg.l_max, "z"), px = pack(x, cfg.n_vocab, cfg.l_max, "x");
+    Packed pz = pack(z, cfg, "z"), px = pack(x, cfg, "x");
     index_t scored = 0;
     const double l = loss(pz.tokens(), px.tokens(), &scored);
     return reduce(l, scored, mean);

@@ -509,8 +509,9 @@ class DTransformer(_HasParams):
     resid_dropout: per place, None = dropout). Only loss_and_grad (and the trainers) drop; model(x), loss,
     inference never do. Masks: keyed by (seed, dropout_step); dropout_masks() shows the last ones.
     
-    Call: P = model(x), x a 1-D sequence of token ids (ℓ ≤ l_max) -> P (N_V, ℓ); column t is the
-    distribution of x[t+1] given x[:t+1]. A 2-D (N, ℓ) array gives (N, N_V, ℓ); a list of sequences a list.
+    Call: P = model(x), x a 1-D sequence of token ids (ℓ ≤ l_max; any ℓ with positional="rope"|"alibi",
+    which have no table of positions) -> P (N_V, ℓ); column t is the distribution of x[t+1] given x[:t+1].
+    A 2-D (N, ℓ) array gives (N, N_V, ℓ); a list of sequences a list.
     loss_and_grad(x) -> (loss, grads): Algorithm 13 line 5, −Σ_{t<ℓ−1} log P[x[t+1], t], summed over the
     batch, with the gradient of every parameter (copies; model.grads holds the same, zero-copy).
     """

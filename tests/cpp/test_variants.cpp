@@ -2,6 +2,7 @@
 // of the same θ (a model with a larger ℓ_max: without W_p, ℓ_max does not change θ); the kernels' backward
 // passes are their forward's transposes.
 #include <cmath>
+#include <limits>
 
 #include "formal_transformers/transformers.hpp"
 #include "testing.hpp"
@@ -60,6 +61,29 @@ TEST(Variants, LearnedPositionsStillStopAtLmax) {
     std::vector<double> z(11);
     m.decode(d, ids.data(), 4, z.data());
     EXPECT_THROW(m.decode(d, ids.data() + 4, 1, z.data()), ValueError);
+}
+
+// The xtensor API checks inputs by the model's rule (max_input_length): RoPE and ALiBi score 3 ℓ_max tokens,
+// equal to a model of the same θ whose ℓ_max covers them; learned positions refuse them
+TEST(Variants, ScoringPastLmaxEqualsTheModelWithALargerLmax) {
+    const TokenIds x{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 3};
+    for (Positional pos : {Positional::Rope, Positional::Alibi}) {
+        DTransformer<double> small(variant(pos, 4)), big(variant(pos, 12));
+        perturb(small.store);
+        perturb(big.store);
+        EXPECT_EQ(max_input_length(small.cfg), std::numeric_limits<index_t>::max());
+        xt::xtensor<double, 2> P = small(x), Pb = big(x);
+        ASSERT_EQ(P.shape(1), 12u);
+        for (std::size_t i = 0; i < P.size(); ++i) ASSERT_EQ(P.data()[i], Pb.data()[i]);
+        EXPECT_EQ(small.loss_and_grad(x), big.loss_and_grad(x));
+        for (index_t i = 0; i < small.store.size(); ++i) ASSERT_EQ(small.store.grad()[i], big.store.grad()[i]);
+    }
+    for (Positional pos : {Positional::Learned, Positional::Sinusoidal}) {
+        DTransformer<double> m(variant(pos, 4));
+        EXPECT_EQ(max_input_length(m.cfg), 4);
+        EXPECT_THROW(m(x), ValueError);
+        EXPECT_THROW(m.loss(x), ValueError);
+    }
 }
 
 TEST(Variants, RopeBackwardIsTheTransposeAndPreservesNorms) {

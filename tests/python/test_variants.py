@@ -150,6 +150,75 @@ def test_decoding_past_l_max_in_both_contexts_matches_the_reference(name, cache)
     assert list(auto) == list(ys["full" if opts["positional"] == "alibi" else "window"])
 
 
+# ---------------------------------------------------------------------------------------------------
+# Scoring past ℓ_max: RoPE and ALiBi have no table of positions, so P, logits, loss and loss_and_grad
+# accept any length ("train short, test long"); learned and sinusoidal tables keep ℓ ≤ ℓ_max
+
+LONG = ["rope", "alibi", "alibi_H6", "llama", "alibi_all"]  # llama/alibi_all: GQA + SwiGLU + RMSnorm + no bias
+
+
+@pytest.mark.parametrize("name", LONG)
+def test_scoring_past_l_max_matches_the_reference(name):
+    opts = OPTIONS[name]
+    model = make(opts)
+    theta = randomize(model, np.random.default_rng(8), opts.get("tied", False))
+    rng = np.random.default_rng(9)
+    x = rng.integers(0, BASE["n_vocab"], 3 * BASE["l_max"])
+    short = x[:5]
+    assert rel_err(model(x), ref.d_transformer_variant(x, theta, **hp_of(opts))) <= 1e-12
+    assert rel_err(model.logits(x), ref.d_transformer_variant(x, theta, logits=True, **hp_of(opts))) <= 1e-12
+    # a ragged batch of a long and a short sequence: each sequence's positions start at 0
+    P = model([x, short])
+    assert rel_err(P[1], ref.d_transformer_variant(short, theta, **hp_of(opts))) <= 1e-12
+    want = ref.d_variant_loss([x, short], theta, **hp_of(opts))
+    assert abs(model.loss([x, short]) - want) <= 1e-12 * abs(want)
+    loss, _ = model.loss_and_grad(x)
+    assert abs(loss - ref.d_variant_loss(x, theta, **hp_of(opts))) <= 1e-12 * abs(loss)
+    # the attention weights of the last forward (loss_and_grad's) have the long sequence's shape
+    H = opts.get("H", BASE["H"])
+    assert model.attention_weights(BASE["L"] - 1, 0).shape == (H, len(x), len(x))
+    model(short)
+    assert model.attention_weights(0, 0).shape == (H, len(short), len(short))
+
+
+@pytest.mark.parametrize("opts", [dict(positional="rope"), dict(positional="alibi"),
+                                  dict(positional="rope", H_kv=1, mlp="swiglu", bias=False, norm="rms")])
+def test_loss_and_grad_past_l_max_matches_finite_differences(opts):
+    from conftest import numeric_grad
+
+    model = ft.DTransformer(7, 4, 1, 2, 8, 6, dtype="float64", seed=1, **opts)
+    randomize(model, np.random.default_rng(10))
+    x = [3, 1, 4, 1, 5, 6, 2, 6, 5, 3, 0]  # ℓ = 11 > ℓ_max = 4
+    _, grads = model.loss_and_grad(x)
+    assert set(grads) == set(model.params)
+    scale = max(np.abs(g).max() for g in grads.values())
+    for k, view in model.params.items():
+        if k.endswith(".b_k") and opts["positional"] != "rope":
+            assert np.abs(grads[k]).max() <= 1e-12 * scale  # exactly 0: a per-column constant of S
+            continue
+        num = numeric_grad(lambda: model.loss(x), view)
+        assert rel_err(grads[k], num) <= 1e-6, (opts, k)
+
+
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal"])
+def test_positions_from_a_table_still_refuse_sequences_past_l_max(positional):
+    model = make({"positional": positional})
+    x = list(range(BASE["l_max"] + 1))
+    for call in (model, model.logits, model.loss, model.loss_and_grad):
+        with pytest.raises(ValueError, match=f"l_max = {BASE['l_max']}"):
+            call(x)
+        with pytest.raises(ValueError, match=r"x\[1\] has length"):
+            call([x[:3], x])
+    model(x[:-1])  # ℓ = ℓ_max is fine
+
+
+def test_a_length_too_large_for_memory_is_a_value_error():
+    model = make(OPTIONS["alibi"], dtype="float32")
+    with pytest.raises(ValueError, match="exceeds|too large|overflow"):
+        model(np.zeros(300_000, dtype=np.int64))  # ℓ² attention weights per head: hundreds of GiB
+    assert model(np.zeros(2 * BASE["l_max"], dtype=np.int64)).shape == (BASE["n_vocab"], 2 * BASE["l_max"])
+
+
 def test_context_full_needs_positions_without_a_table():
     for opts in ({}, {"positional": "sinusoidal"}):
         with pytest.raises(ValueError, match="context='full'"):

@@ -123,6 +123,14 @@ struct Tokens {
     Seqs s;
 };
 void validate(const Tokens& x, index_t n_vocab, index_t l_max, const char* what);
+// The longest sequence a model's forward pass (and so loss, loss_and_grad, P, logits) accepts: ℓ_max for
+// a table of positions (learned, sinusoidal); no bound for RoPE and ALiBi, which put the position into
+// attention (docs/variants.md "Scoring and decoding past ℓ_max": train short, test long). Every workspace past ℓ_max
+// is sized through sizes.hpp, so a length too large for memory is a ValueError. The one rule the core,
+// the xtensor API and the bindings check model inputs by; the trainers keep ℓ_max (the training length).
+index_t max_input_length(const ModelConfig& c);
+// validate(x, c.n_vocab, max_input_length(c), what)
+void validate(const Tokens& x, const ModelConfig& c, const char* what);
 
 // ---------------------------------------------------------------------------------------------------
 // Pieces shared by the listings.
