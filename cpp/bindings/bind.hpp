@@ -154,12 +154,29 @@ struct CoreCall {
     py::gil_scoped_release nogil;
     ft::FpEnvScope fp;
 };
+
 // The same for long calls (training, inference): FTZ/DAZ also on the OpenMP pool's threads (two
 // fork/joins per call, too costly for short calls: fpenv.hpp).
 struct LongCoreCall {
     py::gil_scoped_release nogil;
     ft::FpEnvScope fp{true};
 };
+
+// The backward call of a stand-alone unit with one matrix input (LayerNorm, RMSNorm, Unembedding): the
+// incoming gradient `what` checked as [rows, n] (a vector when the forward's input was), the input's
+// gradient [d_in, n] for the n columns of the unit's last forward; the core call without the GIL.
+template <class T, class U>
+py::array unit_backward(U& u, const py::handle& dy, const char* what, index_t rows, const char* rows_name,
+                        index_t d_in) {
+    InMatrix<T> d = in_matrix<T>(dy, what, rows, true, rows_name);
+    const index_t n = std::max<index_t>(u.last_n(), 0);
+    auto dx = out_matrix<T>(d_in, n);
+    {
+        CoreCall nogil;
+        u.backward(d.m, ft::MatView<T>(dx.mutable_data(), d_in, n));
+    }
+    return maybe_vector(dx, u.last_vector());
+}
 
 // Lock an object for one call, releasing the GIL while waiting (another thread may hold it for long).
 struct CallLock {

@@ -22,18 +22,6 @@ py::array call_norm(U& u, const py::handle& e) {
     }
     return maybe_vector(out, in.was_vector);
 }
-template <class U>
-py::array backward_norm(U& u, const py::handle& dy) {
-    using T = typename decltype(u.store)::value_type;
-    InMatrix<T> d = in_matrix<T>(dy, "dY", u.norm.d_e, true, "d_e");
-    const index_t n = std::max<index_t>(u.last_n(), 0);
-    auto dx = out_matrix<T>(u.norm.d_e, n);
-    {
-        CoreCall nogil;
-        u.backward(d.m, ft::MatView<T>(dx.mutable_data(), u.norm.d_e, n));
-    }
-    return maybe_vector(dx, u.last_vector());
-}
 }  // namespace
 
 void register_norm(py::module_& m) {
@@ -49,7 +37,7 @@ void register_norm(py::module_& m) {
            py::arg("d_e"), py::arg("eps") = 1e-5, py::arg("dtype") = "float32")
         .def("__call__", [](DL& d, const py::handle& e) { CallLock l(d.mutex); return d.visit([&](auto& u) { return call_norm(u, e); }); },
              py::arg("e"))
-        .def("backward", [](DL& d, const py::handle& dy) { CallLock l(d.mutex); return d.visit([&](auto& u) { return backward_norm(u, dy); }); },
+        .def("backward", [](DL& d, const py::handle& dy) { CallLock l(d.mutex); return d.visit([&](auto& u) { using T = typename std::decay_t<decltype(u.store)>::value_type; return unit_backward<T>(u, dy, "dY", u.norm.d_e, "d_e", u.norm.d_e); }); },
              py::arg("dY"), "Gradient of the last call: accumulates d gamma, d beta into grads; returns dE.")
         .def_property_readonly("d_e", [](DL& d) { return d.visit([](auto& u) { return u.norm.d_e; }); })
         .def_property_readonly("eps", [](DL& d) { return d.visit([](auto& u) { return u.norm.eps; }); })
@@ -71,7 +59,7 @@ void register_norm(py::module_& m) {
            py::arg("d_e"), py::arg("eps") = 1e-5, py::arg("dtype") = "float32")
         .def("__call__", [](DR& d, const py::handle& e) { CallLock l(d.mutex); return d.visit([&](auto& u) { return call_norm(u, e); }); },
              py::arg("e"))
-        .def("backward", [](DR& d, const py::handle& dy) { CallLock l(d.mutex); return d.visit([&](auto& u) { return backward_norm(u, dy); }); },
+        .def("backward", [](DR& d, const py::handle& dy) { CallLock l(d.mutex); return d.visit([&](auto& u) { using T = typename std::decay_t<decltype(u.store)>::value_type; return unit_backward<T>(u, dy, "dY", u.norm.d_e, "d_e", u.norm.d_e); }); },
              py::arg("dY"))
         .def_property_readonly("d_e", [](DR& d) { return d.visit([](auto& u) { return u.norm.d_e; }); })
         .def_property_readonly("eps", [](DR& d) { return d.visit([](auto& u) { return u.norm.eps; }); })

@@ -26,18 +26,6 @@ py::array call_unembedding(ft::unit::Unembedding<T>& u, const py::handle& e, boo
     }
     return maybe_vector(out, in.was_vector);
 }
-template <class T>
-py::array backward_unembedding(ft::unit::Unembedding<T>& u, const py::handle& dPo) {
-    InMatrix<T> d = in_matrix<T>(dPo, "dP", u.un.n_vocab, true, "n_vocab");
-    const index_t n = std::max<index_t>(u.last_n(), 0);
-    auto dx = out_matrix<T>(u.un.d_e, n);
-    {
-        CoreCall nogil;
-        u.backward(d.m, ft::MatView<T>(dx.mutable_data(), u.un.d_e, n));
-    }
-    return maybe_vector(dx, u.last_vector());
-}
-
 // ----------------------------------------------------------------------------------------------------
 // _gemm: C = op(A) op(B) through ft::gemm (one BLAS call), for the GFLOP/s benchmark.
 template <class T>
@@ -119,7 +107,7 @@ void register_unembedding(py::module_& m) {
              [](DU& d, const py::handle& e) { CallLock l(d.mutex); return d.visit([&](auto& u) { return call_unembedding(u, e, true); }); },
              py::arg("e"), "W_u e: (d_e,) or (d_e, ℓ) -> (N_V,) or (N_V, ℓ).")
         .def("backward",
-             [](DU& d, const py::handle& dP) { CallLock l(d.mutex); return d.visit([&](auto& u) { return backward_unembedding(u, dP); }); },
+             [](DU& d, const py::handle& dP) { CallLock l(d.mutex); return d.visit([&](auto& u) { using T = typename std::decay_t<decltype(u.store)>::value_type; return unit_backward<T>(u, dP, "dP", u.un.n_vocab, "n_vocab", u.un.d_e); }); },
              py::arg("dP"), "Gradient of the last call: dP (N_V, ℓ) -> dE (d_e, ℓ); accumulates grads['W_u'].")
         .def_property_readonly("n_vocab", [](DU& d) { return d.visit([](auto& u) { return u.un.n_vocab; }); })
         .def_property_readonly("d_e", [](DU& d) { return d.visit([](auto& u) { return u.un.d_e; }); })
