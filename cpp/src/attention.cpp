@@ -380,8 +380,7 @@ void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Se
 template <class T>
 void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
                               const MHAttentionCache<T>& c, CMatView<T> dVt, MatView<T> dX, MatView<T> dZ,
-                              MHAttentionWork<T>& w, bool overwrite) const {
-    const T beta = overwrite ? T(0) : T(1);  // the first product into dX (dZ) writes it (overwrite) or adds to it
+                              MHAttentionWork<T>& w) const {
     const index_t Dq = H * d_attn, Dk = H_kv * d_attn, Dv = H_kv * d_mid, Dy = H * d_mid;
     // the fused product of the forward (self-attention), differentiated as one product when dZ is dX too
     const bool fused = c.fused && dX.data == dZ.data && dX.ld == dZ.ld;
@@ -397,8 +396,9 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
         std::fill(dK.data, dK.data + dK.size(), T(0));
         std::fill(dV.data, dV.data + dV.size(), T(0));
     }
-    // d(line 4): dW_o += dṼ Yᵀ, db_o += dṼ 1, dY = W_oᵀ dṼ  (written, not added: no zeroing of dY first)
-    affine_backward<T>(store.W(W_o), view(c.Y), dVt, store.dW(W_o).data, dbias(store, b_o), dY.data, -1, T(0));
+    std::fill(dY.data, dY.data + dY.size(), T(0));
+    // d(line 4): dW_o += dṼ Yᵀ, db_o += dṼ 1, dY = W_oᵀ dṼ
+    affine_backward<T>(store.W(W_o), view(c.Y), dVt, store.dW(W_o).data, dbias(store, b_o), dY.data);
     w.dA.resize(c.A.size());
     CMatView<T> Q = c.Qv, K = c.Kv, V = c.Vv;
     // d(lines 1–3): Algorithm 4's lines 6, 5, 4 backward per (sequence, key/value head g) block; the query
@@ -446,14 +446,13 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
             add_column_sum<T>(dQKV.rows_range(Dq, Dk), store.dv(b_k));
             add_column_sum<T>(dQKV.rows_range(Dq + Dk, Dv), store.dv(b_v));
         }
-        gemm<T>(Op::T, Op::N, T(1), view(c.W_qkv), dQKV, beta, dX);
+        gemm<T>(Op::T, Op::N, T(1), view(c.W_qkv), dQKV, T(1), dX);
         return;
     }
     // Algorithm 4's lines 3, 2, 1 for all heads at once (stacked): parameter gradients, dZ, dX
-    const bool same = dX.data == dZ.data;  // self-attention: dX is dZ, written once, then added to
-    affine_backward<T>(store.W(W_v), Z, dV, store.dW(W_v).data, dbias(store, b_v), dZ.data, dZ.ld, beta);
+    affine_backward<T>(store.W(W_v), Z, dV, store.dW(W_v).data, dbias(store, b_v), dZ.data, dZ.ld);
     affine_backward<T>(store.W(W_k), Z, dK, store.dW(W_k).data, dbias(store, b_k), dZ.data, dZ.ld);
-    affine_backward<T>(store.W(W_q), X, dQ, store.dW(W_q).data, dbias(store, b_q), dX.data, dX.ld, same ? T(1) : beta);
+    affine_backward<T>(store.W(W_q), X, dQ, store.dW(W_q).data, dbias(store, b_q), dX.data, dX.ld);
 }
 
 template <class T>

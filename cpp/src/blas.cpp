@@ -300,11 +300,11 @@ void add_column_sum(CMatView<T> dY, T* db) {
 }
 
 template <class T>
-void affine_backward(CMatView<T> W, CMatView<T> X, CMatView<T> dY, T* dW, T* db, T* dX, index_t ld_dX, T beta_dX) {
+void affine_backward(CMatView<T> W, CMatView<T> X, CMatView<T> dY, T* dW, T* db, T* dX, index_t ld_dX) {
     if (dW) gemm<T>(Op::N, Op::T, T(1), dY, X, T(1), MatView<T>(dW, W.rows, W.cols, W.ld));
     if (db) add_column_sum<T>(dY, db);
     if (dX)
-        gemm<T>(Op::T, Op::N, T(1), W, dY, beta_dX,
+        gemm<T>(Op::T, Op::N, T(1), W, dY, T(1),
                 MatView<T>(dX, X.rows, X.cols, ld_dX < 0 ? std::max<index_t>(X.rows, 1) : ld_dX));
 }
 
@@ -314,7 +314,7 @@ void affine_backward(CMatView<T> W, CMatView<T> X, CMatView<T> dY, T* dW, T* db,
     template void gemm_naive<T>(Op, Op, T, CMatView<T>, CMatView<T>, T, MatView<T>);           \
     template void affine<T>(CMatView<T>, CMatView<T>, const T*, MatView<T>);                   \
     template void affine_add<T>(CMatView<T>, CMatView<T>, const T*, MatView<T>);               \
-    template void affine_backward<T>(CMatView<T>, CMatView<T>, CMatView<T>, T*, T*, T*, index_t, T); \
+    template void affine_backward<T>(CMatView<T>, CMatView<T>, CMatView<T>, T*, T*, T*, index_t); \
     template void add_column_sum<T>(CMatView<T>, T*);
 FT_INSTANTIATE(float)
 FT_INSTANTIATE(double)

@@ -189,31 +189,29 @@ void MLP<T>::forward(const ParamStore<T>& store, CMatView<T> Xt, MatView<T> Out,
 }
 template <class T>
 void MLP<T>::backward(ParamStore<T>& store, CMatView<T> Xt, const MLPCache<T>& c, CMatView<T> dOut, MatView<T> dXt,
-                      Matrix<T>& dH, bool overwrite) const {
-    const T beta = overwrite ? T(0) : T(1);  // the first product into dX̃ writes it (overwrite) or adds to it
+                      Matrix<T>& dH) const {
     if (gated || !bias) {  // the variants (docs/variants.md V4, V5)
         T* nb = nullptr;
-        // dH holds [dA; dG] (2·d_mlp rows when gated); each written, not added, so no zeroing first
-        MatView<T> dd = ensure(dH, gated ? 2 * d_mlp : d_mlp, Xt.cols);
+        // dH holds [dA; dG] (2·d_mlp rows when gated)
+        MatView<T> dd = zeros(dH, gated ? 2 * d_mlp : d_mlp, Xt.cols);
         MatView<T> dA = dd.rows_range(0, d_mlp);
         affine_backward<T>(store.W(W_2), view(c.Act), dOut, store.dW(W_2).data, bias ? store.dv(b_2) : nb, dA.data,
-                           dA.ld, T(0));  // d(line 4): dA = W_mlp2ᵀ dY
+                           dA.ld);  // d(line 4): dA = W_mlp2ᵀ dY
         if (gated) {
             MatView<T> dG = dd.rows_range(d_mlp, d_mlp);
             swiglu_gate_backward<T>(view(c.G), view(c.Hpre), dA, dG, dA);  // d(line 3): dU (in dA's place), dG
-            affine_backward<T>(store.W(W_1), Xt, dA, store.dW(W_1).data, bias ? store.dv(b_1) : nb, dXt.data, dXt.ld,
-                               beta);  // d(line 2)
+            affine_backward<T>(store.W(W_1), Xt, dA, store.dW(W_1).data, bias ? store.dv(b_1) : nb, dXt.data, dXt.ld);  // d(line 2)
             affine_backward<T>(store.W(W_g), Xt, dG, store.dW(W_g).data, bias ? store.dv(b_g) : nb, dXt.data, dXt.ld);  // d(line 1)
         } else {
             activation_backward<T>(act, view(c.Hpre), dA, dA);
-            affine_backward<T>(store.W(W_1), Xt, dA, store.dW(W_1).data, nb, dXt.data, dXt.ld, beta);
+            affine_backward<T>(store.W(W_1), Xt, dA, store.dW(W_1).data, nb, dXt.data, dXt.ld);
         }
         return;
     }
-    MatView<T> dh = ensure(dH, d_mlp, Xt.cols);  // written by the first product, not added to: no zeroing
-    affine_backward<T>(store.W(W_2), view(c.Act), dOut, store.dW(W_2).data, store.dv(b_2), dh.data, -1, T(0));  // dAct = W_2ᵀ dOut
+    MatView<T> dh = zeros(dH, d_mlp, Xt.cols);
+    affine_backward<T>(store.W(W_2), view(c.Act), dOut, store.dW(W_2).data, store.dv(b_2), dh.data);  // dAct = W_2ᵀ dOut
     activation_backward<T>(act, view(c.Hpre), dh, dh);                                               // dHpre = φ'(Hpre) ⊙ dAct
-    affine_backward<T>(store.W(W_1), Xt, dh, store.dW(W_1).data, store.dv(b_1), dXt.data, dXt.ld, beta);  // dX̃ (+)= W_1ᵀ dHpre
+    affine_backward<T>(store.W(W_1), Xt, dh, store.dW(W_1).data, store.dv(b_1), dXt.data, dXt.ld);   // dX̃ += W_1ᵀ dHpre
 }
 
 // Dropout on a sublayer's output before the residual add (docs/regularisation.md): X ← X + Dropout(f(X̃) | p, M)
@@ -299,12 +297,13 @@ template <class T>
 void PreLNDecoderBlock<T>::backward(ParamStore<T>& store, const Seqs& s, const Acts& a, BackwardWork<T>& w) const {
     MatView<T> P = view(w.P);
     // line 8: X_out = X_attn + MLP(X̃_mlp)  ->  ∂/∂X̃_mlp into Q; ∂/∂X_attn = P (+ line 7's part below)
-    MatView<T> Q = ensure(w.Q, P.rows, P.cols);  // written by the MLP's backward (overwrite), no zeroing
-    mlp.backward(store, view(a.Xt_mlp), a.mlp, dropped_grad(a.drop_mlp, CMatView<T>(P), w.dR), Q, w.dH, true);
+    MatView<T> Q = zeros(w.Q, P.rows, P.cols);
+    mlp.backward(store, view(a.Xt_mlp), a.mlp, dropped_grad(a.drop_mlp, CMatView<T>(P), w.dR), Q, w.dH);
     norm2.backward(store, Q, a.norm_gamma2, P);  // line 7
     // line 6: X_attn = X + MHAttention(X̃_attn)  ->  ∂/∂X̃_attn (queries, keys and values alike) into Q
+    zero(Q);
     attn.backward(store, view(a.Xt_attn), s, view(a.Xt_attn), s, a.attn, dropped_grad(a.drop_attn, CMatView<T>(P), w.dR),
-                  Q, Q, w.attn, /*overwrite=*/true);  // Q written, not added to: no zeroing first
+                  Q, Q, w.attn);
     norm1.backward(store, Q, a.norm_gamma1, P);  // line 5
 }
 

@@ -229,10 +229,9 @@ public:
                  MatView<T> Vt, MHAttentionCache<T>& c, bool accumulate = false, const Dropout* drop = nullptr,
                  std::uint64_t place = 0) const;
     // dṼ:[d_out,n_x] -> dX += ..., dZ += ... (dX may alias dZ when X is Z), parameter gradients += ...
-    // With overwrite, dX and dZ are written (dX = ..., dZ = ...; their old contents are not read).
     void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
                   const MHAttentionCache<T>& c, CMatView<T> dVt, MatView<T> dX, MatView<T> dZ,
-                  MHAttentionWork<T>& w, bool overwrite = false) const;
+                  MHAttentionWork<T>& w) const;
 
     // Decoding with a cache. append_kv: keys and values of new context columns Z:[d_z,n] appended at
     // cache.len (capacity grows as needed). attend_cached: queries X:[d_x,n] at absolute positions q0,

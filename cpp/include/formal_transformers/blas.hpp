@@ -52,11 +52,9 @@ template <class T>
 void affine_add(CMatView<T> W, CMatView<T> X, const T* b, MatView<T> Y);
 
 // Given dY for Y = W X + b 1^T:
-//   dW += dY X^T,   db += dY 1 (row sums),   dX ← beta_dX dX + W^T dY   (any of dW, db, dX may be null;
-//   beta_dX = 1 accumulates, 0 overwrites dX without reading it: a scratch needs no zeroing first)
+//   dW += dY X^T,   db += dY 1 (row sums),   dX += W^T dY   (any of dW, db, dX may be null)
 template <class T>
-void affine_backward(CMatView<T> W, CMatView<T> X, CMatView<T> dY, T* dW, T* db, T* dX, index_t ld_dX = -1,
-                     T beta_dX = T(1));
+void affine_backward(CMatView<T> W, CMatView<T> X, CMatView<T> dY, T* dW, T* db, T* dX, index_t ld_dX = -1);
 
 // db += dY 1   (sum of the columns of dY)          dY:[m,n], db:[m]
 template <class T>

@@ -168,10 +168,9 @@ public:
     void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
     // X̃:[d_e,n] -> Out += W2 φ(W1 X̃ + b1 1ᵀ) + b2 1ᵀ
     void forward(const ParamStore<T>& store, CMatView<T> Xt, MatView<T> Out, MLPCache<T>& c) const;
-    // dOut:[d_e,n] -> dX̃ += … (dX̃ = … with overwrite: dX̃ is then not read), parameter gradients += …
-    // (dH:[d_mlp,n] is scratch)
+    // dOut:[d_e,n] -> dX̃ += …, parameter gradients += …  (dH:[d_mlp,n] is scratch)
     void backward(ParamStore<T>& store, CMatView<T> Xt, const MLPCache<T>& c, CMatView<T> dOut, MatView<T> dXt,
-                  Matrix<T>& dH, bool overwrite = false) const;
+                  Matrix<T>& dH) const;
 
     index_t d_e, d_mlp;
     Activation act;
