@@ -20,8 +20,8 @@ fixed number of steps (so the machine's load does not enter; one thread, seed 0,
 At nanoGPT's η the 2000 steps end at 1.90: the schedule is too cautious for so short a run, not the step too slow.
 The defaults here are η 4e-3 and 1500 steps (about 45 s at 30 ms a step; 1000 steps are too few).
 
-The run stops after --steps updates (the cosine schedule spans them) or when --seconds of training have
-passed, whichever comes first; the validation loss is measured afterwards (not counted in the time).
+The run stops after --steps updates (the cosine schedule spans them) or before the step that would end past
+--seconds of training (predicted from the step before it), whichever comes first; the validation loss is measured afterwards (not counted in the time).
 Printed: the CPU, ft.blas_info(), the threads, the load average before and after, steps done, seconds,
 ms/step, the final training loss and the validation loss, and whether it is ≤ --target within --seconds.
 
@@ -89,10 +89,15 @@ def main() -> int:
           f"after {args.warmup} warm-up steps, clip 1.0; budget {args.seconds:g} s")
 
     t0 = [0.0]
+    last = [0.0]
     stopped = [False]
 
     def on_step(info):
-        if time.perf_counter() - t0[0] >= args.seconds:
+        # stop when the next step would end past the budget (predicted by the step just done), so that the
+        # training counted is within --seconds and not one step over it
+        now = time.perf_counter()
+        step_time, last[0] = now - (last[0] or t0[0]), now
+        if now - t0[0] + step_time > args.seconds:
             stopped[0] = True
             return False
         return True
