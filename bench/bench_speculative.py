@@ -2,7 +2,7 @@
 trained on tiny Shakespeare (characters, N_V 65).
 
 draft:  the baby GPT — DTransformer N_V 65, ℓ_max 64, L 4, H 4, d_e 128, d_mlp 512 (tied W_u);
-target: a bigger one — by default L 8, H 8, d_e 256, d_mlp 1024 (tied), same ℓ_max; --target-size L H d_e.
+target: a bigger one — by default L 8, H 8, d_e 384, d_mlp 1536 (tied), same ℓ_max; --target-size L H d_e.
 Both are trained here for a fixed number of steps (--draft-steps, --target-steps: the models are the same
 on a busy machine and a quiet one; Adam, the notebook 06 setting: windows of ℓ_max characters at random
 offsets, batch 12) and cached under ~/.cache/formal-transformers/bench_speculative (ft.save / ft.load), so
@@ -19,7 +19,7 @@ passes/token) t_draft, solved for v (t_· = DInference ms/token of that model). 
 before and after.
 
     FT_CORE_PATH=build/dev PYTHONPATH=python python bench/bench_speculative.py [--draft-steps 2500]
-        [--target-steps 2000] [--target-size 8 8 256] [--train-only [draft|target]] [--prompts 8] [--reps 3] [--ks 2 4 6] [--taus 0 0.8] [--retrain]
+        [--target-steps 2000] [--target-size 8 8 384] [--train-only [draft|target]] [--prompts 8] [--reps 3] [--ks 2 4 6] [--taus 0 0.8] [--retrain]
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from _common import cpu_model, import_ft  # noqa: E402
 
 L_MAX = 64
 DRAFT = dict(L=4, H=4, d_e=128, d_mlp=512)
-TARGET = dict(L=8, H=8, d_e=256, d_mlp=1024)
+TARGET = dict(L=8, H=8, d_e=384, d_mlp=1536)
 CACHE = os.path.join(os.path.expanduser("~"), ".cache", "formal-transformers", "bench_speculative")
 
 
