@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #ifdef _OPENMP
@@ -205,15 +206,18 @@ void gemm_call(Op opA, Op opB, index_t m, index_t n, index_t k, T alpha, CMatVie
 // in row blocks, 53 µs for one column by gemv; docs/design.md "BLAS"). So a skinny product above the
 // threshold becomes a few calls on blocks of C's rows (and A's, A not transposed), each ≤ kSmallWork
 // multiply-adds, one after the other on the calling thread. Every entry of C is still one BLAS dot product
-// over the whole of k; only the kernel that computes it changes.
-constexpr double kSmallWork = 1e6;  // OpenBLAS's sgemm/dgemm_small_kernel_permit (SkylakeX): M·N·K ≤ 100³
-constexpr index_t kSkinny = 8, kRowAlign = 16;
+// over the whole of k; only the kernel that computes it changes. Up to 8 columns in float32; in float64 up to
+// 4 (the d_e 384 weights, 8 layers from memory: at 7–8 columns the row blocks were slower than one gemm).
+constexpr double kSmallWork = 1e6;  // OpenBLAS's sgemm_small_kernel_permit (SkylakeX): M·N·K ≤ 100³
+constexpr index_t kRowAlign = 16;
+template <class T>
+constexpr index_t kSkinny = std::is_same_v<T, float> ? 8 : 4;
 
 template <class T>
 void gemm_rows(Op opA, Op opB, index_t m, index_t n, index_t k, T alpha, CMatView<T> A, CMatView<T> B, T beta,
                MatView<T> C) {
     const double work = double(m) * double(n) * double(k);
-    if (opA != Op::N || n < 2 || n > kSkinny || work <= kSmallWork || double(kRowAlign) * n * k > kSmallWork) {
+    if (opA != Op::N || n < 2 || n > kSkinny<T> || work <= kSmallWork || double(kRowAlign) * n * k > kSmallWork) {
         gemm_call<T>(opA, opB, m, n, k, alpha, A, B, beta, C);
         return;
     }
