@@ -1,22 +1,36 @@
 """Benchmark (not a test): how low the validation loss of nanoGPT's baby GPT on tiny Shakespeare (character
 level) gets in a wall-clock budget of training — issue 9's target: ≤ 1.88 nats per character in ≤ 60 s.
 
-The setting is nanoGPT's CPU "baby GPT" as notebooks/06_tinyshakespeare_gpt.ipynb uses it: L 4, H 4, d_e 128,
-d_mlp 512, ℓ 64 (windows of 65 characters: 64 predictions each), batch 12, tied W_u = W_eᵀ, AdamW (η 1e-3,
-betas (0.9, 0.99), weight decay 0.1), cosine decay to 1e-4 after 100 warm-up steps, gradient clipping at 1.0,
-mean loss per token; training windows at uniformly random offsets of the first 90% of the text; validation:
-the disjoint 65-character windows of the last 10%, all of them (not nanoGPT's 20 random batches).
+The model is nanoGPT's CPU "baby GPT" as notebooks/06_tinyshakespeare_gpt.ipynb uses it: L 4, H 4, d_e 128,
+d_mlp 512, ℓ 64 (windows of 65 characters: 64 predictions each), batch 12, tied W_u = W_eᵀ, AdamW (betas
+(0.9, 0.99), weight decay 0.1), cosine decay to 1e-4 after 100 warm-up steps, gradient clipping at 1.0, mean
+loss per token; training windows at uniformly random offsets of the first 90% of the text; validation: the
+disjoint 65-character windows of the last 10%, all of them (not nanoGPT's 20 random batches).
 
-The run stops after --steps updates (the cosine schedule spans them) or when --seconds of training have
-passed, whichever comes first; the validation loss is measured afterwards (not counted in the time).
+The recipe differs from the notebook's (nanoGPT's η 1e-3 over 2000 steps) in two numbers, chosen by a sweep at a
+fixed number of steps (so the machine's load does not enter; one thread, seed 0, validation loss):
+
+    η \ steps   1000     1500     2000
+    1e-3                         1.8976   (the notebook's run)
+    2e-3                         1.8160
+    3e-3                1.8414   1.7732
+    4e-3       1.9350   1.8259   1.7491
+    6e-3                         1.7508
+
+At nanoGPT's η the 2000 steps end at 1.90: the schedule is too cautious for so short a run, not the step too slow.
+The defaults here are η 4e-3 and 1500 steps (about 45 s at 30 ms a step; 1000 steps are too few).
+
+The run stops after --steps updates (the cosine schedule spans them) or before the step that would end past
+--seconds of training (predicted from the step before it), whichever comes first; the validation loss is measured afterwards (not counted in the time).
 Printed: the CPU, ft.blas_info(), the threads, the load average before and after, steps done, seconds,
 ms/step, the final training loss and the validation loss, and whether it is ≤ --target within --seconds.
 
-    python bench/bench_shakespeare.py [--steps 2000] [--seconds 60] [--threads N] [--seed 0] [--eta 1e-3]
+    python bench/bench_shakespeare.py [--steps 1500] [--seconds 60] [--threads N] [--seed 0] [--eta 4e-3]
 
 The data: ft.datasets.tiny_shakespeare(download=False) (FT_DATA_DIR, ../shared/data beside the repository,
-the cache; never a download); without it the script prints why and exits with status 0. The training is one process, this one: on a shared machine run it
-at the normal priority (`nice -n 0`) and read the load average it prints.
+the cache; never a download); without it the script prints why and exits with status 0. The training is one
+process, this one: on a shared machine run it at the normal priority (`nice -n 0`) and read the load average
+it prints.
 """
 from __future__ import annotations
 
@@ -39,12 +53,12 @@ def load_average() -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=2000, help="updates (the cosine schedule spans them)")
+    ap.add_argument("--steps", type=int, default=1500, help="updates (the cosine schedule spans them)")
     ap.add_argument("--seconds", type=float, default=60.0, help="wall-clock budget of training")
     ap.add_argument("--target", type=float, default=1.88, help="validation loss to reach (nanoGPT's baby GPT)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--eta", type=float, default=1e-3)
+    ap.add_argument("--eta", type=float, default=4e-3)
     ap.add_argument("--warmup", type=int, default=100)
     args = ap.parse_args()
 
@@ -75,10 +89,15 @@ def main() -> int:
           f"after {args.warmup} warm-up steps, clip 1.0; budget {args.seconds:g} s")
 
     t0 = [0.0]
+    last = [0.0]
     stopped = [False]
 
     def on_step(info):
-        if time.perf_counter() - t0[0] >= args.seconds:
+        # stop when the next step would end past the budget (predicted by the step just done), so that the
+        # training counted is within --seconds and not one step over it
+        now = time.perf_counter()
+        step_time, last[0] = now - (last[0] or t0[0]), now
+        if now - t0[0] + step_time > args.seconds:
             stopped[0] = True
             return False
         return True
