@@ -13,9 +13,11 @@
 #include "formal_transformers/blas.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #ifdef _OPENMP
@@ -196,6 +198,39 @@ void gemm_call(Op opA, Op opB, index_t m, index_t n, index_t k, T alpha, CMatVie
           I(std::max<index_t>(B.ld, 1)), beta, C.data, I(std::max<index_t>(C.ld, 1)));
 }
 
+// A weight times a few columns (decoding a few tokens with the KV cache, speculative decoding's verify pass):
+// C = op(A) op(B) with n ≤ kSkinny columns. OpenBLAS (0.3.34, SkylakeX kernels, SMALL_MATRIX_OPT) runs a
+// product of at most 10^6 multiply-adds through its direct "small matrix" kernels, which read the operands
+// in place; above that it packs the whole of op(A) into a buffer first, and for 2–8 columns that copy costs
+// more than the product (d_e 384 MLP weight 1536×384 times 4 columns, one thread: 233 µs in one call, 75 µs
+// in row blocks, 53 µs for one column by gemv; docs/design.md "BLAS"). So a skinny product above the
+// threshold becomes a few calls on blocks of C's rows (and A's, A not transposed), each ≤ kSmallWork
+// multiply-adds, one after the other on the calling thread. Every entry of C is still one BLAS dot product
+// over the whole of k; only the kernel that computes it changes. Up to 8 columns in float32; in float64 up to
+// 4 (the d_e 384 weights, 8 layers from memory: at 7–8 columns the row blocks were slower than one gemm).
+constexpr double kSmallWork = 1e6;  // OpenBLAS's sgemm_small_kernel_permit (SkylakeX): M·N·K ≤ 100³
+constexpr index_t kRowAlign = 16;
+template <class T>
+constexpr index_t kSkinny = std::is_same_v<T, float> ? 8 : 4;
+
+template <class T>
+void gemm_rows(Op opA, Op opB, index_t m, index_t n, index_t k, T alpha, CMatView<T> A, CMatView<T> B, T beta,
+               MatView<T> C) {
+    const double work = double(m) * double(n) * double(k);
+    if (opA != Op::N || n < 2 || n > kSkinny<T> || work <= kSmallWork || double(kRowAlign) * n * k > kSmallWork) {
+        gemm_call<T>(opA, opB, m, n, k, alpha, A, B, beta, C);
+        return;
+    }
+    // equal blocks of a multiple of kRowAlign rows (the last one shorter), each within kSmallWork
+    const index_t blocks = index_t(std::ceil(work / kSmallWork));
+    index_t step = ((m + blocks - 1) / blocks + kRowAlign - 1) / kRowAlign * kRowAlign;
+    while (step > kRowAlign && double(step) * n * k > kSmallWork) step -= kRowAlign;
+    for (index_t o = 0; o < m; o += step) {  // C[o:o+w, :] = α A[o:o+w, :] op(B) + β C[o:o+w, :]
+        const index_t w = std::min(step, m - o);
+        gemm_call<T>(opA, opB, w, n, k, alpha, CMatView<T>(A.data + o, w, A.cols, A.ld), B, beta, C.rows_range(o, w));
+    }
+}
+
 // How a product is split over threads (gemm below): into slices of C's columns (or rows, when C is tall),
 // each one single-threaded BLAS call. Below kSplitWork multiply-adds a product stays on one thread (a
 // parallel region costs more); a slice is at least kMinSlice columns (rows) wide, slice edges on multiples
@@ -227,7 +262,7 @@ void gemm(Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta, MatView
     const index_t len = by_cols ? n : m;
     index_t slices = std::min<index_t>(index_t(team) * kSlicesPerThread, len / kMinSlice);
     if (team <= 1 || double(m) * double(n) * double(k) < kSplitWork || slices < 2) {
-        gemm_call<T>(opA, opB, m, n, k, alpha, A, B, beta, C);
+        gemm_rows<T>(opA, opB, m, n, k, alpha, A, B, beta, C);
         return;
     }
     if (slices < 2 * index_t(team)) slices = std::min<index_t>(slices, team);  // few slices: one per thread
@@ -243,9 +278,19 @@ void gemm(Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta, MatView
         } else {  // C[o:o+w, :] = α op(A)[o:o+w, :] op(B) + β C[o:o+w, :]
             CMatView<T> As = opA == Op::N ? CMatView<T>(A.data + o, w, A.cols, A.ld)
                                           : CMatView<T>(A.data + o * A.ld, A.rows, w, A.ld);
-            gemm_call<T>(opA, opB, w, n, k, alpha, As, B, beta, C.rows_range(o, w));
+            gemm_rows<T>(opA, opB, w, n, k, alpha, As, B, beta, C.rows_range(o, w));
         }
     }
+}
+
+template <class T>
+void gemm_unsplit(Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta, MatView<T> C) {
+    const index_t m = rows_of(opA, A.rows, A.cols), k = cols_of(opA, A.rows, A.cols);
+    FT_CHECK(k == rows_of(opB, B.rows, B.cols) && C.rows == m && C.cols == cols_of(opB, B.rows, B.cols) && m > 0 &&
+                 C.cols > 0 && k > 0,
+             "gemm_unsplit shapes do not conform");
+    blas_threads_are_ours();
+    gemm_call<T>(opA, opB, m, C.cols, k, alpha, A, B, beta, C);
 }
 
 template <class T>
@@ -310,6 +355,7 @@ void affine_backward(CMatView<T> W, CMatView<T> X, CMatView<T> dY, T* dW, T* db,
 
 #define FT_INSTANTIATE(T)                                                                      \
     template void gemm<T>(Op, Op, T, CMatView<T>, CMatView<T>, T, MatView<T>);                 \
+    template void gemm_unsplit<T>(Op, Op, T, CMatView<T>, CMatView<T>, T, MatView<T>);         \
     template void gemv<T>(Op, T, CMatView<T>, const T*, T, T*);                                \
     template void gemm_naive<T>(Op, Op, T, CMatView<T>, CMatView<T>, T, MatView<T>);           \
     template void affine<T>(CMatView<T>, CMatView<T>, const T*, MatView<T>);                   \

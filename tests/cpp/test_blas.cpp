@@ -2,9 +2,11 @@
 #include "formal_transformers/blas.hpp"
 #include "testing.hpp"
 
+#include <cmath>
 #include <limits>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 using namespace ft;
 using fttest::random_matrix;
@@ -190,6 +192,47 @@ TEST(Blas, FewColumnProductsMatchNaiveLoop) {
         SingleThreadScope one;
         check_few_columns<float>(1030, n, 300, 1.0f, rng);
     }
+}
+
+// A weight times a few columns above OpenBLAS's small-matrix threshold (M·N·K > 10^6): gemm computes it in
+// blocks of C's rows (blas.cpp, gemm_rows: up to 8 columns in float32, 4 in float64); the result equals one
+// BLAS call on the whole product (gemm_unsplit) and the naive loop. The target's shapes in speculative
+// decoding (d_e 384: 1536×384 and 384×1536 weights), rows that do not split evenly, sub-blocks (leading
+// dimensions ≠ rows), op(B) = Bᵀ, every beta, on one thread and on the pool.
+template <class T>
+void check_skinny_split(int threads, index_t m, index_t n, index_t k, Op b, T beta, Rng& rng) {
+    const index_t br = b == Op::N ? k : n, bc = b == Op::N ? n : k;
+    Matrix<T> A = random_matrix<T>(m + 3, k + 2, rng), B = random_matrix<T>(br + 4, bc + 1, rng);
+    Matrix<T> C1 = random_matrix<T>(m + 5, n + 2, rng), C2 = C1, C3 = C1;
+    if (beta == T(0)) C1(7, 2) = C2(7, 2) = C3(7, 2) = std::numeric_limits<T>::quiet_NaN();
+    auto Av = CMatView<T>(view(A).rows_range(1, m).cols_range(2, k));
+    auto Bv = CMatView<T>(view(B).rows_range(2, br).cols_range(1, bc));
+    const int saved = get_num_threads();
+    set_num_threads(threads);
+    gemm<T>(Op::N, b, T(0.75), Av, Bv, beta, view(C1).rows_range(3, m).cols_range(1, n));
+    set_num_threads(saved);
+    gemm_unsplit<T>(Op::N, b, T(0.75), Av, Bv, beta, view(C2).rows_range(3, m).cols_range(1, n));
+    const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-13;
+    ASSERT_TRUE(std::isfinite(C1(7, 2)) && std::isfinite(C2(7, 2)));  // beta = 0: C not read
+    ASSERT_LT(rel_error(C1.data(), C2.data(), C1.size()), tol)
+        << "split vs one call: threads " << threads << " m " << m << " n " << n << " k " << k << " op(B) " << int(b)
+        << " beta " << beta;
+    if (n == 3) {  // and the naive loop, for one column count
+        gemm_naive<T>(Op::N, b, T(0.75), Av, Bv, beta, view(C3).rows_range(3, m).cols_range(1, n));
+        ASSERT_LT(rel_error(C1.data(), C3.data(), C1.size()), tol) << "m " << m << " k " << k;
+    }
+}
+
+TEST(Blas, SkinnyProductsSplitIntoRowBlocksMatchOneCall) {
+    Rng rng(23);
+    for (int threads : {1, 2})
+        for (auto [m, k] : {std::pair<index_t, index_t>{1536, 384}, {384, 1536}, {1037, 301}})
+            for (index_t n = 2; n <= 8; ++n)
+                for (Op b : {Op::N, Op::T})
+                    for (double beta : {0.0, 1.0, -0.5}) {
+                        if (n <= 4) check_skinny_split<double>(threads, m, n, k, b, beta, rng);
+                        check_skinny_split<float>(threads, m, n, k, b, float(beta), rng);
+                    }
 }
 
 // zero_grad of a store large enough for its parallel path (> 2^21 entries, several 64 KB chunks and a

@@ -31,6 +31,12 @@ enum class Op { N, T };  // use A as stored, or its transpose
 template <class T>
 void gemm(Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta, MatView<T> C);
 
+// The same product as gemm, as ONE BLAS call on the calling thread: never split into slices over threads
+// or into row blocks for OpenBLAS's small-matrix kernels (blas.cpp). Tests hold gemm's splits against it.
+// m, n, k > 0.
+template <class T>
+void gemm_unsplit(Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta, MatView<T> C);
+
 // y <- alpha * op(A) * x + beta * y   (a gemm with one column, which gemm hands to BLAS's gemv)
 // op(A):[m,k], x:[k], y:[m]
 template <class T>
