@@ -287,8 +287,18 @@ void def_model_common(PyClass& cls) {
                CallLock lock(d.mutex);
                d.visit([&](auto& m) { m.dropout_step = s; });
            },
-           "Dropout's counter (docs/regularisation.md): the masks of a training forward are keyed by (seed, "
+           "Dropout's counter (docs/regularisation.md): the masks of a training forward are keyed by (dropout_seed, "
            "dropout_step, place, entry); each loss_and_grad advances it by one. Set it back to replay the same masks.")
+        .def_property(
+           "dropout_seed",
+           [](D& d) { return d.visit([](auto& m) { return m.dropout_seed; }); },
+           [](D& d, const py::handle& v) {
+               const std::uint64_t s = seed_arg(v, "dropout_seed");
+               CallLock lock(d.mutex);
+               d.visit([&](auto& m) { m.dropout_seed = s; });
+           },
+           "The seed of dropout's masks (docs/regularisation.md), at first the model's seed. Setting it draws other "
+           "masks from the same θ (data-parallel workers: a different one each, e.g. seed + rank).")
         .def(
             "dropout_masks",
             [](D& d) {
@@ -496,7 +506,7 @@ MLP). With norm="rms" these make a LLaMA-style decoder; the defaults are Algorit
 Dropout (docs/regularisation.md; beyond the listing): dropout=p drops after the embedding sum, on the
 attention weights and on each sublayer's output before the residual add (embed_dropout, attn_dropout,
 resid_dropout: per place, None = dropout). Only loss_and_grad (and the trainers) drop; model(x), loss,
-inference never do. Masks: keyed by (seed, dropout_step); dropout_masks() shows the last ones.
+inference never do. Masks: keyed by (dropout_seed, dropout_step); dropout_masks() shows the last ones.
 
 Call: P = model(x), x a 1-D sequence of token ids (ℓ ≤ l_max; any ℓ with positional="rope"|"alibi",
 which have no table of positions) -> P (N_V, ℓ); column t is the distribution of x[t+1] given x[:t+1].

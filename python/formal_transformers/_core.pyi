@@ -507,7 +507,7 @@ class DTransformer(_HasParams):
     Dropout (docs/regularisation.md; beyond the listing): dropout=p drops after the embedding sum, on the
     attention weights and on each sublayer's output before the residual add (embed_dropout, attn_dropout,
     resid_dropout: per place, None = dropout). Only loss_and_grad (and the trainers) drop; model(x), loss,
-    inference never do. Masks: keyed by (seed, dropout_step); dropout_masks() shows the last ones.
+    inference never do. Masks: keyed by (dropout_seed, dropout_step); dropout_masks() shows the last ones.
     
     Call: P = model(x), x a 1-D sequence of token ids (ℓ ≤ l_max; any ℓ with positional="rope"|"alibi",
     which have no table of positions) -> P (N_V, ℓ); column t is the distribution of x[t+1] given x[:t+1].
@@ -561,9 +561,17 @@ class DTransformer(_HasParams):
     def d_e(self) -> int:
         ...
     @property
+    def dropout_seed(self) -> int:
+        """
+        The seed of dropout's masks (docs/regularisation.md), at first the model's seed. Setting it draws other masks from the same θ (data-parallel workers: a different one each, e.g. seed + rank).
+        """
+    @dropout_seed.setter
+    def dropout_seed(self, arg1: typing.Any) -> None:
+        ...
+    @property
     def dropout_step(self) -> int:
         """
-        Dropout's counter (docs/regularisation.md): the masks of a training forward are keyed by (seed, dropout_step, place, entry); each loss_and_grad advances it by one. Set it back to replay the same masks.
+        Dropout's counter (docs/regularisation.md): the masks of a training forward are keyed by (dropout_seed, dropout_step, place, entry); each loss_and_grad advances it by one. Set it back to replay the same masks.
         """
     @dropout_step.setter
     def dropout_step(self, arg1: typing.Any) -> None:
@@ -668,9 +676,17 @@ class ETransformer(_HasParams):
     def d_f(self) -> int:
         ...
     @property
+    def dropout_seed(self) -> int:
+        """
+        The seed of dropout's masks (docs/regularisation.md), at first the model's seed. Setting it draws other masks from the same θ (data-parallel workers: a different one each, e.g. seed + rank).
+        """
+    @dropout_seed.setter
+    def dropout_seed(self, arg1: typing.Any) -> None:
+        ...
+    @property
     def dropout_step(self) -> int:
         """
-        Dropout's counter (docs/regularisation.md): the masks of a training forward are keyed by (seed, dropout_step, place, entry); each loss_and_grad advances it by one. Set it back to replay the same masks.
+        Dropout's counter (docs/regularisation.md): the masks of a training forward are keyed by (dropout_seed, dropout_step, place, entry); each loss_and_grad advances it by one. Set it back to replay the same masks.
         """
     @dropout_step.setter
     def dropout_step(self, arg1: typing.Any) -> None:
@@ -765,9 +781,17 @@ class EDTransformer(_HasParams):
     def d_e(self) -> int:
         ...
     @property
+    def dropout_seed(self) -> int:
+        """
+        The seed of dropout's masks (docs/regularisation.md), at first the model's seed. Setting it draws other masks from the same θ (data-parallel workers: a different one each, e.g. seed + rank).
+        """
+    @dropout_seed.setter
+    def dropout_seed(self, arg1: typing.Any) -> None:
+        ...
+    @property
     def dropout_step(self) -> int:
         """
-        Dropout's counter (docs/regularisation.md): the masks of a training forward are keyed by (seed, dropout_step, place, entry); each loss_and_grad advances it by one. Set it back to replay the same masks.
+        Dropout's counter (docs/regularisation.md): the masks of a training forward are keyed by (dropout_seed, dropout_step, place, entry); each loss_and_grad advances it by one. Set it back to replay the same masks.
         """
     @dropout_step.setter
     def dropout_step(self, arg1: typing.Any) -> None:

@@ -5,7 +5,7 @@
 
 The file holds one tensor per parameter (the names of `model.params`, row-major copies) and, in its
 metadata, the model's `config` as JSON under "formal_transformers.config" (with the dropout rates), the
-dropout counter `model.dropout_step`, plus a format version. Files
+dropout counter `model.dropout_step` and seed `model.dropout_seed`, plus a format version. Files
 written by other programs, or damaged ones, raise ValueError naming the problem.
 """
 from __future__ import annotations
@@ -46,8 +46,9 @@ def save(model, path: Union[str, os.PathLike], *, metadata: dict | None = None) 
     st = _safetensors()
     tensors = {name: np.ascontiguousarray(arr) for name, arr in model.params.items()}
     meta = {"formal_transformers.format": FORMAT, "formal_transformers.config": json.dumps(model.config),
-            # dropout's counter (docs/regularisation.md): a resumed run draws the masks it would have drawn
-            "formal_transformers.dropout_step": str(model.dropout_step)}
+            # dropout's counter and seed (docs/regularisation.md): a resumed run draws the masks it would have drawn
+            "formal_transformers.dropout_step": str(model.dropout_step),
+            "formal_transformers.dropout_seed": str(model.dropout_seed)}
     for k, v in (metadata or {}).items():
         meta[str(k)] = str(v)
     tmp = os.fspath(path) + ".tmp"
@@ -108,12 +109,19 @@ def load(path: Union[str, os.PathLike], *, dtype: str | None = None):
     if missing or extra:
         raise ValueError(f"{path}: parameters do not match the config (missing {sorted(missing)}, unexpected {sorted(extra)})")
     model.params.update(tensors)  # all or nothing: every dtype and shape is checked before writing
-    step = meta.get("formal_transformers.dropout_step")
-    if step is not None:
-        try:
-            model.dropout_step = int(step)
-        except (ValueError, TypeError) as e:
-            raise ValueError(f"{path}: damaged dropout_step in the metadata ({e})") from None
+    # dropout's counter and seed (a file written before dropout_seed existed: the model's seed, as then)
+    counters = {}
+    for key in ("dropout_step", "dropout_seed"):
+        v = meta.get(f"formal_transformers.{key}")
+        if v is not None:
+            try:
+                counters[key] = int(v)
+                if not 0 <= counters[key] < 2**64:
+                    raise ValueError(f"{v} is not in [0, 2**64)")
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"{path}: damaged {key} in the metadata ({e})") from None
+    for key, v in counters.items():
+        setattr(model, key, v)
     return model
 
 

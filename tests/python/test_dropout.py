@@ -445,6 +445,71 @@ def test_bad_dropout_step():
     assert m.dropout_step == 2**64 - 1
 
 
+@pytest.mark.parametrize("kind", ["d", "e", "ed"])
+def test_dropout_seed_keys_the_masks_and_defaults_to_the_seed(kind):
+    """model.dropout_seed starts as the model's seed (the masks of before it existed); another value gives other
+    masks from the same θ (data-parallel workers), and setting it back replays the first ones."""
+    rng = np.random.default_rng(5)
+    inp = inputs(kind, rng)
+    a = build(kind, seed=3, dropout=0.3)
+    assert a.dropout_seed == 3
+    la, ga = a.loss_and_grad(*inp)
+    Ma = a.dropout_masks()
+    b = build(kind, seed=3, dropout=0.3)
+    b.dropout_seed = 4
+    lb, _ = b.loss_and_grad(*inp)
+    Mb = b.dropout_masks()
+    assert Ma.keys() == Mb.keys()
+    assert any(not np.array_equal(Ma[k], Mb[k]) for k in Ma if not k.endswith(".weights")), "the same masks"
+    assert lb != la
+    b.dropout_seed, b.dropout_step = 3, 0  # back to the model's seed: the masks (and the gradient) of `a`
+    lb3, gb3 = b.loss_and_grad(*inp)
+    assert lb3 == la
+    for k in ga:
+        np.testing.assert_array_equal(gb3[k], ga[k], err_msg=k)
+    c = build(kind, seed=9, dropout=0.3)  # another θ₀, the same dropout seed and step: the same masks
+    c.dropout_seed = 3
+    c.loss_and_grad(*inp)
+    Mc = c.dropout_masks()
+    for k in Ma:
+        if not k.endswith(".weights"):
+            np.testing.assert_array_equal(Mc[k], Ma[k], err_msg=k)
+
+
+def test_bad_dropout_seed():
+    m = build("d")
+    with pytest.raises(ValueError, match="dropout_seed"):
+        m.dropout_seed = -1
+    with pytest.raises(TypeError, match="dropout_seed"):
+        m.dropout_seed = "1"
+    m.dropout_seed = 2**64 - 1
+    assert m.dropout_seed == 2**64 - 1
+
+
+def test_save_load_keeps_the_dropout_seed_and_old_files_use_the_seed(tmp_path):
+    m = build("d", seed=3, dropout=0.2)
+    m.dropout_seed = 11
+    m.loss_and_grad(np.arange(7) % V)
+    ft.save(m, tmp_path / "m.safetensors")
+    m2 = ft.load(tmp_path / "m.safetensors")
+    assert (m2.dropout_seed, m2.dropout_step) == (11, 1)
+    x = np.arange(1, 8) % V
+    assert m.loss_and_grad(x)[0] == m2.loss_and_grad(x)[0]  # the same next masks
+    # a file without the key (written before dropout_seed existed): the model's seed, as then
+    from safetensors.numpy import load_file, save_file
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "m.safetensors"), "np") as f:
+        meta = dict(f.metadata())
+    del meta["formal_transformers.dropout_seed"]
+    save_file(load_file(str(tmp_path / "m.safetensors")), str(tmp_path / "old.safetensors"), metadata=meta)
+    assert ft.load(tmp_path / "old.safetensors").dropout_seed == 3
+    meta["formal_transformers.dropout_seed"] = "-5"
+    save_file(load_file(str(tmp_path / "m.safetensors")), str(tmp_path / "bad.safetensors"), metadata=meta)
+    with pytest.raises(ValueError, match="dropout_seed"):
+        ft.load(tmp_path / "bad.safetensors")
+
+
 def test_cli_train_dropout_and_resume_keeps_the_counter(tmp_path):
     """`python -m formal_transformers train --dropout p`: the model drops at p; a resumed run continues the
     mask stream (dropout_step saved with the model) instead of replaying the first steps' masks."""

@@ -330,7 +330,10 @@ struct LastForward {
 template <class T>
 class Model {
 public:
-    explicit Model(const ModelConfig& c) : cfg(c), tok(c.n_vocab, c.d_e, store), pos(c.l_max, c.d_e, c.positional, c.pos_base, store) {}
+    explicit Model(const ModelConfig& c)
+        : cfg(c), tok(c.n_vocab, c.d_e, store), pos(c.l_max, c.d_e, c.positional, c.pos_base, store) {
+        dropout_seed = c.seed;
+    }
     virtual ~Model() = default;
     Model(const Model&) = delete;
     Model& operator=(const Model&) = delete;
@@ -362,9 +365,11 @@ public:
     void zero_grad() { store.zero_grad(); }
 
     // Dropout (docs/regularisation.md). Only the training forward of loss_and_grad (and so the trainers) drops;
-    // its masks are keyed by (cfg.seed, dropout_step, place, entry), and each completed loss_and_grad advances
-    // dropout_step by one: setting it back replays the same masks.
+    // its masks are keyed by (dropout_seed, dropout_step, place, entry), and each completed loss_and_grad
+    // advances dropout_step by one: setting it back replays the same masks. dropout_seed starts as cfg.seed (the
+    // initialisation's seed); setting it gives other masks without another θ₀ (data-parallel workers: one each).
     std::uint64_t dropout_step = 0;
+    std::uint64_t dropout_seed = 0;
     // The masks of the last forward (those with a rate > 0; none after an evaluating forward): name, mask,
     // and for attention weights the attention (kind, layer) whose A they cover (attention_weights' layout).
     struct MaskRef {
