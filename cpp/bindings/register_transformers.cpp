@@ -279,27 +279,24 @@ void def_model_common(PyClass& cls) {
                                    });
                                },
                                "Number of trainable scalars in θ.");
-    cls.def_property(
-           "dropout_step",
-           [](D& d) { return d.visit([](auto& m) { return m.dropout_step; }); },
-           [](D& d, const py::handle& v) {
-               const std::uint64_t s = seed_arg(v, "dropout_step");
-               CallLock lock(d.mutex);
-               d.visit([&](auto& m) { m.dropout_step = s; });
-           },
-           "Dropout's counter (docs/regularisation.md): the masks of a training forward are keyed by (dropout_seed, "
-           "dropout_step, place, entry); each loss_and_grad advances it by one. Set it back to replay the same masks.")
-        .def_property(
-           "dropout_seed",
-           [](D& d) { return d.visit([](auto& m) { return m.dropout_seed; }); },
-           [](D& d, const py::handle& v) {
-               const std::uint64_t s = seed_arg(v, "dropout_seed");
-               CallLock lock(d.mutex);
-               d.visit([&](auto& m) { m.dropout_seed = s; });
-           },
-           "The seed of dropout's masks (docs/regularisation.md), at first the model's seed. Setting it draws other "
-           "masks from the same θ (data-parallel workers: a different one each, e.g. seed + rank).")
-        .def(
+    // dropout's counter and seed: unsigned 64-bit fields of every model, settable (seed_arg's checks)
+    const auto u64_field = [&cls](const char* name, auto field, const char* doc) {
+        cls.def_property(
+            name, [field](D& d) { return d.visit([&](auto& m) { return std::uint64_t(field(m)); }); },
+            [field, name](D& d, const py::handle& v) {
+                const std::uint64_t s = seed_arg(v, name);
+                CallLock lock(d.mutex);
+                d.visit([&](auto& m) { field(m) = s; });
+            },
+            doc);
+    };
+    u64_field("dropout_step", [](auto& m) -> std::uint64_t& { return m.dropout_step; },
+              "Dropout's counter (docs/regularisation.md): the masks of a training forward are keyed by (dropout_seed, "
+              "dropout_step, place, entry); each loss_and_grad advances it by one. Set it back to replay the same masks.");
+    u64_field("dropout_seed", [](auto& m) -> std::uint64_t& { return m.dropout_seed; },
+              "The seed of dropout's masks (docs/regularisation.md), at first the model's seed. Setting it draws other "
+              "masks from the same θ (data-parallel workers: a different one each, e.g. seed + rank).");
+    cls.def(
             "dropout_masks",
             [](D& d) {
                 CallLock lock(d.mutex);
