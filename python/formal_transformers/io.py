@@ -109,19 +109,15 @@ def load(path: Union[str, os.PathLike], *, dtype: str | None = None):
     if missing or extra:
         raise ValueError(f"{path}: parameters do not match the config (missing {sorted(missing)}, unexpected {sorted(extra)})")
     model.params.update(tensors)  # all or nothing: every dtype and shape is checked before writing
-    # dropout's counter and seed (a file written before dropout_seed existed: the model's seed, as then)
-    counters = {}
+    # dropout's counter and seed (a file written before dropout_seed existed: the model's seed, as then); the
+    # range is the property's own check, and the model is not returned if one fails
     for key in ("dropout_step", "dropout_seed"):
         v = meta.get(f"formal_transformers.{key}")
         if v is not None:
             try:
-                counters[key] = int(v)
-                if not 0 <= counters[key] < 2**64:
-                    raise ValueError(f"{v} is not in [0, 2**64)")
+                setattr(model, key, int(v))
             except (ValueError, TypeError) as e:
                 raise ValueError(f"{path}: damaged {key} in the metadata ({e})") from None
-    for key, v in counters.items():
-        setattr(model, key, v)
     return model
 
 
