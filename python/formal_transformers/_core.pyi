@@ -1278,12 +1278,16 @@ class SpeculativeInference:
     @property
     def tau(self) -> float:
         ...
-def _dtraining(model: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None) -> None:
+def _dtraining(model: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None) -> None:
     ...
-def _edtraining(model: typing.Any, z_data: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, z_val: typing.Any = None, x_val: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None) -> None:
+def _edtraining(model: typing.Any, z_data: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, z_val: typing.Any = None, x_val: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None) -> None:
     ...
-def _etraining(model: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None) -> None:
+def _etraining(model: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None) -> None:
     ...
+def _flat_params(model: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+    """
+    θ as one read-only 1-D array (no copy: the model's flat buffer, in parameter order), e.g. to fingerprint it.
+    """
 def _gemm(A: typing.Any, B: typing.Any, transA: bool = False, transB: bool = False) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """
     Private (benchmarks): C = op(A) op(B) by one call of the core's gemm (OpenBLAS), in A's precision (float32 stays float32, any other float is float64). C-contiguous inputs of that dtype are used without a copy (as a transposed column-major matrix); other layouts are copied once.

@@ -11,6 +11,11 @@ and sampling need: model.safetensors (θ and the hyperparameters), tokenizer.jso
 (Adam's step count and moments), run.json (options, data split, loss history, early stopping's counters)
 and, with --restore-best, early_stopping.safetensors (the best evaluation's θ, and the last step's θ when
 model.safetensors holds the restored best: what --resume continues from).
+
+Under torchrun the same command trains data-parallel (docs/data_parallel.md): every rank reads the text and
+--out, rank 0 alone prints and writes the run directory, which resumes with any number of ranks.
+
+    torchrun --standalone --nproc-per-node 2 -m formal_transformers train --text FILE --out runs/x --threads 1
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import time
 import numpy as np
 
 from . import _core, io
+from ._distributed import ReplicaFailure, find_group
 from .training import DTraining
 
 DEFAULT_CHARS = 1_000_000
@@ -75,13 +81,26 @@ def split_sequences(ids: np.ndarray, l_max: int, val_frac: float):
     return pieces(ids[:n_train]), pieces(ids[n_train:])
 
 
-def _say(*a):
+def _print(*a):
     print(*a, flush=True)
+
+
+def _quiet(*a):
+    pass
+
+
+_say = _print
 
 
 def train(args) -> pathlib.Path:
     out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    # data parallel under torchrun: the process group (gloo) now, so that only rank 0 prints and writes
+    dist, group = find_group(None, getattr(args, "dist_timeout", 300.0))
+    rank = dist.get_rank(group) if dist is not None else 0
+    world = dist.get_world_size(group) if dist is not None else 1
+    _say = _print if rank == 0 else _quiet
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
     if args.threads:
         _core.set_num_threads(args.threads)
     resume = args.resume and (out / "model.safetensors").exists()
@@ -92,6 +111,10 @@ def train(args) -> pathlib.Path:
         model = io.load(out / "model.safetensors")
         state = json.loads((out / "run.json").read_text())
         done = state["steps_done"]
+        saved_at = io.read_metadata(out / "model.safetensors").get("formal_transformers.steps_done")
+        if saved_at is not None and int(saved_at) != done:
+            raise SystemExit(f"error: {out}: model.safetensors holds step {saved_at} but run.json step {done}: "
+                             "the checkpoint was cut off while being written; restore both from one save")
         early = _load_early_stopping(out, state, model)
         if early is not None and early.get("stopped"):
             _say(f"nothing to do: the run stopped early at step {done} (best validation loss "
@@ -102,7 +125,7 @@ def train(args) -> pathlib.Path:
         tok = make_tokenizer(args.tokenizer, text, args.vocab)
         model = _core.DTransformer(
             tok.n_vocab, args.context + 1, args.layers, args.heads, args.d_e, args.d_mlp, seed=args.seed,
-            dropout=getattr(args, "dropout", 0.0),
+            dropout=getattr(args, "dropout", 0.0), dtype=getattr(args, "dtype", "float32"),
         )
         done = 0
         state = {"history": {}}
@@ -113,7 +136,8 @@ def train(args) -> pathlib.Path:
     _say(f"text: {source} ({len(text):,} chars, {len(ids):,} tokens, vocabulary {tok.n_vocab})")
     _say(f"model: {model!r}")
     _say(f"       {model.n_params:,} parameters; {len(train_seqs):,} training and {len(val_seqs):,} validation "
-         f"sequences of {model.l_max} tokens; {_core.get_num_threads()} threads")
+         f"sequences of {model.l_max} tokens; {_core.get_num_threads()} threads"
+         + (f" × {world} data-parallel ranks (each minibatch of {args.batch} split across them)" if world > 1 else ""))
     if (args.patience is not None or args.restore_best) and not val_seqs[: args.val_seqs]:
         raise SystemExit("error: --patience and --restore-best need validation data (--val-frac > 0)")
     if early is not None and args.restore_best and early.get("best_step") is not None and early.get("best_params") is None:
@@ -136,10 +160,27 @@ def train(args) -> pathlib.Path:
         clip=1.0, max_steps=steps_left, eval_every=args.eval_every, val_data=val_seqs[: args.val_seqs] or None,
         start_step=done, progress=not args.quiet, nonfinite=getattr(args, "nonfinite", "raise"),  # the schedule continues where it stopped
         patience=args.patience, min_delta=args.min_delta, restore_best=args.restore_best,
+        dist_timeout=getattr(args, "dist_timeout", 300.0),
     )
     if early is not None:
         trainer.early_stopping = early  # the counters (and θ*) go on
     t0 = time.perf_counter()
+    save_every = getattr(args, "save_every", 0)
+    if save_every:  # a checkpoint every save_every steps (rank 0), for a run that dies before its end
+        rows: list = []
+
+        def on_step(info):
+            rows.append(dict(info, time=time.perf_counter() - t0))
+            if rank == 0 and info["step"] % save_every == 0:
+                part = {k: [r[k] for r in rows] for k in ("step", "epoch", "loss", "lr", "grad_norm", "tokens",
+                                                           "time", "skipped")}
+                vals = [r for r in rows if r["val_loss"] is not None]
+                part.update(val_step=[r["step"] for r in vals], val_loss=[r["val_loss"] for r in vals],
+                            val_accuracy=[r["val_accuracy"] for r in vals])
+                _save_run(out, model, tok, opt, json.loads(json.dumps(state)), part, done, source, args,
+                          time.perf_counter() - t0, None)
+
+        trainer._on_step = on_step
     interrupted = False
     failure = None
     try:
@@ -148,26 +189,13 @@ def train(args) -> pathlib.Path:
         interrupted = True
     except FloatingPointError as e:  # a non-finite step: not applied; save the run up to the step before
         failure = e
+    except ReplicaFailure as e:  # another rank died or hung: this one holds θ after its last completed step
+        failure = e
     elapsed = time.perf_counter() - t0
     h = trainer.history
-    steps_now = done + (h["step"][-1] if h["step"] else 0)
-    # save what resuming and sampling need
-    io.save(model, out / "model.safetensors")
-    tok.save(str(out / "tokenizer.json"))
-    sd = opt.state_dict()
-    if sd["t"]:
-        from safetensors.numpy import save_file
-
-        save_file({"t": np.array([sd["t"]], dtype=np.int64), "m": sd["m"], "v": sd["v"]}, str(out / "optimizer.safetensors"))
-    hist = state.get("history", {})
-    for k in h.KEYS:  # steps numbered over the whole run, across resumptions
-        hist.setdefault(k, []).extend(float(x) + (done if k in ("step", "val_step") else 0) for x in h[k])
-    state.update(
-        steps_done=steps_now, text=source, tokenizer=type(tok).__name__, args=vars(args), history=hist,
-        seconds=state.get("seconds", 0.0) + elapsed,
-    )
-    _save_early_stopping(out, state, trainer.early_stopping, done)
-    (out / "run.json").write_text(json.dumps(state))
+    # save what resuming and sampling need (rank 0: the ranks hold the same θ)
+    if rank == 0:
+        _save_run(out, model, tok, opt, state, h, done, source, args, elapsed, trainer.early_stopping)
     ms = 1000 * elapsed / max(1, len(h["step"]))
     last_val = f", validation loss {h['val_loss'][-1]:.4f}" if h["val_loss"] else ""
     _say(f"trained {len(h['step'])} steps in {elapsed:.1f} s ({ms:.1f} ms/step); "
@@ -183,6 +211,31 @@ def train(args) -> pathlib.Path:
     if failure is not None:
         raise SystemExit(f"error: {failure}")
     return out
+
+
+def _save_run(out: pathlib.Path, model, tok, opt, state: dict, h, done: int, source: str, args, elapsed: float,
+              early) -> None:
+    """Write the run directory: the model (with its step count, to catch a cut-off save), the tokenizer,
+    Adam's state, early stopping's, and run.json (the history h of this part appended to the saved one) last."""
+    steps_now = done + (int(h["step"][-1]) if h["step"] else 0)
+    io.save(model, out / "model.safetensors", metadata={"formal_transformers.steps_done": steps_now})
+    tok.save(str(out / "tokenizer.json"))
+    sd = opt.state_dict()
+    if sd["t"]:
+        from safetensors.numpy import save_file
+
+        save_file({"t": np.array([sd["t"]], dtype=np.int64), "m": sd["m"], "v": sd["v"]}, str(out / "optimizer.tmp"))
+        os.replace(out / "optimizer.tmp", out / "optimizer.safetensors")
+    hist = state.get("history", {})
+    for k in h.KEYS if hasattr(h, "KEYS") else h:  # steps numbered over the whole run, across resumptions
+        hist.setdefault(k, []).extend(float(x) + (done if k in ("step", "val_step") else 0) for x in h[k])
+    state.update(
+        steps_done=steps_now, text=source, tokenizer=type(tok).__name__, args=vars(args), history=hist,
+        seconds=state.get("seconds", 0.0) + elapsed,
+    )
+    _save_early_stopping(out, state, early, done)
+    (out / "run.tmp").write_text(json.dumps(state))
+    os.replace(out / "run.tmp", out / "run.json")
 
 
 EARLY_FILE = "early_stopping.safetensors"
@@ -277,6 +330,8 @@ def demo(args):
     """Train on the default text (or --text) and print samples."""
     args.out = args.out or "runs/demo"
     run = train(args)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return  # data parallel (torchrun): rank 0 alone samples
     ns = argparse.Namespace(run=run, prompt=args.prompt, tokens=args.tokens, tau=args.tau, top_k=args.top_k,
                             seed=args.seed, samples=args.samples, no_cache=False, threads=0)
     sample(ns)
@@ -292,7 +347,8 @@ def _train_args(p: argparse.ArgumentParser, steps: int, lr: float = 1e-3):
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--d-e", type=int, default=128)
     p.add_argument("--d-mlp", type=int, default=512)
-    p.add_argument("--batch", type=int, default=12)
+    p.add_argument("--batch", type=int, default=12, help="sequences per step (split across data-parallel ranks)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="the model's number type")
     p.add_argument("--steps", type=int, default=steps, help="total optimizer steps")
     p.add_argument("--lr", type=float, default=lr, help=f"peak learning rate (default {lr:g})")
     p.add_argument("--min-lr", type=float, default=1e-4)
@@ -315,7 +371,12 @@ def _train_args(p: argparse.ArgumentParser, steps: int, lr: float = 1e-3):
                         "tokens keep the demo's six evaluations to about 3 s)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="0: all cores")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out (with any number of ranks)")
+    p.add_argument("--save-every", type=int, default=0,
+                   help="also save the run every this many steps (0: at the end only), e.g. for a data-parallel run "
+                        "that a failing rank may end")
+    p.add_argument("--dist-timeout", type=float, default=300.0,
+                   help="under torchrun: seconds a rank waits for the others before the run stops with an error")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
