@@ -7,8 +7,8 @@ gloo, the process group initialised by the trainers from torchrun's environment 
 * a 50-step run (Adam, shuffling, cosine schedule, clipping, validation) equals the single-process run;
 * a callback's stop on one rank stops all; a rank given its own shard of the data, or whose θ drifts, makes
   every rank raise;
-* the CLI: rank 0 alone writes; a run saved with 2 ranks resumes with 3 (and with 1) as the single-process
-  run; a killed rank, or a hung one (SIGSTOP, --dist-timeout), ends the run with an error in bounded time,
+* the CLI: launched by torchrun, rank 0 alone prints and writes; a run saved with 2 ranks resumes with 3
+  (and with 1) as the single-process run; a killed rank, or a hung one (SIGSTOP, --dist-timeout), ends the run with an error in bounded time,
   and the checkpoint resumes.
 Every child runs under a subprocess timeout: a hang fails the test instead of stalling the suite."""
 import json
@@ -222,8 +222,13 @@ def test_cli_resumes_across_world_sizes(tmp_path):
     """6 steps with 2 ranks then to 12 with 3 ranks (and to 12 with 1 rank) equal 6 + 6 steps in one process."""
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    outs = _cli(tmp_path / "a", 2, ["--steps", "6"])
-    assert "2 data-parallel ranks" in outs[0][0] and outs[1][0] == ""  # rank 0 alone prints
+    (tmp_path / "a" / "t.txt").write_text(TEXT)
+    # the first part by torchrun itself (its --standalone rendezvous on this machine)
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                        "-m", "formal_transformers", "train", *SMALL, "--steps", "6"], cwd=tmp_path / "a",
+                       env=_env(), capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert r.stdout.count("2 data-parallel ranks") == 1 and r.stdout.count("saved to") == 1  # rank 0 alone prints
     _cli(tmp_path / "b", 1, ["--steps", "6"])
     a6, _ = _theta(tmp_path / "a" / "run")
     b6, _ = _theta(tmp_path / "b" / "run")
