@@ -183,7 +183,7 @@ class Replicas:
                     "theta": "every rank must build or load the same model (the same seed, the same file)",
                     "data": "give every rank the whole data set: the trainer shards each minibatch itself",
                     "val_data": "give every rank the same validation data",
-                    "options": "every rank's trainer must have the same options",
+                    "options": "every rank's trainer must have the same options, and a callback on every rank or on none",
                     "optimizer": "every rank must start from the same optimizer state",
                     "dropout": "every rank's model must have the same dropout_step and dropout_seed",
                 }[k.split(".")[0]]
@@ -199,13 +199,16 @@ class Replicas:
                                "differ from rank 0 (a nondeterministic step, or a model changed on one rank only)")
 
 
-def start_figures(model, optimizer, listing: str, options: dict, data, val_data) -> dict:
-    """The figures check_start compares: θ, the data, the options, the optimizer's state, dropout's key."""
+def start_figures(model, optimizer, listing: str, options: dict, data, val_data, callback: bool) -> dict:
+    """The figures check_start compares (the same names on every rank): θ, the data, the options (and
+    whether a callback votes), the optimizer's state, dropout's key."""
     th = fingerprint(_core._flat_params(model))
     fig = {"theta.sum": th[0], "theta.xor": th[1], "data": data_digest(*data),
            "val_data": data_digest(*val_data),
            "options": int.from_bytes(hashlib.blake2b(repr((listing, sorted(options.items()))).encode(),
-                                                     digest_size=8).digest(), "little") & (2**63 - 1)}
+                                                     digest_size=8).digest(), "little") & (2**63 - 1),
+           "options.callback": int(bool(callback)),
+           "optimizer.t": 0, "optimizer.m": 0, "optimizer.v": 0}
     if isinstance(optimizer, _core.Adam):
         sd = optimizer.state_dict()
         fig["optimizer.t"] = int(sd["t"])

@@ -204,7 +204,8 @@ class _Trainer:
         if dist is not None and dist.get_world_size(group) > 1:
             dp = Replicas(dist, group, self.dist_timeout)
             dp.step = int(self.options["start_step"])
-            dp.check_start(start_figures(model, opt, self._listing, self._core_options(), data, val))
+            dp.check_start(start_figures(model, opt, self._listing, self._core_options(), data, val,
+                                         self.callback is not None))
             theta = _core._flat_params(model)
         self.data_parallel = dp
         rank0 = dp is None or dp.rank == 0
