@@ -89,6 +89,13 @@ def main():
         assert tr.data_parallel is not None and tr.data_parallel.world == world
         np.savez(f"{out}/step_{arch}_{red}_{b}_{rank}.npz", allreduce_calls=tr.data_parallel.allreduce_calls, **theta)
     np.savez(f"{out}/dropout_{rank}.npz", **dropout_steps(None))
+    # a group given as process_group= (a new group of all the ranks)
+    import torch.distributed as dist
+
+    group = dist.new_group(list(range(world)))
+    theta, tr = one_step("ED", "mean", 5, group)
+    assert tr.data_parallel.world == world
+    np.savez(f"{out}/group_{rank}.npz", group_rank=tr.data_parallel.rank, **theta)
     np.savez(f"{out}/run50_{rank}.npz", **run50(None))
 
     # a callback's False on one rank stops every rank after that step
@@ -118,8 +125,6 @@ def main():
         errors["diverged"] = str(e)
     with open(f"{out}/errors_{rank}.json", "w") as f:
         json.dump(errors, f)
-    import torch.distributed as dist
-
     dist.destroy_process_group()
     assert ft is not None
 

@@ -112,6 +112,17 @@ def test_one_step_equals_the_single_process_step_on_the_union_batch(ranks):
         assert moved >= len(ref) - 2, (arch, red)  # the step moved (nearly) every parameter
 
 
+def test_an_explicit_process_group(ranks):
+    """process_group= a torch group (dist.new_group): the step equals the single-process step."""
+    world, out = ranks
+    ref, _ = W.one_step("ED", "mean", 5, False)
+    for r in range(world):
+        got = np.load(out / f"group_{r}.npz")
+        assert int(got["group_rank"]) == r
+        for k, v in ref.items():
+            _close(got[k], v, 1e-12, k)
+
+
 def test_dropout_masks_are_keyed_by_the_rank_and_replay(ranks):
     """Two data-parallel SGD steps with dropout equal the steps rebuilt by hand: rank r's slice through
     loss_and_grad with dropout_seed + r·φ and the step's dropout_step, the gradients summed over the ranks;
@@ -147,8 +158,11 @@ def test_dropout_masks_are_keyed_by_the_rank_and_replay(ranks):
 def test_fifty_steps_equal_the_single_process_run(ranks):
     world, out = ranks
     ref = W.run50(False)
+    r0 = np.load(out / "run50_0.npz")
     for r in range(world):
         got = np.load(out / f"run50_{r}.npz")
+        for k in ref:
+            np.testing.assert_array_equal(got[k], r0[k], err_msg=f"{k}: rank {r} differs from rank 0")
         assert got["h.step"].tolist() == list(range(1, 51))
         assert got["h.tokens"].tolist() == ref["h.tokens"].tolist()
         for k, v in ref.items():
