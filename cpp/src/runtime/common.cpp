@@ -27,8 +27,7 @@ void poll() {
 
 // ---------------------------------------------------------------------------------------------------
 void init_threads() {
-    // FTZ/DAZ are no longer set here (that changed the importing process's arithmetic): each core call
-    // sets them for its own duration only, fpenv.hpp.
+    // nothing process-wide: FTZ/DAZ are set per core call, for its duration only (fpenv.hpp)
 }
 
 void set_num_threads(int n) {
