@@ -48,6 +48,7 @@ py::object mask_object(const ft::Mask& mask) {
     switch (mask.kind()) {
         case ft::Mask::Kind::Bidirectional: return py::str("bidirectional");
         case ft::Mask::Kind::Unidirectional: return py::str("unidirectional");
+        case ft::Mask::Kind::SlidingWindow: return py::str("sliding_window=" + std::to_string(mask.window()));
         default: return bool_matrix(mask.l_z(), mask.l_x(), mask.matrix());
     }
 }

@@ -51,12 +51,20 @@ namespace ft {
 // The Mask hyperparameter of Algorithm 4. Mask[t_z, t_x] = 1: query token t_x may attend to context
 // token t_z. Bidirectional: Mask ≡ 1. Unidirectional: Mask[t_z, t_x] = [[t_z ≤ t_x]] (positions are
 // absolute: a query at position q0 + j sees context tokens 0..q0+j). Explicit: a given bool matrix.
+// Sliding window w (docs/variants.md V8; Longformer, Mistral): Mask[t_z, t_x] = [[t_x − w < t_z ≤ t_x]], the
+// w keys ending at the query's own position (Hugging Face's `sliding_window` convention).
 class Mask {
 public:
-    enum class Kind { Bidirectional, Unidirectional, Explicit };
+    enum class Kind { Bidirectional, Unidirectional, Explicit, SlidingWindow };
     Mask() = default;
     static Mask bidirectional() { return Mask(Kind::Bidirectional); }
     static Mask unidirectional() { return Mask(Kind::Unidirectional); }
+    // ValueError unless w ≥ 1
+    static Mask sliding_window(index_t w);
+    index_t window() const { return w_; }  // w of a sliding window (0 otherwise)
+    // The allowed keys of query position t_x among ℓ_z are [lo, hi) for Unidirectional and SlidingWindow
+    // (and every key for Bidirectional): the softmax runs over that range only.
+    index_t first_key(index_t t_x) const { return kind_ == Kind::SlidingWindow ? std::max<index_t>(0, t_x - w_ + 1) : 0; }
     // m: column-major [l_z, l_x] of 0/1. Throws ValueError if some column has no 1 (a query that may
     // attend to nothing: softmax over an empty set is undefined).
     static Mask explicit_matrix(index_t l_z, index_t l_x, const std::uint8_t* m);
@@ -68,6 +76,7 @@ public:
         switch (kind_) {
             case Kind::Bidirectional: return true;
             case Kind::Unidirectional: return t_z <= t_x;
+            case Kind::SlidingWindow: return t_x - w_ < t_z && t_z <= t_x;
             default: return m_[std::size_t(t_z + t_x * l_z_)] != 0;
         }
     }
@@ -81,7 +90,7 @@ public:
 private:
     explicit Mask(Kind k) : kind_(k) {}
     Kind kind_ = Kind::Bidirectional;
-    index_t l_z_ = 0, l_x_ = 0;
+    index_t l_z_ = 0, l_x_ = 0, w_ = 0;
     std::vector<std::uint8_t> m_;
 };
 
@@ -209,7 +218,8 @@ template <class T>
 struct KVCache {
     Matrix<T> K;  // [H_kv·d_attn, capacity]  (with RoPE: rotated at their absolute positions)
     Matrix<T> V;  // [H_kv·d_mid,  capacity]
-    index_t len = 0;
+    index_t len = 0;    // cached columns
+    index_t start = 0;  // absolute position of column 0: > 0 once a sliding window (V9) dropped older keys
 };
 
 template <class T>

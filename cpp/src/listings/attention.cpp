@@ -35,6 +35,13 @@ void Mask::check(index_t l_z, index_t l_x, index_t q0, bool exact) const {
                          std::to_string(q0 + l_x) + ")");
 }
 
+Mask Mask::sliding_window(index_t w) {
+    if (w < 1) throw ValueError("sliding_window must be >= 1 (each query sees the last w keys), got " + std::to_string(w));
+    Mask k(Kind::SlidingWindow);
+    k.w_ = w;
+    return k;
+}
+
 std::vector<std::uint8_t> bidirectional_mask(index_t l_z, index_t l_x) {
     return std::vector<std::uint8_t>(std::size_t(checked_elements({l_z, l_x}, 1, "mask (l_z, l_x)")), 1);
 }
@@ -63,6 +70,14 @@ void mask_softmax_column(const Mask& mask, index_t q0, index_t j, T* s, index_t 
             // Mask[t_z, t_x] = [[t_z ≤ t_x]]: only the first q0+j+1 entries are live; the rest are 0
             const index_t live = std::min(l_z, q0 + j + 1);
             softmax_column(s, live);
+            std::fill(s + live, s + l_z, T(0));
+            break;
+        }
+        case Mask::Kind::SlidingWindow: {
+            // V8: Mask[t_z, t_x] = [[t_x − w < t_z ≤ t_x]]: entries lo..live−1 are live; the rest are 0
+            const index_t live = std::min(l_z, q0 + j + 1), lo = std::min(live, mask.first_key(q0 + j));
+            std::fill(s, s + lo, T(0));
+            softmax_column(s + lo, live - lo);
             std::fill(s + live, s + l_z, T(0));
             break;
         }
@@ -113,7 +128,7 @@ void attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const Mask& mas
                     MatView<T> Vt, double alibi_slope, const HeadDropout<T>* drop) {
     scores<T>(Q, K, A);            // line 4
     if (alibi_slope != 0)          // V2 line 6′: S/√d_attn − m_h D (variants.cpp)
-        alibi_add<T>(A, alibi_slope, q0, mask.kind() == Mask::Kind::Unidirectional);
+        alibi_add<T>(A, alibi_slope, q0, mask.kind() == Mask::Kind::Unidirectional || mask.kind() == Mask::Kind::SlidingWindow);
     mask_softmax<T>(mask, q0, A);  // lines 5, 6: A = softmax(S/√d_attn)
     if (!drop) {
         mix<T>(V, A, Vt);  // line 6: Ṽ = V A
@@ -457,9 +472,22 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
 
 template <class T>
 void MHAttention<T>::append_kv(const ParamStore<T>& store, CMatView<T> Z, KVCache<T>& cache) const {
+    const index_t w = mask.window();
+    const index_t rows_k = H_kv * d_attn, rows_v = H_kv * d_mid;
+    if (w > 0 && cache.len > w - 1 && cache.len + Z.cols > 2 * w) {
+        // V9, the rolling cache of a sliding window: the first new query (position start + len) reads keys
+        // from position start + len − w + 1 on, so only the last w − 1 columns are kept (moved to the front;
+        // at most every w tokens: O(1) copies per token). Memory stays O(w) however long the sequence.
+        const index_t drop = cache.len - (w - 1);
+        std::copy(cache.K.data() + rows_k * drop, cache.K.data() + rows_k * cache.len, cache.K.data());
+        std::copy(cache.V.data() + rows_v * drop, cache.V.data() + rows_v * cache.len, cache.V.data());
+        cache.start += drop;
+        cache.len = w - 1;
+    }
     const index_t need = cache.len + Z.cols;
-    if (index_t(cache.K.shape(1)) < need) {  // grow (doubling), keeping the cached columns
-        const index_t cap = std::max<index_t>(need, 2 * index_t(cache.K.shape(1)));
+    const bool shrink = w > 0 && index_t(cache.K.shape(1)) > 4 * std::max<index_t>(need, 2 * w);  // after a long prompt
+    if (index_t(cache.K.shape(1)) < need || shrink) {  // grow (doubling; a window: 2w), keeping the cached columns
+        const index_t cap = w > 0 ? std::max<index_t>(need, 2 * w) : std::max<index_t>(need, 2 * index_t(cache.K.shape(1)));
         Matrix<T> K2 = Matrix<T>::from_shape({std::size_t(H_kv * d_attn), std::size_t(cap)});
         Matrix<T> V2 = Matrix<T>::from_shape({std::size_t(H_kv * d_mid), std::size_t(cap)});
         std::copy(cache.K.data(), cache.K.data() + H_kv * d_attn * cache.len, K2.data());
@@ -470,7 +498,8 @@ void MHAttention<T>::append_kv(const ParamStore<T>& store, CMatView<T> Z, KVCach
     MatView<T> Knew = view(cache.K).cols_range(cache.len, Z.cols);
     affine<T>(store.W(W_k), Z, bias(store, b_k), Knew);                                           // Alg 4 line 2 (H_kv heads)
     affine<T>(store.W(W_v), Z, bias(store, b_v), view(cache.V).cols_range(cache.len, Z.cols));  // Alg 4 line 3
-    if (var.pos == AttnPos::Rope) rope_seqs(Knew, H_kv, Seqs::single(Z.cols), cache.len, false);  // V1 line 2b, absolute
+    if (var.pos == AttnPos::Rope)
+        rope_seqs(Knew, H_kv, Seqs::single(Z.cols), cache.start + cache.len, false);  // V1 line 2b, absolute
     cache.len = need;
 }
 
@@ -478,7 +507,11 @@ template <class T>
 void MHAttention<T>::attend_cached(const ParamStore<T>& store, CMatView<T> X, index_t q0, const KVCache<T>& cache,
                                    MatView<T> Vt, MHAttentionCache<T>& s, bool accumulate) const {
     const index_t n = X.cols, lz = cache.len;
-    mask.check(lz, n, q0);
+    // the mask and ALiBi's distances see the cached columns at positions start, start+1, …: relative to
+    // column 0 the queries are at q0 − start (the rules depend on t_x − t_z only, except an explicit mask,
+    // which has start = 0); RoPE rotates Q at the absolute q0
+    const index_t q_rel = q0 - cache.start;
+    mask.check(lz, n, q_rel);
     MatView<T> Q = ensure(s.Q, H * d_attn, n), Y = ensure(s.Y, H * d_mid, n);
     affine<T>(store.W(W_q), X, bias(store, b_q), Q);  // Alg 4 line 1, all heads
     if (var.pos == AttnPos::Rope) rope_seqs(Q, H, Seqs::single(n), q0, false);  // V1 line 2a at q0, q0+1, …
@@ -487,7 +520,7 @@ void MHAttention<T>::attend_cached(const ParamStore<T>& store, CMatView<T> X, in
     const index_t group = H / H_kv;
     for (index_t h = 0; h < H; ++h)  // Alg 5 lines 1–3 (Alg 4 lines 4–6 per head; V3: key/value head h / group)
         attention_head<T>(Q.rows_range(h * d_attn, d_attn), K.rows_range((h / group) * d_attn, d_attn),
-                          V.rows_range((h / group) * d_mid, d_mid), mask, q0, MatView<T>(s.A.data(), lz, n),
+                          V.rows_range((h / group) * d_mid, d_mid), mask, q_rel, MatView<T>(s.A.data(), lz, n),
                           Y.rows_range(h * d_mid, d_mid), slopes.empty() ? 0.0 : slopes[std::size_t(h)]);
     if (accumulate)
         affine_add<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // Alg 5 line 4 (into the residual stream)

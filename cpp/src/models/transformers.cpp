@@ -186,7 +186,9 @@ void post_ln_backward(const Norm<T>& norm, ParamStore<T>& store, const NormCache
 template <class T>
 PreLNDecoderBlock<T>::PreLNDecoderBlock(const ModelConfig& g, Activation act, ParamStore<T>& store, const std::string& p)
     : norm1(g.norm, g.d_e, g.eps, store, p + "gamma1", p + "beta1"),
-      attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::unidirectional(), store, p + "attn.", attn_variant(g, true)),
+      attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e,  // line 6's Mask: [[t ≤ t']], or V8's window
+           g.sliding_window > 0 ? Mask::sliding_window(g.sliding_window) : Mask::unidirectional(), store, p + "attn.",
+           attn_variant(g, true)),
       norm2(g.norm, g.d_e, g.eps, store, p + "gamma2", p + "beta2"),
       mlp(g.d_e, g.d_mlp, act, store, p, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2", g.mlp == ModelConfig::Mlp::SwiGLU,
           g.bias) {}
