@@ -333,3 +333,19 @@ def test_mistral_round_trips_exactly(tmp_path):
     # the LLaMA export of a model with a window is refused by GPT-2 (no window there)
     with pytest.raises(ValueError, match="sliding_window"):
         ft.to_hf(make({"sliding_window": 3}))
+
+
+def test_speculative_decoding_with_sliding_window_models():
+    # target and draft with windows: greedy speculative decoding equals the target's greedy decoding (the
+    # rollback of rejected drafts stays within the rolling caches); k ≥ the draft's window is refused
+    target = make(WINDOW["mistral"], l_max=40)  # speculative decoding keeps ℓ + ℓ_gen ≤ ℓ_max
+    randomize(target, np.random.default_rng(11))
+    draft = make({**WINDOW["mistral"], "sliding_window": 4}, L=1, l_max=40)
+    randomize(draft, np.random.default_rng(12))
+    prompt, l_gen = [1, 2, 3, 4, 5], 30
+    want = ft.DInference(l_gen, 0.0, cache=True)(prompt, target)
+    for k in (1, 3):
+        got = ft.SpeculativeInference(l_gen, k, 0.0)(prompt, target, draft)
+        assert list(got) == list(want), k
+    with pytest.raises(ValueError, match="sliding_window"):
+        ft.SpeculativeInference(l_gen, 4, 0.0)(prompt, target, draft)
