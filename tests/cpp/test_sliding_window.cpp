@@ -4,12 +4,18 @@
 #include <cmath>
 #include <vector>
 
+#include "formal_transformers/parts.hpp"
 #include "formal_transformers/transformers.hpp"
 #include "testing.hpp"
 
 using namespace ft;
 
 namespace {
+Mask window_mask(double w) {
+    MaskOptions o;
+    o.values["w"] = w;
+    return make_mask("sliding_window", o);
+}
 ModelConfig mistral_like(Positional pos, index_t l_max, index_t w) {
     ModelConfig c;
     c.n_vocab = 11;
@@ -34,13 +40,21 @@ void perturb(ParamStore<double>& s) {  // every parameter away from its init (de
 
 TEST(SlidingWindow, MaskIsTheLastWKeys) {
     for (index_t w : {1, 2, 5}) {
-        const Mask m = Mask::sliding_window(w);
+        const Mask m = window_mask(double(w));
         EXPECT_EQ(m.window(), w);
-        for (index_t t_x = 0; t_x < 9; ++t_x)
+        EXPECT_EQ(m.name(), "sliding_window");
+        for (index_t t_x = 0; t_x < 9; ++t_x) {
             for (index_t t_z = 0; t_z < 9; ++t_z) EXPECT_EQ(m.allows(t_z, t_x), t_x - w < t_z && t_z <= t_x);
+            // the key range is exactly the allowed keys
+            const KeyRange r = m.keys(0, t_x, 9);
+            EXPECT_TRUE(r.dense);
+            for (index_t t_z = 0; t_z < 9; ++t_z) EXPECT_EQ(t_z >= r.begin && t_z < r.end, m.allows(t_z, t_x));
+        }
     }
-    EXPECT_THROW(Mask::sliding_window(0), ValueError);
-    EXPECT_THROW(Mask::sliding_window(-3), ValueError);
+    EXPECT_THROW(window_mask(0), ValueError);
+    EXPECT_THROW(window_mask(-3), ValueError);
+    EXPECT_THROW(window_mask(2.5), ValueError);
+    EXPECT_EQ(Mask::unidirectional().window(), 0);
 }
 
 TEST(SlidingWindow, RollingCacheDecodingEqualsTheFullForwardAndStaysOfOrderW) {
