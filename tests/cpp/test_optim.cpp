@@ -44,3 +44,44 @@ TEST(Optim, AdamUpdateMatchesNaiveLoop) {
             check_adam_update<double>(coupled, wd);
         }
 }
+
+// Adam::step over a store whose trainable ranges exceed one 16 K chunk and the threads' threshold (32768
+// entries; optim.cpp: chunks split over the pool), with a frozen range between them: on 1 and 2 threads the
+// same θ, m and v as the scalar loop over each whole range, three steps with decay; the frozen range is
+// untouched. (SGD, grad_norm and scale run one loop with OpenMP's `if` clause: both sizes, one body.)
+TEST(Optim, AdamStepOverLargeStoresMatchesNaiveLoop) {
+    for (int threads : {1, 2}) {
+        ParamStore<double> store;
+        store.vector("a", 3 * 16384 + 37);
+        const VecParam f = store.vector("f", 100);
+        store.vector("b", 40000);
+        store.freeze(f.offset);
+        store.allocate();
+        Rng rng(41);
+        for (index_t i = 0; i < store.size(); ++i) store.theta()[i] = rng.normal();
+        const std::size_t n = std::size_t(store.size());
+        std::vector<double> th(store.theta(), store.theta() + n), m(n, 0.0), v(n, 0.0), g(n);
+        Adam<double> adam(1e-2, 0.9, 0.99, 1e-8, 0.1, true);
+        const int saved = get_num_threads();
+        for (int t = 1; t <= 3; ++t) {
+            for (auto& x : g) x = rng.normal();
+            set_num_threads(threads);
+            adam.step(store, g.data());
+            set_num_threads(saved);
+            AdamCoefficients<double> c;
+            c.b1 = 0.9, c.b2 = 0.99, c.eps = 1e-8, c.wd = 0.1;
+            c.bc2_sqrt = std::sqrt(1.0 - std::pow(0.99, t));
+            c.step_size = 1e-2 / (1.0 - std::pow(0.9, t));
+            c.shrink = 1.0 - 1e-2 * 0.1;
+            c.coupled = false;
+            for (const auto& r : store.trainable_ranges())
+                adam_update_naive<double>(c, th.data() + r.first, m.data() + r.first, v.data() + r.first,
+                                          g.data() + r.first, r.second - r.first);
+        }
+        ASSERT_EQ(store.trainable_ranges().size(), 2u);
+        EXPECT_LT(fttest::rel_error(store.theta(), th.data(), n), 1e-14) << "threads " << threads;
+        EXPECT_LT(fttest::rel_error(adam.m.data(), m.data(), n), 1e-14) << "threads " << threads;
+        EXPECT_LT(fttest::rel_error(adam.v.data(), v.data(), n), 1e-14) << "threads " << threads;
+        for (index_t i = 0; i < f.size; ++i) ASSERT_EQ(store.theta()[f.offset + i], th[std::size_t(f.offset + i)]);
+    }
+}
