@@ -124,6 +124,7 @@ CONSTRUCTORS = {
     "DTransformer_llama": (lambda a, kw: ft.DTransformer(*a[:6], positional="rope", H_kv=a[6], mlp="swiglu", bias=False,
                                                          norm="rms", **kw), 7),
     "DTransformer_alibi": (lambda a, kw: ft.DTransformer(*a[:6], positional="alibi", H_kv=a[6], **kw), 7),
+    "DTransformer_mistral": (lambda a, kw: ft.DTransformer(*a[:6], positional="rope", sliding_window=a[6], **kw), 7),
     "ETransformer": (lambda a, kw: ft.ETransformer(*a[:7], **kw), 7),
     "ETransformer_bert": (lambda a, kw: ft.ETransformer(*a[:7], n_segments=a[0], embed_norm=True, unembed_bias=True, **kw), 7),
     "EDTransformer": (lambda a, kw: ft.EDTransformer(*a[:7], **kw), 7),

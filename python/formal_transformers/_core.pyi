@@ -503,7 +503,8 @@ class DTransformer(_HasParams):
     init_std (GPT-2's init: N(0, init_std²), residual projections / √(2L), biases 0, γ = 1, β = 0).
     Variants (docs/variants.md): positional="rope" (rope_theta=10000.0) | "alibi" (no W_p), H_kv key/value
     heads (grouped-query attention; None: H), mlp="gelu" | "swiglu", bias=False (no biases in attention and
-    MLP). With norm="rms" these make a LLaMA-style decoder; the defaults are Algorithm 10.
+    MLP), sliding_window=w (V8: each query sees the last w keys, Mistral; decoding keeps a rolling cache of w
+    columns). With norm="rms" these make a LLaMA-style (Mistral-style) decoder; the defaults are Algorithm 10.
     Dropout (docs/regularisation.md; beyond the listing): dropout=p drops after the embedding sum, on the
     attention weights and on each sublayer's output before the residual add (embed_dropout, attn_dropout,
     resid_dropout: per place, None = dropout). Only loss_and_grad (and the trainers) drop; model(x), loss,
@@ -517,7 +518,7 @@ class DTransformer(_HasParams):
     """
     def __call__(self, x: typing.Any) -> typing.Any:
         ...
-    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, norm: str = 'layer', positional: str = 'learned', base: typing.Any = None, tied: bool = False, gelu: str = 'exact', eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, H_kv: typing.Any = None, bias: typing.Any = True, mlp: str = 'gelu', rope_theta: typing.SupportsFloat | typing.SupportsIndex = 10000.0, dropout: typing.Any = 0.0, embed_dropout: typing.Any = None, attn_dropout: typing.Any = None, resid_dropout: typing.Any = None) -> None:
+    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, norm: str = 'layer', positional: str = 'learned', base: typing.Any = None, tied: bool = False, gelu: str = 'exact', eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, H_kv: typing.Any = None, bias: typing.Any = True, mlp: str = 'gelu', rope_theta: typing.SupportsFloat | typing.SupportsIndex = 10000.0, sliding_window: typing.Any = None, dropout: typing.Any = 0.0, embed_dropout: typing.Any = None, attn_dropout: typing.Any = None, resid_dropout: typing.Any = None) -> None:
         ...
     def __repr__(self) -> str:
         ...

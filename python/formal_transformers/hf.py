@@ -278,6 +278,22 @@ def _llama_hyper(c: dict) -> dict:
                 attn_dropout=float(c.get("attention_dropout", 0.0)))  # LLaMA drops only its attention weights
 
 
+# Mistral (MistralForCausalLM, Jiang et al. 2023): LLaMA's layers, names and tensors, with sliding-window
+# attention (docs/variants.md V8: each query sees the last `sliding_window` keys; None: causal as LLaMA).
+
+def _mistral_hyper(c: dict) -> dict:
+    for opt in ("attention_bias", "mlp_bias"):  # not MistralConfig options; a config carrying one is not Mistral's
+        if c.get(opt, False):
+            raise _unsupported("Mistral", opt, True, "Mistral has bias=False (V5) throughout")
+    hp = _llama_hyper(c)
+    w = c.get("sliding_window")
+    if w is not None:
+        if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+            raise _unsupported("Mistral", "sliding_window", w, "a window of w ≥ 1 keys (V8), or None")
+        hp["sliding_window"] = int(w)
+    return hp
+
+
 _LLAMA_LAYER = (  # (HF name in layers.l., ft name in layers.l., heads of the reshape: "H", "H_kv" or "")
     ("self_attn.q_proj.weight", "attn.W_q", "H"), ("self_attn.k_proj.weight", "attn.W_k", "H_kv"),
     ("self_attn.v_proj.weight", "attn.W_v", "H_kv"), ("self_attn.o_proj.weight", "attn.W_o", ""),
@@ -322,6 +338,16 @@ def _llama_from_ft(P: dict, cfg: dict) -> dict:
     return t
 
 
+def _mistral_export(cfg: dict, P: dict):
+    """A LLaMA-style DTransformer with sliding_window=w -> MistralForCausalLM (LLaMA's tensors and names)."""
+    w = cfg.get("sliding_window")
+    _, hf, state = _llama_export({k: v for k, v in cfg.items() if k != "sliding_window"}, P)
+    hf = {**hf, "model_type": "mistral", "architectures": ["MistralForCausalLM"], "sliding_window": int(w)}
+    hf.pop("attention_bias", None)
+    hf.pop("mlp_bias", None)
+    return "MistralForCausalLM", hf, state
+
+
 def _is_llama_style(cfg: dict) -> bool:
     return cfg.get("arch") == "DTransformer" and cfg.get("positional") == "rope"
 
@@ -337,6 +363,8 @@ def _split_rates(cfg: dict):
 
 def _llama_export(cfg: dict, P: dict):
     cfg, rates = _split_rates(cfg)
+    if cfg.get("mask", "causal") != "causal":
+        raise ValueError(f"LLaMA and Mistral have no equivalent of mask={cfg['mask']!r} (causal attention only)")
     for k in ("embed_dropout", "resid_dropout"):
         if rates[k]:
             raise ValueError(f"LLaMA has no equivalent of {k}={rates[k]!r}: it drops only its attention weights "
@@ -365,11 +393,13 @@ _CLASSES = {
     "BertForMaskedLM": ("bert", True, "bert."),
     "BertModel": ("bert", False, ""),
     "LlamaForCausalLM": ("llama", True, "model."),
+    "MistralForCausalLM": ("mistral", True, "model."),
 }
 _FAMILY = {  # family -> (hyperparameters, expected tensors, tensors -> ft, ft class)
     "gpt2": (_gpt2_hyper, _gpt2_expected, _gpt2_to_ft, "DTransformer"),
     "bert": (_bert_hyper, _bert_expected, _bert_to_ft, "ETransformer"),
     "llama": (_llama_hyper, _llama_expected, _llama_to_ft, "DTransformer"),
+    "mistral": (_mistral_hyper, _llama_expected, _llama_to_ft, "DTransformer"),
 }
 _IGNORED = (".attn.bias", ".attn.masked_bias", "embeddings.position_ids", "pooler.dense.weight",
             "pooler.dense.bias", "rotary_emb.inv_freq")  # buffers and BertModel's pooler
@@ -393,7 +423,7 @@ def _build(cls_name: str, config: dict, T: dict, dtype, where: str):
     if head and family == "bert" and "cls.predictions.decoder.bias" in T:
         # the bias the decoder adds (HF ties it to cls.predictions.bias unless the head is untied)
         T["cls.predictions.bias"] = T.pop("cls.predictions.decoder.bias")
-    if head and family in ("gpt2", "llama") and hp["tied"]:
+    if head and family in ("gpt2", "llama", "mistral") and hp["tied"]:
         T.pop("lm_head.weight", None)
     exp = expected(hp, head)
     missing = sorted(set(exp) - set(T))
@@ -434,7 +464,7 @@ def from_hf(hf_model, *, dtype=None):
     """The ft model computing the same function as a `transformers` model: GPT2LMHeadModel / GPT2Model ->
     DTransformer (tied unless the config unties it), BertForMaskedLM / BertModel -> ETransformer (with
     n_segments, embed_norm, unembed_bias), LlamaForCausalLM -> DTransformer(positional="rope", H_kv,
-    mlp="swiglu", bias=False, norm="rms"). dtype: float32 / float64 (default: the HF model's, float64 if
+    mlp="swiglu", bias=False, norm="rms"), MistralForCausalLM -> the same with sliding_window (V8). dtype: float32 / float64 (default: the HF model's, float64 if
     its weights are float64). ValueError naming an unsupported configuration option."""
     name = _cls_of(hf_model)
     config = hf_model.config.to_dict()
@@ -473,6 +503,8 @@ def _check_options(cfg: dict, target: str) -> None:
             continue
         if k == "mlp" and v in (None, "", "gelu", "mlp", "default"):
             continue
+        if k == "mask" and v in (None, "", "causal"):
+            continue
         if v not in (None, False, 0, "", "none"):
             raise ValueError(f"{target} has no equivalent of the option {k}={v!r}")
 
@@ -491,7 +523,7 @@ def _hf_export(model):
     arch = cfg["arch"]
     P = {k: np.asarray(v) for k, v in model.params.items()}
     if _is_llama_style(cfg):
-        return _llama_export(cfg, P)
+        return _mistral_export(cfg, P) if cfg.get("sliding_window") else _llama_export(cfg, P)
     cfg, rates = _split_rates(cfg)  # dropout: GPT-2's and BERT's places are ours (docs/regularisation.md)
     if arch == "DTransformer":
         _check_exportable(cfg, "GPT-2")
@@ -621,6 +653,8 @@ def load_hf(path: Union[str, os.PathLike], *, dtype=None):
             cls_name = "BertForMaskedLM" if any(k.startswith("cls.predictions.") for k in T) else "BertModel"
         elif mt == "llama":
             cls_name = "LlamaForCausalLM"
+        elif mt == "mistral":
+            cls_name = "MistralForCausalLM"
         else:
             raise ValueError(f"{cfg_file}: model_type {mt!r} / architectures {config.get('architectures')!r} "
                              f"is not supported (supported: {', '.join(_CLASSES)})")

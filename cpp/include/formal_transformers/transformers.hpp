@@ -363,12 +363,13 @@ public:
         DecodeScratch<T> w;
         void reset() {  // forget the context, keep the buffers (no allocation when refilled)
             len = 0;
-            for (auto& c : kv) c.len = 0;
+            for (auto& c : kv) c.len = c.start = 0;
         }
         void rollback(index_t n) {  // keep the first n tokens (n ≤ len), forget the later ones (speculative decoding)
             FT_CHECK(n >= 0 && n <= len, "Decoder::rollback past the cached length");
+            for (auto& c : kv) FT_CHECK(n >= c.start, "Decoder::rollback before the sliding window's cache");
             len = n;
-            for (auto& c : kv) c.len = n;
+            for (auto& c : kv) c.len = n - c.start;
         }
     };
     void decode(Decoder& d, const index_t* ids, index_t n, T* z) const;

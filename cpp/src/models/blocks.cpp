@@ -15,7 +15,7 @@ using namespace models;
 template <class T>
 PreLNDecoderBlock<T>::PreLNDecoderBlock(const ModelConfig& g, Activation act, ParamStore<T>& store, const std::string& p)
     : norm1(norm_name(g.norm), g.d_e, g.eps, store, p + "gamma1", p + "beta1"),
-      attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::unidirectional(), store, p + "attn.", attn_variant(g, true)),
+      attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, decoder_mask(g), store, p + "attn.", attn_variant(g, true)),
       norm2(norm_name(g.norm), g.d_e, g.eps, store, p + "gamma2", p + "beta2"),
       mlp(mlp_name(g.mlp), mlp_spec(g, act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p) {}
 

@@ -55,6 +55,9 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
         throw ValueError("positional='rope' rotates pairs of rows: d_attn (the head size) must be even, got " +
                          std::to_string(c.d_attn));
     if (!(c.rope_theta > 0)) throw ValueError("rope_theta must be > 0");
+    if (c.sliding_window < 0)
+        throw ValueError("sliding_window must be >= 1 (each query sees the last w keys), got " + std::to_string(c.sliding_window));
+    if (arch != Arch::D && c.sliding_window > 0) throw ValueError("sliding_window is a DTransformer option (Mistral)");
     check_dropout_rate(c.embed_dropout, "embed_dropout");
     check_dropout_rate(c.attn_dropout, "attn_dropout");
     check_dropout_rate(c.resid_dropout, "resid_dropout");

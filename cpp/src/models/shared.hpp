@@ -34,6 +34,13 @@ inline std::string layer_prefix(const char* group, index_t l) { return std::stri
 inline const char* norm_name(NormKind k) { return k == NormKind::RMS ? "rms" : "layer"; }
 inline const char* mlp_name(ModelConfig::Mlp m) { return m == ModelConfig::Mlp::SwiGLU ? "swiglu" : "standard"; }
 inline const char* position_name(Positional p) { return p == Positional::Rope ? "rope" : p == Positional::Alibi ? "alibi" : "none"; }
+// Algorithm 10 line 6's Mask: [[t ≤ t']], or V8's sliding window of sliding_window keys
+inline Mask decoder_mask(const ModelConfig& c) {
+    if (c.sliding_window <= 0) return Mask::unidirectional();
+    MaskOptions o;
+    o.values["w"] = double(c.sliding_window);
+    return make_mask("sliding_window", o);
+}
 // The attention options of a model (docs/variants.md); `positional`: the position part applies (D's self-attention)
 inline AttnVariant attn_variant(const ModelConfig& c, bool positional) {
     AttnVariant v;

@@ -69,6 +69,10 @@ std::vector<index_t> SpeculativeInference(const DTransformer<T>& target, const D
     const ModelConfig& c = target.cfg;
     const index_t N_V = c.n_vocab;
     if (k < 1) throw ValueError("k (tokens drafted per target pass) must be >= 1, got " + std::to_string(k));
+    if (draft.cfg.sliding_window > 0 && k >= draft.cfg.sliding_window)
+        throw ValueError("k = " + std::to_string(k) + " must be < the draft's sliding_window = " +
+                         std::to_string(draft.cfg.sliding_window) +
+                         ": its rolling cache (docs/variants.md V9) cannot take back more than w − 1 drafted tokens");
     if (!(tau >= 0) || !std::isfinite(tau)) throw ValueError("tau must be a finite number >= 0 (0 = argmax), got " + std::to_string(tau));
     if (l_gen < 0) throw ValueError("l_gen must be >= 0, got " + std::to_string(l_gen));
     if (draft.cfg.n_vocab != N_V)
