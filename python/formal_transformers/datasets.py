@@ -67,11 +67,17 @@ def _tatoeba_subset(raw: bytes, n_lines: int = 5000) -> bytes:
     lists the pairs by increasing length of the English sentence, so these are the shortest ones)."""
     try:
         with zipfile.ZipFile(io.BytesIO(raw)) as z:
-            text = z.read("fra.txt").decode("utf-8")
-    except zipfile.BadZipFile as e:  # e.g. an HTML page (a captive portal, an error page) instead of the archive
-        raise DataNotFoundError(f"the download is not a zip archive ({e}; starts with {raw[:40]!r})") from None
+            data = z.read("fra.txt")
     except KeyError:
         raise DataNotFoundError("the downloaded archive holds no fra.txt (not manythings.org's fra-eng.zip)") from None
+    except Exception as e:  # an HTML page (a captive portal, an error page) instead of the archive: BadZipFile;
+        # a damaged one: NotImplementedError (compression method), zlib.error, EOFError, RuntimeError, …
+        raise DataNotFoundError(f"the download is not a readable zip archive ({type(e).__name__}: {e}; "
+                                f"starts with {raw[:40]!r})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataNotFoundError(f"the archive's fra.txt is not UTF-8 text ({e})") from None
     lines = [line for line in text.splitlines() if line.strip()][:n_lines]
     for i, line in enumerate(lines, 1):
         if line.count("\t") != 2:

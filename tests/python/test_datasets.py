@@ -235,7 +235,7 @@ def test_a_download_that_is_not_the_archive_is_data_not_found(server, isolated):
     src = datasets.SOURCES["tatoeba-eng-fra-5k.tsv"]
     datasets.SOURCES["tatoeba-eng-fra-5k.tsv"] = src._replace(url=f"{base}/fra-eng.zip")
     (www / "fra-eng.zip").write_bytes(b"<!DOCTYPE html><html><body>Please log in</body></html>")
-    with pytest.raises(datasets.DataNotFoundError, match="not a zip archive") as e:
+    with pytest.raises(datasets.DataNotFoundError, match="not a readable zip archive") as e:
         ft.datasets.tatoeba_eng_fra()
     assert f"{base}/fra-eng.zip" in str(e.value) and "FT_DATA_DIR" in str(e.value)
     buf = io.BytesIO()
@@ -248,6 +248,20 @@ def test_a_download_that_is_not_the_archive_is_data_not_found(server, isolated):
     for raw in (b"", b"<html>", buf.getvalue()):  # and download()/the derivation on their own
         with pytest.raises(datasets.DataNotFoundError):
             datasets._tatoeba_subset(raw)
+    # found by fuzz/fuzz_parsers.py: a zip whose fra.txt names an unknown compression method (NotImplementedError)
+    import base64
+
+    raw = base64.b64decode(
+        "UEsDBBQAAAAAAEGXeV1hnwFsRQAAAEUAAAAHAAAAZnJhLnR4dEdvLglWYSAhCUNDLUJZIDIuMCAoRnJhbmNlKSBBdHRyaWJ1dGlvbjog"
+        "dGF0b2ViYS5vcmcgIzEgKGEpICYgIzIgKGIpClBLAQIUAxQAAAAAnwFseV1hnwFsRQAAAEUAAAAHAAAAAAAAAAAAAACAAQAAAABmcmEu"
+        "dHh0UEsFBgAAAAABAAEANQAAAGoAAAAAAA==")
+    with pytest.raises(datasets.DataNotFoundError, match="NotImplementedError"):
+        datasets._tatoeba_subset(raw)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("fra.txt", b"Go.\tVa \xff\tCC-BY\n")
+    with pytest.raises(datasets.DataNotFoundError, match="UTF-8"):
+        datasets._tatoeba_subset(buf.getvalue())
 
 
 @pytest.mark.parametrize("damage", [b"", SMALL.encode()[:20], b"<html><body>502 Bad Gateway</body></html>"])
