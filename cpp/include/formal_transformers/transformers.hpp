@@ -64,6 +64,7 @@
 #include <vector>
 
 #include "formal_transformers/attention.hpp"
+#include "formal_transformers/config.hpp"
 #include "formal_transformers/embedding.hpp"
 #include "formal_transformers/functions.hpp"
 #include "formal_transformers/norm.hpp"
@@ -73,113 +74,10 @@
 namespace ft {
 
 // ---------------------------------------------------------------------------------------------------
-// Hyperparameters.
-struct ModelConfig {
-    index_t n_vocab = 0, l_max = 0;
-    index_t L = 0;                  // D, E: layers
-    index_t L_enc = 0, L_dec = 0;   // ED
-    index_t H = 0, d_e = 0, d_mlp = 0;
-    index_t d_f = 0;                // E: the final projection's width
-    index_t d_attn = 0, d_mid = 0;  // 0: d_e / H (then d_e must be divisible by H)
-    NormKind norm = NormKind::Layer;
-    Positional positional = Positional::Learned;
-    double pos_base = 0;            // sinusoidal base; 0: ℓ_max as the paper prints it
-    bool tied = false;              // W_u = W_eᵀ
-    Gelu gelu = Gelu::Exact;
-    double eps = 1e-5;
-    std::uint64_t seed = 0;
-    double init_std = 0.02;
-    // BERT's options of ETransformer, beyond Algorithm 9 (the defaults keep the listing bit for bit; other
-    // architectures reject them): segment (token-type) embeddings W_s [d_e, n_segments] added at line 2 for a
-    // segment-id input (0 for every token when none is given); a layer_norm(· | γ_e, β_e) of X after line 3;
-    // a bias b_u on the unembedding, P = softmax(W_u X + b_u 1ᵀ).
-    index_t n_segments = 0;
-    bool embed_norm = false;
-    bool unembed_bias = false;
-    // Variants (docs/variants.md). positional = Rope | Alibi (D only) puts the position into attention;
-    // H_kv: key/value heads (V3; 0: H); bias = false: V5; mlp = SwiGLU: V4 (D only); rope_theta: V1's θ.
-    index_t H_kv = 0;
-    bool bias = true;
-    enum class Mlp { Standard, SwiGLU } mlp = Mlp::Standard;
-    double rope_theta = 10000.0;
-    // Dropout (docs/regularisation.md; training only): rates after the embedding sum (line 3; Alg 8 lines 3
-    // and 12; after BERT's embedding layer_norm), on the attention weights (Alg 4 line 6, after the softmax)
-    // and on each sublayer's output before the residual add. 0: the listings bit for bit.
-    double embed_dropout = 0, attn_dropout = 0, resid_dropout = 0;
-    bool has_dropout() const { return embed_dropout > 0 || attn_dropout > 0 || resid_dropout > 0; }
-
-    index_t mask_token() const { return n_vocab - 3; }
-    index_t bos_token() const { return n_vocab - 2; }
-    index_t eos_token() const { return n_vocab - 1; }
-};
-// Fill d_attn/d_mid defaults and check every size: ValueError naming the problem.
-enum class Arch { D, E, ED };
-ModelConfig resolve(ModelConfig c, Arch arch);
-
-// A batch of token sequences: ids concatenated, s the sequences. Checked by `validate` (IndexError for
-// ids outside [0, N_V), ValueError for empty sequences or sequences longer than ℓ_max).
-struct Tokens {
-    const index_t* ids = nullptr;
-    Seqs s;
-};
-void validate(const Tokens& x, index_t n_vocab, index_t l_max, const char* what);
-// The longest sequence a model's forward pass (and so loss, loss_and_grad, P, logits) accepts: ℓ_max for
-// a table of positions (learned, sinusoidal); no bound for RoPE and ALiBi, which put the position into
-// attention (docs/variants.md "Scoring and decoding past ℓ_max": train short, test long). Every workspace past ℓ_max
-// is sized through sizes.hpp, so a length too large for memory is a ValueError. The one rule the core,
-// the xtensor API and the bindings check model inputs by; the trainers keep ℓ_max (the training length).
-index_t max_input_length(const ModelConfig& c);
-// validate(x, c.n_vocab, max_input_length(c), what)
-void validate(const Tokens& x, const ModelConfig& c, const char* what);
-
-// ---------------------------------------------------------------------------------------------------
 // Pieces shared by the listings.
 
-// layer_norm (Algorithm 6) or RMSnorm, by the model's hyperparameter.
-template <class T>
-class Norm {
-public:
-    Norm(NormKind kind, index_t d, double eps, ParamStore<T>& store, const std::string& gamma, const std::string& beta);
-    void init(ParamStore<T>& store) const;
-    void forward(const ParamStore<T>& store, CMatView<T> E, MatView<T> E_hat, NormCache<T>& c) const;
-    void backward(ParamStore<T>& store, CMatView<T> dE_hat, const NormCache<T>& c, MatView<T> dE) const;
-
-private:
-    std::optional<LayerNorm<T>> ln_;
-    std::optional<RMSNorm<T>> rms_;
-};
-
-// The MLP of the listings' residual update X ← X + W_mlp2 φ(W_mlp1 X̃ + b_mlp1 1ᵀ) + b_mlp2 1ᵀ.
-template <class T>
-struct MLPCache {
-    Matrix<T> Hpre;  // [d_mlp, n]  W_mlp1 X̃ + b_mlp1 1ᵀ   (SwiGLU: U, V4 line 2)
-    Matrix<T> Act;   // [d_mlp, n]  φ(Hpre)                (SwiGLU: A = SiLU(G) ⊙ U, V4 line 3)
-    Matrix<T> G;     // [d_mlp, n]  SwiGLU only: W_gate X̃ + b_gate 1ᵀ (V4 line 1)
-};
-template <class T>
-class MLP {
-public:
-    MLP(index_t d_e, index_t d_mlp, Activation act, ParamStore<T>& store, const std::string& prefix,
-        const std::string& W1, const std::string& b1, const std::string& W2, const std::string& b2);
-    // With the variants: gated = V4 SwiGLU (W_gate, b_gate registered first; act unused), bias = false: V5.
-    MLP(index_t d_e, index_t d_mlp, Activation act, ParamStore<T>& store, const std::string& prefix,
-        const std::string& W1, const std::string& b1, const std::string& W2, const std::string& b2, bool gated,
-        bool bias);
-    void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
-    // X̃:[d_e,n] -> Out += W2 φ(W1 X̃ + b1 1ᵀ) + b2 1ᵀ
-    void forward(const ParamStore<T>& store, CMatView<T> Xt, MatView<T> Out, MLPCache<T>& c) const;
-    // dOut:[d_e,n] -> dX̃ += …, parameter gradients += …  (dH:[d_mlp,n] is scratch)
-    void backward(ParamStore<T>& store, CMatView<T> Xt, const MLPCache<T>& c, CMatView<T> dOut, MatView<T> dXt,
-                  Matrix<T>& dH) const;
-
-    index_t d_e, d_mlp;
-    Activation act;
-    MatParam W_1, W_2;
-    VecParam b_1, b_2;
-    bool gated = false, bias = true;  // V4, V5
-    MatParam W_g;                     // W_gate (gated only)
-    VecParam b_g;                     // b_gate (gated and bias only)
-};
+// Norm and MLP (parts.hpp) are the parts chosen by the model's hyperparameters (norm, mlp) through the
+// registry; attention's variants are MHAttention's parts (attention.hpp).
 
 // Scratch shared by the backward passes of all layers.
 template <class T>
@@ -227,9 +125,9 @@ public:
     PreLNDecoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& prefix);
     void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
     // lines 5–8: X:[d_e,n] (sequences s) -> X_out:[d_e,n] (the next layer's X). drop (training): dropout on the
-    // attention weights and on the outputs of lines 6 and 8 before their residual adds, keyed by place0 | site
+    // attention weights and on the outputs of lines 6 and 8 before their residual adds, keyed by place.at(site)
     void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a,
-                 const Dropout* drop = nullptr, std::uint64_t place0 = 0) const;
+                 const Dropout* drop = nullptr, DropPlace place = DropPlace()) const;
     // from w.P = ∂loss/∂X_out, leaves w.P = ∂loss/∂X; parameter gradients +=
     void backward(ParamStore<T>& store, const Seqs& s, const Acts& a, BackwardWork<T>& w) const;
     // lines 5–8 for the columns of X (in place) at positions q0, q0+1, … over the keys and values in kv
@@ -261,7 +159,7 @@ public:
     void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
     // lines 5–8: X:[d_e,n] -> X_out (drop as PreLNDecoderBlock)
     void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a,
-                 const Dropout* drop = nullptr, std::uint64_t place0 = 0) const;
+                 const Dropout* drop = nullptr, DropPlace place = DropPlace()) const;
     // X: the block's input of that forward; from w.P = ∂loss/∂X_out, leaves w.P = ∂loss/∂X
     void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s, const Acts& a, BackwardWork<T>& w) const;
 
@@ -294,7 +192,7 @@ public:
     void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
     // lines 14–19: X:[d_e,n_x] (sequences sx), the encoded context Z:[d_e,n_z] (sequences sz) -> X_out
     void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
-                 MatView<T> X_out, Acts& a, const Dropout* drop = nullptr, std::uint64_t place0 = 0) const;
+                 MatView<T> X_out, Acts& a, const Dropout* drop = nullptr, DropPlace place = DropPlace()) const;
     // from w.P = ∂loss/∂X_out, leaves w.P = ∂loss/∂X and adds ∂loss/∂Z into dZ
     void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz, const Acts& a,
                   MatView<T> dZ, BackwardWork<T>& w) const;
