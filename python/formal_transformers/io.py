@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from typing import Union
 
 import numpy as np
@@ -30,6 +31,35 @@ def _safetensors():
     except ImportError as e:  # a dependency of the package; say what is missing
         raise ImportError("ft.save / ft.load need the 'safetensors' package: pip install safetensors") from e
     return st
+
+
+def _temp_beside(path: str) -> str:
+    """A new, uniquely named empty file in `path`'s folder (tempfile: two processes writing one path never share a
+    temporary), to be renamed over `path` with os.replace once complete."""
+    folder, name = os.path.split(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    os.close(fd)
+    return tmp
+
+
+def _replace_atomically(path, write) -> None:
+    """write(tmp) into a unique temporary beside `path`, then os.replace: `path` holds the old file or the new
+    one, never a partial one; the temporary is removed on any failure."""
+    path = os.fspath(path)
+    tmp = _temp_beside(path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 def _path(path) -> str:
@@ -51,9 +81,8 @@ def save(model, path: Union[str, os.PathLike], *, metadata: dict | None = None) 
             "formal_transformers.dropout_seed": str(model.dropout_seed)}
     for k, v in (metadata or {}).items():
         meta[str(k)] = str(v)
-    tmp = os.fspath(path) + ".tmp"
-    st.save_file(tensors, tmp, metadata=meta)
-    os.replace(tmp, path)  # never a half-written file under the final name
+    # never a half-written file under the final name; concurrent saves of one path each use their own temporary
+    _replace_atomically(path, lambda tmp: st.save_file(tensors, tmp, metadata=meta))
 
 
 def read_metadata(path: Union[str, os.PathLike]) -> dict:

@@ -172,6 +172,8 @@ class _Trainer:
     def early_stopping(self, state: Optional[dict]):
         if state is not None and not isinstance(state, dict):
             raise TypeError(f"early_stopping must be a dict (or None), got {type(state).__name__}")
+        if state is not None:
+            _check_early_state_keys(state)
         self._early = None if state is None else dict(state)
         self._early_model = None  # for whichever model the next call trains
 
@@ -226,7 +228,9 @@ class _Trainer:
         shift = -step0
         if self._early is not None and self._early_model is not None and self._early_model is not model:
             self._early = None  # another model: a fresh state, as the optimizer's
-        early = {} if self._early is None else {k: v for k, v in self._early.items() if k != "last_params"}
+        # the core reads the counters and θ* and writes every entry back (stopped, restored, …) however the
+        # call ends: only what it wrote is read below, never a resumed state's own stopped / restored
+        early = {} if self._early is None else {k: v for k, v in self._early.items() if k in _EARLY_IN}
         if early.get("best_val_loss") is not None:
             early["best_step"] = int(early["best_step"]) + shift
         last_val = [None]
@@ -302,6 +306,26 @@ class _Trainer:
     def __repr__(self):
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items() if k not in ("n_epochs", "eta"))
         return f"{type(self).__name__}(n_epochs={self.n_epochs}, eta={self.eta}, {opts})"
+
+
+_EARLY_IN = ("best_val_loss", "best_step", "bad_evals", "best_params")  # what a resumed state gives the core
+_EARLY_OUT = ("stopped", "restored", "last_params")                   # what the core adds after a call
+
+
+def _check_early_state_keys(state: dict) -> None:
+    """A state assigned to trainer.early_stopping (to resume a run): the counters must all be there and every
+    key must be one the trainer writes (ValueError naming the key; the values are checked by the core, before
+    any update). A saved state lacking a counter would otherwise resume as if no evaluation had happened."""
+    for k in state:
+        if k not in _EARLY_IN + _EARLY_OUT:
+            raise ValueError(f"early_stopping: unknown key {k!r} (a state has {', '.join(_EARLY_IN + _EARLY_OUT)})")
+    for k in _EARLY_IN[:3]:
+        if k not in state:
+            raise ValueError(f"early_stopping: the state lacks {k!r} (best_val_loss, best_step and bad_evals are "
+                             "needed to resume; best_params too with restore_best)")
+    if ("stopped" in state) != ("restored" in state):
+        k = "restored" if "stopped" in state else "stopped"
+        raise ValueError(f"early_stopping: the state lacks {k!r} (a trainer writes stopped and restored together)")
 
 
 class DTraining(_Trainer):
