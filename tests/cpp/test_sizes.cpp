@@ -62,6 +62,19 @@ TEST(Sizes, AModelWithAbsurdLayerCountFailsBeforeDeclaringLayers) {
     EXPECT_GT(ok.store.size(), 0);
 }
 
+// Issue 27: more threads than can be created is a ValueError (libgomp crashed the process); the cap is
+// reachable and at least 4 per CPU within OMP_THREAD_LIMIT.
+TEST(Threads, CountAboveTheCapIsAValueError) {
+    const int saved = ft::get_num_threads(), cap = ft::max_num_threads();
+    EXPECT_GE(cap, 1);
+    EXPECT_THROW(ft::set_num_threads(cap + 1), ft::ValueError);
+    EXPECT_THROW(ft::set_num_threads(100000), ft::ValueError);
+    EXPECT_EQ(ft::get_num_threads(), saved);
+    ft::set_num_threads(cap);
+    EXPECT_EQ(ft::get_num_threads(), cap);
+    ft::set_num_threads(saved);
+}
+
 #if defined(__SSE__) || defined(__x86_64__)
 TEST(FpEnv, SetInsideRestoredOnEveryExit) {
     ASSERT_FALSE(ft::ftz_enabled());

