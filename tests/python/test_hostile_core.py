@@ -110,3 +110,68 @@ def test_cli_threads_beyond_the_cap_exits_with_an_error_not_a_signal(tmp_path):
                        env=child_env(), cwd=tmp_path)
     assert r.returncode > 0, (r.returncode, r.stderr[-2000:])  # an error exit, never a signal (< 0)
     assert "max_num_threads" in r.stderr
+
+
+# ------------------------------------------------------------------------------------------------------
+# speculative decoding: no deadlock with swapped models
+def test_speculative_decoding_with_swapped_models_in_two_threads_does_not_deadlock():
+    r = run_child("""
+        import os, threading, numpy as np, formal_transformers as ft
+        m1 = ft.DTransformer(30, 48, 1, 2, 8, 16, seed=1)
+        m2 = ft.DTransformer(30, 48, 1, 2, 8, 16, seed=2)
+        x = np.array([1, 2, 3])
+        spec = ft.SpeculativeInference(40, 4, seed=0)
+        errors = []
+        def work(a, b):
+            try:
+                for _ in range(30):
+                    spec(x, a, b)
+            except Exception as e:
+                errors.append(e)
+        ts = [threading.Thread(target=work, args=(m1, m2), daemon=True),
+              threading.Thread(target=work, args=(m2, m1), daemon=True)]
+        for t in ts: t.start()
+        for t in ts: t.join(timeout=60)
+        if any(t.is_alive() for t in ts):
+            print("DEADLOCK", flush=True)
+            os._exit(3)
+        print("errors", errors)
+        print("ok")
+    """, timeout=150)
+    assert "DEADLOCK" not in r.stdout, "the two threads deadlocked"
+    assert r.returncode == 0 and "errors []" in r.stdout, r.stdout + r.stderr[-2000:]
+
+
+# ------------------------------------------------------------------------------------------------------
+# params.update is all or nothing for other threads too
+def test_params_update_is_atomic_for_a_forward_in_another_thread():
+    m = ft.DTransformer(30, 16, 2, 2, 32, 64, seed=0, dtype="float64")
+    a = m.params.copy()
+    b = {k: v + 0.5 for k, v in a.items()}
+    x = np.arange(16) % 30
+    m.params.update(a)
+    out_a = m(x).copy()
+    m.params.update(b)
+    out_b = m(x).copy()
+    stop = threading.Event()
+    mixed = []
+
+    def writer():
+        while not stop.is_set():
+            m.params.update(a)
+            m.params.update(b)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        deadline = time.perf_counter() + 2.0
+        n = 0
+        while time.perf_counter() < deadline:
+            y = m(x)
+            n += 1
+            if not (np.array_equal(y, out_a) or np.array_equal(y, out_b)):
+                mixed.append(n)
+    finally:
+        stop.set()
+        t.join()
+    assert n > 50 and not mixed, f"{len(mixed)} of {n} forwards saw a mix of two parameter sets"
