@@ -143,6 +143,52 @@ def test_speculative_decoding_with_swapped_models_in_two_threads_does_not_deadlo
 
 
 # ------------------------------------------------------------------------------------------------------
+# tokenizer files: linear in the number of keys
+def byte_level_vocab(tmp_path, n: int):
+    """vocab.json with the 256 byte tokens (in GPT-2's byte-level spelling) and n - 256 other keys; empty merges."""
+    d = tmp_path / f"v{n}"
+    d.mkdir()
+    ft.BPETokenizer.from_merges([]).to_gpt2_files(d / "base.json", d / "merges.txt")
+    base = json.loads((d / "base.json").read_text(encoding="utf-8"))
+    vocab = {k: i for k, i in base.items() if i < 256}
+    for i in range(256, n):
+        vocab[f"<tok{i}>"] = i
+    (d / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    (d / "empty.txt").write_text("", encoding="utf-8")
+    return d / "vocab.json", d / "empty.txt"
+
+
+def test_gpt2_vocab_parsing_is_linear_in_its_keys(tmp_path):
+    small, big = 25_000, 200_000
+    files = {n: byte_level_vocab(tmp_path, n) for n in (small, big)}
+    toks = {}
+
+    def read(n):
+        toks[n] = ft.BPETokenizer.from_gpt2_files(*files[n])
+
+    t_small, t_big = best_time(lambda: read(small), 2), best_time(lambda: read(big), 1)
+    assert toks[big].n_vocab == big
+    # 8× the keys: ~8× the time when linear, 64× when quadratic (200 k keys took 49 s before)
+    assert t_big < 24 * max(t_small, 0.02), (t_small, t_big)
+    assert t_big < 30, t_big
+    # writing them back (ordered_json's lookups were a scan per key) and reading the result again
+    d = tmp_path / "out"
+    d.mkdir()
+    t_write = best_time(lambda: toks[big].to_gpt2_files(d / "vocab.json", d / "merges.txt"), 1)
+    assert t_write < 24 * max(t_small, 0.02) and t_write < 30, (t_small, t_write)
+    assert json.loads((d / "vocab.json").read_text(encoding="utf-8")) == json.loads(files[big][0].read_text(encoding="utf-8"))
+
+
+def test_duplicate_keys_are_still_found(tmp_path):
+    v = tmp_path / "vocab.json"
+    m = tmp_path / "merges.txt"
+    m.write_text("", encoding="utf-8")
+    v.write_text('{"a": 0, "b": 1, "a": 2}', encoding="utf-8")
+    with pytest.raises(ValueError, match="duplicate key"):
+        ft.BPETokenizer.from_gpt2_files(v, m)
+
+
+# ------------------------------------------------------------------------------------------------------
 # params.update is all or nothing for other threads too
 def test_params_update_is_atomic_for_a_forward_in_another_thread():
     m = ft.DTransformer(30, 16, 2, 2, 32, 64, seed=0, dtype="float64")
