@@ -47,6 +47,18 @@ std::vector<std::uint8_t> unidirectional_mask(index_t l_z, index_t l_x) {
 
 // ============================ Algorithm 4, lines 4–6 (one head) =======================================
 namespace {
+// The offsets of the attention weights in one flat buffer (sequence b, head h: ℓ_z(b)·ℓ_x(b) entries), the
+// sums and products checked and the total held against the allocation bound (sizes.hpp): ValueError before
+// any of the call's work.
+void weight_offsets(const Seqs& sx, const Seqs& sz, index_t H, std::size_t elem, std::vector<index_t>& off) {
+    const char* what = "attention weights (l_z * l_x per head and sequence)";
+    off.assign(1, 0);
+    for (index_t b = 0; b < sx.count(); ++b) {
+        const index_t n = checked_mul(sz.len(b), sx.len(b), what);
+        for (index_t h = 0; h < H; ++h) off.push_back(checked_add(off.back(), n, what));
+    }
+    check_bytes(off.back(), elem, what);
+}
 // line 4: S ← Kᵀ Q, scaled by 1/√d_attn (line 6's scaling, folded into the product)
 template <class T>
 void scores(CMatView<T> Q, CMatView<T> K, MatView<T> S) {
@@ -222,13 +234,12 @@ void Attention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs
                            MatView<T> Vt, AttentionCache<T>& c) const {
     FT_CHECK(sx.count() == sz.count(), "Attention: X and Z batches differ in size");
     for (index_t b = 0; b < sx.count(); ++b) mask.check(sz.len(b), sx.len(b));
+    weight_offsets(sx, sz, 1, sizeof(T), c.A_off);  // the weights' size checked before anything is allocated
     MatView<T> Q = ensure(c.Q, d_attn, X.cols), K = ensure(c.K, d_attn, Z.cols), V = ensure(c.V, d_out, Z.cols);
     affine<T>(store.W(W_q), X, store.v(b_q), Q);  // line 1: Q ← W_q X + b_q 1ᵀ
     affine<T>(store.W(W_k), Z, store.v(b_k), K);  // line 2: K ← W_k Z + b_k 1ᵀ
     affine<T>(store.W(W_v), Z, store.v(b_v), V);  // line 3: V ← W_v Z + b_v 1ᵀ
-    c.A_off.assign(1, 0);
-    for (index_t b = 0; b < sx.count(); ++b) c.A_off.push_back(c.A_off.back() + sz.len(b) * sx.len(b));
-    c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));
+    c.A.resize(std::size_t(c.A_off.back()));
     for (index_t b = 0; b < sx.count(); ++b)  // lines 4–6, per sequence
         attention_head<T>(Q.cols_range(sx.begin(b), sx.len(b)), K.cols_range(sz.begin(b), sz.len(b)),
                           V.cols_range(sz.begin(b), sz.len(b)), mask, 0,
@@ -271,8 +282,8 @@ MHAttention<T>::MHAttention(index_t H_, index_t d_x_, index_t d_z_, index_t d_at
                          " (grouped-query attention: groups of H/H_kv query heads share a key/value head)");
     if (var.pos == AttnPos::Rope && d_attn % 2 != 0)
         throw ValueError("RoPE rotates pairs of rows: d_attn (the head size) must be even, got " + std::to_string(d_attn));
-    if (var.pos == AttnPos::Rope && !(var.rope_theta > 0) )
-        throw ValueError("rope_theta must be > 0");
+    if (var.pos == AttnPos::Rope && (!(var.rope_theta > 0) || !std::isfinite(var.rope_theta)))
+        throw ValueError("rope_theta must be a finite number > 0");
     if (var.pos == AttnPos::Alibi) slopes = alibi_slopes(H);
     W_q = store.stacked(p + "W_q", H, d_attn, d_x);
     if (var.bias) b_q = store.stacked_vector(p + "b_q", H, d_attn);
@@ -307,6 +318,9 @@ void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Se
                              std::uint64_t place) const {
     FT_CHECK(sx.count() == sz.count(), "MHAttention: X and Z batches differ in size");
     for (index_t b = 0; b < sx.count(); ++b) mask.check(sz.len(b), sx.len(b));
+    // the weights' size (ℓ_z·ℓ_x per head and sequence) checked before anything is allocated or computed: a
+    // 10^7-token input (rope/alibi have no table to bound ℓ) failed only after 3 GB of Q, K, V (issue 27)
+    weight_offsets(sx, sz, H, sizeof(T), c.A_off);
     MatView<T> Y = ensure(c.Y, H * d_mid, X.cols);
     MatView<T> Q, K, V;
     const index_t Dq = H * d_attn, Dk = H_kv * d_attn, Dv = H_kv * d_mid;  // V3: K and V have H_kv heads
@@ -343,10 +357,7 @@ void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Se
         rope_seqs(K, H_kv, sz, 0, false);
     }
     c.Qv = Q, c.Kv = K, c.Vv = V;
-    c.A_off.assign(1, 0);
-    for (index_t b = 0; b < sx.count(); ++b)
-        for (index_t h = 0; h < H; ++h) c.A_off.push_back(c.A_off.back() + sz.len(b) * sx.len(b));
-    c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));
+    c.A.resize(std::size_t(c.A_off.back()));
     // dropout on the weights (training only): a mask for every entry of A, keyed by its index in A
     c.drop.p = drop ? drop->attn : 0.0;
     if (c.drop.active()) {

@@ -189,6 +189,127 @@ def test_duplicate_keys_are_still_found(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------------
+# building a model: linear in L
+def test_building_a_model_is_linear_in_the_number_of_layers():
+    def build(L):
+        return ft.DTransformer(4, 2, L, 1, 2, 2, seed=0)
+
+    t_small = best_time(lambda: build(500), 3)
+    t_big = best_time(lambda: build(4000), 1)  # took 4 s before (a scan per declared name)
+    assert t_big < 24 * max(t_small, 0.005), (t_small, t_big)
+    assert t_big < 8, t_big
+
+
+def test_params_update_of_many_parameters_is_linear():
+    m = ft.DTransformer(4, 2, 4000, 1, 2, 2, seed=0)
+    snap = m.params.copy()
+    t0 = time.perf_counter()
+    m.params.update(snap)  # a scan per name before: 48 k names -> ~10^9 string comparisons
+    assert time.perf_counter() - t0 < 10
+
+
+def test_load_refuses_a_config_with_more_layers_than_tensors(tmp_path):
+    m = ft.DTransformer(10, 4, 1, 1, 4, 4, seed=0)
+    p = tmp_path / "m.safetensors"
+    ft.save(m, p)
+    from safetensors.numpy import load_file, save_file
+    from safetensors import safe_open
+
+    with safe_open(str(p), framework="numpy") as f:
+        meta = dict(f.metadata())
+    cfg = json.loads(meta["formal_transformers.config"])
+    cfg["L"] = 10**6
+    meta["formal_transformers.config"] = json.dumps(cfg)
+    save_file(load_file(str(p)), str(p), metadata=meta)
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match="layers"):
+        ft.load(p)
+    assert time.perf_counter() - t0 < 5  # > 400 s before any error
+
+
+# ------------------------------------------------------------------------------------------------------
+# sizes checked before allocating (each under a 3 GiB address-space limit: the old code needed more)
+@pytest.mark.parametrize("vocab", [
+    {"Ā": 2147483646, "ā": 0},   # would fill a 16 GiB table
+    {"Ā": 2**28, "ā": 0},        # 2.1 GB before its ValueError
+])
+def test_gpt2_ids_far_beyond_the_entries_are_a_value_error_before_allocation(tmp_path, vocab):
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    (tmp_path / "merges.txt").write_text("", encoding="utf-8")
+    r = run_child(f"""
+        import formal_transformers as ft
+        try:
+            ft.BPETokenizer.from_gpt2_files({str(tmp_path / "vocab.json")!r}, {str(tmp_path / "merges.txt")!r})
+        except ValueError as e:
+            print("ValueError:", e)
+    """, limit_as=3 * GiB)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "ValueError:" in r.stdout and "no token has id 1" in r.stdout, r.stdout
+
+
+def test_hf_added_token_id_far_beyond_the_entries_is_a_value_error_before_allocation(tmp_path):
+    tok = ft.BPETokenizer.from_merges([])
+    doc = json.loads(tok.to_hf_json())
+    doc["added_tokens"][0]["id"] = 2147483646
+    p = tmp_path / "tokenizer.json"
+    p.write_text(json.dumps(doc), encoding="utf-8")
+    r = run_child(f"""
+        import formal_transformers as ft
+        try:
+            ft.BPETokenizer.from_hf_json({str(p)!r})
+        except ValueError as e:
+            print("ValueError:", e)
+    """, limit_as=3 * GiB)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "ValueError:" in r.stdout and "no token has id" in r.stdout, r.stdout
+
+
+def test_speculative_buffers_are_sized_by_the_tokens_generated():
+    r = run_child("""
+        import numpy as np, formal_transformers as ft
+        m1 = ft.DTransformer(50, 16, 1, 2, 8, 16, seed=1)
+        m2 = ft.DTransformer(50, 16, 1, 2, 8, 16, seed=2)
+        y = ft.SpeculativeInference(3, k=10**8, seed=0)(np.array([1, 2]), m1, m2)
+        want = ft.SpeculativeInference(3, k=3, seed=0)(np.array([1, 2]), m1, m2)
+        print("ok", list(y) == list(want), len(y))
+    """, limit_as=3 * GiB)  # k = 10**7 used 1.34 GB, 10**8 failed
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "ok True 3" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("l_gen", [2**40, 2**62])
+def test_dinference_l_gen_beyond_memory_is_a_value_error_naming_l_gen(l_gen):
+    with pytest.raises(ValueError, match="l_gen"):
+        ft.DInference(l_gen)
+
+
+def test_dinference_core_checks_l_gen_too():
+    # the constructor's check aside, the call checks ℓ + ℓ_gen (a reserve of that size was the MemoryError)
+    m = ft.DTransformer(10, 8, 1, 1, 4, 4, seed=0, positional="alibi")
+    y = ft.DInference(5, seed=0)(np.array([1, 2]), m)
+    assert len(y) == 5
+
+
+@pytest.mark.parametrize("positional", ["rope", "alibi"])
+def test_long_relative_position_input_fails_before_its_work(positional):
+    # 10^7 tokens: attention weights of 10^14 entries. The size error came after 3.2 GB and 8.6 s of Q, K, V
+    r = run_child(f"""
+        import time, numpy as np, formal_transformers as ft
+        a = ft.MHAttention(2, 2, 2, 2, 2, 2, mask="unidirectional", positional={positional!r})
+        X = np.zeros((2, 10**7), dtype=np.float32, order="F")  # the model's dtype: no converted copy
+        t0 = time.perf_counter()
+        try:
+            a(X)
+        except ValueError as e:
+            print("ValueError:", e)
+        print("seconds", time.perf_counter() - t0)
+    """, limit_as=3 * GiB)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "ValueError:" in r.stdout and "attention weights" in r.stdout, r.stdout
+    assert float(r.stdout.split("seconds")[-1]) < 1.5, r.stdout  # 8.6 s before
+
+
+# ------------------------------------------------------------------------------------------------------
 # params.update is all or nothing for other threads too
 def test_params_update_is_atomic_for_a_forward_in_another_thread():
     m = ft.DTransformer(30, 16, 2, 2, 32, 64, seed=0, dtype="float64")
