@@ -310,6 +310,80 @@ def test_long_relative_position_input_fails_before_its_work(positional):
 
 
 # ------------------------------------------------------------------------------------------------------
+# optimizer hyperparameters and non-finite updates
+@pytest.mark.parametrize("make,match", [
+    (lambda: ft.Adam(1e-3, eps=0.0), "eps"),
+    (lambda: ft.Adam(1e-3, eps=float("inf")), "eps"),
+    (lambda: ft.Adam(1e-3, eps=float("nan")), "eps"),
+    (lambda: ft.Adam(1e-3, weight_decay=float("inf")), "weight_decay"),
+    (lambda: ft.Adam(float("inf")), "learning rate"),
+    (lambda: ft.DTraining(1, 1e-3, weight_decay=float("inf")), "weight_decay"),
+    (lambda: ft.DTraining(1, 1e-3, min_lr=float("inf")), "min_lr"),
+    (lambda: ft.DTransformer(10, 4, 1, 1, 4, 4, init_std=float("inf")), "init_std"),
+    (lambda: ft.DTransformer(10, 4, 1, 1, 4, 4, eps=float("inf")), "eps"),
+    (lambda: ft.ETransformer(10, 4, 1, 1, 4, 4, 4, init_std=float("nan")), "init_std"),
+    (lambda: ft.LayerNorm(4, eps=float("inf")), "eps"),
+    (lambda: ft.RMSNorm(4, eps=float("inf")), "eps"),
+])
+def test_non_finite_or_zero_hyperparameters_are_value_errors(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_adam_eps_too_small_for_float32_is_a_value_error_at_the_first_step():
+    m = ft.DTransformer(10, 4, 1, 1, 4, 4, seed=0)  # float32
+    opt = ft.Adam(1e-3, eps=1e-60)  # > 0 in float64, 0 in float32
+    before = m.params.copy()
+    with pytest.raises(ValueError, match="eps"):
+        opt.step(m)
+    for k, v in before.items():
+        np.testing.assert_array_equal(m.params[k], v)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ft.SGD(1e308),
+    lambda: ft.Adam(1e300, weight_decay=1e300),           # 1 − ηλ = −inf
+    lambda: ft.Adam(1e308, weight_decay=0.5, decoupled=False),  # η / (1 − β₁) = inf
+])
+def test_an_optimizer_step_that_would_make_theta_non_finite_changes_nothing(make):
+    m = ft.DTransformer(12, 4, 1, 1, 4, 4, seed=0, dtype="float64")
+    opt = make()
+    grads = {k: np.full_like(v, 3.0) for k, v in m.params.items()}
+    before = m.params.copy()
+    with pytest.raises(FloatingPointError, match="nothing was changed"):
+        opt.step(m, grads)
+    for k, v in before.items():
+        np.testing.assert_array_equal(m.params[k], v, err_msg=k)
+    if isinstance(opt, ft.Adam):  # the moments and the step count too: a later good step is the first one
+        assert opt.state_dict()["t"] == 0
+
+
+def test_adam_with_zero_gradient_rows_stays_finite():
+    # eps = 0 wrote NaN into rows with zero gradient in one step: refused now; the default eps keeps them finite
+    m = ft.DTransformer(12, 4, 1, 1, 4, 4, seed=0, dtype="float64")
+    opt = ft.Adam(1e-2)
+    opt.step(m, {k: np.zeros_like(v) for k, v in m.params.items()})
+    assert all(np.isfinite(v).all() for v in m.params.values())
+
+
+@pytest.mark.parametrize("nonfinite", ["raise", "skip"])
+def test_training_never_keeps_a_step_whose_update_is_non_finite(nonfinite):
+    m = ft.DTransformer(12, 8, 1, 1, 4, 4, seed=0, dtype="float64")
+    before = m.params.copy()
+    data = [np.array([1, 2, 3, 4, 5]), np.array([3, 4, 5, 6])]
+    tr = ft.DTraining(2, 1e300, optimizer=ft.Adam(1e300, weight_decay=1e300), max_steps=2, nonfinite=nonfinite,
+                      progress=False)
+    if nonfinite == "raise":
+        with pytest.raises(FloatingPointError, match="training step 1:"):
+            tr(data, m)
+    else:
+        tr(data, m)
+        assert tr.history["skipped"] == [True, True], tr.history["skipped"]  # both steps refused, training went on
+    for k, v in before.items():  # the last good θ: here θ₀
+        np.testing.assert_array_equal(m.params[k], v, err_msg=k)
+
+
+# ------------------------------------------------------------------------------------------------------
 # params.update is all or nothing for other threads too
 def test_params_update_is_atomic_for_a_forward_in_another_thread():
     m = ft.DTransformer(30, 16, 2, 2, 32, 64, seed=0, dtype="float64")
