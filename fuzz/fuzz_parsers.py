@@ -6,6 +6,8 @@ Input layout: the first byte picks the target, the rest is its payload:
     0  tokenizer file text (UTF-8, surrogatepass) -> every tokenizer class's from_json
     1  a whole model file (bytes) -> ft.load
     2  the config JSON of an otherwise valid model file -> ft.load
+    3  GPT-2's vocab.json and merges.txt, separated by the first NUL byte -> BPETokenizer.from_gpt2_files
+       (ids far beyond the entries, repeated or missing, must be a ValueError before any table is sized)
 Accepted outcomes: a result, or ValueError / TypeError (the documented errors). Anything else — another
 exception, a crash, a hang (-timeout) — is a finding: atheris stops and writes the input to crash-<sha1>.
 
@@ -79,7 +81,7 @@ def with_config(config: str) -> str:
 def test_one_input(data: bytes) -> None:
     if not data:
         return
-    target, payload = data[0] % 3, data[1:]
+    target, payload = data[0] % 4, data[1:]
     if target == 0:
         text = payload.decode("utf-8", "surrogatepass") if _utf8(payload) else payload.decode("latin-1")
         for cls in TOKENIZERS:
@@ -91,6 +93,18 @@ def test_one_input(data: bytes) -> None:
             t.decode(list(range(min(t.n_vocab, 50))))
             u = cls.from_json(t.to_json())  # what we write, we read back
             assert u.to_json() == t.to_json()
+        return
+    if target == 3:
+        vocab, _, merges = payload.partition(b"\0")
+        for name, blob in (("vocab.json", vocab), ("merges.txt", merges)):
+            with open(os.path.join(TMP, name), "wb") as f:
+                f.write(blob)
+        try:
+            t = ft.BPETokenizer.from_gpt2_files(os.path.join(TMP, "vocab.json"), os.path.join(TMP, "merges.txt"))
+        except ValueError:
+            return
+        assert t.n_vocab <= vocab.count(b":") + 1  # no id beyond the entries: one "key": id pair per token
+        t.decode(t.encode("the cat \u0100 sat", bos=False, eos=False))
         return
     if target == 1:
         with open(FILE, "wb") as f:

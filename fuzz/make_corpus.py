@@ -1,5 +1,5 @@
 """Write the seed corpus of fuzz/fuzz_parsers.py into fuzz/corpus (small files; the first byte picks the
-target: 0 tokenizer file, 1 model file, 2 model config)."""
+target: 0 tokenizer file, 1 model file, 2 model config, 3 GPT-2 vocab.json NUL merges.txt)."""
 from __future__ import annotations
 
 import hashlib
@@ -30,6 +30,11 @@ def main() -> None:
             ft.save(m, p)
             put(1, p.read_bytes())
             put(2, json.dumps(m.config).encode())
+        t = ft.BPETokenizer.train(text * 3, 270)
+        v, mg = pathlib.Path(d) / "vocab.json", pathlib.Path(d) / "merges.txt"
+        t.to_gpt2_files(v, mg)
+        put(3, v.read_bytes() + b"\0" + mg.read_bytes())
+        put(3, json.dumps({"\u0100": 2147483646, "\u0101": 0}).encode() + b"\0")  # issue 27: an id far beyond the entries
 
 
 if __name__ == "__main__":
