@@ -11,6 +11,8 @@ Input layout: the first byte picks the target, the rest is its payload:
     4  a run directory's run.json -> the CLI's checks of what --resume reads (cli.RunError)
     5  a cached data file (downloads off) -> ft.datasets.tiny_shakespeare (the pinned file or
        DataNotFoundError), and the same bytes as a downloaded fra-eng.zip -> the Tatoeba derivation
+    6  GPT-2's vocab.json and merges.txt, separated by the first NUL byte -> BPETokenizer.from_gpt2_files
+       (ids far beyond the entries, repeated or missing, must be a ValueError before any table is sized)
 Accepted outcomes: a result, or ValueError / TypeError (the documented errors; for 4 the CLI's RunError, for
 5 DataNotFoundError). Anything else — another exception, a crash, a hang (-timeout) — is a finding: atheris
 stops and writes the input to crash-<sha1>.
@@ -114,7 +116,7 @@ def with_config(config: str) -> str:
 def test_one_input(data: bytes) -> None:
     if not data:
         return
-    target, payload = data[0] % 6, data[1:]
+    target, payload = data[0] % 7, data[1:]
     if target == 3:
         d = HF_DIRS[payload[0] % 3] if payload else HF_DIRS[0]
         with open(os.path.join(d, "config.json"), "wb") as f:
@@ -159,6 +161,18 @@ def test_one_input(data: bytes) -> None:
             t.decode(list(range(min(t.n_vocab, 50))))
             u = cls.from_json(t.to_json())  # what we write, we read back
             assert u.to_json() == t.to_json()
+        return
+    if target == 6:
+        vocab, _, merges = payload.partition(b"\0")
+        for name, blob in (("vocab.json", vocab), ("merges.txt", merges)):
+            with open(os.path.join(TMP, name), "wb") as f:
+                f.write(blob)
+        try:
+            t = ft.BPETokenizer.from_gpt2_files(os.path.join(TMP, "vocab.json"), os.path.join(TMP, "merges.txt"))
+        except ValueError:
+            return
+        assert t.n_vocab <= vocab.count(b":") + 1  # no id beyond the entries: one "key": id pair per token
+        t.decode(t.encode("the cat \u0100 sat", bos=False, eos=False))
         return
     if target == 1:
         with open(FILE, "wb") as f:

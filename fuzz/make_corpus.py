@@ -1,6 +1,6 @@
 """Write the seed corpus of fuzz/fuzz_parsers.py into fuzz/corpus (small files; the first byte picks the
 target: 0 tokenizer file, 1 model file, 2 model config, 3 Hugging Face config.json, 4 run.json, 5 cached data
-file)."""
+file, 6 GPT-2 vocab.json NUL merges.txt)."""
 from __future__ import annotations
 
 import hashlib
@@ -39,6 +39,12 @@ def main() -> None:
             h = pathlib.Path(d) / f"hf{i}"
             ft.save_hf(m, h)
             put(3, bytes([i]) + (h / "config.json").read_bytes())
+        # 6: GPT-2 vocab.json NUL merges.txt
+        t = ft.BPETokenizer.train(text * 3, 270)
+        v, mg = pathlib.Path(d) / "vocab.json", pathlib.Path(d) / "merges.txt"
+        t.to_gpt2_files(v, mg)
+        put(6, v.read_bytes() + b"\0" + mg.read_bytes())
+        put(6, json.dumps({"\u0100": 2147483646, "\u0101": 0}).encode() + b"\0")  # issue 27: an id far beyond the entries
     # 4: a run directory's run.json; 5: a cached data file (the pinned one, and a zip holding fra.txt)
     put(4, json.dumps({"steps_done": 2, "history": {"loss": [3.0, 2.5], "step": [1, 2]}, "seconds": 0.5,
                        "early_stopping": {"best_val_loss": 2.4, "best_step": 2, "bad_evals": 0, "stopped": False,

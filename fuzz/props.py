@@ -138,8 +138,8 @@ CONSTRUCTORS = {
     "Adam": (lambda a, kw: ft.Adam(*a[:5]), 5),
     "SGD": (lambda a, kw: ft.SGD(a[0]), 1),
     "chunk": (lambda a, kw: ft.chunk(np.arange(10), a[0], a[1]), 2),
-    "set_num_threads": (lambda a, kw: ft.set_num_threads(a[0]) if a[0] in (1, 2) or not isinstance(a[0], int)
-                        or a[0] < 1 or a[0] > 2**31 else None, 1),
+    # any count: above max_num_threads() a ValueError (libgomp crashed the process before); restored to 2
+    "set_num_threads": (lambda a, kw: (ft.set_num_threads(a[0]), ft.set_num_threads(2)), 1),
 }
 rate_or_odd = st.one_of(st.floats(0, 1, exclude_max=True), st.floats(0, 1, exclude_max=True), weird, odd,
                         st.just(1.0), st.just(-0.5))
@@ -840,15 +840,162 @@ def dataset_files(data):
             train, test = split
             assert train and test and 0 < frac < 1
             assert {p.english for p in train}.isdisjoint(p.english for p in test)
+# 9. issue 27's core surfaces: thread counts, GPT-2 tokenizer files with big or odd ids, optimizer
+#    hyperparameters and non-finite updates, l_gen / k sizes. Each must work or raise a clear error at once
+#    (no crash, no table sized by a hostile id, no NaN θ).
+thread_counts = st.one_of(st.integers(-2, 70), st.sampled_from([100, 1000, 2000, 100_000, 2**31 - 1]), huge, odd)
+
+
+@given(n=thread_counts, train=st.booleans())
+def threads(n, train):
+    """set_num_threads(n): n ≤ max_num_threads() runs a forward and a training step on n threads; above it
+    (100 000 crashed in libgomp), a ValueError that changes nothing."""
+    log("threads", (n, train))
+    before = ft.get_num_threads()
+    try:
+        if call(ft.set_num_threads, n) is None and ft.get_num_threads() == before:
+            return
+        assert isinstance(n, (int, np.integer)) and 1 <= n <= ft.max_num_threads(), n
+        if n > 16:  # accepted; running 64 threads on a CI machine's 2 cores is slow, not a finding
+            return
+        m = ft.DTransformer(12, 8, 1, 2, 4, 6, seed=0)
+        P = m(np.arange(8) % 12)
+        assert np.allclose(P.sum(axis=0), 1.0, atol=1e-4)
+        if train:
+            ft.DTraining(1, 1e-3, max_steps=1, progress=False)([np.arange(8) % 12], m)
+    finally:
+        ft.set_num_threads(2)
+
+
+def _gpt2_base() -> dict:
+    """GPT-2's byte tokens in its byte-level spelling (from a tokenizer's own vocab.json)."""
+    d = os.path.join(tempfile.gettempdir(), f"ft-gpt2-{os.getpid()}")
+    os.makedirs(d, exist_ok=True)
+    ft.BPETokenizer.from_merges([]).to_gpt2_files(os.path.join(d, "v.json"), os.path.join(d, "m.txt"))
+    return {k: i for k, i in json.load(open(os.path.join(d, "v.json"), encoding="utf-8")).items() if i < 256}
+
+
+GPT2_BYTES = None
+big_id = st.sampled_from([2**28, 2**31 - 2, 2**31 - 1, 2**31, 2**32, 2**63 - 1, 2**64, -1, -(2**63)])
+
+
+@given(data=st.data(), fmt=st.sampled_from(["gpt2", "hf"]))
+def gpt2_files(data, fmt):
+    """GPT-2 vocab.json + merges.txt (and tokenizer.json with added tokens) with dropped bytes, merges of
+    real and unknown tokens, and ids that repeat, leave gaps or are far beyond the entries (2^31 − 2 tried to
+    fill a 16 GiB table): a tokenizer or a ValueError within a second, never a table sized by the id."""
+    global GPT2_BYTES
+    if GPT2_BYTES is None:
+        GPT2_BYTES = _gpt2_base()
+    vocab = dict(GPT2_BYTES)
+    for k in data.draw(st.lists(st.sampled_from(sorted(vocab)), max_size=3)):
+        vocab.pop(k, None)
+    keys = sorted(vocab)
+    merges = []
+    for _ in range(data.draw(st.integers(0, 4))):
+        a, b = data.draw(st.sampled_from(keys)), data.draw(st.sampled_from(keys + ["Ġzz", "<x>"]))
+        merges.append((a, b))
+        vocab.setdefault(a + b, len(vocab))
+    extra = data.draw(st.lists(st.tuples(st.text(min_size=1, max_size=4), st.one_of(st.integers(0, 300), big_id)), max_size=4))
+    for k, i in extra:
+        vocab[k] = i
+    added = data.draw(st.lists(st.tuples(st.sampled_from(["<|endoftext|>", "<pad>", "Ā"]), st.one_of(st.integers(0, 300), big_id)),
+                               max_size=2)) if fmt == "hf" else []
+    log("gpt2_files", (fmt, sorted(vocab.items(), key=lambda kv: str(kv[1]))[-8:], merges, added))
+    d = os.path.join(tempfile.gettempdir(), f"ft-gpt2-{os.getpid()}")
+    os.makedirs(d, exist_ok=True)
+    t0 = time.perf_counter()
+    if fmt == "gpt2":
+        with open(os.path.join(d, "vocab.json"), "w", encoding="utf-8") as f:
+            json.dump(vocab, f)
+        with open(os.path.join(d, "merges.txt"), "w", encoding="utf-8") as f:
+            f.write("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
+        t = call(ft.BPETokenizer.from_gpt2_files, os.path.join(d, "vocab.json"), os.path.join(d, "merges.txt"))
+    else:
+        doc = json.loads(ft.BPETokenizer.from_merges([]).to_hf_json())
+        doc["added_tokens"] = [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+                                "normalized": False, "special": True} for c, i in added]
+        doc["post_processor"] = None
+        doc["model"]["vocab"] = vocab
+        doc["model"]["merges"] = [[a, b] for a, b in merges]
+        with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(doc, f)
+        t = call(ft.BPETokenizer.from_hf_json, os.path.join(d, "tokenizer.json"))
+    assert time.perf_counter() - t0 < 5, "reading the files took too long"
+    if t is None:
+        return
+    assert t.n_vocab <= len(vocab) + len(added)  # every id names a token: no id beyond the entries
+    e = t.encode("the cat ĠĀ sat", bos=False, eos=False)
+    assert all(0 <= i < t.n_vocab for i in e)
+    t.decode(e)
+    call(t.to_gpt2_files, os.path.join(d, "v2.json"), os.path.join(d, "m2.txt"))
+
+
+@given(data=st.data(), kind=st.sampled_from(["adam", "sgd", "train"]), dtype=st.sampled_from(["float32", "float64"]))
+def optimizers(data, kind, dtype):
+    """Optimizer hyperparameters drawn from finite, weird and odd values: a ValueError/TypeError at once,
+    or steps that are all or nothing — θ either all finite after a step, or unchanged with FloatingPointError
+    (η·λ overflowing, gradients of 1e308, ε that is 0 in float32). A trainer keeps the last good θ."""
+    hyper = st.one_of(st.floats(0, 1, exclude_max=True), weird, st.sampled_from([1e300, 1e-60, 0.0, 1.0]), odd)
+    lr, b1, b2, eps, wd = (data.draw(hyper) for _ in range(5))
+    m = ft.DTransformer(12, 8, 1, 2, 4, 6, seed=0, dtype=dtype)
+    before = m.params.copy()
+    grads = {k: np.full(v.shape, data.draw(st.one_of(finite, weird))) for k, v in m.params.items()}
+    log("optimizers", (kind, dtype, lr, b1, b2, eps, wd, {k: g.flat[0] for k, g in grads.items()}))
+    if kind == "train":
+        tr = call(lambda: ft.DTraining(2, lr, weight_decay=wd, betas=(b1, b2), max_steps=2, progress=False,
+                                       nonfinite=data.draw(st.sampled_from(["raise", "skip"])),
+                                       min_lr=data.draw(st.one_of(st.just(0.0), weird))))
+        if tr is None:
+            return
+        try:
+            tr([np.arange(6) % 12, np.arange(5)], m)
+        except FloatingPointError:
+            pass
+        assert all(np.isfinite(v).all() for v in m.params.values()), "training kept a non-finite θ"
+        return
+    opt = call(ft.Adam, lr, b1, b2, eps, wd) if kind == "adam" else call(ft.SGD, lr)
+    if opt is None:
+        return
+    try:
+        call(opt.step, m, grads)
+    except FloatingPointError:
+        for k, v in before.items():
+            assert np.array_equal(m.params[k], v), f"a refused step changed θ[{k}]"
+        return
+    assert all(np.isfinite(v).all() for v in m.params.values()), "a step wrote a non-finite θ"
+
+
+@given(l_gen=st.one_of(st.integers(-1, 6), huge, st.sampled_from([10**7, 10**8])),
+       k=st.one_of(st.integers(-1, 6), huge, st.sampled_from([10**7, 10**8]), odd), spec=st.booleans())
+def inference_sizes(l_gen, k, spec):
+    """DInference / SpeculativeInference with l_gen and k from small to huge: a ValueError/TypeError at
+    construction or call, or l_gen tokens — the buffers sized by what is generated (k = 10^8 allocated 10^8
+    distributions for 3 tokens; l_gen = 2^62 was 'vector::reserve')."""
+    log("inference_sizes", (l_gen, k, spec))
+    t0 = time.perf_counter()
+    m1 = ft.DTransformer(12, 8, 1, 2, 4, 6, seed=1)
+    if spec:
+        m2 = ft.DTransformer(12, 8, 1, 2, 4, 6, seed=2)
+        s = call(ft.SpeculativeInference, l_gen, k, seed=0)
+        y = None if s is None else call(s, np.array([1, 2]), m1, m2)
+    else:
+        s = call(ft.DInference, l_gen, seed=0)
+        y = None if s is None or l_gen > 64 else call(s, np.array([1, 2]), m1)
+    if y is not None:
+        assert len(y) == l_gen
+    assert time.perf_counter() - t0 < 5, "took too long"
 
 
 # ------------------------------------------------------------------------------------------------------
 PROPERTIES = {"constructors": constructors, "component_calls": component_calls, "tokenizers": tokenizers,
               "tokenizer_files": tokenizer_files, "model_files": model_files, "hf_dirs": hf_dirs, "cli_args": cli_args,
-              "cli_run_dirs": cli_run_dirs, "dataset_files": dataset_files, "machine": None}
+              "cli_run_dirs": cli_run_dirs, "dataset_files": dataset_files, "machine": None,
+              "threads": threads, "gpt2_files": gpt2_files, "optimizers": optimizers, "inference_sizes": inference_sizes}
 # relative budgets (examples per property = weight * --examples)
 WEIGHT = {"constructors": 2, "component_calls": 2, "tokenizers": 1, "tokenizer_files": 1, "model_files": 1,
-          "hf_dirs": 1, "cli_args": 1, "cli_run_dirs": 1, "dataset_files": 1, "machine": 1}
+          "hf_dirs": 1, "cli_args": 1, "cli_run_dirs": 1, "dataset_files": 1, "machine": 1,
+          "threads": 0.3, "gpt2_files": 1, "optimizers": 1, "inference_sizes": 0.5}
 
 
 def main(argv=None) -> int:

@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'RMSNorm', 'SGD', 'SpeculativeInference', 'TokenEmbedding', 'Unembedding', 'WordTokenizer', 'bidirectional_mask', 'blas_info', 'blas_kernel', 'chunk', 'gelu', 'get_num_threads', 'learning_rate', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
+__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'RMSNorm', 'SGD', 'SpeculativeInference', 'TokenEmbedding', 'Unembedding', 'WordTokenizer', 'bidirectional_mask', 'blas_info', 'blas_kernel', 'chunk', 'gelu', 'get_num_threads', 'learning_rate', 'max_num_threads', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
 class _HasParams:
     """
     Base of every object with parameters (params, grads).
@@ -1323,13 +1323,17 @@ def learning_rate(options: dict, step: typing.SupportsInt | typing.SupportsIndex
     """
     η at 1-based `step` of `total` under the options' schedule (warmup, schedule, eta, min_lr).
     """
+def max_num_threads() -> int:
+    """
+    The largest n set_num_threads accepts: 4 per CPU (at least 64), within OMP_THREAD_LIMIT and, under an address-space limit (ulimit -v), half of it at one thread stack per thread.
+    """
 def relu(A: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """
     ReLU(x) = max(0, x) element-wise.
     """
 def set_num_threads(n: typing.SupportsInt | typing.SupportsIndex) -> None:
     """
-    Threads for the element-wise kernels and the BLAS (one shared OpenMP pool).
+    Threads for the element-wise kernels and the BLAS (one shared OpenMP pool): 1 <= n <= max_num_threads(), else ValueError.
     """
 def softmax(A: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """

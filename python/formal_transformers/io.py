@@ -89,11 +89,16 @@ def read_metadata(path: Union[str, os.PathLike]) -> dict:
     """The metadata of a saved file (str -> str)."""
     path = _path(path)
     _safetensors()  # a clear ImportError naming the extra when safetensors is missing
+    return _header(path)[0]
+
+
+def _header(path) -> tuple[dict, int]:
+    """The metadata and the number of tensors of a saved file (its header only)."""
     from safetensors import safe_open
 
     try:
         with safe_open(os.fspath(path), framework="numpy") as f:
-            return dict(f.metadata() or {})
+            return dict(f.metadata() or {}), len(f.keys())
     except FileNotFoundError:
         raise
     except Exception as e:  # safetensors raises its own error types for damaged files
@@ -112,7 +117,7 @@ def load(path: Union[str, os.PathLike], *, dtype: str | None = None):
         if name not in ("float32", "float64"):
             raise ValueError(f"dtype must be float32 or float64 (or None: as saved), got {dtype!r}")
         dtype = name
-    meta = read_metadata(path)
+    meta, n_tensors = _header(path)
     if "formal_transformers.config" not in meta:
         raise ValueError(f"{path}: no formal_transformers config in its metadata (not written by ft.save)")
     if meta.get("formal_transformers.format") != FORMAT:
@@ -126,6 +131,12 @@ def load(path: Union[str, os.PathLike], *, dtype: str | None = None):
         if dtype is not None:
             cfg["dtype"] = dtype
         positional = [cfg.pop(k) for k in _positional_names(arch)]
+        # every layer has parameters of its own: a config with more layers than the file has tensors cannot
+        # match it, and is refused before the model is built (L = 10**6 took minutes to build: issue 27)
+        names = _positional_names(arch)
+        layers = sum(v for k, v in zip(names, positional) if k in ("L", "L_enc", "L_dec") and isinstance(v, int))
+        if layers > n_tensors:
+            raise ValueError(f"the config has {layers} layers, the file only {n_tensors} tensors")
         model = cls(*positional, **cfg)
     except (ValueError, KeyError, TypeError, IndexError, RecursionError) as e:  # RecursionError: deeply nested JSON
         raise ValueError(f"{path}: damaged or unusable config in the metadata ({type(e).__name__}: {e})") from None

@@ -128,6 +128,8 @@ class _Trainer:
         self._optimizer_spec = optimizer
         self.weight_decay = float(weight_decay)
         self.betas = tuple(betas)
+        if optimizer == "adam":  # the Adam it will make, checked now (λ finite, betas in [0, 1)): ValueError naming it
+            _core.Adam(self.eta, self.betas[0], self.betas[1], 1e-8, self.weight_decay, True)
         self.callback = callback
         self.progress = progress
         if process_group is not None and process_group is not False:

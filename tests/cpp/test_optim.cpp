@@ -2,7 +2,9 @@
 #include "formal_transformers/optim.hpp"
 #include "testing.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 using namespace ft;
@@ -84,4 +86,69 @@ TEST(Optim, AdamStepOverLargeStoresMatchesNaiveLoop) {
         EXPECT_LT(fttest::rel_error(adam.v.data(), v.data(), n), 1e-14) << "threads " << threads;
         for (index_t i = 0; i < f.size; ++i) ASSERT_EQ(store.theta()[f.offset + i], th[std::size_t(f.offset + i)]);
     }
+}
+// Issue 27: the hyperparameters are finite and in range (ε = 0 made 0/0 where a gradient entry is zero).
+TEST(Optim, HyperparametersAreFiniteAndEpsPositive) {
+    const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+    EXPECT_THROW((Adam<double>(1e-3, 0.9, 0.999, 0.0)), ValueError);
+    EXPECT_THROW((Adam<double>(1e-3, 0.9, 0.999, inf)), ValueError);
+    EXPECT_THROW((Adam<double>(1e-3, 0.9, 0.999, nan)), ValueError);
+    EXPECT_THROW((Adam<double>(1e-3, 0.9, 0.999, 1e-8, inf)), ValueError);
+    EXPECT_THROW((Adam<double>(inf)), ValueError);
+    EXPECT_THROW((Adam<float>(1e-3, 0.9, 0.999, 1e-60)), ValueError);  // 0 in float32
+    EXPECT_NO_THROW((Adam<double>(1e-3, 0.9, 0.999, 1e-60)));
+    EXPECT_THROW((SGD<double>(inf)), ValueError);
+}
+
+namespace {
+// A store of n trainable entries, θ_i = 0.5 (i even) or 0 (i odd)
+template <class T>
+void fill_store(ParamStore<T>& s, index_t n) {
+    s.vector("w", n);
+    s.allocate();
+    for (index_t i = 0; i < n; ++i) s.theta()[i] = i % 2 ? T(0) : T(0.5);
+}
+}  // namespace
+
+// A step whose result would hold a NaN or an inf writes nothing (θ, m, v, t), and says so; the same
+// optimizer then takes a good step as its first. Lengths cross the parallel threshold (32768) and the
+// vector width; the bad entry sits in the scalar tail or in a middle chunk.
+TEST(Optim, AStepThatWouldMakeThetaNonFiniteChangesNothing) {
+    for (index_t n : {index_t(7), index_t(70001)}) {
+        ParamStore<double> s;
+        fill_store(s, n);
+        const std::vector<double> theta0(s.theta(), s.theta() + n);
+        std::vector<double> g(static_cast<std::size_t>(n), 1.0);
+        // Adam: 1 − ηλ = −inf (η, λ finite): θ·(−inf)
+        Adam<double> adam(1e300, 0.9, 0.999, 1e-8, 1e300);
+        EXPECT_THROW(adam.step(s, g.data()), NonFiniteUpdate);
+        EXPECT_EQ(adam.t, 0);
+        EXPECT_TRUE(std::equal(theta0.begin(), theta0.end(), s.theta()));
+        // one entry's gradient overflows θ − η g in SGD
+        g[static_cast<std::size_t>(n - 1) / 2] = 1e300;
+        EXPECT_THROW(SGD<double>(1e10).step(s, g.data()), NonFiniteUpdate);
+        EXPECT_TRUE(std::equal(theta0.begin(), theta0.end(), s.theta()));
+        // a good step applies, and equals the kernel's own result
+        Adam<double> good(1e-2);
+        g[static_cast<std::size_t>(n - 1) / 2] = 1.0;
+        good.step(s, g.data());
+        EXPECT_EQ(good.t, 1);
+        for (index_t i = 0; i < n; ++i) ASSERT_TRUE(std::isfinite(s.theta()[i]));
+        EXPECT_NEAR(s.theta()[0], 0.5 - 1e-2 / (1 + 1e-8), 1e-15);  // m̂/(√v̂ + ε) = 1/(1 + ε) at the first step
+    }
+}
+
+// ε > 0 keeps rows with zero gradient finite (with ε = 0 they were 0/0 = NaN).
+TEST(Optim, ZeroGradientRowsStayFinite) {
+    ParamStore<float> s;
+    fill_store(s, 100);
+    std::vector<float> g(100, 0.0f);
+    Adam<float> adam(1e-3);
+    adam.step(s, g.data());
+    for (index_t i = 0; i < 100; ++i) EXPECT_TRUE(std::isfinite(s.theta()[i]));
+    std::vector<float> th(100), m(100, 0.f), v(100, 0.f);
+    AdamCoefficients<float> c{0.9f, 0.999f, 0.0f, 0.0f, 1.0f, 1e-3f, 1.0f, false};  // ε = 0 as the kernel sees it
+    EXPECT_FALSE(adam_update_finite<float>(c, th.data(), m.data(), v.data(), g.data(), 100));
+    c.eps = 1e-8f;
+    EXPECT_TRUE(adam_update_finite<float>(c, th.data(), m.data(), v.data(), g.data(), 100));
 }

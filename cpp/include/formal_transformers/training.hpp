@@ -30,7 +30,8 @@
 //    at the last step. clip > 0: the gradient is rescaled to norm ≤ clip before the update.
 //  * max_steps > 0 ends training early; eval_every > 0 measures the validation loss (mean per token, and
 //    accuracy of the argmax) every that many steps and at the end.
-//  * nonfinite: a step whose loss or gradient norm is not finite (NaN or ±inf, e.g. η too large) is never
+//  * nonfinite: a step whose loss or gradient norm is not finite (NaN or ±inf, e.g. η too large), or whose
+//    update would make θ non-finite (SGD and Adam check their result before writing it: optim.hpp), is never
 //    applied. Raise (the default): training stops with NonFiniteError naming the step, before its update,
 //    so the model holds θ after the previous step (its grads hold the failed step's gradient). Warn / Skip:
 //    the step is skipped (no update, StepInfo.skipped set; the bindings warn for Warn) and training goes on.
@@ -101,11 +102,9 @@ struct TrainOptions {
     void check() const;             // ValueError naming a bad value
 };
 
-// A step's loss or gradient norm is NaN or infinite and TrainOptions::nonfinite is Raise (Python:
-// FloatingPointError). Thrown before that step's update: θ holds the previous step's parameters.
-struct NonFiniteError : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
+// NonFiniteError (optim.hpp): a step's loss or gradient norm is NaN or infinite, or its update would make θ
+// non-finite, and TrainOptions::nonfinite is Raise (Python: FloatingPointError). Thrown before that step's
+// update is written: θ holds the previous step's parameters.
 
 struct StepInfo {
     index_t step = 0, epoch = 0, total_steps = 0;

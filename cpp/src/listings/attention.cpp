@@ -11,6 +11,18 @@ namespace ft {
 
 // ============================ Algorithm 4, lines 4–6 (one head) =======================================
 namespace {
+// The offsets of the attention weights in one flat buffer (sequence b, head h: ℓ_z(b)·ℓ_x(b) entries), the
+// sums and products checked and the total held against the allocation bound (sizes.hpp): ValueError before
+// any of the call's work.
+void weight_offsets(const Seqs& sx, const Seqs& sz, index_t H, std::size_t elem, std::vector<index_t>& off) {
+    const char* what = "attention weights (l_z * l_x per head and sequence)";
+    off.assign(1, 0);
+    for (index_t b = 0; b < sx.count(); ++b) {
+        const index_t n = checked_mul(sz.len(b), sx.len(b), what);
+        for (index_t h = 0; h < H; ++h) off.push_back(checked_add(off.back(), n, what));
+    }
+    check_bytes(off.back(), elem, what);
+}
 // line 4: S ← Kᵀ Q, scaled by 1/√d_attn (line 6's scaling, folded into the product)
 template <class T>
 void scores(CMatView<T> Q, CMatView<T> K, MatView<T> S) {
@@ -180,13 +192,12 @@ void Attention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs
                            MatView<T> Vt, AttentionCache<T>& c) const {
     FT_CHECK(sx.count() == sz.count(), "Attention: X and Z batches differ in size");
     mask.check(sz, sx);
+    weight_offsets(sx, sz, 1, sizeof(T), c.A_off);  // the weights' size checked before anything is allocated
     MatView<T> Q = ensure(c.Q, d_attn, X.cols), K = ensure(c.K, d_attn, Z.cols), V = ensure(c.V, d_out, Z.cols);
     affine<T>(store.W(W_q), X, store.v(b_q), Q);  // line 1: Q ← W_q X + b_q 1ᵀ
     affine<T>(store.W(W_k), Z, store.v(b_k), K);  // line 2: K ← W_k Z + b_k 1ᵀ
     affine<T>(store.W(W_v), Z, store.v(b_v), V);  // line 3: V ← W_v Z + b_v 1ᵀ
-    c.A_off.assign(1, 0);
-    for (index_t b = 0; b < sx.count(); ++b) c.A_off.push_back(c.A_off.back() + sz.len(b) * sx.len(b));
-    c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));
+    c.A.resize(std::size_t(c.A_off.back()));
     for (index_t b = 0; b < sx.count(); ++b) {  // lines 4–6, per sequence
         HeadBlock<T> blk;
         blk.mask = &mask, blk.b = b;
@@ -256,6 +267,9 @@ void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Se
                              MatView<T> Vt, MHAttentionCache<T>& c, bool accumulate, const Dropout* drop,
                              std::uint64_t place) const {
     mask.check(sz, sx);
+    // the weights' size (ℓ_z·ℓ_x per head and sequence) checked before anything is allocated or computed: a
+    // 10^7-token input (rope/alibi have no table to bound ℓ) failed only after 3 GB of Q, K, V (issue 27)
+    weight_offsets(sx, sz, H, sizeof(T), c.A_off);
     MatView<T> Q, K, V;
     project_qkv(store, X, Z, sx.off == sz.off, c, Q, K, V);  // Algorithm 4's lines 1–3 for all heads (below)
     if (position.qk) {  // e.g. V1 lines 2a, 2b: every head's Q and K transformed at their positions
@@ -314,10 +328,8 @@ template <class T>
 void MHAttention<T>::heads(const ParamStore<T>& store, CMatView<T> Q, const Seqs& sx, CMatView<T> K, CMatView<T> V,
                            const Seqs& sz, index_t q0, MHAttentionCache<T>& c, MatView<T> Y, const Dropout* drop,
                            std::uint64_t place) const {
-    c.A_off.assign(1, 0);
-    for (index_t b = 0; b < sx.count(); ++b)
-        for (index_t h = 0; h < H; ++h) c.A_off.push_back(c.A_off.back() + sz.len(b) * sx.len(b));
-    c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));
+    weight_offsets(sx, sz, H, sizeof(T), c.A_off);  // (checked again for the callers that come here directly)
+    c.A.resize(std::size_t(c.A_off.back()));
     c.drop.p = drop ? drop->attn : 0.0;
     if (c.drop.active()) {
         c.drop.keep.resize(std::size_t(check_bytes(c.A_off.back(), 1, "dropout mask")));

@@ -14,8 +14,8 @@ void TrainOptions::check() const {
     if (!(eta >= 0) || !std::isfinite(eta)) throw ValueError("eta must be a finite number >= 0");
     if (batch_size < 1) throw ValueError("batch_size must be >= 1, got " + std::to_string(batch_size));
     if (warmup < 0) throw ValueError("warmup must be >= 0");
-    if (!(min_lr >= 0)) throw ValueError("min_lr must be >= 0");
-    if (!(clip >= 0)) throw ValueError("clip must be >= 0 (0: no clipping)");
+    if (!(min_lr >= 0) || !std::isfinite(min_lr)) throw ValueError("min_lr must be a finite number >= 0");
+    if (!(clip >= 0) || std::isnan(clip)) throw ValueError("clip must be >= 0 (0: no clipping)");
     if (max_steps < 0) throw ValueError("max_steps must be >= 0 (0: no limit)");
     if (eval_every < 0) throw ValueError("eval_every must be >= 0");
     if (start_step < 0) throw ValueError("start_step must be >= 0, got " + std::to_string(start_step));
@@ -192,22 +192,27 @@ void train_loop(ParamStore<T>& store, index_t N_data, const TrainOptions& o, con
             // never apply a non-finite update: the loss and ‖∇‖ must be finite, and θ − η∇ must not overflow
             const bool finite = std::isfinite(ls.first) && std::isfinite(info.grad_norm);
             const double g_used = o.clip > 0 && info.grad_norm > o.clip ? o.clip : info.grad_norm;
-            if (!finite || !update_fits(store, info.lr * std::max(g_used, 10.0))) {
+            auto refuse = [&](const std::string& why) {
                 if (o.nonfinite == TrainOptions::NonFinite::Raise)
                     throw NonFiniteError(
                         "training step " + std::to_string(o.start_step + step) + ": the loss is " +
-                        std::to_string(info.loss) + " and the gradient norm " + std::to_string(info.grad_norm) +
-                        (finite ? " (the update η·‖∇‖ = " + std::to_string(info.lr * g_used) + " would overflow θ"
-                                : std::string(" (not finite")) +
-                        "; η = " + std::to_string(info.lr) + " may be too large: lower eta, or set clip). "
+                        std::to_string(info.loss) + " and the gradient norm " + std::to_string(info.grad_norm) + " (" +
+                        why + "; η = " + std::to_string(info.lr) + " may be too large: lower eta, or set clip). "
                         "No update was applied: the model holds its parameters after step " +
                         std::to_string(o.start_step + step - 1) + " (its grads hold this step's gradient). "
                         "nonfinite='skip' or 'warn' skips such steps instead.");
                 info.skipped = true;
+            };
+            if (!finite || !update_fits(store, info.lr * std::max(g_used, 10.0))) {
+                refuse(finite ? "the update η·‖∇‖ = " + std::to_string(info.lr * g_used) + " would overflow θ" : "not finite");
             } else {
                 if (o.clip > 0 && info.grad_norm > o.clip) scale<T>(g, store.size(), T(o.clip / info.grad_norm));
-                update(store, g, info.lr);  // line 6: θ ← θ − η·∇loss(θ)  (or Adam)
-                early.updated();
+                try {
+                    update(store, g, info.lr);  // line 6: θ ← θ − η·∇loss(θ)  (or Adam)
+                    early.updated();
+                } catch (const NonFiniteUpdate&) {  // SGD and Adam: all or nothing, θ unchanged (optim.hpp)
+                    refuse("the optimizer's update would make θ non-finite");
+                }
             }
             info.tokens = ls.second;
             bool stop = false;
