@@ -194,9 +194,11 @@ def test_building_a_model_is_linear_in_the_number_of_layers():
     def build(L):
         return ft.DTransformer(4, 2, L, 1, 2, 2, seed=0)
 
+    # best of 3 on each side (a shared machine's noise only slows a run down); 8x the layers: linear is ~8x
+    # the time, the old scan per declared name ~64x (4000 layers took 4 s) — the bound 40x sits between
     t_small = best_time(lambda: build(500), 3)
-    t_big = best_time(lambda: build(4000), 1)  # took 4 s before (a scan per declared name)
-    assert t_big < 24 * max(t_small, 0.005), (t_small, t_big)
+    t_big = best_time(lambda: build(4000), 3)
+    assert t_big < 40 * max(t_small, 0.005), (t_small, t_big)
     assert t_big < 8, t_big
 
 
