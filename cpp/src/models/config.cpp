@@ -35,7 +35,8 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
                          ": pass d_attn and d_mid explicitly, or choose H dividing d_e");
     if (c.d_attn <= 0) c.d_attn = c.d_e / c.H;
     if (c.d_mid <= 0) c.d_mid = c.d_e / c.H;
-    if (!(c.eps >= 0) || !std::isfinite(c.eps)) throw ValueError("eps must be a finite number >= 0, got " + std::to_string(c.eps));
+    if (!(c.eps >= 0)) throw ValueError("eps must be >= 0, got " + std::to_string(c.eps));
+    if (!std::isfinite(c.eps)) throw ValueError("eps must be a finite number >= 0, got " + std::to_string(c.eps));
     if (!(c.init_std > 0) || !std::isfinite(c.init_std))
         throw ValueError("init_std must be a finite number > 0, got " + std::to_string(c.init_std));
     if (arch == Arch::E && c.tied && c.d_f != c.d_e)
