@@ -198,7 +198,7 @@ def test_building_a_model_is_linear_in_the_number_of_layers():
     # the time, the old scan per declared name ~64x (4000 layers took 4 s) — the bound 40x sits between
     t_small = best_time(lambda: build(500), 3)
     t_big = best_time(lambda: build(4000), 3)
-    assert t_big < 40 * max(t_small, 0.005), (t_small, t_big)
+    assert t_big < 40 * max(t_small, 0.01), (t_small, t_big)
     assert t_big < 8, t_big
 
 
