@@ -9,6 +9,7 @@ RuntimeError. torch is imported only when there is a group to find: a single pro
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import sys
@@ -53,6 +54,14 @@ def env_world_size() -> int:
         raise ValueError(f"WORLD_SIZE must be an integer, got {os.environ.get('WORLD_SIZE')!r}") from None
 
 
+def _destroy_if_initialized(dist) -> None:
+    try:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # at exit: nothing left to report to
+        pass
+
+
 def find_group(process_group: Any, timeout: float):
     """(torch.distributed, group) for process_group: None — the default group, initialised here (gloo,
     `timeout` seconds) from torchrun's environment when the script did not and WORLD_SIZE > 1; False — none;
@@ -73,6 +82,9 @@ def find_group(process_group: Any, timeout: float):
                 raise RuntimeError(f"WORLD_SIZE={os.environ['WORLD_SIZE']} but {', '.join(missing)} not set: launch "
                                    "with torchrun, or call torch.distributed.init_process_group yourself")
             dist.init_process_group("gloo", timeout=timedelta(seconds=timeout))
+            # the group this module made is also ended by it, before the interpreter's teardown (a gloo group
+            # left to the teardown can abort the process at exit: "terminate called without an active exception")
+            atexit.register(_destroy_if_initialized, dist)
         return dist, dist.group.WORLD
     dist = _torch_distributed(required=True)
     if not isinstance(process_group, dist.ProcessGroup):
