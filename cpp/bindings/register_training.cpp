@@ -248,7 +248,7 @@ void register_training(py::module_& m) {
                     ft::Dataset data = dataset(x_data, "x_data", mdl.cfg.n_vocab, mdl.cfg.l_max);
                     ft::Dataset vdata;
                     if (!val.is_none()) vdata = dataset(val, "val_data", mdl.cfg.n_vocab, mdl.cfg.l_max);
-                    auto update = update_rule<T>(optimizer, model, mdl.store);
+                    auto update = update_rule<T>(optimizer, model, mdl.store, o);
                     Recorder rec{sink, hook};
                     rec.warn_nonfinite = o.nonfinite == ft::TrainOptions::NonFinite::Warn;
                     run_training(rec, early, mdl.store, [&](const ft::StepHook& h, ft::EarlyStopState<T>* es) {
@@ -286,7 +286,7 @@ void register_training(py::module_& m) {
                     zv = dataset(z_val, "z_val", mdl.cfg.n_vocab, mdl.cfg.l_max);
                     xv = dataset(x_val, "x_val", mdl.cfg.n_vocab, mdl.cfg.l_max);
                 }
-                auto update = update_rule<T>(optimizer, model, mdl.store);
+                auto update = update_rule<T>(optimizer, model, mdl.store, o);
                 Recorder rec{sink, hook};
                 rec.warn_nonfinite = o.nonfinite == ft::TrainOptions::NonFinite::Warn;
                 run_training(rec, early, mdl.store, [&](const ft::StepHook& h, ft::EarlyStopState<T>* es) {
