@@ -1,5 +1,6 @@
 // Algorithm 6 (layer_norm) and RMSnorm: forward and backward side by side.
 #include "formal_transformers/norm.hpp"
+#include "formal_transformers/parts.hpp"
 
 #include <cmath>
 
@@ -170,4 +171,17 @@ template class LayerNorm<double>;
 template class RMSNorm<float>;
 template class RMSNorm<double>;
 
+}  // namespace ft
+
+// ------------------------------------ as a part (registry.cpp: norm "layer") ----------------------------------
+namespace ft {
+template <class T>
+std::shared_ptr<const NormPart<T>> make_layer_norm(index_t d, double eps, ParamStore<T>& store, const std::string& gamma,
+                                                   const std::string& beta) {
+    return std::make_shared<NormOf<T, LayerNorm<T>>>(LayerNorm<T>(d, eps, store, gamma, beta));
+}
+template std::shared_ptr<const NormPart<float>> make_layer_norm<float>(index_t, double, ParamStore<float>&, const std::string&,
+                                                                       const std::string&);
+template std::shared_ptr<const NormPart<double>> make_layer_norm<double>(index_t, double, ParamStore<double>&,
+                                                                         const std::string&, const std::string&);
 }  // namespace ft

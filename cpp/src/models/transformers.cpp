@@ -26,118 +26,29 @@ MatView<T> copy_into(Matrix<T>& dst, CMatView<T> src) {
     return v;
 }
 std::string layer_prefix(const char* group, index_t l) { return std::string(group) + "." + std::to_string(l) + "."; }
-// The attention options of a model (docs/variants.md); `positional`: RoPE/ALiBi apply (D's self-attention)
-AttnVariant attn_variant(const ModelConfig& g, bool positional) {
+// The names of the parts a config chooses (parts.hpp's registry), from its fields.
+const char* norm_name(NormKind k) { return k == NormKind::RMS ? "rms" : "layer"; }
+const char* mlp_name(ModelConfig::Mlp m) { return m == ModelConfig::Mlp::SwiGLU ? "swiglu" : "standard"; }
+const char* position_name(Positional p) { return p == Positional::Rope ? "rope" : p == Positional::Alibi ? "alibi" : "none"; }
+// The attention options of a model (docs/variants.md); `positional`: the position part applies (D's self-attention)
+AttnVariant attn_variant(const ModelConfig& c, bool positional) {
     AttnVariant v;
-    v.H_kv = g.H_kv;
-    v.bias = g.bias;
-    if (positional && g.positional == Positional::Rope) v.pos = AttnPos::Rope;
-    if (positional && g.positional == Positional::Alibi) v.pos = AttnPos::Alibi;
-    v.rope_theta = g.rope_theta;
+    v.H_kv = c.H_kv;
+    v.bias = c.bias;
+    if (positional) v.position = position_name(c.positional);
+    v.rope_theta = c.rope_theta;
     return v;
+}
+// The MLP of a block: φ = act, V5's bias, the parameters' names
+MLPSpec mlp_spec(const ModelConfig& c, Activation act, const char* W1, const char* b1, const char* W2, const char* b2) {
+    MLPSpec s;
+    s.d_e = c.d_e, s.d_mlp = c.d_mlp, s.act = act, s.bias = c.bias;
+    s.W1 = W1, s.b1 = b1, s.W2 = W2, s.b2 = b2;
+    return s;
 }
 }  // namespace
 
 // ======================================== shared pieces ===============================================
-template <class T>
-Norm<T>::Norm(NormKind kind, index_t d, double eps, ParamStore<T>& store, const std::string& gamma, const std::string& beta) {
-    if (kind == NormKind::Layer)
-        ln_.emplace(d, eps, store, gamma, beta);
-    else
-        rms_.emplace(d, eps, store, gamma);
-}
-template <class T>
-void Norm<T>::init(ParamStore<T>& store) const {
-    if (ln_) ln_->init(store); else rms_->init(store);
-}
-template <class T>
-void Norm<T>::forward(const ParamStore<T>& store, CMatView<T> E, MatView<T> E_hat, NormCache<T>& c) const {
-    if (ln_) ln_->forward(store, E, E_hat, c); else rms_->forward(store, E, E_hat, c);
-}
-template <class T>
-void Norm<T>::backward(ParamStore<T>& store, CMatView<T> dE_hat, const NormCache<T>& c, MatView<T> dE) const {
-    if (ln_) ln_->backward(store, dE_hat, c, dE); else rms_->backward(store, dE_hat, c, dE);
-}
-
-template <class T>
-MLP<T>::MLP(index_t d_e_, index_t d_mlp_, Activation act_, ParamStore<T>& store, const std::string& p,
-            const std::string& W1, const std::string& b1, const std::string& W2, const std::string& b2)
-    : d_e(d_e_), d_mlp(d_mlp_), act(act_) {
-    W_1 = store.matrix(p + W1, d_mlp, d_e);
-    b_1 = store.vector(p + b1, d_mlp);
-    W_2 = store.matrix(p + W2, d_e, d_mlp);
-    b_2 = store.vector(p + b2, d_e);
-}
-template <class T>
-MLP<T>::MLP(index_t d_e_, index_t d_mlp_, Activation act_, ParamStore<T>& store, const std::string& p,
-            const std::string& W1, const std::string& b1, const std::string& W2, const std::string& b2, bool gated_,
-            bool bias_)
-    : d_e(d_e_), d_mlp(d_mlp_), act(act_), gated(gated_), bias(bias_) {
-    if (gated) W_g = store.matrix(p + "W_gate", d_mlp, d_e);
-    if (gated && bias) b_g = store.vector(p + "b_gate", d_mlp);
-    W_1 = store.matrix(p + W1, d_mlp, d_e);
-    if (bias) b_1 = store.vector(p + b1, d_mlp);
-    W_2 = store.matrix(p + W2, d_e, d_mlp);
-    if (bias) b_2 = store.vector(p + b2, d_e);
-}
-template <class T>
-void MLP<T>::init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const {
-    if (gated) store.normal(W_g.offset, d_mlp * d_e, stddev, rng);
-    if (gated && bias) store.fill(b_g.offset, d_mlp, T(0));
-    store.normal(W_1.offset, d_mlp * d_e, stddev, rng);
-    if (bias) store.fill(b_1.offset, d_mlp, T(0));
-    store.normal(W_2.offset, d_e * d_mlp, out_stddev, rng);
-    if (bias) store.fill(b_2.offset, d_e, T(0));
-}
-// Out += W_2 φ(W_1 X̃ + b_1 1ᵀ) + b_2 1ᵀ   (gated: Out += SwiGLU(X̃), V4)
-template <class T>
-void MLP<T>::forward(const ParamStore<T>& store, CMatView<T> Xt, MatView<T> Out, MLPCache<T>& c) const {
-    MatView<T> Hp = ensure(c.Hpre, d_mlp, Xt.cols), A = ensure(c.Act, d_mlp, Xt.cols);
-    if (gated || !bias) {  // the variants (docs/variants.md V4, V5)
-        const T* nb = nullptr;
-        if (gated) {
-            MatView<T> G = ensure(c.G, d_mlp, Xt.cols);
-            affine<T>(store.W(W_g), Xt, bias ? store.v(b_g) : nb, G);   // V4 line 1: G ← W_gate X̃ + b_gate 1ᵀ
-            affine<T>(store.W(W_1), Xt, bias ? store.v(b_1) : nb, Hp);  // V4 line 2: U ← W_mlp1 X̃ + b_mlp1 1ᵀ
-            swiglu_gate<T>(G, Hp, A);                                    // V4 line 3: A ← SiLU(G) ⊙ U
-        } else {
-            affine<T>(store.W(W_1), Xt, nb, Hp);  // V5: W_mlp1 X̃
-            activation_forward<T>(act, Hp, A);
-        }
-        affine_add<T>(store.W(W_2), A, bias ? store.v(b_2) : nb, Out);  // V4 line 4 into X: X + W_mlp2 A (+ b_mlp2 1ᵀ)
-        return;
-    }
-    affine<T>(store.W(W_1), Xt, store.v(b_1), Hp);     // W_mlp1 X̃ + b_mlp1 1ᵀ
-    activation_forward<T>(act, Hp, A);                 // GELU or ReLU
-    affine_add<T>(store.W(W_2), A, store.v(b_2), Out);  // X + W_mlp2 (…) + b_mlp2 1ᵀ
-}
-template <class T>
-void MLP<T>::backward(ParamStore<T>& store, CMatView<T> Xt, const MLPCache<T>& c, CMatView<T> dOut, MatView<T> dXt,
-                      Matrix<T>& dH) const {
-    if (gated || !bias) {  // the variants (docs/variants.md V4, V5)
-        T* nb = nullptr;
-        // dH holds [dA; dG] (2·d_mlp rows when gated)
-        MatView<T> dd = zeros(dH, gated ? 2 * d_mlp : d_mlp, Xt.cols);
-        MatView<T> dA = dd.rows_range(0, d_mlp);
-        affine_backward<T>(store.W(W_2), view(c.Act), dOut, store.dW(W_2).data, bias ? store.dv(b_2) : nb, dA.data,
-                           dA.ld);  // d(line 4): dA = W_mlp2ᵀ dY
-        if (gated) {
-            MatView<T> dG = dd.rows_range(d_mlp, d_mlp);
-            swiglu_gate_backward<T>(view(c.G), view(c.Hpre), dA, dG, dA);  // d(line 3): dU (in dA's place), dG
-            affine_backward<T>(store.W(W_1), Xt, dA, store.dW(W_1).data, bias ? store.dv(b_1) : nb, dXt.data, dXt.ld);  // d(line 2)
-            affine_backward<T>(store.W(W_g), Xt, dG, store.dW(W_g).data, bias ? store.dv(b_g) : nb, dXt.data, dXt.ld);  // d(line 1)
-        } else {
-            activation_backward<T>(act, view(c.Hpre), dA, dA);
-            affine_backward<T>(store.W(W_1), Xt, dA, store.dW(W_1).data, nb, dXt.data, dXt.ld);
-        }
-        return;
-    }
-    MatView<T> dh = zeros(dH, d_mlp, Xt.cols);
-    affine_backward<T>(store.W(W_2), view(c.Act), dOut, store.dW(W_2).data, store.dv(b_2), dh.data);  // dAct = W_2ᵀ dOut
-    activation_backward<T>(act, view(c.Hpre), dh, dh);                                               // dHpre = φ'(Hpre) ⊙ dAct
-    affine_backward<T>(store.W(W_1), Xt, dh, store.dW(W_1).data, store.dv(b_1), dXt.data, dXt.ld);   // dX̃ += W_1ᵀ dHpre
-}
-
 // Dropout on a sublayer's output before the residual add (docs/regularisation.md): X ← X + Dropout(f(X̃) | p, M)
 // with p = drop->resid, where f accumulates into its argument (f(X) is the listing's X ← X + f(X̃), in place).
 // Without dropout (evaluation, or p = 0) exactly that; with it, f runs into the scratch R, which is dropped
@@ -167,7 +78,6 @@ CMatView<T> dropped_grad(const DropoutMask& m, CMatView<T> dX, Matrix<T>& dR) {
     dropout_backward<T>(m.p, m.keep.data(), d.data, d.size());
     return d;
 }
-std::uint64_t site(std::uint64_t place0, DropSite s) { return place0 | std::uint64_t(s); }
 
 // A post-LN sublayer of Algorithms 8 and 9: X_r = X + f(X, …); out = norm(X_r).
 // Given P = ∂loss/∂out, leaves P = ∂loss/∂X: Q ← norm'(P) (= ∂/∂X_r); P ← Q (the residual path);
@@ -185,11 +95,10 @@ void post_ln_backward(const Norm<T>& norm, ParamStore<T>& store, const NormCache
 // ------------------------------ Algorithm 10 lines 5–8: pre-LN decoder block ---------------------------
 template <class T>
 PreLNDecoderBlock<T>::PreLNDecoderBlock(const ModelConfig& g, Activation act, ParamStore<T>& store, const std::string& p)
-    : norm1(g.norm, g.d_e, g.eps, store, p + "gamma1", p + "beta1"),
+    : norm1(norm_name(g.norm), g.d_e, g.eps, store, p + "gamma1", p + "beta1"),
       attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::unidirectional(), store, p + "attn.", attn_variant(g, true)),
-      norm2(g.norm, g.d_e, g.eps, store, p + "gamma2", p + "beta2"),
-      mlp(g.d_e, g.d_mlp, act, store, p, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2", g.mlp == ModelConfig::Mlp::SwiGLU,
-          g.bias) {}
+      norm2(norm_name(g.norm), g.d_e, g.eps, store, p + "gamma2", p + "beta2"),
+      mlp(mlp_name(g.mlp), mlp_spec(g, act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p) {}
 
 template <class T>
 void PreLNDecoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double s_out) const {
@@ -201,18 +110,18 @@ void PreLNDecoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double
 
 template <class T>
 void PreLNDecoderBlock<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a,
-                                   const Dropout* drop, std::uint64_t place0) const {
+                                   const Dropout* drop, DropPlace place) const {
     const index_t d_e = X.rows, n = X.cols;
     MatView<T> Xt1 = ensure(a.Xt_attn, d_e, n);
     norm1.forward(store, X, Xt1, a.norm_gamma1);  // line 5: X̃ ← layer_norm(X | γ¹, β¹)
     MatView<T> Xa = copy_into(a.X_attn, X);
-    add_dropped(drop, site(place0, DropSite::SelfOut), Xa, a.R, a.drop_attn, [&](MatView<T> out) {
-        attn.forward(store, Xt1, s, Xt1, s, out, a.attn, /*accumulate=*/true, drop, site(place0, DropSite::SelfWeights));
+    add_dropped(drop, place.at(DropSite::SelfOut), Xa, a.R, a.drop_attn, [&](MatView<T> out) {
+        attn.forward(store, Xt1, s, Xt1, s, out, a.attn, /*accumulate=*/true, drop, place.at(DropSite::SelfWeights));
     });  // line 6: X ← X + MHAttention(X̃ | W_l, Mask[t, t'] = [[t ≤ t']])
     MatView<T> Xt2 = ensure(a.Xt_mlp, d_e, n);
     norm2.forward(store, Xa, Xt2, a.norm_gamma2);  // line 7: X̃ ← layer_norm(X | γ², β²)
     std::copy(Xa.data, Xa.data + Xa.size(), X_out.data);
-    add_dropped(drop, site(place0, DropSite::MlpOut), X_out, a.R, a.drop_mlp, [&](MatView<T> out) {
+    add_dropped(drop, place.at(DropSite::MlpOut), X_out, a.R, a.drop_mlp, [&](MatView<T> out) {
         mlp.forward(store, Xt2, out, a.mlp);
     });  // line 8: X ← X + W_mlp2 GELU(W_mlp1 X̃ + b_mlp1 1ᵀ) + b_mlp2 1ᵀ
 }
@@ -246,9 +155,9 @@ void PreLNDecoderBlock<T>::forward_cached(const ParamStore<T>& store, MatView<T>
 template <class T>
 PostLNEncoderBlock<T>::PostLNEncoderBlock(const ModelConfig& g, Activation act, ParamStore<T>& store, const std::string& p)
     : attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::bidirectional(), store, p + "attn.", attn_variant(g, false)),
-      norm1(NormKind::Layer, g.d_e, g.eps, store, p + "gamma1", p + "beta1"),
-      mlp(g.d_e, g.d_mlp, act, store, p, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2", false, g.bias),
-      norm2(NormKind::Layer, g.d_e, g.eps, store, p + "gamma2", p + "beta2") {}
+      norm1("layer", g.d_e, g.eps, store, p + "gamma1", p + "beta1"),
+      mlp("standard", mlp_spec(g, act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p),
+      norm2("layer", g.d_e, g.eps, store, p + "gamma2", p + "beta2") {}
 
 template <class T>
 void PostLNEncoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double s_out) const {
@@ -260,16 +169,16 @@ void PostLNEncoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, doubl
 
 template <class T>
 void PostLNEncoderBlock<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a,
-                                    const Dropout* drop, std::uint64_t place0) const {
+                                    const Dropout* drop, DropPlace place) const {
     const index_t d_e = X.rows, n = X.cols;
     MatView<T> Xa = copy_into(a.X_attn, X);
-    add_dropped(drop, site(place0, DropSite::SelfOut), Xa, a.R, a.drop_attn, [&](MatView<T> out) {
-        attn.forward(store, X, s, X, s, out, a.attn, true, drop, site(place0, DropSite::SelfWeights));
+    add_dropped(drop, place.at(DropSite::SelfOut), Xa, a.R, a.drop_attn, [&](MatView<T> out) {
+        attn.forward(store, X, s, X, s, out, a.attn, true, drop, place.at(DropSite::SelfWeights));
     });  // line 5: X ← X + MHAttention(X | W_l, Mask ≡ 1)
     MatView<T> X1 = ensure(a.X_1, d_e, n);
     norm1.forward(store, Xa, X1, a.norm_gamma1);  // line 6: X ← layer_norm(X | γ_l¹, β_l¹)  (Alg 8 erratum: γ_t)
     MatView<T> Xm = copy_into(a.X_mlp, CMatView<T>(X1));
-    add_dropped(drop, site(place0, DropSite::MlpOut), Xm, a.R, a.drop_mlp, [&](MatView<T> out) {
+    add_dropped(drop, place.at(DropSite::MlpOut), Xm, a.R, a.drop_mlp, [&](MatView<T> out) {
         mlp.forward(store, X1, out, a.mlp);
     });  // line 7: X ← X + W_mlp2 φ(W_mlp1 X + b_mlp1 1ᵀ) + b_mlp2 1ᵀ
     norm2.forward(store, Xm, X_out, a.norm_gamma2);  // line 8: X ← layer_norm(X | γ_l², β_l²)
@@ -293,12 +202,12 @@ template <class T>
 PostLNDecoderBlock<T>::PostLNDecoderBlock(const ModelConfig& g, ParamStore<T>& store, const std::string& p)
     : self_attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::unidirectional(), store, p + "attn.",
                 attn_variant(g, false)),
-      norm3(NormKind::Layer, g.d_e, g.eps, store, p + "gamma3", p + "beta3"),
+      norm3("layer", g.d_e, g.eps, store, p + "gamma3", p + "beta3"),
       cross_attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::bidirectional(), store, p + "cross_attn.",
                  attn_variant(g, false)),
-      norm4(NormKind::Layer, g.d_e, g.eps, store, p + "gamma4", p + "beta4"),
-      mlp(g.d_e, g.d_mlp, Activation::Relu, store, p, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4", false, g.bias),
-      norm5(NormKind::Layer, g.d_e, g.eps, store, p + "gamma5", p + "beta5") {}
+      norm4("layer", g.d_e, g.eps, store, p + "gamma4", p + "beta4"),
+      mlp("standard", mlp_spec(g, Activation::Relu, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4"), store, p),
+      norm5("layer", g.d_e, g.eps, store, p + "gamma5", p + "beta5") {}
 
 template <class T>
 void PostLNDecoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double s_out) const {
@@ -313,22 +222,22 @@ void PostLNDecoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, doubl
 template <class T>
 void PostLNDecoderBlock<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z,
                                     const Seqs& sz, MatView<T> X_out, Acts& a, const Dropout* drop,
-                                    std::uint64_t place0) const {
+                                    DropPlace place) const {
     const index_t d_e = X.rows, n = X.cols;
     MatView<T> Xs = copy_into(a.X_self, X);
-    add_dropped(drop, site(place0, DropSite::SelfOut), Xs, a.R, a.drop_self, [&](MatView<T> out) {
-        self_attn.forward(store, X, sx, X, sx, out, a.self_attn, true, drop, site(place0, DropSite::SelfWeights));
+    add_dropped(drop, place.at(DropSite::SelfOut), Xs, a.R, a.drop_self, [&](MatView<T> out) {
+        self_attn.forward(store, X, sx, X, sx, out, a.self_attn, true, drop, place.at(DropSite::SelfWeights));
     });  // line 14: X ← X + MHAttention(X | W_l^dec, Mask[t, t'] = [[t ≤ t']])
     MatView<T> X3 = ensure(a.X_3, d_e, n);
     norm3.forward(store, Xs, X3, a.norm_gamma3);  // line 15: X ← layer_norm(X | γ_l³, β_l³)
     MatView<T> Xc = copy_into(a.X_cross, CMatView<T>(X3));
-    add_dropped(drop, site(place0, DropSite::CrossOut), Xc, a.R, a.drop_cross, [&](MatView<T> out) {
-        cross_attn.forward(store, X3, sx, Z, sz, out, a.cross_attn, true, drop, site(place0, DropSite::CrossWeights));
+    add_dropped(drop, place.at(DropSite::CrossOut), Xc, a.R, a.drop_cross, [&](MatView<T> out) {
+        cross_attn.forward(store, X3, sx, Z, sz, out, a.cross_attn, true, drop, place.at(DropSite::CrossWeights));
     });  // line 16: X ← X + MHAttention(X, Z | W_l^e/d, Mask ≡ 1)
     MatView<T> X4 = ensure(a.X_4, d_e, n);
     norm4.forward(store, Xc, X4, a.norm_gamma4);  // line 17: X ← layer_norm(X | γ_l⁴, β_l⁴)
     MatView<T> Xm = copy_into(a.X_mlp, CMatView<T>(X4));
-    add_dropped(drop, site(place0, DropSite::MlpOut), Xm, a.R, a.drop_mlp, [&](MatView<T> out) {
+    add_dropped(drop, place.at(DropSite::MlpOut), Xm, a.R, a.drop_mlp, [&](MatView<T> out) {
         mlp.forward(store, X4, out, a.mlp);
     });  // line 18: X ← X + W_mlp4 ReLU(W_mlp3 X + b_mlp3 1ᵀ) + b_mlp4 1ᵀ
     norm5.forward(store, Xm, X_out, a.norm_gamma5);  // line 19: X ← layer_norm(X | γ_l⁵, β_l⁵)
@@ -449,7 +358,7 @@ void Model<T>::embed(const Tokens& x, Matrix<T>& X) const {
 template <class T>
 void Model<T>::embed_dropout(Matrix<T>& X, DropSite site, DropoutMask& m) const {
     if (train_) {
-        train_->apply(train_->embed, drop_place(0, 0, site), view(X), m);
+        train_->apply(train_->embed, DropPlace{DropGroup::Embeddings, 0}.at(site), view(X), m);
     } else {
         m.p = 0;
         m.keep.clear();
@@ -522,7 +431,7 @@ DTransformer<T>::DTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::
     const ModelConfig& g = cfg;
     const Activation act = g.gelu == Gelu::Tanh ? Activation::GeluTanh : Activation::Gelu;
     for (index_t l = 0; l < g.L; ++l) layer.push_back(std::make_unique<PreLNDecoderBlock<T>>(g, act, store, layer_prefix("layers", l)));
-    norm_f = std::make_unique<Norm<T>>(g.norm, g.d_e, g.eps, store, "gamma", "beta");
+    norm_f = std::make_unique<Norm<T>>(norm_name(g.norm), g.d_e, g.eps, store, "gamma", "beta");
     Rng rng = this->make_head_and_allocate(g.d_e);
     const double s = g.init_std, s_out = g.init_std / std::sqrt(2.0 * double(g.L));
     for (auto& b : layer) b->init(store, rng, s, s_out);
@@ -546,7 +455,7 @@ void DTransformer<T>::forward(const Tokens& x) {
         poll();
         const std::size_t i = std::size_t(l);
         layer[i]->forward(store, view(stream_[i]), x.s, ensure(stream_[i + 1], d_e, n), acts_[i], this->train_,
-                          drop_place(1, std::uint64_t(l), DropSite::EmbedX));  // lines 5–8
+                          DropPlace{DropGroup::Layers, std::uint64_t(l)});  // lines 5–8
     }
     norm_f->forward(store, view(stream_[std::size_t(cfg.L)]), ensure(Xf_, d_e, n), norm_gamma_);  // line 10: X ← layer_norm(X | γ, β)
     this->last_ = LastForward{true, x.s, x.s};
@@ -598,11 +507,11 @@ template <class T>
 ETransformer<T>::ETransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::E)) {
     const ModelConfig& g = cfg;
     if (g.n_segments > 0) W_s = store.matrix("W_s", g.d_e, g.n_segments);  // BERT options, after W_e, W_p
-    if (g.embed_norm) norm_e = std::make_unique<Norm<T>>(NormKind::Layer, g.d_e, g.eps, store, "gamma_e", "beta_e");
+    if (g.embed_norm) norm_e = std::make_unique<Norm<T>>("layer", g.d_e, g.eps, store, "gamma_e", "beta_e");
     for (index_t l = 0; l < g.L; ++l) layer.push_back(std::make_unique<PostLNEncoderBlock<T>>(g, gelu(), store, layer_prefix("layers", l)));
     W_f = store.matrix("W_f", g.d_f, g.d_e);
     b_f = store.vector("b_f", g.d_f);
-    norm_f = std::make_unique<Norm<T>>(NormKind::Layer, g.d_f, g.eps, store, "gamma", "beta");
+    norm_f = std::make_unique<Norm<T>>("layer", g.d_f, g.eps, store, "gamma", "beta");
     Rng rng = this->make_head_and_allocate(g.d_f);
     const double s = g.init_std, s_out = g.init_std / std::sqrt(2.0 * double(g.L));
     if (g.n_segments > 0) store.normal(W_s.offset, g.d_e * g.n_segments, s, rng);  // as W_e, W_p
@@ -648,7 +557,7 @@ void ETransformer<T>::forward(const Tokens& x, const index_t* seg) {
         poll();
         const std::size_t i = std::size_t(l);
         layer[i]->forward(store, view(stream_[i]), x.s, ensure(stream_[i + 1], d_e, n), acts_[i], this->train_,
-                          drop_place(1, std::uint64_t(l), DropSite::EmbedX));  // lines 5–8
+                          DropPlace{DropGroup::Layers, std::uint64_t(l)});  // lines 5–8
     }
     MatView<T> F = ensure(F_, cfg.d_f, n), G = ensure(G_, cfg.d_f, n);
     affine<T>(store.W(W_f), view(stream_[std::size_t(cfg.L)]), store.v(b_f), F);  // line 10: X ← GELU(W_f X + b_f 1ᵀ)
@@ -728,7 +637,7 @@ void EDTransformer<T>::encoder_forward(const Tokens& z, std::vector<typename Pos
         poll();
         const std::size_t i = std::size_t(l);
         enc_layer[i]->forward(store, view(stream[i]), z.s, ensure(stream[i + 1], d_e, n), acts[i], drop,
-                              drop_place(1, std::uint64_t(l), DropSite::EmbedX));  // lines 5–8
+                              DropPlace{DropGroup::Layers, std::uint64_t(l)});  // lines 5–8
     }
 }
 
@@ -749,7 +658,7 @@ void EDTransformer<T>::forward(const Tokens& z, const Tokens& x) {
         poll();
         const std::size_t i = std::size_t(l);
         dec_layer[i]->forward(store, view(xstream_[i]), x.s, Z, z.s, ensure(xstream_[i + 1], d_e, n), dec_acts_[i],
-                              this->train_, drop_place(2, std::uint64_t(l), DropSite::EmbedX));  // lines 14–19
+                              this->train_, DropPlace{DropGroup::DecoderLayers, std::uint64_t(l)});  // lines 14–19
     }
     this->last_ = LastForward{true, z.s, x.s};
 }
