@@ -488,7 +488,8 @@ gelu="exact" | "tanh" (GPT-2's approximation), eps (inside layer_norm's square r
 init_std (GPT-2's init: N(0, init_std²), residual projections / √(2L), biases 0, γ = 1, β = 0).
 Variants (docs/variants.md): positional="rope" (rope_theta=10000.0) | "alibi" (no W_p), H_kv key/value
 heads (grouped-query attention; None: H), mlp="gelu" | "swiglu", bias=False (no biases in attention and
-MLP). With norm="rms" these make a LLaMA-style decoder; the defaults are Algorithm 10.
+MLP), sliding_window=w (V8: each query sees the last w keys, Mistral; decoding keeps a rolling cache of w
+columns). With norm="rms" these make a LLaMA-style (Mistral-style) decoder; the defaults are Algorithm 10.
 Dropout (docs/regularisation.md; beyond the listing): dropout=p drops after the embedding sum, on the
 attention weights and on each sublayer's output before the residual add (embed_dropout, attn_dropout,
 resid_dropout: per place, None = dropout). Only loss_and_grad (and the trainers) drop; model(x), loss,

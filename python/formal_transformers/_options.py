@@ -19,5 +19,7 @@ def _check_options(cfg: dict, target: str) -> None:
             continue
         if k == "mlp" and v in (None, "", "gelu", "mlp", "default"):
             continue
+        if k == "mask" and v in (None, "", "causal"):
+            continue
         if v not in (None, False, 0, "", "none"):
             raise ValueError(f"{target} has no equivalent of the option {k}={v!r}")

@@ -2,6 +2,7 @@
 // naming the option.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 
 #include "formal_transformers/config.hpp"
@@ -182,12 +183,42 @@ TEST(ModelConfig, ReprAndSignature) {
                       0),
               0u)
         << r;
-    EXPECT_NE(r.find("rope_theta=500000.0, dtype='float32')"), std::string::npos) << r;
+    EXPECT_NE(r.find("rope_theta=500000.0, sliding_window=None, dtype='float32')"), std::string::npos) << r;
+    EXPECT_NE(ModelConfig::signature(Arch::D).find("rope_theta=10000.0, sliding_window=None"), std::string::npos);
     const std::string sig = ModelConfig::signature(Arch::E);
     EXPECT_EQ(sig.rfind("n_vocab, l_max, L, H, d_e, d_mlp, d_f, *, d_attn=None, d_mid=None, positional='learned', ", 0), 0u)
         << sig;
     EXPECT_NE(sig.find("dropout=0.0, embed_dropout=None, attn_dropout=None"), std::string::npos) << sig;
     EXPECT_NE(sig.find("n_segments=0, embed_norm=False, unembed_bias=False"), std::string::npos) << sig;
+}
+
+// sliding_window (V8, D only): one schema line; None (0) is off and written null, w >= 1 round-trips.
+TEST(ModelConfig, SlidingWindowOption) {
+    Options o = sizes_d();
+    o.emplace_back("sliding_window", std::int64_t(3));
+    const ModelConfig c = ModelConfig::from_options(Arch::D, o);
+    EXPECT_EQ(c.sliding_window, 3);
+    const std::string j = c.to_json();
+    EXPECT_NE(j.find("\"sliding_window\":3"), std::string::npos) << j;
+    EXPECT_EQ(ModelConfig::from_json(j), c);
+    const ModelConfig off = ModelConfig::from_options(Arch::D, sizes_d());
+    EXPECT_EQ(off.sliding_window, 0);
+    EXPECT_NE(off.to_json().find("\"sliding_window\":null"), std::string::npos) << off.to_json();
+    EXPECT_EQ(ModelConfig::from_json(off.to_json()).sliding_window, 0);
+    for (std::int64_t bad : {0, -2}) {
+        Options b = sizes_d();
+        b.emplace_back("sliding_window", bad);
+        EXPECT_THROW(ModelConfig::from_options(Arch::D, b), ft::ValueError) << bad;
+    }
+    Options f = sizes_d();
+    f.emplace_back("sliding_window", 2.5);
+    EXPECT_THROW(ModelConfig::from_options(Arch::D, f), ft::TypeError);
+    // eps, init_std, rope_theta: finite (main's hostile-input checks, now the schema's Check)
+    for (const char* name : {"eps", "init_std", "rope_theta"}) {
+        Options g = sizes_d();
+        g.emplace_back(name, std::numeric_limits<double>::infinity());
+        EXPECT_THROW(ModelConfig::from_options(Arch::D, g), ft::ValueError) << name;
+    }
 }
 
 }  // namespace

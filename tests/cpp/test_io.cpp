@@ -91,3 +91,25 @@ TEST(SaveLoad, ConvertsBetweenDtypesAndChecksTheArchitecture) {
     std::remove(path.c_str());
     EXPECT_THROW(load<DTransformer<double>>(path), ValueError);  // no file
 }
+
+// A file whose config claims more layers than it has tensors is refused before the model is built (issue 27:
+// building L = 10^5 layers first took seconds, then failed on the missing tensors anyway).
+TEST(SaveLoad, RefusesMoreLayersThanTensorsBeforeBuilding) {
+    const std::string config =
+        R"({\"arch\":\"DTransformer\",\"n_vocab\":9,\"l_max\":5,\"L\":100000,\"H\":2,\"d_e\":4,\"d_mlp\":6})";
+    const std::string header = R"({"__metadata__":{"formal_transformers.format":"1","formal_transformers.config":")" +
+                               config + "\"}}";
+    std::string bytes(8, '\0');
+    for (int k = 0; k < 8; ++k) bytes[std::size_t(k)] = char((header.size() >> (8 * k)) & 0xff);
+    bytes += header;
+    const std::string path = tmp_path("layers");
+    std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), std::streamsize(bytes.size()));
+    try {
+        load<DTransformer<double>>(path);
+        ADD_FAILURE() << "a model from a file without tensors";
+    } catch (const ValueError& e) {
+        EXPECT_NE(std::string(e.what()).find("the config has 100000 layers, the file only 0 tensors"), std::string::npos)
+            << e.what();
+    }
+    std::remove(path.c_str());
+}

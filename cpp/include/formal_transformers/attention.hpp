@@ -182,7 +182,8 @@ template <class T>
 struct KVCache {
     Matrix<T> K;  // [H_kv·d_attn, capacity]  (with RoPE: rotated at their absolute positions)
     Matrix<T> V;  // [H_kv·d_mid,  capacity]
-    index_t len = 0;
+    index_t len = 0;    // cached columns
+    index_t start = 0;  // absolute position of column 0: > 0 once a sliding window (V9) dropped older keys
 };
 
 template <class T>

@@ -49,6 +49,9 @@ public:
     }
     // A fixed shape (l_z, l_x), for explicit matrices; (0, 0): any.
     virtual std::pair<index_t, index_t> shape() const { return {0, 0}; }
+    // w > 0: a query at t_x never reads a key before t_x − w + 1, and the rule depends on t_x − t_z only (a KV
+    // cache may drop older keys and index the rest from any start: docs/variants.md V9). 0: no such bound.
+    virtual index_t window() const { return 0; }
 };
 
 // A mask as a value (cheap to copy: the rule is shared and immutable).
@@ -74,6 +77,7 @@ public:
     // Mask as a column-major [l_z, l_x] 0/1 matrix for sequence b (default: the explicit mask's own shape)
     std::vector<std::uint8_t> matrix(index_t l_z = -1, index_t l_x = -1, index_t b = 0) const;
     const MaskRule& rule() const { return *rule_; }
+    index_t window() const { return rule_->window(); }
 
 private:
     std::shared_ptr<const MaskRule> rule_;

@@ -83,7 +83,7 @@ namespace ft {
 // Scratch shared by the backward passes of all layers.
 template <class T>
 struct BackwardWork {
-    Matrix<T> P, Q;   // P: ∂loss/∂(the residual stream) between layers; Q: scratch of the same shape
+    Matrix<T> dX, dXt;  // dX: ∂loss/∂X (the residual stream) between layers; dXt: ∂loss/∂ a sublayer's input X̃ (scratch)
     Matrix<T> dZ;     // ED: gradient of the encoded context
     Matrix<T> dH;     // MLP hidden gradient
     Matrix<T> dHead;  // gradient of the last listing line's input (before the unembedding)
@@ -129,7 +129,7 @@ public:
     // attention weights and on the outputs of lines 6 and 8 before their residual adds, keyed by place.at(site)
     void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a,
                  const Dropout* drop = nullptr, DropPlace place = DropPlace()) const;
-    // from w.P = ∂loss/∂X_out, leaves w.P = ∂loss/∂X; parameter gradients +=
+    // from w.dX = ∂loss/∂X_out, leaves w.dX = ∂loss/∂X; parameter gradients +=
     void backward(ParamStore<T>& store, const Seqs& s, const Acts& a, BackwardWork<T>& w) const;
     // lines 5–8 for the columns of X (in place) at positions q0, q0+1, … over the keys and values in kv
     void forward_cached(const ParamStore<T>& store, MatView<T> X, index_t q0, KVCache<T>& kv, DecodeScratch<T>& d) const;
@@ -161,7 +161,7 @@ public:
     // lines 5–8: X:[d_e,n] -> X_out (drop as PreLNDecoderBlock)
     void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a,
                  const Dropout* drop = nullptr, DropPlace place = DropPlace()) const;
-    // X: the block's input of that forward; from w.P = ∂loss/∂X_out, leaves w.P = ∂loss/∂X
+    // X: the block's input of that forward; from w.dX = ∂loss/∂X_out, leaves w.dX = ∂loss/∂X
     void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s, const Acts& a, BackwardWork<T>& w) const;
 
     MHAttention<T> attn;  // W_l (W_l^enc), bidirectional
@@ -194,7 +194,7 @@ public:
     // lines 14–19: X:[d_e,n_x] (sequences sx), the encoded context Z:[d_e,n_z] (sequences sz) -> X_out
     void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
                  MatView<T> X_out, Acts& a, const Dropout* drop = nullptr, DropPlace place = DropPlace()) const;
-    // from w.P = ∂loss/∂X_out, leaves w.P = ∂loss/∂X and adds ∂loss/∂Z into dZ
+    // from w.dX = ∂loss/∂X_out, leaves w.dX = ∂loss/∂X and adds ∂loss/∂Z into dZ
     void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz, const Acts& a,
                   MatView<T> dZ, BackwardWork<T>& w) const;
     // lines 14–19 for the columns of d.X (in place) at positions q0, …, over the cached keys and values
@@ -367,12 +367,13 @@ public:
         DecodeScratch<T> w;
         void reset() {  // forget the context, keep the buffers (no allocation when refilled)
             len = 0;
-            for (auto& c : kv) c.len = 0;
+            for (auto& c : kv) c.len = c.start = 0;
         }
         void rollback(index_t n) {  // keep the first n tokens (n ≤ len), forget the later ones (speculative decoding)
             FT_CHECK(n >= 0 && n <= len, "Decoder::rollback past the cached length");
+            for (auto& c : kv) FT_CHECK(n >= c.start, "Decoder::rollback before the sliding window's cache");
             len = n;
-            for (auto& c : kv) c.len = n;
+            for (auto& c : kv) c.len = n - c.start;
         }
     };
     void decode(Decoder& d, const index_t* ids, index_t n, T* z) const;

@@ -11,6 +11,18 @@ namespace ft {
 
 // ============================ Algorithm 4, lines 4–6 (one head) =======================================
 namespace {
+// The offsets of the attention weights in one flat buffer (sequence b, head h: ℓ_z(b)·ℓ_x(b) entries), the
+// sums and products checked and the total held against the allocation bound (sizes.hpp): ValueError before
+// any of the call's work.
+void weight_offsets(const Seqs& sx, const Seqs& sz, index_t H, std::size_t elem, std::vector<index_t>& off) {
+    const char* what = "attention weights (l_z * l_x per head and sequence)";
+    off.assign(1, 0);
+    for (index_t b = 0; b < sx.count(); ++b) {
+        const index_t n = checked_mul(sz.len(b), sx.len(b), what);
+        for (index_t h = 0; h < H; ++h) off.push_back(checked_add(off.back(), n, what));
+    }
+    check_bytes(off.back(), elem, what);
+}
 // line 4: S ← Kᵀ Q, scaled by 1/√d_attn (line 6's scaling, folded into the product)
 template <class T>
 void scores(CMatView<T> Q, CMatView<T> K, MatView<T> S) {
@@ -180,13 +192,12 @@ void Attention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs
                            MatView<T> Vt, AttentionCache<T>& c) const {
     FT_CHECK(sx.count() == sz.count(), "Attention: X and Z batches differ in size");
     mask.check(sz, sx);
+    weight_offsets(sx, sz, 1, sizeof(T), c.A_off);  // the weights' size checked before anything is allocated
     MatView<T> Q = ensure(c.Q, d_attn, X.cols), K = ensure(c.K, d_attn, Z.cols), V = ensure(c.V, d_out, Z.cols);
     affine<T>(store.W(W_q), X, store.v(b_q), Q);  // line 1: Q ← W_q X + b_q 1ᵀ
     affine<T>(store.W(W_k), Z, store.v(b_k), K);  // line 2: K ← W_k Z + b_k 1ᵀ
     affine<T>(store.W(W_v), Z, store.v(b_v), V);  // line 3: V ← W_v Z + b_v 1ᵀ
-    c.A_off.assign(1, 0);
-    for (index_t b = 0; b < sx.count(); ++b) c.A_off.push_back(c.A_off.back() + sz.len(b) * sx.len(b));
-    c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));
+    c.A.resize(std::size_t(c.A_off.back()));
     for (index_t b = 0; b < sx.count(); ++b) {  // lines 4–6, per sequence
         HeadBlock<T> blk;
         blk.mask = &mask, blk.b = b;
@@ -256,6 +267,9 @@ void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Se
                              MatView<T> Vt, MHAttentionCache<T>& c, bool accumulate, const Dropout* drop,
                              std::uint64_t place) const {
     mask.check(sz, sx);
+    // the weights' size (ℓ_z·ℓ_x per head and sequence) checked before anything is allocated or computed: a
+    // 10^7-token input (rope/alibi have no table to bound ℓ) failed only after 3 GB of Q, K, V (issue 27)
+    weight_offsets(sx, sz, H, sizeof(T), c.A_off);
     MatView<T> Q, K, V;
     project_qkv(store, X, Z, sx.off == sz.off, c, Q, K, V);  // Algorithm 4's lines 1–3 for all heads (below)
     if (position.qk) {  // e.g. V1 lines 2a, 2b: every head's Q and K transformed at their positions
@@ -314,10 +328,8 @@ template <class T>
 void MHAttention<T>::heads(const ParamStore<T>& store, CMatView<T> Q, const Seqs& sx, CMatView<T> K, CMatView<T> V,
                            const Seqs& sz, index_t q0, MHAttentionCache<T>& c, MatView<T> Y, const Dropout* drop,
                            std::uint64_t place) const {
-    c.A_off.assign(1, 0);
-    for (index_t b = 0; b < sx.count(); ++b)
-        for (index_t h = 0; h < H; ++h) c.A_off.push_back(c.A_off.back() + sz.len(b) * sx.len(b));
-    c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));
+    weight_offsets(sx, sz, H, sizeof(T), c.A_off);  // (checked again for the callers that come here directly)
+    c.A.resize(std::size_t(c.A_off.back()));
     c.drop.p = drop ? drop->attn : 0.0;
     if (c.drop.active()) {
         c.drop.keep.resize(std::size_t(check_bytes(c.A_off.back(), 1, "dropout mask")));
@@ -428,9 +440,22 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
 
 template <class T>
 void MHAttention<T>::append_kv(const ParamStore<T>& store, CMatView<T> Z, KVCache<T>& cache) const {
+    const index_t w = mask.window();
+    const index_t rows_k = H_kv * d_attn, rows_v = H_kv * d_mid;
+    if (w > 0 && cache.len > w - 1 && cache.len + Z.cols > 2 * w) {
+        // V9, the rolling cache of a sliding window: the first new query (position start + len) reads keys
+        // from position start + len − w + 1 on, so only the last w − 1 columns are kept (moved to the front;
+        // at most every w tokens: O(1) copies per token). Memory stays O(w) however long the sequence.
+        const index_t drop = cache.len - (w - 1);
+        std::copy(cache.K.data() + rows_k * drop, cache.K.data() + rows_k * cache.len, cache.K.data());
+        std::copy(cache.V.data() + rows_v * drop, cache.V.data() + rows_v * cache.len, cache.V.data());
+        cache.start += drop;
+        cache.len = w - 1;
+    }
     const index_t need = cache.len + Z.cols;
-    if (index_t(cache.K.shape(1)) < need) {  // grow (doubling), keeping the cached columns
-        const index_t cap = std::max<index_t>(need, 2 * index_t(cache.K.shape(1)));
+    const bool shrink = w > 0 && index_t(cache.K.shape(1)) > 4 * std::max<index_t>(need, 2 * w);  // after a long prompt
+    if (index_t(cache.K.shape(1)) < need || shrink) {  // grow (doubling; a window: 2w), keeping the cached columns
+        const index_t cap = w > 0 ? std::max<index_t>(need, 2 * w) : std::max<index_t>(need, 2 * index_t(cache.K.shape(1)));
         Matrix<T> K2 = Matrix<T>::from_shape({std::size_t(H_kv * d_attn), std::size_t(cap)});
         Matrix<T> V2 = Matrix<T>::from_shape({std::size_t(H_kv * d_mid), std::size_t(cap)});
         std::copy(cache.K.data(), cache.K.data() + H_kv * d_attn * cache.len, K2.data());
@@ -441,8 +466,8 @@ void MHAttention<T>::append_kv(const ParamStore<T>& store, CMatView<T> Z, KVCach
     MatView<T> Knew = view(cache.K).cols_range(cache.len, Z.cols);
     affine<T>(store.W(W_k), Z, bias(store, b_k), Knew);                                           // Alg 4 line 2 (H_kv heads)
     affine<T>(store.W(W_v), Z, bias(store, b_v), view(cache.V).cols_range(cache.len, Z.cols));  // Alg 4 line 3
-    if (position.qk)  // keys at their absolute positions cache.len, cache.len + 1, … (V1 line 2b)
-        position.qk->forward(Knew, QKTransform<T>::Role::Key, H_kv, Seqs::single(Z.cols), cache.len);
+    if (position.qk)  // keys at their absolute positions start + len, start + len + 1, … (V1 line 2b)
+        position.qk->forward(Knew, QKTransform<T>::Role::Key, H_kv, Seqs::single(Z.cols), cache.start + cache.len);
     cache.len = need;
 }
 
@@ -450,13 +475,17 @@ template <class T>
 void MHAttention<T>::attend_cached(const ParamStore<T>& store, CMatView<T> X, index_t q0, const KVCache<T>& cache,
                                    MatView<T> Vt, MHAttentionCache<T>& s, bool accumulate) const {
     const index_t n = X.cols, lz = cache.len;
-    mask.check(lz, n, q0);
+    // the mask and score biases see the cached columns at positions start, start+1, …: relative to column 0
+    // the queries are at q0 − start (start > 0 only for a window, whose rule depends on t_x − t_z only, as
+    // ALiBi's bias does); the query/key transform (RoPE) rotates Q at the absolute q0
+    const index_t q_rel = q0 - cache.start;
+    mask.check(lz, n, q_rel);
     MatView<T> Q = ensure(s.Q, H * d_attn, n), Y = ensure(s.Y, H * d_mid, n);
     affine<T>(store.W(W_q), X, bias(store, b_q), Q);  // Alg 4 line 1, all heads
     if (position.qk)  // queries at q0, q0 + 1, … (V1 line 2a)
         position.qk->forward(Q, QKTransform<T>::Role::Query, H, Seqs::single(n), q0);
     CMatView<T> K = CMatView<T>(view(cache.K)).cols_range(0, lz), V = CMatView<T>(view(cache.V)).cols_range(0, lz);
-    heads(store, Q, Seqs::single(n), K, V, Seqs::single(lz), q0, s, Y, nullptr, 0);  // Alg 5 lines 1–3
+    heads(store, Q, Seqs::single(n), K, V, Seqs::single(lz), q_rel, s, Y, nullptr, 0);  // Alg 5 lines 1–3
     if (accumulate)
         affine_add<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // Alg 5 line 4 (into the residual stream)
     else

@@ -24,7 +24,8 @@ unsigned bit(Arch a) { return a == Arch::D ? D : a == Arch::E ? E : ED; }
 // An option's type, and with it the check of one value (in resolve) and its JSON form.
 enum class Kind {
     Size,         // a positive integer that every config of the architecture needs (the sizes)
-    AutoSize,     // a positive integer, or None: 0, filled by resolve from the others (d_attn, d_mid, H_kv)
+    AutoSize,     // a positive integer, or None: 0 (d_attn, d_mid, H_kv: filled by resolve from the others;
+                  // sliding_window: off, written None)
     Count,        // an integer >= 0
     Real,         // a real number (checked by `Check`)
     AutoReal,     // a real number > 0, or None: 0 (base)
@@ -100,6 +101,7 @@ const std::vector<OptionSpec> kSchema = {
     {"resid_dropout", ALL, Kind::Real, &ModelConfig::resid_dropout, Check::Rate},
     {"mlp", D, Kind::Enum, &ModelConfig::mlp},
     {"rope_theta", D, Kind::Real, &ModelConfig::rope_theta, Check::Positive},
+    {"sliding_window", D, Kind::AutoSize, &ModelConfig::sliding_window},
     {"n_segments", E, Kind::Count, &ModelConfig::n_segments},
     {"embed_norm", E, Kind::Bool, &ModelConfig::embed_norm},
     {"unembed_bias", E, Kind::Bool, &ModelConfig::unembed_bias},
@@ -154,9 +156,11 @@ void check_real(const OptionSpec& o, double v) {
     switch (o.check) {
         case Check::Positive:
             if (!(v > 0)) throw ValueError(name + " must be > 0, got " + str_of(v));
+            if (!std::isfinite(v)) throw ValueError(name + " must be a finite number > 0, got " + str_of(v));
             break;
         case Check::NonNegative:
             if (!(v >= 0)) throw ValueError(name + " must be >= 0, got " + str_of(v));
+            if (!std::isfinite(v)) throw ValueError(name + " must be a finite number >= 0, got " + str_of(v));
             break;
         case Check::Rate: check_dropout_rate(v, o.name); break;
         case Check::None: break;
@@ -243,6 +247,9 @@ Json json_of(const ModelConfig& c, const OptionSpec& o) {
                     return nullptr;
                 } else if constexpr (std::is_same_v<V, double>) {
                     if (o.kind == Kind::AutoReal && v == 0) return nullptr;
+                    return v;
+                } else if constexpr (std::is_same_v<V, index_t>) {
+                    if (o.kind == Kind::AutoSize && v == 0) return nullptr;  // None (sliding_window off)
                     return v;
                 } else {
                     return v;
@@ -452,6 +459,7 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
     if (arch == Arch::E && c.tied && c.d_f != c.d_e)
         throw ValueError("tied=True needs d_f == d_e: W_u = W_eᵀ is N_V × d_e, but ETransformer's W_u is N_V × d_f");
     if (arch != Arch::D && c.norm != NormKind::Layer) throw ValueError("norm='rms' is a DTransformer option (Gopher)");
+    if (arch != Arch::D && c.sliding_window != 0) throw ValueError("sliding_window is a DTransformer option (Mistral)");
     if (arch != Arch::E && (c.n_segments > 0 || c.embed_norm || c.unembed_bias))
         throw ValueError("n_segments, embed_norm and unembed_bias are ETransformer options (BERT)");
     // the variants (docs/variants.md)

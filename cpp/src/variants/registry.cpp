@@ -13,6 +13,7 @@ namespace ft {
 Mask make_bidirectional_mask(const MaskOptions&);  // listings/masks.cpp
 Mask make_unidirectional_mask(const MaskOptions&);  // listings/masks.cpp
 Mask make_prefix_mask(const MaskOptions&);          // variants/prefix_mask.cpp
+Mask make_sliding_window_mask(const MaskOptions&);  // variants/sliding_window_mask.cpp
 template <class T>
 PositionPart<T> make_rope(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/rope.cpp
 template <class T>
@@ -54,6 +55,7 @@ const std::vector<Entry<MaskFactory>>& masks() {
         {"bidirectional", make_bidirectional_mask},
         {"unidirectional", make_unidirectional_mask},
         {"prefix", make_prefix_mask},
+        {"sliding_window", make_sliding_window_mask},
     };
     return t;
 }

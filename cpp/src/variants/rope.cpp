@@ -84,7 +84,7 @@ template <class T>
 PositionPart<T> make_rope(const AttnSpec& spec, ParamStore<T>&, const std::string&) {
     if (spec.d_attn % 2 != 0)
         throw ValueError("RoPE rotates pairs of rows: d_attn (the head size) must be even, got " + std::to_string(spec.d_attn));
-    if (!(spec.v.rope_theta > 0)) throw ValueError("rope_theta must be > 0");
+    if (!(spec.v.rope_theta > 0) || !std::isfinite(spec.v.rope_theta)) throw ValueError("rope_theta must be a finite number > 0");
     PositionPart<T> p;
     p.qk = std::make_shared<Rope<T>>(spec.d_attn, spec.v.rope_theta);
     return p;
