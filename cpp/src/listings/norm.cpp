@@ -19,7 +19,8 @@ LayerNorm<T>::LayerNorm(index_t d_e_, double eps_, ParamStore<T>& store, const s
                         const std::string& beta_name)
     : d_e(d_e_), eps(eps_) {
     if (d_e <= 0) throw ValueError("layer_norm: d_e must be positive, got " + std::to_string(d_e));
-    if (!(eps >= 0) || !std::isfinite(eps)) throw ValueError("layer_norm: eps must be a finite number >= 0, got " + std::to_string(eps));
+    if (!(eps >= 0)) throw ValueError("layer_norm: eps must be >= 0, got " + std::to_string(eps));
+    if (!std::isfinite(eps)) throw ValueError("layer_norm: eps must be a finite number >= 0, got " + std::to_string(eps));
     gamma = store.vector(gamma_name, d_e);
     beta = store.vector(beta_name, d_e);
 }
@@ -104,7 +105,8 @@ template <class T>
 RMSNorm<T>::RMSNorm(index_t d_e_, double eps_, ParamStore<T>& store, const std::string& gamma_name)
     : d_e(d_e_), eps(eps_) {
     if (d_e <= 0) throw ValueError("RMSnorm: d_e must be positive, got " + std::to_string(d_e));
-    if (!(eps >= 0) || !std::isfinite(eps)) throw ValueError("RMSnorm: eps must be a finite number >= 0, got " + std::to_string(eps));
+    if (!(eps >= 0)) throw ValueError("RMSnorm: eps must be >= 0, got " + std::to_string(eps));
+    if (!std::isfinite(eps)) throw ValueError("RMSnorm: eps must be a finite number >= 0, got " + std::to_string(eps));
     gamma = store.vector(gamma_name, d_e);
 }
 
