@@ -1,0 +1,164 @@
+// Algorithm T (tiled exact attention) against Algorithm 4's literal lines 4–6 (attention_head, itself held to
+// a naive listing in test_attention.cpp): forward, log-sum-exp and backward, for every mask kind, ALiBi,
+// dropout with the literal path's masks, GQA's shared K/V, cached decoding (q0 > 0), cross-attention
+// (ℓ_x ≠ ℓ_z), lengths that are not multiples of the blocks, strided head views.
+#include <limits>
+
+#include "formal_transformers/attention.hpp"
+#include "formal_transformers/tiled_attention.hpp"
+#include "testing.hpp"
+
+using namespace ft;
+
+namespace {
+enum class MaskCase { Bidirectional, Causal, Explicit };
+
+struct Case {
+    index_t l_x, l_z, q0;
+    MaskCase mask;
+    double slope = 0, p = 0;
+    TileSizes tiles = {};
+};
+
+Mask make_mask(MaskCase mc, index_t l_z, index_t cols, Rng& rng) {
+    if (mc == MaskCase::Bidirectional) return Mask::bidirectional();
+    if (mc == MaskCase::Causal) return Mask::unidirectional();
+    std::vector<std::uint8_t> m(std::size_t(l_z * cols));
+    for (auto& v : m) v = rng.uniform() < 0.6;
+    for (index_t j = 0; j < cols; ++j) m[std::size_t(rng.below(std::uint64_t(l_z)) + std::uint64_t(j * l_z))] = 1;
+    // a column whose first key block is entirely masked (exercises the online softmax from m = −∞)
+    if (cols > 1 && l_z > 20)
+        for (index_t i = 0; i < l_z; ++i) m[std::size_t(i + 1 * l_z)] = i >= l_z - 3;
+    return Mask::explicit_matrix(l_z, cols, m.data());
+}
+
+// The literal weights' log-sum-exp per query (the test's own reference for λ)
+template <class T>
+std::vector<double> literal_lse(CMatView<T> Q, CMatView<T> K, const Mask& mask, index_t q0, double slope) {
+    std::vector<double> out(std::size_t(Q.cols));
+    for (index_t j = 0; j < Q.cols; ++j) {
+        std::vector<double> s;
+        for (index_t t = 0; t < K.cols; ++t) {
+            if (!mask.allows(t, q0 + j)) continue;
+            double d = 0;
+            for (index_t i = 0; i < Q.rows; ++i) d += double(K(i, t)) * double(Q(i, j));
+            s.push_back(d / std::sqrt(double(Q.rows)) - slope * double(std::abs(q0 + j - t)));
+        }
+        const double mx = *std::max_element(s.begin(), s.end());
+        double sum = 0;
+        for (double v : s) sum += std::exp(v - mx);
+        out[std::size_t(j)] = mx + std::log(sum);
+    }
+    return out;
+}
+
+// Heads stored stacked as MHAttention stores them (row blocks of a taller matrix: ld > rows), `group`
+// query heads sharing one K, V (GQA); every head's forward and backward, tiled vs literal.
+template <class T>
+void check(const Case& c, index_t group, double tol) {
+    const index_t d = 8, d_v = 6, l_x = c.l_x, l_z = c.l_z;
+    Rng rng(1234 + std::uint64_t(l_x * 7 + l_z * 13 + c.q0 + int(c.mask) * 101 + group));
+    const Mask mask = make_mask(c.mask, l_z, c.q0 + l_x, rng);
+    // stacked: Q [group·d + 3, l_x] (3 spare rows so the views are strided), K [d + 2, l_z], V [d_v + 1, l_z]
+    Matrix<T> Qs = fttest::random_matrix<T>(group * d + 3, l_x, rng), Ks = fttest::random_matrix<T>(d + 2, l_z, rng),
+              Vs = fttest::random_matrix<T>(d_v + 1, l_z, rng), dY = fttest::random_matrix<T>(group * d_v, l_x, rng);
+    CMatView<T> K = view(Ks).rows_range(1, d), V = view(Vs).rows_range(1, d_v);
+    const std::size_t AA = std::size_t(l_z * l_x);
+    std::vector<T> A(AA * std::size_t(group)), Ad(A.size()), dA(AA);
+    std::vector<std::uint8_t> keep(A.size());
+    Matrix<T> Y_lit = Matrix<T>::from_shape({std::size_t(group * d_v), std::size_t(l_x)}), Y_til = Y_lit;
+    Matrix<T> dQ_lit = Matrix<T>::from_shape({std::size_t(group * d), std::size_t(l_x)}), dQ_til = dQ_lit;
+    Matrix<T> dK_lit = Matrix<T>::from_shape({std::size_t(d), std::size_t(l_z)}), dK_til = dK_lit;
+    Matrix<T> dV_lit = Matrix<T>::from_shape({std::size_t(d_v), std::size_t(l_z)}), dV_til = dV_lit;
+    for (auto* m : {&dQ_lit, &dQ_til, &dK_lit, &dK_til, &dV_lit, &dV_til}) m->fill(T(0));
+    std::vector<T> lse(std::size_t(group * l_x));
+    const DropoutKey key{7, 3, 99};
+    for (index_t h = 0; h < group; ++h) {
+        CMatView<T> Q = view(Qs).rows_range(3 + h * d, d);
+        const std::uint64_t i0 = std::uint64_t(h) * AA + 17;  // the head's place in a layer's weights
+        HeadDropout<T> hd{c.p, key, i0, Ad.data() + h * AA, keep.data() + h * AA};
+        attention_head<T>(Q, K, V, mask, c.q0, MatView<T>(A.data() + h * AA, l_z, l_x),
+                          view(Y_lit).rows_range(h * d_v, d_v), c.slope, c.p > 0 ? &hd : nullptr);
+        TiledDropout td{c.p, key, i0};
+        tiled_attention_head<T>(Q, K, V, mask, c.q0, view(Y_til).rows_range(h * d_v, d_v), lse.data() + h * l_x,
+                                c.slope, c.p > 0 ? &td : nullptr, c.tiles);
+        const std::vector<double> lref = literal_lse<T>(Q, K, mask, c.q0, c.slope);
+        EXPECT_LE(fttest::rel_error(lse.data() + h * l_x, lref.data(), std::size_t(l_x)), tol) << "lse, head " << h;
+    }
+    EXPECT_LE(fttest::rel_error(Y_til.data(), Y_lit.data(), Y_lit.size()), tol) << "forward";
+    for (index_t h = 0; h < group; ++h) {  // the group's heads in turn, dK and dV summed (V3)
+        CMatView<T> Q = view(Qs).rows_range(3 + h * d, d);
+        CMatView<T> dYh = CMatView<T>(view(dY)).rows_range(h * d_v, d_v);
+        attention_head_backward<T>(Q, K, V, CMatView<T>(A.data() + h * AA, l_z, l_x), dYh,
+                                   view(dQ_lit).rows_range(h * d, d), view(dK_lit), view(dV_lit),
+                                   MatView<T>(dA.data(), l_z, l_x), c.p > 0 ? Ad.data() + h * AA : nullptr,
+                                   c.p > 0 ? keep.data() + h * AA : nullptr, c.p);
+        TiledDropout td{c.p, key, std::uint64_t(h) * AA + 17};
+        tiled_attention_head_backward<T>(Q, K, V, CMatView<T>(view(Y_til)).rows_range(h * d_v, d_v),
+                                         lse.data() + h * l_x, dYh, mask, c.q0, view(dQ_til).rows_range(h * d, d),
+                                         view(dK_til), view(dV_til), c.slope, c.p > 0 ? &td : nullptr, c.tiles);
+    }
+    EXPECT_LE(fttest::rel_error(dQ_til.data(), dQ_lit.data(), dQ_lit.size()), tol) << "dQ";
+    EXPECT_LE(fttest::rel_error(dK_til.data(), dK_lit.data(), dK_lit.size()), tol) << "dK";
+    EXPECT_LE(fttest::rel_error(dV_til.data(), dV_lit.data(), dV_lit.size()), tol) << "dV";
+}
+
+std::vector<Case> cases() {
+    std::vector<Case> out;
+    const TileSizes small{8, 16}, odd{5, 7}, one{1, 1};
+    for (MaskCase mc : {MaskCase::Bidirectional, MaskCase::Causal, MaskCase::Explicit})
+        for (double slope : {0.0, 0.25})
+            for (double p : {0.0, 0.3}) {
+                out.push_back({37, 37, 0, mc, slope, p, small});        // self-attention, ℓ not a block multiple
+                out.push_back({37, 37, 0, mc, slope, p, {}});           // one block (defaults)
+                out.push_back({29, 53, 0, mc, slope, p, odd});          // ℓ_x ≠ ℓ_z (cross-attention shapes)
+                out.push_back({6, 45, 39, mc, slope, p, small});        // cached decoding: queries at 39 … 44
+                out.push_back({1, 30, 29, mc, slope, p, small});        // one new token
+                out.push_back({11, 9, 0, mc, slope, p, one});           // blocks of one entry
+            }
+    out.push_back({300, 300, 0, MaskCase::Causal, 0.0, 0.0, {}});       // several default blocks
+    out.push_back({300, 300, 0, MaskCase::Causal, 0.5, 0.1, {}});
+    return out;
+}
+
+const char* mask_name(MaskCase m) {
+    return m == MaskCase::Bidirectional ? "bidirectional" : m == MaskCase::Causal ? "causal" : "explicit";
+}
+}  // namespace
+
+TEST(TiledAttention, EqualsLiteralFloat64) {
+    for (const Case& c : cases()) {
+        SCOPED_TRACE(::testing::Message() << "l_x " << c.l_x << " l_z " << c.l_z << " q0 " << c.q0 << " mask "
+                                          << mask_name(c.mask) << " slope " << c.slope << " p " << c.p << " tiles "
+                                          << c.tiles.B_q << "x" << c.tiles.B_k);
+        check<double>(c, 1, 1e-12);
+    }
+}
+
+TEST(TiledAttention, EqualsLiteralFloat32) {
+    for (const Case& c : cases()) {
+        SCOPED_TRACE(::testing::Message() << "l_x " << c.l_x << " l_z " << c.l_z << " q0 " << c.q0 << " mask "
+                                          << mask_name(c.mask) << " slope " << c.slope << " p " << c.p);
+        check<float>(c, 1, 1e-5);
+    }
+}
+
+TEST(TiledAttention, GroupedQueryHeadsShareKV) {
+    for (MaskCase mc : {MaskCase::Bidirectional, MaskCase::Causal, MaskCase::Explicit}) {
+        SCOPED_TRACE(mask_name(mc));
+        check<double>({33, 33, 0, mc, 0.125, 0.2, {8, 16}}, 3, 1e-12);
+        check<float>({33, 33, 0, mc, 0.0, 0.0, {8, 16}}, 2, 1e-5);
+    }
+}
+
+// The tiles draw the same dropout mask as D1 on the whole matrix: a rate near 1 keeps few weights, so a mask
+// drawn from other indices would change Ṽ by far more than the tolerance (a test that can fail).
+TEST(TiledAttention, DropoutMaskIsTheLiteralOne) {
+    Case c{20, 20, 0, MaskCase::Bidirectional, 0.0, 0.9, {4, 4}};
+    check<double>(c, 1, 1e-12);
+    DropoutStream ds(0.9, DropoutKey{7, 3, 99});
+    std::vector<double> y(64, 1.0);
+    std::vector<std::uint8_t> keep(64);
+    dropout_forward<double>(0.9, DropoutKey{7, 3, 99}, 5, y.data(), 64, keep.data());
+    for (std::uint64_t i = 0; i < 64; ++i) EXPECT_EQ(ds.keep(5 + i), keep[i] != 0) << i;
+}
