@@ -84,7 +84,7 @@ void dropout_options(ModelConfig& c, const py::object& dropout, const py::object
 }
 #define FT_DROPOUT_ARGS                                                                                        \
     py::arg("dropout") = 0.0, py::arg("embed_dropout") = py::none(), py::arg("attn_dropout") = py::none(),     \
-        py::arg("resid_dropout") = py::none()
+        py::arg("resid_dropout") = py::none(), py::arg("attention_impl") = "auto"
 
 // Probabilities or logits of the last forward, shaped for the input: (N_V, ℓ) for one sequence,
 // (N, N_V, ℓ) for a 2-D batch, a list of (N_V, ℓ_b) for a ragged list.
@@ -174,6 +174,7 @@ py::dict config_dict(const ModelConfig& c, const char* arch, const std::string& 
     d["embed_dropout"] = c.embed_dropout;
     d["attn_dropout"] = c.attn_dropout;
     d["resid_dropout"] = c.resid_dropout;
+    d["attention_impl"] = attention_impl_name(c.attention_impl);
     if (std::string(arch) == "DTransformer") {
         d["mlp"] = c.mlp == ModelConfig::Mlp::SwiGLU ? "swiglu" : "gelu";
         d["rope_theta"] = c.rope_theta;
@@ -516,7 +517,7 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
                          double eps, const py::object& dtype, const py::object& seed, double init_std,
                          const py::object& H_kv, const py::object& bias, const std::string& mlp, double rope_theta,
                          const py::object& dropout, const py::object& embed_dropout, const py::object& attn_dropout,
-                         const py::object& resid_dropout) {
+                         const py::object& resid_dropout, const std::string& attention_impl) {
                  ModelConfig c;
                  c.n_vocab = n_vocab;
                  c.l_max = l_max;
@@ -531,6 +532,7 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
                  c.mlp = parse_mlp(mlp);
                  c.rope_theta = rope_theta;
                  dropout_options(c, dropout, embed_dropout, attn_dropout, resid_dropout);
+                 c.attention_impl = parse_attention_impl(attention_impl);
                  const DType dt = parse_dtype(dtype);
                  CoreCall nogil;
                  return std::make_unique<DD>(dt, c);
@@ -603,7 +605,7 @@ loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] o
                          const py::object& base, bool tied, const std::string& gelu, double eps, const py::object& dtype,
                          const py::object& seed, double init_std, long long n_segments, bool embed_norm, bool unembed_bias,
                          const py::object& H_kv, const py::object& bias, const py::object& dropout,
-                         const py::object& embed_dropout, const py::object& attn_dropout, const py::object& resid_dropout) {
+                         const py::object& embed_dropout, const py::object& attn_dropout, const py::object& resid_dropout, const std::string& attention_impl) {
                  ModelConfig c;
                  c.n_vocab = n_vocab;
                  c.l_max = l_max;
@@ -619,6 +621,7 @@ loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] o
                  c.unembed_bias = unembed_bias;
                  variant_options(c, H_kv, bias);
                  dropout_options(c, dropout, embed_dropout, attn_dropout, resid_dropout);
+                 c.attention_impl = parse_attention_impl(attention_impl);
                  const DType dt = parse_dtype(dtype);
                  CoreCall nogil;
                  return std::make_unique<DE>(dt, c);
@@ -650,7 +653,7 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
                           long long d_mlp, const py::object& d_attn, const py::object& d_mid, const std::string& positional,
                           const py::object& base, bool tied, double eps, const py::object& dtype, const py::object& seed,
                           double init_std, const py::object& H_kv, const py::object& bias, const py::object& dropout,
-                          const py::object& embed_dropout, const py::object& attn_dropout, const py::object& resid_dropout) {
+                          const py::object& embed_dropout, const py::object& attn_dropout, const py::object& resid_dropout, const std::string& attention_impl) {
                   ModelConfig c;
                   c.n_vocab = n_vocab;
                   c.l_max = l_max;
@@ -662,6 +665,7 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
                   common_options(c, d_attn, d_mid, positional, base, tied, eps, seed, init_std);
                   variant_options(c, H_kv, bias);
                   dropout_options(c, dropout, embed_dropout, attn_dropout, resid_dropout);
+                 c.attention_impl = parse_attention_impl(attention_impl);
                   const DType dt = parse_dtype(dtype);
                   CoreCall nogil;
                   return std::make_unique<DED>(dt, c);

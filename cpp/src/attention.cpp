@@ -6,6 +6,7 @@
 
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/functions.hpp"
+#include "formal_transformers/tiled_attention.hpp"
 
 namespace ft {
 
@@ -95,11 +96,13 @@ void mix(CMatView<T> V, CMatView<T> A, MatView<T> Vt) {
 // serially: OpenMP's default.)
 // Tiny batches (total work under 2^16 multiply-adds) stay serial: a parallel region would cost more.
 // With another OpenBLAS build (pthreads: its own pool) gemm must not be called from our threads: serial.
+// The tiled listing's blocks (`tiled`) always run in parallel above the tiny size: their products are
+// one-thread BLAS calls on tiles (gemm_unsplit), never split over the threads.
 template <class F>
-void for_blocks(index_t n_seqs, index_t H, index_t work_per_block, F&& f) {
+void for_blocks(index_t n_seqs, index_t H, index_t work_per_block, F&& f, bool tiled = false) {
     const index_t n = n_seqs * H;
     if (blas_is_openmp() && n > 1 && n * work_per_block >= 65536 &&
-        (work_per_block < 4 * 65536 || n >= index_t(get_num_threads()))) {
+        (tiled || work_per_block < 4 * 65536 || n >= index_t(get_num_threads()))) {
 #pragma omp parallel for schedule(dynamic)
         for (index_t bh = 0; bh < n; ++bh) f(bh / H, bh % H);
     } else {
@@ -346,9 +349,47 @@ void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Se
     c.A_off.assign(1, 0);
     for (index_t b = 0; b < sx.count(); ++b)
         for (index_t h = 0; h < H; ++h) c.A_off.push_back(c.A_off.back() + sz.len(b) * sx.len(b));
+    c.drop.p = drop ? drop->attn : 0.0;
+    const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid), group = H / H_kv;
+    c.tiled = use_tiled(sz.max_len());
+    if (c.tiled) {
+        // lines 1–3 by Algorithm T (tiled_attention.hpp): per (sequence, head) Y^h and λ, no ℓ_z×ℓ_x matrix;
+        // dropout draws the entries of the same masks (keyed by the entry's index in A) tile by tile
+        c.A.clear();
+        c.A.shrink_to_fit();
+        c.Ad.clear();
+        c.Ad.shrink_to_fit();
+        c.drop.keep.clear();
+        c.drop.keep.shrink_to_fit();
+        c.drop_key = drop ? drop->key(place) : DropoutKey{};
+        c.sx = sx, c.sz = sz;
+        c.unit = this;
+        c.weights_ready = false;
+        c.lse.resize(std::size_t(check_bytes(H * X.cols, sizeof(T), "attention log-sum-exp")));
+        for_blocks(
+            sx.count(), H, work,
+            [&](index_t b, index_t h) {
+                const index_t g = h / group;
+                const TiledDropout td{c.drop.p, c.drop_key, std::uint64_t(c.A_off[std::size_t(b * H + h)])};
+                tiled_attention_head<T>(Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                                        K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                                        V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), mask, 0,
+                                        Y.rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
+                                        c.lse.data() + h * X.cols + sx.begin(b),
+                                        slopes.empty() ? 0.0 : slopes[std::size_t(h)],
+                                        c.drop.active() ? &td : nullptr);
+            },
+            true);
+        if (accumulate)
+            affine_add<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // line 4, added to the caller's residual stream
+        else
+            affine<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // line 4: Ṽ = W_o Y + b_o 1ᵀ
+        return;
+    }
+    c.weights_ready = true;
+    c.lse.clear();
     c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));
     // dropout on the weights (training only): a mask for every entry of A, keyed by its index in A
-    c.drop.p = drop ? drop->attn : 0.0;
     if (c.drop.active()) {
         c.drop.keep.resize(std::size_t(check_bytes(c.A_off.back(), 1, "dropout mask")));
         c.Ad.resize(c.A.size());
@@ -357,7 +398,6 @@ void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Se
     }
     // lines 1–3: for h ∈ [H]: Y^h ← Attention(X, Z | W^h_qkv, Mask): Algorithm 4's lines 4–6 on head h's
     // rows of Q, K, V (V3: key/value head g = h / (H/H_kv)), for every sequence, writing Y^h into its rows of Y.
-    const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid), group = H / H_kv;
     for_blocks(sx.count(), H, work, [&](index_t b, index_t h) {
         const index_t g = h / group;
         const std::size_t off = std::size_t(c.A_off[std::size_t(b * H + h)]);
@@ -399,11 +439,32 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
     std::fill(dY.data, dY.data + dY.size(), T(0));
     // d(line 4): dW_o += dṼ Yᵀ, db_o += dṼ 1, dY = W_oᵀ dṼ
     affine_backward<T>(store.W(W_o), view(c.Y), dVt, store.dW(W_o).data, dbias(store, b_o), dY.data);
-    w.dA.resize(c.A.size());
     CMatView<T> Q = c.Qv, K = c.Kv, V = c.Vv;
     // d(lines 1–3): Algorithm 4's lines 6, 5, 4 backward per (sequence, key/value head g) block; the query
     // heads of a group run in turn, so dK^g and dV^g sum their contributions (V3) without a race
     const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid), group = H / H_kv;
+    if (c.tiled) {  // Algorithm T2 per head: the weights recomputed tile by tile from λ
+        for_blocks(
+            sx.count(), H_kv, work * group,
+            [&](index_t b, index_t g) {
+                for (index_t h = g * group; h < (g + 1) * group; ++h) {
+                    const TiledDropout td{c.drop.p, c.drop_key, std::uint64_t(c.A_off[std::size_t(b * H + h)])};
+                    tiled_attention_head_backward<T>(
+                        Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                        K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                        V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)),
+                        CMatView<T>(view(c.Y)).rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
+                        c.lse.data() + h * X.cols + sx.begin(b),
+                        CMatView<T>(dY).rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)), mask, 0,
+                        dQ.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                        dK.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                        dV.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)),
+                        slopes.empty() ? 0.0 : slopes[std::size_t(h)], c.drop.active() ? &td : nullptr);
+                }
+            },
+            true);
+    } else {
+    w.dA.resize(c.A.size());
     for_blocks(sx.count(), H_kv, work * group, [&](index_t b, index_t g) {
         for (index_t h = g * group; h < (g + 1) * group; ++h) {
             const std::size_t off = std::size_t(c.A_off[std::size_t(b * H + h)]);
@@ -420,6 +481,7 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
                                        c.drop.active() ? c.drop.keep.data() + off : nullptr, c.drop.p);
         }
     });
+    }
     if (var.pos == AttnPos::Rope) {  // d(V1 lines 2a, 2b): back through the rotations, dQ ← R(p)ᵀ dQ, dK ← R(p)ᵀ dK
         rope_seqs(dQ, H, sx, 0, true);
         rope_seqs(dK, H_kv, sz, 0, true);
@@ -482,17 +544,52 @@ void MHAttention<T>::attend_cached(const ParamStore<T>& store, CMatView<T> X, in
     MatView<T> Q = ensure(s.Q, H * d_attn, n), Y = ensure(s.Y, H * d_mid, n);
     affine<T>(store.W(W_q), X, bias(store, b_q), Q);  // Alg 4 line 1, all heads
     if (var.pos == AttnPos::Rope) rope_seqs(Q, H, Seqs::single(n), q0, false);  // V1 line 2a at q0, q0+1, …
-    s.A.resize(std::size_t(lz * n));
     CMatView<T> K = CMatView<T>(view(cache.K)).cols_range(0, lz), V = CMatView<T>(view(cache.V)).cols_range(0, lz);
     const index_t group = H / H_kv;
+    s.tiled = use_tiled(lz);
+    if (s.tiled) {  // Algorithm T per head, queries at q0, q0+1, …
+        s.lse.resize(std::size_t(check_bytes(H * n, sizeof(T), "attention log-sum-exp")));
+        for (index_t h = 0; h < H; ++h)
+            tiled_attention_head<T>(Q.rows_range(h * d_attn, d_attn), K.rows_range((h / group) * d_attn, d_attn),
+                                    V.rows_range((h / group) * d_mid, d_mid), mask, q0, Y.rows_range(h * d_mid, d_mid),
+                                    s.lse.data() + h * n, slopes.empty() ? 0.0 : slopes[std::size_t(h)]);
+    } else {
+    s.A.resize(std::size_t(lz * n));
     for (index_t h = 0; h < H; ++h)  // Alg 5 lines 1–3 (Alg 4 lines 4–6 per head; V3: key/value head h / group)
         attention_head<T>(Q.rows_range(h * d_attn, d_attn), K.rows_range((h / group) * d_attn, d_attn),
                           V.rows_range((h / group) * d_mid, d_mid), mask, q0, MatView<T>(s.A.data(), lz, n),
                           Y.rows_range(h * d_mid, d_mid), slopes.empty() ? 0.0 : slopes[std::size_t(h)]);
+    }
     if (accumulate)
         affine_add<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // Alg 5 line 4 (into the residual stream)
     else
         affine<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // Alg 5 line 4
+}
+
+template <class T>
+void MHAttention<T>::materialize_weights(const MHAttentionCache<T>& c) const {
+    if (c.weights_ready) return;
+    FT_CHECK(c.tiled && index_t(c.A_off.size()) == c.sx.count() * H + 1, "attention weights: no forward to rebuild");
+    const Seqs &sx = c.sx, &sz = c.sz;
+    c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));
+    if (c.drop.active()) c.drop.keep.resize(std::size_t(c.A_off.back()));
+    const index_t group = H / H_kv;
+    std::vector<T> scratch;
+    for (index_t b = 0; b < sx.count(); ++b)
+        for (index_t h = 0; h < H; ++h) {  // lines 4–6 as printed, on the saved Q, K, V (Ṽ discarded)
+            const index_t g = h / group, off = c.A_off[std::size_t(b * H + h)];
+            scratch.resize(std::size_t(d_mid * sx.len(b)));
+            attention_head<T>(c.Qv.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                              c.Kv.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                              c.Vv.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), mask, 0,
+                              MatView<T>(c.A.data() + off, sz.len(b), sx.len(b)), MatView<T>(scratch.data(), d_mid, sx.len(b)),
+                              slopes.empty() ? 0.0 : slopes[std::size_t(h)]);
+        }
+    if (c.drop.active()) {  // the masks the tiles drew: entry i of A keyed by drop_key (DropoutStream)
+        const DropoutStream ds(c.drop.p, c.drop_key);
+        for (std::size_t i = 0; i < c.drop.keep.size(); ++i) c.drop.keep[i] = ds.keep(i);
+    }
+    c.weights_ready = true;
 }
 
 template class BasicAttention<float>;

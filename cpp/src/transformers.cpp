@@ -110,6 +110,7 @@ AttnVariant attn_variant(const ModelConfig& g, bool positional) {
     if (positional && g.positional == Positional::Rope) v.pos = AttnPos::Rope;
     if (positional && g.positional == Positional::Alibi) v.pos = AttnPos::Alibi;
     v.rope_theta = g.rope_theta;
+    v.impl = g.attention_impl;
     return v;
 }
 }  // namespace
@@ -495,6 +496,7 @@ CMatView<T> Model<T>::attention_weights(AttentionKind kind, index_t l, index_t b
     in_range(b, B, "seq", ": the last forward call had " + std::to_string(B) + (B == 1 ? " sequence" : " sequences"));
     in_range(h, cfg.H, "head", "");
     const MHAttentionCache<T>& c = attention_cache(kind, l);
+    c.ensure_weights();  // after a tiled forward: computed now (Algorithm 4 lines 4–6 on the saved Q, K)
     FT_CHECK(index_t(c.A_off.size()) >= B * cfg.H, "attention cache smaller than the recorded batch");
     // rows: the keys' sequence (x for the decoder's self-attention, z otherwise); columns: the queries'
     const index_t rows = kind == AttentionKind::Decoder ? last_.x.len(b) : last_.z.len(b);
@@ -897,6 +899,14 @@ void add_mask(std::vector<typename Model<T>::MaskRef>& out, const std::string& n
               bool weights = false, AttentionKind kind = AttentionKind::Decoder, index_t l = 0, const T* A0 = nullptr) {
     if (m.active()) out.push_back({name, &m, weights, kind, l, A0});
 }
+// an attention's weights' mask (after a tiled forward: redrawn now, with its A, so A0 is where it lies)
+template <class T>
+void add_weights_mask(std::vector<typename Model<T>::MaskRef>& out, const std::string& name, const MHAttentionCache<T>& c,
+                      AttentionKind kind, index_t l) {
+    if (!c.drop.active()) return;
+    c.ensure_weights();
+    add_mask<T>(out, name, c.drop, true, kind, l, c.A.data());
+}
 
 // the masks of blocks with one self-attention (D, E, ED's encoder), their layers named prefix.l.
 template <class T, class Acts>
@@ -905,7 +915,7 @@ void self_block_masks(std::vector<typename Model<T>::MaskRef>& r, const char* pr
     for (index_t l = 0; l < index_t(acts.size()); ++l) {
         const auto& a = acts[std::size_t(l)];
         const std::string p = layer_prefix(prefix, l);
-        add_mask<T>(r, p + "attn.weights", a.attn.drop, true, kind, l, a.attn.A.data());
+        add_weights_mask<T>(r, p + "attn.weights", a.attn, kind, l);
         add_mask<T>(r, p + "attn.out", a.drop_attn);
         add_mask<T>(r, p + "mlp.out", a.drop_mlp);
     }
@@ -935,9 +945,9 @@ std::vector<typename Model<T>::MaskRef> EDTransformer<T>::dropout_masks() const 
     for (index_t l = 0; l < index_t(dec_acts_.size()); ++l) {
         const auto& a = dec_acts_[std::size_t(l)];
         const std::string p = layer_prefix("dec", l);
-        add_mask<T>(r, p + "attn.weights", a.self_attn.drop, true, AttentionKind::Decoder, l, a.self_attn.A.data());
+        add_weights_mask<T>(r, p + "attn.weights", a.self_attn, AttentionKind::Decoder, l);
         add_mask<T>(r, p + "attn.out", a.drop_self);
-        add_mask<T>(r, p + "cross_attn.weights", a.cross_attn.drop, true, AttentionKind::Cross, l, a.cross_attn.A.data());
+        add_weights_mask<T>(r, p + "cross_attn.weights", a.cross_attn, AttentionKind::Cross, l);
         add_mask<T>(r, p + "cross_attn.out", a.drop_cross);
         add_mask<T>(r, p + "mlp.out", a.drop_mlp);
     }

@@ -42,12 +42,21 @@ namespace ft {
 // How the position enters attention: not at all (Algorithm 5), V1 or V2.
 enum class AttnPos { None, Rope, Alibi };
 
+// How Algorithm 4's lines 4–6 are computed (API.md `attention_impl`): Literal, the listing as printed (the
+// weights A held, ℓ_z×ℓ_x per head); Tiled, Algorithm T (tiled_attention.hpp: the same numbers up to rounding,
+// O(ℓ·d) memory per head); Auto, Tiled from kTiledFromLength context tokens on (docs/design.md "Tiled attention").
+enum class AttnImpl { Auto, Literal, Tiled };
+// Auto's threshold: the longest key sequence of a call at which the tiled listing becomes the faster one
+// (measured on the baby GPT shape's training step, docs/design.md "Tiled attention").
+constexpr index_t kTiledFromLength = 512;
+
 // The options of one MHAttention. Defaults: Algorithm 5 exactly.
 struct AttnVariant {
     index_t H_kv = 0;            // key/value heads (V3); 0: H
     bool bias = true;            // false: V5 (no b_q, b_k, b_v, b_o)
     AttnPos pos = AttnPos::None;
     double rope_theta = 10000.0; // V1's θ
+    AttnImpl impl = AttnImpl::Auto;
 };
 
 // Algorithm V1 on every head of X:[n_heads·d, n] in place, column j at absolute position pos[j];
