@@ -3,8 +3,8 @@
 // with its tile products as one-thread BLAS calls or as our own loops, over a few tile sizes; one thread
 // (MHAttention runs one head per thread), float32, causal, d_attn = d_v = 32 (the baby GPT's heads) or --d.
 //
-//   g++ -O3 -march=native -fopenmp -std=c++17 -I cpp/include bench/bench_tiles.cpp build/dev/libft_core.a \
-//       $(grep FT_BLAS_LIBRARY: build/dev/CMakeCache.txt | cut -d= -f2) -o build/dev/bench_tiles
+//   g++ -O3 -march=native -fopenmp -std=c++17 -DXTENSOR_USE_XSIMD -I cpp/include bench/bench_tiles.cpp build/dev/libft_core.a \
+//       $(python -c "import scipy_openblas32 as s; print(s.get_lib_dir() + '/' + s.get_library(True))") -o build/dev/bench_tiles
 //   OMP_NUM_THREADS=1 ./build/dev/bench_tiles [l=2048] [d=32] [reps=5]
 // Prints the median ms of forward+backward for each, and the speed-up over the literal path.
 #include <algorithm>
@@ -42,12 +42,12 @@ int main(int argc, char** argv) {
     const int reps = argc > 3 ? std::atoi(argv[3]) : 5;
     Rng rng(1);
     auto rnd = [&](index_t n) {
-        std::vector<float> v(std::size_t(n));
+        std::vector<float> v(static_cast<std::size_t>(n));
         for (auto& x : v) x = float(rng.normal());
         return v;
     };
     std::vector<float> Q = rnd(d * l), K = rnd(d * l), V = rnd(d * l), dY = rnd(d * l), Y(std::size_t(d * l)),
-                       dQ(Q.size()), dK(Q.size()), dV(Q.size()), lse(std::size_t(l));
+                       dQ(Q.size()), dK(Q.size()), dV(Q.size()), lse(static_cast<std::size_t>(l));
     const Mask mask = Mask::unidirectional();
     CMatView<float> q(Q.data(), d, l), k(K.data(), d, l), v(V.data(), d, l), dy(dY.data(), d, l);
     std::printf("one head, causal, l %ld, d %ld, float32, one thread; BLAS: %s\n", long(l), long(d), blas_info().c_str());

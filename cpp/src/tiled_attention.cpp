@@ -55,13 +55,50 @@ T exp_shift(T* s, index_t n, T m) {
     return sum;
 }
 
+// C ← α op(A) op(B) + β C on a tile, on the calling thread: one BLAS call, or our loops. The loops: with A
+// as stored, columns of C as sums of columns of A (axpy over C's contiguous column); with Aᵀ, each entry a
+// dot product of two contiguous columns (A's and B's: op(B) = B only).
+template <class T>
+void tile_gemm(TileKernel kern, Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta, MatView<T> C) {
+    if (kern == TileKernel::Blas) {
+        gemm_unsplit<T>(opA, opB, alpha, A, B, beta, C);
+        return;
+    }
+    const index_t m = C.rows, n = C.cols, k = opA == Op::N ? A.cols : A.rows;
+    for (index_t j = 0; j < n; ++j) {
+        T* c = C.col(j);
+        if (beta == T(0))
+            std::fill(c, c + m, T(0));
+        else if (beta != T(1))
+            for (index_t i = 0; i < m; ++i) c[i] *= beta;
+        if (opA == Op::N) {
+            for (index_t p = 0; p < k; ++p) {  // C[:, j] += α A[:, p] op(B)[p, j]
+                const T b = alpha * (opB == Op::N ? B(p, j) : B(j, p));
+                const T* a = A.col(p);
+#pragma omp simd
+                for (index_t i = 0; i < m; ++i) c[i] += a[i] * b;
+            }
+        } else {  // C[i, j] += α A[:, i] · B[:, j]
+            FT_CHECK(opB == Op::N, "tile_gemm: Aᵀ Bᵀ is not a tile product");
+            const T* b = B.col(j);
+            for (index_t i = 0; i < m; ++i) {
+                const T* a = A.col(i);
+                T s = 0;
+#pragma omp simd reduction(+ : s)
+                for (index_t p = 0; p < k; ++p) s += a[p] * b[p];
+                c[i] += alpha * s;
+            }
+        }
+    }
+}
+
 // T1 line 4 / T2 line 3 on the block of keys t0 … t0+nk−1 and queries j0 … j0+nq−1 (absolute q0 + j0 …):
 // S ← K_Iᵀ Q_J / √d_attn, minus V2's m |t_x − t_z| (ALiBi), masked entries ← −∞ (Algorithm 4 lines 4–5).
 template <class T>
-void block_scores(CMatView<T> Q, CMatView<T> K, const Mask& mask, index_t q0, index_t t0, index_t nk, index_t j0,
-                  index_t nq, double slope, MatView<T> S) {
+void block_scores(TileKernel kern, CMatView<T> Q, CMatView<T> K, const Mask& mask, index_t q0, index_t t0, index_t nk,
+                  index_t j0, index_t nq, double slope, MatView<T> S) {
     const T scale = T(1) / std::sqrt(T(Q.rows));
-    gemm_unsplit<T>(Op::T, Op::N, scale, K.cols_range(t0, nk), Q.cols_range(j0, nq), T(0), S);
+    tile_gemm<T>(kern, Op::T, Op::N, scale, K.cols_range(t0, nk), Q.cols_range(j0, nq), T(0), S);
     const Mask::Kind kind = mask.kind();
     for (index_t j = 0; j < nq; ++j) {
         const index_t tx = q0 + j0 + j;
@@ -137,7 +174,7 @@ void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const Mas
         for (index_t t0 = 0; t0 < kend; t0 += Bk) {  // line 3 (causal: the blocks past the diagonal are skipped)
             const index_t nk = std::min(Bk, kend - t0);
             MatView<T> S(Sb, nk, nq);
-            block_scores<T>(Q, K, mask, q0, t0, nk, j0, nq, alibi_slope, S);  // line 4
+            block_scores<T>(tiles.kernel, Q, K, mask, q0, t0, nk, j0, nq, alibi_slope, S);  // line 4
             for (index_t j = 0; j < nq; ++j) {
                 T* s = S.col(j);
                 const T m_new = std::max(m[j], col_max(s, nk));  // line 5: m′
@@ -158,7 +195,7 @@ void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const Mas
                     for (index_t i = 0; i < nk; ++i) s[i] = ds.keep(c + std::uint64_t(i)) ? s[i] * inv_keep : T(0);
                 }
             }
-            gemm_unsplit<T>(Op::N, Op::N, T(1), V.cols_range(t0, nk), S, T(1), VtJ);  // line 6: Ṽ_J += V_I P
+            tile_gemm<T>(tiles.kernel, Op::N, Op::N, T(1), V.cols_range(t0, nk), S, T(1), VtJ);  // line 6: Ṽ_J += V_I P
         }
         for (index_t j = 0; j < nq; ++j) {  // line 7
             const T inv = T(1) / l[j];
@@ -203,7 +240,7 @@ void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, 
         for (index_t j0 = jstart; j0 < l_x; j0 += Bq) {
             const index_t nq = std::min(Bq, l_x - j0);
             MatView<T> P(Sb, nk, nq), dS(dPb, nk, nq);
-            block_scores<T>(Q, K, mask, q0, t0, nk, j0, nq, alibi_slope, P);  // line 3: S
+            block_scores<T>(tiles.kernel, Q, K, mask, q0, t0, nk, j0, nq, alibi_slope, P);  // line 3: S
             for (index_t j = 0; j < nq; ++j) exp_shift(P.col(j), nk, lse[j0 + j]);  // line 3: P = exp(S − λ)
             CMatView<T> Pd = P;
             if (dropping) {  // the forward's V_I (P ⊙ M/(1 − p))
@@ -212,8 +249,8 @@ void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, 
                 Pd = CMatView<T>(Pdb, nk, nq);
             }
             CMatView<T> dVtJ = dVt.cols_range(j0, nq);
-            gemm_unsplit<T>(Op::N, Op::T, T(1), dVtJ, Pd, T(1), dV.cols_range(t0, nk));  // line 4: dV_I += dṼ_J Pᵀ
-            gemm_unsplit<T>(Op::T, Op::N, T(1), V.cols_range(t0, nk), dVtJ, T(0), dS);  // line 4: dP = V_Iᵀ dṼ_J
+            tile_gemm<T>(tiles.kernel, Op::N, Op::T, T(1), dVtJ, Pd, T(1), dV.cols_range(t0, nk));  // line 4: dV_I += dṼ_J Pᵀ
+            tile_gemm<T>(tiles.kernel, Op::T, Op::N, T(1), V.cols_range(t0, nk), dVtJ, T(0), dS);  // line 4: dP = V_Iᵀ dṼ_J
             if (dropping)  // D2: back through Dropout(P | p, M)
                 for (index_t e = 0; e < nk * nq; ++e) dPb[e] = keep[e] ? dPb[e] * inv_keep : T(0);
             for (index_t j = 0; j < nq; ++j) {  // line 5: dS = P ⊙ (dP − 1 Dᵀ)
@@ -223,8 +260,8 @@ void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, 
 #pragma omp simd
                 for (index_t i = 0; i < nk; ++i) g[i] = p[i] * (g[i] - Dj);
             }
-            gemm_unsplit<T>(Op::N, Op::N, scale, K.cols_range(t0, nk), dS, T(1), dQ.cols_range(j0, nq));  // line 6
-            gemm_unsplit<T>(Op::N, Op::T, scale, Q.cols_range(j0, nq), dS, T(1), dK.cols_range(t0, nk));  // line 6
+            tile_gemm<T>(tiles.kernel, Op::N, Op::N, scale, K.cols_range(t0, nk), dS, T(1), dQ.cols_range(j0, nq));  // line 6
+            tile_gemm<T>(tiles.kernel, Op::N, Op::T, scale, Q.cols_range(j0, nq), dS, T(1), dK.cols_range(t0, nk));  // line 6
         }
     }
 }

@@ -143,6 +143,17 @@ TEST(TiledAttention, EqualsLiteralFloat32) {
     }
 }
 
+// Our own tile loops (TileKernel::Loops, the naive side) give the same numbers as the BLAS tiles.
+TEST(TiledAttention, OwnLoopKernelEqualsLiteral) {
+    for (Case c : cases()) {
+        c.tiles.kernel = TileKernel::Loops;
+        SCOPED_TRACE(::testing::Message() << "l_x " << c.l_x << " l_z " << c.l_z << " q0 " << c.q0 << " mask "
+                                          << mask_name(c.mask) << " slope " << c.slope << " p " << c.p);
+        check<double>(c, 1, 1e-12);
+        check<float>(c, 2, 1e-5);
+    }
+}
+
 TEST(TiledAttention, GroupedQueryHeadsShareKV) {
     for (MaskCase mc : {MaskCase::Bidirectional, MaskCase::Causal, MaskCase::Explicit}) {
         SCOPED_TRACE(mask_name(mc));

@@ -44,9 +44,14 @@
 
 namespace ft {
 
-// Block sizes of the tiles: B_q query columns × B_k key rows (a B_k×B_q block of S, P, dP in the cache).
+// How the products on tiles are computed: one single-thread BLAS call each (gemm_unsplit), or our own loops
+// (vectorised axpy/dot loops, no packing; also the naive side the tests hold the BLAS side to).
+enum class TileKernel { Blas, Loops };
+// Block sizes of the tiles: B_q query columns × B_k key rows (a B_k×B_q block of S, P, dP in the cache), and
+// the kernel of their products (bench/bench_tiles.cpp measured both: docs/design.md "Tiled attention").
 struct TileSizes {
     index_t B_q = 64, B_k = 128;
+    TileKernel kernel = TileKernel::Blas;
 };
 
 // Dropout on one head's weights, drawn as attention_head draws them (HeadDropout without its stored mask):
