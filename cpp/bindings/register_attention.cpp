@@ -295,7 +295,7 @@ void register_attention(py::module_& m) {
                       "  d_z); None: H), bias=False (V5: no b's), positional='rope' (V1, rope_theta) | 'alibi' (V2) | 'none'.\n"
                       "attention_impl='auto' | 'literal' | 'tiled': Algorithm 4's lines 4-6 as printed, or the tiled listing\n"
                       "  (docs/tiled_attention.md: the same numbers up to rounding, memory O(ℓ·d) per head; weights then\n"
-                      "  computed when read); 'auto' picks tiled from 512 context tokens on (docs/design.md).");
+                      "  computed when read); 'auto' picks tiled from 256 context tokens on (docs/design.md).");
     mh.def(py::init([](long long H, long long d_x, long long d_z, long long d_attn, long long d_mid, long long d_out,
                        const py::object& mask, const py::object& dtype, const py::object& seed, const py::object& H_kv,
                        const py::object& bias, const std::string& positional, double rope_theta,

@@ -255,10 +255,10 @@ def test_config_and_save_load_keep_the_option(tmp_path):
 
 
 def test_auto_equals_literal_on_both_sides_of_its_threshold(rng):
-    """auto picks one of the two listings per call (tiled from 512 keys on): equal to literal either way."""
-    auto = ft.DTransformer(V, 600, 1, 2, 8, 8, dtype="float64", seed=4)
-    lit = ft.DTransformer(V, 600, 1, 2, 8, 8, dtype="float64", seed=4, attention_impl="literal")
-    for l in (100, 520):
+    """auto picks one of the two listings per call (tiled from 256 keys on): equal to literal either way."""
+    auto = ft.DTransformer(V, 300, 1, 2, 8, 8, dtype="float64", seed=4)
+    lit = ft.DTransformer(V, 300, 1, 2, 8, 8, dtype="float64", seed=4, attention_impl="literal")
+    for l in (100, 270):
         x = rng.integers(0, V - 3, size=l)
         assert rel_err(auto(x), lit(x)) <= 1e-12
         assert rel_err(auto.attention_weights(0), lit.attention_weights(0)) <= 1e-12

@@ -48,7 +48,7 @@ enum class AttnPos { None, Rope, Alibi };
 enum class AttnImpl { Auto, Literal, Tiled };
 // Auto's threshold: the longest key sequence of a call at which the tiled listing becomes the faster one
 // (measured on the baby GPT shape's training step, docs/design.md "Tiled attention").
-constexpr index_t kTiledFromLength = 512;
+constexpr index_t kTiledFromLength = 256;
 
 // The options of one MHAttention. Defaults: Algorithm 5 exactly.
 struct AttnVariant {
