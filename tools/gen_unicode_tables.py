@@ -1,7 +1,7 @@
-"""Generate cpp/src/unicode_tables.cpp: the character classes of the GPT-2 pre-tokenizer (paper §4) above
+"""Generate cpp/src/tokenize/unicode_tables.cpp: the character classes of the GPT-2 pre-tokenizer (paper §4) above
 ASCII, from Python's unicodedata.
 
-    python tools/gen_unicode_tables.py            # rewrite cpp/src/unicode_tables.cpp
+    python tools/gen_unicode_tables.py            # rewrite cpp/src/tokenize/unicode_tables.cpp
     python tools/gen_unicode_tables.py --check    # exit 1 if the committed file differs from the output
 
 The classes: letters \\p{L} (general categories L*), numbers \\p{N} (N*) and the White_Space property
@@ -18,7 +18,7 @@ import sys
 import unicodedata
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-OUT = ROOT / "cpp" / "src" / "unicode_tables.cpp"
+OUT = ROOT / "cpp" / "src" / "tokenize" / "unicode_tables.cpp"
 
 # Unicode's White_Space property above ASCII (PropList.txt, unchanged since Unicode 6.3).
 WHITE_SPACE = [0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000]

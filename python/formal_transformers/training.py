@@ -1,6 +1,6 @@
 """Algorithms 11–13 — EDTraining, ETraining, DTraining — with the options users of trainers expect.
 
-The listings' loops run in C++ (cpp/src/training.cpp, line by line) with the GIL released; this module
+The listings' loops run in C++ (cpp/src/listings/training.cpp, line by line) with the GIL released; this module
 adds what belongs to Python: the optimizer choice, a tqdm progress bar showing the loss, a callback, and
 the loss history a notebook can plot. Ctrl-C stops training between steps (or inside a step, before its
 update): the model keeps the parameters of the last completed step, the history is kept on the trainer,

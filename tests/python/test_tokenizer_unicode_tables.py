@@ -1,4 +1,4 @@
-"""The pre-tokenizer's Unicode tables (cpp/src/unicode_tables.cpp) are what tools/gen_unicode_tables.py
+"""The pre-tokenizer's Unicode tables (cpp/src/tokenize/unicode_tables.cpp) are what tools/gen_unicode_tables.py
 makes from Python's unicodedata: regenerated and compared byte for byte when this Python's unicodedata has
 the Unicode version the committed file states; otherwise the comparison is impossible and the test says so
 (a skip naming both versions, which CI's FT_NO_SKIP turns into a failure: CI's Python must match)."""
@@ -12,7 +12,7 @@ import unicodedata
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-TABLES = ROOT / "cpp" / "src" / "unicode_tables.cpp"
+TABLES = ROOT / "cpp" / "src" / "tokenize" / "unicode_tables.cpp"
 GEN = ROOT / "tools" / "gen_unicode_tables.py"
 
 
@@ -37,7 +37,7 @@ def test_generator_reproduces_the_committed_tables():
         pytest.skip(f"cannot compare: the tables are Unicode {version}, this Python's unicodedata is "
                     f"{unicodedata.unidata_version} (run the test with a Python whose unicodedata is {version})")
     assert _generator().render() == committed, \
-        "cpp/src/unicode_tables.cpp differs from what tools/gen_unicode_tables.py generates; rerun it"
+        "cpp/src/tokenize/unicode_tables.cpp differs from what tools/gen_unicode_tables.py generates; rerun it"
 
 
 def test_generated_ranges_classify_like_unicodedata():

@@ -27,6 +27,8 @@ using index_t = std::ptrdiff_t;
 std::uint64_t max_alloc_bytes();
 
 // Throws ValueError: "<what>: <detail> exceeds ..." (out of line: keeps the checks below small).
+// A byte count for messages: "1.5 GiB".
+std::string human_bytes(long double bytes);
 [[noreturn]] void throw_size_error(const std::string& what, const std::string& detail);
 
 // a*b, or ValueError when either is negative or the product overflows index_t.
@@ -40,13 +42,5 @@ index_t check_bytes(index_t n, std::size_t elem_size, const char* what);
 // checked_count + check_bytes: the element count of an allocation of that shape, safe to allocate.
 index_t checked_elements(std::initializer_list<index_t> factors, std::size_t elem_size, const char* what);
 
-// A model's hyperparameters (transformers.hpp), checked before any layer is declared: a lower bound on its
-// parameter count (embeddings, and per layer the attention's W_q, W_k, W_v, W_o and the MLP's two matrices,
-// in float32, θ and gradient) plus kLayerOverhead bytes of bookkeeping per layer must fit max_alloc_bytes().
-// So `L = 2**40` fails at once instead of declaring layers for minutes. ValueError names the sizes.
-struct ModelConfig;
-enum class Arch;
-constexpr index_t kLayerOverhead = 4096;  // bytes: a layer's named parameter entries, caches, workspaces
-void check_model_size(const ModelConfig& c, Arch arch);
 
 }  // namespace ft

@@ -1,0 +1,87 @@
+// A model's hyperparameters (ModelConfig), their checks (resolve) and the checks of a model's input tokens
+// (validate): the one place every front-end (the C++ API, the Python bindings, ft.load, from_hf) builds and
+// checks a model's configuration through. Algorithms 8, 9 and 10 (transformers.hpp) take a resolved config.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "formal_transformers/common.hpp"
+#include "formal_transformers/embedding.hpp"
+#include "formal_transformers/functions.hpp"
+#include "formal_transformers/norm.hpp"
+#include "formal_transformers/variants.hpp"
+
+namespace ft {
+
+// ---------------------------------------------------------------------------------------------------
+// Hyperparameters.
+struct ModelConfig {
+    index_t n_vocab = 0, l_max = 0;
+    index_t L = 0;                  // D, E: layers
+    index_t L_enc = 0, L_dec = 0;   // ED
+    index_t H = 0, d_e = 0, d_mlp = 0;
+    index_t d_f = 0;                // E: the final projection's width
+    index_t d_attn = 0, d_mid = 0;  // 0: d_e / H (then d_e must be divisible by H)
+    NormKind norm = NormKind::Layer;
+    Positional positional = Positional::Learned;
+    double pos_base = 0;            // sinusoidal base; 0: ℓ_max as the paper prints it
+    bool tied = false;              // W_u = W_eᵀ
+    Gelu gelu = Gelu::Exact;
+    double eps = 1e-5;
+    std::uint64_t seed = 0;
+    double init_std = 0.02;
+    // BERT's options of ETransformer, beyond Algorithm 9 (the defaults keep the listing bit for bit; other
+    // architectures reject them): segment (token-type) embeddings W_s [d_e, n_segments] added at line 2 for a
+    // segment-id input (0 for every token when none is given); a layer_norm(· | γ_e, β_e) of X after line 3;
+    // a bias b_u on the unembedding, P = softmax(W_u X + b_u 1ᵀ).
+    index_t n_segments = 0;
+    bool embed_norm = false;
+    bool unembed_bias = false;
+    // Variants (docs/variants.md). positional = Rope | Alibi (D only) puts the position into attention;
+    // H_kv: key/value heads (V3; 0: H); bias = false: V5; mlp = SwiGLU: V4 (D only); rope_theta: V1's θ.
+    index_t H_kv = 0;
+    bool bias = true;
+    enum class Mlp { Standard, SwiGLU } mlp = Mlp::Standard;
+    double rope_theta = 10000.0;
+    // Dropout (docs/regularisation.md; training only): rates after the embedding sum (line 3; Alg 8 lines 3
+    // and 12; after BERT's embedding layer_norm), on the attention weights (Alg 4 line 6, after the softmax)
+    // and on each sublayer's output before the residual add. 0: the listings bit for bit.
+    double embed_dropout = 0, attn_dropout = 0, resid_dropout = 0;
+    bool has_dropout() const { return embed_dropout > 0 || attn_dropout > 0 || resid_dropout > 0; }
+    // How every attention computes Algorithm 4's lines 4–6 (API.md attention_impl; variants.hpp AttnImpl):
+    // the listing as printed, the tiled listing (tiled_attention.hpp), or Auto (tiled from kTiledFromLength on).
+    AttnImpl attention_impl = AttnImpl::Auto;
+
+    index_t mask_token() const { return n_vocab - 3; }
+    index_t bos_token() const { return n_vocab - 2; }
+    index_t eos_token() const { return n_vocab - 1; }
+};
+// Fill d_attn/d_mid defaults and check every size: ValueError naming the problem.
+enum class Arch { D, E, ED };
+ModelConfig resolve(ModelConfig c, Arch arch);
+
+// A batch of token sequences: ids concatenated, s the sequences. Checked by `validate` (IndexError for
+// ids outside [0, N_V), ValueError for empty sequences or sequences longer than ℓ_max).
+struct Tokens {
+    const index_t* ids = nullptr;
+    Seqs s;
+};
+void validate(const Tokens& x, index_t n_vocab, index_t l_max, const char* what);
+// The longest sequence a model's forward pass (and so loss, loss_and_grad, P, logits) accepts: ℓ_max for
+// a table of positions (learned, sinusoidal); no bound for RoPE and ALiBi, which put the position into
+// attention (docs/variants.md "Scoring and decoding past ℓ_max": train short, test long). Every workspace past ℓ_max
+// is sized through sizes.hpp, so a length too large for memory is a ValueError. The one rule the core,
+// the xtensor API and the bindings check model inputs by; the trainers keep ℓ_max (the training length).
+index_t max_input_length(const ModelConfig& c);
+// validate(x, c.n_vocab, max_input_length(c), what)
+void validate(const Tokens& x, const ModelConfig& c, const char* what);
+
+// A model's hyperparameters checked before any layer is declared (sizes.hpp's bound on one allocation): a
+// lower bound on its parameter count (embeddings, and per layer the attention's W_q, W_k, W_v, W_o and the MLP's
+// two matrices, in float32, θ and gradient) plus kLayerOverhead bytes of bookkeeping per layer. So `L = 2**40`
+// fails at once instead of declaring layers for minutes. ValueError names the sizes.
+constexpr index_t kLayerOverhead = 4096;  // bytes: a layer's named parameter entries, caches, workspaces
+void check_model_size(const ModelConfig& c, Arch arch);
+
+}  // namespace ft
