@@ -379,12 +379,15 @@ class MHAttention(_HasParams):
       numpy's arithmetic of the listing (reference.py) would.
     Variants (docs/variants.md): H_kv key/value heads (V3: W_k (H_kv, d_attn, d_z), W_v (H_kv, d_mid,
       d_z); None: H), bias=False (V5: no b's), positional='rope' (V1, rope_theta) | 'alibi' (V2) | 'none'.
+    attention_impl='auto' | 'literal' | 'tiled': Algorithm 4's lines 4-6 as printed, or the tiled listing
+      (docs/tiled_attention.md: the same numbers up to rounding, memory O(ℓ·d) per head; weights then
+      computed when read); 'auto' picks tiled from 256 context tokens on (docs/design.md).
     """
     def __call__(self, X: typing.Any, Z: typing.Any = None) -> typing.Any:
         """
         (X (d_x, ℓ_x), Z (d_z, ℓ_z)) -> Ṽ (d_out, ℓ_x); Z omitted: Z = X.
         """
-    def __init__(self, H: typing.SupportsInt | typing.SupportsIndex, d_x: typing.SupportsInt | typing.SupportsIndex, d_z: typing.SupportsInt | typing.SupportsIndex, d_attn: typing.SupportsInt | typing.SupportsIndex, d_mid: typing.SupportsInt | typing.SupportsIndex, d_out: typing.SupportsInt | typing.SupportsIndex, mask: typing.Any = 'bidirectional', *, dtype: typing.Any = 'float32', seed: typing.Any = 0, H_kv: typing.Any = None, bias: typing.Any = True, positional: str = 'none', rope_theta: typing.SupportsFloat | typing.SupportsIndex = 10000.0) -> None:
+    def __init__(self, H: typing.SupportsInt | typing.SupportsIndex, d_x: typing.SupportsInt | typing.SupportsIndex, d_z: typing.SupportsInt | typing.SupportsIndex, d_attn: typing.SupportsInt | typing.SupportsIndex, d_mid: typing.SupportsInt | typing.SupportsIndex, d_out: typing.SupportsInt | typing.SupportsIndex, mask: typing.Any = 'bidirectional', *, dtype: typing.Any = 'float32', seed: typing.Any = 0, H_kv: typing.Any = None, bias: typing.Any = True, positional: str = 'none', rope_theta: typing.SupportsFloat | typing.SupportsIndex = 10000.0, attention_impl: str = 'auto') -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -400,6 +403,11 @@ class MHAttention(_HasParams):
     @property
     def H_kv(self) -> int:
         ...
+    @property
+    def attention_impl(self) -> str:
+        """
+        'auto', 'literal' or 'tiled' (the constructor's option).
+        """
     @property
     def d_attn(self) -> int:
         ...
@@ -517,7 +525,7 @@ class DTransformer(_HasParams):
     """
     def __call__(self, x: typing.Any) -> typing.Any:
         ...
-    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, norm: str = 'layer', positional: str = 'learned', base: typing.Any = None, tied: bool = False, gelu: str = 'exact', eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, H_kv: typing.Any = None, bias: typing.Any = True, mlp: str = 'gelu', rope_theta: typing.SupportsFloat | typing.SupportsIndex = 10000.0, dropout: typing.Any = 0.0, embed_dropout: typing.Any = None, attn_dropout: typing.Any = None, resid_dropout: typing.Any = None) -> None:
+    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, norm: str = 'layer', positional: str = 'learned', base: typing.Any = None, tied: bool = False, gelu: str = 'exact', eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, H_kv: typing.Any = None, bias: typing.Any = True, mlp: str = 'gelu', rope_theta: typing.SupportsFloat | typing.SupportsIndex = 10000.0, dropout: typing.Any = 0.0, embed_dropout: typing.Any = None, attn_dropout: typing.Any = None, resid_dropout: typing.Any = None, attention_impl: str = 'auto') -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -627,7 +635,7 @@ class ETransformer(_HasParams):
     """
     def __call__(self, x: typing.Any, *, segments: typing.Any = None) -> typing.Any:
         ...
-    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, d_f: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, positional: str = 'learned', base: typing.Any = None, tied: bool = False, gelu: str = 'exact', eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, n_segments: typing.SupportsInt | typing.SupportsIndex = 0, embed_norm: bool = False, unembed_bias: bool = False, H_kv: typing.Any = None, bias: typing.Any = True, dropout: typing.Any = 0.0, embed_dropout: typing.Any = None, attn_dropout: typing.Any = None, resid_dropout: typing.Any = None) -> None:
+    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, d_f: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, positional: str = 'learned', base: typing.Any = None, tied: bool = False, gelu: str = 'exact', eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, n_segments: typing.SupportsInt | typing.SupportsIndex = 0, embed_norm: bool = False, unembed_bias: bool = False, H_kv: typing.Any = None, bias: typing.Any = True, dropout: typing.Any = 0.0, embed_dropout: typing.Any = None, attn_dropout: typing.Any = None, resid_dropout: typing.Any = None, attention_impl: str = 'auto') -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -738,7 +746,7 @@ class EDTransformer(_HasParams):
     """
     def __call__(self, z: typing.Any, x: typing.Any) -> typing.Any:
         ...
-    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L_enc: typing.SupportsInt | typing.SupportsIndex, L_dec: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, positional: str = 'learned', base: typing.Any = None, tied: bool = False, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, H_kv: typing.Any = None, bias: typing.Any = True, dropout: typing.Any = 0.0, embed_dropout: typing.Any = None, attn_dropout: typing.Any = None, resid_dropout: typing.Any = None) -> None:
+    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L_enc: typing.SupportsInt | typing.SupportsIndex, L_dec: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, positional: str = 'learned', base: typing.Any = None, tied: bool = False, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, H_kv: typing.Any = None, bias: typing.Any = True, dropout: typing.Any = 0.0, embed_dropout: typing.Any = None, attn_dropout: typing.Any = None, resid_dropout: typing.Any = None, attention_impl: str = 'auto') -> None:
         ...
     def __repr__(self) -> str:
         ...
