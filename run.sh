@@ -15,7 +15,16 @@
 # Works on a fresh Debian/Ubuntu machine: apt packages are installed with sudo when not root; Python
 # packages go into ./.venv. Environment knobs: PYTHON (interpreter for the venv, default python3),
 # JOBS (build parallelism, default: nproc), PIP_TORCH_ARGS (e.g. "--index-url
-# https://download.pytorch.org/whl/cpu" to fetch the small CPU build of torch instead of PyPI's default).
+# https://download.pytorch.org/whl/cpu" to fetch the small CPU build of torch instead of PyPI's default),
+# FT_APT=0 (never look at apt packages), FT_REBUILD=1 (rebuild the package even when it is up to date).
+#
+# One build for every verb: the package is built and installed into the venv once; the venv keeps a stamp
+# beside the install ($VENV/formal-transformers.stamp): a hash of the source files that go into the wheel
+# (cpp/, cmake/, python/formal_transformers/ and the top-level build files; git's tracked and untracked,
+# not ignored files), the build options (CMAKE_ARGS, SKBUILD_*, CXX, CXXFLAGS, ...), the compiler,
+# the venv's Python and the CPU (FT_NATIVE compiles for it); then the extras installed and the installed
+# extension file. A verb whose stamp matches prints "up to date" and starts its work at once; a changed
+# source, option or compiler rebuilds; a new extra installs only that extra's dependencies.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -29,6 +38,7 @@ APT_PACKAGES=(g++ cmake ninja-build pkg-config git
 log() { printf '\n== %s\n' "$*"; }
 
 install_apt() {
+  [ "${FT_APT:-1}" = 0 ] && return 0
   command -v dpkg-query >/dev/null || { echo "not a Debian/Ubuntu system: install ${APT_PACKAGES[*]} by hand"; return 0; }
   local missing=()
   for p in "${APT_PACKAGES[@]}"; do
@@ -50,18 +60,101 @@ venv() {
     log "python: creating $VENV with $($PYTHON --version)"
     "$PYTHON" -m venv "$VENV"
   fi
-  "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
 }
 
-# $1: extras, e.g. "io" or "test,notebooks,io"
-install_package() {
-  if [[ "$1" == *test* ]]; then
-    # torch first, pinned, so nothing pulls another build (PIP_TORCH_ARGS may name the CPU index)
-    "$VENV/bin/python" -c "import torch" 2>/dev/null || \
-      "$VENV/bin/python" -m pip install -q ${PIP_TORCH_ARGS:-} "torch==2.13.0"
+STAMP_FILE="$VENV/formal-transformers.stamp"
+
+# The files that go into the wheel: git's view (tracked, plus untracked files that are not ignored, so a
+# new cpp/src/*.cpp counts) when this is a git work tree, else every file under the same paths.
+wheel_sources() {
+  local paths=(CMakeLists.txt pyproject.toml README.md cmake cpp python/formal_transformers)
+  if [ -e .git ] && git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    git ls-files -z --cached --others --exclude-standard -- "${paths[@]}" | sort -zu |
+      while IFS= read -r -d '' f; do [ -f "$f" ] && printf '%s\0' "$f"; done
+  else
+    find "${paths[@]}" -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 2>/dev/null | sort -z
   fi
+}
+
+# One line: what the installed package must have been built from (sources, options, toolchain, CPU).
+build_key() {
+  {
+    set +e  # a missing tool is part of the key, not an error
+    wheel_sources | xargs -0 -r sha256sum
+    env | grep -E '^(CMAKE_ARGS|CMAKE_GENERATOR|CMAKE_TOOLCHAIN_FILE|SKBUILD_[A-Z_]*|CXX|CC|CXXFLAGS|CFLAGS|CPPFLAGS|LDFLAGS)=' | sort
+    "${CXX:-c++}" --version 2>&1 | head -n 1
+    "$VENV/bin/python" -c 'import sys; print(sys.version)'
+    grep -m 1 -E '^(model name|cpu model|Processor)' /proc/cpuinfo 2>/dev/null || uname -m
+  } | sha256sum | cut -d ' ' -f 1
+}
+
+# The installed extension module (path, size, modification time): a reinstall by other means changes it.
+installed_core() {
+  local f out=""
+  for f in "$VENV"/lib/python*/site-packages/formal_transformers/_core*.so; do
+    [ -f "$f" ] && out+="$(stat -c '%n %s %Y' "$f") "
+  done
+  [ -n "$out" ] && printf '%s' "$out"
+}
+
+# Sorted, comma-separated union of extras lists ("io" "test,io" -> "io,test")
+extras_union() { printf '%s\n' "$@" | tr ',' '\n' | grep -v '^$' | sort -u | paste -sd, -; }
+
+# The requirements of the extras in $1 that $2 lacks, one a line, read from pyproject.toml (tomllib:
+# Python 3.11+); fails when it cannot tell (older Python, unknown extra), and the caller rebuilds.
+missing_extra_requirements() {
+  "$VENV/bin/python" - "$1" "$2" <<'EOF'
+import sys
+try:
+    import tomllib
+except ImportError:
+    sys.exit(1)
+want, have = set(filter(None, sys.argv[1].split(","))), set(filter(None, sys.argv[2].split(",")))
+with open("pyproject.toml", "rb") as f:
+    extras = tomllib.load(f)["project"].get("optional-dependencies", {})
+if not want - have <= set(extras):
+    sys.exit(1)
+print("\n".join(sorted({r for e in want - have for r in extras[e]})))
+EOF
+}
+
+install_torch() {  # torch first, pinned, so nothing pulls another build (PIP_TORCH_ARGS may name the CPU index)
+  # shellcheck disable=SC2086
+  "$VENV/bin/python" -c "import torch" 2>/dev/null || \
+    "$VENV/bin/python" -m pip install -q ${PIP_TORCH_ARGS:-} "torch==2.13.0"
+}
+
+# $1: extras, e.g. "io" or "test,notebooks,io". Builds and installs the package unless the stamp says the
+# installed one was built from these sources, options and toolchain, and has these extras.
+install_package() {
+  local key core stamp_key="" stamp_extras="" stamp_core="" merged reqs
+  key=$(build_key)
+  if [ -f "$STAMP_FILE" ] && [ "${FT_REBUILD:-0}" != 1 ] && core=$(installed_core); then
+    { IFS= read -r stamp_key; IFS= read -r stamp_extras; IFS= read -r stamp_core; } < "$STAMP_FILE" || true
+    if [ "$stamp_key" = "$key" ] && [ "$stamp_core" = "$core" ]; then
+      merged=$(extras_union "$stamp_extras" "$1")
+      if [ "$merged" = "$stamp_extras" ]; then
+        log "python: formal-transformers in $VENV is up to date (same sources, options and compiler; extras $stamp_extras)"
+        return 0
+      fi
+      if reqs=$(missing_extra_requirements "$1" "$stamp_extras"); then
+        log "python: formal-transformers in $VENV is up to date; installing what extras $1 add"
+        [[ "$1" == *test* ]] && install_torch
+        local req_list=()
+        mapfile -t req_list <<< "$reqs"
+        [ -z "$reqs" ] || "$VENV/bin/python" -m pip install -q "${req_list[@]}"
+        printf '%s\n%s\n%s\n' "$key" "$merged" "$core" > "$STAMP_FILE"
+        return 0
+      fi
+    fi
+  fi
+  [[ "$1" == *test* ]] && install_torch
   log "python: building and installing formal-transformers[$1]"
+  rm -f "$STAMP_FILE"
+  "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
   CMAKE_BUILD_PARALLEL_LEVEL=$JOBS "$VENV/bin/python" -m pip install -q ".[$1]"
+  core=$(installed_core) || { echo "the build installed no formal_transformers/_core module into $VENV"; exit 1; }
+  printf '%s\n%s\n%s\n' "$key" "$(extras_union "$1")" "$core" > "$STAMP_FILE"
 }
 
 setup() {

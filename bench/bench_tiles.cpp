@@ -49,11 +49,13 @@ int main(int argc, char** argv) {
     std::vector<float> Q = rnd(d * l), K = rnd(d * l), V = rnd(d * l), dY = rnd(d * l), Y(std::size_t(d * l)),
                        dQ(Q.size()), dK(Q.size()), dV(Q.size()), lse(static_cast<std::size_t>(l));
     const Mask mask = Mask::unidirectional();
+    HeadBlock<float> blk;  // one head of one sequence, the causal mask part, no bias, no dropout
+    blk.mask = &mask;
     CMatView<float> q(Q.data(), d, l), k(K.data(), d, l), v(V.data(), d, l), dy(dY.data(), d, l);
     std::printf("one head, causal, l %ld, d %ld, float32, one thread; BLAS: %s\n", long(l), long(d), blas_info().c_str());
     std::vector<float> A(std::size_t(l * l)), dA(A.size());
     const double lit = median_ms(reps, [&] {
-        attention_head<float>(q, k, v, mask, 0, MatView<float>(A.data(), l, l), MatView<float>(Y.data(), d, l));
+        attention_head<float>(q, k, v, blk, MatView<float>(A.data(), l, l), MatView<float>(Y.data(), d, l));
         attention_head_backward<float>(q, k, v, CMatView<float>(A.data(), l, l), dy, MatView<float>(dQ.data(), d, l),
                                        MatView<float>(dK.data(), d, l), MatView<float>(dV.data(), d, l),
                                        MatView<float>(dA.data(), l, l));
@@ -64,10 +66,10 @@ int main(int argc, char** argv) {
                              TileSizes{64, 256}, TileSizes{128, 256}, TileSizes{256, 256}}) {
             ts.kernel = kern;
             const double t = median_ms(reps, [&] {
-                tiled_attention_head<float>(q, k, v, mask, 0, MatView<float>(Y.data(), d, l), lse.data(), 0, nullptr, ts);
-                tiled_attention_head_backward<float>(q, k, v, CMatView<float>(Y.data(), d, l), lse.data(), dy, mask, 0,
+                tiled_attention_head<float>(q, k, v, blk, MatView<float>(Y.data(), d, l), lse.data(), ts);
+                tiled_attention_head_backward<float>(q, k, v, CMatView<float>(Y.data(), d, l), lse.data(), dy, blk,
                                                      MatView<float>(dQ.data(), d, l), MatView<float>(dK.data(), d, l),
-                                                     MatView<float>(dV.data(), d, l), 0, nullptr, ts);
+                                                     MatView<float>(dV.data(), d, l), ts);
             });
             std::printf("  tiled %-5s B_q %3ld B_k %3ld          %8.2f ms  (%.2fx literal)\n",
                         kern == TileKernel::Blas ? "BLAS" : "loops", long(ts.B_q), long(ts.B_k), t, lit / t);

@@ -6,8 +6,16 @@ Input layout: the first byte picks the target, the rest is its payload:
     0  tokenizer file text (UTF-8, surrogatepass) -> every tokenizer class's from_json
     1  a whole model file (bytes) -> ft.load
     2  the config JSON of an otherwise valid model file -> ft.load
-Accepted outcomes: a result, or ValueError / TypeError (the documented errors). Anything else — another
-exception, a crash, a hang (-timeout) — is a finding: atheris stops and writes the input to crash-<sha1>.
+    3  the config.json of an otherwise valid Hugging Face directory (GPT-2, BERT or LLaMA-style, by the
+       payload's first byte) -> ft.load_hf
+    4  a run directory's run.json -> the CLI's checks of what --resume reads (cli.RunError)
+    5  a cached data file (downloads off) -> ft.datasets.tiny_shakespeare (the pinned file or
+       DataNotFoundError), and the same bytes as a downloaded fra-eng.zip -> the Tatoeba derivation
+    6  GPT-2's vocab.json and merges.txt, separated by the first NUL byte -> BPETokenizer.from_gpt2_files
+       (ids far beyond the entries, repeated or missing, must be a ValueError before any table is sized)
+Accepted outcomes: a result, or ValueError / TypeError (the documented errors; for 4 the CLI's RunError, for
+5 DataNotFoundError). Anything else — another exception, a crash, a hang (-timeout) — is a finding: atheris
+stops and writes the input to crash-<sha1>.
 
 Coverage is measured on the Python code atheris instruments (formal_transformers' io.py, json,
 safetensors' Python layer); the C++ parsers run on every input but are not instrumented (that needs the
@@ -32,6 +40,9 @@ import safetensors
 import safetensors.numpy
 
 import formal_transformers as ft
+from formal_transformers import cli as ft_cli
+from formal_transformers import datasets as ft_datasets
+from formal_transformers import hf as ft_hf
 from formal_transformers import io as ft_io
 
 
@@ -68,6 +79,32 @@ def _setup():
 TENSORS, META = _setup()
 
 
+def _hf_dirs() -> list:
+    """save_hf directories of a tiny GPT-2, BERT and LLaMA-style model (their config.json is replaced per input)."""
+    out = []
+    for i, m in enumerate([ft.DTransformer(11, 6, 2, 2, 4, 6),
+                           ft.ETransformer(11, 6, 2, 2, 4, 6, 4, embed_norm=True, unembed_bias=True, n_segments=2),
+                           ft.DTransformer(11, 6, 2, 2, 4, 6, positional="rope", H_kv=1, mlp="swiglu", bias=False,
+                                           norm="rms")]):
+        d = os.path.join(TMP, f"hf{i}")
+        ft.save_hf(m, d)
+        out.append(d)
+    return out
+
+
+HF_DIRS = _hf_dirs()
+RUN = os.path.join(TMP, "run")
+os.makedirs(RUN)
+GOOD_TEXT = b"First Citizen:\n"
+DATA = os.path.join(TMP, "data")
+os.makedirs(DATA)
+CACHE = os.path.join(TMP, "cache")
+os.makedirs(CACHE)
+os.environ.update(FT_DATA_DIR=DATA, FT_CACHE_DIR=CACHE, FT_DOWNLOAD="0")
+ft_datasets.SOURCES[ft_datasets.TINY_SHAKESPEARE] = ft_datasets.Source(
+    "http://127.0.0.1:9/none", __import__("hashlib").sha256(GOOD_TEXT).hexdigest())
+
+
 def with_config(config: str) -> str:
     from safetensors.numpy import save_file
 
@@ -79,7 +116,40 @@ def with_config(config: str) -> str:
 def test_one_input(data: bytes) -> None:
     if not data:
         return
-    target, payload = data[0] % 3, data[1:]
+    target, payload = data[0] % 7, data[1:]
+    if target == 3:
+        d = HF_DIRS[payload[0] % 3] if payload else HF_DIRS[0]
+        with open(os.path.join(d, "config.json"), "wb") as f:
+            f.write(payload[1:])
+        try:
+            m = ft.load_hf(d)
+        except ValueError:
+            return
+        m(np.array([0]))
+        return
+    if target == 4:
+        with open(os.path.join(RUN, "run.json"), "wb") as f:
+            f.write(payload)
+        try:
+            state = ft_cli._load_run_state(__import__("pathlib").Path(RUN))
+            if state.get("early_stopping") is not None:
+                ft.DTraining(1, 0.1).early_stopping = state["early_stopping"]
+        except (ft_cli.RunError, ValueError, TypeError):
+            pass
+        return
+    if target == 5:
+        with open(os.path.join(CACHE, ft_datasets.TINY_SHAKESPEARE), "wb") as f:
+            f.write(payload)
+        try:
+            text = ft_datasets.tiny_shakespeare()
+            assert text == GOOD_TEXT.decode() and payload == GOOD_TEXT
+        except ft_datasets.DataNotFoundError:
+            assert payload != GOOD_TEXT
+        try:
+            ft_datasets._tatoeba_subset(payload, 3)
+        except (ft_datasets.DataNotFoundError, ValueError):
+            pass
+        return
     if target == 0:
         text = payload.decode("utf-8", "surrogatepass") if _utf8(payload) else payload.decode("latin-1")
         for cls in TOKENIZERS:
@@ -91,6 +161,18 @@ def test_one_input(data: bytes) -> None:
             t.decode(list(range(min(t.n_vocab, 50))))
             u = cls.from_json(t.to_json())  # what we write, we read back
             assert u.to_json() == t.to_json()
+        return
+    if target == 6:
+        vocab, _, merges = payload.partition(b"\0")
+        for name, blob in (("vocab.json", vocab), ("merges.txt", merges)):
+            with open(os.path.join(TMP, name), "wb") as f:
+                f.write(blob)
+        try:
+            t = ft.BPETokenizer.from_gpt2_files(os.path.join(TMP, "vocab.json"), os.path.join(TMP, "merges.txt"))
+        except ValueError:
+            return
+        assert t.n_vocab <= vocab.count(b":") + 1  # no id beyond the entries: one "key": id pair per token
+        t.decode(t.encode("the cat \u0100 sat", bos=False, eos=False))
         return
     if target == 1:
         with open(FILE, "wb") as f:
@@ -115,7 +197,7 @@ def _utf8(b: bytes) -> bool:
 
 
 def main() -> None:
-    instrument(ft_io, json, json.decoder, safetensors.numpy, sys.modules[__name__])
+    instrument(ft_io, ft_hf, ft_cli, ft_datasets, json, json.decoder, safetensors.numpy, sys.modules[__name__])
     atheris.Setup(sys.argv, test_one_input)
     atheris.Fuzz()
 

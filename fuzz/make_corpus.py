@@ -1,5 +1,6 @@
 """Write the seed corpus of fuzz/fuzz_parsers.py into fuzz/corpus (small files; the first byte picks the
-target: 0 tokenizer file, 1 model file, 2 model config)."""
+target: 0 tokenizer file, 1 model file, 2 model config, 3 Hugging Face config.json, 4 run.json, 5 cached data
+file, 6 GPT-2 vocab.json NUL merges.txt)."""
 from __future__ import annotations
 
 import hashlib
@@ -30,6 +31,32 @@ def main() -> None:
             ft.save(m, p)
             put(1, p.read_bytes())
             put(2, json.dumps(m.config).encode())
+        # 3: Hugging Face config.json (payload byte 0 picks GPT-2 / BERT / LLaMA-style)
+        for i, m in enumerate([ft.DTransformer(11, 6, 2, 2, 4, 6),
+                               ft.ETransformer(11, 6, 2, 2, 4, 6, 4, embed_norm=True, unembed_bias=True, n_segments=2),
+                               ft.DTransformer(11, 6, 2, 2, 4, 6, positional="rope", H_kv=1, mlp="swiglu", bias=False,
+                                               norm="rms")]):
+            h = pathlib.Path(d) / f"hf{i}"
+            ft.save_hf(m, h)
+            put(3, bytes([i]) + (h / "config.json").read_bytes())
+        # 6: GPT-2 vocab.json NUL merges.txt
+        t = ft.BPETokenizer.train(text * 3, 270)
+        v, mg = pathlib.Path(d) / "vocab.json", pathlib.Path(d) / "merges.txt"
+        t.to_gpt2_files(v, mg)
+        put(6, v.read_bytes() + b"\0" + mg.read_bytes())
+        put(6, json.dumps({"\u0100": 2147483646, "\u0101": 0}).encode() + b"\0")  # issue 27: an id far beyond the entries
+    # 4: a run directory's run.json; 5: a cached data file (the pinned one, and a zip holding fra.txt)
+    put(4, json.dumps({"steps_done": 2, "history": {"loss": [3.0, 2.5], "step": [1, 2]}, "seconds": 0.5,
+                       "early_stopping": {"best_val_loss": 2.4, "best_step": 2, "bad_evals": 0, "stopped": False,
+                                          "restored": False}}).encode())
+    put(5, b"First Citizen:\n")
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("fra.txt", "Go.\tVa !\tCC-BY 2.0 (France) Attribution: tatoeba.org #1 (a) & #2 (b)\n")
+    put(5, buf.getvalue())
 
 
 if __name__ == "__main__":

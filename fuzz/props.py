@@ -10,6 +10,10 @@ run is the last line of the log file, written and flushed before each example). 
 
 Sizes are drawn from small values (that build tiny objects) and huge ones (≥ 2**40, that must be
 refused at once); middle sizes, which would legitimately allocate gigabytes, are not drawn.
+
+Beyond the core: Hugging Face directories (hf_dirs: mutated config.json of save_hf directories -> ft.load_hf),
+the command line (cli_args: train with options of any value; cli_run_dirs: --resume / sample of a damaged run
+directory) and ft.datasets (dataset_files: cache files of any content, archives, score arguments).
 """
 from __future__ import annotations
 
@@ -124,6 +128,7 @@ CONSTRUCTORS = {
     "DTransformer_llama": (lambda a, kw: ft.DTransformer(*a[:6], positional="rope", H_kv=a[6], mlp="swiglu", bias=False,
                                                          norm="rms", **kw), 7),
     "DTransformer_alibi": (lambda a, kw: ft.DTransformer(*a[:6], positional="alibi", H_kv=a[6], **kw), 7),
+    "DTransformer_mistral": (lambda a, kw: ft.DTransformer(*a[:6], positional="rope", sliding_window=a[6], **kw), 7),
     "ETransformer": (lambda a, kw: ft.ETransformer(*a[:7], **kw), 7),
     "ETransformer_bert": (lambda a, kw: ft.ETransformer(*a[:7], n_segments=a[0], embed_norm=True, unembed_bias=True, **kw), 7),
     "EDTransformer": (lambda a, kw: ft.EDTransformer(*a[:7], **kw), 7),
@@ -133,8 +138,8 @@ CONSTRUCTORS = {
     "Adam": (lambda a, kw: ft.Adam(*a[:5]), 5),
     "SGD": (lambda a, kw: ft.SGD(a[0]), 1),
     "chunk": (lambda a, kw: ft.chunk(np.arange(10), a[0], a[1]), 2),
-    "set_num_threads": (lambda a, kw: ft.set_num_threads(a[0]) if a[0] in (1, 2) or not isinstance(a[0], int)
-                        or a[0] < 1 or a[0] > 2**31 else None, 1),
+    # any count: above max_num_threads() a ValueError (libgomp crashed the process before); restored to 2
+    "set_num_threads": (lambda a, kw: (ft.set_num_threads(a[0]), ft.set_num_threads(2)), 1),
 }
 rate_or_odd = st.one_of(st.floats(0, 1, exclude_max=True), st.floats(0, 1, exclude_max=True), weird, odd,
                         st.just(1.0), st.just(-0.5))
@@ -540,10 +545,457 @@ def model_files(data):
 
 
 # ------------------------------------------------------------------------------------------------------
+# 6. Hugging Face directories (ft.load_hf): save_hf's config.json with values of any type, range or
+# nesting, keys dropped, RoPE keys added, the text cut — a model or ValueError, quickly
+_HF_DIRS: dict = {}
+
+
+def hf_dir(kind: str) -> str:
+    """A save_hf directory of a tiny GPT-2 / BERT / LLaMA-style model (made once per process)."""
+    if kind not in _HF_DIRS:
+        d = tempfile.mkdtemp(prefix=f"ft-fuzz-hf-{kind}-")
+        m = {"gpt2": lambda: ft.DTransformer(11, 6, 2, 2, 4, 6),
+             "bert": lambda: ft.ETransformer(11, 6, 2, 2, 4, 6, 4, embed_norm=True, unembed_bias=True, n_segments=2),
+             "llama": lambda: ft.DTransformer(11, 6, 2, 2, 4, 6, positional="rope", H_kv=1, mlp="swiglu", bias=False,
+                                              norm="rms")}[kind]()
+        ft.save_hf(m, d)
+        _HF_DIRS[kind] = d
+    return _HF_DIRS[kind]
+
+
+hf_value = st.one_of(
+    st.integers(-3, 8), st.sampled_from([0, 1, 2, 4, 10**6, 10**7, 2**31 - 1, 2**31, 2**63, 2**64, -(2**63)]),
+    st.floats(), st.sampled_from([5e-324, 1e-300, 1e300, 0.5, 12.0, -0.0]), st.booleans(), st.none(),
+    st.text(max_size=6), st.sampled_from(["gelu", "gelu_new", "silu", "relu", "default", "linear", "absolute"]),
+    st.lists(st.integers(-2, 5), max_size=3), st.dictionaries(st.sampled_from(["rope_type", "type", "rope_theta", "factor"]),
+                                                            st.one_of(st.text(max_size=7), st.floats(), st.integers()),
+                                                            max_size=3))
+
+
+@given(kind=st.sampled_from(["gpt2", "bert", "llama"]), data=st.data())
+def hf_dirs(kind, data):
+    import shutil
+
+    src = hf_dir(kind)
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    how = data.draw(st.sampled_from(["value", "value", "value", "drop", "rope", "nest", "cut", "layers"]))
+    if how == "value":
+        for _ in range(data.draw(st.integers(1, 3))):
+            cfg[data.draw(st.sampled_from(sorted(cfg) + ["rope_scaling", "rope_parameters", "n_inner", "head_dim"]))] = \
+                data.draw(hf_value)
+    elif how == "drop":
+        cfg.pop(data.draw(st.sampled_from(sorted(cfg))))
+    elif how == "rope":
+        cfg[data.draw(st.sampled_from(["rope_scaling", "rope_parameters"]))] = data.draw(st.fixed_dictionaries(
+            {}, optional={"rope_type": st.sampled_from(["default", "linear", "dynamic", "yarn", "llama3", None, 3]),
+                          "type": st.sampled_from(["default", "linear"]), "rope_theta": hf_value, "factor": hf_value}))
+        if data.draw(st.booleans()):
+            cfg["rope_theta"] = data.draw(hf_value)
+    elif how == "layers":
+        cfg[{"gpt2": "n_layer"}.get(kind, "num_hidden_layers")] = data.draw(st.sampled_from(
+            [0, 1, 3, 10**6, 10**7, 2**31 - 1, 2**64, 1e300, float("inf")]))
+    text = json.dumps(cfg)
+    if how == "nest":
+        depth = data.draw(st.sampled_from([10, 1000, 100_000]))
+        text = text[:-1] + ', "deep": ' + "[" * depth + "]" * depth + "}"
+    elif how == "cut":
+        text = text[: data.draw(st.integers(0, len(text)))]
+    d = tempfile.mkdtemp(prefix="ft-fuzz-hfcase-")
+    try:
+        shutil.copy(os.path.join(src, "model.safetensors"), d)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            f.write(text)
+        log("hf_dirs", (kind, how, text[:3000]))
+        t = time.perf_counter()
+        try:
+            m = ft.load_hf(d)
+        except ValueError:
+            m = None
+        assert time.perf_counter() - t < 10, "ft.load_hf took too long"
+        if m is not None:
+            m(np.array([0, 1]))
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------------
+# 7. the command line: options of any value (train on a tiny text, --steps ≤ 2) and --resume / sample of a
+# damaged run directory — exit code 0, or 2 with one error line; never a traceback; a refused command
+# changes nothing in the run directory
+_RUN: dict = {}
+_CLI_SMALL = ["--context", "6", "--layers", "1", "--heads", "2", "--d-e", "4", "--d-mlp", "6", "--batch", "2",
+              "--eval-every", "1", "--warmup", "1", "--quiet", "--val-frac", "0.2"]
+
+
+def _cli(args) -> tuple:
+    """(exit code, stderr) of the CLI in this process; any other exception propagates (a finding)."""
+    import contextlib
+    import io
+
+    from formal_transformers import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(args)
+        except SystemExit as e:
+            code = e.code
+    return code, err.getvalue()
+
+
+def cli_text() -> str:
+    if "text" not in _RUN:
+        d = tempfile.mkdtemp(prefix="ft-fuzz-cli-")
+        p = os.path.join(d, "t.txt")
+        with open(p, "w") as f:
+            f.write("abcdefgh " * 40)
+        _RUN["text"], _RUN["dir"] = p, d
+    return _RUN["text"]
+
+
+def cli_run() -> str:
+    """A finished 2-step run directory with every file a run holds (made once per process)."""
+    if "run" not in _RUN:
+        run = os.path.join(os.path.dirname(cli_text()), "run")
+        code, err = _cli(["train", "--text", cli_text(), "--out", run, "--steps", "2", "--patience", "3",
+                          "--restore-best", *_CLI_SMALL])
+        assert code in (0, None), err
+        _RUN["run"] = run
+    return _RUN["run"]
+
+
+def _diverged(code) -> bool:
+    """The CLI's documented end of a run whose loss became NaN/inf (--nonfinite raise): the run saved up to the
+    step before, then SystemExit("error: …")."""
+    return isinstance(code, str) and code.startswith("error: training step ")
+
+
+cli_value = st.one_of(st.sampled_from(["0", "1", "2", "-1", "3", "0.5", "1e-3", "nan", "inf", "-inf", "1e400", "x", "",
+                                       str(2**31), str(2**70), "1_0", " 2", "0x10"]), st.integers(-3, 4).map(str))
+CLI_VALID = {  # option -> values that train a tiny model (drawn as often as the odd ones of cli_value)
+    "--context": ["2", "3", "6"], "--layers": ["1", "2"], "--heads": ["1", "2"], "--d-e": ["2", "4"],
+    "--d-mlp": ["1", "6"], "--batch": ["1", "3"], "--steps": ["0", "1", "2"], "--lr": ["1e-3", "0.5", "1e4"],
+    "--min-lr": ["0", "1e-4"], "--warmup": ["0", "5"], "--weight-decay": ["0", "0.1"], "--dropout": ["0", "0.5"],
+    "--eval-every": ["0", "1"], "--patience": ["1", "2"], "--min-delta": ["0", "0.1"], "--val-frac": ["0", "0.5", "0.9"],
+    "--val-seqs": ["1", "3"], "--seed": ["0", "7"], "--vocab": ["260", "300"], "--tokenizer": ["char", "bpe"],
+    "--nonfinite": ["raise", "skip", "warn"]}
+CLI_OPTIONS = sorted(CLI_VALID)
+
+
+@given(data=st.data())
+def cli_args(data):
+    """train with up to three options set to any value: exit 0, or exit 2 with one error line."""
+    import shutil
+
+    args = ["train", "--text", cli_text(), *_CLI_SMALL, "--steps", "1"]
+    for _ in range(data.draw(st.integers(1, 3))):
+        opt = data.draw(st.sampled_from(CLI_OPTIONS))
+        val = data.draw(st.one_of(st.sampled_from(CLI_VALID[opt]), cli_value))
+        if opt in ("--context", "--d-e", "--d-mlp", "--layers", "--heads", "--batch", "--val-seqs", "--vocab") and \
+                val.strip().lstrip("-").isdigit() and int(val) > 300:
+            val = str(2**31)  # a size that builds a big model legitimately is not what this looks for
+        if opt == "--steps" and val.strip().isdigit() and int(val) > 2:
+            val = "2"
+        if opt == "--tokenizer" and val == "bpe":
+            args += ["--vocab", "260"]
+        args += [opt, val]
+    out = tempfile.mkdtemp(prefix="ft-fuzz-clirun-")
+    try:
+        log("cli_args", args)
+        code, err = _cli(args + ["--out", os.path.join(out, "r")])
+        assert code in (0, None, 2) or _diverged(code), (code, err)
+        assert "Traceback" not in err, err
+        if code == 2:  # argparse's usage (for a bad argument) and one error line naming the problem
+            assert err.strip() and ": error: " in err.strip().splitlines()[-1], err
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+@given(data=st.data())
+def cli_run_dirs(data):
+    """--resume and sample of a run directory with one file damaged (cut, bytes changed, removed, a JSON
+    value replaced): exit 0, or exit 2 naming the problem with the directory unchanged."""
+    import shutil
+
+    good = cli_run()
+    files = sorted(os.listdir(good))
+    d = tempfile.mkdtemp(prefix="ft-fuzz-clidir-")
+    run = os.path.join(d, "run")
+    try:
+        shutil.copytree(good, run)
+        name = data.draw(st.sampled_from(files))
+        p = os.path.join(run, name)
+        blob = open(p, "rb").read()
+        how = data.draw(st.sampled_from(["cut", "flip", "remove", "json"] if name.endswith(".json") else ["cut", "flip", "remove"]))
+        if how == "cut":
+            blob = blob[: data.draw(st.integers(0, len(blob)))]
+        elif how == "flip":
+            blob = bytearray(blob)
+            for _ in range(data.draw(st.integers(1, 4))):
+                blob[data.draw(st.integers(0, len(blob) - 1))] = data.draw(st.integers(0, 255))
+            blob = bytes(blob)
+        elif how == "json":
+            obj = json.loads(blob)
+            if isinstance(obj, dict) and obj:
+                key = data.draw(st.sampled_from(sorted(obj)))
+                obj[key] = data.draw(st.one_of(hf_value, st.just({"best_val_loss": 1.0})))
+            blob = json.dumps(obj).encode()
+        if how == "remove":
+            os.remove(p)
+        else:
+            with open(p, "wb") as f:
+                f.write(blob)
+        before = {f: open(os.path.join(run, f), "rb").read() for f in sorted(os.listdir(run))}
+        cmd = data.draw(st.sampled_from(["resume", "sample"]))
+        args = (["train", "--text", cli_text(), "--out", run, "--steps", "3", "--patience", "3", "--restore-best",
+                 "--resume", *_CLI_SMALL] if cmd == "resume" else ["sample", "--run", run, "--tokens", "2", "--samples", "1"])
+        log("cli_run_dirs", (name, how, blob[:1500], cmd))
+        code, err = _cli(args)
+        assert code in (0, None, 2) or _diverged(code), (code, err)
+        assert "Traceback" not in err, err
+        if code == 2:
+            assert len(err.strip().splitlines()) == 1 and ": error: " in err, err
+            after = {f: open(os.path.join(run, f), "rb").read() for f in sorted(os.listdir(run))}
+            assert after == before, "a refused command changed the run directory"
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------------
+# 8. ft.datasets: a cache file of any content (with downloads off) is the pinned file or DataNotFoundError;
+# the Tatoeba derivation of any bytes is a file or DataNotFoundError / ValueError; bleu / split_by_source
+# arguments of any value
+@given(data=st.data())
+def dataset_files(data):
+    import hashlib
+
+    from formal_transformers import datasets
+
+    good = b"First Citizen:\nBefore we proceed any further, hear me speak.\n"
+    how = data.draw(st.sampled_from(["cache", "cache", "archive", "scores"]))
+    if how == "cache":
+        blob = data.draw(st.one_of(st.binary(max_size=80), st.just(good), st.integers(0, len(good)).map(lambda n: good[:n]),
+                                   st.just(b"<!DOCTYPE html><html>404</html>")))
+        log("dataset_files", (how, blob))
+        d = tempfile.mkdtemp(prefix="ft-fuzz-cache-")
+        saved = {k: os.environ.get(k) for k in ("FT_DATA_DIR", "FT_CACHE_DIR", "FT_DOWNLOAD")}
+        sources = dict(datasets.SOURCES)
+        try:
+            os.makedirs(os.path.join(d, "data"))
+            os.environ.update(FT_DATA_DIR=os.path.join(d, "data"), FT_CACHE_DIR=os.path.join(d, "cache"), FT_DOWNLOAD="0")
+            datasets.SOURCES[datasets.TINY_SHAKESPEARE] = datasets.Source("http://127.0.0.1:9/x",
+                                                                          hashlib.sha256(good).hexdigest())
+            os.makedirs(os.path.join(d, "cache"))
+            with open(os.path.join(d, "cache", datasets.TINY_SHAKESPEARE), "wb") as f:
+                f.write(blob)
+            try:
+                text = datasets.tiny_shakespeare()
+            except datasets.DataNotFoundError:
+                assert blob != good
+            else:
+                assert blob == good and text == good.decode()
+        finally:
+            datasets.SOURCES.clear()
+            datasets.SOURCES.update(sources)
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            import shutil
+
+            shutil.rmtree(d, ignore_errors=True)
+    elif how == "archive":
+        import io
+        import zipfile
+
+        kind = data.draw(st.sampled_from(["bytes", "zip"]))
+        if kind == "bytes":
+            raw = data.draw(st.binary(max_size=200))
+        else:
+            buf = io.BytesIO()
+            with zipfile.ZipFile(buf, "w") as z:
+                z.writestr(data.draw(st.sampled_from(["fra.txt", "deu.txt"])), data.draw(st.binary(max_size=100)))
+            raw = buf.getvalue()
+            if data.draw(st.booleans()):
+                raw = raw[: data.draw(st.integers(0, len(raw)))]
+        log("dataset_files", (how, raw))
+        try:
+            datasets._tatoeba_subset(raw, 3)
+        except (datasets.DataNotFoundError, ValueError):
+            pass
+    else:
+        words = st.lists(st.sampled_from(["le", "chat", "noir", ".", "!"]), max_size=5).map(" ".join)
+        hyps = data.draw(st.lists(words, max_size=3))
+        refs = data.draw(st.lists(st.one_of(words, st.lists(words, max_size=2)), max_size=3))
+        max_n = data.draw(st.one_of(st.integers(-2, 6), st.sampled_from([10**9, 2.5, None, True])))
+        frac = data.draw(st.one_of(st.floats(), st.integers(-1, 3), st.sampled_from([None, "0.1", True])))
+        log("dataset_files", (how, hyps, refs, max_n, frac))
+        score = call(datasets.bleu, hyps, refs, max_n=max_n)
+        if score is not None:
+            assert 0.0 <= score <= 100.0 + 1e-9 and max_n >= 1
+        pairs = [datasets.TatoebaPair(f"e{i % 4}", f"f{i}", "a") for i in range(data.draw(st.integers(0, 8)))]
+        split = call(datasets.split_by_source, pairs, test_fraction=frac)
+        if split is not None:
+            train, test = split
+            assert train and test and 0 < frac < 1
+            assert {p.english for p in train}.isdisjoint(p.english for p in test)
+# 9. issue 27's core surfaces: thread counts, GPT-2 tokenizer files with big or odd ids, optimizer
+#    hyperparameters and non-finite updates, l_gen / k sizes. Each must work or raise a clear error at once
+#    (no crash, no table sized by a hostile id, no NaN θ).
+thread_counts = st.one_of(st.integers(-2, 70), st.sampled_from([100, 1000, 2000, 100_000, 2**31 - 1]), huge, odd)
+
+
+@given(n=thread_counts, train=st.booleans())
+def threads(n, train):
+    """set_num_threads(n): n ≤ max_num_threads() runs a forward and a training step on n threads; above it
+    (100 000 crashed in libgomp), a ValueError that changes nothing."""
+    log("threads", (n, train))
+    before = ft.get_num_threads()
+    try:
+        if call(ft.set_num_threads, n) is None and ft.get_num_threads() == before:
+            return
+        assert isinstance(n, (int, np.integer)) and 1 <= n <= ft.max_num_threads(), n
+        if n > 16:  # accepted; running 64 threads on a CI machine's 2 cores is slow, not a finding
+            return
+        m = ft.DTransformer(12, 8, 1, 2, 4, 6, seed=0)
+        P = m(np.arange(8) % 12)
+        assert np.allclose(P.sum(axis=0), 1.0, atol=1e-4)
+        if train:
+            ft.DTraining(1, 1e-3, max_steps=1, progress=False)([np.arange(8) % 12], m)
+    finally:
+        ft.set_num_threads(2)
+
+
+def _gpt2_base() -> dict:
+    """GPT-2's byte tokens in its byte-level spelling (from a tokenizer's own vocab.json)."""
+    d = os.path.join(tempfile.gettempdir(), f"ft-gpt2-{os.getpid()}")
+    os.makedirs(d, exist_ok=True)
+    ft.BPETokenizer.from_merges([]).to_gpt2_files(os.path.join(d, "v.json"), os.path.join(d, "m.txt"))
+    return {k: i for k, i in json.load(open(os.path.join(d, "v.json"), encoding="utf-8")).items() if i < 256}
+
+
+GPT2_BYTES = None
+big_id = st.sampled_from([2**28, 2**31 - 2, 2**31 - 1, 2**31, 2**32, 2**63 - 1, 2**64, -1, -(2**63)])
+
+
+@given(data=st.data(), fmt=st.sampled_from(["gpt2", "hf"]))
+def gpt2_files(data, fmt):
+    """GPT-2 vocab.json + merges.txt (and tokenizer.json with added tokens) with dropped bytes, merges of
+    real and unknown tokens, and ids that repeat, leave gaps or are far beyond the entries (2^31 − 2 tried to
+    fill a 16 GiB table): a tokenizer or a ValueError within a second, never a table sized by the id."""
+    global GPT2_BYTES
+    if GPT2_BYTES is None:
+        GPT2_BYTES = _gpt2_base()
+    vocab = dict(GPT2_BYTES)
+    for k in data.draw(st.lists(st.sampled_from(sorted(vocab)), max_size=3)):
+        vocab.pop(k, None)
+    keys = sorted(vocab)
+    merges = []
+    for _ in range(data.draw(st.integers(0, 4))):
+        a, b = data.draw(st.sampled_from(keys)), data.draw(st.sampled_from(keys + ["Ġzz", "<x>"]))
+        merges.append((a, b))
+        vocab.setdefault(a + b, len(vocab))
+    extra = data.draw(st.lists(st.tuples(st.text(min_size=1, max_size=4), st.one_of(st.integers(0, 300), big_id)), max_size=4))
+    for k, i in extra:
+        vocab[k] = i
+    added = data.draw(st.lists(st.tuples(st.sampled_from(["<|endoftext|>", "<pad>", "Ā"]), st.one_of(st.integers(0, 300), big_id)),
+                               max_size=2)) if fmt == "hf" else []
+    log("gpt2_files", (fmt, sorted(vocab.items(), key=lambda kv: str(kv[1]))[-8:], merges, added))
+    d = os.path.join(tempfile.gettempdir(), f"ft-gpt2-{os.getpid()}")
+    os.makedirs(d, exist_ok=True)
+    t0 = time.perf_counter()
+    if fmt == "gpt2":
+        with open(os.path.join(d, "vocab.json"), "w", encoding="utf-8") as f:
+            json.dump(vocab, f)
+        with open(os.path.join(d, "merges.txt"), "w", encoding="utf-8") as f:
+            f.write("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
+        t = call(ft.BPETokenizer.from_gpt2_files, os.path.join(d, "vocab.json"), os.path.join(d, "merges.txt"))
+    else:
+        doc = json.loads(ft.BPETokenizer.from_merges([]).to_hf_json())
+        doc["added_tokens"] = [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+                                "normalized": False, "special": True} for c, i in added]
+        doc["post_processor"] = None
+        doc["model"]["vocab"] = vocab
+        doc["model"]["merges"] = [[a, b] for a, b in merges]
+        with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(doc, f)
+        t = call(ft.BPETokenizer.from_hf_json, os.path.join(d, "tokenizer.json"))
+    assert time.perf_counter() - t0 < 5, "reading the files took too long"
+    if t is None:
+        return
+    assert t.n_vocab <= len(vocab) + len(added)  # every id names a token: no id beyond the entries
+    e = t.encode("the cat ĠĀ sat", bos=False, eos=False)
+    assert all(0 <= i < t.n_vocab for i in e)
+    t.decode(e)
+    call(t.to_gpt2_files, os.path.join(d, "v2.json"), os.path.join(d, "m2.txt"))
+
+
+@given(data=st.data(), kind=st.sampled_from(["adam", "sgd", "train"]), dtype=st.sampled_from(["float32", "float64"]))
+def optimizers(data, kind, dtype):
+    """Optimizer hyperparameters drawn from finite, weird and odd values: a ValueError/TypeError at once,
+    or steps that are all or nothing — θ either all finite after a step, or unchanged with FloatingPointError
+    (η·λ overflowing, gradients of 1e308, ε that is 0 in float32). A trainer keeps the last good θ."""
+    hyper = st.one_of(st.floats(0, 1, exclude_max=True), weird, st.sampled_from([1e300, 1e-60, 0.0, 1.0]), odd)
+    lr, b1, b2, eps, wd = (data.draw(hyper) for _ in range(5))
+    m = ft.DTransformer(12, 8, 1, 2, 4, 6, seed=0, dtype=dtype)
+    before = m.params.copy()
+    grads = {k: np.full(v.shape, data.draw(st.one_of(finite, weird))) for k, v in m.params.items()}
+    log("optimizers", (kind, dtype, lr, b1, b2, eps, wd, {k: g.flat[0] for k, g in grads.items()}))
+    if kind == "train":
+        tr = call(lambda: ft.DTraining(2, lr, weight_decay=wd, betas=(b1, b2), max_steps=2, progress=False,
+                                       nonfinite=data.draw(st.sampled_from(["raise", "skip"])),
+                                       min_lr=data.draw(st.one_of(st.just(0.0), weird))))
+        if tr is None:
+            return
+        try:
+            tr([np.arange(6) % 12, np.arange(5)], m)
+        except FloatingPointError:
+            pass
+        assert all(np.isfinite(v).all() for v in m.params.values()), "training kept a non-finite θ"
+        return
+    opt = call(ft.Adam, lr, b1, b2, eps, wd) if kind == "adam" else call(ft.SGD, lr)
+    if opt is None:
+        return
+    try:
+        call(opt.step, m, grads)
+    except FloatingPointError:
+        for k, v in before.items():
+            assert np.array_equal(m.params[k], v), f"a refused step changed θ[{k}]"
+        return
+    assert all(np.isfinite(v).all() for v in m.params.values()), "a step wrote a non-finite θ"
+
+
+@given(l_gen=st.one_of(st.integers(-1, 6), huge, st.sampled_from([10**7, 10**8])),
+       k=st.one_of(st.integers(-1, 6), huge, st.sampled_from([10**7, 10**8]), odd), spec=st.booleans())
+def inference_sizes(l_gen, k, spec):
+    """DInference / SpeculativeInference with l_gen and k from small to huge: a ValueError/TypeError at
+    construction or call, or l_gen tokens — the buffers sized by what is generated (k = 10^8 allocated 10^8
+    distributions for 3 tokens; l_gen = 2^62 was 'vector::reserve')."""
+    log("inference_sizes", (l_gen, k, spec))
+    t0 = time.perf_counter()
+    m1 = ft.DTransformer(12, 8, 1, 2, 4, 6, seed=1)
+    if spec:
+        m2 = ft.DTransformer(12, 8, 1, 2, 4, 6, seed=2)
+        s = call(ft.SpeculativeInference, l_gen, k, seed=0)
+        y = None if s is None else call(s, np.array([1, 2]), m1, m2)
+    else:
+        s = call(ft.DInference, l_gen, seed=0)
+        y = None if s is None or l_gen > 64 else call(s, np.array([1, 2]), m1)
+    if y is not None:
+        assert len(y) == l_gen
+    assert time.perf_counter() - t0 < 5, "took too long"
+
+
+# ------------------------------------------------------------------------------------------------------
 PROPERTIES = {"constructors": constructors, "component_calls": component_calls, "tokenizers": tokenizers,
-              "tokenizer_files": tokenizer_files, "model_files": model_files, "machine": None}
+              "tokenizer_files": tokenizer_files, "model_files": model_files, "hf_dirs": hf_dirs, "cli_args": cli_args,
+              "cli_run_dirs": cli_run_dirs, "dataset_files": dataset_files, "machine": None,
+              "threads": threads, "gpt2_files": gpt2_files, "optimizers": optimizers, "inference_sizes": inference_sizes}
 # relative budgets (examples per property = weight * --examples)
-WEIGHT = {"constructors": 2, "component_calls": 2, "tokenizers": 1, "tokenizer_files": 1, "model_files": 1, "machine": 1}
+WEIGHT = {"constructors": 2, "component_calls": 2, "tokenizers": 1, "tokenizer_files": 1, "model_files": 1,
+          "hf_dirs": 1, "cli_args": 1, "cli_run_dirs": 1, "dataset_files": 1, "machine": 1,
+          "threads": 0.3, "gpt2_files": 1, "optimizers": 1, "inference_sizes": 0.5}
 
 
 def main(argv=None) -> int:
@@ -560,7 +1012,7 @@ def main(argv=None) -> int:
     names = args.only.split(",") if args.only else list(PROPERTIES)
     t0 = time.perf_counter()
     for name in names:
-        n = max(1, args.examples * WEIGHT[name])
+        n = max(1, int(args.examples * WEIGHT[name]))
         conf = settings(max_examples=n, deadline=None, database=None, derandomize=False, print_blob=True,
                         suppress_health_check=list(HealthCheck))
         t = time.perf_counter()

@@ -8,19 +8,25 @@ Kept beside the notebooks (their working directory), not in the package: it is n
 """
 import inspect
 import os
+import pathlib
 import time  # noqa: F401  (the notebooks time their runs)
 import unicodedata
+import warnings
 
 import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import Markdown, display
 
-import formal_transformers as ft
-from formal_transformers import datasets
-from formal_transformers import reference as R
+# tqdm.auto (imported by transformers) warns that ipywidgets is absent, naming its own file's absolute path:
+# the text progress bar it falls back to is what the notebooks want anyway
+warnings.filterwarnings("ignore", message="IProgress not found")
+
+import formal_transformers as ft  # noqa: E402
+from formal_transformers import datasets  # noqa: E402
+from formal_transformers import reference as R  # noqa: E402
 
 __all__ = ["np", "plt", "ft", "R", "datasets", "os", "time", "display", "Markdown", "QUICK", "show", "rel_err",
-           "check", "dims", "use_data", "machine",
+           "check", "dims", "use_data", "where", "machine",
            "inspect", "unicodedata"]
 
 QUICK = datasets.quick()  # FT_QUICK=1 (CI): shortened training; the agreement checks always run in full
@@ -57,6 +63,18 @@ def dims(symbol, A, notation, field="ℝ", **sizes):
     print(f"{symbol:>8} ∈ {field}^({notation}) = {field}^({'×'.join(map(str, values))})")
 
 
+def where(path):
+    """Where a data file was found, for printing: the kind of place (the data folder, the download cache),
+    never the machine's absolute path, which would end up in the committed outputs."""
+    path = pathlib.Path(path).resolve()
+    folder, cache = datasets.data_dir(), datasets.cache_dir()
+    if folder is not None and path.parent == pathlib.Path(folder).resolve():
+        return "the data folder: FT_DATA_DIR or ../shared/data"
+    if path.parent == cache.expanduser().resolve():
+        return "the download cache"
+    return "the path given"
+
+
 def use_data(name):
     """Find (or download: formal_transformers.datasets) the data file `name` and register the cell magic
     %%needs_data, which runs its cell only when the file is available and otherwise prints `skipped: …`
@@ -66,7 +84,7 @@ def use_data(name):
 
     try:
         path = datasets.locate(name)
-        print(f"data: {path}")
+        print(f"data: {name} ({where(path)})")
     except datasets.DataNotFoundError as e:
         path = None
         print(f"skipped: {e}")

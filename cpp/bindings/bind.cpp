@@ -1,5 +1,7 @@
 #include "bind.hpp"
 
+#include <optional>
+
 #include <sstream>
 
 namespace ftpy {
@@ -240,9 +242,14 @@ index_t positive(long long v, const char* name) {
 
 // ------------------------------------------------------------------------------------------------------
 py::array ParamDict::get(const std::string& name) const {
-    for (std::size_t i = 0; i < names_.size(); ++i)
-        if (names_[i] == name) return arrays_[i];
-    throw py::key_error("no parameter named '" + name + "'");
+    const auto it = index_.find(name);
+    if (it == index_.end()) throw py::key_error("no parameter named '" + name + "'");
+    return arrays_[it->second];
+}
+
+std::recursive_mutex* ParamDict::owner_mutex() const {
+    if (!py::isinstance<StoreHolder>(owner_)) return nullptr;
+    return &owner_.cast<StoreHolder&>().mutex;
 }
 
 py::array ParamDict::checked_source(const std::string& name, const py::object& value) const {
@@ -261,6 +268,8 @@ py::array ParamDict::checked_source(const std::string& name, const py::object& v
 
 void ParamDict::set(const std::string& name, const py::object& value) {
     py::array src = checked_source(name, value);
+    std::optional<CallLock> lock;
+    if (std::recursive_mutex* m = owner_mutex()) lock.emplace(*m);
     py::module_::import("numpy").attr("copyto")(get(name), src, py::arg("casting") = "unsafe");
 }
 
@@ -273,15 +282,15 @@ void ParamDict::update(const py::dict& values) {
         todo.emplace_back(get(name), checked_source(name, py::reinterpret_borrow<py::object>(kv.second)));
     }
     py::object copyto = py::module_::import("numpy").attr("copyto");
+    // all or nothing for other threads too: no call of the owner runs between the first copy and the last
+    std::optional<CallLock> lock;
+    if (std::recursive_mutex* m = owner_mutex()) lock.emplace(*m);
     for (auto& [dst, src] : todo) copyto(dst, src, py::arg("casting") = "unsafe");
 }
 
 bool ParamDict::contains(const py::object& name) const {
     if (!py::isinstance<py::str>(name)) return false;
-    const std::string n = name.cast<std::string>();
-    for (auto& k : names_)
-        if (k == n) return true;
-    return false;
+    return index_.count(name.cast<std::string>()) != 0;
 }
 
 std::string ParamDict::repr() const {

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -97,7 +98,10 @@ inline const char* attention_impl_name(ft::AttnImpl i) {
 class ParamDict {
 public:
     ParamDict(py::object owner, std::vector<std::string> names, std::vector<py::array> arrays, bool writable)
-        : owner_(std::move(owner)), names_(std::move(names)), arrays_(std::move(arrays)), writable_(writable) {}
+        : owner_(std::move(owner)), names_(std::move(names)), arrays_(std::move(arrays)), writable_(writable) {
+        index_.reserve(names_.size());
+        for (std::size_t i = 0; i < names_.size(); ++i) index_.emplace(names_[i], i);
+    }
     py::array get(const std::string& name) const;
     void set(const std::string& name, const py::object& value);
     // Every check of set() (name, writable, dtype kind, shape) without writing: the array to copy from.
@@ -110,7 +114,11 @@ public:
     std::string repr() const;
 
 private:
+    // The owner's call lock (a model or component), held while writing so that no call of another thread
+    // sees half of an update (issue 27); none when the views are over a buffer of the caller's.
+    std::recursive_mutex* owner_mutex() const;
     py::object owner_;
+    std::unordered_map<std::string, std::size_t> index_;  // name -> position (lookups were a scan)
     std::vector<std::string> names_;
     std::vector<py::array> arrays_;
     bool writable_;
@@ -198,6 +206,26 @@ struct CallLock {
         }
     }
     std::unique_lock<std::recursive_mutex> lock;
+};
+
+// Lock two objects for one call (speculative decoding's target and draft), whatever order the caller names
+// them in: std::lock's deadlock avoidance, so f(a, b) in one thread and f(b, a) in another never wait for each
+// other (locking in argument order did: issue 27). The same object twice is locked once. The GIL is released
+// while waiting, as CallLock does.
+struct CallLock2 {
+    CallLock2(std::recursive_mutex& a, std::recursive_mutex& b) : first(a, std::defer_lock) {
+        if (&a == &b) {
+            CallLock one(a);
+            first = std::move(one.lock);
+            return;
+        }
+        second = std::unique_lock<std::recursive_mutex>(b, std::defer_lock);
+        if (std::try_lock(first, second) != -1) {
+            py::gil_scoped_release nogil;
+            std::lock(first, second);
+        }
+    }
+    std::unique_lock<std::recursive_mutex> first, second;
 };
 
 // Common Python surface of every unit with parameters: params, grads, zero_grad, dtype.

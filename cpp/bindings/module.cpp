@@ -79,8 +79,12 @@ void register_common(py::module_& m) {
         .def("__repr__", &ParamDict::repr);
 
     m.def("set_num_threads", &ft::set_num_threads, py::arg("n"),
-          "Threads for the element-wise kernels and the BLAS (one shared OpenMP pool).");
+          "Threads for the element-wise kernels and the BLAS (one shared OpenMP pool): 1 <= n <= max_num_threads(), "
+          "else ValueError.");
     m.def("get_num_threads", &ft::get_num_threads);
+    m.def("max_num_threads", &ft::max_num_threads,
+          "The largest n set_num_threads accepts: 4 per CPU (at least 64), within OMP_THREAD_LIMIT and, under an "
+          "address-space limit (ulimit -v), half of it at one thread stack per thread.");
     m.def("blas_info", &ft::blas_info,
           "The BLAS in use: OpenBLAS's build configuration, the kernel set it chose for this CPU, and its threads.");
     m.def("blas_kernel", &ft::blas_kernel,

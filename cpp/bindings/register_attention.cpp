@@ -45,17 +45,14 @@ py::array bool_matrix(index_t l_z, index_t l_x, const std::vector<std::uint8_t>&
 }
 
 py::object mask_object(const ft::Mask& mask) {
-    switch (mask.kind()) {
-        case ft::Mask::Kind::Bidirectional: return py::str("bidirectional");
-        case ft::Mask::Kind::Unidirectional: return py::str("unidirectional");
-        default: return bool_matrix(mask.l_z(), mask.l_x(), mask.matrix());
-    }
+    if (mask.name() == "explicit") return bool_matrix(mask.l_z(), mask.l_x(), mask.matrix());
+    return py::str(mask.name());
 }
 
 std::string mask_repr(const ft::Mask& mask) {
-    if (mask.kind() == ft::Mask::Kind::Explicit)
+    if (mask.name() == "explicit")
         return "<bool array (" + std::to_string(mask.l_z()) + ", " + std::to_string(mask.l_x()) + ")>";
-    return "'" + py::str(mask_object(mask)).cast<std::string>() + "'";
+    return "'" + mask.name() + "'";
 }
 
 template <class T>
@@ -306,10 +303,8 @@ void register_attention(py::module_& m) {
                if (!H_kv.is_none()) v.H_kv = positive(int_arg(H_kv, "H_kv"), "H_kv");
                if (!py::isinstance<py::bool_>(bias)) throw py::type_error("bias must be True or False");
                v.bias = bias.cast<bool>();
-               if (positional == "rope") v.pos = ft::AttnPos::Rope;
-               else if (positional == "alibi") v.pos = ft::AttnPos::Alibi;
-               else if (positional != "none")
-                   throw ft::ValueError("positional must be 'none', 'rope' or 'alibi', got '" + positional + "'");
+               ft::check_part_name(ft::PartKind::Position, positional, "positional");
+               v.position = positional;
                v.rope_theta = rope_theta;
                v.impl = parse_attention_impl(attention_impl);
                return std::make_unique<DM>(parse_dtype(dtype), h, a, b, c, mid, o, parse_mask(mask), seed_arg(seed), v);

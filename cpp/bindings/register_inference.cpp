@@ -72,6 +72,7 @@ ALiBi extrapolates); "auto" (default): "full" for ALiBi, "window" otherwise. see
         .def(py::init([](long long l_gen, double tau, const py::object& top_k, const py::object& top_p,
                          const py::object& seed, bool cache, const std::string& context) {
                  if (l_gen < 0) throw ft::ValueError("l_gen must be >= 0, got " + std::to_string(l_gen));
+                 ft::check_bytes(index_t(l_gen), sizeof(index_t), "l_gen (the tokens to generate)");
                  check_seed(seed);
                  DInferencePy d;
                  d.o = sampling(tau, top_k, top_p, cache);
@@ -199,8 +200,7 @@ tokens_per_pass. seed=None: a fresh random seed.)doc")
                 auto& dd = draft.cast<Dual<ft::DTransformer>&>();
                 if (dt.u.index() != dd.u.index())
                     throw ft::ValueError("the draft and the target must have the same dtype: target " + dt.dtype() + ", draft " + dd.dtype());
-                CallLock lock_t(dt.mutex);
-                CallLock lock_d(dd.mutex);  // the same recursive mutex when target is draft
+                CallLock2 lock(dt.mutex, dd.mutex);  // both, in an order independent of the arguments
                 ft::SpeculativeStats st;
                 py::array_t<long long> y = dt.visit([&](auto& mt) {
                     using M = std::decay_t<decltype(mt)>;

@@ -1,4 +1,6 @@
 // ft.Adam and ft.SGD: `step(obj, grads)` for any object with parameters (models and components).
+#include <cmath>
+
 #include "bind_optim.hpp"
 
 namespace ftpy {
@@ -71,7 +73,7 @@ step and belong to that object. Fixed parameters (sinusoidal W_p) are never chan
                                         py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
                 StoreHolder& h = obj.cast<StoreHolder&>();
                 const double lr_now = lr.is_none() ? -1.0 : float_arg(lr, "lr");
-                if (!lr.is_none() && !(lr_now >= 0)) throw ft::ValueError("lr must be >= 0");
+                if (!lr.is_none() && (!(lr_now >= 0) || !std::isfinite(lr_now))) throw ft::ValueError("lr must be a finite number >= 0");
                 CallLock lock(h.mutex);
                 std::visit([&](auto* store) {
                     using T = typename std::decay_t<decltype(*store)>::value_type;
@@ -161,7 +163,7 @@ step(obj, grads=None, lr=None) as Adam.step.)doc")
                     throw ft::TypeError("step() needs an object with parameters (a model or component)");
                 StoreHolder& h = obj.cast<StoreHolder&>();
                 const double lr_now = lr.is_none() ? s.lr : float_arg(lr, "lr");
-                if (!(lr_now >= 0)) throw ft::ValueError("lr must be >= 0");
+                if (!(lr_now >= 0) || !std::isfinite(lr_now)) throw ft::ValueError("lr must be a finite number >= 0");
                 CallLock lock(h.mutex);
                 std::visit([&](auto* store) {
                     using T = typename std::decay_t<decltype(*store)>::value_type;

@@ -213,6 +213,40 @@ void run_training(Recorder& rec, const py::object& early, const ft::ParamStore<T
     write_early(early, es, store);
 }
 
+// Data parallelism (training.hpp's Replicas) from the Python object training.py makes (distributed.py):
+// its `rank` and `world`, and `sum(grad, figures)`, which adds up over the ranks, in place, the flat gradient
+// (a zero-copy numpy view of the model's buffer, or None) and the float64 figures. None: one process.
+template <class T>
+struct ReplicasArg {
+    ft::Replicas<T> r;
+    bool on = false;
+    ReplicasArg(const py::object& obj, const py::object& model, ft::ParamStore<T>& store) {
+        if (obj.is_none()) return;
+        r.rank = int_arg(obj.attr("rank"), "rank");
+        r.world = int_arg(obj.attr("world"), "world");
+        py::object sum = obj.attr("sum");
+        T* base = store.grad();
+        const index_t size = store.size();
+        r.sum = [sum, model, base, size](T* g, index_t n, double* v, index_t k) {
+            ft::FpCallerEnv caller_env;  // Python (and the transport) in the caller's FP environment
+            py::gil_scoped_acquire gil;
+            py::object grad = py::none();
+            if (g) {
+                if (g != base || n != size) throw ft::ValueError("data parallel: the gradient is not the model's flat buffer");
+                grad = py::array(py::dtype::of<T>(), {py::ssize_t(n)}, {py::ssize_t(sizeof(T))}, g, model);  // no copy
+            }
+            py::array_t<double> figures{py::ssize_t(k)};
+            std::copy(v, v + k, figures.mutable_data());
+            sum(grad, figures);
+            std::copy(figures.data(), figures.data() + k, v);
+            if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // Ctrl-C: before the update
+        };
+        r.check();
+        on = true;
+    }
+    const ft::Replicas<T>* get() const { return on ? &r : nullptr; }
+};
+
 template <class T>
 struct type_tag {
     using type = T;
@@ -236,7 +270,7 @@ void register_training(py::module_& m) {
             fname,
             [train, listing, cls](const py::object& model, const py::handle& x_data, const py::dict& options,
                                   const py::object& optimizer, const py::object& hook, const py::handle& val,
-                                  const py::object& sink, const py::object& early) {
+                                  const py::object& sink, const py::object& early, const py::object& replicas) {
                 if (!py::isinstance<Unit>(model))
                     throw ft::TypeError(std::string(listing) + " trains a " + cls + ", got " +
                                         py::str(py::type::handle_of(model).attr("__name__")).cast<std::string>());
@@ -249,15 +283,17 @@ void register_training(py::module_& m) {
                     ft::Dataset vdata;
                     if (!val.is_none()) vdata = dataset(val, "val_data", mdl.cfg.n_vocab, mdl.cfg.l_max);
                     auto update = update_rule<T>(optimizer, model, mdl.store);
+                    ReplicasArg<T> dp(replicas, model, mdl.store);
                     Recorder rec{sink, hook};
                     rec.warn_nonfinite = o.nonfinite == ft::TrainOptions::NonFinite::Warn;
                     run_training(rec, early, mdl.store, [&](const ft::StepHook& h, ft::EarlyStopState<T>* es) {
-                        train(mdl, data, o, update, h, val.is_none() ? nullptr : &vdata, es);
+                        train(mdl, data, o, update, h, val.is_none() ? nullptr : &vdata, es, dp.get());
                     });
                 });
             },
             py::arg("model"), py::arg("x_data"), py::arg("options"), py::arg("optimizer"), py::arg("hook") = py::none(),
-            py::arg("val_data") = py::none(), py::arg("history") = py::none(), py::arg("early_stopping") = py::none());
+            py::arg("val_data") = py::none(), py::arg("history") = py::none(), py::arg("early_stopping") = py::none(),
+            py::arg("replicas") = py::none());
     };
     single_data(
         "_dtraining", [](auto& mdl, auto&&... a) { ft::DTraining(mdl, a...); }, type_tag<Dual<ft::DTransformer>>{},
@@ -269,7 +305,7 @@ void register_training(py::module_& m) {
         "_edtraining",
         [](const py::object& model, const py::handle& z_data, const py::handle& x_data, const py::dict& options,
            const py::object& optimizer, const py::object& hook, const py::handle& z_val, const py::handle& x_val,
-           const py::object& sink, const py::object& early) {
+           const py::object& sink, const py::object& early, const py::object& replicas) {
             if (!py::isinstance<Dual<ft::EDTransformer>>(model))
                 throw ft::TypeError("EDTraining trains an EDTransformer, got " +
                                     py::str(py::type::handle_of(model).attr("__name__")).cast<std::string>());
@@ -287,17 +323,34 @@ void register_training(py::module_& m) {
                     xv = dataset(x_val, "x_val", mdl.cfg.n_vocab, mdl.cfg.l_max);
                 }
                 auto update = update_rule<T>(optimizer, model, mdl.store);
+                ReplicasArg<T> dp(replicas, model, mdl.store);
                 Recorder rec{sink, hook};
                 rec.warn_nonfinite = o.nonfinite == ft::TrainOptions::NonFinite::Warn;
                 run_training(rec, early, mdl.store, [&](const ft::StepHook& h, ft::EarlyStopState<T>* es) {
                     ft::EDTraining<T>(mdl, zd, xd, o, update, h, z_val.is_none() ? nullptr : &zv,
-                                      x_val.is_none() ? nullptr : &xv, es);
+                                      x_val.is_none() ? nullptr : &xv, es, dp.get());
                 });
             });
         },
         py::arg("model"), py::arg("z_data"), py::arg("x_data"), py::arg("options"), py::arg("optimizer"),
         py::arg("hook") = py::none(), py::arg("z_val") = py::none(), py::arg("x_val") = py::none(),
-        py::arg("history") = py::none(), py::arg("early_stopping") = py::none());
+        py::arg("history") = py::none(), py::arg("early_stopping") = py::none(), py::arg("replicas") = py::none());
+    m.def(
+        "_flat_params",
+        [](const py::object& model) {
+            auto flat = [&model](auto& store) {
+                using T = typename std::decay_t<decltype(store)>::value_type;
+                py::array a(py::dtype::of<T>(), {py::ssize_t(store.size())}, {py::ssize_t(sizeof(T))}, store.theta(), model);
+                a.attr("setflags")(py::arg("write") = false);
+                return a;
+            };
+            if (py::isinstance<Dual<ft::DTransformer>>(model)) return model.cast<Dual<ft::DTransformer>&>().visit([&](auto& m) { return flat(m.store); });
+            if (py::isinstance<Dual<ft::ETransformer>>(model)) return model.cast<Dual<ft::ETransformer>&>().visit([&](auto& m) { return flat(m.store); });
+            if (py::isinstance<Dual<ft::EDTransformer>>(model)) return model.cast<Dual<ft::EDTransformer>&>().visit([&](auto& m) { return flat(m.store); });
+            throw ft::TypeError("_flat_params takes a DTransformer, ETransformer or EDTransformer");
+        },
+        py::arg("model"),
+        "θ as one read-only 1-D array (no copy: the model's flat buffer, in parameter order), e.g. to fingerprint it.");
     m.def(
         "_mask_tokens",
         [](const py::handle& x, long long mask_token, double p_mask, unsigned long long seed) {

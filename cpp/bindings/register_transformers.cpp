@@ -178,6 +178,7 @@ py::dict config_dict(const ModelConfig& c, const char* arch, const std::string& 
     if (std::string(arch) == "DTransformer") {
         d["mlp"] = c.mlp == ModelConfig::Mlp::SwiGLU ? "swiglu" : "gelu";
         d["rope_theta"] = c.rope_theta;
+        d["sliding_window"] = c.sliding_window > 0 ? py::object(py::int_(c.sliding_window)) : py::object(py::none());
     }
     d["dtype"] = dtype;
     if (std::string(arch) == "ETransformer") {  // BERT's options (beyond Algorithm 9)
@@ -500,7 +501,8 @@ gelu="exact" | "tanh" (GPT-2's approximation), eps (inside layer_norm's square r
 init_std (GPT-2's init: N(0, init_std²), residual projections / √(2L), biases 0, γ = 1, β = 0).
 Variants (docs/variants.md): positional="rope" (rope_theta=10000.0) | "alibi" (no W_p), H_kv key/value
 heads (grouped-query attention; None: H), mlp="gelu" | "swiglu", bias=False (no biases in attention and
-MLP). With norm="rms" these make a LLaMA-style decoder; the defaults are Algorithm 10.
+MLP), sliding_window=w (V8: each query sees the last w keys, Mistral; decoding keeps a rolling cache of w
+columns). With norm="rms" these make a LLaMA-style (Mistral-style) decoder; the defaults are Algorithm 10.
 Dropout (docs/regularisation.md; beyond the listing): dropout=p drops after the embedding sum, on the
 attention weights and on each sublayer's output before the residual add (embed_dropout, attn_dropout,
 resid_dropout: per place, None = dropout). Only loss_and_grad (and the trainers) drop; model(x), loss,
@@ -516,7 +518,7 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
                          const std::string& positional, const py::object& base, bool tied, const std::string& gelu,
                          double eps, const py::object& dtype, const py::object& seed, double init_std,
                          const py::object& H_kv, const py::object& bias, const std::string& mlp, double rope_theta,
-                         const py::object& dropout, const py::object& embed_dropout, const py::object& attn_dropout,
+                         const py::object& sliding_window, const py::object& dropout, const py::object& embed_dropout, const py::object& attn_dropout,
                          const py::object& resid_dropout, const std::string& attention_impl) {
                  ModelConfig c;
                  c.n_vocab = n_vocab;
@@ -531,6 +533,7 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
                  variant_options(c, H_kv, bias);
                  c.mlp = parse_mlp(mlp);
                  c.rope_theta = rope_theta;
+                 c.sliding_window = opt_size(sliding_window, "sliding_window");
                  dropout_options(c, dropout, embed_dropout, attn_dropout, resid_dropout);
                  c.attention_impl = parse_attention_impl(attention_impl);
                  const DType dt = parse_dtype(dtype);
@@ -542,7 +545,7 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
              py::arg("positional") = "learned", py::arg("base") = py::none(), py::arg("tied") = false,
              py::arg("gelu") = "exact", py::arg("eps") = 1e-5, py::arg("dtype") = "float32", py::arg("seed") = 0,
              py::arg("init_std") = 0.02, py::arg("H_kv") = py::none(), py::arg("bias") = true, py::arg("mlp") = "gelu",
-             py::arg("rope_theta") = 10000.0, FT_DROPOUT_ARGS);
+             py::arg("rope_theta") = 10000.0, py::arg("sliding_window") = py::none(), FT_DROPOUT_ARGS);
     def_model_common<ft::DTransformer>(dcls);
     def_single_input<ft::DTransformer>(dcls);
     dcls        .def(

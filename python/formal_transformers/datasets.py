@@ -11,7 +11,9 @@ function finds its file in this order and stops at the first hit:
   3. `shared/data` found walking up from the current directory and from this package (the developers'
      copy, ../shared/data beside the repository; never copied into it);
   4. the cache folder, cache_dir(): $FT_CACHE_DIR, else $XDG_CACHE_HOME/formal-transformers, else
-     ~/.cache/formal-transformers;
+     ~/.cache/formal-transformers — a cached file only while its SHA-256 checks out (the pinned one, else the
+     stamp <name>.sha256 written when it was derived, else expected_sha256; hashed once per process): a
+     damaged one is downloaded again;
   5. a download from the public source into the cache folder (unless FT_DOWNLOAD=0 or download=False),
      written under its final name only after its SHA-256 checked out (see SOURCES).
 When none works, DataNotFoundError (a FileNotFoundError) says what was tried, the URL and FT_DATA_DIR.
@@ -33,6 +35,7 @@ import collections
 import hashlib
 import io
 import math
+import numbers
 import os
 import pathlib
 import re
@@ -62,8 +65,19 @@ class DataNotFoundError(FileNotFoundError):
 def _tatoeba_subset(raw: bytes, n_lines: int = 5000) -> bytes:
     """The 5k file from manythings.org's fra-eng.zip: the first `n_lines` lines of its fra.txt (the file
     lists the pairs by increasing length of the English sentence, so these are the shortest ones)."""
-    with zipfile.ZipFile(io.BytesIO(raw)) as z:
-        text = z.read("fra.txt").decode("utf-8")
+    try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as z:
+            data = z.read("fra.txt")
+    except KeyError:
+        raise DataNotFoundError("the downloaded archive holds no fra.txt (not manythings.org's fra-eng.zip)") from None
+    except Exception as e:  # an HTML page (a captive portal, an error page) instead of the archive: BadZipFile;
+        # a damaged one: NotImplementedError (compression method), zlib.error, EOFError, RuntimeError, …
+        raise DataNotFoundError(f"the download is not a readable zip archive ({type(e).__name__}: {e}; "
+                                f"starts with {raw[:40]!r})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataNotFoundError(f"the archive's fra.txt is not UTF-8 text ({e})") from None
     lines = [line for line in text.splitlines() if line.strip()][:n_lines]
     for i, line in enumerate(lines, 1):
         if line.count("\t") != 2:
@@ -205,10 +219,15 @@ def locate(name: str, path: Union[str, os.PathLike, None] = None, *, download: O
     else:
         tried.append(f"{local}" if local is not None else "../shared/data (none found walking up from here)")
     cached = cache_dir() / name
-    if cached.is_file():
-        return cached
-    tried.append(f"the cache {cached}")
     source = SOURCES[name]
+    damaged = None
+    if cached.is_file():
+        damaged = _damaged_cache(cached, source)
+        if damaged is None:
+            return cached
+        tried.append(f"the cache {cached}, which is damaged ({damaged})")
+    else:
+        tried.append(f"the cache {cached}")
     if not _download_enabled(download):
         reason = "downloading is off (FT_DOWNLOAD=0 or download=False)"
     else:
@@ -218,6 +237,7 @@ def locate(name: str, path: Union[str, os.PathLike, None] = None, *, download: O
             reason = f"downloading {source.url} failed: {e}"
         else:
             got = _sha256(cached.read_bytes())
+            _write_stamp(cached, got)
             if source.expected_sha256 is not None and got != source.expected_sha256:
                 warnings.warn(f"{name} derived from {source.url} (SHA-256 {got}) differs from the file the "
                               f"documented figures were measured on ({source.expected_sha256}): the upstream "
@@ -229,6 +249,49 @@ def locate(name: str, path: Union[str, os.PathLike, None] = None, *, download: O
 
 
 download_ = download  # locate's parameter `download` shadows the function
+
+# A cached file is used only while its SHA-256 checks out: against the pinned source's (a file kept as
+# downloaded), else against the stamp `<name>.sha256` that locate writes beside a file it derived, else
+# against the documented expected_sha256. Each file is hashed once per process (per size and mtime).
+_VERIFIED: dict = {}
+
+
+def _stamp(path: pathlib.Path) -> pathlib.Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def _write_stamp(path: pathlib.Path, digest: str) -> None:
+    stamp = _stamp(path)
+    fd, tmp = tempfile.mkstemp(prefix=stamp.name + ".", suffix=".part", dir=stamp.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(digest + "\n")
+        os.replace(tmp, stamp)
+    except BaseException:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _damaged_cache(path: pathlib.Path, source: Source) -> Optional[str]:
+    """None when the cached file is the one a download wrote, else what is wrong with it."""
+    try:
+        st = path.stat()
+        key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+        if key in _VERIFIED:
+            return _VERIFIED[key]
+        got = _sha256(path.read_bytes())
+    except OSError as e:
+        return f"unreadable: {e}"
+    if source.sha256 is not None and source.derive is None:
+        want, what = source.sha256.lower(), "the pinned checksum"
+    else:
+        try:
+            want, what = _stamp(path).read_text(encoding="ascii").strip().lower(), f"its stamp {_stamp(path).name}"
+        except (OSError, UnicodeDecodeError):
+            want, what = source.expected_sha256, "the documented checksum (no stamp)"
+    problem = None if got == want else f"{st.st_size:,} bytes with SHA-256 {got}, not {what} {want}"
+    _VERIFIED[key] = problem
+    return problem
 
 
 def tiny_shakespeare(path: Union[str, os.PathLike, None] = None, *, download: Optional[bool] = None) -> str:
@@ -288,11 +351,17 @@ def split_by_source(pairs: Sequence[TatoebaPair], test_fraction: float = 0.1, se
     """(train, test): the distinct English sentences are shuffled (numpy, seeded) and the last
     `test_fraction` of them go to the test split with ALL their French translations, so no test sentence
     is seen in training. Returns two lists of pairs."""
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, numbers.Real):
+        raise TypeError(f"test_fraction must be a number, got {type(test_fraction).__name__}")
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    sources = sorted({p.english for p in pairs})
+    if len(sources) < 2:
+        raise ValueError(f"split_by_source needs at least 2 distinct English sentences, got {len(sources)}")
     import numpy as np
 
-    sources = sorted({p.english for p in pairs})
     order = np.random.default_rng(seed).permutation(len(sources))
-    n_test = max(1, int(round(test_fraction * len(sources))))
+    n_test = min(max(1, int(round(test_fraction * len(sources)))), len(sources) - 1)  # both splits non-empty
     test_src = {sources[i] for i in order[len(sources) - n_test:]}
     train = [p for p in pairs if p.english not in test_src]
     test = [p for p in pairs if p.english in test_src]
@@ -325,6 +394,10 @@ def bleu(hypotheses: Sequence[str], references: Sequence[Union[str, Sequence[str
          smooth: bool = True) -> float:
     """Corpus BLEU (0–100) of the hypotheses against their references (one str or a list of str per
     hypothesis); the definition is in this module's docstring."""
+    if isinstance(max_n, bool) or not isinstance(max_n, numbers.Integral):
+        raise TypeError(f"max_n must be an int, got {type(max_n).__name__}")
+    if not 1 <= max_n <= 100:
+        raise ValueError(f"max_n must be in [1, 100] (the longest n-gram counted; BLEU-4: 4), got {max_n}")
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} reference sets")
     if not hypotheses:

@@ -64,6 +64,123 @@ _DTYPES = ("float32", "float64")
 
 
 # ---------------------------------------------------------------------------------------------------
+# Reading config values: every value a mapping uses has its type and range checked first (ValueError naming
+# the key; never a ZeroDivisionError, OverflowError or KeyError from a hostile config.json)
+
+_REQUIRED = object()
+_MAX_SIZE = 2**31 - 1  # the core's sizes and counts are C++ ints
+
+
+def _shown(value) -> str:
+    r = repr(value)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def _bad_value(model: str, key: str, value, want: str) -> ValueError:
+    return ValueError(f"{model} config: {key} = {_shown(value)} is not {want}")
+
+
+def _cfg_get(c: dict, model: str, key: str, default):
+    if key in c and c[key] is not None:
+        return c[key]
+    if default is _REQUIRED:
+        raise ValueError(f"{model} config: {key} is missing (a {model} config.json must give it)")
+    return default
+
+
+def _cfg_int(c: dict, model: str, key: str, default=_REQUIRED, lo: int = 1, hi: int = _MAX_SIZE) -> int:
+    """An integer option in [lo, hi] (a JSON integer; an integral float such as 12.0 is taken as 12)."""
+    v = _cfg_get(c, model, key, default)
+    if isinstance(v, float) and np.isfinite(v) and v == int(v):
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise _bad_value(model, key, v, "an integer")
+    if not lo <= v <= hi:
+        raise _bad_value(model, key, v, f"an integer in [{lo}, {hi}]")
+    return int(v)
+
+
+def _cfg_float(c: dict, model: str, key: str, default=_REQUIRED, lo: float = 0.0, hi: float = np.inf,
+               hi_open: bool = False, lo_open: bool = False) -> float:
+    """A finite real option in [lo, hi] (open ends where asked)."""
+    v = _cfg_get(c, model, key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise _bad_value(model, key, v, "a number")
+    v = float(v)
+    if not np.isfinite(v) or v < lo or v > hi or (lo_open and v == lo) or (hi_open and v == hi):
+        span = ("(" if lo_open else "[") + f"{lo:g}, {hi:g}" + (")" if hi_open or hi == np.inf else "]")
+        raise _bad_value(model, key, v, f"a finite number in {span}")
+    return v
+
+
+def _cfg_bool(c: dict, model: str, key: str, default: bool) -> bool:
+    v = _cfg_get(c, model, key, default)
+    if not isinstance(v, (bool, np.bool_)):
+        raise _bad_value(model, key, v, "true or false")
+    return bool(v)
+
+
+def _cfg_str(c: dict, model: str, key: str, default: str) -> str:
+    v = _cfg_get(c, model, key, default)
+    if not isinstance(v, str):
+        raise _bad_value(model, key, v, "a string")
+    return v
+
+
+def _cfg_rate(c: dict, model: str, key: str, default: float) -> float:
+    return _cfg_float(c, model, key, default, 0.0, 1.0, hi_open=True)
+
+
+_CONFIG_BYTES = 16 << 20  # a model's config.json is a few KB; anything this large is not one
+
+
+def _read_config_json(cfg_file: str) -> dict:
+    """config.json as a dict: ValueError (never RecursionError, MemoryError or a decoding error) when the file
+    is not a JSON object of sensible size."""
+    try:
+        size = os.path.getsize(cfg_file)
+        if size > _CONFIG_BYTES:
+            raise ValueError(f"{size:,} bytes, more than a model config's {_CONFIG_BYTES:,}")
+        with open(cfg_file, encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: deeply nested JSON
+        raise ValueError(f"{cfg_file}: not a readable JSON file ({type(e).__name__}: {_shown(str(e))})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{cfg_file}: expected a JSON object, got {type(config).__name__}")
+    return config
+
+
+def _config_class_names(config: dict, where: str) -> list:
+    """config.json's "architectures": a list of class names (or absent)."""
+    a = config.get("architectures")
+    if a is None:
+        return []
+    if not isinstance(a, list) or not all(isinstance(x, str) for x in a):
+        raise ValueError(f"{where}: architectures = {_shown(a)} is not a list of class names")
+    return a
+
+
+# the layers' tensors: name prefix in the body (after _strip) and the config key that counts them
+_LAYERS = {"gpt2": ("h.", "n_layer"), "bert": ("encoder.layer.", "num_hidden_layers"),
+           "llama": ("layers.", "num_hidden_layers")}
+
+
+def _check_layer_count(family: str, hp: dict, T: dict, cls_name: str, where: str) -> None:
+    """The config's layer count against the layers the weights hold, before any per-layer name is listed (a
+    config claiming 10⁹ layers is a ValueError at once, not a list of 10¹⁰ names)."""
+    prefix, key = _LAYERS[family]
+    present = set()
+    for k in T:
+        if k.startswith(prefix):
+            i = k[len(prefix):].split(".", 1)[0]
+            if i.isdigit():
+                present.add(i)
+    if hp["L"] > len(present):
+        raise ValueError(f"{where}: missing tensors for {cls_name}: the config's {key} = {hp['L']} but the weights "
+                         f"hold {len(present)} layer{'s' if len(present) != 1 else ''}")
+
+
+# ---------------------------------------------------------------------------------------------------
 # HF configurations -> the paper's hyperparameters (ValueError naming any option we cannot express)
 
 def _unsupported(model: str, option: str, value, why: str = "") -> ValueError:
@@ -71,53 +188,56 @@ def _unsupported(model: str, option: str, value, why: str = "") -> ValueError:
 
 
 def _gelu_of(model: str, option: str, act) -> str:
-    if act not in _GELU_OF_HF:
+    if not isinstance(act, str) or act not in _GELU_OF_HF:
         raise _unsupported(model, option, act, "the activation must be one of " + ", ".join(sorted(_GELU_OF_HF)))
     return _GELU_OF_HF[act]
 
 
 def _gpt2_hyper(c: dict) -> dict:
     m = "GPT-2"
-    if not c.get("scale_attn_weights", True):
+    if not _cfg_bool(c, m, "scale_attn_weights", True):
         raise _unsupported(m, "scale_attn_weights", False, "Algorithm 4 divides the scores by √d_attn")
-    if c.get("scale_attn_by_inverse_layer_idx", False):
+    if _cfg_bool(c, m, "scale_attn_by_inverse_layer_idx", False):
         raise _unsupported(m, "scale_attn_by_inverse_layer_idx", True, "the listing scales every layer alike")
-    if c.get("add_cross_attention", False):
+    if _cfg_bool(c, m, "add_cross_attention", False):
         raise _unsupported(m, "add_cross_attention", True, "DTransformer has no cross-attention")
-    d, H = int(c["n_embd"]), int(c["n_head"])
+    d, H = _cfg_int(c, m, "n_embd"), _cfg_int(c, m, "n_head")
     if d % H:
         raise _unsupported(m, "n_head", H, f"n_embd = {d} must be divisible by it")
-    return dict(n_vocab=int(c["vocab_size"]), l_max=int(c["n_positions"]), L=int(c["n_layer"]), H=H, d_e=d,
-                d_mlp=int(c.get("n_inner") or 4 * d), gelu=_gelu_of(m, "activation_function",
-                                                                    c.get("activation_function", "gelu_new")),
-                eps=float(c.get("layer_norm_epsilon", 1e-5)), tied=bool(c.get("tie_word_embeddings", True)),
+    return dict(n_vocab=_cfg_int(c, m, "vocab_size"), l_max=_cfg_int(c, m, "n_positions"),
+                L=_cfg_int(c, m, "n_layer"), H=H, d_e=d,
+                d_mlp=_cfg_int(c, m, "n_inner", min(4 * d, _MAX_SIZE)),  # null: 4·n_embd, as GPT2MLP
+                gelu=_gelu_of(m, "activation_function", _cfg_get(c, m, "activation_function", "gelu_new")),
+                eps=_cfg_float(c, m, "layer_norm_epsilon", 1e-5), tied=_cfg_bool(c, m, "tie_word_embeddings", True),
                 # dropout at GPT-2's places, which are ours (docs/regularisation.md); HF's defaults are 0.1
-                embed_dropout=float(c.get("embd_pdrop", 0.1)), attn_dropout=float(c.get("attn_pdrop", 0.1)),
-                resid_dropout=float(c.get("resid_pdrop", 0.1)))
+                embed_dropout=_cfg_rate(c, m, "embd_pdrop", 0.1), attn_dropout=_cfg_rate(c, m, "attn_pdrop", 0.1),
+                resid_dropout=_cfg_rate(c, m, "resid_pdrop", 0.1))
 
 
 def _bert_hyper(c: dict) -> dict:
     m = "BERT"
-    if c.get("position_embedding_type", "absolute") != "absolute":
-        raise _unsupported(m, "position_embedding_type", c["position_embedding_type"],
-                           "only learned absolute positions (Algorithm 2)")
-    if c.get("is_decoder", False):
+    pos = _cfg_get(c, m, "position_embedding_type", "absolute")
+    if pos != "absolute":
+        raise _unsupported(m, "position_embedding_type", pos, "only learned absolute positions (Algorithm 2)")
+    if _cfg_bool(c, m, "is_decoder", False):
         raise _unsupported(m, "is_decoder", True, "ETransformer is bidirectional (Mask ≡ 1)")
-    if c.get("add_cross_attention", False):
+    if _cfg_bool(c, m, "add_cross_attention", False):
         raise _unsupported(m, "add_cross_attention", True, "ETransformer has no cross-attention")
-    d, H = int(c["hidden_size"]), int(c["num_attention_heads"])
+    d, H = _cfg_int(c, m, "hidden_size"), _cfg_int(c, m, "num_attention_heads")
     if d % H:
         raise _unsupported(m, "num_attention_heads", H, f"hidden_size = {d} must be divisible by it")
-    n_seg = int(c.get("type_vocab_size", 2))
+    n_seg = _cfg_int(c, m, "type_vocab_size", 2, lo=0)
     if n_seg < 1:
         raise _unsupported(m, "type_vocab_size", n_seg, "BERT adds a token-type embedding to every token")
-    return dict(n_vocab=int(c["vocab_size"]), l_max=int(c["max_position_embeddings"]), L=int(c["num_hidden_layers"]),
-                H=H, d_e=d, d_mlp=int(c["intermediate_size"]), d_f=d,
-                gelu=_gelu_of(m, "hidden_act", c.get("hidden_act", "gelu")), eps=float(c.get("layer_norm_eps", 1e-12)),
-                tied=bool(c.get("tie_word_embeddings", True)), n_segments=n_seg, embed_norm=True, unembed_bias=True,
+    hidden_rate = _cfg_rate(c, m, "hidden_dropout_prob", 0.1)
+    return dict(n_vocab=_cfg_int(c, m, "vocab_size"), l_max=_cfg_int(c, m, "max_position_embeddings"),
+                L=_cfg_int(c, m, "num_hidden_layers"), H=H, d_e=d, d_mlp=_cfg_int(c, m, "intermediate_size"), d_f=d,
+                gelu=_gelu_of(m, "hidden_act", _cfg_get(c, m, "hidden_act", "gelu")),
+                eps=_cfg_float(c, m, "layer_norm_eps", 1e-12),
+                tied=_cfg_bool(c, m, "tie_word_embeddings", True), n_segments=n_seg, embed_norm=True, unembed_bias=True,
                 # BERT's hidden dropout acts after its embedding layer_norm and on each sublayer's output
-                embed_dropout=float(c.get("hidden_dropout_prob", 0.1)), resid_dropout=float(c.get("hidden_dropout_prob", 0.1)),
-                attn_dropout=float(c.get("attention_probs_dropout_prob", 0.1)))
+                embed_dropout=hidden_rate, resid_dropout=hidden_rate,
+                attn_dropout=_cfg_rate(c, m, "attention_probs_dropout_prob", 0.1))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -248,34 +368,66 @@ def _bert_from_ft(P: dict, cfg: dict) -> dict:
 # LLaMA (LlamaForCausalLM -> DTransformer with the variants of docs/variants.md: RoPE V1, grouped-query
 # attention V3, SwiGLU V4, no biases V5, with norm="rms")
 
-def _llama_theta(c: dict) -> float:
-    rp = c.get("rope_parameters") or c.get("rope_scaling") or {}
-    kind = rp.get("rope_type", rp.get("type", "default")) if isinstance(rp, dict) else "default"
-    if kind not in (None, "default"):
-        raise _unsupported("LLaMA", "rope_type", kind, "only the plain rotary embedding of V1 (no scaling)")
-    theta = c.get("rope_theta", rp.get("rope_theta") if isinstance(rp, dict) else None)
-    return float(10000.0 if theta is None else theta)
+def _llama_rope(c: dict) -> float:
+    """θ of V1's rotary embedding, read as transformers 5 reads a LLaMA config (RotaryEmbeddingConfigMixin):
+    the RoPE parameters are "rope_scaling" when it is set (the older name wins), else "rope_parameters";
+    their rope_type (or "type") must be "default" — scaled variants (linear, dynamic, yarn, llama3, …) change
+    the angles in ways V1 does not express and are refused; θ is their "rope_theta", else the top-level
+    "rope_theta", else 10,000. (partial_rotary_factor is not read by LLaMA's default rotary embedding.)"""
+    m = "LLaMA"
+    key = "rope_scaling" if c.get("rope_scaling") else "rope_parameters"
+    rp = c.get(key)
+    if rp is None:
+        rp = {}
+    if not isinstance(rp, dict):
+        raise _bad_value(m, key, rp, "an object of RoPE parameters")
+    kind = rp.get("rope_type", rp.get("type", "default"))
+    if kind != "default":
+        raise _unsupported(m, f"{key}.rope_type", kind, "only the plain rotary embedding of V1 (no scaling)")
+    if rp.get("rope_theta") is not None:
+        name = f"{key}.rope_theta"  # named as the file nests it
+        return _cfg_float({name: rp["rope_theta"]}, m, name, lo=0.0, lo_open=True)
+    return _cfg_float(c, m, "rope_theta", 10000.0, lo=0.0, lo_open=True)
 
 
 def _llama_hyper(c: dict) -> dict:
     m = "LLaMA"
-    if c.get("hidden_act", "silu") != "silu":
-        raise _unsupported(m, "hidden_act", c["hidden_act"], "SwiGLU (V4) gates with SiLU")
+    act = _cfg_get(c, m, "hidden_act", "silu")
+    if act != "silu":
+        raise _unsupported(m, "hidden_act", act, "SwiGLU (V4) gates with SiLU")
     for opt in ("attention_bias", "mlp_bias"):
-        if c.get(opt, False):
+        if _cfg_bool(c, m, opt, False):
             raise _unsupported(m, opt, True, "the LLaMA-style DTransformer has bias=False (V5) throughout")
-    if int(c.get("pretraining_tp", 1) or 1) != 1:
-        raise _unsupported(m, "pretraining_tp", c["pretraining_tp"], "only the unsplit layers")
-    d, H = int(c["hidden_size"]), int(c["num_attention_heads"])
-    H_kv = int(c.get("num_key_value_heads") or H)
-    d_h = int(c.get("head_dim") or d // H)
+    tp = _cfg_int(c, m, "pretraining_tp", 1)
+    if tp != 1:
+        raise _unsupported(m, "pretraining_tp", tp, "only the unsplit layers")
+    d, H = _cfg_int(c, m, "hidden_size"), _cfg_int(c, m, "num_attention_heads")
+    H_kv = _cfg_int(c, m, "num_key_value_heads", H)  # null: H, as LlamaConfig
+    d_h = _cfg_int(c, m, "head_dim", max(d // H, 1))  # null: hidden_size // num_attention_heads
     if H % H_kv:
         raise _unsupported(m, "num_key_value_heads", H_kv, f"it must divide num_attention_heads = {H}")
-    return dict(n_vocab=int(c["vocab_size"]), l_max=int(c["max_position_embeddings"]), L=int(c["num_hidden_layers"]),
-                H=H, d_e=d, d_mlp=int(c["intermediate_size"]), d_attn=d_h, d_mid=d_h, H_kv=H_kv, positional="rope",
-                rope_theta=_llama_theta(c), mlp="swiglu", bias=False, norm="rms", eps=float(c.get("rms_norm_eps", 1e-6)),
-                tied=bool(c.get("tie_word_embeddings", False)),
-                attn_dropout=float(c.get("attention_dropout", 0.0)))  # LLaMA drops only its attention weights
+    return dict(n_vocab=_cfg_int(c, m, "vocab_size"), l_max=_cfg_int(c, m, "max_position_embeddings"),
+                L=_cfg_int(c, m, "num_hidden_layers"), H=H, d_e=d, d_mlp=_cfg_int(c, m, "intermediate_size"),
+                d_attn=d_h, d_mid=d_h, H_kv=H_kv, positional="rope", rope_theta=_llama_rope(c), mlp="swiglu",
+                bias=False, norm="rms", eps=_cfg_float(c, m, "rms_norm_eps", 1e-6),
+                tied=_cfg_bool(c, m, "tie_word_embeddings", False),
+                attn_dropout=_cfg_rate(c, m, "attention_dropout", 0.0))  # LLaMA drops only its attention weights
+
+
+# Mistral (MistralForCausalLM, Jiang et al. 2023): LLaMA's layers, names and tensors, with sliding-window
+# attention (docs/variants.md V8: each query sees the last `sliding_window` keys; None: causal as LLaMA).
+
+def _mistral_hyper(c: dict) -> dict:
+    for opt in ("attention_bias", "mlp_bias"):  # not MistralConfig options; a config carrying one is not Mistral's
+        if c.get(opt, False):
+            raise _unsupported("Mistral", opt, True, "Mistral has bias=False (V5) throughout")
+    hp = _llama_hyper(c)
+    w = c.get("sliding_window")
+    if w is not None:
+        if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+            raise _unsupported("Mistral", "sliding_window", w, "a window of w ≥ 1 keys (V8), or None")
+        hp["sliding_window"] = int(w)
+    return hp
 
 
 _LLAMA_LAYER = (  # (HF name in layers.l., ft name in layers.l., heads of the reshape: "H", "H_kv" or "")
@@ -322,6 +474,16 @@ def _llama_from_ft(P: dict, cfg: dict) -> dict:
     return t
 
 
+def _mistral_export(cfg: dict, P: dict):
+    """A LLaMA-style DTransformer with sliding_window=w -> MistralForCausalLM (LLaMA's tensors and names)."""
+    w = cfg.get("sliding_window")
+    _, hf, state = _llama_export({k: v for k, v in cfg.items() if k != "sliding_window"}, P)
+    hf = {**hf, "model_type": "mistral", "architectures": ["MistralForCausalLM"], "sliding_window": int(w)}
+    hf.pop("attention_bias", None)
+    hf.pop("mlp_bias", None)
+    return "MistralForCausalLM", hf, state
+
+
 def _is_llama_style(cfg: dict) -> bool:
     return cfg.get("arch") == "DTransformer" and cfg.get("positional") == "rope"
 
@@ -337,6 +499,8 @@ def _split_rates(cfg: dict):
 
 def _llama_export(cfg: dict, P: dict):
     cfg, rates = _split_rates(cfg)
+    if cfg.get("mask", "causal") != "causal":
+        raise ValueError(f"LLaMA and Mistral have no equivalent of mask={cfg['mask']!r} (causal attention only)")
     for k in ("embed_dropout", "resid_dropout"):
         if rates[k]:
             raise ValueError(f"LLaMA has no equivalent of {k}={rates[k]!r}: it drops only its attention weights "
@@ -365,11 +529,13 @@ _CLASSES = {
     "BertForMaskedLM": ("bert", True, "bert."),
     "BertModel": ("bert", False, ""),
     "LlamaForCausalLM": ("llama", True, "model."),
+    "MistralForCausalLM": ("mistral", True, "model."),
 }
 _FAMILY = {  # family -> (hyperparameters, expected tensors, tensors -> ft, ft class)
     "gpt2": (_gpt2_hyper, _gpt2_expected, _gpt2_to_ft, "DTransformer"),
     "bert": (_bert_hyper, _bert_expected, _bert_to_ft, "ETransformer"),
     "llama": (_llama_hyper, _llama_expected, _llama_to_ft, "DTransformer"),
+    "mistral": (_mistral_hyper, _llama_expected, _llama_to_ft, "DTransformer"),
 }
 _IGNORED = (".attn.bias", ".attn.masked_bias", "embeddings.position_ids", "pooler.dense.weight",
             "pooler.dense.bias", "rotary_emb.inv_freq")  # buffers and BertModel's pooler
@@ -393,8 +559,9 @@ def _build(cls_name: str, config: dict, T: dict, dtype, where: str):
     if head and family == "bert" and "cls.predictions.decoder.bias" in T:
         # the bias the decoder adds (HF ties it to cls.predictions.bias unless the head is untied)
         T["cls.predictions.bias"] = T.pop("cls.predictions.decoder.bias")
-    if head and family in ("gpt2", "llama") and hp["tied"]:
+    if head and family in ("gpt2", "llama", "mistral") and hp["tied"]:
         T.pop("lm_head.weight", None)
+    _check_layer_count(family, hp, T, cls_name, where)
     exp = expected(hp, head)
     missing = sorted(set(exp) - set(T))
     if missing:
@@ -434,7 +601,7 @@ def from_hf(hf_model, *, dtype=None):
     """The ft model computing the same function as a `transformers` model: GPT2LMHeadModel / GPT2Model ->
     DTransformer (tied unless the config unties it), BertForMaskedLM / BertModel -> ETransformer (with
     n_segments, embed_norm, unembed_bias), LlamaForCausalLM -> DTransformer(positional="rope", H_kv,
-    mlp="swiglu", bias=False, norm="rms"). dtype: float32 / float64 (default: the HF model's, float64 if
+    mlp="swiglu", bias=False, norm="rms"), MistralForCausalLM -> the same with sliding_window (V8). dtype: float32 / float64 (default: the HF model's, float64 if
     its weights are float64). ValueError naming an unsupported configuration option."""
     name = _cls_of(hf_model)
     config = hf_model.config.to_dict()
@@ -474,6 +641,8 @@ def _check_options(cfg: dict, target: str) -> None:
             continue
         if k == "mlp" and v in (None, "", "gelu", "mlp", "default"):
             continue
+        if k == "mask" and v in (None, "", "causal"):
+            continue
         if v not in (None, False, 0, "", "none"):
             raise ValueError(f"{target} has no equivalent of the option {k}={v!r}")
 
@@ -486,13 +655,20 @@ def _check_exportable(cfg: dict, target: str) -> None:
         raise ValueError(f"{target} needs d_attn = d_mid = d_e / H, got d_attn={cfg['d_attn']}, d_mid={cfg['d_mid']}")
 
 
+def _check_model(model, fn: str) -> None:
+    """to_hf / save_hf take an ft model (TypeError otherwise, as to_torch); EDTransformer is a model without a
+    transformers class (ValueError in _hf_export, pointing to to_torch)."""
+    if not isinstance(model, (_core.DTransformer, _core.ETransformer, _core.EDTransformer)):
+        raise TypeError(f"ft.{fn} takes a DTransformer or ETransformer, got {type(model).__name__}")
+
+
 def _hf_export(model):
     """(HF class name, config.json dict, state dict of numpy arrays with the class's names)."""
     cfg = model.config
     arch = cfg["arch"]
     P = {k: np.asarray(v) for k, v in model.params.items()}
     if _is_llama_style(cfg):
-        return _llama_export(cfg, P)
+        return _mistral_export(cfg, P) if cfg.get("sliding_window") else _llama_export(cfg, P)
     cfg, rates = _split_rates(cfg)  # dropout: GPT-2's and BERT's places are ours (docs/regularisation.md)
     if arch == "DTransformer":
         _check_exportable(cfg, "GPT-2")
@@ -534,6 +710,7 @@ def to_hf(model):
     attn_pdrop, resid_pdrop; BERT: hidden_dropout_prob = embed_dropout = resid_dropout,
     attention_probs_dropout_prob; LLaMA: attention_dropout) — from_hf maps them back.
     ValueError for options the class cannot express (RMSnorm, sinusoidal positions, d_attn ≠ d_e/H, …)."""
+    _check_model(model, "to_hf")
     cls_name, hf_cfg, state = _hf_export(model)
     import torch
     import transformers
@@ -566,22 +743,53 @@ def _load_state(hf, state: dict) -> None:
 def save_hf(model, path: Union[str, os.PathLike]) -> None:
     """Write `path`/config.json and `path`/model.safetensors (tied tensors once, metadata format "pt") such
     that transformers.AutoModelForCausalLM / AutoModelForMaskedLM.from_pretrained(path) loads the matching
-    class with equal outputs. Needs safetensors only (no transformers, no torch)."""
+    class with equal outputs. Needs safetensors only (no transformers, no torch).
+
+    Both files are first written completely to unique temporaries in `path` (so concurrent saves never share
+    one); then model.safetensors is renamed into place and config.json last (config.json is what makes a
+    folder a model: a new folder interrupted between the two renames has no config.json and load_hf says
+    so). A failure while writing leaves the old pair untouched; if the config's rename fails after the
+    weights', the old weights are put back — the folder holds the old pair or the new pair."""
+    _check_model(model, "save_hf")
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
     cls_name, hf_cfg, state = _hf_export(model)
     from safetensors.numpy import save_file
 
+    from .io import _remove_quietly, _temp_beside
+
     path = os.fspath(path)
     os.makedirs(path, exist_ok=True)
     tensors = {k: np.ascontiguousarray(v) for k, v in state.items()}
-    tmp = os.path.join(path, "model.safetensors.tmp")
-    save_file(tensors, tmp, metadata={"format": "pt"})
-    os.replace(tmp, os.path.join(path, "model.safetensors"))
-    tmp = os.path.join(path, "config.json.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(hf_cfg, f, indent=2, sort_keys=True)
-    os.replace(tmp, os.path.join(path, "config.json"))
+    weights, config = os.path.join(path, "model.safetensors"), os.path.join(path, "config.json")
+    tmp_w = tmp_c = backup = None
+    try:
+        tmp_w = _temp_beside(weights)
+        save_file(tensors, tmp_w, metadata={"format": "pt"})
+        tmp_c = _temp_beside(config)
+        with open(tmp_c, "w", encoding="utf-8") as f:
+            json.dump(hf_cfg, f, indent=2, sort_keys=True)
+        if os.path.isfile(weights) and os.path.isfile(config):
+            backup = _temp_beside(weights)  # the old weights, to put back if the config cannot follow
+            os.remove(backup)
+            try:
+                os.link(weights, backup)
+            except OSError:  # no hard links here: the tiny window between the renames stays
+                backup = None
+        os.replace(tmp_w, weights)
+        tmp_w = None
+        try:
+            os.replace(tmp_c, config)
+            tmp_c = None
+        except BaseException:
+            if backup is not None:
+                os.replace(backup, weights)
+                backup = None
+            raise
+    finally:
+        for t in (tmp_w, tmp_c, backup):
+            if t is not None:
+                _remove_quietly(t)
 
 
 def load_hf(path: Union[str, os.PathLike], *, dtype=None):
@@ -597,20 +805,15 @@ def load_hf(path: Union[str, os.PathLike], *, dtype=None):
         if not os.path.isfile(f):
             raise ValueError(f"{path}: no {os.path.basename(f)} (ft.load_hf reads a local directory written by "
                              "save_hf or save_pretrained, with one model.safetensors)")
-    try:
-        with open(cfg_file, encoding="utf-8") as f:
-            config = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{cfg_file}: not a readable JSON file ({e})") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{cfg_file}: expected a JSON object")
+    config = _read_config_json(cfg_file)
+    class_names = _config_class_names(config, cfg_file)
     from safetensors.numpy import load_file
 
     try:
         T = load_file(st_file)
     except Exception as e:  # safetensors raises its own error types for damaged files
         raise ValueError(f"{st_file}: cannot read it as safetensors ({e})") from None
-    names = [a for a in config.get("architectures") or [] if a in _CLASSES]
+    names = [a for a in class_names if a in _CLASSES]
     if names:
         cls_name = names[0]
     else:
@@ -622,8 +825,10 @@ def load_hf(path: Union[str, os.PathLike], *, dtype=None):
             cls_name = "BertForMaskedLM" if any(k.startswith("cls.predictions.") for k in T) else "BertModel"
         elif mt == "llama":
             cls_name = "LlamaForCausalLM"
+        elif mt == "mistral":
+            cls_name = "MistralForCausalLM"
         else:
-            raise ValueError(f"{cfg_file}: model_type {mt!r} / architectures {config.get('architectures')!r} "
+            raise ValueError(f"{cfg_file}: model_type {_shown(mt)} / architectures {_shown(class_names)} "
                              f"is not supported (supported: {', '.join(_CLASSES)})")
     return _build(cls_name, config, T, dtype, path)
 

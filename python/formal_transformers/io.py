@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from typing import Union
 
 import numpy as np
@@ -30,6 +31,35 @@ def _safetensors():
     except ImportError as e:  # a dependency of the package; say what is missing
         raise ImportError("ft.save / ft.load need the 'safetensors' package: pip install safetensors") from e
     return st
+
+
+def _temp_beside(path: str) -> str:
+    """A new, uniquely named empty file in `path`'s folder (tempfile: two processes writing one path never share a
+    temporary), to be renamed over `path` with os.replace once complete."""
+    folder, name = os.path.split(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    os.close(fd)
+    return tmp
+
+
+def _replace_atomically(path, write) -> None:
+    """write(tmp) into a unique temporary beside `path`, then os.replace: `path` holds the old file or the new
+    one, never a partial one; the temporary is removed on any failure."""
+    path = os.fspath(path)
+    tmp = _temp_beside(path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 def _path(path) -> str:
@@ -51,20 +81,24 @@ def save(model, path: Union[str, os.PathLike], *, metadata: dict | None = None) 
             "formal_transformers.dropout_seed": str(model.dropout_seed)}
     for k, v in (metadata or {}).items():
         meta[str(k)] = str(v)
-    tmp = os.fspath(path) + ".tmp"
-    st.save_file(tensors, tmp, metadata=meta)
-    os.replace(tmp, path)  # never a half-written file under the final name
+    # never a half-written file under the final name; concurrent saves of one path each use their own temporary
+    _replace_atomically(path, lambda tmp: st.save_file(tensors, tmp, metadata=meta))
 
 
 def read_metadata(path: Union[str, os.PathLike]) -> dict:
     """The metadata of a saved file (str -> str)."""
     path = _path(path)
     _safetensors()  # a clear ImportError naming the extra when safetensors is missing
+    return _header(path)[0]
+
+
+def _header(path) -> tuple[dict, int]:
+    """The metadata and the number of tensors of a saved file (its header only)."""
     from safetensors import safe_open
 
     try:
         with safe_open(os.fspath(path), framework="numpy") as f:
-            return dict(f.metadata() or {})
+            return dict(f.metadata() or {}), len(f.keys())
     except FileNotFoundError:
         raise
     except Exception as e:  # safetensors raises its own error types for damaged files
@@ -83,7 +117,7 @@ def load(path: Union[str, os.PathLike], *, dtype: str | None = None):
         if name not in ("float32", "float64"):
             raise ValueError(f"dtype must be float32 or float64 (or None: as saved), got {dtype!r}")
         dtype = name
-    meta = read_metadata(path)
+    meta, n_tensors = _header(path)
     if "formal_transformers.config" not in meta:
         raise ValueError(f"{path}: no formal_transformers config in its metadata (not written by ft.save)")
     if meta.get("formal_transformers.format") != FORMAT:
@@ -97,6 +131,12 @@ def load(path: Union[str, os.PathLike], *, dtype: str | None = None):
         if dtype is not None:
             cfg["dtype"] = dtype
         positional = [cfg.pop(k) for k in _positional_names(arch)]
+        # every layer has parameters of its own: a config with more layers than the file has tensors cannot
+        # match it, and is refused before the model is built (L = 10**6 took minutes to build: issue 27)
+        names = _positional_names(arch)
+        layers = sum(v for k, v in zip(names, positional) if k in ("L", "L_enc", "L_dec") and isinstance(v, int))
+        if layers > n_tensors:
+            raise ValueError(f"the config has {layers} layers, the file only {n_tensors} tensors")
         model = cls(*positional, **cfg)
     except (ValueError, KeyError, TypeError, IndexError, RecursionError) as e:  # RecursionError: deeply nested JSON
         raise ValueError(f"{path}: damaged or unusable config in the metadata ({type(e).__name__}: {e})") from None

@@ -54,6 +54,43 @@ def unidirectional_mask(l_z: int, l_x: int) -> np.ndarray:
     return np.arange(l_z)[:, None] <= np.arange(l_x)[None, :]
 
 
+def prefix_mask(l_z: int, l_x: int, p: int, q0: int = 0) -> np.ndarray:
+    """Algorithm V7 (prefix LM): Mask[t_z, t_x] = [[t_z < p or t_z ≤ q0 + t_x]]: bidirectional over the first
+    p context tokens, causal after them. Queries are at positions q0..q0+ℓ_x−1 (q0 > 0 when decoding with a
+    cache). p = 0 is the unidirectional mask; p ≥ ℓ_z is the bidirectional one."""
+    if p < 0:
+        raise ValueError(f"prefix_len must be ≥ 0, got {p}")
+    t_z, t_x = np.arange(l_z)[:, None], q0 + np.arange(l_x)[None, :]
+    return (t_z < p) | (t_z <= t_x)
+
+
+def sliding_window_mask(l_z: int, l_x: int, w: int, q0: int = 0) -> np.ndarray:
+    """Algorithm V8 (sliding-window attention): Mask[t_z, t_x] = [[t_x − w < t_z ≤ t_x]] with t_x the query's
+    absolute position q0 + column: each query sees itself and the w − 1 tokens before it (w keys), as
+    Hugging Face's Mistral (masking_utils: kv_idx > q_idx − sliding_window, and causal). w ≥ ℓ is the
+    unidirectional mask."""
+    if w < 1:
+        raise ValueError(f"sliding_window must be ≥ 1, got {w}")
+    t_z, t_x = np.arange(l_z)[:, None], q0 + np.arange(l_x)[None, :]
+    return (t_x - w < t_z) & (t_z <= t_x)
+
+
+def decoder_mask(l: int, *, mask: str = "causal", prefix_len: int = 0, sliding_window=None) -> np.ndarray:
+    """The mask of a decoder's self-attention (Algorithm 10 line 6, V6 line 6): "causal" (the listing's
+    [[t ≤ t']]), optionally with a sliding window w (V8), or "prefix" with p = prefix_len (V7)."""
+    if mask == "prefix":
+        if sliding_window is not None:
+            raise ValueError("mask='prefix' does not combine with sliding_window")
+        if not 0 <= prefix_len <= l:
+            raise ValueError(f"prefix_len must be in [0, ℓ = {l}], got {prefix_len}")
+        return prefix_mask(l, l, prefix_len)
+    if mask != "causal":
+        raise ValueError(f"mask must be 'causal' or 'prefix', got {mask!r}")
+    if prefix_len:
+        raise ValueError("prefix_len needs mask='prefix'")
+    return unidirectional_mask(l, l) if sliding_window is None else sliding_window_mask(l, l, sliding_window)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Algorithm 1: Token embedding.   e ← W_e[:, v]
 
@@ -257,7 +294,8 @@ def log_softmax(A: np.ndarray) -> np.ndarray:
 
 
 def d_transformer(x, params, *, L: int, H: int, norm: str = "layer", gelu: str = "exact", eps: float = 1e-5,
-                  logits: bool = False, masks=None, rates=None) -> np.ndarray:
+                  logits: bool = False, masks=None, rates=None, mask: str = "causal", prefix_len: int = 0,
+                  sliding_window=None) -> np.ndarray:
     """Algorithm 10: P ← DTransformer(x | θ), GPT-2's decoder-only transformer (pre-LN).
 
     x: 1-D token ids (0-based, ℓ ≤ ℓ_max). Returns P ∈ (0,1)^{N_V×ℓ}, P[:, t] = P̂(x[t+1] | x[:t+1]);
@@ -265,13 +303,15 @@ def d_transformer(x, params, *, L: int, H: int, norm: str = "layer", gelu: str =
     norm="rms" replaces every layer_norm by Gopher's RMSnorm (no β parameters); gelu="tanh" is GPT-2's
     approximation; eps sits inside the square root of every norm.
     masks, rates: dropout with these masks (model.dropout_masks() of one sequence) at these rates (model.config),
-    after line 3, on the attention weights and on the sublayer outputs of lines 6 and 8."""
+    after line 3, on the attention weights and on the sublayer outputs of lines 6 and 8.
+    mask, prefix_len, sliding_window: line 6's Mask (decoder_mask; V7 prefix LM, V8 sliding window)."""
     drop = _Drop(masks, rates)
     if norm not in ("layer", "rms"):
         raise ValueError(f"norm must be 'layer' or 'rms', got {norm!r}")
     x = np.asarray(x)
     W_e, W_p = params["W_e"], params["W_p"]
     l = len(x)  # line 1: ℓ ← length(x)
+    M = decoder_mask(l, mask=mask, prefix_len=prefix_len, sliding_window=sliding_window)
     e = [token_embedding(x[t], W_e) + positional_embedding(t, W_p) for t in range(l)]  # line 2: e_t ← W_e[:, x[t]] + W_p[:, t]
     X = np.stack(e, axis=1)  # line 3: X ← [e_1, e_2, …, e_ℓ]
     X = drop.out("embed", X, "embed")  # (training) X ← Dropout(X | p_embed, M)
@@ -282,7 +322,7 @@ def d_transformer(x, params, *, L: int, H: int, norm: str = "layer", gelu: str =
             X_tilde = rms_norm_columns(X, params[p + "gamma1"], eps)
         else:
             X_tilde = layer_norm_columns(X, params[p + "gamma1"], params[p + "beta1"], eps)
-        X = X + drop.out(p + "attn.out", mh_attention(X_tilde, X_tilde, *_W(params, p + "attn."), unidirectional_mask(l, l),
+        X = X + drop.out(p + "attn.out", mh_attention(X_tilde, X_tilde, *_W(params, p + "attn."), M,
                                                       drop.weights(p + "attn.weights")))  # line 6: X ← X + MHAttention(X̃ | W_l, Mask[t, t'] = [[t ≤ t']])
         if norm == "rms":  # line 7: for t ∈ [ℓ]: X̃[:, t] ← layer_norm(X[:, t] | γ_l², β_l²)
             X_tilde = rms_norm_columns(X, params[p + "gamma2"], eps)
@@ -401,14 +441,31 @@ def _sequences(x) -> list:
     return [np.asarray(s) for s in x]
 
 
-def d_loss(x, params, **hp) -> float:
+def _prefix_lens(prefix_len, n: int) -> list:
+    """prefix_len: an int for every sequence, or one per sequence."""
+    if np.ndim(prefix_len) == 0:
+        return [int(prefix_len)] * n
+    if len(prefix_len) != n:
+        raise ValueError(f"prefix_len has {len(prefix_len)} entries for {n} sequences")
+    return [int(p) for p in prefix_len]
+
+
+def _next_token_loss(logP, s, p: int) -> float:
+    """−Σ_t log P[x[t+1], t] over the predictions of non-prefix tokens: 0-based t from max(p − 1, 0) to ℓ − 2
+    (V7: the prefix is given, not predicted; p = 0 is Algorithm 13's line 5)."""
+    return -sum(logP[s[t + 1], t] for t in range(max(p - 1, 0), len(s) - 1))
+
+
+def d_loss(x, params, prefix_len=0, **hp) -> float:
     """Algorithm 13 line 5 (DTraining): loss(θ) = −Σ_{t=1}^{ℓ−1} log P[x[t+1], t], P ← DTransformer(x | θ);
     0-based: −Σ_{t=0}^{ℓ−2} log P[x[t+1], t]. A batch (2-D or list) gives the sum over its sequences.
-    hp: L, H, norm, gelu, eps of d_transformer."""
+    hp: L, H, norm, gelu, eps, mask, sliding_window of d_transformer. prefix_len (with mask="prefix"; an
+    int or one per sequence): only the predictions of tokens p+1.. (1-based) count (V7)."""
     total = 0.0
-    for s in _sequences(x):
-        logP = log_softmax(d_transformer(s, params, logits=True, **hp))
-        total -= sum(logP[s[t + 1], t] for t in range(len(s) - 1))
+    seqs = _sequences(x)
+    for s, p in zip(seqs, _prefix_lens(prefix_len, len(seqs))):
+        logP = log_softmax(d_transformer(s, params, logits=True, prefix_len=p, **hp))
+        total += _next_token_loss(logP, s, p)
     return float(total)
 
 
@@ -766,12 +823,15 @@ def swiglu_mlp(X_tilde, W_gate, b_gate, W_mlp1, b_mlp1, W_mlp2, b_mlp2) -> np.nd
 
 def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gelu: str = "exact",
                           eps: float = 1e-5, positional: str = "learned", rope_theta: float = 10000.0,
-                          mlp: str = "gelu", logits: bool = False) -> np.ndarray:
+                          mlp: str = "gelu", logits: bool = False, mask: str = "causal", prefix_len: int = 0,
+                          sliding_window=None) -> np.ndarray:
     """Algorithm V6: DTransformer with the variants. H_kv and bias=False are read off params (W_k's heads,
-    absent b's); positional="rope" | "alibi" has no W_p (any length ℓ); mlp="swiglu" uses W_gate."""
+    absent b's); positional="rope" | "alibi" has no W_p (any length ℓ); mlp="swiglu" uses W_gate;
+    mask="prefix" with prefix_len p (V7), sliding_window w (V8): line 6's Mask (decoder_mask)."""
     x = np.asarray(x)
     get = params.get
     l = len(x)  # line 1
+    M = decoder_mask(l, mask=mask, prefix_len=prefix_len, sliding_window=sliding_window)
     has_Wp = positional in ("learned", "sinusoidal")
     e = [token_embedding(x[t], params["W_e"]) + (positional_embedding(t, params["W_p"]) if has_Wp else 0.0)
          for t in range(l)]  # line 2: e_t ← W_e[:, x[t]] (+ W_p[:, t])
@@ -788,7 +848,7 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
         X_tilde = nrm(X, p + "gamma1", p + "beta1")  # line 5
         X = X + gqa_mhattention(X_tilde, X_tilde, params[a + "W_q"], get(a + "b_q"), params[a + "W_k"], get(a + "b_k"),
                                 params[a + "W_v"], get(a + "b_v"), params[a + "W_o"], get(a + "b_o"),
-                                unidirectional_mask(l, l), positional=pos_attn, theta=rope_theta)  # line 6
+                                M, positional=pos_attn, theta=rope_theta)  # line 6
         X_tilde = nrm(X, p + "gamma2", p + "beta2")  # line 7
         if mlp == "swiglu":  # line 8 (V4)
             X = X + swiglu_mlp(X_tilde, params[p + "W_gate"], get(p + "b_gate"), params[p + "W_mlp1"], get(p + "b_mlp1"),
@@ -802,10 +862,11 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
     return logits_ if logits else softmax(logits_)  # line 11
 
 
-def d_variant_loss(x, params, **hp) -> float:
-    """Algorithm 13 line 5 on d_transformer_variant (hp: its keywords)."""
+def d_variant_loss(x, params, prefix_len=0, **hp) -> float:
+    """Algorithm 13 line 5 on d_transformer_variant (hp: its keywords); prefix_len as d_loss (V7)."""
     total = 0.0
-    for s in _sequences(x):
-        logP = log_softmax(d_transformer_variant(s, params, logits=True, **hp))
-        total -= sum(logP[s[t + 1], t] for t in range(len(s) - 1))
+    seqs = _sequences(x)
+    for s, p in zip(seqs, _prefix_lens(prefix_len, len(seqs))):
+        logP = log_softmax(d_transformer_variant(s, params, logits=True, prefix_len=p, **hp))
+        total += _next_token_loss(logP, s, p)
     return float(total)

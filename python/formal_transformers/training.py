@@ -6,7 +6,8 @@ the loss history a notebook can plot. Ctrl-C stops training between steps (or in
 update): the model keeps the parameters of the last completed step, the history is kept on the trainer,
 and KeyboardInterrupt is re-raised. A step whose loss or gradient norm is NaN or infinite is never applied:
 by default training stops with FloatingPointError naming the step, the model holding the parameters of
-the step before it (nonfinite="warn" or "skip" skips such steps instead).
+the step before it (nonfinite="warn" or "skip" skips such steps instead). Launched by torchrun (or given
+process_group=), the trainers run data-parallel: docs/data_parallel.md and _distributed.py.
 
     model = ft.DTransformer(n_vocab, l_max, L, H, d_e, d_mlp)
     trainer = ft.DTraining(n_epochs=2, eta=1e-3, batch_size=12, schedule="cosine", warmup=100)
@@ -21,6 +22,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from . import _core
+from ._distributed import Replicas, find_group, rank_dropout_seed, start_figures
 
 __all__ = ["DTraining", "ETraining", "EDTraining", "History"]
 
@@ -97,6 +99,9 @@ class _Trainer:
         betas: tuple = (0.9, 0.999),
         callback: Optional[Callable[[dict], Any]] = None,
         progress: bool = True,
+        process_group: Any = None,
+        dist_timeout: float = 300.0,
+        sync_check_every: int = 100,
     ):
         if not isinstance(n_epochs, (int, np.integer)) or isinstance(n_epochs, bool):
             raise TypeError(f"n_epochs must be an int, got {type(n_epochs).__name__}")
@@ -123,8 +128,25 @@ class _Trainer:
         self._optimizer_spec = optimizer
         self.weight_decay = float(weight_decay)
         self.betas = tuple(betas)
+        if optimizer == "adam":  # the Adam it will make, checked now (λ finite, betas in [0, 1)): ValueError naming it
+            _core.Adam(self.eta, self.betas[0], self.betas[1], 1e-8, self.weight_decay, True)
         self.callback = callback
         self.progress = progress
+        if process_group is not None and process_group is not False:
+            find_group(process_group, 1.0)  # TypeError unless a torch.distributed ProcessGroup
+        if isinstance(dist_timeout, bool) or not isinstance(dist_timeout, (int, float, np.integer, np.floating)):
+            raise TypeError(f"dist_timeout must be a number of seconds, got {type(dist_timeout).__name__}")
+        if not (np.isfinite(dist_timeout) and dist_timeout > 0):
+            raise ValueError(f"dist_timeout must be a finite number of seconds > 0, got {dist_timeout}")
+        if isinstance(sync_check_every, bool) or not isinstance(sync_check_every, (int, np.integer)):
+            raise TypeError(f"sync_check_every must be an int, got {type(sync_check_every).__name__}")
+        if sync_check_every < 0:
+            raise ValueError(f"sync_check_every must be >= 0 (0: only at the start and the end), got {sync_check_every}")
+        self.process_group = process_group
+        self.dist_timeout = float(dist_timeout)
+        self.sync_check_every = int(sync_check_every)
+        self.data_parallel: Optional[Replicas] = None  # the last call's ranks and all-reduce figures
+        self._on_step: Optional[Callable[[dict], None]] = None  # the CLI's checkpoints: every rank, no vote
         self.optimizer = optimizer if not isinstance(optimizer, str) else None
         self._model = None
         self.history = History()
@@ -152,6 +174,8 @@ class _Trainer:
     def early_stopping(self, state: Optional[dict]):
         if state is not None and not isinstance(state, dict):
             raise TypeError(f"early_stopping must be a dict (or None), got {type(state).__name__}")
+        if state is not None:
+            _check_early_state_keys(state)
         self._early = None if state is None else dict(state)
         self._early_model = None  # for whichever model the next call trains
 
@@ -172,13 +196,25 @@ class _Trainer:
             self._model = model
         return self.optimizer
 
-    def _run(self, run: Callable, model) -> Any:
-        """run(optimizer, hook, record) calls the C++ loop; `record` (a list) receives one dict per step,
-        written by C++ right after each update — so the history always ends at the step the model holds,
-        also when Ctrl-C or a callback's exception ends training."""
+    def _run(self, run: Callable, model, data: tuple = (), val: tuple = ()) -> Any:
+        """run(optimizer, hook, record, early, replicas) calls the C++ loop; `record` (a list) receives one dict
+        per step, written by C++ right after each update — so the history always ends at the step the model
+        holds, also when Ctrl-C or a callback's exception ends training. Data parallel (a process group of
+        more than one rank): `data` and `val` are checked to be every rank's, with θ, the options and the
+        optimizer's state, before the first step."""
         opt = self._optimizer_for(model)
+        dist, group = find_group(self.process_group, self.dist_timeout)
+        dp = None
+        if dist is not None and dist.get_world_size(group) > 1:
+            dp = Replicas(dist, group, self.dist_timeout)
+            dp.step = int(self.options["start_step"])
+            dp.check_start(start_figures(model, opt, self._listing, self._core_options(), data, val,
+                                         self.callback is not None))
+            theta = _core._flat_params(model)
+        self.data_parallel = dp
+        rank0 = dp is None or dp.rank == 0
         bar = None
-        if self.progress:
+        if self.progress and rank0:
             try:
                 from tqdm.auto import tqdm
             except ImportError:  # tqdm is a dependency; tolerate its absence
@@ -194,10 +230,13 @@ class _Trainer:
         shift = -step0
         if self._early is not None and self._early_model is not None and self._early_model is not model:
             self._early = None  # another model: a fresh state, as the optimizer's
-        early = {} if self._early is None else {k: v for k, v in self._early.items() if k != "last_params"}
+        # the core reads the counters and θ* and writes every entry back (stopped, restored, …) however the
+        # call ends: only what it wrote is read below, never a resumed state's own stopped / restored
+        early = {} if self._early is None else {k: v for k, v in self._early.items() if k in _EARLY_IN}
         if early.get("best_val_loss") is not None:
             early["best_step"] = int(early["best_step"]) + shift
         last_val = [None]
+        start = int(self.options["start_step"])
 
         def hook(info: dict) -> bool:
             if info["val_loss"] is not None:
@@ -210,20 +249,39 @@ class _Trainer:
                     post["val"] = f"{last_val[0]:.4f}"
                 bar.set_postfix(post, refresh=False)
                 bar.update(1)
+            if dp is not None:
+                dp.step = start + info["step"]
+                if self.sync_check_every and info["step"] % self.sync_check_every == 0:
+                    dp.check_theta(theta)
+            go = True
             if self.callback is not None:
-                return self.callback(dict(info, step=step0 + info["step"])) is not False
-            return True
+                go = self.callback(dict(info, step=step0 + info["step"])) is not False
+                if dp is not None:
+                    go = dp.agree(go)  # one rank's False stops every rank after this step
+            if self._on_step is not None:
+                self._on_step(dict(info, step=step0 + info["step"]))
+            return go
 
+        # dropout: rank r draws its own masks (rank 0 those of one process); the counter ends at the completed
+        # steps however training ends, so that a run resumed from here replays the masks of an unbroken one
+        seed0, dstep0 = model.dropout_seed, model.dropout_step
+        if dp is not None:
+            model.dropout_seed = rank_dropout_seed(seed0, dp.rank)
         try:
-            run(opt, hook, record, early)
+            run(opt, hook, record, early, dp)
+            if dp is not None:
+                dp.check_theta(theta)
         except KeyboardInterrupt:
             if bar is not None:
                 bar.close()
                 bar = None
             done = step0 + (record[-1]["step"] if record else 0)
-            print(f"{self._listing}: interrupted; the model holds the parameters after step {done}", file=sys.stderr)
+            if rank0:
+                print(f"{self._listing}: interrupted; the model holds the parameters after step {done}", file=sys.stderr)
             raise
         finally:
+            model.dropout_seed = seed0
+            model.dropout_step = (dstep0 + len(record)) % 2**64
             if bar is not None:
                 bar.close()
             for r in record:
@@ -250,6 +308,26 @@ class _Trainer:
     def __repr__(self):
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items() if k not in ("n_epochs", "eta"))
         return f"{type(self).__name__}(n_epochs={self.n_epochs}, eta={self.eta}, {opts})"
+
+
+_EARLY_IN = ("best_val_loss", "best_step", "bad_evals", "best_params")  # what a resumed state gives the core
+_EARLY_OUT = ("stopped", "restored", "last_params")                   # what the core adds after a call
+
+
+def _check_early_state_keys(state: dict) -> None:
+    """A state assigned to trainer.early_stopping (to resume a run): the counters must all be there and every
+    key must be one the trainer writes (ValueError naming the key; the values are checked by the core, before
+    any update). A saved state lacking a counter would otherwise resume as if no evaluation had happened."""
+    for k in state:
+        if k not in _EARLY_IN + _EARLY_OUT:
+            raise ValueError(f"early_stopping: unknown key {k!r} (a state has {', '.join(_EARLY_IN + _EARLY_OUT)})")
+    for k in _EARLY_IN[:3]:
+        if k not in state:
+            raise ValueError(f"early_stopping: the state lacks {k!r} (best_val_loss, best_step and bad_evals are "
+                             "needed to resume; best_params too with restore_best)")
+    if ("stopped" in state) != ("restored" in state):
+        k = "restored" if "stopped" in state else "stopped"
+        raise ValueError(f"early_stopping: the state lacks {k!r} (a trainer writes stopped and restored together)")
 
 
 class DTraining(_Trainer):
@@ -285,7 +363,17 @@ class DTraining(_Trainer):
       callback    called after each step with a dict (step, epoch, loss, lr, grad_norm, tokens,
                   val_loss, val_accuracy); returning False stops training
       progress    a tqdm bar showing the loss (False: none)
-    The history of every step is in `trainer.history` (see History)."""
+      process_group  data parallel (docs/data_parallel.md): None (default) — torch.distributed's default
+                  group when there is one or torchrun launched the script (the trainer then initialises it,
+                  gloo), else one process; a torch ProcessGroup; False — one process. Each rank must be
+                  given the same model and the whole data: every rank draws the same minibatch, takes its
+                  contiguous slice, and the gradients are summed over the ranks, so each step equals the
+                  single-process step; rank 0 alone shows the progress bar
+      dist_timeout   seconds a rank waits for the others (a group the trainer initialises; default 300)
+      sync_check_every  compare fingerprints of θ across the ranks every this many steps (default 100;
+                  0: at the start and the end only); a difference raises RuntimeError
+    The history of every step is in `trainer.history` (see History); `trainer.data_parallel` holds the last
+    call's ranks and all-reduce figures (None: one process)."""
 
     _listing = "DTraining"
 
@@ -296,9 +384,9 @@ class DTraining(_Trainer):
 
     def __call__(self, x_data, model):
         return self._run(
-            lambda opt, hook, rec, es: _core._dtraining(model, x_data, self._core_options(), opt, hook, self.val_data,
-                                                        rec, es),
-            model,
+            lambda opt, hook, rec, es, dp: _core._dtraining(model, x_data, self._core_options(), opt, hook,
+                                                            self.val_data, rec, es, dp),
+            model, (x_data,), (self.val_data,),
         )
 
 
@@ -322,9 +410,9 @@ class ETraining(_Trainer):
 
     def __call__(self, x_data, model):
         return self._run(
-            lambda opt, hook, rec, es: _core._etraining(model, x_data, self._core_options(), opt, hook, self.val_data,
-                                                        rec, es),
-            model,
+            lambda opt, hook, rec, es, dp: _core._etraining(model, x_data, self._core_options(), opt, hook,
+                                                            self.val_data, rec, es, dp),
+            model, (x_data,), (self.val_data,),
         )
 
 
@@ -375,7 +463,7 @@ class EDTraining(_Trainer):
     def __call__(self, z_data, x_data, model):
         zv, xv = self.val_data if self.val_data is not None else (None, None)
         return self._run(
-            lambda opt, hook, rec, es: _core._edtraining(model, z_data, x_data, self._core_options(), opt, hook, zv, xv,
-                                                         rec, es),
-            model,
+            lambda opt, hook, rec, es, dp: _core._edtraining(model, z_data, x_data, self._core_options(), opt, hook,
+                                                             zv, xv, rec, es, dp),
+            model, (z_data, x_data), (zv, xv),
         )

@@ -62,6 +62,35 @@ TEST(Sizes, AModelWithAbsurdLayerCountFailsBeforeDeclaringLayers) {
     EXPECT_GT(ok.store.size(), 0);
 }
 
+// Issue 27: the names are hashed (a scan per declaration made a model quadratic in L): 200 k entries are
+// declared and found, each at its own offset, and a repeated name is still refused.
+TEST(Sizes, ParamStoreFindsEachOfManyNames) {
+    ft::ParamStore<float> s;
+    const index_t n = 200000;
+    for (index_t i = 0; i < n; ++i) s.vector("layer" + std::to_string(i) + ".b", 1);
+    EXPECT_THROW(s.vector("layer123.b", 1), std::exception);
+    s.allocate();
+    for (index_t i = 0; i < n; i += 997) {
+        const ft::ParamInfo* e = s.find("layer" + std::to_string(i) + ".b");
+        ASSERT_NE(e, nullptr);
+        EXPECT_EQ(e->offset, i);
+    }
+    EXPECT_EQ(s.find("layer200000.b"), nullptr);
+}
+
+// Issue 27: more threads than can be created is a ValueError (libgomp crashed the process); the cap is
+// reachable and at least 4 per CPU within OMP_THREAD_LIMIT.
+TEST(Threads, CountAboveTheCapIsAValueError) {
+    const int saved = ft::get_num_threads(), cap = ft::max_num_threads();
+    EXPECT_GE(cap, 1);
+    EXPECT_THROW(ft::set_num_threads(cap + 1), ft::ValueError);
+    EXPECT_THROW(ft::set_num_threads(100000), ft::ValueError);
+    EXPECT_EQ(ft::get_num_threads(), saved);
+    ft::set_num_threads(cap);
+    EXPECT_EQ(ft::get_num_threads(), cap);
+    ft::set_num_threads(saved);
+}
+
 #if defined(__SSE__) || defined(__x86_64__)
 TEST(FpEnv, SetInsideRestoredOnEveryExit) {
     ASSERT_FALSE(ft::ftz_enabled());

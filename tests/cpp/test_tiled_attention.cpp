@@ -1,17 +1,42 @@
 // Algorithm T (tiled exact attention) against Algorithm 4's literal lines 4–6 (attention_head, itself held to
-// a naive listing in test_attention.cpp): forward, log-sum-exp and backward, for every mask kind, ALiBi,
+// a naive listing in test_attention.cpp): forward, log-sum-exp and backward, for every mask part (the paper's
+// three, the prefix and sliding-window variants), a score bias part (ALiBi's form, added tile by tile),
 // dropout with the literal path's masks, GQA's shared K/V, cached decoding (q0 > 0), cross-attention
 // (ℓ_x ≠ ℓ_z), lengths that are not multiples of the blocks, strided head views.
 #include <limits>
 
 #include "formal_transformers/attention.hpp"
+#include "formal_transformers/parts.hpp"
 #include "formal_transformers/tiled_attention.hpp"
 #include "testing.hpp"
 
 using namespace ft;
 
 namespace {
-enum class MaskCase { Bidirectional, Causal, Explicit };
+enum class MaskCase { Bidirectional, Causal, Explicit, Prefix, Window };
+
+// A score bias of ALiBi's form with a given slope m (every head): B[t_z, t_x] = −m |t_x − t_z|, on the whole
+// matrix (literal path, on the candidate keys as the parts do) and on a tile (tiled path)
+template <class T>
+class SlopeBias final : public ScoreBias<T> {
+public:
+    explicit SlopeBias(double m) : m_(m) {}
+    void add(const ParamStore<T>&, const Mask& mask, index_t b, index_t, index_t q0, MatView<T> S) const override {
+        for (index_t j = 0; j < S.cols; ++j) {
+            const KeyRange r = mask.keys(b, q0 + j, S.rows);
+            for (index_t tz = std::max<index_t>(r.begin, 0); tz < std::min(r.end, S.rows); ++tz)
+                S(tz, j) -= T(m_ * double(std::abs(q0 + j - tz)));
+        }
+    }
+    bool tiles() const override { return true; }
+    void add_tile(const ParamStore<T>&, index_t, index_t, index_t q0, index_t t0, index_t j0, MatView<T> S) const override {
+        for (index_t j = 0; j < S.cols; ++j)
+            for (index_t i = 0; i < S.rows; ++i) S(i, j) -= T(m_ * double(std::abs(q0 + j0 + j - (t0 + i))));
+    }
+
+private:
+    double m_;
+};
 
 struct Case {
     index_t l_x, l_z, q0;
@@ -23,6 +48,16 @@ struct Case {
 Mask make_mask(MaskCase mc, index_t l_z, index_t cols, Rng& rng) {
     if (mc == MaskCase::Bidirectional) return Mask::bidirectional();
     if (mc == MaskCase::Causal) return Mask::unidirectional();
+    if (mc == MaskCase::Prefix) {  // the first p keys bidirectional, causal after (variants/prefix_mask.cpp)
+        MaskOptions o;
+        o.per_sequence = {std::max<index_t>(1, l_z / 3)};
+        return ft::make_mask("prefix", o);
+    }
+    if (mc == MaskCase::Window) {  // a key t_z for t_x − w < t_z ≤ t_x (variants/sliding_window_mask.cpp)
+        MaskOptions o;
+        o.values["w"] = 9;
+        return ft::make_mask("sliding_window", o);
+    }
     std::vector<std::uint8_t> m(std::size_t(l_z * cols));
     for (auto& v : m) v = rng.uniform() < 0.6;
     for (index_t j = 0; j < cols; ++j) m[std::size_t(rng.below(std::uint64_t(l_z)) + std::uint64_t(j * l_z))] = 1;
@@ -39,7 +74,7 @@ std::vector<double> literal_lse(CMatView<T> Q, CMatView<T> K, const Mask& mask, 
     for (index_t j = 0; j < Q.cols; ++j) {
         std::vector<double> s;
         for (index_t t = 0; t < K.cols; ++t) {
-            if (!mask.allows(t, q0 + j)) continue;
+            if (!mask.allows(t, q0 + j)) continue;  // (sequence 0)
             double d = 0;
             for (index_t i = 0; i < Q.rows; ++i) d += double(K(i, t)) * double(Q(i, j));
             s.push_back(d / std::sqrt(double(Q.rows)) - slope * double(std::abs(q0 + j - t)));
@@ -73,15 +108,24 @@ void check(const Case& c, index_t group, double tol) {
     for (auto* m : {&dQ_lit, &dQ_til, &dK_lit, &dK_til, &dV_lit, &dV_til}) m->fill(T(0));
     std::vector<T> lse(std::size_t(group * l_x));
     const DropoutKey key{7, 3, 99};
+    const SlopeBias<T> bias(c.slope);
+    ParamStore<T> store;
+    auto block = [&](index_t h, const HeadDropout<T>* hd) {
+        HeadBlock<T> blk;
+        blk.mask = &mask, blk.b = 0, blk.h = h, blk.q0 = c.q0;
+        blk.bias = c.slope != 0 ? &bias : nullptr, blk.store = &store;
+        blk.drop = c.p > 0 ? hd : nullptr;
+        return blk;
+    };
     for (index_t h = 0; h < group; ++h) {
         CMatView<T> Q = view(Qs).rows_range(3 + h * d, d);
         const std::uint64_t i0 = std::uint64_t(h) * AA + 17;  // the head's place in a layer's weights
         HeadDropout<T> hd{c.p, key, i0, Ad.data() + h * AA, keep.data() + h * AA};
-        attention_head<T>(Q, K, V, mask, c.q0, MatView<T>(A.data() + h * AA, l_z, l_x),
-                          view(Y_lit).rows_range(h * d_v, d_v), c.slope, c.p > 0 ? &hd : nullptr);
-        TiledDropout td{c.p, key, i0};
-        tiled_attention_head<T>(Q, K, V, mask, c.q0, view(Y_til).rows_range(h * d_v, d_v), lse.data() + h * l_x,
-                                c.slope, c.p > 0 ? &td : nullptr, c.tiles);
+        attention_head<T>(Q, K, V, block(h, &hd), MatView<T>(A.data() + h * AA, l_z, l_x),
+                          view(Y_lit).rows_range(h * d_v, d_v));
+        HeadDropout<T> td{c.p, key, i0, nullptr, nullptr};  // the tiles draw the mask themselves
+        tiled_attention_head<T>(Q, K, V, block(h, &td), view(Y_til).rows_range(h * d_v, d_v), lse.data() + h * l_x,
+                                c.tiles);
         const std::vector<double> lref = literal_lse<T>(Q, K, mask, c.q0, c.slope);
         EXPECT_LE(fttest::rel_error(lse.data() + h * l_x, lref.data(), std::size_t(l_x)), tol) << "lse, head " << h;
     }
@@ -93,10 +137,10 @@ void check(const Case& c, index_t group, double tol) {
                                    view(dQ_lit).rows_range(h * d, d), view(dK_lit), view(dV_lit),
                                    MatView<T>(dA.data(), l_z, l_x), c.p > 0 ? Ad.data() + h * AA : nullptr,
                                    c.p > 0 ? keep.data() + h * AA : nullptr, c.p);
-        TiledDropout td{c.p, key, std::uint64_t(h) * AA + 17};
+        HeadDropout<T> td{c.p, key, std::uint64_t(h) * AA + 17, nullptr, nullptr};
         tiled_attention_head_backward<T>(Q, K, V, CMatView<T>(view(Y_til)).rows_range(h * d_v, d_v),
-                                         lse.data() + h * l_x, dYh, mask, c.q0, view(dQ_til).rows_range(h * d, d),
-                                         view(dK_til), view(dV_til), c.slope, c.p > 0 ? &td : nullptr, c.tiles);
+                                         lse.data() + h * l_x, dYh, block(h, &td), view(dQ_til).rows_range(h * d, d),
+                                         view(dK_til), view(dV_til), c.tiles);
     }
     EXPECT_LE(fttest::rel_error(dQ_til.data(), dQ_lit.data(), dQ_lit.size()), tol) << "dQ";
     EXPECT_LE(fttest::rel_error(dK_til.data(), dK_lit.data(), dK_lit.size()), tol) << "dK";
@@ -106,7 +150,7 @@ void check(const Case& c, index_t group, double tol) {
 std::vector<Case> cases() {
     std::vector<Case> out;
     const TileSizes small{8, 16}, odd{5, 7}, one{1, 1};
-    for (MaskCase mc : {MaskCase::Bidirectional, MaskCase::Causal, MaskCase::Explicit})
+    for (MaskCase mc : {MaskCase::Bidirectional, MaskCase::Causal, MaskCase::Explicit, MaskCase::Prefix, MaskCase::Window})
         for (double slope : {0.0, 0.25})
             for (double p : {0.0, 0.3}) {
                 out.push_back({37, 37, 0, mc, slope, p, small});        // self-attention, ℓ not a block multiple
@@ -118,11 +162,16 @@ std::vector<Case> cases() {
             }
     out.push_back({300, 300, 0, MaskCase::Causal, 0.0, 0.0, {}});       // several default blocks
     out.push_back({300, 300, 0, MaskCase::Causal, 0.5, 0.1, {}});
+    out.push_back({300, 300, 0, MaskCase::Window, 0.0, 0.0, {16, 32}});  // most key blocks skipped by the window
     return out;
 }
 
 const char* mask_name(MaskCase m) {
-    return m == MaskCase::Bidirectional ? "bidirectional" : m == MaskCase::Causal ? "causal" : "explicit";
+    return m == MaskCase::Bidirectional ? "bidirectional"
+           : m == MaskCase::Causal      ? "causal"
+           : m == MaskCase::Explicit    ? "explicit"
+           : m == MaskCase::Prefix      ? "prefix"
+                                        : "sliding_window";
 }
 }  // namespace
 

@@ -1,11 +1,15 @@
 // Algorithms 11–15 through the C++ API: DTraining drives a repeating sequence to ~0 loss with the listing's
 // SGD; the masking of Algorithm 12 line 5 hits the expected fraction; the η schedule's values typed in by
-// hand; sample_token at τ = 0 / top_k = 1 is the argmax; DInference's KV-cached path equals the literal one.
+// hand; sample_token at τ = 0 / top_k = 1 is the argmax; DInference's KV-cached path equals the literal one;
+// data-parallel replicas (in threads, summing through shared memory) train exactly as one process.
 #include "formal_transformers/inference.hpp"
 #include "formal_transformers/training.hpp"
 #include "testing.hpp"
 
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 using namespace ft;
 
@@ -415,4 +419,162 @@ TEST(EarlyStopping, RejectsBadOptionsAndMissingValidationData) {
     st.best_step = 1;
     DTransformer<double> m(small_d());
     EXPECT_THROW(DTraining<double>(m, data, o, sgd<double>(), {}, &data, &st), ValueError);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Data parallelism (training.hpp, Replicas; docs/data_parallel.md) without a network: W replicas of one model
+// trained in W threads, their `sum` through shared memory (every rank adds the ranks' buffers in rank order,
+// so all end with the same bits, as an all-reduce leaves them). Each replica's run must equal one process's.
+namespace {
+class ThreadSum {
+public:
+    explicit ThreadSum(index_t world) : world_(world), g_(std::size_t(world)), v_(std::size_t(world)) {}
+    template <class T>
+    void sum(index_t rank, T* g, index_t n, double* v, index_t k) {
+        g_[std::size_t(rank)] = g;  // publish this rank's buffers
+        v_[std::size_t(rank)] = v;
+        wait();
+        std::vector<T> gs(std::size_t(n), T(0));
+        std::vector<double> vs(std::size_t(k), 0.0);
+        for (index_t r = 0; r < world_; ++r) {
+            const T* gr = static_cast<const T*>(g_[std::size_t(r)]);
+            for (index_t i = 0; i < n; ++i) gs[std::size_t(i)] += gr[i];
+            for (index_t i = 0; i < k; ++i) vs[std::size_t(i)] += v_[std::size_t(r)][i];
+        }
+        wait();  // everyone has read every buffer
+        std::copy(gs.begin(), gs.end(), g);
+        std::copy(vs.begin(), vs.end(), v);
+    }
+
+private:
+    void wait() {  // a barrier of the W threads
+        std::unique_lock<std::mutex> l(mu_);
+        const index_t gen = generation_;
+        if (++arrived_ == world_) {
+            arrived_ = 0;
+            ++generation_;
+            cv_.notify_all();
+        } else {
+            cv_.wait(l, [&] { return generation_ != gen; });
+        }
+    }
+    index_t world_, arrived_ = 0, generation_ = 0;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::vector<const void*> g_;
+    std::vector<double*> v_;
+};
+
+// 7 sequences of uneven lengths over 5 ids; validation: 9 more
+Dataset uneven_data(index_t n, std::uint64_t seed) {
+    Rng rng(seed);
+    Dataset d;
+    std::vector<index_t> lens;
+    for (index_t k = 0; k < n; ++k) {
+        const index_t l = 3 + index_t(rng.below(8));
+        for (index_t t = 0; t < l; ++t) d.ids.push_back(index_t(rng.below(5)));
+        lens.push_back(l);
+    }
+    d.s = Seqs::from_lengths(lens);
+    return d;
+}
+
+struct RunFigures {
+    std::vector<double> theta, loss, val_loss;
+    std::vector<index_t> tokens;
+};
+
+// One run of `Model` by `train` (DTraining or ETraining): alone (world 0) or as rank r of `world` threads.
+template <class Model, class Train>
+std::vector<RunFigures> run_replicas(index_t world, const TrainOptions& o, Train train) {
+    const Dataset data = uneven_data(7, 1), val = uneven_data(9, 2);
+    const index_t W = std::max<index_t>(world, 1);
+    std::vector<RunFigures> out(static_cast<std::size_t>(W));
+    ThreadSum ts(W);
+    auto one = [&](index_t rank) {
+        ModelConfig c = small_d(11, 12);
+        if constexpr (std::is_same_v<Model, ETransformer<double>>) c.d_f = 6;
+        Model m(c);
+        RunFigures& f = out[std::size_t(rank)];
+        Replicas<double> dp;
+        dp.rank = rank;
+        dp.world = W;
+        dp.sum = [&ts, rank](double* g, index_t n, double* v, index_t k) { ts.sum(rank, g, n, v, k); };
+        train(m, data, o, sgd<double>(), [&](const StepInfo& s) {
+            f.loss.push_back(s.loss);
+            f.tokens.push_back(s.tokens);
+            if (s.val_loss >= 0) f.val_loss.push_back(s.val_loss);
+            return true;
+        }, &val, nullptr, world > 0 ? &dp : nullptr);
+        f.theta.assign(m.store.theta(), m.store.theta() + m.store.size());
+    };
+    std::vector<std::thread> threads;
+    for (index_t r = 1; r < W; ++r) threads.emplace_back(one, r);
+    one(0);
+    for (auto& t : threads) t.join();
+    return out;
+}
+
+template <class Model, class Train>
+void expect_replicas_equal_one_process(Train train) {
+    for (auto red : {TrainOptions::Reduction::Sum, TrainOptions::Reduction::Mean}) {
+        for (index_t B : {5, 2}) {  // 7 = 5 + 2: uneven slices, and with B = 2 over 3 ranks an empty one
+            TrainOptions o;
+            o.n_epochs = 2;
+            o.eta = 0.05;
+            o.batch_size = B;
+            o.reduction = red;
+            o.eval_every = 2;
+            o.seed = 4;
+            o.p_mask = 0.3;
+            const RunFigures one = run_replicas<Model>(0, o, train)[0];
+            for (index_t world : {2, 3}) {
+                const std::vector<RunFigures> ranks = run_replicas<Model>(world, o, train);
+                for (const RunFigures& f : ranks) {
+                    EXPECT_EQ(f.theta, ranks[0].theta);  // bit for bit on every rank
+                    EXPECT_EQ(f.tokens, one.tokens);
+                    ASSERT_EQ(f.loss.size(), one.loss.size());
+                    ASSERT_EQ(f.val_loss.size(), one.val_loss.size());
+                    for (std::size_t i = 0; i < f.loss.size(); ++i) EXPECT_NEAR(f.loss[i], one.loss[i], 1e-12 * one.loss[i]);
+                    for (std::size_t i = 0; i < f.val_loss.size(); ++i)
+                        EXPECT_NEAR(f.val_loss[i], one.val_loss[i], 1e-12 * one.val_loss[i]);
+                }
+                EXPECT_LT(fttest::rel_error(ranks[0].theta.data(), one.theta.data(), one.theta.size()), 1e-12)
+                    << "world " << world << ", B " << B;
+            }
+        }
+    }
+}
+}  // namespace
+
+TEST(DataParallel, ShardBeginGivesContiguousSlicesTheFirstRanksOneMore) {
+    EXPECT_EQ(shard_begin(7, 0, 3), 0);
+    EXPECT_EQ(shard_begin(7, 1, 3), 3);  // 3, 2, 2
+    EXPECT_EQ(shard_begin(7, 2, 3), 5);
+    EXPECT_EQ(shard_begin(7, 3, 3), 7);
+    EXPECT_EQ(shard_begin(2, 2, 3), 2);  // 1, 1, 0: the last rank's slice is empty
+    EXPECT_EQ(shard_begin(2, 3, 3), 2);
+    EXPECT_EQ(shard_begin(5, 1, 1), 5);
+}
+
+TEST(DataParallel, DTrainingReplicasEqualOneProcess) {
+    expect_replicas_equal_one_process<DTransformer<double>>([](auto&&... a) { DTraining<double>(a...); });
+}
+
+TEST(DataParallel, ETrainingReplicasEqualOneProcess) {
+    expect_replicas_equal_one_process<ETransformer<double>>([](auto&&... a) { ETraining<double>(a...); });
+}
+
+TEST(DataParallel, RejectsABadWorld) {
+    DTransformer<double> m(small_d());
+    const Dataset data = cycle_data(5, 7);
+    TrainOptions o;
+    Replicas<double> dp;
+    dp.world = 0;
+    EXPECT_THROW(DTraining<double>(m, data, o, sgd<double>(), {}, nullptr, nullptr, &dp), ValueError);
+    dp.world = 2;
+    dp.rank = 2;
+    EXPECT_THROW(DTraining<double>(m, data, o, sgd<double>(), {}, nullptr, nullptr, &dp), ValueError);
+    dp.rank = 1;  // no sum
+    EXPECT_THROW(DTraining<double>(m, data, o, sgd<double>(), {}, nullptr, nullptr, &dp), ValueError);
 }

@@ -349,6 +349,46 @@ TEST(Dropout, RateZeroIsTheListingBitForBit) {
     EXPECT_TRUE(static_cast<const Model<float>&>(zero).dropout_masks().empty());
 }
 
+// Above 2^20 entries D1 and D2 run on the threads (dropout.cpp, for_entries): a mask that large equals the
+// masks drawn in small pieces at their offsets (each below the threshold), entry for entry, and its backward
+// scales by 1/(1 − p) exactly where the small path does — on 1 and 2 threads.
+TEST(Dropout, LargeMasksEqualSmallOnes) {
+    const double p = 0.25;
+    const index_t n = (index_t(1) << 20) + 4099, piece = 10007;
+    std::vector<double> x(static_cast<std::size_t>(n));
+    Rng rng(31);
+    for (auto& v : x) v = rng.normal();
+    std::vector<double> small = x, dsmall(x.size(), 3.0);
+    std::vector<std::uint8_t> ksmall(x.size());
+    for (index_t o = 0; o < n; o += piece) {
+        const index_t w = std::min(piece, n - o);
+        dropout_forward<double>(p, DropoutKey{4, 5, 6}, std::uint64_t(o), small.data() + o, w, ksmall.data() + o);
+        dropout_backward<double>(p, ksmall.data() + o, dsmall.data() + o, w);
+    }
+    const int saved = get_num_threads();
+    for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        std::vector<double> large = x, dlarge(x.size(), 3.0);
+        std::vector<std::uint8_t> klarge(x.size());
+        dropout_forward<double>(p, DropoutKey{4, 5, 6}, 0, large.data(), n, klarge.data());
+        dropout_backward<double>(p, klarge.data(), dlarge.data(), n);
+        set_num_threads(saved);
+        index_t kept = 0;
+        for (std::size_t i = 0; i < x.size(); ++i) {
+            ASSERT_EQ(klarge[i], ksmall[i]) << "threads " << threads << " entry " << i;
+            ASSERT_EQ(large[i], small[i]) << "threads " << threads << " entry " << i;
+            ASSERT_EQ(large[i], klarge[i] ? x[i] * (1.0 / (1 - p)) : 0.0) << "D1 line 2, entry " << i;
+            ASSERT_EQ(dlarge[i], klarge[i] ? 3.0 * (1.0 / (1 - p)) : 0.0) << "D2, entry " << i;
+            ASSERT_EQ(dlarge[i], dsmall[i]) << "threads " << threads << " entry " << i;
+            kept += klarge[i];
+        }
+        EXPECT_LT(std::abs(double(kept) - double(n) * (1 - p)), 5.5 * std::sqrt(double(n) * p * (1 - p)));
+        // line 1 as written, at the end of the large mask too
+        for (index_t i = n - 100; i < n; ++i)
+            ASSERT_EQ(klarge[std::size_t(i)] != 0, dropout_uniform(DropoutKey{4, 5, 6}, std::uint64_t(i)) >= p) << i;
+    }
+}
+
 TEST(Dropout, MaskFractionScalingAndBackward) {
     const double p = 0.3;
     const index_t n = 100000;

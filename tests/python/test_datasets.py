@@ -147,8 +147,9 @@ def test_lookup_order(isolated, tmp_path, monkeypatch):
     data, cache = isolated
     monkeypatch.setenv("FT_DOWNLOAD", "0")
     cache.mkdir()
-    (cache / "tinyshakespeare.txt").write_text("from the cache")
-    assert ft.datasets.tiny_shakespeare() == "from the cache"
+    datasets.SOURCES["tinyshakespeare.txt"] = datasets.Source("http://127.0.0.1:9/input.txt", SHA_SMALL)
+    (cache / "tinyshakespeare.txt").write_text(SMALL)  # a cached file is used while its checksum holds
+    assert ft.datasets.tiny_shakespeare() == SMALL
     (data / "tinyshakespeare.txt").write_text("from FT_DATA_DIR")
     assert ft.datasets.tiny_shakespeare() == "from FT_DATA_DIR"
     explicit = tmp_path / "mine.txt"
@@ -221,3 +222,123 @@ def test_real_tatoeba():
     assert pairs[0] == ("Go.", "Va !", "CC-BY 2.0 (France) Attribution: tatoeba.org #2877272 (CM) & #1158250 (Wittydev)")
     assert all(p.attribution.startswith("CC-BY 2.0 (France) Attribution: tatoeba.org #") for p in pairs)
     assert hashlib.sha256(path.read_bytes()).hexdigest() == datasets.SOURCES["tatoeba-eng-fra-5k.tsv"].expected_sha256
+
+
+# ---------------------------------------------------------------------------------------------------
+# Hostile downloads, damaged caches, bad arguments (issue 27)
+
+def test_a_download_that_is_not_the_archive_is_data_not_found(server, isolated):
+    """An HTML page (a captive portal) instead of fra-eng.zip, or a zip without fra.txt: DataNotFoundError
+    saying so (was zipfile.BadZipFile / KeyError), and nothing cached."""
+    base, www, _ = server
+    _, cache = isolated
+    src = datasets.SOURCES["tatoeba-eng-fra-5k.tsv"]
+    datasets.SOURCES["tatoeba-eng-fra-5k.tsv"] = src._replace(url=f"{base}/fra-eng.zip")
+    (www / "fra-eng.zip").write_bytes(b"<!DOCTYPE html><html><body>Please log in</body></html>")
+    with pytest.raises(datasets.DataNotFoundError, match="not a readable zip archive") as e:
+        ft.datasets.tatoeba_eng_fra()
+    assert f"{base}/fra-eng.zip" in str(e.value) and "FT_DATA_DIR" in str(e.value)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("deu.txt", "Go.\tGeh.\tCC-BY\n")
+    (www / "fra-eng.zip").write_bytes(buf.getvalue())
+    with pytest.raises(datasets.DataNotFoundError, match="no fra.txt"):
+        ft.datasets.tatoeba_eng_fra()
+    assert not (cache / "tatoeba-eng-fra-5k.tsv").exists()
+    for raw in (b"", b"<html>", buf.getvalue()):  # and download()/the derivation on their own
+        with pytest.raises(datasets.DataNotFoundError):
+            datasets._tatoeba_subset(raw)
+    # found by fuzz/fuzz_parsers.py: a zip whose fra.txt names an unknown compression method (NotImplementedError)
+    import base64
+
+    raw = base64.b64decode(
+        "UEsDBBQAAAAAAEGXeV1hnwFsRQAAAEUAAAAHAAAAZnJhLnR4dEdvLglWYSAhCUNDLUJZIDIuMCAoRnJhbmNlKSBBdHRyaWJ1dGlvbjog"
+        "dGF0b2ViYS5vcmcgIzEgKGEpICYgIzIgKGIpClBLAQIUAxQAAAAAnwFseV1hnwFsRQAAAEUAAAAHAAAAAAAAAAAAAACAAQAAAABmcmEu"
+        "dHh0UEsFBgAAAAABAAEANQAAAGoAAAAAAA==")
+    with pytest.raises(datasets.DataNotFoundError, match="NotImplementedError"):
+        datasets._tatoeba_subset(raw)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("fra.txt", b"Go.\tVa \xff\tCC-BY\n")
+    with pytest.raises(datasets.DataNotFoundError, match="UTF-8"):
+        datasets._tatoeba_subset(buf.getvalue())
+
+
+@pytest.mark.parametrize("damage", [b"", SMALL.encode()[:20], b"<html><body>502 Bad Gateway</body></html>"])
+def test_a_damaged_cache_file_is_never_returned(server, isolated, monkeypatch, damage):
+    """A truncated, empty or HTML cache file was returned as data: its SHA-256 is checked (against the pinned
+    one), a damaged file is downloaded again — or, downloads off, a DataNotFoundError names the damage."""
+    base, www, hits = server
+    _, cache = isolated
+    (www / "input.txt").write_text(SMALL)
+    datasets.SOURCES["tinyshakespeare.txt"] = datasets.Source(f"{base}/input.txt", SHA_SMALL)
+    cache.mkdir()
+    (cache / "tinyshakespeare.txt").write_bytes(damage)
+    monkeypatch.setenv("FT_DOWNLOAD", "0")
+    with pytest.raises(datasets.DataNotFoundError, match="damaged") as e:
+        ft.datasets.tiny_shakespeare()
+    assert str(cache / "tinyshakespeare.txt") in str(e.value)
+    monkeypatch.setenv("FT_DOWNLOAD", "1")
+    assert ft.datasets.tiny_shakespeare() == SMALL
+    assert (cache / "tinyshakespeare.txt").read_text() == SMALL and hits == ["/input.txt"]
+
+
+def test_a_derived_cache_file_is_checked_against_its_stamp(server, isolated):
+    """Tatoeba's archive has no fixed checksum: locate writes the SHA-256 of the file it derived beside it
+    (<name>.sha256) and later uses the cached file only while it matches."""
+    base, www, hits = server
+    _, cache = isolated
+    lines = [f"Go {i}.\tVa {i} !\tCC-BY 2.0 (France) Attribution: tatoeba.org #{i} (a) & #{i + 1} (b)" for i in range(3)]
+    (www / "fra-eng.zip").write_bytes(_zip(lines))
+    src = datasets.SOURCES["tatoeba-eng-fra-5k.tsv"]
+    datasets.SOURCES["tatoeba-eng-fra-5k.tsv"] = src._replace(url=f"{base}/fra-eng.zip", expected_sha256=None)
+    first = ft.datasets.tatoeba_eng_fra()
+    cached = cache / "tatoeba-eng-fra-5k.tsv"
+    assert (cache / "tatoeba-eng-fra-5k.tsv.sha256").read_text().strip() == hashlib.sha256(cached.read_bytes()).hexdigest()
+    assert ft.datasets.tatoeba_eng_fra() == first and len(hits) == 1  # from the cache
+    cached.write_bytes(cached.read_bytes()[:25])  # truncated
+    assert ft.datasets.tatoeba_eng_fra() == first and len(hits) == 2  # downloaded again, not returned truncated
+
+
+def test_a_cached_file_is_hashed_once_per_process(server, isolated, monkeypatch):
+    base, www, _ = server
+    (www / "input.txt").write_text(SMALL)
+    datasets.SOURCES["tinyshakespeare.txt"] = datasets.Source(f"{base}/input.txt", SHA_SMALL)
+    assert ft.datasets.tiny_shakespeare() == SMALL  # downloaded
+    calls = []
+    real = datasets._sha256
+    monkeypatch.setattr(datasets, "_sha256", lambda data: calls.append(1) or real(data))
+    for _ in range(3):
+        assert ft.datasets.tiny_shakespeare() == SMALL
+    assert len(calls) <= 1
+
+
+def test_bleu_and_split_refuse_meaningless_arguments():
+    pairs = [datasets.TatoebaPair(f"e{i}", f"f{i}", "a") for i in range(10)]
+    for bad in (5, 1, 1.0, 0, 0.0, -0.1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="test_fraction"):
+            datasets.split_by_source(pairs, test_fraction=bad)
+    with pytest.raises(TypeError, match="test_fraction"):
+        datasets.split_by_source(pairs, test_fraction="0.1")
+    with pytest.raises(ValueError, match="2 distinct"):
+        datasets.split_by_source(pairs[:1])
+    train, test = datasets.split_by_source(pairs, test_fraction=0.99)
+    assert len(test) == 9 and len(train) == 1  # both splits keep at least one sentence
+    train, test = datasets.split_by_source(pairs, test_fraction=0.3)
+    assert len(test) == 3 and {p.english for p in train}.isdisjoint(p.english for p in test)
+    for bad in (0, -1, 101):
+        with pytest.raises(ValueError, match="max_n"):
+            datasets.bleu(["a b c"], ["a b c"], max_n=bad)  # max_n=0 scored 100.0
+    with pytest.raises(TypeError, match="max_n"):
+        datasets.bleu(["a b c"], ["a b c"], max_n=2.5)
+
+
+def test_bleu_values_by_hand():
+    # identical: every precision 1, no brevity penalty
+    assert datasets.bleu(["le chat est noir"], ["le chat est noir"]) == pytest.approx(100.0, abs=1e-12)
+    # hypothesis "le chat" vs reference "le chat noir", max_n=2, no smoothing: p1 = 2/2, p2 = 1/1,
+    # BP = exp(1 − 3/2)
+    assert datasets.bleu(["le chat"], ["le chat noir"], max_n=2, smooth=False) == pytest.approx(
+        100 * 2.718281828459045 ** (1 - 1.5), rel=1e-12)
+    # max_n=1, smoothing does not touch p1: "a b x" vs "a b c" -> p1 = 2/3
+    assert datasets.bleu(["a b x"], ["a b c"], max_n=1) == pytest.approx(100 * 2 / 3, rel=1e-12)

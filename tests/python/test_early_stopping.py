@@ -322,6 +322,31 @@ def test_bad_states_are_refused_before_any_update():
         assert tr.history["step"] == []
 
 
+def test_a_resumed_states_keys_are_checked_up_front():
+    """A state lacking 'restored', with bad val_data, was a KeyError raised while handling the ValueError: the
+    keys are checked when the state is assigned (ValueError naming the key), and a failed call never reads a
+    resumed state's own stopped / restored back."""
+    _, val = task("d")
+    tr = trainer("d", val, patience=2)
+    full = dict(best_val_loss=1.0, best_step=3, bad_evals=0, stopped=False, restored=False)
+    for k in ("best_val_loss", "best_step", "bad_evals", "stopped", "restored"):
+        with pytest.raises(ValueError, match=k):
+            tr.early_stopping = {kk: v for kk, v in full.items() if kk != k}
+        assert tr.early_stopping is None  # nothing taken from a refused state
+    with pytest.raises(ValueError, match="bogus"):
+        tr.early_stopping = {**full, "bogus": 1}
+    data, _ = task("d")
+    m, fresh = model("d"), model("d")
+    for state in (full, {k: full[k] for k in ("best_val_loss", "best_step", "bad_evals")}):
+        bad = trainer("d", [np.array([0, 1, 99])], patience=2)  # token 99 >= n_vocab: the core refuses it
+        bad.early_stopping = state
+        with pytest.raises((ValueError, IndexError)) as e:
+            bad(*data, m)
+        assert not isinstance(e.value, KeyError)
+        assert bad.early_stopping == state  # the resumed state is kept as it was
+        assert_params_equal(m, fresh)
+
+
 # ------------------------------------------------------------------------------------------------------
 # the CLI
 

@@ -583,3 +583,238 @@ def test_dropout_rates_map_both_ways():
         ft.to_hf(ft.ETransformer(*pos, **cfg, embed_dropout=0.3))
     with pytest.raises(ValueError, match="dropout"):
         ft.to_torch(m)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Hostile config.json files and arguments (issue 27): a ValueError naming the key, before anything is made
+
+def _with_config(src, dst, edit):
+    """A copy of the save_hf directory `src` whose config.json is edit(config) (a dict, or str: the file's text)."""
+    import shutil
+
+    shutil.copytree(src, dst)
+    c = edit(json.loads((src / "config.json").read_text()))
+    (dst / "config.json").write_text(c if isinstance(c, str) else json.dumps(c))
+    return dst
+
+
+def _set(**kw):
+    return lambda c: {**c, **kw}
+
+
+def _drop(key):
+    return lambda c: {k: v for k, v in c.items() if k != key}
+
+
+_LLAMA_CASES = [  # (edit, key the error must name)
+    (_set(num_attention_heads=0), "num_attention_heads"), (_set(num_key_value_heads=5e-324), "num_key_value_heads"),
+    (_set(num_key_value_heads=0), "num_key_value_heads"), (_set(head_dim=-2), "head_dim"),
+    (_drop("hidden_size"), "hidden_size"), (_set(vocab_size=float("inf")), "vocab_size"),
+    (_set(rms_norm_eps=float("nan")), "rms_norm_eps"), (_set(rope_parameters=[1]), "rope_parameters"),
+    (_set(rope_parameters={"rope_type": "default", "rope_theta": -1.0}), "rope_theta"),
+    (_set(rope_parameters={"rope_type": {"x": 1}}), "rope_type"), (_set(attention_dropout="0.1"), "attention_dropout"),
+    (_set(tie_word_embeddings="yes"), "tie_word_embeddings"), (_set(pretraining_tp=[2]), "pretraining_tp"),
+    (_set(hidden_act=["silu"]), "hidden_act"),
+]
+_GPT2_CASES = [
+    (_set(n_head=0), "n_head"), (_drop("n_embd"), "n_embd"), (_set(vocab_size=float("inf")), "vocab_size"),
+    (_set(n_layer=2**64), "n_layer"), (_set(n_layer=-1), "n_layer"), (_set(n_positions=True), "n_positions"),
+    (_set(n_inner="12"), "n_inner"), (_set(activation_function=["gelu"]), "activation_function"),
+    (_set(layer_norm_epsilon=float("-inf")), "layer_norm_epsilon"), (_set(attn_pdrop=1.5), "attn_pdrop"),
+    (_set(scale_attn_weights="no"), "scale_attn_weights"), (_set(architectures="GPT2LMHeadModel"), "architectures"),
+    (_set(architectures=[{"a": 1}]), "architectures"), (_set(n_embd=1e300), "n_embd"),
+]
+_BERT_CASES = [
+    (_set(num_attention_heads=0), "num_attention_heads"), (_drop("intermediate_size"), "intermediate_size"),
+    (_set(type_vocab_size=-3), "type_vocab_size"), (_set(hidden_dropout_prob=float("nan")), "hidden_dropout_prob"),
+    (_set(position_embedding_type=["absolute"]), "position_embedding_type"), (_set(is_decoder=1), "is_decoder"),
+    (_set(hidden_act={"gelu": 1}), "hidden_act"), (_set(max_position_embeddings=0), "max_position_embeddings"),
+]
+
+
+@pytest.mark.parametrize("kind,edit,key", [("d", e, k) for e, k in _GPT2_CASES] + [("e", e, k) for e, k in _BERT_CASES]
+                         + [("llama", e, k) for e, k in _LLAMA_CASES])
+def test_hostile_config_values_are_value_errors_naming_the_key(kind, edit, key, tmp_path):
+    """Every config value a mapping uses has its type and range checked first: never ZeroDivisionError (n_head 0,
+    num_key_value_heads 5e-324), KeyError (n_embd missing), OverflowError (vocab_size Infinity) or TypeError."""
+    src = tmp_path / "src"
+    if kind == "llama":
+        _llama().save_pretrained(src)
+    else:
+        ft.save_hf(_native(kind, tied=True), src)
+    d = _with_config(src, tmp_path / "bad", edit)
+    with pytest.raises(ValueError, match=key):
+        ft.load_hf(d)
+    if key != "architectures":  # the same check through from_hf (a config object's dict)
+        from formal_transformers.hf import _build
+
+        T = {k: v.detach().numpy() for k, v in (_llama() if kind == "llama" else ft.to_hf(_native(kind))).state_dict().items()}
+        cls = {"d": "GPT2LMHeadModel", "e": "BertForMaskedLM", "llama": "LlamaForCausalLM"}[kind]
+        with pytest.raises(ValueError, match=key):
+            _build(cls, edit(json.loads((src / "config.json").read_text())), T, None, "from_hf")
+
+
+def test_hostile_config_files_are_value_errors(tmp_path):
+    src = tmp_path / "src"
+    ft.save_hf(_native("d", tied=True), src)
+    deep = 100_000
+    for name, text, match in [("deep", "[" * deep + "]" * deep, "RecursionError"),
+                              ("deepobj", '{"a":' * deep + "1" + "}" * deep, "RecursionError"),
+                              ("list", "[1, 2]", "JSON object"), ("bytes", b"\xff\xfe{".decode("latin-1"), "JSON"),
+                              ("digits", '{"n_layer": ' + "9" * 100_000 + "}", "JSON")]:
+        d = _with_config(src, tmp_path / name, lambda c, t=text: t)
+        with pytest.raises(ValueError, match=match):
+            ft.load_hf(d)
+    d = _with_config(src, tmp_path / "huge", lambda c: c)
+    with open(d / "config.json", "a") as f:  # beyond any model config's size: refused before parsing
+        f.truncate(17 << 20)
+    with pytest.raises(ValueError, match="bytes"):
+        ft.load_hf(d)
+
+
+@pytest.mark.parametrize("kind", ["d", "e", "llama"])
+def test_a_config_claiming_huge_layer_counts_fails_at_once(kind, tmp_path):
+    """n_layer 10⁶ took 37 s and 3 GB before its ValueError, 10⁷ and 2⁶⁴ a MemoryError: the layer count is
+    checked against the layers the weights hold before any per-layer name is listed."""
+    import time
+
+    src = tmp_path / "src"
+    if kind == "llama":
+        _llama().save_pretrained(src)
+    else:
+        ft.save_hf(_native(kind, tied=True), src)
+    key = "n_layer" if kind == "d" else "num_hidden_layers"
+    for L in (10**6, 10**7, 2**31 - 1):
+        d = _with_config(src, tmp_path / str(L), _set(**{key: L}))
+        t0 = time.perf_counter()
+        with pytest.raises(ValueError, match=f"{key} = {L} but the weights hold 2 layers"):
+            ft.load_hf(d)
+        assert time.perf_counter() - t0 < 5.0  # was 37 s for 10⁶ (the name list); now no list at all
+    d = _with_config(src, tmp_path / "2**64", _set(**{key: 2**64}))
+    with pytest.raises(ValueError, match=key):
+        ft.load_hf(d)
+
+
+def test_to_hf_and_save_hf_take_only_models(tmp_path):
+    for fn in (ft.to_hf, lambda m: ft.save_hf(m, tmp_path / "x")):
+        for bad in (ft.LayerNorm(4), None, "model", _gpt2()):
+            with pytest.raises(TypeError, match="DTransformer or ETransformer"):
+                fn(bad)
+    assert not (tmp_path / "x").exists()  # nothing written for a refused model
+    with pytest.raises(TypeError, match="path"):
+        ft.save_hf(_native("d"), None)
+
+
+# LLaMA's RoPE keys, read as transformers reads them (rope_scaling wins over rope_parameters; θ inside them wins
+# over a top-level rope_theta): load_hf gives the model transformers gives, or refuses it
+
+@pytest.mark.parametrize("edit,theta", [
+    (_set(rope_theta=500.0), 300.0),  # a top-level rope_theta beside rope_parameters' own: theirs wins
+    (lambda c: {**_drop("rope_parameters")(c), "rope_theta": 700.0}, 700.0),
+    (_set(rope_parameters=None, rope_theta=800.0), 800.0),
+    (_set(rope_parameters={"type": "default"}, rope_theta=900.0), 900.0),
+    (_set(rope_parameters={"rope_type": "default"}), 10000.0),
+    (_set(rope_scaling=None), 300.0), (_set(rope_scaling={}), 300.0),
+    (_set(rope_scaling={"rope_type": "default", "rope_theta": 123.0}), 123.0),
+])
+def test_llama_rope_keys_are_read_as_transformers_reads_them(edit, theta, tmp_path, monkeypatch):
+    from test_variants import _float64_llama
+
+    _float64_llama(monkeypatch)
+    src = tmp_path / "src"
+    _llama().save_pretrained(src)
+    d = _with_config(src, tmp_path / "edited", edit)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float64).eval()
+    assert hf.config.rope_parameters["rope_theta"] == theta  # the expectation is transformers' own reading
+    m = ft.load_hf(d)
+    assert m.config["rope_theta"] == theta
+    x = np.array([3, 14, 15, 9, 2, 6, 5, 3, 5, 8, 9])
+    assert rel_err(m(x), torch.softmax(hf(torch.tensor(x)[None]).logits[0], -1).detach().numpy().T) <= TOL64
+
+
+@pytest.mark.parametrize("edit", [
+    _set(rope_scaling={"rope_type": "linear", "factor": 4.0}),  # beside rope_parameters: transformers uses it
+    _set(rope_scaling={"type": "dynamic", "factor": 2.0}),
+    _set(rope_parameters={"rope_type": "llama3", "rope_theta": 300.0, "factor": 8.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8}),
+])
+def test_llama_scaled_rope_is_refused_not_misread(edit, tmp_path):
+    src = tmp_path / "src"
+    _llama().save_pretrained(src)
+    d = _with_config(src, tmp_path / "edited", edit)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float64)
+    assert hf.config.rope_parameters["rope_type"] != "default"  # transformers does scale these
+    with pytest.raises(ValueError, match="rope_type"):
+        ft.load_hf(d)
+    with pytest.raises(ValueError, match="rope_type"):
+        ft.from_hf(hf)
+
+
+# save_hf's two files: the old pair or the new pair, whatever fails; unique temporaries
+
+def test_save_hf_failures_leave_the_old_pair(tmp_path, monkeypatch):
+    import formal_transformers.hf as hfmod
+
+    old, new = _native("d", tied=True), _native("d", tied=False, eps=1e-3)
+    ft.save_hf(old, tmp_path)
+    before = {f: (tmp_path / f).read_bytes() for f in ("config.json", "model.safetensors")}
+
+    def fail_dump(*a, **k):
+        raise OSError("disk full (simulated) while writing config.json")
+
+    monkeypatch.setattr(hfmod.json, "dump", fail_dump)
+    with pytest.raises(OSError, match="simulated"):
+        ft.save_hf(new, tmp_path)
+    monkeypatch.undo()
+    real_replace = os.replace
+
+    def fail_config_rename(src, dst):
+        if str(dst).endswith("config.json"):
+            raise OSError("rename failed (simulated)")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(hfmod.os, "replace", fail_config_rename)
+    with pytest.raises(OSError, match="simulated"):
+        ft.save_hf(new, tmp_path)
+    monkeypatch.undo()
+    assert {f: (tmp_path / f).read_bytes() for f in before} == before  # the old pair, byte for byte
+    assert sorted(os.listdir(tmp_path)) == ["config.json", "model.safetensors"]  # no temporaries left
+    _same_params(old, ft.load_hf(tmp_path))
+    ft.save_hf(new, tmp_path)  # and a save that succeeds gives the new pair
+    _same_params(new, ft.load_hf(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["config.json", "model.safetensors"]
+
+
+def test_save_hf_and_save_use_their_own_temporaries(tmp_path):
+    """The fixed "<name>.tmp" temporaries made concurrent saves of one path collide (8 FileNotFoundError in
+    1,758 saves): a directory squatting on the old names no longer matters, and two threads saving one path
+    over and over never fail."""
+    import threading
+
+    m = _native("d", tied=True)
+    for squat in ("model.safetensors.tmp", "config.json.tmp", "m.safetensors.tmp"):
+        (tmp_path / squat).mkdir()
+    ft.save_hf(m, tmp_path)
+    ft.save(m, tmp_path / "m.safetensors")
+    _same_params(m, ft.load_hf(tmp_path))
+    _same_params(m, ft.load(tmp_path / "m.safetensors"))
+    errors = []
+
+    def work(k):
+        try:
+            for _ in range(40):
+                ft.save(m, tmp_path / "m.safetensors")
+                ft.save_hf(m, tmp_path / "hf")
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    _same_params(m, ft.load(tmp_path / "m.safetensors"))
+    _same_params(m, ft.load_hf(tmp_path / "hf"))
+    leftovers = [f for f in os.listdir(tmp_path / "hf") if f not in ("config.json", "model.safetensors")]
+    assert not leftovers, leftovers

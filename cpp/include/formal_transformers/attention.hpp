@@ -26,15 +26,18 @@
 //   4  ∀t: α_t = exp(qᵀk_t/√d_attn) / Σ_u exp(qᵀk_u/√d_attn)          5  return ṽ = Σ_{t=1}^T α_t v_t
 //
 // How the code maps to the listings:
-//  * `attention_head` is Algorithm 4's lines 4–6 (given Q, K, V); Attention and BasicAttention compute
-//    lines 1–3 and call it (Algorithm 3 is Algorithm 4 with one query and no mask).
+//  * `attention_head` is Algorithm 4's lines 4–6 (given Q, K, V) for one head of one sequence; Attention and
+//    BasicAttention compute lines 1–3 and call it (Algorithm 3 is Algorithm 4 with one query and no mask).
 //  * MHAttention stores the H heads' W^h_q stacked as one [H·d_attn, d_x] matrix (docs/api.md: W_q is
 //    (H, d_attn, d_x), head h a block of rows), so lines 1–3 of Algorithm 4 for all heads are ONE gemm
 //    each; line 2 of Algorithm 5 then runs `attention_head` per head on row blocks of Q, K, V, writing
 //    Y^h straight into its rows of Y (line 3 costs nothing).
+//  * The variants are parts (parts.hpp), each at the place of the listing it changes: the Mask of line 5
+//    (mask.hpp), a query/key transform after line 2 (V1 RoPE), a score bias in line 6 (V2 ALiBi), fewer
+//    key/value heads in Algorithm 5 line 2 (V3, kv_head), dropout on line 6's weights (dropout.hpp).
 //  * Batches: X holds several sequences side by side (Seqs); attention never crosses sequences. The
 //    1/√d_attn of line 6 is folded into the gemm of line 4. Masked scores are −∞ (probability exactly 0);
-//    the unidirectional mask skips the masked entries instead of computing them.
+//    keys outside a column's candidate range (Mask::keys; the causal mask's future) are skipped, not computed.
 #pragma once
 
 #include <cstdint>
@@ -42,48 +45,11 @@
 #include <vector>
 
 #include "formal_transformers/dropout.hpp"
+#include "formal_transformers/mask.hpp"
 #include "formal_transformers/params.hpp"
-#include "formal_transformers/variants.hpp"
+#include "formal_transformers/parts.hpp"
 
 namespace ft {
-
-// ---------------------------------------------------------------------------------------------------
-// The Mask hyperparameter of Algorithm 4. Mask[t_z, t_x] = 1: query token t_x may attend to context
-// token t_z. Bidirectional: Mask ≡ 1. Unidirectional: Mask[t_z, t_x] = [[t_z ≤ t_x]] (positions are
-// absolute: a query at position q0 + j sees context tokens 0..q0+j). Explicit: a given bool matrix.
-class Mask {
-public:
-    enum class Kind { Bidirectional, Unidirectional, Explicit };
-    Mask() = default;
-    static Mask bidirectional() { return Mask(Kind::Bidirectional); }
-    static Mask unidirectional() { return Mask(Kind::Unidirectional); }
-    // m: column-major [l_z, l_x] of 0/1. Throws ValueError if some column has no 1 (a query that may
-    // attend to nothing: softmax over an empty set is undefined).
-    static Mask explicit_matrix(index_t l_z, index_t l_x, const std::uint8_t* m);
-
-    Kind kind() const { return kind_; }
-    index_t l_z() const { return l_z_; }
-    index_t l_x() const { return l_x_; }
-    bool allows(index_t t_z, index_t t_x) const {
-        switch (kind_) {
-            case Kind::Bidirectional: return true;
-            case Kind::Unidirectional: return t_z <= t_x;
-            default: return m_[std::size_t(t_z + t_x * l_z_)] != 0;
-        }
-    }
-    // Check that this mask fits an attention of ℓ_z context tokens and queries at positions q0..q0+ℓ_x−1:
-    // an explicit mask needs ℓ_z equal to its rows and q0 + ℓ_x at most its columns (so cached decoding
-    // can use its first columns), or with `exact` (the stand-alone Attention/MHAttention calls) exactly
-    // its shape. ValueError naming the problem otherwise. (Every column keeps a context token: explicit_matrix.)
-    void check(index_t l_z, index_t l_x, index_t q0 = 0, bool exact = false) const;
-    const std::vector<std::uint8_t>& matrix() const { return m_; }
-
-private:
-    explicit Mask(Kind k) : kind_(k) {}
-    Kind kind_ = Kind::Bidirectional;
-    index_t l_z_ = 0, l_x_ = 0;
-    std::vector<std::uint8_t> m_;
-};
 
 // Dropout on one head's attention weights (docs/regularisation.md): line 6 becomes Ṽ ← V · Dropout(A | p, M),
 // the mask drawn from `key` at entries i0, i0+1, … (the head's block of the layer's weights); Ad: [l_z,l_x]
@@ -97,26 +63,33 @@ struct HeadDropout {
     std::uint8_t* keep = nullptr;
 };
 
-// Algorithm 4, lines 4–6, for one head of one sequence:
-//   S ← Kᵀ Q / √d_attn (line 4, scaled); masked S ← −∞ (line 5); A ← softmax(S) and Ṽ ← V A (line 6).
-// Q:[d_attn,l_x], K:[d_attn,l_z], V:[d_v,l_z] -> A:[l_z,l_x] (kept for backward), Vt:[d_v,l_x].
-// q0 is the absolute position of Q's first column (0, or the prefix length when decoding with a cache).
-// alibi_slope m ≠ 0: line 6 is V2's line 6′, softmax(S/√d_attn − m D) (variants.hpp).
-// drop: dropout on A before the product of line 6 (null: none, the listing).
+// Where one head's block of Algorithm 4's lines 4–6 sits and what acts on it: the mask, sequence b of the batch
+// (per-sequence masks), head h (per-head biases), the absolute position q0 of its first query (0, or the cache's
+// length when decoding), the score bias (null: none) with the store holding its parameters, and dropout on the
+// weights (null: none, the listing). A head kernel (attention_head; a tiled kernel alike) takes it whole.
 template <class T>
-void attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const Mask& mask, index_t q0, MatView<T> A,
-                    MatView<T> Vt, double alibi_slope = 0, const HeadDropout<T>* drop = nullptr);
+struct HeadBlock {
+    const Mask* mask = nullptr;
+    index_t b = 0, h = 0, q0 = 0;
+    const ScoreBias<T>* bias = nullptr;
+    const ParamStore<T>* store = nullptr;
+    const HeadDropout<T>* drop = nullptr;
+};
+
+// Algorithm 4, lines 4–6, for one head of one sequence:
+//   S ← Kᵀ Q / √d_attn (line 4, scaled); + B^h (a score bias, line 6); masked S ← −∞ (line 5);
+//   A ← softmax(S) and Ṽ ← V A (line 6, with dropout: V · Dropout(A)).
+// Q:[d_attn,l_x], K:[d_attn,l_z], V:[d_v,l_z] -> A:[l_z,l_x] (kept for backward), Vt:[d_v,l_x].
+template <class T>
+void attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MatView<T> A, MatView<T> Vt);
 // Backward of attention_head, given dṼ:[d_v,l_x]. Accumulates dQ += K dS/√d, dK += Q dSᵀ/√d,
-// dV += dṼ Aᵀ, with dS = softmax'(A)(Vᵀ dṼ) per column. dA:[l_z,l_x] is scratch.
+// dV += dṼ Aᵀ, with dS = softmax'(A)(Vᵀ dṼ) per column. dA:[l_z,l_x] receives dS (∂loss/∂ of line 6's
+// S/√d_attn + B: a score bias's gradient).
 // With dropout (keep non-null): Ad = A ⊙ M/(1−p) replaces A in dV, and Vᵀ dṼ passes D2 before softmax'.
 template <class T>
 void attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> A, CMatView<T> dVt,
                              MatView<T> dQ, MatView<T> dK, MatView<T> dV, MatView<T> dA, const T* Ad = nullptr,
                              const std::uint8_t* keep = nullptr, double p = 0);
-
-// Explicit bool masks as the free functions ft.bidirectional_mask / ft.unidirectional_mask return them.
-std::vector<std::uint8_t> bidirectional_mask(index_t l_z, index_t l_x);
-std::vector<std::uint8_t> unidirectional_mask(index_t l_z, index_t l_x);
 
 // ---------------------------------------------------------------------------------------------------
 // Algorithm 3.
@@ -207,6 +180,8 @@ struct MHAttentionCache {
     std::vector<T> lse;  // λ of head h at query column j of the batch: lse[h·n_x + j]
     DropoutKey drop_key; // the key of the weights' masks (dropout with tiled: redrawn in the backward)
     Seqs sx, sz;         // the batch of the forward (tiled: for materialize_weights)
+    index_t q0 = 0;      // the queries' first position (heads())
+    const ParamStore<T>* store = nullptr;  // the parameters of the forward (tiled: a score bias in materialize_weights)
     mutable bool weights_ready = true;  // A (and drop.keep) hold the last forward's weights
     const MHAttention<T>* unit = nullptr;  // the attention that ran it (tiled: materialize_weights)
     // A (and with dropout drop.keep) as a literal forward leaves them: rebuilt after a tiled forward
@@ -226,14 +201,16 @@ template <class T>
 struct KVCache {
     Matrix<T> K;  // [H_kv·d_attn, capacity]  (with RoPE: rotated at their absolute positions)
     Matrix<T> V;  // [H_kv·d_mid,  capacity]
-    index_t len = 0;
+    index_t len = 0;    // cached columns
+    index_t start = 0;  // absolute position of column 0: > 0 once a sliding window (V9) dropped older keys
 };
 
 template <class T>
 class MHAttention {
 public:
-    // v: the variants of docs/variants.md (V1 RoPE, V2 ALiBi, V3 H_kv key/value heads, V5 no biases);
-    // the default is Algorithm 5. ValueError: H_kv not dividing H, odd d_attn with RoPE, θ ≤ 0.
+    // v: the variants of docs/variants.md (V3 H_kv key/value heads, V5 no biases, a position part: V1 "rope",
+    // V2 "alibi"); the default is Algorithm 5. ValueError: H_kv not dividing H, an unknown position, the
+    // position part's own checks (RoPE: odd d_attn, θ ≤ 0).
     MHAttention(index_t H, index_t d_x, index_t d_z, index_t d_attn, index_t d_mid, index_t d_out, Mask mask,
                 ParamStore<T>& store, const std::string& prefix = "", const AttnVariant& v = AttnVariant());
     // W_q, W_k, W_v ~ N(0, stddev²); W_o ~ N(0, out_stddev²); biases 0
@@ -262,9 +239,14 @@ public:
     // and, with dropout, c.drop.keep with the masks the tiles drew (both as a literal forward leaves them).
     // Nothing to do after a literal forward. O(ℓ²) memory, only when asked for.
     void materialize_weights(const MHAttentionCache<T>& c) const;
-    // Whether a call whose longest key sequence is l_z runs the tiled listing (var.impl; Auto: l_z ≥ kTiledFromLength)
+    // Can the tiled listing honour this attention's parts? The mask part always (its candidate ranges and
+    // allows()); a score bias only with a tiled form (ScoreBias::tiles(): no parameters); a query/key transform
+    // and V3's key/value heads act outside lines 4–6.
+    bool tiled_parts() const { return !position.bias || position.bias->tiles(); }
+    // Whether a call whose longest key sequence is l_z runs the tiled listing (var.impl; Auto: l_z ≥
+    // kTiledFromLength and tiled_parts(), else the literal listing)
     bool use_tiled(index_t l_z) const {
-        return var.impl == AttnImpl::Tiled || (var.impl == AttnImpl::Auto && l_z >= kTiledFromLength);
+        return tiled_parts() && (var.impl == AttnImpl::Tiled || (var.impl == AttnImpl::Auto && l_z >= kTiledFromLength));
     }
 
     index_t H, d_x, d_z, d_attn, d_mid, d_out;
@@ -272,16 +254,24 @@ public:
     MatParam W_q, W_k, W_v, W_o;  // stacked [H·d_attn, d_x], [H·d_attn, d_z], [H·d_mid, d_z]; W_o [d_out, H·d_mid]
     VecParam b_q, b_k, b_v, b_o;  // stacked [H·d_attn], [H·d_attn], [H·d_mid]; b_o [d_out]
     // Variants (docs/variants.md). With H_kv < H, W_k is [H_kv·d_attn, d_z], W_v [H_kv·d_mid, d_z] (b_k, b_v
-    // likewise) and query head h uses key/value head h / (H/H_kv). With bias = false the b's are not in θ.
+    // likewise) and query head h uses key/value head kv_head(h) = h / (H/H_kv) (V3). With bias = false the
+    // b's are not in θ (V5). position: the part named by var.position (a query/key transform or a score bias).
     AttnVariant var;
     index_t H_kv = 0;
-    std::vector<double> slopes;  // V2: m_h of head h (ALiBi only)
+    PositionPart<T> position;
+    index_t kv_head(index_t h) const { return h / (H / H_kv); }
 
 private:
     const T* bias(const ParamStore<T>& s, const VecParam& b) const { return var.bias ? s.v(b) : nullptr; }
     T* dbias(ParamStore<T>& s, const VecParam& b) const { return var.bias ? s.dv(b) : nullptr; }
-    // V1 lines 2a/2b on the heads of M (rows n_heads·d_attn) at the positions of batch s (+ q0)
-    void rope_seqs(MatView<T> M, index_t n_heads, const Seqs& s, index_t q0, bool inverse) const;
+    // Algorithm 4's lines 1–3 for all heads (fused into one product for self-attention): Q, K, V views
+    void project_qkv(const ParamStore<T>& store, CMatView<T> X, CMatView<T> Z, bool same_seqs, MHAttentionCache<T>& c,
+                     MatView<T>& Q, MatView<T>& K, MatView<T>& V) const;
+    // Algorithm 4's lines 4–6 for every (sequence, head) block: Q, K, V (all heads) -> A (per block at
+    // c.A_off), Y = [Y¹; …; Y^H]; queries at q0 + …
+    void heads(const ParamStore<T>& store, CMatView<T> Q, const Seqs& sx, CMatView<T> K, CMatView<T> V,
+               const Seqs& sz, index_t q0, MHAttentionCache<T>& c, MatView<T> Y, const Dropout* drop,
+               std::uint64_t place) const;
 };
 
 }  // namespace ft

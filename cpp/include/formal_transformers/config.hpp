@@ -44,6 +44,10 @@ struct ModelConfig {
     bool bias = true;
     enum class Mlp { Standard, SwiGLU } mlp = Mlp::Standard;
     double rope_theta = 10000.0;
+    // V8 (D only): sliding-window attention in every layer, Mask[t_z, t_x] = [[t_x − w < t_z ≤ t_x]] with
+    // w = sliding_window (Mistral); 0: the causal mask of Algorithm 10. Decoding keeps a rolling cache of
+    // O(w) columns per layer (V9).
+    index_t sliding_window = 0;
     // Dropout (docs/regularisation.md; training only): rates after the embedding sum (line 3; Alg 8 lines 3
     // and 12; after BERT's embedding layer_norm), on the attention weights (Alg 4 line 6, after the softmax)
     // and on each sublayer's output before the residual add. 0: the listings bit for bit.

@@ -34,12 +34,18 @@ namespace ft {
 struct DropoutKey {
     std::uint64_t seed = 0, step = 0, place = 0;
 };
-// Places: which matrix of which layer (group: 0 the embeddings, 1 D/E's layers or ED's encoder layers, 2 ED's
-// decoder layers; site: what the mask is applied to).
+// Places: which matrix of which layer a mask belongs to. A place is (group, layer, site): the group of
+// layers, the layer's index in it, and the site inside the layer (the embeddings are group Embeddings, layer 0).
+enum class DropGroup : std::uint64_t { Embeddings = 0, Layers = 1, DecoderLayers = 2 };  // Layers: D's and E's, ED's encoder
 enum class DropSite : std::uint64_t { EmbedX = 0, EmbedZ = 1, SelfWeights = 2, SelfOut = 3, CrossWeights = 4, CrossOut = 5, MlpOut = 6 };
-inline std::uint64_t drop_place(std::uint64_t group, std::uint64_t layer, DropSite site) {
-    return (group << 48) | (layer << 8) | std::uint64_t(site);
-}
+// A layer's places (the blocks key their masks by place.at(site)).
+struct DropPlace {
+    DropGroup group = DropGroup::Layers;
+    std::uint64_t layer = 0;
+    std::uint64_t at(DropSite site) const {
+        return (std::uint64_t(group) << 48) | (layer << 8) | std::uint64_t(site);
+    }
+};
 // u_{i} ∈ [0, 1) (53 bits) of entry i of the keyed matrix (line 1)
 double dropout_uniform(const DropoutKey& k, std::uint64_t i);
 

@@ -1,7 +1,6 @@
-// The floating-point environment of the core's own calls (issue 11, item 3).
+// The floating-point environment of the core's own calls (docs/design.md "Numerics" has the measurements).
 //
-// Denormal operands slow x86 arithmetic by orders of magnitude (a training step measured 2.5–4x slower
-// with them), so the core runs with flush-to-zero (FTZ: denormal results become 0) and
+// Denormal operands slow x86 arithmetic by orders of magnitude, so the core runs with flush-to-zero (FTZ: denormal results become 0) and
 // denormals-are-zero (DAZ: denormal inputs read as 0). But these are per-thread MXCSR bits, and a library
 // must not change the arithmetic of its caller's other code. So they are set only for the duration of a
 // core call, by this scope:
@@ -12,9 +11,8 @@
 //  * with_pool (for the long calls: training, inference): also on the OpenMP pool's other threads (which
 //    run our parallel regions and the BLAS's jobs, through its threads callback), in one parallel region on entry
 //    and one on exit (each thread restores the value it had), when more than one thread is in use and the
-//    scope is not itself inside a parallel region. Two fork/joins per call cost more than a short call
-//    (measured: a 4x4 softmax 8 -> 87 us, a tiny model's forward 66 -> 151 us on the shared 2-core
-//    machine), so short calls leave the pool threads alone: there a denormal only costs time on the
+//    scope is not itself inside a parallel region. Two fork/joins per call cost more than a short call,
+//    so short calls leave the pool threads alone: there a denormal only costs time on the
 //    worker's share of the work, never accuracy of the caller's code.
 //
 // Scopes nest: only the outermost one touches the environment. `FpCallerEnv` is the inverse, for the rare

@@ -12,11 +12,29 @@
 //
 // Both are one loop over the flat parameter buffer (params.hpp), parallel over elements, skipping
 // frozen parameters (sinusoidal W_p). Gradient-norm clipping helpers live here too.
+//
+// A step is all or nothing: it first computes every updated θ_i without writing it (the same arithmetic,
+// one read pass) and, if any would be NaN or ±inf, throws NonFiniteUpdate with θ (and Adam's m, v, t)
+// unchanged; a trainer then keeps the last good θ (training.hpp "nonfinite"). The hyperparameters are
+// checked when the optimizer is made: η and λ finite and >= 0, β₁, β₂ in [0, 1), ε finite and > 0 (ε = 0
+// divides 0 by 0 wherever a gradient entry and its moments are zero; issue 27).
 #pragma once
+
+#include <stdexcept>
 
 #include "formal_transformers/params.hpp"
 
 namespace ft {
+
+// A step's loss or gradient norm is NaN or infinite and TrainOptions::nonfinite is Raise, or an update
+// would make θ non-finite (Python: FloatingPointError). Thrown before anything is written.
+struct NonFiniteError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+// An optimizer step whose result would hold a NaN or an inf: nothing was written.
+struct NonFiniteUpdate : NonFiniteError {
+    using NonFiniteError::NonFiniteError;
+};
 
 template <class T>
 class SGD {
@@ -68,6 +86,9 @@ template <class T>
 void adam_update(const AdamCoefficients<T>& c, T* theta, T* m, T* v, const T* g, index_t n);
 template <class T>
 void adam_update_naive(const AdamCoefficients<T>& c, T* theta, T* m, T* v, const T* g, index_t n);
+// The same arithmetic without writing: true when every updated θ_i would be finite.
+template <class T>
+bool adam_update_finite(const AdamCoefficients<T>& c, const T* theta, const T* m, const T* v, const T* g, index_t n);
 
 // √(Σ g²) over the trainable ranges (accumulated in double)
 template <class T>

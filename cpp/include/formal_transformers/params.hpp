@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <xtensor/xadapt.hpp>
@@ -81,6 +82,8 @@ public:
 private:
     index_t add(ParamInfo info);
     std::vector<ParamInfo> entries_;
+    std::unordered_map<std::string, std::size_t> index_;  // name -> position in entries_ (a scan made
+                                                          // declaring L layers quadratic in L: issue 27)
     index_t total_ = 0;
     bool allocated_ = false;
     Vector<T> theta_, grad_;

@@ -1,4 +1,4 @@
-// Size arithmetic in one place (issue 11, items 2 and 5).
+// Size arithmetic in one place.
 //
 // Every element count and byte size the core allocates goes through these helpers: products and sums of
 // sizes are checked for overflow (a wrapped count would build an object smaller than it believes it is),

@@ -26,8 +26,9 @@
 //   6    dQ_J += K_I dS / √d_attn;  dK_I += Q_J dSᵀ / √d_attn
 //   7  return dQ, dK, dV
 //
-// Variants, as in attention_head: ALiBi (V2) subtracts m_h |q0 + t_x − t_z| from S in line 4 of both; RoPE
-// (V1) is applied to Q and K before; GQA (V3) is the caller passing a shared K, V (and summing dK, dV);
+// Parts, as in attention_head: the mask part gives line 4's masked set (and the tiles to skip); a score bias
+// part (ALiBi, V2: −m_h |q0 + t_x − t_z|) is added to S in line 4 of both, tile by tile; RoPE
+// (V1, a QKTransform) is applied to Q and K before; GQA (V3) is the caller passing a shared K, V (and summing dK, dV);
 // dropout on the weights multiplies P by M/(1 − p) in the product with V (T1 line 6, T2 line 4: Pd) and dP by
 // the same (T2 line 4), with M drawn entry by entry from the same counter-based stream as the literal path
 // (entry (t_z, t_x) of the head's weights is i0 + t_z + t_x ℓ_z): the same masks, so the same numbers.
@@ -54,28 +55,22 @@ struct TileSizes {
     TileKernel kernel = TileKernel::Blas;
 };
 
-// Dropout on one head's weights, drawn as attention_head draws them (HeadDropout without its stored mask):
-// rate p, key, i0 the index of the head's entry (0, 0) in the keyed matrix.
-struct TiledDropout {
-    double p = 0;
-    DropoutKey key;
-    std::uint64_t i0 = 0;
-};
-
 // T1 for one head of one sequence: Q:[d_attn,l_x], K:[d_attn,l_z], V:[d_v,l_z] -> Vt:[d_v,l_x], lse:[l_x].
-// q0: the absolute position of Q's first column (cached decoding); alibi_slope: V2's m_h (0: none).
-// Runs on the calling thread (its products: one-thread BLAS calls, gemm_unsplit), so callers run heads in
-// parallel. Mask: as attention_head (every column must keep a context token: Mask::explicit_matrix checks).
+// blk: the same block as attention_head takes (attention.hpp HeadBlock): the mask part (its candidate ranges
+// skip whole tiles, allows() the entries of a non-dense range), the sequence b, the head h, q0 the absolute
+// position of Q's first column (cached decoding), the score bias part (added tile by tile: it must have a
+// tiled form, ScoreBias::tiles()), and dropout on the weights (p, key, i0 of HeadDropout; its Ad and keep are
+// not used: the tiles draw the mask entry by entry). Runs on the calling thread (its products: one-thread
+// BLAS calls, gemm_unsplit), so callers run heads in parallel. Every column must keep a context token.
 template <class T>
-void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const Mask& mask, index_t q0, MatView<T> Vt,
-                          T* lse, double alibi_slope = 0, const TiledDropout* drop = nullptr, TileSizes tiles = {});
+void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MatView<T> Vt, T* lse,
+                          TileSizes tiles = {});
 
 // T2: given the forward's Vt (Ṽ) and lse and dṼ:[d_v,l_x], accumulates dQ += …, dK += …, dV += … (the same
-// gradients as attention_head_backward). Same threading as the forward.
+// gradients as attention_head_backward). Same block and threading as the forward.
 template <class T>
 void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Vt, const T* lse,
-                                   CMatView<T> dVt, const Mask& mask, index_t q0, MatView<T> dQ, MatView<T> dK,
-                                   MatView<T> dV, double alibi_slope = 0, const TiledDropout* drop = nullptr,
-                                   TileSizes tiles = {});
+                                   CMatView<T> dVt, const HeadBlock<T>& blk, MatView<T> dQ, MatView<T> dK,
+                                   MatView<T> dV, TileSizes tiles = {});
 
 }  // namespace ft

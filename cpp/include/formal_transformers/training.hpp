@@ -30,7 +30,8 @@
 //    at the last step. clip > 0: the gradient is rescaled to norm ≤ clip before the update.
 //  * max_steps > 0 ends training early; eval_every > 0 measures the validation loss (mean per token, and
 //    accuracy of the argmax) every that many steps and at the end.
-//  * nonfinite: a step whose loss or gradient norm is not finite (NaN or ±inf, e.g. η too large) is never
+//  * nonfinite: a step whose loss or gradient norm is not finite (NaN or ±inf, e.g. η too large), or whose
+//    update would make θ non-finite (SGD and Adam check their result before writing it: optim.hpp), is never
 //    applied. Raise (the default): training stops with NonFiniteError naming the step, before its update,
 //    so the model holds θ after the previous step (its grads hold the failed step's gradient). Warn / Skip:
 //    the step is skipped (no update, StepInfo.skipped set; the bindings warn for Warn) and training goes on.
@@ -67,6 +68,7 @@
 // on as one uninterrupted run would. Only θ is restored: the optimizer's moments stay those of the last step.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <limits>
 #include <string>
@@ -100,11 +102,9 @@ struct TrainOptions {
     void check() const;             // ValueError naming a bad value
 };
 
-// A step's loss or gradient norm is NaN or infinite and TrainOptions::nonfinite is Raise (Python:
-// FloatingPointError). Thrown before that step's update: θ holds the previous step's parameters.
-struct NonFiniteError : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
+// NonFiniteError (optim.hpp): a step's loss or gradient norm is NaN or infinite, or its update would make θ
+// non-finite, and TrainOptions::nonfinite is Raise (Python: FloatingPointError). Thrown before that step's
+// update is written: θ holds the previous step's parameters.
 
 struct StepInfo {
     index_t step = 0, epoch = 0, total_steps = 0;
@@ -139,6 +139,26 @@ using UpdateFn = std::function<void(ParamStore<T>&, const T* g, double lr)>;
 // called only to record the step (no Python may run), and the interruption is re-thrown after it.
 using StepHook = std::function<bool(const StepInfo&)>;
 
+// Data parallelism (docs/data_parallel.md): this process is rank `rank` of `world` replicas of one model,
+// each holding the same θ, optimizer state and data. Every rank draws the same global minibatch (lines 1–2:
+// the same seeded order) and runs lines 3–5 on its contiguous slice of it (shard_begin); `sum` then adds up,
+// over the ranks and in place, the slices' gradients ∇Σ_n loss_n (the flat buffer: one call) and the step's
+// figures, so that the scaling by the global batch (or its scored tokens), clipping and line 6 run on every
+// rank on the same numbers as one process on the whole minibatch. Validation is sharded the same way (its
+// chunks round-robin over the ranks, their sums added up). world = 1: the loops above, unchanged.
+template <class T>
+struct Replicas {
+    index_t rank = 0, world = 1;
+    // In place over the ranks: g (n values; null with n = 0: no gradient) and the k figures v.
+    std::function<void(T* g, index_t n, double* v, index_t k)> sum;
+    void check() const;  // ValueError: world < 1, rank outside [0, world), no sum for world > 1
+};
+// The first position of rank r's contiguous slice of n items over `world` ranks: the first n mod world
+// ranks take ⌈n/world⌉ items, the others ⌊n/world⌋ (rank r's slice is [shard_begin(r), shard_begin(r + 1))).
+inline index_t shard_begin(index_t n, index_t rank, index_t world) {
+    return rank * (n / world) + std::min(rank, n % world);
+}
+
 // A data set of token sequences: concatenated ids and their extents.
 struct Dataset {
     std::vector<index_t> ids;
@@ -152,16 +172,19 @@ double learning_rate(const TrainOptions& o, index_t step, index_t total);
 // Algorithm 13
 template <class T>
 void DTraining(DTransformer<T>& model, const Dataset& data, const TrainOptions& o, const UpdateFn<T>& update,
-               const StepHook& hook, const Dataset* val = nullptr, EarlyStopState<T>* early = nullptr);
+               const StepHook& hook, const Dataset* val = nullptr, EarlyStopState<T>* early = nullptr,
+               const Replicas<T>* replicas = nullptr);
 // Algorithm 12 (the originals x; the masking of lines 4–6 happens here, from the seeded Rng)
 template <class T>
 void ETraining(ETransformer<T>& model, const Dataset& data, const TrainOptions& o, const UpdateFn<T>& update,
-               const StepHook& hook, const Dataset* val = nullptr, EarlyStopState<T>* early = nullptr);
+               const StepHook& hook, const Dataset* val = nullptr, EarlyStopState<T>* early = nullptr,
+               const Replicas<T>* replicas = nullptr);
 // Algorithm 11 (z_data and x_data: the same number of sequences)
 template <class T>
 void EDTraining(EDTransformer<T>& model, const Dataset& z_data, const Dataset& x_data, const TrainOptions& o,
                 const UpdateFn<T>& update, const StepHook& hook, const Dataset* z_val = nullptr,
-                const Dataset* x_val = nullptr, EarlyStopState<T>* early = nullptr);
+                const Dataset* x_val = nullptr, EarlyStopState<T>* early = nullptr,
+                const Replicas<T>* replicas = nullptr);
 
 // ---------------------------------------------------------------------------------------------------
 // From C++ with xtensor sequences and an optimizer object (formal_transformers.hpp): the same loops.

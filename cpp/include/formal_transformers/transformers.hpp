@@ -76,56 +76,13 @@ namespace ft {
 // ---------------------------------------------------------------------------------------------------
 // Pieces shared by the listings.
 
-// layer_norm (Algorithm 6) or RMSnorm, by the model's hyperparameter.
-template <class T>
-class Norm {
-public:
-    Norm(NormKind kind, index_t d, double eps, ParamStore<T>& store, const std::string& gamma, const std::string& beta);
-    void init(ParamStore<T>& store) const;
-    void forward(const ParamStore<T>& store, CMatView<T> E, MatView<T> E_hat, NormCache<T>& c) const;
-    void backward(ParamStore<T>& store, CMatView<T> dE_hat, const NormCache<T>& c, MatView<T> dE) const;
-
-private:
-    std::optional<LayerNorm<T>> ln_;
-    std::optional<RMSNorm<T>> rms_;
-};
-
-// The MLP of the listings' residual update X ← X + W_mlp2 φ(W_mlp1 X̃ + b_mlp1 1ᵀ) + b_mlp2 1ᵀ.
-template <class T>
-struct MLPCache {
-    Matrix<T> Hpre;  // [d_mlp, n]  W_mlp1 X̃ + b_mlp1 1ᵀ   (SwiGLU: U, V4 line 2)
-    Matrix<T> Act;   // [d_mlp, n]  φ(Hpre)                (SwiGLU: A = SiLU(G) ⊙ U, V4 line 3)
-    Matrix<T> G;     // [d_mlp, n]  SwiGLU only: W_gate X̃ + b_gate 1ᵀ (V4 line 1)
-};
-template <class T>
-class MLP {
-public:
-    MLP(index_t d_e, index_t d_mlp, Activation act, ParamStore<T>& store, const std::string& prefix,
-        const std::string& W1, const std::string& b1, const std::string& W2, const std::string& b2);
-    // With the variants: gated = V4 SwiGLU (W_gate, b_gate registered first; act unused), bias = false: V5.
-    MLP(index_t d_e, index_t d_mlp, Activation act, ParamStore<T>& store, const std::string& prefix,
-        const std::string& W1, const std::string& b1, const std::string& W2, const std::string& b2, bool gated,
-        bool bias);
-    void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
-    // X̃:[d_e,n] -> Out += W2 φ(W1 X̃ + b1 1ᵀ) + b2 1ᵀ
-    void forward(const ParamStore<T>& store, CMatView<T> Xt, MatView<T> Out, MLPCache<T>& c) const;
-    // dOut:[d_e,n] -> dX̃ += …, parameter gradients += …  (dH:[d_mlp,n] is scratch)
-    void backward(ParamStore<T>& store, CMatView<T> Xt, const MLPCache<T>& c, CMatView<T> dOut, MatView<T> dXt,
-                  Matrix<T>& dH) const;
-
-    index_t d_e, d_mlp;
-    Activation act;
-    MatParam W_1, W_2;
-    VecParam b_1, b_2;
-    bool gated = false, bias = true;  // V4, V5
-    MatParam W_g;                     // W_gate (gated only)
-    VecParam b_g;                     // b_gate (gated and bias only)
-};
+// Norm and MLP (parts.hpp) are the parts chosen by the model's hyperparameters (norm, mlp) through the
+// registry; attention's variants are MHAttention's parts (attention.hpp).
 
 // Scratch shared by the backward passes of all layers.
 template <class T>
 struct BackwardWork {
-    Matrix<T> P, Q;   // P: ∂loss/∂(the residual stream) between layers; Q: scratch of the same shape
+    Matrix<T> dX, dXt;  // dX: ∂loss/∂X (the residual stream) between layers; dXt: ∂loss/∂ a sublayer's input X̃ (scratch)
     Matrix<T> dZ;     // ED: gradient of the encoded context
     Matrix<T> dH;     // MLP hidden gradient
     Matrix<T> dHead;  // gradient of the last listing line's input (before the unembedding)
@@ -168,10 +125,10 @@ public:
     PreLNDecoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& prefix);
     void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
     // lines 5–8: X:[d_e,n] (sequences s) -> X_out:[d_e,n] (the next layer's X). drop (training): dropout on the
-    // attention weights and on the outputs of lines 6 and 8 before their residual adds, keyed by place0 | site
+    // attention weights and on the outputs of lines 6 and 8 before their residual adds, keyed by place.at(site)
     void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a,
-                 const Dropout* drop = nullptr, std::uint64_t place0 = 0) const;
-    // from w.P = ∂loss/∂X_out, leaves w.P = ∂loss/∂X; parameter gradients +=
+                 const Dropout* drop = nullptr, DropPlace place = DropPlace()) const;
+    // from w.dX = ∂loss/∂X_out, leaves w.dX = ∂loss/∂X; parameter gradients +=
     void backward(ParamStore<T>& store, const Seqs& s, const Acts& a, BackwardWork<T>& w) const;
     // lines 5–8 for the columns of X (in place) at positions q0, q0+1, … over the keys and values in kv
     void forward_cached(const ParamStore<T>& store, MatView<T> X, index_t q0, KVCache<T>& kv, DecodeScratch<T>& d) const;
@@ -202,8 +159,8 @@ public:
     void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
     // lines 5–8: X:[d_e,n] -> X_out (drop as PreLNDecoderBlock)
     void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a,
-                 const Dropout* drop = nullptr, std::uint64_t place0 = 0) const;
-    // X: the block's input of that forward; from w.P = ∂loss/∂X_out, leaves w.P = ∂loss/∂X
+                 const Dropout* drop = nullptr, DropPlace place = DropPlace()) const;
+    // X: the block's input of that forward; from w.dX = ∂loss/∂X_out, leaves w.dX = ∂loss/∂X
     void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s, const Acts& a, BackwardWork<T>& w) const;
 
     MHAttention<T> attn;  // W_l (W_l^enc), bidirectional
@@ -235,8 +192,8 @@ public:
     void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
     // lines 14–19: X:[d_e,n_x] (sequences sx), the encoded context Z:[d_e,n_z] (sequences sz) -> X_out
     void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
-                 MatView<T> X_out, Acts& a, const Dropout* drop = nullptr, std::uint64_t place0 = 0) const;
-    // from w.P = ∂loss/∂X_out, leaves w.P = ∂loss/∂X and adds ∂loss/∂Z into dZ
+                 MatView<T> X_out, Acts& a, const Dropout* drop = nullptr, DropPlace place = DropPlace()) const;
+    // from w.dX = ∂loss/∂X_out, leaves w.dX = ∂loss/∂X and adds ∂loss/∂Z into dZ
     void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz, const Acts& a,
                   MatView<T> dZ, BackwardWork<T>& w) const;
     // lines 14–19 for the columns of d.X (in place) at positions q0, …, over the cached keys and values
@@ -406,12 +363,13 @@ public:
         DecodeScratch<T> w;
         void reset() {  // forget the context, keep the buffers (no allocation when refilled)
             len = 0;
-            for (auto& c : kv) c.len = 0;
+            for (auto& c : kv) c.len = c.start = 0;
         }
         void rollback(index_t n) {  // keep the first n tokens (n ≤ len), forget the later ones (speculative decoding)
             FT_CHECK(n >= 0 && n <= len, "Decoder::rollback past the cached length");
+            for (auto& c : kv) FT_CHECK(n >= c.start, "Decoder::rollback before the sliding window's cache");
             len = n;
-            for (auto& c : kv) c.len = n;
+            for (auto& c : kv) c.len = n - c.start;
         }
     };
     void decode(Decoder& d, const index_t* ids, index_t n, T* z) const;

@@ -1,6 +1,7 @@
 // Decoder variants (docs/variants.md): V1 RoPE, V2 ALiBi, V3 grouped-query attention, V4 SwiGLU/SiLU,
-// V5 bias-free linear maps. The kernels live here; MHAttention (attention.cpp) and MLP (transformers.cpp)
-// call them where the listings say.
+// V5 bias-free linear maps: the listings and their kernels. Each variant is a part (parts.hpp) in its own
+// file under cpp/src/variants/ (rope.cpp, alibi.cpp, swiglu.cpp), made through the registry (registry.cpp);
+// V3 is MHAttention's kv_head (attention.hpp), V5 the parts' `bias` option.
 //
 // Algorithm V1: X′ ← RoPE(X, p | θ)    X ∈ R^{d×ℓ} (one head's queries or keys, d even), p ∈ N^ℓ
 //   1  for i ∈ [d/2]: ω_i ← θ^{−2(i−1)/d}
@@ -22,7 +23,7 @@
 //
 // Algorithm V3 (grouped-query attention) replaces Algorithm 5 lines 1–2:
 //   1  for h ∈ [H]:  2  g ← ⌈h·H_kv/H⌉;  3  Y^h ← Attention(X, Z | W_q^h, b_q^h, W_k^g, b_k^g, W_v^g, b_v^g, Mask)
-//   (MHAttention: `AttnVariant::H_kv`; dK^g, dV^g are sums over the group's query heads.)
+//   (MHAttention: `AttnVariant::H_kv`, `kv_head(h)`; dK^g, dV^g are sums over the group's query heads.)
 //
 // Algorithm V4: Y ← SwiGLU(X̃ | W_gate, b_gate, W_mlp1, b_mlp1, W_mlp2, b_mlp2)   replaces Algorithm 10 line 8
 //   1  G ← W_gate X̃ + b_gate 1ᵀ    2  U ← W_mlp1 X̃ + b_mlp1 1ᵀ    3  A ← SiLU(G) ⊙ U    4  return Y = W_mlp2 A + b_mlp2 1ᵀ
@@ -39,25 +40,14 @@
 
 namespace ft {
 
-// How the position enters attention: not at all (Algorithm 5), V1 or V2.
-enum class AttnPos { None, Rope, Alibi };
-
-// How Algorithm 4's lines 4–6 are computed (API.md `attention_impl`): Literal, the listing as printed (the
-// weights A held, ℓ_z×ℓ_x per head); Tiled, Algorithm T (tiled_attention.hpp: the same numbers up to rounding,
-// O(ℓ·d) memory per head); Auto, Tiled from kTiledFromLength context tokens on (docs/design.md "Tiled attention").
+// How Algorithm 4's lines 4–6 are computed (API.md `attention_impl`; AttnVariant::impl, parts.hpp): Literal,
+// the listing as printed (the weights A held, ℓ_z×ℓ_x per head); Tiled, Algorithm T (tiled_attention.hpp: the
+// same numbers up to rounding, O(ℓ·d) memory per head); Auto, Tiled from kTiledFromLength context tokens on
+// (docs/design.md "Tiled attention") for the parts the tiled listing honours, Literal otherwise.
 enum class AttnImpl { Auto, Literal, Tiled };
 // Auto's threshold: the longest key sequence of a call at which the tiled listing becomes the faster one
 // (measured on the baby GPT shape's training step, docs/design.md "Tiled attention").
 constexpr index_t kTiledFromLength = 256;
-
-// The options of one MHAttention. Defaults: Algorithm 5 exactly.
-struct AttnVariant {
-    index_t H_kv = 0;            // key/value heads (V3); 0: H
-    bool bias = true;            // false: V5 (no b_q, b_k, b_v, b_o)
-    AttnPos pos = AttnPos::None;
-    double rope_theta = 10000.0; // V1's θ
-    AttnImpl impl = AttnImpl::Auto;
-};
 
 // Algorithm V1 on every head of X:[n_heads·d, n] in place, column j at absolute position pos[j];
 // inverse = true applies R(p)ᵀ (the backward). d even.
@@ -66,11 +56,6 @@ void rope(MatView<T> X, index_t n_heads, index_t d, const index_t* pos, double t
 
 // Algorithm V2, lines 1–4 (0-based: slopes[h] is m_{h+1}).
 std::vector<double> alibi_slopes(index_t H);
-
-// V2's bias on scaled scores S:[ℓ_z, ℓ_x] of one head: S[t_z, j] −= m |q0 + j − t_z| for t_z < live(j)
-// (live(j) = ℓ_z, or q0 + j + 1 under the causal mask: the rest is masked anyway).
-template <class T>
-void alibi_add(MatView<T> S, double m, index_t q0, bool causal);
 
 // SiLU, element-wise: y = x σ(x) (x, y may alias); dx = SiLU′(x) ⊙ dy.
 template <class T>

@@ -10,76 +10,45 @@
 
 namespace ft {
 
-// ===================================== Mask ===========================================================
-Mask Mask::explicit_matrix(index_t l_z, index_t l_x, const std::uint8_t* m) {
-    if (l_z <= 0 || l_x <= 0) throw ValueError("mask must have a positive shape (l_z, l_x)");
-    Mask k(Kind::Explicit);
-    k.l_z_ = l_z;
-    k.l_x_ = l_x;
-    k.m_.assign(m, m + l_z * l_x);
-    for (index_t t_x = 0; t_x < l_x; ++t_x) {
-        bool any = false;
-        for (index_t t_z = 0; t_z < l_z && !any; ++t_z) any = k.m_[std::size_t(t_z + t_x * l_z)] != 0;
-        if (!any)
-            throw ValueError("mask column " + std::to_string(t_x) +
-                             " is all False: query token " + std::to_string(t_x) +
-                             " could attend to nothing (softmax over an empty set)");
-    }
-    return k;
-}
-
-void Mask::check(index_t l_z, index_t l_x, index_t q0, bool exact) const {
-    if (kind_ != Kind::Explicit) return;
-    if (l_z != l_z_ || q0 + l_x > l_x_ || (exact && q0 + l_x != l_x_))
-        throw ValueError("mask has shape (" + std::to_string(l_z_) + ", " + std::to_string(l_x_) +
-                         ") but this attention has (l_z, l_x) = (" + std::to_string(l_z) + ", " +
-                         std::to_string(q0 + l_x) + ")");
-}
-
-std::vector<std::uint8_t> bidirectional_mask(index_t l_z, index_t l_x) {
-    return std::vector<std::uint8_t>(std::size_t(checked_elements({l_z, l_x}, 1, "mask (l_z, l_x)")), 1);
-}
-std::vector<std::uint8_t> unidirectional_mask(index_t l_z, index_t l_x) {
-    std::vector<std::uint8_t> m(std::size_t(checked_elements({l_z, l_x}, 1, "mask (l_z, l_x)")));
-    for (index_t t_x = 0; t_x < l_x; ++t_x)
-        for (index_t t_z = 0; t_z < l_z; ++t_z) m[std::size_t(t_z + t_x * l_z)] = t_z <= t_x;
-    return m;
-}
-
 // ============================ Algorithm 4, lines 4–6 (one head) =======================================
 namespace {
+// The offsets of the attention weights in one flat buffer (sequence b, head h: ℓ_z(b)·ℓ_x(b) entries), the
+// sums and products checked and the total held against the allocation bound (sizes.hpp): ValueError before
+// any of the call's work.
+void weight_offsets(const Seqs& sx, const Seqs& sz, index_t H, std::size_t elem, std::vector<index_t>& off) {
+    const char* what = "attention weights (l_z * l_x per head and sequence)";
+    off.assign(1, 0);
+    for (index_t b = 0; b < sx.count(); ++b) {
+        const index_t n = checked_mul(sz.len(b), sx.len(b), what);
+        for (index_t h = 0; h < H; ++h) off.push_back(checked_add(off.back(), n, what));
+    }
+    check_bytes(off.back(), elem, what);
+}
 // line 4: S ← Kᵀ Q, scaled by 1/√d_attn (line 6's scaling, folded into the product)
 template <class T>
 void scores(CMatView<T> Q, CMatView<T> K, MatView<T> S) {
     gemm<T>(Op::T, Op::N, T(1) / std::sqrt(T(Q.rows)), K, Q, T(0), S);
 }
 
-// line 5 and the softmax of line 6, on column j of S (a query at absolute position q0 + j):
-// masked entries ← −∞, then softmax over the column (−∞ gives exactly 0).
+// line 5 and the softmax of line 6, on column j of S (query t_x = q0 + j of sequence b): keys outside the
+// column's candidate range [begin, end) get probability 0 without being computed; inside, masked entries ← −∞
+// (unless the range is dense), then softmax over the range (−∞ gives exactly 0).
 template <class T>
-void mask_softmax_column(const Mask& mask, index_t q0, index_t j, T* s, index_t l_z) {
-    switch (mask.kind()) {
-        case Mask::Kind::Bidirectional: softmax_column(s, l_z); break;
-        case Mask::Kind::Unidirectional: {
-            // Mask[t_z, t_x] = [[t_z ≤ t_x]]: only the first q0+j+1 entries are live; the rest are 0
-            const index_t live = std::min(l_z, q0 + j + 1);
-            softmax_column(s, live);
-            std::fill(s + live, s + l_z, T(0));
-            break;
-        }
-        case Mask::Kind::Explicit: {
-            for (index_t t_z = 0; t_z < l_z; ++t_z)
-                if (!mask.allows(t_z, q0 + j)) s[t_z] = -std::numeric_limits<T>::infinity();
-            softmax_column(s, l_z);
-            break;
-        }
-    }
+void mask_softmax_column(const Mask& mask, index_t b, index_t t_x, T* s, index_t l_z) {
+    KeyRange r = mask.keys(b, t_x, l_z);
+    r.begin = std::max<index_t>(r.begin, 0), r.end = std::min(r.end, l_z);
+    if (!r.dense)
+        for (index_t t_z = r.begin; t_z < r.end; ++t_z)
+            if (!mask.allows(t_z, t_x, b)) s[t_z] = -std::numeric_limits<T>::infinity();
+    softmax_column(s + r.begin, r.end - r.begin);
+    std::fill(s, s + r.begin, T(0));
+    std::fill(s + r.end, s + l_z, T(0));
 }
 
 template <class T>
-void mask_softmax(const Mask& mask, index_t q0, MatView<T> S) {
+void mask_softmax(const Mask& mask, index_t b, index_t q0, MatView<T> S) {
 #pragma omp parallel for schedule(static) if (S.size() > 16384)
-    for (index_t j = 0; j < S.cols; ++j) mask_softmax_column(mask, q0, j, S.col(j), S.rows);
+    for (index_t j = 0; j < S.cols; ++j) mask_softmax_column(mask, b, q0 + j, S.col(j), S.rows);
 }
 
 // line 6: Ṽ ← V A
@@ -112,20 +81,19 @@ void for_blocks(index_t n_seqs, index_t H, index_t work_per_block, F&& f, bool t
 }  // namespace
 
 template <class T>
-void attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const Mask& mask, index_t q0, MatView<T> A,
-                    MatView<T> Vt, double alibi_slope, const HeadDropout<T>* drop) {
-    scores<T>(Q, K, A);            // line 4
-    if (alibi_slope != 0)          // V2 line 6′: S/√d_attn − m_h D (variants.cpp)
-        alibi_add<T>(A, alibi_slope, q0, mask.kind() == Mask::Kind::Unidirectional);
-    mask_softmax<T>(mask, q0, A);  // lines 5, 6: A = softmax(S/√d_attn)
-    if (!drop) {
+void attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MatView<T> A, MatView<T> Vt) {
+    scores<T>(Q, K, A);  // line 4
+    if (blk.bias) blk.bias->add(*blk.store, *blk.mask, blk.b, blk.h, blk.q0, A);  // line 6: S/√d_attn + B^h (e.g. V2)
+    mask_softmax<T>(*blk.mask, blk.b, blk.q0, A);  // lines 5, 6: A = softmax(S/√d_attn)
+    if (!blk.drop) {
         mix<T>(V, A, Vt);  // line 6: Ṽ = V A
         return;
     }
     // training with dropout (docs/regularisation.md): line 6 as Ṽ = V · Dropout(A | p, M)
-    MatView<T> Ad(drop->Ad, A.rows, A.cols);
+    const HeadDropout<T>& drop = *blk.drop;
+    MatView<T> Ad(drop.Ad, A.rows, A.cols);
     std::copy(A.data, A.data + A.size(), Ad.data);
-    dropout_forward<T>(drop->p, drop->key, drop->i0, Ad.data, Ad.size(), drop->keep);  // D1 lines 1–2
+    dropout_forward<T>(drop.p, drop.key, drop.i0, Ad.data, Ad.size(), drop.keep);  // D1 lines 1–2
     mix<T>(V, Ad, Vt);
 }
 
@@ -178,8 +146,10 @@ void BasicAttention<T>::forward(const ParamStore<T>& store, const T* e, CMatView
     affine<T>(store.W(W_v), Ec, store.v(b_v), ensure(c.V, d_out, Tn));             // line 3: v_t ← W_v e_t + b_v
     // lines 4–5 are Algorithm 4's lines 4–6 with one query and no mask:
     //   α = softmax(Kᵀ q / √d_attn) (line 4), ṽ = Σ_t α_t v_t = V α (line 5)
-    attention_head<T>(q, view(c.K), view(c.V), Mask::bidirectional(), 0, ensure(c.alpha, Tn, 1),
-                      MatView<T>(v_tilde, d_out, 1));
+    const Mask all = Mask::bidirectional();
+    HeadBlock<T> blk;
+    blk.mask = &all;
+    attention_head<T>(q, view(c.K), view(c.V), blk, ensure(c.alpha, Tn, 1), MatView<T>(v_tilde, d_out, 1));
 }
 
 template <class T>
@@ -224,19 +194,21 @@ template <class T>
 void Attention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
                            MatView<T> Vt, AttentionCache<T>& c) const {
     FT_CHECK(sx.count() == sz.count(), "Attention: X and Z batches differ in size");
-    for (index_t b = 0; b < sx.count(); ++b) mask.check(sz.len(b), sx.len(b));
+    mask.check(sz, sx);
+    weight_offsets(sx, sz, 1, sizeof(T), c.A_off);  // the weights' size checked before anything is allocated
     MatView<T> Q = ensure(c.Q, d_attn, X.cols), K = ensure(c.K, d_attn, Z.cols), V = ensure(c.V, d_out, Z.cols);
     affine<T>(store.W(W_q), X, store.v(b_q), Q);  // line 1: Q ← W_q X + b_q 1ᵀ
     affine<T>(store.W(W_k), Z, store.v(b_k), K);  // line 2: K ← W_k Z + b_k 1ᵀ
     affine<T>(store.W(W_v), Z, store.v(b_v), V);  // line 3: V ← W_v Z + b_v 1ᵀ
-    c.A_off.assign(1, 0);
-    for (index_t b = 0; b < sx.count(); ++b) c.A_off.push_back(c.A_off.back() + sz.len(b) * sx.len(b));
-    c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));
-    for (index_t b = 0; b < sx.count(); ++b)  // lines 4–6, per sequence
+    c.A.resize(std::size_t(c.A_off.back()));
+    for (index_t b = 0; b < sx.count(); ++b) {  // lines 4–6, per sequence
+        HeadBlock<T> blk;
+        blk.mask = &mask, blk.b = b;
         attention_head<T>(Q.cols_range(sx.begin(b), sx.len(b)), K.cols_range(sz.begin(b), sz.len(b)),
-                          V.cols_range(sz.begin(b), sz.len(b)), mask, 0,
+                          V.cols_range(sz.begin(b), sz.len(b)), blk,
                           MatView<T>(c.A.data() + c.A_off[std::size_t(b)], sz.len(b), sx.len(b)),
                           Vt.cols_range(sx.begin(b), sx.len(b)));
+    }
 }
 
 template <class T>
@@ -272,11 +244,8 @@ MHAttention<T>::MHAttention(index_t H_, index_t d_x_, index_t d_z_, index_t d_at
     if (H_kv > H || H % H_kv != 0)
         throw ValueError("H_kv = " + std::to_string(H_kv) + " must divide H = " + std::to_string(H) +
                          " (grouped-query attention: groups of H/H_kv query heads share a key/value head)");
-    if (var.pos == AttnPos::Rope && d_attn % 2 != 0)
-        throw ValueError("RoPE rotates pairs of rows: d_attn (the head size) must be even, got " + std::to_string(d_attn));
-    if (var.pos == AttnPos::Rope && !(var.rope_theta > 0) )
-        throw ValueError("rope_theta must be > 0");
-    if (var.pos == AttnPos::Alibi) slopes = alibi_slopes(H);
+    if (var.impl != AttnImpl::Auto && var.impl != AttnImpl::Literal && var.impl != AttnImpl::Tiled)
+        throw ValueError("attention_impl must be auto, literal or tiled");
     W_q = store.stacked(p + "W_q", H, d_attn, d_x);
     if (var.bias) b_q = store.stacked_vector(p + "b_q", H, d_attn);
     W_k = store.stacked(p + "W_k", H_kv, d_attn, d_z);
@@ -285,14 +254,10 @@ MHAttention<T>::MHAttention(index_t H_, index_t d_x_, index_t d_z_, index_t d_at
     if (var.bias) b_v = store.stacked_vector(p + "b_v", H_kv, d_mid);
     W_o = store.matrix(p + "W_o", d_out, H * d_mid);
     if (var.bias) b_o = store.vector(p + "b_o", d_out);
-}
-
-template <class T>
-void MHAttention<T>::rope_seqs(MatView<T> M, index_t n_heads, const Seqs& s, index_t q0, bool inverse) const {
-    std::vector<index_t> pos(std::size_t(M.cols));
-    for (index_t b = 0; b < s.count(); ++b)
-        for (index_t j = 0; j < s.len(b); ++j) pos[std::size_t(s.begin(b) + j)] = q0 + j;
-    rope<T>(M, n_heads, d_attn, pos.data(), var.rope_theta, inverse);
+    position = make_position<T>(var.position, AttnSpec{H, d_attn, var}, store, p);  // "none": no part (Algorithm 5)
+    if (var.impl == AttnImpl::Tiled && !tiled_parts())
+        throw ValueError("attention_impl 'tiled': the position part '" + var.position +
+                         "' has no tiled form (its score bias must be added tile by tile); use 'literal' or 'auto'");
 }
 
 template <class T>
@@ -301,6 +266,7 @@ void MHAttention<T>::init(ParamStore<T>& store, Rng& rng, double stddev, double 
     store.normal(W_o.offset, W_o.rows * W_o.cols, out_stddev, rng);
     if (var.bias)
         for (const VecParam* b : {&b_q, &b_k, &b_v, &b_o}) store.fill(b->offset, b->size, T(0));
+    if (position.bias) position.bias->init(store, rng);
 }
 
 // X:[d_x,n_x], Z:[d_z,n_z] -> Ṽ:[d_out,n_x]
@@ -308,53 +274,75 @@ template <class T>
 void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
                              MatView<T> Vt, MHAttentionCache<T>& c, bool accumulate, const Dropout* drop,
                              std::uint64_t place) const {
-    FT_CHECK(sx.count() == sz.count(), "MHAttention: X and Z batches differ in size");
-    for (index_t b = 0; b < sx.count(); ++b) mask.check(sz.len(b), sx.len(b));
-    MatView<T> Y = ensure(c.Y, H * d_mid, X.cols);
+    mask.check(sz, sx);
+    // the weights' size (ℓ_z·ℓ_x per head and sequence) checked before anything is allocated or computed: a
+    // 10^7-token input (rope/alibi have no table to bound ℓ) failed only after 3 GB of Q, K, V (issue 27)
+    weight_offsets(sx, sz, H, sizeof(T), c.A_off);
     MatView<T> Q, K, V;
-    const index_t Dq = H * d_attn, Dk = H_kv * d_attn, Dv = H_kv * d_mid;  // V3: K and V have H_kv heads
-    c.fused = X.data == Z.data && X.rows == Z.rows && X.cols == Z.cols && X.ld == Z.ld && sx.off == sz.off;
-    if (c.fused) {
-        // line 2, first half, self-attention: Algorithm 4's lines 1–3 for all heads and for Q, K, V at once,
-        // [Q; K; V] ← [W_q; W_k; W_v] X + [b_q; b_k; b_v] 1ᵀ (the same numbers as the three products below)
-        MatView<T> W = ensure(c.W_qkv, Dq + Dk + Dv, d_x);
-        CMatView<T> Wq = store.W(W_q), Wk = store.W(W_k), Wv = store.W(W_v);
-        for (index_t j = 0; j < d_x; ++j) {
-            std::copy(Wq.col(j), Wq.col(j) + Dq, W.col(j));
-            std::copy(Wk.col(j), Wk.col(j) + Dk, W.col(j) + Dq);
-            std::copy(Wv.col(j), Wv.col(j) + Dv, W.col(j) + Dq + Dk);
-        }
-        T* b = nullptr;
-        if (var.bias) {
-            b = ensure(c.b_qkv, Dq + Dk + Dv);
-            std::copy(store.v(b_q), store.v(b_q) + Dq, b);
-            std::copy(store.v(b_k), store.v(b_k) + Dk, b + Dq);
-            std::copy(store.v(b_v), store.v(b_v) + Dv, b + Dq + Dk);
-        }
-        MatView<T> QKV = ensure(c.QKV, Dq + Dk + Dv, X.cols);
-        affine<T>(W, X, b, QKV);
-        Q = QKV.rows_range(0, Dq), K = QKV.rows_range(Dq, Dk), V = QKV.rows_range(Dq + Dk, Dv);
-    } else {
-        Q = ensure(c.Q, Dq, X.cols), K = ensure(c.K, Dk, Z.cols), V = ensure(c.V, Dv, Z.cols);
-        // line 2, first half: Algorithm 4's lines 1–3 for all heads at once (W_q = [W_q¹; …; W_q^H], …)
-        affine<T>(store.W(W_q), X, bias(store, b_q), Q);  // Q^h ← W_q^h X + b_q^h 1ᵀ
-        affine<T>(store.W(W_k), Z, bias(store, b_k), K);  // K^g ← W_k^g Z + b_k^g 1ᵀ  (g ∈ [H_kv])
-        affine<T>(store.W(W_v), Z, bias(store, b_v), V);  // V^g ← W_v^g Z + b_v^g 1ᵀ
-    }
-    if (var.pos == AttnPos::Rope) {  // V1 lines 2a, 2b: rotate every head's Q and K at their positions
-        rope_seqs(Q, H, sx, 0, false);
-        rope_seqs(K, H_kv, sz, 0, false);
+    project_qkv(store, X, Z, sx.off == sz.off, c, Q, K, V);  // Algorithm 4's lines 1–3 for all heads (below)
+    if (position.qk) {  // e.g. V1 lines 2a, 2b: every head's Q and K transformed at their positions
+        position.qk->forward(Q, QKTransform<T>::Role::Query, H, sx, 0);
+        position.qk->forward(K, QKTransform<T>::Role::Key, H_kv, sz, 0);
     }
     c.Qv = Q, c.Kv = K, c.Vv = V;
-    c.A_off.assign(1, 0);
-    for (index_t b = 0; b < sx.count(); ++b)
-        for (index_t h = 0; h < H; ++h) c.A_off.push_back(c.A_off.back() + sz.len(b) * sx.len(b));
+    MatView<T> Y = ensure(c.Y, H * d_mid, X.cols);
+    heads(store, Q, sx, K, V, sz, 0, c, Y, drop, place);  // lines 1–3: Y = [Y¹; …; Y^H]
+    if (accumulate)
+        affine_add<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // line 4, added to the caller's residual stream
+    else
+        affine<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // line 4: Ṽ = W_o Y + b_o 1ᵀ
+}
+
+// Algorithm 4's lines 1–3 for all heads at once (W_q = [W_q¹; …; W_q^H], …): one product per matrix,
+//   Q ← W_q X + b_q 1ᵀ,  K ← W_k Z + b_k 1ᵀ,  V ← W_v Z + b_v 1ᵀ   (V3: K and V have H_kv heads).
+// Self-attention (Z is X, same sequences): the three as ONE product, [Q; K; V] ← [W_q; W_k; W_v] X +
+// [b_q; b_k; b_v] 1ᵀ (the same numbers; X is read and packed once), Q, K, V row blocks of c.QKV.
+template <class T>
+void MHAttention<T>::project_qkv(const ParamStore<T>& store, CMatView<T> X, CMatView<T> Z, bool same_seqs,
+                                 MHAttentionCache<T>& c, MatView<T>& Q, MatView<T>& K, MatView<T>& V) const {
+    const index_t Dq = H * d_attn, Dk = H_kv * d_attn, Dv = H_kv * d_mid;
+    c.fused = X.data == Z.data && X.rows == Z.rows && X.cols == Z.cols && X.ld == Z.ld && same_seqs;
+    if (!c.fused) {
+        Q = ensure(c.Q, Dq, X.cols), K = ensure(c.K, Dk, Z.cols), V = ensure(c.V, Dv, Z.cols);
+        affine<T>(store.W(W_q), X, bias(store, b_q), Q);  // line 1: Q^h ← W_q^h X + b_q^h 1ᵀ
+        affine<T>(store.W(W_k), Z, bias(store, b_k), K);  // line 2: K^g ← W_k^g Z + b_k^g 1ᵀ  (g ∈ [H_kv])
+        affine<T>(store.W(W_v), Z, bias(store, b_v), V);  // line 3: V^g ← W_v^g Z + b_v^g 1ᵀ
+        return;
+    }
+    MatView<T> W = ensure(c.W_qkv, Dq + Dk + Dv, d_x);
+    CMatView<T> Wq = store.W(W_q), Wk = store.W(W_k), Wv = store.W(W_v);
+    for (index_t j = 0; j < d_x; ++j) {
+        std::copy(Wq.col(j), Wq.col(j) + Dq, W.col(j));
+        std::copy(Wk.col(j), Wk.col(j) + Dk, W.col(j) + Dq);
+        std::copy(Wv.col(j), Wv.col(j) + Dv, W.col(j) + Dq + Dk);
+    }
+    T* b = nullptr;
+    if (var.bias) {
+        b = ensure(c.b_qkv, Dq + Dk + Dv);
+        std::copy(store.v(b_q), store.v(b_q) + Dq, b);
+        std::copy(store.v(b_k), store.v(b_k) + Dk, b + Dq);
+        std::copy(store.v(b_v), store.v(b_v) + Dv, b + Dq + Dk);
+    }
+    MatView<T> QKV = ensure(c.QKV, Dq + Dk + Dv, X.cols);
+    affine<T>(W, X, b, QKV);  // lines 1–3 at once
+    Q = QKV.rows_range(0, Dq), K = QKV.rows_range(Dq, Dk), V = QKV.rows_range(Dq + Dk, Dv);
+}
+
+// Algorithm 5 lines 1–3: for h ∈ [H]: Y^h ← Attention(X, Z | W^h_qkv, Mask), i.e. Algorithm 4's lines 4–6 on
+// head h's rows of Q and key/value head kv_head(h)'s rows of K, V (V3), for every sequence b, writing Y^h into
+// its rows of Y (line 3 is the layout). The weights of block (b, h) are kept at c.A_off[b·H + h]; with dropout
+// (training) a mask for every entry of A, keyed by its index in A.
+template <class T>
+void MHAttention<T>::heads(const ParamStore<T>& store, CMatView<T> Q, const Seqs& sx, CMatView<T> K, CMatView<T> V,
+                           const Seqs& sz, index_t q0, MHAttentionCache<T>& c, MatView<T> Y, const Dropout* drop,
+                           std::uint64_t place) const {
+    weight_offsets(sx, sz, H, sizeof(T), c.A_off);  // (checked again for the callers that come here directly)
     c.drop.p = drop ? drop->attn : 0.0;
-    const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid), group = H / H_kv;
+    const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid);
     c.tiled = use_tiled(sz.max_len());
     if (c.tiled) {
-        // lines 1–3 by Algorithm T (tiled_attention.hpp): per (sequence, head) Y^h and λ, no ℓ_z×ℓ_x matrix;
-        // dropout draws the entries of the same masks (keyed by the entry's index in A) tile by tile
+        // Algorithm T (tiled_attention.hpp) on each block: Y^h and λ, no ℓ_z×ℓ_x matrix; the same parts (mask,
+        // score bias) tile by tile; dropout draws the entries of the same masks (keyed by the entry's index in A)
         c.A.clear();
         c.A.shrink_to_fit();
         c.Ad.clear();
@@ -362,59 +350,54 @@ void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Se
         c.drop.keep.clear();
         c.drop.keep.shrink_to_fit();
         c.drop_key = drop ? drop->key(place) : DropoutKey{};
-        c.sx = sx, c.sz = sz;
+        c.sx = sx, c.sz = sz, c.q0 = q0, c.store = &store;
         c.unit = this;
         c.weights_ready = false;
-        c.lse.resize(std::size_t(check_bytes(H * X.cols, sizeof(T), "attention log-sum-exp")));
+        c.lse.resize(std::size_t(check_bytes(checked_mul(H, Q.cols, "attention log-sum-exp"), sizeof(T),
+                                             "attention log-sum-exp")));
         for_blocks(
             sx.count(), H, work,
             [&](index_t b, index_t h) {
-                const index_t g = h / group;
-                const TiledDropout td{c.drop.p, c.drop_key, std::uint64_t(c.A_off[std::size_t(b * H + h)])};
+                const index_t g = kv_head(h);
+                HeadDropout<T> hd;
+                if (c.drop.active()) hd = {c.drop.p, c.drop_key, std::uint64_t(c.A_off[std::size_t(b * H + h)]), nullptr, nullptr};
+                HeadBlock<T> blk;
+                blk.mask = &mask, blk.b = b, blk.h = h, blk.q0 = q0;
+                blk.bias = position.bias.get(), blk.store = &store;
+                blk.drop = c.drop.active() ? &hd : nullptr;
                 tiled_attention_head<T>(Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
                                         K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
-                                        V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), mask, 0,
+                                        V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), blk,
                                         Y.rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
-                                        c.lse.data() + h * X.cols + sx.begin(b),
-                                        slopes.empty() ? 0.0 : slopes[std::size_t(h)],
-                                        c.drop.active() ? &td : nullptr);
+                                        c.lse.data() + h * Q.cols + sx.begin(b));
             },
             true);
-        if (accumulate)
-            affine_add<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // line 4, added to the caller's residual stream
-        else
-            affine<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // line 4: Ṽ = W_o Y + b_o 1ᵀ
         return;
     }
     c.weights_ready = true;
     c.lse.clear();
-    c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));
-    // dropout on the weights (training only): a mask for every entry of A, keyed by its index in A
+    c.A.resize(std::size_t(c.A_off.back()));
     if (c.drop.active()) {
         c.drop.keep.resize(std::size_t(check_bytes(c.A_off.back(), 1, "dropout mask")));
         c.Ad.resize(c.A.size());
     } else {
         c.drop.keep.clear();
     }
-    // lines 1–3: for h ∈ [H]: Y^h ← Attention(X, Z | W^h_qkv, Mask): Algorithm 4's lines 4–6 on head h's
-    // rows of Q, K, V (V3: key/value head g = h / (H/H_kv)), for every sequence, writing Y^h into its rows of Y.
     for_blocks(sx.count(), H, work, [&](index_t b, index_t h) {
-        const index_t g = h / group;
+        const index_t g = kv_head(h);
         const std::size_t off = std::size_t(c.A_off[std::size_t(b * H + h)]);
         HeadDropout<T> hd;
         if (c.drop.active()) hd = {c.drop.p, drop->key(place), std::uint64_t(off), c.Ad.data() + off, c.drop.keep.data() + off};
+        HeadBlock<T> blk;
+        blk.mask = &mask, blk.b = b, blk.h = h, blk.q0 = q0;
+        blk.bias = position.bias.get(), blk.store = &store;
+        blk.drop = c.drop.active() ? &hd : nullptr;
         attention_head<T>(Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
                           K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
-                          V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), mask, 0,
+                          V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), blk,
                           MatView<T>(c.A.data() + off, sz.len(b), sx.len(b)),
-                          Y.rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
-                          slopes.empty() ? 0.0 : slopes[std::size_t(h)], c.drop.active() ? &hd : nullptr);
+                          Y.rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)));
     });
-    // line 3 is the layout itself: Y = [Y¹; Y²; …; Y^H]
-    if (accumulate)
-        affine_add<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // line 4, added to the caller's residual stream
-    else
-        affine<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // line 4: Ṽ = W_o Y + b_o 1ᵀ
 }
 
 template <class T>
@@ -443,23 +426,28 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
     // d(lines 1–3): Algorithm 4's lines 6, 5, 4 backward per (sequence, key/value head g) block; the query
     // heads of a group run in turn, so dK^g and dV^g sum their contributions (V3) without a race
     const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid), group = H / H_kv;
-    if (c.tiled) {  // Algorithm T2 per head: the weights recomputed tile by tile from λ
+    if (c.tiled) {  // Algorithm T2 per head: the weights recomputed tile by tile from λ (a tiled score bias has
+                    // no parameters: nothing for its backward)
         for_blocks(
             sx.count(), H_kv, work * group,
             [&](index_t b, index_t g) {
                 for (index_t h = g * group; h < (g + 1) * group; ++h) {
-                    const TiledDropout td{c.drop.p, c.drop_key, std::uint64_t(c.A_off[std::size_t(b * H + h)])};
+                    HeadDropout<T> hd;
+                    if (c.drop.active()) hd = {c.drop.p, c.drop_key, std::uint64_t(c.A_off[std::size_t(b * H + h)]), nullptr, nullptr};
+                    HeadBlock<T> blk;
+                    blk.mask = &mask, blk.b = b, blk.h = h, blk.q0 = c.q0;
+                    blk.bias = position.bias.get(), blk.store = &store;
+                    blk.drop = c.drop.active() ? &hd : nullptr;
                     tiled_attention_head_backward<T>(
                         Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
                         K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
                         V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)),
                         CMatView<T>(view(c.Y)).rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
                         c.lse.data() + h * X.cols + sx.begin(b),
-                        CMatView<T>(dY).rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)), mask, 0,
+                        CMatView<T>(dY).rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)), blk,
                         dQ.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
                         dK.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
-                        dV.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)),
-                        slopes.empty() ? 0.0 : slopes[std::size_t(h)], c.drop.active() ? &td : nullptr);
+                        dV.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)));
                 }
             },
             true);
@@ -481,10 +469,15 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
                                        c.drop.active() ? c.drop.keep.data() + off : nullptr, c.drop.p);
         }
     });
+    if (position.bias)  // d(line 6's + B^h): the bias's parameter gradients from every block's dS, one block at a time
+        for (index_t b = 0; b < sx.count(); ++b)
+            for (index_t h = 0; h < H; ++h)
+                position.bias->backward(store, mask, b, h, 0,
+                                        CMatView<T>(w.dA.data() + c.A_off[std::size_t(b * H + h)], sz.len(b), sx.len(b)));
     }
-    if (var.pos == AttnPos::Rope) {  // d(V1 lines 2a, 2b): back through the rotations, dQ ← R(p)ᵀ dQ, dK ← R(p)ᵀ dK
-        rope_seqs(dQ, H, sx, 0, true);
-        rope_seqs(dK, H_kv, sz, 0, true);
+    if (position.qk) {  // back through the query/key transform (V1: dQ ← R(p)ᵀ dQ, dK ← R(p)ᵀ dK)
+        position.qk->backward(dQ, QKTransform<T>::Role::Query, H, sx, 0);
+        position.qk->backward(dK, QKTransform<T>::Role::Key, H_kv, sz, 0);
     }
     if (fused) {
         // Algorithm 4's lines 1–3 for all heads, Q, K and V at once: [dW_q; dW_k; dW_v] = [dQ; dK; dV] Xᵀ,
@@ -519,9 +512,22 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
 
 template <class T>
 void MHAttention<T>::append_kv(const ParamStore<T>& store, CMatView<T> Z, KVCache<T>& cache) const {
+    const index_t w = mask.window();
+    const index_t rows_k = H_kv * d_attn, rows_v = H_kv * d_mid;
+    if (w > 0 && cache.len > w - 1 && cache.len + Z.cols > 2 * w) {
+        // V9, the rolling cache of a sliding window: the first new query (position start + len) reads keys
+        // from position start + len − w + 1 on, so only the last w − 1 columns are kept (moved to the front;
+        // at most every w tokens: O(1) copies per token). Memory stays O(w) however long the sequence.
+        const index_t drop = cache.len - (w - 1);
+        std::copy(cache.K.data() + rows_k * drop, cache.K.data() + rows_k * cache.len, cache.K.data());
+        std::copy(cache.V.data() + rows_v * drop, cache.V.data() + rows_v * cache.len, cache.V.data());
+        cache.start += drop;
+        cache.len = w - 1;
+    }
     const index_t need = cache.len + Z.cols;
-    if (index_t(cache.K.shape(1)) < need) {  // grow (doubling), keeping the cached columns
-        const index_t cap = std::max<index_t>(need, 2 * index_t(cache.K.shape(1)));
+    const bool shrink = w > 0 && index_t(cache.K.shape(1)) > 4 * std::max<index_t>(need, 2 * w);  // after a long prompt
+    if (index_t(cache.K.shape(1)) < need || shrink) {  // grow (doubling; a window: 2w), keeping the cached columns
+        const index_t cap = w > 0 ? std::max<index_t>(need, 2 * w) : std::max<index_t>(need, 2 * index_t(cache.K.shape(1)));
         Matrix<T> K2 = Matrix<T>::from_shape({std::size_t(H_kv * d_attn), std::size_t(cap)});
         Matrix<T> V2 = Matrix<T>::from_shape({std::size_t(H_kv * d_mid), std::size_t(cap)});
         std::copy(cache.K.data(), cache.K.data() + H_kv * d_attn * cache.len, K2.data());
@@ -532,7 +538,8 @@ void MHAttention<T>::append_kv(const ParamStore<T>& store, CMatView<T> Z, KVCach
     MatView<T> Knew = view(cache.K).cols_range(cache.len, Z.cols);
     affine<T>(store.W(W_k), Z, bias(store, b_k), Knew);                                           // Alg 4 line 2 (H_kv heads)
     affine<T>(store.W(W_v), Z, bias(store, b_v), view(cache.V).cols_range(cache.len, Z.cols));  // Alg 4 line 3
-    if (var.pos == AttnPos::Rope) rope_seqs(Knew, H_kv, Seqs::single(Z.cols), cache.len, false);  // V1 line 2b, absolute
+    if (position.qk)  // keys at their absolute positions start + len, start + len + 1, … (V1 line 2b)
+        position.qk->forward(Knew, QKTransform<T>::Role::Key, H_kv, Seqs::single(Z.cols), cache.start + cache.len);
     cache.len = need;
 }
 
@@ -540,26 +547,17 @@ template <class T>
 void MHAttention<T>::attend_cached(const ParamStore<T>& store, CMatView<T> X, index_t q0, const KVCache<T>& cache,
                                    MatView<T> Vt, MHAttentionCache<T>& s, bool accumulate) const {
     const index_t n = X.cols, lz = cache.len;
-    mask.check(lz, n, q0);
+    // the mask and score biases see the cached columns at positions start, start+1, …: relative to column 0
+    // the queries are at q0 − start (start > 0 only for a window, whose rule depends on t_x − t_z only, as
+    // ALiBi's bias does); the query/key transform (RoPE) rotates Q at the absolute q0
+    const index_t q_rel = q0 - cache.start;
+    mask.check(lz, n, q_rel);
     MatView<T> Q = ensure(s.Q, H * d_attn, n), Y = ensure(s.Y, H * d_mid, n);
     affine<T>(store.W(W_q), X, bias(store, b_q), Q);  // Alg 4 line 1, all heads
-    if (var.pos == AttnPos::Rope) rope_seqs(Q, H, Seqs::single(n), q0, false);  // V1 line 2a at q0, q0+1, …
+    if (position.qk)  // queries at q0, q0 + 1, … (V1 line 2a)
+        position.qk->forward(Q, QKTransform<T>::Role::Query, H, Seqs::single(n), q0);
     CMatView<T> K = CMatView<T>(view(cache.K)).cols_range(0, lz), V = CMatView<T>(view(cache.V)).cols_range(0, lz);
-    const index_t group = H / H_kv;
-    s.tiled = use_tiled(lz);
-    if (s.tiled) {  // Algorithm T per head, queries at q0, q0+1, …
-        s.lse.resize(std::size_t(check_bytes(H * n, sizeof(T), "attention log-sum-exp")));
-        for (index_t h = 0; h < H; ++h)
-            tiled_attention_head<T>(Q.rows_range(h * d_attn, d_attn), K.rows_range((h / group) * d_attn, d_attn),
-                                    V.rows_range((h / group) * d_mid, d_mid), mask, q0, Y.rows_range(h * d_mid, d_mid),
-                                    s.lse.data() + h * n, slopes.empty() ? 0.0 : slopes[std::size_t(h)]);
-    } else {
-    s.A.resize(std::size_t(lz * n));
-    for (index_t h = 0; h < H; ++h)  // Alg 5 lines 1–3 (Alg 4 lines 4–6 per head; V3: key/value head h / group)
-        attention_head<T>(Q.rows_range(h * d_attn, d_attn), K.rows_range((h / group) * d_attn, d_attn),
-                          V.rows_range((h / group) * d_mid, d_mid), mask, q0, MatView<T>(s.A.data(), lz, n),
-                          Y.rows_range(h * d_mid, d_mid), slopes.empty() ? 0.0 : slopes[std::size_t(h)]);
-    }
+    heads(store, Q, Seqs::single(n), K, V, Seqs::single(lz), q_rel, s, Y, nullptr, 0);  // Alg 5 lines 1–3
     if (accumulate)
         affine_add<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // Alg 5 line 4 (into the residual stream)
     else
@@ -573,17 +571,18 @@ void MHAttention<T>::materialize_weights(const MHAttentionCache<T>& c) const {
     const Seqs &sx = c.sx, &sz = c.sz;
     c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));
     if (c.drop.active()) c.drop.keep.resize(std::size_t(c.A_off.back()));
-    const index_t group = H / H_kv;
     std::vector<T> scratch;
     for (index_t b = 0; b < sx.count(); ++b)
         for (index_t h = 0; h < H; ++h) {  // lines 4–6 as printed, on the saved Q, K, V (Ṽ discarded)
-            const index_t g = h / group, off = c.A_off[std::size_t(b * H + h)];
+            const index_t g = kv_head(h), off = c.A_off[std::size_t(b * H + h)];
             scratch.resize(std::size_t(d_mid * sx.len(b)));
+            HeadBlock<T> blk;
+            blk.mask = &mask, blk.b = b, blk.h = h, blk.q0 = c.q0;
+            blk.bias = position.bias.get(), blk.store = c.store;
             attention_head<T>(c.Qv.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
                               c.Kv.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
-                              c.Vv.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), mask, 0,
-                              MatView<T>(c.A.data() + off, sz.len(b), sx.len(b)), MatView<T>(scratch.data(), d_mid, sx.len(b)),
-                              slopes.empty() ? 0.0 : slopes[std::size_t(h)]);
+                              c.Vv.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), blk,
+                              MatView<T>(c.A.data() + off, sz.len(b), sx.len(b)), MatView<T>(scratch.data(), d_mid, sx.len(b)));
         }
     if (c.drop.active()) {  // the masks the tiles drew: entry i of A keyed by drop_key (DropoutStream)
         const DropoutStream ds(c.drop.p, c.drop_key);
@@ -598,10 +597,10 @@ template class Attention<float>;
 template class Attention<double>;
 template class MHAttention<float>;
 template class MHAttention<double>;
-template void attention_head<float>(CMatView<float>, CMatView<float>, CMatView<float>, const Mask&, index_t, MatView<float>,
-                                    MatView<float>, double, const HeadDropout<float>*);
-template void attention_head<double>(CMatView<double>, CMatView<double>, CMatView<double>, const Mask&, index_t,
-                                     MatView<double>, MatView<double>, double, const HeadDropout<double>*);
+template void attention_head<float>(CMatView<float>, CMatView<float>, CMatView<float>, const HeadBlock<float>&,
+                                    MatView<float>, MatView<float>);
+template void attention_head<double>(CMatView<double>, CMatView<double>, CMatView<double>, const HeadBlock<double>&,
+                                     MatView<double>, MatView<double>);
 template void attention_head_backward<float>(CMatView<float>, CMatView<float>, CMatView<float>, CMatView<float>, CMatView<float>,
                                              MatView<float>, MatView<float>, MatView<float>, MatView<float>, const float*,
                                              const std::uint8_t*, double);

@@ -71,13 +71,20 @@ std::vector<index_t> DInference(DTransformer<T>& model, const index_t* x_in, ind
     const ModelConfig& c = model.cfg;
     if (l_gen < 0) throw ValueError("l_gen must be >= 0, got " + std::to_string(l_gen));
     validate(Tokens{x_in, Seqs::single(l)}, c.n_vocab, c.l_max, "x");  // the prompt fits ℓ_max
+    // x grows to ℓ + ℓ_gen ids: checked against the allocation bound (ValueError naming l_gen, not
+    // MemoryError or "vector::reserve"), and reserved only up to what a few steps need
+    check_bytes(checked_add(l, l_gen, "l_gen (the tokens to generate)"), sizeof(index_t),
+                "l_gen (the tokens to generate)");
     if (o.context == SamplingOptions::Context::Full && !in_attention(c.positional))
         throw ValueError("context='full' (past l_max) needs positions without a table (positional='rope' or "
                          "'alibi'); this model's positions are a table of l_max columns");
+    // auto: full for ALiBi (made to extrapolate) and for a sliding window with RoPE (Mistral: the rolling
+    // cache of V9 keeps decoding O(w) per token past any length)
     const bool full = o.context == SamplingOptions::Context::Full ||
-                      (o.context == SamplingOptions::Context::Auto && c.positional == Positional::Alibi);
+                      (o.context == SamplingOptions::Context::Auto &&
+                       (c.positional == Positional::Alibi || (c.sliding_window > 0 && in_attention(c.positional))));
     std::vector<index_t> x(x_in, x_in + l);                             // line 1: ℓ ← length(x)
-    x.reserve(std::size_t(l + l_gen));
+    x.reserve(std::size_t(l + std::min<index_t>(l_gen, index_t(1) << 16)));
     std::vector<T> z(std::size_t(c.n_vocab));
     std::vector<double> q;
     std::vector<index_t> order;

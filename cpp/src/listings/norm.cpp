@@ -1,5 +1,6 @@
 // Algorithm 6 (layer_norm) and RMSnorm: forward and backward side by side.
 #include "formal_transformers/norm.hpp"
+#include "formal_transformers/parts.hpp"
 
 #include <cmath>
 
@@ -18,7 +19,7 @@ LayerNorm<T>::LayerNorm(index_t d_e_, double eps_, ParamStore<T>& store, const s
                         const std::string& beta_name)
     : d_e(d_e_), eps(eps_) {
     if (d_e <= 0) throw ValueError("layer_norm: d_e must be positive, got " + std::to_string(d_e));
-    if (!(eps >= 0)) throw ValueError("layer_norm: eps must be >= 0, got " + std::to_string(eps));
+    if (!(eps >= 0) || !std::isfinite(eps)) throw ValueError("layer_norm: eps must be a finite number >= 0, got " + std::to_string(eps));
     gamma = store.vector(gamma_name, d_e);
     beta = store.vector(beta_name, d_e);
 }
@@ -103,7 +104,7 @@ template <class T>
 RMSNorm<T>::RMSNorm(index_t d_e_, double eps_, ParamStore<T>& store, const std::string& gamma_name)
     : d_e(d_e_), eps(eps_) {
     if (d_e <= 0) throw ValueError("RMSnorm: d_e must be positive, got " + std::to_string(d_e));
-    if (!(eps >= 0)) throw ValueError("RMSnorm: eps must be >= 0, got " + std::to_string(eps));
+    if (!(eps >= 0) || !std::isfinite(eps)) throw ValueError("RMSnorm: eps must be a finite number >= 0, got " + std::to_string(eps));
     gamma = store.vector(gamma_name, d_e);
 }
 
@@ -170,4 +171,17 @@ template class LayerNorm<double>;
 template class RMSNorm<float>;
 template class RMSNorm<double>;
 
+}  // namespace ft
+
+// ------------------------------------ as a part (registry.cpp: norm "layer") ----------------------------------
+namespace ft {
+template <class T>
+std::shared_ptr<const NormPart<T>> make_layer_norm(index_t d, double eps, ParamStore<T>& store, const std::string& gamma,
+                                                   const std::string& beta) {
+    return std::make_shared<NormOf<T, LayerNorm<T>>>(LayerNorm<T>(d, eps, store, gamma, beta));
+}
+template std::shared_ptr<const NormPart<float>> make_layer_norm<float>(index_t, double, ParamStore<float>&, const std::string&,
+                                                                       const std::string&);
+template std::shared_ptr<const NormPart<double>> make_layer_norm<double>(index_t, double, ParamStore<double>&,
+                                                                         const std::string&, const std::string&);
 }  // namespace ft

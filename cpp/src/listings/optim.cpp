@@ -12,6 +12,10 @@ namespace {
 void check_rate(double lr, const char* what) {
     if (!(lr >= 0) || !std::isfinite(lr)) throw ValueError(std::string(what) + ": learning rate must be finite and >= 0");
 }
+[[noreturn]] void throw_nonfinite_update(const char* who, double eta) {
+    throw NonFiniteUpdate(std::string(who) + ": this step (η = " + std::to_string(eta) +
+                          ") would make some parameters NaN or infinite; nothing was changed");
+}
 }  // namespace
 
 template <class T>
@@ -23,7 +27,15 @@ template <class T>
 void SGD<T>::step(ParamStore<T>& store, const T* g, double lr_now) const {
     const T eta = T(lr_now >= 0 ? lr_now : lr);
     T* theta = store.theta();
-    for (const auto& r : store.trainable_ranges()) {
+    const auto ranges = store.trainable_ranges();
+    // all or nothing: every θ − η∇ finite before the first is written
+    int ok = 1;
+    for (const auto& r : ranges) {
+#pragma omp parallel for simd reduction(& : ok) schedule(static) if (r.second - r.first > 32768)
+        for (index_t i = r.first; i < r.second; ++i) ok &= int(std::isfinite(theta[i] - eta * g[i]));
+    }
+    if (!ok) throw_nonfinite_update("SGD", double(eta));
+    for (const auto& r : ranges) {
 #pragma omp parallel for simd schedule(static) if (r.second - r.first > 32768)
         for (index_t i = r.first; i < r.second; ++i) theta[i] -= eta * g[i];  // θ ← θ − η ∇loss(θ)
     }
@@ -35,8 +47,11 @@ Adam<T>::Adam(double lr_, double b1, double b2, double eps_, double wd, bool dec
     check_rate(lr, "Adam");
     if (!(beta1 >= 0 && beta1 < 1)) throw ValueError("Adam: beta1 must be in [0, 1)");
     if (!(beta2 >= 0 && beta2 < 1)) throw ValueError("Adam: beta2 must be in [0, 1)");
-    if (!(eps >= 0)) throw ValueError("Adam: eps must be >= 0");
-    if (!(weight_decay >= 0)) throw ValueError("Adam: weight_decay must be >= 0");
+    if (!(eps > 0) || !std::isfinite(eps) || !(T(eps) > 0))
+        throw ValueError("Adam: eps must be a finite number > 0 (and not 0 in " + std::string(sizeof(T) == 4 ? "float32" : "float64") +
+                         "), got " + std::to_string(eps) + " (eps = 0 makes 0/0 where a gradient entry is zero)");
+    if (!(weight_decay >= 0) || !std::isfinite(weight_decay))
+        throw ValueError("Adam: weight_decay must be a finite number >= 0, got " + std::to_string(weight_decay));
 }
 
 template <class T>
@@ -59,18 +74,32 @@ void Adam<T>::step(ParamStore<T>& store, const T* g, double lr_now) {
                          " parameters; it cannot step a model with " + std::to_string(n) +
                          " (use one optimizer per model)");
     }
-    ++t;
     const double eta = lr_now >= 0 ? lr_now : lr;
+    const index_t t_next = t + 1;
     AdamCoefficients<T> c;
     c.b1 = T(beta1), c.b2 = T(beta2), c.eps = T(eps), c.wd = T(weight_decay);
-    c.bc2_sqrt = T(std::sqrt(1.0 - std::pow(beta2, double(t))));
-    c.step_size = T(eta) / (T(1) - T(std::pow(beta1, double(t))));
+    c.bc2_sqrt = T(std::sqrt(1.0 - std::pow(beta2, double(t_next))));
+    c.step_size = T(eta) / (T(1) - T(std::pow(beta1, double(t_next))));
     c.shrink = T(1) - T(eta) * c.wd;
     c.coupled = !decoupled && weight_decay != 0;
     T* theta = store.theta();
-    for (const auto& r : store.trainable_ranges()) {
-        // chunks of 16 K entries (64 KB of float32 per stream), split over the threads when the range is large
-        const index_t n = r.second - r.first, chunk = 16384, n_chunks = (n + chunk - 1) / chunk;
+    const auto ranges = store.trainable_ranges();
+    // chunks of 16 K entries (64 KB of float32 per stream), split over the threads when the range is large
+    constexpr index_t chunk = 16384;
+    // all or nothing: the updated θ computed (not written) and checked finite first
+    int ok = 1;
+    for (const auto& r : ranges) {
+        const index_t n = r.second - r.first, n_chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for reduction(& : ok) schedule(static) if (n > 32768)
+        for (index_t k = 0; k < n_chunks; ++k) {
+            const index_t i = r.first + k * chunk, w = std::min(chunk, r.second - i);
+            ok &= int(adam_update_finite<T>(c, theta + i, m.data() + i, v.data() + i, g + i, w));
+        }
+    }
+    if (!ok) throw_nonfinite_update("Adam", eta);
+    t = t_next;
+    for (const auto& r : ranges) {
+        const index_t n = r.second - r.first, n_chunks = (n + chunk - 1) / chunk;
 #pragma omp parallel for schedule(static) if (n > 32768)
         for (index_t k = 0; k < n_chunks; ++k) {
             const index_t i = r.first + k * chunk, w = std::min(chunk, r.second - i);
@@ -79,26 +108,35 @@ void Adam<T>::step(ParamStore<T>& store, const T* g, double lr_now) {
     }
 }
 
-template <class T>
-void adam_update_naive(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n) {
-    for (index_t i = 0; i < n; ++i) {
-        T gi = g[i];
-        if (c.coupled) gi += c.wd * theta[i];                       // L2: g ← g + λθ
-        else theta[i] *= c.shrink;                                  // AdamW: θ ← θ(1 − ηλ)  (λ = 0: ×1)
-        M[i] = M[i] * c.b1 + (T(1) - c.b1) * gi;                    // m ← β₁m + (1−β₁)g
-        V[i] = V[i] * c.b2 + (T(1) - c.b2) * gi * gi;               // v ← β₂v + (1−β₂)g²
-        const T denom = std::sqrt(V[i]) / c.bc2_sqrt + c.eps;       // √v̂ + ε
-        theta[i] -= c.step_size * (M[i] / denom);                   // θ ← θ − η m̂/(√v̂ + ε)
-    }
+// One element of Adam's update (the loop body of Adam::step), term by term as the header comment says. With
+// Apply false nothing is written (the all-or-nothing check); returns whether the new θ_i is finite.
+template <bool Apply, class T>
+inline bool adam_element(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t i) {
+    T gi = g[i], th = theta[i];
+    if (c.coupled) gi += c.wd * th;                             // L2: g ← g + λθ
+    else th *= c.shrink;                                        // AdamW: θ ← θ(1 − ηλ)  (λ = 0: ×1)
+    const T m = M[i] * c.b1 + (T(1) - c.b1) * gi;               // m ← β₁m + (1−β₁)g
+    const T v = V[i] * c.b2 + (T(1) - c.b2) * gi * gi;          // v ← β₂v + (1−β₂)g²
+    const T denom = std::sqrt(v) / c.bc2_sqrt + c.eps;          // √v̂ + ε
+    th -= c.step_size * (m / denom);                            // θ ← θ − η m̂/(√v̂ + ε)
+    if (Apply) M[i] = m, V[i] = v, theta[i] = th;
+    return std::isfinite(th);
 }
 
-// The same terms on xsimd batches (the scalar loop did not vectorise: std::sqrt's errno path).
 template <class T>
-void adam_update(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n) {
+void adam_update_naive(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n) {
+    for (index_t i = 0; i < n; ++i) adam_element<true>(c, theta, M, V, g, i);
+}
+
+// The same terms on xsimd batches (the scalar loop did not vectorise: std::sqrt's errno path). Apply false:
+// nothing written, the result is whether every new θ_i is finite.
+template <bool Apply, class T>
+bool adam_kernel(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n) {
     using B = xsimd::batch<T>;
     constexpr index_t W = index_t(B::size);
     const B b1(c.b1), b2(c.b2), a1(T(1) - c.b1), a2(T(1) - c.b2), e(c.eps), wd(c.wd), shrink(c.shrink),
         step(c.step_size), bc2(c.bc2_sqrt);
+    auto finite = xsimd::batch_bool<T>(true);
     index_t i = 0;
     for (; i + W <= n; i += W) {
         B th = B::load_unaligned(theta + i), gi = B::load_unaligned(g + i);
@@ -106,12 +144,30 @@ void adam_update(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g,
         else th = th * shrink;
         const B m = B::load_unaligned(M + i) * b1 + a1 * gi;
         const B v = B::load_unaligned(V + i) * b2 + a2 * gi * gi;
-        m.store_unaligned(M + i);
-        v.store_unaligned(V + i);
         const B denom = xsimd::sqrt(v) / bc2 + e;
-        (th - step * (m / denom)).store_unaligned(theta + i);
+        th = th - step * (m / denom);
+        if (Apply) {
+            m.store_unaligned(M + i);
+            v.store_unaligned(V + i);
+            th.store_unaligned(theta + i);
+        } else {
+            finite = finite && xsimd::isfinite(th);
+        }
     }
-    adam_update_naive<T>(c, theta + i, M + i, V + i, g + i, n - i);
+    bool ok = xsimd::all(finite);
+    for (; i < n; ++i) ok = adam_element<Apply>(c, theta, M, V, g, i) && ok;
+    return ok;
+}
+
+template <class T>
+void adam_update(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n) {
+    adam_kernel<true>(c, theta, M, V, g, n);
+}
+
+template <class T>
+bool adam_update_finite(const AdamCoefficients<T>& c, const T* theta, const T* M, const T* V, const T* g, index_t n) {
+    // Apply = false never writes through these pointers
+    return adam_kernel<false>(c, const_cast<T*>(theta), const_cast<T*>(M), const_cast<T*>(V), g, n);
 }
 
 template <class T>
@@ -138,6 +194,8 @@ template void adam_update<float>(const AdamCoefficients<float>&, float*, float*,
 template void adam_update<double>(const AdamCoefficients<double>&, double*, double*, double*, const double*, index_t);
 template void adam_update_naive<float>(const AdamCoefficients<float>&, float*, float*, float*, const float*, index_t);
 template void adam_update_naive<double>(const AdamCoefficients<double>&, double*, double*, double*, const double*, index_t);
+template bool adam_update_finite<float>(const AdamCoefficients<float>&, const float*, const float*, const float*, const float*, index_t);
+template bool adam_update_finite<double>(const AdamCoefficients<double>&, const double*, const double*, const double*, const double*, index_t);
 template double grad_norm<float>(const ParamStore<float>&, const float*);
 template double grad_norm<double>(const ParamStore<double>&, const double*);
 template void scale<float>(float*, index_t, float);

@@ -93,28 +93,27 @@ void tile_gemm(TileKernel kern, Op opA, Op opB, T alpha, CMatView<T> A, CMatView
 }
 
 // T1 line 4 / T2 line 3 on the block of keys t0 … t0+nk−1 and queries j0 … j0+nq−1 (absolute q0 + j0 …):
-// S ← K_Iᵀ Q_J / √d_attn, minus V2's m |t_x − t_z| (ALiBi), masked entries ← −∞ (Algorithm 4 lines 4–5).
+// S ← K_Iᵀ Q_J / √d_attn, plus the score bias part's tile (e.g. V2's −m_h |t_x − t_z|), then Algorithm 4
+// line 5 by the mask part: keys outside the column's candidate range [begin, end) and (unless the range is
+// dense) the entries the rule does not allow ← −∞.
 template <class T>
-void block_scores(TileKernel kern, CMatView<T> Q, CMatView<T> K, const Mask& mask, index_t q0, index_t t0, index_t nk,
-                  index_t j0, index_t nq, double slope, MatView<T> S) {
+void block_scores(TileKernel kern, CMatView<T> Q, CMatView<T> K, const HeadBlock<T>& blk, index_t t0, index_t nk,
+                  index_t j0, index_t nq, MatView<T> S) {
     const T scale = T(1) / std::sqrt(T(Q.rows));
     tile_gemm<T>(kern, Op::T, Op::N, scale, K.cols_range(t0, nk), Q.cols_range(j0, nq), T(0), S);
-    const Mask::Kind kind = mask.kind();
+    if (blk.bias) blk.bias->add_tile(*blk.store, blk.b, blk.h, blk.q0, t0, j0, S);  // line 6: + B^h
+    const Mask& mask = *blk.mask;
+    const index_t l_z = K.cols;
     for (index_t j = 0; j < nq; ++j) {
-        const index_t tx = q0 + j0 + j;
+        const index_t tx = blk.q0 + j0 + j;
+        const KeyRange r = mask.keys(blk.b, tx, l_z);
+        const index_t lo = std::clamp<index_t>(r.begin - t0, 0, nk), hi = std::clamp<index_t>(r.end - t0, lo, nk);
         T* s = S.col(j);
-        if (slope != 0)  // V2 line 6′: S/√d_attn − m D, D[t_z, t_x] = |t_x − t_z|
-            for (index_t i = 0; i < nk; ++i) {
-                const index_t tz = t0 + i;
-                s[i] -= T(slope) * T(tx >= tz ? tx - tz : tz - tx);
-            }
-        if (kind == Mask::Kind::Unidirectional) {  // Mask[t_z, t_x] = [[t_z ≤ t_x]]: rows past t_x are −∞
-            const index_t live = std::clamp<index_t>(tx - t0 + 1, 0, nk);
-            std::fill(s + live, s + nk, kNegInf<T>);
-        } else if (kind == Mask::Kind::Explicit) {
-            for (index_t i = 0; i < nk; ++i)
-                if (!mask.allows(t0 + i, tx)) s[i] = kNegInf<T>;
-        }
+        std::fill(s, s + lo, kNegInf<T>);
+        std::fill(s + hi, s + nk, kNegInf<T>);
+        if (!r.dense)
+            for (index_t i = lo; i < hi; ++i)
+                if (!mask.allows(t0 + i, tx, blk.b)) s[i] = kNegInf<T>;
     }
 }
 
@@ -127,9 +126,18 @@ void block_keep(const DropoutStream& ds, std::uint64_t i0, index_t l_z, index_t 
     }
 }
 
-// the last key row (exclusive) any query of columns j0 … j0+nq−1 may see: under the causal mask, q0 + j0 + nq
-index_t key_end(const Mask& mask, index_t q0, index_t j0, index_t nq, index_t l_z) {
-    return mask.kind() == Mask::Kind::Unidirectional ? std::min(l_z, q0 + j0 + nq) : l_z;
+// The key rows [begin, end) any query of columns j0 … j0+nq−1 may see: the union of the mask's candidate
+// ranges (causal: [0, q0 + j0 + nq); a sliding window of w: from q0 + j0 − w + 1 on). Blocks outside are skipped.
+template <class T>
+KeyRange key_span(const HeadBlock<T>& blk, index_t j0, index_t nq, index_t l_z) {
+    KeyRange u{l_z, 0, true};
+    for (index_t j = 0; j < nq; ++j) {
+        const KeyRange r = blk.mask->keys(blk.b, blk.q0 + j0 + j, l_z);
+        u.begin = std::min(u.begin, std::max<index_t>(r.begin, 0));
+        u.end = std::max(u.end, std::min(r.end, l_z));
+    }
+    if (u.end < u.begin) u.end = u.begin;
+    return u;
 }
 
 // per-thread scratch (the kernel runs on the calling thread; heads run in parallel)
@@ -153,8 +161,8 @@ T* sized(std::vector<T>& v, index_t n) {
 // ===================================== Algorithm T1 ====================================================
 // Q:[d_attn,l_x], K:[d_attn,l_z], V:[d_v,l_z] -> Vt:[d_v,l_x], lse:[l_x]
 template <class T>
-void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const Mask& mask, index_t q0, MatView<T> Vt,
-                          T* lse, double alibi_slope, const TiledDropout* drop, TileSizes tiles) {
+void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MatView<T> Vt, T* lse,
+                          TileSizes tiles) {
     const index_t l_x = Q.cols, l_z = K.cols, d_v = V.rows, Bq = tiles.B_q, Bk = tiles.B_k;
     FT_CHECK(Bq > 0 && Bk > 0 && K.rows == Q.rows && V.cols == l_z && Vt.rows == d_v && Vt.cols == l_x && l_z > 0,
              "tiled_attention_head: shapes do not conform");
@@ -162,19 +170,23 @@ void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const Mas
     T* Sb = sized(w.S, Bk * Bq);
     T* m = sized(w.m, Bq);
     T* l = sized(w.l, Bq);
+    FT_CHECK(blk.mask && (!blk.bias || (blk.bias->tiles() && blk.store)), "tiled attention: no mask, or a score bias with no tiled form");
+    const HeadDropout<T>* drop = blk.drop;
     const bool dropping = drop && drop->p > 0;
     const DropoutStream ds(dropping ? drop->p : 0.0, dropping ? drop->key : DropoutKey{});
     const T inv_keep = dropping ? T(1.0 / (1.0 - drop->p)) : T(1);
     for (index_t j0 = 0; j0 < l_x; j0 += Bq) {  // line 1: each query block J
-        const index_t nq = std::min(Bq, l_x - j0), kend = key_end(mask, q0, j0, nq, l_z);
+        const index_t nq = std::min(Bq, l_x - j0);
+        const KeyRange span = key_span(blk, j0, nq, l_z);
         MatView<T> VtJ = Vt.cols_range(j0, nq);
         std::fill(m, m + nq, kNegInf<T>);  // line 2
         std::fill(l, l + nq, T(0));
         for (index_t j = 0; j < nq; ++j) std::fill(VtJ.col(j), VtJ.col(j) + d_v, T(0));
-        for (index_t t0 = 0; t0 < kend; t0 += Bk) {  // line 3 (causal: the blocks past the diagonal are skipped)
-            const index_t nk = std::min(Bk, kend - t0);
+        // line 3: the key blocks some query of J may see (causal: none past the diagonal; a window: none before it)
+        for (index_t t0 = span.begin; t0 < span.end; t0 += Bk) {
+            const index_t nk = std::min(Bk, span.end - t0);
             MatView<T> S(Sb, nk, nq);
-            block_scores<T>(tiles.kernel, Q, K, mask, q0, t0, nk, j0, nq, alibi_slope, S);  // line 4
+            block_scores<T>(tiles.kernel, Q, K, blk, t0, nk, j0, nq, S);  // line 4
             for (index_t j = 0; j < nq; ++j) {
                 T* s = S.col(j);
                 const T m_new = std::max(m[j], col_max(s, nk));  // line 5: m′
@@ -210,12 +222,14 @@ void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const Mas
 // ===================================== Algorithm T2 ====================================================
 template <class T>
 void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Vt, const T* lse,
-                                   CMatView<T> dVt, const Mask& mask, index_t q0, MatView<T> dQ, MatView<T> dK,
-                                   MatView<T> dV, double alibi_slope, const TiledDropout* drop, TileSizes tiles) {
+                                   CMatView<T> dVt, const HeadBlock<T>& blk, MatView<T> dQ, MatView<T> dK,
+                                   MatView<T> dV, TileSizes tiles) {
     const index_t l_x = Q.cols, l_z = K.cols, d_v = V.rows, Bq = tiles.B_q, Bk = tiles.B_k;
     FT_CHECK(Bq > 0 && Bk > 0 && K.rows == Q.rows && V.cols == l_z && Vt.rows == d_v && Vt.cols == l_x &&
                  dVt.rows == d_v && dVt.cols == l_x && l_z > 0,
              "tiled_attention_head_backward: shapes do not conform");
+    FT_CHECK(blk.mask && (!blk.bias || (blk.bias->tiles() && blk.store)), "tiled attention: no mask, or a score bias with no tiled form");
+    const HeadDropout<T>* drop = blk.drop;
     const T scale = T(1) / std::sqrt(T(Q.rows));
     Scratch<T>& w = scratch<T>();
     T* Sb = sized(w.S, Bk * Bq);
@@ -233,14 +247,16 @@ void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, 
         for (index_t i = 0; i < d_v; ++i) s += o[i] * g[i];
         D[j] = s;
     }
+    std::vector<KeyRange> spans;  // the key rows each query block may see (key_span)
+    for (index_t j0 = 0; j0 < l_x; j0 += Bq) spans.push_back(key_span(blk, j0, std::min(Bq, l_x - j0), l_z));
     for (index_t t0 = 0; t0 < l_z; t0 += Bk) {  // line 2: each key block I …
         const index_t nk = std::min(Bk, l_z - t0);
-        // … and each query block J that sees it (causal: the queries at positions ≥ t0)
-        const index_t jstart = mask.kind() == Mask::Kind::Unidirectional ? std::max<index_t>(0, t0 - q0) : 0;
-        for (index_t j0 = jstart; j0 < l_x; j0 += Bq) {
+        for (index_t j0 = 0; j0 < l_x; j0 += Bq) {  // … and each query block J that sees it
+            const KeyRange& span = spans[std::size_t(j0 / Bq)];
+            if (span.end <= t0 || span.begin >= t0 + nk) continue;
             const index_t nq = std::min(Bq, l_x - j0);
             MatView<T> P(Sb, nk, nq), dS(dPb, nk, nq);
-            block_scores<T>(tiles.kernel, Q, K, mask, q0, t0, nk, j0, nq, alibi_slope, P);  // line 3: S
+            block_scores<T>(tiles.kernel, Q, K, blk, t0, nk, j0, nq, P);  // line 3: S
             for (index_t j = 0; j < nq; ++j) exp_shift(P.col(j), nk, lse[j0 + j]);  // line 3: P = exp(S − λ)
             CMatView<T> Pd = P;
             if (dropping) {  // the forward's V_I (P ⊙ M/(1 − p))
@@ -267,11 +283,11 @@ void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, 
 }
 
 #define FT_INSTANTIATE(T)                                                                                      \
-    template void tiled_attention_head<T>(CMatView<T>, CMatView<T>, CMatView<T>, const Mask&, index_t, MatView<T>, \
-                                          T*, double, const TiledDropout*, TileSizes);                          \
+    template void tiled_attention_head<T>(CMatView<T>, CMatView<T>, CMatView<T>, const HeadBlock<T>&, MatView<T>, \
+                                          T*, TileSizes);                                                       \
     template void tiled_attention_head_backward<T>(CMatView<T>, CMatView<T>, CMatView<T>, CMatView<T>, const T*,   \
-                                                   CMatView<T>, const Mask&, index_t, MatView<T>, MatView<T>,      \
-                                                   MatView<T>, double, const TiledDropout*, TileSizes);
+                                                   CMatView<T>, const HeadBlock<T>&, MatView<T>, MatView<T>,       \
+                                                   MatView<T>, TileSizes);
 FT_INSTANTIATE(float)
 FT_INSTANTIATE(double)
 #undef FT_INSTANTIATE

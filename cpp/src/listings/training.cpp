@@ -14,8 +14,8 @@ void TrainOptions::check() const {
     if (!(eta >= 0) || !std::isfinite(eta)) throw ValueError("eta must be a finite number >= 0");
     if (batch_size < 1) throw ValueError("batch_size must be >= 1, got " + std::to_string(batch_size));
     if (warmup < 0) throw ValueError("warmup must be >= 0");
-    if (!(min_lr >= 0)) throw ValueError("min_lr must be >= 0");
-    if (!(clip >= 0)) throw ValueError("clip must be >= 0 (0: no clipping)");
+    if (!(min_lr >= 0) || !std::isfinite(min_lr)) throw ValueError("min_lr must be a finite number >= 0");
+    if (!(clip >= 0) || std::isnan(clip)) throw ValueError("clip must be >= 0 (0: no clipping)");
     if (max_steps < 0) throw ValueError("max_steps must be >= 0 (0: no limit)");
     if (eval_every < 0) throw ValueError("eval_every must be >= 0");
     if (start_step < 0) throw ValueError("start_step must be >= 0, got " + std::to_string(start_step));
@@ -24,6 +24,16 @@ void TrainOptions::check() const {
     if (!(min_delta >= 0) || !std::isfinite(min_delta))
         throw ValueError("min_delta must be a finite number >= 0, got " + std::to_string(min_delta));
 }
+
+template <class T>
+void Replicas<T>::check() const {
+    if (world < 1) throw ValueError("data parallel: world size must be >= 1, got " + std::to_string(world));
+    if (rank < 0 || rank >= world)
+        throw ValueError("data parallel: rank must be in [0, " + std::to_string(world) + "), got " + std::to_string(rank));
+    if (world > 1 && !sum) throw ValueError("data parallel: a world of " + std::to_string(world) + " ranks needs a sum");
+}
+template struct Replicas<float>;
+template struct Replicas<double>;
 
 double learning_rate(const TrainOptions& o, index_t step, index_t total) {
     if (o.warmup > 0 && step <= o.warmup) return o.eta * double(step) / double(o.warmup);  // linear warm-up
@@ -70,9 +80,8 @@ bool update_fits(const ParamStore<T>& store, double step) {
     const double limit = double(std::numeric_limits<T>::max()) / 2;
     if (!(step <= limit)) return false;
     const double room = limit - step;
-    // |θ_i| ≤ room ⇔ |θ_i| ≤ r, the largest T not above room (θ_i is a T): the same test in T, vectorised —
-    // 0.09 ms for the baby GPT's 0.8 M values where the scalar test in double took 0.45 ms a step; one thread
-    // (no parallel region: on a busy machine each one can wait for a descheduled partner)
+    // |θ_i| ≤ room ⇔ |θ_i| ≤ r, the largest T not above room (θ_i is a T): the same test in T, vectorised,
+    // on one thread (no parallel region: on a busy machine each one can wait for a descheduled partner)
     T r = T(room);
     if (double(r) > room) r = std::nextafter(r, T(0));
     const T* th = store.theta();
@@ -139,12 +148,16 @@ private:
     bool theta_is_best_ = false;  // no update since θ* was taken
 };
 
-// Lines 1, 2 and 6 of Algorithms 11–13. `body(batch indices) -> {loss, scored}` runs lines 3–5 for the
-// minibatch, leaving ∇(Σ_n loss_n) in store.grad(); `evaluate(info)` fills the validation figures.
+// Lines 1, 2 and 6 of Algorithms 11–13. `body(batch indices, lo, hi, rng) -> {loss, scored}` runs lines 3–5
+// for the minibatch's items [lo, hi) (all of it in one process; this rank's slice with replicas), leaving
+// ∇(Σ_n loss_n) over them in store.grad() and returning their loss and the whole minibatch's scored count;
+// `evaluate(info)` fills the validation figures.
 template <class T, class Body, class Eval>
 void train_loop(ParamStore<T>& store, index_t N_data, const TrainOptions& o, const UpdateFn<T>& update,
-                const StepHook& hook, Body&& body, Eval&& evaluate, bool has_val, EarlyStopState<T>* state) {
+                const StepHook& hook, Body&& body, Eval&& evaluate, bool has_val, EarlyStopState<T>* state,
+                const Replicas<T>* dp) {
     EarlyStopping<T> early(o, store, state, has_val);
+    const index_t rank = dp ? dp->rank : 0, world = dp ? dp->world : 1;
     const index_t B = o.batch_size;
     const index_t per_epoch = (N_data + B - 1) / B;
     index_t total = o.n_epochs * per_epoch;
@@ -159,8 +172,11 @@ void train_loop(ParamStore<T>& store, index_t N_data, const TrainOptions& o, con
             for (index_t k = N_data - 1; k > 0; --k) std::swap(order[std::size_t(k)], order[std::size_t(rng.below(std::uint64_t(k + 1)))]);
         for (index_t k = 0; k < N_data && step < total; k += B) {  // line 2: for n ∈ [N_data], B at a time
             poll();
-            batch.assign(order.begin() + k, order.begin() + std::min(N_data, k + B));
-            const std::pair<double, index_t> ls = body(batch, rng);  // lines 3–5 (+ ∇)
+            batch.assign(order.begin() + k, order.begin() + std::min(N_data, k + B));  // the same on every rank
+            const index_t nb = index_t(batch.size());
+            std::pair<double, index_t> ls =
+                body(batch, shard_begin(nb, rank, world), shard_begin(nb, rank + 1, world), rng);  // lines 3–5 (+ ∇)
+            if (world > 1) dp->sum(store.grad(), store.size(), &ls.first, 1);  // Σ over the ranks: the whole minibatch's
             // the step's objective: mean over the batch of the listing's loss, or mean per scored token
             T* g = store.grad();
             const double s = o.reduction == TrainOptions::Reduction::Sum ? 1.0 / double(batch.size())
@@ -176,22 +192,27 @@ void train_loop(ParamStore<T>& store, index_t N_data, const TrainOptions& o, con
             // never apply a non-finite update: the loss and ‖∇‖ must be finite, and θ − η∇ must not overflow
             const bool finite = std::isfinite(ls.first) && std::isfinite(info.grad_norm);
             const double g_used = o.clip > 0 && info.grad_norm > o.clip ? o.clip : info.grad_norm;
-            if (!finite || !update_fits(store, info.lr * std::max(g_used, 10.0))) {
+            auto refuse = [&](const std::string& why) {
                 if (o.nonfinite == TrainOptions::NonFinite::Raise)
                     throw NonFiniteError(
                         "training step " + std::to_string(o.start_step + step) + ": the loss is " +
-                        std::to_string(info.loss) + " and the gradient norm " + std::to_string(info.grad_norm) +
-                        (finite ? " (the update η·‖∇‖ = " + std::to_string(info.lr * g_used) + " would overflow θ"
-                                : std::string(" (not finite")) +
-                        "; η = " + std::to_string(info.lr) + " may be too large: lower eta, or set clip). "
+                        std::to_string(info.loss) + " and the gradient norm " + std::to_string(info.grad_norm) + " (" +
+                        why + "; η = " + std::to_string(info.lr) + " may be too large: lower eta, or set clip). "
                         "No update was applied: the model holds its parameters after step " +
                         std::to_string(o.start_step + step - 1) + " (its grads hold this step's gradient). "
                         "nonfinite='skip' or 'warn' skips such steps instead.");
                 info.skipped = true;
+            };
+            if (!finite || !update_fits(store, info.lr * std::max(g_used, 10.0))) {
+                refuse(finite ? "the update η·‖∇‖ = " + std::to_string(info.lr * g_used) + " would overflow θ" : "not finite");
             } else {
                 if (o.clip > 0 && info.grad_norm > o.clip) scale<T>(g, store.size(), T(o.clip / info.grad_norm));
-                update(store, g, info.lr);  // line 6: θ ← θ − η·∇loss(θ)  (or Adam)
-                early.updated();
+                try {
+                    update(store, g, info.lr);  // line 6: θ ← θ − η·∇loss(θ)  (or Adam)
+                    early.updated();
+                } catch (const NonFiniteUpdate&) {  // SGD and Adam: all or nothing, θ unchanged (optim.hpp)
+                    refuse("the optimizer's update would make θ non-finite");
+                }
             }
             info.tokens = ls.second;
             bool stop = false;
@@ -215,97 +236,129 @@ void train_loop(ParamStore<T>& store, index_t N_data, const TrainOptions& o, con
     early.finish();  // ES line 13
 }
 
-// Validation in minibatches: mean loss per scored token and argmax accuracy.
-template <class F>
-void evaluate_chunks(index_t N, index_t B, StepInfo& info, F&& chunk) {
+// Validation in minibatches: mean loss per scored token and argmax accuracy. `chunk(k0, k1, sc, co, mine)`
+// scores items [k0, k1) when `mine` (with replicas: chunk c belongs to rank c mod world, and the ranks'
+// sums are added up; a chunk that is not this rank's only advances what it draws, e.g. ETraining's masks).
+template <class T, class F>
+void evaluate_chunks(index_t N, index_t B, StepInfo& info, const Replicas<T>* dp, F&& chunk) {
+    const index_t rank = dp ? dp->rank : 0, world = dp ? dp->world : 1;
     double loss = 0;
     index_t scored = 0, correct = 0;
-    for (index_t k = 0; k < N; k += B) {
+    for (index_t k = 0, c = 0; k < N; k += B, ++c) {
         poll();
         index_t sc = 0, co = 0;
-        loss += chunk(k, std::min(N, k + B), sc, co);
+        loss += chunk(k, std::min(N, k + B), sc, co, c % world == rank);
         scored += sc;
         correct += co;
     }
+    if (world > 1) {
+        double v[3] = {loss, double(scored), double(correct)};
+        dp->sum(nullptr, 0, v, 3);
+        loss = v[0];
+        scored = index_t(v[1]);
+        correct = index_t(v[2]);
+    }
     info.val_loss = scored > 0 ? loss / double(scored) : 0.0;
     info.val_accuracy = scored > 0 ? double(correct) / double(scored) : 0.0;
+}
+
+// A rank whose slice of the minibatch is empty (fewer sequences than ranks): no loss, a zero gradient, and
+// the dropout counter advanced as a loss_and_grad would, so that every rank's model stays the same.
+template <class M>
+std::pair<double, index_t> empty_slice(M& model, index_t scored) {
+    model.store.zero_grad();
+    ++model.dropout_step;
+    return {0.0, scored};
 }
 }  // namespace
 
 // ======================================== Algorithm 13 ================================================
 template <class T>
 void DTraining(DTransformer<T>& model, const Dataset& data, const TrainOptions& o, const UpdateFn<T>& update,
-               const StepHook& hook, const Dataset* val, EarlyStopState<T>* early) {
+               const StepHook& hook, const Dataset* val, EarlyStopState<T>* early, const Replicas<T>* dp) {
     o.check();
+    if (dp) dp->check();
     check_dataset(data, "x_data");
     const ModelConfig& c = model.cfg;
     validate(Tokens{data.ids.data(), data.s}, c.n_vocab, c.l_max, "x_data");
     if (val) validate(Tokens{val->ids.data(), val->s}, c.n_vocab, c.l_max, "validation data");
     Batch b;
     Seqs s;
-    auto body = [&](const std::vector<index_t>& batch, Rng&) {
+    auto body = [&](const std::vector<index_t>& batch, index_t lo, index_t hi, Rng&) {
         b.clear();
         index_t scored = 0;
-        for (index_t n : batch) {
-            b.add(data, n);                         // line 3: ℓ ← length(x_n)
+        for (index_t i = 0; i < index_t(batch.size()); ++i) {
+            const index_t n = batch[std::size_t(i)];
+            if (i >= lo && i < hi) b.add(data, n);  // line 3: ℓ ← length(x_n)
             scored += std::max<index_t>(0, data.s.len(n) - 1);
         }
+        if (lo == hi) return empty_slice(model, scored);
         const double loss = model.loss_and_grad(b.tokens(s));  // lines 4–5 and ∇loss
         return std::make_pair(loss, scored);
     };
     auto evaluate = [&](StepInfo& info) {
-        evaluate_chunks(val->size(), std::max<index_t>(o.batch_size, 8), info, [&](index_t k0, index_t k1, index_t& sc, index_t& co) {
+        evaluate_chunks(val->size(), std::max<index_t>(o.batch_size, 8), info, dp,
+                        [&](index_t k0, index_t k1, index_t& sc, index_t& co, bool mine) {
+            if (!mine) return 0.0;
             b.clear();
             for (index_t n = k0; n < k1; ++n) b.add(*val, n);
             return model.loss(b.tokens(s), &sc, &co);
         });
     };
-    train_loop(model.store, data.size(), o, update, hook, body, evaluate, val != nullptr && val->size() > 0, early);
+    train_loop(model.store, data.size(), o, update, hook, body, evaluate, val != nullptr && val->size() > 0, early, dp);
 }
 
 // ======================================== Algorithm 12 ================================================
 template <class T>
 void ETraining(ETransformer<T>& model, const Dataset& data, const TrainOptions& o, const UpdateFn<T>& update,
-               const StepHook& hook, const Dataset* val, EarlyStopState<T>* early) {
+               const StepHook& hook, const Dataset* val, EarlyStopState<T>* early, const Replicas<T>* dp) {
     o.check();
+    if (dp) dp->check();
     check_dataset(data, "x_data");
     const ModelConfig& c = model.cfg;
     validate(Tokens{data.ids.data(), data.s}, c.n_vocab, c.l_max, "x_data");
     if (val) validate(Tokens{val->ids.data(), val->s}, c.n_vocab, c.l_max, "validation data");
     Batch b;
     Seqs s;
-    std::vector<index_t> x_tilde;
-    auto body = [&](const std::vector<index_t>& batch, Rng& rng) {
+    std::vector<index_t> x_tilde, lens;
+    auto body = [&](const std::vector<index_t>& batch, index_t lo, index_t hi, Rng& rng) {
         b.clear();
         for (index_t n : batch) b.add(data, n);  // line 3
         x_tilde.resize(b.ids.size());
-        mask_tokens(b.ids.data(), index_t(b.ids.size()), c.mask_token(), o.p_mask, rng, x_tilde.data());  // lines 4–6
+        // lines 4–6 for the whole minibatch on every rank: the generator stays in step, the masks are one process's
+        mask_tokens(b.ids.data(), index_t(b.ids.size()), c.mask_token(), o.p_mask, rng, x_tilde.data());
         index_t scored = 0;                      // line 7: |T̃|
         for (index_t v : x_tilde) scored += v == c.mask_token();
-        s = Seqs::from_lengths(b.lens);
-        const double loss = model.loss_and_grad(Tokens{x_tilde.data(), s}, b.ids.data());  // lines 8–9 and ∇loss
+        if (lo == hi) return empty_slice(model, scored);
+        const index_t t0 = std::accumulate(b.lens.begin(), b.lens.begin() + lo, index_t(0));  // the slice's tokens
+        lens.assign(b.lens.begin() + lo, b.lens.begin() + hi);
+        s = Seqs::from_lengths(lens);
+        const double loss = model.loss_and_grad(Tokens{x_tilde.data() + t0, s}, b.ids.data() + t0);  // lines 8–9 and ∇loss
         return std::make_pair(loss, scored);
     };
     auto evaluate = [&](StepInfo& info) {
         Rng vrng(o.seed ^ 0x5eedF00dULL);  // the same masks at every evaluation
-        evaluate_chunks(val->size(), std::max<index_t>(o.batch_size, 8), info, [&](index_t k0, index_t k1, index_t& sc, index_t& co) {
+        evaluate_chunks(val->size(), std::max<index_t>(o.batch_size, 8), info, dp,
+                        [&](index_t k0, index_t k1, index_t& sc, index_t& co, bool mine) {
             b.clear();
             for (index_t n = k0; n < k1; ++n) b.add(*val, n);
             x_tilde.resize(b.ids.size());
             mask_tokens(b.ids.data(), index_t(b.ids.size()), c.mask_token(), o.p_mask, vrng, x_tilde.data());
+            if (!mine) return 0.0;
             s = Seqs::from_lengths(b.lens);
             return model.loss(Tokens{x_tilde.data(), s}, b.ids.data(), &sc, &co);
         });
     };
-    train_loop(model.store, data.size(), o, update, hook, body, evaluate, val != nullptr && val->size() > 0, early);
+    train_loop(model.store, data.size(), o, update, hook, body, evaluate, val != nullptr && val->size() > 0, early, dp);
 }
 
 // ======================================== Algorithm 11 ================================================
 template <class T>
 void EDTraining(EDTransformer<T>& model, const Dataset& z_data, const Dataset& x_data, const TrainOptions& o,
                 const UpdateFn<T>& update, const StepHook& hook, const Dataset* z_val, const Dataset* x_val,
-                EarlyStopState<T>* early) {
+                EarlyStopState<T>* early, const Replicas<T>* dp) {
     o.check();
+    if (dp) dp->check();
     check_dataset(x_data, "x_data");
     if (z_data.size() != x_data.size())
         throw ValueError("z_data and x_data must have the same length (pairs), got " + std::to_string(z_data.size()) +
@@ -321,20 +374,26 @@ void EDTraining(EDTransformer<T>& model, const Dataset& z_data, const Dataset& x
     }
     Batch bz, bx;
     Seqs sz, sx;
-    auto body = [&](const std::vector<index_t>& batch, Rng&) {
+    auto body = [&](const std::vector<index_t>& batch, index_t lo, index_t hi, Rng&) {
         bz.clear();
         bx.clear();
         index_t scored = 0;
-        for (index_t n : batch) {
-            bz.add(z_data, n);
-            bx.add(x_data, n);  // line 3: ℓ ← length(x_n)
+        for (index_t i = 0; i < index_t(batch.size()); ++i) {
+            const index_t n = batch[std::size_t(i)];
+            if (i >= lo && i < hi) {
+                bz.add(z_data, n);
+                bx.add(x_data, n);  // line 3: ℓ ← length(x_n)
+            }
             scored += std::max<index_t>(0, x_data.s.len(n) - 1);
         }
+        if (lo == hi) return empty_slice(model, scored);
         const double loss = model.loss_and_grad(bz.tokens(sz), bx.tokens(sx));  // lines 4–5 and ∇loss
         return std::make_pair(loss, scored);
     };
     auto evaluate = [&](StepInfo& info) {
-        evaluate_chunks(x_val->size(), std::max<index_t>(o.batch_size, 8), info, [&](index_t k0, index_t k1, index_t& sc, index_t& co) {
+        evaluate_chunks(x_val->size(), std::max<index_t>(o.batch_size, 8), info, dp,
+                        [&](index_t k0, index_t k1, index_t& sc, index_t& co, bool mine) {
+            if (!mine) return 0.0;
             bz.clear();
             bx.clear();
             for (index_t n = k0; n < k1; ++n) {
@@ -344,14 +403,14 @@ void EDTraining(EDTransformer<T>& model, const Dataset& z_data, const Dataset& x
             return model.loss(bz.tokens(sz), bx.tokens(sx), &sc, &co);
         });
     };
-    train_loop(model.store, x_data.size(), o, update, hook, body, evaluate, x_val != nullptr && x_val->size() > 0, early);
+    train_loop(model.store, x_data.size(), o, update, hook, body, evaluate, x_val != nullptr && x_val->size() > 0, early, dp);
 }
 
-template void DTraining<float>(DTransformer<float>&, const Dataset&, const TrainOptions&, const UpdateFn<float>&, const StepHook&, const Dataset*, EarlyStopState<float>*);
-template void DTraining<double>(DTransformer<double>&, const Dataset&, const TrainOptions&, const UpdateFn<double>&, const StepHook&, const Dataset*, EarlyStopState<double>*);
-template void ETraining<float>(ETransformer<float>&, const Dataset&, const TrainOptions&, const UpdateFn<float>&, const StepHook&, const Dataset*, EarlyStopState<float>*);
-template void ETraining<double>(ETransformer<double>&, const Dataset&, const TrainOptions&, const UpdateFn<double>&, const StepHook&, const Dataset*, EarlyStopState<double>*);
-template void EDTraining<float>(EDTransformer<float>&, const Dataset&, const Dataset&, const TrainOptions&, const UpdateFn<float>&, const StepHook&, const Dataset*, const Dataset*, EarlyStopState<float>*);
-template void EDTraining<double>(EDTransformer<double>&, const Dataset&, const Dataset&, const TrainOptions&, const UpdateFn<double>&, const StepHook&, const Dataset*, const Dataset*, EarlyStopState<double>*);
+template void DTraining<float>(DTransformer<float>&, const Dataset&, const TrainOptions&, const UpdateFn<float>&, const StepHook&, const Dataset*, EarlyStopState<float>*, const Replicas<float>*);
+template void DTraining<double>(DTransformer<double>&, const Dataset&, const TrainOptions&, const UpdateFn<double>&, const StepHook&, const Dataset*, EarlyStopState<double>*, const Replicas<double>*);
+template void ETraining<float>(ETransformer<float>&, const Dataset&, const TrainOptions&, const UpdateFn<float>&, const StepHook&, const Dataset*, EarlyStopState<float>*, const Replicas<float>*);
+template void ETraining<double>(ETransformer<double>&, const Dataset&, const TrainOptions&, const UpdateFn<double>&, const StepHook&, const Dataset*, EarlyStopState<double>*, const Replicas<double>*);
+template void EDTraining<float>(EDTransformer<float>&, const Dataset&, const Dataset&, const TrainOptions&, const UpdateFn<float>&, const StepHook&, const Dataset*, const Dataset*, EarlyStopState<float>*, const Replicas<float>*);
+template void EDTraining<double>(EDTransformer<double>&, const Dataset&, const Dataset&, const TrainOptions&, const UpdateFn<double>&, const StepHook&, const Dataset*, const Dataset*, EarlyStopState<double>*, const Replicas<double>*);
 
 }  // namespace ft

@@ -35,8 +35,9 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
                          ": pass d_attn and d_mid explicitly, or choose H dividing d_e");
     if (c.d_attn <= 0) c.d_attn = c.d_e / c.H;
     if (c.d_mid <= 0) c.d_mid = c.d_e / c.H;
-    if (!(c.eps >= 0)) throw ValueError("eps must be >= 0, got " + std::to_string(c.eps));
-    if (!(c.init_std > 0)) throw ValueError("init_std must be > 0");
+    if (!(c.eps >= 0) || !std::isfinite(c.eps)) throw ValueError("eps must be a finite number >= 0, got " + std::to_string(c.eps));
+    if (!(c.init_std > 0) || !std::isfinite(c.init_std))
+        throw ValueError("init_std must be a finite number > 0, got " + std::to_string(c.init_std));
     if (arch == Arch::E && c.tied && c.d_f != c.d_e)
         throw ValueError("tied=True needs d_f == d_e: W_u = W_eᵀ is N_V × d_e, but ETransformer's W_u is N_V × d_f");
     if (arch != Arch::D && c.norm != NormKind::Layer) throw ValueError("norm='rms' is a DTransformer option (Gopher)");
@@ -54,7 +55,10 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
     if (c.positional == Positional::Rope && c.d_attn % 2 != 0)
         throw ValueError("positional='rope' rotates pairs of rows: d_attn (the head size) must be even, got " +
                          std::to_string(c.d_attn));
-    if (!(c.rope_theta > 0)) throw ValueError("rope_theta must be > 0");
+    if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta)) throw ValueError("rope_theta must be a finite number > 0");
+    if (c.sliding_window < 0)
+        throw ValueError("sliding_window must be >= 1 (each query sees the last w keys), got " + std::to_string(c.sliding_window));
+    if (arch != Arch::D && c.sliding_window > 0) throw ValueError("sliding_window is a DTransformer option (Mistral)");
     check_dropout_rate(c.embed_dropout, "embed_dropout");
     check_dropout_rate(c.attn_dropout, "attn_dropout");
     check_dropout_rate(c.resid_dropout, "resid_dropout");

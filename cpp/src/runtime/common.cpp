@@ -2,8 +2,13 @@
 
 #include "formal_transformers/blas.hpp"
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <mutex>
+#include <thread>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -29,10 +34,40 @@ void poll() {
 void init_threads() {
     // FTZ/DAZ are no longer set here (that changed the importing process's arithmetic): each core call
     // sets them for its own duration only, fpenv.hpp.
+#ifdef _OPENMP
+    // OMP_NUM_THREADS beyond what can be created would crash the first parallel region: held to the cap
+    const int cap = max_num_threads();
+    if (omp_get_max_threads() > cap) omp_set_num_threads(cap);
+#endif
+}
+
+int max_num_threads() {
+#ifdef _OPENMP
+    const int procs = std::max(1, omp_get_num_procs());
+    const int runtime = std::max(1, omp_get_thread_limit());  // OMP_THREAD_LIMIT (INT_MAX unless set)
+#else
+    const int procs = std::max(1, int(std::thread::hardware_concurrency()));
+    const int runtime = std::numeric_limits<int>::max();
+#endif
+    long long cap = std::max<long long>(kMinThreadCap, 4LL * procs);
+    // each thread reserves its stack in the address space: under a limit (ulimit -v), at most half of it
+    rlimit as{}, st{};
+    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+        const unsigned long long stack = getrlimit(RLIMIT_STACK, &st) == 0 && st.rlim_cur != RLIM_INFINITY
+                                             ? std::max<unsigned long long>(st.rlim_cur, 1ULL << 20)
+                                             : 2ULL << 20;
+        cap = std::min<long long>(cap, std::max<long long>(1, (long long)(as.rlim_cur / 2 / stack)));
+    }
+    return int(std::min<long long>(cap, runtime));
 }
 
 void set_num_threads(int n) {
     if (n < 1) throw ValueError("set_num_threads: n must be >= 1, got " + std::to_string(n));
+    const int cap = max_num_threads();
+    if (n > cap)  // libgomp crashes (SIGSEGV, or aborts the process) when it cannot create the threads
+        throw ValueError("set_num_threads: n = " + std::to_string(n) + " exceeds max_num_threads() = " +
+                         std::to_string(cap) + " (4 per CPU, at least " + std::to_string(kMinThreadCap) +
+                         ", within OMP_THREAD_LIMIT and half the address-space limit at one stack per thread)");
 #ifdef _OPENMP
     omp_set_num_threads(n);
 #endif

@@ -18,6 +18,7 @@ index_t ParamStore<T>::add(ParamInfo info) {
     const index_t total = checked_add(total_, info.size, what.c_str());
     check_bytes(checked_mul(total, 2, what.c_str()), sizeof(T), (what + " (θ and its gradient)").c_str());
     total_ = total;
+    index_.emplace(info.name, entries_.size());
     entries_.push_back(std::move(info));
     return entries_.back().offset;
 }
@@ -81,8 +82,8 @@ void ParamStore<T>::allocate() {
 
 template <class T>
 const ParamInfo* ParamStore<T>::find(const std::string& name) const {
-    auto it = std::find_if(entries_.begin(), entries_.end(), [&](const ParamInfo& e) { return e.name == name; });
-    return it == entries_.end() ? nullptr : &*it;
+    const auto it = index_.find(name);
+    return it == index_.end() ? nullptr : &entries_[it->second];
 }
 
 template <class T>

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include <tsl/robin_map.h>
@@ -68,6 +70,25 @@ BPETokenizer BPETokenizer::with_file_ids(std::vector<Merge> merges, std::vector<
         throw ValueError(w + "the token ids name " + std::to_string(ext.size()) + " tokens, the merges make " +
                          std::to_string(n_int));
     if (n_vocab < 1) throw ValueError(w + "the vocabulary is empty");
+    // Each id 0 .. N_V-1 is used once: a file whose ids leave a gap (e.g. one id 2^31 - 2) fails here, by a
+    // count, before the table of N_V entries below is allocated (it tried to fill 16 GiB; issue 27).
+    std::size_t named = specials.size();
+    for (token_t e : ext) named += e >= 0 ? 1 : 0;
+    if (std::size_t(n_vocab) > named) {
+        std::vector<token_t> ids;  // the smallest unused id, for the message: O(named log named)
+        ids.reserve(named);
+        for (token_t e : ext)
+            if (e >= 0) ids.push_back(e);
+        for (auto& s : specials) ids.push_back(s.first);
+        std::sort(ids.begin(), ids.end());
+        token_t gap = 0;
+        for (token_t id : ids) {
+            if (id > gap) break;
+            if (id == gap) ++gap;
+        }
+        throw ValueError(w + "no token has id " + std::to_string(gap) + " (the ids must be 0 .. N_V-1, each used once; " +
+                         std::to_string(named) + " tokens cannot fill N_V = " + std::to_string(n_vocab) + ")");
+    }
     std::vector<token_t> in(std::size_t(n_vocab), -2);  // file id -> internal id, -1 special, -2 unused
     auto claim = [&](token_t id, token_t what, const std::string& name) {
         if (id < 0 || id >= n_vocab)
@@ -90,11 +111,11 @@ BPETokenizer BPETokenizer::with_file_ids(std::vector<Merge> merges, std::vector<
             throw ValueError(w + "merge " + std::to_string(k) + " uses a byte that has no token");
     }
     std::sort(specials.begin(), specials.end());
+    std::unordered_set<std::string_view> special_names;  // hashed: a file may hold 10^5 of them
     for (std::size_t k = 0; k < specials.size(); ++k) {
         claim(specials[k].first, -1, "special token " + quote(specials[k].second));
-        for (std::size_t j = 0; j < k; ++j)
-            if (specials[j].second == specials[k].second)
-                throw ValueError(w + "two special tokens are both " + quote(specials[k].second));
+        if (!special_names.insert(specials[k].second).second)
+            throw ValueError(w + "two special tokens are both " + quote(specials[k].second));
     }
     for (std::size_t id = 0; id < in.size(); ++id)
         if (in[id] == -2)
@@ -187,8 +208,11 @@ BPETokenizer build_from_file(const FileVocab& f, const BPETokenizer::Roles& role
     }
     // Special: the added tokens, and the vocabulary entries that are neither a byte nor a merge result
     std::vector<std::pair<token_t, std::string>> specials = f.added;
-    for (auto& [id, s] : specials)
+    tsl::robin_map<token_t, bool> added_ids;
+    for (auto& [id, s] : specials) {
         if (internal.count(id)) bad(who, "the added token " + quote(s) + " has the id of a byte or merge token");
+        added_ids.emplace(id, true);
+    }
     for (auto& [s, id] : f.entries) {
         const auto in = internal.find(id);
         if (in != internal.end()) {
@@ -198,9 +222,7 @@ BPETokenizer build_from_file(const FileVocab& f, const BPETokenizer::Roles& role
             if (!same) bad(who, "id " + std::to_string(id) + " is given to two tokens (" + quote(s) + " and another)");
             continue;
         }
-        bool added = false;
-        for (auto& a : f.added) added = added || a.first == id;
-        if (added) continue;
+        if (added_ids.count(id)) continue;
         std::string bytes;  // shown as the bytes its byte-level text spells, as HF's ByteLevel decoder does
         specials.emplace_back(id, from_byte_level(s, bytes) ? bytes : s);
     }
@@ -347,6 +369,19 @@ BPETokenizer BPETokenizer::from_gpt2_files(std::string_view vocab_json, std::str
 // =====================================================================================================
 // Writing
 namespace {
+// An ordered_json object whose keys are checked for duplicates by a hash set: ordered_json's own lookup
+// (contains, operator[]) scans its entries, which made writing a 10^5-entry vocabulary quadratic.
+struct OrderedObject {
+    nlohmann::ordered_json j = nlohmann::ordered_json::object();
+    std::unordered_set<std::string> keys;
+    bool contains(const std::string& k) const { return keys.count(k) != 0; }
+    void add(const std::string& k, nlohmann::ordered_json v) {  // k not yet present (checked by the caller)
+        keys.insert(k);
+        auto& obj = j.get_ref<nlohmann::ordered_json::object_t&>();
+        static_cast<nlohmann::ordered_json::object_t::Container&>(obj).emplace_back(k, std::move(v));
+    }
+};
+
 std::string dump(const nlohmann::ordered_json& j, const char* who) {
     try {
         return j.dump(1) + "\n";
@@ -360,16 +395,19 @@ std::string dump(const nlohmann::ordered_json& j, const char* who) {
 std::string BPETokenizer::to_hf_json() const {
     using OJ = nlohmann::ordered_json;
     const char* who = "to_hf_json";
-    OJ vocab = OJ::object(), merges = OJ::array(), added = OJ::array();
+    OJ merges = OJ::array(), added = OJ::array();
+    OrderedObject vocab;
+    tsl::robin_map<std::string, token_t> id_of;
     auto file_id = [&](std::size_t i) { return ext_.empty() ? token_t(i) : ext_[i]; };
     for (std::size_t i = 0; i < vocab_.size(); ++i) {
         if (file_id(i) < 0) continue;
         const std::string key = byte_level(vocab_[i]);
         if (vocab.contains(key))
             throw ValueError(std::string(who) + ": two tokens spell the same bytes " + quote(vocab_[i]) +
-                             " (ids " + std::to_string(vocab[key].get<token_t>()) + " and " + std::to_string(file_id(i)) +
+                             " (ids " + std::to_string(id_of[key]) + " and " + std::to_string(file_id(i)) +
                              "); a tokenizer.json vocabulary cannot hold both");
-        vocab[key] = file_id(i);
+        vocab.add(key, file_id(i));
+        id_of.emplace(key, file_id(i));
     }
     for (auto [a, b] : merges_) merges.push_back(OJ::array({byte_level(vocab_[std::size_t(a)]), byte_level(vocab_[std::size_t(b)])}));
     std::vector<std::pair<token_t, std::string>> specials = specials_;
@@ -405,14 +443,13 @@ std::string BPETokenizer::to_hf_json() const {
             {"model",
              {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
               {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
-              {"vocab", vocab}, {"merges", merges}}}};
+              {"vocab", std::move(vocab.j)}, {"merges", merges}}}};
     return dump(d, who);
 }
 
 std::pair<std::string, std::string> BPETokenizer::to_gpt2_files() const {
-    using OJ = nlohmann::ordered_json;
     const char* who = "to_gpt2_files";
-    OJ vocab = OJ::object();
+    OrderedObject vocab;
     auto file_id = [&](std::size_t i) { return ext_.empty() ? token_t(i) : ext_[i]; };
     for (std::size_t i = 0; i < vocab_.size(); ++i) {
         if (file_id(i) < 0) continue;
@@ -420,7 +457,7 @@ std::pair<std::string, std::string> BPETokenizer::to_gpt2_files() const {
         if (vocab.contains(key))
             throw ValueError(std::string(who) + ": two tokens spell the same bytes " + quote(vocab_[i]) +
                              "; a vocab.json cannot hold both");
-        vocab[key] = file_id(i);
+        vocab.add(key, file_id(i));
     }
     std::vector<std::pair<token_t, std::string>> specials = specials_;
     if (ext_.empty())
@@ -429,11 +466,11 @@ std::pair<std::string, std::string> BPETokenizer::to_gpt2_files() const {
         if (vocab.contains(s))
             throw ValueError(std::string(who) + ": the special token " + quote(s) +
                              " spells the same as a regular token; a vocab.json cannot hold both");
-        vocab[s] = id;
+        vocab.add(s, id);
     }
     std::string merges = "#version: 0.2\n";
     for (auto [a, b] : merges_) merges += byte_level(vocab_[std::size_t(a)]) + " " + byte_level(vocab_[std::size_t(b)]) + "\n";
-    return {dump(vocab, who), merges};
+    return {dump(vocab.j, who), merges};
 }
 
 }  // namespace ft

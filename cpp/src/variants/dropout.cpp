@@ -31,6 +31,22 @@ inline void drop_one(std::uint64_t base, std::uint64_t threshold, T scale, index
     keep[i] = kept;
     y[i] = kept ? y[i] * scale : T(0);
 }
+
+// Run f(i) for every entry i < n: threads only for over kThreadedEntries entries (0.5 ns each on one core:
+// less is not worth waking a thread); below, a plain simd loop (`parallel for simd if(false)` ran 5× slower
+// than it, measured). The loop body exists once, in f: both sizes run the same code (tests/cpp
+// test_transformers.cpp, Dropout.LargeMasksEqualSmallOnes, crosses the threshold).
+constexpr index_t kThreadedEntries = index_t(1) << 20;
+template <class F>
+inline void for_entries(index_t n, F&& f) {
+    if (n > kThreadedEntries) {
+#pragma omp parallel for simd schedule(static)
+        for (index_t i = 0; i < n; ++i) f(i);
+    } else {
+#pragma omp simd
+        for (index_t i = 0; i < n; ++i) f(i);
+    }
+}
 }  // namespace
 
 double dropout_uniform(const DropoutKey& k, std::uint64_t i) { return uniform_at(stream_of(k), i); }
@@ -45,27 +61,13 @@ void dropout_forward(double p, const DropoutKey& k, std::uint64_t i0, T* y, inde
     // dropout_uniform's, in integers, so the loop vectorises
     const std::uint64_t threshold = threshold_of(p);
     const std::uint64_t base = s + (i0 + 1) * golden;
-    // threads only for over 2^20 entries (0.5 ns each on one core: less is not worth waking a thread); below, a
-    // plain simd loop (`parallel for simd if(false)` ran 5× slower than it, measured)
-    if (n > (index_t(1) << 20)) {
-#pragma omp parallel for simd schedule(static)
-        for (index_t i = 0; i < n; ++i) drop_one(base, threshold, scale, i, y, keep);
-    } else {
-#pragma omp simd
-        for (index_t i = 0; i < n; ++i) drop_one(base, threshold, scale, i, y, keep);
-    }
+    for_entries(n, [&](index_t i) { drop_one(base, threshold, scale, i, y, keep); });
 }
 
 template <class T>
 void dropout_backward(double p, const std::uint8_t* keep, T* dy, index_t n) {
     const T scale = T(1.0 / (1.0 - p));
-    if (n > (index_t(1) << 20)) {
-#pragma omp parallel for simd schedule(static)
-        for (index_t i = 0; i < n; ++i) dy[i] = keep[i] ? dy[i] * scale : T(0);  // D2 line 1: dY = dỸ ⊙ M / (1 − p)
-    } else {
-#pragma omp simd
-        for (index_t i = 0; i < n; ++i) dy[i] = keep[i] ? dy[i] * scale : T(0);
-    }
+    for_entries(n, [&](index_t i) { dy[i] = keep[i] ? dy[i] * scale : T(0); });  // D2 line 1: dY = dỸ ⊙ M / (1 − p)
 }
 
 template <class T>

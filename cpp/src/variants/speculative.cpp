@@ -69,6 +69,10 @@ std::vector<index_t> SpeculativeInference(const DTransformer<T>& target, const D
     const ModelConfig& c = target.cfg;
     const index_t N_V = c.n_vocab;
     if (k < 1) throw ValueError("k (tokens drafted per target pass) must be >= 1, got " + std::to_string(k));
+    if (draft.cfg.sliding_window > 0 && k >= draft.cfg.sliding_window)
+        throw ValueError("k = " + std::to_string(k) + " must be < the draft's sliding_window = " +
+                         std::to_string(draft.cfg.sliding_window) +
+                         ": its rolling cache (docs/variants.md V9) cannot take back more than w − 1 drafted tokens");
     if (!(tau >= 0) || !std::isfinite(tau)) throw ValueError("tau must be a finite number >= 0 (0 = argmax), got " + std::to_string(tau));
     if (l_gen < 0) throw ValueError("l_gen must be >= 0, got " + std::to_string(l_gen));
     if (draft.cfg.n_vocab != N_V)
@@ -85,14 +89,19 @@ std::vector<index_t> SpeculativeInference(const DTransformer<T>& target, const D
             throw ValueError(std::string("speculative decoding needs length(x) + l_gen - 1 <= l_max of both models; ") +
                              (mdl == &target ? "target" : "draft") + " l_max = " + std::to_string(mdl->cfg.l_max) + " < " +
                              std::to_string(need) + " (no sliding window: shorten the prompt or l_gen)");
+    // at most ℓ_gen − 1 tokens are ever drafted in one pass: the buffers are sized by that, not by k (k = 10^8
+    // allocated 10^8 distributions for 3 tokens: issue 27), and checked against the allocation bound
+    const index_t k_buf = std::max<index_t>(1, std::min(k, l_gen));
+    check_bytes(checked_mul(k_buf, N_V, "speculative decoding: the k draft distributions (k * N_V)"), sizeof(double),
+                "speculative decoding: the k draft distributions (k * N_V)");
     SpeculativeStats local;
     SpeculativeStats& st = stats ? *stats : local;
     st = SpeculativeStats();
 
     std::vector<index_t> x(x_in, x_in + l);  // line 1: ℓ ← length(x)
-    x.reserve(std::size_t(l + l_gen + k));
+    x.reserve(std::size_t(l + l_gen + k_buf));
     typename DTransformer<T>::Decoder dt, dd;  // the target's and the draft's KV caches
-    std::vector<std::vector<double>> p(static_cast<std::size_t>(k), std::vector<double>(static_cast<std::size_t>(N_V)));
+    std::vector<std::vector<double>> p(static_cast<std::size_t>(k_buf), std::vector<double>(static_cast<std::size_t>(N_V)));
     std::vector<double> q, res;
     std::vector<T> zd(static_cast<std::size_t>(N_V));
     Matrix<T> Zt;

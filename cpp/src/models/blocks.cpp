@@ -1,0 +1,179 @@
+// The layers of Algorithms 8, 9, 10 as blocks: forward line by line, backward beside it (transformers.hpp).
+#include "formal_transformers/transformers.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "formal_transformers/blas.hpp"
+#include "shared.hpp"
+
+namespace ft {
+using namespace models;
+
+// ========================================== the blocks ================================================
+// ------------------------------ Algorithm 10 lines 5–8: pre-LN decoder block ---------------------------
+template <class T>
+PreLNDecoderBlock<T>::PreLNDecoderBlock(const ModelConfig& g, Activation act, ParamStore<T>& store, const std::string& p)
+    : norm1(norm_name(g.norm), g.d_e, g.eps, store, p + "gamma1", p + "beta1"),
+      attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, decoder_mask(g), store, p + "attn.", attn_variant(g, true)),
+      norm2(norm_name(g.norm), g.d_e, g.eps, store, p + "gamma2", p + "beta2"),
+      mlp(mlp_name(g.mlp), mlp_spec(g, act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p) {}
+
+template <class T>
+void PreLNDecoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double s_out) const {
+    norm1.init(store);
+    attn.init(store, rng, s, s_out);
+    norm2.init(store);
+    mlp.init(store, rng, s, s_out);
+}
+
+template <class T>
+void PreLNDecoderBlock<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a,
+                                   const Dropout* drop, DropPlace place) const {
+    const index_t d_e = X.rows, n = X.cols;
+    MatView<T> Xt1 = ensure(a.Xt_attn, d_e, n);
+    norm1.forward(store, X, Xt1, a.norm_gamma1);  // line 5: X̃ ← layer_norm(X | γ¹, β¹)
+    MatView<T> Xa = copy_into(a.X_attn, X);
+    add_dropped(drop, place.at(DropSite::SelfOut), Xa, a.R, a.drop_attn, [&](MatView<T> out) {
+        attn.forward(store, Xt1, s, Xt1, s, out, a.attn, /*accumulate=*/true, drop, place.at(DropSite::SelfWeights));
+    });  // line 6: X ← X + MHAttention(X̃ | W_l, Mask[t, t'] = [[t ≤ t']])
+    MatView<T> Xt2 = ensure(a.Xt_mlp, d_e, n);
+    norm2.forward(store, Xa, Xt2, a.norm_gamma2);  // line 7: X̃ ← layer_norm(X | γ², β²)
+    std::copy(Xa.data, Xa.data + Xa.size(), X_out.data);
+    add_dropped(drop, place.at(DropSite::MlpOut), X_out, a.R, a.drop_mlp, [&](MatView<T> out) {
+        mlp.forward(store, Xt2, out, a.mlp);
+    });  // line 8: X ← X + W_mlp2 GELU(W_mlp1 X̃ + b_mlp1 1ᵀ) + b_mlp2 1ᵀ
+}
+
+template <class T>
+void PreLNDecoderBlock<T>::backward(ParamStore<T>& store, const Seqs& s, const Acts& a, BackwardWork<T>& w) const {
+    MatView<T> dX = view(w.dX);
+    // line 8: X_out = X_attn + MLP(X̃_mlp)  ->  ∂/∂X̃_mlp into dXt; ∂/∂X_attn = dX (+ line 7's part below)
+    MatView<T> dXt = zeros(w.dXt, dX.rows, dX.cols);
+    mlp.backward(store, view(a.Xt_mlp), a.mlp, dropped_grad(a.drop_mlp, CMatView<T>(dX), w.dR), dXt, w.dH);
+    norm2.backward(store, dXt, a.norm_gamma2, dX);  // line 7
+    // line 6: X_attn = X + MHAttention(X̃_attn)  ->  ∂/∂X̃_attn (queries, keys and values alike) into dXt
+    zero(dXt);
+    attn.backward(store, view(a.Xt_attn), s, view(a.Xt_attn), s, a.attn, dropped_grad(a.drop_attn, CMatView<T>(dX), w.dR),
+                  dXt, dXt, w.attn);
+    norm1.backward(store, dXt, a.norm_gamma1, dX);  // line 5
+}
+
+// ------------------- Algorithm 9 lines 5–8 = Algorithm 8 lines 5–8: post-LN encoder block ---------------
+template <class T>
+PostLNEncoderBlock<T>::PostLNEncoderBlock(const ModelConfig& g, Activation act, ParamStore<T>& store, const std::string& p)
+    : attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::bidirectional(), store, p + "attn.", attn_variant(g, false)),
+      norm1("layer", g.d_e, g.eps, store, p + "gamma1", p + "beta1"),
+      mlp("standard", mlp_spec(g, act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p),
+      norm2("layer", g.d_e, g.eps, store, p + "gamma2", p + "beta2") {}
+
+template <class T>
+void PostLNEncoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double s_out) const {
+    attn.init(store, rng, s, s_out);
+    norm1.init(store);
+    mlp.init(store, rng, s, s_out);
+    norm2.init(store);
+}
+
+template <class T>
+void PostLNEncoderBlock<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a,
+                                    const Dropout* drop, DropPlace place) const {
+    const index_t d_e = X.rows, n = X.cols;
+    MatView<T> Xa = copy_into(a.X_attn, X);
+    add_dropped(drop, place.at(DropSite::SelfOut), Xa, a.R, a.drop_attn, [&](MatView<T> out) {
+        attn.forward(store, X, s, X, s, out, a.attn, true, drop, place.at(DropSite::SelfWeights));
+    });  // line 5: X ← X + MHAttention(X | W_l, Mask ≡ 1)
+    MatView<T> X1 = ensure(a.X_1, d_e, n);
+    norm1.forward(store, Xa, X1, a.norm_gamma1);  // line 6: X ← layer_norm(X | γ_l¹, β_l¹)  (Alg 8 erratum: γ_t)
+    MatView<T> Xm = copy_into(a.X_mlp, CMatView<T>(X1));
+    add_dropped(drop, place.at(DropSite::MlpOut), Xm, a.R, a.drop_mlp, [&](MatView<T> out) {
+        mlp.forward(store, X1, out, a.mlp);
+    });  // line 7: X ← X + W_mlp2 φ(W_mlp1 X + b_mlp1 1ᵀ) + b_mlp2 1ᵀ
+    norm2.forward(store, Xm, X_out, a.norm_gamma2);  // line 8: X ← layer_norm(X | γ_l², β_l²)
+}
+
+template <class T>
+void PostLNEncoderBlock<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s, const Acts& a,
+                                     BackwardWork<T>& w) const {
+    // lines 8 and 7: X_out = layer_norm₂(X_mlp), X_mlp = X_1 + MLP(X_1)
+    post_ln_backward(norm2, store, a.norm_gamma2, w.dX, w.dXt, [&](CMatView<T> dXm, MatView<T> dX1) {
+        mlp.backward(store, view(a.X_1), a.mlp, dropped_grad(a.drop_mlp, dXm, w.dR), dX1, w.dH);
+    });
+    // lines 6 and 5: X_1 = layer_norm₁(X_attn), X_attn = X + MHAttention(X)
+    post_ln_backward(norm1, store, a.norm_gamma1, w.dX, w.dXt, [&](CMatView<T> dXa, MatView<T> dX) {
+        attn.backward(store, X, s, X, s, a.attn, dropped_grad(a.drop_attn, dXa, w.dR), dX, dX, w.attn);
+    });
+}
+
+// ---------------- Algorithm 8 lines 14–19: post-LN decoder block with cross-attention -------------------
+template <class T>
+PostLNDecoderBlock<T>::PostLNDecoderBlock(const ModelConfig& g, ParamStore<T>& store, const std::string& p)
+    : self_attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::unidirectional(), store, p + "attn.",
+                attn_variant(g, false)),
+      norm3("layer", g.d_e, g.eps, store, p + "gamma3", p + "beta3"),
+      cross_attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::bidirectional(), store, p + "cross_attn.",
+                 attn_variant(g, false)),
+      norm4("layer", g.d_e, g.eps, store, p + "gamma4", p + "beta4"),
+      mlp("standard", mlp_spec(g, Activation::Relu, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4"), store, p),
+      norm5("layer", g.d_e, g.eps, store, p + "gamma5", p + "beta5") {}
+
+template <class T>
+void PostLNDecoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double s_out) const {
+    self_attn.init(store, rng, s, s_out);
+    norm3.init(store);
+    cross_attn.init(store, rng, s, s_out);
+    norm4.init(store);
+    mlp.init(store, rng, s, s_out);
+    norm5.init(store);
+}
+
+template <class T>
+void PostLNDecoderBlock<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z,
+                                    const Seqs& sz, MatView<T> X_out, Acts& a, const Dropout* drop,
+                                    DropPlace place) const {
+    const index_t d_e = X.rows, n = X.cols;
+    MatView<T> Xs = copy_into(a.X_self, X);
+    add_dropped(drop, place.at(DropSite::SelfOut), Xs, a.R, a.drop_self, [&](MatView<T> out) {
+        self_attn.forward(store, X, sx, X, sx, out, a.self_attn, true, drop, place.at(DropSite::SelfWeights));
+    });  // line 14: X ← X + MHAttention(X | W_l^dec, Mask[t, t'] = [[t ≤ t']])
+    MatView<T> X3 = ensure(a.X_3, d_e, n);
+    norm3.forward(store, Xs, X3, a.norm_gamma3);  // line 15: X ← layer_norm(X | γ_l³, β_l³)
+    MatView<T> Xc = copy_into(a.X_cross, CMatView<T>(X3));
+    add_dropped(drop, place.at(DropSite::CrossOut), Xc, a.R, a.drop_cross, [&](MatView<T> out) {
+        cross_attn.forward(store, X3, sx, Z, sz, out, a.cross_attn, true, drop, place.at(DropSite::CrossWeights));
+    });  // line 16: X ← X + MHAttention(X, Z | W_l^e/d, Mask ≡ 1)
+    MatView<T> X4 = ensure(a.X_4, d_e, n);
+    norm4.forward(store, Xc, X4, a.norm_gamma4);  // line 17: X ← layer_norm(X | γ_l⁴, β_l⁴)
+    MatView<T> Xm = copy_into(a.X_mlp, CMatView<T>(X4));
+    add_dropped(drop, place.at(DropSite::MlpOut), Xm, a.R, a.drop_mlp, [&](MatView<T> out) {
+        mlp.forward(store, X4, out, a.mlp);
+    });  // line 18: X ← X + W_mlp4 ReLU(W_mlp3 X + b_mlp3 1ᵀ) + b_mlp4 1ᵀ
+    norm5.forward(store, Xm, X_out, a.norm_gamma5);  // line 19: X ← layer_norm(X | γ_l⁵, β_l⁵)
+}
+
+template <class T>
+void PostLNDecoderBlock<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
+                                     const Acts& a, MatView<T> dZ, BackwardWork<T>& w) const {
+    // lines 19, 18: X_out = layer_norm₅(X_mlp), X_mlp = X_4 + MLP(X_4)
+    post_ln_backward(norm5, store, a.norm_gamma5, w.dX, w.dXt, [&](CMatView<T> dXm, MatView<T> dX4) {
+        mlp.backward(store, view(a.X_4), a.mlp, dropped_grad(a.drop_mlp, dXm, w.dR), dX4, w.dH);
+    });
+    // lines 17, 16: X_4 = layer_norm₄(X_cross), X_cross = X_3 + MHAttention(X_3, Z): the context gets ∂/∂Z too
+    post_ln_backward(norm4, store, a.norm_gamma4, w.dX, w.dXt, [&](CMatView<T> dXc, MatView<T> dX3) {
+        cross_attn.backward(store, view(a.X_3), sx, Z, sz, a.cross_attn, dropped_grad(a.drop_cross, dXc, w.dR), dX3, dZ,
+                            w.attn);
+    });
+    // lines 15, 14: X_3 = layer_norm₃(X_self), X_self = X + MHAttention(X)
+    post_ln_backward(norm3, store, a.norm_gamma3, w.dX, w.dXt, [&](CMatView<T> dXs, MatView<T> dX) {
+        self_attn.backward(store, X, sx, X, sx, a.self_attn, dropped_grad(a.drop_self, dXs, w.dR), dX, dX, w.attn);
+    });
+}
+
+template class PreLNDecoderBlock<float>;
+template class PreLNDecoderBlock<double>;
+template class PostLNEncoderBlock<float>;
+template class PostLNEncoderBlock<double>;
+template class PostLNDecoderBlock<float>;
+template class PostLNDecoderBlock<double>;
+
+}  // namespace ft

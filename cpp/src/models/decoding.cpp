@@ -1,0 +1,109 @@
+// Decoding with caches (Algorithms 14, 15 call these): the decoder layers over cached keys and values, and the
+// models' decode steps. A block's forward_cached runs its listing lines for the new columns only; the keys and
+// values of earlier tokens come from the KV cache (MHAttention::append_kv, attend_cached).
+#include "formal_transformers/transformers.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "formal_transformers/blas.hpp"
+#include "shared.hpp"
+
+namespace ft {
+using namespace models;
+
+template <class T>
+void PreLNDecoderBlock<T>::forward_cached(const ParamStore<T>& store, MatView<T> X, index_t q0, KVCache<T>& kv,
+                                          DecodeScratch<T>& d) const {
+    MatView<T> Xt = ensure(d.Xt, X.rows, X.cols);
+    norm1.forward(store, X, Xt, d.norm);                      // line 5
+    attn.append_kv(store, Xt, kv);                            // keys/values of the new tokens
+    attn.attend_cached(store, Xt, q0, kv, X, d.attn, true);   // line 6
+    norm2.forward(store, X, Xt, d.norm);                      // line 7
+    mlp.forward(store, Xt, X, d.mlp);                         // line 8
+}
+
+template <class T>
+void PostLNDecoderBlock<T>::forward_cached(const ParamStore<T>& store, index_t q0, KVCache<T>& self_kv,
+                                           const KVCache<T>& cross_kv, DecodeScratch<T>& d) const {
+    MatView<T> X = view(d.X), R = ensure(d.tmp, X.rows, X.cols);
+    std::copy(X.data, X.data + X.size(), R.data);
+    self_attn.append_kv(store, X, self_kv);
+    self_attn.attend_cached(store, X, q0, self_kv, R, d.attn, true);  // line 14
+    norm3.forward(store, R, X, d.norm);                               // line 15
+    std::copy(X.data, X.data + X.size(), R.data);
+    cross_attn.attend_cached(store, X, q0, cross_kv, R, d.attn, true);  // line 16
+    norm4.forward(store, R, X, d.norm);                                 // line 17
+    std::copy(X.data, X.data + X.size(), R.data);
+    mlp.forward(store, X, R, d.mlp);                                    // line 18
+    norm5.forward(store, R, X, d.norm);                                 // line 19
+}
+
+// Algorithm 10 for n new tokens at positions d.len, …, with the keys and values of the earlier tokens
+// cached per layer (line 6 attends over them); only the last token's logits are produced (line 11).
+template <class T>
+void DTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* z) const {
+    // RoPE and ALiBi have no table of positions: their cached decoding may run past ℓ_max (docs/variants.md)
+    if (!in_attention(cfg.positional) && d.len + n > cfg.l_max)
+        throw ValueError("decoding past l_max = " + std::to_string(cfg.l_max) + " (context would be " +
+                         std::to_string(d.len + n) + ")");
+    for (index_t t = 0; t < n; ++t)
+        if (ids[t] < 0 || ids[t] >= cfg.n_vocab) throw IndexError("token id " + std::to_string(ids[t]) + " out of range");
+    d.kv.resize(std::size_t(cfg.L));
+    MatView<T> X = ensure(d.w.X, cfg.d_e, n);
+    this->tok.forward(store, ids, n, X);                       // line 2, new tokens only
+    this->pos.forward_seqs(store, Seqs::single(n), X, d.len);  //   at positions d.len, d.len+1, …
+    for (index_t l = 0; l < cfg.L; ++l)
+        layer[std::size_t(l)]->forward_cached(store, X, d.len, d.kv[std::size_t(l)], d.w);  // lines 5–8
+    MatView<T> last = ensure(d.w.tmp, cfg.d_e, 1);
+    norm_f->forward(store, X.cols_range(n - 1, 1), last, d.w.norm);   // line 10 (last column)
+    this->unemb->logits(store, last, MatView<T>(z, cfg.n_vocab, 1));  // line 11, as logits
+    d.len += n;
+}
+
+template <class T>
+void EDTransformer<T>::encode(Decoder& d, const index_t* z, index_t l_z) const {
+    Tokens zt{z, Seqs::single(l_z)};
+    validate(zt, cfg.n_vocab, cfg.l_max, "z");
+    encoder_forward(zt, d.enc_acts, d.zstream);  // lines 1–9, once per context
+    CMatView<T> Z = view(d.zstream[std::size_t(cfg.L_enc)]);
+    d.self_kv.assign(std::size_t(cfg.L_dec), KVCache<T>());
+    d.cross_kv.assign(std::size_t(cfg.L_dec), KVCache<T>());
+    for (index_t l = 0; l < cfg.L_dec; ++l) dec_layer[std::size_t(l)]->cross_attn.append_kv(store, Z, d.cross_kv[std::size_t(l)]);
+    d.len = 0;
+}
+
+// lines 10–21 for n new tokens of x̂ at positions d.len, …: self-attention over cached keys and values,
+// cross-attention over the cached keys and values of Z; logits of the last token.
+template <class T>
+void EDTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* logits_out) const {
+    if (d.len + n > cfg.l_max)
+        throw ValueError("decoding past l_max = " + std::to_string(cfg.l_max));
+    FT_CHECK(index_t(d.self_kv.size()) == cfg.L_dec, "EDTransformer::decode before encode()");
+    for (index_t t = 0; t < n; ++t)
+        if (ids[t] < 0 || ids[t] >= cfg.n_vocab) throw IndexError("token id " + std::to_string(ids[t]) + " out of range");
+    MatView<T> X = ensure(d.w.X, cfg.d_e, n);
+    this->tok.forward(store, ids, n, X);                       // line 11
+    this->pos.forward_seqs(store, Seqs::single(n), X, d.len);
+    for (index_t l = 0; l < cfg.L_dec; ++l)
+        dec_layer[std::size_t(l)]->forward_cached(store, d.len, d.self_kv[std::size_t(l)], d.cross_kv[std::size_t(l)], d.w);  // lines 14–19
+    this->unemb->logits(store, X.cols_range(n - 1, 1), MatView<T>(logits_out, cfg.n_vocab, 1));  // line 21, as logits
+    d.len += n;
+}
+
+template void PreLNDecoderBlock<float>::forward_cached(const ParamStore<float>&, MatView<float>, index_t, KVCache<float>&,
+                                                  DecodeScratch<float>&) const;
+template void PostLNDecoderBlock<float>::forward_cached(const ParamStore<float>&, index_t, KVCache<float>&, const KVCache<float>&,
+                                                   DecodeScratch<float>&) const;
+template void DTransformer<float>::decode(Decoder&, const index_t*, index_t, float*) const;
+template void EDTransformer<float>::encode(Decoder&, const index_t*, index_t) const;
+template void EDTransformer<float>::decode(Decoder&, const index_t*, index_t, float*) const;
+template void PreLNDecoderBlock<double>::forward_cached(const ParamStore<double>&, MatView<double>, index_t, KVCache<double>&,
+                                                  DecodeScratch<double>&) const;
+template void PostLNDecoderBlock<double>::forward_cached(const ParamStore<double>&, index_t, KVCache<double>&, const KVCache<double>&,
+                                                   DecodeScratch<double>&) const;
+template void DTransformer<double>::decode(Decoder&, const index_t*, index_t, double*) const;
+template void EDTransformer<double>::encode(Decoder&, const index_t*, index_t) const;
+template void EDTransformer<double>::decode(Decoder&, const index_t*, index_t, double*) const;
+
+}  // namespace ft

@@ -1,0 +1,80 @@
+// Algorithm 10: DTransformer (GPT-2, decoder-only, pre-LN; transformers.hpp quotes the listing).
+#include "formal_transformers/transformers.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "formal_transformers/blas.hpp"
+#include "shared.hpp"
+
+namespace ft {
+using namespace models;
+
+// ======================================== Algorithm 10 ================================================
+template <class T>
+DTransformer<T>::DTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::D)) {
+    const ModelConfig& g = cfg;
+    const Activation act = g.gelu == Gelu::Tanh ? Activation::GeluTanh : Activation::Gelu;
+    for (index_t l = 0; l < g.L; ++l) layer.push_back(std::make_unique<PreLNDecoderBlock<T>>(g, act, store, layer_prefix("layers", l)));
+    norm_f = std::make_unique<Norm<T>>(norm_name(g.norm), g.d_e, g.eps, store, "gamma", "beta");
+    Rng rng = this->make_head_and_allocate(g.d_e);
+    const double s = g.init_std, s_out = g.init_std / std::sqrt(2.0 * double(g.L));
+    for (auto& b : layer) b->init(store, rng, s, s_out);
+    norm_f->init(store);
+    this->unemb->init(store, rng, s);
+    acts_.resize(std::size_t(g.L));
+    stream_.resize(std::size_t(g.L + 1));
+}
+
+// x -> X after line 10 (kept in Xf_), every layer's activations kept
+template <class T>
+void DTransformer<T>::forward(const Tokens& x) {
+    // RoPE and ALiBi have no table of positions: the model runs on any length (ℓ_max is the training
+    // length there; Algorithm 14 with context = Full uses this, inference.hpp)
+    validate(x, cfg, "x");
+    this->last_.done = false;
+    const index_t n = x.s.total(), d_e = cfg.d_e;
+    this->embed(x, stream_[0]);                                             // lines 1–3
+    this->embed_dropout(stream_[0], DropSite::EmbedX, this->drop_embed_);  // (training) X ← Dropout(X)
+    for (index_t l = 0; l < cfg.L; ++l) {  // line 4
+        poll();
+        const std::size_t i = std::size_t(l);
+        layer[i]->forward(store, view(stream_[i]), x.s, ensure(stream_[i + 1], d_e, n), acts_[i], this->train_,
+                          DropPlace{DropGroup::Layers, std::uint64_t(l)});  // lines 5–8
+    }
+    norm_f->forward(store, view(stream_[std::size_t(cfg.L)]), ensure(Xf_, d_e, n), norm_gamma_);  // line 10: X ← layer_norm(X | γ, β)
+    this->last_ = LastForward{true, x.s, x.s};
+}
+
+// from w.dHead = ∂loss/∂(output of line 10)
+template <class T>
+void DTransformer<T>::run_backward(const typename Model<T>::Batch& in, BackwardWork<T>& w) {
+    MatView<T> dX = zeros(w.dX, cfg.d_e, in.x->s.total());
+    norm_f->backward(store, view(w.dHead), norm_gamma_, dX);  // line 10
+    for (index_t l = cfg.L - 1; l >= 0; --l) {
+        poll();
+        layer[std::size_t(l)]->backward(store, in.x->s, acts_[std::size_t(l)], w);  // lines 8–5
+    }
+    this->embed_dropout_backward(this->drop_embed_, view(w.dX));
+    this->embed_backward(*in.x, view(w.dX));  // line 2
+}
+
+// Algorithm 13 line 5: loss = −Σ_{t=1}^{ℓ−1} log P[x[t+1], t], for every sequence of the batch
+template <class T>
+void DTransformer<T>::score(const typename Model<T>::Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const {
+    next_token_targets(*in.x, cols, targets);
+}
+
+
+template <class T>
+std::vector<typename Model<T>::MaskRef> DTransformer<T>::dropout_masks() const {
+    std::vector<typename Model<T>::MaskRef> r;
+    add_mask<T>(r, "embed", this->drop_embed_);
+    self_block_masks<T>(r, "layers", acts_, self_attention);
+    return r;
+}
+
+template class DTransformer<float>;
+template class DTransformer<double>;
+
+}  // namespace ft

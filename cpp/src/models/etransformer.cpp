@@ -1,0 +1,127 @@
+// Algorithm 9: ETransformer (BERT, encoder-only, post-LN; transformers.hpp quotes the listing).
+#include "formal_transformers/transformers.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "formal_transformers/blas.hpp"
+#include "shared.hpp"
+
+namespace ft {
+using namespace models;
+
+// ======================================== Algorithm 9 =================================================
+template <class T>
+ETransformer<T>::ETransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::E)) {
+    const ModelConfig& g = cfg;
+    if (g.n_segments > 0) W_s = store.matrix("W_s", g.d_e, g.n_segments);  // BERT options, after W_e, W_p
+    if (g.embed_norm) norm_e = std::make_unique<Norm<T>>("layer", g.d_e, g.eps, store, "gamma_e", "beta_e");
+    for (index_t l = 0; l < g.L; ++l) layer.push_back(std::make_unique<PostLNEncoderBlock<T>>(g, gelu(), store, layer_prefix("layers", l)));
+    W_f = store.matrix("W_f", g.d_f, g.d_e);
+    b_f = store.vector("b_f", g.d_f);
+    norm_f = std::make_unique<Norm<T>>("layer", g.d_f, g.eps, store, "gamma", "beta");
+    Rng rng = this->make_head_and_allocate(g.d_f);
+    const double s = g.init_std, s_out = g.init_std / std::sqrt(2.0 * double(g.L));
+    if (g.n_segments > 0) store.normal(W_s.offset, g.d_e * g.n_segments, s, rng);  // as W_e, W_p
+    if (norm_e) norm_e->init(store);
+    for (auto& b : layer) b->init(store, rng, s, s_out);
+    store.normal(W_f.offset, g.d_f * g.d_e, s, rng);
+    store.fill(b_f.offset, g.d_f, T(0));
+    norm_f->init(store);
+    this->unemb->init(store, rng, s);
+    acts_.resize(std::size_t(g.L));
+    stream_.resize(std::size_t(g.L + 1));
+}
+
+template <class T>
+void ETransformer<T>::forward(const Tokens& x, const index_t* seg) {
+    validate(x, cfg, "x");
+    const index_t n = x.s.total(), d_e = cfg.d_e;
+    if (seg && cfg.n_segments <= 0) throw ValueError("segment ids given, but the model has no segment embeddings (n_segments = 0)");
+    if (seg)
+        for (index_t t = 0; t < n; ++t)
+            if (seg[t] < 0 || seg[t] >= cfg.n_segments)
+                throw IndexError("segment id " + std::to_string(seg[t]) + " at column " + std::to_string(t) +
+                                 " is out of range [0, " + std::to_string(cfg.n_segments) + ")");
+    this->last_.done = false;
+    const bool bert_embed = cfg.n_segments > 0 || cfg.embed_norm;
+    Matrix<T>& E = cfg.embed_norm ? E_ : stream_[0];
+    this->embed(x, E);  // lines 1–3
+    if (bert_embed) {
+        MatView<T> Ev = view(E);
+        if (cfg.n_segments > 0) {  // BERT: e_t += W_s[:, seg[t]]  (beyond the listing's line 2)
+            CMatView<T> Ws = store.W(W_s);
+            for (index_t t = 0; t < n; ++t) {
+                const T* w = Ws.col(seg ? seg[t] : 0);
+                T* e = Ev.col(t);
+                for (index_t i = 0; i < d_e; ++i) e[i] += w[i];
+            }
+        }
+        if (cfg.embed_norm)  // BERT: X[:, t] ← layer_norm(X[:, t] | γ_e, β_e)  (after line 3)
+            norm_e->forward(store, view(E_), ensure(stream_[0], d_e, n), norm_e_cache_);
+    }
+    this->embed_dropout(stream_[0], DropSite::EmbedX, this->drop_embed_);  // (training) X ← Dropout(X), after BERT's norm
+    for (index_t l = 0; l < cfg.L; ++l) {  // line 4
+        poll();
+        const std::size_t i = std::size_t(l);
+        layer[i]->forward(store, view(stream_[i]), x.s, ensure(stream_[i + 1], d_e, n), acts_[i], this->train_,
+                          DropPlace{DropGroup::Layers, std::uint64_t(l)});  // lines 5–8
+    }
+    MatView<T> F = ensure(F_, cfg.d_f, n), G = ensure(G_, cfg.d_f, n);
+    affine<T>(store.W(W_f), view(stream_[std::size_t(cfg.L)]), store.v(b_f), F);  // line 10: X ← GELU(W_f X + b_f 1ᵀ)
+    activation_forward<T>(gelu(), F, G);
+    norm_f->forward(store, G, ensure(Xf_, cfg.d_f, n), norm_gamma_);  // line 11: X ← layer_norm(X | γ, β)
+    this->last_ = LastForward{true, x.s, x.s};
+}
+
+template <class T>
+void ETransformer<T>::run_backward(const typename Model<T>::Batch& in, BackwardWork<T>& w) {
+    const Tokens& x = *in.x;
+    const index_t n = x.s.total();
+    // line 11, then line 10
+    MatView<T> dG = zeros(w.dXt, cfg.d_f, n);
+    norm_f->backward(store, view(w.dHead), norm_gamma_, dG);
+    activation_backward<T>(gelu(), view(F_), dG, dG);
+    MatView<T> dX = zeros(w.dX, cfg.d_e, n);
+    affine_backward<T>(store.W(W_f), view(stream_[std::size_t(cfg.L)]), dG, store.dW(W_f).data, store.dv(b_f), dX.data);
+    for (index_t l = cfg.L - 1; l >= 0; --l) {
+        poll();
+        const std::size_t i = std::size_t(l);
+        layer[i]->backward(store, view(stream_[i]), x.s, acts_[i], w);  // lines 8–5
+    }
+    this->embed_dropout_backward(this->drop_embed_, view(w.dX));
+    CMatView<T> dE = view(w.dX);
+    if (cfg.embed_norm) {  // BERT: layer_norm(· | γ_e, β_e) after line 3
+        MatView<T> dEn = zeros(w.dXt, cfg.d_e, n);
+        norm_e->backward(store, view(w.dX), norm_e_cache_, dEn);
+        dE = dEn;
+    }
+    if (cfg.n_segments > 0) {  // BERT: dW_s[:, seg[t]] += dE[:, t]
+        MatView<T> dWs = store.dW(W_s);
+        for (index_t t = 0; t < n; ++t) {
+            T* g = dWs.col(in.segments ? in.segments[t] : 0);
+            const T* d = dE.col(t);
+            for (index_t i = 0; i < cfg.d_e; ++i) g[i] += d[i];
+        }
+    }
+    this->embed_backward(x, dE);  // line 2
+}
+
+// Algorithm 12 line 9: loss = −Σ_{t∈T̃} log P[x[t], t],  T̃ = {t : x̃[t] = mask_token}
+template <class T>
+void ETransformer<T>::score(const typename Model<T>::Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const {
+    masked_targets(*in.x, in.x_orig, cfg.mask_token(), cols, targets);
+}
+
+template <class T>
+std::vector<typename Model<T>::MaskRef> ETransformer<T>::dropout_masks() const {
+    std::vector<typename Model<T>::MaskRef> r;
+    add_mask<T>(r, "embed", this->drop_embed_);
+    self_block_masks<T>(r, "layers", acts_, self_attention);
+    return r;
+}
+
+template class ETransformer<float>;
+template class ETransformer<double>;
+
+}  // namespace ft

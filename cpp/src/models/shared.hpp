@@ -1,0 +1,156 @@
+// Internal to cpp/src/models/: the pieces the blocks and the three models share (not installed).
+//  * small matrix helpers; the names of the parts a config chooses (parts.hpp's registry);
+//  * dropout on a sublayer's output and its backward; the backward of a post-LN sublayer;
+//  * the scored columns of the losses; the dropout masks a model lists for inspection.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "formal_transformers/blas.hpp"
+#include "formal_transformers/transformers.hpp"
+
+namespace ft {
+namespace models {
+
+template <class T>
+void zero(MatView<T> m) {
+    std::fill(m.data, m.data + m.size(), T(0));
+}
+template <class T>
+MatView<T> zeros(Matrix<T>& m, index_t rows, index_t cols) {
+    MatView<T> v = ensure(m, rows, cols);
+    zero(v);
+    return v;
+}
+template <class T>
+MatView<T> copy_into(Matrix<T>& dst, CMatView<T> src) {
+    MatView<T> v = ensure(dst, src.rows, src.cols);
+    std::copy(src.data, src.data + src.size(), v.data);
+    return v;
+}
+inline std::string layer_prefix(const char* group, index_t l) { return std::string(group) + "." + std::to_string(l) + "."; }
+// The names of the parts a config chooses (parts.hpp's registry), from its fields.
+inline const char* norm_name(NormKind k) { return k == NormKind::RMS ? "rms" : "layer"; }
+inline const char* mlp_name(ModelConfig::Mlp m) { return m == ModelConfig::Mlp::SwiGLU ? "swiglu" : "standard"; }
+inline const char* position_name(Positional p) { return p == Positional::Rope ? "rope" : p == Positional::Alibi ? "alibi" : "none"; }
+// Algorithm 10 line 6's Mask: [[t ≤ t']], or V8's sliding window of sliding_window keys
+inline Mask decoder_mask(const ModelConfig& c) {
+    if (c.sliding_window <= 0) return Mask::unidirectional();
+    MaskOptions o;
+    o.values["w"] = double(c.sliding_window);
+    return make_mask("sliding_window", o);
+}
+// The attention options of a model (docs/variants.md); `positional`: the position part applies (D's self-attention)
+inline AttnVariant attn_variant(const ModelConfig& c, bool positional) {
+    AttnVariant v;
+    v.H_kv = c.H_kv;
+    v.bias = c.bias;
+    if (positional) v.position = position_name(c.positional);
+    v.rope_theta = c.rope_theta;
+    v.impl = c.attention_impl;
+    return v;
+}
+// The MLP of a block: φ = act, V5's bias, the parameters' names
+inline MLPSpec mlp_spec(const ModelConfig& c, Activation act, const char* W1, const char* b1, const char* W2, const char* b2) {
+    MLPSpec s;
+    s.d_e = c.d_e, s.d_mlp = c.d_mlp, s.act = act, s.bias = c.bias;
+    s.W1 = W1, s.b1 = b1, s.W2 = W2, s.b2 = b2;
+    return s;
+}
+
+// Dropout on a sublayer's output before the residual add (docs/regularisation.md): X ← X + Dropout(f(X̃) | p, M)
+// with p = drop->resid, where f accumulates into its argument (f(X) is the listing's X ← X + f(X̃), in place).
+// Without dropout (evaluation, or p = 0) exactly that; with it, f runs into the scratch R, which is dropped
+// (D1) and added.
+template <class T, class F>
+void add_dropped(const Dropout* drop, std::uint64_t place, MatView<T> X, Matrix<T>& R, DropoutMask& m, F&& f) {
+    m.p = drop ? drop->resid : 0.0;
+    if (!m.active()) {
+        m.keep.clear();
+        f(X);
+        return;
+    }
+    MatView<T> r = zeros(R, X.rows, X.cols);
+    f(r);
+    drop->apply(m.p, place, r, m);
+    for (index_t j = 0; j < X.cols; ++j) {
+        T* x = X.col(j);
+        const T* y = r.col(j);
+        for (index_t i = 0; i < X.rows; ++i) x[i] += y[i];
+    }
+}
+// ∂loss/∂f's output from ∂loss/∂X of add_dropped: dX itself, or dX ⊙ M / (1 − p) (D2) in the scratch dR.
+template <class T>
+CMatView<T> dropped_grad(const DropoutMask& m, CMatView<T> dX, Matrix<T>& dR) {
+    if (!m.active()) return dX;
+    MatView<T> d = copy_into(dR, dX);
+    dropout_backward<T>(m.p, m.keep.data(), d.data, d.size());
+    return d;
+}
+
+// A post-LN sublayer of Algorithms 8 and 9: X_r = X + f(X, …); out = norm(X_r).
+// Given dX = ∂loss/∂out, leaves dX = ∂loss/∂X: dXt ← norm'(dX) (= ∂/∂X_r); dX ← dXt (the residual path);
+// f_back(dXt, dX) adds f's input gradient into dX.
+template <class T, class FBack>
+void post_ln_backward(const Norm<T>& norm, ParamStore<T>& store, const NormCache<T>& nc, Matrix<T>& dX, Matrix<T>& dXt,
+                      FBack&& f_back) {
+    MatView<T> dxr = zeros(dXt, index_t(dX.shape(0)), index_t(dX.shape(1)));
+    norm.backward(store, view(dX), nc, dxr);
+    std::copy(dxr.data, dxr.data + dxr.size(), dX.data());
+    f_back(CMatView<T>(dxr), view(dX));
+}
+
+// The scored columns of the listings' losses and their targets:
+// The scored columns of the listings' losses and their targets:
+// Algorithms 11 and 13 line 5: every position t < ℓ−1 of each sequence, target x[t+1];
+inline void next_token_targets(const Tokens& x, std::vector<index_t>& cols, std::vector<index_t>& targets) {
+    cols.clear();
+    targets.clear();
+    for (index_t b = 0; b < x.s.count(); ++b)
+        for (index_t t = 0; t + 1 < x.s.len(b); ++t) {
+            cols.push_back(x.s.begin(b) + t);
+            targets.push_back(x.ids[x.s.begin(b) + t + 1]);
+        }
+}
+// Algorithm 12 line 9: T̃ = {t : x̃[t] = mask_token}, target x[t].
+inline void masked_targets(const Tokens& x_tilde, const index_t* x, index_t mask_token, std::vector<index_t>& cols,
+                    std::vector<index_t>& targets) {
+    cols.clear();
+    targets.clear();
+    for (index_t t = 0; t < x_tilde.s.total(); ++t)
+        if (x_tilde.ids[t] == mask_token) {
+            cols.push_back(t);
+            targets.push_back(x[t]);
+        }
+}
+
+template <class T>
+void add_mask(std::vector<typename Model<T>::MaskRef>& out, const std::string& name, const DropoutMask& m,
+              bool weights = false, AttentionKind kind = AttentionKind::Decoder, index_t l = 0, const T* A0 = nullptr) {
+    if (m.active()) out.push_back({name, &m, weights, kind, l, A0});
+}
+// an attention's weights' mask (after a tiled forward: redrawn now, with its A, so A0 is where it lies)
+template <class T>
+void add_weights_mask(std::vector<typename Model<T>::MaskRef>& out, const std::string& name, const MHAttentionCache<T>& c,
+                      AttentionKind kind, index_t l) {
+    if (!c.drop.active()) return;
+    c.ensure_weights();
+    add_mask<T>(out, name, c.drop, true, kind, l, c.A.data());
+}
+
+// the masks of blocks with one self-attention (D, E, ED's encoder), their layers named prefix.l.
+template <class T, class Acts>
+void self_block_masks(std::vector<typename Model<T>::MaskRef>& r, const char* prefix, const std::vector<Acts>& acts,
+                      AttentionKind kind) {
+    for (index_t l = 0; l < index_t(acts.size()); ++l) {
+        const auto& a = acts[std::size_t(l)];
+        const std::string p = layer_prefix(prefix, l);
+        add_weights_mask<T>(r, p + "attn.weights", a.attn, kind, l);
+        add_mask<T>(r, p + "attn.out", a.drop_attn);
+        add_mask<T>(r, p + "mlp.out", a.drop_mlp);
+    }
+}
+
+}  // namespace models
+}  // namespace ft

@@ -1,0 +1,159 @@
+// The registry: one table per kind of part, name → factory (parts.hpp). The model builder (models/) and the
+// options parsers make parts only through it.
+//
+// Adding a variant: write its part and factory in one new file under cpp/src/variants/ (docs/design.md
+// "Adding a variant"), declare the factory below, and add one row to its table.
+#include <algorithm>
+
+#include "formal_transformers/parts.hpp"
+
+namespace ft {
+
+// ------------------------------------ factories (each defined in its part's file) ---------------------------
+Mask make_bidirectional_mask(const MaskOptions&);  // listings/masks.cpp
+Mask make_unidirectional_mask(const MaskOptions&);  // listings/masks.cpp
+Mask make_prefix_mask(const MaskOptions&);          // variants/prefix_mask.cpp
+Mask make_sliding_window_mask(const MaskOptions&);  // variants/sliding_window_mask.cpp
+template <class T>
+PositionPart<T> make_rope(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/rope.cpp
+template <class T>
+PositionPart<T> make_alibi(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/alibi.cpp
+template <class T>
+std::shared_ptr<const MLPPart<T>> make_standard_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // listings/mlp.cpp
+template <class T>
+std::shared_ptr<const MLPPart<T>> make_swiglu_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // variants/swiglu.cpp
+template <class T>
+std::shared_ptr<const NormPart<T>> make_layer_norm(index_t, double, ParamStore<T>&, const std::string&,
+                                                   const std::string&);  // listings/norm.cpp
+template <class T>
+std::shared_ptr<const NormPart<T>> make_rms_norm(index_t, double, ParamStore<T>&, const std::string&,
+                                                 const std::string&);  // variants/rms_norm.cpp
+
+namespace {
+template <class T>
+PositionPart<T> make_no_position(const AttnSpec&, ParamStore<T>&, const std::string&) {
+    return {};  // Algorithm 5: the position enters through the embedding only
+}
+
+// ------------------------------------ the tables ---------------------------------------------------------------
+template <class F>
+struct Entry {
+    const char* name;
+    F make;
+};
+using MaskFactory = Mask (*)(const MaskOptions&);
+template <class T>
+using PositionFactory = PositionPart<T> (*)(const AttnSpec&, ParamStore<T>&, const std::string&);
+template <class T>
+using MLPFactory = std::shared_ptr<const MLPPart<T>> (*)(const MLPSpec&, ParamStore<T>&, const std::string&);
+template <class T>
+using NormFactory = std::shared_ptr<const NormPart<T>> (*)(index_t, double, ParamStore<T>&, const std::string&,
+                                                           const std::string&);
+
+const std::vector<Entry<MaskFactory>>& masks() {
+    static const std::vector<Entry<MaskFactory>> t = {
+        {"bidirectional", make_bidirectional_mask},
+        {"unidirectional", make_unidirectional_mask},
+        {"prefix", make_prefix_mask},
+        {"sliding_window", make_sliding_window_mask},
+    };
+    return t;
+}
+template <class T>
+const std::vector<Entry<PositionFactory<T>>>& positions() {
+    static const std::vector<Entry<PositionFactory<T>>> t = {
+        {"none", make_no_position<T>},
+        {"rope", make_rope<T>},
+        {"alibi", make_alibi<T>},
+    };
+    return t;
+}
+template <class T>
+const std::vector<Entry<MLPFactory<T>>>& mlps() {
+    static const std::vector<Entry<MLPFactory<T>>> t = {
+        {"standard", make_standard_mlp<T>},
+        {"swiglu", make_swiglu_mlp<T>},
+    };
+    return t;
+}
+template <class T>
+const std::vector<Entry<NormFactory<T>>>& norms() {
+    static const std::vector<Entry<NormFactory<T>>> t = {
+        {"layer", make_layer_norm<T>},
+        {"rms", make_rms_norm<T>},
+    };
+    return t;
+}
+// ---------------------------------------------------------------------------------------------------------------
+
+template <class E>
+std::vector<std::string> names_of(const std::vector<E>& t) {
+    std::vector<std::string> n;
+    for (const E& e : t) n.push_back(e.name);
+    return n;
+}
+const char* kind_name(PartKind k) {
+    switch (k) {
+        case PartKind::Mask: return "mask";
+        case PartKind::Position: return "position";
+        case PartKind::MLP: return "mlp";
+        default: return "norm";
+    }
+}
+template <class E>
+const E& find(const std::vector<E>& t, const std::string& name, PartKind kind) {
+    for (const E& e : t)
+        if (name == e.name) return e;
+    check_part_name(kind, name, kind_name(kind));  // throws the ValueError listing the names
+    throw ValueError(std::string("unknown ") + kind_name(kind) + " '" + name + "'");
+}
+}  // namespace
+
+std::vector<std::string> part_names(PartKind kind) {
+    switch (kind) {
+        case PartKind::Mask: return names_of(masks());
+        case PartKind::Position: return names_of(positions<float>());
+        case PartKind::MLP: return names_of(mlps<float>());
+        default: return names_of(norms<float>());
+    }
+}
+
+void check_part_name(PartKind kind, const std::string& name, const char* option) {
+    const std::vector<std::string> n = part_names(kind);
+    if (std::find(n.begin(), n.end(), name) != n.end()) return;
+    std::string list;
+    for (std::size_t i = 0; i < n.size(); ++i) list += (i ? (i + 1 == n.size() ? " or '" : ", '") : "'") + n[i] + "'";
+    throw ValueError(std::string(option) + " must be " + list + ", got '" + name + "'");
+}
+
+Mask make_mask(const std::string& name, const MaskOptions& options) {
+    return find(masks(), name, PartKind::Mask).make(options);
+}
+template <class T>
+PositionPart<T> make_position(const std::string& name, const AttnSpec& spec, ParamStore<T>& store,
+                              const std::string& prefix) {
+    return find(positions<T>(), name, PartKind::Position).make(spec, store, prefix);
+}
+template <class T>
+std::shared_ptr<const MLPPart<T>> make_mlp(const std::string& name, const MLPSpec& spec, ParamStore<T>& store,
+                                           const std::string& prefix) {
+    return find(mlps<T>(), name, PartKind::MLP).make(spec, store, prefix);
+}
+template <class T>
+std::shared_ptr<const NormPart<T>> make_norm(const std::string& name, index_t d, double eps, ParamStore<T>& store,
+                                             const std::string& gamma, const std::string& beta) {
+    return find(norms<T>(), name, PartKind::Norm).make(d, eps, store, gamma, beta);
+}
+
+#define FT_INSTANTIATE(T)                                                                                        \
+    template PositionPart<T> make_position<T>(const std::string&, const AttnSpec&, ParamStore<T>&,              \
+                                              const std::string&);                                              \
+    template std::shared_ptr<const MLPPart<T>> make_mlp<T>(const std::string&, const MLPSpec&, ParamStore<T>&,  \
+                                                           const std::string&);                                 \
+    template std::shared_ptr<const NormPart<T>> make_norm<T>(const std::string&, index_t, double, ParamStore<T>&, \
+                                                             const std::string&, const std::string&);
+FT_INSTANTIATE(float)
+FT_INSTANTIATE(double)
+#undef FT_INSTANTIATE
+
+}  // namespace ft

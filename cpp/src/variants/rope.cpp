@@ -1,0 +1,98 @@
+// Algorithm V1: RoPE (Su et al. 2021, "RoFormer"), variants.hpp quotes the listing; here its kernel and the
+// query/key transform part that puts it into Algorithm 4 after line 2 (registered as position "rope").
+#include <algorithm>
+#include <cmath>
+
+#include "formal_transformers/parts.hpp"
+#include "formal_transformers/variants.hpp"
+
+namespace ft {
+
+// ===================================== Algorithm V1: RoPE =============================================
+template <class T>
+void rope(MatView<T> X, index_t n_heads, index_t d, const index_t* pos, double theta, bool inverse) {
+    const index_t half = d / 2;
+    std::vector<double> omega(static_cast<std::size_t>(half));
+    for (index_t i = 0; i < half; ++i) omega[std::size_t(i)] = std::pow(theta, -2.0 * double(i) / double(d));  // line 1
+    // line 3's cos and sin, once per distinct position (a batch repeats positions 0, 1, … per sequence)
+    index_t pmin = 0, pmax = -1;
+    if (X.cols > 0) {
+        pmin = *std::min_element(pos, pos + X.cols);
+        pmax = *std::max_element(pos, pos + X.cols);
+    }
+    const index_t span = std::min<index_t>(pmax - pmin + 1, X.cols);  // distinct positions ≤ columns
+    const bool table = pmax - pmin + 1 <= X.cols;
+    std::vector<T> cs(static_cast<std::size_t>(table ? 2 * span * half : 0));
+    for (index_t r = 0; table && r < span; ++r)
+        for (index_t i = 0; i < half; ++i) {
+            const double a = double(pmin + r) * omega[std::size_t(i)];
+            cs[std::size_t(2 * (r * half + i))] = T(std::cos(a));
+            cs[std::size_t(2 * (r * half + i) + 1)] = T(std::sin(a));
+        }
+#pragma omp parallel for schedule(static) if (X.size() > 16384)
+    for (index_t j = 0; j < X.cols; ++j) {  // line 2: every column t …
+        T* x = X.col(j);
+        for (index_t i = 0; i < half; ++i) {  // … and every pair i
+            T c, s;  // line 3 (R(p)ᵀ = R(−p): the backward negates s)
+            if (table) {
+                const std::size_t k = std::size_t(2 * ((pos[j] - pmin) * half + i));
+                c = cs[k], s = cs[k + 1];
+            } else {
+                const double a = double(pos[j]) * omega[std::size_t(i)];
+                c = T(std::cos(a)), s = T(std::sin(a));
+            }
+            if (inverse) s = -s;
+            for (index_t h = 0; h < n_heads; ++h) {
+                T* u = x + h * d + i;
+                T* v = u + half;
+                const T x1 = *u, x2 = *v;
+                *u = c * x1 - s * x2;  // line 4: X′[i, t] ← c X[i, t] − s X[i + d/2, t]
+                *v = s * x1 + c * x2;  // line 5: X′[i + d/2, t] ← s X[i, t] + c X[i + d/2, t]
+            }
+        }
+    }
+}
+
+// ===================================== the part ========================================================
+namespace {
+// 2a Q ← RoPE(Q, (q₀, …, q₀+ℓ_x−1)), 2b K ← RoPE(K, (0, …, ℓ_z−1)) per sequence (q0 = 0 for the keys of a
+// whole sequence, or the cache's length when appending); backward: R(p)ᵀ at the same positions.
+template <class T>
+class Rope final : public QKTransform<T> {
+public:
+    Rope(index_t d_attn, double theta) : d_(d_attn), theta_(theta) {}
+    void forward(MatView<T> M, typename QKTransform<T>::Role, index_t n_heads, const Seqs& s, index_t q0) const override {
+        rotate(M, n_heads, s, q0, false);
+    }
+    void backward(MatView<T> dM, typename QKTransform<T>::Role, index_t n_heads, const Seqs& s, index_t q0) const override {
+        rotate(dM, n_heads, s, q0, true);
+    }
+
+private:
+    void rotate(MatView<T> M, index_t n_heads, const Seqs& s, index_t q0, bool inverse) const {
+        std::vector<index_t> pos(std::size_t(M.cols));
+        for (index_t b = 0; b < s.count(); ++b)
+            for (index_t j = 0; j < s.len(b); ++j) pos[std::size_t(s.begin(b) + j)] = q0 + j;
+        rope<T>(M, n_heads, d_, pos.data(), theta_, inverse);
+    }
+    index_t d_;
+    double theta_;
+};
+}  // namespace
+
+template <class T>
+PositionPart<T> make_rope(const AttnSpec& spec, ParamStore<T>&, const std::string&) {
+    if (spec.d_attn % 2 != 0)
+        throw ValueError("RoPE rotates pairs of rows: d_attn (the head size) must be even, got " + std::to_string(spec.d_attn));
+    if (!(spec.v.rope_theta > 0) || !std::isfinite(spec.v.rope_theta)) throw ValueError("rope_theta must be a finite number > 0");
+    PositionPart<T> p;
+    p.qk = std::make_shared<Rope<T>>(spec.d_attn, spec.v.rope_theta);
+    return p;
+}
+
+template void rope<float>(MatView<float>, index_t, index_t, const index_t*, double, bool);
+template void rope<double>(MatView<double>, index_t, index_t, const index_t*, double, bool);
+template PositionPart<float> make_rope<float>(const AttnSpec&, ParamStore<float>&, const std::string&);
+template PositionPart<double> make_rope<double>(const AttnSpec&, ParamStore<double>&, const std::string&);
+
+}  // namespace ft

@@ -1,0 +1,45 @@
+// Sliding-window attention (docs/variants.md V8; Beltagy et al. 2020, "Longformer", §3.1; Jiang et al. 2023,
+// "Mistral 7B", §2): each query sees the w keys ending at its own position.
+//
+// Mask[t_z, t_x] = [[t_x − w < t_z ≤ t_x]]   (Hugging Face's `sliding_window` convention for Mistral)
+//
+// One dense key range per query column, [max(0, t_x − w + 1), t_x + 1): the softmax runs over it and the rest
+// of the column is 0, as with the causal mask. w ≥ ℓ is the unidirectional mask. window() = w tells the KV
+// cache that older keys are never read again (V9, MHAttention::append_kv). The rule depends on t_x − t_z
+// only, so it holds for a cache whose first column is not position 0. Made by
+// make_mask("sliding_window", {values = {{"w", w}}}) (registry.cpp).
+#include <algorithm>
+#include <cmath>
+
+#include "formal_transformers/parts.hpp"
+
+namespace ft {
+
+namespace {
+class SlidingWindowMask final : public MaskRule {
+public:
+    explicit SlidingWindowMask(index_t w) : w_(w) {}
+    std::string name() const override { return "sliding_window"; }
+    bool allows(index_t, index_t t_z, index_t t_x) const override { return t_x - w_ < t_z && t_z <= t_x; }
+    KeyRange keys(index_t, index_t t_x, index_t l_z) const override {
+        const index_t end = std::min(l_z, t_x + 1);
+        return {std::min(end, std::max<index_t>(0, t_x - w_ + 1)), end, true};
+    }
+    index_t window() const override { return w_; }
+
+private:
+    index_t w_;
+};
+}  // namespace
+
+Mask make_sliding_window_mask(const MaskOptions& o) {
+    const auto it = o.values.find("w");
+    if (it == o.values.end()) throw ValueError("sliding_window mask: give the window w");
+    const double w = it->second;
+    if (!(w >= 1) || w != std::floor(w))
+        throw ValueError("sliding_window must be an integer >= 1 (each query sees the last w keys), got " +
+                         std::to_string(w));
+    return Mask(std::make_shared<SlidingWindowMask>(index_t(w)));
+}
+
+}  // namespace ft

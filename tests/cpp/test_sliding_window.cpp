@@ -1,0 +1,130 @@
+// Sliding-window attention (docs/variants.md V8) and its rolling KV cache (V9): the mask against its
+// definition, the model against the same θ with the window written as an explicit mask, and cached decoding
+// to many windows past w (and past ℓ_max) against the full forward, with the cache's columns staying O(w).
+#include <cmath>
+#include <vector>
+
+#include "formal_transformers/parts.hpp"
+#include "formal_transformers/transformers.hpp"
+#include "testing.hpp"
+
+using namespace ft;
+
+namespace {
+Mask window_mask(double w) {
+    MaskOptions o;
+    o.values["w"] = w;
+    return make_mask("sliding_window", o);
+}
+ModelConfig mistral_like(Positional pos, index_t l_max, index_t w) {
+    ModelConfig c;
+    c.n_vocab = 11;
+    c.l_max = l_max;
+    c.L = 2;
+    c.H = 4;
+    c.H_kv = 2;
+    c.d_e = 8;
+    c.d_mlp = 6;
+    c.positional = pos;
+    c.mlp = ModelConfig::Mlp::SwiGLU;
+    c.bias = false;
+    c.norm = NormKind::RMS;
+    c.seed = 3;
+    c.sliding_window = w;
+    return c;
+}
+void perturb(ParamStore<double>& s) {  // every parameter away from its init (deterministically)
+    for (index_t i = 0; i < s.size(); ++i) s.theta()[i] += 0.3 * std::sin(double(i) * 0.7);
+}
+}  // namespace
+
+TEST(SlidingWindow, MaskIsTheLastWKeys) {
+    for (index_t w : {1, 2, 5}) {
+        const Mask m = window_mask(double(w));
+        EXPECT_EQ(m.window(), w);
+        EXPECT_EQ(m.name(), "sliding_window");
+        for (index_t t_x = 0; t_x < 9; ++t_x) {
+            for (index_t t_z = 0; t_z < 9; ++t_z) EXPECT_EQ(m.allows(t_z, t_x), t_x - w < t_z && t_z <= t_x);
+            // the key range is exactly the allowed keys
+            const KeyRange r = m.keys(0, t_x, 9);
+            EXPECT_TRUE(r.dense);
+            for (index_t t_z = 0; t_z < 9; ++t_z) EXPECT_EQ(t_z >= r.begin && t_z < r.end, m.allows(t_z, t_x));
+        }
+    }
+    EXPECT_THROW(window_mask(0), ValueError);
+    EXPECT_THROW(window_mask(-3), ValueError);
+    EXPECT_THROW(window_mask(2.5), ValueError);
+    EXPECT_EQ(Mask::unidirectional().window(), 0);
+}
+
+TEST(SlidingWindow, RollingCacheDecodingEqualsTheFullForwardAndStaysOfOrderW) {
+    const index_t w = 3, n = 40;
+    for (Positional pos : {Positional::Rope, Positional::Alibi}) {
+        // the same θ with ℓ_max 4 (decoding) and ℓ_max n (the full forward): no W_p, so ℓ_max does not change θ
+        DTransformer<double> small(mistral_like(pos, 4, w)), big(mistral_like(pos, n, w));
+        ASSERT_EQ(small.store.size(), big.store.size());
+        perturb(small.store);
+        perturb(big.store);
+        std::vector<index_t> ids(static_cast<std::size_t>(n));
+        for (index_t t = 0; t < n; ++t) ids[std::size_t(t)] = (7 * t + 3) % 11;
+        big.forward(Tokens{ids.data(), Seqs::single(n)});
+        Matrix<double> Z = Matrix<double>::from_shape({11, std::size_t(n)});
+        big.logits(view(Z));
+        DTransformer<double>::Decoder d;
+        std::vector<double> z(11);
+        small.decode(d, ids.data(), 5, z.data());  // a prompt longer than w, then one token at a time
+        for (index_t v = 0; v < 11; ++v) EXPECT_NEAR(z[std::size_t(v)], Z(v, 4), 1e-12);
+        for (index_t t = 5; t < n; ++t) {
+            small.decode(d, ids.data() + t, 1, z.data());
+            for (index_t v = 0; v < 11; ++v) EXPECT_NEAR(z[std::size_t(v)], Z(v, t), 1e-12) << "position " << t;
+            for (const auto& c : d.kv) {  // O(w) columns, whatever t
+                EXPECT_LE(c.len, 2 * w);
+                EXPECT_LE(index_t(c.K.shape(1)), 4 * w);
+                EXPECT_EQ(c.start + c.len, t + 1);
+            }
+        }
+        // without the window the same θ gives other logits (the check can fail)
+        ModelConfig causal = mistral_like(pos, n, 0);
+        DTransformer<double> full(causal);
+        perturb(full.store);
+        full.forward(Tokens{ids.data(), Seqs::single(n)});
+        Matrix<double> Zc = Matrix<double>::from_shape({11, std::size_t(n)});
+        full.logits(view(Zc));
+        double diff = 0;
+        for (index_t v = 0; v < 11; ++v) diff = std::max(diff, std::abs(Zc(v, n - 1) - Z(v, n - 1)));
+        EXPECT_GT(diff, 1e-6);
+    }
+}
+
+TEST(SlidingWindow, RollbackWithinTheCacheKeepsDecodingExact) {
+    const index_t w = 4, n = 30;
+    DTransformer<double> m(mistral_like(Positional::Rope, n, w));
+    perturb(m.store);
+    std::vector<index_t> ids(static_cast<std::size_t>(n));
+    for (index_t t = 0; t < n; ++t) ids[std::size_t(t)] = (5 * t + 1) % 11;
+    m.forward(Tokens{ids.data(), Seqs::single(n)});
+    Matrix<double> Z = Matrix<double>::from_shape({11, std::size_t(n)});
+    m.logits(view(Z));
+    DTransformer<double>::Decoder d;
+    std::vector<double> z(11);
+    std::vector<index_t> junk = {9, 9};
+    m.decode(d, ids.data(), 1, z.data());
+    for (index_t t = 1; t < n; ++t) {
+        m.decode(d, junk.data(), 2, z.data());  // two wrong tokens, then forget them (speculative decoding)
+        d.rollback(t);
+        m.decode(d, ids.data() + t, 1, z.data());
+        for (index_t v = 0; v < 11; ++v) EXPECT_NEAR(z[std::size_t(v)], Z(v, t), 1e-12) << "position " << t;
+    }
+}
+
+TEST(SlidingWindow, ConfigChecks) {
+    ModelConfig c = mistral_like(Positional::Rope, 8, -1);
+    EXPECT_THROW(resolve(c, Arch::D), ValueError);
+    c.sliding_window = 2;
+    EXPECT_NO_THROW(resolve(c, Arch::D));
+    ModelConfig e = c;
+    e.positional = Positional::Learned;
+    e.mlp = ModelConfig::Mlp::Standard;
+    e.norm = NormKind::Layer;
+    EXPECT_THROW(resolve(e, Arch::E), ValueError);
+}
