@@ -162,7 +162,7 @@ def _config_class_names(config: dict, where: str) -> list:
 
 # the layers' tensors: name prefix in the body (after _strip) and the config key that counts them
 _LAYERS = {"gpt2": ("h.", "n_layer"), "bert": ("encoder.layer.", "num_hidden_layers"),
-           "llama": ("layers.", "num_hidden_layers")}
+           "llama": ("layers.", "num_hidden_layers"), "mistral": ("layers.", "num_hidden_layers")}
 
 
 def _check_layer_count(family: str, hp: dict, T: dict, cls_name: str, where: str) -> None:
