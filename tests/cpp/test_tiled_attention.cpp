@@ -222,3 +222,46 @@ TEST(TiledAttention, DropoutMaskIsTheLiteralOne) {
     dropout_forward<double>(0.9, DropoutKey{7, 3, 99}, 5, y.data(), 64, keep.data());
     for (std::uint64_t i = 0; i < 64; ++i) EXPECT_EQ(ds.keep(5 + i), keep[i] != 0) << i;
 }
+
+namespace {
+// A score bias with no tiled form (as a part with parameters would be): B[t_z, t_x] = 0.01·t_z
+class RowBias final : public ScoreBias<double> {
+public:
+    void add(const ParamStore<double>&, const Mask&, index_t, index_t, index_t, MatView<double> S) const override {
+        for (index_t j = 0; j < S.cols; ++j)
+            for (index_t i = 0; i < S.rows; ++i) S(i, j) += 0.01 * double(i);
+    }
+};
+}  // namespace
+
+// MHAttention::heads chooses: auto runs the tiled listing from kTiledFromLength keys on, but the literal one for
+// a score bias part the tiles cannot honour (the very same numbers as "literal", bit for bit).
+TEST(TiledAttention, AutoFallsBackToLiteralForABiasWithoutATiledForm) {
+    Rng rng(5);
+    const index_t H = 2, d = 6, n = kTiledFromLength + 20;
+    ParamStore<double> store;
+    MHAttention<double> att(H, d, d, 4, 3, d, Mask::unidirectional(), store);
+    store.allocate();
+    fttest::randomize(store, rng);
+    const std::vector<double> X = fttest::randn(d * n, rng);
+    const Seqs s = Seqs::single(n);
+    auto run = [&](AttnImpl impl, MHAttentionCache<double>& c) {
+        att.var.impl = impl;
+        std::vector<double> Y(std::size_t(d * n));
+        att.forward(store, CMatView<double>(X.data(), d, n), s, CMatView<double>(X.data(), d, n), s,
+                    MatView<double>(Y.data(), d, n), c);
+        return Y;
+    };
+    MHAttentionCache<double> c0;
+    run(AttnImpl::Auto, c0);
+    EXPECT_TRUE(c0.tiled);  // no bias: auto tiles at this length
+    EXPECT_FALSE(att.use_tiled(kTiledFromLength - 1));
+    att.position.bias = std::make_shared<RowBias>();
+    EXPECT_FALSE(att.tiled_parts());
+    MHAttentionCache<double> c1, c2;
+    const std::vector<double> Y_auto = run(AttnImpl::Auto, c1), Y_lit = run(AttnImpl::Literal, c2);
+    EXPECT_FALSE(c1.tiled);
+    EXPECT_EQ(Y_auto, Y_lit);
+    att.position.bias = std::make_shared<SlopeBias<double>>(0.1);  // a bias with a tiled form: tiled again
+    EXPECT_TRUE(att.use_tiled(kTiledFromLength));
+}

@@ -130,6 +130,10 @@ D_CASES = {
     "alibi": dict(positional="alibi"),
     "llama": dict(positional="rope", H_kv=2, mlp="swiglu", bias=False, norm="rms"),
     "alibi_gqa": dict(positional="alibi", H_kv=1, bias=False),
+    # the sliding-window mask part (V8): the tiles outside every query block's window are skipped
+    "window": dict(sliding_window=40),
+    "mistral": dict(sliding_window=70, positional="rope", H_kv=2, mlp="swiglu", bias=False, norm="rms"),
+    "window_alibi": dict(sliding_window=33, positional="alibi"),
 }
 
 
@@ -230,9 +234,11 @@ def test_tiled_loss_and_grad_matches_finite_differences(rng):
             assert abs(g[name][idx] - num) <= 1e-6 * max(1.0, abs(num)), (name, idx)
 
 
-@pytest.mark.parametrize("opts", [dict(), dict(positional="rope", H_kv=2), dict(positional="alibi")])
+@pytest.mark.parametrize("opts", [dict(), dict(positional="rope", H_kv=2), dict(positional="alibi"),
+                                  dict(sliding_window=12, positional="rope"), dict(sliding_window=9, positional="alibi")])
 def test_cached_decoding_with_tiled_equals_literal(opts, rng):
-    """DInference decodes with the KV cache (queries at q0 > 0 over the cached keys)."""
+    """DInference decodes with the KV cache (queries at q0 > 0 over the cached keys; a window: the rolling cache,
+    V9, its keys from a start > 0)."""
     lit, til = build("d", **opts)
     randomise((lit, til), rng, scale=0.5)
     prompt = rng.integers(0, V - 3, size=20)
