@@ -262,6 +262,7 @@ TEST(TiledAttention, AutoFallsBackToLiteralForABiasWithoutATiledForm) {
     const std::vector<double> Y_auto = run(AttnImpl::Auto, c1), Y_lit = run(AttnImpl::Literal, c2);
     EXPECT_FALSE(c1.tiled);
     EXPECT_EQ(Y_auto, Y_lit);
+    att.var.impl = AttnImpl::Auto;
     att.position.bias = std::make_shared<SlopeBias<double>>(0.1);  // a bias with a tiled form: tiled again
     EXPECT_TRUE(att.use_tiled(kTiledFromLength));
 }
