@@ -268,7 +268,8 @@ private:
     void project_qkv(const ParamStore<T>& store, CMatView<T> X, CMatView<T> Z, bool same_seqs, MHAttentionCache<T>& c,
                      MatView<T>& Q, MatView<T>& K, MatView<T>& V) const;
     // Algorithm 4's lines 4–6 for every (sequence, head) block: Q, K, V (all heads) -> A (per block at
-    // c.A_off), Y = [Y¹; …; Y^H]; queries at q0 + …
+    // c.A_off), Y = [Y¹; …; Y^H]; queries at q0 + …. The one place the head kernel is chosen: attention_head,
+    // or with use_tiled() the tiled listing on the same HeadBlock (tiled_attention.hpp: λ in c.lse, no A).
     void heads(const ParamStore<T>& store, CMatView<T> Q, const Seqs& sx, CMatView<T> K, CMatView<T> V,
                const Seqs& sz, index_t q0, MHAttentionCache<T>& c, MatView<T> Y, const Dropout* drop,
                std::uint64_t place) const;
