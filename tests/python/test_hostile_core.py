@@ -166,16 +166,17 @@ def test_gpt2_vocab_parsing_is_linear_in_its_keys(tmp_path):
     def read(n):
         toks[n] = ft.BPETokenizer.from_gpt2_files(*files[n])
 
-    t_small, t_big = best_time(lambda: read(small), 2), best_time(lambda: read(big), 1)
+    t_small, t_big = best_time(lambda: read(small), 3), best_time(lambda: read(big), 2)
     assert toks[big].n_vocab == big
-    # 8× the keys: ~8× the time when linear, 64× when quadratic (200 k keys took 49 s before)
-    assert t_big < 24 * max(t_small, 0.02), (t_small, t_big)
+    # 8× the keys: ~8× the time when linear, 64× when quadratic (200 k keys took 49 s before); 40× leaves a
+    # shared machine's noise room and still fails the quadratic parse
+    assert t_big < 40 * max(t_small, 0.02), (t_small, t_big)
     assert t_big < 30, t_big
     # writing them back (ordered_json's lookups were a scan per key) and reading the result again
     d = tmp_path / "out"
     d.mkdir()
     t_write = best_time(lambda: toks[big].to_gpt2_files(d / "vocab.json", d / "merges.txt"), 1)
-    assert t_write < 24 * max(t_small, 0.02) and t_write < 30, (t_small, t_write)
+    assert t_write < 40 * max(t_small, 0.02) and t_write < 30, (t_small, t_write)
     assert json.loads((d / "vocab.json").read_text(encoding="utf-8")) == json.loads(files[big][0].read_text(encoding="utf-8"))
 
 
