@@ -146,6 +146,8 @@ struct Dual : StoreHolder {
         else
             u = std::make_unique<Unit<double>>(std::forward<A>(args)...);
     }
+    template <class T>
+    explicit Dual(std::unique_ptr<Unit<T>> made) : u(std::move(made)) {}
     template <class F>
     decltype(auto) visit(F&& f) {
         return std::visit([&](auto& p) -> decltype(auto) { return f(*p); }, u);

@@ -35,9 +35,15 @@ struct SGDPy {
 // Algorithms 11–13 does in the trainers. TypeError for anything else.
 template <class T>
 std::function<void(ft::ParamStore<T>&, const T*, double)> update_rule(const py::object& optimizer, const py::object& owner,
-                                                                     ft::ParamStore<T>& store) {
-    if (py::isinstance<AdamPy>(optimizer)) return ft::update_rule(optimizer.cast<AdamPy&>().get(owner, store));
-    if (py::isinstance<SGDPy>(optimizer)) return ft::update_rule(ft::SGD<T>(0.0));
+                                                                     ft::ParamStore<T>& store, const ft::TrainOptions& o) {
+    if (py::isinstance<AdamPy>(optimizer)) {
+        ft::check_optimizer_lr(optimizer.cast<AdamPy&>().lr, o);
+        return ft::update_rule(optimizer.cast<AdamPy&>().get(owner, store));
+    }
+    if (py::isinstance<SGDPy>(optimizer)) {
+        ft::check_optimizer_lr(optimizer.cast<SGDPy&>().lr, o);
+        return ft::update_rule(ft::SGD<T>(0.0));
+    }
     throw ft::TypeError("optimizer must be 'adam', 'sgd', an ft.Adam or an ft.SGD");
 }
 

@@ -282,7 +282,7 @@ void register_training(py::module_& m) {
                     ft::Dataset data = dataset(x_data, "x_data", mdl.cfg.n_vocab, mdl.cfg.l_max);
                     ft::Dataset vdata;
                     if (!val.is_none()) vdata = dataset(val, "val_data", mdl.cfg.n_vocab, mdl.cfg.l_max);
-                    auto update = update_rule<T>(optimizer, model, mdl.store);
+                    auto update = update_rule<T>(optimizer, model, mdl.store, o);
                     ReplicasArg<T> dp(replicas, model, mdl.store);
                     Recorder rec{sink, hook};
                     rec.warn_nonfinite = o.nonfinite == ft::TrainOptions::NonFinite::Warn;
@@ -322,7 +322,7 @@ void register_training(py::module_& m) {
                     zv = dataset(z_val, "z_val", mdl.cfg.n_vocab, mdl.cfg.l_max);
                     xv = dataset(x_val, "x_val", mdl.cfg.n_vocab, mdl.cfg.l_max);
                 }
-                auto update = update_rule<T>(optimizer, model, mdl.store);
+                auto update = update_rule<T>(optimizer, model, mdl.store, o);
                 ReplicasArg<T> dp(replicas, model, mdl.store);
                 Recorder rec{sink, hook};
                 rec.warn_nonfinite = o.nonfinite == ft::TrainOptions::NonFinite::Warn;

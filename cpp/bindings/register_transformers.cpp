@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "bind.hpp"
+#include "formal_transformers/io.hpp"
 #include "formal_transformers/transformers.hpp"
 
 namespace ftpy {
@@ -13,78 +14,79 @@ using ft::Tokens;
 
 ft::Seqs seqs_of(const InBatch& b) { return ft::Seqs::from_lengths(b.lengths); }
 
-ft::Positional parse_positional(const std::string& s) {
-    if (s == "learned") return ft::Positional::Learned;
-    if (s == "sinusoidal") return ft::Positional::Sinusoidal;
-    if (s == "rope") return ft::Positional::Rope;
-    if (s == "alibi") return ft::Positional::Alibi;
-    throw ft::ValueError("positional must be 'learned', 'sinusoidal', 'rope' or 'alibi', got '" + s + "'");
-}
-ft::Gelu parse_gelu(const std::string& s) {
-    if (s == "exact" || s == "none") return ft::Gelu::Exact;
-    if (s == "tanh") return ft::Gelu::Tanh;
-    throw ft::ValueError("gelu must be 'exact' or 'tanh', got '" + s + "'");
-}
-ft::NormKind parse_norm(const std::string& s) {
-    if (s == "layer") return ft::NormKind::Layer;
-    if (s == "rms") return ft::NormKind::RMS;
-    throw ft::ValueError("norm must be 'layer' or 'rms', got '" + s + "'");
-}
-index_t opt_size(const py::object& v, const char* name) {
-    if (v.is_none()) return 0;
-    return positive(int_arg(v, name), name);
-}
-// The variants' options (docs/variants.md): H_kv (None: H) and bias for every model; mlp, rope_theta for D.
-void variant_options(ModelConfig& c, const py::object& H_kv, const py::object& bias) {
-    c.H_kv = opt_size(H_kv, "H_kv");
-    if (!py::isinstance<py::bool_>(bias)) throw py::type_error("bias must be True or False");
-    c.bias = bias.cast<bool>();
-}
-ModelConfig::Mlp parse_mlp(const std::string& s) {
-    if (s == "gelu") return ModelConfig::Mlp::Standard;
-    if (s == "swiglu") return ModelConfig::Mlp::SwiGLU;
-    throw ft::ValueError("mlp must be 'gelu' or 'swiglu', got '" + s + "'");
-}
-const char* positional_name(ft::Positional p) {
-    switch (p) {
-        case ft::Positional::Learned: return "learned";
-        case ft::Positional::Sinusoidal: return "sinusoidal";
-        case ft::Positional::Rope: return "rope";
-        default: return "alibi";
+// A Python argument as the core's option value (the core checks it against the option's type and range).
+ft::OptionValue option_value(const py::handle& v, const std::string& name) {
+    if (v.is_none()) return std::monostate{};
+    if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
+    if (PyIndex_Check(v.ptr())) {
+        py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
+        if (!i) throw py::error_already_set();
+        int overflow = 0;
+        const long long r = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+        if (overflow == 0 && !(r == -1 && PyErr_Occurred())) return std::int64_t(r);
+        PyErr_Clear();
+        const unsigned long long u = PyLong_AsUnsignedLongLong(i.ptr());
+        if (u == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+            PyErr_Clear();
+            throw ft::ValueError(name + " = " + py::str(i).cast<std::string>() + " is out of range (64-bit integers)");
+        }
+        return std::uint64_t(u);
     }
+    if (py::isinstance<py::str>(v)) return v.cast<std::string>();
+    if (PyFloat_Check(v.ptr()) || PyNumber_Check(v.ptr())) {
+        const double d = PyFloat_AsDouble(v.ptr());
+        if (!(d == -1.0 && PyErr_Occurred())) return d;
+        PyErr_Clear();
+    }
+    throw ft::TypeError(name + " must be a bool, an int, a real number, a str or None, got " +
+                        py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>());
 }
 
-// Shared keyword options of the three constructors.
-void common_options(ModelConfig& c, const py::object& d_attn, const py::object& d_mid, const std::string& positional,
-                    const py::object& base, bool tied, double eps, const py::object& seed, double init_std) {
-    c.d_attn = opt_size(d_attn, "d_attn");
-    c.d_mid = opt_size(d_mid, "d_mid");
-    c.positional = parse_positional(positional);
-    c.pos_base = base.is_none() ? 0.0 : float_arg(base, "base");
-    if (!base.is_none() && !(c.pos_base > 0)) throw ft::ValueError("base must be > 0");
-    c.tied = tied;
-    c.eps = eps;  // checked with the other sizes by the core (ft::resolve)
-    c.seed = seed_arg(seed);
-    c.init_std = init_std;
+// The constructors: the sizes positionally or by name, every other option by name, dtype beside them. The
+// core's schema (ModelConfig::from_options) checks every name, type and value; the model is built without the GIL.
+template <template <class> class Unit>
+std::unique_ptr<Dual<Unit>> make_model(ft::Arch arch, const py::args& args, const py::kwargs& kwargs) {
+    const std::vector<std::string> sizes = ModelConfig::positional_names(arch);
+    std::vector<ft::OptionValue> positional;
+    for (std::size_t i = 0; i < args.size(); ++i)
+        positional.push_back(option_value(args[i], i < sizes.size() ? sizes[i] : "argument " + std::to_string(i + 1)));
+    ft::Options keywords;
+    DType dt = DType::F32;
+    for (auto kv : kwargs) {
+        const std::string name = kv.first.cast<std::string>();
+        if (name == "dtype") dt = parse_dtype(py::reinterpret_borrow<py::object>(kv.second));
+        else keywords.emplace_back(name, option_value(kv.second, name));
+    }
+    const ModelConfig c = ModelConfig::from_options(arch, keywords, positional);
+    CoreCall nogil;
+    return std::make_unique<Dual<Unit>>(dt, c);
 }
 
-// Dropout rates (docs/regularisation.md): dropout= for every place, embed_dropout= / attn_dropout= /
-// resid_dropout= (None: dropout) per place. TypeError for a non-number, ValueError outside [0, 1) (NaN too).
-double rate_arg(const py::handle& v, const char* name) {
-    const double p = float_arg(v, name);
-    ft::check_dropout_rate(p, name);
-    return p;
+// "__init__(n_vocab, …, *, d_attn=None, …, dtype='float32')": the schema's options with their defaults.
+const char* constructor_doc(ft::Arch arch) {
+    static std::string docs[3];
+    std::string& d = docs[int(arch)];
+    d = "__init__(" + ModelConfig::signature(arch) +
+        ", dtype='float32')\n\nThe sizes positionally or by name, every other option by name (the class docstring "
+        "says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a "
+        "value out of range.";
+    return d.c_str();
 }
-void dropout_options(ModelConfig& c, const py::object& dropout, const py::object& embed, const py::object& attn,
-                     const py::object& resid) {
-    const double p = rate_arg(dropout, "dropout");
-    c.embed_dropout = embed.is_none() ? p : rate_arg(embed, "embed_dropout");
-    c.attn_dropout = attn.is_none() ? p : rate_arg(attn, "attn_dropout");
-    c.resid_dropout = resid.is_none() ? p : rate_arg(resid, "resid_dropout");
+
+template <class D>
+std::string config_text(const D& d) {
+    return std::visit([&](const auto& p) { return p->cfg.to_json(d.dtype().c_str()); }, d.u);
 }
-#define FT_DROPOUT_ARGS                                                                                        \
-    py::arg("dropout") = 0.0, py::arg("embed_dropout") = py::none(), py::arg("attn_dropout") = py::none(),     \
-        py::arg("resid_dropout") = py::none()
+
+// model.config: the core's JSON of the config (ModelConfig::to_json, with the dtype) as a dict.
+template <class D>
+py::object config_of(D& d) {
+    return py::module_::import("json").attr("loads")(config_text(d));
+}
+template <class D>
+std::string repr_of(D& d) {
+    return d.visit([&](auto& m) { return m.cfg.to_string(d.dtype().c_str()); });
+}
 
 // Probabilities or logits of the last forward, shaped for the input: (N_V, ℓ) for one sequence,
 // (N, N_V, ℓ) for a 2-D batch, a list of (N_V, ℓ_b) for a ragged list.
@@ -141,63 +143,6 @@ double apply_reduction(double loss, index_t scored, const std::string& reduction
     if (reduction == "sum") return loss;
     if (reduction == "mean") return scored > 0 ? loss / double(scored) : 0.0;
     throw ft::ValueError("reduction must be 'sum' or 'mean', got '" + reduction + "'");
-}
-
-// Hyperparameters as a dict (enough to rebuild the model: ft.load uses it).
-py::dict config_dict(const ModelConfig& c, const char* arch, const std::string& dtype) {
-    py::dict d;
-    d["arch"] = arch;
-    d["n_vocab"] = c.n_vocab;
-    d["l_max"] = c.l_max;
-    if (std::string(arch) == "EDTransformer") {
-        d["L_enc"] = c.L_enc;
-        d["L_dec"] = c.L_dec;
-    } else {
-        d["L"] = c.L;
-    }
-    d["H"] = c.H;
-    d["d_e"] = c.d_e;
-    d["d_mlp"] = c.d_mlp;
-    if (std::string(arch) == "ETransformer") d["d_f"] = c.d_f;
-    d["d_attn"] = c.d_attn;
-    d["d_mid"] = c.d_mid;
-    if (std::string(arch) == "DTransformer") d["norm"] = c.norm == ft::NormKind::Layer ? "layer" : "rms";
-    d["positional"] = positional_name(c.positional);
-    d["base"] = c.pos_base > 0 ? py::object(py::float_(c.pos_base)) : py::object(py::none());
-    d["tied"] = c.tied;
-    if (std::string(arch) != "EDTransformer") d["gelu"] = c.gelu == ft::Gelu::Exact ? "exact" : "tanh";
-    d["eps"] = c.eps;
-    d["seed"] = c.seed;
-    d["init_std"] = c.init_std;
-    d["H_kv"] = c.H_kv;
-    d["bias"] = c.bias;
-    d["embed_dropout"] = c.embed_dropout;
-    d["attn_dropout"] = c.attn_dropout;
-    d["resid_dropout"] = c.resid_dropout;
-    if (std::string(arch) == "DTransformer") {
-        d["mlp"] = c.mlp == ModelConfig::Mlp::SwiGLU ? "swiglu" : "gelu";
-        d["rope_theta"] = c.rope_theta;
-        d["sliding_window"] = c.sliding_window > 0 ? py::object(py::int_(c.sliding_window)) : py::object(py::none());
-    }
-    d["dtype"] = dtype;
-    if (std::string(arch) == "ETransformer") {  // BERT's options (beyond Algorithm 9)
-        d["n_segments"] = c.n_segments;
-        d["embed_norm"] = c.embed_norm;
-        d["unembed_bias"] = c.unembed_bias;
-    }
-    return d;
-}
-
-std::string model_repr(const py::dict& cfg) {
-    std::string r = cfg["arch"].cast<std::string>() + "(";
-    bool first = true;
-    for (auto kv : cfg) {
-        const std::string k = kv.first.cast<std::string>();
-        if (k == "arch") continue;
-        r += (first ? "" : ", ") + k + "=" + py::repr(kv.second).cast<std::string>();
-        first = false;
-    }
-    return r + ")";
 }
 
 // Model::attention_weights for every head, as a C-ordered (H, rows, columns) copy (the core checks the state
@@ -412,18 +357,19 @@ const index_t* ptr_or_null(const std::vector<index_t>& v) { return v.empty() ? n
 template <class PyClass>
 void def_segment_inputs(PyClass& cls) {
     using D = Dual<ft::ETransformer>;
-    // what: 0 probabilities, 1 logits, 2 X after line 9
-    auto run = [](D& d, const py::handle& x, const py::object& segments, int what) {
+    // what the call returns: P (line 12), W_u X, or X after line 9
+    enum class Output { Probabilities, Logits, Hidden };
+    auto run = [](D& d, const py::handle& x, const py::object& segments, Output what) {
         CallLock lock(d.mutex);
         return d.visit([&](auto& m) -> py::object {
             using T = typename std::decay_t<decltype(m.store)>::value_type;
             InBatch in = in_batch(x, "x", m.cfg.n_vocab, ft::max_input_length(m.cfg));
             const std::vector<index_t> seg = segment_ids(m, segments, in);
-            const index_t rows = what == 2 ? m.cfg.d_e : m.cfg.n_vocab;
+            const index_t rows = what == Output::Hidden ? m.cfg.d_e : m.cfg.n_vocab;
             return shaped_output<T>(rows, in, is_2d(x), [&](ft::MatView<T> out) {
                 m.forward(Tokens{in.ids.data(), seqs_of(in)}, ptr_or_null(seg));  // lines 1–11
-                if (what == 0) m.probabilities(out);                              // line 12
-                else if (what == 1) m.logits(out);
+                if (what == Output::Probabilities) m.probabilities(out);           // line 12
+                else if (what == Output::Logits) m.logits(out);
                 else {
                     ft::CMatView<T> h = m.hidden();
                     std::copy(h.data, h.data + h.size(), out.data);
@@ -431,12 +377,12 @@ void def_segment_inputs(PyClass& cls) {
             });
         });
     };
-    cls.def("__call__", [run](D& d, const py::handle& x, const py::object& segments) { return run(d, x, segments, 0); },
+    cls.def("__call__", [run](D& d, const py::handle& x, const py::object& segments) { return run(d, x, segments, Output::Probabilities); },
             py::arg("x"), py::kw_only(), py::arg("segments") = py::none())
-        .def("logits", [run](D& d, const py::handle& x, const py::object& segments) { return run(d, x, segments, 1); },
+        .def("logits", [run](D& d, const py::handle& x, const py::object& segments) { return run(d, x, segments, Output::Logits); },
              py::arg("x"), py::kw_only(), py::arg("segments") = py::none(),
              "W_u X (+ b_u 1ᵀ with unembed_bias; before the final softmax), shaped like the call's output.")
-        .def("hidden", [run](D& d, const py::handle& x, const py::object& segments) { return run(d, x, segments, 2); },
+        .def("hidden", [run](D& d, const py::handle& x, const py::object& segments) { return run(d, x, segments, Output::Hidden); },
              py::arg("x"), py::kw_only(), py::arg("segments") = py::none(),
              "X after line 9 (the last layer's output; BERT's last hidden state): (d_e, ℓ) for one sequence, "
              "(N, d_e, ℓ) for a 2-D batch, a list for a ragged list. Beyond the listing, which returns only P.");
@@ -485,9 +431,51 @@ void def_segment_inputs(PyClass& cls) {
             py::arg("x_tilde"), py::arg("x"), py::arg("reduction") = "sum", py::kw_only(), py::arg("segments") = py::none());
 }
 
+// The C++ API's ft::save / ft::load (io.hpp), bound for the tests that read its files with Python's ft.load
+// and Python's files with it (not a public name: ft.save / ft.load are Python's).
+template <template <class> class Unit>
+bool save_native(const py::handle& model, const std::string& path) {
+    if (!py::isinstance<Dual<Unit>>(model)) return false;
+    Dual<Unit>& d = model.cast<Dual<Unit>&>();
+    CallLock lock(d.mutex);
+    d.visit([&](auto& u) {
+        CoreCall nogil;
+        ft::save(u, path);
+    });
+    return true;
+}
+template <template <class> class Unit>
+py::object load_native(const std::string& path, DType dt) {
+    auto load = [&](auto tag) {
+        using T = decltype(tag);
+        std::unique_ptr<Unit<T>> made;
+        {
+            CoreCall nogil;
+            made.reset(new Unit<T>(ft::load<Unit<T>>(path)));  // the model by value, built in place
+        }
+        return py::cast(std::make_unique<Dual<Unit>>(std::move(made)));
+    };
+    return dt == DType::F32 ? load(float{}) : load(double{});
+}
+
 }  // namespace
 
 void register_transformers(py::module_& m) {
+    m.def("_save_native", [](const py::handle& model, const std::string& path) {
+        if (!save_native<ft::DTransformer>(model, path) && !save_native<ft::ETransformer>(model, path) &&
+            !save_native<ft::EDTransformer>(model, path))
+            throw ft::TypeError("_save_native saves a DTransformer, ETransformer or EDTransformer");
+    }, py::arg("model"), py::arg("path"), "ft::save(model, path) of the C++ API (for the tests).");
+    m.def("_load_native", [](const std::string& path, const std::string& arch, const py::object& dtype) {
+        const DType dt = parse_dtype(dtype);
+        switch (ft::arch_from_name(arch)) {
+            case ft::Arch::D: return load_native<ft::DTransformer>(path, dt);
+            case ft::Arch::E: return load_native<ft::ETransformer>(path, dt);
+            default: return load_native<ft::EDTransformer>(path, dt);
+        }
+    }, py::arg("path"), py::arg("arch"), py::arg("dtype") = "float32",
+       "ft::load<ft::<arch><dtype>>(path) of the C++ API (for the tests).");
+
     // ------------------------------------------------------------------------------------------------
     using DD = Dual<ft::DTransformer>;
     py::class_<DD, StoreHolder> dcls(m, "DTransformer", R"doc(Algorithm 10: P ← DTransformer(x | θ) — GPT-2, a decoder-only transformer.
@@ -512,38 +500,10 @@ which have no table of positions) -> P (N_V, ℓ); column t is the distribution 
 A 2-D (N, ℓ) array gives (N, N_V, ℓ); a list of sequences a list.
 loss_and_grad(x) -> (loss, grads): Algorithm 13 line 5, −Σ_{t<ℓ−1} log P[x[t+1], t], summed over the
 batch, with the gradient of every parameter (copies; model.grads holds the same, zero-copy).)doc");
-    dcls.def(py::init([](long long n_vocab, long long l_max, long long L, long long H, long long d_e, long long d_mlp,
-                         const py::object& d_attn, const py::object& d_mid, const std::string& norm,
-                         const std::string& positional, const py::object& base, bool tied, const std::string& gelu,
-                         double eps, const py::object& dtype, const py::object& seed, double init_std,
-                         const py::object& H_kv, const py::object& bias, const std::string& mlp, double rope_theta,
-                         const py::object& sliding_window, const py::object& dropout, const py::object& embed_dropout, const py::object& attn_dropout,
-                         const py::object& resid_dropout) {
-                 ModelConfig c;
-                 c.n_vocab = n_vocab;
-                 c.l_max = l_max;
-                 c.L = L;
-                 c.H = H;
-                 c.d_e = d_e;
-                 c.d_mlp = d_mlp;
-                 c.norm = parse_norm(norm);
-                 c.gelu = parse_gelu(gelu);
-                 common_options(c, d_attn, d_mid, positional, base, tied, eps, seed, init_std);
-                 variant_options(c, H_kv, bias);
-                 c.mlp = parse_mlp(mlp);
-                 c.rope_theta = rope_theta;
-                 c.sliding_window = opt_size(sliding_window, "sliding_window");
-                 dropout_options(c, dropout, embed_dropout, attn_dropout, resid_dropout);
-                 const DType dt = parse_dtype(dtype);
-                 CoreCall nogil;
-                 return std::make_unique<DD>(dt, c);
-             }),
-             py::arg("n_vocab"), py::arg("l_max"), py::arg("L"), py::arg("H"), py::arg("d_e"), py::arg("d_mlp"),
-             py::kw_only(), py::arg("d_attn") = py::none(), py::arg("d_mid") = py::none(), py::arg("norm") = "layer",
-             py::arg("positional") = "learned", py::arg("base") = py::none(), py::arg("tied") = false,
-             py::arg("gelu") = "exact", py::arg("eps") = 1e-5, py::arg("dtype") = "float32", py::arg("seed") = 0,
-             py::arg("init_std") = 0.02, py::arg("H_kv") = py::none(), py::arg("bias") = true, py::arg("mlp") = "gelu",
-             py::arg("rope_theta") = 10000.0, py::arg("sliding_window") = py::none(), FT_DROPOUT_ARGS);
+    dcls.def(py::init([](const py::args& args, const py::kwargs& kwargs) { return make_model<ft::DTransformer>(ft::Arch::D, args, kwargs); }),
+             constructor_doc(ft::Arch::D))
+        .def("config_json", [](const DD& d) { return config_text(d); },
+             "model.config as the core writes it (ModelConfig::to_json, with the dtype): what ft.save stores.");
     def_model_common<ft::DTransformer>(dcls);
     def_single_input<ft::DTransformer>(dcls);
     dcls        .def(
@@ -584,8 +544,10 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
             },
             py::arg("x"), py::arg("reduction") = "sum",
             "The loss without gradients; reduction='mean' divides by the number of predicted tokens.")
-        .def_property_readonly("config", [](DD& d) { return d.visit([&](auto& m) { return config_dict(m.cfg, "DTransformer", d.dtype()); }); })
-        .def("__repr__", [](DD& d) { return d.visit([&](auto& m) { return model_repr(config_dict(m.cfg, "DTransformer", d.dtype())); }); });
+        .def_property_readonly("config", &config_of<DD>,
+                               "The hyperparameters as a dict (the core's ModelConfig.to_json with the dtype): "
+                               "ft.build_model(config) makes this model's architecture again.")
+        .def("__repr__", &repr_of<DD>);
 
     // ------------------------------------------------------------------------------------------------
     using DE = Dual<ft::ETransformer>;
@@ -601,43 +563,18 @@ None); embed_norm=True applies layer_norm(· | γ_e, β_e) to X after line 3; un
 P = softmax(W_u X + b_u 1ᵀ). model.hidden(x) returns X after line 9 (BERT's last hidden state).
 loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] over T̃ = {t : x̃[t] = mask_token}
 (mask_token = N_V − 3); with no masked position the loss is 0 and every gradient 0.)doc");
-    ecls.def(py::init([](long long n_vocab, long long l_max, long long L, long long H, long long d_e, long long d_mlp,
-                         long long d_f, const py::object& d_attn, const py::object& d_mid, const std::string& positional,
-                         const py::object& base, bool tied, const std::string& gelu, double eps, const py::object& dtype,
-                         const py::object& seed, double init_std, long long n_segments, bool embed_norm, bool unembed_bias,
-                         const py::object& H_kv, const py::object& bias, const py::object& dropout,
-                         const py::object& embed_dropout, const py::object& attn_dropout, const py::object& resid_dropout) {
-                 ModelConfig c;
-                 c.n_vocab = n_vocab;
-                 c.l_max = l_max;
-                 c.L = L;
-                 c.H = H;
-                 c.d_e = d_e;
-                 c.d_mlp = d_mlp;
-                 c.d_f = d_f;
-                 c.gelu = parse_gelu(gelu);
-                 common_options(c, d_attn, d_mid, positional, base, tied, eps, seed, init_std);
-                 c.n_segments = n_segments;
-                 c.embed_norm = embed_norm;
-                 c.unembed_bias = unembed_bias;
-                 variant_options(c, H_kv, bias);
-                 dropout_options(c, dropout, embed_dropout, attn_dropout, resid_dropout);
-                 const DType dt = parse_dtype(dtype);
-                 CoreCall nogil;
-                 return std::make_unique<DE>(dt, c);
-             }),
-             py::arg("n_vocab"), py::arg("l_max"), py::arg("L"), py::arg("H"), py::arg("d_e"), py::arg("d_mlp"),
-             py::arg("d_f"), py::kw_only(), py::arg("d_attn") = py::none(), py::arg("d_mid") = py::none(),
-             py::arg("positional") = "learned", py::arg("base") = py::none(), py::arg("tied") = false,
-             py::arg("gelu") = "exact", py::arg("eps") = 1e-5, py::arg("dtype") = "float32", py::arg("seed") = 0,
-             py::arg("init_std") = 0.02, py::arg("n_segments") = 0, py::arg("embed_norm") = false,
-             py::arg("unembed_bias") = false, py::arg("H_kv") = py::none(), py::arg("bias") = true, FT_DROPOUT_ARGS);
+    ecls.def(py::init([](const py::args& args, const py::kwargs& kwargs) { return make_model<ft::ETransformer>(ft::Arch::E, args, kwargs); }),
+             constructor_doc(ft::Arch::E))
+        .def("config_json", [](const DE& d) { return config_text(d); },
+             "model.config as the core writes it (ModelConfig::to_json, with the dtype): what ft.save stores.");
     def_model_common<ft::ETransformer>(ecls);
     def_single_input<ft::ETransformer>(ecls);
     def_segment_inputs(ecls);  // __call__, logits, hidden, loss_and_grad, loss with BERT's segment ids
     ecls.def_property_readonly("d_f", [](DE& d) { return d.visit([](auto& m) { return m.cfg.d_f; }); })
-        .def_property_readonly("config", [](DE& d) { return d.visit([&](auto& m) { return config_dict(m.cfg, "ETransformer", d.dtype()); }); })
-        .def("__repr__", [](DE& d) { return d.visit([&](auto& m) { return model_repr(config_dict(m.cfg, "ETransformer", d.dtype())); }); });
+        .def_property_readonly("config", &config_of<DE>,
+                               "The hyperparameters as a dict (the core's ModelConfig.to_json with the dtype): "
+                               "ft.build_model(config) makes this model's architecture again.")
+        .def("__repr__", &repr_of<DE>);
 
     // ------------------------------------------------------------------------------------------------
     using DED = Dual<ft::EDTransformer>;
@@ -649,31 +586,10 @@ P = softmax(W_u X). Hyperparameters: n_vocab, l_max, L_enc, L_dec, H, d_e, d_mlp
 positional, base, tied, eps, dtype, seed, init_std, H_kv, bias, dropout (as DTransformer: embeddings of z and x,
 attention weights of all three attentions, every sublayer's output).
 Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5, −Σ_{t<ℓ_x−1} log P[x[t+1], t].)doc");
-    edcls.def(py::init([](long long n_vocab, long long l_max, long long L_enc, long long L_dec, long long H, long long d_e,
-                          long long d_mlp, const py::object& d_attn, const py::object& d_mid, const std::string& positional,
-                          const py::object& base, bool tied, double eps, const py::object& dtype, const py::object& seed,
-                          double init_std, const py::object& H_kv, const py::object& bias, const py::object& dropout,
-                          const py::object& embed_dropout, const py::object& attn_dropout, const py::object& resid_dropout) {
-                  ModelConfig c;
-                  c.n_vocab = n_vocab;
-                  c.l_max = l_max;
-                  c.L_enc = L_enc;
-                  c.L_dec = L_dec;
-                  c.H = H;
-                  c.d_e = d_e;
-                  c.d_mlp = d_mlp;
-                  common_options(c, d_attn, d_mid, positional, base, tied, eps, seed, init_std);
-                  variant_options(c, H_kv, bias);
-                  dropout_options(c, dropout, embed_dropout, attn_dropout, resid_dropout);
-                  const DType dt = parse_dtype(dtype);
-                  CoreCall nogil;
-                  return std::make_unique<DED>(dt, c);
-              }),
-              py::arg("n_vocab"), py::arg("l_max"), py::arg("L_enc"), py::arg("L_dec"), py::arg("H"), py::arg("d_e"),
-              py::arg("d_mlp"), py::kw_only(), py::arg("d_attn") = py::none(), py::arg("d_mid") = py::none(),
-              py::arg("positional") = "learned", py::arg("base") = py::none(), py::arg("tied") = false,
-              py::arg("eps") = 1e-5, py::arg("dtype") = "float32", py::arg("seed") = 0, py::arg("init_std") = 0.02,
-              py::arg("H_kv") = py::none(), py::arg("bias") = true, FT_DROPOUT_ARGS);
+    edcls.def(py::init([](const py::args& args, const py::kwargs& kwargs) { return make_model<ft::EDTransformer>(ft::Arch::ED, args, kwargs); }),
+             constructor_doc(ft::Arch::ED))
+        .def("config_json", [](const DED& d) { return config_text(d); },
+             "model.config as the core writes it (ModelConfig::to_json, with the dtype): what ft.save stores.");
     def_model_common<ft::EDTransformer>(edcls);
     auto ed_pair = [](auto& m, const py::handle& z, const py::handle& x) {
         InBatch zb = in_batch(z, "z", m.cfg.n_vocab, ft::max_input_length(m.cfg));
@@ -733,8 +649,10 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
             "(ℓ_z, ℓ_x), for every head: (H, rows, columns).")
         .def_property_readonly("L_enc", [](DED& d) { return d.visit([](auto& m) { return m.cfg.L_enc; }); })
         .def_property_readonly("L_dec", [](DED& d) { return d.visit([](auto& m) { return m.cfg.L_dec; }); })
-        .def_property_readonly("config", [](DED& d) { return d.visit([&](auto& m) { return config_dict(m.cfg, "EDTransformer", d.dtype()); }); })
-        .def("__repr__", [](DED& d) { return d.visit([&](auto& m) { return model_repr(config_dict(m.cfg, "EDTransformer", d.dtype())); }); });
+        .def_property_readonly("config", &config_of<DED>,
+                               "The hyperparameters as a dict (the core's ModelConfig.to_json with the dtype): "
+                               "ft.build_model(config) makes this model's architecture again.")
+        .def("__repr__", &repr_of<DED>);
 }
 
 

@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
                     argv[1], text.size(), cfg.n_vocab, data.size(), model.store.size());
 
         ft::TrainOptions o;  // Algorithm 13 with nanoGPT's options
-        o.n_epochs = 1000000;
+        o.n_epochs = 0;  // counted in steps: max_steps long
         o.max_steps = steps;
         o.batch_size = 12;
         o.eta = 1e-3;

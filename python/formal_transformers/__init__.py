@@ -57,7 +57,7 @@ finally:
         del _os.environ[_k]
 from ._core import *  # noqa: E402,F401,F403
 from . import datasets, reference  # noqa: E402,F401
-from .io import load, save  # noqa: E402
+from .io import build_model, load, save  # noqa: E402
 from .hf import from_hf, from_torch, load_hf, save_hf, to_hf, to_torch  # noqa: E402  (weights in and out)
 from .training import DTraining, EDTraining, ETraining, History  # noqa: E402
 

@@ -518,13 +518,21 @@ class DTransformer(_HasParams):
     """
     def __call__(self, x: typing.Any) -> typing.Any:
         ...
-    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, norm: str = 'layer', positional: str = 'learned', base: typing.Any = None, tied: bool = False, gelu: str = 'exact', eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, H_kv: typing.Any = None, bias: typing.Any = True, mlp: str = 'gelu', rope_theta: typing.SupportsFloat | typing.SupportsIndex = 10000.0, sliding_window: typing.Any = None, dropout: typing.Any = 0.0, embed_dropout: typing.Any = None, attn_dropout: typing.Any = None, resid_dropout: typing.Any = None) -> None:
-        ...
+    def __init__(self, *args, **kwargs) -> None:
+        """
+        __init__(n_vocab, l_max, L, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, mlp='gelu', rope_theta=10000.0, sliding_window=None, dtype='float32')
+        
+        The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
+        """
     def __repr__(self) -> str:
         ...
     def attention_weights(self, layer: typing.SupportsInt | typing.SupportsIndex, seq: typing.SupportsInt | typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
         """
         softmax(S/√d_attn) of every head of `layer` in the last forward call: (H, ℓ, ℓ); column t is how token t attends to the tokens of its sequence.
+        """
+    def config_json(self) -> str:
+        """
+        model.config as the core writes it (ModelConfig::to_json, with the dtype): what ft.save stores.
         """
     def dropout_masks(self) -> dict:
         """
@@ -556,8 +564,10 @@ class DTransformer(_HasParams):
         N_V − 2
         """
     @property
-    def config(self) -> dict:
-        ...
+    def config(self) -> typing.Any:
+        """
+        The hyperparameters as a dict (the core's ModelConfig.to_json with the dtype): ft.build_model(config) makes this model's architecture again.
+        """
     @property
     def d_e(self) -> int:
         ...
@@ -628,13 +638,21 @@ class ETransformer(_HasParams):
     """
     def __call__(self, x: typing.Any, *, segments: typing.Any = None) -> typing.Any:
         ...
-    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, d_f: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, positional: str = 'learned', base: typing.Any = None, tied: bool = False, gelu: str = 'exact', eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, n_segments: typing.SupportsInt | typing.SupportsIndex = 0, embed_norm: bool = False, unembed_bias: bool = False, H_kv: typing.Any = None, bias: typing.Any = True, dropout: typing.Any = 0.0, embed_dropout: typing.Any = None, attn_dropout: typing.Any = None, resid_dropout: typing.Any = None) -> None:
-        ...
+    def __init__(self, *args, **kwargs) -> None:
+        """
+        __init__(n_vocab, l_max, L, H, d_e, d_mlp, d_f, *, d_attn=None, d_mid=None, positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, n_segments=0, embed_norm=False, unembed_bias=False, dtype='float32')
+        
+        The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
+        """
     def __repr__(self) -> str:
         ...
     def attention_weights(self, layer: typing.SupportsInt | typing.SupportsIndex, seq: typing.SupportsInt | typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
         """
         softmax(S/√d_attn) of every head of `layer` in the last forward call: (H, ℓ, ℓ); column t is how token t attends to the tokens of its sequence.
+        """
+    def config_json(self) -> str:
+        """
+        model.config as the core writes it (ModelConfig::to_json, with the dtype): what ft.save stores.
         """
     def dropout_masks(self) -> dict:
         """
@@ -668,8 +686,10 @@ class ETransformer(_HasParams):
         N_V − 2
         """
     @property
-    def config(self) -> dict:
-        ...
+    def config(self) -> typing.Any:
+        """
+        The hyperparameters as a dict (the core's ModelConfig.to_json with the dtype): ft.build_model(config) makes this model's architecture again.
+        """
     @property
     def d_e(self) -> int:
         ...
@@ -739,13 +759,21 @@ class EDTransformer(_HasParams):
     """
     def __call__(self, z: typing.Any, x: typing.Any) -> typing.Any:
         ...
-    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, l_max: typing.SupportsInt | typing.SupportsIndex, L_enc: typing.SupportsInt | typing.SupportsIndex, L_dec: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, *, d_attn: typing.Any = None, d_mid: typing.Any = None, positional: str = 'learned', base: typing.Any = None, tied: bool = False, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32', seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, H_kv: typing.Any = None, bias: typing.Any = True, dropout: typing.Any = 0.0, embed_dropout: typing.Any = None, attn_dropout: typing.Any = None, resid_dropout: typing.Any = None) -> None:
-        ...
+    def __init__(self, *args, **kwargs) -> None:
+        """
+        __init__(n_vocab, l_max, L_enc, L_dec, H, d_e, d_mlp, *, d_attn=None, d_mid=None, positional='learned', base=None, tied=False, eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, dtype='float32')
+        
+        The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
+        """
     def __repr__(self) -> str:
         ...
     def attention_weights(self, kind: str, layer: typing.SupportsInt | typing.SupportsIndex, seq: typing.SupportsInt | typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
         """
         Attention matrices of the last forward call: kind 'enc' (ℓ_z, ℓ_z), 'dec' (ℓ_x, ℓ_x) or 'cross' (ℓ_z, ℓ_x), for every head: (H, rows, columns).
+        """
+    def config_json(self) -> str:
+        """
+        model.config as the core writes it (ModelConfig::to_json, with the dtype): what ft.save stores.
         """
     def dropout_masks(self) -> dict:
         """
@@ -776,8 +804,10 @@ class EDTransformer(_HasParams):
         N_V − 2
         """
     @property
-    def config(self) -> dict:
-        ...
+    def config(self) -> typing.Any:
+        """
+        The hyperparameters as a dict (the core's ModelConfig.to_json with the dtype): ft.build_model(config) makes this model's architecture again.
+        """
     @property
     def d_e(self) -> int:
         ...
@@ -1293,9 +1323,17 @@ def _gemm(A: typing.Any, B: typing.Any, transA: bool = False, transB: bool = Fal
     """
     Private (benchmarks): C = op(A) op(B) by one call of the core's gemm (OpenBLAS), in A's precision (float32 stays float32, any other float is float64). C-contiguous inputs of that dtype are used without a copy (as a transposed column-major matrix); other layouts are copied once.
     """
+def _load_native(path: str, arch: str, dtype: typing.Any = 'float32') -> typing.Any:
+    """
+    ft::load<ft::<arch><dtype>>(path) of the C++ API (for the tests).
+    """
 def _mask_tokens(x: typing.Any, mask_token: typing.SupportsInt | typing.SupportsIndex, p_mask: typing.SupportsFloat | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.int64]:
     """
     Algorithm 12 lines 4–6 on one sequence (the masking ETraining applies), for inspection and tests.
+    """
+def _save_native(model: typing.Any, path: str) -> None:
+    """
+    ft::save(model, path) of the C++ API (for the tests).
     """
 def bidirectional_mask(l_z: typing.SupportsInt | typing.SupportsIndex, l_x: typing.SupportsInt | typing.SupportsIndex | None = None) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """

@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._options import _check_options
+
 
 def _gelu(kind: str):
     return lambda h: F.gelu(h, approximate="tanh" if kind == "tanh" else "none")
@@ -368,8 +370,6 @@ _CLASSES = {"DTransformer": TorchDTransformer, "ETransformer": TorchETransformer
 
 
 def from_ft(model) -> FTModule:
-    from .hf import _check_options
-
     arch = type(model).__name__
     if arch not in _CLASSES or not hasattr(model, "config"):
         raise TypeError(f"ft.to_torch takes a DTransformer, ETransformer or EDTransformer, got {type(model).__name__}")

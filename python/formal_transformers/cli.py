@@ -137,10 +137,10 @@ def train(args) -> pathlib.Path:
         _say(f"resuming {out} after step {done}")
     else:
         tok = make_tokenizer(args.tokenizer, text, args.vocab)
-        model = _core.DTransformer(
-            tok.n_vocab, args.context + 1, args.layers, args.heads, args.d_e, args.d_mlp, seed=args.seed,
-            dropout=getattr(args, "dropout", 0.0), dtype=getattr(args, "dtype", "float32"),
-        )
+        model = io.build_model({
+            "arch": "DTransformer", "n_vocab": tok.n_vocab, "l_max": args.context + 1, "L": args.layers,
+            "H": args.heads, "d_e": args.d_e, "d_mlp": args.d_mlp, "seed": args.seed,
+            "dropout": getattr(args, "dropout", 0.0)}, dtype=getattr(args, "dtype", "float32"))
         done = 0
         state = {"history": {}}
     ids = tok.encode(text, bos=False, eos=False)

@@ -55,6 +55,8 @@ from typing import Union
 import numpy as np
 
 from . import _core
+from ._options import _check_options
+from .io import build_model
 
 __all__ = ["from_hf", "to_hf", "save_hf", "load_hf", "to_torch", "from_torch"]
 
@@ -584,7 +586,7 @@ def _build(cls_name: str, config: dict, T: dict, dtype, where: str):
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
     params = to_ft(hp, T, head)
-    model = getattr(_core, arch)(**hp, dtype=dtype)
+    model = build_model({"arch": arch, **hp}, dtype=dtype)
     for name, value in params.items():
         model.params[name][...] = value
     return model
@@ -622,29 +624,6 @@ def _torch_dtype(name):
 
 # ---------------------------------------------------------------------------------------------------
 # ft -> HF: configuration and state of the matching class
-
-_KNOWN = {"arch", "n_vocab", "l_max", "L", "L_enc", "L_dec", "H", "d_e", "d_mlp", "d_f", "d_attn", "d_mid", "norm",
-          "positional", "base", "tied", "gelu", "eps", "seed", "init_std", "dtype", "n_segments", "embed_norm",
-          "unembed_bias", "rope_theta"}  # rope_theta acts only with positional="rope" (the LLaMA path)
-
-
-def _check_options(cfg: dict, target: str) -> None:
-    """Options beyond the ones this module maps (the decoder variants' names of docs/api.md, or later ones)
-    must be at their listing defaults."""
-    if cfg.get("bias", True) is False:
-        raise ValueError(f"{target} has no equivalent of the option bias=False")
-    if cfg.get("H_kv") not in (None, 0, cfg.get("H")):
-        raise ValueError(f"{target} has no equivalent of the option H_kv={cfg['H_kv']!r} (grouped-query attention)")
-    for k, v in cfg.items():
-        if k in ("bias", "H_kv") or k in _KNOWN:
-            continue
-        if k == "mlp" and v in (None, "", "gelu", "mlp", "default"):
-            continue
-        if k == "mask" and v in (None, "", "causal"):
-            continue
-        if v not in (None, False, 0, "", "none"):
-            raise ValueError(f"{target} has no equivalent of the option {k}={v!r}")
-
 
 def _check_exportable(cfg: dict, target: str) -> None:
     _check_options(cfg, target)
@@ -854,8 +833,6 @@ def from_torch(module):
 
     if not isinstance(module, _torch.FTModule):
         raise TypeError(f"ft.from_torch takes a module made by ft.to_torch, got {type(module).__name__}")
-    cfg = dict(module.ft_config)
-    arch = cfg.pop("arch")
-    model = getattr(_core, arch)(**cfg)
+    model = build_model(module.ft_config)
     model.params.update({k: np.ascontiguousarray(v) for k, v in module.ft_params().items()})
     return model

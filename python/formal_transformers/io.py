@@ -4,7 +4,8 @@
     model = ft.load("model.safetensors")
 
 The file holds one tensor per parameter (the names of `model.params`, row-major copies) and, in its
-metadata, the model's `config` as JSON under "formal_transformers.config" (with the dropout rates), the
+metadata, the model's config as the core writes it (ModelConfig.to_json, with the dtype) under
+"formal_transformers.config", the
 dropout counter `model.dropout_step` and seed `model.dropout_seed`, plus a format version. Files
 written by other programs, or damaged ones, raise ValueError naming the problem.
 """
@@ -19,10 +20,28 @@ import numpy as np
 
 from . import _core
 
-__all__ = ["save", "load"]
+__all__ = ["save", "load", "build_model"]
 
 FORMAT = "1"
 _ARCHS = {"DTransformer": _core.DTransformer, "ETransformer": _core.ETransformer, "EDTransformer": _core.EDTransformer}
+
+
+def build_model(config: Union[dict, str], *, dtype: str | None = None):
+    """The one way every front-end makes a model from its hyperparameters: `config` is a dict (model.config)
+    or its JSON text, {"arch": "DTransformer" | "ETransformer" | "EDTransformer", option: value, …} (the core's
+    ModelConfig.to_json; a missing option takes its default), dtype (if given) replaces config's. θ is
+    initialised from config's seed. The core checks every name, type and value (TypeError / ValueError)."""
+    if isinstance(config, str):
+        config = json.loads(config)
+    if not isinstance(config, dict):
+        raise TypeError(f"config must be a dict or its JSON text, got {type(config).__name__}")
+    options = dict(config)
+    arch = options.pop("arch", None)
+    if arch not in _ARCHS:
+        raise ValueError(f"config['arch'] must be one of {', '.join(_ARCHS)}, got {arch!r}")
+    if dtype is not None:
+        options["dtype"] = dtype
+    return _ARCHS[arch](**options)
 
 
 def _safetensors():
@@ -75,7 +94,7 @@ def save(model, path: Union[str, os.PathLike], *, metadata: dict | None = None) 
         raise TypeError(f"ft.save saves a DTransformer, ETransformer or EDTransformer, got {type(model).__name__}")
     st = _safetensors()
     tensors = {name: np.ascontiguousarray(arr) for name, arr in model.params.items()}
-    meta = {"formal_transformers.format": FORMAT, "formal_transformers.config": json.dumps(model.config),
+    meta = {"formal_transformers.format": FORMAT, "formal_transformers.config": model.config_json(),
             # dropout's counter and seed (docs/regularisation.md): a resumed run draws the masks it would have drawn
             "formal_transformers.dropout_step": str(model.dropout_step),
             "formal_transformers.dropout_seed": str(model.dropout_seed)}
@@ -126,18 +145,12 @@ def load(path: Union[str, os.PathLike], *, dtype: str | None = None):
         cfg = json.loads(meta["formal_transformers.config"])
         if not isinstance(cfg, dict):
             raise ValueError("not a JSON object")
-        arch = cfg.pop("arch")
-        cls = _ARCHS[arch]
-        if dtype is not None:
-            cfg["dtype"] = dtype
-        positional = [cfg.pop(k) for k in _positional_names(arch)]
         # every layer has parameters of its own: a config with more layers than the file has tensors cannot
         # match it, and is refused before the model is built (L = 10**6 took minutes to build: issue 27)
-        names = _positional_names(arch)
-        layers = sum(v for k, v in zip(names, positional) if k in ("L", "L_enc", "L_dec") and isinstance(v, int))
+        layers = sum(v for k, v in cfg.items() if k in ("L", "L_enc", "L_dec") and isinstance(v, int))
         if layers > n_tensors:
             raise ValueError(f"the config has {layers} layers, the file only {n_tensors} tensors")
-        model = cls(*positional, **cfg)
+        model = build_model(cfg, dtype=dtype)
     except (ValueError, KeyError, TypeError, IndexError, RecursionError) as e:  # RecursionError: deeply nested JSON
         raise ValueError(f"{path}: damaged or unusable config in the metadata ({type(e).__name__}: {e})") from None
     try:
@@ -159,11 +172,3 @@ def load(path: Union[str, os.PathLike], *, dtype: str | None = None):
             except (ValueError, TypeError) as e:
                 raise ValueError(f"{path}: damaged {key} in the metadata ({e})") from None
     return model
-
-
-def _positional_names(arch: str):
-    if arch == "EDTransformer":
-        return ("n_vocab", "l_max", "L_enc", "L_dec", "H", "d_e", "d_mlp")
-    if arch == "ETransformer":
-        return ("n_vocab", "l_max", "L", "H", "d_e", "d_mlp", "d_f")
-    return ("n_vocab", "l_max", "L", "H", "d_e", "d_mlp")

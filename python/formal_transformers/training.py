@@ -77,7 +77,7 @@ class _Trainer:
     def __init__(
         self,
         n_epochs: int,
-        eta: float,
+        eta: Optional[float] = None,
         *,
         optimizer: Any = "adam",
         batch_size: int = 1,
@@ -112,6 +112,8 @@ class _Trainer:
         if callback is not None and not callable(callback):
             raise TypeError("callback must be callable")
         self.n_epochs = int(n_epochs)
+        if eta is None:  # the optimizer object's own lr (the core refuses an lr that disagrees with a given eta)
+            eta = optimizer.lr if not isinstance(optimizer, str) else 1e-3
         if isinstance(eta, bool) or not isinstance(eta, (int, float, np.integer, np.floating)):
             raise TypeError(f"eta must be a real number, got {type(eta).__name__}")
         self.eta = float(eta)
@@ -333,12 +335,13 @@ def _check_early_state_keys(state: dict) -> None:
 class DTraining(_Trainer):
     """Algorithm 13: θ̂ ← DTraining(x_{1:N_data}, θ) — next-token training of a DTransformer.
 
-    DTraining(n_epochs, eta, **opts)(x_data, model) -> model (trained in place). x_data: sequences of
+    DTraining(n_epochs, eta=1e-3, **opts)(x_data, model) -> model (trained in place). x_data: sequences of
     token ids (a 2-D (N, ℓ) array or a list of 1-D sequences of any lengths ≤ l_max; see ft.chunk).
     Options:
       optimizer   "adam" (default; AdamW with `weight_decay`, `betas`), "sgd" (the listing's
                   θ ← θ − η∇loss), or an ft.Adam / ft.SGD object (its moments and step count are
-                  used and kept; the learning rate of each step is the trainer's η and schedule)
+                  used and kept; the learning rate of each step is the trainer's η and schedule:
+                  leave eta out to take the object's lr as η; an eta that differs from it is a ValueError)
       batch_size  sequences per update (the listing: 1); the update uses the mean over the minibatch of
                   the listing's per-sequence loss (reduction="sum") or the mean per token ("mean")
       shuffle, seed   a fresh seeded order each epoch; same seed, same run
@@ -346,7 +349,8 @@ class DTraining(_Trainer):
       clip        rescale the gradient to norm ≤ clip (0: off)
       start_step  resuming a run: the updates already done; warm-up and decay continue from there over
                   start_step + this run's steps (history and callback steps count from 1 as before)
-      max_steps   stop after this many updates (0: n_epochs full passes)
+      max_steps   stop after this many updates (0: n_epochs full passes; with n_epochs=0 the run is
+                  max_steps updates long, as many epochs as that takes)
       nonfinite   what a step whose loss or gradient norm is NaN/inf does; it is never applied:
                   "raise" (default) stops training with FloatingPointError naming the step — the model
                   then holds its parameters after the previous step (history ends there); "warn"
@@ -377,7 +381,7 @@ class DTraining(_Trainer):
 
     _listing = "DTraining"
 
-    def __init__(self, n_epochs: int, eta: float, *, val_data=None, **opts):
+    def __init__(self, n_epochs: int, eta: Optional[float] = None, *, val_data=None, **opts):
         super().__init__(n_epochs, eta, **opts)
         self.val_data = val_data
         self._check_early_stopping()
@@ -400,7 +404,7 @@ class ETraining(_Trainer):
 
     _listing = "ETraining"
 
-    def __init__(self, n_epochs: int, eta: float, p_mask: float = 0.15, *, val_data=None, **opts):
+    def __init__(self, n_epochs: int, eta: Optional[float] = None, p_mask: float = 0.15, *, val_data=None, **opts):
         super().__init__(n_epochs, eta, **opts)
         self.options["p_mask"] = p_mask
         _core.learning_rate(self._core_options(), 1, 1)
@@ -453,7 +457,7 @@ class EDTraining(_Trainer):
 
     _listing = "EDTraining"
 
-    def __init__(self, n_epochs: int, eta: float, *, val_data=None, **opts):
+    def __init__(self, n_epochs: int, eta: Optional[float] = None, *, val_data=None, **opts):
         super().__init__(n_epochs, eta, **opts)
         if val_data is not None and (not isinstance(val_data, (tuple, list)) or len(val_data) != 2):
             raise ValueError("EDTraining's val_data must be a pair (z_val, x_val)")

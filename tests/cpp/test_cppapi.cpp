@@ -186,6 +186,8 @@ TEST(CppApi, TrainersAndInferenceOnTokenIds) {
 
     EDTransformer<double> ed(small(Arch::ED));
     SGD<double> sgd(0.1);
+    EXPECT_THROW(EDTraining(ed, data, data, o, sgd), ValueError);  // lr 0.1 beside eta 0.01: refused, not ignored
+    o.eta = 0.1;
     EDTraining(ed, data, data, o, sgd);
     Rng r3(1), r4(1);
     TokenIds xh = EDInference(ed, TokenIds{3, 4, 5}, so, r3);

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 using namespace ft;
 
@@ -82,6 +83,28 @@ TEST(Training, DTrainingOneSgdStepIsTheListingsUpdate) {
     hand.loss_and_grad(Tokens{one.ids.data(), one.s});
     for (index_t i = 0; i < hand.store.size(); ++i) hand.store.theta()[i] -= 0.3 * hand.store.grad()[i];
     EXPECT_LT(fttest::rel_error(m.store.theta(), hand.store.theta(), std::size_t(m.store.size())), 1e-14);
+}
+
+TEST(Training, MaxStepsWithZeroEpochsCountsTheRunInSteps) {
+    // 5 sequences, B = 2: 3 steps an epoch. n_epochs = 0, max_steps = 7: 7 steps over 3 epochs, the schedule's
+    // total 7; n_epochs = 1, max_steps = 7: the epoch ends it at 3; n_epochs = 0 alone: nothing to do.
+    const Dataset data = cycle_data(5, 6);
+    for (auto [epochs, max_steps, expected] : {std::tuple<index_t, index_t, index_t>{0, 7, 7}, {1, 7, 3}, {0, 0, 0}, {4, 7, 7}}) {
+        DTransformer<double> m(small_d());
+        TrainOptions o;
+        o.n_epochs = epochs;
+        o.max_steps = max_steps;
+        o.batch_size = 2;
+        index_t steps = 0, total = -1;
+        DTraining<double>(m, data, o, sgd<double>(), [&](const StepInfo& s) {
+            ++steps;
+            total = s.total_steps;
+            EXPECT_EQ(s.step, steps);
+            return true;
+        });
+        EXPECT_EQ(steps, expected) << epochs << " epochs, max_steps " << max_steps;
+        if (expected > 0) EXPECT_EQ(total, expected);
+    }
 }
 
 TEST(Training, MaskTokensMasksTheExpectedFraction) {

@@ -113,11 +113,18 @@ def test_huge_model_embedding_call_after_rejection_is_impossible_and_small_model
 def test_model_size_lower_bound_never_exceeds_the_real_count():
     """check_model_size estimates a lower bound of the parameter count: a model just inside any plausible
     bound must still construct (the estimate must not over-count), checked on varied configs."""
+    def bound(V, l_max, L, H, d, d_mlp, d_attn, d_mid, L_cross=0):  # W_e, W_p, the layers' matrices, typed in
+        attn = 3 * H * d_attn * d + H * d_mid * d
+        return V * d + l_max * d + L * (attn + 2 * d_mlp * d) + L_cross * attn
+
     for args, kw in [((12, 8, 2, 2, 8, 16), {}), ((30, 16, 3, 4, 8, 5), dict(d_attn=3, d_mid=7)),
                      ((7, 5, 1, 1, 1, 1), {})]:
-        ft.DTransformer(*args, **kw)
-        ft.ETransformer(*args, 3, **kw)
-        ft.EDTransformer(args[0], args[1], 1, 2, *args[3:], **kw)
+        V, l_max, L, H, d, d_mlp = args
+        d_attn, d_mid = kw.get("d_attn", d // H), kw.get("d_mid", d // H)
+        assert ft.DTransformer(*args, **kw).n_params >= bound(V, l_max, L, H, d, d_mlp, d_attn, d_mid)
+        assert ft.ETransformer(*args, 3, **kw).n_params >= bound(V, l_max, L, H, d, d_mlp, d_attn, d_mid)
+        ed = ft.EDTransformer(V, l_max, 1, 2, H, d, d_mlp, **kw)  # 3 layers, 2 with cross-attention
+        assert ed.n_params >= bound(V, l_max, 3, H, d, d_mlp, d_attn, d_mid, L_cross=2)
 
 
 def damaged_file(tmp_path, **changes):

@@ -878,15 +878,22 @@ def test_bad_data_is_rejected_before_any_update_by_every_trainer(kind):
     assert_identical(m, before)
 
 
-def test_a_passed_optimizer_steps_with_the_trainers_eta():
-    """optimizer=ft.SGD(0.5) with eta=0.1: the update is the trainer's θ − 0.1·∇ (its schedule sets each
-    step's η), as the docstring says; the object's own lr is used only by its own step()."""
+def test_a_passed_optimizers_lr_is_eta_or_refused():
+    """optimizer=ft.SGD(0.5) without eta: η = 0.5, the update is θ − 0.5·∇; with eta=0.1 the two rates
+    disagree and the trainer refuses (ValueError naming both) instead of ignoring one, before any step."""
     x = ragged(32, 1)
     m, hand = dmodel(), dmodel()
-    ft.DTraining(1, 0.1, **quiet(optimizer=ft.SGD(0.5)))(x, m)
+    ft.DTraining(1, **quiet(optimizer=ft.SGD(0.5)))(x, m)
     _, g = hand.loss_and_grad(x[0])
-    sgd_by_hand(hand, g, 0.1, 1.0)
+    sgd_by_hand(hand, g, 0.5, 1.0)
     assert_close(m, hand, 1e-12)
+    before = snapshot(m)
+    for opt in (ft.SGD(0.5), ft.Adam(0.5)):
+        with pytest.raises(ValueError, match="lr = 0.5.* eta = 0.1"):
+            ft.DTraining(1, 0.1, **quiet(optimizer=opt))(x, m)
+    assert_identical(m, before)
+    assert ft.DTraining(1, **quiet(optimizer=ft.Adam(3e-4))).eta == 3e-4
+    assert ft.DTraining(1, **quiet()).eta == 1e-3
 
 
 def test_mismatched_z_x_data_lengths_are_value_errors():

@@ -5,6 +5,9 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <variant>
+#include <vector>
 
 #include "formal_transformers/common.hpp"
 #include "formal_transformers/embedding.hpp"
@@ -13,9 +16,21 @@
 
 namespace ft {
 
+// The three models of the paper: Algorithm 10 (D), 9 (E), 8 (ED).
+enum class Arch { D, E, ED };
+const char* arch_name(Arch a);                 // "DTransformer", "ETransformer", "EDTransformer"
+Arch arch_from_name(const std::string& name);  // ValueError for another name
+
+// One option's value as a front-end passes it (a Python keyword argument, a JSON value): None, a bool, an
+// integer, a real number or a string. The schema (config.cpp) checks its type against the option's.
+using OptionValue = std::variant<std::monostate, bool, std::int64_t, std::uint64_t, double, std::string>;
+using Options = std::vector<std::pair<std::string, OptionValue>>;  // name -> value, in the caller's order
+
 // ---------------------------------------------------------------------------------------------------
-// Hyperparameters.
+// Hyperparameters. Every option is declared once, in config.cpp's schema (name, type, default, the
+// architectures that accept it, its check); from_options, from_json, to_json, == and to_string all read it.
 struct ModelConfig {
+    Arch arch = Arch::D;  // set by resolve
     index_t n_vocab = 0, l_max = 0;
     index_t L = 0;                  // D, E: layers
     index_t L_enc = 0, L_dec = 0;   // ED
@@ -56,9 +71,32 @@ struct ModelConfig {
     index_t mask_token() const { return n_vocab - 3; }
     index_t bos_token() const { return n_vocab - 2; }
     index_t eos_token() const { return n_vocab - 1; }
+
+    // The resolved config of `arch` from keyword options (the model constructors' arguments: the sizes
+    // first, in `positional_names(arch)` order, may also come positionally). TypeError for an option `arch`
+    // does not take, a value of the wrong type, a missing size or one given twice; ValueError (resolve) for
+    // a value out of range. "dropout" sets the three rates that are not given.
+    static ModelConfig from_options(Arch arch, const Options& keywords, const std::vector<OptionValue>& positional = {});
+    static std::vector<std::string> positional_names(Arch arch);  // D: n_vocab l_max L H d_e d_mlp; E: + d_f; ED: L_enc L_dec
+    // "n_vocab, l_max, L, H, d_e, d_mlp, *, d_attn=None, …": the options of `arch` with their defaults, in
+    // Python's notation (the constructors' documented signature).
+    static std::string signature(Arch arch);
+    // {"arch": "DTransformer", "n_vocab": …, …} with every option `arch` takes (resolved values; base: null
+    // for ℓ_max); dtype, when given, is written last ("float32" / "float64": the model's, for ft.save's files).
+    std::string to_json(const char* dtype = nullptr) const;
+    // The resolved config of a JSON object written by to_json (or Python's model.config, any key order);
+    // a missing option takes its default (files written before the option existed); a "dtype" key is
+    // allowed and not part of the config (json_dtype reads it). ValueError for text that is not such an object.
+    static ModelConfig from_json(const std::string& text);
+    static std::string json_dtype(const std::string& text);  // the "dtype" of such an object, "" when absent
+    // DTransformer(n_vocab=70, l_max=64, …): the options of to_json in Python's notation (the model's repr).
+    std::string to_string(const char* dtype = nullptr) const;
 };
-// Fill d_attn/d_mid defaults and check every size: ValueError naming the problem.
-enum class Arch { D, E, ED };
+bool operator==(const ModelConfig& a, const ModelConfig& b);  // arch, and every option of arch (what to_json writes)
+inline bool operator!=(const ModelConfig& a, const ModelConfig& b) { return !(a == b); }
+
+// Fill the defaults (d_attn, d_mid, H_kv), set c.arch and check every option (the schema's per-option checks,
+// then those between options): ValueError naming the problem.
 ModelConfig resolve(ModelConfig c, Arch arch);
 
 // A batch of token sequences: ids concatenated, s the sequences. Checked by `validate` (IndexError for

@@ -28,7 +28,8 @@
 //  * shuffle: line 2 visits the data in a fresh random order each epoch (seeded).
 //  * η schedule: linear warm-up over `warmup` steps, then constant, cosine or linear decay to min_lr
 //    at the last step. clip > 0: the gradient is rescaled to norm ≤ clip before the update.
-//  * max_steps > 0 ends training early; eval_every > 0 measures the validation loss (mean per token, and
+//  * max_steps > 0 ends training early; with n_epochs = 0 it is the run's length (as many epochs as it
+//    needs: training counted in steps, as nanoGPT's max_iters); eval_every > 0 measures the validation loss (mean per token, and
 //    accuracy of the argmax) every that many steps and at the end.
 //  * nonfinite: a step whose loss or gradient norm is not finite (NaN or ±inf, e.g. η too large), or whose
 //    update would make θ non-finite (SGD and Adam check their result before writing it: optim.hpp), is never
@@ -90,7 +91,7 @@ struct TrainOptions {
     index_t warmup = 0;
     double min_lr = 0.0;            // the decay's end value
     double clip = 0.0;              // max gradient norm; 0: off
-    index_t max_steps = 0;          // 0: N_epochs full passes
+    index_t max_steps = 0;          // 0: N_epochs full passes; with n_epochs = 0: the run's length in steps
     index_t eval_every = 0;         // 0: evaluate only at the end (when validation data is given)
     index_t start_step = 0;         // resuming: steps already done; the schedule continues from there (its
                                     // length is start_step + this run's steps)
@@ -190,6 +191,10 @@ void EDTraining(EDTransformer<T>& model, const Dataset& z_data, const Dataset& x
 // From C++ with xtensor sequences and an optimizer object (formal_transformers.hpp): the same loops.
 // A Dataset of the given sequences (checked by the trainers: IndexError, ValueError).
 Dataset dataset(const std::vector<TokenIds>& seqs);
+// An optimizer object's own lr beside the trainer's η: the trainer sets every step's rate from o.eta (its
+// schedule's peak), so an lr that disagrees would be silently ignored; refused instead (ValueError naming
+// both). Python's trainers take eta=None to mean the optimizer's lr.
+void check_optimizer_lr(double optimizer_lr, const TrainOptions& o);
 // Line 6 of Algorithms 11–13 by an optimizer: Adam's step (its moments, the step's η), or SGD's θ ← θ − η g.
 template <class T>
 UpdateFn<T> update_rule(Adam<T>& adam) {
@@ -202,16 +207,19 @@ UpdateFn<T> update_rule(const SGD<T>&) {
 template <class T, class Opt>
 void DTraining(DTransformer<T>& model, const std::vector<TokenIds>& data, const TrainOptions& o, Opt& opt,
                const StepHook& hook = nullptr) {
+    check_optimizer_lr(opt.lr, o);
     DTraining(model, dataset(data), o, update_rule<T>(opt), hook);
 }
 template <class T, class Opt>
 void ETraining(ETransformer<T>& model, const std::vector<TokenIds>& data, const TrainOptions& o, Opt& opt,
                const StepHook& hook = nullptr) {
+    check_optimizer_lr(opt.lr, o);
     ETraining(model, dataset(data), o, update_rule<T>(opt), hook);
 }
 template <class T, class Opt>
 void EDTraining(EDTransformer<T>& model, const std::vector<TokenIds>& z_data, const std::vector<TokenIds>& x_data,
                 const TrainOptions& o, Opt& opt, const StepHook& hook = nullptr) {
+    check_optimizer_lr(opt.lr, o);
     EDTraining(model, dataset(z_data), dataset(x_data), o, update_rule<T>(opt), hook);
 }
 

@@ -61,6 +61,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "formal_transformers/attention.hpp"
@@ -325,6 +326,9 @@ template <class T>
 class DTransformer : public Model<T> {
 public:
     explicit DTransformer(const ModelConfig& c);
+    // Built, then restore(*this) (ft::load: θ and dropout's counter from a file; the model returned by value).
+    template <class Restore, class = std::enable_if_t<std::is_invocable_v<Restore&, DTransformer&>>>
+    DTransformer(const ModelConfig& c, Restore&& restore) : DTransformer(c) { restore(*this); }
     using Model<T>::cfg;
     using Model<T>::store;
 
@@ -397,6 +401,9 @@ template <class T>
 class ETransformer : public Model<T> {
 public:
     explicit ETransformer(const ModelConfig& c);
+    // Built, then restore(*this) (ft::load: θ and dropout's counter from a file; the model returned by value).
+    template <class Restore, class = std::enable_if_t<std::is_invocable_v<Restore&, ETransformer&>>>
+    ETransformer(const ModelConfig& c, Restore&& restore) : ETransformer(c) { restore(*this); }
     using Model<T>::cfg;
     using Model<T>::store;
     // lines 1–11; segments: with cfg.n_segments > 0, one segment id per token of x (null: all 0; BERT)
@@ -448,6 +455,9 @@ template <class T>
 class EDTransformer : public Model<T> {
 public:
     explicit EDTransformer(const ModelConfig& c);
+    // Built, then restore(*this) (ft::load: θ and dropout's counter from a file; the model returned by value).
+    template <class Restore, class = std::enable_if_t<std::is_invocable_v<Restore&, EDTransformer&>>>
+    EDTransformer(const ModelConfig& c, Restore&& restore) : EDTransformer(c) { restore(*this); }
     using Model<T>::cfg;
     using Model<T>::store;
 

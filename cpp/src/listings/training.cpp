@@ -7,6 +7,8 @@
 #include <limits>
 #include <numeric>
 
+#include "formal_transformers/sizes.hpp"
+
 namespace ft {
 
 void TrainOptions::check() const {
@@ -23,6 +25,13 @@ void TrainOptions::check() const {
     if (patience < 0) throw ValueError("patience must be >= 1 (0: no early stopping), got " + std::to_string(patience));
     if (!(min_delta >= 0) || !std::isfinite(min_delta))
         throw ValueError("min_delta must be a finite number >= 0, got " + std::to_string(min_delta));
+}
+
+void check_optimizer_lr(double optimizer_lr, const TrainOptions& o) {
+    if (optimizer_lr != o.eta)
+        throw ValueError("the optimizer's lr = " + std::to_string(optimizer_lr) + " but the trainer's eta = " +
+                         std::to_string(o.eta) + ": the trainer sets each step's rate from eta (its schedule's peak), "
+                         "so give them the same value (Python: leave eta out to use the optimizer's lr)");
 }
 
 template <class T>
@@ -160,14 +169,16 @@ void train_loop(ParamStore<T>& store, index_t N_data, const TrainOptions& o, con
     const index_t rank = dp ? dp->rank : 0, world = dp ? dp->world : 1;
     const index_t B = o.batch_size;
     const index_t per_epoch = (N_data + B - 1) / B;
-    index_t total = o.n_epochs * per_epoch;
+    // n_epochs = 0 with max_steps > 0: as many epochs as max_steps needs (a run counted in steps)
+    const index_t epochs = o.n_epochs == 0 && o.max_steps > 0 ? (o.max_steps + per_epoch - 1) / per_epoch : o.n_epochs;
+    index_t total = checked_mul(epochs, per_epoch, "the number of training steps (n_epochs x steps per epoch)");
     if (o.max_steps > 0) total = std::min(total, o.max_steps);
     Rng rng(o.seed);
     std::vector<index_t> order(static_cast<std::size_t>(N_data));
     std::iota(order.begin(), order.end(), index_t(0));
     std::vector<index_t> batch;
     index_t step = 0;
-    for (index_t epoch = 0; epoch < o.n_epochs && step < total; ++epoch) {  // line 1: for i ∈ [N_epochs]
+    for (index_t epoch = 0; epoch < epochs && step < total; ++epoch) {  // line 1: for i ∈ [N_epochs]
         if (o.shuffle)
             for (index_t k = N_data - 1; k > 0; --k) std::swap(order[std::size_t(k)], order[std::size_t(rng.below(std::uint64_t(k + 1)))]);
         for (index_t k = 0; k < N_data && step < total; k += B) {  // line 2: for n ∈ [N_data], B at a time

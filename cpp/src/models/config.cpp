@@ -1,31 +1,452 @@
-// The model configuration: resolve (defaults and checks), the size bound, input validation (config.hpp).
+// The model configuration (config.hpp): its schema (every option once), building it from keyword options
+// and JSON, writing it, resolve (defaults and checks), the size bound, input validation.
 #include "formal_transformers/config.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
+#include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "formal_transformers/dropout.hpp"
 #include "formal_transformers/sizes.hpp"
 
 namespace ft {
 
+// ======================================== the schema ==================================================
+namespace {
+
+// The architectures an option is accepted by (a bit each).
+enum Archs : unsigned { D = 1, E = 2, ED = 4, DE = D | E, ALL = D | E | ED };
+unsigned bit(Arch a) { return a == Arch::D ? D : a == Arch::E ? E : ED; }
+
+// An option's type, and with it the check of one value (in resolve) and its JSON form.
+enum class Kind {
+    Size,         // a positive integer that every config of the architecture needs (the sizes)
+    AutoSize,     // a positive integer, or None: 0 (d_attn, d_mid, H_kv: filled by resolve from the others;
+                  // sliding_window: off, written None)
+    Count,        // an integer >= 0
+    Real,         // a real number (checked by `Check`)
+    AutoReal,     // a real number > 0, or None: 0 (base)
+    Bool,
+    Seed,         // an integer in [0, 2^64)
+    Enum,         // a string from the enum's name table
+    AllRates,     // "dropout": the default of the three rates, not stored
+};
+enum class Check { None, Positive, NonNegative, Rate };
+
+// The name tables of the enums (the first name of a value is the one written; later ones are aliases).
+template <class En>
+using NameTable = std::vector<std::pair<const char*, En>>;
+const NameTable<NormKind> kNorms = {{"layer", NormKind::Layer}, {"rms", NormKind::RMS}};
+const NameTable<Positional> kPositionals = {{"learned", Positional::Learned},
+                                            {"sinusoidal", Positional::Sinusoidal},
+                                            {"rope", Positional::Rope},
+                                            {"alibi", Positional::Alibi}};
+const NameTable<Gelu> kGelus = {{"exact", Gelu::Exact}, {"tanh", Gelu::Tanh}, {"none", Gelu::Exact}};
+const NameTable<ModelConfig::Mlp> kMlps = {{"gelu", ModelConfig::Mlp::Standard}, {"swiglu", ModelConfig::Mlp::SwiGLU}};
+
+template <class En>
+const NameTable<En>& names_of(En ModelConfig::*);
+template <> const NameTable<NormKind>& names_of(NormKind ModelConfig::*) { return kNorms; }
+template <> const NameTable<Positional>& names_of(Positional ModelConfig::*) { return kPositionals; }
+template <> const NameTable<Gelu>& names_of(Gelu ModelConfig::*) { return kGelus; }
+template <> const NameTable<ModelConfig::Mlp>& names_of(ModelConfig::Mlp ModelConfig::*) { return kMlps; }
+
+template <class P>
+constexpr bool is_enum_member = false;
+template <class En>
+constexpr bool is_enum_member<En ModelConfig::*> = std::is_enum_v<En>;
+
+using Field = std::variant<std::nullptr_t, index_t ModelConfig::*, double ModelConfig::*, bool ModelConfig::*,
+                           std::uint64_t ModelConfig::*, NormKind ModelConfig::*, Positional ModelConfig::*,
+                           Gelu ModelConfig::*, ModelConfig::Mlp ModelConfig::*>;
+
+struct OptionSpec {
+    const char* name;
+    unsigned archs;
+    Kind kind;
+    Field field;  // the member (its initialiser in config.hpp is the default); nullptr: not stored
+    Check check = Check::None;
+};
+
+// Every option, in the order the constructors take the sizes and to_json writes them. Adding an option:
+// a member of ModelConfig (with its default) and one line here; a check between options goes in resolve.
+const std::vector<OptionSpec> kSchema = {
+    {"n_vocab", ALL, Kind::Size, &ModelConfig::n_vocab},
+    {"l_max", ALL, Kind::Size, &ModelConfig::l_max},
+    {"L", DE, Kind::Size, &ModelConfig::L},
+    {"L_enc", ED, Kind::Size, &ModelConfig::L_enc},
+    {"L_dec", ED, Kind::Size, &ModelConfig::L_dec},
+    {"H", ALL, Kind::Size, &ModelConfig::H},
+    {"d_e", ALL, Kind::Size, &ModelConfig::d_e},
+    {"d_mlp", ALL, Kind::Size, &ModelConfig::d_mlp},
+    {"d_f", E, Kind::Size, &ModelConfig::d_f},
+    {"d_attn", ALL, Kind::AutoSize, &ModelConfig::d_attn},
+    {"d_mid", ALL, Kind::AutoSize, &ModelConfig::d_mid},
+    {"norm", D, Kind::Enum, &ModelConfig::norm},
+    {"positional", ALL, Kind::Enum, &ModelConfig::positional},
+    {"base", ALL, Kind::AutoReal, &ModelConfig::pos_base},
+    {"tied", ALL, Kind::Bool, &ModelConfig::tied},
+    {"gelu", DE, Kind::Enum, &ModelConfig::gelu},
+    {"eps", ALL, Kind::Real, &ModelConfig::eps, Check::NonNegative},
+    {"seed", ALL, Kind::Seed, &ModelConfig::seed},
+    {"init_std", ALL, Kind::Real, &ModelConfig::init_std, Check::Positive},
+    {"H_kv", ALL, Kind::AutoSize, &ModelConfig::H_kv},
+    {"bias", ALL, Kind::Bool, &ModelConfig::bias},
+    {"dropout", ALL, Kind::AllRates, nullptr, Check::Rate},
+    {"embed_dropout", ALL, Kind::Real, &ModelConfig::embed_dropout, Check::Rate},
+    {"attn_dropout", ALL, Kind::Real, &ModelConfig::attn_dropout, Check::Rate},
+    {"resid_dropout", ALL, Kind::Real, &ModelConfig::resid_dropout, Check::Rate},
+    {"mlp", D, Kind::Enum, &ModelConfig::mlp},
+    {"rope_theta", D, Kind::Real, &ModelConfig::rope_theta, Check::Positive},
+    {"sliding_window", D, Kind::AutoSize, &ModelConfig::sliding_window},
+    {"n_segments", E, Kind::Count, &ModelConfig::n_segments},
+    {"embed_norm", E, Kind::Bool, &ModelConfig::embed_norm},
+    {"unembed_bias", E, Kind::Bool, &ModelConfig::unembed_bias},
+};
+
+const OptionSpec* find_option(const std::string& name) {
+    for (const OptionSpec& o : kSchema)
+        if (name == o.name) return &o;
+    return nullptr;
+}
+
+// Python's names of a value's type, for the messages.
+const char* type_name(const OptionValue& v) {
+    static const char* names[] = {"None", "bool", "int", "int", "float", "str"};
+    return names[v.index()];
+}
+[[noreturn]] void wrong_type(const OptionSpec& o, const OptionValue& v, const char* expected) {
+    throw TypeError(std::string(o.name) + " must be " + expected + ", got " + type_name(v));
+}
+// Python's repr of a float: the shortest digits that read back, positional for exponents in [-4, 16)
+// (10000.0, 0.0001), else scientific (1e-05, 1e+16).
+std::string str_of(double v) {
+    if (!std::isfinite(v)) return v != v ? "nan" : v > 0 ? "inf" : "-inf";
+    char buf[400];
+    auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
+    std::string s(buf, r.ptr);
+    const int exp = std::stoi(s.substr(s.find('e') + 1));
+    if (exp < -4 || exp >= 16) return s;
+    r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed);
+    s.assign(buf, r.ptr);
+    if (s.find('.') == std::string::npos) s += ".0";
+    return s;
+}
+
+index_t int_of(const OptionSpec& o, const OptionValue& v) {
+    if (const auto* i = std::get_if<std::int64_t>(&v)) return index_t(*i);
+    if (const auto* u = std::get_if<std::uint64_t>(&v)) {
+        if (*u > std::uint64_t(std::numeric_limits<index_t>::max()))
+            throw ValueError(std::string(o.name) + " = " + std::to_string(*u) + " is out of range (64-bit integers)");
+        return index_t(*u);
+    }
+    wrong_type(o, v, "an int");
+}
+double real_of(const OptionSpec& o, const OptionValue& v) {
+    if (const auto* d = std::get_if<double>(&v)) return *d;
+    if (const auto* i = std::get_if<std::int64_t>(&v)) return double(*i);
+    if (const auto* u = std::get_if<std::uint64_t>(&v)) return double(*u);
+    wrong_type(o, v, "a real number");
+}
+void check_real(const OptionSpec& o, double v) {
+    const std::string name = o.name;
+    switch (o.check) {
+        case Check::Positive:
+            if (!(v > 0)) throw ValueError(name + " must be > 0, got " + str_of(v));
+            if (!std::isfinite(v)) throw ValueError(name + " must be a finite number > 0, got " + str_of(v));
+            break;
+        case Check::NonNegative:
+            if (!(v >= 0)) throw ValueError(name + " must be >= 0, got " + str_of(v));
+            if (!std::isfinite(v)) throw ValueError(name + " must be a finite number >= 0, got " + str_of(v));
+            break;
+        case Check::Rate: check_dropout_rate(v, o.name); break;
+        case Check::None: break;
+    }
+}
+
+// One value into its member (type checks here; range checks in resolve, which sees stored values only: a
+// given 0 for an AutoSize, which stores "None" as 0, is refused here).
+void set_option(ModelConfig& c, const OptionSpec& o, const OptionValue& v) {
+    const bool none = std::holds_alternative<std::monostate>(v);
+    switch (o.kind) {
+        case Kind::Size:
+        case Kind::Count: c.*std::get<index_t ModelConfig::*>(o.field) = int_of(o, v); return;
+        case Kind::AutoSize: {
+            index_t n = 0;
+            if (!none && (n = int_of(o, v)) <= 0)
+                throw ValueError(std::string(o.name) + " must be a positive integer, got " + std::to_string(n));
+            c.*std::get<index_t ModelConfig::*>(o.field) = n;
+            return;
+        }
+        case Kind::Real: c.*std::get<double ModelConfig::*>(o.field) = real_of(o, v); return;
+        case Kind::AutoReal: {
+            double x = 0;
+            if (!none && !((x = real_of(o, v)) > 0)) throw ValueError(std::string(o.name) + " must be > 0, got " + str_of(x));
+            c.*std::get<double ModelConfig::*>(o.field) = x;
+            return;
+        }
+        case Kind::Bool:
+            if (!std::holds_alternative<bool>(v)) wrong_type(o, v, "True or False");
+            c.*std::get<bool ModelConfig::*>(o.field) = std::get<bool>(v);
+            return;
+        case Kind::Seed:
+            if (const auto* i = std::get_if<std::int64_t>(&v)) {
+                if (*i < 0) throw ValueError(std::string(o.name) + " = " + std::to_string(*i) + " is outside [0, 2^64)");
+                c.*std::get<std::uint64_t ModelConfig::*>(o.field) = std::uint64_t(*i);
+            } else if (const auto* u = std::get_if<std::uint64_t>(&v)) {
+                c.*std::get<std::uint64_t ModelConfig::*>(o.field) = *u;
+            } else {
+                wrong_type(o, v, "an int");
+            }
+            return;
+        case Kind::Enum: {
+            const auto* s = std::get_if<std::string>(&v);
+            if (!s) wrong_type(o, v, "a str");
+            std::visit(
+                [&](auto member) {
+                    if constexpr (is_enum_member<decltype(member)>) {
+                        std::string allowed;
+                        const auto& table = names_of(member);
+                        for (const auto& [name, value] : table) {
+                            if (*s == name) {
+                                c.*member = value;
+                                return;
+                            }
+                        }
+                        for (std::size_t i = 0; i < table.size(); ++i) {
+                            bool alias = false;  // list each value once
+                            for (std::size_t j = 0; j < i; ++j) alias |= table[j].second == table[i].second;
+                            if (!alias) allowed += std::string(allowed.empty() ? "'" : ", '") + table[i].first + "'";
+                        }
+                        throw ValueError(std::string(o.name) + " must be one of " + allowed + ", got '" + *s + "'");
+                    }
+                },
+                o.field);
+            return;
+        }
+        case Kind::AllRates: return;  // from_options applies it
+    }
+}
+
+// One stored option as JSON (nlohmann's ordered object keeps the schema's order).
+using Json = nlohmann::ordered_json;
+Json json_of(const ModelConfig& c, const OptionSpec& o) {
+    return std::visit(
+        [&](auto member) -> Json {
+            if constexpr (std::is_same_v<decltype(member), std::nullptr_t>) {
+                return nullptr;
+            } else {
+                using V = std::remove_cv_t<std::remove_reference_t<decltype(c.*member)>>;
+                const V& v = c.*member;
+                if constexpr (std::is_enum_v<V>) {
+                    for (const auto& [name, value] : names_of(member))
+                        if (value == v) return name;
+                    return nullptr;
+                } else if constexpr (std::is_same_v<V, double>) {
+                    if (o.kind == Kind::AutoReal && v == 0) return nullptr;
+                    return v;
+                } else if constexpr (std::is_same_v<V, index_t>) {
+                    if (o.kind == Kind::AutoSize && v == 0) return nullptr;  // None (sliding_window off)
+                    return v;
+                } else {
+                    return v;
+                }
+            }
+        },
+        o.field);
+}
+
+OptionValue value_of_json(const Json& j) {
+    switch (j.type()) {
+        case Json::value_t::null: return std::monostate{};
+        case Json::value_t::boolean: return j.get<bool>();
+        case Json::value_t::number_integer: return j.get<std::int64_t>();
+        case Json::value_t::number_unsigned: return j.get<std::uint64_t>();
+        case Json::value_t::number_float: return j.get<double>();
+        case Json::value_t::string: return j.get<std::string>();
+        default: throw TypeError("an option must be null, a bool, a number or a string, got " + std::string(j.type_name()));
+    }
+}
+
+// Python's notation of a JSON scalar (the repr): True/False, None, 'text', 1e-05, 10000.0.
+std::string python_repr(const Json& j) {
+    switch (j.type()) {
+        case Json::value_t::null: return "None";
+        case Json::value_t::boolean: return j.get<bool>() ? "True" : "False";
+        case Json::value_t::number_float: return str_of(j.get<double>());
+        case Json::value_t::string: return "'" + j.get<std::string>() + "'";
+        default: return j.dump();
+    }
+}
+
+Json config_object(const ModelConfig& c, const char* dtype) {
+    Json j = Json::object();
+    j["arch"] = arch_name(c.arch);
+    for (const OptionSpec& o : kSchema)
+        if ((o.archs & bit(c.arch)) && o.kind != Kind::AllRates) j[o.name] = json_of(c, o);
+    if (dtype) j["dtype"] = dtype;
+    return j;
+}
+
+Json parse_object(const std::string& text) {
+    Json j;
+    try {
+        j = Json::parse(text);
+    } catch (const Json::exception& e) {
+        throw ValueError(std::string("model config: not JSON (") + e.what() + ")");
+    }
+    if (!j.is_object()) throw ValueError("model config: not a JSON object");
+    return j;
+}
+
+}  // namespace
+
+const char* arch_name(Arch a) { return a == Arch::D ? "DTransformer" : a == Arch::E ? "ETransformer" : "EDTransformer"; }
+Arch arch_from_name(const std::string& name) {
+    for (Arch a : {Arch::D, Arch::E, Arch::ED})
+        if (name == arch_name(a)) return a;
+    throw ValueError("arch must be 'DTransformer', 'ETransformer' or 'EDTransformer', got '" + name + "'");
+}
+
+std::vector<std::string> ModelConfig::positional_names(Arch arch) {
+    std::vector<std::string> names;
+    for (const OptionSpec& o : kSchema)
+        if (o.kind == Kind::Size && (o.archs & bit(arch))) names.push_back(o.name);
+    return names;
+}
+
+std::string ModelConfig::signature(Arch arch) {
+    const ModelConfig defaults;
+    std::string r;
+    bool star = false;
+    for (const OptionSpec& o : kSchema) {
+        if (!(o.archs & bit(arch))) continue;
+        if (o.kind != Kind::Size && !star) {
+            r += ", *";
+            star = true;
+        }
+        r += (r.empty() ? "" : ", ") + std::string(o.name);
+        if (o.kind == Kind::AllRates) r += "=0.0";
+        else if (o.kind == Kind::AutoSize || (o.kind == Kind::Real && o.check == Check::Rate)) r += "=None";
+        else if (o.kind != Kind::Size) r += "=" + python_repr(json_of(defaults, o));
+    }
+    return r;
+}
+
+ModelConfig ModelConfig::from_options(Arch arch, const Options& keywords, const std::vector<OptionValue>& positional) {
+    const std::string who = std::string(arch_name(arch)) + "()";
+    const std::vector<std::string> sizes = positional_names(arch);
+    if (positional.size() > sizes.size())
+        throw TypeError(who + " takes " + std::to_string(sizes.size()) + " positional arguments (the sizes) but " +
+                        std::to_string(positional.size()) + " were given");
+    ModelConfig c;
+    std::vector<const OptionSpec*> given;
+    const OptionValue* all_rates = nullptr;
+    auto take = [&](const std::string& name, const OptionValue& v) {
+        const OptionSpec* o = find_option(name);
+        if (!o || !(o->archs & bit(arch))) throw TypeError(who + " got an unexpected keyword argument '" + name + "'");
+        if (o->kind == Kind::Real && o->check == Check::Rate && std::holds_alternative<std::monostate>(v))
+            return;  // a place's rate None: dropout's (as not given)
+        for (const OptionSpec* g : given)
+            if (g == o) throw TypeError(who + " got multiple values for argument '" + name + "'");
+        given.push_back(o);
+        if (o->kind == Kind::AllRates) {
+            check_real(*o, real_of(*o, v));
+            all_rates = &v;
+        } else {
+            set_option(c, *o, v);
+        }
+    };
+    for (std::size_t i = 0; i < positional.size(); ++i) take(sizes[i], positional[i]);
+    for (const auto& [name, v] : keywords) take(name, v);
+    for (const OptionSpec& o : kSchema) {
+        const bool is_given = std::find(given.begin(), given.end(), &o) != given.end();
+        if (is_given || !(o.archs & bit(arch))) continue;
+        if (o.kind == Kind::Size) throw TypeError(who + " missing required argument '" + o.name + "'");
+        if (all_rates && o.check == Check::Rate && o.kind == Kind::Real) set_option(c, o, *all_rates);
+    }
+    return resolve(c, arch);
+}
+
+std::string ModelConfig::to_json(const char* dtype) const { return config_object(*this, dtype).dump(); }
+
+ModelConfig ModelConfig::from_json(const std::string& text) {
+    const Json j = parse_object(text);
+    if (!j.contains("arch") || !j["arch"].is_string()) throw ValueError("model config: no \"arch\" string");
+    const Arch arch = arch_from_name(j["arch"].get<std::string>());
+    Options options;
+    try {
+        for (const auto& [key, value] : j.items()) {
+            if (key == "arch") continue;
+            if (key == "dtype") {
+                json_dtype(text);  // checked: "float32" or "float64"
+                continue;
+            }
+            options.emplace_back(key, value_of_json(value));
+        }
+        return from_options(arch, options);
+    } catch (const TypeError& e) {  // in a file: damaged data, not a caller's wrong argument
+        throw ValueError(std::string("model config: ") + e.what());
+    }
+}
+
+std::string ModelConfig::json_dtype(const std::string& text) {
+    const Json j = parse_object(text);
+    if (!j.contains("dtype")) return "";
+    if (!j["dtype"].is_string() || (j["dtype"] != "float32" && j["dtype"] != "float64"))
+        throw ValueError("model config: dtype must be \"float32\" or \"float64\", got " + j["dtype"].dump());
+    return j["dtype"].get<std::string>();
+}
+
+std::string ModelConfig::to_string(const char* dtype) const {
+    const Json j = config_object(*this, dtype);
+    std::string r = std::string(arch_name(arch)) + "(";
+    bool first = true;
+    for (const auto& [key, value] : j.items()) {
+        if (key == "arch") continue;
+        r += (first ? "" : ", ") + key + "=" + python_repr(value);
+        first = false;
+    }
+    return r + ")";
+}
+
+bool operator==(const ModelConfig& a, const ModelConfig& b) {
+    if (a.arch != b.arch) return false;
+    for (const OptionSpec& o : kSchema) {
+        if (!(o.archs & bit(a.arch))) continue;  // another architecture's option is not part of this config
+        const bool same = std::visit(
+            [&](auto member) {
+                if constexpr (std::is_same_v<decltype(member), std::nullptr_t>) return true;
+                else return a.*member == b.*member;
+            },
+            o.field);
+        if (!same) return false;
+    }
+    return true;
+}
+
 // ===================================== hyperparameters, input checks ==================================
 ModelConfig resolve(ModelConfig c, Arch arch) {
-    auto positive = [](index_t v, const char* name) {
-        if (v <= 0) throw ValueError(std::string(name) + " must be a positive integer, got " + std::to_string(v));
-    };
-    positive(c.n_vocab, "n_vocab");
-    positive(c.l_max, "l_max");
-    if (arch == Arch::ED) {
-        positive(c.L_enc, "L_enc");
-        positive(c.L_dec, "L_dec");
-    } else {
-        positive(c.L, "L");
+    c.arch = arch;
+    // each option of the architecture by its own rule (the schema), then the rules between options
+    for (const OptionSpec& o : kSchema) {
+        if (!(o.archs & bit(arch))) continue;
+        if (o.kind == Kind::Size || o.kind == Kind::Count || o.kind == Kind::AutoSize) {
+            const index_t v = c.*std::get<index_t ModelConfig::*>(o.field);
+            if (o.kind == Kind::Size && v <= 0)
+                throw ValueError(std::string(o.name) + " must be a positive integer, got " + std::to_string(v));
+            if (o.kind != Kind::Size && v < 0)
+                throw ValueError(std::string(o.name) + " must be >= 0, got " + std::to_string(v));
+        } else if (o.kind == Kind::Real) {
+            check_real(o, c.*std::get<double ModelConfig::*>(o.field));
+        } else if (o.kind == Kind::AutoReal) {
+            const double v = c.*std::get<double ModelConfig::*>(o.field);
+            if (!(v >= 0)) throw ValueError(std::string(o.name) + " must be > 0 (or 0: the default), got " + str_of(v));
+        }
     }
-    positive(c.H, "H");
-    positive(c.d_e, "d_e");
-    positive(c.d_mlp, "d_mlp");
-    if (arch == Arch::E) positive(c.d_f, "d_f");
     if (arch == Arch::E && c.n_vocab < 4)
         throw ValueError("n_vocab must be >= 4: the vocabulary ends with mask_token, bos_token, eos_token (paper §4)");
     if (arch == Arch::ED && c.n_vocab < 3)
@@ -35,19 +456,15 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
                          ": pass d_attn and d_mid explicitly, or choose H dividing d_e");
     if (c.d_attn <= 0) c.d_attn = c.d_e / c.H;
     if (c.d_mid <= 0) c.d_mid = c.d_e / c.H;
-    if (!(c.eps >= 0)) throw ValueError("eps must be >= 0, got " + std::to_string(c.eps));
-    if (!std::isfinite(c.eps)) throw ValueError("eps must be a finite number >= 0, got " + std::to_string(c.eps));
-    if (!(c.init_std > 0) || !std::isfinite(c.init_std))
-        throw ValueError("init_std must be a finite number > 0, got " + std::to_string(c.init_std));
     if (arch == Arch::E && c.tied && c.d_f != c.d_e)
         throw ValueError("tied=True needs d_f == d_e: W_u = W_eᵀ is N_V × d_e, but ETransformer's W_u is N_V × d_f");
     if (arch != Arch::D && c.norm != NormKind::Layer) throw ValueError("norm='rms' is a DTransformer option (Gopher)");
-    if (c.n_segments < 0) throw ValueError("n_segments must be >= 0, got " + std::to_string(c.n_segments));
+    if (arch != Arch::D && c.sliding_window != 0) throw ValueError("sliding_window is a DTransformer option (Mistral)");
     if (arch != Arch::E && (c.n_segments > 0 || c.embed_norm || c.unembed_bias))
         throw ValueError("n_segments, embed_norm and unembed_bias are ETransformer options (BERT)");
     // the variants (docs/variants.md)
     if (c.H_kv == 0) c.H_kv = c.H;
-    if (c.H_kv < 0 || c.H_kv > c.H || c.H % c.H_kv != 0)
+    if (c.H_kv > c.H || c.H % c.H_kv != 0)
         throw ValueError("H_kv = " + std::to_string(c.H_kv) + " must divide H = " + std::to_string(c.H) +
                          " (grouped-query attention: groups of H/H_kv query heads share a key/value head)");
     const bool rel_pos = in_attention(c.positional);
@@ -56,13 +473,6 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
     if (c.positional == Positional::Rope && c.d_attn % 2 != 0)
         throw ValueError("positional='rope' rotates pairs of rows: d_attn (the head size) must be even, got " +
                          std::to_string(c.d_attn));
-    if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta)) throw ValueError("rope_theta must be a finite number > 0");
-    if (c.sliding_window < 0)
-        throw ValueError("sliding_window must be >= 1 (each query sees the last w keys), got " + std::to_string(c.sliding_window));
-    if (arch != Arch::D && c.sliding_window > 0) throw ValueError("sliding_window is a DTransformer option (Mistral)");
-    check_dropout_rate(c.embed_dropout, "embed_dropout");
-    check_dropout_rate(c.attn_dropout, "attn_dropout");
-    check_dropout_rate(c.resid_dropout, "resid_dropout");
     check_model_size(c, arch);  // sizes.hpp: overflow-safe, before any layer is declared
     return c;
 }

@@ -1,0 +1,25 @@
+"""Which model options an export (ft.to_hf, ft.save_hf, ft.to_torch) maps: the rest must be at their listing
+defaults. Its own module so that hf.py and _torch.py both use it without importing each other."""
+from __future__ import annotations
+
+_KNOWN = {"arch", "n_vocab", "l_max", "L", "L_enc", "L_dec", "H", "d_e", "d_mlp", "d_f", "d_attn", "d_mid", "norm",
+          "positional", "base", "tied", "gelu", "eps", "seed", "init_std", "dtype", "n_segments", "embed_norm",
+          "unembed_bias", "rope_theta"}  # rope_theta acts only with positional="rope" (the LLaMA path)
+
+
+def _check_options(cfg: dict, target: str) -> None:
+    """Options beyond the ones this module maps (the decoder variants' names of docs/api.md, or later ones)
+    must be at their listing defaults."""
+    if cfg.get("bias", True) is False:
+        raise ValueError(f"{target} has no equivalent of the option bias=False")
+    if cfg.get("H_kv") not in (None, 0, cfg.get("H")):
+        raise ValueError(f"{target} has no equivalent of the option H_kv={cfg['H_kv']!r} (grouped-query attention)")
+    for k, v in cfg.items():
+        if k in ("bias", "H_kv") or k in _KNOWN:
+            continue
+        if k == "mlp" and v in (None, "", "gelu", "mlp", "default"):
+            continue
+        if k == "mask" and v in (None, "", "causal"):
+            continue
+        if v not in (None, False, 0, "", "none"):
+            raise ValueError(f"{target} has no equivalent of the option {k}={v!r}")

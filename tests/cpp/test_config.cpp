@@ -1,0 +1,224 @@
+// ModelConfig's schema (config.hpp): keyword options, JSON both ways, equality, the repr, and the errors
+// naming the option.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <string>
+
+#include "formal_transformers/config.hpp"
+
+namespace {
+
+using ft::Arch;
+using ft::ModelConfig;
+using ft::Options;
+using ft::OptionValue;
+
+Options sizes_d() {
+    return {{"n_vocab", std::int64_t(11)}, {"l_max", std::int64_t(8)}, {"L", std::int64_t(2)},
+            {"H", std::int64_t(2)},        {"d_e", std::int64_t(6)},   {"d_mlp", std::int64_t(10)}};
+}
+
+TEST(ModelConfig, FromOptionsFillsMembersAndDefaults) {
+    Options o = sizes_d();
+    o.emplace_back("positional", std::string("rope"));
+    o.emplace_back("H_kv", std::int64_t(1));
+    o.emplace_back("d_attn", std::int64_t(2));  // rope: an even head size
+    o.emplace_back("norm", std::string("rms"));
+    o.emplace_back("seed", std::uint64_t(18446744073709551615ull));
+    o.emplace_back("dropout", 0.25);
+    o.emplace_back("attn_dropout", std::int64_t(0));  // an int for a real option
+    o.emplace_back("embed_dropout", std::monostate{});  // None: dropout's rate
+    const ModelConfig c = ModelConfig::from_options(Arch::D, o);
+    EXPECT_EQ(c.arch, Arch::D);
+    EXPECT_EQ(c.n_vocab, 11);
+    EXPECT_EQ(c.d_mlp, 10);
+    EXPECT_EQ(c.d_attn, 2);
+    EXPECT_EQ(c.d_mid, 3);  // resolved: d_e / H
+    EXPECT_EQ(c.H_kv, 1);
+    EXPECT_EQ(c.positional, ft::Positional::Rope);
+    EXPECT_EQ(c.norm, ft::NormKind::RMS);
+    EXPECT_EQ(c.seed, 18446744073709551615ull);
+    EXPECT_EQ(c.embed_dropout, 0.25);  // dropout: the rates not given
+    EXPECT_EQ(c.resid_dropout, 0.25);
+    EXPECT_EQ(c.attn_dropout, 0.0);
+    EXPECT_EQ(c.eps, 1e-5);  // a default
+    EXPECT_FALSE(c.tied);
+}
+
+TEST(ModelConfig, SizesPositionally) {
+    EXPECT_EQ(ModelConfig::positional_names(Arch::D), (std::vector<std::string>{"n_vocab", "l_max", "L", "H", "d_e", "d_mlp"}));
+    EXPECT_EQ(ModelConfig::positional_names(Arch::E),
+              (std::vector<std::string>{"n_vocab", "l_max", "L", "H", "d_e", "d_mlp", "d_f"}));
+    EXPECT_EQ(ModelConfig::positional_names(Arch::ED),
+              (std::vector<std::string>{"n_vocab", "l_max", "L_enc", "L_dec", "H", "d_e", "d_mlp"}));
+    const std::vector<OptionValue> pos = {std::int64_t(9), std::int64_t(5), std::int64_t(1), std::int64_t(2),
+                                          std::int64_t(2), std::int64_t(4), std::int64_t(8)};
+    const ModelConfig c = ModelConfig::from_options(Arch::ED, {{"tied", true}}, pos);
+    EXPECT_EQ(c.L_enc, 1);
+    EXPECT_EQ(c.L_dec, 2);
+    EXPECT_EQ(c.d_mlp, 8);
+    EXPECT_TRUE(c.tied);
+}
+
+TEST(ModelConfig, ErrorsNameTheOption) {
+    auto expect_error = [](Options o, const std::string& needle, bool type_error) {
+        try {
+            ModelConfig::from_options(Arch::D, o);
+            ADD_FAILURE() << "no error for " << needle;
+        } catch (const ft::TypeError& e) {
+            EXPECT_TRUE(type_error) << e.what();
+            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+        } catch (const ft::ValueError& e) {
+            EXPECT_FALSE(type_error) << e.what();
+            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+        }
+    };
+    auto with = [](const char* k, OptionValue v) {
+        Options o = sizes_d();
+        o.emplace_back(k, v);
+        return o;
+    };
+    expect_error(with("n_segments", std::int64_t(2)), "unexpected keyword argument 'n_segments'", true);  // E only
+    expect_error(with("colour", std::string("red")), "'colour'", true);
+    expect_error(with("eps", std::string("small")), "eps must be a real number, got str", true);
+    expect_error(with("tied", std::int64_t(1)), "tied must be True or False, got int", true);
+    expect_error(with("d_attn", 1.5), "d_attn must be an int, got float", true);
+    expect_error(with("L", std::int64_t(3)), "multiple values for argument 'L'", true);
+    expect_error(with("positional", std::string("spiral")), "positional must be one of 'learned', 'sinusoidal', 'rope', 'alibi'", false);
+    expect_error(with("gelu", std::string("relu")), "gelu must be one of 'exact', 'tanh', got 'relu'", false);
+    expect_error(with("d_attn", std::int64_t(0)), "d_attn must be a positive integer", false);
+    expect_error(with("eps", -1.0), "eps must be >= 0", false);
+    expect_error(with("init_std", 0.0), "init_std must be > 0", false);
+    expect_error(with("base", -2.0), "base must be > 0", false);
+    expect_error(with("seed", std::int64_t(-1)), "seed = -1 is outside", false);
+    expect_error(with("dropout", 1.0), "dropout", false);
+    expect_error(with("resid_dropout", -0.5), "resid_dropout", false);
+    Options missing = sizes_d();
+    missing.pop_back();
+    expect_error(missing, "missing required argument 'd_mlp'", true);
+    Options zero = sizes_d();
+    zero[1].second = std::int64_t(0);
+    expect_error(zero, "l_max must be a positive integer, got 0", false);
+    EXPECT_THROW(ModelConfig::from_options(Arch::D, {}, std::vector<OptionValue>(7, std::int64_t(2))), ft::TypeError);
+}
+
+TEST(ModelConfig, JsonRoundTripAndEquality) {
+    Options o = sizes_d();
+    o.emplace_back("positional", std::string("sinusoidal"));
+    o.emplace_back("base", 500.0);
+    o.emplace_back("gelu", std::string("tanh"));
+    o.emplace_back("seed", std::int64_t(7));
+    const ModelConfig c = ModelConfig::from_options(Arch::D, o);
+    const std::string text = c.to_json("float64");
+    EXPECT_EQ(text.rfind("{\"arch\":\"DTransformer\",\"n_vocab\":11,\"l_max\":8,\"L\":2,", 0), 0u) << text;
+    EXPECT_NE(text.find("\"dtype\":\"float64\"}"), std::string::npos) << text;
+    EXPECT_EQ(text.find("n_segments"), std::string::npos);  // E's options are not D's
+    const ModelConfig back = ModelConfig::from_json(text);
+    EXPECT_TRUE(back == c);
+    EXPECT_EQ(back.pos_base, 500.0);
+    EXPECT_EQ(ModelConfig::json_dtype(text), "float64");
+    EXPECT_EQ(ModelConfig::json_dtype(c.to_json()), "");
+    ModelConfig other = c;
+    other.eps = 1e-6;
+    EXPECT_TRUE(other != c);
+    other = c;
+    other.seed = 8;
+    EXPECT_FALSE(other == c);
+    other = c;
+    other.L_enc = 3;  // not an option of DTransformer: not part of its config
+    EXPECT_TRUE(other == c);
+
+    // ETransformer and EDTransformer carry their own options
+    for (Arch a : {Arch::E, Arch::ED}) {
+        Options oe = {{"n_vocab", std::int64_t(12)}, {"l_max", std::int64_t(6)}, {"H", std::int64_t(2)},
+                      {"d_e", std::int64_t(4)},      {"d_mlp", std::int64_t(8)}, {"H_kv", std::int64_t(1)}};
+        if (a == Arch::E) {
+            oe.insert(oe.end(), {{"L", std::int64_t(1)}, {"d_f", std::int64_t(5)}, {"n_segments", std::int64_t(2)}, {"unembed_bias", true}});
+        } else {
+            oe.insert(oe.end(), {{"L_enc", std::int64_t(1)}, {"L_dec", std::int64_t(2)}});
+        }
+        const ModelConfig ce = ModelConfig::from_options(a, oe);
+        const ModelConfig be = ModelConfig::from_json(ce.to_json());
+        EXPECT_TRUE(be == ce) << ce.to_json();
+        EXPECT_EQ(be.arch, a);
+    }
+}
+
+TEST(ModelConfig, FromJsonOldAndDamaged) {
+    // a file written before the variants and dropout existed: the options it lacks take their defaults
+    const ModelConfig old = ModelConfig::from_json(
+        R"({"arch": "DTransformer", "n_vocab": 10, "l_max": 4, "L": 1, "H": 2, "d_e": 4, "d_mlp": 8, "d_attn": 2,
+            "d_mid": 2, "norm": "layer", "positional": "learned", "base": null, "tied": false, "gelu": "none",
+            "eps": 1e-05, "seed": 3, "init_std": 0.02, "dtype": "float32"})");
+    EXPECT_EQ(old.H_kv, 2);
+    EXPECT_TRUE(old.bias);
+    EXPECT_EQ(old.embed_dropout, 0.0);
+    EXPECT_EQ(old.gelu, ft::Gelu::Exact);
+    EXPECT_EQ(old.seed, 3u);
+    EXPECT_THROW(ModelConfig::from_json("[1, 2]"), ft::ValueError);
+    EXPECT_THROW(ModelConfig::from_json("{\"arch\": \"DTransformer\", "), ft::ValueError);
+    EXPECT_THROW(ModelConfig::from_json(R"({"n_vocab": 10})"), ft::ValueError);
+    EXPECT_THROW(ModelConfig::from_json(R"({"arch": "GPT", "n_vocab": 10})"), ft::ValueError);
+    // wrong types in a file are damaged data: ValueError, naming the option
+    try {
+        ModelConfig::from_json(R"({"arch": "DTransformer", "n_vocab": "ten", "l_max": 4, "L": 1, "H": 2, "d_e": 4, "d_mlp": 8})");
+        ADD_FAILURE();
+    } catch (const ft::ValueError& e) {
+        EXPECT_NE(std::string(e.what()).find("n_vocab must be an int"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(ModelConfig::from_json(R"({"arch": "DTransformer", "n_vocab": 10, "l_max": 4, "L": 1, "H": 2, "d_e": 4,
+                                            "d_mlp": 8, "dtype": "float16"})"),
+                 ft::ValueError);
+    EXPECT_THROW(ModelConfig::json_dtype(R"({"arch": "DTransformer", "dtype": 32})"), ft::ValueError);
+}
+
+TEST(ModelConfig, ReprAndSignature) {
+    Options o = sizes_d();
+    o.emplace_back("rope_theta", 500000.0);
+    const ModelConfig c = ModelConfig::from_options(Arch::D, o);
+    const std::string r = c.to_string("float32");
+    EXPECT_EQ(r.rfind("DTransformer(n_vocab=11, l_max=8, L=2, H=2, d_e=6, d_mlp=10, d_attn=3, d_mid=3, norm='layer', "
+                      "positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, ",
+                      0),
+              0u)
+        << r;
+    EXPECT_NE(r.find("rope_theta=500000.0, sliding_window=None, dtype='float32')"), std::string::npos) << r;
+    EXPECT_NE(ModelConfig::signature(Arch::D).find("rope_theta=10000.0, sliding_window=None"), std::string::npos);
+    const std::string sig = ModelConfig::signature(Arch::E);
+    EXPECT_EQ(sig.rfind("n_vocab, l_max, L, H, d_e, d_mlp, d_f, *, d_attn=None, d_mid=None, positional='learned', ", 0), 0u)
+        << sig;
+    EXPECT_NE(sig.find("dropout=0.0, embed_dropout=None, attn_dropout=None"), std::string::npos) << sig;
+    EXPECT_NE(sig.find("n_segments=0, embed_norm=False, unembed_bias=False"), std::string::npos) << sig;
+}
+
+// sliding_window (V8, D only): one schema line; None (0) is off and written null, w >= 1 round-trips.
+TEST(ModelConfig, SlidingWindowOption) {
+    Options o = sizes_d();
+    o.emplace_back("sliding_window", std::int64_t(3));
+    const ModelConfig c = ModelConfig::from_options(Arch::D, o);
+    EXPECT_EQ(c.sliding_window, 3);
+    const std::string j = c.to_json();
+    EXPECT_NE(j.find("\"sliding_window\":3"), std::string::npos) << j;
+    EXPECT_EQ(ModelConfig::from_json(j), c);
+    const ModelConfig off = ModelConfig::from_options(Arch::D, sizes_d());
+    EXPECT_EQ(off.sliding_window, 0);
+    EXPECT_NE(off.to_json().find("\"sliding_window\":null"), std::string::npos) << off.to_json();
+    EXPECT_EQ(ModelConfig::from_json(off.to_json()).sliding_window, 0);
+    for (std::int64_t bad : {0, -2}) {
+        Options b = sizes_d();
+        b.emplace_back("sliding_window", bad);
+        EXPECT_THROW(ModelConfig::from_options(Arch::D, b), ft::ValueError) << bad;
+    }
+    Options f = sizes_d();
+    f.emplace_back("sliding_window", 2.5);
+    EXPECT_THROW(ModelConfig::from_options(Arch::D, f), ft::TypeError);
+    // eps, init_std, rope_theta: finite (main's hostile-input checks, now the schema's Check)
+    for (const char* name : {"eps", "init_std", "rope_theta"}) {
+        Options g = sizes_d();
+        g.emplace_back(name, std::numeric_limits<double>::infinity());
+        EXPECT_THROW(ModelConfig::from_options(Arch::D, g), ft::ValueError) << name;
+    }
+}
+
+}  // namespace

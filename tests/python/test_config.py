@@ -1,0 +1,176 @@
+"""The model config (the core's ModelConfig schema): the constructors' options checked once, by name;
+model.config / config_json / repr from the core; ft.build_model, the one way every front-end makes a model;
+and the C++ API's ft::save / ft::load files read and written by Python's ft.load / ft.save.
+"""
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import pytest
+
+import formal_transformers as ft
+from formal_transformers import _core
+
+V = 11
+
+MODELS = {
+    "d": lambda dt: ft.DTransformer(V, 9, 2, 2, 8, 12, dtype=dt, seed=1, resid_dropout=0.1),
+    "d-variants": lambda dt: ft.DTransformer(V, 9, 1, 4, 8, 12, dtype=dt, seed=2, positional="rope", H_kv=2,
+                                             mlp="swiglu", bias=False, norm="rms", rope_theta=500.0),
+    "d-sinusoidal-tied": lambda dt: ft.DTransformer(V, 9, 1, 2, 8, 12, dtype=dt, positional="sinusoidal",
+                                                    base=100.0, tied=True, gelu="tanh", d_attn=3, d_mid=5),
+    "e-bert": lambda dt: ft.ETransformer(V, 9, 2, 2, 8, 12, 6, dtype=dt, seed=3, n_segments=2, embed_norm=True,
+                                         unembed_bias=True),
+    "ed": lambda dt: ft.EDTransformer(V, 9, 1, 2, 2, 8, 12, dtype=dt, seed=4, attn_dropout=0.2),
+}
+
+
+def make(name, dtype):
+    m = MODELS[name](dtype)
+    r = np.random.default_rng(7)
+    for k in m.params.keys():
+        if not (k == "W_p" and m.config["positional"] == "sinusoidal"):
+            m.params[k][...] = 0.3 * r.standard_normal(m.params[k].shape)
+    m.dropout_step = 5
+    return m
+
+
+def outputs(m):
+    x = np.array([1, 5, 2, 0])
+    return m(np.array([3, 4]), x) if type(m).__name__ == "EDTransformer" else m(x)
+
+
+def test_sizes_by_name_or_position_and_the_signature():
+    a = ft.DTransformer(V, 9, 2, 2, 8, 12, seed=3)
+    b = ft.DTransformer(n_vocab=V, l_max=9, L=2, H=2, d_e=8, d_mlp=12, seed=3)
+    c = ft.DTransformer(V, 9, 2, H=2, d_e=8, d_mlp=12, seed=3)
+    assert a.config == b.config == c.config
+    for k in a.params.keys():
+        assert np.array_equal(a.params[k], b.params[k])
+    doc = ft.DTransformer.__init__.__doc__
+    assert "n_vocab, l_max, L, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer'" in doc
+    assert "n_segments" not in doc and "n_segments=0" in ft.ETransformer.__init__.__doc__
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, n_segments=2), TypeError, "unexpected keyword argument 'n_segments'"),
+    (lambda: ft.ETransformer(V, 9, 2, 2, 8, 12, 6, mlp="swiglu"), TypeError, "unexpected keyword argument 'mlp'"),
+    (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, colour="red"), TypeError, "'colour'"),
+    (lambda: ft.DTransformer(V, 9, 2, 2, 8), TypeError, "missing required argument 'd_mlp'"),
+    (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, 6), TypeError, "positional arguments"),
+    (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, L=3), TypeError, "multiple values for argument 'L'"),
+    (lambda: ft.DTransformer(V, 9.5, 2, 2, 8, 12), TypeError, "l_max must be an int, got float"),
+    (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, eps="small"), TypeError, "eps must be a real number, got str"),
+    (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, tied=1), TypeError, "tied must be True or False"),
+    (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, positional=3), TypeError, "positional must be a str"),
+    (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, seed=[1]), TypeError, "seed must be"),
+    (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, positional="spiral"), ValueError, "positional must be one of"),
+    (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, norm="batch"), ValueError, "norm must be one of 'layer', 'rms'"),
+    (lambda: ft.DTransformer(V, 0, 2, 2, 8, 12), ValueError, "l_max must be a positive integer, got 0"),
+    (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, d_attn=0), ValueError, "d_attn must be a positive integer"),
+    (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, base=-1.0), ValueError, "base must be > 0"),
+    (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, seed=-1), ValueError, "seed = -1"),
+    (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, seed=2**64), ValueError, "out of range"),
+    (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, dropout=1.0), ValueError, "dropout"),
+    (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, dtype="float16"), ValueError, "dtype"),
+])
+def test_bad_options_name_themselves(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_build_model_remakes_the_architecture(name):
+    m = MODELS[name]("float64")
+    for config in (m.config, m.config_json()):
+        b = ft.build_model(config)
+        assert type(b) is type(m) and b.config == m.config and repr(b) == repr(m)
+        for k in m.params.keys():  # the same seed: the same θ₀
+            assert np.array_equal(b.params[k], m.params[k]), k
+    assert json.loads(m.config_json()) == m.config
+    assert list(m.config)[0] == "arch" and list(m.config)[-1] == "dtype"
+    assert ft.build_model(m.config, dtype="float32").dtype == "float32"
+    assert repr(m).startswith(type(m).__name__ + "(n_vocab=11, l_max=9, ")
+    assert repr(m).endswith(", dtype='float64')")
+
+
+def test_build_model_bad_input():
+    with pytest.raises(ValueError, match="arch"):
+        ft.build_model({"arch": "GPT", "n_vocab": V})
+    with pytest.raises(ValueError, match="arch"):
+        ft.build_model({"n_vocab": V})
+    with pytest.raises(TypeError, match="dict"):
+        ft.build_model([1, 2])
+    with pytest.raises(TypeError, match="'layers'"):
+        ft.build_model({"arch": "DTransformer", "n_vocab": V, "l_max": 9, "L": 1, "H": 2, "d_e": 4, "d_mlp": 8,
+                        "layers": 3})
+
+
+def test_save_stores_the_cores_config_json(tmp_path):
+    m = make("e-bert", "float32")
+    ft.save(m, tmp_path / "m.safetensors")
+    meta = ft.io.read_metadata(tmp_path / "m.safetensors")
+    assert meta["formal_transformers.config"] == m.config_json()
+
+
+def test_a_file_written_before_the_schema_still_loads(tmp_path):
+    """A file of an older version: its config JSON (Python's json.dumps of the old model.config, keys in another
+    order) has no variant, dropout or dropout_seed entries and gelu 'none'; it loads with the defaults."""
+    m = ft.DTransformer(V, 9, 1, 2, 8, 12, seed=6, dtype="float64")
+    ft.save(m, tmp_path / "new.safetensors")
+    blob = (tmp_path / "new.safetensors").read_bytes()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    old = {"arch": "DTransformer", "n_vocab": V, "l_max": 9, "L": 1, "H": 2, "d_e": 8, "d_mlp": 12, "d_attn": 4,
+           "d_mid": 4, "norm": "layer", "positional": "learned", "base": None, "tied": False, "gelu": "none",
+           "eps": 1e-05, "dtype": "float64", "seed": 6, "init_std": 0.02}
+    header["__metadata__"] = {"formal_transformers.format": "1", "formal_transformers.config": json.dumps(old)}
+    s = json.dumps(header).encode()
+    s += b" " * ((8 - len(s) % 8) % 8)
+    (tmp_path / "old.safetensors").write_bytes(struct.pack("<Q", len(s)) + s + blob[8 + n:])
+    for got in (ft.load(tmp_path / "old.safetensors"), _core._load_native(str(tmp_path / "old.safetensors"),
+                                                                          "DTransformer", "float64")):
+        assert got.config == m.config
+        assert got.dropout_seed == 6 and got.dropout_step == 0
+        assert np.array_equal(outputs(got), outputs(m))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_cpp_files_and_python_files_are_the_same_format(tmp_path, name, dtype):
+    m = make(name, dtype)
+    arch = type(m).__name__
+    # C++ saves -> Python loads
+    _core._save_native(m, str(tmp_path / "cpp.safetensors"))
+    got = ft.load(tmp_path / "cpp.safetensors")
+    assert type(got) is type(m) and got.config == m.config and got.dropout_step == 5
+    for k in m.params.keys():
+        assert got.params[k].dtype == np.dtype(dtype) and np.array_equal(got.params[k], m.params[k]), k
+    assert np.array_equal(outputs(got), outputs(m))
+    # Python saves -> C++ loads (in either dtype)
+    ft.save(m, tmp_path / "py.safetensors")
+    back = _core._load_native(str(tmp_path / "py.safetensors"), arch, dtype)
+    assert back.config == m.config and back.dropout_step == 5 and back.dropout_seed == m.dropout_seed
+    for k in m.params.keys():
+        assert np.array_equal(back.params[k], m.params[k]), k
+    other = "float64" if dtype == "float32" else "float32"
+    conv = _core._load_native(str(tmp_path / "py.safetensors"), arch, other)
+    for k in m.params.keys():
+        assert np.array_equal(conv.params[k], m.params[k].astype(other)), k
+    # the same tensors and metadata, byte for byte in the data (safetensors orders the tensors its own way)
+    from safetensors.numpy import load_file
+    a, b = load_file(str(tmp_path / "cpp.safetensors")), load_file(str(tmp_path / "py.safetensors"))
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) and a[k].dtype == b[k].dtype for k in a)
+    assert ft.io.read_metadata(tmp_path / "cpp.safetensors") == ft.io.read_metadata(tmp_path / "py.safetensors")
+
+
+def test_cpp_load_refuses_another_architecture_and_damaged_files(tmp_path):
+    ft.save(make("d", "float32"), tmp_path / "d.safetensors")
+    with pytest.raises(ValueError, match="holds a DTransformer"):
+        _core._load_native(str(tmp_path / "d.safetensors"), "ETransformer")
+    blob = (tmp_path / "d.safetensors").read_bytes()
+    (tmp_path / "cut.safetensors").write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(ValueError):
+        _core._load_native(str(tmp_path / "cut.safetensors"), "DTransformer")
