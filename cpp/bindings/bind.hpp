@@ -19,6 +19,7 @@
 #include "formal_transformers/common.hpp"
 #include "formal_transformers/fpenv.hpp"
 #include "formal_transformers/params.hpp"
+#include "formal_transformers/variants.hpp"
 
 namespace ftpy {
 
@@ -81,6 +82,16 @@ long long int_arg(const py::handle& v, const char* name);
 std::uint64_t seed_arg(const py::handle& v, const char* name = "seed");
 // A real number as double: TypeError naming `name` otherwise.
 double float_arg(const py::handle& v, const char* name);
+// attention_impl= "auto" | "literal" | "tiled" (API.md): ValueError naming the option otherwise
+inline ft::AttnImpl parse_attention_impl(const std::string& s) {
+    if (s == "auto") return ft::AttnImpl::Auto;
+    if (s == "literal") return ft::AttnImpl::Literal;
+    if (s == "tiled") return ft::AttnImpl::Tiled;
+    throw ft::ValueError("attention_impl must be 'auto', 'literal' or 'tiled', got '" + s + "'");
+}
+inline const char* attention_impl_name(ft::AttnImpl i) {
+    return i == ft::AttnImpl::Auto ? "auto" : i == ft::AttnImpl::Literal ? "literal" : "tiled";
+}
 
 // ------------------------------------------------------------------------------------------------------
 // Parameters as numpy views.

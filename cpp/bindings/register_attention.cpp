@@ -289,10 +289,14 @@ void register_attention(py::module_& m) {
                       "  otherwise converted once); non-float arrays -> TypeError. NaN is not checked: it propagates as\n"
                       "  numpy's arithmetic of the listing (reference.py) would.\n"
                       "Variants (docs/variants.md): H_kv key/value heads (V3: W_k (H_kv, d_attn, d_z), W_v (H_kv, d_mid,\n"
-                      "  d_z); None: H), bias=False (V5: no b's), positional='rope' (V1, rope_theta) | 'alibi' (V2) | 'none'.");
+                      "  d_z); None: H), bias=False (V5: no b's), positional='rope' (V1, rope_theta) | 'alibi' (V2) | 'none'.\n"
+                      "attention_impl='auto' | 'literal' | 'tiled': Algorithm 4's lines 4-6 as printed, or the tiled listing\n"
+                      "  (docs/tiled_attention.md: the same numbers up to rounding, memory O(ℓ·d) per head; weights then\n"
+                      "  computed when read); 'auto' picks tiled from 256 context tokens on (docs/design.md).");
     mh.def(py::init([](long long H, long long d_x, long long d_z, long long d_attn, long long d_mid, long long d_out,
                        const py::object& mask, const py::object& dtype, const py::object& seed, const py::object& H_kv,
-                       const py::object& bias, const std::string& positional, double rope_theta) {
+                       const py::object& bias, const std::string& positional, double rope_theta,
+                       const std::string& attention_impl) {
                const index_t h = positive(H, "H"), a = positive(d_x, "d_x"), b = positive(d_z, "d_z"),
                              c = positive(d_attn, "d_attn"), mid = positive(d_mid, "d_mid"), o = positive(d_out, "d_out");
                ft::AttnVariant v;
@@ -302,12 +306,13 @@ void register_attention(py::module_& m) {
                ft::check_part_name(ft::PartKind::Position, positional, "positional");
                v.position = positional;
                v.rope_theta = rope_theta;
+               v.impl = parse_attention_impl(attention_impl);
                return std::make_unique<DM>(parse_dtype(dtype), h, a, b, c, mid, o, parse_mask(mask), seed_arg(seed), v);
            }),
            py::arg("H"), py::arg("d_x"), py::arg("d_z"), py::arg("d_attn"), py::arg("d_mid"), py::arg("d_out"),
            py::arg("mask") = "bidirectional", py::kw_only(), py::arg("dtype") = "float32", py::arg("seed") = 0,
            py::arg("H_kv") = py::none(), py::arg("bias") = true, py::arg("positional") = "none",
-           py::arg("rope_theta") = 10000.0)
+           py::arg("rope_theta") = 10000.0, py::arg("attention_impl") = "auto")
         .def("__call__", &call2<DM>, py::arg("X"), py::arg("Z") = py::none(),
              "(X (d_x, ℓ_x), Z (d_z, ℓ_z)) -> Ṽ (d_out, ℓ_x); Z omitted: Z = X.")
         .def("backward", &backward1<DM>, py::arg("dY"),
@@ -317,6 +322,8 @@ void register_attention(py::module_& m) {
                                "before any call.")
         .def_property_readonly("mask", [](DM& d) { return d.visit([](auto& u) { return mask_object(u.att.mask); }); },
                                "'bidirectional', 'unidirectional', or a copy of the explicit bool mask.")
+        .def_property_readonly("attention_impl", [](DM& d) { return d.visit([](auto& u) { return std::string(attention_impl_name(u.att.var.impl)); }); },
+                               "'auto', 'literal' or 'tiled' (the constructor's option).")
         .def_property_readonly("H", [](DM& d) { return d.visit([](auto& u) { return u.att.H; }); })
         .def_property_readonly("d_x", [](DM& d) { return d.visit([](auto& u) { return u.att.d_x; }); })
         .def_property_readonly("d_z", [](DM& d) { return d.visit([](auto& u) { return u.att.d_z; }); })

@@ -150,12 +150,16 @@ public:
 // ---------------------------------------------------------------------------------------------------
 // Algorithm 5, over a batch of sequences.
 template <class T>
+class MHAttention;
+template <class T>
 struct MHAttentionCache {
     Matrix<T> Q;  // [H·d_attn, n_x]  Algorithm 4 line 1 for all heads (head h: rows h·d_attn …)
     Matrix<T> K;  // [H·d_attn, n_z]  line 2
     Matrix<T> V;  // [H·d_mid,  n_z]  line 3
     Matrix<T> Y;  // [H·d_mid,  n_x]  Algorithm 5 line 3: Y = [Y¹; …; Y^H]
-    std::vector<T> A;  // softmax(S/√d_attn) per (sequence b, head h): [l_z_b, l_x_b] at A_off[b·H + h]
+    // softmax(S/√d_attn) per (sequence b, head h): [l_z_b, l_x_b] at A_off[b·H + h] (mutable: filled on demand
+    // after a tiled forward)
+    mutable std::vector<T> A;
     std::vector<index_t> A_off;
     // Self-attention (Z is X): Algorithm 4's lines 1–3 for all heads as ONE product,
     // [Q; K; V] = [W_q; W_k; W_v] X + [b_q; b_k; b_v] 1ᵀ, so X is read and packed once instead of three
@@ -167,8 +171,23 @@ struct MHAttentionCache {
     CMatView<T> Qv, Kv, Vv;  // Q, K, V as used: views of Q/K/V, or row blocks of QKV
     // Dropout on the weights (training only; docs/regularisation.md): the mask of every entry of A and
     // Ad = A ⊙ M / (1 − p), the weights line 6 multiplied V with. A stays softmax(S/√d_attn).
-    DropoutMask drop;
+    mutable DropoutMask drop;
     std::vector<T> Ad;
+    // Tiled (Algorithm T, tiled_attention.hpp) instead of lines 4–6 as printed: A, Ad and drop.keep are not
+    // formed (O(ℓ²)); λ, the log-sum-exp of each query column, is kept instead, and Y^h is the saved Ṽ. A and
+    // drop.keep are filled on demand by MHAttention::materialize_weights (attention_weights, dropout_masks).
+    bool tiled = false;
+    std::vector<T> lse;  // λ of head h at query column j of the batch: lse[h·n_x + j]
+    DropoutKey drop_key; // the key of the weights' masks (dropout with tiled: redrawn in the backward)
+    Seqs sx, sz;         // the batch of the forward (tiled: for materialize_weights)
+    index_t q0 = 0;      // the queries' first position (heads())
+    const ParamStore<T>* store = nullptr;  // the parameters of the forward (tiled: a score bias in materialize_weights)
+    mutable bool weights_ready = true;  // A (and drop.keep) hold the last forward's weights
+    const MHAttention<T>* unit = nullptr;  // the attention that ran it (tiled: materialize_weights)
+    // A (and with dropout drop.keep) as a literal forward leaves them: rebuilt after a tiled forward
+    void ensure_weights() const {
+        if (!weights_ready) unit->materialize_weights(*this);
+    }
 };
 // Backward scratch; one can serve every layer of a model (used one layer at a time).
 template <class T>
@@ -216,6 +235,20 @@ public:
     void attend_cached(const ParamStore<T>& store, CMatView<T> X, index_t q0, const KVCache<T>& cache,
                        MatView<T> Vt, MHAttentionCache<T>& scratch, bool accumulate = false) const;
 
+    // After a tiled forward: fill c.A with the literal weights softmax(S/√d_attn) of every (sequence, head)
+    // and, with dropout, c.drop.keep with the masks the tiles drew (both as a literal forward leaves them).
+    // Nothing to do after a literal forward. O(ℓ²) memory, only when asked for.
+    void materialize_weights(const MHAttentionCache<T>& c) const;
+    // Can the tiled listing honour this attention's parts? The mask part always (its candidate ranges and
+    // allows()); a score bias only with a tiled form (ScoreBias::tiles(): no parameters); a query/key transform
+    // and V3's key/value heads act outside lines 4–6.
+    bool tiled_parts() const { return !position.bias || position.bias->tiles(); }
+    // Whether a call whose longest key sequence is l_z runs the tiled listing (var.impl; Auto: l_z ≥
+    // kTiledFromLength and tiled_parts(), else the literal listing)
+    bool use_tiled(index_t l_z) const {
+        return tiled_parts() && (var.impl == AttnImpl::Tiled || (var.impl == AttnImpl::Auto && l_z >= kTiledFromLength));
+    }
+
     index_t H, d_x, d_z, d_attn, d_mid, d_out;
     Mask mask;
     MatParam W_q, W_k, W_v, W_o;  // stacked [H·d_attn, d_x], [H·d_attn, d_z], [H·d_mid, d_z]; W_o [d_out, H·d_mid]
@@ -235,7 +268,8 @@ private:
     void project_qkv(const ParamStore<T>& store, CMatView<T> X, CMatView<T> Z, bool same_seqs, MHAttentionCache<T>& c,
                      MatView<T>& Q, MatView<T>& K, MatView<T>& V) const;
     // Algorithm 4's lines 4–6 for every (sequence, head) block: Q, K, V (all heads) -> A (per block at
-    // c.A_off), Y = [Y¹; …; Y^H]; queries at q0 + …
+    // c.A_off), Y = [Y¹; …; Y^H]; queries at q0 + …. The one place the head kernel is chosen: attention_head,
+    // or with use_tiled() the tiled listing on the same HeadBlock (tiled_attention.hpp: λ in c.lse, no A).
     void heads(const ParamStore<T>& store, CMatView<T> Q, const Seqs& sx, CMatView<T> K, CMatView<T> V,
                const Seqs& sz, index_t q0, MHAttentionCache<T>& c, MatView<T> Y, const Dropout* drop,
                std::uint64_t place) const;

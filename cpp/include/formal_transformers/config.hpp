@@ -13,6 +13,7 @@
 #include "formal_transformers/embedding.hpp"
 #include "formal_transformers/functions.hpp"
 #include "formal_transformers/norm.hpp"
+#include "formal_transformers/variants.hpp"
 
 namespace ft {
 
@@ -67,6 +68,9 @@ struct ModelConfig {
     // and on each sublayer's output before the residual add. 0: the listings bit for bit.
     double embed_dropout = 0, attn_dropout = 0, resid_dropout = 0;
     bool has_dropout() const { return embed_dropout > 0 || attn_dropout > 0 || resid_dropout > 0; }
+    // How every attention computes Algorithm 4's lines 4–6 (API.md attention_impl; variants.hpp AttnImpl):
+    // the listing as printed, the tiled listing (tiled_attention.hpp), or Auto (tiled from kTiledFromLength on).
+    AttnImpl attention_impl = AttnImpl::Auto;
 
     index_t mask_token() const { return n_vocab - 3; }
     index_t bos_token() const { return n_vocab - 2; }

@@ -49,6 +49,28 @@ struct DropPlace {
 // u_{i} ∈ [0, 1) (53 bits) of entry i of the keyed matrix (line 1)
 double dropout_uniform(const DropoutKey& k, std::uint64_t i);
 
+namespace detail {
+// splitmix64's finaliser (a bijection of 64-bit words with full avalanche)
+inline std::uint64_t mix64(std::uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+constexpr std::uint64_t golden = 0x9e3779b97f4a7c15ULL;
+}  // namespace detail
+
+// Line 1's mask M of one keyed matrix at any entry, in any order: keep(i) = M[i] = [[u_i ≥ p]], the same bit
+// dropout_forward draws at entry i (it uses this). The tiled attention draws the weights' mask block by block.
+class DropoutStream {
+public:
+    DropoutStream(double p, const DropoutKey& k);
+    // u ≥ p with u = m·2^-53 (m: the top 53 bits) ⇔ m ≥ ⌈p·2^53⌉ (p·2^53 is exact)
+    bool keep(std::uint64_t i) const { return (detail::mix64(s_ + (i + 1) * detail::golden) >> 11) >= threshold_; }
+
+private:
+    std::uint64_t s_, threshold_;
+};
+
 // A mask of one training forward, kept for the backward pass: rate p (0: no dropout here) and keep[i] = M[i].
 struct DropoutMask {
     double p = 0;

@@ -30,6 +30,7 @@
 #include "formal_transformers/tokenizer.hpp"
 #include "formal_transformers/training.hpp"
 #include "formal_transformers/transformers.hpp"
+#include "formal_transformers/tiled_attention.hpp"
 #include "formal_transformers/units.hpp"
 
 namespace ft {

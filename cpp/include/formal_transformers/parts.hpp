@@ -59,6 +59,16 @@ public:
         (void)store, (void)mask, (void)b, (void)h, (void)q0, (void)dS;
     }
     virtual void init(ParamStore<T>& store, Rng& rng) const { (void)store, (void)rng; }
+    // The tiled listing (tiled_attention.hpp) adds the bias tile by tile: add_tile() does S[i, j] +=
+    // B^h[t0 + i, q0 + j0 + j] on every entry of a tile of S (masked entries are set to −∞ afterwards). A part
+    // that can (tiles() true) has no parameters (its backward would need the whole dS); the others run the
+    // literal listing (attention_impl "auto" falls back to it; "tiled" is a ValueError).
+    virtual bool tiles() const { return false; }
+    virtual void add_tile(const ParamStore<T>& store, index_t b, index_t h, index_t q0, index_t t0, index_t j0,
+                          MatView<T> S) const {
+        (void)store, (void)b, (void)h, (void)q0, (void)t0, (void)j0, (void)S;
+        throw ValueError("this score bias has no tiled form");
+    }
 };
 
 // The options of one MHAttention (docs/variants.md). Defaults: Algorithm 5 exactly.
@@ -67,6 +77,7 @@ struct AttnVariant {
     bool bias = true;                 // false: V5 (no b_q, b_k, b_v, b_o)
     std::string position = "none";    // a registered position part: "rope" (V1), "alibi" (V2); "none"
     double rope_theta = 10000.0;      // V1's θ
+    AttnImpl impl = AttnImpl::Auto;   // lines 4–6 as printed or tiled (variants.hpp AttnImpl)
 };
 // What a position part is made from: the attention's sizes and options.
 struct AttnSpec {

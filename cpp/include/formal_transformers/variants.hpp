@@ -40,6 +40,15 @@
 
 namespace ft {
 
+// How Algorithm 4's lines 4–6 are computed (API.md `attention_impl`; AttnVariant::impl, parts.hpp): Literal,
+// the listing as printed (the weights A held, ℓ_z×ℓ_x per head); Tiled, Algorithm T (tiled_attention.hpp: the
+// same numbers up to rounding, O(ℓ·d) memory per head); Auto, Tiled from kTiledFromLength context tokens on
+// (docs/design.md "Tiled attention") for the parts the tiled listing honours, Literal otherwise.
+enum class AttnImpl { Auto, Literal, Tiled };
+// Auto's threshold: the longest key sequence of a call at which the tiled listing becomes the faster one
+// (measured on the baby GPT shape's training step, docs/design.md "Tiled attention").
+constexpr index_t kTiledFromLength = 256;
+
 // Algorithm V1 on every head of X:[n_heads·d, n] in place, column j at absolute position pos[j];
 // inverse = true applies R(p)ᵀ (the backward). d even.
 template <class T>

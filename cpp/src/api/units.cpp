@@ -378,6 +378,7 @@ std::optional<Tensor<T, 3>> MHAttention<T>::weights() const {
     if (l_x < 0) return std::nullopt;
     Tensor<T, 3> W = Tensor<T, 3>::from_shape({std::size_t(H), std::size_t(l_z), std::size_t(l_x)});
     // head h's block is a column-major [l_z, l_x] matrix at offset h·l_z·l_x (one sequence)
+    this->cache_.ensure_weights();  // after a tiled forward: computed now
     const T* A = this->cache_.A.data();
     for (index_t h = 0; h < H; ++h)
         for (index_t i = 0; i < l_z; ++i)

@@ -6,6 +6,7 @@
 
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/functions.hpp"
+#include "formal_transformers/tiled_attention.hpp"
 
 namespace ft {
 
@@ -64,11 +65,13 @@ void mix(CMatView<T> V, CMatView<T> A, MatView<T> Vt) {
 // serially: OpenMP's default.)
 // Tiny batches (total work under 2^16 multiply-adds) stay serial: a parallel region would cost more.
 // With another OpenBLAS build (pthreads: its own pool) gemm must not be called from our threads: serial.
+// The tiled listing's blocks (`tiled`) always run in parallel above the tiny size: their products are
+// one-thread BLAS calls on tiles (gemm_unsplit), never split over the threads.
 template <class F>
-void for_blocks(index_t n_seqs, index_t H, index_t work_per_block, F&& f) {
+void for_blocks(index_t n_seqs, index_t H, index_t work_per_block, F&& f, bool tiled = false) {
     const index_t n = n_seqs * H;
     if (blas_is_openmp() && n > 1 && n * work_per_block >= 65536 &&
-        (work_per_block < 4 * 65536 || n >= index_t(get_num_threads()))) {
+        (tiled || work_per_block < 4 * 65536 || n >= index_t(get_num_threads()))) {
 #pragma omp parallel for schedule(dynamic)
         for (index_t bh = 0; bh < n; ++bh) f(bh / H, bh % H);
     } else {
@@ -241,6 +244,8 @@ MHAttention<T>::MHAttention(index_t H_, index_t d_x_, index_t d_z_, index_t d_at
     if (H_kv > H || H % H_kv != 0)
         throw ValueError("H_kv = " + std::to_string(H_kv) + " must divide H = " + std::to_string(H) +
                          " (grouped-query attention: groups of H/H_kv query heads share a key/value head)");
+    if (var.impl != AttnImpl::Auto && var.impl != AttnImpl::Literal && var.impl != AttnImpl::Tiled)
+        throw ValueError("attention_impl must be auto, literal or tiled");
     W_q = store.stacked(p + "W_q", H, d_attn, d_x);
     if (var.bias) b_q = store.stacked_vector(p + "b_q", H, d_attn);
     W_k = store.stacked(p + "W_k", H_kv, d_attn, d_z);
@@ -250,6 +255,9 @@ MHAttention<T>::MHAttention(index_t H_, index_t d_x_, index_t d_z_, index_t d_at
     W_o = store.matrix(p + "W_o", d_out, H * d_mid);
     if (var.bias) b_o = store.vector(p + "b_o", d_out);
     position = make_position<T>(var.position, AttnSpec{H, d_attn, var}, store, p);  // "none": no part (Algorithm 5)
+    if (var.impl == AttnImpl::Tiled && !tiled_parts())
+        throw ValueError("attention_impl 'tiled': the position part '" + var.position +
+                         "' has no tiled form (its score bias must be added tile by tile); use 'literal' or 'auto'");
 }
 
 template <class T>
@@ -329,15 +337,52 @@ void MHAttention<T>::heads(const ParamStore<T>& store, CMatView<T> Q, const Seqs
                            const Seqs& sz, index_t q0, MHAttentionCache<T>& c, MatView<T> Y, const Dropout* drop,
                            std::uint64_t place) const {
     weight_offsets(sx, sz, H, sizeof(T), c.A_off);  // (checked again for the callers that come here directly)
-    c.A.resize(std::size_t(c.A_off.back()));
     c.drop.p = drop ? drop->attn : 0.0;
+    const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid);
+    c.tiled = use_tiled(sz.max_len());
+    if (c.tiled) {
+        // Algorithm T (tiled_attention.hpp) on each block: Y^h and λ, no ℓ_z×ℓ_x matrix; the same parts (mask,
+        // score bias) tile by tile; dropout draws the entries of the same masks (keyed by the entry's index in A)
+        c.A.clear();
+        c.A.shrink_to_fit();
+        c.Ad.clear();
+        c.Ad.shrink_to_fit();
+        c.drop.keep.clear();
+        c.drop.keep.shrink_to_fit();
+        c.drop_key = drop ? drop->key(place) : DropoutKey{};
+        c.sx = sx, c.sz = sz, c.q0 = q0, c.store = &store;
+        c.unit = this;
+        c.weights_ready = false;
+        c.lse.resize(std::size_t(check_bytes(checked_mul(H, Q.cols, "attention log-sum-exp"), sizeof(T),
+                                             "attention log-sum-exp")));
+        for_blocks(
+            sx.count(), H, work,
+            [&](index_t b, index_t h) {
+                const index_t g = kv_head(h);
+                HeadDropout<T> hd;
+                if (c.drop.active()) hd = {c.drop.p, c.drop_key, std::uint64_t(c.A_off[std::size_t(b * H + h)]), nullptr, nullptr};
+                HeadBlock<T> blk;
+                blk.mask = &mask, blk.b = b, blk.h = h, blk.q0 = q0;
+                blk.bias = position.bias.get(), blk.store = &store;
+                blk.drop = c.drop.active() ? &hd : nullptr;
+                tiled_attention_head<T>(Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                                        K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                                        V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), blk,
+                                        Y.rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
+                                        c.lse.data() + h * Q.cols + sx.begin(b));
+            },
+            true);
+        return;
+    }
+    c.weights_ready = true;
+    c.lse.clear();
+    c.A.resize(std::size_t(c.A_off.back()));
     if (c.drop.active()) {
         c.drop.keep.resize(std::size_t(check_bytes(c.A_off.back(), 1, "dropout mask")));
         c.Ad.resize(c.A.size());
     } else {
         c.drop.keep.clear();
     }
-    const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid);
     for_blocks(sx.count(), H, work, [&](index_t b, index_t h) {
         const index_t g = kv_head(h);
         const std::size_t off = std::size_t(c.A_off[std::size_t(b * H + h)]);
@@ -377,11 +422,37 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
     std::fill(dY.data, dY.data + dY.size(), T(0));
     // d(line 4): dW_o += dṼ Yᵀ, db_o += dṼ 1, dY = W_oᵀ dṼ
     affine_backward<T>(store.W(W_o), view(c.Y), dVt, store.dW(W_o).data, dbias(store, b_o), dY.data);
-    w.dA.resize(c.A.size());
     CMatView<T> Q = c.Qv, K = c.Kv, V = c.Vv;
     // d(lines 1–3): Algorithm 4's lines 6, 5, 4 backward per (sequence, key/value head g) block; the query
     // heads of a group run in turn, so dK^g and dV^g sum their contributions (V3) without a race
     const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid), group = H / H_kv;
+    if (c.tiled) {  // Algorithm T2 per head: the weights recomputed tile by tile from λ (a tiled score bias has
+                    // no parameters: nothing for its backward)
+        for_blocks(
+            sx.count(), H_kv, work * group,
+            [&](index_t b, index_t g) {
+                for (index_t h = g * group; h < (g + 1) * group; ++h) {
+                    HeadDropout<T> hd;
+                    if (c.drop.active()) hd = {c.drop.p, c.drop_key, std::uint64_t(c.A_off[std::size_t(b * H + h)]), nullptr, nullptr};
+                    HeadBlock<T> blk;
+                    blk.mask = &mask, blk.b = b, blk.h = h, blk.q0 = c.q0;
+                    blk.bias = position.bias.get(), blk.store = &store;
+                    blk.drop = c.drop.active() ? &hd : nullptr;
+                    tiled_attention_head_backward<T>(
+                        Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                        K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                        V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)),
+                        CMatView<T>(view(c.Y)).rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
+                        c.lse.data() + h * X.cols + sx.begin(b),
+                        CMatView<T>(dY).rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)), blk,
+                        dQ.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                        dK.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                        dV.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)));
+                }
+            },
+            true);
+    } else {
+    w.dA.resize(c.A.size());
     for_blocks(sx.count(), H_kv, work * group, [&](index_t b, index_t g) {
         for (index_t h = g * group; h < (g + 1) * group; ++h) {
             const std::size_t off = std::size_t(c.A_off[std::size_t(b * H + h)]);
@@ -403,6 +474,7 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
             for (index_t h = 0; h < H; ++h)
                 position.bias->backward(store, mask, b, h, 0,
                                         CMatView<T>(w.dA.data() + c.A_off[std::size_t(b * H + h)], sz.len(b), sx.len(b)));
+    }
     if (position.qk) {  // back through the query/key transform (V1: dQ ← R(p)ᵀ dQ, dK ← R(p)ᵀ dK)
         position.qk->backward(dQ, QKTransform<T>::Role::Query, H, sx, 0);
         position.qk->backward(dK, QKTransform<T>::Role::Key, H_kv, sz, 0);
@@ -490,6 +562,33 @@ void MHAttention<T>::attend_cached(const ParamStore<T>& store, CMatView<T> X, in
         affine_add<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // Alg 5 line 4 (into the residual stream)
     else
         affine<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // Alg 5 line 4
+}
+
+template <class T>
+void MHAttention<T>::materialize_weights(const MHAttentionCache<T>& c) const {
+    if (c.weights_ready) return;
+    FT_CHECK(c.tiled && index_t(c.A_off.size()) == c.sx.count() * H + 1, "attention weights: no forward to rebuild");
+    const Seqs &sx = c.sx, &sz = c.sz;
+    c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));
+    if (c.drop.active()) c.drop.keep.resize(std::size_t(c.A_off.back()));
+    std::vector<T> scratch;
+    for (index_t b = 0; b < sx.count(); ++b)
+        for (index_t h = 0; h < H; ++h) {  // lines 4–6 as printed, on the saved Q, K, V (Ṽ discarded)
+            const index_t g = kv_head(h), off = c.A_off[std::size_t(b * H + h)];
+            scratch.resize(std::size_t(d_mid * sx.len(b)));
+            HeadBlock<T> blk;
+            blk.mask = &mask, blk.b = b, blk.h = h, blk.q0 = c.q0;
+            blk.bias = position.bias.get(), blk.store = c.store;
+            attention_head<T>(c.Qv.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                              c.Kv.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                              c.Vv.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), blk,
+                              MatView<T>(c.A.data() + off, sz.len(b), sx.len(b)), MatView<T>(scratch.data(), d_mid, sx.len(b)));
+        }
+    if (c.drop.active()) {  // the masks the tiles drew: entry i of A keyed by drop_key (DropoutStream)
+        const DropoutStream ds(c.drop.p, c.drop_key);
+        for (std::size_t i = 0; i < c.drop.keep.size(); ++i) c.drop.keep[i] = ds.keep(i);
+    }
+    c.weights_ready = true;
 }
 
 template class BasicAttention<float>;

@@ -46,6 +46,7 @@ const NameTable<Positional> kPositionals = {{"learned", Positional::Learned},
                                             {"alibi", Positional::Alibi}};
 const NameTable<Gelu> kGelus = {{"exact", Gelu::Exact}, {"tanh", Gelu::Tanh}, {"none", Gelu::Exact}};
 const NameTable<ModelConfig::Mlp> kMlps = {{"gelu", ModelConfig::Mlp::Standard}, {"swiglu", ModelConfig::Mlp::SwiGLU}};
+const NameTable<AttnImpl> kAttnImpls = {{"auto", AttnImpl::Auto}, {"literal", AttnImpl::Literal}, {"tiled", AttnImpl::Tiled}};
 
 template <class En>
 const NameTable<En>& names_of(En ModelConfig::*);
@@ -53,6 +54,7 @@ template <> const NameTable<NormKind>& names_of(NormKind ModelConfig::*) { retur
 template <> const NameTable<Positional>& names_of(Positional ModelConfig::*) { return kPositionals; }
 template <> const NameTable<Gelu>& names_of(Gelu ModelConfig::*) { return kGelus; }
 template <> const NameTable<ModelConfig::Mlp>& names_of(ModelConfig::Mlp ModelConfig::*) { return kMlps; }
+template <> const NameTable<AttnImpl>& names_of(AttnImpl ModelConfig::*) { return kAttnImpls; }
 
 template <class P>
 constexpr bool is_enum_member = false;
@@ -61,7 +63,7 @@ constexpr bool is_enum_member<En ModelConfig::*> = std::is_enum_v<En>;
 
 using Field = std::variant<std::nullptr_t, index_t ModelConfig::*, double ModelConfig::*, bool ModelConfig::*,
                            std::uint64_t ModelConfig::*, NormKind ModelConfig::*, Positional ModelConfig::*,
-                           Gelu ModelConfig::*, ModelConfig::Mlp ModelConfig::*>;
+                           Gelu ModelConfig::*, ModelConfig::Mlp ModelConfig::*, AttnImpl ModelConfig::*>;
 
 struct OptionSpec {
     const char* name;
@@ -99,6 +101,7 @@ const std::vector<OptionSpec> kSchema = {
     {"embed_dropout", ALL, Kind::Real, &ModelConfig::embed_dropout, Check::Rate},
     {"attn_dropout", ALL, Kind::Real, &ModelConfig::attn_dropout, Check::Rate},
     {"resid_dropout", ALL, Kind::Real, &ModelConfig::resid_dropout, Check::Rate},
+    {"attention_impl", ALL, Kind::Enum, &ModelConfig::attention_impl},
     {"mlp", D, Kind::Enum, &ModelConfig::mlp},
     {"rope_theta", D, Kind::Real, &ModelConfig::rope_theta, Check::Positive},
     {"sliding_window", D, Kind::AutoSize, &ModelConfig::sliding_window},

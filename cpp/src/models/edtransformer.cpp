@@ -108,9 +108,9 @@ std::vector<typename Model<T>::MaskRef> EDTransformer<T>::dropout_masks() const 
     for (index_t l = 0; l < index_t(dec_acts_.size()); ++l) {
         const auto& a = dec_acts_[std::size_t(l)];
         const std::string p = layer_prefix("dec", l);
-        add_mask<T>(r, p + "attn.weights", a.self_attn.drop, true, AttentionKind::Decoder, l, a.self_attn.A.data());
+        add_weights_mask<T>(r, p + "attn.weights", a.self_attn, AttentionKind::Decoder, l);
         add_mask<T>(r, p + "attn.out", a.drop_self);
-        add_mask<T>(r, p + "cross_attn.weights", a.cross_attn.drop, true, AttentionKind::Cross, l, a.cross_attn.A.data());
+        add_weights_mask<T>(r, p + "cross_attn.weights", a.cross_attn, AttentionKind::Cross, l);
         add_mask<T>(r, p + "cross_attn.out", a.drop_cross);
         add_mask<T>(r, p + "mlp.out", a.drop_mlp);
     }

@@ -36,6 +36,7 @@ CMatView<T> Model<T>::attention_weights(AttentionKind kind, index_t l, index_t b
     in_range(b, B, "seq", ": the last forward call had " + std::to_string(B) + (B == 1 ? " sequence" : " sequences"));
     in_range(h, cfg.H, "head", "");
     const MHAttentionCache<T>& c = attention_cache(kind, l);
+    c.ensure_weights();  // after a tiled forward: computed now (Algorithm 4 lines 4–6 on the saved Q, K)
     FT_CHECK(index_t(c.A_off.size()) >= B * cfg.H, "attention cache smaller than the recorded batch");
     // rows: the keys' sequence (x for the decoder's self-attention, z otherwise); columns: the queries'
     const index_t rows = kind == AttentionKind::Decoder ? last_.x.len(b) : last_.z.len(b);

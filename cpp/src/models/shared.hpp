@@ -48,6 +48,7 @@ inline AttnVariant attn_variant(const ModelConfig& c, bool positional) {
     v.bias = c.bias;
     if (positional) v.position = position_name(c.positional);
     v.rope_theta = c.rope_theta;
+    v.impl = c.attention_impl;
     return v;
 }
 // The MLP of a block: φ = act, V5's bias, the parameters' names
@@ -129,6 +130,14 @@ void add_mask(std::vector<typename Model<T>::MaskRef>& out, const std::string& n
               bool weights = false, AttentionKind kind = AttentionKind::Decoder, index_t l = 0, const T* A0 = nullptr) {
     if (m.active()) out.push_back({name, &m, weights, kind, l, A0});
 }
+// an attention's weights' mask (after a tiled forward: redrawn now, with its A, so A0 is where it lies)
+template <class T>
+void add_weights_mask(std::vector<typename Model<T>::MaskRef>& out, const std::string& name, const MHAttentionCache<T>& c,
+                      AttentionKind kind, index_t l) {
+    if (!c.drop.active()) return;
+    c.ensure_weights();
+    add_mask<T>(out, name, c.drop, true, kind, l, c.A.data());
+}
 
 // the masks of blocks with one self-attention (D, E, ED's encoder), their layers named prefix.l.
 template <class T, class Acts>
@@ -137,7 +146,7 @@ void self_block_masks(std::vector<typename Model<T>::MaskRef>& r, const char* pr
     for (index_t l = 0; l < index_t(acts.size()); ++l) {
         const auto& a = acts[std::size_t(l)];
         const std::string p = layer_prefix(prefix, l);
-        add_mask<T>(r, p + "attn.weights", a.attn.drop, true, kind, l, a.attn.A.data());
+        add_weights_mask<T>(r, p + "attn.weights", a.attn, kind, l);
         add_mask<T>(r, p + "attn.out", a.drop_attn);
         add_mask<T>(r, p + "mlp.out", a.drop_mlp);
     }

@@ -38,6 +38,20 @@ public:
             for (index_t tz = r.begin; tz < r.end; ++tz) s[tz] -= m * T(tx >= tz ? tx - tz : tz - tx);
         }
     }
+    // the same on a tile of S (the tiled listing): rows t0 + i, columns q0 + j0 + j, every entry
+    bool tiles() const override { return true; }
+    void add_tile(const ParamStore<T>&, index_t, index_t h, index_t q0, index_t t0, index_t j0,
+                  MatView<T> S) const override {
+        const T m = T(m_[std::size_t(h)]);
+        for (index_t j = 0; j < S.cols; ++j) {
+            const index_t tx = q0 + j0 + j;
+            T* s = S.col(j);
+            for (index_t i = 0; i < S.rows; ++i) {
+                const index_t tz = t0 + i;
+                s[i] -= m * T(tx >= tz ? tx - tz : tz - tx);
+            }
+        }
+    }
 
 private:
     std::vector<double> m_;  // m_h of head h (0-based)

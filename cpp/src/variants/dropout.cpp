@@ -15,18 +15,14 @@
 namespace ft {
 
 namespace {
-// splitmix64's finaliser (a bijection of 64-bit words with full avalanche)
-inline std::uint64_t mix64(std::uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-constexpr std::uint64_t golden = 0x9e3779b97f4a7c15ULL;
+using detail::golden;
+using detail::mix64;
 inline std::uint64_t stream_of(const DropoutKey& k) {
     return mix64(mix64(mix64(k.seed + golden) ^ (k.step + 2 * golden)) ^ (k.place + 3 * golden));
 }
 // entry i of a stream: splitmix64's i-th output from state s
 inline double uniform_at(std::uint64_t s, std::uint64_t i) { return double(mix64(s + (i + 1) * golden) >> 11) * 0x1.0p-53; }
+std::uint64_t threshold_of(double p) { return std::uint64_t(std::ceil(p * 0x1.0p53)); }
 
 // entry i of D1: line 1 M = [[u ≥ p]] (as m ≥ ⌈p·2^53⌉ on the top 53 bits m), line 2 Ỹ = Y ⊙ M / (1 − p)
 template <class T>
@@ -55,13 +51,15 @@ inline void for_entries(index_t n, F&& f) {
 
 double dropout_uniform(const DropoutKey& k, std::uint64_t i) { return uniform_at(stream_of(k), i); }
 
+DropoutStream::DropoutStream(double p, const DropoutKey& k) : s_(stream_of(k)), threshold_(threshold_of(p)) {}
+
 template <class T>
 void dropout_forward(double p, const DropoutKey& k, std::uint64_t i0, T* y, index_t n, std::uint8_t* keep) {
     const std::uint64_t s = stream_of(k);
     const T scale = T(1.0 / (1.0 - p));
     // u ≥ p with u = m·2^-53 (m: the top 53 bits) ⇔ m ≥ ⌈p·2^53⌉ (p·2^53 is exact): the same test as
     // dropout_uniform's, in integers, so the loop vectorises
-    const std::uint64_t threshold = std::uint64_t(std::ceil(p * 0x1.0p53));
+    const std::uint64_t threshold = threshold_of(p);
     const std::uint64_t base = s + (i0 + 1) * golden;
     for_entries(n, [&](index_t i) { drop_one(base, threshold, scale, i, y, keep); });
 }

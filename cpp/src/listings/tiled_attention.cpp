@@ -1,0 +1,295 @@
+// Algorithm T (tiled exact attention, tiled_attention.hpp quotes the listings T1, T2): forward and backward
+// side by side. Every product is one single-thread BLAS call on a block (gemm_unsplit): the kernel runs on
+// the calling thread and its callers run heads in parallel (MHAttention), so no BLAS call is split inside
+// one of our parallel regions (docs/design.md "Threads").
+#include "formal_transformers/tiled_attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <xsimd/xsimd.hpp>
+
+#include "formal_transformers/blas.hpp"
+
+namespace ft {
+
+namespace {
+template <class T>
+using B = xsimd::batch<T>;
+template <class T>
+constexpr index_t W = index_t(B<T>::size);
+template <class T>
+constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+
+// max of a column; NaN if any entry is NaN (as the literal softmax: NaN propagates, never hidden)
+template <class T>
+T col_max(const T* s, index_t n) {
+    T mx = kNegInf<T>;
+    int nan = 0;
+#pragma omp simd reduction(max : mx) reduction(| : nan)
+    for (index_t i = 0; i < n; ++i) {
+        mx = s[i] > mx ? s[i] : mx;
+        nan |= int(s[i] != s[i]);
+    }
+    return nan ? std::numeric_limits<T>::quiet_NaN() : mx;
+}
+
+// s ← exp(s − m) in place (−∞ entries give exactly 0); returns Σ s
+template <class T>
+T exp_shift(T* s, index_t n, T m) {
+    index_t i = 0;
+    const B<T> vm(m);
+    B<T> vs(T(0));
+    for (; i + W<T> <= n; i += W<T>) {
+        const B<T> e = xsimd::exp(B<T>::load_unaligned(s + i) - vm);
+        e.store_unaligned(s + i);
+        vs += e;
+    }
+    T sum = xsimd::hadd(vs);
+    for (; i < n; ++i) {
+        s[i] = std::exp(s[i] - m);
+        sum += s[i];
+    }
+    return sum;
+}
+
+// C ← α op(A) op(B) + β C on a tile, on the calling thread: one BLAS call, or our loops. The loops: with A
+// as stored, columns of C as sums of columns of A (axpy over C's contiguous column); with Aᵀ, each entry a
+// dot product of two contiguous columns (A's and B's: op(B) = B only).
+template <class T>
+void tile_gemm(TileKernel kern, Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta, MatView<T> C) {
+    if (kern == TileKernel::Blas) {
+        gemm_unsplit<T>(opA, opB, alpha, A, B, beta, C);
+        return;
+    }
+    const index_t m = C.rows, n = C.cols, k = opA == Op::N ? A.cols : A.rows;
+    for (index_t j = 0; j < n; ++j) {
+        T* c = C.col(j);
+        if (beta == T(0))
+            std::fill(c, c + m, T(0));
+        else if (beta != T(1))
+            for (index_t i = 0; i < m; ++i) c[i] *= beta;
+        if (opA == Op::N) {
+            for (index_t p = 0; p < k; ++p) {  // C[:, j] += α A[:, p] op(B)[p, j]
+                const T b = alpha * (opB == Op::N ? B(p, j) : B(j, p));
+                const T* a = A.col(p);
+#pragma omp simd
+                for (index_t i = 0; i < m; ++i) c[i] += a[i] * b;
+            }
+        } else {  // C[i, j] += α A[:, i] · B[:, j]
+            FT_CHECK(opB == Op::N, "tile_gemm: Aᵀ Bᵀ is not a tile product");
+            const T* b = B.col(j);
+            for (index_t i = 0; i < m; ++i) {
+                const T* a = A.col(i);
+                T s = 0;
+#pragma omp simd reduction(+ : s)
+                for (index_t p = 0; p < k; ++p) s += a[p] * b[p];
+                c[i] += alpha * s;
+            }
+        }
+    }
+}
+
+// T1 line 4 / T2 line 3 on the block of keys t0 … t0+nk−1 and queries j0 … j0+nq−1 (absolute q0 + j0 …):
+// S ← K_Iᵀ Q_J / √d_attn, plus the score bias part's tile (e.g. V2's −m_h |t_x − t_z|), then Algorithm 4
+// line 5 by the mask part: keys outside the column's candidate range [begin, end) and (unless the range is
+// dense) the entries the rule does not allow ← −∞.
+template <class T>
+void block_scores(TileKernel kern, CMatView<T> Q, CMatView<T> K, const HeadBlock<T>& blk, index_t t0, index_t nk,
+                  index_t j0, index_t nq, MatView<T> S) {
+    const T scale = T(1) / std::sqrt(T(Q.rows));
+    tile_gemm<T>(kern, Op::T, Op::N, scale, K.cols_range(t0, nk), Q.cols_range(j0, nq), T(0), S);
+    if (blk.bias) blk.bias->add_tile(*blk.store, blk.b, blk.h, blk.q0, t0, j0, S);  // line 6: + B^h
+    const Mask& mask = *blk.mask;
+    const index_t l_z = K.cols;
+    for (index_t j = 0; j < nq; ++j) {
+        const index_t tx = blk.q0 + j0 + j;
+        const KeyRange r = mask.keys(blk.b, tx, l_z);
+        const index_t lo = std::clamp<index_t>(r.begin - t0, 0, nk), hi = std::clamp<index_t>(r.end - t0, lo, nk);
+        T* s = S.col(j);
+        std::fill(s, s + lo, kNegInf<T>);
+        std::fill(s + hi, s + nk, kNegInf<T>);
+        if (!r.dense)
+            for (index_t i = lo; i < hi; ++i)
+                if (!mask.allows(t0 + i, tx, blk.b)) s[i] = kNegInf<T>;
+    }
+}
+
+// Dropout's keep bits of the block (entry (t_z, t_x) of the head's weights is i0 + t_z + t_x·ℓ_z, local t_x)
+void block_keep(const DropoutStream& ds, std::uint64_t i0, index_t l_z, index_t t0, index_t nk, index_t j0,
+                index_t nq, std::uint8_t* keep) {
+    for (index_t j = 0; j < nq; ++j) {
+        const std::uint64_t c = i0 + std::uint64_t(t0) + std::uint64_t(j0 + j) * std::uint64_t(l_z);
+        for (index_t i = 0; i < nk; ++i) keep[i + j * nk] = ds.keep(c + std::uint64_t(i));
+    }
+}
+
+// The key rows [begin, end) any query of columns j0 … j0+nq−1 may see: the union of the mask's candidate
+// ranges (causal: [0, q0 + j0 + nq); a sliding window of w: from q0 + j0 − w + 1 on). Blocks outside are skipped.
+template <class T>
+KeyRange key_span(const HeadBlock<T>& blk, index_t j0, index_t nq, index_t l_z) {
+    KeyRange u{l_z, 0, true};
+    for (index_t j = 0; j < nq; ++j) {
+        const KeyRange r = blk.mask->keys(blk.b, blk.q0 + j0 + j, l_z);
+        u.begin = std::min(u.begin, std::max<index_t>(r.begin, 0));
+        u.end = std::max(u.end, std::min(r.end, l_z));
+    }
+    if (u.end < u.begin) u.end = u.begin;
+    return u;
+}
+
+// per-thread scratch (the kernel runs on the calling thread; heads run in parallel)
+template <class T>
+struct Scratch {
+    std::vector<T> S, dP, Pd, m, l, D;
+    std::vector<std::uint8_t> keep;
+};
+template <class T>
+Scratch<T>& scratch() {
+    thread_local Scratch<T> s;
+    return s;
+}
+template <class T>
+T* sized(std::vector<T>& v, index_t n) {
+    if (v.size() < std::size_t(n)) v.resize(std::size_t(n));
+    return v.data();
+}
+}  // namespace
+
+// ===================================== Algorithm T1 ====================================================
+// Q:[d_attn,l_x], K:[d_attn,l_z], V:[d_v,l_z] -> Vt:[d_v,l_x], lse:[l_x]
+template <class T>
+void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MatView<T> Vt, T* lse,
+                          TileSizes tiles) {
+    const index_t l_x = Q.cols, l_z = K.cols, d_v = V.rows, Bq = tiles.B_q, Bk = tiles.B_k;
+    FT_CHECK(Bq > 0 && Bk > 0 && K.rows == Q.rows && V.cols == l_z && Vt.rows == d_v && Vt.cols == l_x && l_z > 0,
+             "tiled_attention_head: shapes do not conform");
+    Scratch<T>& w = scratch<T>();
+    T* Sb = sized(w.S, Bk * Bq);
+    T* m = sized(w.m, Bq);
+    T* l = sized(w.l, Bq);
+    FT_CHECK(blk.mask && (!blk.bias || (blk.bias->tiles() && blk.store)), "tiled attention: no mask, or a score bias with no tiled form");
+    const HeadDropout<T>* drop = blk.drop;
+    const bool dropping = drop && drop->p > 0;
+    const DropoutStream ds(dropping ? drop->p : 0.0, dropping ? drop->key : DropoutKey{});
+    const T inv_keep = dropping ? T(1.0 / (1.0 - drop->p)) : T(1);
+    for (index_t j0 = 0; j0 < l_x; j0 += Bq) {  // line 1: each query block J
+        const index_t nq = std::min(Bq, l_x - j0);
+        const KeyRange span = key_span(blk, j0, nq, l_z);
+        MatView<T> VtJ = Vt.cols_range(j0, nq);
+        std::fill(m, m + nq, kNegInf<T>);  // line 2
+        std::fill(l, l + nq, T(0));
+        for (index_t j = 0; j < nq; ++j) std::fill(VtJ.col(j), VtJ.col(j) + d_v, T(0));
+        // line 3: the key blocks some query of J may see (causal: none past the diagonal; a window: none before it)
+        for (index_t t0 = span.begin; t0 < span.end; t0 += Bk) {
+            const index_t nk = std::min(Bk, span.end - t0);
+            MatView<T> S(Sb, nk, nq);
+            block_scores<T>(tiles.kernel, Q, K, blk, t0, nk, j0, nq, S);  // line 4
+            for (index_t j = 0; j < nq; ++j) {
+                T* s = S.col(j);
+                const T m_new = std::max(m[j], col_max(s, nk));  // line 5: m′
+                if (m_new == kNegInf<T>) {                       // the whole column masked so far: P = 0
+                    std::fill(s, s + nk, T(0));
+                    continue;
+                }
+                const T corr = std::exp(m[j] - m_new);  // e^{m − m′} (0 while m = −∞)
+                l[j] = corr * l[j] + exp_shift(s, nk, m_new);  // line 5: P; line 6: l ← e^{m−m′} l + 1ᵀP
+                m[j] = m_new;
+                if (corr != T(1)) {  // line 6: Ṽ_J diag(e^{m − m′})
+                    T* o = VtJ.col(j);
+#pragma omp simd
+                    for (index_t i = 0; i < d_v; ++i) o[i] *= corr;
+                }
+                if (dropping) {  // dropout: V_I (P ⊙ M / (1 − p)), the literal path's mask entries
+                    const std::uint64_t c = drop->i0 + std::uint64_t(t0) + std::uint64_t(j0 + j) * std::uint64_t(l_z);
+                    for (index_t i = 0; i < nk; ++i) s[i] = ds.keep(c + std::uint64_t(i)) ? s[i] * inv_keep : T(0);
+                }
+            }
+            tile_gemm<T>(tiles.kernel, Op::N, Op::N, T(1), V.cols_range(t0, nk), S, T(1), VtJ);  // line 6: Ṽ_J += V_I P
+        }
+        for (index_t j = 0; j < nq; ++j) {  // line 7
+            const T inv = T(1) / l[j];
+            T* o = VtJ.col(j);
+#pragma omp simd
+            for (index_t i = 0; i < d_v; ++i) o[i] *= inv;
+            lse[j0 + j] = m[j] + std::log(l[j]);
+        }
+    }
+}
+
+// ===================================== Algorithm T2 ====================================================
+template <class T>
+void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Vt, const T* lse,
+                                   CMatView<T> dVt, const HeadBlock<T>& blk, MatView<T> dQ, MatView<T> dK,
+                                   MatView<T> dV, TileSizes tiles) {
+    const index_t l_x = Q.cols, l_z = K.cols, d_v = V.rows, Bq = tiles.B_q, Bk = tiles.B_k;
+    FT_CHECK(Bq > 0 && Bk > 0 && K.rows == Q.rows && V.cols == l_z && Vt.rows == d_v && Vt.cols == l_x &&
+                 dVt.rows == d_v && dVt.cols == l_x && l_z > 0,
+             "tiled_attention_head_backward: shapes do not conform");
+    FT_CHECK(blk.mask && (!blk.bias || (blk.bias->tiles() && blk.store)), "tiled attention: no mask, or a score bias with no tiled form");
+    const HeadDropout<T>* drop = blk.drop;
+    const T scale = T(1) / std::sqrt(T(Q.rows));
+    Scratch<T>& w = scratch<T>();
+    T* Sb = sized(w.S, Bk * Bq);
+    T* dPb = sized(w.dP, Bk * Bq);
+    T* D = sized(w.D, l_x);
+    const bool dropping = drop && drop->p > 0;
+    const DropoutStream ds(dropping ? drop->p : 0.0, dropping ? drop->key : DropoutKey{});
+    const T inv_keep = dropping ? T(1.0 / (1.0 - drop->p)) : T(1);
+    T* Pdb = dropping ? sized(w.Pd, Bk * Bq) : nullptr;
+    std::uint8_t* keep = dropping ? sized(w.keep, Bk * Bq) : nullptr;
+    for (index_t j = 0; j < l_x; ++j) {  // line 1: D ← 1ᵀ(dṼ ⊙ Ṽ)
+        const T *o = Vt.col(j), *g = dVt.col(j);
+        T s = 0;
+#pragma omp simd reduction(+ : s)
+        for (index_t i = 0; i < d_v; ++i) s += o[i] * g[i];
+        D[j] = s;
+    }
+    std::vector<KeyRange> spans;  // the key rows each query block may see (key_span)
+    for (index_t j0 = 0; j0 < l_x; j0 += Bq) spans.push_back(key_span(blk, j0, std::min(Bq, l_x - j0), l_z));
+    for (index_t t0 = 0; t0 < l_z; t0 += Bk) {  // line 2: each key block I …
+        const index_t nk = std::min(Bk, l_z - t0);
+        for (index_t j0 = 0; j0 < l_x; j0 += Bq) {  // … and each query block J that sees it
+            const KeyRange& span = spans[std::size_t(j0 / Bq)];
+            if (span.end <= t0 || span.begin >= t0 + nk) continue;
+            const index_t nq = std::min(Bq, l_x - j0);
+            MatView<T> P(Sb, nk, nq), dS(dPb, nk, nq);
+            block_scores<T>(tiles.kernel, Q, K, blk, t0, nk, j0, nq, P);  // line 3: S
+            for (index_t j = 0; j < nq; ++j) exp_shift(P.col(j), nk, lse[j0 + j]);  // line 3: P = exp(S − λ)
+            CMatView<T> Pd = P;
+            if (dropping) {  // the forward's V_I (P ⊙ M/(1 − p))
+                block_keep(ds, drop->i0, l_z, t0, nk, j0, nq, keep);
+                for (index_t e = 0; e < nk * nq; ++e) Pdb[e] = keep[e] ? Sb[e] * inv_keep : T(0);
+                Pd = CMatView<T>(Pdb, nk, nq);
+            }
+            CMatView<T> dVtJ = dVt.cols_range(j0, nq);
+            tile_gemm<T>(tiles.kernel, Op::N, Op::T, T(1), dVtJ, Pd, T(1), dV.cols_range(t0, nk));  // line 4: dV_I += dṼ_J Pᵀ
+            tile_gemm<T>(tiles.kernel, Op::T, Op::N, T(1), V.cols_range(t0, nk), dVtJ, T(0), dS);  // line 4: dP = V_Iᵀ dṼ_J
+            if (dropping)  // D2: back through Dropout(P | p, M)
+                for (index_t e = 0; e < nk * nq; ++e) dPb[e] = keep[e] ? dPb[e] * inv_keep : T(0);
+            for (index_t j = 0; j < nq; ++j) {  // line 5: dS = P ⊙ (dP − 1 Dᵀ)
+                const T* p = P.col(j);
+                T* g = dS.col(j);
+                const T Dj = D[j0 + j];
+#pragma omp simd
+                for (index_t i = 0; i < nk; ++i) g[i] = p[i] * (g[i] - Dj);
+            }
+            tile_gemm<T>(tiles.kernel, Op::N, Op::N, scale, K.cols_range(t0, nk), dS, T(1), dQ.cols_range(j0, nq));  // line 6
+            tile_gemm<T>(tiles.kernel, Op::N, Op::T, scale, Q.cols_range(j0, nq), dS, T(1), dK.cols_range(t0, nk));  // line 6
+        }
+    }
+}
+
+#define FT_INSTANTIATE(T)                                                                                      \
+    template void tiled_attention_head<T>(CMatView<T>, CMatView<T>, CMatView<T>, const HeadBlock<T>&, MatView<T>, \
+                                          T*, TileSizes);                                                       \
+    template void tiled_attention_head_backward<T>(CMatView<T>, CMatView<T>, CMatView<T>, CMatView<T>, const T*,   \
+                                                   CMatView<T>, const HeadBlock<T>&, MatView<T>, MatView<T>,       \
+                                                   MatView<T>, TileSizes);
+FT_INSTANTIATE(float)
+FT_INSTANTIATE(double)
+#undef FT_INSTANTIATE
+
+}  // namespace ft
