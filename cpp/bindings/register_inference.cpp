@@ -3,6 +3,8 @@
 
 #include "bind.hpp"
 #include "formal_transformers/inference.hpp"
+#include "formal_transformers/io.hpp"
+#include "formal_transformers/paged.hpp"
 #include "formal_transformers/speculative.hpp"
 
 namespace ftpy {
@@ -20,7 +22,64 @@ struct SamplerPy {
 
 struct DInferencePy : SamplerPy {
     long long l_gen = 0;
+    long long max_batch = 32;
 };
+
+// A prompt cache (paged.hpp PromptKV) with what it was computed with: the model's config (ModelConfig::to_json
+// with the dtype), its SHA-256 (of that text), and θ's digest.
+struct PromptCachePy {
+    std::variant<ft::PromptKV<float>, ft::PromptKV<double>> kv;
+    std::string config_json, config_hash, theta;
+    std::string dtype() const { return kv.index() == 0 ? "float32" : "float64"; }
+    index_t n_tokens() const {
+        return std::visit([](const auto& c) { return index_t(c.ids.size()); }, kv);
+    }
+};
+
+std::string sha256_hex(const std::string& text) {
+    return py::module_::import("hashlib").attr("sha256")(py::bytes(text)).attr("hexdigest")().cast<std::string>();
+}
+std::string hex64(std::uint64_t v) {
+    static const char* d = "0123456789abcdef";
+    std::string s(16, '0');
+    for (int i = 15; i >= 0; --i, v >>= 4) s[std::size_t(i)] = d[v & 15];
+    return s;
+}
+// What a cache must match: the model's config with its dtype (hashed) and θ
+template <class T>
+std::string config_json_of(const ft::DTransformer<T>& m) {
+    return m.cfg.to_json(std::is_same_v<T, double> ? "float64" : "float32");
+}
+// ValueError unless `pc` was computed with this model: the same config and dtype (the hash), the same θ
+template <class T>
+const ft::PromptKV<T>& cache_for(const PromptCachePy& pc, const ft::DTransformer<T>& m) {
+    const std::string dt = std::is_same_v<T, double> ? "float64" : "float32";
+    if (pc.config_hash != sha256_hex(config_json_of(m)) || pc.dtype() != dt)
+        throw ft::ValueError("the prompt cache was computed with another model config or dtype (config hash " +
+                             pc.config_hash.substr(0, 12) + "…, " + pc.dtype() + "; this model: " +
+                             sha256_hex(config_json_of(m)).substr(0, 12) + "…, " + dt + ")");
+    if (pc.theta != hex64(ft::theta_digest(m.store)))
+        throw ft::ValueError("the prompt cache was computed with other parameters θ (same config, another model or "
+                             "θ changed since): recompute it with DInference.prefill");
+    const auto& kv = std::get<ft::PromptKV<T>>(pc.kv);
+    kv.check(m);
+    return kv;
+}
+std::string path_str(const py::object& path) {
+    if (!py::isinstance<py::str>(path) && !py::hasattr(path, "__fspath__"))
+        throw ft::TypeError("path must be a str or os.PathLike, got " +
+                            py::str(py::type::handle_of(path).attr("__name__")).cast<std::string>());
+    return py::module_::import("os").attr("fspath")(path).cast<std::string>();
+}
+bool is_integer(const py::handle& v) {
+    return py::isinstance<py::int_>(v) || py::isinstance(v, py::module_::import("numpy").attr("integer"));
+}
+Dual<ft::DTransformer>& dtransformer(const py::object& model, const char* who) {
+    if (!py::isinstance<Dual<ft::DTransformer>>(model))
+        throw ft::TypeError(std::string(who) + " needs a DTransformer, got " +
+                            py::str(py::type::handle_of(model).attr("__name__")).cast<std::string>());
+    return model.cast<Dual<ft::DTransformer>&>();
+}
 struct EDInferencePy : SamplerPy {
     long long max_len = 0;
 };
@@ -58,6 +117,78 @@ const char* context_name(ft::SamplingOptions::Context c) {
 }  // namespace
 
 void register_inference(py::module_& m) {
+    py::class_<PromptCachePy>(m, "PromptCache", R"doc(A prompt cache: the keys and values of every layer for a prompt and its last token's logits —
+Algorithm 14's first pass, computed once (DInference.prefill(x, model)), saved and loaded, and continued by
+DInference(...)(cache, model) with the tokens DInference(...)(x, model) gives for the same seed.
+
+It names what it was computed with: config_hash, the SHA-256 of the model's config as config_json() writes it
+with the dtype, and theta_digest, a 64-bit digest of θ; a model with another config, dtype or θ refuses it
+(ValueError). save(path) writes a safetensors file (tensors K.l, V.l of shape (ℓ, H_kv·d_attn), z (N_V,)),
+PromptCache.load(path, model) reads one back, checked against the model.)doc")
+        .def_property_readonly("ids", [](const PromptCachePy& p) {
+            return std::visit([](const auto& c) { return to_array(c.ids); }, p.kv);
+        }, "the prompt's token ids")
+        .def_property_readonly("n_tokens", &PromptCachePy::n_tokens)
+        .def_property_readonly("dtype", &PromptCachePy::dtype)
+        .def_readonly("config_hash", &PromptCachePy::config_hash)
+        .def_readonly("theta_digest", &PromptCachePy::theta)
+        .def_property_readonly("nbytes", [](const PromptCachePy& p) {
+            return std::visit([](const auto& c) {
+                std::size_t n = c.z.size();
+                for (std::size_t i = 0; i < c.K.size(); ++i) n += c.K[i].size() + c.V[i].size();
+                return n * sizeof(typename std::decay_t<decltype(c.z)>::value_type);
+            }, p.kv);
+        }, "bytes of keys, values and logits held")
+        .def("save", [](const PromptCachePy& p, const py::object& path) {
+            const std::string file = path_str(path);
+            const ft::ModelConfig c = ft::ModelConfig::from_json(p.config_json);
+            const std::vector<std::pair<std::string, std::string>> meta = {
+                {"formal_transformers.config_sha256", p.config_hash}, {"formal_transformers.theta_digest", p.theta}};
+            std::visit([&](const auto& kv) {
+                LongCoreCall nogil;
+                ft::save_prompt_kv(kv, c, meta, file);
+            }, p.kv);
+        }, py::arg("path"), "write the cache to a safetensors file (atomically: a temporary renamed onto path)")
+        .def_static("load", [](const py::object& path, const py::object& model) {
+            const std::string file = path_str(path);
+            auto& d = dtransformer(model, "PromptCache.load");
+            CallLock lock(d.mutex);
+            return d.visit([&](auto& mdl) {
+                using T = typename std::decay_t<decltype(mdl.store)>::value_type;
+                ft::SavedModel f;
+                {
+                    LongCoreCall nogil;
+                    f = ft::SavedModel::read(file);
+                }
+                if (!ft::is_prompt_cache(f)) throw ft::ValueError(file + ": not a prompt cache (a file of PromptCache.save)");
+                PromptCachePy pc;
+                pc.config_json = f.metadata.at("formal_transformers.config");
+                const auto h = f.metadata.find("formal_transformers.config_sha256");
+                const auto t = f.metadata.find("formal_transformers.theta_digest");
+                if (h == f.metadata.end() || t == f.metadata.end()) throw ft::ValueError(file + ": a prompt cache without its hashes");
+                if (h->second != sha256_hex(pc.config_json))
+                    throw ft::ValueError(file + ": damaged (the config does not have the hash saved with it)");
+                pc.config_hash = h->second, pc.theta = t->second;
+                const std::string dt = std::is_same_v<T, double> ? "float64" : "float32";
+                if (pc.config_hash != sha256_hex(config_json_of(mdl)))
+                    throw ft::ValueError(file + ": the prompt cache was computed with another model config or dtype "
+                                         "(config hash " + pc.config_hash.substr(0, 12) + "…; this " + dt + " model: " +
+                                         sha256_hex(config_json_of(mdl)).substr(0, 12) + "…)");
+                {
+                    LongCoreCall nogil;
+                    pc.kv = ft::read_prompt_kv<T>(f);
+                }
+                cache_for(pc, mdl);  // θ and the shapes
+                return pc;
+            });
+        }, py::arg("path"), py::arg("model"),
+           "read a saved cache for `model` (ValueError: another config, dtype or θ, or a damaged file)")
+        .def("__len__", &PromptCachePy::n_tokens)
+        .def("__repr__", [](const PromptCachePy& p) {
+            return "PromptCache(n_tokens=" + std::to_string(p.n_tokens()) + ", dtype='" + p.dtype() + "', config_hash='" +
+                   p.config_hash.substr(0, 12) + "…')";
+        });
+
     py::class_<DInferencePy>(m, "DInference", R"doc(Algorithm 14: y ← DInference(x, θ̂) — prompting a trained DTransformer.
 
 DInference(l_gen, tau=1.0, *, top_k=None, top_p=None, seed=None, cache=True)(x, model) -> y, the ℓ_gen
@@ -70,8 +201,9 @@ the last l_max tokens (a sliding window; the cache is refilled from the window e
 the model sees the whole sequence (only for positional="rope" or "alibi", whose positions have no table:
 ALiBi extrapolates); "auto" (default): "full" for ALiBi, "window" otherwise. seed=None: a fresh random seed.)doc")
         .def(py::init([](long long l_gen, double tau, const py::object& top_k, const py::object& top_p,
-                         const py::object& seed, bool cache, const std::string& context) {
+                         const py::object& seed, bool cache, const std::string& context, long long max_batch) {
                  if (l_gen < 0) throw ft::ValueError("l_gen must be >= 0, got " + std::to_string(l_gen));
+                 if (max_batch < 1) throw ft::ValueError("max_batch must be >= 1, got " + std::to_string(max_batch));
                  ft::check_bytes(index_t(l_gen), sizeof(index_t), "l_gen (the tokens to generate)");
                  check_seed(seed);
                  DInferencePy d;
@@ -82,20 +214,66 @@ ALiBi extrapolates); "auto" (default): "full" for ALiBi, "window" otherwise. see
                  else throw ft::ValueError("context must be 'auto', 'window' or 'full', got '" + context + "'");
                  d.seed = seed;
                  d.l_gen = l_gen;
+                 d.max_batch = max_batch;
                  return d;
              }),
              py::arg("l_gen"), py::arg("tau") = 1.0, py::kw_only(), py::arg("top_k") = py::none(),
              py::arg("top_p") = py::none(), py::arg("seed") = py::none(), py::arg("cache") = true,
-             py::arg("context") = "auto")
+             py::arg("context") = "auto", py::arg("max_batch") = 32)
         .def(
             "__call__",
-            [](DInferencePy& self, const py::handle& x, const py::object& model) {
-                if (!py::isinstance<Dual<ft::DTransformer>>(model))
-                    throw ft::TypeError("DInference needs a DTransformer, got " +
-                                        py::str(py::type::handle_of(model).attr("__name__")).cast<std::string>());
-                auto& d = model.cast<Dual<ft::DTransformer>&>();
+            [](DInferencePy& self, const py::object& x, const py::object& model) -> py::object {
+                auto& d = dtransformer(model, "DInference");
                 CallLock lock(d.mutex);
-                return d.visit([&](auto& mdl) {
+                if (py::isinstance<PromptCachePy>(x)) {  // continue a prompt cache (Algorithm 14 after its first pass)
+                    const auto& pc = x.cast<const PromptCachePy&>();
+                    return d.visit([&](auto& mdl) -> py::object {
+                        const auto& kv = cache_for(pc, mdl);
+                        ft::Rng rng(self.next_seed());
+                        std::vector<index_t> y;
+                        {
+                            LongCoreCall nogil;
+                            y = ft::DInference(mdl, kv, index_t(self.l_gen), self.o, rng);
+                        }
+                        return to_array(y);
+                    });
+                }
+                // a list (or tuple) of prompts: not empty and its first item not an integer (a list of ids is one prompt)
+                const bool batch = (py::isinstance<py::list>(x) || py::isinstance<py::tuple>(x)) && py::len(x) > 0 &&
+                                   !is_integer(x.cast<py::sequence>()[0]);
+                if (batch) {  // Algorithm P: a batch of prompts
+                    const py::sequence items = x.cast<py::sequence>();
+                    return d.visit([&](auto& mdl) -> py::object {
+                        using T = typename std::decay_t<decltype(mdl.store)>::value_type;
+                        std::vector<InIds> ids(items.size());
+                        std::vector<ft::PromptRef<T>> refs(items.size());
+                        for (std::size_t i = 0; i < items.size(); ++i) {  // every prompt checked before anything runs
+                            const py::object it = items[i];
+                            const std::string what = "prompts[" + std::to_string(i) + "]";
+                            if (py::isinstance<PromptCachePy>(it)) {
+                                refs[i].cache = &cache_for(it.cast<const PromptCachePy&>(), mdl);
+                                continue;
+                            }
+                            ids[i] = in_ids(it, what.c_str(), mdl.cfg.n_vocab, false);
+                            if (ids[i].ids.empty() || index_t(ids[i].ids.size()) > mdl.cfg.l_max)
+                                throw ft::ValueError(what + " has length " + std::to_string(ids[i].ids.size()) +
+                                                     "; a prompt has 1 … l_max = " + std::to_string(mdl.cfg.l_max) + " tokens");
+                            refs[i].ids = ids[i].ids.data(), refs[i].len = index_t(ids[i].ids.size());
+                        }
+                        // each sequence its own stream, seeded as a call on that prompt alone is (seed=None: a fresh seed each)
+                        std::vector<ft::Rng> rngs;
+                        for (std::size_t i = 0; i < items.size(); ++i) rngs.emplace_back(self.next_seed());
+                        std::vector<std::vector<index_t>> ys;
+                        {
+                            LongCoreCall nogil;
+                            ys = ft::DInferenceBatch(mdl, refs, index_t(self.l_gen), self.o, rngs, index_t(self.max_batch));
+                        }
+                        py::list out;
+                        for (const auto& y : ys) out.append(to_array(y));
+                        return std::move(out);
+                    });
+                }
+                return d.visit([&](auto& mdl) -> py::object {
                     InIds prompt = in_ids(x, "x", mdl.cfg.n_vocab, false);
                     if (index_t(prompt.ids.size()) > mdl.cfg.l_max)
                         throw ft::ValueError("the prompt x has length " + std::to_string(prompt.ids.size()) +
@@ -110,12 +288,38 @@ ALiBi extrapolates); "auto" (default): "full" for ALiBi, "window" otherwise. see
                 });
             },
             py::arg("x"), py::arg("model"))
+        .def_static(
+            "prefill",
+            [](const py::handle& x, const py::object& model) {
+                auto& d = dtransformer(model, "DInference.prefill");
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& mdl) {
+                    InIds prompt = in_ids(x, "x", mdl.cfg.n_vocab, false);
+                    if (prompt.ids.empty() || index_t(prompt.ids.size()) > mdl.cfg.l_max)
+                        throw ft::ValueError("the prompt x has length " + std::to_string(prompt.ids.size()) +
+                                             "; a prompt has 1 … l_max = " + std::to_string(mdl.cfg.l_max) + " tokens");
+                    PromptCachePy pc;
+                    pc.config_json = config_json_of(mdl);
+                    pc.config_hash = sha256_hex(pc.config_json);
+                    {
+                        LongCoreCall nogil;
+                        pc.kv = ft::prefill(mdl, prompt.ids.data(), index_t(prompt.ids.size()));
+                        pc.theta = hex64(ft::theta_digest(mdl.store));
+                    }
+                    return pc;
+                });
+            },
+            py::arg("x"), py::arg("model"),
+            "The prompt cache of x: Algorithm 14's first pass over the prompt (every layer's keys and values, the "
+            "last token's logits), computed once; DInference(...)(cache, model) continues it with the tokens "
+            "DInference(...)(x, model) gives.")
+        .def_readonly("max_batch", &DInferencePy::max_batch)
         .def_readonly("l_gen", &DInferencePy::l_gen)
         .def_property_readonly("tau", [](const DInferencePy& s) { return s.o.tau; })
         .def_property_readonly("context", [](const DInferencePy& s) { return context_name(s.o.context); })
         .def("__repr__", [](const DInferencePy& s) {
             return "DInference(l_gen=" + std::to_string(s.l_gen) + ", " + sampling_repr(s.o) + ", context='" +
-                   context_name(s.o.context) + "')";
+                   context_name(s.o.context) + "', max_batch=" + std::to_string(s.max_batch) + ")";
         });
 
     py::class_<EDInferencePy>(m, "EDInference", R"doc(Algorithm 15: x̂ ← EDInference(z, θ̂) — sequence-to-sequence decoding with an EDTransformer.

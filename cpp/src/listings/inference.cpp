@@ -1,6 +1,8 @@
 // Algorithms 14 and 15, with the literal and the KV-cached paths side by side.
 #include "formal_transformers/inference.hpp"
 
+#include "formal_transformers/paged.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -64,9 +66,10 @@ index_t sample_token(const T* z, index_t n, const SamplingOptions& o, Rng& rng, 
 }
 
 // ======================================== Algorithm 14 ================================================
+// pre: a prompt cache of x_in (paged.hpp), the result of the cached path's first pass, used instead of it
 template <class T>
-std::vector<index_t> DInference(DTransformer<T>& model, const index_t* x_in, index_t l, index_t l_gen,
-                                const SamplingOptions& o, Rng& rng) {
+std::vector<index_t> dinference(DTransformer<T>& model, const index_t* x_in, index_t l, index_t l_gen,
+                                const SamplingOptions& o, Rng& rng, const PromptKV<T>* pre) {
     o.check();
     const ModelConfig& c = model.cfg;
     if (l_gen < 0) throw ValueError("l_gen must be >= 0, got " + std::to_string(l_gen));
@@ -102,7 +105,17 @@ std::vector<index_t> DInference(DTransformer<T>& model, const index_t* x_in, ind
             model.unemb->logits(model.store, model.out().cols_range(len - w0 - 1, 1), ensure(zcol, c.n_vocab, 1));
             std::copy(zcol.data(), zcol.data() + c.n_vocab, z.begin());
         } else {
-            if (w0 != start || fed == 0) {  // first call, or the window slid: (re)fill the caches
+            if (pre && fed == 0) {  // the first pass, from the prompt cache: its keys, values and logits
+                dec.reset();
+                dec.kv.resize(std::size_t(c.L));
+                for (index_t j = 0; j < c.L; ++j) {
+                    KVCache<T>& kv = dec.kv[std::size_t(j)];
+                    kv.K = pre->K[std::size_t(j)], kv.V = pre->V[std::size_t(j)];
+                    kv.len = l, kv.start = 0;
+                }
+                dec.len = l;
+                std::copy(pre->z.begin(), pre->z.end(), z.begin());
+            } else if (w0 != start || fed == 0) {  // first call, or the window slid: (re)fill the caches
                 dec.reset();
                 start = w0;
                 if (len - w0 > kFewColumns) {  // a long context: the thread pool
@@ -121,6 +134,20 @@ std::vector<index_t> DInference(DTransformer<T>& model, const index_t* x_in, ind
         x.push_back(y);                                                         // line 6: x ← [x, y]
     }
     return std::vector<index_t>(x.begin() + l, x.end());  // line 8: y = x[ℓ+1 : ℓ+ℓ_gen]
+}
+
+template <class T>
+std::vector<index_t> DInference(DTransformer<T>& model, const index_t* x_in, index_t l, index_t l_gen,
+                                const SamplingOptions& o, Rng& rng) {
+    return dinference(model, x_in, l, l_gen, o, rng, static_cast<const PromptKV<T>*>(nullptr));
+}
+
+template <class T>
+std::vector<index_t> DInference(DTransformer<T>& model, const PromptKV<T>& cache, index_t l_gen,
+                                const SamplingOptions& o, Rng& rng) {
+    cache.check(model);
+    // literal path (cache = false): the listing recomputes everything from the ids anyway
+    return dinference(model, cache.ids.data(), index_t(cache.ids.size()), l_gen, o, rng, o.cache ? &cache : nullptr);
 }
 
 // ======================================== Algorithm 15 ================================================
@@ -162,6 +189,8 @@ template index_t sample_token<float>(const float*, index_t, const SamplingOption
 template index_t sample_token<double>(const double*, index_t, const SamplingOptions&, Rng&, std::vector<double>&, std::vector<index_t>&);
 template std::vector<index_t> DInference<float>(DTransformer<float>&, const index_t*, index_t, index_t, const SamplingOptions&, Rng&);
 template std::vector<index_t> DInference<double>(DTransformer<double>&, const index_t*, index_t, index_t, const SamplingOptions&, Rng&);
+template std::vector<index_t> DInference<float>(DTransformer<float>&, const PromptKV<float>&, index_t, const SamplingOptions&, Rng&);
+template std::vector<index_t> DInference<double>(DTransformer<double>&, const PromptKV<double>&, index_t, const SamplingOptions&, Rng&);
 template std::vector<index_t> EDInference<float>(EDTransformer<float>&, const index_t*, index_t, const SamplingOptions&, Rng&, index_t);
 template std::vector<index_t> EDInference<double>(EDTransformer<double>&, const index_t*, index_t, const SamplingOptions&, Rng&, index_t);
 
