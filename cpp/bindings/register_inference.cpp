@@ -199,7 +199,15 @@ work per new token); cache=False runs the listing literally (the whole model on 
 step) — both give the same tokens for the same seed. Past l_max, by `context`: "window", the model sees
 the last l_max tokens (a sliding window; the cache is refilled from the window each step then); "full",
 the model sees the whole sequence (only for positional="rope" or "alibi", whose positions have no table:
-ALiBi extrapolates); "auto" (default): "full" for ALiBi, "window" otherwise. seed=None: a fresh random seed.)doc")
+ALiBi extrapolates); "auto" (default): "full" for ALiBi, "window" otherwise. seed=None: a fresh random seed.
+
+Many prompts (docs/paged_decoding.md, Algorithm P): x a list (or tuple) of 1-D id arrays and/or PromptCaches
+returns a list, item i the tokens DInference(...)(x[i], model) gives. The keys and values are kept in pages
+of 16 tokens with a block table per sequence; up to max_batch sequences are decoded together (one product
+per projection over the batch), finished ones leave and waiting ones join (continuous batching). Each
+sequence samples from its own stream seeded with `seed` (as a call on that prompt alone; seed=None: a fresh
+seed each). A list of ints is one prompt, as before. Every prompt is checked before anything runs.
+x a PromptCache (DInference.prefill): continues it, the tokens of DInference(...)(cache.ids, model).)doc")
         .def(py::init([](long long l_gen, double tau, const py::object& top_k, const py::object& top_p,
                          const py::object& seed, bool cache, const std::string& context, long long max_batch) {
                  if (l_gen < 0) throw ft::ValueError("l_gen must be >= 0, got " + std::to_string(l_gen));

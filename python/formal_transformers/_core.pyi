@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'RMSNorm', 'SGD', 'SpeculativeInference', 'TokenEmbedding', 'Unembedding', 'WordTokenizer', 'bidirectional_mask', 'blas_info', 'blas_kernel', 'chunk', 'gelu', 'get_num_threads', 'learning_rate', 'max_num_threads', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
+__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'PromptCache', 'RMSNorm', 'SGD', 'SpeculativeInference', 'TokenEmbedding', 'Unembedding', 'WordTokenizer', 'bidirectional_mask', 'blas_info', 'blas_kernel', 'chunk', 'gelu', 'get_num_threads', 'learning_rate', 'max_num_threads', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
 class _HasParams:
     """
     Base of every object with parameters (params, grads).
@@ -1242,6 +1242,52 @@ class WordTokenizer:
         """
         The words of ids 0, 1, ...
         """
+class PromptCache:
+    """
+    A prompt cache: the keys and values of every layer for a prompt and its last token's logits —
+    Algorithm 14's first pass, computed once (DInference.prefill(x, model)), saved and loaded, and continued by
+    DInference(...)(cache, model) with the tokens DInference(...)(x, model) gives for the same seed.
+    
+    It names what it was computed with: config_hash, the SHA-256 of the model's config as config_json() writes it
+    with the dtype, and theta_digest, a 64-bit digest of θ; a model with another config, dtype or θ refuses it
+    (ValueError). save(path) writes a safetensors file (tensors K.l, V.l of shape (ℓ, H_kv·d_attn), z (N_V,)),
+    PromptCache.load(path, model) reads one back, checked against the model.
+    """
+    @staticmethod
+    def load(path: typing.Any, model: typing.Any) -> PromptCache:
+        """
+        read a saved cache for `model` (ValueError: another config, dtype or θ, or a damaged file)
+        """
+    def __len__(self) -> int:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def save(self, path: typing.Any) -> None:
+        """
+        write the cache to a safetensors file (atomically: a temporary renamed onto path)
+        """
+    @property
+    def config_hash(self) -> str:
+        ...
+    @property
+    def dtype(self) -> str:
+        ...
+    @property
+    def ids(self) -> numpy.typing.NDArray[numpy.int64]:
+        """
+        the prompt's token ids
+        """
+    @property
+    def n_tokens(self) -> int:
+        ...
+    @property
+    def nbytes(self) -> int:
+        """
+        bytes of keys, values and logits held
+        """
+    @property
+    def theta_digest(self) -> str:
+        ...
 class DInference:
     """
     Algorithm 14: y ← DInference(x, θ̂) — prompting a trained DTransformer.
@@ -1255,10 +1301,23 @@ class DInference:
     the last l_max tokens (a sliding window; the cache is refilled from the window each step then); "full",
     the model sees the whole sequence (only for positional="rope" or "alibi", whose positions have no table:
     ALiBi extrapolates); "auto" (default): "full" for ALiBi, "window" otherwise. seed=None: a fresh random seed.
+    
+    Many prompts (docs/paged_decoding.md, Algorithm P): x a list (or tuple) of 1-D id arrays and/or PromptCaches
+    returns a list, item i the tokens DInference(...)(x[i], model) gives. The keys and values are kept in pages
+    of 16 tokens with a block table per sequence; up to max_batch sequences are decoded together (one product
+    per projection over the batch), finished ones leave and waiting ones join (continuous batching). Each
+    sequence samples from its own stream seeded with `seed` (as a call on that prompt alone; seed=None: a fresh
+    seed each). A list of ints is one prompt, as before. Every prompt is checked before anything runs.
+    x a PromptCache (DInference.prefill): continues it, the tokens of DInference(...)(cache.ids, model).
     """
-    def __call__(self, x: typing.Any, model: typing.Any) -> numpy.typing.NDArray[numpy.int64]:
+    @staticmethod
+    def prefill(x: typing.Any, model: typing.Any) -> PromptCache:
+        """
+        The prompt cache of x: Algorithm 14's first pass over the prompt (every layer's keys and values, the last token's logits), computed once; DInference(...)(cache, model) continues it with the tokens DInference(...)(x, model) gives.
+        """
+    def __call__(self, x: typing.Any, model: typing.Any) -> typing.Any:
         ...
-    def __init__(self, l_gen: typing.SupportsInt | typing.SupportsIndex, tau: typing.SupportsFloat | typing.SupportsIndex = 1.0, *, top_k: typing.Any = None, top_p: typing.Any = None, seed: typing.Any = None, cache: bool = True, context: str = 'auto') -> None:
+    def __init__(self, l_gen: typing.SupportsInt | typing.SupportsIndex, tau: typing.SupportsFloat | typing.SupportsIndex = 1.0, *, top_k: typing.Any = None, top_p: typing.Any = None, seed: typing.Any = None, cache: bool = True, context: str = 'auto', max_batch: typing.SupportsInt | typing.SupportsIndex = 32) -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -1267,6 +1326,9 @@ class DInference:
         ...
     @property
     def l_gen(self) -> int:
+        ...
+    @property
+    def max_batch(self) -> int:
         ...
     @property
     def tau(self) -> float:
