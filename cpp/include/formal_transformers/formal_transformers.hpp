@@ -26,6 +26,7 @@
 #include "formal_transformers/inference.hpp"
 #include "formal_transformers/io.hpp"
 #include "formal_transformers/optim.hpp"
+#include "formal_transformers/paged.hpp"
 #include "formal_transformers/params.hpp"
 #include "formal_transformers/tokenizer.hpp"
 #include "formal_transformers/training.hpp"
