@@ -261,3 +261,27 @@ def test_deepseek_v3_unsupported_options_are_named(edit, option):
     hf = _deepseek(9, **edit)
     with pytest.raises(ValueError, match=option):
         ft.from_hf(hf)
+
+
+def test_save_load_round_trip(tmp_path):
+    m = _mla(q_lora_rank=None)
+    ft.save(m, tmp_path / "mla.safetensors")
+    back = ft.load(tmp_path / "mla.safetensors")
+    assert back.config == m.config and back.config["kv_lora_rank"] == 6 and back.config["q_lora_rank"] is None
+    assert np.array_equal(back(X), m(X))
+
+
+def test_speculative_decoding_with_the_latent_cache():
+    target, draft = _mla(seed=0), _mla(seed=7, kv_lora_rank=3, q_lora_rank=None)
+    greedy = ft.DInference(l_gen=10, tau=0.0)(X[:4], target)
+    # the rejected drafts are rolled back in both latent caches (Decoder::rollback)
+    spec = ft.SpeculativeInference(10, 3, 0.0, seed=0)(X[:4], target, draft)
+    assert list(spec) == list(greedy)
+
+
+def test_float32_gradients_follow_float64():
+    m64, m32 = _mla("float64"), _mla("float32")
+    _, g64 = m64.loss_and_grad(X)
+    _, g32 = m32.loss_and_grad(X)
+    for k in g64:
+        assert np.abs(g32[k] - g64[k]).max() <= 1e-4 * max(1.0, np.abs(g64[k]).max()), k
