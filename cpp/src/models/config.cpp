@@ -524,7 +524,16 @@ void check_model_size(const ModelConfig& c, Arch arch) {
     const char* what = "model size";
     const index_t d = c.d_e, L = arch == Arch::ED ? checked_add(c.L_enc, c.L_dec, what) : c.L;
     // one attention: W_q, W_k, W_v (H × d_attn × d_e each) and W_o (d_e × H·d_mid)
-    const index_t attn = checked_add(checked_count({3, c.H, c.d_attn, d}, what), checked_count({c.H, c.d_mid, d}, what), what);
+    index_t attn = checked_add(checked_count({3, c.H, c.d_attn, d}, what), checked_count({c.H, c.d_mid, d}, what), what);
+    if (c.kv_lora_rank > 0) {  // V10: W_dq + W_uq (or W_q), W_dkv, W_ukv, W_o
+        const index_t q = c.q_lora_rank > 0
+                              ? checked_add(checked_mul(c.q_lora_rank, d, what), checked_count({c.H, c.d_attn, c.q_lora_rank}, what), what)
+                              : checked_count({c.H, c.d_attn, d}, what);
+        const index_t kv = checked_add(checked_mul(checked_add(c.kv_lora_rank, c.qk_rope_head_dim, what), d, what),
+                                       checked_count({c.H, checked_add(c.d_attn - c.qk_rope_head_dim, c.d_mid, what),
+                                                      c.kv_lora_rank}, what), what);
+        attn = checked_add(checked_add(q, kv, what), checked_count({c.H, c.d_mid, d}, what), what);
+    }
     const index_t mlp = checked_count({2, c.d_mlp, d}, what);  // W_mlp1, W_mlp2
     index_t layer = checked_add(attn, mlp, what);
     if (arch == Arch::ED) layer = checked_add(layer, attn, what);  // (the decoder's cross-attention: at least)
