@@ -226,14 +226,17 @@ def test_deepseek_v3_P_and_every_gradient(monkeypatch, q_lora_rank, interleave):
     assert not G_hf  # every HF tensor compared
 
 
-def test_deepseek_v3_round_trip_is_exact():
-    m = _mla(q_lora_rank=9)
+@pytest.mark.parametrize("q_lora_rank,tied", [(9, False), (None, True)])
+def test_deepseek_v3_round_trip_is_exact(q_lora_rank, tied, tmp_path):
+    m = _mla(q_lora_rank=q_lora_rank, tied=tied)
     hf = ft.to_hf(m)
     assert type(hf).__name__ == "DeepseekV3ForCausalLM" and hf.config.first_k_dense_replace == L
-    back = ft.from_hf(hf)
-    assert back.config == m.config
-    for k, v in m.params.items():
-        assert np.array_equal(back.params[k], v), k
+    assert hf.config.q_lora_rank == q_lora_rank and hf.config.tie_word_embeddings == tied
+    ft.save_hf(m, tmp_path)  # and through files (config.json + safetensors)
+    for back in (ft.from_hf(hf), ft.load_hf(tmp_path)):
+        assert back.config == m.config
+        for k, v in m.params.items():
+            assert np.array_equal(back.params[k], v), k
 
 
 def test_deepseek_v3_greedy_generation_equals_hf(monkeypatch):
