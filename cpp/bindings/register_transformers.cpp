@@ -484,7 +484,10 @@ init_std (GPT-2's init: N(0, init_std²), residual projections / √(2L), biases
 Variants (docs/variants.md): positional="rope" (rope_theta=10000.0) | "alibi" (no W_p), H_kv key/value
 heads (grouped-query attention; None: H), mlp="gelu" | "swiglu", bias=False (no biases in attention and
 MLP), sliding_window=w (V8: each query sees the last w keys, Mistral; decoding keeps a rolling cache of w
-columns). With norm="rms" these make a LLaMA-style (Mistral-style) decoder; the defaults are Algorithm 10.
+columns), kv_lora_rank=d_c (V10: multi-head latent attention, DeepSeek-V2/V3; with qk_rope_head_dim=d_R,
+q_lora_rank=d_c′ or None, positional="rope", bias=False; d_attn = qk_nope_head_dim + d_R, d_mid = v_head_dim;
+decoding caches the latent, d_c + d_R numbers per token and layer). With norm="rms" these make a LLaMA-style
+(Mistral-, DeepSeek-style) decoder; the defaults are Algorithm 10.
 Dropout (docs/regularisation.md; beyond the listing): dropout=p drops after the embedding sum, on the
 attention weights and on each sublayer's output before the residual add (embed_dropout, attn_dropout,
 resid_dropout: per place, None = dropout). Only loss_and_grad (and the trainers) drop; model(x), loss,

@@ -512,7 +512,10 @@ class DTransformer(_HasParams):
     Variants (docs/variants.md): positional="rope" (rope_theta=10000.0) | "alibi" (no W_p), H_kv key/value
     heads (grouped-query attention; None: H), mlp="gelu" | "swiglu", bias=False (no biases in attention and
     MLP), sliding_window=w (V8: each query sees the last w keys, Mistral; decoding keeps a rolling cache of w
-    columns). With norm="rms" these make a LLaMA-style (Mistral-style) decoder; the defaults are Algorithm 10.
+    columns), kv_lora_rank=d_c (V10: multi-head latent attention, DeepSeek-V2/V3; with qk_rope_head_dim=d_R,
+    q_lora_rank=d_c′ or None, positional="rope", bias=False; d_attn = qk_nope_head_dim + d_R, d_mid = v_head_dim;
+    decoding caches the latent, d_c + d_R numbers per token and layer). With norm="rms" these make a LLaMA-style
+    (Mistral-, DeepSeek-style) decoder; the defaults are Algorithm 10.
     Dropout (docs/regularisation.md; beyond the listing): dropout=p drops after the embedding sum, on the
     attention weights and on each sublayer's output before the residual add (embed_dropout, attn_dropout,
     resid_dropout: per place, None = dropout). Only loss_and_grad (and the trainers) drop; model(x), loss,
@@ -528,7 +531,7 @@ class DTransformer(_HasParams):
         ...
     def __init__(self, *args, **kwargs) -> None:
         """
-        __init__(n_vocab, l_max, L, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', mlp='gelu', rope_theta=10000.0, sliding_window=None, dtype='float32')
+        __init__(n_vocab, l_max, L, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', mlp='gelu', rope_theta=10000.0, sliding_window=None, kv_lora_rank=None, q_lora_rank=None, qk_rope_head_dim=None, dtype='float32')
         
         The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
         """

@@ -164,7 +164,8 @@ def _config_class_names(config: dict, where: str) -> list:
 
 # the layers' tensors: name prefix in the body (after _strip) and the config key that counts them
 _LAYERS = {"gpt2": ("h.", "n_layer"), "bert": ("encoder.layer.", "num_hidden_layers"),
-           "llama": ("layers.", "num_hidden_layers"), "mistral": ("layers.", "num_hidden_layers")}
+           "llama": ("layers.", "num_hidden_layers"), "mistral": ("layers.", "num_hidden_layers"),
+           "deepseek_v3": ("layers.", "num_hidden_layers")}
 
 
 def _check_layer_count(family: str, hp: dict, T: dict, cls_name: str, where: str) -> None:
@@ -486,6 +487,133 @@ def _mistral_export(cfg: dict, P: dict):
     return "MistralForCausalLM", hf, state
 
 
+# DeepSeek-V3 (DeepseekV3ForCausalLM, DeepSeek-AI 2024) with dense MLPs only: LLaMA's decoder (RMSnorm, SwiGLU,
+# no biases) with multi-head latent attention (docs/variants.md V10). Its RoPE pairs rows (2i, 2i+1) of the
+# rotated part (rope_interleave, the default) where V1 pairs (i, i + d_R/2): the rotated rows of q_b_proj (q_proj)
+# and kv_a_proj_with_mqa are permuted on the way in (even rows first, then odd) and back on the way out, which
+# gives the same scores (HF's own interleaved code computes exactly these products).
+
+def _deepseek_hyper(c: dict) -> dict:
+    m = "DeepSeek-V3"
+    L = _cfg_int(c, m, "num_hidden_layers")
+    k_dense = c.get("first_k_dense_replace")
+    if k_dense is None or isinstance(k_dense, bool) or not isinstance(k_dense, int) or k_dense < L:
+        raise _unsupported(m, "first_k_dense_replace", k_dense,
+                           f"only dense MLP layers (first_k_dense_replace >= num_hidden_layers = {L}); layers from "
+                           "first_k_dense_replace on are mixtures of experts (n_routed_experts), which we do not express")
+    act = _cfg_get(c, m, "hidden_act", "silu")
+    if act != "silu":
+        raise _unsupported(m, "hidden_act", act, "SwiGLU (V4) gates with SiLU")
+    if _cfg_bool(c, m, "attention_bias", False):
+        raise _unsupported(m, "attention_bias", True, "latent attention has no biases (V10)")
+    tp = _cfg_int(c, m, "pretraining_tp", 1)
+    if tp != 1:
+        raise _unsupported(m, "pretraining_tp", tp, "only the unsplit layers")
+    d, H = _cfg_int(c, m, "hidden_size"), _cfg_int(c, m, "num_attention_heads")
+    H_kv = _cfg_int(c, m, "num_key_value_heads", H)
+    if H_kv != H:
+        raise _unsupported(m, "num_key_value_heads", H_kv, f"latent attention makes every head's keys (= {H})")
+    d_R, d_N = _cfg_int(c, m, "qk_rope_head_dim"), _cfg_int(c, m, "qk_nope_head_dim", lo=0)
+    if d_R % 2:
+        raise _unsupported(m, "qk_rope_head_dim", d_R, "RoPE rotates pairs: an even size")
+    q_rank = c.get("q_lora_rank")
+    hp = dict(n_vocab=_cfg_int(c, m, "vocab_size"), l_max=_cfg_int(c, m, "max_position_embeddings"), L=L, H=H,
+              d_e=d, d_mlp=_cfg_int(c, m, "intermediate_size"), d_attn=d_N + d_R, d_mid=_cfg_int(c, m, "v_head_dim"),
+              positional="rope", rope_theta=_llama_rope(c), mlp="swiglu", bias=False, norm="rms",
+              eps=_cfg_float(c, m, "rms_norm_eps", 1e-6), tied=_cfg_bool(c, m, "tie_word_embeddings", False),
+              attn_dropout=_cfg_rate(c, m, "attention_dropout", 0.0), kv_lora_rank=_cfg_int(c, m, "kv_lora_rank"),
+              qk_rope_head_dim=d_R, _rope_interleave=_cfg_bool(c, m, "rope_interleave", True))
+    if q_rank is not None:
+        hp["q_lora_rank"] = _cfg_int(c, m, "q_lora_rank")
+    return hp
+
+
+def _deepseek_layer(hp: dict):  # (HF name in layers.l., ft name in layers.l., heads of the reshape or "")
+    q = ([("self_attn.q_a_proj.weight", "attn.W_dq", ""), ("self_attn.q_a_layernorm.weight", "attn.gamma_q", ""),
+          ("self_attn.q_b_proj.weight", "attn.W_uq", "H")] if hp.get("q_lora_rank")
+         else [("self_attn.q_proj.weight", "attn.W_q", "H")])
+    return q + [("self_attn.kv_a_proj_with_mqa.weight", "attn.W_dkv", ""),
+                ("self_attn.kv_a_layernorm.weight", "attn.gamma_kv", ""),
+                ("self_attn.kv_b_proj.weight", "attn.W_ukv", "H"), ("self_attn.o_proj.weight", "attn.W_o", ""),
+                ("mlp.gate_proj.weight", "W_gate", ""), ("mlp.up_proj.weight", "W_mlp1", ""),
+                ("mlp.down_proj.weight", "W_mlp2", ""), ("input_layernorm.weight", "gamma1", ""),
+                ("post_attention_layernorm.weight", "gamma2", "")]
+
+
+def _deepseek_expected(hp: dict, head: bool) -> dict:
+    d, V, m, H = hp["d_e"], hp["n_vocab"], hp["d_mlp"], hp["H"]
+    d_attn, d_v, d_c, d_R = hp["d_attn"], hp["d_mid"], hp["kv_lora_rank"], hp["qk_rope_head_dim"]
+    d_cq = hp.get("q_lora_rank", 0)
+    shapes = {"attn.W_dq": (d_cq, d), "attn.gamma_q": (d_cq,), "attn.W_uq": (H * d_attn, d_cq),
+              "attn.W_q": (H * d_attn, d), "attn.W_dkv": (d_c + d_R, d), "attn.gamma_kv": (d_c,),
+              "attn.W_ukv": (H * (d_attn - d_R + d_v), d_c), "attn.W_o": (d, H * d_v), "W_gate": (m, d),
+              "W_mlp1": (m, d), "W_mlp2": (d, m), "gamma1": (d,), "gamma2": (d,)}
+    e = {"embed_tokens.weight": (V, d), "norm.weight": (d,)}
+    for l in range(hp["L"]):
+        e.update({f"layers.{l}.{a}": shapes[b] for a, b, _ in _deepseek_layer(hp)})
+    if head and not hp["tied"]:
+        e["lm_head.weight"] = (V, d)
+    return e
+
+
+def _rope_rows(hp: dict, name: str, v, inverse: bool):
+    """The rows of W_uq / W_q (per head) and W_dkv that V1 rotates, from DeepSeek's interleaved pairs (2i, 2i+1)
+    to V1's (i, i + d_R/2) (inverse: back)."""
+    d_R = hp["qk_rope_head_dim"]
+    perm = np.concatenate([np.arange(0, d_R, 2), np.arange(1, d_R, 2)])
+    order = np.argsort(perm) if inverse else perm
+    v = np.array(v, copy=True)
+    if name == "attn.W_dkv":
+        v[-d_R:] = v[-d_R:][order]
+    elif name in ("attn.W_uq", "attn.W_q"):  # (H, d_attn, ·): each head's last d_R rows
+        v[:, -d_R:] = v[:, -d_R:][:, order]
+    return v
+
+
+def _deepseek_to_ft(hp: dict, T: dict, head: bool) -> dict:
+    p = {"W_e": T["embed_tokens.weight"].T, "gamma": T["norm.weight"]}
+    for l in range(hp["L"]):
+        for a, b, heads in _deepseek_layer(hp):
+            v = T[f"layers.{l}.{a}"]
+            v = _split_heads(v, hp[heads]) if heads else v
+            p[f"layers.{l}.{b}"] = _rope_rows(hp, b, v, False) if hp["_rope_interleave"] else v
+    if head and not hp["tied"]:
+        p["W_u"] = T["lm_head.weight"]
+    return p
+
+
+def _deepseek_export(cfg: dict, P: dict):
+    """A DTransformer with kv_lora_rank (V10), mlp='swiglu', bias=False, norm='rms' -> DeepseekV3ForCausalLM
+    with dense MLPs (first_k_dense_replace = L) and rope_interleave=True (DeepSeek's layout)."""
+    cfg, rates = _split_rates(cfg)
+    for k in ("embed_dropout", "resid_dropout"):
+        if rates[k]:
+            raise ValueError(f"DeepSeek-V3 has no equivalent of {k}={rates[k]!r}: it drops only its attention weights")
+    for k, want in (("mlp", "swiglu"), ("norm", "rms")):
+        if cfg.get(k) != want:
+            raise ValueError(f"DeepSeek-V3 has no equivalent of {k}={cfg.get(k)!r} (mlp='swiglu', norm='rms')")
+    hp = {**cfg, "_rope_interleave": True}
+    hf = {"model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"], "vocab_size": cfg["n_vocab"],
+          "hidden_size": cfg["d_e"], "intermediate_size": cfg["d_mlp"], "num_hidden_layers": cfg["L"],
+          "first_k_dense_replace": cfg["L"], "num_attention_heads": cfg["H"], "num_key_value_heads": cfg["H"],
+          "kv_lora_rank": cfg["kv_lora_rank"], "q_lora_rank": cfg.get("q_lora_rank"),
+          "qk_rope_head_dim": cfg["qk_rope_head_dim"], "qk_nope_head_dim": cfg["d_attn"] - cfg["qk_rope_head_dim"],
+          "v_head_dim": cfg["d_mid"], "max_position_embeddings": cfg["l_max"], "rms_norm_eps": cfg["eps"],
+          "rope_parameters": {"rope_type": "default", "rope_theta": cfg["rope_theta"]}, "rope_interleave": True,
+          "hidden_act": "silu", "attention_bias": False, "attention_dropout": rates["attn_dropout"],
+          "tie_word_embeddings": cfg["tied"], "initializer_range": cfg["init_std"],
+          "bos_token_id": cfg["n_vocab"] - 2, "eos_token_id": cfg["n_vocab"] - 1, "use_cache": True,
+          "num_mtp_layers": 0, "dtype": cfg["dtype"]}
+    t = {"model.embed_tokens.weight": P["W_e"].T, "model.norm.weight": P["gamma"]}
+    for l in range(cfg["L"]):
+        for a, b, heads in _deepseek_layer(hp):
+            v = _rope_rows(hp, b, P[f"layers.{l}.{b}"], True)
+            t[f"model.layers.{l}.{a}"] = v.reshape(-1, *v.shape[2:]) if heads else v
+    if not cfg["tied"]:
+        t["lm_head.weight"] = P["W_u"]
+    return "DeepseekV3ForCausalLM", hf, t
+
+
 def _is_llama_style(cfg: dict) -> bool:
     return cfg.get("arch") == "DTransformer" and cfg.get("positional") == "rope"
 
@@ -532,12 +660,14 @@ _CLASSES = {
     "BertModel": ("bert", False, ""),
     "LlamaForCausalLM": ("llama", True, "model."),
     "MistralForCausalLM": ("mistral", True, "model."),
+    "DeepseekV3ForCausalLM": ("deepseek_v3", True, "model."),
 }
 _FAMILY = {  # family -> (hyperparameters, expected tensors, tensors -> ft, ft class)
     "gpt2": (_gpt2_hyper, _gpt2_expected, _gpt2_to_ft, "DTransformer"),
     "bert": (_bert_hyper, _bert_expected, _bert_to_ft, "ETransformer"),
     "llama": (_llama_hyper, _llama_expected, _llama_to_ft, "DTransformer"),
     "mistral": (_mistral_hyper, _llama_expected, _llama_to_ft, "DTransformer"),
+    "deepseek_v3": (_deepseek_hyper, _deepseek_expected, _deepseek_to_ft, "DTransformer"),
 }
 _IGNORED = (".attn.bias", ".attn.masked_bias", "embeddings.position_ids", "pooler.dense.weight",
             "pooler.dense.bias", "rotary_emb.inv_freq")  # buffers and BertModel's pooler
@@ -561,7 +691,7 @@ def _build(cls_name: str, config: dict, T: dict, dtype, where: str):
     if head and family == "bert" and "cls.predictions.decoder.bias" in T:
         # the bias the decoder adds (HF ties it to cls.predictions.bias unless the head is untied)
         T["cls.predictions.bias"] = T.pop("cls.predictions.decoder.bias")
-    if head and family in ("gpt2", "llama", "mistral") and hp["tied"]:
+    if head and family in ("gpt2", "llama", "mistral", "deepseek_v3") and hp["tied"]:
         T.pop("lm_head.weight", None)
     _check_layer_count(family, hp, T, cls_name, where)
     exp = expected(hp, head)
@@ -586,7 +716,7 @@ def _build(cls_name: str, config: dict, T: dict, dtype, where: str):
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be float32 or float64, got {dtype}")
     params = to_ft(hp, T, head)
-    model = build_model({"arch": arch, **hp}, dtype=dtype)
+    model = build_model({"arch": arch, **{k: v for k, v in hp.items() if not k.startswith("_")}}, dtype=dtype)
     for name, value in params.items():
         model.params[name][...] = value
     return model
@@ -645,6 +775,8 @@ def _hf_export(model):
     cfg = model.config
     arch = cfg["arch"]
     P = {k: np.asarray(v) for k, v in model.params.items()}
+    if cfg.get("kv_lora_rank"):
+        return _deepseek_export(cfg, P)
     if _is_llama_style(cfg):
         return _mistral_export(cfg, P) if cfg.get("sliding_window") else _llama_export(cfg, P)
     cfg, rates = _split_rates(cfg)  # dropout: GPT-2's and BERT's places are ours (docs/regularisation.md)

@@ -172,3 +172,19 @@ def load(path: Union[str, os.PathLike], *, dtype: str | None = None):
             except (ValueError, TypeError) as e:
                 raise ValueError(f"{path}: damaged {key} in the metadata ({e})") from None
     return model
+
+
+def kv_cache_bytes_per_token(model) -> int:
+    """The bytes a DTransformer's decoding cache (DInference, the KV cache) keeps per token, over all layers:
+    L · H_kv · (d_attn + d_mid) numbers (K and V; H_kv = H: multi-head, < H: grouped-query attention), or with
+    latent attention (kv_lora_rank, docs/variants.md V10) L · (kv_lora_rank + qk_rope_head_dim) (Ĉ_KV and K_R),
+    times the size of the model's dtype."""
+    c = model.config
+    if c.get("arch") != "DTransformer":
+        raise ValueError(f"kv_cache_bytes_per_token takes a DTransformer, got {c.get('arch')}")
+    item = 4 if c.get("dtype", "float32") == "float32" else 8
+    if c.get("kv_lora_rank"):
+        rows = c["kv_lora_rank"] + c["qk_rope_head_dim"]
+    else:
+        rows = c["H_kv"] * (c["d_attn"] + c["d_mid"])
+    return int(c["L"] * rows * item)

@@ -807,6 +807,36 @@ def gqa_mhattention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, mask, *, posit
     return W_o @ Y + (0 if b_o is None else b_o[:, None])  # line 5
 
 
+def mla_attention(X, W_o, *, H: int, qk_rope_head_dim: int, theta: float, mask, W_dkv, gamma_kv, W_ukv,
+                  W_dq=None, gamma_q=None, W_uq=None, W_q=None, q0: int = 0) -> np.ndarray:
+    """Algorithm V10 (multi-head latent attention, DeepSeek-V2/V3) then Algorithm 5's lines 1–4 (no biases).
+    W_uq / W_q (H, d_attn, ·), W_ukv (H, d_N + d_v, d_c), W_dkv (d_c + d_R, d_x); no query latent when W_dq is None."""
+    d_R = qk_rope_head_dim
+    d_attn = (W_uq if W_uq is not None else W_q).shape[1]
+    d_N, d_c = d_attn - d_R, W_ukv.shape[2]
+    d_v = W_ukv.shape[1] - d_N
+    l = X.shape[1]
+    p = q0 + np.arange(l)
+    if W_dq is not None:
+        C_Q = W_dq @ X  # line 1: C_Q ← W_DQ X
+        C_Q_hat = rms_norm_columns(C_Q, gamma_q, 1e-6)
+        Q = [W_uq[h] @ C_Q_hat for h in range(H)]  # line 2: Q ← W_UQ rms_norm(C_Q | γ_Q)
+    else:
+        Q = [W_q[h] @ X for h in range(H)]  # line 2 (no query latent): Q ← W_Q X
+    CKR = W_dkv @ X  # line 3: [C_KV; K̃_R] ← W_DKV X
+    C_hat = rms_norm_columns(CKR[:d_c], gamma_kv, 1e-6)  # line 4: Ĉ_KV ← rms_norm(C_KV | γ_KV)
+    KV = [W_ukv[h] @ C_hat for h in range(H)]  # line 5: [K_N^h; V^h] ← W_UKV^h Ĉ_KV
+    K_R = rope(CKR[d_c:], p, theta)  # line 6: K_R ← RoPE(K̃_R, p | θ)
+    Y = []
+    for h in range(H):  # Algorithm 5 line 1
+        Qh = np.concatenate([Q[h][:d_N], rope(Q[h][d_N:], p, theta)], axis=0)  # line 6: Q_R^h ← RoPE(Q_R^h)
+        Kh = np.concatenate([KV[h][:d_N], K_R], axis=0)  # line 7: K^h ← [K_N^h; K_R]
+        Vh = KV[h][d_N:d_N + d_v]
+        S = np.where(mask, Kh.T @ Qh, -np.inf)  # Algorithm 4 lines 4–5
+        Y.append(Vh @ softmax(S / math.sqrt(d_attn)))  # line 6 (√(d_N + d_R))
+    return W_o @ np.concatenate(Y, axis=0)  # Algorithm 5 lines 3–4
+
+
 def silu(x) -> np.ndarray:
     """SiLU(x) = x σ(x) = x / (1 + e^{−x}), element-wise."""
     x = np.asarray(x, dtype=np.float64)
@@ -824,7 +854,7 @@ def swiglu_mlp(X_tilde, W_gate, b_gate, W_mlp1, b_mlp1, W_mlp2, b_mlp2) -> np.nd
 def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gelu: str = "exact",
                           eps: float = 1e-5, positional: str = "learned", rope_theta: float = 10000.0,
                           mlp: str = "gelu", logits: bool = False, mask: str = "causal", prefix_len: int = 0,
-                          sliding_window=None) -> np.ndarray:
+                          sliding_window=None, qk_rope_head_dim=None) -> np.ndarray:
     """Algorithm V6: DTransformer with the variants. H_kv and bias=False are read off params (W_k's heads,
     absent b's); positional="rope" | "alibi" has no W_p (any length ℓ); mlp="swiglu" uses W_gate;
     mask="prefix" with prefix_len p (V7), sliding_window w (V8): line 6's Mask (decoder_mask)."""
@@ -844,11 +874,17 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
     for i in range(L):  # line 4
         p = f"layers.{i}."
         a = p + "attn."
-        _check_H(params, a, H)
+        if a + "W_dkv" not in params:
+            _check_H(params, a, H)
         X_tilde = nrm(X, p + "gamma1", p + "beta1")  # line 5
-        X = X + gqa_mhattention(X_tilde, X_tilde, params[a + "W_q"], get(a + "b_q"), params[a + "W_k"], get(a + "b_k"),
-                                params[a + "W_v"], get(a + "b_v"), params[a + "W_o"], get(a + "b_o"),
-                                M, positional=pos_attn, theta=rope_theta)  # line 6
+        if a + "W_dkv" in params:  # line 6 with V10 (latent attention; qk_rope_head_dim: its d_R)
+            X = X + mla_attention(X_tilde, params[a + "W_o"], H=H, qk_rope_head_dim=qk_rope_head_dim, theta=rope_theta,
+                                  mask=M, **{k: get(a + k) for k in ("W_dkv", "gamma_kv", "W_ukv", "W_dq", "gamma_q",
+                                                                     "W_uq", "W_q")})
+        else:
+            X = X + gqa_mhattention(X_tilde, X_tilde, params[a + "W_q"], get(a + "b_q"), params[a + "W_k"],
+                                    get(a + "b_k"), params[a + "W_v"], get(a + "b_v"), params[a + "W_o"],
+                                    get(a + "b_o"), M, positional=pos_attn, theta=rope_theta)  # line 6
         X_tilde = nrm(X, p + "gamma2", p + "beta2")  # line 7
         if mlp == "swiglu":  # line 8 (V4)
             X = X + swiglu_mlp(X_tilde, params[p + "W_gate"], get(p + "b_gate"), params[p + "W_mlp1"], get(p + "b_mlp1"),

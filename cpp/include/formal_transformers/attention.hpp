@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "formal_transformers/dropout.hpp"
+#include "formal_transformers/latent_attention.hpp"
 #include "formal_transformers/mask.hpp"
 #include "formal_transformers/params.hpp"
 #include "formal_transformers/parts.hpp"
@@ -182,6 +183,7 @@ struct MHAttentionCache {
     Seqs sx, sz;         // the batch of the forward (tiled: for materialize_weights)
     index_t q0 = 0;      // the queries' first position (heads())
     const ParamStore<T>* store = nullptr;  // the parameters of the forward (tiled: a score bias in materialize_weights)
+    LatentCache<T> lat;  // V10 (MHAttention::latent): the latents of the forward (and decoding's scratch)
     mutable bool weights_ready = true;  // A (and drop.keep) hold the last forward's weights
     const MHAttention<T>* unit = nullptr;  // the attention that ran it (tiled: materialize_weights)
     // A (and with dropout drop.keep) as a literal forward leaves them: rebuilt after a tiled forward
@@ -195,12 +197,15 @@ struct MHAttentionWork {
     Matrix<T> dY, dQ, dK, dV;
     Matrix<T> dQKV, dW_qkv;  // fused self-attention: [dQ; dK; dV] and [dW_q; dW_k; dW_v] of this call
     std::vector<T> dA;
+    LatentWork<T> lat;  // V10
 };
 // Keys and values of the context tokens seen so far, for decoding one sequence with a cache (Alg 14/15).
 template <class T>
 struct KVCache {
     Matrix<T> K;  // [H_kv·d_attn, capacity]  (with RoPE: rotated at their absolute positions)
     Matrix<T> V;  // [H_kv·d_mid,  capacity]
+    // V10 (latent attention): K holds the latent [Ĉ_KV; K_R] of each token, [d_c + d_R, capacity], and V
+    // has no rows; the keys and values are up-projected from it when attended (MHAttention::attend_cached).
     index_t len = 0;    // cached columns
     index_t start = 0;  // absolute position of column 0: > 0 once a sliding window (V9) dropped older keys
 };
@@ -260,6 +265,11 @@ public:
     index_t H_kv = 0;
     PositionPart<T> position;
     index_t kv_head(index_t h) const { return h / (H / H_kv); }
+    // V10: with var.kv_lora_rank > 0, Algorithm 4's lines 1–3 are the latent part's (W_q, W_k, W_v, their
+    // biases and the position part are not made; RoPE acts on the latent's R rows); null otherwise.
+    std::shared_ptr<const LatentQKV<T>> latent;
+    // The numbers the KV cache keeps per token: H_kv·(d_attn + d_mid), or with V10 d_c + d_R
+    index_t cache_rows() const { return latent ? latent->cache_rows() : H_kv * (d_attn + d_mid); }
 
 private:
     const T* bias(const ParamStore<T>& s, const VecParam& b) const { return var.bias ? s.v(b) : nullptr; }

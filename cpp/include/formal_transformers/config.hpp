@@ -63,6 +63,11 @@ struct ModelConfig {
     // w = sliding_window (Mistral); 0: the causal mask of Algorithm 10. Decoding keeps a rolling cache of
     // O(w) columns per layer (V9).
     index_t sliding_window = 0;
+    // V10 (D only): multi-head latent attention (DeepSeek-V2/V3) in every layer when kv_lora_rank > 0 (0: None,
+    // Algorithm 5's W_q, W_k, W_v): the KV latent's rank d_c, the query latent's rank d_c′ (0: none), the rotated
+    // part d_R of each query/key head (d_attn = d_N + d_R; d_mid is V10's d_v). Decoding caches d_c + d_R numbers
+    // per token and layer.
+    index_t kv_lora_rank = 0, q_lora_rank = 0, qk_rope_head_dim = 0;
     // Dropout (docs/regularisation.md; training only): rates after the embedding sum (line 3; Alg 8 lines 3
     // and 12; after BERT's embedding layer_norm), on the attention weights (Alg 4 line 6, after the softmax)
     // and on each sublayer's output before the residual add. 0: the listings bit for bit.

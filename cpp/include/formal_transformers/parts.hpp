@@ -78,6 +78,9 @@ struct AttnVariant {
     std::string position = "none";    // a registered position part: "rope" (V1), "alibi" (V2); "none"
     double rope_theta = 10000.0;      // V1's θ
     AttnImpl impl = AttnImpl::Auto;   // lines 4–6 as printed or tiled (variants.hpp AttnImpl)
+    // V10 multi-head latent attention (latent_attention.hpp): kv_lora_rank > 0 makes Q, K, V from latents
+    // (d_attn = qk_nope_head_dim + qk_rope_head_dim, d_mid = v_head_dim); q_lora_rank 0: no query latent.
+    index_t kv_lora_rank = 0, q_lora_rank = 0, qk_rope_head_dim = 0;
 };
 // What a position part is made from: the attention's sizes and options.
 struct AttnSpec {

@@ -246,6 +246,20 @@ MHAttention<T>::MHAttention(index_t H_, index_t d_x_, index_t d_z_, index_t d_at
                          " (grouped-query attention: groups of H/H_kv query heads share a key/value head)");
     if (var.impl != AttnImpl::Auto && var.impl != AttnImpl::Literal && var.impl != AttnImpl::Tiled)
         throw ValueError("attention_impl must be auto, literal or tiled");
+    if (var.kv_lora_rank > 0) {  // V10: Algorithm 4's lines 1–3 are the latent part's (latent_attention.cpp)
+        if (H_kv != H) throw ValueError("kv_lora_rank (latent attention) makes every head's keys: H_kv must be H");
+        if (var.bias) throw ValueError("kv_lora_rank (latent attention) has no biases (DeepSeek): pass bias=False");
+        if (var.position != "rope")
+            throw ValueError("kv_lora_rank (latent attention) rotates its shared key part with RoPE: positional='rope'");
+        if (d_x != d_z) throw ValueError("kv_lora_rank (latent attention) is self-attention: d_x must be d_z");
+        if (mask.window() > 0) throw ValueError("kv_lora_rank (latent attention) does not combine with sliding_window");
+        LatentSpec ls;
+        ls.H = H, ls.d_x = d_x, ls.d_attn = d_attn, ls.d_v = d_mid;
+        ls.d_c = var.kv_lora_rank, ls.d_cq = var.q_lora_rank, ls.d_R = var.qk_rope_head_dim, ls.theta = var.rope_theta;
+        latent = std::make_shared<const LatentQKV<T>>(ls, store, p);
+        W_o = store.matrix(p + "W_o", d_out, H * d_mid);
+        return;
+    }
     W_q = store.stacked(p + "W_q", H, d_attn, d_x);
     if (var.bias) b_q = store.stacked_vector(p + "b_q", H, d_attn);
     W_k = store.stacked(p + "W_k", H_kv, d_attn, d_z);
@@ -262,6 +276,11 @@ MHAttention<T>::MHAttention(index_t H_, index_t d_x_, index_t d_z_, index_t d_at
 
 template <class T>
 void MHAttention<T>::init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const {
+    if (latent) {  // V10
+        latent->init(store, rng, stddev);
+        store.normal(W_o.offset, W_o.rows * W_o.cols, out_stddev, rng);
+        return;
+    }
     for (const MatParam* W : {&W_q, &W_k, &W_v}) store.normal(W->offset, W->rows * W->cols, stddev, rng);
     store.normal(W_o.offset, W_o.rows * W_o.cols, out_stddev, rng);
     if (var.bias)
@@ -279,7 +298,14 @@ void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Se
     // 10^7-token input (rope/alibi have no table to bound ℓ) failed only after 3 GB of Q, K, V (issue 27)
     weight_offsets(sx, sz, H, sizeof(T), c.A_off);
     MatView<T> Q, K, V;
-    project_qkv(store, X, Z, sx.off == sz.off, c, Q, K, V);  // Algorithm 4's lines 1–3 for all heads (below)
+    if (latent) {  // V10 lines 1–7 in place of Algorithm 4's lines 1–3 (self-attention)
+        if (X.data != Z.data || sx.off != sz.off) throw ValueError("latent attention (kv_lora_rank) is self-attention");
+        c.fused = false;
+        Q = ensure(c.Q, H * d_attn, X.cols), K = ensure(c.K, H * d_attn, X.cols), V = ensure(c.V, H * d_mid, X.cols);
+        latent->forward(store, X, sx, 0, Q, K, V, c.lat);
+    } else {
+        project_qkv(store, X, Z, sx.off == sz.off, c, Q, K, V);  // Algorithm 4's lines 1–3 for all heads (below)
+    }
     if (position.qk) {  // e.g. V1 lines 2a, 2b: every head's Q and K transformed at their positions
         position.qk->forward(Q, QKTransform<T>::Role::Query, H, sx, 0);
         position.qk->forward(K, QKTransform<T>::Role::Key, H_kv, sz, 0);
@@ -479,6 +505,10 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
         position.qk->backward(dQ, QKTransform<T>::Role::Query, H, sx, 0);
         position.qk->backward(dK, QKTransform<T>::Role::Key, H_kv, sz, 0);
     }
+    if (latent) {  // V10 lines 7–1 backward: the latents' parameters, dX (dX is dZ: self-attention)
+        latent->backward(store, X, sx, 0, c.lat, dQ, dK, dV, dX, w.lat);
+        return;
+    }
     if (fused) {
         // Algorithm 4's lines 1–3 for all heads, Q, K and V at once: [dW_q; dW_k; dW_v] = [dQ; dK; dV] Xᵀ,
         // d[b_q; b_k; b_v] = [dQ; dK; dV] 1, dX += [W_q; W_k; W_v]ᵀ [dQ; dK; dV]
@@ -513,7 +543,8 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
 template <class T>
 void MHAttention<T>::append_kv(const ParamStore<T>& store, CMatView<T> Z, KVCache<T>& cache) const {
     const index_t w = mask.window();
-    const index_t rows_k = H_kv * d_attn, rows_v = H_kv * d_mid;
+    // V10: K keeps the latent [Ĉ_KV; K_R] of each token, V nothing
+    const index_t rows_k = latent ? latent->cache_rows() : H_kv * d_attn, rows_v = latent ? 0 : H_kv * d_mid;
     if (w > 0 && cache.len > w - 1 && cache.len + Z.cols > 2 * w) {
         // V9, the rolling cache of a sliding window: the first new query (position start + len) reads keys
         // from position start + len − w + 1 on, so only the last w − 1 columns are kept (moved to the front;
@@ -528,14 +559,20 @@ void MHAttention<T>::append_kv(const ParamStore<T>& store, CMatView<T> Z, KVCach
     const bool shrink = w > 0 && index_t(cache.K.shape(1)) > 4 * std::max<index_t>(need, 2 * w);  // after a long prompt
     if (index_t(cache.K.shape(1)) < need || shrink) {  // grow (doubling; a window: 2w), keeping the cached columns
         const index_t cap = w > 0 ? std::max<index_t>(need, 2 * w) : std::max<index_t>(need, 2 * index_t(cache.K.shape(1)));
-        Matrix<T> K2 = Matrix<T>::from_shape({std::size_t(H_kv * d_attn), std::size_t(cap)});
-        Matrix<T> V2 = Matrix<T>::from_shape({std::size_t(H_kv * d_mid), std::size_t(cap)});
-        std::copy(cache.K.data(), cache.K.data() + H_kv * d_attn * cache.len, K2.data());
-        std::copy(cache.V.data(), cache.V.data() + H_kv * d_mid * cache.len, V2.data());
+        Matrix<T> K2 = Matrix<T>::from_shape({std::size_t(rows_k), std::size_t(cap)});
+        Matrix<T> V2 = Matrix<T>::from_shape({std::size_t(rows_v), std::size_t(cap)});
+        std::copy(cache.K.data(), cache.K.data() + rows_k * cache.len, K2.data());
+        std::copy(cache.V.data(), cache.V.data() + rows_v * cache.len, V2.data());
         cache.K = std::move(K2);
         cache.V = std::move(V2);
     }
     MatView<T> Knew = view(cache.K).cols_range(cache.len, Z.cols);
+    if (latent) {  // V10 lines 3, 4, 6: the new tokens' [Ĉ_KV; K_R] at positions start + len, …
+        LatentCache<T> tmp;
+        latent->latent(store, Z, cache.start + cache.len, Knew, tmp);
+        cache.len = need;
+        return;
+    }
     affine<T>(store.W(W_k), Z, bias(store, b_k), Knew);                                           // Alg 4 line 2 (H_kv heads)
     affine<T>(store.W(W_v), Z, bias(store, b_v), view(cache.V).cols_range(cache.len, Z.cols));  // Alg 4 line 3
     if (position.qk)  // keys at their absolute positions start + len, start + len + 1, … (V1 line 2b)
@@ -553,6 +590,17 @@ void MHAttention<T>::attend_cached(const ParamStore<T>& store, CMatView<T> X, in
     const index_t q_rel = q0 - cache.start;
     mask.check(lz, n, q_rel);
     MatView<T> Q = ensure(s.Q, H * d_attn, n), Y = ensure(s.Y, H * d_mid, n);
+    if (latent) {  // V10: queries (lines 1, 2, 6) at q0 …; K, V up-projected from the cached latent (lines 5, 7)
+        latent->queries(store, X, q0, Q, s.lat);
+        MatView<T> K = ensure(s.K, H * d_attn, lz), V = ensure(s.V, H * d_mid, lz);
+        latent->expand(store, CMatView<T>(view(cache.K)).cols_range(0, lz), K, V, s.lat);
+        heads(store, Q, Seqs::single(n), K, V, Seqs::single(lz), q_rel, s, Y, nullptr, 0);  // Alg 5 lines 1–3
+        if (accumulate)
+            affine_add<T>(store.W(W_o), Y, nullptr, Vt);  // Alg 5 line 4
+        else
+            affine<T>(store.W(W_o), Y, nullptr, Vt);
+        return;
+    }
     affine<T>(store.W(W_q), X, bias(store, b_q), Q);  // Alg 4 line 1, all heads
     if (position.qk)  // queries at q0, q0 + 1, … (V1 line 2a)
         position.qk->forward(Q, QKTransform<T>::Role::Query, H, Seqs::single(n), q0);

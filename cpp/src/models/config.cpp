@@ -105,6 +105,9 @@ const std::vector<OptionSpec> kSchema = {
     {"mlp", D, Kind::Enum, &ModelConfig::mlp},
     {"rope_theta", D, Kind::Real, &ModelConfig::rope_theta, Check::Positive},
     {"sliding_window", D, Kind::AutoSize, &ModelConfig::sliding_window},
+    {"kv_lora_rank", D, Kind::AutoSize, &ModelConfig::kv_lora_rank},
+    {"q_lora_rank", D, Kind::AutoSize, &ModelConfig::q_lora_rank},
+    {"qk_rope_head_dim", D, Kind::AutoSize, &ModelConfig::qk_rope_head_dim},
     {"n_segments", E, Kind::Count, &ModelConfig::n_segments},
     {"embed_norm", E, Kind::Bool, &ModelConfig::embed_norm},
     {"unembed_bias", E, Kind::Bool, &ModelConfig::unembed_bias},
@@ -473,9 +476,23 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
     const bool rel_pos = in_attention(c.positional);
     if (arch != Arch::D && rel_pos) throw ValueError("positional='rope' and 'alibi' are DTransformer options");
     if (arch != Arch::D && c.mlp != ModelConfig::Mlp::Standard) throw ValueError("mlp='swiglu' is a DTransformer option");
-    if (c.positional == Positional::Rope && c.d_attn % 2 != 0)
+    if (c.positional == Positional::Rope && c.kv_lora_rank == 0 && c.d_attn % 2 != 0)
         throw ValueError("positional='rope' rotates pairs of rows: d_attn (the head size) must be even, got " +
                          std::to_string(c.d_attn));
+    if (c.kv_lora_rank == 0 && (c.q_lora_rank > 0 || c.qk_rope_head_dim > 0))
+        throw ValueError("q_lora_rank and qk_rope_head_dim are options of latent attention: pass kv_lora_rank too");
+    if (c.kv_lora_rank > 0) {  // V10 (latent attention; MHAttention checks the same when made directly)
+        if (c.qk_rope_head_dim <= 0)
+            throw ValueError("kv_lora_rank (latent attention) needs qk_rope_head_dim, the rotated part of each head");
+        if (c.qk_rope_head_dim % 2 != 0 || c.qk_rope_head_dim > c.d_attn)
+            throw ValueError("qk_rope_head_dim must be even and <= d_attn = " + std::to_string(c.d_attn) +
+                             " (d_attn = qk_nope_head_dim + qk_rope_head_dim), got " + std::to_string(c.qk_rope_head_dim));
+        if (c.positional != Positional::Rope)
+            throw ValueError("kv_lora_rank (latent attention) rotates its shared key part with RoPE: positional='rope'");
+        if (c.H_kv != c.H) throw ValueError("kv_lora_rank (latent attention) makes every head's keys: H_kv must be H");
+        if (c.bias) throw ValueError("kv_lora_rank (latent attention) has no biases (DeepSeek): pass bias=False");
+        if (c.sliding_window > 0) throw ValueError("kv_lora_rank (latent attention) does not combine with sliding_window");
+    }
     check_model_size(c, arch);  // sizes.hpp: overflow-safe, before any layer is declared
     return c;
 }
@@ -507,7 +524,16 @@ void check_model_size(const ModelConfig& c, Arch arch) {
     const char* what = "model size";
     const index_t d = c.d_e, L = arch == Arch::ED ? checked_add(c.L_enc, c.L_dec, what) : c.L;
     // one attention: W_q, W_k, W_v (H × d_attn × d_e each) and W_o (d_e × H·d_mid)
-    const index_t attn = checked_add(checked_count({3, c.H, c.d_attn, d}, what), checked_count({c.H, c.d_mid, d}, what), what);
+    index_t attn = checked_add(checked_count({3, c.H, c.d_attn, d}, what), checked_count({c.H, c.d_mid, d}, what), what);
+    if (c.kv_lora_rank > 0) {  // V10: W_dq + W_uq (or W_q), W_dkv, W_ukv, W_o
+        const index_t q = c.q_lora_rank > 0
+                              ? checked_add(checked_mul(c.q_lora_rank, d, what), checked_count({c.H, c.d_attn, c.q_lora_rank}, what), what)
+                              : checked_count({c.H, c.d_attn, d}, what);
+        const index_t kv = checked_add(checked_mul(checked_add(c.kv_lora_rank, c.qk_rope_head_dim, what), d, what),
+                                       checked_count({c.H, checked_add(c.d_attn - c.qk_rope_head_dim, c.d_mid, what),
+                                                      c.kv_lora_rank}, what), what);
+        attn = checked_add(checked_add(q, kv, what), checked_count({c.H, c.d_mid, d}, what), what);
+    }
     const index_t mlp = checked_count({2, c.d_mlp, d}, what);  // W_mlp1, W_mlp2
     index_t layer = checked_add(attn, mlp, what);
     if (arch == Arch::ED) layer = checked_add(layer, attn, what);  // (the decoder's cross-attention: at least)

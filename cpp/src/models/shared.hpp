@@ -49,6 +49,7 @@ inline AttnVariant attn_variant(const ModelConfig& c, bool positional) {
     if (positional) v.position = position_name(c.positional);
     v.rope_theta = c.rope_theta;
     v.impl = c.attention_impl;
+    v.kv_lora_rank = c.kv_lora_rank, v.q_lora_rank = c.q_lora_rank, v.qk_rope_head_dim = c.qk_rope_head_dim;  // V10
     return v;
 }
 // The MLP of a block: φ = act, V5's bias, the parameters' names

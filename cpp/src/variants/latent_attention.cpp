@@ -1,0 +1,178 @@
+// Algorithm V10: multi-head latent attention (DeepSeek-V2 2024 §2.1, DeepSeek-V3 2024 §2.1.1), the listing in
+// latent_attention.hpp and docs/variants.md; forward line by line, backward beside it. MHAttention (attention.cpp)
+// calls it in place of Algorithm 4's lines 1–3 when its AttnVariant has kv_lora_rank > 0.
+#include "formal_transformers/latent_attention.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "formal_transformers/blas.hpp"
+#include "formal_transformers/variants.hpp"
+
+namespace ft {
+namespace {
+// the position q0 + t of every column (t: its index within its sequence)
+std::vector<index_t> positions(const Seqs& s, index_t q0) {
+    std::vector<index_t> pos(static_cast<std::size_t>(s.total()));
+    for (index_t b = 0; b < s.count(); ++b)
+        for (index_t j = 0; j < s.len(b); ++j) pos[static_cast<std::size_t>(s.begin(b) + j)] = q0 + j;
+    return pos;
+}
+}  // namespace
+
+template <class T>
+LatentQKV<T>::LatentQKV(const LatentSpec& s, ParamStore<T>& store, const std::string& p) : s_(s) {
+    if (s.d_c < 1) throw ValueError("kv_lora_rank must be >= 1 (the rank of the KV latent), got " + std::to_string(s.d_c));
+    if (s.d_cq < 0) throw ValueError("q_lora_rank must be >= 1 or None, got " + std::to_string(s.d_cq));
+    if (s.d_R < 2 || s.d_R % 2 != 0 || s.d_R > s.d_attn)
+        throw ValueError("qk_rope_head_dim must be even, >= 2 and <= d_attn = " + std::to_string(s.d_attn) + ", got " +
+                         std::to_string(s.d_R));
+    d_N = s.d_attn - s.d_R;
+    if (s.d_cq > 0) {
+        W_dq = store.matrix(p + "W_dq", s.d_cq, s.d_x);
+        norm_q = std::make_shared<const Norm<T>>("rms", s.d_cq, kLatentEps, store, p + "gamma_q", p + "beta_q");
+        W_uq = store.stacked(p + "W_uq", s.H, s.d_attn, s.d_cq);
+    } else {
+        W_q = store.stacked(p + "W_q", s.H, s.d_attn, s.d_x);
+    }
+    W_dkv = store.matrix(p + "W_dkv", s.d_c + s.d_R, s.d_x);
+    norm_kv = std::make_shared<const Norm<T>>("rms", s.d_c, kLatentEps, store, p + "gamma_kv", p + "beta_kv");
+    W_ukv = store.stacked(p + "W_ukv", s.H, d_N + s.d_v, s.d_c);
+}
+
+template <class T>
+void LatentQKV<T>::init(ParamStore<T>& store, Rng& rng, double stddev) const {
+    for (const MatParam* W : {&W_dq, &W_uq, &W_q, &W_dkv, &W_ukv})
+        if (W->offset >= 0) store.normal(W->offset, W->rows * W->cols, stddev, rng);
+    if (norm_q) norm_q->init(store);
+    norm_kv->init(store);
+}
+
+// lines 1–2: C_Q ← W_DQ X; Q ← W_UQ rms_norm(C_Q | γ_Q)   (no query latent: Q ← W_Q X)
+template <class T>
+void LatentQKV<T>::query_part(const ParamStore<T>& store, CMatView<T> X, MatView<T> Q, LatentCache<T>& c) const {
+    if (s_.d_cq == 0) {
+        affine<T>(store.W(W_q), X, nullptr, Q);  // line 2 (d_c′ = 0)
+        return;
+    }
+    MatView<T> CQ = ensure(c.CQ, s_.d_cq, X.cols), CQh = ensure(c.CQh, s_.d_cq, X.cols);
+    affine<T>(store.W(W_dq), X, nullptr, CQ);  // line 1
+    norm_q->forward(store, CQ, CQh, c.nq);     // line 2: rms_norm(C_Q | γ_Q)
+    affine<T>(store.W(W_uq), CQh, nullptr, Q);  // line 2: Q ← W_UQ …
+}
+
+// line 6 on the queries: Q_R^h ← RoPE(Q_R^h, p) for every head (rows h·d_attn + d_N …), or its transpose
+template <class T>
+void LatentQKV<T>::rope_q(MatView<T> Q, const Seqs& s, index_t q0, bool inverse) const {
+    const std::vector<index_t> pos = positions(s, q0);
+    for (index_t h = 0; h < s_.H; ++h)
+        rope<T>(Q.rows_range(h * s_.d_attn + d_N, s_.d_R), 1, s_.d_R, pos.data(), s_.theta, inverse);
+}
+
+// lines 5 and 7 from KV = W_UKV Ĉ_KV (head h: [K_N^h; V^h]) and the rotated K_R: K^h = [K_N^h; K_R], V^h
+template <class T>
+void LatentQKV<T>::split_kv(CMatView<T> KV, CMatView<T> KR, MatView<T> K, MatView<T> V) const {
+    const index_t d_kv = d_N + s_.d_v;
+    for (index_t j = 0; j < KV.cols; ++j) {
+        const T* kv = KV.col(j);
+        const T* kr = KR.col(j);
+        T *k = K.col(j), *v = V.col(j);
+        for (index_t h = 0; h < s_.H; ++h) {
+            std::copy(kv + h * d_kv, kv + h * d_kv + d_N, k + h * s_.d_attn);                 // K_N^h
+            std::copy(kr, kr + s_.d_R, k + h * s_.d_attn + d_N);                              // line 7: K_R, shared
+            std::copy(kv + h * d_kv + d_N, kv + (h + 1) * d_kv, v + h * s_.d_v);               // V^h
+        }
+    }
+}
+
+template <class T>
+void LatentQKV<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, index_t q0, MatView<T> Q,
+                           MatView<T> K, MatView<T> V, LatentCache<T>& c) const {
+    const index_t n = X.cols;
+    query_part(store, X, Q, c);  // lines 1–2
+    MatView<T> CKR = ensure(c.CKR, s_.d_c + s_.d_R, n);
+    affine<T>(store.W(W_dkv), X, nullptr, CKR);  // line 3: [C_KV; K̃_R] ← W_DKV X
+    MatView<T> Ch = ensure(c.Ch, s_.d_c, n);
+    norm_kv->forward(store, CMatView<T>(CKR).rows_range(0, s_.d_c), Ch, c.nkv);  // line 4: Ĉ_KV ← rms_norm(C_KV | γ_KV)
+    MatView<T> KV = ensure(c.KV, s_.H * (d_N + s_.d_v), n);
+    affine<T>(store.W(W_ukv), Ch, nullptr, KV);  // line 5: [K_N^h; V^h]_h ← W_UKV Ĉ_KV
+    rope_q(Q, s, q0, false);                     // line 6: Q_R^h ← RoPE(Q_R^h, p)
+    const std::vector<index_t> pos = positions(s, q0);
+    MatView<T> KR = CKR.rows_range(s_.d_c, s_.d_R);
+    rope<T>(KR, 1, s_.d_R, pos.data(), s_.theta, false);  // line 6: K_R ← RoPE(K̃_R, p) (in place: CKR keeps K_R)
+    split_kv(KV, KR, K, V);                               // line 7
+}
+
+template <class T>
+void LatentQKV<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s, index_t q0, const LatentCache<T>& c,
+                            MatView<T> dQ, MatView<T> dK, CMatView<T> dV, MatView<T> dX, LatentWork<T>& w) const {
+    const index_t n = X.cols, d_kv = d_N + s_.d_v;
+    // d(line 7): dK_N^h into dKV's rows, dK_R = Σ_h dK^h's R rows; dV^h into dKV's rows
+    MatView<T> dKV = ensure(w.dKV, s_.H * d_kv, n);
+    MatView<T> dCKR = ensure(w.dCKR, s_.d_c + s_.d_R, n);
+    std::fill(dCKR.data, dCKR.data + dCKR.size(), T(0));
+    for (index_t j = 0; j < n; ++j) {
+        const T *k = dK.col(j), *v = dV.col(j);
+        T *kv = dKV.col(j), *kr = dCKR.col(j) + s_.d_c;
+        for (index_t h = 0; h < s_.H; ++h) {
+            std::copy(k + h * s_.d_attn, k + h * s_.d_attn + d_N, kv + h * d_kv);
+            std::copy(v + h * s_.d_v, v + (h + 1) * s_.d_v, kv + h * d_kv + d_N);
+            const T* kh = k + h * s_.d_attn + d_N;
+            for (index_t i = 0; i < s_.d_R; ++i) kr[i] += kh[i];
+        }
+    }
+    // d(line 6): RoPE's transpose R(p)ᵀ on dK_R and every dQ_R^h
+    const std::vector<index_t> pos = positions(s, q0);
+    rope<T>(dCKR.rows_range(s_.d_c, s_.d_R), 1, s_.d_R, pos.data(), s_.theta, true);
+    rope_q(dQ, s, q0, true);
+    // d(line 5): dW_UKV += dKV Ĉ_KVᵀ, dĈ_KV = W_UKVᵀ dKV
+    MatView<T> dCh = ensure(w.dCh, s_.d_c, n);
+    std::fill(dCh.data, dCh.data + dCh.size(), T(0));
+    affine_backward<T>(store.W(W_ukv), view(c.Ch), dKV, store.dW(W_ukv).data, nullptr, dCh.data, dCh.ld);
+    // d(line 4): dC_KV (rows 0…d_c of dCKR) += rms_norm′ᵀ dĈ_KV, dγ_KV += …
+    norm_kv->backward(store, dCh, c.nkv, dCKR.rows_range(0, s_.d_c));
+    // d(line 3): dW_DKV += d[C_KV; K̃_R] Xᵀ, dX += W_DKVᵀ d[C_KV; K̃_R]
+    affine_backward<T>(store.W(W_dkv), X, dCKR, store.dW(W_dkv).data, nullptr, dX.data, dX.ld);
+    if (s_.d_cq == 0) {  // d(line 2, no query latent): dW_Q += dQ Xᵀ, dX += W_Qᵀ dQ
+        affine_backward<T>(store.W(W_q), X, dQ, store.dW(W_q).data, nullptr, dX.data, dX.ld);
+        return;
+    }
+    // d(line 2): dW_UQ += dQ rms_norm(C_Q)ᵀ, d rms_norm(C_Q) = W_UQᵀ dQ, dC_Q = rms_norm′ᵀ …
+    MatView<T> dCQh = ensure(w.dCQh, s_.d_cq, n), dCQ = ensure(w.dCQ, s_.d_cq, n);
+    std::fill(dCQh.data, dCQh.data + dCQh.size(), T(0));
+    std::fill(dCQ.data, dCQ.data + dCQ.size(), T(0));
+    affine_backward<T>(store.W(W_uq), view(c.CQh), dQ, store.dW(W_uq).data, nullptr, dCQh.data, dCQh.ld);
+    norm_q->backward(store, dCQh, c.nq, dCQ);
+    // d(line 1): dW_DQ += dC_Q Xᵀ, dX += W_DQᵀ dC_Q
+    affine_backward<T>(store.W(W_dq), X, dCQ, store.dW(W_dq).data, nullptr, dX.data, dX.ld);
+}
+
+template <class T>
+void LatentQKV<T>::queries(const ParamStore<T>& store, CMatView<T> X, index_t q0, MatView<T> Q, LatentCache<T>& c) const {
+    query_part(store, X, Q, c);               // lines 1–2
+    rope_q(Q, Seqs::single(X.cols), q0, false);  // line 6 (queries at q0, q0 + 1, …)
+}
+
+template <class T>
+void LatentQKV<T>::latent(const ParamStore<T>& store, CMatView<T> X, index_t p0, MatView<T> L, LatentCache<T>& c) const {
+    const index_t n = X.cols;
+    MatView<T> CKR = ensure(c.CKR, s_.d_c + s_.d_R, n);
+    affine<T>(store.W(W_dkv), X, nullptr, CKR);  // line 3
+    norm_kv->forward(store, CMatView<T>(CKR).rows_range(0, s_.d_c), L.rows_range(0, s_.d_c), c.nkv);  // line 4
+    MatView<T> KR = L.rows_range(s_.d_c, s_.d_R);
+    for (index_t j = 0; j < n; ++j) std::copy(CKR.col(j) + s_.d_c, CKR.col(j) + s_.d_c + s_.d_R, KR.col(j));
+    const std::vector<index_t> pos = positions(Seqs::single(n), p0);
+    rope<T>(KR, 1, s_.d_R, pos.data(), s_.theta, false);  // line 6: K_R at p0, p0 + 1, …
+}
+
+template <class T>
+void LatentQKV<T>::expand(const ParamStore<T>& store, CMatView<T> L, MatView<T> K, MatView<T> V, LatentCache<T>& c) const {
+    MatView<T> KV = ensure(c.KV, s_.H * (d_N + s_.d_v), L.cols);
+    affine<T>(store.W(W_ukv), L.rows_range(0, s_.d_c), nullptr, KV);  // line 5 on the cached Ĉ_KV
+    split_kv(KV, L.rows_range(s_.d_c, s_.d_R), K, V);                 // line 7 with the cached K_R
+}
+
+template class LatentQKV<float>;
+template class LatentQKV<double>;
+
+}  // namespace ft

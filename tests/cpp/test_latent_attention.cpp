@@ -1,0 +1,151 @@
+// V10 multi-head latent attention (docs/variants.md; latent_attention.hpp): MHAttention with the latent source
+// against central differences (X and every parameter, a ragged batch, with and without a query latent), cached
+// decoding with the latent cache (d_c + d_R rows per token, no V) against the full forward past ℓ_max and after
+// rollbacks, in float64 and float32, and the options' checks.
+#include <cmath>
+#include <vector>
+
+#include "formal_transformers/parts.hpp"
+#include "formal_transformers/transformers.hpp"
+#include "testing.hpp"
+
+using namespace ft;
+
+namespace {
+ModelConfig deepseek_like(index_t l_max, index_t q_rank) {
+    ModelConfig c;
+    c.n_vocab = 11;
+    c.l_max = l_max;
+    c.L = 2;
+    c.H = 3;
+    c.d_e = 8;
+    c.d_mlp = 6;
+    c.d_attn = 5;  // d_N 3 + d_R 2
+    c.d_mid = 4;   // d_v
+    c.positional = Positional::Rope;
+    c.rope_theta = 200.0;
+    c.mlp = ModelConfig::Mlp::SwiGLU;
+    c.bias = false;
+    c.norm = NormKind::RMS;
+    c.seed = 5;
+    c.kv_lora_rank = 3;
+    c.q_lora_rank = q_rank;
+    c.qk_rope_head_dim = 2;
+    return c;
+}
+template <class T>
+void perturb(ParamStore<T>& s) {  // every parameter away from its init (deterministically)
+    for (index_t i = 0; i < s.size(); ++i) s.theta()[i] += T(0.3 * std::sin(double(i) * 0.7));
+}
+AttnVariant latent_variant(index_t q_rank) {
+    AttnVariant v;
+    v.bias = false;
+    v.position = "rope";
+    v.rope_theta = 50.0;
+    v.kv_lora_rank = 3;
+    v.q_lora_rank = q_rank;
+    v.qk_rope_head_dim = 2;
+    return v;
+}
+}  // namespace
+
+TEST(LatentAttention, BackwardMatchesFiniteDifferences) {
+    for (index_t q_rank : {index_t(0), index_t(4)}) {
+        Rng rng(41);
+        const index_t H = 2, d = 5, d_attn = 4, d_mid = 3, d_out = 3;
+        ParamStore<double> store;
+        MHAttention<double> att(H, d, d, d_attn, d_mid, d_out, Mask::unidirectional(), store, "", latent_variant(q_rank));
+        ASSERT_TRUE(att.latent);
+        EXPECT_EQ(att.cache_rows(), 3 + 2);
+        store.allocate();
+        fttest::randomize(store, rng);
+        const Seqs s = Seqs::from_lengths({4, 3});
+        const index_t n = s.total();
+        std::vector<double> X = fttest::randn(d * n, rng), W = fttest::randn(d_out * n, rng), Y(std::size_t(d_out * n));
+        auto loss = [&] {
+            MHAttentionCache<double> c;
+            att.forward(store, CMatView<double>(X.data(), d, n), s, CMatView<double>(X.data(), d, n), s,
+                        MatView<double>(Y.data(), d_out, n), c);
+            return fttest::dot(Y.data(), W.data(), d_out * n);
+        };
+        MHAttentionCache<double> c;
+        MHAttentionWork<double> w;
+        std::vector<double> dX(std::size_t(d * n), 0.0);
+        att.forward(store, CMatView<double>(X.data(), d, n), s, CMatView<double>(X.data(), d, n), s,
+                    MatView<double>(Y.data(), d_out, n), c);
+        store.zero_grad();
+        att.backward(store, CMatView<double>(X.data(), d, n), s, CMatView<double>(X.data(), d, n), s, c,
+                     CMatView<double>(W.data(), d_out, n), MatView<double>(dX.data(), d, n),
+                     MatView<double>(dX.data(), d, n), w);
+        EXPECT_LT(fttest::rel_error(dX, fttest::numeric_grad(X.data(), d * n, loss), dX.size()), 1e-6) << q_rank;
+        auto numT = fttest::numeric_grad(store.theta(), store.size(), loss);
+        EXPECT_LT(fttest::rel_error(store.grad(), numT, numT.size()), 1e-6) << q_rank;
+    }
+}
+
+template <class T>
+void decoding_equals_forward(double tol) {
+    const index_t n = 20;
+    for (index_t q_rank : {index_t(0), index_t(4)}) {
+        // ℓ_max 4 for decoding, n for the full forward: RoPE has no W_p, so θ is the same
+        DTransformer<T> small(deepseek_like(4, q_rank)), big(deepseek_like(n, q_rank));
+        ASSERT_EQ(small.store.size(), big.store.size());
+        perturb(small.store);
+        perturb(big.store);
+        std::vector<index_t> ids(static_cast<std::size_t>(n));
+        for (index_t t = 0; t < n; ++t) ids[std::size_t(t)] = (7 * t + 3) % 11;
+        big.forward(Tokens{ids.data(), Seqs::single(n)});
+        Matrix<T> Z = Matrix<T>::from_shape({11, std::size_t(n)});
+        big.logits(view(Z));
+        typename DTransformer<T>::Decoder d;
+        std::vector<T> z(11);
+        std::vector<index_t> junk = {9, 9};
+        small.decode(d, ids.data(), 3, z.data());
+        for (index_t v = 0; v < 11; ++v) EXPECT_NEAR(z[std::size_t(v)], Z(v, 2), tol);
+        for (index_t t = 3; t < n; ++t) {
+            small.decode(d, junk.data(), 2, z.data());  // two wrong tokens, forgotten (speculative decoding)
+            d.rollback(t);
+            small.decode(d, ids.data() + t, 1, z.data());
+            for (index_t v = 0; v < 11; ++v) EXPECT_NEAR(z[std::size_t(v)], Z(v, t), tol) << "position " << t;
+            for (const auto& c : d.kv) {  // the latent [Ĉ_KV; K_R] per token, no values
+                EXPECT_EQ(index_t(c.K.shape(0)), 3 + 2);
+                EXPECT_EQ(index_t(c.V.shape(0)), 0);
+                EXPECT_EQ(c.len, t + 1);
+            }
+        }
+    }
+}
+
+TEST(LatentAttention, CachedDecodingEqualsTheFullForwardFloat64) { decoding_equals_forward<double>(1e-12); }
+TEST(LatentAttention, CachedDecodingEqualsTheFullForwardFloat32) { decoding_equals_forward<float>(2e-5); }
+
+TEST(LatentAttention, ConfigChecks) {
+    EXPECT_NO_THROW(resolve(deepseek_like(8, 4), Arch::D));
+    ModelConfig c = deepseek_like(8, 0);
+    c.qk_rope_head_dim = 0;  // missing
+    EXPECT_THROW(resolve(c, Arch::D), ValueError);
+    c = deepseek_like(8, 0);
+    c.qk_rope_head_dim = 3;  // odd
+    EXPECT_THROW(resolve(c, Arch::D), ValueError);
+    c = deepseek_like(8, 0);
+    c.kv_lora_rank = -1;
+    EXPECT_THROW(resolve(c, Arch::D), ValueError);
+    c = deepseek_like(8, 0);
+    c.H_kv = 1;
+    EXPECT_THROW(resolve(c, Arch::D), ValueError);
+    c = deepseek_like(8, 0);
+    c.positional = Positional::Alibi;
+    EXPECT_THROW(resolve(c, Arch::D), ValueError);
+    c = deepseek_like(8, 0);
+    c.kv_lora_rank = 0;  // a query latent without the KV latent
+    c.q_lora_rank = 2;
+    EXPECT_THROW(resolve(c, Arch::D), ValueError);
+    // the stand-alone MHAttention checks the same before declaring anything
+    ParamStore<double> store;
+    AttnVariant v = latent_variant(0);
+    v.bias = true;
+    EXPECT_THROW(MHAttention<double>(2, 4, 4, 4, 4, 4, Mask::unidirectional(), store, "", v), ValueError);
+    v = latent_variant(0);
+    v.H_kv = 1;
+    EXPECT_THROW(MHAttention<double>(2, 4, 4, 4, 4, 4, Mask::unidirectional(), store, "", v), ValueError);
+}
