@@ -68,7 +68,9 @@ work per new token); cache=False runs the listing literally (the whole model on 
 step) — both give the same tokens for the same seed. Past l_max, by `context`: "window", the model sees
 the last l_max tokens (a sliding window; the cache is refilled from the window each step then); "full",
 the model sees the whole sequence (only for positional="rope" or "alibi", whose positions have no table:
-ALiBi extrapolates); "auto" (default): "full" for ALiBi, "window" otherwise. seed=None: a fresh random seed.)doc")
+ALiBi extrapolates); "auto" (default): "full" for ALiBi, "window" otherwise. seed=None: a fresh random seed.
+A prefix LM (mask="prefix", docs/variants.md V7): the call's prefix_len=p makes the prompt's first p tokens
+the prefix (bidirectional over them, causal after); None (default): the whole prompt, for such a model.)doc")
         .def(py::init([](long long l_gen, double tau, const py::object& top_k, const py::object& top_p,
                          const py::object& seed, bool cache, const std::string& context) {
                  if (l_gen < 0) throw ft::ValueError("l_gen must be >= 0, got " + std::to_string(l_gen));
@@ -89,7 +91,7 @@ ALiBi extrapolates); "auto" (default): "full" for ALiBi, "window" otherwise. see
              py::arg("context") = "auto")
         .def(
             "__call__",
-            [](DInferencePy& self, const py::handle& x, const py::object& model) {
+            [](DInferencePy& self, const py::handle& x, const py::object& model, const py::handle& prefix_len) {
                 if (!py::isinstance<Dual<ft::DTransformer>>(model))
                     throw ft::TypeError("DInference needs a DTransformer, got " +
                                         py::str(py::type::handle_of(model).attr("__name__")).cast<std::string>());
@@ -100,16 +102,24 @@ ALiBi extrapolates); "auto" (default): "full" for ALiBi, "window" otherwise. see
                     if (index_t(prompt.ids.size()) > mdl.cfg.l_max)
                         throw ft::ValueError("the prompt x has length " + std::to_string(prompt.ids.size()) +
                                              " > l_max = " + std::to_string(mdl.cfg.l_max));
+                    // V7: None -> the whole prompt for a mask='prefix' model (the prompt is the prefix), else none
+                    index_t p = -1;
+                    if (!prefix_len.is_none()) {
+                        if (!PyIndex_Check(prefix_len.ptr()) || py::isinstance<py::bool_>(prefix_len))
+                            throw ft::TypeError("prefix_len must be an int (the prompt's prefix) or None");
+                        p = prefix_lens(prefix_len, 1)[0];
+                        ft::validate(ft::Tokens{prompt.ids.data(), ft::Seqs::single(index_t(prompt.ids.size())), &p}, mdl.cfg, "x");
+                    }
                     ft::Rng rng(self.next_seed());
                     std::vector<index_t> y;
                     {
                         LongCoreCall nogil;
-                        y = ft::DInference(mdl, prompt.ids.data(), index_t(prompt.ids.size()), self.l_gen, self.o, rng);
+                        y = ft::DInference(mdl, prompt.ids.data(), index_t(prompt.ids.size()), self.l_gen, self.o, rng, p);
                     }
                     return to_array(y);
                 });
             },
-            py::arg("x"), py::arg("model"))
+            py::arg("x"), py::arg("model"), py::arg("prefix_len") = py::none())
         .def_readonly("l_gen", &DInferencePy::l_gen)
         .def_property_readonly("tau", [](const DInferencePy& s) { return s.o.tau; })
         .def_property_readonly("context", [](const DInferencePy& s) { return context_name(s.o.context); })

@@ -63,6 +63,9 @@ struct ModelConfig {
     // w = sliding_window (Mistral); 0: the causal mask of Algorithm 10. Decoding keeps a rolling cache of
     // O(w) columns per layer (V9).
     index_t sliding_window = 0;
+    // V7 (D only): the prefix-LM mask of line 6, Mask[t_z, t_x] = [[t_z < p_b or t_z ≤ t_x]] with the prefix length
+    // p_b of each sequence given with the call (Tokens::prefix; none: p_b = 0, the causal mask). Causal: Algorithm 10.
+    enum class MaskKind { Causal, Prefix } mask = MaskKind::Causal;
     // Dropout (docs/regularisation.md; training only): rates after the embedding sum (line 3; Alg 8 lines 3
     // and 12; after BERT's embedding layer_norm), on the attention weights (Alg 4 line 6, after the softmax)
     // and on each sublayer's output before the residual add. 0: the listings bit for bit.
@@ -108,6 +111,9 @@ ModelConfig resolve(ModelConfig c, Arch arch);
 struct Tokens {
     const index_t* ids = nullptr;
     Seqs s;
+    // V7 (a DTransformer with mask = Prefix): p_b, the prefix length of each sequence (s.count() entries, 0 ≤ p_b ≤
+    // ℓ_b); null: no prefix (p_b = 0). Checked by validate(x, c, …): ValueError naming prefix_len.
+    const index_t* prefix = nullptr;
 };
 void validate(const Tokens& x, index_t n_vocab, index_t l_max, const char* what);
 // The longest sequence a model's forward pass (and so loss, loss_and_grad, P, logits) accepts: ℓ_max for
@@ -116,7 +122,8 @@ void validate(const Tokens& x, index_t n_vocab, index_t l_max, const char* what)
 // is sized through sizes.hpp, so a length too large for memory is a ValueError. The one rule the core,
 // the xtensor API and the bindings check model inputs by; the trainers keep ℓ_max (the training length).
 index_t max_input_length(const ModelConfig& c);
-// validate(x, c.n_vocab, max_input_length(c), what)
+// validate(x, c.n_vocab, max_input_length(c), what), and x.prefix: only for a DTransformer with mask = Prefix, each
+// p_b in [0, ℓ_b] (ValueError naming prefix_len)
 void validate(const Tokens& x, const ModelConfig& c, const char* what);
 
 // A model's hyperparameters checked before any layer is declared (sizes.hpp's bound on one allocation): a

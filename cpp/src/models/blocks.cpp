@@ -29,13 +29,13 @@ void PreLNDecoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double
 
 template <class T>
 void PreLNDecoderBlock<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a,
-                                   const Dropout* drop, DropPlace place) const {
+                                   const Dropout* drop, DropPlace place, const Mask* mask) const {
     const index_t d_e = X.rows, n = X.cols;
     MatView<T> Xt1 = ensure(a.Xt_attn, d_e, n);
     norm1.forward(store, X, Xt1, a.norm_gamma1);  // line 5: X̃ ← layer_norm(X | γ¹, β¹)
     MatView<T> Xa = copy_into(a.X_attn, X);
     add_dropped(drop, place.at(DropSite::SelfOut), Xa, a.R, a.drop_attn, [&](MatView<T> out) {
-        attn.forward(store, Xt1, s, Xt1, s, out, a.attn, /*accumulate=*/true, drop, place.at(DropSite::SelfWeights));
+        attn.forward(store, Xt1, s, Xt1, s, out, a.attn, /*accumulate=*/true, drop, place.at(DropSite::SelfWeights), mask);
     });  // line 6: X ← X + MHAttention(X̃ | W_l, Mask[t, t'] = [[t ≤ t']])
     MatView<T> Xt2 = ensure(a.Xt_mlp, d_e, n);
     norm2.forward(store, Xa, Xt2, a.norm_gamma2);  // line 7: X̃ ← layer_norm(X | γ², β²)

@@ -46,6 +46,9 @@ const NameTable<Positional> kPositionals = {{"learned", Positional::Learned},
                                             {"alibi", Positional::Alibi}};
 const NameTable<Gelu> kGelus = {{"exact", Gelu::Exact}, {"tanh", Gelu::Tanh}, {"none", Gelu::Exact}};
 const NameTable<ModelConfig::Mlp> kMlps = {{"gelu", ModelConfig::Mlp::Standard}, {"swiglu", ModelConfig::Mlp::SwiGLU}};
+const NameTable<ModelConfig::MaskKind> kMasks = {{"causal", ModelConfig::MaskKind::Causal},
+                                                  {"unidirectional", ModelConfig::MaskKind::Causal},
+                                                  {"prefix", ModelConfig::MaskKind::Prefix}};
 const NameTable<AttnImpl> kAttnImpls = {{"auto", AttnImpl::Auto}, {"literal", AttnImpl::Literal}, {"tiled", AttnImpl::Tiled}};
 
 template <class En>
@@ -55,6 +58,7 @@ template <> const NameTable<Positional>& names_of(Positional ModelConfig::*) { r
 template <> const NameTable<Gelu>& names_of(Gelu ModelConfig::*) { return kGelus; }
 template <> const NameTable<ModelConfig::Mlp>& names_of(ModelConfig::Mlp ModelConfig::*) { return kMlps; }
 template <> const NameTable<AttnImpl>& names_of(AttnImpl ModelConfig::*) { return kAttnImpls; }
+template <> const NameTable<ModelConfig::MaskKind>& names_of(ModelConfig::MaskKind ModelConfig::*) { return kMasks; }
 
 template <class P>
 constexpr bool is_enum_member = false;
@@ -63,7 +67,8 @@ constexpr bool is_enum_member<En ModelConfig::*> = std::is_enum_v<En>;
 
 using Field = std::variant<std::nullptr_t, index_t ModelConfig::*, double ModelConfig::*, bool ModelConfig::*,
                            std::uint64_t ModelConfig::*, NormKind ModelConfig::*, Positional ModelConfig::*,
-                           Gelu ModelConfig::*, ModelConfig::Mlp ModelConfig::*, AttnImpl ModelConfig::*>;
+                           Gelu ModelConfig::*, ModelConfig::Mlp ModelConfig::*, AttnImpl ModelConfig::*,
+                           ModelConfig::MaskKind ModelConfig::*>;
 
 struct OptionSpec {
     const char* name;
@@ -105,6 +110,7 @@ const std::vector<OptionSpec> kSchema = {
     {"mlp", D, Kind::Enum, &ModelConfig::mlp},
     {"rope_theta", D, Kind::Real, &ModelConfig::rope_theta, Check::Positive},
     {"sliding_window", D, Kind::AutoSize, &ModelConfig::sliding_window},
+    {"mask", D, Kind::Enum, &ModelConfig::mask},
     {"n_segments", E, Kind::Count, &ModelConfig::n_segments},
     {"embed_norm", E, Kind::Bool, &ModelConfig::embed_norm},
     {"unembed_bias", E, Kind::Bool, &ModelConfig::unembed_bias},
@@ -463,6 +469,8 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
         throw ValueError("tied=True needs d_f == d_e: W_u = W_eᵀ is N_V × d_e, but ETransformer's W_u is N_V × d_f");
     if (arch != Arch::D && c.norm != NormKind::Layer) throw ValueError("norm='rms' is a DTransformer option (Gopher)");
     if (arch != Arch::D && c.sliding_window != 0) throw ValueError("sliding_window is a DTransformer option (Mistral)");
+    if (c.mask == ModelConfig::MaskKind::Prefix && c.sliding_window != 0)
+        throw ValueError("mask='prefix' does not combine with sliding_window (one Mask for line 6)");
     if (arch != Arch::E && (c.n_segments > 0 || c.embed_norm || c.unembed_bias))
         throw ValueError("n_segments, embed_norm and unembed_bias are ETransformer options (BERT)");
     // the variants (docs/variants.md)
@@ -501,7 +509,21 @@ index_t max_input_length(const ModelConfig& c) {
     return in_attention(c.positional) ? std::numeric_limits<index_t>::max() : c.l_max;
 }
 
-void validate(const Tokens& x, const ModelConfig& c, const char* what) { validate(x, c.n_vocab, max_input_length(c), what); }
+void validate(const Tokens& x, const ModelConfig& c, const char* what) {
+    validate(x, c.n_vocab, max_input_length(c), what);
+    if (!x.prefix) return;
+    if (c.arch != Arch::D || c.mask != ModelConfig::MaskKind::Prefix)
+        throw ValueError(std::string("prefix_len is given to a model without mask='prefix' (") + arch_name(c.arch) +
+                         (c.arch == Arch::D ? " with mask='causal')" : ")"));
+    for (index_t b = 0; b < x.s.count(); ++b) {
+        const index_t p = x.prefix[b], l = x.s.len(b);
+        const std::string of = x.s.count() == 1 ? "" : " of sequence " + std::to_string(b);
+        if (p < 0) throw ValueError("prefix_len" + of + " must be >= 0, got " + std::to_string(p));
+        if (p > l)
+            throw ValueError("prefix_len" + of + " = " + std::to_string(p) + " exceeds the sequence's " + std::to_string(l) +
+                             " tokens");
+    }
+}
 
 void check_model_size(const ModelConfig& c, Arch arch) {
     const char* what = "model size";

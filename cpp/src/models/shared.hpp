@@ -4,6 +4,7 @@
 //  * the scored columns of the losses; the dropout masks a model lists for inspection.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -102,13 +103,13 @@ void post_ln_backward(const Norm<T>& norm, ParamStore<T>& store, const NormCache
 }
 
 // The scored columns of the listings' losses and their targets:
-// The scored columns of the listings' losses and their targets:
-// Algorithms 11 and 13 line 5: every position t < ℓ−1 of each sequence, target x[t+1];
+// Algorithms 11 and 13 line 5: every position t < ℓ−1 of each sequence, target x[t+1]; with V7's prefix lengths
+// (x.prefix) only the targets after the prefix, x[t+1] with t+1 ≥ p_b (0-based; line 5′ of docs/variants.md V7);
 inline void next_token_targets(const Tokens& x, std::vector<index_t>& cols, std::vector<index_t>& targets) {
     cols.clear();
     targets.clear();
     for (index_t b = 0; b < x.s.count(); ++b)
-        for (index_t t = 0; t + 1 < x.s.len(b); ++t) {
+        for (index_t t = x.prefix ? std::max<index_t>(x.prefix[b] - 1, 0) : 0; t + 1 < x.s.len(b); ++t) {
             cols.push_back(x.s.begin(b) + t);
             targets.push_back(x.ids[x.s.begin(b) + t + 1]);
         }
