@@ -78,6 +78,13 @@ struct AttnVariant {
     std::string position = "none";    // a registered position part: "rope" (V1), "alibi" (V2); "none"
     double rope_theta = 10000.0;      // V1's θ
     AttnImpl impl = AttnImpl::Auto;   // lines 4–6 as printed or tiled (variants.hpp AttnImpl)
+    // V10 (position "relative", variants/relative_bias.cpp): T5's bias table b [rel_buckets, H] named rel_table
+    // (shared by every attention made with that name; empty: "<prefix>rel_bias"), its buckets bidirectional
+    // (encoder) or causal (decoder), offsets log-spaced up to rel_max_distance; b ~ N(0, rel_init_std²)
+    std::string rel_table;
+    bool rel_bidirectional = true;
+    index_t rel_buckets = 32, rel_max_distance = 128;
+    double rel_init_std = 0.02;
 };
 // What a position part is made from: the attention's sizes and options.
 struct AttnSpec {

@@ -62,7 +62,8 @@ void PreLNDecoderBlock<T>::backward(ParamStore<T>& store, const Seqs& s, const A
 // ------------------- Algorithm 9 lines 5–8 = Algorithm 8 lines 5–8: post-LN encoder block ---------------
 template <class T>
 PostLNEncoderBlock<T>::PostLNEncoderBlock(const ModelConfig& g, Activation act, ParamStore<T>& store, const std::string& p)
-    : attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::bidirectional(), store, p + "attn.", attn_variant(g, false)),
+    : attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::bidirectional(), store, p + "attn.",
+           relative_variant(g, "enc.rel_bias", true)),
       norm1("layer", g.d_e, g.eps, store, p + "gamma1", p + "beta1"),
       mlp("standard", mlp_spec(g, act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p),
       norm2("layer", g.d_e, g.eps, store, p + "gamma2", p + "beta2") {}
@@ -109,7 +110,7 @@ void PostLNEncoderBlock<T>::backward(ParamStore<T>& store, CMatView<T> X, const 
 template <class T>
 PostLNDecoderBlock<T>::PostLNDecoderBlock(const ModelConfig& g, ParamStore<T>& store, const std::string& p)
     : self_attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::unidirectional(), store, p + "attn.",
-                attn_variant(g, false)),
+                relative_variant(g, "dec.rel_bias", false)),
       norm3("layer", g.d_e, g.eps, store, p + "gamma3", p + "beta3"),
       cross_attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::bidirectional(), store, p + "cross_attn.",
                  attn_variant(g, false)),

@@ -43,7 +43,8 @@ const NameTable<NormKind> kNorms = {{"layer", NormKind::Layer}, {"rms", NormKind
 const NameTable<Positional> kPositionals = {{"learned", Positional::Learned},
                                             {"sinusoidal", Positional::Sinusoidal},
                                             {"rope", Positional::Rope},
-                                            {"alibi", Positional::Alibi}};
+                                            {"alibi", Positional::Alibi},
+                                            {"relative", Positional::Relative}};
 const NameTable<Gelu> kGelus = {{"exact", Gelu::Exact}, {"tanh", Gelu::Tanh}, {"none", Gelu::Exact}};
 const NameTable<ModelConfig::Mlp> kMlps = {{"gelu", ModelConfig::Mlp::Standard}, {"swiglu", ModelConfig::Mlp::SwiGLU}};
 const NameTable<ModelConfig::MaskKind> kMasks = {{"causal", ModelConfig::MaskKind::Causal},
@@ -111,6 +112,8 @@ const std::vector<OptionSpec> kSchema = {
     {"rope_theta", D, Kind::Real, &ModelConfig::rope_theta, Check::Positive},
     {"sliding_window", D, Kind::AutoSize, &ModelConfig::sliding_window},
     {"mask", D, Kind::Enum, &ModelConfig::mask},
+    {"relative_buckets", ED, Kind::Count, &ModelConfig::relative_buckets},
+    {"relative_max_distance", ED, Kind::Count, &ModelConfig::relative_max_distance},
     {"n_segments", E, Kind::Count, &ModelConfig::n_segments},
     {"embed_norm", E, Kind::Bool, &ModelConfig::embed_norm},
     {"unembed_bias", E, Kind::Bool, &ModelConfig::unembed_bias},
@@ -478,8 +481,18 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
     if (c.H_kv > c.H || c.H % c.H_kv != 0)
         throw ValueError("H_kv = " + std::to_string(c.H_kv) + " must divide H = " + std::to_string(c.H) +
                          " (grouped-query attention: groups of H/H_kv query heads share a key/value head)");
-    const bool rel_pos = in_attention(c.positional);
-    if (arch != Arch::D && rel_pos) throw ValueError("positional='rope' and 'alibi' are DTransformer options");
+    const bool rope_alibi = c.positional == Positional::Rope || c.positional == Positional::Alibi;
+    if (arch != Arch::D && rope_alibi) throw ValueError("positional='rope' and 'alibi' are DTransformer options");
+    if (arch != Arch::ED && c.positional == Positional::Relative)
+        throw ValueError("positional='relative' (T5's relative position bias, V10) is an EDTransformer option");
+    if (c.positional == Positional::Relative) {
+        if (c.relative_buckets < 4)
+            throw ValueError("relative_buckets must be >= 4 (the encoder's buckets are halved for the two directions), got " +
+                             std::to_string(c.relative_buckets));
+        if (c.relative_max_distance <= c.relative_buckets / 2)
+            throw ValueError("relative_max_distance must be > relative_buckets / 2 = " + std::to_string(c.relative_buckets / 2) +
+                             " (the log-spaced buckets run from there to it), got " + std::to_string(c.relative_max_distance));
+    }
     if (arch != Arch::D && c.mlp != ModelConfig::Mlp::Standard) throw ValueError("mlp='swiglu' is a DTransformer option");
     if (c.positional == Positional::Rope && c.d_attn % 2 != 0)
         throw ValueError("positional='rope' rotates pairs of rows: d_attn (the head size) must be even, got " +
@@ -506,7 +519,8 @@ void validate(const Tokens& x, index_t n_vocab, index_t l_max, const char* what)
 }
 
 index_t max_input_length(const ModelConfig& c) {
-    return in_attention(c.positional) ? std::numeric_limits<index_t>::max() : c.l_max;
+    const bool no_table = c.positional == Positional::Rope || c.positional == Positional::Alibi;
+    return no_table ? std::numeric_limits<index_t>::max() : c.l_max;
 }
 
 void validate(const Tokens& x, const ModelConfig& c, const char* what) {

@@ -34,7 +34,9 @@ inline std::string layer_prefix(const char* group, index_t l) { return std::stri
 // The names of the parts a config chooses (parts.hpp's registry), from its fields.
 inline const char* norm_name(NormKind k) { return k == NormKind::RMS ? "rms" : "layer"; }
 inline const char* mlp_name(ModelConfig::Mlp m) { return m == ModelConfig::Mlp::SwiGLU ? "swiglu" : "standard"; }
-inline const char* position_name(Positional p) { return p == Positional::Rope ? "rope" : p == Positional::Alibi ? "alibi" : "none"; }
+inline const char* position_name(Positional p) {
+    return p == Positional::Rope ? "rope" : p == Positional::Alibi ? "alibi" : p == Positional::Relative ? "relative" : "none";
+}
 // Algorithm 10 line 6's Mask: [[t ≤ t']], or V8's sliding window of sliding_window keys
 inline Mask decoder_mask(const ModelConfig& c) {
     if (c.sliding_window <= 0) return Mask::unidirectional();
@@ -50,6 +52,18 @@ inline AttnVariant attn_variant(const ModelConfig& c, bool positional) {
     if (positional) v.position = position_name(c.positional);
     v.rope_theta = c.rope_theta;
     v.impl = c.attention_impl;
+    return v;
+}
+// ED's self-attentions with V10 (positional = Relative): T5's bias from the stack's one table (`table`: "enc.rel_bias",
+// bidirectional buckets; "dec.rel_bias", causal); otherwise attn_variant(c, false)
+inline AttnVariant relative_variant(const ModelConfig& c, const char* table, bool bidirectional) {
+    AttnVariant v = attn_variant(c, false);
+    if (c.positional != Positional::Relative) return v;
+    v.position = "relative";
+    v.rel_table = table;
+    v.rel_bidirectional = bidirectional;
+    v.rel_buckets = c.relative_buckets, v.rel_max_distance = c.relative_max_distance;
+    v.rel_init_std = c.init_std;
     return v;
 }
 // The MLP of a block: φ = act, V5's bias, the parameters' names
