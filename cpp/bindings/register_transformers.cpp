@@ -4,6 +4,7 @@
 
 #include "bind.hpp"
 #include "formal_transformers/io.hpp"
+#include "formal_transformers/training.hpp"
 #include "formal_transformers/transformers.hpp"
 
 namespace ftpy {
@@ -139,12 +140,6 @@ py::object grads_out(const py::object& self, ft::ParamStore<T>& store, bool copy
     return py::cast(make_param_dict(self, store, true));
 }
 
-double apply_reduction(double loss, index_t scored, const std::string& reduction) {
-    if (reduction == "sum") return loss;
-    if (reduction == "mean") return scored > 0 ? loss / double(scored) : 0.0;
-    throw ft::ValueError("reduction must be 'sum' or 'mean', got '" + reduction + "'");
-}
-
 // Model::attention_weights for every head, as a C-ordered (H, rows, columns) copy (the core checks the state
 // and the indices before anything is read).
 template <class Model>
@@ -265,7 +260,7 @@ void def_single_input(PyClass& cls) {
                CallLock lock(d.mutex);
                return d.visit([&](auto& m) -> py::object {
                    using T = typename std::decay_t<decltype(m.store)>::value_type;
-                   InBatch in = in_batch(x, "x", m.cfg.n_vocab, ft::max_input_length(m.cfg));
+                   InBatch in = in_batch(x, "x");
                    const std::vector<index_t> p = prefix_lens(prefix_len, index_t(in.lengths.size()));
                    const Tokens xt{in.ids.data(), seqs_of(in), p.empty() ? nullptr : p.data()};
                    ft::validate(xt, m.cfg, "x");  // (V7's prefix_len) before the output is allocated
@@ -282,7 +277,7 @@ void def_single_input(PyClass& cls) {
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& m) -> py::object {
                     using T = typename std::decay_t<decltype(m.store)>::value_type;
-                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, ft::max_input_length(m.cfg));
+                    InBatch in = in_batch(x, "x");
                     const std::vector<index_t> p = prefix_lens(prefix_len, index_t(in.lengths.size()));
                     const Tokens xt{in.ids.data(), seqs_of(in), p.empty() ? nullptr : p.data()};
                     ft::validate(xt, m.cfg, "x");
@@ -334,14 +329,14 @@ void def_pair_losses(PyClass& cls, const char* a, const char* b, Pair pair, Core
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& m) {
                     auto [p, q] = pair(m, A, B);
-                    apply_reduction(0, 1, reduction);
+                    const auto red = ft::parse_reduction(reduction);
                     index_t scored = 0;
                     double loss;
                     {
                         CoreCall nogil;
                         loss = std::apply([&](auto&&... args) { return m.loss(args..., &scored); }, core_args(p, q));
                     }
-                    return apply_reduction(loss, scored, reduction);
+                    return ft::reduce_loss(loss, scored, red);
                 });
             },
             py::arg(a), py::arg(b), py::arg("reduction") = "sum");
@@ -353,7 +348,7 @@ std::vector<index_t> segment_ids(const M& m, const py::object& segments, const I
     if (segments.is_none()) return {};
     if (m.cfg.n_segments <= 0)
         throw ft::ValueError("segments given, but the model has no segment embeddings (n_segments = 0)");
-    InBatch s = in_batch(segments, "segments", m.cfg.n_segments, ft::max_input_length(m.cfg));
+    InBatch s = in_batch(segments, "segments");
     if (s.lengths != x.lengths)
         throw ft::ValueError("segments must have the shape of x (one segment id per token)");
     return std::move(s.ids);
@@ -370,7 +365,7 @@ void def_segment_inputs(PyClass& cls) {
         CallLock lock(d.mutex);
         return d.visit([&](auto& m) -> py::object {
             using T = typename std::decay_t<decltype(m.store)>::value_type;
-            InBatch in = in_batch(x, "x", m.cfg.n_vocab, ft::max_input_length(m.cfg));
+            InBatch in = in_batch(x, "x");
             const std::vector<index_t> seg = segment_ids(m, segments, in);
             const index_t rows = what == Output::Hidden ? m.cfg.d_e : m.cfg.n_vocab;
             return shaped_output<T>(rows, in, is_2d(x), [&](ft::MatView<T> out) {
@@ -394,8 +389,8 @@ void def_segment_inputs(PyClass& cls) {
              "X after line 9 (the last layer's output; BERT's last hidden state): (d_e, ℓ) for one sequence, "
              "(N, d_e, ℓ) for a 2-D batch, a list for a ragged list. Beyond the listing, which returns only P.");
     auto pair = [](auto& m, const py::handle& x_tilde, const py::handle& x, const py::object& segments) {
-        InBatch xt = in_batch(x_tilde, "x_tilde", m.cfg.n_vocab, ft::max_input_length(m.cfg));
-        InBatch xo = in_batch(x, "x", m.cfg.n_vocab, ft::max_input_length(m.cfg));
+        InBatch xt = in_batch(x_tilde, "x_tilde");
+        InBatch xo = in_batch(x, "x");
         if (xt.lengths != xo.lengths)
             throw ft::ValueError("x_tilde and x must have the same shape (the same sequences, the same lengths)");
         std::vector<index_t> seg = segment_ids(m, segments, xt);
@@ -425,14 +420,14 @@ void def_segment_inputs(PyClass& cls) {
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& m) {
                     auto [xt, xo, seg] = pair(m, x_tilde, x, segments);
-                    apply_reduction(0, 1, reduction);
+                    const auto red = ft::parse_reduction(reduction);
                     index_t scored = 0;
                     double loss;
                     {
                         CoreCall nogil;
                         loss = m.loss(Tokens{xt.ids.data(), seqs_of(xt)}, xo.ids.data(), &scored, nullptr, ptr_or_null(seg));
                     }
-                    return apply_reduction(loss, scored, reduction);
+                    return ft::reduce_loss(loss, scored, red);
                 });
             },
             py::arg("x_tilde"), py::arg("x"), py::arg("reduction") = "sum", py::kw_only(), py::arg("segments") = py::none());
@@ -522,7 +517,7 @@ p = 0, the causal mask), and the loss counts only the predictions of x[t+1] with
                 DD& d = self.cast<DD&>();
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& m) {
-                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, ft::max_input_length(m.cfg));
+                    InBatch in = in_batch(x, "x");
                     const std::vector<index_t> p = prefix_lens(prefix_len, index_t(in.lengths.size()));
                     double loss;
                     {
@@ -544,16 +539,16 @@ p = 0, the causal mask), and the loss counts only the predictions of x[t+1] with
             [](DD& d, const py::handle& x, const std::string& reduction, const py::handle& prefix_len) {
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& m) {
-                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, ft::max_input_length(m.cfg));
+                    InBatch in = in_batch(x, "x");
                     const std::vector<index_t> p = prefix_lens(prefix_len, index_t(in.lengths.size()));
                     index_t scored = 0;
                     double loss;
-                    apply_reduction(0, 1, reduction);
+                    const auto red = ft::parse_reduction(reduction);
                     {
                         CoreCall nogil;
                         loss = m.loss(Tokens{in.ids.data(), seqs_of(in), p.empty() ? nullptr : p.data()}, &scored);
                     }
-                    return apply_reduction(loss, scored, reduction);
+                    return ft::reduce_loss(loss, scored, red);
                 });
             },
             py::arg("x"), py::arg("reduction") = "sum", py::arg("prefix_len") = py::none(),
@@ -607,8 +602,8 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
              "model.config as the core writes it (ModelConfig::to_json, with the dtype): what ft.save stores.");
     def_model_common<ft::EDTransformer>(edcls);
     auto ed_pair = [](auto& m, const py::handle& z, const py::handle& x) {
-        InBatch zb = in_batch(z, "z", m.cfg.n_vocab, ft::max_input_length(m.cfg));
-        InBatch xb = in_batch(x, "x", m.cfg.n_vocab, ft::max_input_length(m.cfg));
+        InBatch zb = in_batch(z, "z");
+        InBatch xb = in_batch(x, "x");
         if (zb.lengths.size() != xb.lengths.size())
             throw ft::ValueError("z and x must hold the same number of sequences, got " + std::to_string(zb.lengths.size()) +
                                  " and " + std::to_string(xb.lengths.size()));

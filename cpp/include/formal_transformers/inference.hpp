@@ -62,6 +62,10 @@ template <class T>
 index_t sample_token(const T* logits, index_t n_vocab, const SamplingOptions& o, Rng& rng, std::vector<double>& scratch,
                      std::vector<index_t>& order);
 
+// ℓ_gen of Algorithm 14: ValueError unless 0 <= l_gen and ℓ + ℓ_gen ids fit the allocation bound (sizes.hpp)
+// — the check DInference runs, callable before a model or prompt exists (the Python constructor).
+void check_l_gen(index_t l_gen, index_t l_prompt = 0);
+
 // Algorithm 14: ℓ_gen new tokens after the prompt x[0:l] (ℓ ≥ 1). prefix_len (V7, a model with mask = Prefix):
 // the prompt's first p tokens are the prefix (bidirectional over them, causal after; 0 ≤ p ≤ ℓ); −1: the whole
 // prompt for such a model (the prompt is the prefix), 0 otherwise. Past ℓ_max with a window, the window's prefix
