@@ -143,6 +143,31 @@ InIds in_ids(const py::handle& obj, const char* what, index_t n_vocab, bool allo
     return r;
 }
 
+std::vector<index_t> prefix_lens(const py::handle& obj, index_t n) {
+    if (obj.is_none()) return {};
+    auto one = [](const py::handle& v) -> index_t {
+        if (py::isinstance<py::bool_>(v) || !PyIndex_Check(v.ptr()))
+            throw ft::TypeError("prefix_len must be an int or one int per sequence, got " +
+                                py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>());
+        py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
+        if (!i) throw py::error_already_set();
+        int overflow = 0;
+        const long long r = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+        if (overflow != 0) throw ft::ValueError("prefix_len = " + py::str(i).cast<std::string>() + " is out of range");
+        return index_t(r);
+    };
+    const bool array = py::isinstance<py::array>(obj) && py::reinterpret_borrow<py::array>(obj).ndim() > 0;
+    if (!array && (PyIndex_Check(obj.ptr()) || py::isinstance<py::bool_>(obj)))
+        return std::vector<index_t>(std::size_t(n), one(obj));
+    if (py::isinstance<py::str>(obj) || !py::isinstance<py::iterable>(obj)) one(obj);  // the TypeError
+    std::vector<index_t> p;
+    for (py::handle v : obj) p.push_back(one(v));
+    if (index_t(p.size()) != n)
+        throw ft::ValueError("prefix_len: " + std::to_string(p.size()) + " lengths for a batch of " + std::to_string(n) +
+                             " sequences (give an int, or one per sequence)");
+    return p;
+}
+
 InBatch in_batch(const py::handle& obj, const char* what) {
     InBatch r;
     auto add = [&](const py::handle& seq, index_t b) {

@@ -67,6 +67,10 @@ struct InBatch {
     bool was_single = false;
 };
 InBatch in_batch(const py::handle& obj, const char* what);
+// V7's prefix_len for a batch of n sequences: None -> empty (no prefix); an int -> the same p for every sequence;
+// a sequence of n ints -> one each (TypeError otherwise; ValueError for a count that is not n). The values are
+// checked by the core (ft::validate: ValueError naming prefix_len).
+std::vector<index_t> prefix_lens(const py::handle& obj, index_t n);
 
 // Outputs: a fresh F-ordered array owned by the caller.
 template <class T>

@@ -207,7 +207,10 @@ of 16 tokens with a block table per sequence; up to max_batch sequences are deco
 per projection over the batch), finished ones leave and waiting ones join (continuous batching). Each
 sequence samples from its own stream seeded with `seed` (as a call on that prompt alone; seed=None: a fresh
 seed each). A list of ints is one prompt, as before. Every prompt is checked before anything runs.
-x a PromptCache (DInference.prefill): continues it, the tokens of DInference(...)(cache.ids, model).)doc")
+x a PromptCache (DInference.prefill): continues it, the tokens of DInference(...)(cache.ids, model).
+
+A prefix LM (mask="prefix", docs/variants.md V7): the call's prefix_len=p makes the prompt's first p tokens
+the prefix (bidirectional over them, causal after); None (default): the whole prompt, for such a model.)doc")
         .def(py::init([](long long l_gen, double tau, const py::object& top_k, const py::object& top_p,
                          const py::object& seed, bool cache, const std::string& context, long long max_batch) {
                  ft::check_l_gen(index_t(l_gen));
@@ -229,9 +232,14 @@ x a PromptCache (DInference.prefill): continues it, the tokens of DInference(...
              py::arg("context") = "auto", py::arg("max_batch") = 32)
         .def(
             "__call__",
-            [](DInferencePy& self, const py::object& x, const py::object& model) -> py::object {
+            [](DInferencePy& self, const py::object& x, const py::object& model, const py::handle& prefix_len) -> py::object {
                 auto& d = dtransformer(model, "DInference");
                 CallLock lock(d.mutex);
+                const bool many = (py::isinstance<py::list>(x) || py::isinstance<py::tuple>(x)) && py::len(x) > 0 &&
+                                  !is_integer(x.cast<py::sequence>()[0]);
+                if (!prefix_len.is_none() && (many || py::isinstance<PromptCachePy>(x)))
+                    throw ft::ValueError("prefix_len is an option of one prompt's decoding (a prefix LM, V7), not of a "
+                                         "list of prompts or a prompt cache");
                 if (py::isinstance<PromptCachePy>(x)) {  // continue a prompt cache (Algorithm 14 after its first pass)
                     const auto& pc = x.cast<const PromptCachePy&>();
                     return d.visit([&](auto& mdl) -> py::object {
@@ -245,10 +253,7 @@ x a PromptCache (DInference.prefill): continues it, the tokens of DInference(...
                         return to_array(y);
                     });
                 }
-                // a list (or tuple) of prompts: not empty and its first item not an integer (a list of ids is one prompt)
-                const bool batch = (py::isinstance<py::list>(x) || py::isinstance<py::tuple>(x)) && py::len(x) > 0 &&
-                                   !is_integer(x.cast<py::sequence>()[0]);
-                if (batch) {  // Algorithm P: a batch of prompts
+                if (many) {  // a list (or tuple) of prompts: its first item not an integer (a list of ids is one prompt)  // Algorithm P: a batch of prompts
                     const py::sequence items = x.cast<py::sequence>();
                     return d.visit([&](auto& mdl) -> py::object {
                         using T = typename std::decay_t<decltype(mdl.store)>::value_type;
@@ -285,16 +290,24 @@ x a PromptCache (DInference.prefill): continues it, the tokens of DInference(...
                     if (index_t(prompt.ids.size()) > mdl.cfg.l_max)
                         throw ft::ValueError("the prompt x has length " + std::to_string(prompt.ids.size()) +
                                              " > l_max = " + std::to_string(mdl.cfg.l_max));
+                    // V7: None -> the whole prompt for a mask='prefix' model (the prompt is the prefix), else none
+                    index_t p = -1;
+                    if (!prefix_len.is_none()) {
+                        if (!PyIndex_Check(prefix_len.ptr()) || py::isinstance<py::bool_>(prefix_len))
+                            throw ft::TypeError("prefix_len must be an int (the prompt's prefix) or None");
+                        p = prefix_lens(prefix_len, 1)[0];
+                        ft::validate(ft::Tokens{prompt.ids.data(), ft::Seqs::single(index_t(prompt.ids.size())), &p}, mdl.cfg, "x");
+                    }
                     ft::Rng rng(self.next_seed());
                     std::vector<index_t> y;
                     {
                         LongCoreCall nogil;
-                        y = ft::DInference(mdl, prompt.ids.data(), index_t(prompt.ids.size()), self.l_gen, self.o, rng);
+                        y = ft::DInference(mdl, prompt.ids.data(), index_t(prompt.ids.size()), self.l_gen, self.o, rng, p);
                     }
                     return to_array(y);
                 });
             },
-            py::arg("x"), py::arg("model"))
+            py::arg("x"), py::arg("model"), py::arg("prefix_len") = py::none())
         .def_static(
             "prefill",
             [](const py::handle& x, const py::object& model) {

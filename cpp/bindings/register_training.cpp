@@ -272,7 +272,8 @@ void register_training(py::module_& m) {
             fname,
             [train, listing, cls](const py::object& model, const py::handle& x_data, const py::dict& options,
                                   const py::object& optimizer, const py::object& hook, const py::handle& val,
-                                  const py::object& sink, const py::object& early, const py::object& replicas) {
+                                  const py::object& sink, const py::object& early, const py::object& replicas,
+                                  const py::handle& prefix_len, const py::handle& val_prefix_len) {
                 if (!py::isinstance<Unit>(model))
                     throw ft::TypeError(std::string(listing) + " trains a " + cls + ", got " +
                                         py::str(py::type::handle_of(model).attr("__name__")).cast<std::string>());
@@ -284,6 +285,8 @@ void register_training(py::module_& m) {
                     ft::Dataset data = dataset(x_data, "x_data");
                     ft::Dataset vdata;
                     if (!val.is_none()) vdata = dataset(val, "val_data");
+                    data.prefix = prefix_lens(prefix_len, data.size());  // V7 (DTraining; checked by the core)
+                    if (!val.is_none()) vdata.prefix = prefix_lens(val_prefix_len, vdata.size());
                     auto update = update_rule<T>(optimizer, model, mdl.store, o);
                     ReplicasArg<T> dp(replicas, model, mdl.store);
                     Recorder rec{sink, hook};
@@ -295,7 +298,7 @@ void register_training(py::module_& m) {
             },
             py::arg("model"), py::arg("x_data"), py::arg("options"), py::arg("optimizer"), py::arg("hook") = py::none(),
             py::arg("val_data") = py::none(), py::arg("history") = py::none(), py::arg("early_stopping") = py::none(),
-            py::arg("replicas") = py::none());
+            py::arg("replicas") = py::none(), py::arg("prefix_len") = py::none(), py::arg("val_prefix_len") = py::none());
     };
     single_data(
         "_dtraining", [](auto& mdl, auto&&... a) { ft::DTraining(mdl, a...); }, type_tag<Dual<ft::DTransformer>>{},

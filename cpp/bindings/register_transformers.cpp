@@ -256,32 +256,39 @@ void def_single_input(PyClass& cls) {
     if constexpr (!std::is_same_v<Unit<double>, ft::ETransformer<double>>)  // E: def_segment_inputs
     cls.def(
            "__call__",
-           [](D& d, const py::handle& x) {
+           [](D& d, const py::handle& x, const py::handle& prefix_len) {
                CallLock lock(d.mutex);
                return d.visit([&](auto& m) -> py::object {
                    using T = typename std::decay_t<decltype(m.store)>::value_type;
                    InBatch in = in_batch(x, "x");
+                   const std::vector<index_t> p = prefix_lens(prefix_len, index_t(in.lengths.size()));
+                   const Tokens xt{in.ids.data(), seqs_of(in), p.empty() ? nullptr : p.data()};
+                   ft::validate(xt, m.cfg, "x");  // (V7's prefix_len) before the output is allocated
                    return shaped_output<T>(m.cfg.n_vocab, in, is_2d(x), [&](ft::MatView<T> P) {
-                       m.forward(Tokens{in.ids.data(), seqs_of(in)});  // every line but the last
-                       m.probabilities(P);                             // the last: P = softmax(W_u X)
+                       m.forward(xt);       // every line but the last
+                       m.probabilities(P);  // the last: P = softmax(W_u X)
                    });
                });
            },
-           py::arg("x"))
+           py::arg("x"), py::arg("prefix_len") = py::none())
         .def(
             "logits",
-            [](D& d, const py::handle& x) {
+            [](D& d, const py::handle& x, const py::handle& prefix_len) {
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& m) -> py::object {
                     using T = typename std::decay_t<decltype(m.store)>::value_type;
                     InBatch in = in_batch(x, "x");
+                    const std::vector<index_t> p = prefix_lens(prefix_len, index_t(in.lengths.size()));
+                    const Tokens xt{in.ids.data(), seqs_of(in), p.empty() ? nullptr : p.data()};
+                    ft::validate(xt, m.cfg, "x");
                     return shaped_output<T>(m.cfg.n_vocab, in, is_2d(x), [&](ft::MatView<T> Z) {
-                        m.forward(Tokens{in.ids.data(), seqs_of(in)});
+                        m.forward(xt);
                         m.logits(Z);
                     });
                 });
             },
-            py::arg("x"), "W_u X (before the final softmax), shaped like the call's output.");
+            py::arg("x"), py::arg("prefix_len") = py::none(),
+            "W_u X (before the final softmax), shaped like the call's output. prefix_len: as the call (V7).");
     cls.def(
             "attention_weights",
             [](D& d, long long layer, long long seq) {
@@ -497,7 +504,10 @@ Call: P = model(x), x a 1-D sequence of token ids (ℓ ≤ l_max; any ℓ with p
 which have no table of positions) -> P (N_V, ℓ); column t is the distribution of x[t+1] given x[:t+1].
 A 2-D (N, ℓ) array gives (N, N_V, ℓ); a list of sequences a list.
 loss_and_grad(x) -> (loss, grads): Algorithm 13 line 5, −Σ_{t<ℓ−1} log P[x[t+1], t], summed over the
-batch, with the gradient of every parameter (copies; model.grads holds the same, zero-copy).)doc");
+batch, with the gradient of every parameter (copies; model.grads holds the same, zero-copy).
+Prefix LM (docs/variants.md V7): mask="prefix" makes line 6's Mask [[t_z < p or t_z ≤ t_x]]; the calls
+(model(x), logits, loss, loss_and_grad) take prefix_len=p (an int, or one per sequence of a batch; None:
+p = 0, the causal mask), and the loss counts only the predictions of x[t+1] with t+1 ≥ p.)doc");
     dcls.def(py::init([](const py::args& args, const py::kwargs& kwargs) { return make_model<ft::DTransformer>(ft::Arch::D, args, kwargs); }),
              constructor_doc(ft::Arch::D))
         .def("config_json", [](const DD& d) { return config_text(d); },
@@ -506,42 +516,47 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
     def_single_input<ft::DTransformer>(dcls);
     dcls        .def(
             "loss_and_grad",
-            [](py::object self, const py::handle& x, bool copy) {
+            [](py::object self, const py::handle& x, bool copy, const py::handle& prefix_len) {
                 DD& d = self.cast<DD&>();
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& m) {
                     InBatch in = in_batch(x, "x");
+                    const std::vector<index_t> p = prefix_lens(prefix_len, index_t(in.lengths.size()));
                     double loss;
                     {
                         CoreCall nogil;
-                        loss = m.loss_and_grad(Tokens{in.ids.data(), seqs_of(in)});
+                        loss = m.loss_and_grad(Tokens{in.ids.data(), seqs_of(in), p.empty() ? nullptr : p.data()});
                     }
                     return py::make_tuple(loss, grads_out(self, m.store, copy));
                 });
             },
-            py::arg("x"), py::arg("copy") = true,
+            py::arg("x"), py::arg("copy") = true, py::arg("prefix_len") = py::none(),
             "Algorithm 13 line 5 and its gradient: (loss, grads). x: one sequence, a 2-D (N, ℓ) batch or a list "
             "of sequences of any lengths (the loss is the sum over sequences). grads: a dict of arrays that later "
             "calls do not change (one copy of the flat gradient); copy=False returns model.grads itself "
-            "(zero-copy views, overwritten by the next call, as PyTorch's .grad).")
+            "(zero-copy views, overwritten by the next call, as PyTorch's .grad). prefix_len (mask='prefix', V7): "
+            "an int or one per sequence; only the predictions of the tokens x[t+1] with t+1 >= p count "
+            "(docs/variants.md V7); None: 0, the causal model.")
         .def(
             "loss",
-            [](DD& d, const py::handle& x, const std::string& reduction) {
+            [](DD& d, const py::handle& x, const std::string& reduction, const py::handle& prefix_len) {
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& m) {
                     InBatch in = in_batch(x, "x");
+                    const std::vector<index_t> p = prefix_lens(prefix_len, index_t(in.lengths.size()));
                     index_t scored = 0;
                     double loss;
                     const auto red = ft::parse_reduction(reduction);
                     {
                         CoreCall nogil;
-                        loss = m.loss(Tokens{in.ids.data(), seqs_of(in)}, &scored);
+                        loss = m.loss(Tokens{in.ids.data(), seqs_of(in), p.empty() ? nullptr : p.data()}, &scored);
                     }
                     return ft::reduce_loss(loss, scored, red);
                 });
             },
-            py::arg("x"), py::arg("reduction") = "sum",
-            "The loss without gradients; reduction='mean' divides by the number of predicted tokens.")
+            py::arg("x"), py::arg("reduction") = "sum", py::arg("prefix_len") = py::none(),
+            "The loss without gradients; reduction='mean' divides by the number of predicted tokens. prefix_len: as "
+            "loss_and_grad (V7).")
         .def_property_readonly("config", &config_of<DD>,
                                "The hyperparameters as a dict (the core's ModelConfig.to_json with the dtype): "
                                "ft.build_model(config) makes this model's architecture again.")

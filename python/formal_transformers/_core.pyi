@@ -526,12 +526,15 @@ class DTransformer(_HasParams):
     A 2-D (N, ℓ) array gives (N, N_V, ℓ); a list of sequences a list.
     loss_and_grad(x) -> (loss, grads): Algorithm 13 line 5, −Σ_{t<ℓ−1} log P[x[t+1], t], summed over the
     batch, with the gradient of every parameter (copies; model.grads holds the same, zero-copy).
+    Prefix LM (docs/variants.md V7): mask="prefix" makes line 6's Mask [[t_z < p or t_z ≤ t_x]]; the calls
+    (model(x), logits, loss, loss_and_grad) take prefix_len=p (an int, or one per sequence of a batch; None:
+    p = 0, the causal mask), and the loss counts only the predictions of x[t+1] with t+1 ≥ p.
     """
-    def __call__(self, x: typing.Any) -> typing.Any:
+    def __call__(self, x: typing.Any, prefix_len: typing.Any = None) -> typing.Any:
         ...
     def __init__(self, *args, **kwargs) -> None:
         """
-        __init__(n_vocab, l_max, L, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', mlp='gelu', rope_theta=10000.0, sliding_window=None, kv_lora_rank=None, q_lora_rank=None, qk_rope_head_dim=None, dtype='float32')
+        __init__(n_vocab, l_max, L, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', mlp='gelu', rope_theta=10000.0, sliding_window=None, kv_lora_rank=None, q_lora_rank=None, qk_rope_head_dim=None, mask='causal', dtype='float32')
         
         The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
         """
@@ -549,17 +552,17 @@ class DTransformer(_HasParams):
         """
         The dropout masks of the last forward, True = kept (empty after an evaluating call: model(x), loss, or rates 0): 'embed' (D, E) / 'embed.z', 'embed.x' (ED) and '<layer>.attn.out', '<layer>.mlp.out' (ED decoder: also '<layer>.cross_attn.out') as (d_e, n) arrays over the batch's columns; '<layer>.attn.weights' ('<layer>.cross_attn.weights') as a list over the sequences of (H, rows, columns) arrays laid out as attention_weights.
         """
-    def logits(self, x: typing.Any) -> typing.Any:
+    def logits(self, x: typing.Any, prefix_len: typing.Any = None) -> typing.Any:
         """
-        W_u X (before the final softmax), shaped like the call's output.
+        W_u X (before the final softmax), shaped like the call's output. prefix_len: as the call (V7).
         """
-    def loss(self, x: typing.Any, reduction: str = 'sum') -> float:
+    def loss(self, x: typing.Any, reduction: str = 'sum', prefix_len: typing.Any = None) -> float:
         """
-        The loss without gradients; reduction='mean' divides by the number of predicted tokens.
+        The loss without gradients; reduction='mean' divides by the number of predicted tokens. prefix_len: as loss_and_grad (V7).
         """
-    def loss_and_grad(self, x: typing.Any, copy: bool = True) -> tuple[float, typing.Any]:
+    def loss_and_grad(self, x: typing.Any, copy: bool = True, prefix_len: typing.Any = None) -> tuple[float, typing.Any]:
         """
-        Algorithm 13 line 5 and its gradient: (loss, grads). x: one sequence, a 2-D (N, ℓ) batch or a list of sequences of any lengths (the loss is the sum over sequences). grads: a dict of arrays that later calls do not change (one copy of the flat gradient); copy=False returns model.grads itself (zero-copy views, overwritten by the next call, as PyTorch's .grad).
+        Algorithm 13 line 5 and its gradient: (loss, grads). x: one sequence, a 2-D (N, ℓ) batch or a list of sequences of any lengths (the loss is the sum over sequences). grads: a dict of arrays that later calls do not change (one copy of the flat gradient); copy=False returns model.grads itself (zero-copy views, overwritten by the next call, as PyTorch's .grad). prefix_len (mask='prefix', V7): an int or one per sequence; only the predictions of the tokens x[t+1] with t+1 >= p count (docs/variants.md V7); None: 0, the causal model.
         """
     def zero_grad(self) -> None:
         ...
@@ -772,7 +775,7 @@ class EDTransformer(_HasParams):
         ...
     def __init__(self, *args, **kwargs) -> None:
         """
-        __init__(n_vocab, l_max, L_enc, L_dec, H, d_e, d_mlp, *, d_attn=None, d_mid=None, positional='learned', base=None, tied=False, eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', dtype='float32')
+        __init__(n_vocab, l_max, L_enc, L_dec, H, d_e, d_mlp, *, d_attn=None, d_mid=None, positional='learned', base=None, tied=False, eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', relative_buckets=32, relative_max_distance=128, dtype='float32')
         
         The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
         """
@@ -1312,13 +1315,16 @@ class DInference:
     sequence samples from its own stream seeded with `seed` (as a call on that prompt alone; seed=None: a fresh
     seed each). A list of ints is one prompt, as before. Every prompt is checked before anything runs.
     x a PromptCache (DInference.prefill): continues it, the tokens of DInference(...)(cache.ids, model).
+    
+    A prefix LM (mask="prefix", docs/variants.md V7): the call's prefix_len=p makes the prompt's first p tokens
+    the prefix (bidirectional over them, causal after); None (default): the whole prompt, for such a model.
     """
     @staticmethod
     def prefill(x: typing.Any, model: typing.Any) -> PromptCache:
         """
         The prompt cache of x: Algorithm 14's first pass over the prompt (every layer's keys and values, the last token's logits), computed once; DInference(...)(cache, model) continues it with the tokens DInference(...)(x, model) gives.
         """
-    def __call__(self, x: typing.Any, model: typing.Any) -> typing.Any:
+    def __call__(self, x: typing.Any, model: typing.Any, prefix_len: typing.Any = None) -> typing.Any:
         ...
     def __init__(self, l_gen: typing.SupportsInt | typing.SupportsIndex, tau: typing.SupportsFloat | typing.SupportsIndex = 1.0, *, top_k: typing.Any = None, top_p: typing.Any = None, seed: typing.Any = None, cache: bool = True, context: str = 'auto', max_batch: typing.SupportsInt | typing.SupportsIndex = 32) -> None:
         ...
@@ -1382,11 +1388,11 @@ class SpeculativeInference:
     @property
     def tau(self) -> float:
         ...
-def _dtraining(model: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None) -> None:
+def _dtraining(model: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None, prefix_len: typing.Any = None, val_prefix_len: typing.Any = None) -> None:
     ...
 def _edtraining(model: typing.Any, z_data: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, z_val: typing.Any = None, x_val: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None) -> None:
     ...
-def _etraining(model: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None) -> None:
+def _etraining(model: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None, prefix_len: typing.Any = None, val_prefix_len: typing.Any = None) -> None:
     ...
 def _flat_params(model: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """

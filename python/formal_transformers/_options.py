@@ -4,8 +4,9 @@ from __future__ import annotations
 
 _KNOWN = {"arch", "n_vocab", "l_max", "L", "L_enc", "L_dec", "H", "d_e", "d_mlp", "d_f", "d_attn", "d_mid", "norm",
           "positional", "base", "tied", "gelu", "eps", "seed", "init_std", "dtype", "n_segments", "embed_norm",
-          "unembed_bias", "rope_theta",
-          "attention_impl"}  # rope_theta acts only with positional="rope" (the LLaMA path); attention_impl: how, not what
+          "unembed_bias", "rope_theta", "relative_buckets", "relative_max_distance",
+          "attention_impl"}  # rope_theta acts only with positional="rope" (the LLaMA path), relative_* only with
+# positional="relative" (refused by the exports through `positional`); attention_impl: how, not what
 
 
 def _check_options(cfg: dict, target: str) -> None:

@@ -145,16 +145,17 @@ def basic_attention(e, E, W_q, b_q, W_k, b_k, W_v, b_v) -> np.ndarray:
 # Algorithm 4: Ṽ ← Attention(X, Z | W_qkv, Mask)
 
 
-def attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, drop=None) -> np.ndarray:
+def attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, drop=None, bias=None) -> np.ndarray:
     """Algorithm 4. X ∈ R^{d_x×ℓ_x} (queries), Z ∈ R^{d_z×ℓ_z} (context), mask ∈ {0,1}^{ℓ_z×ℓ_x}.
-    drop = (M, p): dropout on the weights before the product of line 6 (docs/regularisation.md)."""
+    drop = (M, p): dropout on the weights before the product of line 6 (docs/regularisation.md).
+    bias: B ∈ R^{ℓ_z×ℓ_x} added in line 6, softmax(S/√d_attn + B) (V11's relative position bias)."""
     d_attn = W_q.shape[0]
     Q = W_q @ X + b_q[:, None]  # line 1: Q ← W_q X + b_q 1ᵀ
     K = W_k @ Z + b_k[:, None]  # line 2: K ← W_k Z + b_k 1ᵀ
     V = W_v @ Z + b_v[:, None]  # line 3: V ← W_v Z + b_v 1ᵀ
     S = K.T @ Q  # line 4: S ← Kᵀ Q
     S = np.where(mask, S, -np.inf)  # line 5: ∀t_z, t_x, if ¬Mask[t_z, t_x] then S[t_z, t_x] ← −∞
-    A = softmax(S / math.sqrt(d_attn))  # line 6: softmax(S/√d_attn) …
+    A = softmax(S / math.sqrt(d_attn) + (0 if bias is None else bias))  # line 6: softmax(S/√d_attn) …
     if drop is not None:  # (training) A ← Dropout(A | p, M)
         A = dropout(A, *drop)
     return V @ A  # line 6: return Ṽ = V · softmax(S/√d_attn)
@@ -173,13 +174,15 @@ def attention_weights(X, Z, W_q, b_q, W_k, b_k, mask) -> np.ndarray:
 # Algorithm 5: Ṽ ← MHAttention(X, Z | W, Mask)
 
 
-def mh_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, mask, drop=None) -> np.ndarray:
+def mh_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, mask, drop=None, bias=None) -> np.ndarray:
     """Algorithm 5, with the heads stacked as docs/api.md lays them out: W_q (H, d_attn, d_x), b_q (H, d_attn),
     W_k (H, d_attn, d_z), b_k (H, d_attn), W_v (H, d_mid, d_z), b_v (H, d_mid), W_o (d_out, H·d_mid),
-    b_o (d_out,). drop = (M (H, ℓ_z, ℓ_x), p): dropout on every head's weights."""
+    b_o (d_out,). drop = (M (H, ℓ_z, ℓ_x), p): dropout on every head's weights. bias: B^h (H, ℓ_z, ℓ_x) in
+    line 6 of every head (V11)."""
     H = W_q.shape[0]
     Y = [attention(X, Z, W_q[h], b_q[h], W_k[h], b_k[h], W_v[h], b_v[h], mask,
-                   None if drop is None else (drop[0][h], drop[1])) for h in range(H)]  # lines 1–2
+                   None if drop is None else (drop[0][h], drop[1]),
+                   None if bias is None else bias[h]) for h in range(H)]  # lines 1–2
     Y = np.concatenate(Y, axis=0)  # line 3: Y ← [Y¹; Y²; …; Y^H]
     return W_o @ Y + b_o[:, None]  # line 4: return Ṽ = W_o Y + b_o 1ᵀ
 
@@ -385,28 +388,64 @@ def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float 
     return logits_ if logits else softmax(logits_)  # line 12: return P = softmax(W_u X)
 
 
+def relative_bucket(r: int, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128) -> int:
+    """Algorithm V11 (T5's relative position buckets; Raffel et al. 2020 §2.1): the bucket k of the offset
+    r = t_z − t_x (key minus query position). Line 5 in float32 as Hugging Face's T5 computes it."""
+    if bidirectional:  # line 1: N ← N_b/2; β ← N·[[r > 0]]; n ← |r|
+        N, beta, n = num_buckets // 2, (num_buckets // 2) * int(r > 0), abs(r)
+    else:  # line 2: N ← N_b; β ← 0; n ← max(−r, 0)
+        N, beta, n = num_buckets, 0, max(-r, 0)
+    m = N // 2  # line 3: m ← N/2
+    if n < m:  # line 4
+        return beta + n
+    f32 = np.float32
+    v = f32(np.log(f32(n) / f32(m))) / f32(math.log(max_distance / m)) * f32(N - m)
+    return beta + min(N - 1, m + int(v))  # line 5: β + min(N − 1, m + ⌊ln(n/m)/ln(d_max/m)·(N − m)⌋)
+
+
+def relative_bias(l_z: int, l_x: int, table, *, bidirectional: bool, max_distance: int = 128, q0: int = 0) -> np.ndarray:
+    """V11's bias of every head: B^h[t_z, t_x] = b[bucket(t_z − (q0 + t_x)), h], table b ∈ R^{N_b×H}.
+    Returns (H, ℓ_z, ℓ_x)."""
+    table = np.asarray(table, dtype=np.float64)
+    N_b = table.shape[0]
+    k = np.array([[relative_bucket(t_z - (q0 + t_x), bidirectional, N_b, max_distance) for t_x in range(l_x)]
+                  for t_z in range(l_z)])
+    return np.moveaxis(table[k], -1, 0)
+
+
 def ed_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float = 1e-5,
-                   logits: bool = False, masks=None, rates=None) -> np.ndarray:
+                   logits: bool = False, masks=None, rates=None, positional: str = "learned",
+                   relative_max_distance: int = 128) -> np.ndarray:
     """Algorithm 8: P ← EDTransformer(z, x | θ), the original sequence-to-sequence transformer (post-LN,
     ReLU). z: 1-D source ids, x: 1-D target ids; one W_e, W_p embed both. Returns P ∈ (0,1)^{N_V×ℓ_x},
     P[:, t] = P̂(x[t+1] | x[:t+1], z) (`logits=True`: W_u X).
     Errata: line 6 writes γ_t¹, β_t¹ where the layer's γ_l¹, β_l¹ are meant; line 13 loops over i but the
     body indexes l (the decoder layer). Both are implemented as evidently intended: per-layer parameters.
     masks, rates: dropout as d_transformer (after lines 3 and 12, on the weights of the three attentions,
-    on the outputs of lines 5, 7, 14, 16, 18)."""
+    on the outputs of lines 5, 7, 14, 16, 18).
+    positional="relative" (V11, T5): no W_p; the self-attentions add T5's relative position bias, the encoder's
+    bidirectional from the table enc.rel_bias, the decoder's causal from dec.rel_bias (each shared by its layers)."""
     drop = _Drop(masks, rates)
     z, x = np.asarray(z), np.asarray(x)
-    W_e, W_p = params["W_e"], params["W_p"]
+    rel = positional == "relative"
+    W_e = params["W_e"]
+    W_p = None if rel else params["W_p"]
+
+    def pos(t):  # line 2's W_p[:, t] (none with V11)
+        return 0.0 if rel else positional_embedding(t, W_p)
+
     # Encoder
     l_z = len(z)  # line 1: ℓ_z ← length(z)
-    e = [token_embedding(z[t], W_e) + positional_embedding(t, W_p) for t in range(l_z)]  # line 2: e_t ← W_e[:, z[t]] + W_p[:, t]
+    B_enc = relative_bias(l_z, l_z, params["enc.rel_bias"], bidirectional=True,
+                          max_distance=relative_max_distance) if rel else None
+    e = [token_embedding(z[t], W_e) + pos(t) for t in range(l_z)]  # line 2: e_t ← W_e[:, z[t]] + W_p[:, t]
     Z = np.stack(e, axis=1)  # line 3: Z ← [e_1, e_2, …, e_ℓz]
     Z = drop.out("embed.z", Z, "embed")  # (training) Z ← Dropout(Z | p_embed, M)
     for i in range(L_enc):  # line 4: for l = 1, 2, …, L_enc do
         p = f"enc.{i}."
         _check_H(params, p + "attn.", H)
         Z = Z + drop.out(p + "attn.out", mh_attention(Z, Z, *_W(params, p + "attn."), bidirectional_mask(l_z, l_z),
-                                                      drop.weights(p + "attn.weights")))  # line 5: Z ← Z + MHAttention(Z | W_l^enc, Mask ≡ 1)
+                                                      drop.weights(p + "attn.weights"), B_enc))  # line 5: Z ← Z + MHAttention(Z | W_l^enc, Mask ≡ 1)
         Z = layer_norm_columns(Z, params[p + "gamma1"], params[p + "beta1"], eps)  # line 6: for t: Z[:, t] ← layer_norm(Z[:, t] | γ_l¹, β_l¹) (erratum: γ_t)
         Z = Z + drop.out(p + "mlp.out", params[p + "W_mlp2"] @ relu(params[p + "W_mlp1"] @ Z + params[p + "b_mlp1"][:, None])
                          + params[p + "b_mlp2"][:, None])  # line 7: Z ← Z + W_mlp2^l ReLU(W_mlp1^l Z + b_mlp1^l 1ᵀ) + b_mlp2^l 1ᵀ
@@ -414,14 +453,16 @@ def ed_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float =
     # line 9: end for
     # Decoder
     l_x = len(x)  # line 10: ℓ_x ← length(x)
-    e = [token_embedding(x[t], W_e) + positional_embedding(t, W_p) for t in range(l_x)]  # line 11: e_t ← W_e[:, x[t]] + W_p[:, t]
+    B_dec = relative_bias(l_x, l_x, params["dec.rel_bias"], bidirectional=False,
+                          max_distance=relative_max_distance) if rel else None
+    e = [token_embedding(x[t], W_e) + pos(t) for t in range(l_x)]  # line 11: e_t ← W_e[:, x[t]] + W_p[:, t]
     X = np.stack(e, axis=1)  # line 12: X ← [e_1, e_2, …, e_ℓx]
     X = drop.out("embed.x", X, "embed")  # (training) X ← Dropout(X | p_embed, M)
     for i in range(L_dec):  # line 13: for l = 1, 2, …, L_dec do (erratum: the listing writes "for i")
         p = f"dec.{i}."
         _check_H(params, p + "attn.", H)
         X = X + drop.out(p + "attn.out", mh_attention(X, X, *_W(params, p + "attn."), unidirectional_mask(l_x, l_x),
-                                                      drop.weights(p + "attn.weights")))  # line 14: X ← X + MHAttention(X | W_l^dec, Mask[t, t'] = [[t ≤ t']])
+                                                      drop.weights(p + "attn.weights"), B_dec))  # line 14: X ← X + MHAttention(X | W_l^dec, Mask[t, t'] = [[t ≤ t']])
         X = layer_norm_columns(X, params[p + "gamma3"], params[p + "beta3"], eps)  # line 15: for t: X[:, t] ← layer_norm(X[:, t] | γ_l³, β_l³)
         X = X + drop.out(p + "cross_attn.out", mh_attention(X, Z, *_W(params, p + "cross_attn."), bidirectional_mask(l_z, l_x),
                                                             drop.weights(p + "cross_attn.weights")))  # line 16: X ← X + MHAttention(X, Z | W_l^e/d, Mask ≡ 1)

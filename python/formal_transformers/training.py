@@ -376,21 +376,27 @@ class DTraining(_Trainer):
       dist_timeout   seconds a rank waits for the others (a group the trainer initialises; default 300)
       sync_check_every  compare fingerprints of θ across the ranks every this many steps (default 100;
                   0: at the start and the end only); a difference raises RuntimeError
+      val_prefix_len  a prefix LM (mask="prefix", docs/variants.md V7): the prefix lengths of val_data (an int
+                  or one per sequence), as the call's prefix_len for x_data: DTraining(...)(x_data, model,
+                  prefix_len=p) trains on the predictions after each sequence's prefix only
     The history of every step is in `trainer.history` (see History); `trainer.data_parallel` holds the last
     call's ranks and all-reduce figures (None: one process)."""
 
     _listing = "DTraining"
 
-    def __init__(self, n_epochs: int, eta: Optional[float] = None, *, val_data=None, **opts):
+    def __init__(self, n_epochs: int, eta: Optional[float] = None, *, val_data=None, val_prefix_len=None, **opts):
         super().__init__(n_epochs, eta, **opts)
         self.val_data = val_data
+        self.val_prefix_len = val_prefix_len
         self._check_early_stopping()
 
-    def __call__(self, x_data, model):
+    def __call__(self, x_data, model, prefix_len=None):
         return self._run(
             lambda opt, hook, rec, es, dp: _core._dtraining(model, x_data, self._core_options(), opt, hook,
-                                                            self.val_data, rec, es, dp),
-            model, (x_data,), (self.val_data,),
+                                                            self.val_data, rec, es, dp, prefix_len,
+                                                            self.val_prefix_len),
+            model, (x_data,) if prefix_len is None else (x_data, [np.atleast_1d(prefix_len)]),
+            (self.val_data,) if self.val_prefix_len is None else (self.val_data, [np.atleast_1d(self.val_prefix_len)]),
         )
 
 

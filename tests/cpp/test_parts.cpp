@@ -183,7 +183,7 @@ TEST(Registry, NamesAndClearErrors) {
         check_part_name(PartKind::Position, "xpos", "positional");
         FAIL() << "no error";
     } catch (const ValueError& e) {
-        EXPECT_EQ(std::string(e.what()), "positional must be 'none', 'rope' or 'alibi', got 'xpos'");
+        EXPECT_EQ(std::string(e.what()), "positional must be 'none', 'rope', 'alibi' or 'relative', got 'xpos'");
     }
     EXPECT_THROW(make_mask("sliding"), ValueError);
     ParamStore<float> s;

@@ -185,6 +185,7 @@ struct MHAttentionCache {
     const ParamStore<T>* store = nullptr;  // the parameters of the forward (tiled: a score bias in materialize_weights)
     LatentCache<T> lat;  // V10 (MHAttention::latent): the latents of the forward (and decoding's scratch)
     mutable bool weights_ready = true;  // A (and drop.keep) hold the last forward's weights
+    Mask mask;  // the Mask of the last forward (the attention's own, or the call's: V7's per-call prefix lengths)
     const MHAttention<T>* unit = nullptr;  // the attention that ran it (tiled: materialize_weights)
     // A (and with dropout drop.keep) as a literal forward leaves them: rebuilt after a tiled forward
     void ensure_weights() const {
@@ -224,9 +225,11 @@ public:
     // X:[d_x,n_x] (sequences sx), Z:[d_z,n_z] (sequences sz, same count) -> Vt:[d_out,n_x]
     // accumulate: Vt += Ṽ (the residual update X ← X + MHAttention(…) of the architectures, in place)
     // drop (training): dropout at rate drop->attn on every head's weights, keyed drop->key(place)
+    // call_mask: this call's Mask instead of the attention's own (V7: a prefix mask with this batch's p_b); kept
+    // in c for the backward pass
     void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
                  MatView<T> Vt, MHAttentionCache<T>& c, bool accumulate = false, const Dropout* drop = nullptr,
-                 std::uint64_t place = 0) const;
+                 std::uint64_t place = 0, const Mask* call_mask = nullptr) const;
     // dṼ:[d_out,n_x] -> dX += ..., dZ += ... (dX may alias dZ when X is Z), parameter gradients += ...
     void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
                   const MHAttentionCache<T>& c, CMatView<T> dVt, MatView<T> dX, MatView<T> dZ,
@@ -238,7 +241,8 @@ public:
     // then attend_cached(x_new, q0 = old length); cross-attention fills the cache from Z once.
     void append_kv(const ParamStore<T>& store, CMatView<T> Z, KVCache<T>& cache) const;
     void attend_cached(const ParamStore<T>& store, CMatView<T> X, index_t q0, const KVCache<T>& cache,
-                       MatView<T> Vt, MHAttentionCache<T>& scratch, bool accumulate = false) const;
+                       MatView<T> Vt, MHAttentionCache<T>& scratch, bool accumulate = false,
+                       const Mask* call_mask = nullptr) const;
 
     // After a tiled forward: fill c.A with the literal weights softmax(S/√d_attn) of every (sequence, head)
     // and, with dropout, c.drop.keep with the masks the tiles drew (both as a literal forward leaves them).

@@ -68,6 +68,12 @@ struct ModelConfig {
     // part d_R of each query/key head (d_attn = d_N + d_R; d_mid is V10's d_v). Decoding caches d_c + d_R numbers
     // per token and layer.
     index_t kv_lora_rank = 0, q_lora_rank = 0, qk_rope_head_dim = 0;
+    // V11 (ED only, positional = Relative): T5's relative position bias, N_b buckets over offsets log-spaced up
+    // to d_max (Hugging Face T5's relative_attention_num_buckets, relative_attention_max_distance)
+    index_t relative_buckets = 32, relative_max_distance = 128;
+    // V7 (D only): the prefix-LM mask of line 6, Mask[t_z, t_x] = [[t_z < p_b or t_z ≤ t_x]] with the prefix length
+    // p_b of each sequence given with the call (Tokens::prefix; none: p_b = 0, the causal mask). Causal: Algorithm 10.
+    enum class MaskKind { Causal, Prefix } mask = MaskKind::Causal;
     // Dropout (docs/regularisation.md; training only): rates after the embedding sum (line 3; Alg 8 lines 3
     // and 12; after BERT's embedding layer_norm), on the attention weights (Alg 4 line 6, after the softmax)
     // and on each sublayer's output before the residual add. 0: the listings bit for bit.
@@ -113,6 +119,9 @@ ModelConfig resolve(ModelConfig c, Arch arch);
 struct Tokens {
     const index_t* ids = nullptr;
     Seqs s;
+    // V7 (a DTransformer with mask = Prefix): p_b, the prefix length of each sequence (s.count() entries, 0 ≤ p_b ≤
+    // ℓ_b); null: no prefix (p_b = 0). Checked by validate(x, c, …): ValueError naming prefix_len.
+    const index_t* prefix = nullptr;
 };
 void validate(const Tokens& x, index_t n_vocab, index_t l_max, const char* what);
 // The longest sequence a model's forward pass (and so loss, loss_and_grad, P, logits) accepts: ℓ_max for
@@ -121,7 +130,8 @@ void validate(const Tokens& x, index_t n_vocab, index_t l_max, const char* what)
 // is sized through sizes.hpp, so a length too large for memory is a ValueError. The one rule the core,
 // the xtensor API and the bindings check model inputs by; the trainers keep ℓ_max (the training length).
 index_t max_input_length(const ModelConfig& c);
-// validate(x, c.n_vocab, max_input_length(c), what)
+// validate(x, c.n_vocab, max_input_length(c), what), and x.prefix: only for a DTransformer with mask = Prefix, each
+// p_b in [0, ℓ_b] (ValueError naming prefix_len)
 void validate(const Tokens& x, const ModelConfig& c, const char* what);
 
 // A model's hyperparameters checked before any layer is declared (sizes.hpp's bound on one allocation): a

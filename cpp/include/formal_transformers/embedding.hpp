@@ -41,11 +41,12 @@ public:
     MatParam W_e;
 };
 
-// Rope, Alibi (docs/variants.md, V1/V2): the position enters attention instead; there is no W_p (the
-// embedding registers nothing and adds nothing).
-enum class Positional { Learned, Sinusoidal, Rope, Alibi };
-// RoPE and ALiBi (docs/variants.md V1, V2) put the position into attention: no table W_p, so no bound ℓ_max
-inline bool in_attention(Positional p) { return p == Positional::Rope || p == Positional::Alibi; }
+// Rope, Alibi, Relative (docs/variants.md, V1/V2/V11): the position enters attention instead; there is no W_p
+// (the embedding registers nothing and adds nothing).
+enum class Positional { Learned, Sinusoidal, Rope, Alibi, Relative };
+// RoPE, ALiBi and T5's relative bias (docs/variants.md V1, V2, V11) put the position into attention: no table W_p
+// (RoPE and ALiBi: so no bound ℓ_max; config.cpp max_input_length)
+inline bool in_attention(Positional p) { return p == Positional::Rope || p == Positional::Alibi || p == Positional::Relative; }
 
 template <class T>
 class PositionalEmbedding {

@@ -62,14 +62,17 @@ template <class T>
 index_t sample_token(const T* logits, index_t n_vocab, const SamplingOptions& o, Rng& rng, std::vector<double>& scratch,
                      std::vector<index_t>& order);
 
-// Algorithm 14: ℓ_gen new tokens after the prompt x[0:l] (ℓ ≥ 1).
 // ℓ_gen of Algorithm 14: ValueError unless 0 <= l_gen and ℓ + ℓ_gen ids fit the allocation bound (sizes.hpp)
 // — the check DInference runs, callable before a model or prompt exists (the Python constructor).
 void check_l_gen(index_t l_gen, index_t l_prompt = 0);
 
+// Algorithm 14: ℓ_gen new tokens after the prompt x[0:l] (ℓ ≥ 1). prefix_len (V7, a model with mask = Prefix):
+// the prompt's first p tokens are the prefix (bidirectional over them, causal after; 0 ≤ p ≤ ℓ); −1: the whole
+// prompt for such a model (the prompt is the prefix), 0 otherwise. Past ℓ_max with a window, the window's prefix
+// is what remains of it, max(0, p − w0).
 template <class T>
 std::vector<index_t> DInference(DTransformer<T>& model, const index_t* x, index_t l, index_t l_gen,
-                                const SamplingOptions& o, Rng& rng);
+                                const SamplingOptions& o, Rng& rng, index_t prefix_len = -1);
 
 // Algorithm 15: x̂ for the context z[0:l_z], starting with bos_token, ending with eos_token unless
 // max_len (≤ ℓ_max; 0: ℓ_max) tokens were reached first.
@@ -79,8 +82,9 @@ std::vector<index_t> EDInference(EDTransformer<T>& model, const index_t* z, inde
 
 // The same from C++ with xtensor sequences (formal_transformers.hpp).
 template <class T>
-TokenIds DInference(DTransformer<T>& model, const TokenIds& x, index_t l_gen, const SamplingOptions& o, Rng& rng) {
-    const std::vector<index_t> y = DInference(model, x.data(), index_t(x.size()), l_gen, o, rng);
+TokenIds DInference(DTransformer<T>& model, const TokenIds& x, index_t l_gen, const SamplingOptions& o, Rng& rng,
+                    index_t prefix_len = -1) {
+    const std::vector<index_t> y = DInference(model, x.data(), index_t(x.size()), l_gen, o, rng, prefix_len);
     TokenIds r = TokenIds::from_shape({y.size()});
     std::copy(y.begin(), y.end(), r.begin());
     return r;

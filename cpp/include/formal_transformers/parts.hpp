@@ -81,6 +81,13 @@ struct AttnVariant {
     // V10 multi-head latent attention (latent_attention.hpp): kv_lora_rank > 0 makes Q, K, V from latents
     // (d_attn = qk_nope_head_dim + qk_rope_head_dim, d_mid = v_head_dim); q_lora_rank 0: no query latent.
     index_t kv_lora_rank = 0, q_lora_rank = 0, qk_rope_head_dim = 0;
+    // V11 (position "relative", variants/relative_bias.cpp): T5's bias table b [rel_buckets, H] named rel_table
+    // (shared by every attention made with that name; empty: "<prefix>rel_bias"), its buckets bidirectional
+    // (encoder) or causal (decoder), offsets log-spaced up to rel_max_distance; b ~ N(0, rel_init_std²)
+    std::string rel_table;
+    bool rel_bidirectional = true;
+    index_t rel_buckets = 32, rel_max_distance = 128;
+    double rel_init_std = 0.02;
 };
 // What a position part is made from: the attention's sizes and options.
 struct AttnSpec {

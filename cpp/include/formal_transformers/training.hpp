@@ -164,6 +164,9 @@ inline index_t shard_begin(index_t n, index_t rank, index_t world) {
 struct Dataset {
     std::vector<index_t> ids;
     Seqs s;
+    // V7 (DTraining of a model with mask = Prefix): the prefix length p_n of every sequence (empty: none). Only the
+    // predictions after each prefix count (docs/variants.md V7, line 5′).
+    std::vector<index_t> prefix;
     index_t size() const { return s.count(); }
 };
 

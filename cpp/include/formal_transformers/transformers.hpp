@@ -126,13 +126,15 @@ public:
     PreLNDecoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& prefix);
     void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
     // lines 5–8: X:[d_e,n] (sequences s) -> X_out:[d_e,n] (the next layer's X). drop (training): dropout on the
-    // attention weights and on the outputs of lines 6 and 8 before their residual adds, keyed by place.at(site)
+    // attention weights and on the outputs of lines 6 and 8 before their residual adds, keyed by place.at(site).
+    // mask: line 6's Mask for this call (V7's prefix mask of the batch); null: the block's own
     void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a,
-                 const Dropout* drop = nullptr, DropPlace place = DropPlace()) const;
+                 const Dropout* drop = nullptr, DropPlace place = DropPlace(), const Mask* mask = nullptr) const;
     // from w.dX = ∂loss/∂X_out, leaves w.dX = ∂loss/∂X; parameter gradients +=
     void backward(ParamStore<T>& store, const Seqs& s, const Acts& a, BackwardWork<T>& w) const;
     // lines 5–8 for the columns of X (in place) at positions q0, q0+1, … over the keys and values in kv
-    void forward_cached(const ParamStore<T>& store, MatView<T> X, index_t q0, KVCache<T>& kv, DecodeScratch<T>& d) const;
+    void forward_cached(const ParamStore<T>& store, MatView<T> X, index_t q0, KVCache<T>& kv, DecodeScratch<T>& d,
+                        const Mask* mask = nullptr) const;
 
     Norm<T> norm1;         // γ_l¹, β_l¹
     MHAttention<T> attn;   // W_l, causal
@@ -332,7 +334,7 @@ public:
     using Model<T>::cfg;
     using Model<T>::store;
 
-    // lines 1–10 over a batch; the result (X after line 10) is `out()`
+    // lines 1–10 over a batch; the result (X after line 10) is `out()`. x.prefix (mask = Prefix): V7's p_b
     void forward(const Tokens& x);
     CMatView<T> out() const override { return view(Xf_); }
     // the residual stream entering layer l (l = L: leaving the last layer), of the last forward
@@ -365,6 +367,9 @@ public:
         std::vector<KVCache<T>> kv;
         index_t len = 0;
         DecodeScratch<T> w;
+        // V7 (mask = Prefix): the prefix length p of the sequence being decoded; the call that feeds position 0
+        // must feed at least p tokens (the prefix attends over itself bidirectionally), later tokens are causal
+        index_t prefix = 0;
         void reset() {  // forget the context, keep the buffers (no allocation when refilled)
             len = 0;
             for (auto& c : kv) c.len = c.start = 0;

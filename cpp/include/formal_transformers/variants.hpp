@@ -57,6 +57,10 @@ void rope(MatView<T> X, index_t n_heads, index_t d, const index_t* pos, double t
 // Algorithm V2, lines 1–4 (0-based: slopes[h] is m_{h+1}).
 std::vector<double> alibi_slopes(index_t H);
 
+// Algorithm V11 (T5's relative position buckets, variants/relative_bias.cpp): the bucket of the offset r = t_z − t_x
+// among num_buckets (halved per direction when bidirectional), log-spaced up to max_distance.
+index_t relative_bucket(index_t r, bool bidirectional, index_t num_buckets, index_t max_distance);
+
 // SiLU, element-wise: y = x σ(x) (x, y may alias); dx = SiLU′(x) ⊙ dy.
 template <class T>
 void silu(const T* x, T* y, index_t n);

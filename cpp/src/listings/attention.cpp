@@ -292,8 +292,9 @@ void MHAttention<T>::init(ParamStore<T>& store, Rng& rng, double stddev, double 
 template <class T>
 void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
                              MatView<T> Vt, MHAttentionCache<T>& c, bool accumulate, const Dropout* drop,
-                             std::uint64_t place) const {
-    mask.check(sz, sx);
+                             std::uint64_t place, const Mask* call_mask) const {
+    c.mask = call_mask ? *call_mask : mask;
+    c.mask.check(sz, sx);
     // the weights' size (ℓ_z·ℓ_x per head and sequence) checked before anything is allocated or computed: a
     // 10^7-token input (rope/alibi have no table to bound ℓ) failed only after 3 GB of Q, K, V (issue 27)
     weight_offsets(sx, sz, H, sizeof(T), c.A_off);
@@ -388,7 +389,7 @@ void MHAttention<T>::heads(const ParamStore<T>& store, CMatView<T> Q, const Seqs
                 HeadDropout<T> hd;
                 if (c.drop.active()) hd = {c.drop.p, c.drop_key, std::uint64_t(c.A_off[std::size_t(b * H + h)]), nullptr, nullptr};
                 HeadBlock<T> blk;
-                blk.mask = &mask, blk.b = b, blk.h = h, blk.q0 = q0;
+                blk.mask = &c.mask, blk.b = b, blk.h = h, blk.q0 = q0;
                 blk.bias = position.bias.get(), blk.store = &store;
                 blk.drop = c.drop.active() ? &hd : nullptr;
                 tiled_attention_head<T>(Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
@@ -415,7 +416,7 @@ void MHAttention<T>::heads(const ParamStore<T>& store, CMatView<T> Q, const Seqs
         HeadDropout<T> hd;
         if (c.drop.active()) hd = {c.drop.p, drop->key(place), std::uint64_t(off), c.Ad.data() + off, c.drop.keep.data() + off};
         HeadBlock<T> blk;
-        blk.mask = &mask, blk.b = b, blk.h = h, blk.q0 = q0;
+        blk.mask = &c.mask, blk.b = b, blk.h = h, blk.q0 = q0;
         blk.bias = position.bias.get(), blk.store = &store;
         blk.drop = c.drop.active() ? &hd : nullptr;
         attention_head<T>(Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
@@ -461,7 +462,7 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
                     HeadDropout<T> hd;
                     if (c.drop.active()) hd = {c.drop.p, c.drop_key, std::uint64_t(c.A_off[std::size_t(b * H + h)]), nullptr, nullptr};
                     HeadBlock<T> blk;
-                    blk.mask = &mask, blk.b = b, blk.h = h, blk.q0 = c.q0;
+                    blk.mask = &c.mask, blk.b = b, blk.h = h, blk.q0 = c.q0;
                     blk.bias = position.bias.get(), blk.store = &store;
                     blk.drop = c.drop.active() ? &hd : nullptr;
                     tiled_attention_head_backward<T>(
@@ -498,7 +499,7 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
     if (position.bias)  // d(line 6's + B^h): the bias's parameter gradients from every block's dS, one block at a time
         for (index_t b = 0; b < sx.count(); ++b)
             for (index_t h = 0; h < H; ++h)
-                position.bias->backward(store, mask, b, h, 0,
+                position.bias->backward(store, c.mask, b, h, 0,
                                         CMatView<T>(w.dA.data() + c.A_off[std::size_t(b * H + h)], sz.len(b), sx.len(b)));
     }
     if (position.qk) {  // back through the query/key transform (V1: dQ ← R(p)ᵀ dQ, dK ← R(p)ᵀ dK)
@@ -582,13 +583,14 @@ void MHAttention<T>::append_kv(const ParamStore<T>& store, CMatView<T> Z, KVCach
 
 template <class T>
 void MHAttention<T>::attend_cached(const ParamStore<T>& store, CMatView<T> X, index_t q0, const KVCache<T>& cache,
-                                   MatView<T> Vt, MHAttentionCache<T>& s, bool accumulate) const {
+                                   MatView<T> Vt, MHAttentionCache<T>& s, bool accumulate, const Mask* call_mask) const {
     const index_t n = X.cols, lz = cache.len;
     // the mask and score biases see the cached columns at positions start, start+1, …: relative to column 0
     // the queries are at q0 − start (start > 0 only for a window, whose rule depends on t_x − t_z only, as
     // ALiBi's bias does); the query/key transform (RoPE) rotates Q at the absolute q0
     const index_t q_rel = q0 - cache.start;
-    mask.check(lz, n, q_rel);
+    s.mask = call_mask ? *call_mask : mask;
+    s.mask.check(lz, n, q_rel);
     MatView<T> Q = ensure(s.Q, H * d_attn, n), Y = ensure(s.Y, H * d_mid, n);
     if (latent) {  // V10: queries (lines 1, 2, 6) at q0 …; K, V up-projected from the cached latent (lines 5, 7)
         latent->queries(store, X, q0, Q, s.lat);
@@ -625,7 +627,7 @@ void MHAttention<T>::materialize_weights(const MHAttentionCache<T>& c) const {
             const index_t g = kv_head(h), off = c.A_off[std::size_t(b * H + h)];
             scratch.resize(std::size_t(d_mid * sx.len(b)));
             HeadBlock<T> blk;
-            blk.mask = &mask, blk.b = b, blk.h = h, blk.q0 = c.q0;
+            blk.mask = &c.mask, blk.b = b, blk.h = h, blk.q0 = c.q0;
             blk.bias = position.bias.get(), blk.store = c.store;
             attention_head<T>(c.Qv.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
                               c.Kv.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),

@@ -76,11 +76,15 @@ void check_l_gen(index_t l_gen, index_t l_prompt) {
 // pre: a prompt cache of x_in (paged.hpp), the result of the cached path's first pass, used instead of it
 template <class T>
 std::vector<index_t> dinference(DTransformer<T>& model, const index_t* x_in, index_t l, index_t l_gen,
-                                const SamplingOptions& o, Rng& rng, const PromptKV<T>* pre) {
+                                const SamplingOptions& o, Rng& rng, const PromptKV<T>* pre, index_t prefix_len) {
     o.check();
     const ModelConfig& c = model.cfg;
     check_l_gen(l_gen);
     validate(Tokens{x_in, Seqs::single(l)}, c.n_vocab, c.l_max, "x");  // the prompt fits ℓ_max
+    // V7: the prompt's prefix (default: all of it for a prefix LM, none otherwise), checked as a call's prefix_len
+    const bool prefix_lm = c.mask == ModelConfig::MaskKind::Prefix;
+    const index_t p = prefix_len == -1 ? (prefix_lm ? l : 0) : prefix_len;
+    if (prefix_len != -1) validate(Tokens{x_in, Seqs::single(l), &p}, c, "x");
     check_l_gen(l_gen, l);  // x grows to ℓ + ℓ_gen ids (reserved below only up to what a few steps need)
     if (o.context == SamplingOptions::Context::Full && !in_attention(c.positional))
         throw ValueError("context='full' (past l_max) needs positions without a table (positional='rope' or "
@@ -103,9 +107,10 @@ std::vector<index_t> dinference(DTransformer<T>& model, const index_t* x_in, ind
         poll();
         const index_t len = index_t(x.size());
         const index_t w0 = full ? 0 : std::max<index_t>(0, len - c.l_max);  // the model sees x[w0:len]
+        const index_t pw = std::max<index_t>(0, p - w0);                      // V7: the window's prefix
         if (!o.cache) {
             // line 3: P ← DTransformer(x | θ̂) on the window; line 4: p ← P[:, ℓ + i − 1] (its last column)
-            model.forward(Tokens{x.data() + w0, Seqs::single(len - w0)});
+            model.forward(Tokens{x.data() + w0, Seqs::single(len - w0), pw > 0 ? &pw : nullptr});
             model.unemb->logits(model.store, model.out().cols_range(len - w0 - 1, 1), ensure(zcol, c.n_vocab, 1));
             std::copy(zcol.data(), zcol.data() + c.n_vocab, z.begin());
         } else {
@@ -121,6 +126,7 @@ std::vector<index_t> dinference(DTransformer<T>& model, const index_t* x_in, ind
                 std::copy(pre->z.begin(), pre->z.end(), z.begin());
             } else if (w0 != start || fed == 0) {  // first call, or the window slid: (re)fill the caches
                 dec.reset();
+                dec.prefix = pw;
                 start = w0;
                 if (len - w0 > kFewColumns) {  // a long context: the thread pool
                     model.decode(dec, x.data() + w0, len - w0, z.data());
@@ -142,8 +148,8 @@ std::vector<index_t> dinference(DTransformer<T>& model, const index_t* x_in, ind
 
 template <class T>
 std::vector<index_t> DInference(DTransformer<T>& model, const index_t* x_in, index_t l, index_t l_gen,
-                                const SamplingOptions& o, Rng& rng) {
-    return dinference(model, x_in, l, l_gen, o, rng, static_cast<const PromptKV<T>*>(nullptr));
+                                const SamplingOptions& o, Rng& rng, index_t prefix_len) {
+    return dinference(model, x_in, l, l_gen, o, rng, static_cast<const PromptKV<T>*>(nullptr), prefix_len);
 }
 
 template <class T>
@@ -151,7 +157,10 @@ std::vector<index_t> DInference(DTransformer<T>& model, const PromptKV<T>& cache
                                 const SamplingOptions& o, Rng& rng) {
     cache.check(model);
     // literal path (cache = false): the listing recomputes everything from the ids anyway
-    return dinference(model, cache.ids.data(), index_t(cache.ids.size()), l_gen, o, rng, o.cache ? &cache : nullptr);
+    if (model.cfg.mask == ModelConfig::MaskKind::Prefix)
+        throw ValueError("prompt caches of a prefix LM (mask='prefix') are not supported: decode it with prefix_len");
+    return dinference(model, cache.ids.data(), index_t(cache.ids.size()), l_gen, o, rng, o.cache ? &cache : nullptr,
+                      index_t(-1));
 }
 
 // ======================================== Algorithm 15 ================================================
@@ -191,8 +200,8 @@ std::vector<index_t> EDInference(EDTransformer<T>& model, const index_t* z, inde
 
 template index_t sample_token<float>(const float*, index_t, const SamplingOptions&, Rng&, std::vector<double>&, std::vector<index_t>&);
 template index_t sample_token<double>(const double*, index_t, const SamplingOptions&, Rng&, std::vector<double>&, std::vector<index_t>&);
-template std::vector<index_t> DInference<float>(DTransformer<float>&, const index_t*, index_t, index_t, const SamplingOptions&, Rng&);
-template std::vector<index_t> DInference<double>(DTransformer<double>&, const index_t*, index_t, index_t, const SamplingOptions&, Rng&);
+template std::vector<index_t> DInference<float>(DTransformer<float>&, const index_t*, index_t, index_t, const SamplingOptions&, Rng&, index_t);
+template std::vector<index_t> DInference<double>(DTransformer<double>&, const index_t*, index_t, index_t, const SamplingOptions&, Rng&, index_t);
 template std::vector<index_t> DInference<float>(DTransformer<float>&, const PromptKV<float>&, index_t, const SamplingOptions&, Rng&);
 template std::vector<index_t> DInference<double>(DTransformer<double>&, const PromptKV<double>&, index_t, const SamplingOptions&, Rng&);
 template std::vector<index_t> EDInference<float>(EDTransformer<float>&, const index_t*, index_t, const SamplingOptions&, Rng&, index_t);

@@ -43,6 +43,8 @@ void PromptKV<T>::check(const DTransformer<T>& model) const {
 
 template <class T>
 PromptKV<T> prefill(const DTransformer<T>& model, const index_t* x, index_t l) {
+    if (model.cfg.mask == ModelConfig::MaskKind::Prefix)
+        throw ValueError("prompt caches of a prefix LM (mask='prefix') are not supported: decode it with prefix_len");
     const ModelConfig& c = model.cfg;
     validate(Tokens{x, Seqs::single(l)}, c.n_vocab, c.l_max, "x");  // 1 ≤ ℓ ≤ ℓ_max, ids in range
     PromptKV<T> r;
@@ -272,8 +274,11 @@ std::vector<std::vector<index_t>> DInferenceBatch(DTransformer<T>& model, const 
     const ModelConfig& c = model.cfg;
     const index_t S = index_t(prompts.size());
     // every check before anything runs
-    if (l_gen < 0) throw ValueError("l_gen must be >= 0, got " + std::to_string(l_gen));
+    check_l_gen(l_gen);
     if (max_batch < 1) throw ValueError("max_batch must be >= 1, got " + std::to_string(max_batch));
+    if (c.mask == ModelConfig::MaskKind::Prefix)
+        throw ValueError("batched decoding of a prefix LM (mask='prefix') is not supported: decode each prompt with "
+                         "DInference(...)(x, model, prefix_len=p)");
     if (index_t(rngs.size()) != S) throw ValueError("one random stream per prompt");
     for (index_t i = 0; i < S; ++i) {
         const PromptRef<T>& p = prompts[std::size_t(i)];

@@ -72,20 +72,35 @@ void mask_tokens(const index_t* x, index_t n, index_t mask_token, double p_mask,
 namespace {
 // The gathered minibatch: ids of the chosen sequences, concatenated.
 struct Batch {
-    std::vector<index_t> ids, lens;
+    std::vector<index_t> ids, lens, prefix;
     void clear() {
         ids.clear();
         lens.clear();
+        prefix.clear();
     }
     void add(const Dataset& d, index_t n) {
         ids.insert(ids.end(), d.ids.begin() + d.s.begin(n), d.ids.begin() + d.s.begin(n) + d.s.len(n));
         lens.push_back(d.s.len(n));
+        if (!d.prefix.empty()) prefix.push_back(d.prefix[std::size_t(n)]);  // V7
     }
     Tokens tokens(Seqs& s) const {
         s = Seqs::from_lengths(lens);
-        return Tokens{ids.data(), s};
+        return Tokens{ids.data(), s, prefix.empty() ? nullptr : prefix.data()};
     }
 };
+// the predictions Algorithm 13's line 5 scores in sequence n (V7: those after its prefix)
+index_t scored_in(const Dataset& d, index_t n) {
+    const index_t p = d.prefix.empty() ? 0 : d.prefix[std::size_t(n)];
+    return std::max<index_t>(0, d.s.len(n) - std::max<index_t>(p, 1));
+}
+// a data set's prefix lengths: one per sequence, each checked as a call's prefix_len
+void check_prefix(const Dataset& d, const ModelConfig& c, const char* what) {
+    if (d.prefix.empty()) return;
+    if (index_t(d.prefix.size()) != d.size())
+        throw ValueError(std::string("prefix_len of ") + what + ": " + std::to_string(d.prefix.size()) +
+                         " lengths for " + std::to_string(d.size()) + " sequences (one per sequence)");
+    validate(Tokens{d.ids.data(), d.s, d.prefix.data()}, c, what);
+}
 
 void check_dataset(const Dataset& d, const char* what) {
     if (d.size() == 0) throw ValueError(std::string(what) + " is empty: nothing to train on");
@@ -303,6 +318,8 @@ void DTraining(DTransformer<T>& model, const Dataset& data, const TrainOptions& 
     const ModelConfig& c = model.cfg;
     validate(Tokens{data.ids.data(), data.s}, c.n_vocab, c.l_max, "x_data");
     if (val) validate(Tokens{val->ids.data(), val->s}, c.n_vocab, c.l_max, "validation data");
+    check_prefix(data, c, "x_data");
+    if (val) check_prefix(*val, c, "validation data");
     Batch b;
     Seqs s;
     auto body = [&](const std::vector<index_t>& batch, index_t lo, index_t hi, Rng&) {
@@ -311,7 +328,7 @@ void DTraining(DTransformer<T>& model, const Dataset& data, const TrainOptions& 
         for (index_t i = 0; i < index_t(batch.size()); ++i) {
             const index_t n = batch[std::size_t(i)];
             if (i >= lo && i < hi) b.add(data, n);  // line 3: ℓ ← length(x_n)
-            scored += std::max<index_t>(0, data.s.len(n) - 1);
+            scored += scored_in(data, n);
         }
         if (lo == hi) return empty_slice(model, scored);
         const double loss = model.loss_and_grad(b.tokens(s));  // lines 4–5 and ∇loss
@@ -339,6 +356,7 @@ void ETraining(ETransformer<T>& model, const Dataset& data, const TrainOptions& 
     const ModelConfig& c = model.cfg;
     validate(Tokens{data.ids.data(), data.s}, c.n_vocab, c.l_max, "x_data");
     if (val) validate(Tokens{val->ids.data(), val->s}, c.n_vocab, c.l_max, "validation data");
+    check_prefix(data, c, "x_data");  // (none given: an ETransformer has no prefix mask)
     Batch b;
     Seqs s;
     std::vector<index_t> x_tilde, lens;

@@ -29,13 +29,13 @@ void PreLNDecoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double
 
 template <class T>
 void PreLNDecoderBlock<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a,
-                                   const Dropout* drop, DropPlace place) const {
+                                   const Dropout* drop, DropPlace place, const Mask* mask) const {
     const index_t d_e = X.rows, n = X.cols;
     MatView<T> Xt1 = ensure(a.Xt_attn, d_e, n);
     norm1.forward(store, X, Xt1, a.norm_gamma1);  // line 5: X̃ ← layer_norm(X | γ¹, β¹)
     MatView<T> Xa = copy_into(a.X_attn, X);
     add_dropped(drop, place.at(DropSite::SelfOut), Xa, a.R, a.drop_attn, [&](MatView<T> out) {
-        attn.forward(store, Xt1, s, Xt1, s, out, a.attn, /*accumulate=*/true, drop, place.at(DropSite::SelfWeights));
+        attn.forward(store, Xt1, s, Xt1, s, out, a.attn, /*accumulate=*/true, drop, place.at(DropSite::SelfWeights), mask);
     });  // line 6: X ← X + MHAttention(X̃ | W_l, Mask[t, t'] = [[t ≤ t']])
     MatView<T> Xt2 = ensure(a.Xt_mlp, d_e, n);
     norm2.forward(store, Xa, Xt2, a.norm_gamma2);  // line 7: X̃ ← layer_norm(X | γ², β²)
@@ -62,7 +62,8 @@ void PreLNDecoderBlock<T>::backward(ParamStore<T>& store, const Seqs& s, const A
 // ------------------- Algorithm 9 lines 5–8 = Algorithm 8 lines 5–8: post-LN encoder block ---------------
 template <class T>
 PostLNEncoderBlock<T>::PostLNEncoderBlock(const ModelConfig& g, Activation act, ParamStore<T>& store, const std::string& p)
-    : attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::bidirectional(), store, p + "attn.", attn_variant(g, false)),
+    : attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::bidirectional(), store, p + "attn.",
+           relative_variant(g, "enc.rel_bias", true)),
       norm1("layer", g.d_e, g.eps, store, p + "gamma1", p + "beta1"),
       mlp("standard", mlp_spec(g, act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p),
       norm2("layer", g.d_e, g.eps, store, p + "gamma2", p + "beta2") {}
@@ -109,7 +110,7 @@ void PostLNEncoderBlock<T>::backward(ParamStore<T>& store, CMatView<T> X, const 
 template <class T>
 PostLNDecoderBlock<T>::PostLNDecoderBlock(const ModelConfig& g, ParamStore<T>& store, const std::string& p)
     : self_attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::unidirectional(), store, p + "attn.",
-                attn_variant(g, false)),
+                relative_variant(g, "dec.rel_bias", false)),
       norm3("layer", g.d_e, g.eps, store, p + "gamma3", p + "beta3"),
       cross_attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::bidirectional(), store, p + "cross_attn.",
                  attn_variant(g, false)),

@@ -43,9 +43,13 @@ const NameTable<NormKind> kNorms = {{"layer", NormKind::Layer}, {"rms", NormKind
 const NameTable<Positional> kPositionals = {{"learned", Positional::Learned},
                                             {"sinusoidal", Positional::Sinusoidal},
                                             {"rope", Positional::Rope},
-                                            {"alibi", Positional::Alibi}};
+                                            {"alibi", Positional::Alibi},
+                                            {"relative", Positional::Relative}};
 const NameTable<Gelu> kGelus = {{"exact", Gelu::Exact}, {"tanh", Gelu::Tanh}, {"none", Gelu::Exact}};
 const NameTable<ModelConfig::Mlp> kMlps = {{"gelu", ModelConfig::Mlp::Standard}, {"swiglu", ModelConfig::Mlp::SwiGLU}};
+const NameTable<ModelConfig::MaskKind> kMasks = {{"causal", ModelConfig::MaskKind::Causal},
+                                                  {"unidirectional", ModelConfig::MaskKind::Causal},
+                                                  {"prefix", ModelConfig::MaskKind::Prefix}};
 const NameTable<AttnImpl> kAttnImpls = {{"auto", AttnImpl::Auto}, {"literal", AttnImpl::Literal}, {"tiled", AttnImpl::Tiled}};
 
 template <class En>
@@ -55,6 +59,7 @@ template <> const NameTable<Positional>& names_of(Positional ModelConfig::*) { r
 template <> const NameTable<Gelu>& names_of(Gelu ModelConfig::*) { return kGelus; }
 template <> const NameTable<ModelConfig::Mlp>& names_of(ModelConfig::Mlp ModelConfig::*) { return kMlps; }
 template <> const NameTable<AttnImpl>& names_of(AttnImpl ModelConfig::*) { return kAttnImpls; }
+template <> const NameTable<ModelConfig::MaskKind>& names_of(ModelConfig::MaskKind ModelConfig::*) { return kMasks; }
 
 template <class P>
 constexpr bool is_enum_member = false;
@@ -63,7 +68,8 @@ constexpr bool is_enum_member<En ModelConfig::*> = std::is_enum_v<En>;
 
 using Field = std::variant<std::nullptr_t, index_t ModelConfig::*, double ModelConfig::*, bool ModelConfig::*,
                            std::uint64_t ModelConfig::*, NormKind ModelConfig::*, Positional ModelConfig::*,
-                           Gelu ModelConfig::*, ModelConfig::Mlp ModelConfig::*, AttnImpl ModelConfig::*>;
+                           Gelu ModelConfig::*, ModelConfig::Mlp ModelConfig::*, AttnImpl ModelConfig::*,
+                           ModelConfig::MaskKind ModelConfig::*>;
 
 struct OptionSpec {
     const char* name;
@@ -108,6 +114,9 @@ const std::vector<OptionSpec> kSchema = {
     {"kv_lora_rank", D, Kind::AutoSize, &ModelConfig::kv_lora_rank},
     {"q_lora_rank", D, Kind::AutoSize, &ModelConfig::q_lora_rank},
     {"qk_rope_head_dim", D, Kind::AutoSize, &ModelConfig::qk_rope_head_dim},
+    {"mask", D, Kind::Enum, &ModelConfig::mask},
+    {"relative_buckets", ED, Kind::Count, &ModelConfig::relative_buckets},
+    {"relative_max_distance", ED, Kind::Count, &ModelConfig::relative_max_distance},
     {"n_segments", E, Kind::Count, &ModelConfig::n_segments},
     {"embed_norm", E, Kind::Bool, &ModelConfig::embed_norm},
     {"unembed_bias", E, Kind::Bool, &ModelConfig::unembed_bias},
@@ -466,6 +475,8 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
         throw ValueError("tied=True needs d_f == d_e: W_u = W_eᵀ is N_V × d_e, but ETransformer's W_u is N_V × d_f");
     if (arch != Arch::D && c.norm != NormKind::Layer) throw ValueError("norm='rms' is a DTransformer option (Gopher)");
     if (arch != Arch::D && c.sliding_window != 0) throw ValueError("sliding_window is a DTransformer option (Mistral)");
+    if (c.mask == ModelConfig::MaskKind::Prefix && c.sliding_window != 0)
+        throw ValueError("mask='prefix' does not combine with sliding_window (one Mask for line 6)");
     if (arch != Arch::E && (c.n_segments > 0 || c.embed_norm || c.unembed_bias))
         throw ValueError("n_segments, embed_norm and unembed_bias are ETransformer options (BERT)");
     // the variants (docs/variants.md)
@@ -473,8 +484,18 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
     if (c.H_kv > c.H || c.H % c.H_kv != 0)
         throw ValueError("H_kv = " + std::to_string(c.H_kv) + " must divide H = " + std::to_string(c.H) +
                          " (grouped-query attention: groups of H/H_kv query heads share a key/value head)");
-    const bool rel_pos = in_attention(c.positional);
-    if (arch != Arch::D && rel_pos) throw ValueError("positional='rope' and 'alibi' are DTransformer options");
+    const bool rope_alibi = c.positional == Positional::Rope || c.positional == Positional::Alibi;
+    if (arch != Arch::D && rope_alibi) throw ValueError("positional='rope' and 'alibi' are DTransformer options");
+    if (arch != Arch::ED && c.positional == Positional::Relative)
+        throw ValueError("positional='relative' (T5's relative position bias, V11) is an EDTransformer option");
+    if (c.positional == Positional::Relative) {
+        if (c.relative_buckets < 4)
+            throw ValueError("relative_buckets must be >= 4 (the encoder's buckets are halved for the two directions), got " +
+                             std::to_string(c.relative_buckets));
+        if (c.relative_max_distance <= c.relative_buckets / 2)
+            throw ValueError("relative_max_distance must be > relative_buckets / 2 = " + std::to_string(c.relative_buckets / 2) +
+                             " (the log-spaced buckets run from there to it), got " + std::to_string(c.relative_max_distance));
+    }
     if (arch != Arch::D && c.mlp != ModelConfig::Mlp::Standard) throw ValueError("mlp='swiglu' is a DTransformer option");
     if (c.positional == Positional::Rope && c.kv_lora_rank == 0 && c.d_attn % 2 != 0)
         throw ValueError("positional='rope' rotates pairs of rows: d_attn (the head size) must be even, got " +
@@ -515,10 +536,25 @@ void validate(const Tokens& x, index_t n_vocab, index_t l_max, const char* what)
 }
 
 index_t max_input_length(const ModelConfig& c) {
-    return in_attention(c.positional) ? std::numeric_limits<index_t>::max() : c.l_max;
+    const bool no_table = c.positional == Positional::Rope || c.positional == Positional::Alibi;
+    return no_table ? std::numeric_limits<index_t>::max() : c.l_max;
 }
 
-void validate(const Tokens& x, const ModelConfig& c, const char* what) { validate(x, c.n_vocab, max_input_length(c), what); }
+void validate(const Tokens& x, const ModelConfig& c, const char* what) {
+    validate(x, c.n_vocab, max_input_length(c), what);
+    if (!x.prefix) return;
+    if (c.arch != Arch::D || c.mask != ModelConfig::MaskKind::Prefix)
+        throw ValueError(std::string("prefix_len is given to a model without mask='prefix' (") + arch_name(c.arch) +
+                         (c.arch == Arch::D ? " with mask='causal')" : ")"));
+    for (index_t b = 0; b < x.s.count(); ++b) {
+        const index_t p = x.prefix[b], l = x.s.len(b);
+        const std::string of = x.s.count() == 1 ? "" : " of sequence " + std::to_string(b);
+        if (p < 0) throw ValueError("prefix_len" + of + " must be >= 0, got " + std::to_string(p));
+        if (p > l)
+            throw ValueError("prefix_len" + of + " = " + std::to_string(p) + " exceeds the sequence's " + std::to_string(l) +
+                             " tokens");
+    }
+}
 
 void check_model_size(const ModelConfig& c, Arch arch) {
     const char* what = "model size";

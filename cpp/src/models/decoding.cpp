@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "formal_transformers/blas.hpp"
 #include "shared.hpp"
@@ -14,11 +15,11 @@ using namespace models;
 
 template <class T>
 void PreLNDecoderBlock<T>::forward_cached(const ParamStore<T>& store, MatView<T> X, index_t q0, KVCache<T>& kv,
-                                          DecodeScratch<T>& d) const {
+                                          DecodeScratch<T>& d, const Mask* mask) const {
     MatView<T> Xt = ensure(d.Xt, X.rows, X.cols);
-    norm1.forward(store, X, Xt, d.norm);                      // line 5
-    attn.append_kv(store, Xt, kv);                            // keys/values of the new tokens
-    attn.attend_cached(store, Xt, q0, kv, X, d.attn, true);   // line 6
+    norm1.forward(store, X, Xt, d.norm);                          // line 5
+    attn.append_kv(store, Xt, kv);                                // keys/values of the new tokens
+    attn.attend_cached(store, Xt, q0, kv, X, d.attn, true, mask);  // line 6
     norm2.forward(store, X, Xt, d.norm);                      // line 7
     mlp.forward(store, Xt, X, d.mlp);                         // line 8
 }
@@ -49,12 +50,23 @@ void DTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* z) co
                          std::to_string(d.len + n) + ")");
     for (index_t t = 0; t < n; ++t)
         if (ids[t] < 0 || ids[t] >= cfg.n_vocab) throw IndexError("token id " + std::to_string(ids[t]) + " out of range");
+    // V7: the prefix mask of this sequence (p = d.prefix); the call feeding position 0 must hold the whole prefix
+    std::optional<Mask> prefix;
+    if (d.prefix != 0) {
+        if (cfg.mask != ModelConfig::MaskKind::Prefix)
+            throw ValueError("prefix_len is given to a model without mask='prefix'");
+        if (d.prefix < 0) throw ValueError("prefix_len must be >= 0, got " + std::to_string(d.prefix));
+        if (d.len < d.prefix && d.len + n < d.prefix)
+            throw ValueError("prefix_len = " + std::to_string(d.prefix) + " exceeds the " + std::to_string(d.len + n) +
+                             " tokens fed: feed the whole prefix in the first call");
+        prefix = make_mask("prefix", MaskOptions{{d.prefix}, {}});
+    }
     d.kv.resize(std::size_t(cfg.L));
     MatView<T> X = ensure(d.w.X, cfg.d_e, n);
     this->tok.forward(store, ids, n, X);                       // line 2, new tokens only
     this->pos.forward_seqs(store, Seqs::single(n), X, d.len);  //   at positions d.len, d.len+1, …
     for (index_t l = 0; l < cfg.L; ++l)
-        layer[std::size_t(l)]->forward_cached(store, X, d.len, d.kv[std::size_t(l)], d.w);  // lines 5–8
+        layer[std::size_t(l)]->forward_cached(store, X, d.len, d.kv[std::size_t(l)], d.w, prefix ? &*prefix : nullptr);  // lines 5–8
     MatView<T> last = ensure(d.w.tmp, cfg.d_e, 1);
     norm_f->forward(store, X.cols_range(n - 1, 1), last, d.w.norm);   // line 10 (last column)
     this->unemb->logits(store, last, MatView<T>(z, cfg.n_vocab, 1));  // line 11, as logits
@@ -92,14 +104,14 @@ void EDTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* logi
 }
 
 template void PreLNDecoderBlock<float>::forward_cached(const ParamStore<float>&, MatView<float>, index_t, KVCache<float>&,
-                                                  DecodeScratch<float>&) const;
+                                                  DecodeScratch<float>&, const Mask*) const;
 template void PostLNDecoderBlock<float>::forward_cached(const ParamStore<float>&, index_t, KVCache<float>&, const KVCache<float>&,
                                                    DecodeScratch<float>&) const;
 template void DTransformer<float>::decode(Decoder&, const index_t*, index_t, float*) const;
 template void EDTransformer<float>::encode(Decoder&, const index_t*, index_t) const;
 template void EDTransformer<float>::decode(Decoder&, const index_t*, index_t, float*) const;
 template void PreLNDecoderBlock<double>::forward_cached(const ParamStore<double>&, MatView<double>, index_t, KVCache<double>&,
-                                                  DecodeScratch<double>&) const;
+                                                  DecodeScratch<double>&, const Mask*) const;
 template void PostLNDecoderBlock<double>::forward_cached(const ParamStore<double>&, index_t, KVCache<double>&, const KVCache<double>&,
                                                    DecodeScratch<double>&) const;
 template void DTransformer<double>::decode(Decoder&, const index_t*, index_t, double*) const;

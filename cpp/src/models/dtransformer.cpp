@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "formal_transformers/blas.hpp"
 #include "shared.hpp"
@@ -36,11 +37,14 @@ void DTransformer<T>::forward(const Tokens& x) {
     const index_t n = x.s.total(), d_e = cfg.d_e;
     this->embed(x, stream_[0]);                                             // lines 1–3
     this->embed_dropout(stream_[0], DropSite::EmbedX, this->drop_embed_);  // (training) X ← Dropout(X)
+    // V7: line 6's Mask[t_z, t_x] = [[t_z < p_b or t_z ≤ t_x]] with this batch's prefix lengths (none: causal)
+    std::optional<Mask> prefix;
+    if (x.prefix) prefix = make_mask("prefix", MaskOptions{std::vector<index_t>(x.prefix, x.prefix + x.s.count()), {}});
     for (index_t l = 0; l < cfg.L; ++l) {  // line 4
         poll();
         const std::size_t i = std::size_t(l);
         layer[i]->forward(store, view(stream_[i]), x.s, ensure(stream_[i + 1], d_e, n), acts_[i], this->train_,
-                          DropPlace{DropGroup::Layers, std::uint64_t(l)});  // lines 5–8
+                          DropPlace{DropGroup::Layers, std::uint64_t(l)}, prefix ? &*prefix : nullptr);  // lines 5–8
     }
     norm_f->forward(store, view(stream_[std::size_t(cfg.L)]), ensure(Xf_, d_e, n), norm_gamma_);  // line 10: X ← layer_norm(X | γ, β)
     this->last_ = LastForward{true, x.s, x.s};
@@ -59,7 +63,8 @@ void DTransformer<T>::run_backward(const typename Model<T>::Batch& in, BackwardW
     this->embed_backward(*in.x, view(w.dX));  // line 2
 }
 
-// Algorithm 13 line 5: loss = −Σ_{t=1}^{ℓ−1} log P[x[t+1], t], for every sequence of the batch
+// Algorithm 13 line 5: loss = −Σ_{t=1}^{ℓ−1} log P[x[t+1], t], for every sequence of the batch; with V7's prefix
+// lengths only the predictions of the tokens after the prefix (line 5′: t from max(p_b, 1), 1-based)
 template <class T>
 void DTransformer<T>::score(const typename Model<T>::Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const {
     next_token_targets(*in.x, cols, targets);

@@ -4,6 +4,7 @@
 //  * the scored columns of the losses; the dropout masks a model lists for inspection.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,9 @@ inline std::string layer_prefix(const char* group, index_t l) { return std::stri
 // The names of the parts a config chooses (parts.hpp's registry), from its fields.
 inline const char* norm_name(NormKind k) { return k == NormKind::RMS ? "rms" : "layer"; }
 inline const char* mlp_name(ModelConfig::Mlp m) { return m == ModelConfig::Mlp::SwiGLU ? "swiglu" : "standard"; }
-inline const char* position_name(Positional p) { return p == Positional::Rope ? "rope" : p == Positional::Alibi ? "alibi" : "none"; }
+inline const char* position_name(Positional p) {
+    return p == Positional::Rope ? "rope" : p == Positional::Alibi ? "alibi" : p == Positional::Relative ? "relative" : "none";
+}
 // Algorithm 10 line 6's Mask: [[t ≤ t']], or V8's sliding window of sliding_window keys
 inline Mask decoder_mask(const ModelConfig& c) {
     if (c.sliding_window <= 0) return Mask::unidirectional();
@@ -50,6 +53,18 @@ inline AttnVariant attn_variant(const ModelConfig& c, bool positional) {
     v.rope_theta = c.rope_theta;
     v.impl = c.attention_impl;
     v.kv_lora_rank = c.kv_lora_rank, v.q_lora_rank = c.q_lora_rank, v.qk_rope_head_dim = c.qk_rope_head_dim;  // V10
+    return v;
+}
+// ED's self-attentions with V11 (positional = Relative): T5's bias from the stack's one table (`table`: "enc.rel_bias",
+// bidirectional buckets; "dec.rel_bias", causal); otherwise attn_variant(c, false)
+inline AttnVariant relative_variant(const ModelConfig& c, const char* table, bool bidirectional) {
+    AttnVariant v = attn_variant(c, false);
+    if (c.positional != Positional::Relative) return v;
+    v.position = "relative";
+    v.rel_table = table;
+    v.rel_bidirectional = bidirectional;
+    v.rel_buckets = c.relative_buckets, v.rel_max_distance = c.relative_max_distance;
+    v.rel_init_std = c.init_std;
     return v;
 }
 // The MLP of a block: φ = act, V5's bias, the parameters' names
@@ -103,13 +118,13 @@ void post_ln_backward(const Norm<T>& norm, ParamStore<T>& store, const NormCache
 }
 
 // The scored columns of the listings' losses and their targets:
-// The scored columns of the listings' losses and their targets:
-// Algorithms 11 and 13 line 5: every position t < ℓ−1 of each sequence, target x[t+1];
+// Algorithms 11 and 13 line 5: every position t < ℓ−1 of each sequence, target x[t+1]; with V7's prefix lengths
+// (x.prefix) only the targets after the prefix, x[t+1] with t+1 ≥ p_b (0-based; line 5′ of docs/variants.md V7);
 inline void next_token_targets(const Tokens& x, std::vector<index_t>& cols, std::vector<index_t>& targets) {
     cols.clear();
     targets.clear();
     for (index_t b = 0; b < x.s.count(); ++b)
-        for (index_t t = 0; t + 1 < x.s.len(b); ++t) {
+        for (index_t t = x.prefix ? std::max<index_t>(x.prefix[b] - 1, 0) : 0; t + 1 < x.s.len(b); ++t) {
             cols.push_back(x.s.begin(b) + t);
             targets.push_back(x.ids[x.s.begin(b) + t + 1]);
         }

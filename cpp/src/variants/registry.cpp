@@ -19,6 +19,8 @@ PositionPart<T> make_rope(const AttnSpec&, ParamStore<T>&, const std::string&); 
 template <class T>
 PositionPart<T> make_alibi(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/alibi.cpp
 template <class T>
+PositionPart<T> make_relative_bias(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/relative_bias.cpp
+template <class T>
 std::shared_ptr<const MLPPart<T>> make_standard_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // listings/mlp.cpp
 template <class T>
 std::shared_ptr<const MLPPart<T>> make_swiglu_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // variants/swiglu.cpp
@@ -65,6 +67,7 @@ const std::vector<Entry<PositionFactory<T>>>& positions() {
         {"none", make_no_position<T>},
         {"rope", make_rope<T>},
         {"alibi", make_alibi<T>},
+        {"relative", make_relative_bias<T>},
     };
     return t;
 }
