@@ -134,7 +134,10 @@ def test_bad_values():
             ft.DTransformer(*D_SIZES, norm="scale", fixnorm=True, eps=eps)
     with pytest.raises(ValueError, match="norm"):
         ref.d_transformer_variant([1, 2], {}, L=1, H=1, norm="scalenorm")
-    pytest.importorskip("transformers")
+    with pytest.raises(ValueError, match="fixnorm"):
+        ft.to_torch(ft.DTransformer(*D_SIZES, fixnorm=True))
+    with pytest.raises(ValueError, match="scale"):
+        ft.to_torch(ft.DTransformer(*D_SIZES, norm="scale"))
     with pytest.raises(ValueError, match="fixnorm"):
         ft.to_hf(ft.DTransformer(*D_SIZES, fixnorm=True))
     with pytest.raises(ValueError, match="scale"):

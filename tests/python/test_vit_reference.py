@@ -60,13 +60,14 @@ def theta_of(m) -> dict:
 
 
 @pytest.mark.parametrize("kw", [{}, dict(num_channels=1, patch_size=2, num_hidden_layers=1),
-                                dict(image_size=12, patch_size=3, hidden_act="gelu")])
+                                dict(image_size=(12, 6), patch_size=3, num_labels=3)])
 def test_reference_vit_equals_hf_vit_for_image_classification(kw):
     import torch
 
     m = hf_vit(**kw)
     c = m.config
-    images = np.random.default_rng(1).standard_normal((3, c.num_channels, c.image_size, c.image_size))
+    hw = tuple(c.image_size) if isinstance(c.image_size, (tuple, list)) else (c.image_size, c.image_size)
+    images = np.random.default_rng(1).standard_normal((3, c.num_channels, *hw))
     with torch.no_grad():
         want = m(pixel_values=torch.from_numpy(images)).logits.numpy().T  # (n_classes, B)
     got = ref.vit(images, theta_of(m), H=c.num_attention_heads, patch_size=c.patch_size, eps=c.layer_norm_eps,
