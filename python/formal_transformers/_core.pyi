@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'RMSNorm', 'SGD', 'SpeculativeInference', 'TokenEmbedding', 'Unembedding', 'WordTokenizer', 'bidirectional_mask', 'blas_info', 'blas_kernel', 'chunk', 'gelu', 'get_num_threads', 'learning_rate', 'max_num_threads', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
+__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'RMSNorm', 'SGD', 'SpeculativeInference', 'TokenEmbedding', 'Unembedding', 'ViT', 'WordTokenizer', 'bidirectional_mask', 'blas_info', 'blas_kernel', 'chunk', 'gelu', 'get_num_threads', 'learning_rate', 'max_num_threads', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
 class _HasParams:
     """
     Base of every object with parameters (params, grads).
@@ -1318,6 +1318,57 @@ class SpeculativeInference:
     @property
     def tau(self) -> float:
         ...
+class ViT(_HasParams):
+    """
+    Listing V12: P ← ViT(x | θ) — the vision transformer (Dosovitskiy et al. 2021).
+    
+    Images (B, C, H, W) cut into P×P patches (row by row), a linear patch embedding W_patch (d_e, C·P·P) + b_patch,
+    a class token x_class and learned positions W_p (d_e, N+1), L pre-LN encoder layers (Algorithm 10's layer with
+    Mask ≡ 1), a final layer_norm of the class token's column, and P = softmax(W_c x + b_c). Hugging Face's
+    ViTForImageClassification is this model (ft.from_hf). Hyperparameters: image_size (an int or (H, W)),
+    patch_size (dividing both), n_classes, L, H, d_e, d_mlp; options n_channels=3, eps=1e-12 (layer_norm's,
+    HF's layer_norm_eps), seed, init_std=0.02, dtype.
+    Call: P = model(images) -> (n_classes, B). model.logits(images): W_c x + b_c. loss_and_grad(images, labels):
+    −Σ_b log P[labels[b], b] and every parameter's gradient; loss(images, labels, reduction="sum"|"mean").
+    """
+    def __call__(self, images: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        """
+        P (n_classes, B): softmax(W_c x + b_c) of every image (column b: image b).
+        """
+    def __init__(self, image_size: typing.Any, patch_size: typing.SupportsInt | typing.SupportsIndex, n_classes: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, *, n_channels: typing.SupportsInt | typing.SupportsIndex = 3, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-12, seed: typing.SupportsInt | typing.SupportsIndex = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, dtype: typing.Any = 'float32') -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def logits(self, images: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        """
+        z = W_c x + b_c (n_classes, B), before the softmax.
+        """
+    def loss(self, images: typing.Any, labels: typing.Any, reduction: str = 'sum') -> float:
+        """
+        The loss of loss_and_grad without gradients (reduction='mean': per image).
+        """
+    def loss_and_grad(self, images: typing.Any, labels: typing.Any) -> tuple[float, dict]:
+        """
+        −Σ_b log P[labels[b], b] (summed over the batch) and its gradient: (loss, grads) with params' keys.
+        """
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def config(self) -> dict:
+        ...
+    @property
+    def dtype(self) -> str:
+        ...
+    @property
+    def grads(self) -> ParamDict:
+        """
+        Gradients, same keys as params, accumulated by backward(), cleared by zero_grad().
+        """
+    @property
+    def params(self) -> ParamDict:
+        """
+        Parameters θ: name -> writable numpy view of the C++ storage (zero-copy). Assigning params[name] = array copies into the storage (shape must match).
+        """
 def _dtraining(model: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None) -> None:
     ...
 def _edtraining(model: typing.Any, z_data: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, z_val: typing.Any = None, x_val: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None) -> None:

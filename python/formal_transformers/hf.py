@@ -595,7 +595,7 @@ def _build(cls_name: str, config: dict, T: dict, dtype, where: str):
 def _cls_of(hf_model) -> str:
     name = type(hf_model).__name__
     if name not in _CLASSES:
-        raise ValueError(f"ft.from_hf supports {', '.join(_CLASSES)}; got {name}")
+        raise ValueError(f"ft.from_hf supports {', '.join([*_CLASSES, 'ViTForImageClassification'])}; got {name}")
     return name
 
 
