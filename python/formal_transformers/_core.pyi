@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'RMSNorm', 'SGD', 'SpeculativeInference', 'TokenEmbedding', 'Unembedding', 'ViT', 'WordTokenizer', 'bidirectional_mask', 'blas_info', 'blas_kernel', 'chunk', 'gelu', 'get_num_threads', 'learning_rate', 'max_num_threads', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
+__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'RMSNorm', 'SGD', 'SpeculativeInference', 'TokenEmbedding', 'Unembedding', 'ViT', 'WordTokenizer', 'bidirectional_mask', 'blas_info', 'blas_kernel', 'check_training_options', 'chunk', 'gelu', 'get_num_threads', 'learning_rate', 'max_num_threads', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
 class _HasParams:
     """
     Base of every object with parameters (params, grads).
@@ -1406,6 +1406,10 @@ def blas_info() -> str:
 def blas_kernel() -> str:
     """
     The kernel set OpenBLAS chose for this CPU at load time, e.g. 'Haswell', 'SkylakeX', 'Zen' ('Prescott', 'Core2', 'Nehalem' are generic fallbacks: slow on a CPU with AVX2).
+    """
+def check_training_options(options: dict) -> None:
+    """
+    The trainers' options as the core reads them (ft::TrainOptions::check): TypeError / ValueError naming a bad one. The trainers call it when they are made, so a bad option fails there, not at the first step.
     """
 def chunk(ids: typing.Any, l_max: typing.Any, stride: typing.Any = None) -> list:
     """
