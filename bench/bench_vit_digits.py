@@ -1,4 +1,4 @@
-"""ft.ViT (listing V12) on scikit-learn's handwritten digits against a logistic-regression baseline on the same
+"""ft.ViT (listing V14) on scikit-learn's handwritten digits against a logistic-regression baseline on the same
 fixed split (formal_transformers.vision.digits_split: train_test_split(test_size=0.25, random_state=0,
 stratify=labels); 1,347 training and 450 test images, 8×8, one channel), with the training time.
 

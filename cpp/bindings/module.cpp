@@ -113,5 +113,5 @@ PYBIND11_MODULE(_core, m) {
     ftpy::register_tokenizer(m);     // §4
     ftpy::register_training(m);      // Algorithms 11, 12, 13
     ftpy::register_inference(m);     // Algorithms 14, 15
-    ftpy::register_vit(m);           // listing V12: the vision transformer
+    ftpy::register_vit(m);           // listing V14: the vision transformer
 }

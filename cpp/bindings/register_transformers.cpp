@@ -477,8 +477,8 @@ void register_transformers(py::module_& m) {
 
 Pre-LN layers with causal (unidirectional) multi-head self-attention and a GELU MLP, a final layer_norm,
 and P = softmax(W_u X). Hyperparameters: n_vocab (N_V), l_max, L, H, d_e, d_mlp; keyword options
-d_attn = d_mid = d_e // H by default, norm="layer" | "rms" (Gopher's RMSnorm) | "scale" (ScaleNorm, V10: one
-scalar g per norm), fixnorm=True (V11 FixNorm: unit-length token embeddings; E and ED too), positional="learned" |
+d_attn = d_mid = d_e // H by default, norm="layer" | "rms" (Gopher's RMSnorm) | "scale" (ScaleNorm, V12: one
+scalar g per norm), fixnorm=True (V13 FixNorm: unit-length token embeddings; E and ED too), positional="learned" |
 "sinusoidal" (base replaces ℓ_max in the paper's formula), tied=False (W_u = W_eᵀ when True),
 gelu="exact" | "tanh" (GPT-2's approximation), eps (inside layer_norm's square root), dtype, seed,
 init_std (GPT-2's init: N(0, init_std²), residual projections / √(2L), biases 0, γ = 1, β = 0).

@@ -1,4 +1,4 @@
-// Listing V12: the vision transformer as a Python object (vit.hpp; docs/variants.md V12, docs/api.md).
+// Listing V14: the vision transformer as a Python object (vit.hpp; docs/variants.md V14, docs/api.md).
 #include <cmath>
 
 #include "bind.hpp"
@@ -74,7 +74,7 @@ py::dict grads_copy_of(ft::ParamStore<T>& store) {
 }  // namespace
 
 void register_vit(py::module_& m) {
-    py::class_<DV, StoreHolder> cls(m, "ViT", R"doc(Listing V12: P ← ViT(x | θ) — the vision transformer (Dosovitskiy et al. 2021).
+    py::class_<DV, StoreHolder> cls(m, "ViT", R"doc(Listing V14: P ← ViT(x | θ) — the vision transformer (Dosovitskiy et al. 2021).
 
 Images (B, C, H, W) cut into P×P patches (row by row), a linear patch embedding W_patch (d_e, C·P·P) + b_patch,
 a class token x_class and learned positions W_p (d_e, N+1), L pre-LN encoder layers (Algorithm 10's layer with

@@ -505,8 +505,8 @@ class DTransformer(_HasParams):
     
     Pre-LN layers with causal (unidirectional) multi-head self-attention and a GELU MLP, a final layer_norm,
     and P = softmax(W_u X). Hyperparameters: n_vocab (N_V), l_max, L, H, d_e, d_mlp; keyword options
-    d_attn = d_mid = d_e // H by default, norm="layer" | "rms" (Gopher's RMSnorm) | "scale" (ScaleNorm, V10: one
-    scalar g per norm), fixnorm=True (V11 FixNorm: unit-length token embeddings; E and ED too), positional="learned" |
+    d_attn = d_mid = d_e // H by default, norm="layer" | "rms" (Gopher's RMSnorm) | "scale" (ScaleNorm, V12: one
+    scalar g per norm), fixnorm=True (V13 FixNorm: unit-length token embeddings; E and ED too), positional="learned" |
     "sinusoidal" (base replaces ℓ_max in the paper's formula), tied=False (W_u = W_eᵀ when True),
     gelu="exact" | "tanh" (GPT-2's approximation), eps (inside layer_norm's square root), dtype, seed,
     init_std (GPT-2's init: N(0, init_std²), residual projections / √(2L), biases 0, γ = 1, β = 0).
@@ -1320,7 +1320,7 @@ class SpeculativeInference:
         ...
 class ViT(_HasParams):
     """
-    Listing V12: P ← ViT(x | θ) — the vision transformer (Dosovitskiy et al. 2021).
+    Listing V14: P ← ViT(x | θ) — the vision transformer (Dosovitskiy et al. 2021).
     
     Images (B, C, H, W) cut into P×P patches (row by row), a linear patch embedding W_patch (d_e, C·P·P) + b_patch,
     a class token x_class and learned positions W_p (d_e, N+1), L pre-LN encoder layers (Algorithm 10's layer with

@@ -604,7 +604,7 @@ def from_hf(hf_model, *, dtype=None):
     DTransformer (tied unless the config unties it), BertForMaskedLM / BertModel -> ETransformer (with
     n_segments, embed_norm, unembed_bias), LlamaForCausalLM -> DTransformer(positional="rope", H_kv,
     mlp="swiglu", bias=False, norm="rms"), MistralForCausalLM -> the same with sliding_window (V8),
-    ViTForImageClassification -> ViT (listing V12). dtype: float32 / float64 (default: the HF model's, float64 if
+    ViTForImageClassification -> ViT (listing V14). dtype: float32 / float64 (default: the HF model's, float64 if
     its weights are float64). ValueError naming an unsupported configuration option."""
     if type(hf_model).__name__ == "ViTForImageClassification":
         return _vit_from_hf(hf_model, dtype)
@@ -844,7 +844,7 @@ def from_torch(module):
 
 
 # ---------------------------------------------------------------------------------------------------
-# ViTForImageClassification <-> ViT (listing V12, docs/variants.md)
+# ViTForImageClassification <-> ViT (listing V14, docs/variants.md)
 
 def _vit_key(sd: dict, l: int, new: str, old: str) -> str:
     """A layer tensor's name: transformers 5's (vit.layers.l.…) or 4's (vit.encoder.layer.l.…)."""

@@ -233,7 +233,7 @@ def rms_norm(e: np.ndarray, gamma: np.ndarray, eps: float = 0.0) -> np.ndarray:
 
 
 def scale_norm(e: np.ndarray, g, eps: float = 0.0) -> np.ndarray:
-    """Listing V10, ScaleNorm (Nguyen & Salazar 2019): ê = g · e / √(‖e‖² + eps), one scalar g (shape (1,))."""
+    """Listing V12, ScaleNorm (Nguyen & Salazar 2019): ê = g · e / √(‖e‖² + eps), one scalar g (shape (1,))."""
     return g * e / np.sqrt(np.sum(e**2) + eps)  # line 1
 
 
@@ -243,14 +243,14 @@ def scale_norm_columns(E: np.ndarray, g, eps: float = 0.0) -> np.ndarray:
 
 
 def fixnorm_embedding(v, W_e: np.ndarray, eps: float = 0.0) -> np.ndarray:
-    """Listing V11, FixNorm (Nguyen & Chiang 2018): Algorithm 1 with a unit-norm column,
+    """Listing V13, FixNorm (Nguyen & Chiang 2018): Algorithm 1 with a unit-norm column,
     e = W_e[:, v] / √(‖W_e[:, v]‖² + eps)."""
     w = W_e[:, v]  # line 1: w ← W_e[:, v]
     return w / np.sqrt(np.sum(w**2, axis=0) + eps)  # line 2: return e = w / √(‖w‖² + eps)
 
 
 def _tok(v, W_e, fixnorm: bool, eps: float):
-    """Algorithm 1, or with fixnorm V11's unit-norm column."""
+    """Algorithm 1, or with fixnorm V13's unit-norm column."""
     return fixnorm_embedding(v, W_e, eps) if fixnorm else token_embedding(v, W_e)
 
 
@@ -851,8 +851,8 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
     """Algorithm V6: DTransformer with the variants. H_kv and bias=False are read off params (W_k's heads,
     absent b's); positional="rope" | "alibi" has no W_p (any length ℓ); mlp="swiglu" uses W_gate;
     mask="prefix" with prefix_len p (V7), sliding_window w (V8): line 6's Mask (decoder_mask);
-    norm="scale": ScaleNorm (V10) with the scalar g stored as gamma1/gamma2/gamma; fixnorm: FixNorm's
-    unit-norm token embedding (V11) at line 2."""
+    norm="scale": ScaleNorm (V12) with the scalar g stored as gamma1/gamma2/gamma; fixnorm: FixNorm's
+    unit-norm token embedding (V13) at line 2."""
     if norm not in ("layer", "rms", "scale"):
         raise ValueError(f"norm must be 'layer', 'rms' or 'scale', got {norm!r}")
     x = np.asarray(x)
@@ -903,11 +903,11 @@ def d_variant_loss(x, params, prefix_len=0, **hp) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Algorithm V12: the vision transformer (Dosovitskiy et al. 2021), forward only (docs/variants.md V12)
+# Algorithm V14: the vision transformer (Dosovitskiy et al. 2021), forward only (docs/variants.md V14)
 
 
 def image_patches(image, P: int) -> np.ndarray:
-    """Listing V12 line 2 for one image (C, H_img, W_img): the N = (H_img/P)(W_img/P) non-overlapping P×P
+    """Listing V14 line 2 for one image (C, H_img, W_img): the N = (H_img/P)(W_img/P) non-overlapping P×P
     patches as the columns of a (C·P·P, N) matrix. Patches are numbered row by row (patch n = (i, j) with
     n = i·W_img/P + j); a patch is flattened channel-major, then row, then column (C, P, P) — the order of
     a convolution weight (d_e, C, P, P) flattened to (d_e, C·P·P)."""
@@ -941,7 +941,7 @@ def check_images(images, *, n_channels: int, image_size, patch_size: int):
 
 def vit(images, params, *, H: int, patch_size: int, eps: float = 1e-12, gelu: str = "exact",
         logits: bool = False) -> np.ndarray:
-    """Listing V12: P ← ViT(images | θ), Dosovitskiy et al. 2021's vision transformer (pre-LN, GELU) as
+    """Listing V14: P ← ViT(images | θ), Dosovitskiy et al. 2021's vision transformer (pre-LN, GELU) as
     Hugging Face's ViTForImageClassification computes it. images (B, C, H_img, W_img) -> P (n_classes, B)
     (`logits=True`: W_c x + b_c before the softmax). θ: W_patch (d_e, C·P·P), b_patch (d_e,), x_class (d_e,),
     W_p (d_e, N + 1), layers.l.{gamma1, beta1, attn.*, gamma2, beta2, W_mlp1, b_mlp1, W_mlp2, b_mlp2},

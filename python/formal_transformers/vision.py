@@ -1,4 +1,4 @@
-"""Images for ft.ViT (listing V12, docs/variants.md): scikit-learn's handwritten digits with the project's fixed
+"""Images for ft.ViT (listing V14, docs/variants.md): scikit-learn's handwritten digits with the project's fixed
 split, a minibatch Adam loop through the core's loss_and_grad, and the logistic-regression baseline."""
 from __future__ import annotations
 

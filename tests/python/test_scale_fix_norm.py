@@ -1,4 +1,4 @@
-"""ScaleNorm (norm="scale", docs/variants.md V10) and FixNorm (fixnorm=True, V11) beyond test_variants.py's
+"""ScaleNorm (norm="scale", docs/variants.md V12) and FixNorm (fixnorm=True, V13) beyond test_variants.py's
 table (which checks D's forward against reference.py and every gradient against PyTorch autograd): the
 initialisation, E and ED with FixNorm against reference.py, finite differences on every new parameter, the
 eps edge cases, save/load, and bad values."""

@@ -26,9 +26,9 @@ OPTIONS = {
     "no_bias": dict(bias=False),
     "llama": dict(positional="rope", H_kv=2, mlp="swiglu", bias=False, norm="rms"),
     "alibi_all": dict(positional="alibi", H=6, H_kv=3, mlp="swiglu", bias=False, norm="rms", tied=True),
-    "scalenorm": dict(norm="scale"),                                     # V10
-    "fixnorm": dict(fixnorm=True),                                       # V11
-    "scale_fix_tied": dict(norm="scale", fixnorm=True, tied=True, eps=0.0),  # V10 + V11, the paper's eps = 0
+    "scalenorm": dict(norm="scale"),                                     # V12
+    "fixnorm": dict(fixnorm=True),                                       # V13
+    "scale_fix_tied": dict(norm="scale", fixnorm=True, tied=True, eps=0.0),  # V12 + V13, the paper's eps = 0
 }
 REF_KEYS = ("norm", "positional", "rope_theta", "mlp", "fixnorm", "eps")
 BATCH = [[3, 1, 4, 1, 5, 9, 2, 6, 5], [8, 9, 7, 9, 3]]  # ragged: RoPE/ALiBi positions restart per sequence

@@ -1,4 +1,4 @@
-"""ft.ViT (listing V12, docs/variants.md): equal to Hugging Face's ViTForImageClassification (float64, every
+"""ft.ViT (listing V14, docs/variants.md): equal to Hugging Face's ViTForImageClassification (float64, every
 weight random: logits and every gradient), to reference.vit (float64 and float32), gradients vs finite
 differences, to_hf back, bad input, and training on scikit-learn's digits."""
 from __future__ import annotations
@@ -137,7 +137,7 @@ def test_bad_input_is_refused_naming_the_problem():
 def test_training_on_digits_beats_chance_by_far():
     """Six epochs of Adam on scikit-learn's digits (the fixed split of ft.vision.digits_split) with 4×4 patches:
     test accuracy ≥ 0.80 (chance: 0.10; 0.88 when written; the logistic-regression baseline of
-    bench/bench_vit_digits.py is ≈ 0.97, which the bench's longer run approaches: docs/variants.md V12)."""
+    bench/bench_vit_digits.py is ≈ 0.97, which the bench's longer run approaches: docs/variants.md V14)."""
     pytest.importorskip("sklearn")
     from formal_transformers.vision import accuracy, digits_split, train_vit
 

@@ -1,4 +1,4 @@
-"""Listing V12, the vision transformer (docs/variants.md): reference.vit, the numpy transcription, against
+"""Listing V14, the vision transformer (docs/variants.md): reference.vit, the numpy transcription, against
 Hugging Face's ViTForImageClassification (float64, every weight random), the patch order, and the image
 checks. (The core has no ViT model yet: this is the oracle it will be tested against.)"""
 from __future__ import annotations

@@ -74,7 +74,7 @@ def d_logits(x, p, *, L, H, norm="layer", gelu="exact", eps=1e-5, positional="le
              mlp="gelu", fixnorm=False):
     ids = torch.as_tensor(np.asarray(x), dtype=torch.long)
     W_e = p["W_e"]
-    if fixnorm:  # V11: every column of W_e scaled to unit length (eps inside the root)
+    if fixnorm:  # V13: every column of W_e scaled to unit length (eps inside the root)
         W_e = W_e / torch.sqrt((W_e * W_e).sum(0, keepdim=True) + eps)
     X = W_e[:, ids]
     if positional in ("learned", "sinusoidal"):
@@ -83,7 +83,7 @@ def d_logits(x, p, *, L, H, norm="layer", gelu="exact", eps=1e-5, positional="le
     def nrm(X, g, b):
         if norm == "rms":
             return X * torch.rsqrt((X * X).mean(0, keepdim=True) + eps) * p[g][:, None]
-        if norm == "scale":  # V10: one scalar g, ‖·‖ over the column
+        if norm == "scale":  # V12: one scalar g, ‖·‖ over the column
             return p[g] * X / torch.linalg.vector_norm(torch.cat([X, torch.full((1, X.shape[1]), math.sqrt(eps),
                                                                              dtype=X.dtype)]), dim=0)
         return F.layer_norm(X.T, (X.shape[0],), p[g], p[b], eps).T

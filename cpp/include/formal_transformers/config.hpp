@@ -63,7 +63,7 @@ struct ModelConfig {
     // w = sliding_window (Mistral); 0: the causal mask of Algorithm 10. Decoding keeps a rolling cache of
     // O(w) columns per layer (V9).
     index_t sliding_window = 0;
-    // V11 FixNorm (Nguyen & Chiang 2018; Nguyen & Salazar 2019): Algorithm 1 returns the unit-norm column
+    // V13 FixNorm (Nguyen & Chiang 2018; Nguyen & Salazar 2019): Algorithm 1 returns the unit-norm column
     // e = W_e[:, v] / √(‖W_e[:, v]‖² + eps) (every architecture; W_u, tied or not, uses W_e as stored).
     bool fixnorm = false;
     // Dropout (docs/regularisation.md; training only): rates after the embedding sum (line 3; Alg 8 lines 3

@@ -29,7 +29,7 @@ namespace ft {
 template <class T>
 class TokenEmbedding {
 public:
-    // fixnorm (V11 FixNorm, docs/variants.md): line 1 returns W_e[:, v] / √(‖W_e[:, v]‖² + eps)
+    // fixnorm (V13 FixNorm, docs/variants.md): line 1 returns W_e[:, v] / √(‖W_e[:, v]‖² + eps)
     TokenEmbedding(index_t n_vocab, index_t d_e, ParamStore<T>& store, const std::string& name = "W_e",
                    bool fixnorm = false, double eps = 0.0);
     void init(ParamStore<T>& store, Rng& rng, double stddev) const;  // W_e ~ N(0, stddev²)

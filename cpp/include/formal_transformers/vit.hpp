@@ -1,4 +1,4 @@
-// Listing V12 (docs/variants.md): the vision transformer (Dosovitskiy et al. 2021), forward and backward.
+// Listing V14 (docs/variants.md): the vision transformer (Dosovitskiy et al. 2021), forward and backward.
 //
 //   Input: x ∈ R^{C×H_img×W_img}, an image.   Output: P ∈ Δ([n_classes]).
 //   1  for n ∈ [N]: p_n ← x[:, rows and columns of patch n] flattened     (patches row by row; (c, r, s) order)

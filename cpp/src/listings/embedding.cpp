@@ -32,7 +32,7 @@ void TokenEmbedding<T>::forward(const ParamStore<T>& store, const index_t* ids, 
     for (index_t t = 0; t < n; ++t) {
         const T* w = W.col(ids[t]);  // line 1: e = W_e[:, v]
         T* e = E.col(t);
-        if (fixnorm) {  // V11 FixNorm: e = W_e[:, v] / √(‖W_e[:, v]‖² + eps)
+        if (fixnorm) {  // V13 FixNorm: e = W_e[:, v] / √(‖W_e[:, v]‖² + eps)
             double s = 0;
 #pragma omp simd reduction(+ : s)
             for (index_t i = 0; i < d_e; ++i) s += double(w[i]) * w[i];
@@ -57,7 +57,7 @@ void TokenEmbedding<T>::forward(const ParamStore<T>& store, const index_t* ids, 
 template <class T>
 void TokenEmbedding<T>::backward(ParamStore<T>& store, const index_t* ids, index_t n, CMatView<T> dE) const {
     MatView<T> dW = store.dW(W_e);
-    if (fixnorm) {  // d(V11): dW_e[:, v] += r (de − ê (ê·de)), ê = r W_e[:, v], r = 1/√(‖W_e[:, v]‖² + eps)
+    if (fixnorm) {  // d(V13): dW_e[:, v] += r (de − ê (ê·de)), ê = r W_e[:, v], r = 1/√(‖W_e[:, v]‖² + eps)
         CMatView<T> W = store.W(W_e);
         for (index_t t = 0; t < n; ++t) {
             const T* w = W.col(ids[t]);

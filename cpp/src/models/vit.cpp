@@ -1,4 +1,4 @@
-// Listing V12: the vision transformer (vit.hpp quotes the listing; docs/variants.md V12).
+// Listing V14: the vision transformer (vit.hpp quotes the listing; docs/variants.md V14).
 #include "formal_transformers/vit.hpp"
 
 #include <algorithm>

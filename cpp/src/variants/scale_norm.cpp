@@ -1,4 +1,4 @@
-// V10 ScaleNorm (Nguyen & Salazar 2019, "Transformers without Tears", eq. 4) as a norm part (registered as
+// V12 ScaleNorm (Nguyen & Salazar 2019, "Transformers without Tears", eq. 4) as a norm part (registered as
 // norm "scale"): one learned scalar g per norm in place of layer_norm's γ, β ∈ R^{d_e}.
 //
 //   Input: e ∈ R^{d_e}.   Output: ê ∈ R^{d_e}.   Parameters: g ∈ R, initialised to √d_e.
