@@ -92,6 +92,7 @@ void register_common(py::module_& m) {
           "('Prescott', 'Core2', 'Nehalem' are generic fallbacks: slow on a CPU with AVX2).");
 }
 
+void register_vit(py::module_& m);  // register_vit.cpp
 }  // namespace ftpy
 
 PYBIND11_MODULE(_core, m) {
@@ -112,4 +113,5 @@ PYBIND11_MODULE(_core, m) {
     ftpy::register_tokenizer(m);     // §4
     ftpy::register_training(m);      // Algorithms 11, 12, 13
     ftpy::register_inference(m);     // Algorithms 14, 15
+    ftpy::register_vit(m);           // listing V14: the vision transformer
 }

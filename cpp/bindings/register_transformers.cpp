@@ -484,7 +484,8 @@ void register_transformers(py::module_& m) {
 
 Pre-LN layers with causal (unidirectional) multi-head self-attention and a GELU MLP, a final layer_norm,
 and P = softmax(W_u X). Hyperparameters: n_vocab (N_V), l_max, L, H, d_e, d_mlp; keyword options
-d_attn = d_mid = d_e // H by default, norm="layer" | "rms" (Gopher's RMSnorm), positional="learned" |
+d_attn = d_mid = d_e // H by default, norm="layer" | "rms" (Gopher's RMSnorm) | "scale" (ScaleNorm, V12: one
+scalar g per norm), fixnorm=True (V13 FixNorm: unit-length token embeddings; E and ED too), positional="learned" |
 "sinusoidal" (base replaces ℓ_max in the paper's formula), tied=False (W_u = W_eᵀ when True),
 gelu="exact" | "tanh" (GPT-2's approximation), eps (inside layer_norm's square root), dtype, seed,
 init_std (GPT-2's init: N(0, init_std²), residual projections / √(2L), biases 0, γ = 1, β = 0).
@@ -596,7 +597,7 @@ loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] o
 Encoder: post-LN layers of bidirectional self-attention and a ReLU MLP over the context z. Decoder:
 post-LN layers of causal self-attention, cross-attention to the encoded Z, and a ReLU MLP; then
 P = softmax(W_u X). Hyperparameters: n_vocab, l_max, L_enc, L_dec, H, d_e, d_mlp; options d_attn, d_mid,
-positional, base, tied, eps, dtype, seed, init_std, H_kv, bias, dropout (as DTransformer: embeddings of z and x,
+positional, base, tied, eps, dtype, seed, init_std, H_kv, bias, fixnorm, dropout (as DTransformer: embeddings of z and x,
 attention weights of all three attentions, every sublayer's output).
 Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5, −Σ_{t<ℓ_x−1} log P[x[t+1], t].)doc");
     edcls.def(py::init([](const py::args& args, const py::kwargs& kwargs) { return make_model<ft::EDTransformer>(ft::Arch::ED, args, kwargs); }),

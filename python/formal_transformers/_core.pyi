@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'PromptCache', 'RMSNorm', 'SGD', 'SpeculativeInference', 'TokenEmbedding', 'Unembedding', 'WordTokenizer', 'bidirectional_mask', 'blas_info', 'blas_kernel', 'check_training_options', 'chunk', 'gelu', 'get_num_threads', 'learning_rate', 'max_num_threads', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
+__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'PromptCache', 'RMSNorm', 'SGD', 'SpeculativeInference', 'TokenEmbedding', 'Unembedding', 'ViT', 'WordTokenizer', 'bidirectional_mask', 'blas_info', 'blas_kernel', 'check_training_options', 'chunk', 'gelu', 'get_num_threads', 'learning_rate', 'max_num_threads', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
 class _HasParams:
     """
     Base of every object with parameters (params, grads).
@@ -505,7 +505,8 @@ class DTransformer(_HasParams):
     
     Pre-LN layers with causal (unidirectional) multi-head self-attention and a GELU MLP, a final layer_norm,
     and P = softmax(W_u X). Hyperparameters: n_vocab (N_V), l_max, L, H, d_e, d_mlp; keyword options
-    d_attn = d_mid = d_e // H by default, norm="layer" | "rms" (Gopher's RMSnorm), positional="learned" |
+    d_attn = d_mid = d_e // H by default, norm="layer" | "rms" (Gopher's RMSnorm) | "scale" (ScaleNorm, V12: one
+    scalar g per norm), fixnorm=True (V13 FixNorm: unit-length token embeddings; E and ED too), positional="learned" |
     "sinusoidal" (base replaces ℓ_max in the paper's formula), tied=False (W_u = W_eᵀ when True),
     gelu="exact" | "tanh" (GPT-2's approximation), eps (inside layer_norm's square root), dtype, seed,
     init_std (GPT-2's init: N(0, init_std²), residual projections / √(2L), biases 0, γ = 1, β = 0).
@@ -534,7 +535,7 @@ class DTransformer(_HasParams):
         ...
     def __init__(self, *args, **kwargs) -> None:
         """
-        __init__(n_vocab, l_max, L, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', mlp='gelu', rope_theta=10000.0, sliding_window=None, kv_lora_rank=None, q_lora_rank=None, qk_rope_head_dim=None, mask='causal', dtype='float32')
+        __init__(n_vocab, l_max, L, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', mlp='gelu', rope_theta=10000.0, sliding_window=None, kv_lora_rank=None, q_lora_rank=None, qk_rope_head_dim=None, mask='causal', fixnorm=False, dtype='float32')
         
         The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
         """
@@ -654,7 +655,7 @@ class ETransformer(_HasParams):
         ...
     def __init__(self, *args, **kwargs) -> None:
         """
-        __init__(n_vocab, l_max, L, H, d_e, d_mlp, d_f, *, d_attn=None, d_mid=None, positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', n_segments=0, embed_norm=False, unembed_bias=False, dtype='float32')
+        __init__(n_vocab, l_max, L, H, d_e, d_mlp, d_f, *, d_attn=None, d_mid=None, positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', n_segments=0, embed_norm=False, unembed_bias=False, fixnorm=False, dtype='float32')
         
         The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
         """
@@ -767,7 +768,7 @@ class EDTransformer(_HasParams):
     Encoder: post-LN layers of bidirectional self-attention and a ReLU MLP over the context z. Decoder:
     post-LN layers of causal self-attention, cross-attention to the encoded Z, and a ReLU MLP; then
     P = softmax(W_u X). Hyperparameters: n_vocab, l_max, L_enc, L_dec, H, d_e, d_mlp; options d_attn, d_mid,
-    positional, base, tied, eps, dtype, seed, init_std, H_kv, bias, dropout (as DTransformer: embeddings of z and x,
+    positional, base, tied, eps, dtype, seed, init_std, H_kv, bias, fixnorm, dropout (as DTransformer: embeddings of z and x,
     attention weights of all three attentions, every sublayer's output).
     Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5, −Σ_{t<ℓ_x−1} log P[x[t+1], t].
     """
@@ -775,7 +776,7 @@ class EDTransformer(_HasParams):
         ...
     def __init__(self, *args, **kwargs) -> None:
         """
-        __init__(n_vocab, l_max, L_enc, L_dec, H, d_e, d_mlp, *, d_attn=None, d_mid=None, positional='learned', base=None, tied=False, eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', relative_buckets=32, relative_max_distance=128, dtype='float32')
+        __init__(n_vocab, l_max, L_enc, L_dec, H, d_e, d_mlp, *, d_attn=None, d_mid=None, positional='learned', base=None, tied=False, eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', relative_buckets=32, relative_max_distance=128, fixnorm=False, dtype='float32')
         
         The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
         """
@@ -1388,6 +1389,57 @@ class SpeculativeInference:
     @property
     def tau(self) -> float:
         ...
+class ViT(_HasParams):
+    """
+    Listing V14: P ← ViT(x | θ) — the vision transformer (Dosovitskiy et al. 2021).
+    
+    Images (B, C, H, W) cut into P×P patches (row by row), a linear patch embedding W_patch (d_e, C·P·P) + b_patch,
+    a class token x_class and learned positions W_p (d_e, N+1), L pre-LN encoder layers (Algorithm 10's layer with
+    Mask ≡ 1), a final layer_norm of the class token's column, and P = softmax(W_c x + b_c). Hugging Face's
+    ViTForImageClassification is this model (ft.from_hf). Hyperparameters: image_size (an int or (H, W)),
+    patch_size (dividing both), n_classes, L, H, d_e, d_mlp; options n_channels=3, eps=1e-12 (layer_norm's,
+    HF's layer_norm_eps), seed, init_std=0.02, dtype.
+    Call: P = model(images) -> (n_classes, B). model.logits(images): W_c x + b_c. loss_and_grad(images, labels):
+    −Σ_b log P[labels[b], b] and every parameter's gradient; loss(images, labels, reduction="sum"|"mean").
+    """
+    def __call__(self, images: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        """
+        P (n_classes, B): softmax(W_c x + b_c) of every image (column b: image b).
+        """
+    def __init__(self, image_size: typing.Any, patch_size: typing.SupportsInt | typing.SupportsIndex, n_classes: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, *, n_channels: typing.SupportsInt | typing.SupportsIndex = 3, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-12, seed: typing.SupportsInt | typing.SupportsIndex = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, dtype: typing.Any = 'float32') -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def logits(self, images: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        """
+        z = W_c x + b_c (n_classes, B), before the softmax.
+        """
+    def loss(self, images: typing.Any, labels: typing.Any, reduction: str = 'sum') -> float:
+        """
+        The loss of loss_and_grad without gradients (reduction='mean': per image).
+        """
+    def loss_and_grad(self, images: typing.Any, labels: typing.Any) -> tuple[float, dict]:
+        """
+        −Σ_b log P[labels[b], b] (summed over the batch) and its gradient: (loss, grads) with params' keys.
+        """
+    def zero_grad(self) -> None:
+        ...
+    @property
+    def config(self) -> dict:
+        ...
+    @property
+    def dtype(self) -> str:
+        ...
+    @property
+    def grads(self) -> ParamDict:
+        """
+        Gradients, same keys as params, accumulated by backward(), cleared by zero_grad().
+        """
+    @property
+    def params(self) -> ParamDict:
+        """
+        Parameters θ: name -> writable numpy view of the C++ storage (zero-copy). Assigning params[name] = array copies into the storage (shape must match).
+        """
 def _dtraining(model: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None, prefix_len: typing.Any = None, val_prefix_len: typing.Any = None) -> None:
     ...
 def _edtraining(model: typing.Any, z_data: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, z_val: typing.Any = None, x_val: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None) -> None:

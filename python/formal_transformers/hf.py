@@ -725,7 +725,7 @@ def _build(cls_name: str, config: dict, T: dict, dtype, where: str):
 def _cls_of(hf_model) -> str:
     name = type(hf_model).__name__
     if name not in _CLASSES:
-        raise ValueError(f"ft.from_hf supports {', '.join(_CLASSES)}; got {name}")
+        raise ValueError(f"ft.from_hf supports {', '.join([*_CLASSES, 'ViTForImageClassification'])}; got {name}")
     return name
 
 
@@ -733,8 +733,11 @@ def from_hf(hf_model, *, dtype=None):
     """The ft model computing the same function as a `transformers` model: GPT2LMHeadModel / GPT2Model ->
     DTransformer (tied unless the config unties it), BertForMaskedLM / BertModel -> ETransformer (with
     n_segments, embed_norm, unembed_bias), LlamaForCausalLM -> DTransformer(positional="rope", H_kv,
-    mlp="swiglu", bias=False, norm="rms"), MistralForCausalLM -> the same with sliding_window (V8). dtype: float32 / float64 (default: the HF model's, float64 if
+    mlp="swiglu", bias=False, norm="rms"), MistralForCausalLM -> the same with sliding_window (V8),
+    ViTForImageClassification -> ViT (listing V14). dtype: float32 / float64 (default: the HF model's, float64 if
     its weights are float64). ValueError naming an unsupported configuration option."""
+    if type(hf_model).__name__ == "ViTForImageClassification":
+        return _vit_from_hf(hf_model, dtype)
     name = _cls_of(hf_model)
     config = hf_model.config.to_dict()
     T = {}
@@ -816,10 +819,12 @@ def _hf_export(model):
 def to_hf(model):
     """The `transformers` model with the same function: DTransformer -> GPT2LMHeadModel (LlamaForCausalLM when
     positional="rope", with mlp="swiglu", bias=False, norm="rms"), ETransformer (with embed_norm, d_f = d_e)
-    -> BertForMaskedLM; in the model's dtype, eval mode, the dropout rates mapped (GPT-2: embd_pdrop,
+    -> BertForMaskedLM, ViT -> ViTForImageClassification; in the model's dtype, eval mode, the dropout rates mapped (GPT-2: embd_pdrop,
     attn_pdrop, resid_pdrop; BERT: hidden_dropout_prob = embed_dropout = resid_dropout,
     attention_probs_dropout_prob; LLaMA: attention_dropout) — from_hf maps them back.
     ValueError for options the class cannot express (RMSnorm, sinusoidal positions, d_attn ≠ d_e/H, …)."""
+    if isinstance(model, _core.ViT):
+        return vit_to_hf(model)
     _check_model(model, "to_hf")
     cls_name, hf_cfg, state = _hf_export(model)
     import torch
@@ -968,3 +973,126 @@ def from_torch(module):
     model = build_model(module.ft_config)
     model.params.update({k: np.ascontiguousarray(v) for k, v in module.ft_params().items()})
     return model
+
+
+# ---------------------------------------------------------------------------------------------------
+# ViTForImageClassification <-> ViT (listing V14, docs/variants.md)
+
+def _vit_key(sd: dict, l: int, new: str, old: str) -> str:
+    """A layer tensor's name: transformers 5's (vit.layers.l.…) or 4's (vit.encoder.layer.l.…)."""
+    k = f"vit.layers.{l}.{new}"
+    return k if k in sd else f"vit.encoder.layer.{l}.{old}"
+
+
+_VIT_LAYER = [  # ft name, transformers 5 name, transformers 4 name
+    ("gamma1", "layernorm_before.weight", "layernorm_before.weight"),
+    ("beta1", "layernorm_before.bias", "layernorm_before.bias"),
+    ("attn.W_o", "attention.o_proj.weight", "attention.output.dense.weight"),
+    ("attn.b_o", "attention.o_proj.bias", "attention.output.dense.bias"),
+    ("gamma2", "layernorm_after.weight", "layernorm_after.weight"),
+    ("beta2", "layernorm_after.bias", "layernorm_after.bias"),
+    ("W_mlp1", "mlp.fc1.weight", "intermediate.dense.weight"),
+    ("b_mlp1", "mlp.fc1.bias", "intermediate.dense.bias"),
+    ("W_mlp2", "mlp.fc2.weight", "output.dense.weight"),
+    ("b_mlp2", "mlp.fc2.bias", "output.dense.bias"),
+]
+_VIT_QKV = [("q", "q_proj", "attention.query"), ("k", "k_proj", "attention.key"), ("v", "v_proj", "attention.value")]
+
+
+def _vit_check_config(c) -> None:
+    if not getattr(c, "qkv_bias", True):
+        raise ValueError("ft.ViT has no equivalent of qkv_bias=False")
+    if getattr(c, "hidden_act", "gelu") != "gelu":
+        raise ValueError(f"ft.ViT has no equivalent of hidden_act={c.hidden_act!r} (exact GELU only)")
+    if c.hidden_size % c.num_attention_heads:
+        raise ValueError("hidden_size must be divisible by num_attention_heads")
+
+
+def vit_theta(hf_model) -> dict:
+    """The listing's θ (float64 numpy arrays, the names of ft.ViT.params and reference.vit) of a
+    ViTForImageClassification."""
+    c = hf_model.config
+    _vit_check_config(c)
+    H, d_e = c.num_attention_heads, c.hidden_size
+    d = d_e // H
+    sd = {k: v.detach().cpu().double().numpy() for k, v in hf_model.state_dict().items()}
+    e = "vit.embeddings."
+    th = {"W_patch": sd[e + "patch_embeddings.projection.weight"].reshape(d_e, -1),
+          "b_patch": sd[e + "patch_embeddings.projection.bias"],
+          "x_class": sd[e + "cls_token"][0, 0], "W_p": sd[e + "position_embeddings"][0].T}
+    for l in range(c.num_hidden_layers):
+        p = f"layers.{l}."
+        for ours, new, old in _VIT_QKV:
+            th[p + f"attn.W_{ours}"] = sd[_vit_key(sd, l, f"attention.{new}.weight", f"attention.{old}.weight")].reshape(H, d, d_e)
+            th[p + f"attn.b_{ours}"] = sd[_vit_key(sd, l, f"attention.{new}.bias", f"attention.{old}.bias")].reshape(H, d)
+        for ours, new, old in _VIT_LAYER:
+            th[p + ours] = sd[_vit_key(sd, l, new, old)]
+    th["gamma"], th["beta"] = sd["vit.layernorm.weight"], sd["vit.layernorm.bias"]
+    th["W_c"], th["b_c"] = sd["classifier.weight"], sd["classifier.bias"]
+    return th
+
+
+def _pair(v):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+
+
+def _vit_from_hf(hf_model, dtype):
+    c = hf_model.config
+    _vit_check_config(c)
+    ph, pw = _pair(c.patch_size)
+    if ph != pw:
+        raise ValueError(f"ft.ViT takes square patches, got patch_size={c.patch_size!r}")
+    if dtype is None:
+        dtype = "float64" if next(hf_model.parameters()).dtype == _torch_dtype("float64") else "float32"
+    m = _core.ViT(_pair(c.image_size), ph, c.num_labels, c.num_hidden_layers, c.num_attention_heads, c.hidden_size,
+                  c.intermediate_size, n_channels=c.num_channels, eps=c.layer_norm_eps, dtype=dtype)
+    th = vit_theta(hf_model)
+    if set(th) != set(m.params):
+        raise ValueError(f"internal: θ names differ: {sorted(set(th) ^ set(m.params))}")
+    for k, v in th.items():
+        m.params[k] = v.reshape(m.params[k].shape)
+    return m
+
+
+def vit_to_hf(model):
+    """The ViTForImageClassification computing the same function as an ft.ViT (in its dtype, eval mode)."""
+    import torch
+    import transformers
+
+    if not isinstance(model, _core.ViT):
+        raise TypeError(f"vit_to_hf takes an ft.ViT, got {type(model).__name__}")
+    c = model.config
+    H, d_e = c["H"], c["d_e"]
+    d = d_e // H
+    cfg = transformers.ViTConfig(image_size=list(c["image_size"]), patch_size=c["patch_size"],
+                                 num_channels=c["n_channels"], hidden_size=d_e, num_hidden_layers=c["L"],
+                                 num_attention_heads=H, intermediate_size=c["d_mlp"], layer_norm_eps=c["eps"],
+                                 num_labels=c["n_classes"], hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                 attn_implementation="sdpa")
+    dt = getattr(torch, c["dtype"])
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dt)
+    try:
+        hf = transformers.ViTForImageClassification(cfg)
+    finally:
+        torch.set_default_dtype(old)
+    sd = hf.state_dict()
+    P = {k: np.asarray(v) for k, v in model.params.items()}
+    e = "vit.embeddings."
+    state = {e + "patch_embeddings.projection.weight": P["W_patch"].reshape(sd[e + "patch_embeddings.projection.weight"].shape),
+             e + "patch_embeddings.projection.bias": P["b_patch"],
+             e + "cls_token": P["x_class"].reshape(1, 1, d_e), e + "position_embeddings": P["W_p"].T[None],
+             "vit.layernorm.weight": P["gamma"], "vit.layernorm.bias": P["beta"],
+             "classifier.weight": P["W_c"], "classifier.bias": P["b_c"]}
+    for l in range(c["L"]):
+        p = f"layers.{l}."
+        for ours, new, old_ in _VIT_QKV:
+            state[_vit_key(sd, l, f"attention.{new}.weight", f"attention.{old_}.weight")] = P[p + f"attn.W_{ours}"].reshape(H * d, d_e)
+            state[_vit_key(sd, l, f"attention.{new}.bias", f"attention.{old_}.bias")] = P[p + f"attn.b_{ours}"].reshape(H * d)
+        for ours, new, old_ in _VIT_LAYER:
+            state[_vit_key(sd, l, new, old_)] = P[p + ours]
+    missing = set(sd) - set(state)
+    if missing:
+        raise ValueError(f"internal: no ft tensor for {sorted(missing)}")
+    _load_state(hf, state)
+    return hf.eval()

@@ -235,6 +235,28 @@ def rms_norm(e: np.ndarray, gamma: np.ndarray, eps: float = 0.0) -> np.ndarray:
     return e / np.sqrt(np.sum(e**2) / d_e + eps) * gamma
 
 
+def scale_norm(e: np.ndarray, g, eps: float = 0.0) -> np.ndarray:
+    """Listing V12, ScaleNorm (Nguyen & Salazar 2019): ê = g · e / √(‖e‖² + eps), one scalar g (shape (1,))."""
+    return g * e / np.sqrt(np.sum(e**2) + eps)  # line 1
+
+
+def scale_norm_columns(E: np.ndarray, g, eps: float = 0.0) -> np.ndarray:
+    """ScaleNorm applied to every column."""
+    return np.stack([scale_norm(E[:, t], g, eps) for t in range(E.shape[1])], axis=1)
+
+
+def fixnorm_embedding(v, W_e: np.ndarray, eps: float = 0.0) -> np.ndarray:
+    """Listing V13, FixNorm (Nguyen & Chiang 2018): Algorithm 1 with a unit-norm column,
+    e = W_e[:, v] / √(‖W_e[:, v]‖² + eps)."""
+    w = W_e[:, v]  # line 1: w ← W_e[:, v]
+    return w / np.sqrt(np.sum(w**2, axis=0) + eps)  # line 2: return e = w / √(‖w‖² + eps)
+
+
+def _tok(v, W_e, fixnorm: bool, eps: float):
+    """Algorithm 1, or with fixnorm V13's unit-norm column."""
+    return fixnorm_embedding(v, W_e, eps) if fixnorm else token_embedding(v, W_e)
+
+
 def layer_norm_columns(E: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 0.0) -> np.ndarray:
     """for t ∈ [ℓ]: Ê[:, t] ← layer_norm(E[:, t] | γ, β), as the architectures write it."""
     return np.stack([layer_norm(E[:, t], gamma, beta, eps) for t in range(E.shape[1])], axis=1)
@@ -343,7 +365,8 @@ def d_transformer(x, params, *, L: int, H: int, norm: str = "layer", gelu: str =
 
 
 def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float = 1e-5,
-                  logits: bool = False, segments=None, hidden: bool = False, masks=None, rates=None) -> np.ndarray:
+                  logits: bool = False, segments=None, hidden: bool = False, masks=None, rates=None,
+                  fixnorm: bool = False) -> np.ndarray:
     """Algorithm 9: P ← ETransformer(x | θ), BERT's encoder-only transformer (post-LN).
 
     x: 1-D token ids (possibly holding mask_token). Returns P ∈ (0,1)^{N_V×ℓ}, P[:, t] = P̂(x[t] | x̃)
@@ -358,7 +381,7 @@ def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float 
     x = np.asarray(x)
     W_e, W_p = params["W_e"], params["W_p"]
     l = len(x)  # line 1: ℓ ← length(x)
-    e = [token_embedding(x[t], W_e) + positional_embedding(t, W_p) for t in range(l)]  # line 2: e_t ← W_e[:, x[t]] + W_p[:, t]
+    e = [_tok(x[t], W_e, fixnorm, eps) + positional_embedding(t, W_p) for t in range(l)]  # line 2: e_t ← W_e[:, x[t]] + W_p[:, t]
     if "W_s" in params:  # BERT: e_t += W_s[:, segments[t]]
         seg = np.zeros(l, dtype=np.int64) if segments is None else np.asarray(segments)
         e = [e[t] + params["W_s"][:, seg[t]] for t in range(l)]
@@ -415,7 +438,7 @@ def relative_bias(l_z: int, l_x: int, table, *, bidirectional: bool, max_distanc
 
 def ed_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float = 1e-5,
                    logits: bool = False, masks=None, rates=None, positional: str = "learned",
-                   relative_max_distance: int = 128) -> np.ndarray:
+                   relative_max_distance: int = 128, fixnorm: bool = False) -> np.ndarray:
     """Algorithm 8: P ← EDTransformer(z, x | θ), the original sequence-to-sequence transformer (post-LN,
     ReLU). z: 1-D source ids, x: 1-D target ids; one W_e, W_p embed both. Returns P ∈ (0,1)^{N_V×ℓ_x},
     P[:, t] = P̂(x[t+1] | x[:t+1], z) (`logits=True`: W_u X).
@@ -438,7 +461,7 @@ def ed_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float =
     l_z = len(z)  # line 1: ℓ_z ← length(z)
     B_enc = relative_bias(l_z, l_z, params["enc.rel_bias"], bidirectional=True,
                           max_distance=relative_max_distance) if rel else None
-    e = [token_embedding(z[t], W_e) + pos(t) for t in range(l_z)]  # line 2: e_t ← W_e[:, z[t]] + W_p[:, t]
+    e = [_tok(z[t], W_e, fixnorm, eps) + pos(t) for t in range(l_z)]  # line 2: e_t ← W_e[:, z[t]] + W_p[:, t]
     Z = np.stack(e, axis=1)  # line 3: Z ← [e_1, e_2, …, e_ℓz]
     Z = drop.out("embed.z", Z, "embed")  # (training) Z ← Dropout(Z | p_embed, M)
     for i in range(L_enc):  # line 4: for l = 1, 2, …, L_enc do
@@ -455,7 +478,7 @@ def ed_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float =
     l_x = len(x)  # line 10: ℓ_x ← length(x)
     B_dec = relative_bias(l_x, l_x, params["dec.rel_bias"], bidirectional=False,
                           max_distance=relative_max_distance) if rel else None
-    e = [token_embedding(x[t], W_e) + pos(t) for t in range(l_x)]  # line 11: e_t ← W_e[:, x[t]] + W_p[:, t]
+    e = [_tok(x[t], W_e, fixnorm, eps) + pos(t) for t in range(l_x)]  # line 11: e_t ← W_e[:, x[t]] + W_p[:, t]
     X = np.stack(e, axis=1)  # line 12: X ← [e_1, e_2, …, e_ℓx]
     X = drop.out("embed.x", X, "embed")  # (training) X ← Dropout(X | p_embed, M)
     for i in range(L_dec):  # line 13: for l = 1, 2, …, L_dec do (erratum: the listing writes "for i")
@@ -895,21 +918,28 @@ def swiglu_mlp(X_tilde, W_gate, b_gate, W_mlp1, b_mlp1, W_mlp2, b_mlp2) -> np.nd
 def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gelu: str = "exact",
                           eps: float = 1e-5, positional: str = "learned", rope_theta: float = 10000.0,
                           mlp: str = "gelu", logits: bool = False, mask: str = "causal", prefix_len: int = 0,
-                          sliding_window=None, qk_rope_head_dim=None) -> np.ndarray:
+                          sliding_window=None, qk_rope_head_dim=None, fixnorm: bool = False) -> np.ndarray:
     """Algorithm V6: DTransformer with the variants. H_kv and bias=False are read off params (W_k's heads,
     absent b's); positional="rope" | "alibi" has no W_p (any length ℓ); mlp="swiglu" uses W_gate;
-    mask="prefix" with prefix_len p (V7), sliding_window w (V8): line 6's Mask (decoder_mask)."""
+    mask="prefix" with prefix_len p (V7), sliding_window w (V8): line 6's Mask (decoder_mask);
+    norm="scale": ScaleNorm (V12) with the scalar g stored as gamma1/gamma2/gamma; fixnorm: FixNorm's
+    unit-norm token embedding (V13) at line 2."""
+    if norm not in ("layer", "rms", "scale"):
+        raise ValueError(f"norm must be 'layer', 'rms' or 'scale', got {norm!r}")
     x = np.asarray(x)
     get = params.get
     l = len(x)  # line 1
     M = decoder_mask(l, mask=mask, prefix_len=prefix_len, sliding_window=sliding_window)
     has_Wp = positional in ("learned", "sinusoidal")
-    e = [token_embedding(x[t], params["W_e"]) + (positional_embedding(t, params["W_p"]) if has_Wp else 0.0)
+    tok = (lambda v: fixnorm_embedding(v, params["W_e"], eps)) if fixnorm else (lambda v: token_embedding(v, params["W_e"]))
+    e = [tok(x[t]) + (positional_embedding(t, params["W_p"]) if has_Wp else 0.0)
          for t in range(l)]  # line 2: e_t ← W_e[:, x[t]] (+ W_p[:, t])
     X = np.stack(e, axis=1)  # line 3
     pos_attn = positional if positional in ("rope", "alibi") else "none"
 
     def nrm(X, g, b):
+        if norm == "scale":
+            return scale_norm_columns(X, params[g], eps)
         return rms_norm_columns(X, params[g], eps) if norm == "rms" else layer_norm_columns(X, params[g], params[b], eps)
 
     for i in range(L):  # line 4
@@ -947,3 +977,80 @@ def d_variant_loss(x, params, prefix_len=0, **hp) -> float:
         logP = log_softmax(d_transformer_variant(s, params, logits=True, prefix_len=p, **hp))
         total += _next_token_loss(logP, s, p)
     return float(total)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Algorithm V14: the vision transformer (Dosovitskiy et al. 2021), forward only (docs/variants.md V14)
+
+
+def image_patches(image, P: int) -> np.ndarray:
+    """Listing V14 line 2 for one image (C, H_img, W_img): the N = (H_img/P)(W_img/P) non-overlapping P×P
+    patches as the columns of a (C·P·P, N) matrix. Patches are numbered row by row (patch n = (i, j) with
+    n = i·W_img/P + j); a patch is flattened channel-major, then row, then column (C, P, P) — the order of
+    a convolution weight (d_e, C, P, P) flattened to (d_e, C·P·P)."""
+    C, Hi, Wi = image.shape
+    gh, gw = Hi // P, Wi // P
+    blocks = image.reshape(C, gh, P, gw, P)  # [c, i, r, j, s] = image[c, i·P + r, j·P + s]
+    return blocks.transpose(0, 2, 4, 1, 3).reshape(C * P * P, gh * gw)
+
+
+def check_images(images, *, n_channels: int, image_size, patch_size: int):
+    """The ValueError/TypeError a ViT raises for bad images (before anything runs): a real floating-point
+    array (B, C, H_img, W_img) with C = n_channels, (H_img, W_img) = image_size and P dividing both."""
+    if isinstance(patch_size, bool) or not isinstance(patch_size, (int, np.integer)) or patch_size < 1:
+        raise ValueError(f"patch_size must be a positive integer, got {patch_size!r}")
+    Hs, Ws = image_size
+    if Hs % patch_size or Ws % patch_size:
+        raise ValueError(f"patch_size {patch_size} does not divide the image size {Hs}×{Ws}")
+    a = np.asarray(images)
+    if a.dtype.kind not in "f":
+        raise TypeError(f"images must be a floating-point array, got dtype {a.dtype}")
+    if a.ndim != 4:
+        raise ValueError(f"images must be 4-D (B, C, H, W), got shape {a.shape}")
+    if a.shape[0] < 1:
+        raise ValueError("images is an empty batch (B = 0)")
+    if a.shape[1:] != (n_channels, Hs, Ws):
+        raise ValueError(f"images must be (B, {n_channels}, {Hs}, {Ws}) (C, H, W of the model), got {a.shape}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError("images contain NaN or infinite values")
+    return a
+
+
+def vit(images, params, *, H: int, patch_size: int, eps: float = 1e-12, gelu: str = "exact",
+        logits: bool = False) -> np.ndarray:
+    """Listing V14: P ← ViT(images | θ), Dosovitskiy et al. 2021's vision transformer (pre-LN, GELU) as
+    Hugging Face's ViTForImageClassification computes it. images (B, C, H_img, W_img) -> P (n_classes, B)
+    (`logits=True`: W_c x + b_c before the softmax). θ: W_patch (d_e, C·P·P), b_patch (d_e,), x_class (d_e,),
+    W_p (d_e, N + 1), layers.l.{gamma1, beta1, attn.*, gamma2, beta2, W_mlp1, b_mlp1, W_mlp2, b_mlp2},
+    gamma, beta, W_c (n_classes, d_e), b_c (n_classes,)."""
+    W_patch, W_p = params["W_patch"], params["W_p"]
+    d_e, CPP = W_patch.shape
+    C = CPP // (patch_size * patch_size)
+    a = np.asarray(images)
+    if a.ndim == 4:
+        check_images(a, n_channels=C, image_size=a.shape[2:], patch_size=patch_size)
+    else:
+        raise ValueError(f"images must be 4-D (B, C, H, W), got shape {a.shape}")
+    L = 1 + max(int(k.split(".")[1]) for k in params if k.startswith("layers.")) if any(
+        k.startswith("layers.") for k in params) else 0
+    out = []
+    for image in a.astype(np.float64):  # line 1: for each image
+        X_p = image_patches(image, patch_size)  # line 2: X_p ← [patch_1, …, patch_N] ∈ R^{C P² × N}
+        E = W_patch @ X_p + params["b_patch"][:, None]  # line 3: E ← W_patch X_p + b_patch 1ᵀ
+        if E.shape[1] + 1 != W_p.shape[1]:
+            raise ValueError(f"the image has {E.shape[1]} patches, W_p has {W_p.shape[1] - 1} patch positions")
+        X = np.concatenate([params["x_class"][:, None], E], axis=1) + W_p  # line 4: X ← [x_class, E] + W_p
+        M = bidirectional_mask(X.shape[1], X.shape[1])
+        for i in range(L):  # line 5: for l = 1, 2, …, L do
+            p = f"layers.{i}."
+            _check_H(params, p + "attn.", H)
+            X_t = layer_norm_columns(X, params[p + "gamma1"], params[p + "beta1"], eps)  # line 6
+            X = X + mh_attention(X_t, X_t, *_W(params, p + "attn."), M)  # line 7: X ← X + MHAttention(X̃ | W_l, Mask ≡ 1)
+            X_t = layer_norm_columns(X, params[p + "gamma2"], params[p + "beta2"], eps)  # line 8
+            X = X + params[p + "W_mlp2"] @ _gelu_kind(params[p + "W_mlp1"] @ X_t + params[p + "b_mlp1"][:, None], gelu) \
+                + params[p + "b_mlp2"][:, None]  # line 9
+        # line 10: end
+        x = layer_norm(X[:, 0], params["gamma"], params["beta"], eps)  # line 11: x ← layer_norm(X[:, 1] | γ, β)
+        out.append(params["W_c"] @ x + params["b_c"])  # line 12: z ← W_c x + b_c
+    Z = np.stack(out, axis=1)
+    return Z if logits else softmax(Z)  # line 13: return P = softmax(z)

@@ -184,7 +184,7 @@ TEST(ModelConfig, ReprAndSignature) {
               0u)
         << r;
     EXPECT_NE(r.find("rope_theta=500000.0, sliding_window=None, kv_lora_rank=None, q_lora_rank=None, "
-                     "qk_rope_head_dim=None, mask='causal', dtype='float32')"),
+                     "qk_rope_head_dim=None, mask='causal', fixnorm=False, dtype='float32')"),
               std::string::npos)
         << r;
     EXPECT_NE(ModelConfig::signature(Arch::D).find("rope_theta=10000.0, sliding_window=None"), std::string::npos);

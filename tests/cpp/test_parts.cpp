@@ -178,6 +178,7 @@ TEST(Registry, NamesAndClearErrors) {
     EXPECT_TRUE(has(PartKind::Position, "alibi"));
     EXPECT_TRUE(has(PartKind::MLP, "swiglu"));
     EXPECT_TRUE(has(PartKind::Norm, "rms"));
+    EXPECT_TRUE(has(PartKind::Norm, "scale"));
     EXPECT_NO_THROW(check_part_name(PartKind::Norm, "layer", "norm"));
     try {
         check_part_name(PartKind::Position, "xpos", "positional");
@@ -187,7 +188,7 @@ TEST(Registry, NamesAndClearErrors) {
     }
     EXPECT_THROW(make_mask("sliding"), ValueError);
     ParamStore<float> s;
-    EXPECT_THROW(make_norm<float>("scale", 4, 1e-5, s, "g", "b"), ValueError);
+    EXPECT_THROW(make_norm<float>("fixnorm", 4, 1e-5, s, "g", "b"), ValueError);  // FixNorm is an embedding option, not a norm part
     MLPSpec spec;
     spec.d_e = 2, spec.d_mlp = 3;
     EXPECT_THROW(make_mlp<float>("geglu", spec, s, ""), ValueError);

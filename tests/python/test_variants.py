@@ -26,8 +26,11 @@ OPTIONS = {
     "no_bias": dict(bias=False),
     "llama": dict(positional="rope", H_kv=2, mlp="swiglu", bias=False, norm="rms"),
     "alibi_all": dict(positional="alibi", H=6, H_kv=3, mlp="swiglu", bias=False, norm="rms", tied=True),
+    "scalenorm": dict(norm="scale"),                                     # V12
+    "fixnorm": dict(fixnorm=True),                                       # V13
+    "scale_fix_tied": dict(norm="scale", fixnorm=True, tied=True, eps=0.0),  # V12 + V13, the paper's eps = 0
 }
-REF_KEYS = ("norm", "positional", "rope_theta", "mlp")
+REF_KEYS = ("norm", "positional", "rope_theta", "mlp", "fixnorm", "eps")
 BATCH = [[3, 1, 4, 1, 5, 9, 2, 6, 5], [8, 9, 7, 9, 3]]  # ragged: RoPE/ALiBi positions restart per sequence
 
 
@@ -358,7 +361,8 @@ def test_save_load_round_trips_the_options(tmp_path):
     (dict(positional="rope", d_attn=3, d_mid=6), "even"),
     (dict(positional="rope", rope_theta=0.0), "rope_theta"),
     (dict(mlp="geglu"), "mlp must be"),
-    (dict(positional="relative"), "positional must be"),
+    (dict(positional="xpos"), "positional must be"),
+    (dict(positional="relative"), "is an EDTransformer option"),
 ])
 def test_bad_options_raise_value_error(kw, match):
     with pytest.raises(ValueError, match=match):

@@ -71,15 +71,21 @@ def _lin(p, W, b, X):
 
 
 def d_logits(x, p, *, L, H, norm="layer", gelu="exact", eps=1e-5, positional="learned", rope_theta=10000.0,
-             mlp="gelu"):
+             mlp="gelu", fixnorm=False):
     ids = torch.as_tensor(np.asarray(x), dtype=torch.long)
-    X = p["W_e"][:, ids]
+    W_e = p["W_e"]
+    if fixnorm:  # V13: every column of W_e scaled to unit length (eps inside the root)
+        W_e = W_e / torch.sqrt((W_e * W_e).sum(0, keepdim=True) + eps)
+    X = W_e[:, ids]
     if positional in ("learned", "sinusoidal"):
         X = X + p["W_p"][:, : len(ids)]
 
     def nrm(X, g, b):
         if norm == "rms":
             return X * torch.rsqrt((X * X).mean(0, keepdim=True) + eps) * p[g][:, None]
+        if norm == "scale":  # V12: one scalar g, ‖·‖ over the column
+            return p[g] * X / torch.linalg.vector_norm(torch.cat([X, torch.full((1, X.shape[1]), math.sqrt(eps),
+                                                                             dtype=X.dtype)]), dim=0)
         return F.layer_norm(X.T, (X.shape[0],), p[g], p[b], eps).T
 
     for l in range(L):

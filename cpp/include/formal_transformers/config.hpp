@@ -74,6 +74,9 @@ struct ModelConfig {
     // V7 (D only): the prefix-LM mask of line 6, Mask[t_z, t_x] = [[t_z < p_b or t_z ≤ t_x]] with the prefix length
     // p_b of each sequence given with the call (Tokens::prefix; none: p_b = 0, the causal mask). Causal: Algorithm 10.
     enum class MaskKind { Causal, Prefix } mask = MaskKind::Causal;
+    // V13 FixNorm (Nguyen & Chiang 2018; Nguyen & Salazar 2019): Algorithm 1 returns the unit-norm column
+    // e = W_e[:, v] / √(‖W_e[:, v]‖² + eps) (every architecture; W_u, tied or not, uses W_e as stored).
+    bool fixnorm = false;
     // Dropout (docs/regularisation.md; training only): rates after the embedding sum (line 3; Alg 8 lines 3
     // and 12; after BERT's embedding layer_norm), on the attention weights (Alg 4 line 6, after the softmax)
     // and on each sublayer's output before the residual add. 0: the listings bit for bit.

@@ -59,7 +59,7 @@ public:
     VecParam gamma;
 };
 
-// A norm chosen at run time (DTransformer's norm="layer"|"rms").
-enum class NormKind { Layer, RMS };
+// A norm chosen at run time (DTransformer's norm="layer"|"rms"|"scale"; ScaleNorm: variants/scale_norm.cpp, V12).
+enum class NormKind { Layer, RMS, Scale };
 
 }  // namespace ft

@@ -232,7 +232,7 @@ template <class T>
 class Model {
 public:
     explicit Model(const ModelConfig& c)
-        : cfg(c), tok(c.n_vocab, c.d_e, store), pos(c.l_max, c.d_e, c.positional, c.pos_base, store) {
+        : cfg(c), tok(c.n_vocab, c.d_e, store, "W_e", c.fixnorm, c.eps), pos(c.l_max, c.d_e, c.positional, c.pos_base, store) {
         dropout_seed = c.seed;
     }
     virtual ~Model() = default;

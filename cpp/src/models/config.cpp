@@ -39,7 +39,7 @@ enum class Check { None, Positive, NonNegative, Rate };
 // The name tables of the enums (the first name of a value is the one written; later ones are aliases).
 template <class En>
 using NameTable = std::vector<std::pair<const char*, En>>;
-const NameTable<NormKind> kNorms = {{"layer", NormKind::Layer}, {"rms", NormKind::RMS}};
+const NameTable<NormKind> kNorms = {{"layer", NormKind::Layer}, {"rms", NormKind::RMS}, {"scale", NormKind::Scale}};
 const NameTable<Positional> kPositionals = {{"learned", Positional::Learned},
                                             {"sinusoidal", Positional::Sinusoidal},
                                             {"rope", Positional::Rope},
@@ -120,6 +120,7 @@ const std::vector<OptionSpec> kSchema = {
     {"n_segments", E, Kind::Count, &ModelConfig::n_segments},
     {"embed_norm", E, Kind::Bool, &ModelConfig::embed_norm},
     {"unembed_bias", E, Kind::Bool, &ModelConfig::unembed_bias},
+    {"fixnorm", ALL, Kind::Bool, &ModelConfig::fixnorm},
 };
 
 const OptionSpec* find_option(const std::string& name) {
@@ -473,7 +474,8 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
     if (c.d_mid <= 0) c.d_mid = c.d_e / c.H;
     if (arch == Arch::E && c.tied && c.d_f != c.d_e)
         throw ValueError("tied=True needs d_f == d_e: W_u = W_eᵀ is N_V × d_e, but ETransformer's W_u is N_V × d_f");
-    if (arch != Arch::D && c.norm != NormKind::Layer) throw ValueError("norm='rms' is a DTransformer option (Gopher)");
+    if (arch != Arch::D && c.norm != NormKind::Layer)
+        throw ValueError("norm='rms' and norm='scale' are DTransformer options (Gopher; ScaleNorm)");
     if (arch != Arch::D && c.sliding_window != 0) throw ValueError("sliding_window is a DTransformer option (Mistral)");
     if (c.mask == ModelConfig::MaskKind::Prefix && c.sliding_window != 0)
         throw ValueError("mask='prefix' does not combine with sliding_window (one Mask for line 6)");

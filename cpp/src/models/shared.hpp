@@ -32,7 +32,7 @@ MatView<T> copy_into(Matrix<T>& dst, CMatView<T> src) {
 }
 inline std::string layer_prefix(const char* group, index_t l) { return std::string(group) + "." + std::to_string(l) + "."; }
 // The names of the parts a config chooses (parts.hpp's registry), from its fields.
-inline const char* norm_name(NormKind k) { return k == NormKind::RMS ? "rms" : "layer"; }
+inline const char* norm_name(NormKind k) { return k == NormKind::RMS ? "rms" : k == NormKind::Scale ? "scale" : "layer"; }
 inline const char* mlp_name(ModelConfig::Mlp m) { return m == ModelConfig::Mlp::SwiGLU ? "swiglu" : "standard"; }
 inline const char* position_name(Positional p) {
     return p == Positional::Rope ? "rope" : p == Positional::Alibi ? "alibi" : p == Positional::Relative ? "relative" : "none";

@@ -30,6 +30,9 @@ std::shared_ptr<const NormPart<T>> make_layer_norm(index_t, double, ParamStore<T
 template <class T>
 std::shared_ptr<const NormPart<T>> make_rms_norm(index_t, double, ParamStore<T>&, const std::string&,
                                                  const std::string&);  // variants/rms_norm.cpp
+template <class T>
+std::shared_ptr<const NormPart<T>> make_scale_norm(index_t, double, ParamStore<T>&, const std::string&,
+                                                   const std::string&);  // variants/scale_norm.cpp
 
 namespace {
 template <class T>
@@ -84,6 +87,7 @@ const std::vector<Entry<NormFactory<T>>>& norms() {
     static const std::vector<Entry<NormFactory<T>>> t = {
         {"layer", make_layer_norm<T>},
         {"rms", make_rms_norm<T>},
+        {"scale", make_scale_norm<T>},
     };
     return t;
 }
