@@ -143,13 +143,13 @@ InIds in_ids(const py::handle& obj, const char* what, index_t n_vocab, bool allo
     return r;
 }
 
-InBatch in_batch(const py::handle& obj, const char* what, index_t n_vocab, index_t l_max) {
+InBatch in_batch(const py::handle& obj, const char* what) {
     InBatch r;
     auto add = [&](const py::handle& seq, index_t b) {
         std::string name = std::string(what) + (r.was_single ? "" : "[" + std::to_string(b) + "]");
-        InIds s = in_ids(seq, name.c_str(), n_vocab, false);
-        if (l_max > 0 && index_t(s.ids.size()) > l_max)
-            throw ft::ValueError(name + " has length " + std::to_string(s.ids.size()) + " > l_max = " + std::to_string(l_max));
+        // ids as index_t (an id that does not fit is out of any range); the ranges — [0, N_V), ℓ ≤ ℓ_max —
+        // are the core's (ft::validate), checked once, by the call the ids are for
+        InIds s = in_ids(seq, name.c_str(), std::numeric_limits<index_t>::max(), false);
         r.lengths.push_back(index_t(s.ids.size()));
         r.ids.insert(r.ids.end(), s.ids.begin(), s.ids.end());
     };

@@ -59,13 +59,14 @@ struct InIds {
 InIds in_ids(const py::handle& obj, const char* what, index_t n_vocab, bool allow_scalar,
              const char* range_name = "n_vocab");
 // A batch of token sequences: a 1-D sequence, a 2-D integer array (N, ℓ) or a list of 1-D sequences of
-// any lengths. Returns the concatenation and the lengths.
+// any lengths. Returns the concatenation and the lengths: a conversion only (TypeError/ValueError for what is
+// not a batch of integer sequences); the ids' range and the lengths are checked by the core call they go to.
 struct InBatch {
     std::vector<index_t> ids;  // concatenated
     std::vector<index_t> lengths;
     bool was_single = false;
 };
-InBatch in_batch(const py::handle& obj, const char* what, index_t n_vocab, index_t l_max);
+InBatch in_batch(const py::handle& obj, const char* what);
 
 // Outputs: a fresh F-ordered array owned by the caller.
 template <class T>

@@ -71,8 +71,7 @@ the model sees the whole sequence (only for positional="rope" or "alibi", whose 
 ALiBi extrapolates); "auto" (default): "full" for ALiBi, "window" otherwise. seed=None: a fresh random seed.)doc")
         .def(py::init([](long long l_gen, double tau, const py::object& top_k, const py::object& top_p,
                          const py::object& seed, bool cache, const std::string& context) {
-                 if (l_gen < 0) throw ft::ValueError("l_gen must be >= 0, got " + std::to_string(l_gen));
-                 ft::check_bytes(index_t(l_gen), sizeof(index_t), "l_gen (the tokens to generate)");
+                 ft::check_l_gen(index_t(l_gen));
                  check_seed(seed);
                  DInferencePy d;
                  d.o = sampling(tau, top_k, top_p, cache);
@@ -176,8 +175,8 @@ output. Both models: same vocabulary and dtype, len(x) + l_gen − 1 ≤ l_max (
 stats=True returns (y, dict) with target_passes, draft_passes, drafted and accepted (per target pass) and
 tokens_per_pass. seed=None: a fresh random seed.)doc")
         .def(py::init([](long long l_gen, long long k, double tau, const py::object& seed) {
-                 if (l_gen < 0) throw ft::ValueError("l_gen must be >= 0, got " + std::to_string(l_gen));
-                 if (k < 1) throw ft::ValueError("k (tokens drafted per target pass) must be >= 1, got " + std::to_string(k));
+                 ft::check_l_gen(index_t(l_gen));
+                 ft::check_draft_k(index_t(k));
                  check_seed(seed);
                  SpeculativeInferencePy d;
                  d.o = sampling(tau, py::none(), py::none(), true);

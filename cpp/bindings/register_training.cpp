@@ -37,9 +37,9 @@ ft::TrainOptions parse_options(const py::dict& d) {
         else if (k == "p_mask") o.p_mask = float_arg(v, "p_mask");
         else if (k == "patience") {
             if (!v.is_none()) {
+                // None spells "off" in Python (C++'s 0); the range is TrainOptions::check's
                 o.patience = int_arg(v, "patience");
-                if (o.patience < 1)
-                    throw ft::ValueError("patience must be >= 1 (or None: no early stopping), got " + std::to_string(o.patience));
+                if (o.patience == 0) throw ft::ValueError("patience = 0: write patience=None for no early stopping");
             }
         } else if (k == "min_delta") o.min_delta = float_arg(v, "min_delta");
         else if (k == "restore_best") {
@@ -47,10 +47,7 @@ ft::TrainOptions parse_options(const py::dict& d) {
             o.restore_best = v.cast<bool>();
         }
         else if (k == "reduction") {
-            const std::string r = option_str(v, "reduction");
-            if (r == "sum") o.reduction = ft::TrainOptions::Reduction::Sum;
-            else if (r == "mean") o.reduction = ft::TrainOptions::Reduction::Mean;
-            else throw ft::ValueError("reduction must be 'sum' (the listing's loss per sequence) or 'mean' (per token), got '" + r + "'");
+            o.reduction = ft::parse_reduction(option_str(v, "reduction"));
         } else if (k == "schedule") {
             const std::string r = option_str(v, "schedule");
             if (r == "constant") o.schedule = ft::TrainOptions::Schedule::Constant;
@@ -71,8 +68,8 @@ ft::TrainOptions parse_options(const py::dict& d) {
     return o;
 }
 
-ft::Dataset dataset(const py::handle& obj, const char* what, index_t n_vocab, index_t l_max) {
-    InBatch b = in_batch(obj, what, n_vocab, l_max);
+ft::Dataset dataset(const py::handle& obj, const char* what) {
+    InBatch b = in_batch(obj, what);
     ft::Dataset d;
     d.ids = std::move(b.ids);
     d.s = ft::Seqs::from_lengths(b.lengths);
@@ -103,10 +100,12 @@ struct Recorder {
     bool warn_nonfinite = false;  // nonfinite='warn': a RuntimeWarning for each skipped step
     std::vector<ft::StepInfo> steps;
     std::vector<double> seconds;
+    bool stepped = false;  // a step ran (steps are handed to `sink` when training ends)
     std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
 
     ft::StepHook step_hook() {
         return [this](const ft::StepInfo& s) {
+            stepped = true;
             steps.push_back(s);
             seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
             if (s.skipped && warn_nonfinite && !s.interrupted) {
@@ -200,14 +199,17 @@ void write_early(const py::object& obj, const ft::EarlyStopState<T>& s, const ft
 }
 
 // `train(hook, state)` under rec.run, the early-stopping state read from `early` before and written back
-// after, however training ends (Ctrl-C, a callback's error: the counters so far, to resume from).
+// after, however training ends once a step has run (Ctrl-C, a callback's error: the counters so far, to
+// resume from).
 template <class T, class F>
 void run_training(Recorder& rec, const py::object& early, const ft::ParamStore<T>& store, F&& train) {
     ft::EarlyStopState<T> es = read_early(early, store);
     try {
         rec.run([&](const ft::StepHook& h) { train(h, &es); });
     } catch (...) {
-        write_early(early, es, store);
+        // the counters so far — unless no step ran (the core refused the call, e.g. bad data): the state is
+        // then as it was given, and the caller's dict is left untouched
+        if (rec.stepped) write_early(early, es, store);
         throw;
     }
     write_early(early, es, store);
@@ -279,9 +281,9 @@ void register_training(py::module_& m) {
                 CallLock lock(d.mutex);
                 d.visit([&](auto& mdl) {
                     using T = typename std::decay_t<decltype(mdl.store)>::value_type;
-                    ft::Dataset data = dataset(x_data, "x_data", mdl.cfg.n_vocab, mdl.cfg.l_max);
+                    ft::Dataset data = dataset(x_data, "x_data");
                     ft::Dataset vdata;
-                    if (!val.is_none()) vdata = dataset(val, "val_data", mdl.cfg.n_vocab, mdl.cfg.l_max);
+                    if (!val.is_none()) vdata = dataset(val, "val_data");
                     auto update = update_rule<T>(optimizer, model, mdl.store, o);
                     ReplicasArg<T> dp(replicas, model, mdl.store);
                     Recorder rec{sink, hook};
@@ -315,12 +317,12 @@ void register_training(py::module_& m) {
             CallLock lock(d.mutex);
             d.visit([&](auto& mdl) {
                 using T = typename std::decay_t<decltype(mdl.store)>::value_type;
-                ft::Dataset zd = dataset(z_data, "z_data", mdl.cfg.n_vocab, mdl.cfg.l_max);
-                ft::Dataset xd = dataset(x_data, "x_data", mdl.cfg.n_vocab, mdl.cfg.l_max);
+                ft::Dataset zd = dataset(z_data, "z_data");
+                ft::Dataset xd = dataset(x_data, "x_data");
                 ft::Dataset zv, xv;
                 if (!z_val.is_none()) {
-                    zv = dataset(z_val, "z_val", mdl.cfg.n_vocab, mdl.cfg.l_max);
-                    xv = dataset(x_val, "x_val", mdl.cfg.n_vocab, mdl.cfg.l_max);
+                    zv = dataset(z_val, "z_val");
+                    xv = dataset(x_val, "x_val");
                 }
                 auto update = update_rule<T>(optimizer, model, mdl.store, o);
                 ReplicasArg<T> dp(replicas, model, mdl.store);
@@ -373,6 +375,10 @@ void register_training(py::module_& m) {
         },
         py::arg("options"), py::arg("step"), py::arg("total"),
         "η at 1-based `step` of `total` under the options' schedule (warmup, schedule, eta, min_lr).");
+    m.def(
+        "check_training_options", [](const py::dict& options) { parse_options(options); }, py::arg("options"),
+        "The trainers' options as the core reads them (ft::TrainOptions::check): TypeError / ValueError naming a "
+        "bad one. The trainers call it when they are made, so a bad option fails there, not at the first step.");
 }
 
 

@@ -4,6 +4,7 @@
 
 #include "bind.hpp"
 #include "formal_transformers/io.hpp"
+#include "formal_transformers/training.hpp"
 #include "formal_transformers/transformers.hpp"
 
 namespace ftpy {
@@ -139,12 +140,6 @@ py::object grads_out(const py::object& self, ft::ParamStore<T>& store, bool copy
     return py::cast(make_param_dict(self, store, true));
 }
 
-double apply_reduction(double loss, index_t scored, const std::string& reduction) {
-    if (reduction == "sum") return loss;
-    if (reduction == "mean") return scored > 0 ? loss / double(scored) : 0.0;
-    throw ft::ValueError("reduction must be 'sum' or 'mean', got '" + reduction + "'");
-}
-
 // Model::attention_weights for every head, as a C-ordered (H, rows, columns) copy (the core checks the state
 // and the indices before anything is read).
 template <class Model>
@@ -265,7 +260,7 @@ void def_single_input(PyClass& cls) {
                CallLock lock(d.mutex);
                return d.visit([&](auto& m) -> py::object {
                    using T = typename std::decay_t<decltype(m.store)>::value_type;
-                   InBatch in = in_batch(x, "x", m.cfg.n_vocab, ft::max_input_length(m.cfg));
+                   InBatch in = in_batch(x, "x");
                    return shaped_output<T>(m.cfg.n_vocab, in, is_2d(x), [&](ft::MatView<T> P) {
                        m.forward(Tokens{in.ids.data(), seqs_of(in)});  // every line but the last
                        m.probabilities(P);                             // the last: P = softmax(W_u X)
@@ -279,7 +274,7 @@ void def_single_input(PyClass& cls) {
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& m) -> py::object {
                     using T = typename std::decay_t<decltype(m.store)>::value_type;
-                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, ft::max_input_length(m.cfg));
+                    InBatch in = in_batch(x, "x");
                     return shaped_output<T>(m.cfg.n_vocab, in, is_2d(x), [&](ft::MatView<T> Z) {
                         m.forward(Tokens{in.ids.data(), seqs_of(in)});
                         m.logits(Z);
@@ -327,14 +322,14 @@ void def_pair_losses(PyClass& cls, const char* a, const char* b, Pair pair, Core
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& m) {
                     auto [p, q] = pair(m, A, B);
-                    apply_reduction(0, 1, reduction);
+                    const auto red = ft::parse_reduction(reduction);
                     index_t scored = 0;
                     double loss;
                     {
                         CoreCall nogil;
                         loss = std::apply([&](auto&&... args) { return m.loss(args..., &scored); }, core_args(p, q));
                     }
-                    return apply_reduction(loss, scored, reduction);
+                    return ft::reduce_loss(loss, scored, red);
                 });
             },
             py::arg(a), py::arg(b), py::arg("reduction") = "sum");
@@ -346,7 +341,7 @@ std::vector<index_t> segment_ids(const M& m, const py::object& segments, const I
     if (segments.is_none()) return {};
     if (m.cfg.n_segments <= 0)
         throw ft::ValueError("segments given, but the model has no segment embeddings (n_segments = 0)");
-    InBatch s = in_batch(segments, "segments", m.cfg.n_segments, ft::max_input_length(m.cfg));
+    InBatch s = in_batch(segments, "segments");
     if (s.lengths != x.lengths)
         throw ft::ValueError("segments must have the shape of x (one segment id per token)");
     return std::move(s.ids);
@@ -363,7 +358,7 @@ void def_segment_inputs(PyClass& cls) {
         CallLock lock(d.mutex);
         return d.visit([&](auto& m) -> py::object {
             using T = typename std::decay_t<decltype(m.store)>::value_type;
-            InBatch in = in_batch(x, "x", m.cfg.n_vocab, ft::max_input_length(m.cfg));
+            InBatch in = in_batch(x, "x");
             const std::vector<index_t> seg = segment_ids(m, segments, in);
             const index_t rows = what == Output::Hidden ? m.cfg.d_e : m.cfg.n_vocab;
             return shaped_output<T>(rows, in, is_2d(x), [&](ft::MatView<T> out) {
@@ -387,8 +382,8 @@ void def_segment_inputs(PyClass& cls) {
              "X after line 9 (the last layer's output; BERT's last hidden state): (d_e, ℓ) for one sequence, "
              "(N, d_e, ℓ) for a 2-D batch, a list for a ragged list. Beyond the listing, which returns only P.");
     auto pair = [](auto& m, const py::handle& x_tilde, const py::handle& x, const py::object& segments) {
-        InBatch xt = in_batch(x_tilde, "x_tilde", m.cfg.n_vocab, ft::max_input_length(m.cfg));
-        InBatch xo = in_batch(x, "x", m.cfg.n_vocab, ft::max_input_length(m.cfg));
+        InBatch xt = in_batch(x_tilde, "x_tilde");
+        InBatch xo = in_batch(x, "x");
         if (xt.lengths != xo.lengths)
             throw ft::ValueError("x_tilde and x must have the same shape (the same sequences, the same lengths)");
         std::vector<index_t> seg = segment_ids(m, segments, xt);
@@ -418,14 +413,14 @@ void def_segment_inputs(PyClass& cls) {
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& m) {
                     auto [xt, xo, seg] = pair(m, x_tilde, x, segments);
-                    apply_reduction(0, 1, reduction);
+                    const auto red = ft::parse_reduction(reduction);
                     index_t scored = 0;
                     double loss;
                     {
                         CoreCall nogil;
                         loss = m.loss(Tokens{xt.ids.data(), seqs_of(xt)}, xo.ids.data(), &scored, nullptr, ptr_or_null(seg));
                     }
-                    return apply_reduction(loss, scored, reduction);
+                    return ft::reduce_loss(loss, scored, red);
                 });
             },
             py::arg("x_tilde"), py::arg("x"), py::arg("reduction") = "sum", py::kw_only(), py::arg("segments") = py::none());
@@ -512,7 +507,7 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
                 DD& d = self.cast<DD&>();
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& m) {
-                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, ft::max_input_length(m.cfg));
+                    InBatch in = in_batch(x, "x");
                     double loss;
                     {
                         CoreCall nogil;
@@ -531,15 +526,15 @@ batch, with the gradient of every parameter (copies; model.grads holds the same,
             [](DD& d, const py::handle& x, const std::string& reduction) {
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& m) {
-                    InBatch in = in_batch(x, "x", m.cfg.n_vocab, ft::max_input_length(m.cfg));
+                    InBatch in = in_batch(x, "x");
                     index_t scored = 0;
                     double loss;
-                    apply_reduction(0, 1, reduction);
+                    const auto red = ft::parse_reduction(reduction);
                     {
                         CoreCall nogil;
                         loss = m.loss(Tokens{in.ids.data(), seqs_of(in)}, &scored);
                     }
-                    return apply_reduction(loss, scored, reduction);
+                    return ft::reduce_loss(loss, scored, red);
                 });
             },
             py::arg("x"), py::arg("reduction") = "sum",
@@ -592,8 +587,8 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
              "model.config as the core writes it (ModelConfig::to_json, with the dtype): what ft.save stores.");
     def_model_common<ft::EDTransformer>(edcls);
     auto ed_pair = [](auto& m, const py::handle& z, const py::handle& x) {
-        InBatch zb = in_batch(z, "z", m.cfg.n_vocab, ft::max_input_length(m.cfg));
-        InBatch xb = in_batch(x, "x", m.cfg.n_vocab, ft::max_input_length(m.cfg));
+        InBatch zb = in_batch(z, "z");
+        InBatch xb = in_batch(x, "x");
         if (zb.lengths.size() != xb.lengths.size())
             throw ft::ValueError("z and x must hold the same number of sequences, got " + std::to_string(zb.lengths.size()) +
                                  " and " + std::to_string(xb.lengths.size()));

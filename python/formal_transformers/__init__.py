@@ -17,16 +17,11 @@ from collections.abc import Mapping as _Mapping
 if _os.environ.get("FT_CORE_PATH"):
     __path__.insert(0, _os.path.abspath(_os.environ["FT_CORE_PATH"]))  # noqa: F821
 
-# How our OpenMP threads wait between parallel regions (docs/design.md "Threads"). Sleeping at once
-# (passive) costs a wake-up per region; spinning burns the core while waiting, and when the machine is busy
-# (other processes want the cores) a long spin collapses: unbounded spin 855-912 ms per baby-GPT step against
-# 68-93 ms passive (AMD EPYC, a second training process running). On the Intel Xeon of issue 9 (2 cores
-# shared by other jobs, load 9-14), baby-GPT step medians in three interleaved rounds: GOMP_SPINCOUNT=10000
-# 408/458/259 ms, 1000 319/109/47 ms, passive 300/278/69 ms. So the default is a short bounded spin:
-# OMP_WAIT_POLICY=active with GOMP_SPINCOUNT=1000, then sleep. Our libgomp reads both once, when _core loads
-# it, so they are set for that moment only and the environment is restored: other OpenMP runtimes (PyTorch
-# bundles its own) and child processes see the user's setting. An explicit OMP_WAIT_POLICY or GOMP_SPINCOUNT
-# is left alone; FT_OMP_WAIT_POLICY=passive|active chooses a policy for us alone (with libgomp's own spin).
+# How our OpenMP threads wait between parallel regions (docs/design.md "Threads" has the measurements):
+# a short bounded spin, OMP_WAIT_POLICY=active with GOMP_SPINCOUNT=1000, then sleep. Our libgomp reads both
+# once, when _core loads it, so they are set for that moment only and the environment is restored: other
+# OpenMP runtimes (PyTorch bundles its own) and child processes see the user's setting. An explicit
+# OMP_WAIT_POLICY or GOMP_SPINCOUNT is left alone; FT_OMP_WAIT_POLICY=passive|active chooses a policy for us alone (with libgomp's own spin).
 
 
 def _load_blas() -> None:

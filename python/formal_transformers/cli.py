@@ -105,95 +105,48 @@ _say = _print
 
 
 def train(args) -> pathlib.Path:
+    """`train`: a new run in args.out, or --resume of the one there. Stages: the process group, the run's start
+    (_start_run: tokenizer, model, state), the data, the trainer (_make_trainer), training, the save and report
+    (_finish_run)."""
     out = pathlib.Path(args.out)
     # data parallel under torchrun: the process group (gloo) now, so that only rank 0 prints and writes
     dist, group = find_group(None, getattr(args, "dist_timeout", 300.0))
     rank = dist.get_rank(group) if dist is not None else 0
     world = dist.get_world_size(group) if dist is not None else 1
-    _say = _print if rank == 0 else _quiet
+    say = _print if rank == 0 else _quiet
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
     if args.threads:
         _core.set_num_threads(args.threads)
-    resume = bool(args.resume)
-    if resume and not (out / "model.safetensors").is_file():
-        raise RunError(f"--resume: {out} holds no model.safetensors, so there is no run to resume (nothing was "
-                       "changed; drop --resume to start a new run there)")
     text, source = load_text(args.text)
-    early = None  # early stopping's state to resume from (docs/early_stopping.md)
-    if resume:
-        tok, model = _load_run(out)
-        state = _load_run_state(out)
-        done = state["steps_done"]
-        saved_at = io.read_metadata(out / "model.safetensors").get("formal_transformers.steps_done")
-        if saved_at is not None and int(saved_at) != done:
-            raise SystemExit(f"error: {out}: model.safetensors holds step {saved_at} but run.json step {done}: "
-                             "the checkpoint was cut off while being written; restore both from one save")
-        early = _load_early_stopping(out, state, model)
-        if early is not None and early.get("stopped"):
-            _say(f"nothing to do: the run stopped early at step {done} (best validation loss "
-                 f"{early['best_val_loss']:.4f} at step {early['best_step']})")
-            return out
-        _say(f"resuming {out} after step {done}")
-    else:
-        tok = make_tokenizer(args.tokenizer, text, args.vocab)
-        model = io.build_model({
-            "arch": "DTransformer", "n_vocab": tok.n_vocab, "l_max": args.context + 1, "L": args.layers,
-            "H": args.heads, "d_e": args.d_e, "d_mlp": args.d_mlp, "seed": args.seed,
-            "dropout": getattr(args, "dropout", 0.0)}, dtype=getattr(args, "dtype", "float32"))
-        done = 0
-        state = {"history": {}}
+    start = _start_run(args, out, text, say)
+    if start is None:
+        return out
+    tok, model, state, done, early = start
     ids = tok.encode(text, bos=False, eos=False)
     train_seqs, val_seqs = split_sequences(ids, model.l_max, args.val_frac)
     if not train_seqs:
         raise RunError("the text is too short for one training sequence")
-    _say(f"text: {source} ({len(text):,} chars, {len(ids):,} tokens, vocabulary {tok.n_vocab})")
-    _say(f"model: {model!r}")
-    _say(f"       {model.n_params:,} parameters; {len(train_seqs):,} training and {len(val_seqs):,} validation "
-         f"sequences of {model.l_max} tokens; {_core.get_num_threads()} threads"
-         + (f" × {world} data-parallel ranks (each minibatch of {args.batch} split across them)" if world > 1 else ""))
+    say(f"text: {source} ({len(text):,} chars, {len(ids):,} tokens, vocabulary {tok.n_vocab})")
+    say(f"model: {model!r}")
+    say(f"       {model.n_params:,} parameters; {len(train_seqs):,} training and {len(val_seqs):,} validation "
+        f"sequences of {model.l_max} tokens; {_core.get_num_threads()} threads"
+        + (f" × {world} data-parallel ranks (each minibatch of {args.batch} split across them)" if world > 1 else ""))
     if (args.patience is not None or args.restore_best) and not val_seqs[: args.val_seqs]:
         raise RunError("--patience and --restore-best need validation data (--val-frac > 0)")
     if early is not None and args.restore_best and early.get("best_step") is not None and early.get("best_params") is None:
         raise RunError("--restore-best: the run so far kept no best parameters (it ran without --restore-best)")
     steps_left = args.steps - done
     if steps_left <= 0:
-        _say(f"nothing to do: {done} of {args.steps} steps already done")
+        say(f"nothing to do: {done} of {args.steps} steps already done")
         return out
     opt = _core.Adam(args.lr, 0.9, 0.99, 1e-8, args.weight_decay, True)
-    if resume and (out / "optimizer.safetensors").exists():
+    if args.resume and (out / "optimizer.safetensors").exists():
         _load_optimizer(out / "optimizer.safetensors", opt, model)
-    per_epoch = math.ceil(len(train_seqs) / args.batch)
-    trainer = DTraining(
-        n_epochs=math.ceil(args.steps / per_epoch) + 1, eta=args.lr, optimizer=opt, batch_size=args.batch,
-        seed=args.seed + done, reduction="mean", schedule="cosine", warmup=args.warmup, min_lr=args.min_lr,
-        clip=1.0, max_steps=steps_left, eval_every=args.eval_every, val_data=val_seqs[: args.val_seqs] or None,
-        start_step=done, progress=not args.quiet, nonfinite=getattr(args, "nonfinite", "raise"),  # the schedule continues where it stopped
-        patience=args.patience, min_delta=args.min_delta, restore_best=args.restore_best,
-        dist_timeout=getattr(args, "dist_timeout", 300.0),
-    )
-    if early is not None:
-        try:
-            trainer.early_stopping = early  # the counters (and θ*) go on
-        except (ValueError, TypeError) as e:
-            raise RunError(f"{out / 'run.json'}: damaged early_stopping state ({e})") from None
+    trainer = _make_trainer(args, opt, train_seqs, val_seqs, done, steps_left, early, out)
     t0 = time.perf_counter()
-    save_every = getattr(args, "save_every", 0)
-    if save_every:  # a checkpoint every save_every steps (rank 0), for a run that dies before its end
-        rows: list = []
-
-        def on_step(info):
-            rows.append(dict(info, time=time.perf_counter() - t0))
-            if rank == 0 and info["step"] % save_every == 0:
-                part = {k: [r[k] for r in rows] for k in ("step", "epoch", "loss", "lr", "grad_norm", "tokens",
-                                                           "time", "skipped")}
-                vals = [r for r in rows if r["val_loss"] is not None]
-                part.update(val_step=[r["step"] for r in vals], val_loss=[r["val_loss"] for r in vals],
-                            val_accuracy=[r["val_accuracy"] for r in vals])
-                _save_run(out, model, tok, opt, json.loads(json.dumps(state)), part, done, source, args,
-                          time.perf_counter() - t0, None)
-
-        trainer._on_step = on_step
+    if getattr(args, "save_every", 0) and rank == 0:  # a checkpoint every save_every steps, for a run that dies
+        trainer._on_step = _checkpoint_every(args.save_every, out, model, tok, opt, state, done, source, args, t0)
     interrupted = False
     failure = None
     try:
@@ -205,25 +158,97 @@ def train(args) -> pathlib.Path:
     except ReplicaFailure as e:  # another rank died or hung: this one holds θ after its last completed step
         failure = e
     elapsed = time.perf_counter() - t0
-    h = trainer.history
     # save what resuming and sampling need (rank 0: the ranks hold the same θ)
     if rank == 0:
-        _save_run(out, model, tok, opt, state, h, done, source, args, elapsed, trainer.early_stopping)
-    ms = 1000 * elapsed / max(1, len(h["step"]))
-    last_val = f", validation loss {h['val_loss'][-1]:.4f}" if h["val_loss"] else ""
-    _say(f"trained {len(h['step'])} steps in {elapsed:.1f} s ({ms:.1f} ms/step); "
-         f"loss {h['loss'][-1]:.4f}{last_val} (nats per token)" if h["step"] else "no step done")
-    if h["best_val_loss"] is not None and (args.patience is not None or args.restore_best):
-        why = f"stopped early: {args.patience} evaluations without improvement; " if h["stopped_early"] else ""
-        kept = "; the saved model has its parameters" if h["restored_best"] else ""
-        _say(f"{why}best validation loss {h['best_val_loss']:.4f} at step {h['best_step']}{kept}")
-    _say(f"saved to {out}/")
+        _save_run(out, model, tok, opt, state, trainer.history, done, source, args, elapsed, trainer.early_stopping)
+    _report(args, trainer.history, elapsed, out, say)
     if interrupted:
-        _say("interrupted: resume with --resume")
+        say("interrupted: resume with --resume")
         raise SystemExit(130)
     if failure is not None:
         raise SystemExit(f"error: {failure}")
     return out
+
+
+def _start_run(args, out: pathlib.Path, text: str, say):
+    """(tokenizer, model, run state, steps done, early stopping's state) of a new run, or of the run in `out`
+    with --resume; None when a resumed run has nothing left to do (it stopped early)."""
+    if not args.resume:
+        tok = make_tokenizer(args.tokenizer, text, args.vocab)
+        model = io.build_model({
+            "arch": "DTransformer", "n_vocab": tok.n_vocab, "l_max": args.context + 1, "L": args.layers,
+            "H": args.heads, "d_e": args.d_e, "d_mlp": args.d_mlp, "seed": args.seed,
+            "dropout": getattr(args, "dropout", 0.0)}, dtype=getattr(args, "dtype", "float32"))
+        return tok, model, {"history": {}}, 0, None
+    if not (out / "model.safetensors").is_file():
+        raise RunError(f"--resume: {out} holds no model.safetensors, so there is no run to resume (nothing was "
+                       "changed; drop --resume to start a new run there)")
+    tok, model = _load_run(out)
+    state = _load_run_state(out)
+    done = state["steps_done"]
+    saved_at = io.read_metadata(out / "model.safetensors").get("formal_transformers.steps_done")
+    if saved_at is not None and int(saved_at) != done:
+        raise SystemExit(f"error: {out}: model.safetensors holds step {saved_at} but run.json step {done}: "
+                         "the checkpoint was cut off while being written; restore both from one save")
+    early = _load_early_stopping(out, state, model)  # early stopping's state to resume from (docs/early_stopping.md)
+    if early is not None and early.get("stopped"):
+        say(f"nothing to do: the run stopped early at step {done} (best validation loss "
+            f"{early['best_val_loss']:.4f} at step {early['best_step']})")
+        return None
+    say(f"resuming {out} after step {done}")
+    return tok, model, state, done, early
+
+
+def _make_trainer(args, opt, train_seqs, val_seqs, done: int, steps_left: int, early, out: pathlib.Path) -> DTraining:
+    """The run's DTraining: Adam, a cosine schedule with warmup that continues where a resumed run stopped,
+    clipping at 1, the mean loss per token, early stopping's options (and its resumed counters)."""
+    per_epoch = math.ceil(len(train_seqs) / args.batch)
+    trainer = DTraining(
+        n_epochs=math.ceil(args.steps / per_epoch) + 1, eta=args.lr, optimizer=opt, batch_size=args.batch,
+        seed=args.seed + done, reduction="mean", schedule="cosine", warmup=args.warmup, min_lr=args.min_lr,
+        clip=1.0, max_steps=steps_left, eval_every=args.eval_every, val_data=val_seqs[: args.val_seqs] or None,
+        start_step=done, progress=not args.quiet, nonfinite=getattr(args, "nonfinite", "raise"),
+        patience=args.patience, min_delta=args.min_delta, restore_best=args.restore_best,
+        dist_timeout=getattr(args, "dist_timeout", 300.0),
+    )
+    if early is not None:
+        try:
+            trainer.early_stopping = early  # the counters (and θ*) go on
+        except (ValueError, TypeError) as e:
+            raise RunError(f"{out / 'run.json'}: damaged early_stopping state ({e})") from None
+    return trainer
+
+
+def _checkpoint_every(save_every: int, out: pathlib.Path, model, tok, opt, state: dict, done: int, source: str,
+                      args, t0: float):
+    """The trainer's step hook that saves the run every save_every steps (the history so far with it)."""
+    rows: list = []
+
+    def on_step(info):
+        rows.append(dict(info, time=time.perf_counter() - t0))
+        if info["step"] % save_every == 0:
+            part = {k: [r[k] for r in rows] for k in ("step", "epoch", "loss", "lr", "grad_norm", "tokens",
+                                                       "time", "skipped")}
+            vals = [r for r in rows if r["val_loss"] is not None]
+            part.update(val_step=[r["step"] for r in vals], val_loss=[r["val_loss"] for r in vals],
+                        val_accuracy=[r["val_accuracy"] for r in vals])
+            _save_run(out, model, tok, opt, json.loads(json.dumps(state)), part, done, source, args,
+                      time.perf_counter() - t0, None)
+
+    return on_step
+
+
+def _report(args, h: dict, elapsed: float, out: pathlib.Path, say) -> None:
+    """The run's last lines: steps, time, the last losses, early stopping's outcome, where it was saved."""
+    ms = 1000 * elapsed / max(1, len(h["step"]))
+    last_val = f", validation loss {h['val_loss'][-1]:.4f}" if h["val_loss"] else ""
+    say(f"trained {len(h['step'])} steps in {elapsed:.1f} s ({ms:.1f} ms/step); "
+        f"loss {h['loss'][-1]:.4f}{last_val} (nats per token)" if h["step"] else "no step done")
+    if h["best_val_loss"] is not None and (args.patience is not None or args.restore_best):
+        why = f"stopped early: {args.patience} evaluations without improvement; " if h["stopped_early"] else ""
+        kept = "; the saved model has its parameters" if h["restored_best"] else ""
+        say(f"{why}best validation loss {h['best_val_loss']:.4f} at step {h['best_step']}{kept}")
+    say(f"saved to {out}/")
 
 
 def _save_run(out: pathlib.Path, model, tok, opt, state: dict, h, done: int, source: str, args, elapsed: float,

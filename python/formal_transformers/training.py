@@ -124,7 +124,7 @@ class _Trainer:
             start_step=start_step, nonfinite=nonfinite, patience=patience, min_delta=min_delta,
             restore_best=restore_best,
         )
-        _core.learning_rate(self._core_options(), 1, 1)  # validates every option now, with a clear message
+        _core.check_training_options(self._core_options())  # TypeError / ValueError naming a bad option, now
         if optimizer == "sgd" and weight_decay:
             raise ValueError("weight_decay needs optimizer='adam' (AdamW); the listing's SGD has none")
         self._optimizer_spec = optimizer
@@ -407,7 +407,7 @@ class ETraining(_Trainer):
     def __init__(self, n_epochs: int, eta: Optional[float] = None, p_mask: float = 0.15, *, val_data=None, **opts):
         super().__init__(n_epochs, eta, **opts)
         self.options["p_mask"] = p_mask
-        _core.learning_rate(self._core_options(), 1, 1)
+        _core.check_training_options(self._core_options())
         self.p_mask = float(p_mask)
         self.val_data = val_data
         self._check_early_stopping()

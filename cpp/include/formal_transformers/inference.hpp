@@ -63,6 +63,10 @@ index_t sample_token(const T* logits, index_t n_vocab, const SamplingOptions& o,
                      std::vector<index_t>& order);
 
 // Algorithm 14: ℓ_gen new tokens after the prompt x[0:l] (ℓ ≥ 1).
+// ℓ_gen of Algorithm 14: ValueError unless 0 <= l_gen and ℓ + ℓ_gen ids fit the allocation bound (sizes.hpp)
+// — the check DInference runs, callable before a model or prompt exists (the Python constructor).
+void check_l_gen(index_t l_gen, index_t l_prompt = 0);
+
 template <class T>
 std::vector<index_t> DInference(DTransformer<T>& model, const index_t* x, index_t l, index_t l_gen,
                                 const SamplingOptions& o, Rng& rng);

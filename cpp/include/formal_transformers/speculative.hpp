@@ -47,6 +47,10 @@ struct SpeculativeStats {
     std::vector<index_t> accepted; // drafts kept in each round (0 … k'); the round adds accepted + 1 tokens
 };
 
+// k of Algorithm S (ValueError unless k >= 1): the check SpeculativeInference runs, callable before a model
+// exists (the Python constructor; ℓ_gen's is inference.hpp's check_l_gen).
+void check_draft_k(index_t k);
+
 // Algorithm S: ℓ_gen new tokens after the prompt x[0:l]. ValueError: k < 1, τ < 0, ℓ_gen < 0, different
 // vocabularies, ℓ + ℓ_gen − 1 > ℓ_max of either model; IndexError: a prompt id outside [0, N_V).
 template <class T>

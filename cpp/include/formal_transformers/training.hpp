@@ -195,6 +195,12 @@ Dataset dataset(const std::vector<TokenIds>& seqs);
 // schedule's peak), so an lr that disagrees would be silently ignored; refused instead (ValueError naming
 // both). Python's trainers take eta=None to mean the optimizer's lr.
 void check_optimizer_lr(double optimizer_lr, const TrainOptions& o);
+
+// A loss's reduction by name ("sum": the listing's loss, summed over the sequences; "mean": per scored
+// token), ValueError naming `reduction` otherwise; and the reduction applied to a summed loss over `scored`
+// predictions (a mean over none is 0). The one place both front-ends (the bindings, the C++ API) reduce.
+TrainOptions::Reduction parse_reduction(const std::string& name);
+double reduce_loss(double loss_sum, index_t scored, TrainOptions::Reduction r);
 // Line 6 of Algorithms 11–13 by an optimizer: Adam's step (its moments, the step's η), or SGD's θ ← θ − η g.
 template <class T>
 UpdateFn<T> update_rule(Adam<T>& adam) {

@@ -43,7 +43,9 @@ std::vector<Matrix<T>> split(const Model<T>& m, const Seqs& s, bool logits) {
     }
     return r;
 }
-double reduce(double loss, index_t scored, bool mean) { return mean ? (scored > 0 ? loss / double(scored) : 0.0) : loss; }
+double reduce(double loss, index_t scored, bool mean) {
+    return reduce_loss(loss, scored, mean ? TrainOptions::Reduction::Mean : TrainOptions::Reduction::Sum);
+}
 }  // namespace
 
 // ------------------------------------------------------------------------------------------- Algorithm 10

@@ -63,18 +63,22 @@ index_t sample_token(const T* z, index_t n, const SamplingOptions& o, Rng& rng, 
     return n - 1;
 }
 
+void check_l_gen(index_t l_gen, index_t l_prompt) {
+    if (l_gen < 0) throw ValueError("l_gen must be >= 0, got " + std::to_string(l_gen));
+    // against the allocation bound: a ValueError naming l_gen, not MemoryError or "vector::reserve"
+    check_bytes(checked_add(l_prompt, l_gen, "l_gen (the tokens to generate)"), sizeof(index_t),
+                "l_gen (the tokens to generate)");
+}
+
 // ======================================== Algorithm 14 ================================================
 template <class T>
 std::vector<index_t> DInference(DTransformer<T>& model, const index_t* x_in, index_t l, index_t l_gen,
                                 const SamplingOptions& o, Rng& rng) {
     o.check();
     const ModelConfig& c = model.cfg;
-    if (l_gen < 0) throw ValueError("l_gen must be >= 0, got " + std::to_string(l_gen));
+    check_l_gen(l_gen);
     validate(Tokens{x_in, Seqs::single(l)}, c.n_vocab, c.l_max, "x");  // the prompt fits ℓ_max
-    // x grows to ℓ + ℓ_gen ids: checked against the allocation bound (ValueError naming l_gen, not
-    // MemoryError or "vector::reserve"), and reserved only up to what a few steps need
-    check_bytes(checked_add(l, l_gen, "l_gen (the tokens to generate)"), sizeof(index_t),
-                "l_gen (the tokens to generate)");
+    check_l_gen(l_gen, l);  // x grows to ℓ + ℓ_gen ids (reserved below only up to what a few steps need)
     if (o.context == SamplingOptions::Context::Full && !in_attention(c.positional))
         throw ValueError("context='full' (past l_max) needs positions without a table (positional='rope' or "
                          "'alibi'); this model's positions are a table of l_max columns");

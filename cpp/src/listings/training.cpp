@@ -27,6 +27,16 @@ void TrainOptions::check() const {
         throw ValueError("min_delta must be a finite number >= 0, got " + std::to_string(min_delta));
 }
 
+TrainOptions::Reduction parse_reduction(const std::string& name) {
+    if (name == "sum") return TrainOptions::Reduction::Sum;
+    if (name == "mean") return TrainOptions::Reduction::Mean;
+    throw ValueError("reduction must be 'sum' (the listing's loss per sequence) or 'mean' (per token), got '" + name + "'");
+}
+double reduce_loss(double loss_sum, index_t scored, TrainOptions::Reduction r) {
+    if (r == TrainOptions::Reduction::Sum) return loss_sum;
+    return scored > 0 ? loss_sum / double(scored) : 0.0;
+}
+
 void check_optimizer_lr(double optimizer_lr, const TrainOptions& o) {
     if (optimizer_lr != o.eta)
         throw ValueError("the optimizer's lr = " + std::to_string(optimizer_lr) + " but the trainer's eta = " +

@@ -2,6 +2,7 @@
 // a draft DTransformer proposes k tokens, the target verifies them in one cached pass, the rejection rule
 // keeps the target's distribution exactly.
 #include "formal_transformers/speculative.hpp"
+#include "formal_transformers/inference.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +12,10 @@ namespace ft {
 
 // Algorithm 10 lines 1–11 for n new tokens over the cache, as DTransformer::decode, with lines 10–11 for
 // every fed column: decode leaves the residual stream after the last layer (all n columns) in d.w.X.
+void check_draft_k(index_t k) {
+    if (k < 1) throw ValueError("k (tokens drafted per target pass) must be >= 1, got " + std::to_string(k));
+}
+
 template <class T>
 void DTransformer<T>::decode_all(Decoder& d, const index_t* ids, index_t n, MatView<T> Z) const {
     FT_CHECK(n >= 1 && Z.rows == cfg.n_vocab && Z.cols == n, "decode_all: Z must be [N_V, n]");
@@ -68,13 +73,13 @@ std::vector<index_t> SpeculativeInference(const DTransformer<T>& target, const D
                                           SpeculativeStats* stats) {
     const ModelConfig& c = target.cfg;
     const index_t N_V = c.n_vocab;
-    if (k < 1) throw ValueError("k (tokens drafted per target pass) must be >= 1, got " + std::to_string(k));
+    check_draft_k(k);
     if (draft.cfg.sliding_window > 0 && k >= draft.cfg.sliding_window)
         throw ValueError("k = " + std::to_string(k) + " must be < the draft's sliding_window = " +
                          std::to_string(draft.cfg.sliding_window) +
                          ": its rolling cache (docs/variants.md V9) cannot take back more than w − 1 drafted tokens");
     if (!(tau >= 0) || !std::isfinite(tau)) throw ValueError("tau must be a finite number >= 0 (0 = argmax), got " + std::to_string(tau));
-    if (l_gen < 0) throw ValueError("l_gen must be >= 0, got " + std::to_string(l_gen));
+    check_l_gen(l_gen);
     if (draft.cfg.n_vocab != N_V)
         throw ValueError("the draft and the target must share the vocabulary: draft N_V = " + std::to_string(draft.cfg.n_vocab) +
                          ", target N_V = " + std::to_string(N_V));
