@@ -73,3 +73,22 @@ class WorkerProcess:
         except (BrokenPipeError, ValueError):
             pass
         self.proc.wait()
+
+
+def serve_steps(step, proto, after=None):
+    """The worker's side of WorkerProcess: for each command "run N" on stdin, N calls of step() timed one by
+    one, answered on `proto` as "@@" + JSON (the list of times in seconds, or after(times) when given, e.g.
+    with the peak memory); "quit" or end of input ends it."""
+    import sys
+    import time
+
+    for line in sys.stdin:
+        cmd = line.split()
+        if not cmd or cmd[0] == "quit":
+            break
+        times = []
+        for _ in range(int(cmd[1])):
+            t = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t)
+        proto.write("@@" + json.dumps(times if after is None else after(times)) + "\n")

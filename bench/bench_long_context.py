@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 
-from _common import WorkerProcess, cpu_model, import_ft
+from _common import WorkerProcess, cpu_model, import_ft, serve_steps
 
 BABY = dict(name="baby GPT", n_vocab=65, L=4, H=4, d_e=128, d_mlp=512, batch=1)
 GPT2 = dict(name="GPT-2 small", n_vocab=50257, L=12, H=12, d_e=768, d_mlp=3072, batch=1)
@@ -128,17 +128,7 @@ def run_worker(args):
     reset_ok = reset_peak()
     base = rss_kib()
     proto.write("@@" + json.dumps(dict(loss=side.loss, info=side.info, warmup_s=warm)) + "\n")
-    for line in sys.stdin:
-        cmd = line.split()
-        if not cmd or cmd[0] == "quit":
-            break
-        times = []
-        for _ in range(int(cmd[1])):
-            t = time.perf_counter()
-            side.step()
-            times.append(time.perf_counter() - t)
-        peak = hwm_kib()
-        proto.write("@@" + json.dumps(dict(times=times, peak_kib=peak if reset_ok else None, base_kib=base)) + "\n")
+    serve_steps(side.step, proto, lambda times: dict(times=times, peak_kib=hwm_kib() if reset_ok else None, base_kib=base))
 
 
 SIDES = [("ours literal", "literal", {}), ("ours tiled", "tiled", {}),

@@ -70,7 +70,7 @@ import time
 
 import numpy as np
 
-from _common import WorkerProcess, cpu_model, import_ft
+from _common import WorkerProcess, cpu_model, import_ft, serve_steps
 
 BABY = dict(name="baby GPT", n_vocab=65, l_max=64, l=64, L=4, H=4, d_e=128, d_mlp=512, batch=12)
 GPT2 = dict(name="GPT-2 small", n_vocab=50257, l_max=1024, l=64, L=12, H=12, d_e=768, d_mlp=3072, batch=4)
@@ -352,16 +352,7 @@ def run_worker(args) -> None:
     for _ in range(args.warmup):
         side.step()
     proto.write("@@" + json.dumps(dict(loss=loss, info=side.info, setup_s=time.perf_counter() - t0)) + "\n")
-    for line in sys.stdin:
-        cmd = line.split()
-        if not cmd or cmd[0] == "quit":
-            break
-        times = []
-        for _ in range(int(cmd[1])):
-            t = time.perf_counter()
-            side.step()
-            times.append(time.perf_counter() - t)
-        proto.write("@@" + json.dumps(times) + "\n")
+    serve_steps(side.step, proto)
 
 
 class Worker(WorkerProcess):
