@@ -311,3 +311,12 @@ def test_bad_feature_matrix_arguments():
         ft.random_feature_matrix("softmax", 4, 4)
     with pytest.raises(TypeError):
         ft.EDTransformer(19, 16, 1, 1, 2, 8, 12, attention="performer")
+
+
+def test_speculative_decoding_refuses_random_features():
+    """Speculative decoding rolls the caches back; the folded state of V10 cannot forget: a ValueError, not a crash."""
+    rf = d_model("performer", l_max=40)
+    exact = ft.DTransformer(19, 40, 2, 2, 8, 12, dtype="float64", seed=3)
+    for target, draft in ((exact, rf), (rf, exact)):
+        with pytest.raises(ValueError, match="performer"):
+            ft.SpeculativeInference(5, 2, 0.0)([1, 2, 3], target, draft)
