@@ -1,4 +1,4 @@
-"""Benchmark (not a test): random-feature attention (docs/variants.md V10: attention="performer" | "rfa") against
+"""Benchmark (not a test): random-feature attention (docs/variants.md V15: attention="performer" | "rfa") against
 exact attention (Algorithm 4 as printed, attention_impl="literal", and the tiled listing, "tiled").
 
 1. Approximation error against D: one layer of a DTransformer (H 4, d_attn 16, causal) on ℓ random tokens with a

@@ -179,7 +179,7 @@ void register_attention(py::module_& m) {
         "Mask[t_z, t_x] = [[t_z ≤ t_x]] (l_z, l_x) bool array: a token attends only to itself and earlier "
         "tokens (l_x defaults to l_z).");
 
-    // ---------------------------------------------------------------------- V10: random features
+    // ---------------------------------------------------------------------- V15: random features
     m.def(
         "random_feature_matrix",
         [](const std::string& attention, long long n_features, long long d_attn, const py::object& seed,
@@ -201,7 +201,7 @@ void register_attention(py::module_& m) {
         py::arg("attention"), py::arg("n_features"), py::arg("d_attn"), py::arg("seed") = 0, py::arg("name") = "",
         "Ω (n_features, d_attn), the fixed random projection of attention='performer' (positive orthogonal features,\n"
         "FAVOR+: Gram-Schmidt blocks, rows rescaled by chi-distributed norms) or 'rfa' (independent Gaussian rows),\n"
-        "Algorithm V10a of docs/variants.md, drawn from seed and the attention's name: a model's layer l draws it\n"
+        "Algorithm V15a of docs/variants.md, drawn from seed and the attention's name: a model's layer l draws it\n"
         "with seed=feature_seed, name=f'layers.{l}.attn.'.");
 
     // ------------------------------------------------------------------------------ Algorithm 3

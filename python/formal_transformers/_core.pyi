@@ -1381,7 +1381,7 @@ def random_feature_matrix(attention: str, n_features: typing.SupportsInt | typin
     """
     Ω (n_features, d_attn), the fixed random projection of attention='performer' (positive orthogonal features,
     FAVOR+: Gram-Schmidt blocks, rows rescaled by chi-distributed norms) or 'rfa' (independent Gaussian rows),
-    Algorithm V10a of docs/variants.md, drawn from seed and the attention's name: a model's layer l draws it
+    Algorithm V15a of docs/variants.md, drawn from seed and the attention's name: a model's layer l draws it
     with seed=feature_seed, name=f'layers.{l}.attn.'.
     """
 def relu(A: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:

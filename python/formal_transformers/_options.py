@@ -25,7 +25,7 @@ def _check_options(cfg: dict, target: str) -> None:
         if k == "attention" and v == "softmax":
             continue
         if k in ("n_features", "feature_seed") and cfg.get("attention", "softmax") == "softmax":
-            continue  # V10's options act only with attention='performer' or 'rfa'
+            continue  # V15's options act only with attention='performer' or 'rfa'
         if k == "attention":
             raise ValueError(f"{target} has no equivalent of the option attention={v!r} (random-feature attention)")
         if v not in (None, False, 0, "", "none"):

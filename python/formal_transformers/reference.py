@@ -352,7 +352,7 @@ def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float 
     W_s[:, segments[t]] to e_t (segments None: all 0); `gamma_e`, `beta_e`: X ← layer_norm(X | γ_e, β_e)
     after line 3; `b_u`: P = softmax(W_u X + b_u 1ᵀ). hidden=True returns X after line 9.
     masks, rates: dropout as d_transformer (after line 3, or after BERT's embedding layer_norm).
-    attention="performer" | "rfa" (V10): line 5's attention by random features, features[l] layer l's Ω."""
+    attention="performer" | "rfa" (V15): line 5's attention by random features, features[l] layer l's Ω."""
     drop = _Drop(masks, rates)
     x = np.asarray(x)
     W_e, W_p = params["W_e"], params["W_p"]
@@ -370,7 +370,7 @@ def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float 
     for i in range(L):  # line 4: for l = 1, 2, …, L do
         p = f"layers.{i}."
         _check_H(params, p + "attn.", H)
-        if attention != "softmax":  # V10: MHAttention with lines 4–6 by random features
+        if attention != "softmax":  # V15: MHAttention with lines 4–6 by random features
             a = p + "attn."
             X = X + drop.out(p + "attn.out", gqa_mhattention(
                 X, X, params[a + "W_q"], params.get(a + "b_q"), params[a + "W_k"], params.get(a + "b_k"),
@@ -783,7 +783,7 @@ def variant_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, *, positional: s
                       theta: float = 10000.0, slope: float = 0.0, q0: int = 0, attention: str = "softmax",
                       Omega=None) -> np.ndarray:
     """Algorithm 4 with V1's lines 2a–2b (positional="rope") or V2's line 6′ (positional="alibi", slope m_h);
-    b_* may be None (V5). attention="performer" | "rfa": lines 4–6 replaced by V10c with the projection Omega
+    b_* may be None (V5). attention="performer" | "rfa": lines 4–6 replaced by V15c with the projection Omega
     (the mask must be the bidirectional or the causal one)."""
     d_attn = W_q.shape[0]
     l_x, l_z = X.shape[1], Z.shape[1]
@@ -793,7 +793,7 @@ def variant_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, *, positional: s
         Q = rope(Q, q0 + np.arange(l_x), theta)  # line 2a
         K = rope(K, np.arange(l_z), theta)  # line 2b
     V = W_v @ Z + (0 if b_v is None else b_v[:, None])  # line 3
-    if attention != "softmax":  # V10c instead of lines 4–6
+    if attention != "softmax":  # V15c instead of lines 4–6
         mask = np.asarray(mask, dtype=bool)
         if mask.all():
             return rf_attention(Q, K, V, Omega, attention, causal=False)
@@ -808,11 +808,11 @@ def variant_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, *, positional: s
 
 
 # ---------------------------------------------------------------------------------------------------
-# Algorithm V10: random-feature attention (RFA, Peng et al. 2021; Performer's FAVOR+, Choromanski et al. 2021)
+# Algorithm V15: random-feature attention (RFA, Peng et al. 2021; Performer's FAVOR+, Choromanski et al. 2021)
 
 
 def random_features(X, Omega, kind: str, query: bool = False) -> np.ndarray:
-    """Algorithm V10b: Φ ← φ(X | Ω). X (d, ℓ) one head's queries or keys, Ω (D, d) the fixed projection
+    """Algorithm V15b: Φ ← φ(X | Ω). X (d, ℓ) one head's queries or keys, Ω (D, d) the fixed projection
     (ft.random_feature_matrix). kind "performer": exp(s Ω X − ½ s² ‖X‖²)/√D (D rows); "rfa": [sin U; cos U]
     exp(½ s² ‖X‖²)/√D with U = s Ω X (2D rows); s = d^{−1/4}. query=True: each column times a positive factor
     that cancels in line 4 (performer: exp(−max_i U[i, t]) instead of the norm term; rfa: without exp(½ s² ‖x‖²))."""
@@ -831,7 +831,7 @@ def random_features(X, Omega, kind: str, query: bool = False) -> np.ndarray:
 
 
 def rf_attention(Q, K, V, Omega, kind: str, causal: bool, q0: int = 0) -> np.ndarray:
-    """Algorithm V10c, lines 1–4: Ṽ ← RFAttention(Q, K, V | Ω). causal: key t_z seen by query t_x iff
+    """Algorithm V15c, lines 1–4: Ṽ ← RFAttention(Q, K, V | Ω). causal: key t_z seen by query t_x iff
     t_z ≤ q0 + t_x, by prefix sums over the keys (lines 2′–3′, one key at a time)."""
     Pq = random_features(Q, Omega, kind, query=True)  # line 1: Φ_q ← φ(Q)
     Pk = random_features(K, Omega, kind)  # Φ_k ← φ(K)
@@ -898,7 +898,7 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
     """Algorithm V6: DTransformer with the variants. H_kv and bias=False are read off params (W_k's heads,
     absent b's); positional="rope" | "alibi" has no W_p (any length ℓ); mlp="swiglu" uses W_gate;
     mask="prefix" with prefix_len p (V7), sliding_window w (V8): line 6's Mask (decoder_mask).
-    attention="performer" | "rfa" (V10): features[l] is layer l's Ω (ft.random_feature_matrix)."""
+    attention="performer" | "rfa" (V15): features[l] is layer l's Ω (ft.random_feature_matrix)."""
     x = np.asarray(x)
     get = params.get
     l = len(x)  # line 1

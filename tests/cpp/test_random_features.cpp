@@ -1,4 +1,4 @@
-// Random-feature attention (docs/variants.md V10): cached decoding keeps an O(D·d) state per key/value head
+// Random-feature attention (docs/variants.md V15): cached decoding keeps an O(D·d) state per key/value head
 // (the cache holds only the columns of the last call) and its logits equal the full forward's; the feature map
 // against its formula; the options' checks.
 #include <cmath>

@@ -1,4 +1,4 @@
-"""attention="performer" | "rfa" (Algorithm V10 of docs/variants.md: random-feature attention, Performer's FAVOR+
+"""attention="performer" | "rfa" (Algorithm V15 of docs/variants.md: random-feature attention, Performer's FAVOR+
 and RFA's trigonometric features): the draw of Ω, the core against reference.py (float64 ≤ 1e-12, float32 ≤ 1e-5)
 in DTransformer (causal: prefix sums) and ETransformer (bidirectional), every gradient against finite differences
 and PyTorch autograd of an independent transcription (torch_variants.py: the quadratic form), the prefix sums
@@ -48,7 +48,7 @@ def e_model(kind, dtype="float64", L=2, H=2, d_e=8, D=7, l_max=160, **kw):
 
 
 # ---------------------------------------------------------------------------------------------------
-# V10a: Ω
+# V15a: Ω
 
 
 def test_performer_features_are_orthogonal_blocks_with_chi_norms():
@@ -314,7 +314,7 @@ def test_bad_feature_matrix_arguments():
 
 
 def test_speculative_decoding_refuses_random_features():
-    """Speculative decoding rolls the caches back; the folded state of V10 cannot forget: a ValueError, not a crash."""
+    """Speculative decoding rolls the caches back; the folded state of V15 cannot forget: a ValueError, not a crash."""
     rf = d_model("performer", l_max=40)
     exact = ft.DTransformer(19, 40, 2, 2, 8, 12, dtype="float64", seed=3)
     for target, draft in ((exact, rf), (rf, exact)):

@@ -40,7 +40,7 @@ def alibi_slopes(H):
 
 
 def features(X, Omega, kind):
-    """φ of V10b on (heads, d, ℓ) with no stabiliser (queries and keys alike): performer exp(ΩX s − ½ s²‖x‖²)/√D,
+    """φ of V15b on (heads, d, ℓ) with no stabiliser (queries and keys alike): performer exp(ΩX s − ½ s²‖x‖²)/√D,
     rfa [sin; cos](ΩX s) exp(½ s²‖x‖²)/√D."""
     d, D = X.shape[1], Omega.shape[0]
     s = d ** -0.25

@@ -52,7 +52,7 @@
 namespace ft {
 
 template <class T>
-struct RandomFeatures;  // random_features.hpp (V10)
+struct RandomFeatures;  // random_features.hpp (V15)
 
 // Dropout on one head's attention weights (docs/regularisation.md): line 6 becomes Ṽ ← V · Dropout(A | p, M),
 // the mask drawn from `key` at entries i0, i0+1, … (the head's block of the layer's weights); Ad: [l_z,l_x]
@@ -187,8 +187,8 @@ struct MHAttentionCache {
     const ParamStore<T>* store = nullptr;  // the parameters of the forward (tiled: a score bias in materialize_weights)
     mutable bool weights_ready = true;  // A (and drop.keep) hold the last forward's weights
     const MHAttention<T>* unit = nullptr;  // the attention that ran it (tiled: materialize_weights)
-    // Random-feature attention (V10, random_features.hpp) instead of lines 4–6: no A either; lse holds each
-    // query column's normaliser n (V10c line 4) instead of λ, and Y^h the saved Ṽ.
+    // Random-feature attention (V15, random_features.hpp) instead of lines 4–6: no A either; lse holds each
+    // query column's normaliser n (V15c line 4) instead of λ, and Y^h the saved Ṽ.
     bool rf = false;
     // A (and with dropout drop.keep) as a literal forward leaves them: rebuilt after a tiled forward
     void ensure_weights() const {
@@ -209,7 +209,7 @@ struct KVCache {
     Matrix<T> V;  // [H_kv·d_mid,  capacity]
     index_t len = 0;    // cached columns
     index_t start = 0;  // absolute position of column 0: > 0 once a sliding window (V9) dropped older keys
-    // Random-feature attention (V10): the keys before column 0 folded into S = Σ v φ(k)ᵀ, z = Σ φ(k) per
+    // Random-feature attention (V15): the keys before column 0 folded into S = Σ v φ(k)ᵀ, z = Σ φ(k) per
     // key/value head ([H_kv·d_mid·M], [H_kv·M]); K, V then hold only the last appended columns: O(D·d) per head.
     std::vector<T> rf_S, rf_z;
 };
@@ -269,7 +269,7 @@ public:
     index_t H_kv = 0;
     PositionPart<T> position;
     index_t kv_head(index_t h) const { return h / (H / H_kv); }
-    // V10 (var.kernel Performer or RFA): the fixed random projection Ω every head shares, and whether the mask
+    // V15 (var.kernel Performer or RFA): the fixed random projection Ω every head shares, and whether the mask
     // is the causal one (else bidirectional: the only masks the prefix-sum form has); null: Algorithm 4
     std::shared_ptr<const RandomFeatures<T>> features;
     bool rf_causal = false;

@@ -78,7 +78,7 @@ struct AttnVariant {
     std::string position = "none";    // a registered position part: "rope" (V1), "alibi" (V2); "none"
     double rope_theta = 10000.0;      // V1's θ
     AttnImpl impl = AttnImpl::Auto;   // lines 4–6 as printed or tiled (variants.hpp AttnImpl)
-    // lines 4–6 estimated with random features (V10, random_features.hpp): D = n_features rows of Ω, drawn
+    // lines 4–6 estimated with random features (V15, random_features.hpp): D = n_features rows of Ω, drawn
     // from feature_seed and the attention's name; Softmax: the listing
     AttnKernel kernel = AttnKernel::Softmax;
     index_t n_features = 0;

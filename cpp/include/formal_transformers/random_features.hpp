@@ -1,23 +1,23 @@
-// Algorithm V10 (random-feature attention, docs/variants.md): Algorithm 4's lines 4–6 replaced by a kernel
+// Algorithm V15 (random-feature attention, docs/variants.md): Algorithm 4's lines 4–6 replaced by a kernel
 // estimate with D random features, linear in ℓ (Peng et al. 2021, "Random Feature Attention" (RFA);
 // Choromanski et al. 2021, "Rethinking Attention with Performers" (FAVOR+)). cpp/src/variants/random_features.cpp
 // holds the forward and backward side by side.
 //
-// Algorithm V10a: Ω ← DrawFeatures(D, d | seed, kind)
+// Algorithm V15a: Ω ← DrawFeatures(D, d | seed, kind)
 //   1  for each block of d rows (the last one: D mod d rows):  G ~ N(0, 1)^{d×d};  B ← the Gram–Schmidt
 //      orthonormal rows of G  (kind "performer": orthogonal features; kind "rfa": B ← G, independent draws)
 //   2  performer: each row ω_i ← B[i, :] · ‖g_i‖, g_i ~ N(0, I_d)  (norms chi-distributed with d degrees of
 //      freedom, so each ω_i ~ N(0, I_d) marginally)
 //   3  return Ω = [ω_1, …, ω_D]ᵀ ∈ R^{D×d}                       [[fixed, not trained; redrawn from the seed]]
 //
-// Algorithm V10b: Φ ← φ(X | Ω, kind)   X ∈ R^{d×ℓ} (one head's queries or keys), s = d^{−1/4}
+// Algorithm V15b: Φ ← φ(X | Ω, kind)   X ∈ R^{d×ℓ} (one head's queries or keys), s = d^{−1/4}
 //   performer (positive features, FAVOR+):  U ← s Ω X − ½ s² 1 ‖X‖²ᵀ;  Φ ← exp(U)/√D            ∈ R^{D×ℓ}
 //   rfa (trigonometric features):           U ← s Ω X;  Φ ← [sin U; cos U] diag(exp(½ s² ‖X‖²))/√D  ∈ R^{2D×ℓ}
 //   So E[φ(q)ᵀφ(k)] = exp(qᵀk/√d): φ(Q)ᵀφ(K) estimates the numerators of softmax(S/√d_attn).
 //   For queries a positive factor c_t per column cancels in line 5 below; the core uses it to keep exp()
 //   in range: performer, Φ[:, t] ← exp(U[:, t] − max_i U[i, t])/√D; rfa, the factor exp(½ s² ‖x_t‖²) dropped.
 //
-// Algorithm V10c: Ṽ ← RFAttention(Q, K, V | Ω, Mask)     replaces Algorithm 4's lines 4–6
+// Algorithm V15c: Ṽ ← RFAttention(Q, K, V | Ω, Mask)     replaces Algorithm 4's lines 4–6
 //   1  Φ_q ← φ(Q), Φ_k ← φ(K)                             [[∈ R^{M×ℓ_x}, R^{M×ℓ_z}; M = D or 2D]]
 //   bidirectional (Mask ≡ 1):
 //   2  S ← V Φ_kᵀ,  z ← Φ_k 1                             [[∈ R^{d_v×M}, R^M: O(ℓ D d) work]]
@@ -48,7 +48,7 @@
 
 namespace ft {
 
-// The fixed random projection Ω of one attention: D rows of dimension d (Algorithm V10a).
+// The fixed random projection Ω of one attention: D rows of dimension d (Algorithm V15a).
 template <class T>
 struct RandomFeatures {
     AttnKernel kind = AttnKernel::Performer;
@@ -58,13 +58,13 @@ struct RandomFeatures {
     index_t M() const { return kind == AttnKernel::RFA ? 2 * D : D; }
 };
 
-// V10a: Ω drawn from `seed` and the attention's name (its parameter prefix, e.g. "layers.0.attn."), so every
+// V15a: Ω drawn from `seed` and the attention's name (its parameter prefix, e.g. "layers.0.attn."), so every
 // layer draws its own features and the same seed redraws the same ones. ValueError: D < 1, d < 1, kind Softmax.
 template <class T>
 RandomFeatures<T> draw_random_features(AttnKernel kind, index_t D, index_t d, std::uint64_t seed,
                                        const std::string& name);
 
-// V10b on the columns of X:[d, n] -> Phi:[M, n]; query = true applies the queries' stabiliser (see above).
+// V15b on the columns of X:[d, n] -> Phi:[M, n]; query = true applies the queries' stabiliser (see above).
 template <class T>
 void random_feature_map(const RandomFeatures<T>& f, CMatView<T> X, bool query, MatView<T> Phi);
 // dX += (∂Φ/∂X)ᵀ dPhi (Ω fixed), given X and its Phi.
@@ -80,7 +80,7 @@ struct FeatureState {
     T* z = nullptr;
 };
 
-// V10c for one head of one sequence: Q:[d, l_x], K:[d, l_z], V:[d_v, l_z] -> Vt:[d_v, l_x] and n:[l_x] (the
+// V15c for one head of one sequence: Q:[d, l_x], K:[d, l_z], V:[d_v, l_z] -> Vt:[d_v, l_x] and n:[l_x] (the
 // normalisers, kept for the backward). causal: key t visible to query column j iff t ≤ q0 + j (keys of the
 // state `s0`, when given, are before every key of K). Runs on the calling thread (one-thread BLAS calls).
 template <class T>

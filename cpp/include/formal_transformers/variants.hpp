@@ -49,7 +49,7 @@ enum class AttnImpl { Auto, Literal, Tiled };
 // (measured on the baby GPT shape's training step, docs/design.md "Tiled attention").
 constexpr index_t kTiledFromLength = 256;
 // What Algorithm 4's lines 4–6 compute (API.md `attention`): Softmax, the listing (exactly, literal or tiled);
-// Performer or RFA, V10's estimate of it with random features (random_features.hpp: positive orthogonal
+// Performer or RFA, V15's estimate of it with random features (random_features.hpp: positive orthogonal
 // features, FAVOR+; trigonometric features, RFA), linear in ℓ.
 enum class AttnKernel { Softmax, Performer, RFA };
 

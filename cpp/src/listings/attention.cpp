@@ -259,7 +259,7 @@ MHAttention<T>::MHAttention(index_t H_, index_t d_x_, index_t d_z_, index_t d_at
     if (var.impl == AttnImpl::Tiled && !tiled_parts())
         throw ValueError("attention_impl 'tiled': the position part '" + var.position +
                          "' has no tiled form (its score bias must be added tile by tile); use 'literal' or 'auto'");
-    if (var.kernel != AttnKernel::Softmax) {  // V10: lines 4–6 by random features (random_features.hpp)
+    if (var.kernel != AttnKernel::Softmax) {  // V15: lines 4–6 by random features (random_features.hpp)
         const std::string kname = var.kernel == AttnKernel::Performer ? "performer" : "rfa";
         if (var.n_features < 1)
             throw ValueError("n_features = " + std::to_string(var.n_features) +
@@ -360,7 +360,7 @@ void MHAttention<T>::heads(const ParamStore<T>& store, CMatView<T> Q, const Seqs
     c.tiled = use_tiled(sz.max_len());
     c.rf = bool(features);
     if (c.rf) {
-        // V10c (random_features.hpp) on each block: Y^h and the normalisers n, no ℓ_z×ℓ_x matrix; decoding
+        // V15c (random_features.hpp) on each block: Y^h and the normalisers n, no ℓ_z×ℓ_x matrix; decoding
         // (state): the keys folded into the cache's S, z come before K's columns
         if (c.drop.active()) throw ValueError("attn_dropout: random-feature attention has no weights to drop");
         c.A.clear();
@@ -475,7 +475,7 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
     // d(lines 1–3): Algorithm 4's lines 6, 5, 4 backward per (sequence, key/value head g) block; the query
     // heads of a group run in turn, so dK^g and dV^g sum their contributions (V3) without a race
     const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid), group = H / H_kv;
-    if (c.rf) {  // V10c backward per head (random_features.hpp): Φ recomputed from Q, K; Ω fixed
+    if (c.rf) {  // V15c backward per head (random_features.hpp): Φ recomputed from Q, K; Ω fixed
         for_blocks(
             sx.count(), H_kv, work * group,
             [&](index_t b, index_t g) {
@@ -580,7 +580,7 @@ template <class T>
 void MHAttention<T>::append_kv(const ParamStore<T>& store, CMatView<T> Z, KVCache<T>& cache) const {
     const index_t w = mask.window();
     const index_t rows_k = H_kv * d_attn, rows_v = H_kv * d_mid;
-    if (features) {  // V10: the cached columns folded into S, z (per key/value head), then dropped
+    if (features) {  // V15: the cached columns folded into S, z (per key/value head), then dropped
         const index_t M = features->M();
         if (cache.rf_S.empty()) {
             cache.rf_S.assign(std::size_t(H_kv * d_mid * M), T(0));
@@ -649,7 +649,7 @@ void MHAttention<T>::attend_cached(const ParamStore<T>& store, CMatView<T> X, in
 template <class T>
 void MHAttention<T>::materialize_weights(const MHAttentionCache<T>& c) const {
     if (c.weights_ready) return;
-    if (c.rf) {  // V10: the weights the estimator puts on each key, Mask ⊙ φ(k)ᵀφ(q) / n
+    if (c.rf) {  // V15: the weights the estimator puts on each key, Mask ⊙ φ(k)ᵀφ(q) / n
         FT_CHECK(index_t(c.A_off.size()) == c.sx.count() * H + 1, "attention weights: no forward to rebuild");
         c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));
         for (index_t b = 0; b < c.sx.count(); ++b)

@@ -483,7 +483,7 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
     if (c.positional == Positional::Rope && c.d_attn % 2 != 0)
         throw ValueError("positional='rope' rotates pairs of rows: d_attn (the head size) must be even, got " +
                          std::to_string(c.d_attn));
-    if (c.attention != AttnKernel::Softmax) {  // V10 (random_features.hpp)
+    if (c.attention != AttnKernel::Softmax) {  // V15 (random_features.hpp)
         const std::string k = c.attention == AttnKernel::Performer ? "'performer'" : "'rfa'";
         if (c.n_features == 0)  // None: ⌈d_attn ln d_attn⌉, at least d_attn (Performer's D = Θ(d log d))
             c.n_features = std::max<index_t>(c.d_attn, index_t(std::ceil(double(c.d_attn) * std::log(double(c.d_attn)))));

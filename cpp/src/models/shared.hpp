@@ -49,7 +49,7 @@ inline AttnVariant attn_variant(const ModelConfig& c, bool positional) {
     if (positional) v.position = position_name(c.positional);
     v.rope_theta = c.rope_theta;
     v.impl = c.attention_impl;
-    v.kernel = c.attention;  // V10
+    v.kernel = c.attention;  // V15
     v.n_features = c.n_features;
     v.feature_seed = c.feature_seed;
     return v;

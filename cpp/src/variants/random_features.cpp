@@ -1,4 +1,4 @@
-// Algorithm V10 (random-feature attention; random_features.hpp quotes the listings V10a–V10c): the draw of Ω,
+// Algorithm V15 (random-feature attention; random_features.hpp quotes the listings V15a–V15c): the draw of Ω,
 // the feature map φ, and attention as φ(Q)(φ(K)ᵀV) normalised, bidirectional and causal, forward and
 // backward side by side. Every product is one single-thread BLAS call (gemm_unsplit): the kernel runs on the
 // calling thread and MHAttention runs heads in parallel (as the tiled kernel, docs/design.md "Threads").
@@ -85,7 +85,7 @@ T* zeroed(std::vector<T>& v, index_t n) {
 }
 }  // namespace
 
-// ===================================== Algorithm V10a ==================================================
+// ===================================== Algorithm V15a ==================================================
 template <class T>
 RandomFeatures<T> draw_random_features(AttnKernel kind, index_t D, index_t d, std::uint64_t seed,
                                        const std::string& name) {
@@ -133,7 +133,7 @@ RandomFeatures<T> draw_random_features(AttnKernel kind, index_t D, index_t d, st
     return f;
 }
 
-// ===================================== Algorithm V10b ==================================================
+// ===================================== Algorithm V15b ==================================================
 template <class T>
 void random_feature_map(const RandomFeatures<T>& f, CMatView<T> X, bool query, MatView<T> Phi) {
     FT_CHECK(X.rows == f.d && Phi.rows == f.M() && Phi.cols == X.cols, "random_feature_map: shapes do not conform");
@@ -194,7 +194,7 @@ void random_feature_map_backward(const RandomFeatures<T>& f, CMatView<T> X, CMat
     }
 }
 
-// ===================================== Algorithm V10c ==================================================
+// ===================================== Algorithm V15c ==================================================
 template <class T>
 void rf_attention_head(const RandomFeatures<T>& f, CMatView<T> Q, CMatView<T> K, CMatView<T> V, bool causal,
                        index_t q0, FeatureState<T> s0, MatView<T> Vt, T* n) {

@@ -81,7 +81,7 @@ std::vector<index_t> SpeculativeInference(const DTransformer<T>& target, const D
     if (draft.cfg.attention != AttnKernel::Softmax || target.cfg.attention != AttnKernel::Softmax)
         throw ValueError(std::string("speculative decoding takes back rejected drafts from the caches; the ") +
                          (draft.cfg.attention != AttnKernel::Softmax ? "draft" : "target") +
-                         "'s attention='performer'/'rfa' folds its past tokens into a state (docs/variants.md V10) that "
+                         "'s attention='performer'/'rfa' folds its past tokens into a state (docs/variants.md V15) that "
                          "cannot forget them");
     if (!(tau >= 0) || !std::isfinite(tau)) throw ValueError("tau must be a finite number >= 0 (0 = argmax), got " + std::to_string(tau));
     check_l_gen(l_gen);
