@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "bind.hpp"
+#include "formal_transformers/random_features.hpp"
 #include "formal_transformers/units.hpp"
 
 namespace ftpy {
@@ -177,6 +178,31 @@ void register_attention(py::module_& m) {
         py::arg("l_z"), py::arg("l_x") = py::none(),
         "Mask[t_z, t_x] = [[t_z ≤ t_x]] (l_z, l_x) bool array: a token attends only to itself and earlier "
         "tokens (l_x defaults to l_z).");
+
+    // ---------------------------------------------------------------------- V15: random features
+    m.def(
+        "random_feature_matrix",
+        [](const std::string& attention, long long n_features, long long d_attn, const py::object& seed,
+           const std::string& name) {
+            ft::AttnKernel k;
+            if (attention == "performer") k = ft::AttnKernel::Performer;
+            else if (attention == "rfa") k = ft::AttnKernel::RFA;
+            else throw ft::ValueError("attention must be 'performer' or 'rfa', got '" + attention + "'");
+            if (n_features < 1)
+                throw ft::ValueError("n_features = " + std::to_string(n_features) + " must be >= 1 (the number D of random features)");
+            const index_t d = positive(d_attn, "d_attn");
+            const ft::RandomFeatures<double> f = ft::draw_random_features<double>(k, index_t(n_features), d, seed_arg(seed), name);
+            py::array_t<double> out({py::ssize_t(f.D), py::ssize_t(d)});
+            double* o = out.mutable_data();
+            for (index_t i = 0; i < f.D; ++i)
+                for (index_t c = 0; c < d; ++c) o[i * d + c] = f.Omega(std::size_t(i), std::size_t(c));
+            return out;
+        },
+        py::arg("attention"), py::arg("n_features"), py::arg("d_attn"), py::arg("seed") = 0, py::arg("name") = "",
+        "Ω (n_features, d_attn), the fixed random projection of attention='performer' (positive orthogonal features,\n"
+        "FAVOR+: Gram-Schmidt blocks, rows rescaled by chi-distributed norms) or 'rfa' (independent Gaussian rows),\n"
+        "Algorithm V15a of docs/variants.md, drawn from seed and the attention's name: a model's layer l draws it\n"
+        "with seed=feature_seed, name=f'layers.{l}.attn.'.");
 
     // ------------------------------------------------------------------------------ Algorithm 3
     using DB = Dual<BasicAttentionUnit>;

@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'PromptCache', 'RMSNorm', 'SGD', 'SpeculativeInference', 'TokenEmbedding', 'Unembedding', 'ViT', 'WordTokenizer', 'bidirectional_mask', 'blas_info', 'blas_kernel', 'check_training_options', 'chunk', 'gelu', 'get_num_threads', 'learning_rate', 'max_num_threads', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
+__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'PromptCache', 'RMSNorm', 'SGD', 'SpeculativeInference', 'TokenEmbedding', 'Unembedding', 'ViT', 'WordTokenizer', 'bidirectional_mask', 'blas_info', 'blas_kernel', 'check_training_options', 'chunk', 'gelu', 'get_num_threads', 'learning_rate', 'max_num_threads', 'random_feature_matrix', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
 class _HasParams:
     """
     Base of every object with parameters (params, grads).
@@ -535,7 +535,7 @@ class DTransformer(_HasParams):
         ...
     def __init__(self, *args, **kwargs) -> None:
         """
-        __init__(n_vocab, l_max, L, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', mlp='gelu', rope_theta=10000.0, sliding_window=None, kv_lora_rank=None, q_lora_rank=None, qk_rope_head_dim=None, mask='causal', fixnorm=False, dtype='float32')
+        __init__(n_vocab, l_max, L, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', attention='softmax', n_features=None, feature_seed=0, mlp='gelu', rope_theta=10000.0, sliding_window=None, kv_lora_rank=None, q_lora_rank=None, qk_rope_head_dim=None, mask='causal', fixnorm=False, dtype='float32')
         
         The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
         """
@@ -655,7 +655,7 @@ class ETransformer(_HasParams):
         ...
     def __init__(self, *args, **kwargs) -> None:
         """
-        __init__(n_vocab, l_max, L, H, d_e, d_mlp, d_f, *, d_attn=None, d_mid=None, positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', n_segments=0, embed_norm=False, unembed_bias=False, fixnorm=False, dtype='float32')
+        __init__(n_vocab, l_max, L, H, d_e, d_mlp, d_f, *, d_attn=None, d_mid=None, positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', attention='softmax', n_features=None, feature_seed=0, n_segments=0, embed_norm=False, unembed_bias=False, fixnorm=False, dtype='float32')
         
         The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
         """
@@ -1499,6 +1499,13 @@ def learning_rate(options: dict, step: typing.SupportsInt | typing.SupportsIndex
 def max_num_threads() -> int:
     """
     The largest n set_num_threads accepts: 4 per CPU (at least 64), within OMP_THREAD_LIMIT and, under an address-space limit (ulimit -v), half of it at one thread stack per thread.
+    """
+def random_feature_matrix(attention: str, n_features: typing.SupportsInt | typing.SupportsIndex, d_attn: typing.SupportsInt | typing.SupportsIndex, seed: typing.Any = 0, name: str = '') -> numpy.typing.NDArray[numpy.float64]:
+    """
+    Ω (n_features, d_attn), the fixed random projection of attention='performer' (positive orthogonal features,
+    FAVOR+: Gram-Schmidt blocks, rows rescaled by chi-distributed norms) or 'rfa' (independent Gaussian rows),
+    Algorithm V15a of docs/variants.md, drawn from seed and the attention's name: a model's layer l draws it
+    with seed=feature_seed, name=f'layers.{l}.attn.'.
     """
 def relu(A: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """

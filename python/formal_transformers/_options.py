@@ -23,5 +23,11 @@ def _check_options(cfg: dict, target: str) -> None:
             continue
         if k == "mask" and v in (None, "", "causal"):
             continue
+        if k == "attention" and v == "softmax":
+            continue
+        if k in ("n_features", "feature_seed") and cfg.get("attention", "softmax") == "softmax":
+            continue  # V15's options act only with attention='performer' or 'rfa'
+        if k == "attention":
+            raise ValueError(f"{target} has no equivalent of the option attention={v!r} (random-feature attention)")
         if v not in (None, False, 0, "", "none"):
             raise ValueError(f"{target} has no equivalent of the option {k}={v!r}")

@@ -366,7 +366,7 @@ def d_transformer(x, params, *, L: int, H: int, norm: str = "layer", gelu: str =
 
 def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float = 1e-5,
                   logits: bool = False, segments=None, hidden: bool = False, masks=None, rates=None,
-                  fixnorm: bool = False) -> np.ndarray:
+                  fixnorm: bool = False, attention: str = "softmax", features=None) -> np.ndarray:
     """Algorithm 9: P ← ETransformer(x | θ), BERT's encoder-only transformer (post-LN).
 
     x: 1-D token ids (possibly holding mask_token). Returns P ∈ (0,1)^{N_V×ℓ}, P[:, t] = P̂(x[t] | x̃)
@@ -376,7 +376,8 @@ def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float 
     BERT's options (beyond the listing), present when their parameters are: `W_s` (d_e, n_segments) adds
     W_s[:, segments[t]] to e_t (segments None: all 0); `gamma_e`, `beta_e`: X ← layer_norm(X | γ_e, β_e)
     after line 3; `b_u`: P = softmax(W_u X + b_u 1ᵀ). hidden=True returns X after line 9.
-    masks, rates: dropout as d_transformer (after line 3, or after BERT's embedding layer_norm)."""
+    masks, rates: dropout as d_transformer (after line 3, or after BERT's embedding layer_norm).
+    attention="performer" | "rfa" (V15): line 5's attention by random features, features[l] layer l's Ω."""
     drop = _Drop(masks, rates)
     x = np.asarray(x)
     W_e, W_p = params["W_e"], params["W_p"]
@@ -394,8 +395,15 @@ def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float 
     for i in range(L):  # line 4: for l = 1, 2, …, L do
         p = f"layers.{i}."
         _check_H(params, p + "attn.", H)
-        X = X + drop.out(p + "attn.out", mh_attention(X, X, *_W(params, p + "attn."), bidirectional_mask(l, l),
-                                                      drop.weights(p + "attn.weights")))  # line 5: X ← X + MHAttention(X | W_l, Mask ≡ 1)
+        if attention != "softmax":  # V15: MHAttention with lines 4–6 by random features
+            a = p + "attn."
+            X = X + drop.out(p + "attn.out", gqa_mhattention(
+                X, X, params[a + "W_q"], params.get(a + "b_q"), params[a + "W_k"], params.get(a + "b_k"),
+                params[a + "W_v"], params.get(a + "b_v"), params[a + "W_o"], params.get(a + "b_o"),
+                bidirectional_mask(l, l), attention=attention, Omega=features[i]))
+        else:
+            X = X + drop.out(p + "attn.out", mh_attention(X, X, *_W(params, p + "attn."), bidirectional_mask(l, l),
+                                                          drop.weights(p + "attn.weights")))  # line 5: X ← X + MHAttention(X | W_l, Mask ≡ 1)
         X = layer_norm_columns(X, params[p + "gamma1"], params[p + "beta1"], eps)  # line 6: for t: X[:, t] ← layer_norm(X[:, t] | γ_l¹, β_l¹)
         X = X + drop.out(p + "mlp.out", params[p + "W_mlp2"] @ _gelu_kind(params[p + "W_mlp1"] @ X + params[p + "b_mlp1"][:, None], gelu)
                          + params[p + "b_mlp2"][:, None])  # line 7: X ← X + W_mlp2^l GELU(W_mlp1^l X + b_mlp1^l 1ᵀ) + b_mlp2^l 1ᵀ
@@ -835,9 +843,11 @@ def alibi_bias(l_z: int, l_x: int, q0: int = 0) -> np.ndarray:
 
 
 def variant_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, *, positional: str = "none",
-                      theta: float = 10000.0, slope: float = 0.0, q0: int = 0) -> np.ndarray:
+                      theta: float = 10000.0, slope: float = 0.0, q0: int = 0, attention: str = "softmax",
+                      Omega=None) -> np.ndarray:
     """Algorithm 4 with V1's lines 2a–2b (positional="rope") or V2's line 6′ (positional="alibi", slope m_h);
-    b_* may be None (V5)."""
+    b_* may be None (V5). attention="performer" | "rfa": lines 4–6 replaced by V15c with the projection Omega
+    (the mask must be the bidirectional or the causal one)."""
     d_attn = W_q.shape[0]
     l_x, l_z = X.shape[1], Z.shape[1]
     Q = W_q @ X + (0 if b_q is None else b_q[:, None])  # line 1
@@ -846,14 +856,73 @@ def variant_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, *, positional: s
         Q = rope(Q, q0 + np.arange(l_x), theta)  # line 2a
         K = rope(K, np.arange(l_z), theta)  # line 2b
     V = W_v @ Z + (0 if b_v is None else b_v[:, None])  # line 3
+    if attention != "softmax":  # V15c instead of lines 4–6
+        mask = np.asarray(mask, dtype=bool)
+        if mask.all():
+            return rf_attention(Q, K, V, Omega, attention, causal=False)
+        if np.array_equal(mask, unidirectional_mask(l_z, l_x) if q0 == 0 else
+                          (np.arange(l_z)[:, None] <= q0 + np.arange(l_x)[None, :])):
+            return rf_attention(Q, K, V, Omega, attention, causal=True, q0=q0)
+        raise ValueError("random-feature attention takes the bidirectional or the causal mask")
     S = K.T @ Q  # line 4
     S = np.where(mask, S, -np.inf)  # line 5
     B = -slope * alibi_bias(l_z, l_x, q0) if positional == "alibi" else 0.0
     return V @ softmax(S / math.sqrt(d_attn) + B)  # line 6 (6′ with ALiBi)
 
 
+# ---------------------------------------------------------------------------------------------------
+# Algorithm V15: random-feature attention (RFA, Peng et al. 2021; Performer's FAVOR+, Choromanski et al. 2021)
+
+
+def random_features(X, Omega, kind: str, query: bool = False) -> np.ndarray:
+    """Algorithm V15b: Φ ← φ(X | Ω). X (d, ℓ) one head's queries or keys, Ω (D, d) the fixed projection
+    (ft.random_feature_matrix). kind "performer": exp(s Ω X − ½ s² ‖X‖²)/√D (D rows); "rfa": [sin U; cos U]
+    exp(½ s² ‖X‖²)/√D with U = s Ω X (2D rows); s = d^{−1/4}. query=True: each column times a positive factor
+    that cancels in line 4 (performer: exp(−max_i U[i, t]) instead of the norm term; rfa: without exp(½ s² ‖x‖²))."""
+    X = np.asarray(X, dtype=np.float64)
+    d, D = X.shape[0], Omega.shape[0]
+    s = d ** -0.25
+    U = s * (Omega @ X)  # U ← s Ω X
+    half = 0.5 * s * s * np.sum(X * X, axis=0)  # ½ s² ‖x_t‖²
+    if kind == "performer":
+        U = U - (U.max(axis=0) if query else half)[None, :]
+        return np.exp(U) / math.sqrt(D)
+    if kind == "rfa":
+        h = np.ones_like(half) if query else np.exp(half)
+        return np.concatenate([np.sin(U), np.cos(U)], axis=0) * h[None, :] / math.sqrt(D)
+    raise ValueError(f"kind must be 'performer' or 'rfa', got {kind!r}")
+
+
+def rf_attention(Q, K, V, Omega, kind: str, causal: bool, q0: int = 0) -> np.ndarray:
+    """Algorithm V15c, lines 1–4: Ṽ ← RFAttention(Q, K, V | Ω). causal: key t_z seen by query t_x iff
+    t_z ≤ q0 + t_x, by prefix sums over the keys (lines 2′–3′, one key at a time)."""
+    Pq = random_features(Q, Omega, kind, query=True)  # line 1: Φ_q ← φ(Q)
+    Pk = random_features(K, Omega, kind)  # Φ_k ← φ(K)
+    if not causal:
+        S, z = V @ Pk.T, Pk.sum(axis=1)  # line 2: S ← V Φ_kᵀ, z ← Φ_k 1
+        N, n = S @ Pq, Pq.T @ z  # line 3: N ← S Φ_q, n ← Φ_qᵀ z
+        return N / n[None, :]  # line 4: Ṽ = N diag(n)^{−1}
+    l_x, l_z = Q.shape[1], K.shape[1]
+    S, z = np.zeros((V.shape[0], Pk.shape[0])), np.zeros(Pk.shape[0])
+    out, t_z = np.empty((V.shape[0], l_x)), 0
+    for t in range(l_x):
+        while t_z < l_z and t_z <= q0 + t:  # line 2′: S_t ← S_{t−1} + v φ(k)ᵀ, z_t ← z_{t−1} + φ(k)
+            S, z = S + np.outer(V[:, t_z], Pk[:, t_z]), z + Pk[:, t_z]
+            t_z += 1
+        out[:, t] = (S @ Pq[:, t]) / (z @ Pq[:, t])  # lines 3′, 4
+    return out
+
+
+def rf_attention_quadratic(Q, K, V, Omega, kind: str, mask) -> np.ndarray:
+    """The same estimator in the quadratic form: Ṽ = V A, A = (Mask ⊙ Φ_kᵀ Φ_q) normalised per column (the
+    weights attention_weights returns for attention='performer'/'rfa'); the check of the prefix sums."""
+    Pq, Pk = random_features(Q, Omega, kind, query=True), random_features(K, Omega, kind)
+    A = np.where(mask, Pk.T @ Pq, 0.0)
+    return V @ (A / A.sum(axis=0, keepdims=True))
+
+
 def gqa_mhattention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, mask, *, positional: str = "none",
-                    theta: float = 10000.0, q0: int = 0) -> np.ndarray:
+                    theta: float = 10000.0, q0: int = 0, attention: str = "softmax", Omega=None) -> np.ndarray:
     """Algorithm V3 (grouped-query attention): W_q (H, d_attn, d_x); W_k (H_kv, d_attn, d_z), W_v (H_kv, d_mid,
     d_z); b_* None with bias=False. With RoPE/ALiBi on every head (V1/V2)."""
     H, H_kv = W_q.shape[0], W_k.shape[0]
@@ -866,7 +935,7 @@ def gqa_mhattention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, mask, *, posit
         Y.append(variant_attention(X, Z, W_q[h - 1], None if b_q is None else b_q[h - 1], W_k[g - 1],
                                    None if b_k is None else b_k[g - 1], W_v[g - 1],
                                    None if b_v is None else b_v[g - 1], mask, positional=positional, theta=theta,
-                                   slope=m[h - 1], q0=q0))  # line 3
+                                   slope=m[h - 1], q0=q0, attention=attention, Omega=Omega))  # line 3
     Y = np.concatenate(Y, axis=0)  # line 4: Y ← [Y¹; …; Y^H]
     return W_o @ Y + (0 if b_o is None else b_o[:, None])  # line 5
 
@@ -918,12 +987,14 @@ def swiglu_mlp(X_tilde, W_gate, b_gate, W_mlp1, b_mlp1, W_mlp2, b_mlp2) -> np.nd
 def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gelu: str = "exact",
                           eps: float = 1e-5, positional: str = "learned", rope_theta: float = 10000.0,
                           mlp: str = "gelu", logits: bool = False, mask: str = "causal", prefix_len: int = 0,
-                          sliding_window=None, qk_rope_head_dim=None, fixnorm: bool = False) -> np.ndarray:
+                          sliding_window=None, qk_rope_head_dim=None, fixnorm: bool = False, attention: str = "softmax",
+                          features=None) -> np.ndarray:
     """Algorithm V6: DTransformer with the variants. H_kv and bias=False are read off params (W_k's heads,
     absent b's); positional="rope" | "alibi" has no W_p (any length ℓ); mlp="swiglu" uses W_gate;
     mask="prefix" with prefix_len p (V7), sliding_window w (V8): line 6's Mask (decoder_mask);
     norm="scale": ScaleNorm (V12) with the scalar g stored as gamma1/gamma2/gamma; fixnorm: FixNorm's
-    unit-norm token embedding (V13) at line 2."""
+    unit-norm token embedding (V13) at line 2; attention="performer" | "rfa" (V15): features[l] is layer l's Ω
+    (ft.random_feature_matrix)."""
     if norm not in ("layer", "rms", "scale"):
         raise ValueError(f"norm must be 'layer', 'rms' or 'scale', got {norm!r}")
     x = np.asarray(x)
@@ -955,7 +1026,8 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
         else:
             X = X + gqa_mhattention(X_tilde, X_tilde, params[a + "W_q"], get(a + "b_q"), params[a + "W_k"],
                                     get(a + "b_k"), params[a + "W_v"], get(a + "b_v"), params[a + "W_o"],
-                                    get(a + "b_o"), M, positional=pos_attn, theta=rope_theta)  # line 6
+                                    get(a + "b_o"), M, positional=pos_attn, theta=rope_theta, attention=attention,
+                                    Omega=None if features is None else features[i])  # line 6
         X_tilde = nrm(X, p + "gamma2", p + "beta2")  # line 7
         if mlp == "swiglu":  # line 8 (V4)
             X = X + swiglu_mlp(X_tilde, params[p + "W_gate"], get(p + "b_gate"), params[p + "W_mlp1"], get(p + "b_mlp1"),

@@ -283,3 +283,34 @@ def test_prompt_cache_bad_input(tmp_path):
     with pytest.raises(TypeError, match="path"):
         cache.save(3)
     assert repr(cache).startswith("PromptCache(n_tokens=3, dtype='float64', config_hash='")
+
+
+# ------------------------------------------------------------------------------------------------------
+# models whose decoding state is not Algorithm P's pages: refused with a ValueError naming the option
+
+
+@pytest.mark.parametrize("opts, match", [
+    (dict(mask="prefix"), "prefix LM"),
+    (dict(positional="rope", bias=False, kv_lora_rank=8, qk_rope_head_dim=4), "kv_lora_rank"),
+    (dict(attention="performer", n_features=8), "random-feature"),
+])
+def test_models_without_pages_are_refused(opts, match):
+    m = ft.DTransformer(20, 16, 1, 2, 16, 32, dtype="float64", **opts)
+    prompts = [np.array([1, 2, 3]), np.array([4, 5])]
+    before = {k: np.array(v) for k, v in m.params.items()}
+    with pytest.raises(ValueError, match=match):
+        ft.DInference(3, 0.0)(prompts, m)
+    with pytest.raises(ValueError, match=match):
+        ft.DInference.prefill(prompts[0], m)
+    for k, v in m.params.items():
+        np.testing.assert_array_equal(v, before[k])
+    # one prompt at a time decodes as before
+    y = ft.DInference(3, 0.0)(prompts[0], m)
+    assert len(y) == 3 and all(0 <= int(t) < 20 for t in y)
+
+
+def test_prefix_len_is_an_option_of_one_prompt():
+    m = ft.DTransformer(20, 16, 1, 2, 16, 32, mask="prefix")
+    with pytest.raises(ValueError, match="prefix_len"):
+        ft.DInference(2, 0.0)([np.array([1, 2]), np.array([3])], m, prefix_len=1)
+    assert len(ft.DInference(2, 0.0)(np.array([1, 2, 3]), m, prefix_len=2)) == 2

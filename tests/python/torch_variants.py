@@ -39,8 +39,21 @@ def alibi_slopes(H):
     return pow2(c) + alibi_slopes(2 * c)[0::2][: H - c]
 
 
-def gqa(X, p, a, H, positional, theta):
-    """Causal self-attention with H query heads and H_kv = W_k's heads; X (d, ℓ)."""
+def features(X, Omega, kind):
+    """φ of V15b on (heads, d, ℓ) with no stabiliser (queries and keys alike): performer exp(ΩX s − ½ s²‖x‖²)/√D,
+    rfa [sin; cos](ΩX s) exp(½ s²‖x‖²)/√D."""
+    d, D = X.shape[1], Omega.shape[0]
+    s = d ** -0.25
+    U = torch.einsum("md,hdt->hmt", Omega, X) * s
+    sq = 0.5 * s * s * (X * X).sum(1, keepdim=True)
+    if kind == "performer":
+        return torch.exp(U - sq) / math.sqrt(D)
+    return torch.cat([torch.sin(U), torch.cos(U)], 1) * torch.exp(sq) / math.sqrt(D)
+
+
+def gqa(X, p, a, H, positional, theta, attention="softmax", Omega=None, causal_mask=True):
+    """Causal self-attention with H query heads and H_kv = W_k's heads; X (d, ℓ). attention="performer" |
+    "rfa": the random-feature estimate in its quadratic form, A = Mask ⊙ φ(K)ᵀφ(Q) normalised per column."""
     W_q, W_k, W_v = p[a + "W_q"], p[a + "W_k"], p[a + "W_v"]
     H_kv, d_attn, l = W_k.shape[0], W_q.shape[1], X.shape[1]
 
@@ -54,11 +67,18 @@ def gqa(X, p, a, H, positional, theta):
         Q, K = rope(Q, pos, theta), rope(K, pos, theta)
     K = K.repeat_interleave(H // H_kv, dim=0)  # each key/value head serves H/H_kv consecutive query heads
     V = V.repeat_interleave(H // H_kv, dim=0)
+    causal = pos[:, None] <= pos[None, :]
+    if attention != "softmax":
+        A = torch.einsum("hmz,hmx->hzx", features(K, Omega, attention), features(Q, Omega, attention))
+        if causal_mask:
+            A = A * causal.to(torch.float64)
+        Y = torch.einsum("hdz,hzx->hdx", V, A / A.sum(1, keepdim=True)).reshape(-1, l)
+        out = p[a + "W_o"] @ Y
+        return out if (a + "b_o") not in p else out + p[a + "b_o"][:, None]
     S = torch.einsum("hiz,hix->hzx", K, Q) / math.sqrt(d_attn)  # (H, ℓ_z, ℓ_x)
     if positional == "alibi":
         dist = (pos[None, :] - pos[:, None]).abs().to(torch.float64)  # |t_x − t_z|
         S = S - torch.tensor(alibi_slopes(H), dtype=torch.float64)[:, None, None] * dist
-    causal = pos[:, None] <= pos[None, :]
     S = S.masked_fill(~causal, float("-inf"))
     Y = torch.einsum("hdz,hzx->hdx", V, torch.softmax(S, dim=1)).reshape(-1, l)
     out = p[a + "W_o"] @ Y
@@ -71,7 +91,7 @@ def _lin(p, W, b, X):
 
 
 def d_logits(x, p, *, L, H, norm="layer", gelu="exact", eps=1e-5, positional="learned", rope_theta=10000.0,
-             mlp="gelu", fixnorm=False):
+             mlp="gelu", fixnorm=False, attention="softmax", features=None):
     ids = torch.as_tensor(np.asarray(x), dtype=torch.long)
     W_e = p["W_e"]
     if fixnorm:  # V13: every column of W_e scaled to unit length (eps inside the root)
@@ -90,7 +110,8 @@ def d_logits(x, p, *, L, H, norm="layer", gelu="exact", eps=1e-5, positional="le
 
     for l in range(L):
         q = f"layers.{l}."
-        X = X + gqa(nrm(X, q + "gamma1", q + "beta1"), p, q + "attn.", H, positional, rope_theta)
+        X = X + gqa(nrm(X, q + "gamma1", q + "beta1"), p, q + "attn.", H, positional, rope_theta, attention,
+                    None if features is None else torch.as_tensor(features[l], dtype=torch.float64))
         Xt = nrm(X, q + "gamma2", q + "beta2")
         if mlp == "swiglu":
             A = F.silu(_lin(p, q + "W_gate", q + "b_gate", Xt)) * _lin(p, q + "W_mlp1", q + "b_mlp1", Xt)

@@ -52,6 +52,9 @@
 
 namespace ft {
 
+template <class T>
+struct RandomFeatures;  // random_features.hpp (V15)
+
 // Dropout on one head's attention weights (docs/regularisation.md): line 6 becomes Ṽ ← V · Dropout(A | p, M),
 // the mask drawn from `key` at entries i0, i0+1, … (the head's block of the layer's weights); Ad: [l_z,l_x]
 // receives A ⊙ M / (1 − p) (A keeps the softmax itself, for inspection and for the backward pass).
@@ -187,6 +190,9 @@ struct MHAttentionCache {
     mutable bool weights_ready = true;  // A (and drop.keep) hold the last forward's weights
     Mask mask;  // the Mask of the last forward (the attention's own, or the call's: V7's per-call prefix lengths)
     const MHAttention<T>* unit = nullptr;  // the attention that ran it (tiled: materialize_weights)
+    // Random-feature attention (V15, random_features.hpp) instead of lines 4–6: no A either; lse holds each
+    // query column's normaliser n (V15c line 4) instead of λ, and Y^h the saved Ṽ.
+    bool rf = false;
     // A (and with dropout drop.keep) as a literal forward leaves them: rebuilt after a tiled forward
     void ensure_weights() const {
         if (!weights_ready) unit->materialize_weights(*this);
@@ -209,6 +215,9 @@ struct KVCache {
     // has no rows; the keys and values are up-projected from it when attended (MHAttention::attend_cached).
     index_t len = 0;    // cached columns
     index_t start = 0;  // absolute position of column 0: > 0 once a sliding window (V9) dropped older keys
+    // Random-feature attention (V15): the keys before column 0 folded into S = Σ v φ(k)ᵀ, z = Σ φ(k) per
+    // key/value head ([H_kv·d_mid·M], [H_kv·M]); K, V then hold only the last appended columns: O(D·d) per head.
+    std::vector<T> rf_S, rf_z;
 };
 
 template <class T>
@@ -255,7 +264,7 @@ public:
     // Whether a call whose longest key sequence is l_z runs the tiled listing (var.impl; Auto: l_z ≥
     // kTiledFromLength and tiled_parts(), else the literal listing)
     bool use_tiled(index_t l_z) const {
-        return tiled_parts() && (var.impl == AttnImpl::Tiled || (var.impl == AttnImpl::Auto && l_z >= kTiledFromLength));
+        return !features && tiled_parts() && (var.impl == AttnImpl::Tiled || (var.impl == AttnImpl::Auto && l_z >= kTiledFromLength));
     }
 
     index_t H, d_x, d_z, d_attn, d_mid, d_out;
@@ -274,6 +283,10 @@ public:
     std::shared_ptr<const LatentQKV<T>> latent;
     // The numbers the KV cache keeps per token: H_kv·(d_attn + d_mid), or with V10 d_c + d_R
     index_t cache_rows() const { return latent ? latent->cache_rows() : H_kv * (d_attn + d_mid); }
+    // V15 (var.kernel Performer or RFA): the fixed random projection Ω every head shares, and whether the mask
+    // is the causal one (else bidirectional: the only masks the prefix-sum form has); null: Algorithm 4
+    std::shared_ptr<const RandomFeatures<T>> features;
+    bool rf_causal = false;
 
 private:
     const T* bias(const ParamStore<T>& s, const VecParam& b) const { return var.bias ? s.v(b) : nullptr; }
@@ -286,7 +299,7 @@ private:
     // or with use_tiled() the tiled listing on the same HeadBlock (tiled_attention.hpp: λ in c.lse, no A).
     void heads(const ParamStore<T>& store, CMatView<T> Q, const Seqs& sx, CMatView<T> K, CMatView<T> V,
                const Seqs& sz, index_t q0, MHAttentionCache<T>& c, MatView<T> Y, const Dropout* drop,
-               std::uint64_t place) const;
+               std::uint64_t place, const KVCache<T>* state = nullptr) const;
 };
 
 }  // namespace ft

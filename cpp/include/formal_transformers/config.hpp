@@ -85,6 +85,12 @@ struct ModelConfig {
     // How every attention computes Algorithm 4's lines 4–6 (API.md attention_impl; variants.hpp AttnImpl):
     // the listing as printed, the tiled listing (tiled_attention.hpp), or Auto (tiled from kTiledFromLength on).
     AttnImpl attention_impl = AttnImpl::Auto;
+    // V15 (D, E; random_features.hpp): every attention's lines 4–6 estimated with n_features random features
+    // (0: None, resolve's default ⌈d_attn ln d_attn⌉ at least d_attn), Ω drawn from feature_seed per layer;
+    // Softmax: the listing.
+    AttnKernel attention = AttnKernel::Softmax;
+    index_t n_features = 0;
+    std::uint64_t feature_seed = 0;
 
     index_t mask_token() const { return n_vocab - 3; }
     index_t bos_token() const { return n_vocab - 2; }

@@ -88,6 +88,11 @@ struct AttnVariant {
     bool rel_bidirectional = true;
     index_t rel_buckets = 32, rel_max_distance = 128;
     double rel_init_std = 0.02;
+    // lines 4–6 estimated with random features (V15, random_features.hpp): D = n_features rows of Ω, drawn
+    // from feature_seed and the attention's name; Softmax: the listing
+    AttnKernel kernel = AttnKernel::Softmax;
+    index_t n_features = 0;
+    std::uint64_t feature_seed = 0;
 };
 // What a position part is made from: the attention's sizes and options.
 struct AttnSpec {

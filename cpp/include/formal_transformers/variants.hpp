@@ -48,6 +48,10 @@ enum class AttnImpl { Auto, Literal, Tiled };
 // Auto's threshold: the longest key sequence of a call at which the tiled listing becomes the faster one
 // (measured on the baby GPT shape's training step, docs/design.md "Tiled attention").
 constexpr index_t kTiledFromLength = 256;
+// What Algorithm 4's lines 4–6 compute (API.md `attention`): Softmax, the listing (exactly, literal or tiled);
+// Performer or RFA, V15's estimate of it with random features (random_features.hpp: positive orthogonal
+// features, FAVOR+; trigonometric features, RFA), linear in ℓ.
+enum class AttnKernel { Softmax, Performer, RFA };
 
 // Algorithm V1 on every head of X:[n_heads·d, n] in place, column j at absolute position pos[j];
 // inverse = true applies R(p)ᵀ (the backward). d even.

@@ -6,6 +6,7 @@
 
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/functions.hpp"
+#include "formal_transformers/random_features.hpp"
 #include "formal_transformers/tiled_attention.hpp"
 
 namespace ft {
@@ -272,6 +273,23 @@ MHAttention<T>::MHAttention(index_t H_, index_t d_x_, index_t d_z_, index_t d_at
     if (var.impl == AttnImpl::Tiled && !tiled_parts())
         throw ValueError("attention_impl 'tiled': the position part '" + var.position +
                          "' has no tiled form (its score bias must be added tile by tile); use 'literal' or 'auto'");
+    if (var.kernel != AttnKernel::Softmax) {  // V15: lines 4–6 by random features (random_features.hpp)
+        const std::string kname = var.kernel == AttnKernel::Performer ? "performer" : "rfa";
+        if (var.n_features < 1)
+            throw ValueError("n_features = " + std::to_string(var.n_features) +
+                             " must be >= 1 (the number D of random features of attention='" + kname + "')");
+        const std::string mn = mask.name();
+        if (mn != "bidirectional" && mn != "unidirectional")
+            throw ValueError("attention='" + kname + "' needs the bidirectional or the causal mask (prefix sums), got '" + mn + "'");
+        if (position.bias)
+            throw ValueError("attention='" + kname + "': the position part '" + var.position +
+                             "' is a score bias, which random features cannot add (use rope or a table of positions)");
+        if (var.impl == AttnImpl::Tiled)
+            throw ValueError("attention_impl 'tiled' computes attention='softmax'; attention='" + kname + "' has its own kernel");
+        rf_causal = mn == "unidirectional";
+        features = std::make_shared<const RandomFeatures<T>>(
+            draw_random_features<T>(var.kernel, var.n_features, d_attn, var.feature_seed, p));
+    }
 }
 
 template <class T>
@@ -362,11 +380,42 @@ void MHAttention<T>::project_qkv(const ParamStore<T>& store, CMatView<T> X, CMat
 template <class T>
 void MHAttention<T>::heads(const ParamStore<T>& store, CMatView<T> Q, const Seqs& sx, CMatView<T> K, CMatView<T> V,
                            const Seqs& sz, index_t q0, MHAttentionCache<T>& c, MatView<T> Y, const Dropout* drop,
-                           std::uint64_t place) const {
+                           std::uint64_t place, const KVCache<T>* state) const {
     weight_offsets(sx, sz, H, sizeof(T), c.A_off);  // (checked again for the callers that come here directly)
     c.drop.p = drop ? drop->attn : 0.0;
     const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid);
     c.tiled = use_tiled(sz.max_len());
+    c.rf = bool(features);
+    if (c.rf) {
+        // V15c (random_features.hpp) on each block: Y^h and the normalisers n, no ℓ_z×ℓ_x matrix; decoding
+        // (state): the keys folded into the cache's S, z come before K's columns
+        if (c.drop.active()) throw ValueError("attn_dropout: random-feature attention has no weights to drop");
+        c.A.clear();
+        c.A.shrink_to_fit();
+        c.Ad.clear();
+        c.drop.keep.clear();
+        c.sx = sx, c.sz = sz, c.q0 = q0, c.store = &store;
+        c.unit = this;
+        c.weights_ready = false;
+        c.lse.resize(std::size_t(check_bytes(checked_mul(H, Q.cols, "attention normalisers"), sizeof(T),
+                                             "attention normalisers")));
+        const index_t M = features->M();
+        for_blocks(
+            sx.count(), H, work,
+            [&](index_t b, index_t h) {
+                const index_t g = kv_head(h);
+                FeatureState<T> s0;
+                if (state && !state->rf_S.empty())
+                    s0 = {const_cast<T*>(state->rf_S.data()) + g * d_mid * M, const_cast<T*>(state->rf_z.data()) + g * M};
+                rf_attention_head<T>(*features, Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                                     K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                                     V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), rf_causal, q0, s0,
+                                     Y.rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
+                                     c.lse.data() + h * Q.cols + sx.begin(b));
+            },
+            true);
+        return;
+    }
     if (c.tiled) {
         // Algorithm T (tiled_attention.hpp) on each block: Y^h and λ, no ℓ_z×ℓ_x matrix; the same parts (mask,
         // score bias) tile by tile; dropout draws the entries of the same masks (keyed by the entry's index in A)
@@ -453,7 +502,24 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
     // d(lines 1–3): Algorithm 4's lines 6, 5, 4 backward per (sequence, key/value head g) block; the query
     // heads of a group run in turn, so dK^g and dV^g sum their contributions (V3) without a race
     const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid), group = H / H_kv;
-    if (c.tiled) {  // Algorithm T2 per head: the weights recomputed tile by tile from λ (a tiled score bias has
+    if (c.rf) {  // V15c backward per head (random_features.hpp): Φ recomputed from Q, K; Ω fixed
+        for_blocks(
+            sx.count(), H_kv, work * group,
+            [&](index_t b, index_t g) {
+                for (index_t h = g * group; h < (g + 1) * group; ++h)
+                    rf_attention_head_backward<T>(
+                        *features, Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                        K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                        V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), rf_causal, c.q0,
+                        CMatView<T>(view(c.Y)).rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
+                        c.lse.data() + h * X.cols + sx.begin(b),
+                        CMatView<T>(dY).rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
+                        dQ.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                        dK.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                        dV.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)));
+            },
+            true);
+    } else if (c.tiled) {  // Algorithm T2 per head: the weights recomputed tile by tile from λ (a tiled score bias has
                     // no parameters: nothing for its backward)
         for_blocks(
             sx.count(), H_kv, work * group,
@@ -546,6 +612,22 @@ void MHAttention<T>::append_kv(const ParamStore<T>& store, CMatView<T> Z, KVCach
     const index_t w = mask.window();
     // V10: K keeps the latent [Ĉ_KV; K_R] of each token, V nothing
     const index_t rows_k = latent ? latent->cache_rows() : H_kv * d_attn, rows_v = latent ? 0 : H_kv * d_mid;
+    if (features) {  // V15: the cached columns folded into S, z (per key/value head), then dropped
+        const index_t M = features->M();
+        if (cache.rf_S.empty()) {
+            cache.rf_S.assign(std::size_t(H_kv * d_mid * M), T(0));
+            cache.rf_z.assign(std::size_t(H_kv * M), T(0));
+        }
+        if (cache.len > 0) {
+            CMatView<T> K = CMatView<T>(view(cache.K)).cols_range(0, cache.len);
+            CMatView<T> V = CMatView<T>(view(cache.V)).cols_range(0, cache.len);
+            for (index_t g = 0; g < H_kv; ++g)
+                rf_fold<T>(*features, K.rows_range(g * d_attn, d_attn), V.rows_range(g * d_mid, d_mid),
+                           FeatureState<T>{cache.rf_S.data() + g * d_mid * M, cache.rf_z.data() + g * M});
+            cache.start += cache.len;
+            cache.len = 0;
+        }
+    }
     if (w > 0 && cache.len > w - 1 && cache.len + Z.cols > 2 * w) {
         // V9, the rolling cache of a sliding window: the first new query (position start + len) reads keys
         // from position start + len − w + 1 on, so only the last w − 1 columns are kept (moved to the front;
@@ -607,7 +689,7 @@ void MHAttention<T>::attend_cached(const ParamStore<T>& store, CMatView<T> X, in
     if (position.qk)  // queries at q0, q0 + 1, … (V1 line 2a)
         position.qk->forward(Q, QKTransform<T>::Role::Query, H, Seqs::single(n), q0);
     CMatView<T> K = CMatView<T>(view(cache.K)).cols_range(0, lz), V = CMatView<T>(view(cache.V)).cols_range(0, lz);
-    heads(store, Q, Seqs::single(n), K, V, Seqs::single(lz), q_rel, s, Y, nullptr, 0);  // Alg 5 lines 1–3
+    heads(store, Q, Seqs::single(n), K, V, Seqs::single(lz), q_rel, s, Y, nullptr, 0, &cache);  // Alg 5 lines 1–3
     if (accumulate)
         affine_add<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // Alg 5 line 4 (into the residual stream)
     else
@@ -617,6 +699,19 @@ void MHAttention<T>::attend_cached(const ParamStore<T>& store, CMatView<T> X, in
 template <class T>
 void MHAttention<T>::materialize_weights(const MHAttentionCache<T>& c) const {
     if (c.weights_ready) return;
+    if (c.rf) {  // V15: the weights the estimator puts on each key, Mask ⊙ φ(k)ᵀφ(q) / n
+        FT_CHECK(index_t(c.A_off.size()) == c.sx.count() * H + 1, "attention weights: no forward to rebuild");
+        c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));
+        for (index_t b = 0; b < c.sx.count(); ++b)
+            for (index_t h = 0; h < H; ++h) {
+                const index_t g = kv_head(h), off = c.A_off[std::size_t(b * H + h)];
+                rf_attention_weights<T>(*features, c.Qv.rows_range(h * d_attn, d_attn).cols_range(c.sx.begin(b), c.sx.len(b)),
+                                        c.Kv.rows_range(g * d_attn, d_attn).cols_range(c.sz.begin(b), c.sz.len(b)),
+                                        rf_causal, c.q0, MatView<T>(c.A.data() + off, c.sz.len(b), c.sx.len(b)));
+            }
+        c.weights_ready = true;
+        return;
+    }
     FT_CHECK(c.tiled && index_t(c.A_off.size()) == c.sx.count() * H + 1, "attention weights: no forward to rebuild");
     const Seqs &sx = c.sx, &sz = c.sz;
     c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));

@@ -41,10 +41,23 @@ void PromptKV<T>::check(const DTransformer<T>& model) const {
     }
 }
 
+// Algorithm P's pages hold each head's keys and values, made by Algorithm 4's W_k, W_v: latent attention (V10,
+// whose cache is the latent) and random-feature attention (V15, whose state is a running sum) decode one prompt
+// at a time (DInference), not here yet.
+void check_paged_model(const ModelConfig& c, const char* what) {
+    if (c.kv_lora_rank > 0)
+        throw ValueError(std::string(what) + " of a latent-attention model (kv_lora_rank) is not supported: decode each "
+                         "prompt with DInference(...)(x, model)");
+    if (c.attention != AttnKernel::Softmax)
+        throw ValueError(std::string(what) + " of a random-feature-attention model (attention='performer'/'rfa') is not "
+                         "supported: decode each prompt with DInference(...)(x, model)");
+}
+
 template <class T>
 PromptKV<T> prefill(const DTransformer<T>& model, const index_t* x, index_t l) {
     if (model.cfg.mask == ModelConfig::MaskKind::Prefix)
         throw ValueError("prompt caches of a prefix LM (mask='prefix') are not supported: decode it with prefix_len");
+    check_paged_model(model.cfg, "prompt caches");
     const ModelConfig& c = model.cfg;
     validate(Tokens{x, Seqs::single(l)}, c.n_vocab, c.l_max, "x");  // 1 ≤ ℓ ≤ ℓ_max, ids in range
     PromptKV<T> r;
@@ -279,6 +292,7 @@ std::vector<std::vector<index_t>> DInferenceBatch(DTransformer<T>& model, const 
     if (c.mask == ModelConfig::MaskKind::Prefix)
         throw ValueError("batched decoding of a prefix LM (mask='prefix') is not supported: decode each prompt with "
                          "DInference(...)(x, model, prefix_len=p)");
+    check_paged_model(c, "batched decoding");
     if (index_t(rngs.size()) != S) throw ValueError("one random stream per prompt");
     for (index_t i = 0; i < S; ++i) {
         const PromptRef<T>& p = prompts[std::size_t(i)];

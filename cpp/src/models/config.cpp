@@ -51,6 +51,8 @@ const NameTable<ModelConfig::MaskKind> kMasks = {{"causal", ModelConfig::MaskKin
                                                   {"unidirectional", ModelConfig::MaskKind::Causal},
                                                   {"prefix", ModelConfig::MaskKind::Prefix}};
 const NameTable<AttnImpl> kAttnImpls = {{"auto", AttnImpl::Auto}, {"literal", AttnImpl::Literal}, {"tiled", AttnImpl::Tiled}};
+const NameTable<AttnKernel> kAttnKernels = {
+    {"softmax", AttnKernel::Softmax}, {"performer", AttnKernel::Performer}, {"rfa", AttnKernel::RFA}};
 
 template <class En>
 const NameTable<En>& names_of(En ModelConfig::*);
@@ -60,6 +62,7 @@ template <> const NameTable<Gelu>& names_of(Gelu ModelConfig::*) { return kGelus
 template <> const NameTable<ModelConfig::Mlp>& names_of(ModelConfig::Mlp ModelConfig::*) { return kMlps; }
 template <> const NameTable<AttnImpl>& names_of(AttnImpl ModelConfig::*) { return kAttnImpls; }
 template <> const NameTable<ModelConfig::MaskKind>& names_of(ModelConfig::MaskKind ModelConfig::*) { return kMasks; }
+template <> const NameTable<AttnKernel>& names_of(AttnKernel ModelConfig::*) { return kAttnKernels; }
 
 template <class P>
 constexpr bool is_enum_member = false;
@@ -69,7 +72,7 @@ constexpr bool is_enum_member<En ModelConfig::*> = std::is_enum_v<En>;
 using Field = std::variant<std::nullptr_t, index_t ModelConfig::*, double ModelConfig::*, bool ModelConfig::*,
                            std::uint64_t ModelConfig::*, NormKind ModelConfig::*, Positional ModelConfig::*,
                            Gelu ModelConfig::*, ModelConfig::Mlp ModelConfig::*, AttnImpl ModelConfig::*,
-                           ModelConfig::MaskKind ModelConfig::*>;
+                           ModelConfig::MaskKind ModelConfig::*, AttnKernel ModelConfig::*>;
 
 struct OptionSpec {
     const char* name;
@@ -108,6 +111,9 @@ const std::vector<OptionSpec> kSchema = {
     {"attn_dropout", ALL, Kind::Real, &ModelConfig::attn_dropout, Check::Rate},
     {"resid_dropout", ALL, Kind::Real, &ModelConfig::resid_dropout, Check::Rate},
     {"attention_impl", ALL, Kind::Enum, &ModelConfig::attention_impl},
+    {"attention", DE, Kind::Enum, &ModelConfig::attention},
+    {"n_features", DE, Kind::AutoSize, &ModelConfig::n_features},
+    {"feature_seed", DE, Kind::Seed, &ModelConfig::feature_seed},
     {"mlp", D, Kind::Enum, &ModelConfig::mlp},
     {"rope_theta", D, Kind::Real, &ModelConfig::rope_theta, Check::Positive},
     {"sliding_window", D, Kind::AutoSize, &ModelConfig::sliding_window},
@@ -515,6 +521,27 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
         if (c.H_kv != c.H) throw ValueError("kv_lora_rank (latent attention) makes every head's keys: H_kv must be H");
         if (c.bias) throw ValueError("kv_lora_rank (latent attention) has no biases (DeepSeek): pass bias=False");
         if (c.sliding_window > 0) throw ValueError("kv_lora_rank (latent attention) does not combine with sliding_window");
+    }
+    if (c.attention != AttnKernel::Softmax) {  // V15 (random_features.hpp)
+        const std::string k = c.attention == AttnKernel::Performer ? "'performer'" : "'rfa'";
+        if (c.n_features == 0)  // None: ⌈d_attn ln d_attn⌉, at least d_attn (Performer's D = Θ(d log d))
+            c.n_features = std::max<index_t>(c.d_attn, index_t(std::ceil(double(c.d_attn) * std::log(double(c.d_attn)))));
+        if (c.positional == Positional::Alibi)
+            throw ValueError("attention=" + k + " cannot add ALiBi's score bias (random features have no scores): "
+                             "use positional='rope', 'learned' or 'sinusoidal'");
+        if (c.sliding_window != 0)
+            throw ValueError("attention=" + k + " needs the causal mask (prefix sums over all keys): not with sliding_window");
+        if (c.attn_dropout > 0)
+            throw ValueError("attention=" + k + " forms no attention weights to drop: attn_dropout must be 0");
+        if (c.kv_lora_rank > 0)
+            throw ValueError("attention=" + k + " does not combine with latent attention (kv_lora_rank)");
+        if (c.mask == ModelConfig::MaskKind::Prefix)
+            throw ValueError("attention=" + k + " has the causal or the bidirectional mask only: not with mask='prefix'");
+        if (c.attention_impl == AttnImpl::Tiled)
+            throw ValueError("attention_impl='tiled' computes attention='softmax'; attention=" + k + " has its own kernel");
+    } else if (c.n_features != 0) {
+        throw ValueError("n_features = " + std::to_string(c.n_features) +
+                         " is the number of random features of attention='performer' or 'rfa' (attention is 'softmax')");
     }
     check_model_size(c, arch);  // sizes.hpp: overflow-safe, before any layer is declared
     return c;

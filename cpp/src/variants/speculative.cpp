@@ -78,6 +78,11 @@ std::vector<index_t> SpeculativeInference(const DTransformer<T>& target, const D
         throw ValueError("k = " + std::to_string(k) + " must be < the draft's sliding_window = " +
                          std::to_string(draft.cfg.sliding_window) +
                          ": its rolling cache (docs/variants.md V9) cannot take back more than w − 1 drafted tokens");
+    if (draft.cfg.attention != AttnKernel::Softmax || target.cfg.attention != AttnKernel::Softmax)
+        throw ValueError(std::string("speculative decoding takes back rejected drafts from the caches; the ") +
+                         (draft.cfg.attention != AttnKernel::Softmax ? "draft" : "target") +
+                         "'s attention='performer'/'rfa' folds its past tokens into a state (docs/variants.md V15) that "
+                         "cannot forget them");
     if (!(tau >= 0) || !std::isfinite(tau)) throw ValueError("tau must be a finite number >= 0 (0 = argmax), got " + std::to_string(tau));
     check_l_gen(l_gen);
     if (draft.cfg.n_vocab != N_V)

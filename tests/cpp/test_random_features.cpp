@@ -1,0 +1,107 @@
+// Random-feature attention (docs/variants.md V15): cached decoding keeps an O(D·d) state per key/value head
+// (the cache holds only the columns of the last call) and its logits equal the full forward's; the feature map
+// against its formula; the options' checks.
+#include <cmath>
+#include <vector>
+
+#include "formal_transformers/random_features.hpp"
+#include "formal_transformers/transformers.hpp"
+#include "testing.hpp"
+
+using namespace ft;
+
+namespace {
+ModelConfig performer_like(AttnKernel kind, Positional pos, index_t l_max) {
+    ModelConfig c;
+    c.n_vocab = 11;
+    c.l_max = l_max;
+    c.L = 2;
+    c.H = 4;
+    c.H_kv = 2;
+    c.d_e = 16;
+    c.d_mlp = 12;
+    c.positional = pos;
+    c.seed = 3;
+    c.attention = kind;
+    c.n_features = 9;
+    c.feature_seed = 4;
+    return c;
+}
+void perturb(ParamStore<double>& s) {
+    for (index_t i = 0; i < s.size(); ++i) s.theta()[i] += 0.3 * std::sin(double(i) * 0.7);
+}
+}  // namespace
+
+TEST(RandomFeatures, DecodingStateEqualsTheFullForwardAndHoldsNoPastColumns) {
+    const index_t n = 150, prompt = 70;  // > 64: the chunks of the causal kernel
+    for (AttnKernel kind : {AttnKernel::Performer, AttnKernel::RFA})
+        for (Positional pos : {Positional::Learned, Positional::Rope}) {
+            DTransformer<double> m(performer_like(kind, pos, n));
+            perturb(m.store);
+            std::vector<index_t> ids(static_cast<std::size_t>(n));
+            for (index_t t = 0; t < n; ++t) ids[std::size_t(t)] = (7 * t + 3) % 11;
+            m.forward(Tokens{ids.data(), Seqs::single(n)});
+            Matrix<double> Z = Matrix<double>::from_shape({11, std::size_t(n)});
+            m.logits(view(Z));
+            DTransformer<double>::Decoder d;
+            std::vector<double> z(11);
+            m.decode(d, ids.data(), prompt, z.data());
+            for (index_t v = 0; v < 11; ++v) EXPECT_NEAR(z[std::size_t(v)], Z(v, prompt - 1), 1e-12);
+            const index_t M = kind == AttnKernel::RFA ? 18 : 9, d_attn = 4;
+            for (index_t t = prompt; t < n; ++t) {
+                m.decode(d, ids.data() + t, 1, z.data());
+                for (index_t v = 0; v < 11; ++v) EXPECT_NEAR(z[std::size_t(v)], Z(v, t), 1e-12) << "position " << t;
+                for (const auto& c : d.kv) {  // the state S, z per key/value head, and only the newest column
+                    EXPECT_EQ(c.len, 1);
+                    EXPECT_EQ(c.start + c.len, t + 1);
+                    EXPECT_EQ(index_t(c.rf_S.size()), 2 * d_attn * M);
+                    EXPECT_EQ(index_t(c.rf_z.size()), 2 * M);
+                }
+            }
+        }
+}
+
+TEST(RandomFeatures, FeatureMapIsItsFormula) {
+    const index_t d = 4, D = 6, n = 3;
+    for (AttnKernel kind : {AttnKernel::Performer, AttnKernel::RFA}) {
+        const RandomFeatures<double> f = draw_random_features<double>(kind, D, d, 7, "x");
+        Matrix<double> X = Matrix<double>::from_shape({std::size_t(d), std::size_t(n)});
+        for (index_t i = 0; i < d * n; ++i) X.data()[i] = std::cos(1.3 * double(i));
+        Matrix<double> P = Matrix<double>::from_shape({std::size_t(f.M()), std::size_t(n)});
+        random_feature_map<double>(f, view(X), false, view(P));
+        const double s = std::pow(double(d), -0.25);
+        for (index_t j = 0; j < n; ++j) {
+            double sq = 0;
+            for (index_t k = 0; k < d; ++k) sq += X(std::size_t(k), std::size_t(j)) * X(std::size_t(k), std::size_t(j));
+            for (index_t i = 0; i < D; ++i) {
+                double u = 0;
+                for (index_t k = 0; k < d; ++k) u += f.Omega(std::size_t(i), std::size_t(k)) * X(std::size_t(k), std::size_t(j));
+                u *= s;
+                if (kind == AttnKernel::Performer) {
+                    EXPECT_NEAR(P(std::size_t(i), std::size_t(j)), std::exp(u - 0.5 * s * s * sq) / std::sqrt(double(D)), 1e-14);
+                } else {
+                    const double h = std::exp(0.5 * s * s * sq) / std::sqrt(double(D));
+                    EXPECT_NEAR(P(std::size_t(i), std::size_t(j)), h * std::sin(u), 1e-14);
+                    EXPECT_NEAR(P(std::size_t(D + i), std::size_t(j)), h * std::cos(u), 1e-14);
+                }
+            }
+        }
+    }
+    EXPECT_THROW(draw_random_features<double>(AttnKernel::Performer, 0, 4, 0, ""), ValueError);
+    EXPECT_THROW(draw_random_features<double>(AttnKernel::Softmax, 4, 4, 0, ""), ValueError);
+}
+
+TEST(RandomFeatures, ConfigChecks) {
+    ModelConfig c = performer_like(AttnKernel::Performer, Positional::Alibi, 8);
+    EXPECT_THROW(resolve(c, Arch::D), ValueError);  // ALiBi: no scores to bias
+    c = performer_like(AttnKernel::Performer, Positional::Learned, 8);
+    c.sliding_window = 3;
+    EXPECT_THROW(resolve(c, Arch::D), ValueError);
+    c = performer_like(AttnKernel::Softmax, Positional::Learned, 8);
+    EXPECT_THROW(resolve(c, Arch::D), ValueError);  // n_features without random features
+    c.n_features = 0;
+    EXPECT_NO_THROW(resolve(c, Arch::D));
+    c = performer_like(AttnKernel::RFA, Positional::Learned, 8);
+    c.n_features = 0;  // None: ⌈d_attn ln d_attn⌉ = ⌈4 ln 4⌉ = 6
+    EXPECT_EQ(resolve(c, Arch::D).n_features, 6);
+}
