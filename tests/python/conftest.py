@@ -59,6 +59,26 @@ def numeric_grad(f, x: np.ndarray, h: float = 1e-6) -> np.ndarray:
     return g
 
 
+def randomize_theta(model, rng, *, skip=(), unit=("W_e",)) -> dict:
+    """Every parameter of `model` random, in place (γ ≈ 1, biases and β nonzero, the names in `unit` O(1), the
+    other matrices scaled by 1/√columns), except the names in `skip`; returns θ as float64 copies (without
+    `skip`). The variant tests' one way to leave the initialiser's special values (β = 0, γ = 1) behind."""
+    for name, view in model.params.items():
+        if name in skip:
+            continue
+        last = name.rsplit(".", 1)[-1]
+        z = rng.standard_normal(view.shape)
+        if last.startswith("gamma"):
+            view[...] = 1.0 + 0.3 * z
+        elif last.startswith(("beta", "b_")):
+            view[...] = 0.3 * z
+        elif last in unit:
+            view[...] = z
+        else:
+            view[...] = z / np.sqrt(view.shape[-1])
+    return {k: np.array(v, dtype=np.float64) for k, v in model.params.items() if k not in skip}
+
+
 def shared_data(name: str) -> pathlib.Path:
     """A file of ../shared/data (or $FT_DATA_DIR); skips the test with a message when it is absent,
     as on a user's machine."""

@@ -12,7 +12,7 @@ import pytest
 
 import formal_transformers as ft
 from formal_transformers import reference as ref
-from conftest import TOL, numeric_grad, rel_err, torch_or_skip
+from conftest import TOL, numeric_grad, randomize_theta, rel_err, torch_or_skip
 
 # ---------------------------------------------------------------------------------------------------
 # The masks of reference.py
@@ -106,19 +106,7 @@ def hp_of(opts):
 
 
 def randomize(model, rng):
-    """Every parameter random (biases and β nonzero, γ ≈ 1); returns θ as float64 copies."""
-    for name, view in model.params.items():
-        last = name.rsplit(".", 1)[-1]
-        z = rng.standard_normal(view.shape)
-        if last.startswith("gamma"):
-            view[...] = 1.0 + 0.3 * z
-        elif last.startswith(("beta", "b_")):
-            view[...] = 0.3 * z
-        elif last == "W_e":
-            view[...] = z
-        else:
-            view[...] = z / math.sqrt(view.shape[-1])
-    return {k: np.array(v, dtype=np.float64) for k, v in model.params.items()}
+    return randomize_theta(model, rng)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

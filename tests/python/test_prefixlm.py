@@ -5,14 +5,13 @@ attention; the loss counting only the predictions after the prefix; gradients ag
 cached decoding and DInference continuing after the prefix; training; bad values."""
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
 
 import formal_transformers as ft
 from formal_transformers import reference as ref
-from conftest import TOL, numeric_grad, rel_err
+from conftest import TOL, numeric_grad, randomize_theta, rel_err
 
 BASE = dict(n_vocab=19, l_max=12, L=2, H=4, d_e=24, d_mlp=20)
 OPTS = {  # name -> options (all with mask="prefix")
@@ -41,19 +40,7 @@ def hp_of(opts):
 
 
 def randomize(model, rng):
-    """Every parameter random (biases and β nonzero, γ ≈ 1); returns θ as float64 copies."""
-    for name, view in model.params.items():
-        last = name.rsplit(".", 1)[-1]
-        z = rng.standard_normal(view.shape)
-        if last.startswith("gamma"):
-            view[...] = 1.0 + 0.3 * z
-        elif last.startswith(("beta", "b_")):
-            view[...] = 0.3 * z
-        elif last == "W_e":
-            view[...] = z
-        else:
-            view[...] = z / math.sqrt(view.shape[-1])
-    return {k: np.array(v, dtype=np.float64) for k, v in model.params.items()}
+    return randomize_theta(model, rng)
 
 
 def hand_mask(l, p):

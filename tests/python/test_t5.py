@@ -6,14 +6,13 @@ choices — pre-LN blocks with RMS norm, no 1/√d_attn, gated-GELU MLP, the tie
 options of EDTransformer.)"""
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
 
 import formal_transformers as ft
 from formal_transformers import reference as ref
-from conftest import TOL, numeric_grad, rel_err
+from conftest import TOL, numeric_grad, randomize_theta, rel_err
 
 SIZES = dict(n_vocab=17, l_max=12, L_enc=2, L_dec=2, H=3, d_e=12, d_mlp=16)
 
@@ -23,19 +22,8 @@ def make(dtype="float64", seed=3, **opts):
 
 
 def randomize(model, rng):
-    """Every parameter random (biases and β nonzero, γ ≈ 1, the bias tables O(1)); returns θ as float64 copies."""
-    for name, view in model.params.items():
-        last = name.rsplit(".", 1)[-1]
-        z = rng.standard_normal(view.shape)
-        if last.startswith("gamma"):
-            view[...] = 1.0 + 0.3 * z
-        elif last.startswith(("beta", "b_")):
-            view[...] = 0.3 * z
-        elif last in ("W_e", "rel_bias"):
-            view[...] = z
-        else:
-            view[...] = z / math.sqrt(view.shape[-1])
-    return {k: np.array(v, dtype=np.float64) for k, v in model.params.items()}
+    """Every parameter random (conftest.randomize_theta), the bias tables O(1) like W_e."""
+    return randomize_theta(model, rng, unit=("W_e", "rel_bias"))
 
 
 def hp(model, **kw):

@@ -12,7 +12,7 @@ import pytest
 
 import formal_transformers as ft
 from formal_transformers import reference as ref
-from conftest import TOL, rel_err, torch_or_skip
+from conftest import TOL, randomize_theta, rel_err, torch_or_skip
 
 BASE = dict(n_vocab=19, l_max=12, L=2, H=4, d_e=24, d_mlp=20)
 OPTIONS = {
@@ -45,21 +45,8 @@ def hp_of(opts):
 
 
 def randomize(model, rng, tied=False):
-    """Every parameter random (biases and β nonzero, γ ≈ 1); returns θ as float64 copies."""
-    for name, view in model.params.items():
-        if tied and name == "W_u":
-            continue
-        last = name.rsplit(".", 1)[-1]
-        z = rng.standard_normal(view.shape)
-        if last.startswith("gamma"):
-            view[...] = 1.0 + 0.3 * z
-        elif last.startswith(("beta", "b_")):
-            view[...] = 0.3 * z
-        elif last == "W_e":
-            view[...] = z
-        else:
-            view[...] = z / math.sqrt(view.shape[-1])
-    return {k: np.array(v, dtype=np.float64) for k, v in model.params.items() if not (tied and k == "W_u")}
+    """Every parameter random (conftest.randomize_theta); W_u left alone when tied (it is W_eᵀ)."""
+    return randomize_theta(model, rng, skip=("W_u",) if tied else ())
 
 
 @pytest.fixture(scope="module")
