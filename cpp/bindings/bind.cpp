@@ -273,8 +273,8 @@ py::array ParamDict::get(const std::string& name) const {
 }
 
 std::recursive_mutex* ParamDict::owner_mutex() const {
-    if (!py::isinstance<StoreHolder>(owner_)) return nullptr;
-    return &owner_.cast<StoreHolder&>().mutex;
+    if (!py::isinstance<HasParams>(owner_)) return nullptr;
+    return &owner_.cast<HasParams&>().mutex;
 }
 
 py::array ParamDict::checked_source(const std::string& name, const py::object& value) const {

@@ -2,7 +2,7 @@
 //  * the checked input adapters: dtype -> TypeError, ndim/shape/empty -> ValueError, ids out of range ->
 //    IndexError; all checks happen before any computation, never inside an OpenMP region;
 //  * ParamDict: name -> writable numpy view of a ParamStore (zero-copy, base = the owner);
-//  * Dual<Unit>: one Python object holding the float32 or the float64 instantiation of a unit.
+//  * AnyDtype<Unit>: one Python object holding the float32 or the float64 instantiation of a unit.
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -137,11 +137,11 @@ template <class T>
 ParamDict param_views(const py::object& owner, const ft::ParamStore<T>& store, T* base);
 
 // ------------------------------------------------------------------------------------------------------
-// Every Python object with parameters derives from StoreHolder (registered in module.cpp), so generic
-// code such as the optimizers can reach its θ whatever its class: `obj.cast<StoreHolder&>()`.
+// Every Python object with parameters derives from HasParams (registered in module.cpp), so generic
+// code such as the optimizers can reach its θ whatever its class: `obj.cast<HasParams&>()`.
 using StoreRef = std::variant<ft::ParamStore<float>*, ft::ParamStore<double>*>;
-struct StoreHolder {
-    virtual ~StoreHolder() = default;
+struct HasParams {
+    virtual ~HasParams() = default;
     virtual StoreRef store_ref() = 0;
     // One call at a time per object (calls release the GIL, so two Python threads could otherwise enter
     // together). Recursive: a training hook runs between steps on the training thread and may use the
@@ -150,20 +150,20 @@ struct StoreHolder {
 };
 
 // One Python object, two instantiations. `Unit<T>` owns its ParamStore as member `store`.
-// Register as py::class_<Dual<Unit>, StoreHolder>.
+// Register as py::class_<AnyDtype<Unit>, HasParams>.
 template <template <class> class Unit>
-struct Dual : StoreHolder {
+struct AnyDtype : HasParams {
     std::variant<std::unique_ptr<Unit<float>>, std::unique_ptr<Unit<double>>> u;
 
     template <class... A>
-    explicit Dual(DType dt, A&&... args) {
+    explicit AnyDtype(DType dt, A&&... args) {
         if (dt == DType::F32)
             u = std::make_unique<Unit<float>>(std::forward<A>(args)...);
         else
             u = std::make_unique<Unit<double>>(std::forward<A>(args)...);
     }
     template <class T>
-    explicit Dual(std::unique_ptr<Unit<T>> made) : u(std::move(made)) {}
+    explicit AnyDtype(std::unique_ptr<Unit<T>> made) : u(std::move(made)) {}
     template <class F>
     decltype(auto) visit(F&& f) {
         return std::visit([&](auto& p) -> decltype(auto) { return f(*p); }, u);
@@ -238,7 +238,7 @@ struct CallLock2 {
 // Common Python surface of every unit with parameters: params, grads, zero_grad, dtype.
 template <template <class> class Unit, class PyClass>
 void def_params_api(PyClass& cls) {
-    using D = Dual<Unit>;
+    using D = AnyDtype<Unit>;
     cls.def_property_readonly(
            "params",
            [](py::object self) {

@@ -41,7 +41,7 @@ void register_common(py::module_& m) {
         }
     });
 
-    py::class_<StoreHolder>(m, "_HasParams", "Base of every object with parameters (params, grads).");
+    py::class_<HasParams>(m, "_HasParams", "Base of every object with parameters (params, grads).");
 
     py::class_<ParamDict>(m, "ParamDict",
                           "name -> numpy view of a parameter (or gradient) stored in C++ (zero-copy, writable).")

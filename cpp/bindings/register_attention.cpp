@@ -143,12 +143,12 @@ py::object weights_unit(const ft::unit::MHAttention<T>& u) {
 }
 
 template <class D>
-py::object call2(D& d, const py::handle& X, const py::handle& Z) {
+py::object call_xz(D& d, const py::handle& X, const py::handle& Z) {
     CallLock l(d.mutex);
     return d.visit([&](auto& u) -> py::object { return call_unit(u, X, Z); });
 }
 template <class D>
-py::object backward1(D& d, const py::handle& dY) {
+py::object backward_dy(D& d, const py::handle& dY) {
     CallLock l(d.mutex);
     return d.visit([&](auto& u) -> py::object { return backward_unit(u, dY); });
 }
@@ -205,8 +205,8 @@ void register_attention(py::module_& m) {
         "with seed=feature_seed, name=f'layers.{l}.attn.'.");
 
     // ------------------------------------------------------------------------------ Algorithm 3
-    using DB = Dual<BasicAttentionUnit>;
-    py::class_<DB, StoreHolder> ba(m, "BasicAttention",
+    using DB = AnyDtype<BasicAttentionUnit>;
+    py::class_<DB, HasParams> ba(m, "BasicAttention",
                       "Algorithm 3 (basic single-query attention):\n"
                       "  q = W_q e + b_q; k_t = W_k e_t + b_k; v_t = W_v e_t + b_v;\n"
                       "  α_t = softmax_t(qᵀk_t / √d_attn); ṽ = Σ_t α_t v_t.\n\n"
@@ -228,8 +228,8 @@ void register_attention(py::module_& m) {
            }),
            py::arg("d_in"), py::arg("d_attn"), py::arg("d_out"), py::kw_only(), py::arg("dtype") = "float32",
            py::arg("seed") = 0)
-        .def("__call__", &call2<DB>, py::arg("e"), py::arg("E"), "(e (d_in,), E (d_in, T)) -> ṽ (d_out,)")
-        .def("backward", &backward1<DB>, py::arg("dv"),
+        .def("__call__", &call_xz<DB>, py::arg("e"), py::arg("E"), "(e (d_in,), E (d_in, T)) -> ṽ (d_out,)")
+        .def("backward", &backward_dy<DB>, py::arg("dv"),
              "Gradient of the last call: dv (d_out,) -> (de, dE); accumulates the parameter gradients.")
         .def_property_readonly("weights", &weights_of<DB>, "α (T,) of the last call, a copy (None before any call).")
         .def_property_readonly("d_in", [](DB& d) { return d.visit([](auto& u) { return u.att.d_in; }); })
@@ -244,8 +244,8 @@ void register_attention(py::module_& m) {
     def_params_api<BasicAttentionUnit>(ba);
 
     // ------------------------------------------------------------------------------ Algorithm 4
-    using DA = Dual<AttentionUnit>;
-    py::class_<DA, StoreHolder> at(m, "Attention",
+    using DA = AnyDtype<AttentionUnit>;
+    py::class_<DA, HasParams> at(m, "Attention",
                       "Algorithm 4 (attention): Q = W_q X + b_q 1ᵀ, K = W_k Z + b_k 1ᵀ, V = W_v Z + b_v 1ᵀ,\n"
                       "  S = KᵀQ, S[t_z, t_x] = −∞ where ¬Mask[t_z, t_x], Ṽ = V · softmax(S / √d_attn)\n"
                       "  (softmax over each column, max-subtracted).\n\n"
@@ -272,9 +272,9 @@ void register_attention(py::module_& m) {
            }),
            py::arg("d_x"), py::arg("d_z"), py::arg("d_attn"), py::arg("d_out"), py::arg("mask") = "bidirectional",
            py::kw_only(), py::arg("dtype") = "float32", py::arg("seed") = 0)
-        .def("__call__", &call2<DA>, py::arg("X"), py::arg("Z") = py::none(),
+        .def("__call__", &call_xz<DA>, py::arg("X"), py::arg("Z") = py::none(),
              "(X (d_x, ℓ_x), Z (d_z, ℓ_z)) -> Ṽ (d_out, ℓ_x); Z omitted: Z = X.")
-        .def("backward", &backward1<DA>, py::arg("dY"),
+        .def("backward", &backward_dy<DA>, py::arg("dY"),
              "Gradient of the last call: dY (d_out, ℓ_x) -> (dX, dZ); accumulates the parameter gradients.")
         .def_property_readonly("weights", &weights_of<DA>,
                                "softmax(S/√d_attn) (ℓ_z, ℓ_x) of the last call: column t_x holds how much query t_x "
@@ -295,8 +295,8 @@ void register_attention(py::module_& m) {
     def_params_api<AttentionUnit>(at);
 
     // ------------------------------------------------------------------------------ Algorithm 5
-    using DM = Dual<MHAttentionUnit>;
-    py::class_<DM, StoreHolder> mh(m, "MHAttention",
+    using DM = AnyDtype<MHAttentionUnit>;
+    py::class_<DM, HasParams> mh(m, "MHAttention",
                       "Algorithm 5 (multi-head attention): for h ∈ [H]: Y^h = Attention(X, Z | W^h_qkv, Mask)\n"
                       "  (Algorithm 4); Y = [Y¹; …; Y^H]; Ṽ = W_o Y + b_o 1ᵀ.\n\n"
                       "MHAttention(H, d_x, d_z, d_attn, d_mid, d_out, mask='bidirectional', *, dtype='float32', seed=0)\n"
@@ -339,9 +339,9 @@ void register_attention(py::module_& m) {
            py::arg("mask") = "bidirectional", py::kw_only(), py::arg("dtype") = "float32", py::arg("seed") = 0,
            py::arg("H_kv") = py::none(), py::arg("bias") = true, py::arg("positional") = "none",
            py::arg("rope_theta") = 10000.0, py::arg("attention_impl") = "auto")
-        .def("__call__", &call2<DM>, py::arg("X"), py::arg("Z") = py::none(),
+        .def("__call__", &call_xz<DM>, py::arg("X"), py::arg("Z") = py::none(),
              "(X (d_x, ℓ_x), Z (d_z, ℓ_z)) -> Ṽ (d_out, ℓ_x); Z omitted: Z = X.")
-        .def("backward", &backward1<DM>, py::arg("dY"),
+        .def("backward", &backward_dy<DM>, py::arg("dY"),
              "Gradient of the last call: dY (d_out, ℓ_x) -> (dX, dZ); accumulates the parameter gradients.")
         .def_property_readonly("weights", &weights_of<DM>,
                                "softmax(S^h/√d_attn) of every head, (H, ℓ_z, ℓ_x), of the last call. A copy; None "

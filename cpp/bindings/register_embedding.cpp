@@ -115,8 +115,8 @@ void embed_backward(U& u, const py::handle& dE, index_t d_e) {
 }  // namespace
 
 void register_embedding(py::module_& m) {
-    using DT = Dual<TokenEmbeddingUnit>;
-    py::class_<DT, StoreHolder> te(m, "TokenEmbedding",
+    using DT = AnyDtype<TokenEmbeddingUnit>;
+    py::class_<DT, HasParams> te(m, "TokenEmbedding",
                       "Algorithm 1 (token embedding): e = W_e[:, v].\n\n"
                       "TokenEmbedding(n_vocab, d_e, *, dtype='float32', seed=0)\n"
                       "Hyperparameters: n_vocab (N_V), d_e.\n"
@@ -152,8 +152,8 @@ void register_embedding(py::module_& m) {
         });
     def_params_api<TokenEmbeddingUnit>(te);
 
-    using DP = Dual<PositionalEmbeddingUnit>;
-    py::class_<DP, StoreHolder> pe(m, "PositionalEmbedding",
+    using DP = AnyDtype<PositionalEmbeddingUnit>;
+    py::class_<DP, HasParams> pe(m, "PositionalEmbedding",
                       "Algorithm 2 (positional embedding): e_p = W_p[:, t].\n\n"
                       "PositionalEmbedding(l_max, d_e, kind='learned', *, base=None, dtype='float32', seed=0)\n"
                       "Hyperparameters: l_max (ℓ_max), d_e, kind, base.\n"

@@ -74,11 +74,11 @@ std::string path_str(const py::object& path) {
 bool is_integer(const py::handle& v) {
     return py::isinstance<py::int_>(v) || py::isinstance(v, py::module_::import("numpy").attr("integer"));
 }
-Dual<ft::DTransformer>& dtransformer(const py::object& model, const char* who) {
-    if (!py::isinstance<Dual<ft::DTransformer>>(model))
+AnyDtype<ft::DTransformer>& dtransformer(const py::object& model, const char* who) {
+    if (!py::isinstance<AnyDtype<ft::DTransformer>>(model))
         throw ft::TypeError(std::string(who) + " needs a DTransformer, got " +
                             py::str(py::type::handle_of(model).attr("__name__")).cast<std::string>());
-    return model.cast<Dual<ft::DTransformer>&>();
+    return model.cast<AnyDtype<ft::DTransformer>&>();
 }
 struct EDInferencePy : SamplerPy {
     long long max_len = 0;
@@ -363,10 +363,10 @@ values; cache=False runs the listing literally. Sampling as DInference.)doc")
         .def(
             "__call__",
             [](EDInferencePy& self, const py::handle& z, const py::object& model) {
-                if (!py::isinstance<Dual<ft::EDTransformer>>(model))
+                if (!py::isinstance<AnyDtype<ft::EDTransformer>>(model))
                     throw ft::TypeError("EDInference needs an EDTransformer, got " +
                                         py::str(py::type::handle_of(model).attr("__name__")).cast<std::string>());
-                auto& d = model.cast<Dual<ft::EDTransformer>&>();
+                auto& d = model.cast<AnyDtype<ft::EDTransformer>&>();
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& mdl) {
                     InIds zi = in_ids(z, "z", mdl.cfg.n_vocab, false);
@@ -416,12 +416,12 @@ tokens_per_pass. seed=None: a fresh random seed.)doc")
             [](SpeculativeInferencePy& self, const py::handle& x, const py::object& target, const py::object& draft,
                bool want_stats) -> py::object {
                 for (const py::object* mo : {&target, &draft})
-                    if (!py::isinstance<Dual<ft::DTransformer>>(*mo))
+                    if (!py::isinstance<AnyDtype<ft::DTransformer>>(*mo))
                         throw ft::TypeError(std::string("SpeculativeInference needs a DTransformer as ") +
                                             (mo == &target ? "target" : "draft") + ", got " +
                                             py::str(py::type::handle_of(*mo).attr("__name__")).cast<std::string>());
-                auto& dt = target.cast<Dual<ft::DTransformer>&>();
-                auto& dd = draft.cast<Dual<ft::DTransformer>&>();
+                auto& dt = target.cast<AnyDtype<ft::DTransformer>&>();
+                auto& dd = draft.cast<AnyDtype<ft::DTransformer>&>();
                 if (dt.u.index() != dd.u.index())
                     throw ft::ValueError("the draft and the target must have the same dtype: target " + dt.dtype() + ", draft " + dd.dtype());
                 CallLock2 lock(dt.mutex, dd.mutex);  // both, in an order independent of the arguments

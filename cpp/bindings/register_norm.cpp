@@ -25,8 +25,8 @@ py::array call_norm(U& u, const py::handle& e) {
 }  // namespace
 
 void register_norm(py::module_& m) {
-    using DL = Dual<LayerNormUnit>;
-    py::class_<DL, StoreHolder> ln(m, "LayerNorm",
+    using DL = AnyDtype<LayerNormUnit>;
+    py::class_<DL, HasParams> ln(m, "LayerNorm",
                       "Algorithm 6: ê ← layer_norm(e | γ, β) = (e − m)/√(v + eps) ⊙ γ + β, per column.\n\n"
                       "Hyperparameters: d_e, eps (inside the square root; eps=0 is the listing exactly).\n"
                       "Parameters: gamma (d_e,) = 1, beta (d_e,) = 0.\n"
@@ -49,8 +49,8 @@ void register_norm(py::module_& m) {
         });
     def_params_api<LayerNormUnit>(ln);
 
-    using DR = Dual<RMSNormUnit>;
-    py::class_<DR, StoreHolder> rn(m, "RMSNorm",
+    using DR = AnyDtype<RMSNormUnit>;
+    py::class_<DR, HasParams> rn(m, "RMSNorm",
                       "Gopher's RMSnorm variant of Algorithm 6: ê = e / √(Σ e²/d_e + eps) ⊙ γ, per column.\n\n"
                       "Parameters: gamma (d_e,) = 1. Call: e (d_e,) or (d_e, ℓ) -> ê. backward(dÊ) -> dE.");
     rn.def(py::init([](long long d_e, double eps, const py::object& dtype) {

@@ -68,10 +68,10 @@ step and belong to that object. Fixed parameters (sinusoidal W_p) are never chan
         .def(
             "step",
             [](AdamPy& a, const py::object& obj, const py::object& grads, const py::object& lr) {
-                if (!py::isinstance<StoreHolder>(obj))
+                if (!py::isinstance<HasParams>(obj))
                     throw ft::TypeError("step() needs an object with parameters (a model or component), got " +
                                         py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>());
-                StoreHolder& h = obj.cast<StoreHolder&>();
+                HasParams& h = obj.cast<HasParams&>();
                 const double lr_now = lr.is_none() ? -1.0 : float_arg(lr, "lr");
                 if (!lr.is_none() && (!(lr_now >= 0) || !std::isfinite(lr_now))) throw ft::ValueError("lr must be a finite number >= 0");
                 CallLock lock(h.mutex);
@@ -106,8 +106,8 @@ step and belong to that object. Fixed parameters (sinusoidal W_p) are never chan
         .def(
             "load_state_dict",
             [](AdamPy& a, const py::object& obj, const py::dict& d) {
-                if (!py::isinstance<StoreHolder>(obj)) throw ft::TypeError("load_state_dict(obj, state): obj must have parameters");
-                StoreHolder& h = obj.cast<StoreHolder&>();
+                if (!py::isinstance<HasParams>(obj)) throw ft::TypeError("load_state_dict(obj, state): obj must have parameters");
+                HasParams& h = obj.cast<HasParams&>();
                 const long long t = int_arg(d["t"], "state['t']");
                 if (t < 0) throw ft::ValueError("state['t'] must be >= 0");
                 std::visit([&](auto* store) {
@@ -159,9 +159,9 @@ step(obj, grads=None, lr=None) as Adam.step.)doc")
         .def(
             "step",
             [](SGDPy& s, const py::object& obj, const py::object& grads, const py::object& lr) {
-                if (!py::isinstance<StoreHolder>(obj))
+                if (!py::isinstance<HasParams>(obj))
                     throw ft::TypeError("step() needs an object with parameters (a model or component)");
-                StoreHolder& h = obj.cast<StoreHolder&>();
+                HasParams& h = obj.cast<HasParams&>();
                 const double lr_now = lr.is_none() ? s.lr : float_arg(lr, "lr");
                 if (!(lr_now >= 0) || !std::isfinite(lr_now)) throw ft::ValueError("lr must be a finite number >= 0");
                 CallLock lock(h.mutex);

@@ -301,20 +301,20 @@ void register_training(py::module_& m) {
             py::arg("replicas") = py::none(), py::arg("prefix_len") = py::none(), py::arg("val_prefix_len") = py::none());
     };
     single_data(
-        "_dtraining", [](auto& mdl, auto&&... a) { ft::DTraining(mdl, a...); }, type_tag<Dual<ft::DTransformer>>{},
+        "_dtraining", [](auto& mdl, auto&&... a) { ft::DTraining(mdl, a...); }, type_tag<AnyDtype<ft::DTransformer>>{},
         "DTraining", "DTransformer");
     single_data(
-        "_etraining", [](auto& mdl, auto&&... a) { ft::ETraining(mdl, a...); }, type_tag<Dual<ft::ETransformer>>{},
+        "_etraining", [](auto& mdl, auto&&... a) { ft::ETraining(mdl, a...); }, type_tag<AnyDtype<ft::ETransformer>>{},
         "ETraining", "ETransformer");
     m.def(
         "_edtraining",
         [](const py::object& model, const py::handle& z_data, const py::handle& x_data, const py::dict& options,
            const py::object& optimizer, const py::object& hook, const py::handle& z_val, const py::handle& x_val,
            const py::object& sink, const py::object& early, const py::object& replicas) {
-            if (!py::isinstance<Dual<ft::EDTransformer>>(model))
+            if (!py::isinstance<AnyDtype<ft::EDTransformer>>(model))
                 throw ft::TypeError("EDTraining trains an EDTransformer, got " +
                                     py::str(py::type::handle_of(model).attr("__name__")).cast<std::string>());
-            auto& d = model.cast<Dual<ft::EDTransformer>&>();
+            auto& d = model.cast<AnyDtype<ft::EDTransformer>&>();
             const ft::TrainOptions o = parse_options(options);
             if (z_val.is_none() != x_val.is_none()) throw ft::ValueError("give both z_val and x_val, or neither");
             CallLock lock(d.mutex);
@@ -349,9 +349,9 @@ void register_training(py::module_& m) {
                 a.attr("setflags")(py::arg("write") = false);
                 return a;
             };
-            if (py::isinstance<Dual<ft::DTransformer>>(model)) return model.cast<Dual<ft::DTransformer>&>().visit([&](auto& m) { return flat(m.store); });
-            if (py::isinstance<Dual<ft::ETransformer>>(model)) return model.cast<Dual<ft::ETransformer>&>().visit([&](auto& m) { return flat(m.store); });
-            if (py::isinstance<Dual<ft::EDTransformer>>(model)) return model.cast<Dual<ft::EDTransformer>&>().visit([&](auto& m) { return flat(m.store); });
+            if (py::isinstance<AnyDtype<ft::DTransformer>>(model)) return model.cast<AnyDtype<ft::DTransformer>&>().visit([&](auto& m) { return flat(m.store); });
+            if (py::isinstance<AnyDtype<ft::ETransformer>>(model)) return model.cast<AnyDtype<ft::ETransformer>&>().visit([&](auto& m) { return flat(m.store); });
+            if (py::isinstance<AnyDtype<ft::EDTransformer>>(model)) return model.cast<AnyDtype<ft::EDTransformer>&>().visit([&](auto& m) { return flat(m.store); });
             throw ft::TypeError("_flat_params takes a DTransformer, ETransformer or EDTransformer");
         },
         py::arg("model"),

@@ -46,7 +46,7 @@ ft::OptionValue option_value(const py::handle& v, const std::string& name) {
 // The constructors: the sizes positionally or by name, every other option by name, dtype beside them. The
 // core's schema (ModelConfig::from_options) checks every name, type and value; the model is built without the GIL.
 template <template <class> class Unit>
-std::unique_ptr<Dual<Unit>> make_model(ft::Arch arch, const py::args& args, const py::kwargs& kwargs) {
+std::unique_ptr<AnyDtype<Unit>> make_model(ft::Arch arch, const py::args& args, const py::kwargs& kwargs) {
     const std::vector<std::string> sizes = ModelConfig::positional_names(arch);
     std::vector<ft::OptionValue> positional;
     for (std::size_t i = 0; i < args.size(); ++i)
@@ -60,7 +60,7 @@ std::unique_ptr<Dual<Unit>> make_model(ft::Arch arch, const py::args& args, cons
     }
     const ModelConfig c = ModelConfig::from_options(arch, keywords, positional);
     CoreCall nogil;
-    return std::make_unique<Dual<Unit>>(dt, c);
+    return std::make_unique<AnyDtype<Unit>>(dt, c);
 }
 
 // "__init__(n_vocab, …, *, d_attn=None, …, dtype='float32')": the schema's options with their defaults.
@@ -198,7 +198,7 @@ py::dict masks_dict(const Model& m) {
 namespace {
 template <template <class> class Unit, class PyClass>
 void def_model_common(PyClass& cls) {
-    using D = Dual<Unit>;
+    using D = AnyDtype<Unit>;
     def_params_api<Unit>(cls);
     cls.def_property_readonly("n_vocab", [](D& d) { return d.visit([](auto& m) { return m.cfg.n_vocab; }); })
         .def_property_readonly("l_max", [](D& d) { return d.visit([](auto& m) { return m.cfg.l_max; }); })
@@ -252,7 +252,7 @@ void def_model_common(PyClass& cls) {
 // The single-input surface of Algorithms 9 and 10: P = model(x), model.logits(x), attention_weights, L.
 template <template <class> class Unit, class PyClass>
 void def_single_input(PyClass& cls) {
-    using D = Dual<Unit>;
+    using D = AnyDtype<Unit>;
     if constexpr (!std::is_same_v<Unit<double>, ft::ETransformer<double>>)  // E: def_segment_inputs
     cls.def(
            "__call__",
@@ -306,7 +306,7 @@ void def_single_input(PyClass& cls) {
 // checks and converts the two inputs; `core_args` turns them into the core call's arguments (a tuple).
 template <template <class> class Unit, class PyClass, class Pair, class CoreArgs>
 void def_pair_losses(PyClass& cls, const char* a, const char* b, Pair pair, CoreArgs core_args, const char* doc) {
-    using D = Dual<Unit>;
+    using D = AnyDtype<Unit>;
     cls.def(
            "loss_and_grad",
            [pair, core_args](py::object self, const py::handle& A, const py::handle& B, bool copy) {
@@ -358,7 +358,7 @@ const index_t* ptr_or_null(const std::vector<index_t>& v) { return v.empty() ? n
 // ETransformer's inputs with segment ids: P = model(x, segments=…), logits, hidden, and the losses.
 template <class PyClass>
 void def_segment_inputs(PyClass& cls) {
-    using D = Dual<ft::ETransformer>;
+    using D = AnyDtype<ft::ETransformer>;
     // what the call returns: P (line 12), W_u X, or X after line 9
     enum class Output { Probabilities, Logits, Hidden };
     auto run = [](D& d, const py::handle& x, const py::object& segments, Output what) {
@@ -437,8 +437,8 @@ void def_segment_inputs(PyClass& cls) {
 // and Python's files with it (not a public name: ft.save / ft.load are Python's).
 template <template <class> class Unit>
 bool save_native(const py::handle& model, const std::string& path) {
-    if (!py::isinstance<Dual<Unit>>(model)) return false;
-    Dual<Unit>& d = model.cast<Dual<Unit>&>();
+    if (!py::isinstance<AnyDtype<Unit>>(model)) return false;
+    AnyDtype<Unit>& d = model.cast<AnyDtype<Unit>&>();
     CallLock lock(d.mutex);
     d.visit([&](auto& u) {
         CoreCall nogil;
@@ -455,7 +455,7 @@ py::object load_native(const std::string& path, DType dt) {
             CoreCall nogil;
             made.reset(new Unit<T>(ft::load<Unit<T>>(path)));  // the model by value, built in place
         }
-        return py::cast(std::make_unique<Dual<Unit>>(std::move(made)));
+        return py::cast(std::make_unique<AnyDtype<Unit>>(std::move(made)));
     };
     return dt == DType::F32 ? load(float{}) : load(double{});
 }
@@ -479,8 +479,8 @@ void register_transformers(py::module_& m) {
        "ft::load<ft::<arch><dtype>>(path) of the C++ API (for the tests).");
 
     // ------------------------------------------------------------------------------------------------
-    using DD = Dual<ft::DTransformer>;
-    py::class_<DD, StoreHolder> dcls(m, "DTransformer", R"doc(Algorithm 10: P ← DTransformer(x | θ) — GPT-2, a decoder-only transformer.
+    using DD = AnyDtype<ft::DTransformer>;
+    py::class_<DD, HasParams> dcls(m, "DTransformer", R"doc(Algorithm 10: P ← DTransformer(x | θ) — GPT-2, a decoder-only transformer.
 
 Pre-LN layers with causal (unidirectional) multi-head self-attention and a GELU MLP, a final layer_norm,
 and P = softmax(W_u X). Hyperparameters: n_vocab (N_V), l_max, L, H, d_e, d_mlp; keyword options
@@ -564,8 +564,8 @@ p = 0, the causal mask), and the loss counts only the predictions of x[t+1] with
         .def("__repr__", &repr_of<DD>);
 
     // ------------------------------------------------------------------------------------------------
-    using DE = Dual<ft::ETransformer>;
-    py::class_<DE, StoreHolder> ecls(m, "ETransformer", R"doc(Algorithm 9: P ← ETransformer(x | θ) — BERT, an encoder-only transformer.
+    using DE = AnyDtype<ft::ETransformer>;
+    py::class_<DE, HasParams> ecls(m, "ETransformer", R"doc(Algorithm 9: P ← ETransformer(x | θ) — BERT, an encoder-only transformer.
 
 Post-LN layers with bidirectional multi-head self-attention and a GELU MLP, then X ← GELU(W_f X + b_f 1ᵀ),
 a final layer_norm, and P = softmax(W_u X) with W_u (N_V, d_f) (the listing's N_V × d_e only type-checks
@@ -591,8 +591,8 @@ loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] o
         .def("__repr__", &repr_of<DE>);
 
     // ------------------------------------------------------------------------------------------------
-    using DED = Dual<ft::EDTransformer>;
-    py::class_<DED, StoreHolder> edcls(m, "EDTransformer", R"doc(Algorithm 8: P ← EDTransformer(z, x | θ) — the original encoder-decoder transformer.
+    using DED = AnyDtype<ft::EDTransformer>;
+    py::class_<DED, HasParams> edcls(m, "EDTransformer", R"doc(Algorithm 8: P ← EDTransformer(z, x | θ) — the original encoder-decoder transformer.
 
 Encoder: post-LN layers of bidirectional self-attention and a ReLU MLP over the context z. Decoder:
 post-LN layers of causal self-attention, cross-attention to the encoded Z, and a ReLU MLP; then

@@ -81,8 +81,8 @@ py::array gemm_py(const py::handle& Ao, const py::handle& Bo, bool transA, bool 
 }  // namespace
 
 void register_unembedding(py::module_& m) {
-    using DU = Dual<UnembeddingUnit>;
-    py::class_<DU, StoreHolder> un(m, "Unembedding",
+    using DU = AnyDtype<UnembeddingUnit>;
+    py::class_<DU, HasParams> un(m, "Unembedding",
                       "Algorithm 7 (unembedding): p = softmax(W_u e), the column softmax (max-subtracted).\n\n"
                       "Unembedding(n_vocab, d_e, *, dtype='float32', seed=0)\n"
                       "Hyperparameters: n_vocab (N_V), d_e.\n"

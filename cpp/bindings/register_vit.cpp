@@ -9,7 +9,7 @@ namespace ftpy {
 namespace {
 template <class T>
 using ViTModel = ft::ViT<T>;
-using DV = Dual<ViTModel>;
+using DV = AnyDtype<ViTModel>;
 
 // images -> a C-contiguous array of the model's dtype, checked before anything runs: a real floating-point
 // numpy-convertible array (TypeError otherwise), 4-D (B, C, H, W) with B >= 1 and (C, H, W) the model's,
@@ -74,7 +74,7 @@ py::dict grads_copy_of(ft::ParamStore<T>& store) {
 }  // namespace
 
 void register_vit(py::module_& m) {
-    py::class_<DV, StoreHolder> cls(m, "ViT", R"doc(Listing V14: P ← ViT(x | θ) — the vision transformer (Dosovitskiy et al. 2021).
+    py::class_<DV, HasParams> cls(m, "ViT", R"doc(Listing V14: P ← ViT(x | θ) — the vision transformer (Dosovitskiy et al. 2021).
 
 Images (B, C, H, W) cut into P×P patches (row by row), a linear patch embedding W_patch (d_e, C·P·P) + b_patch,
 a class token x_class and learned positions W_p (d_e, N+1), L pre-LN encoder layers (Algorithm 10's layer with

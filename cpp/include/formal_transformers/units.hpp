@@ -62,7 +62,7 @@ public:
 
 // Algorithms 1 and 2 stand alone: a table W (W_e or W_p) read at indices (token ids or positions).
 template <class T, class Layer>
-class Lookup : public Base<T> {
+class EmbeddingUnit : public Base<T> {
 public:
     // idx[0:n) -> E:[d_e, n], E[:, t] = W[:, idx[t]]; IndexError for an index outside the table (`what`
     // names the argument; null: "v" for ids, "t" for positions)
@@ -79,7 +79,7 @@ public:
 
 protected:
     template <class Make>
-    Lookup(Make make, index_t size, bool positions) : layer(make(this->store)), size_(size), positions_(positions) {}
+    EmbeddingUnit(Make make, index_t size, bool positions) : layer(make(this->store)), size_(size), positions_(positions) {}
 
 private:
     index_t size_;    // N_V or ℓ_max
@@ -90,14 +90,14 @@ private:
 
 // Algorithm 1 with θ = {W_e ~ N(0, 1)}.
 template <class T>
-class TokenEmbedding : public Lookup<T, ft::TokenEmbedding<T>> {
+class TokenEmbedding : public EmbeddingUnit<T, ft::TokenEmbedding<T>> {
 public:
     TokenEmbedding(index_t n_vocab, index_t d_e, std::uint64_t seed = 0);
 };
 
 // Algorithm 2 (kind Learned: W_p ~ N(0, 1), or Sinusoidal: the paper's fixed W_p; base ≤ 0: ℓ_max).
 template <class T>
-class PositionalEmbedding : public Lookup<T, ft::PositionalEmbedding<T>> {
+class PositionalEmbedding : public EmbeddingUnit<T, ft::PositionalEmbedding<T>> {
 public:
     PositionalEmbedding(index_t l_max, index_t d_e, Positional kind = Positional::Learned, double base = 0,
                         std::uint64_t seed = 0);
@@ -190,7 +190,7 @@ private:
 // Algorithms 4 and 5 (Layer = ft::Attention / ft::MHAttention) with W ~ N(0, 1/fan_in), biases 0.
 // Copies of the last call's X and Z and the layer's activations are kept for backward.
 template <class T, class Layer>
-class XZUnit : public Base<T> {
+class AttentionUnit : public Base<T> {
 public:
     // X:[d_x, ℓ_x], Z:[d_z, ℓ_z] (self-attention: pass X twice) -> Ṽ:[d_out, ℓ_x]. An explicit mask fixes
     // (ℓ_z, ℓ_x) exactly. `z_what` names Z in messages.
@@ -209,7 +209,7 @@ public:
 protected:
     // make(store) constructs the layer, declaring its parameters in this unit's store
     template <class Make>
-    explicit XZUnit(Make make) : att(make(this->store)) {
+    explicit AttentionUnit(Make make) : att(make(this->store)) {
         this->store.allocate();
     }
     std::conditional_t<std::is_same_v<Layer, ft::Attention<T>>, AttentionCache<T>, MHAttentionCache<T>> cache_;
@@ -219,7 +219,7 @@ protected:
 };
 
 template <class T>
-class Attention : public XZUnit<T, ft::Attention<T>> {
+class Attention : public AttentionUnit<T, ft::Attention<T>> {
 public:
     Attention(index_t d_x, index_t d_z, index_t d_attn, index_t d_out, Mask mask = Mask::bidirectional(),
               std::uint64_t seed = 0);
@@ -228,7 +228,7 @@ public:
 };
 
 template <class T>
-class MHAttention : public XZUnit<T, ft::MHAttention<T>> {
+class MHAttention : public AttentionUnit<T, ft::MHAttention<T>> {
 public:
     MHAttention(index_t H, index_t d_x, index_t d_z, index_t d_attn, index_t d_mid, index_t d_out,
                 Mask mask = Mask::bidirectional(), std::uint64_t seed = 0, const AttnVariant& v = AttnVariant());

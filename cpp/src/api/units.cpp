@@ -71,7 +71,7 @@ void init_fan_in(ParamStore<T>& store, const MatParam& W, Rng& rng) {
 
 // ---------------------------------------------------------------------------------------------- Algorithms 1, 2
 template <class T, class Layer>
-void Lookup<T, Layer>::forward(const index_t* idx, index_t n, MatView<T> E, const char* what) {
+void EmbeddingUnit<T, Layer>::forward(const index_t* idx, index_t n, MatView<T> E, const char* what) {
     check_indices(idx, n, size_, what ? what : positions_ ? "t" : "v", positions_);
     FT_CHECK(E.rows == layer.d_e && E.cols == n, "embedding output shape");
     layer.forward(this->store, idx, n, E);
@@ -80,7 +80,7 @@ void Lookup<T, Layer>::forward(const index_t* idx, index_t n, MatView<T> E, cons
 }
 
 template <class T, class Layer>
-void Lookup<T, Layer>::backward(CMatView<T> dE) {
+void EmbeddingUnit<T, Layer>::backward(CMatView<T> dE) {
     if (!called_) throw ValueError("backward() called before any forward call");
     check_input(dE, layer.d_e, "dE", "d_e");
     check_backward(dE.cols, index_t(last_.size()), "dE", "the last call embedded", positions_ ? " position(s)" : " token(s)");
@@ -88,14 +88,14 @@ void Lookup<T, Layer>::backward(CMatView<T> dE) {
 }
 
 template <class T, class Layer>
-Matrix<T> Lookup<T, Layer>::operator()(const TokenIds& idx) {
+Matrix<T> EmbeddingUnit<T, Layer>::operator()(const TokenIds& idx) {
     const index_t n = index_t(idx.size());
     Matrix<T> E = matrix<T>(layer.d_e, n);
     forward(idx.data(), n, view(E));
     return E;
 }
 template <class T, class Layer>
-Vector<T> Lookup<T, Layer>::operator()(index_t i) {
+Vector<T> EmbeddingUnit<T, Layer>::operator()(index_t i) {
     Matrix<T> E = matrix<T>(layer.d_e, 1);
     forward(&i, 1, view(E));
     return column(E);
@@ -103,7 +103,7 @@ Vector<T> Lookup<T, Layer>::operator()(index_t i) {
 
 template <class T>
 TokenEmbedding<T>::TokenEmbedding(index_t n_vocab, index_t d_e, std::uint64_t seed)
-    : Lookup<T, ft::TokenEmbedding<T>>([&](ParamStore<T>& s) { return ft::TokenEmbedding<T>(n_vocab, d_e, s); }, n_vocab,
+    : EmbeddingUnit<T, ft::TokenEmbedding<T>>([&](ParamStore<T>& s) { return ft::TokenEmbedding<T>(n_vocab, d_e, s); }, n_vocab,
                                        false) {
     this->store.allocate();
     Rng rng(seed);
@@ -112,7 +112,7 @@ TokenEmbedding<T>::TokenEmbedding(index_t n_vocab, index_t d_e, std::uint64_t se
 
 template <class T>
 PositionalEmbedding<T>::PositionalEmbedding(index_t l_max, index_t d_e, Positional kind, double base, std::uint64_t seed)
-    : Lookup<T, ft::PositionalEmbedding<T>>(
+    : EmbeddingUnit<T, ft::PositionalEmbedding<T>>(
           [&](ParamStore<T>& s) { return ft::PositionalEmbedding<T>(l_max, d_e, kind, base, s); }, l_max, true) {
     if (kind != Positional::Learned && kind != Positional::Sinusoidal)
         throw ValueError("a stand-alone PositionalEmbedding is 'learned' or 'sinusoidal' (RoPE and ALiBi live in attention)");
@@ -298,7 +298,7 @@ std::pair<Vector<T>, Matrix<T>> BasicAttention<T>::backward(const Vector<T>& dv)
 
 // ---------------------------------------------------------------------------------------------- Algorithms 4, 5
 template <class T, class Layer>
-void XZUnit<T, Layer>::forward(CMatView<T> X, CMatView<T> Z, MatView<T> Vt, const char* z_what) {
+void AttentionUnit<T, Layer>::forward(CMatView<T> X, CMatView<T> Z, MatView<T> Vt, const char* z_what) {
     check_input(X, att.d_x, "X", "d_x");
     check_input(Z, att.d_z, z_what, "d_z");
     att.mask.check(Z.cols, X.cols, 0, /*exact=*/true);  // an explicit mask fixes (l_z, l_x)
@@ -318,7 +318,7 @@ void XZUnit<T, Layer>::forward(CMatView<T> X, CMatView<T> Z, MatView<T> Vt, cons
 }
 
 template <class T, class Layer>
-void XZUnit<T, Layer>::backward(CMatView<T> dY, MatView<T> dX, MatView<T> dZ) {
+void AttentionUnit<T, Layer>::backward(CMatView<T> dY, MatView<T> dX, MatView<T> dZ) {
     if (l_x_ < 0) throw ValueError("backward() called before any forward call");
     check_input(dY, att.d_out, "dY", "d_out");
     if (dY.cols != l_x_)
@@ -334,13 +334,13 @@ void XZUnit<T, Layer>::backward(CMatView<T> dY, MatView<T> dX, MatView<T> dZ) {
 }
 
 template <class T, class Layer>
-Matrix<T> XZUnit<T, Layer>::operator()(const Matrix<T>& X, const Matrix<T>& Z) {
+Matrix<T> AttentionUnit<T, Layer>::operator()(const Matrix<T>& X, const Matrix<T>& Z) {
     Matrix<T> Vt = matrix<T>(att.d_out, index_t(X.shape(1)));
     forward(view(X), view(Z), view(Vt));
     return Vt;
 }
 template <class T, class Layer>
-std::pair<Matrix<T>, Matrix<T>> XZUnit<T, Layer>::backward(const Matrix<T>& dY) {
+std::pair<Matrix<T>, Matrix<T>> AttentionUnit<T, Layer>::backward(const Matrix<T>& dY) {
     Matrix<T> dX = matrix<T>(att.d_x, std::max<index_t>(l_x_, 0)), dZ = matrix<T>(att.d_z, std::max<index_t>(l_z_, 0));
     backward(view(dY), view(dX), view(dZ));
     return {std::move(dX), std::move(dZ)};
@@ -348,7 +348,7 @@ std::pair<Matrix<T>, Matrix<T>> XZUnit<T, Layer>::backward(const Matrix<T>& dY) 
 
 template <class T>
 Attention<T>::Attention(index_t d_x, index_t d_z, index_t d_attn, index_t d_out, Mask mask, std::uint64_t seed)
-    : XZUnit<T, ft::Attention<T>>([&](ParamStore<T>& s) { return ft::Attention<T>(d_x, d_z, d_attn, d_out, std::move(mask), s); }) {
+    : AttentionUnit<T, ft::Attention<T>>([&](ParamStore<T>& s) { return ft::Attention<T>(d_x, d_z, d_attn, d_out, std::move(mask), s); }) {
     Rng rng(seed);
     for (const MatParam* W : {&this->att.W_q, &this->att.W_k, &this->att.W_v}) init_fan_in(this->store, *W, rng);  // biases 0
 }
@@ -364,7 +364,7 @@ std::optional<Matrix<T>> Attention<T>::weights() const {
 template <class T>
 MHAttention<T>::MHAttention(index_t H, index_t d_x, index_t d_z, index_t d_attn, index_t d_mid, index_t d_out, Mask mask,
                             std::uint64_t seed, const AttnVariant& v)
-    : XZUnit<T, ft::MHAttention<T>>([&](ParamStore<T>& s) {
+    : AttentionUnit<T, ft::MHAttention<T>>([&](ParamStore<T>& s) {
           return ft::MHAttention<T>(H, d_x, d_z, d_attn, d_mid, d_out, std::move(mask), s, "", v);
       }) {
     Rng rng(seed);
@@ -388,10 +388,10 @@ std::optional<Tensor<T, 3>> MHAttention<T>::weights() const {
 
 template void check_input<float>(CMatView<float>, index_t, const char*, const char*);
 template void check_input<double>(CMatView<double>, index_t, const char*, const char*);
-template class Lookup<float, ft::TokenEmbedding<float>>;
-template class Lookup<double, ft::TokenEmbedding<double>>;
-template class Lookup<float, ft::PositionalEmbedding<float>>;
-template class Lookup<double, ft::PositionalEmbedding<double>>;
+template class EmbeddingUnit<float, ft::TokenEmbedding<float>>;
+template class EmbeddingUnit<double, ft::TokenEmbedding<double>>;
+template class EmbeddingUnit<float, ft::PositionalEmbedding<float>>;
+template class EmbeddingUnit<double, ft::PositionalEmbedding<double>>;
 template class TokenEmbedding<float>;
 template class TokenEmbedding<double>;
 template class PositionalEmbedding<float>;
@@ -404,10 +404,10 @@ template class Unembedding<float>;
 template class Unembedding<double>;
 template class BasicAttention<float>;
 template class BasicAttention<double>;
-template class XZUnit<float, ft::Attention<float>>;
-template class XZUnit<double, ft::Attention<double>>;
-template class XZUnit<float, ft::MHAttention<float>>;
-template class XZUnit<double, ft::MHAttention<double>>;
+template class AttentionUnit<float, ft::Attention<float>>;
+template class AttentionUnit<double, ft::Attention<double>>;
+template class AttentionUnit<float, ft::MHAttention<float>>;
+template class AttentionUnit<double, ft::MHAttention<double>>;
 template class Attention<float>;
 template class Attention<double>;
 template class MHAttention<float>;

@@ -13,11 +13,11 @@ using namespace models;
 // ========================================== the blocks ================================================
 // ------------------------------ Algorithm 10 lines 5–8: pre-LN decoder block ---------------------------
 template <class T>
-PreLNDecoderBlock<T>::PreLNDecoderBlock(const ModelConfig& g, Activation act, ParamStore<T>& store, const std::string& p)
-    : norm1(norm_name(g.norm), g.d_e, g.eps, store, p + "gamma1", p + "beta1"),
-      attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, decoder_mask(g), store, p + "attn.", attn_variant(g, true)),
-      norm2(norm_name(g.norm), g.d_e, g.eps, store, p + "gamma2", p + "beta2"),
-      mlp(mlp_name(g.mlp), mlp_spec(g, act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p) {}
+PreLNDecoderBlock<T>::PreLNDecoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& p)
+    : norm1(norm_name(c.norm), c.d_e, c.eps, store, p + "gamma1", p + "beta1"),
+      attn(c.H, c.d_e, c.d_e, c.d_attn, c.d_mid, c.d_e, decoder_mask(c), store, p + "attn.", attn_variant(c, true)),
+      norm2(norm_name(c.norm), c.d_e, c.eps, store, p + "gamma2", p + "beta2"),
+      mlp(mlp_name(c.mlp), mlp_spec(c, act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p) {}
 
 template <class T>
 void PreLNDecoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double s_out) const {
@@ -61,12 +61,12 @@ void PreLNDecoderBlock<T>::backward(ParamStore<T>& store, const Seqs& s, const A
 
 // ------------------- Algorithm 9 lines 5–8 = Algorithm 8 lines 5–8: post-LN encoder block ---------------
 template <class T>
-PostLNEncoderBlock<T>::PostLNEncoderBlock(const ModelConfig& g, Activation act, ParamStore<T>& store, const std::string& p)
-    : attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::bidirectional(), store, p + "attn.",
-           relative_variant(g, "enc.rel_bias", true)),
-      norm1("layer", g.d_e, g.eps, store, p + "gamma1", p + "beta1"),
-      mlp("standard", mlp_spec(g, act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p),
-      norm2("layer", g.d_e, g.eps, store, p + "gamma2", p + "beta2") {}
+PostLNEncoderBlock<T>::PostLNEncoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& p)
+    : attn(c.H, c.d_e, c.d_e, c.d_attn, c.d_mid, c.d_e, Mask::bidirectional(), store, p + "attn.",
+           relative_variant(c, "enc.rel_bias", true)),
+      norm1("layer", c.d_e, c.eps, store, p + "gamma1", p + "beta1"),
+      mlp("standard", mlp_spec(c, act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p),
+      norm2("layer", c.d_e, c.eps, store, p + "gamma2", p + "beta2") {}
 
 template <class T>
 void PostLNEncoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double s_out) const {
@@ -108,15 +108,15 @@ void PostLNEncoderBlock<T>::backward(ParamStore<T>& store, CMatView<T> X, const 
 
 // ---------------- Algorithm 8 lines 14–19: post-LN decoder block with cross-attention -------------------
 template <class T>
-PostLNDecoderBlock<T>::PostLNDecoderBlock(const ModelConfig& g, ParamStore<T>& store, const std::string& p)
-    : self_attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::unidirectional(), store, p + "attn.",
-                relative_variant(g, "dec.rel_bias", false)),
-      norm3("layer", g.d_e, g.eps, store, p + "gamma3", p + "beta3"),
-      cross_attn(g.H, g.d_e, g.d_e, g.d_attn, g.d_mid, g.d_e, Mask::bidirectional(), store, p + "cross_attn.",
-                 attn_variant(g, false)),
-      norm4("layer", g.d_e, g.eps, store, p + "gamma4", p + "beta4"),
-      mlp("standard", mlp_spec(g, Activation::Relu, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4"), store, p),
-      norm5("layer", g.d_e, g.eps, store, p + "gamma5", p + "beta5") {}
+PostLNDecoderBlock<T>::PostLNDecoderBlock(const ModelConfig& c, ParamStore<T>& store, const std::string& p)
+    : self_attn(c.H, c.d_e, c.d_e, c.d_attn, c.d_mid, c.d_e, Mask::unidirectional(), store, p + "attn.",
+                relative_variant(c, "dec.rel_bias", false)),
+      norm3("layer", c.d_e, c.eps, store, p + "gamma3", p + "beta3"),
+      cross_attn(c.H, c.d_e, c.d_e, c.d_attn, c.d_mid, c.d_e, Mask::bidirectional(), store, p + "cross_attn.",
+                 attn_variant(c, false)),
+      norm4("layer", c.d_e, c.eps, store, p + "gamma4", p + "beta4"),
+      mlp("standard", mlp_spec(c, Activation::Relu, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4"), store, p),
+      norm5("layer", c.d_e, c.eps, store, p + "gamma5", p + "beta5") {}
 
 template <class T>
 void PostLNDecoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double s_out) const {

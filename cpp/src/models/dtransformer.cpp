@@ -14,17 +14,16 @@ using namespace models;
 // ======================================== Algorithm 10 ================================================
 template <class T>
 DTransformer<T>::DTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::D)) {
-    const ModelConfig& g = cfg;
-    const Activation act = g.gelu == Gelu::Tanh ? Activation::GeluTanh : Activation::Gelu;
-    for (index_t l = 0; l < g.L; ++l) layer.push_back(std::make_unique<PreLNDecoderBlock<T>>(g, act, store, layer_prefix("layers", l)));
-    norm_f = std::make_unique<Norm<T>>(norm_name(g.norm), g.d_e, g.eps, store, "gamma", "beta");
-    Rng rng = this->make_head_and_allocate(g.d_e);
-    const double s = g.init_std, s_out = g.init_std / std::sqrt(2.0 * double(g.L));
+    const Activation act = cfg.gelu == Gelu::Tanh ? Activation::GeluTanh : Activation::Gelu;
+    for (index_t l = 0; l < cfg.L; ++l) layer.push_back(std::make_unique<PreLNDecoderBlock<T>>(cfg, act, store, layer_prefix("layers", l)));
+    norm_f = std::make_unique<Norm<T>>(norm_name(cfg.norm), cfg.d_e, cfg.eps, store, "gamma", "beta");
+    Rng rng = this->make_head_and_allocate(cfg.d_e);
+    const double s = cfg.init_std, s_out = cfg.init_std / std::sqrt(2.0 * double(cfg.L));
     for (auto& b : layer) b->init(store, rng, s, s_out);
     norm_f->init(store);
     this->unemb->init(store, rng, s);
-    acts_.resize(std::size_t(g.L));
-    stream_.resize(std::size_t(g.L + 1));
+    acts_.resize(std::size_t(cfg.L));
+    stream_.resize(std::size_t(cfg.L + 1));
 }
 
 // x -> X after line 10 (kept in Xf_), every layer's activations kept

@@ -13,20 +13,19 @@ using namespace models;
 // ======================================== Algorithm 8 =================================================
 template <class T>
 EDTransformer<T>::EDTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::ED)) {
-    const ModelConfig& g = cfg;
-    for (index_t l = 0; l < g.L_enc; ++l)
-        enc_layer.push_back(std::make_unique<PostLNEncoderBlock<T>>(g, Activation::Relu, store, layer_prefix("enc", l)));
-    for (index_t l = 0; l < g.L_dec; ++l)
-        dec_layer.push_back(std::make_unique<PostLNDecoderBlock<T>>(g, store, layer_prefix("dec", l)));
-    Rng rng = this->make_head_and_allocate(g.d_e);
-    const double s = g.init_std, s_out = g.init_std / std::sqrt(2.0 * double(g.L_enc + g.L_dec));
+    for (index_t l = 0; l < cfg.L_enc; ++l)
+        enc_layer.push_back(std::make_unique<PostLNEncoderBlock<T>>(cfg, Activation::Relu, store, layer_prefix("enc", l)));
+    for (index_t l = 0; l < cfg.L_dec; ++l)
+        dec_layer.push_back(std::make_unique<PostLNDecoderBlock<T>>(cfg, store, layer_prefix("dec", l)));
+    Rng rng = this->make_head_and_allocate(cfg.d_e);
+    const double s = cfg.init_std, s_out = cfg.init_std / std::sqrt(2.0 * double(cfg.L_enc + cfg.L_dec));
     for (auto& b : enc_layer) b->init(store, rng, s, s_out);
     for (auto& b : dec_layer) b->init(store, rng, s, s_out);
     this->unemb->init(store, rng, s);
-    enc_acts_.resize(std::size_t(g.L_enc));
-    dec_acts_.resize(std::size_t(g.L_dec));
-    zstream_.resize(std::size_t(g.L_enc + 1));
-    xstream_.resize(std::size_t(g.L_dec + 1));
+    enc_acts_.resize(std::size_t(cfg.L_enc));
+    dec_acts_.resize(std::size_t(cfg.L_dec));
+    zstream_.resize(std::size_t(cfg.L_enc + 1));
+    xstream_.resize(std::size_t(cfg.L_dec + 1));
 }
 
 // lines 1–9: z -> Z (stream[L_enc])

@@ -13,24 +13,23 @@ using namespace models;
 // ======================================== Algorithm 9 =================================================
 template <class T>
 ETransformer<T>::ETransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::E)) {
-    const ModelConfig& g = cfg;
-    if (g.n_segments > 0) W_s = store.matrix("W_s", g.d_e, g.n_segments);  // BERT options, after W_e, W_p
-    if (g.embed_norm) norm_e = std::make_unique<Norm<T>>("layer", g.d_e, g.eps, store, "gamma_e", "beta_e");
-    for (index_t l = 0; l < g.L; ++l) layer.push_back(std::make_unique<PostLNEncoderBlock<T>>(g, gelu(), store, layer_prefix("layers", l)));
-    W_f = store.matrix("W_f", g.d_f, g.d_e);
-    b_f = store.vector("b_f", g.d_f);
-    norm_f = std::make_unique<Norm<T>>("layer", g.d_f, g.eps, store, "gamma", "beta");
-    Rng rng = this->make_head_and_allocate(g.d_f);
-    const double s = g.init_std, s_out = g.init_std / std::sqrt(2.0 * double(g.L));
-    if (g.n_segments > 0) store.normal(W_s.offset, g.d_e * g.n_segments, s, rng);  // as W_e, W_p
+    if (cfg.n_segments > 0) W_s = store.matrix("W_s", cfg.d_e, cfg.n_segments);  // BERT options, after W_e, W_p
+    if (cfg.embed_norm) norm_e = std::make_unique<Norm<T>>("layer", cfg.d_e, cfg.eps, store, "gamma_e", "beta_e");
+    for (index_t l = 0; l < cfg.L; ++l) layer.push_back(std::make_unique<PostLNEncoderBlock<T>>(cfg, gelu(), store, layer_prefix("layers", l)));
+    W_f = store.matrix("W_f", cfg.d_f, cfg.d_e);
+    b_f = store.vector("b_f", cfg.d_f);
+    norm_f = std::make_unique<Norm<T>>("layer", cfg.d_f, cfg.eps, store, "gamma", "beta");
+    Rng rng = this->make_head_and_allocate(cfg.d_f);
+    const double s = cfg.init_std, s_out = cfg.init_std / std::sqrt(2.0 * double(cfg.L));
+    if (cfg.n_segments > 0) store.normal(W_s.offset, cfg.d_e * cfg.n_segments, s, rng);  // as W_e, W_p
     if (norm_e) norm_e->init(store);
     for (auto& b : layer) b->init(store, rng, s, s_out);
-    store.normal(W_f.offset, g.d_f * g.d_e, s, rng);
-    store.fill(b_f.offset, g.d_f, T(0));
+    store.normal(W_f.offset, cfg.d_f * cfg.d_e, s, rng);
+    store.fill(b_f.offset, cfg.d_f, T(0));
     norm_f->init(store);
     this->unemb->init(store, rng, s);
-    acts_.resize(std::size_t(g.L));
-    stream_.resize(std::size_t(g.L + 1));
+    acts_.resize(std::size_t(cfg.L));
+    stream_.resize(std::size_t(cfg.L + 1));
 }
 
 template <class T>
