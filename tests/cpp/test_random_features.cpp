@@ -50,7 +50,10 @@ TEST(RandomFeatures, DecodingStateEqualsTheFullForwardAndHoldsNoPastColumns) {
             const index_t M = kind == AttnKernel::RFA ? 18 : 9, d_attn = 4;
             for (index_t t = prompt; t < n; ++t) {
                 m.decode(d, ids.data() + t, 1, z.data());
-                for (index_t v = 0; v < 11; ++v) EXPECT_NEAR(z[std::size_t(v)], Z(v, t), 1e-12) << "position " << t;
+                // two summation orders of the same prefix sums (one column folded at a time here, chunks of 64 in
+                // the forward) over up to 150 exp-scaled features: up to 1.5e-12 apart on logits of order 1
+                // (release build, AMD EPYC); 1e-11 bounds that order difference, not an error of either path
+                for (index_t v = 0; v < 11; ++v) EXPECT_NEAR(z[std::size_t(v)], Z(v, t), 1e-11) << "position " << t;
                 for (const auto& c : d.kv) {  // the state S, z per key/value head, and only the newest column
                     EXPECT_EQ(c.len, 1);
                     EXPECT_EQ(c.start + c.len, t + 1);
