@@ -87,7 +87,7 @@ long long int_arg(const py::handle& v, const char* name);
 std::uint64_t seed_arg(const py::handle& v, const char* name = "seed");
 // A real number as double: TypeError naming `name` otherwise.
 double float_arg(const py::handle& v, const char* name);
-// attention_impl= "auto" | "literal" | "tiled" (API.md): ValueError naming the option otherwise
+// attention_impl= "auto" | "literal" | "tiled" (docs/api.md): ValueError naming the option otherwise
 inline ft::AttnImpl parse_attention_impl(const std::string& s) {
     if (s == "auto") return ft::AttnImpl::Auto;
     if (s == "literal") return ft::AttnImpl::Literal;

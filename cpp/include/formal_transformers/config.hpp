@@ -82,7 +82,7 @@ struct ModelConfig {
     // and on each sublayer's output before the residual add. 0: the listings bit for bit.
     double embed_dropout = 0, attn_dropout = 0, resid_dropout = 0;
     bool has_dropout() const { return embed_dropout > 0 || attn_dropout > 0 || resid_dropout > 0; }
-    // How every attention computes Algorithm 4's lines 4–6 (API.md attention_impl; variants.hpp AttnImpl):
+    // How every attention computes Algorithm 4's lines 4–6 (docs/api.md attention_impl; variants.hpp AttnImpl):
     // the listing as printed, the tiled listing (tiled_attention.hpp), or Auto (tiled from kTiledFromLength on).
     AttnImpl attention_impl = AttnImpl::Auto;
     // V15 (D, E; random_features.hpp): every attention's lines 4–6 estimated with n_features random features

@@ -40,7 +40,7 @@
 
 namespace ft {
 
-// How Algorithm 4's lines 4–6 are computed (API.md `attention_impl`; AttnVariant::impl, parts.hpp): Literal,
+// How Algorithm 4's lines 4–6 are computed (docs/api.md `attention_impl`; AttnVariant::impl, parts.hpp): Literal,
 // the listing as printed (the weights A held, ℓ_z×ℓ_x per head); Tiled, Algorithm T (tiled_attention.hpp: the
 // same numbers up to rounding, O(ℓ·d) memory per head); Auto, Tiled from kTiledFromLength context tokens on
 // (docs/design.md "Tiled attention") for the parts the tiled listing honours, Literal otherwise.
@@ -48,7 +48,7 @@ enum class AttnImpl { Auto, Literal, Tiled };
 // Auto's threshold: the longest key sequence of a call at which the tiled listing becomes the faster one
 // (measured on the baby GPT shape's training step, docs/design.md "Tiled attention").
 constexpr index_t kTiledFromLength = 256;
-// What Algorithm 4's lines 4–6 compute (API.md `attention`): Softmax, the listing (exactly, literal or tiled);
+// What Algorithm 4's lines 4–6 compute (docs/api.md `attention`): Softmax, the listing (exactly, literal or tiled);
 // Performer or RFA, V15's estimate of it with random features (random_features.hpp: positive orthogonal
 // features, FAVOR+; trigonometric features, RFA), linear in ℓ.
 enum class AttnKernel { Softmax, Performer, RFA };
