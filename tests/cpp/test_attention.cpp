@@ -295,7 +295,7 @@ TEST(MHAttention, FusedSelfAttentionEqualsThreeProducts) {
         MHAttentionWork<double> w;
         mha.forward(store, CMatView<double>(X.data(), d_x, n), s, CMatView<double>(Z.data(), d_x, n), s,
                     MatView<double>(Y[std::size_t(fused)].data(), d_out, n), c);
-        EXPECT_EQ(c.fused, fused == 1);
+        EXPECT_EQ(c.source.find<ProjectionState<double>>()->fused, fused == 1);
         store.zero_grad();
         std::vector<double> gX(std::size_t(d_x * n), 0.0), gZ(std::size_t(d_x * n), 0.0);
         mha.backward(store, CMatView<double>(X.data(), d_x, n), s, CMatView<double>(Z.data(), d_x, n), s, c,

@@ -12,30 +12,19 @@
 using namespace ft;
 
 namespace {
+using fttest::perturb;
 ModelConfig deepseek_like(index_t l_max, index_t q_rank) {
-    ModelConfig c;
-    c.n_vocab = 11;
-    c.l_max = l_max;
-    c.L = 2;
+    ModelConfig c = fttest::llama_like(Positional::Rope, l_max);
     c.H = 3;
-    c.d_e = 8;
-    c.d_mlp = 6;
+    c.H_kv = 0;
     c.d_attn = 5;  // d_N 3 + d_R 2
     c.d_mid = 4;   // d_v
-    c.positional = Positional::Rope;
     c.rope_theta = 200.0;
-    c.mlp = ModelConfig::Mlp::SwiGLU;
-    c.bias = false;
-    c.norm = NormKind::RMS;
     c.seed = 5;
     c.kv_lora_rank = 3;
     c.q_lora_rank = q_rank;
     c.qk_rope_head_dim = 2;
     return c;
-}
-template <class T>
-void perturb(ParamStore<T>& s) {  // every parameter away from its init (deterministically)
-    for (index_t i = 0; i < s.size(); ++i) s.theta()[i] += T(0.3 * std::sin(double(i) * 0.7));
 }
 AttnVariant latent_variant(index_t q_rank) {
     AttnVariant v;
@@ -55,31 +44,12 @@ TEST(LatentAttention, BackwardMatchesFiniteDifferences) {
         const index_t H = 2, d = 5, d_attn = 4, d_mid = 3, d_out = 3;
         ParamStore<double> store;
         MHAttention<double> att(H, d, d, d_attn, d_mid, d_out, Mask::unidirectional(), store, "", latent_variant(q_rank));
-        ASSERT_TRUE(att.latent);
+        ASSERT_STREQ(att.source->name(), "latent");
         EXPECT_EQ(att.cache_rows(), 3 + 2);
         store.allocate();
         fttest::randomize(store, rng);
-        const Seqs s = Seqs::from_lengths({4, 3});
-        const index_t n = s.total();
-        std::vector<double> X = fttest::randn(d * n, rng), W = fttest::randn(d_out * n, rng), Y(std::size_t(d_out * n));
-        auto loss = [&] {
-            MHAttentionCache<double> c;
-            att.forward(store, CMatView<double>(X.data(), d, n), s, CMatView<double>(X.data(), d, n), s,
-                        MatView<double>(Y.data(), d_out, n), c);
-            return fttest::dot(Y.data(), W.data(), d_out * n);
-        };
-        MHAttentionCache<double> c;
-        MHAttentionWork<double> w;
-        std::vector<double> dX(std::size_t(d * n), 0.0);
-        att.forward(store, CMatView<double>(X.data(), d, n), s, CMatView<double>(X.data(), d, n), s,
-                    MatView<double>(Y.data(), d_out, n), c);
-        store.zero_grad();
-        att.backward(store, CMatView<double>(X.data(), d, n), s, CMatView<double>(X.data(), d, n), s, c,
-                     CMatView<double>(W.data(), d_out, n), MatView<double>(dX.data(), d, n),
-                     MatView<double>(dX.data(), d, n), w);
-        EXPECT_LT(fttest::rel_error(dX, fttest::numeric_grad(X.data(), d * n, loss), dX.size()), 1e-6) << q_rank;
-        auto numT = fttest::numeric_grad(store.theta(), store.size(), loss);
-        EXPECT_LT(fttest::rel_error(store.grad(), numT, numT.size()), 1e-6) << q_rank;
+        SCOPED_TRACE(q_rank);
+        fttest::expect_self_attention_backward_matches_finite_differences(att, store, rng, Seqs::from_lengths({4, 3}));
     }
 }
 
@@ -92,8 +62,7 @@ void decoding_equals_forward(double tol) {
         ASSERT_EQ(small.store.size(), big.store.size());
         perturb(small.store);
         perturb(big.store);
-        std::vector<index_t> ids(static_cast<std::size_t>(n));
-        for (index_t t = 0; t < n; ++t) ids[std::size_t(t)] = (7 * t + 3) % 11;
+        const std::vector<index_t> ids = fttest::cycling_ids(n);
         big.forward(Tokens{ids.data(), Seqs::single(n)});
         Matrix<T> Z = Matrix<T>::from_shape({11, std::size_t(n)});
         big.logits(view(Z));

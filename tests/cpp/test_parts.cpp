@@ -121,26 +121,7 @@ TEST(PrefixMask, BackwardMatchesFiniteDifferences) {
     MHAttention<double> att(H, d, d, d_attn, d_mid, d_out, make_mask("prefix", o), store);
     store.allocate();
     fttest::randomize(store, rng);
-    const Seqs s = Seqs::from_lengths({4, 3});
-    const index_t n = s.total();
-    std::vector<double> X = fttest::randn(d * n, rng), W = fttest::randn(d_out * n, rng), Y(std::size_t(d_out * n));
-    auto loss = [&] {
-        MHAttentionCache<double> c;
-        att.forward(store, CMatView<double>(X.data(), d, n), s, CMatView<double>(X.data(), d, n), s,
-                    MatView<double>(Y.data(), d_out, n), c);
-        return fttest::dot(Y.data(), W.data(), d_out * n);
-    };
-    MHAttentionCache<double> c;
-    MHAttentionWork<double> w;
-    std::vector<double> dX(std::size_t(d * n), 0.0);
-    att.forward(store, CMatView<double>(X.data(), d, n), s, CMatView<double>(X.data(), d, n), s,
-                MatView<double>(Y.data(), d_out, n), c);
-    store.zero_grad();
-    att.backward(store, CMatView<double>(X.data(), d, n), s, CMatView<double>(X.data(), d, n), s, c,
-                 CMatView<double>(W.data(), d_out, n), MatView<double>(dX.data(), d, n), MatView<double>(dX.data(), d, n), w);
-    EXPECT_LT(fttest::rel_error(dX, fttest::numeric_grad(X.data(), d * n, loss), dX.size()), 1e-6);
-    auto numT = fttest::numeric_grad(store.theta(), store.size(), loss);
-    EXPECT_LT(fttest::rel_error(store.grad(), numT, numT.size()), 1e-6);
+    fttest::expect_self_attention_backward_matches_finite_differences(att, store, rng, Seqs::from_lengths({4, 3}));
 }
 
 TEST(PrefixMask, BadOptionsAndBatchesAreClearErrors) {

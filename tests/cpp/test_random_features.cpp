@@ -11,24 +11,16 @@
 using namespace ft;
 
 namespace {
+using fttest::perturb;
 ModelConfig performer_like(AttnKernel kind, Positional pos, index_t l_max) {
-    ModelConfig c;
-    c.n_vocab = 11;
-    c.l_max = l_max;
-    c.L = 2;
-    c.H = 4;
-    c.H_kv = 2;
+    ModelConfig c = fttest::small_decoder(l_max);
     c.d_e = 16;
     c.d_mlp = 12;
     c.positional = pos;
-    c.seed = 3;
     c.attention = kind;
     c.n_features = 9;
     c.feature_seed = 4;
     return c;
-}
-void perturb(ParamStore<double>& s) {
-    for (index_t i = 0; i < s.size(); ++i) s.theta()[i] += 0.3 * std::sin(double(i) * 0.7);
 }
 }  // namespace
 
@@ -38,8 +30,7 @@ TEST(RandomFeatures, DecodingStateEqualsTheFullForwardAndHoldsNoPastColumns) {
         for (Positional pos : {Positional::Learned, Positional::Rope}) {
             DTransformer<double> m(performer_like(kind, pos, n));
             perturb(m.store);
-            std::vector<index_t> ids(static_cast<std::size_t>(n));
-            for (index_t t = 0; t < n; ++t) ids[std::size_t(t)] = (7 * t + 3) % 11;
+            const std::vector<index_t> ids = fttest::cycling_ids(n);
             m.forward(Tokens{ids.data(), Seqs::single(n)});
             Matrix<double> Z = Matrix<double>::from_shape({11, std::size_t(n)});
             m.logits(view(Z));
@@ -57,8 +48,10 @@ TEST(RandomFeatures, DecodingStateEqualsTheFullForwardAndHoldsNoPastColumns) {
                 for (const auto& c : d.kv) {  // the state S, z per key/value head, and only the newest column
                     EXPECT_EQ(c.len, 1);
                     EXPECT_EQ(c.start + c.len, t + 1);
-                    EXPECT_EQ(index_t(c.rf_S.size()), 2 * d_attn * M);
-                    EXPECT_EQ(index_t(c.rf_z.size()), 2 * M);
+                    const FeatureDecodeState<double>* st = c.state.find<FeatureDecodeState<double>>();
+                    ASSERT_NE(st, nullptr);
+                    EXPECT_EQ(index_t(st->S.size()), 2 * d_attn * M);
+                    EXPECT_EQ(index_t(st->z.size()), 2 * M);
                 }
             }
         }

@@ -16,25 +16,11 @@ Mask window_mask(double w) {
     o.values["w"] = w;
     return make_mask("sliding_window", o);
 }
+using fttest::perturb;
 ModelConfig mistral_like(Positional pos, index_t l_max, index_t w) {
-    ModelConfig c;
-    c.n_vocab = 11;
-    c.l_max = l_max;
-    c.L = 2;
-    c.H = 4;
-    c.H_kv = 2;
-    c.d_e = 8;
-    c.d_mlp = 6;
-    c.positional = pos;
-    c.mlp = ModelConfig::Mlp::SwiGLU;
-    c.bias = false;
-    c.norm = NormKind::RMS;
-    c.seed = 3;
+    ModelConfig c = fttest::llama_like(pos, l_max);
     c.sliding_window = w;
     return c;
-}
-void perturb(ParamStore<double>& s) {  // every parameter away from its init (deterministically)
-    for (index_t i = 0; i < s.size(); ++i) s.theta()[i] += 0.3 * std::sin(double(i) * 0.7);
 }
 }  // namespace
 
@@ -65,8 +51,7 @@ TEST(SlidingWindow, RollingCacheDecodingEqualsTheFullForwardAndStaysOfOrderW) {
         ASSERT_EQ(small.store.size(), big.store.size());
         perturb(small.store);
         perturb(big.store);
-        std::vector<index_t> ids(static_cast<std::size_t>(n));
-        for (index_t t = 0; t < n; ++t) ids[std::size_t(t)] = (7 * t + 3) % 11;
+        const std::vector<index_t> ids = fttest::cycling_ids(n);
         big.forward(Tokens{ids.data(), Seqs::single(n)});
         Matrix<double> Z = Matrix<double>::from_shape({11, std::size_t(n)});
         big.logits(view(Z));
@@ -100,8 +85,7 @@ TEST(SlidingWindow, RollbackWithinTheCacheKeepsDecodingExact) {
     const index_t w = 4, n = 30;
     DTransformer<double> m(mistral_like(Positional::Rope, n, w));
     perturb(m.store);
-    std::vector<index_t> ids(static_cast<std::size_t>(n));
-    for (index_t t = 0; t < n; ++t) ids[std::size_t(t)] = (5 * t + 1) % 11;
+    const std::vector<index_t> ids = fttest::cycling_ids(n, 5, 1);
     m.forward(Tokens{ids.data(), Seqs::single(n)});
     Matrix<double> Z = Matrix<double>::from_shape({11, std::size_t(n)});
     m.logits(view(Z));

@@ -10,25 +10,8 @@
 using namespace ft;
 
 namespace {
-ModelConfig variant(Positional pos, index_t l_max) {
-    ModelConfig c;
-    c.n_vocab = 11;
-    c.l_max = l_max;
-    c.L = 2;
-    c.H = 4;
-    c.H_kv = 2;
-    c.d_e = 8;
-    c.d_mlp = 6;
-    c.positional = pos;
-    c.mlp = ModelConfig::Mlp::SwiGLU;
-    c.bias = false;
-    c.norm = NormKind::RMS;
-    c.seed = 3;
-    return c;
-}
-void perturb(ParamStore<double>& s) {  // every parameter away from its init (deterministically)
-    for (index_t i = 0; i < s.size(); ++i) s.theta()[i] += 0.3 * std::sin(double(i) * 0.7);
-}
+using fttest::perturb;
+ModelConfig variant(Positional pos, index_t l_max) { return fttest::llama_like(pos, l_max); }
 }  // namespace
 
 TEST(Variants, CachedDecodingPastLmaxEqualsTheFullForward) {

@@ -28,11 +28,12 @@
 // How the code maps to the listings:
 //  * `attention_head` is Algorithm 4's lines 4–6 (given Q, K, V) for one head of one sequence; Attention and
 //    BasicAttention compute lines 1–3 and call it (Algorithm 3 is Algorithm 4 with one query and no mask).
-//  * MHAttention stores the H heads' W^h_q stacked as one [H·d_attn, d_x] matrix (docs/api.md: W_q is
-//    (H, d_attn, d_x), head h a block of rows), so lines 1–3 of Algorithm 4 for all heads are ONE gemm
-//    each; line 2 of Algorithm 5 then runs `attention_head` per head on row blocks of Q, K, V, writing
-//    Y^h straight into its rows of Y (line 3 costs nothing).
-//  * The variants are parts (parts.hpp), each at the place of the listing it changes: the Mask of line 5
+//  * MHAttention is Algorithm 5 over two parts (parts.hpp): its Q/K/V source computes Algorithm 4's lines 1–3
+//    for all heads (Projections: W_q stored as one [H·d_attn, d_x] matrix, docs/api.md: W_q is (H, d_attn, d_x),
+//    head h a block of rows, so each line is ONE gemm); line 2 of Algorithm 5 then runs its head kernel
+//    (attention_head for "softmax") per (sequence, head) block on row blocks of Q, K, V, writing Y^h straight
+//    into its rows of Y (line 3 costs nothing).
+//  * The other variants are parts too, each at the place of the listing it changes: the Mask of line 5
 //    (mask.hpp), a query/key transform after line 2 (V1 RoPE), a score bias in line 6 (V2 ALiBi), fewer
 //    key/value heads in Algorithm 5 line 2 (V3, kv_head), dropout on line 6's weights (dropout.hpp).
 //  * Batches: X holds several sequences side by side (Seqs); attention never crosses sequences. The
@@ -45,15 +46,11 @@
 #include <vector>
 
 #include "formal_transformers/dropout.hpp"
-#include "formal_transformers/latent_attention.hpp"
 #include "formal_transformers/mask.hpp"
 #include "formal_transformers/params.hpp"
 #include "formal_transformers/parts.hpp"
 
 namespace ft {
-
-template <class T>
-struct RandomFeatures;  // random_features.hpp (V15)
 
 // Dropout on one head's attention weights (docs/regularisation.md): line 6 becomes Ṽ ← V · Dropout(A | p, M),
 // the mask drawn from `key` at entries i0, i0+1, … (the head's block of the layer's weights); Ad: [l_z,l_x]
@@ -68,9 +65,12 @@ struct HeadDropout {
 };
 
 // Where one head's block of Algorithm 4's lines 4–6 sits and what acts on it: the mask, sequence b of the batch
-// (per-sequence masks), head h (per-head biases), the absolute position q0 of its first query (0, or the cache's
-// length when decoding), the score bias (null: none) with the store holding its parameters, and dropout on the
-// weights (null: none, the listing). A head kernel (attention_head; a tiled kernel alike) takes it whole.
+// (per-sequence masks), head h (per-head biases) and its key/value head g (V3), the absolute position q0 of its
+// first query (0, or the cache's length when decoding), the score bias (null: none) with the store holding its
+// parameters, and dropout on the weights (null: none, the listing). A head kernel (parts.hpp HeadKernel;
+// attention_head, the tiled listing) takes it whole; off is the block's first entry in the layer's weights A
+// (c.A_off[b·H + h]), j0 the column of its first query in the batch of n_x, cache the KV cache decoded from
+// (null: none).
 template <class T>
 struct HeadBlock {
     const Mask* mask = nullptr;
@@ -78,6 +78,8 @@ struct HeadBlock {
     const ScoreBias<T>* bias = nullptr;
     const ParamStore<T>* store = nullptr;
     const HeadDropout<T>* drop = nullptr;
+    index_t g = 0, off = 0, j0 = 0, n_x = 0;
+    const KVCache<T>* cache = nullptr;
 };
 
 // Algorithm 4, lines 4–6, for one head of one sequence:
@@ -161,39 +163,29 @@ struct MHAttentionCache {
     Matrix<T> K;  // [H·d_attn, n_z]  line 2
     Matrix<T> V;  // [H·d_mid,  n_z]  line 3
     Matrix<T> Y;  // [H·d_mid,  n_x]  Algorithm 5 line 3: Y = [Y¹; …; Y^H]
+    CMatView<T> Qv, Kv, Vv;  // Q, K, V as the kernel used them: views of Q/K/V or of the source's own buffers
+    PartSlot source;         // what the Q/K/V source keeps (the fused product's buffers; V10's latents)
     // softmax(S/√d_attn) per (sequence b, head h): [l_z_b, l_x_b] at A_off[b·H + h] (mutable: filled on demand
-    // after a tiled forward)
+    // after a kernel that forms no A)
     mutable std::vector<T> A;
     std::vector<index_t> A_off;
-    // Self-attention (Z is X): Algorithm 4's lines 1–3 for all heads as ONE product,
-    // [Q; K; V] = [W_q; W_k; W_v] X + [b_q; b_k; b_v] 1ᵀ, so X is read and packed once instead of three
-    // times (and once in the backward). Q, K, V are then row blocks of QKV.
-    bool fused = false;
-    Matrix<T> QKV;    // [2·H·d_attn + H·d_mid, n_x]  (fused only)
-    Matrix<T> W_qkv;  // [2·H·d_attn + H·d_mid, d_x]  a copy of θ's W_q, W_k, W_v stacked (fused only)
-    Vector<T> b_qkv;  // [2·H·d_attn + H·d_mid]
-    CMatView<T> Qv, Kv, Vv;  // Q, K, V as used: views of Q/K/V, or row blocks of QKV
     // Dropout on the weights (training only; docs/regularisation.md): the mask of every entry of A and
     // Ad = A ⊙ M / (1 − p), the weights line 6 multiplied V with. A stays softmax(S/√d_attn).
     mutable DropoutMask drop;
     std::vector<T> Ad;
-    // Tiled (Algorithm T, tiled_attention.hpp) instead of lines 4–6 as printed: A, Ad and drop.keep are not
-    // formed (O(ℓ²)); λ, the log-sum-exp of each query column, is kept instead, and Y^h is the saved Ṽ. A and
-    // drop.keep are filled on demand by MHAttention::materialize_weights (attention_weights, dropout_masks).
-    bool tiled = false;
-    std::vector<T> lse;  // λ of head h at query column j of the batch: lse[h·n_x + j]
-    DropoutKey drop_key; // the key of the weights' masks (dropout with tiled: redrawn in the backward)
-    Seqs sx, sz;         // the batch of the forward (tiled: for materialize_weights)
+    DropoutKey drop_key;  // the key of the weights' masks (entry i of A: DropoutStream(p, drop_key).keep(i))
+    // A kernel that forms no A (tiled: Algorithm T; V15's random features) keeps a number per head and query
+    // column instead: lse[h·n_x + j] (tiled: λ, the log-sum-exp; random features: the normaliser n), and Y^h is
+    // its saved Ṽ
+    std::vector<T> lse;
+    const HeadKernel<T>* kernel = nullptr;  // the kernel of the last forward (MHAttention::kernel_for)
+    Seqs sx, sz;         // the batch of the forward (materialize_weights)
     index_t q0 = 0;      // the queries' first position (heads())
-    const ParamStore<T>* store = nullptr;  // the parameters of the forward (tiled: a score bias in materialize_weights)
-    LatentCache<T> lat;  // V10 (MHAttention::latent): the latents of the forward (and decoding's scratch)
+    const ParamStore<T>* store = nullptr;  // the parameters of the forward (a score bias in materialize_weights)
     mutable bool weights_ready = true;  // A (and drop.keep) hold the last forward's weights
     Mask mask;  // the Mask of the last forward (the attention's own, or the call's: V7's per-call prefix lengths)
-    const MHAttention<T>* unit = nullptr;  // the attention that ran it (tiled: materialize_weights)
-    // Random-feature attention (V15, random_features.hpp) instead of lines 4–6: no A either; lse holds each
-    // query column's normaliser n (V15c line 4) instead of λ, and Y^h the saved Ṽ.
-    bool rf = false;
-    // A (and with dropout drop.keep) as a literal forward leaves them: rebuilt after a tiled forward
+    const MHAttention<T>* unit = nullptr;  // the attention that ran it (materialize_weights)
+    // A (and with dropout drop.keep) as a literal forward leaves them: rebuilt after a kernel that forms none
     void ensure_weights() const {
         if (!weights_ready) unit->materialize_weights(*this);
     }
@@ -202,22 +194,67 @@ struct MHAttentionCache {
 template <class T>
 struct MHAttentionWork {
     Matrix<T> dY, dQ, dK, dV;
-    Matrix<T> dQKV, dW_qkv;  // fused self-attention: [dQ; dK; dV] and [dW_q; dW_k; dW_v] of this call
-    std::vector<T> dA;
-    LatentWork<T> lat;  // V10
+    std::vector<T> dA;  // the literal kernel's dS per block (at c.A_off)
+    PartSlot source;    // the Q/K/V source's scratch
 };
 // Keys and values of the context tokens seen so far, for decoding one sequence with a cache (Alg 14/15).
 template <class T>
 struct KVCache {
-    Matrix<T> K;  // [H_kv·d_attn, capacity]  (with RoPE: rotated at their absolute positions)
-    Matrix<T> V;  // [H_kv·d_mid,  capacity]
-    // V10 (latent attention): K holds the latent [Ĉ_KV; K_R] of each token, [d_c + d_R, capacity], and V
-    // has no rows; the keys and values are up-projected from it when attended (MHAttention::attend_cached).
+    Matrix<T> K;  // [key_rows, capacity]  the source's (QKVSource::append): H_kv·d_attn rows of keys (with RoPE:
+                  // rotated at their absolute positions); V10: the latent [Ĉ_KV; K_R] of each token
+    Matrix<T> V;  // [value_rows, capacity]  H_kv·d_mid rows of values; V10: none (up-projected when attended)
     index_t len = 0;    // cached columns
-    index_t start = 0;  // absolute position of column 0: > 0 once a sliding window (V9) dropped older keys
-    // Random-feature attention (V15): the keys before column 0 folded into S = Σ v φ(k)ᵀ, z = Σ φ(k) per
-    // key/value head ([H_kv·d_mid·M], [H_kv·M]); K, V then hold only the last appended columns: O(D·d) per head.
-    std::vector<T> rf_S, rf_z;
+    index_t start = 0;  // absolute position of column 0: > 0 once a sliding window (V9) dropped older keys (or
+                        // a kernel folded them into its state)
+    // The head kernel's running state (HeadKernel::before_append). V15: the keys before column 0 folded into
+    // S = Σ v φ(k)ᵀ, z = Σ φ(k) per key/value head; K, V then hold only the last appended columns.
+    PartSlot state;
+};
+
+// Algorithm 4's lines 1–3 for all heads (the listing's Q/K/V source, "projections"; listings/qkv_projections.cpp):
+//   Q ← W_q X + b_q 1ᵀ,  K ← W_k Z + b_k 1ᵀ,  V ← W_v Z + b_v 1ᵀ   (W_q = [W_q¹; …; W_q^H], …; V3: K, V have H_kv
+// heads; V5: no b's), one product per matrix. Self-attention (Z is X, same sequences): the three as ONE product,
+// [Q; K; V] ← [W_q; W_k; W_v] X + [b_q; b_k; b_v] 1ᵀ (the same numbers; X is read and packed once).
+template <class T>
+struct ProjectionState : PartStateOf<ProjectionState<T>> {
+    bool fused = false;
+    Matrix<T> QKV;    // [2·H·d_attn + H·d_mid, n_x]  (fused only)
+    Matrix<T> W_qkv;  // [2·H·d_attn + H·d_mid, d_x]  a copy of θ's W_q, W_k, W_v stacked (fused only)
+    Vector<T> b_qkv;  // [2·H·d_attn + H·d_mid]
+};
+template <class T>
+struct ProjectionWork : PartStateOf<ProjectionWork<T>> {
+    Matrix<T> dQKV, dW_qkv;  // fused self-attention: [dQ; dK; dV] and [dW_q; dW_k; dW_v] of this call
+};
+template <class T>
+class Projections final : public QKVSource<T> {
+public:
+    Projections(const AttnPartSpec<T>& spec, ParamStore<T>& store, const std::string& prefix);
+    const char* name() const override { return "projections"; }
+    void init(ParamStore<T>& store, Rng& rng, double stddev) const override;
+    void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
+                 MHAttentionCache<T>& c, MatView<T>& Q, MatView<T>& K, MatView<T>& V) const override;
+    void gradients(const MHAttentionCache<T>& c, bool dx_is_dz, index_t n_x, index_t n_z, MHAttentionWork<T>& w,
+                   MatView<T>& dQ, MatView<T>& dK, MatView<T>& dV) const override;
+    void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
+                  const MHAttentionCache<T>& c, MatView<T> dQ, MatView<T> dK, MatView<T> dV, MatView<T> dX,
+                  MatView<T> dZ, MHAttentionWork<T>& w) const override;
+    index_t key_rows() const override { return Dk; }
+    index_t value_rows() const override { return Dv; }
+    void append(const ParamStore<T>& store, CMatView<T> Z, index_t p0, MatView<T> Kc, MatView<T> Vc) const override;
+    void queries(const ParamStore<T>& store, CMatView<T> X, index_t q0, MatView<T> Q,
+                 MHAttentionCache<T>& s) const override;
+    void keys_values(const ParamStore<T>& store, CMatView<T> Kc, CMatView<T> Vc, MHAttentionCache<T>& s,
+                     CMatView<T>& K, CMatView<T>& V) const override;
+
+    MatParam W_q, W_k, W_v;
+    VecParam b_q, b_k, b_v;  // empty with bias = false (V5)
+
+private:
+    const T* bias(const ParamStore<T>& s, const VecParam& b) const { return has_bias ? s.v(b) : nullptr; }
+    T* dbias(ParamStore<T>& s, const VecParam& b) const { return has_bias ? s.dv(b) : nullptr; }
+    index_t d_x = 0, Dq = 0, Dk = 0, Dv = 0;  // H·d_attn, H_kv·d_attn, H_kv·d_mid
+    bool has_bias = true;
 };
 
 template <class T>
@@ -253,53 +290,56 @@ public:
                        MatView<T> Vt, MHAttentionCache<T>& scratch, bool accumulate = false,
                        const Mask* call_mask = nullptr) const;
 
-    // After a tiled forward: fill c.A with the literal weights softmax(S/√d_attn) of every (sequence, head)
-    // and, with dropout, c.drop.keep with the masks the tiles drew (both as a literal forward leaves them).
-    // Nothing to do after a literal forward. O(ℓ²) memory, only when asked for.
+    // After a forward whose kernel forms no A (tiled; random features): fill c.A with the weights of every
+    // (sequence, head) as the printed listing leaves them (HeadKernel::weights) and, with dropout, c.drop.keep
+    // with the masks the tiles drew. Nothing to do after a literal forward. O(ℓ²) memory, only when asked for.
     void materialize_weights(const MHAttentionCache<T>& c) const;
     // Can the tiled listing honour this attention's parts? The mask part always (its candidate ranges and
     // allows()); a score bias only with a tiled form (ScoreBias::tiles(): no parameters); a query/key transform
     // and V3's key/value heads act outside lines 4–6.
     bool tiled_parts() const { return !position.bias || position.bias->tiles(); }
-    // Whether a call whose longest key sequence is l_z runs the tiled listing (var.impl; Auto: l_z ≥
-    // kTiledFromLength and tiled_parts(), else the literal listing)
+    // Whether a call whose longest key sequence is l_z runs the kernel's tiled form (var.impl; Auto: l_z ≥
+    // kTiledFromLength and tiled_parts(), else the kernel as printed)
     bool use_tiled(index_t l_z) const {
-        return !features && tiled_parts() && (var.impl == AttnImpl::Tiled || (var.impl == AttnImpl::Auto && l_z >= kTiledFromLength));
+        return tiled && tiled_parts() && (var.impl == AttnImpl::Tiled || (var.impl == AttnImpl::Auto && l_z >= kTiledFromLength));
     }
+    // The head kernel of a call whose longest key sequence is l_z
+    const HeadKernel<T>& kernel_for(index_t l_z) const { return use_tiled(l_z) ? *tiled : *kernel; }
 
     index_t H, d_x, d_z, d_attn, d_mid, d_out;
     Mask mask;
-    MatParam W_q, W_k, W_v, W_o;  // stacked [H·d_attn, d_x], [H·d_attn, d_z], [H·d_mid, d_z]; W_o [d_out, H·d_mid]
-    VecParam b_q, b_k, b_v, b_o;  // stacked [H·d_attn], [H·d_attn], [H·d_mid]; b_o [d_out]
-    // Variants (docs/variants.md). With H_kv < H, W_k is [H_kv·d_attn, d_z], W_v [H_kv·d_mid, d_z] (b_k, b_v
-    // likewise) and query head h uses key/value head kv_head(h) = h / (H/H_kv) (V3). With bias = false the
-    // b's are not in θ (V5). position: the part named by var.position (a query/key transform or a score bias).
+    MatParam W_o;  // [d_out, H·d_mid]
+    VecParam b_o;  // [d_out]
+    // The parameters of Algorithm 4's lines 1–3 when the source is the listing's projections (empty otherwise):
+    // stacked [H·d_attn, d_x], [H_kv·d_attn, d_z], [H_kv·d_mid, d_z]; b's [H·d_attn], [H_kv·d_attn], [H_kv·d_mid]
+    MatParam W_q, W_k, W_v;
+    VecParam b_q, b_k, b_v;
+    // Variants (docs/variants.md). Query head h uses key/value head kv_head(h) = h / (H/H_kv) (V3). With bias =
+    // false the b's are not in θ (V5). position: the part named by var.position (a query/key transform or a
+    // score bias).
     AttnVariant var;
     index_t H_kv = 0;
     PositionPart<T> position;
     index_t kv_head(index_t h) const { return h / (H / H_kv); }
-    // V10: with var.kv_lora_rank > 0, Algorithm 4's lines 1–3 are the latent part's (W_q, W_k, W_v, their
-    // biases and the position part are not made; RoPE acts on the latent's R rows); null otherwise.
-    std::shared_ptr<const LatentQKV<T>> latent;
+    // The two kinds of Algorithm 4's lines (parts.hpp): where Q, K, V come from (lines 1–3: "projections", or
+    // V10's "latent" with var.kv_lora_rank > 0), and the head kernel of lines 4–6 (var.kernel: "softmax", V15's
+    // "performer" or "rfa") with its tiled form (null: none; "tiled" for "softmax"), chosen per call by var.impl.
+    std::shared_ptr<const QKVSource<T>> source;
+    std::shared_ptr<const HeadKernel<T>> kernel, tiled;
     // The numbers the KV cache keeps per token: H_kv·(d_attn + d_mid), or with V10 d_c + d_R
-    index_t cache_rows() const { return latent ? latent->cache_rows() : H_kv * (d_attn + d_mid); }
-    // V15 (var.kernel Performer or RFA): the fixed random projection Ω every head shares, and whether the mask
-    // is the causal one (else bidirectional: the only masks the prefix-sum form has); null: Algorithm 4
-    std::shared_ptr<const RandomFeatures<T>> features;
-    bool rf_causal = false;
+    index_t cache_rows() const { return source->key_rows() + source->value_rows(); }
 
 private:
     const T* bias(const ParamStore<T>& s, const VecParam& b) const { return var.bias ? s.v(b) : nullptr; }
     T* dbias(ParamStore<T>& s, const VecParam& b) const { return var.bias ? s.dv(b) : nullptr; }
-    // Algorithm 4's lines 1–3 for all heads (fused into one product for self-attention): Q, K, V views
-    void project_qkv(const ParamStore<T>& store, CMatView<T> X, CMatView<T> Z, bool same_seqs, MHAttentionCache<T>& c,
-                     MatView<T>& Q, MatView<T>& K, MatView<T>& V) const;
-    // Algorithm 4's lines 4–6 for every (sequence, head) block: Q, K, V (all heads) -> A (per block at
-    // c.A_off), Y = [Y¹; …; Y^H]; queries at q0 + …. The one place the head kernel is chosen: attention_head,
-    // or with use_tiled() the tiled listing on the same HeadBlock (tiled_attention.hpp: λ in c.lse, no A).
+    // Algorithm 5 lines 1–3: every (sequence, head) block through the call's kernel: Q, K, V (all heads) ->
+    // Y = [Y¹; …; Y^H] (and what the kernel keeps in c); queries at q0 + …; cache: decoding's KV cache.
     void heads(const ParamStore<T>& store, CMatView<T> Q, const Seqs& sx, CMatView<T> K, CMatView<T> V,
                const Seqs& sz, index_t q0, MHAttentionCache<T>& c, MatView<T> Y, const Dropout* drop,
-               std::uint64_t place, const KVCache<T>* state = nullptr) const;
+               std::uint64_t place, const KVCache<T>* cache = nullptr) const;
+    // the block (b, h) of the call recorded in c
+    HeadBlock<T> block(const MHAttentionCache<T>& c, index_t b, index_t h, const ParamStore<T>* store,
+                       const KVCache<T>* cache = nullptr) const;
 };
 
 }  // namespace ft

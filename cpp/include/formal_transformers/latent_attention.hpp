@@ -1,8 +1,8 @@
 // Algorithm V10: multi-head latent attention (MLA; DeepSeek-V2 2024, DeepSeek-V3 2024), the queries, keys and
 // values of Algorithm 5 made from low-rank latents. docs/variants.md V10 prints the listing; the code is
 // cpp/src/variants/latent_attention.cpp. It replaces Algorithm 4's lines 1–3 (for all heads) in MHAttention:
-// the part is MHAttention's key/value *source* (MHAttention::latent), so lines 4–6 (attention_head or the tiled
-// listing, masks, dropout) and Algorithm 5's line 4 (W_o) stay the listing's.
+// the part is the Q/K/V source "latent" (parts.hpp QKVSource; MHAttention::source), so lines 4–6 (the head
+// kernel, masks, dropout) and Algorithm 5's line 4 (W_o) stay the listing's.
 //
 //   Input: X ∈ R^{d_x×ℓ} (self-attention: Z = X), positions p_1 … p_ℓ.
 //   Output: Q ∈ R^{H·d_attn×ℓ}, K ∈ R^{H·d_attn×ℓ}, V ∈ R^{H·d_mid×ℓ} (head h a block of rows), with
@@ -40,7 +40,7 @@ struct LatentSpec {
 
 // Activations of lines 1–7 kept for the backward pass.
 template <class T>
-struct LatentCache {
+struct LatentCache : PartStateOf<LatentCache<T>> {
     Matrix<T> CQ, CQh;    // [d_c′, n] line 1's C_Q and rms_norm(C_Q)
     NormCache<T> nq, nkv;  // lines 2 and 4
     Matrix<T> CKR;        // [d_c + d_R, n] line 3's [C_KV; K̃_R]
@@ -49,7 +49,7 @@ struct LatentCache {
 };
 // Backward scratch.
 template <class T>
-struct LatentWork {
+struct LatentWork : PartStateOf<LatentWork<T>> {
     Matrix<T> dKV, dCh, dCKR, dCQh, dCQ;
 };
 

@@ -1,9 +1,13 @@
 // The named parts that Algorithms 4, 5 and the architectures' sublayers are composed of, and the registry
 // that maps an option's name to its part (docs/design.md "Parts and variants", "Adding a variant").
 //
-// The listing path stays the paper's: MHAttention (attention.cpp) is Algorithm 5 lines 1–4 with Algorithm
-// 4's lines 1–3 as one product per matrix, and attention_head is Algorithm 4's lines 4–6. A variant changes
-// one of these places, each behind a small interface:
+// The listing path stays the paper's: MHAttention (attention.cpp) is Algorithm 5 lines 1–4, Algorithm 4's
+// lines 1–3 are its Q/K/V source and lines 4–6 its head kernel. A variant changes one of these places, each
+// behind a small interface:
+//   QKVSource     Algorithm 4 lines 1–3 for all heads: "projections" (the listing, one product per matrix),
+//                 "latent" (V10);
+//   HeadKernel    Algorithm 4 lines 4–6 for one (sequence, head) block: "softmax" (attention_head, the listing),
+//                 "tiled" (Algorithm T, its tiled form), "performer" and "rfa" (V15);
 //   Mask          Algorithm 4 line 5: which keys a query may see (mask.hpp; bidirectional, unidirectional,
 //                 explicit; variants: prefix);
 //   QKTransform   between Algorithm 4's lines 2 and 4: queries and keys transformed at their positions (V1 RoPE);
@@ -106,6 +110,147 @@ struct PositionPart {
     std::shared_ptr<const ScoreBias<T>> bias;
 };
 
+// ------------------------------------ state a part keeps in its caller's caches ----------------------------------
+// Parts are immutable; what one keeps between calls (a forward's activations for its backward, a decoder's running
+// state) lives in the caller's cache, in a PartSlot typed by the part: slot.get<S>() finds the part's S there (or
+// makes it), slot.find<S>() finds it or returns null. Copying a cache copies the states.
+struct PartState {
+    virtual ~PartState() = default;
+    virtual std::unique_ptr<PartState> clone() const = 0;
+};
+template <class S>
+struct PartStateOf : PartState {
+    std::unique_ptr<PartState> clone() const override { return std::make_unique<S>(static_cast<const S&>(*this)); }
+};
+class PartSlot {
+public:
+    PartSlot() = default;
+    PartSlot(const PartSlot& o) : p_(o.p_ ? o.p_->clone() : nullptr) {}
+    PartSlot& operator=(const PartSlot& o) {
+        if (this != &o) p_ = o.p_ ? o.p_->clone() : nullptr;
+        return *this;
+    }
+    PartSlot(PartSlot&&) noexcept = default;
+    PartSlot& operator=(PartSlot&&) noexcept = default;
+    template <class S>
+    S& get() {
+        if (S* s = dynamic_cast<S*>(p_.get())) return *s;
+        auto n = std::make_unique<S>();
+        S& s = *n;
+        p_ = std::move(n);
+        return s;
+    }
+    template <class S>
+    const S* find() const {
+        return dynamic_cast<const S*>(p_.get());
+    }
+    void reset() { p_.reset(); }
+
+private:
+    std::unique_ptr<PartState> p_;
+};
+
+// ------------------------------------ the two kinds of Algorithm 4's lines ----------------------------------------
+template <class T>
+struct HeadBlock;  // attention.hpp
+template <class T>
+struct MHAttentionCache;
+template <class T>
+struct MHAttentionWork;
+template <class T>
+struct KVCache;
+
+// What a Q/K/V source or a head kernel is made from: MHAttention's sizes, options, mask and (kernels) position part.
+template <class T>
+struct AttnPartSpec {
+    index_t H = 0, H_kv = 0, d_x = 0, d_z = 0, d_attn = 0, d_mid = 0;
+    AttnVariant v;
+    const Mask* mask = nullptr;
+    const PositionPart<T>* position = nullptr;  // null for a source (made before the position part)
+};
+
+// Where Q, K, V come from: Algorithm 4's lines 1–3 for all H heads at once (head h: a block of rows; V3: K and V
+// have H_kv heads). The listing's own is "projections" (Q ← W_q X + b_q 1ᵀ, …; listings/qkv_projections.cpp);
+// V10's "latent" makes them from low-rank latents (variants/latent_attention.cpp). Its activations live in
+// c.source (MHAttentionCache) and w.source (MHAttentionWork).
+template <class T>
+class QKVSource {
+public:
+    virtual ~QKVSource() = default;
+    virtual const char* name() const = 0;
+    virtual void init(ParamStore<T>& store, Rng& rng, double stddev) const = 0;
+    // true: the source places queries and keys at their positions itself (V10's RoPE on its shared key part);
+    // the attention then makes no position part
+    virtual bool places_positions() const { return false; }
+    // lines 1–3: X:[d_x,n_x] (sequences sx), Z:[d_z,n_z] (sz) -> Q:[H·d_attn,n_x], K:[H_kv·d_attn,n_z],
+    // V:[H_kv·d_mid,n_z], views of buffers in c
+    virtual void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
+                         MHAttentionCache<T>& c, MatView<T>& Q, MatView<T>& K, MatView<T>& V) const = 0;
+    // the zeroed buffers dQ, dK, dV the backward pass accumulates into (dx_is_dz: dX and dZ are one matrix)
+    virtual void gradients(const MHAttentionCache<T>& c, bool dx_is_dz, index_t n_x, index_t n_z,
+                           MHAttentionWork<T>& w, MatView<T>& dQ, MatView<T>& dK, MatView<T>& dV) const = 0;
+    // lines 3, 2, 1 backward from dQ, dK, dV (which it may overwrite): parameter gradients += …, dX += …, dZ += …
+    virtual void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
+                          const MHAttentionCache<T>& c, MatView<T> dQ, MatView<T> dK, MatView<T> dV, MatView<T> dX,
+                          MatView<T> dZ, MHAttentionWork<T>& w) const = 0;
+    // Decoding with a KV cache: the numbers a token keeps (rows of KVCache's K and V) ...
+    virtual index_t key_rows() const = 0;
+    virtual index_t value_rows() const = 0;
+    // ... computed for new context columns Z:[d_z,n] at positions p0, p0+1, …: Kc:[key_rows,n], Vc:[value_rows,n]
+    virtual void append(const ParamStore<T>& store, CMatView<T> Z, index_t p0, MatView<T> Kc, MatView<T> Vc) const = 0;
+    // queries X:[d_x,n] at positions q0, q0+1, … -> Q:[H·d_attn,n] (line 1; s: scratch)
+    virtual void queries(const ParamStore<T>& store, CMatView<T> X, index_t q0, MatView<T> Q,
+                         MHAttentionCache<T>& s) const = 0;
+    // the keys and values of the cached columns Kc, Vc (views of them, or made in s)
+    virtual void keys_values(const ParamStore<T>& store, CMatView<T> Kc, CMatView<T> Vc, MHAttentionCache<T>& s,
+                             CMatView<T>& K, CMatView<T>& V) const = 0;
+};
+
+// How Algorithm 4's lines 4–6 are computed for one (sequence b, head h) block of Algorithm 5's line 2, given that
+// block's Q^h, K^g, V^g (g = kv_head(h)): "softmax", the listing as printed (listings/attention.cpp); "tiled",
+// Algorithm T (listings/tiled_attention.cpp); "performer"/"rfa", V15's random features
+// (variants/random_features.cpp). What a call keeps for the backward (the weights A, or a statistic per query
+// column in c.lse) is sized by begin() and written per block at the block's offsets (HeadBlock off, j0).
+template <class T>
+class HeadKernel {
+public:
+    virtual ~HeadKernel() = default;
+    virtual const char* name() const = 0;
+    // the registered kernel computing the same numbers tile by tile ("": none); attention_impl chooses between
+    // the two per call (MHAttention::kernel_for)
+    virtual const char* tiled_form() const { return ""; }
+    // true: every block's products are one-thread BLAS calls, so the blocks always run in parallel
+    virtual bool one_thread_blocks() const { return false; }
+    // Before a call's blocks (c.A_off, c.sx, c.sz, c.q0, c.drop.p, c.drop_key set; H heads, n_x query columns):
+    // size what the call keeps in c; ValueError for what the kernel cannot do (e.g. dropout on weights it never
+    // forms)
+    virtual void begin(MHAttentionCache<T>& c, index_t H, index_t n_x) const = 0;
+    // lines 4–6 for one block -> Y^h:[d_mid, l_x]
+    virtual void forward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MHAttentionCache<T>& c,
+                         MatView<T> Y) const = 0;
+    // before the blocks' backward passes (scratch sized in w)
+    virtual void begin_backward(const MHAttentionCache<T>& c, MHAttentionWork<T>& w) const { (void)c, (void)w; }
+    // backward of one block given Y^h and dY^h: dQ += …, dK += …, dV += … (the query heads of one key/value head
+    // run in turn on one thread)
+    virtual void backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Y, CMatView<T> dY,
+                          const HeadBlock<T>& blk, const MHAttentionCache<T>& c, MHAttentionWork<T>& w, MatView<T> dQ,
+                          MatView<T> dK, MatView<T> dV) const = 0;
+    // after every block's backward, on one thread: a score bias's parameter gradients (ScoreBias::backward)
+    virtual void end_backward(ParamStore<T>& store, const ScoreBias<T>* bias, index_t H, const MHAttentionCache<T>& c,
+                              MHAttentionWork<T>& w) const {
+        (void)store, (void)bias, (void)H, (void)c, (void)w;
+    }
+    // The weights A:[l_z,l_x] the block's queries put on its keys, as the printed listing leaves them (and with
+    // dropout the block's entries of c.drop.keep): attention_weights on demand after a kernel that forms no A
+    virtual void weights(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk,
+                         const MHAttentionCache<T>& c, MatView<T> A) const = 0;
+    // Decoding: before new columns are appended to the cache (V15: the cached ones folded into its running
+    // state, cache.state)
+    virtual void before_append(KVCache<T>& cache, index_t H_kv, index_t d_attn, index_t d_mid) const {
+        (void)cache, (void)H_kv, (void)d_attn, (void)d_mid;
+    }
+};
+
 // ------------------------------------ MLP parts --------------------------------------------------------
 // Activations an MLP part keeps for its backward pass (each part names its own slots).
 template <class T>
@@ -168,7 +313,7 @@ private:
 // One table per kind of part (cpp/src/variants/registry.cpp): name → factory. The model builder makes its
 // parts through these functions and an options parser checks names with check_part_name; adding a variant
 // is one file defining its factory plus one line in the table.
-enum class PartKind { Mask, Position, MLP, Norm };
+enum class PartKind { Mask, Position, MLP, Norm, QKVSource, HeadKernel };
 std::vector<std::string> part_names(PartKind kind);
 // ValueError "<option> must be one of 'a', 'b', …, got '<name>'" unless `name` is registered for `kind`
 void check_part_name(PartKind kind, const std::string& name, const char* option);
@@ -182,6 +327,16 @@ Mask make_mask(const std::string& name, const MaskOptions& options = MaskOptions
 template <class T>
 PositionPart<T> make_position(const std::string& name, const AttnSpec& spec, ParamStore<T>& store,
                               const std::string& prefix);
+// The registered names an attention's options choose (registry.cpp): V10's kv_lora_rank > 0 → "latent", else
+// "projections"; AttnKernel → "softmax", "performer", "rfa"
+std::string qkv_source_name(const AttnVariant& v);
+std::string head_kernel_name(AttnKernel k);
+template <class T>
+std::shared_ptr<const QKVSource<T>> make_qkv_source(const std::string& name, const AttnPartSpec<T>& spec,
+                                                    ParamStore<T>& store, const std::string& prefix);
+template <class T>
+std::shared_ptr<const HeadKernel<T>> make_head_kernel(const std::string& name, const AttnPartSpec<T>& spec,
+                                                      const std::string& prefix);
 template <class T>
 std::shared_ptr<const MLPPart<T>> make_mlp(const std::string& name, const MLPSpec& spec, ParamStore<T>& store,
                                            const std::string& prefix);

@@ -43,7 +43,10 @@
 #include <cstdint>
 #include <string>
 
+#include <vector>
+
 #include "formal_transformers/common.hpp"
+#include "formal_transformers/parts.hpp"
 #include "formal_transformers/variants.hpp"
 
 namespace ft {
@@ -78,6 +81,13 @@ template <class T>
 struct FeatureState {
     T* S = nullptr;
     T* z = nullptr;
+};
+
+// The head kernel's state in a KV cache (KVCache::state): S, z of every key/value head g at S[g·d_v·M …],
+// z[g·M …] ([H_kv·d_v·M], [H_kv·M]), the keys before the cache's column 0 folded in.
+template <class T>
+struct FeatureDecodeState : PartStateOf<FeatureDecodeState<T>> {
+    std::vector<T> S, z;
 };
 
 // V15c for one head of one sequence: Q:[d, l_x], K:[d, l_z], V:[d_v, l_z] -> Vt:[d_v, l_x] and n:[l_x] (the

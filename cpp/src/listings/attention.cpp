@@ -6,8 +6,6 @@
 
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/functions.hpp"
-#include "formal_transformers/random_features.hpp"
-#include "formal_transformers/tiled_attention.hpp"
 
 namespace ft {
 
@@ -233,7 +231,80 @@ void Attention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx,
     affine_backward<T>(store.W(W_q), X, dQ, store.dW(W_q).data, store.dv(b_q), dX.data, dX.ld);  // line 1
 }
 
+// ============================ the head kernel "softmax": Algorithm 4's lines 4–6 as printed ==================
+namespace {
+// attention_head on every block: the weights A kept (at the block's offset in c.A, with dropout the masks and
+// Ad = A ⊙ M/(1 − p) beside them), the backward from them, a score bias's parameter gradients from every dS.
+template <class T>
+class SoftmaxKernel final : public HeadKernel<T> {
+public:
+    const char* name() const override { return "softmax"; }
+    const char* tiled_form() const override { return "tiled"; }
+    void begin(MHAttentionCache<T>& c, index_t H, index_t n_x) const override {
+        (void)H, (void)n_x;
+        c.weights_ready = true;
+        c.lse.clear();
+        c.A.resize(std::size_t(c.A_off.back()));
+        if (c.drop.active()) {
+            c.drop.keep.resize(std::size_t(check_bytes(c.A_off.back(), 1, "dropout mask")));
+            c.Ad.resize(c.A.size());
+        } else {
+            c.drop.keep.clear();
+        }
+    }
+    void forward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MHAttentionCache<T>& c,
+                 MatView<T> Y) const override {
+        HeadBlock<T> b = blk;
+        HeadDropout<T> hd;
+        if (c.drop.active()) {
+            hd = {c.drop.p, c.drop_key, std::uint64_t(blk.off), c.Ad.data() + blk.off, c.drop.keep.data() + blk.off};
+            b.drop = &hd;
+        }
+        attention_head<T>(Q, K, V, b, MatView<T>(c.A.data() + blk.off, K.cols, Q.cols), Y);
+    }
+    void begin_backward(const MHAttentionCache<T>& c, MHAttentionWork<T>& w) const override { w.dA.resize(c.A.size()); }
+    void backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Y, CMatView<T> dY, const HeadBlock<T>& blk,
+                  const MHAttentionCache<T>& c, MHAttentionWork<T>& w, MatView<T> dQ, MatView<T> dK,
+                  MatView<T> dV) const override {
+        (void)Y;
+        const bool drop = c.drop.active();
+        attention_head_backward<T>(Q, K, V, CMatView<T>(c.A.data() + blk.off, K.cols, Q.cols), dY, dQ, dK, dV,
+                                   MatView<T>(w.dA.data() + blk.off, K.cols, Q.cols), drop ? c.Ad.data() + blk.off : nullptr,
+                                   drop ? c.drop.keep.data() + blk.off : nullptr, c.drop.p);
+    }
+    // d(line 6's + B^h): the bias's parameter gradients from every block's dS, one block at a time
+    void end_backward(ParamStore<T>& store, const ScoreBias<T>* bias, index_t H, const MHAttentionCache<T>& c,
+                      MHAttentionWork<T>& w) const override {
+        if (!bias) return;
+        const Seqs &sx = c.sx, &sz = c.sz;
+        for (index_t b = 0; b < sx.count(); ++b)
+            for (index_t h = 0; h < H; ++h)
+                bias->backward(store, c.mask, b, h, c.q0,
+                               CMatView<T>(w.dA.data() + c.A_off[std::size_t(b * H + h)], sz.len(b), sx.len(b)));
+    }
+    void weights(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, const MHAttentionCache<T>& c,
+                 MatView<T> A) const override {
+        (void)c;
+        std::vector<T> scratch(std::size_t(V.rows * Q.cols));
+        HeadBlock<T> b = blk;
+        b.drop = nullptr;
+        attention_head<T>(Q, K, V, b, A, MatView<T>(scratch.data(), V.rows, Q.cols));
+    }
+};
+}  // namespace
+
+// The registry's factory (registry.cpp): the listing has no options to check.
+template <class T>
+std::shared_ptr<const HeadKernel<T>> make_softmax_kernel(const AttnPartSpec<T>& spec, const std::string& prefix) {
+    (void)spec, (void)prefix;
+    return std::make_shared<const SoftmaxKernel<T>>();
+}
+template std::shared_ptr<const HeadKernel<float>> make_softmax_kernel<float>(const AttnPartSpec<float>&, const std::string&);
+template std::shared_ptr<const HeadKernel<double>> make_softmax_kernel<double>(const AttnPartSpec<double>&, const std::string&);
+
 // ===================================== Algorithm 5 ====================================================
+// The parts, in θ's order: the Q/K/V source's parameters (lines 1–3), W_o, b_o (line 4), the position part's;
+// then the head kernel of lines 4–6 and its tiled form. Each part's factory checks its own options.
 template <class T>
 MHAttention<T>::MHAttention(index_t H_, index_t d_x_, index_t d_z_, index_t d_attn_, index_t d_mid_, index_t d_out_,
                             Mask mask_, ParamStore<T>& store, const std::string& p, const AttnVariant& v)
@@ -247,62 +318,28 @@ MHAttention<T>::MHAttention(index_t H_, index_t d_x_, index_t d_z_, index_t d_at
                          " (grouped-query attention: groups of H/H_kv query heads share a key/value head)");
     if (var.impl != AttnImpl::Auto && var.impl != AttnImpl::Literal && var.impl != AttnImpl::Tiled)
         throw ValueError("attention_impl must be auto, literal or tiled");
-    if (var.kv_lora_rank > 0) {  // V10: Algorithm 4's lines 1–3 are the latent part's (latent_attention.cpp)
-        if (H_kv != H) throw ValueError("kv_lora_rank (latent attention) makes every head's keys: H_kv must be H");
-        if (var.bias) throw ValueError("kv_lora_rank (latent attention) has no biases (DeepSeek): pass bias=False");
-        if (var.position != "rope")
-            throw ValueError("kv_lora_rank (latent attention) rotates its shared key part with RoPE: positional='rope'");
-        if (d_x != d_z) throw ValueError("kv_lora_rank (latent attention) is self-attention: d_x must be d_z");
-        if (mask.window() > 0) throw ValueError("kv_lora_rank (latent attention) does not combine with sliding_window");
-        LatentSpec ls;
-        ls.H = H, ls.d_x = d_x, ls.d_attn = d_attn, ls.d_v = d_mid;
-        ls.d_c = var.kv_lora_rank, ls.d_cq = var.q_lora_rank, ls.d_R = var.qk_rope_head_dim, ls.theta = var.rope_theta;
-        latent = std::make_shared<const LatentQKV<T>>(ls, store, p);
-        W_o = store.matrix(p + "W_o", d_out, H * d_mid);
-        return;
-    }
-    W_q = store.stacked(p + "W_q", H, d_attn, d_x);
-    if (var.bias) b_q = store.stacked_vector(p + "b_q", H, d_attn);
-    W_k = store.stacked(p + "W_k", H_kv, d_attn, d_z);
-    if (var.bias) b_k = store.stacked_vector(p + "b_k", H_kv, d_attn);
-    W_v = store.stacked(p + "W_v", H_kv, d_mid, d_z);
-    if (var.bias) b_v = store.stacked_vector(p + "b_v", H_kv, d_mid);
+    AttnPartSpec<T> spec;
+    spec.H = H, spec.H_kv = H_kv, spec.d_x = d_x, spec.d_z = d_z, spec.d_attn = d_attn, spec.d_mid = d_mid;
+    spec.v = var, spec.mask = &mask;
+    source = make_qkv_source<T>(qkv_source_name(var), spec, store, p);  // lines 1–3
+    if (const auto* pr = dynamic_cast<const Projections<T>*>(source.get()))
+        W_q = pr->W_q, W_k = pr->W_k, W_v = pr->W_v, b_q = pr->b_q, b_k = pr->b_k, b_v = pr->b_v;
     W_o = store.matrix(p + "W_o", d_out, H * d_mid);
     if (var.bias) b_o = store.vector(p + "b_o", d_out);
-    position = make_position<T>(var.position, AttnSpec{H, d_attn, var}, store, p);  // "none": no part (Algorithm 5)
-    if (var.impl == AttnImpl::Tiled && !tiled_parts())
-        throw ValueError("attention_impl 'tiled': the position part '" + var.position +
-                         "' has no tiled form (its score bias must be added tile by tile); use 'literal' or 'auto'");
-    if (var.kernel != AttnKernel::Softmax) {  // V15: lines 4–6 by random features (random_features.hpp)
-        const std::string kname = var.kernel == AttnKernel::Performer ? "performer" : "rfa";
-        if (var.n_features < 1)
-            throw ValueError("n_features = " + std::to_string(var.n_features) +
-                             " must be >= 1 (the number D of random features of attention='" + kname + "')");
-        const std::string mn = mask.name();
-        if (mn != "bidirectional" && mn != "unidirectional")
-            throw ValueError("attention='" + kname + "' needs the bidirectional or the causal mask (prefix sums), got '" + mn + "'");
-        if (position.bias)
-            throw ValueError("attention='" + kname + "': the position part '" + var.position +
-                             "' is a score bias, which random features cannot add (use rope or a table of positions)");
-        if (var.impl == AttnImpl::Tiled)
-            throw ValueError("attention_impl 'tiled' computes attention='softmax'; attention='" + kname + "' has its own kernel");
-        rf_causal = mn == "unidirectional";
-        features = std::make_shared<const RandomFeatures<T>>(
-            draw_random_features<T>(var.kernel, var.n_features, d_attn, var.feature_seed, p));
-    }
+    if (!source->places_positions())  // "none": no part (Algorithm 5)
+        position = make_position<T>(var.position, AttnSpec{H, d_attn, var}, store, p);
+    spec.position = &position;
+    kernel = make_head_kernel<T>(head_kernel_name(var.kernel), spec, p);  // lines 4–6
+    if (*kernel->tiled_form()) tiled = make_head_kernel<T>(kernel->tiled_form(), spec, p);
+    if (var.impl == AttnImpl::Tiled && !tiled)
+        throw ValueError(std::string("attention_impl 'tiled': attention='") + kernel->name() + "' has no tiled form");
 }
 
 template <class T>
 void MHAttention<T>::init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const {
-    if (latent) {  // V10
-        latent->init(store, rng, stddev);
-        store.normal(W_o.offset, W_o.rows * W_o.cols, out_stddev, rng);
-        return;
-    }
-    for (const MatParam* W : {&W_q, &W_k, &W_v}) store.normal(W->offset, W->rows * W->cols, stddev, rng);
+    source->init(store, rng, stddev);
     store.normal(W_o.offset, W_o.rows * W_o.cols, out_stddev, rng);
-    if (var.bias)
-        for (const VecParam* b : {&b_q, &b_k, &b_v, &b_o}) store.fill(b->offset, b->size, T(0));
+    if (var.bias) store.fill(b_o.offset, b_o.size, T(0));
     if (position.bias) position.bias->init(store, rng);
 }
 
@@ -317,14 +354,7 @@ void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Se
     // 10^7-token input (rope/alibi have no table to bound ℓ) failed only after 3 GB of Q, K, V (issue 27)
     weight_offsets(sx, sz, H, sizeof(T), c.A_off);
     MatView<T> Q, K, V;
-    if (latent) {  // V10 lines 1–7 in place of Algorithm 4's lines 1–3 (self-attention)
-        if (X.data != Z.data || sx.off != sz.off) throw ValueError("latent attention (kv_lora_rank) is self-attention");
-        c.fused = false;
-        Q = ensure(c.Q, H * d_attn, X.cols), K = ensure(c.K, H * d_attn, X.cols), V = ensure(c.V, H * d_mid, X.cols);
-        latent->forward(store, X, sx, 0, Q, K, V, c.lat);
-    } else {
-        project_qkv(store, X, Z, sx.off == sz.off, c, Q, K, V);  // Algorithm 4's lines 1–3 for all heads (below)
-    }
+    source->forward(store, X, sx, Z, sz, c, Q, K, V);  // Algorithm 4's lines 1–3 for all heads
     if (position.qk) {  // e.g. V1 lines 2a, 2b: every head's Q and K transformed at their positions
         position.qk->forward(Q, QKTransform<T>::Role::Query, H, sx, 0);
         position.qk->forward(K, QKTransform<T>::Role::Key, H_kv, sz, 0);
@@ -338,296 +368,88 @@ void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Se
         affine<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // line 4: Ṽ = W_o Y + b_o 1ᵀ
 }
 
-// Algorithm 4's lines 1–3 for all heads at once (W_q = [W_q¹; …; W_q^H], …): one product per matrix,
-//   Q ← W_q X + b_q 1ᵀ,  K ← W_k Z + b_k 1ᵀ,  V ← W_v Z + b_v 1ᵀ   (V3: K and V have H_kv heads).
-// Self-attention (Z is X, same sequences): the three as ONE product, [Q; K; V] ← [W_q; W_k; W_v] X +
-// [b_q; b_k; b_v] 1ᵀ (the same numbers; X is read and packed once), Q, K, V row blocks of c.QKV.
 template <class T>
-void MHAttention<T>::project_qkv(const ParamStore<T>& store, CMatView<T> X, CMatView<T> Z, bool same_seqs,
-                                 MHAttentionCache<T>& c, MatView<T>& Q, MatView<T>& K, MatView<T>& V) const {
-    const index_t Dq = H * d_attn, Dk = H_kv * d_attn, Dv = H_kv * d_mid;
-    c.fused = X.data == Z.data && X.rows == Z.rows && X.cols == Z.cols && X.ld == Z.ld && same_seqs;
-    if (!c.fused) {
-        Q = ensure(c.Q, Dq, X.cols), K = ensure(c.K, Dk, Z.cols), V = ensure(c.V, Dv, Z.cols);
-        affine<T>(store.W(W_q), X, bias(store, b_q), Q);  // line 1: Q^h ← W_q^h X + b_q^h 1ᵀ
-        affine<T>(store.W(W_k), Z, bias(store, b_k), K);  // line 2: K^g ← W_k^g Z + b_k^g 1ᵀ  (g ∈ [H_kv])
-        affine<T>(store.W(W_v), Z, bias(store, b_v), V);  // line 3: V^g ← W_v^g Z + b_v^g 1ᵀ
-        return;
-    }
-    MatView<T> W = ensure(c.W_qkv, Dq + Dk + Dv, d_x);
-    CMatView<T> Wq = store.W(W_q), Wk = store.W(W_k), Wv = store.W(W_v);
-    for (index_t j = 0; j < d_x; ++j) {
-        std::copy(Wq.col(j), Wq.col(j) + Dq, W.col(j));
-        std::copy(Wk.col(j), Wk.col(j) + Dk, W.col(j) + Dq);
-        std::copy(Wv.col(j), Wv.col(j) + Dv, W.col(j) + Dq + Dk);
-    }
-    T* b = nullptr;
-    if (var.bias) {
-        b = ensure(c.b_qkv, Dq + Dk + Dv);
-        std::copy(store.v(b_q), store.v(b_q) + Dq, b);
-        std::copy(store.v(b_k), store.v(b_k) + Dk, b + Dq);
-        std::copy(store.v(b_v), store.v(b_v) + Dv, b + Dq + Dk);
-    }
-    MatView<T> QKV = ensure(c.QKV, Dq + Dk + Dv, X.cols);
-    affine<T>(W, X, b, QKV);  // lines 1–3 at once
-    Q = QKV.rows_range(0, Dq), K = QKV.rows_range(Dq, Dk), V = QKV.rows_range(Dq + Dk, Dv);
+HeadBlock<T> MHAttention<T>::block(const MHAttentionCache<T>& c, index_t b, index_t h, const ParamStore<T>* store,
+                                   const KVCache<T>* cache) const {
+    HeadBlock<T> blk;
+    blk.mask = &c.mask, blk.b = b, blk.h = h, blk.q0 = c.q0;
+    blk.bias = position.bias.get(), blk.store = store;
+    blk.g = kv_head(h), blk.off = c.A_off[std::size_t(b * H + h)], blk.j0 = c.sx.begin(b), blk.n_x = c.sx.total();
+    blk.cache = cache;
+    return blk;
 }
 
-// Algorithm 5 lines 1–3: for h ∈ [H]: Y^h ← Attention(X, Z | W^h_qkv, Mask), i.e. Algorithm 4's lines 4–6 on
-// head h's rows of Q and key/value head kv_head(h)'s rows of K, V (V3), for every sequence b, writing Y^h into
-// its rows of Y (line 3 is the layout). The weights of block (b, h) are kept at c.A_off[b·H + h]; with dropout
-// (training) a mask for every entry of A, keyed by its index in A.
+// Algorithm 5 lines 1–3: for h ∈ [H]: Y^h ← Attention(X, Z | W^h_qkv, Mask), i.e. Algorithm 4's lines 4–6 (the
+// head kernel) on head h's rows of Q and key/value head kv_head(h)'s rows of K, V (V3), for every sequence b,
+// writing Y^h into its rows of Y (line 3 is the layout). Block (b, h)'s weights sit at c.A_off[b·H + h]; with
+// dropout (training) a mask for every entry of A, keyed by its index in A.
 template <class T>
 void MHAttention<T>::heads(const ParamStore<T>& store, CMatView<T> Q, const Seqs& sx, CMatView<T> K, CMatView<T> V,
                            const Seqs& sz, index_t q0, MHAttentionCache<T>& c, MatView<T> Y, const Dropout* drop,
-                           std::uint64_t place, const KVCache<T>* state) const {
+                           std::uint64_t place, const KVCache<T>* cache) const {
     weight_offsets(sx, sz, H, sizeof(T), c.A_off);  // (checked again for the callers that come here directly)
     c.drop.p = drop ? drop->attn : 0.0;
+    c.drop_key = drop ? drop->key(place) : DropoutKey{};
+    c.sx = sx, c.sz = sz, c.q0 = q0, c.store = &store, c.unit = this;
+    const HeadKernel<T>& k = kernel_for(sz.max_len());
+    c.kernel = &k;
+    k.begin(c, H, Q.cols);
     const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid);
-    c.tiled = use_tiled(sz.max_len());
-    c.rf = bool(features);
-    if (c.rf) {
-        // V15c (random_features.hpp) on each block: Y^h and the normalisers n, no ℓ_z×ℓ_x matrix; decoding
-        // (state): the keys folded into the cache's S, z come before K's columns
-        if (c.drop.active()) throw ValueError("attn_dropout: random-feature attention has no weights to drop");
-        c.A.clear();
-        c.A.shrink_to_fit();
-        c.Ad.clear();
-        c.drop.keep.clear();
-        c.sx = sx, c.sz = sz, c.q0 = q0, c.store = &store;
-        c.unit = this;
-        c.weights_ready = false;
-        c.lse.resize(std::size_t(check_bytes(checked_mul(H, Q.cols, "attention normalisers"), sizeof(T),
-                                             "attention normalisers")));
-        const index_t M = features->M();
-        for_blocks(
-            sx.count(), H, work,
-            [&](index_t b, index_t h) {
-                const index_t g = kv_head(h);
-                FeatureState<T> s0;
-                if (state && !state->rf_S.empty())
-                    s0 = {const_cast<T*>(state->rf_S.data()) + g * d_mid * M, const_cast<T*>(state->rf_z.data()) + g * M};
-                rf_attention_head<T>(*features, Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
-                                     K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
-                                     V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), rf_causal, q0, s0,
-                                     Y.rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
-                                     c.lse.data() + h * Q.cols + sx.begin(b));
-            },
-            true);
-        return;
-    }
-    if (c.tiled) {
-        // Algorithm T (tiled_attention.hpp) on each block: Y^h and λ, no ℓ_z×ℓ_x matrix; the same parts (mask,
-        // score bias) tile by tile; dropout draws the entries of the same masks (keyed by the entry's index in A)
-        c.A.clear();
-        c.A.shrink_to_fit();
-        c.Ad.clear();
-        c.Ad.shrink_to_fit();
-        c.drop.keep.clear();
-        c.drop.keep.shrink_to_fit();
-        c.drop_key = drop ? drop->key(place) : DropoutKey{};
-        c.sx = sx, c.sz = sz, c.q0 = q0, c.store = &store;
-        c.unit = this;
-        c.weights_ready = false;
-        c.lse.resize(std::size_t(check_bytes(checked_mul(H, Q.cols, "attention log-sum-exp"), sizeof(T),
-                                             "attention log-sum-exp")));
-        for_blocks(
-            sx.count(), H, work,
-            [&](index_t b, index_t h) {
-                const index_t g = kv_head(h);
-                HeadDropout<T> hd;
-                if (c.drop.active()) hd = {c.drop.p, c.drop_key, std::uint64_t(c.A_off[std::size_t(b * H + h)]), nullptr, nullptr};
-                HeadBlock<T> blk;
-                blk.mask = &c.mask, blk.b = b, blk.h = h, blk.q0 = q0;
-                blk.bias = position.bias.get(), blk.store = &store;
-                blk.drop = c.drop.active() ? &hd : nullptr;
-                tiled_attention_head<T>(Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
-                                        K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
-                                        V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), blk,
-                                        Y.rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
-                                        c.lse.data() + h * Q.cols + sx.begin(b));
-            },
-            true);
-        return;
-    }
-    c.weights_ready = true;
-    c.lse.clear();
-    c.A.resize(std::size_t(c.A_off.back()));
-    if (c.drop.active()) {
-        c.drop.keep.resize(std::size_t(check_bytes(c.A_off.back(), 1, "dropout mask")));
-        c.Ad.resize(c.A.size());
-    } else {
-        c.drop.keep.clear();
-    }
-    for_blocks(sx.count(), H, work, [&](index_t b, index_t h) {
-        const index_t g = kv_head(h);
-        const std::size_t off = std::size_t(c.A_off[std::size_t(b * H + h)]);
-        HeadDropout<T> hd;
-        if (c.drop.active()) hd = {c.drop.p, drop->key(place), std::uint64_t(off), c.Ad.data() + off, c.drop.keep.data() + off};
-        HeadBlock<T> blk;
-        blk.mask = &c.mask, blk.b = b, blk.h = h, blk.q0 = q0;
-        blk.bias = position.bias.get(), blk.store = &store;
-        blk.drop = c.drop.active() ? &hd : nullptr;
-        attention_head<T>(Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
-                          K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
-                          V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), blk,
-                          MatView<T>(c.A.data() + off, sz.len(b), sx.len(b)),
-                          Y.rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)));
-    });
+    for_blocks(
+        sx.count(), H, work,
+        [&](index_t b, index_t h) {
+            const index_t g = kv_head(h);
+            k.forward(Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                      K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                      V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), block(c, b, h, &store, cache), c,
+                      Y.rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)));
+        },
+        k.one_thread_blocks());
 }
 
 template <class T>
 void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
                               const MHAttentionCache<T>& c, CMatView<T> dVt, MatView<T> dX, MatView<T> dZ,
                               MHAttentionWork<T>& w) const {
-    const index_t Dq = H * d_attn, Dk = H_kv * d_attn, Dv = H_kv * d_mid, Dy = H * d_mid;
-    // the fused product of the forward (self-attention), differentiated as one product when dZ is dX too
-    const bool fused = c.fused && dX.data == dZ.data && dX.ld == dZ.ld;
-    MatView<T> dY = ensure(w.dY, Dy, X.cols);
+    MatView<T> dY = ensure(w.dY, H * d_mid, X.cols);
     MatView<T> dQ, dK, dV;
-    if (fused) {
-        MatView<T> dQKV = ensure(w.dQKV, Dq + Dk + Dv, X.cols);
-        std::fill(dQKV.data, dQKV.data + dQKV.size(), T(0));
-        dQ = dQKV.rows_range(0, Dq), dK = dQKV.rows_range(Dq, Dk), dV = dQKV.rows_range(Dq + Dk, Dv);
-    } else {
-        dQ = ensure(w.dQ, Dq, X.cols), dK = ensure(w.dK, Dk, Z.cols), dV = ensure(w.dV, Dv, Z.cols);
-        std::fill(dQ.data, dQ.data + dQ.size(), T(0));
-        std::fill(dK.data, dK.data + dK.size(), T(0));
-        std::fill(dV.data, dV.data + dV.size(), T(0));
-    }
+    source->gradients(c, dX.data == dZ.data && dX.ld == dZ.ld, X.cols, Z.cols, w, dQ, dK, dV);
     std::fill(dY.data, dY.data + dY.size(), T(0));
     // d(line 4): dW_o += dṼ Yᵀ, db_o += dṼ 1, dY = W_oᵀ dṼ
     affine_backward<T>(store.W(W_o), view(c.Y), dVt, store.dW(W_o).data, dbias(store, b_o), dY.data);
-    CMatView<T> Q = c.Qv, K = c.Kv, V = c.Vv;
+    CMatView<T> Q = c.Qv, K = c.Kv, V = c.Vv, Y = view(c.Y);
     // d(lines 1–3): Algorithm 4's lines 6, 5, 4 backward per (sequence, key/value head g) block; the query
     // heads of a group run in turn, so dK^g and dV^g sum their contributions (V3) without a race
+    const HeadKernel<T>& k = *c.kernel;
+    k.begin_backward(c, w);
     const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid), group = H / H_kv;
-    if (c.rf) {  // V15c backward per head (random_features.hpp): Φ recomputed from Q, K; Ω fixed
-        for_blocks(
-            sx.count(), H_kv, work * group,
-            [&](index_t b, index_t g) {
-                for (index_t h = g * group; h < (g + 1) * group; ++h)
-                    rf_attention_head_backward<T>(
-                        *features, Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
-                        K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
-                        V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), rf_causal, c.q0,
-                        CMatView<T>(view(c.Y)).rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
-                        c.lse.data() + h * X.cols + sx.begin(b),
-                        CMatView<T>(dY).rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
-                        dQ.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
-                        dK.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
-                        dV.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)));
-            },
-            true);
-    } else if (c.tiled) {  // Algorithm T2 per head: the weights recomputed tile by tile from λ (a tiled score bias has
-                    // no parameters: nothing for its backward)
-        for_blocks(
-            sx.count(), H_kv, work * group,
-            [&](index_t b, index_t g) {
-                for (index_t h = g * group; h < (g + 1) * group; ++h) {
-                    HeadDropout<T> hd;
-                    if (c.drop.active()) hd = {c.drop.p, c.drop_key, std::uint64_t(c.A_off[std::size_t(b * H + h)]), nullptr, nullptr};
-                    HeadBlock<T> blk;
-                    blk.mask = &c.mask, blk.b = b, blk.h = h, blk.q0 = c.q0;
-                    blk.bias = position.bias.get(), blk.store = &store;
-                    blk.drop = c.drop.active() ? &hd : nullptr;
-                    tiled_attention_head_backward<T>(
-                        Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
-                        K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
-                        V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)),
-                        CMatView<T>(view(c.Y)).rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
-                        c.lse.data() + h * X.cols + sx.begin(b),
-                        CMatView<T>(dY).rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)), blk,
-                        dQ.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
-                        dK.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
-                        dV.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)));
-                }
-            },
-            true);
-    } else {
-    w.dA.resize(c.A.size());
-    for_blocks(sx.count(), H_kv, work * group, [&](index_t b, index_t g) {
-        for (index_t h = g * group; h < (g + 1) * group; ++h) {
-            const std::size_t off = std::size_t(c.A_off[std::size_t(b * H + h)]);
-            attention_head_backward<T>(Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
-                                       K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
-                                       V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)),
-                                       CMatView<T>(c.A.data() + off, sz.len(b), sx.len(b)),
-                                       CMatView<T>(dY).rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
-                                       dQ.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
-                                       dK.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
-                                       dV.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)),
-                                       MatView<T>(w.dA.data() + off, sz.len(b), sx.len(b)),
-                                       c.drop.active() ? c.Ad.data() + off : nullptr,
-                                       c.drop.active() ? c.drop.keep.data() + off : nullptr, c.drop.p);
-        }
-    });
-    if (position.bias)  // d(line 6's + B^h): the bias's parameter gradients from every block's dS, one block at a time
-        for (index_t b = 0; b < sx.count(); ++b)
-            for (index_t h = 0; h < H; ++h)
-                position.bias->backward(store, c.mask, b, h, 0,
-                                        CMatView<T>(w.dA.data() + c.A_off[std::size_t(b * H + h)], sz.len(b), sx.len(b)));
-    }
+    for_blocks(
+        sx.count(), H_kv, work * group,
+        [&](index_t b, index_t g) {
+            for (index_t h = g * group; h < (g + 1) * group; ++h)
+                k.backward(Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                           K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                           V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)),
+                           Y.rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
+                           CMatView<T>(dY).rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
+                           block(c, b, h, &store), c, w, dQ.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                           dK.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                           dV.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)));
+        },
+        k.one_thread_blocks());
+    k.end_backward(store, position.bias.get(), H, c, w);
     if (position.qk) {  // back through the query/key transform (V1: dQ ← R(p)ᵀ dQ, dK ← R(p)ᵀ dK)
         position.qk->backward(dQ, QKTransform<T>::Role::Query, H, sx, 0);
         position.qk->backward(dK, QKTransform<T>::Role::Key, H_kv, sz, 0);
     }
-    if (latent) {  // V10 lines 7–1 backward: the latents' parameters, dX (dX is dZ: self-attention)
-        latent->backward(store, X, sx, 0, c.lat, dQ, dK, dV, dX, w.lat);
-        return;
-    }
-    if (fused) {
-        // Algorithm 4's lines 1–3 for all heads, Q, K and V at once: [dW_q; dW_k; dW_v] = [dQ; dK; dV] Xᵀ,
-        // d[b_q; b_k; b_v] = [dQ; dK; dV] 1, dX += [W_q; W_k; W_v]ᵀ [dQ; dK; dV]
-        CMatView<T> dQKV = view(w.dQKV);
-        MatView<T> dW = ensure(w.dW_qkv, Dq + Dk + Dv, d_x);
-        gemm<T>(Op::N, Op::T, T(1), dQKV, X, T(0), dW);
-        MatView<T> dWq = store.dW(W_q), dWk = store.dW(W_k), dWv = store.dW(W_v);
-        for (index_t j = 0; j < d_x; ++j) {
-            const T* g = dW.col(j);
-            T *q = dWq.col(j), *k = dWk.col(j), *v = dWv.col(j);
-#pragma omp simd
-            for (index_t i = 0; i < Dq; ++i) q[i] += g[i];
-#pragma omp simd
-            for (index_t i = 0; i < Dk; ++i) k[i] += g[Dq + i];
-#pragma omp simd
-            for (index_t i = 0; i < Dv; ++i) v[i] += g[Dq + Dk + i];
-        }
-        if (var.bias) {
-            add_column_sum<T>(dQKV.rows_range(0, Dq), store.dv(b_q));
-            add_column_sum<T>(dQKV.rows_range(Dq, Dk), store.dv(b_k));
-            add_column_sum<T>(dQKV.rows_range(Dq + Dk, Dv), store.dv(b_v));
-        }
-        gemm<T>(Op::T, Op::N, T(1), view(c.W_qkv), dQKV, T(1), dX);
-        return;
-    }
-    // Algorithm 4's lines 3, 2, 1 for all heads at once (stacked): parameter gradients, dZ, dX
-    affine_backward<T>(store.W(W_v), Z, dV, store.dW(W_v).data, dbias(store, b_v), dZ.data, dZ.ld);
-    affine_backward<T>(store.W(W_k), Z, dK, store.dW(W_k).data, dbias(store, b_k), dZ.data, dZ.ld);
-    affine_backward<T>(store.W(W_q), X, dQ, store.dW(W_q).data, dbias(store, b_q), dX.data, dX.ld);
+    source->backward(store, X, sx, Z, sz, c, dQ, dK, dV, dX, dZ, w);  // Algorithm 4's lines 3, 2, 1
 }
 
 template <class T>
 void MHAttention<T>::append_kv(const ParamStore<T>& store, CMatView<T> Z, KVCache<T>& cache) const {
     const index_t w = mask.window();
-    // V10: K keeps the latent [Ĉ_KV; K_R] of each token, V nothing
-    const index_t rows_k = latent ? latent->cache_rows() : H_kv * d_attn, rows_v = latent ? 0 : H_kv * d_mid;
-    if (features) {  // V15: the cached columns folded into S, z (per key/value head), then dropped
-        const index_t M = features->M();
-        if (cache.rf_S.empty()) {
-            cache.rf_S.assign(std::size_t(H_kv * d_mid * M), T(0));
-            cache.rf_z.assign(std::size_t(H_kv * M), T(0));
-        }
-        if (cache.len > 0) {
-            CMatView<T> K = CMatView<T>(view(cache.K)).cols_range(0, cache.len);
-            CMatView<T> V = CMatView<T>(view(cache.V)).cols_range(0, cache.len);
-            for (index_t g = 0; g < H_kv; ++g)
-                rf_fold<T>(*features, K.rows_range(g * d_attn, d_attn), V.rows_range(g * d_mid, d_mid),
-                           FeatureState<T>{cache.rf_S.data() + g * d_mid * M, cache.rf_z.data() + g * M});
-            cache.start += cache.len;
-            cache.len = 0;
-        }
-    }
+    const index_t rows_k = source->key_rows(), rows_v = source->value_rows();
+    kernel->before_append(cache, H_kv, d_attn, d_mid);  // (V15: the cached columns folded into its state)
     if (w > 0 && cache.len > w - 1 && cache.len + Z.cols > 2 * w) {
         // V9, the rolling cache of a sliding window: the first new query (position start + len) reads keys
         // from position start + len − w + 1 on, so only the last w − 1 columns are kept (moved to the front;
@@ -650,14 +472,8 @@ void MHAttention<T>::append_kv(const ParamStore<T>& store, CMatView<T> Z, KVCach
         cache.V = std::move(V2);
     }
     MatView<T> Knew = view(cache.K).cols_range(cache.len, Z.cols);
-    if (latent) {  // V10 lines 3, 4, 6: the new tokens' [Ĉ_KV; K_R] at positions start + len, …
-        LatentCache<T> tmp;
-        latent->latent(store, Z, cache.start + cache.len, Knew, tmp);
-        cache.len = need;
-        return;
-    }
-    affine<T>(store.W(W_k), Z, bias(store, b_k), Knew);                                           // Alg 4 line 2 (H_kv heads)
-    affine<T>(store.W(W_v), Z, bias(store, b_v), view(cache.V).cols_range(cache.len, Z.cols));  // Alg 4 line 3
+    // Alg 4 lines 2, 3 (V10: the latent) of the new tokens at positions start + len, …
+    source->append(store, Z, cache.start + cache.len, Knew, view(cache.V).cols_range(cache.len, Z.cols));
     if (position.qk)  // keys at their absolute positions start + len, start + len + 1, … (V1 line 2b)
         position.qk->forward(Knew, QKTransform<T>::Role::Key, H_kv, Seqs::single(Z.cols), cache.start + cache.len);
     cache.len = need;
@@ -674,21 +490,12 @@ void MHAttention<T>::attend_cached(const ParamStore<T>& store, CMatView<T> X, in
     s.mask = call_mask ? *call_mask : mask;
     s.mask.check(lz, n, q_rel);
     MatView<T> Q = ensure(s.Q, H * d_attn, n), Y = ensure(s.Y, H * d_mid, n);
-    if (latent) {  // V10: queries (lines 1, 2, 6) at q0 …; K, V up-projected from the cached latent (lines 5, 7)
-        latent->queries(store, X, q0, Q, s.lat);
-        MatView<T> K = ensure(s.K, H * d_attn, lz), V = ensure(s.V, H * d_mid, lz);
-        latent->expand(store, CMatView<T>(view(cache.K)).cols_range(0, lz), K, V, s.lat);
-        heads(store, Q, Seqs::single(n), K, V, Seqs::single(lz), q_rel, s, Y, nullptr, 0);  // Alg 5 lines 1–3
-        if (accumulate)
-            affine_add<T>(store.W(W_o), Y, nullptr, Vt);  // Alg 5 line 4
-        else
-            affine<T>(store.W(W_o), Y, nullptr, Vt);
-        return;
-    }
-    affine<T>(store.W(W_q), X, bias(store, b_q), Q);  // Alg 4 line 1, all heads
+    source->queries(store, X, q0, Q, s);  // Alg 4 line 1, all heads (V10: lines 1, 2, 6)
     if (position.qk)  // queries at q0, q0 + 1, … (V1 line 2a)
         position.qk->forward(Q, QKTransform<T>::Role::Query, H, Seqs::single(n), q0);
-    CMatView<T> K = CMatView<T>(view(cache.K)).cols_range(0, lz), V = CMatView<T>(view(cache.V)).cols_range(0, lz);
+    CMatView<T> K, V;  // the cached keys and values (V10: up-projected from the cached latents, lines 5, 7)
+    source->keys_values(store, CMatView<T>(view(cache.K)).cols_range(0, lz), CMatView<T>(view(cache.V)).cols_range(0, lz),
+                        s, K, V);
     heads(store, Q, Seqs::single(n), K, V, Seqs::single(lz), q_rel, s, Y, nullptr, 0, &cache);  // Alg 5 lines 1–3
     if (accumulate)
         affine_add<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // Alg 5 line 4 (into the residual stream)
@@ -699,40 +506,19 @@ void MHAttention<T>::attend_cached(const ParamStore<T>& store, CMatView<T> X, in
 template <class T>
 void MHAttention<T>::materialize_weights(const MHAttentionCache<T>& c) const {
     if (c.weights_ready) return;
-    if (c.rf) {  // V15: the weights the estimator puts on each key, Mask ⊙ φ(k)ᵀφ(q) / n
-        FT_CHECK(index_t(c.A_off.size()) == c.sx.count() * H + 1, "attention weights: no forward to rebuild");
-        c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));
-        for (index_t b = 0; b < c.sx.count(); ++b)
-            for (index_t h = 0; h < H; ++h) {
-                const index_t g = kv_head(h), off = c.A_off[std::size_t(b * H + h)];
-                rf_attention_weights<T>(*features, c.Qv.rows_range(h * d_attn, d_attn).cols_range(c.sx.begin(b), c.sx.len(b)),
-                                        c.Kv.rows_range(g * d_attn, d_attn).cols_range(c.sz.begin(b), c.sz.len(b)),
-                                        rf_causal, c.q0, MatView<T>(c.A.data() + off, c.sz.len(b), c.sx.len(b)));
-            }
-        c.weights_ready = true;
-        return;
-    }
-    FT_CHECK(c.tiled && index_t(c.A_off.size()) == c.sx.count() * H + 1, "attention weights: no forward to rebuild");
+    FT_CHECK(c.kernel && index_t(c.A_off.size()) == c.sx.count() * H + 1, "attention weights: no forward to rebuild");
     const Seqs &sx = c.sx, &sz = c.sz;
     c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));
     if (c.drop.active()) c.drop.keep.resize(std::size_t(c.A_off.back()));
-    std::vector<T> scratch;
     for (index_t b = 0; b < sx.count(); ++b)
-        for (index_t h = 0; h < H; ++h) {  // lines 4–6 as printed, on the saved Q, K, V (Ṽ discarded)
-            const index_t g = kv_head(h), off = c.A_off[std::size_t(b * H + h)];
-            scratch.resize(std::size_t(d_mid * sx.len(b)));
-            HeadBlock<T> blk;
-            blk.mask = &c.mask, blk.b = b, blk.h = h, blk.q0 = c.q0;
-            blk.bias = position.bias.get(), blk.store = c.store;
-            attention_head<T>(c.Qv.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+        for (index_t h = 0; h < H; ++h) {  // the weights of each block, on the saved Q, K, V
+            const index_t g = kv_head(h);
+            const HeadBlock<T> blk = block(c, b, h, c.store);
+            c.kernel->weights(c.Qv.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
                               c.Kv.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
-                              c.Vv.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), blk,
-                              MatView<T>(c.A.data() + off, sz.len(b), sx.len(b)), MatView<T>(scratch.data(), d_mid, sx.len(b)));
+                              c.Vv.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), blk, c,
+                              MatView<T>(c.A.data() + blk.off, sz.len(b), sx.len(b)));
         }
-    if (c.drop.active()) {  // the masks the tiles drew: entry i of A keyed by drop_key (DropoutStream)
-        const DropoutStream ds(c.drop.p, c.drop_key);
-        for (std::size_t i = 0; i < c.drop.keep.size(); ++i) c.drop.keep[i] = ds.keep(i);
-    }
     c.weights_ready = true;
 }
 

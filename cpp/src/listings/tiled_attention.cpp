@@ -11,6 +11,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include "formal_transformers/attention.hpp"
 #include "formal_transformers/blas.hpp"
 
 namespace ft {
@@ -281,6 +282,80 @@ void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, 
         }
     }
 }
+
+// ------------------------------------ the head kernel "tiled" ---------------------------------------------------
+namespace {
+// Algorithm T on every block (the tiled form of "softmax", chosen per call by attention_impl): Y^h and λ (in
+// c.lse), no ℓ_z×ℓ_x matrix; the same parts (mask, score bias) tile by tile; dropout draws the entries of the same
+// masks as the literal listing (keyed by the entry's index in A), redrawn in the backward.
+template <class T>
+class TiledKernel final : public HeadKernel<T> {
+public:
+    const char* name() const override { return "tiled"; }
+    bool one_thread_blocks() const override { return true; }  // one-thread BLAS calls on tiles
+    void begin(MHAttentionCache<T>& c, index_t H, index_t n_x) const override {
+        c.A.clear();
+        c.A.shrink_to_fit();
+        c.Ad.clear();
+        c.Ad.shrink_to_fit();
+        c.drop.keep.clear();
+        c.drop.keep.shrink_to_fit();
+        c.weights_ready = false;
+        c.lse.resize(std::size_t(check_bytes(checked_mul(H, n_x, "attention log-sum-exp"), sizeof(T),
+                                             "attention log-sum-exp")));
+    }
+    void forward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MHAttentionCache<T>& c,
+                 MatView<T> Y) const override {
+        HeadDropout<T> hd;
+        tiled_attention_head<T>(Q, K, V, with_dropout(blk, c, hd), Y, c.lse.data() + blk.h * blk.n_x + blk.j0);
+    }
+    // Algorithm T2: the weights recomputed tile by tile from λ (a tiled score bias has no parameters: nothing for
+    // its backward)
+    void backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Y, CMatView<T> dY, const HeadBlock<T>& blk,
+                  const MHAttentionCache<T>& c, MHAttentionWork<T>& w, MatView<T> dQ, MatView<T> dK,
+                  MatView<T> dV) const override {
+        (void)w;
+        HeadDropout<T> hd;
+        tiled_attention_head_backward<T>(Q, K, V, Y, c.lse.data() + blk.h * blk.n_x + blk.j0, dY,
+                                         with_dropout(blk, c, hd), dQ, dK, dV);
+    }
+    // lines 4–6 as printed on the saved Q, K, V (Ṽ discarded), and the masks the tiles drew: entry i of A keyed
+    // by c.drop_key (DropoutStream)
+    void weights(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, const MHAttentionCache<T>& c,
+                 MatView<T> A) const override {
+        std::vector<T> scratch(std::size_t(V.rows * Q.cols));
+        HeadBlock<T> b = blk;
+        b.drop = nullptr;
+        attention_head<T>(Q, K, V, b, A, MatView<T>(scratch.data(), V.rows, Q.cols));
+        if (!c.drop.active()) return;
+        const DropoutStream ds(c.drop.p, c.drop_key);
+        for (index_t i = blk.off; i < blk.off + A.size(); ++i) c.drop.keep[std::size_t(i)] = ds.keep(std::uint64_t(i));
+    }
+
+private:
+    static HeadBlock<T> with_dropout(const HeadBlock<T>& blk, const MHAttentionCache<T>& c, HeadDropout<T>& hd) {
+        HeadBlock<T> b = blk;
+        if (c.drop.active()) {
+            hd = {c.drop.p, c.drop_key, std::uint64_t(blk.off), nullptr, nullptr};
+            b.drop = &hd;
+        }
+        return b;
+    }
+};
+}  // namespace
+
+// The registry's factory (registry.cpp): attention_impl 'tiled' needs every part tiled (a score bias with a tiled
+// form); 'auto' falls back to the literal listing per call instead (MHAttention::use_tiled).
+template <class T>
+std::shared_ptr<const HeadKernel<T>> make_tiled_kernel(const AttnPartSpec<T>& spec, const std::string& prefix) {
+    (void)prefix;
+    if (spec.v.impl == AttnImpl::Tiled && spec.position && spec.position->bias && !spec.position->bias->tiles())
+        throw ValueError("attention_impl 'tiled': the position part '" + spec.v.position +
+                         "' has no tiled form (its score bias must be added tile by tile); use 'literal' or 'auto'");
+    return std::make_shared<const TiledKernel<T>>();
+}
+template std::shared_ptr<const HeadKernel<float>> make_tiled_kernel<float>(const AttnPartSpec<float>&, const std::string&);
+template std::shared_ptr<const HeadKernel<double>> make_tiled_kernel<double>(const AttnPartSpec<double>&, const std::string&);
 
 #define FT_INSTANTIATE(T)                                                                                      \
     template void tiled_attention_head<T>(CMatView<T>, CMatView<T>, CMatView<T>, const HeadBlock<T>&, MatView<T>, \

@@ -1,11 +1,13 @@
 // Algorithm V10: multi-head latent attention (DeepSeek-V2 2024 §2.1, DeepSeek-V3 2024 §2.1.1), the listing in
-// latent_attention.hpp and docs/variants.md; forward line by line, backward beside it. MHAttention (attention.cpp)
-// calls it in place of Algorithm 4's lines 1–3 when its AttnVariant has kv_lora_rank > 0.
+// latent_attention.hpp and docs/variants.md; forward line by line, backward beside it. Registered as the Q/K/V
+// source "latent" (parts.hpp QKVSource, registry.cpp): MHAttention uses it in place of Algorithm 4's lines 1–3
+// when its AttnVariant has kv_lora_rank > 0 (its option checks are in make_latent_source below).
 #include "formal_transformers/latent_attention.hpp"
 
 #include <algorithm>
 #include <vector>
 
+#include "formal_transformers/attention.hpp"
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/variants.hpp"
 
@@ -172,7 +174,87 @@ void LatentQKV<T>::expand(const ParamStore<T>& store, CMatView<T> L, MatView<T> 
     split_kv(KV, L.rows_range(s_.d_c, s_.d_R), K, V);                 // line 7 with the cached K_R
 }
 
+// ------------------------------------ the Q/K/V source "latent" ------------------------------------------------
+namespace {
+// The part: lines 1–7 for the attention's forward (latents kept in c.source), their backward, and decoding from a
+// cache of latents (a token keeps [Ĉ_KV; K_R]: d_c + d_R numbers, no value rows).
+template <class T>
+class LatentSource final : public QKVSource<T> {
+public:
+    LatentSource(const LatentSpec& s, ParamStore<T>& store, const std::string& p) : l_(s, store, p) {}
+    const char* name() const override { return "latent"; }
+    void init(ParamStore<T>& store, Rng& rng, double stddev) const override { l_.init(store, rng, stddev); }
+    bool places_positions() const override { return true; }  // line 6: RoPE on Q_R and the shared K_R
+    void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
+                 MHAttentionCache<T>& c, MatView<T>& Q, MatView<T>& K, MatView<T>& V) const override {
+        if (X.data != Z.data || sx.off != sz.off) throw ValueError("latent attention (kv_lora_rank) is self-attention");
+        const LatentSpec& s = l_.spec();
+        Q = ensure(c.Q, s.H * s.d_attn, X.cols), K = ensure(c.K, s.H * s.d_attn, X.cols), V = ensure(c.V, s.H * s.d_v, X.cols);
+        l_.forward(store, X, sx, 0, Q, K, V, c.source.template get<LatentCache<T>>());  // lines 1–7
+    }
+    void gradients(const MHAttentionCache<T>& c, bool dx_is_dz, index_t n_x, index_t n_z, MHAttentionWork<T>& w,
+                   MatView<T>& dQ, MatView<T>& dK, MatView<T>& dV) const override {
+        (void)c, (void)dx_is_dz;
+        const LatentSpec& s = l_.spec();
+        dQ = ensure(w.dQ, s.H * s.d_attn, n_x), dK = ensure(w.dK, s.H * s.d_attn, n_z), dV = ensure(w.dV, s.H * s.d_v, n_z);
+        for (MatView<T>* d : {&dQ, &dK, &dV}) std::fill(d->data, d->data + d->size(), T(0));
+    }
+    void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
+                  const MHAttentionCache<T>& c, MatView<T> dQ, MatView<T> dK, MatView<T> dV, MatView<T> dX,
+                  MatView<T> dZ, MHAttentionWork<T>& w) const override {
+        (void)Z, (void)sz, (void)dZ;  // self-attention: dZ is dX
+        const LatentCache<T>* lc = c.source.template find<LatentCache<T>>();
+        FT_CHECK(lc, "latent attention: backward without its forward");
+        l_.backward(store, X, sx, 0, *lc, dQ, dK, dV, dX, w.source.template get<LatentWork<T>>());  // lines 7–1
+    }
+    index_t key_rows() const override { return l_.cache_rows(); }
+    index_t value_rows() const override { return 0; }
+    void append(const ParamStore<T>& store, CMatView<T> Z, index_t p0, MatView<T> Kc, MatView<T> Vc) const override {
+        (void)Vc;
+        LatentCache<T> tmp;
+        l_.latent(store, Z, p0, Kc, tmp);  // lines 3, 4, 6: the new tokens' [Ĉ_KV; K_R] at p0, p0 + 1, …
+    }
+    void queries(const ParamStore<T>& store, CMatView<T> X, index_t q0, MatView<T> Q,
+                 MHAttentionCache<T>& s) const override {
+        l_.queries(store, X, q0, Q, s.source.template get<LatentCache<T>>());  // lines 1, 2, 6
+    }
+    void keys_values(const ParamStore<T>& store, CMatView<T> Kc, CMatView<T> Vc, MHAttentionCache<T>& s,
+                     CMatView<T>& K, CMatView<T>& V) const override {
+        (void)Vc;
+        const LatentSpec& sp = l_.spec();
+        MatView<T> Ku = ensure(s.K, sp.H * sp.d_attn, Kc.cols), Vu = ensure(s.V, sp.H * sp.d_v, Kc.cols);
+        l_.expand(store, Kc, Ku, Vu, s.source.template get<LatentCache<T>>());  // lines 5, 7 on the cached latents
+        K = Ku, V = Vu;
+    }
+
+private:
+    LatentQKV<T> l_;
+};
+}  // namespace
+
+// The registry's factory (registry.cpp), with V10's checks against the attention's other options.
+template <class T>
+std::shared_ptr<const QKVSource<T>> make_latent_source(const AttnPartSpec<T>& spec, ParamStore<T>& store,
+                                                       const std::string& prefix) {
+    const AttnVariant& v = spec.v;
+    if (spec.H_kv != spec.H) throw ValueError("kv_lora_rank (latent attention) makes every head's keys: H_kv must be H");
+    if (v.bias) throw ValueError("kv_lora_rank (latent attention) has no biases (DeepSeek): pass bias=False");
+    if (v.position != "rope")
+        throw ValueError("kv_lora_rank (latent attention) rotates its shared key part with RoPE: positional='rope'");
+    if (spec.d_x != spec.d_z) throw ValueError("kv_lora_rank (latent attention) is self-attention: d_x must be d_z");
+    if (spec.mask && spec.mask->window() > 0)
+        throw ValueError("kv_lora_rank (latent attention) does not combine with sliding_window");
+    LatentSpec ls;
+    ls.H = spec.H, ls.d_x = spec.d_x, ls.d_attn = spec.d_attn, ls.d_v = spec.d_mid;
+    ls.d_c = v.kv_lora_rank, ls.d_cq = v.q_lora_rank, ls.d_R = v.qk_rope_head_dim, ls.theta = v.rope_theta;
+    return std::make_shared<const LatentSource<T>>(ls, store, prefix);
+}
+
 template class LatentQKV<float>;
 template class LatentQKV<double>;
+template std::shared_ptr<const QKVSource<float>> make_latent_source<float>(const AttnPartSpec<float>&,
+                                                                           ParamStore<float>&, const std::string&);
+template std::shared_ptr<const QKVSource<double>> make_latent_source<double>(const AttnPartSpec<double>&,
+                                                                             ParamStore<double>&, const std::string&);
 
 }  // namespace ft

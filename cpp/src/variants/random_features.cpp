@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "formal_transformers/attention.hpp"
 #include "formal_transformers/blas.hpp"
 
 namespace ft {
@@ -381,6 +382,99 @@ void rf_attention_weights(const RandomFeatures<T>& f, CMatView<T> Q, CMatView<T>
         for (index_t i = 0; i < A.rows; ++i) a[i] /= sum;
     }
 }
+
+// ------------------------------------ the head kernels "performer" and "rfa" ----------------------------------
+namespace {
+// V15c on every block: Y^h and the normalisers n (in c.lse), no ℓ_z×ℓ_x matrix; Ω fixed, shared by every head.
+// Decoding: the keys before the cache's column 0 are folded into its state S, z (FeatureDecodeState).
+template <class T>
+class RandomFeatureKernel final : public HeadKernel<T> {
+public:
+    RandomFeatureKernel(RandomFeatures<T> f, bool causal) : f_(std::move(f)), causal_(causal) {}
+    const char* name() const override { return f_.kind == AttnKernel::Performer ? "performer" : "rfa"; }
+    bool one_thread_blocks() const override { return true; }  // runs on the calling thread
+    void begin(MHAttentionCache<T>& c, index_t H, index_t n_x) const override {
+        if (c.drop.active()) throw ValueError("attn_dropout: random-feature attention has no weights to drop");
+        c.A.clear();
+        c.A.shrink_to_fit();
+        c.Ad.clear();
+        c.drop.keep.clear();
+        c.weights_ready = false;
+        c.lse.resize(std::size_t(check_bytes(checked_mul(H, n_x, "attention normalisers"), sizeof(T),
+                                             "attention normalisers")));
+    }
+    void forward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MHAttentionCache<T>& c,
+                 MatView<T> Y) const override {
+        FeatureState<T> s0;  // decoding: the state of key/value head g, whose keys come before K's columns
+        const FeatureDecodeState<T>* st = blk.cache ? blk.cache->state.template find<FeatureDecodeState<T>>() : nullptr;
+        if (st && !st->S.empty()) {
+            const index_t M = f_.M();
+            s0 = {const_cast<T*>(st->S.data()) + blk.g * V.rows * M, const_cast<T*>(st->z.data()) + blk.g * M};
+        }
+        rf_attention_head<T>(f_, Q, K, V, causal_, blk.q0, s0, Y, c.lse.data() + blk.h * blk.n_x + blk.j0);
+    }
+    // V15c backward per head: Φ recomputed from Q, K; Ω fixed
+    void backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Y, CMatView<T> dY, const HeadBlock<T>& blk,
+                  const MHAttentionCache<T>& c, MHAttentionWork<T>& w, MatView<T> dQ, MatView<T> dK,
+                  MatView<T> dV) const override {
+        (void)w;
+        rf_attention_head_backward<T>(f_, Q, K, V, causal_, blk.q0, Y, c.lse.data() + blk.h * blk.n_x + blk.j0, dY, dQ,
+                                      dK, dV);
+    }
+    // the weights the estimator puts on each key, Mask ⊙ φ(k)ᵀφ(q) / n
+    void weights(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, const MHAttentionCache<T>& c,
+                 MatView<T> A) const override {
+        (void)V, (void)c;
+        rf_attention_weights<T>(f_, Q, K, causal_, blk.q0, A);
+    }
+    // the cached columns folded into S, z (per key/value head), then dropped: O(D·d) per head however long
+    void before_append(KVCache<T>& cache, index_t H_kv, index_t d_attn, index_t d_mid) const override {
+        FeatureDecodeState<T>& st = cache.state.template get<FeatureDecodeState<T>>();
+        const index_t M = f_.M();
+        if (st.S.empty()) {
+            st.S.assign(std::size_t(H_kv * d_mid * M), T(0));
+            st.z.assign(std::size_t(H_kv * M), T(0));
+        }
+        if (cache.len == 0) return;
+        CMatView<T> K = CMatView<T>(view(cache.K)).cols_range(0, cache.len);
+        CMatView<T> V = CMatView<T>(view(cache.V)).cols_range(0, cache.len);
+        for (index_t g = 0; g < H_kv; ++g)
+            rf_fold<T>(f_, K.rows_range(g * d_attn, d_attn), V.rows_range(g * d_mid, d_mid),
+                       FeatureState<T>{st.S.data() + g * d_mid * M, st.z.data() + g * M});
+        cache.start += cache.len;
+        cache.len = 0;
+    }
+
+private:
+    RandomFeatures<T> f_;
+    bool causal_;  // the causal mask (else bidirectional: the only masks the prefix-sum form has)
+};
+}  // namespace
+
+// The registry's factory (registry.cpp) for "performer" and "rfa", with V15's checks against the attention's
+// other options; Ω drawn from feature_seed and the attention's name.
+template <class T>
+std::shared_ptr<const HeadKernel<T>> make_random_feature_kernel(const AttnPartSpec<T>& spec, const std::string& prefix) {
+    const AttnVariant& v = spec.v;
+    const std::string kname = v.kernel == AttnKernel::Performer ? "performer" : "rfa";
+    if (v.n_features < 1)
+        throw ValueError("n_features = " + std::to_string(v.n_features) +
+                         " must be >= 1 (the number D of random features of attention='" + kname + "')");
+    const std::string mn = spec.mask ? spec.mask->name() : "";
+    if (mn != "bidirectional" && mn != "unidirectional")
+        throw ValueError("attention='" + kname + "' needs the bidirectional or the causal mask (prefix sums), got '" + mn + "'");
+    if (spec.position && spec.position->bias)
+        throw ValueError("attention='" + kname + "': the position part '" + v.position +
+                         "' is a score bias, which random features cannot add (use rope or a table of positions)");
+    if (v.impl == AttnImpl::Tiled)
+        throw ValueError("attention_impl 'tiled' computes attention='softmax'; attention='" + kname + "' has its own kernel");
+    return std::make_shared<const RandomFeatureKernel<T>>(
+        draw_random_features<T>(v.kernel, v.n_features, spec.d_attn, v.feature_seed, prefix), mn == "unidirectional");
+}
+template std::shared_ptr<const HeadKernel<float>> make_random_feature_kernel<float>(const AttnPartSpec<float>&,
+                                                                                    const std::string&);
+template std::shared_ptr<const HeadKernel<double>> make_random_feature_kernel<double>(const AttnPartSpec<double>&,
+                                                                                      const std::string&);
 
 #define FT_INSTANTIATE(T)                                                                                        \
     template RandomFeatures<T> draw_random_features<T>(AttnKernel, index_t, index_t, std::uint64_t,              \

@@ -21,6 +21,19 @@ PositionPart<T> make_alibi(const AttnSpec&, ParamStore<T>&, const std::string&);
 template <class T>
 PositionPart<T> make_relative_bias(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/relative_bias.cpp
 template <class T>
+std::shared_ptr<const QKVSource<T>> make_projections(const AttnPartSpec<T>&, ParamStore<T>&,
+                                                     const std::string&);  // listings/qkv_projections.cpp
+template <class T>
+std::shared_ptr<const QKVSource<T>> make_latent_source(const AttnPartSpec<T>&, ParamStore<T>&,
+                                                       const std::string&);  // variants/latent_attention.cpp
+template <class T>
+std::shared_ptr<const HeadKernel<T>> make_softmax_kernel(const AttnPartSpec<T>&, const std::string&);  // listings/attention.cpp
+template <class T>
+std::shared_ptr<const HeadKernel<T>> make_tiled_kernel(const AttnPartSpec<T>&, const std::string&);  // listings/tiled_attention.cpp
+template <class T>
+std::shared_ptr<const HeadKernel<T>> make_random_feature_kernel(const AttnPartSpec<T>&,
+                                                                const std::string&);  // variants/random_features.cpp
+template <class T>
 std::shared_ptr<const MLPPart<T>> make_standard_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // listings/mlp.cpp
 template <class T>
 std::shared_ptr<const MLPPart<T>> make_swiglu_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // variants/swiglu.cpp
@@ -50,6 +63,11 @@ using MaskFactory = Mask (*)(const MaskOptions&);
 template <class T>
 using PositionFactory = PositionPart<T> (*)(const AttnSpec&, ParamStore<T>&, const std::string&);
 template <class T>
+using QKVSourceFactory = std::shared_ptr<const QKVSource<T>> (*)(const AttnPartSpec<T>&, ParamStore<T>&,
+                                                                 const std::string&);
+template <class T>
+using HeadKernelFactory = std::shared_ptr<const HeadKernel<T>> (*)(const AttnPartSpec<T>&, const std::string&);
+template <class T>
 using MLPFactory = std::shared_ptr<const MLPPart<T>> (*)(const MLPSpec&, ParamStore<T>&, const std::string&);
 template <class T>
 using NormFactory = std::shared_ptr<const NormPart<T>> (*)(index_t, double, ParamStore<T>&, const std::string&,
@@ -71,6 +89,24 @@ const std::vector<Entry<PositionFactory<T>>>& positions() {
         {"rope", make_rope<T>},
         {"alibi", make_alibi<T>},
         {"relative", make_relative_bias<T>},
+    };
+    return t;
+}
+template <class T>
+const std::vector<Entry<QKVSourceFactory<T>>>& qkv_sources() {
+    static const std::vector<Entry<QKVSourceFactory<T>>> t = {
+        {"projections", make_projections<T>},
+        {"latent", make_latent_source<T>},
+    };
+    return t;
+}
+template <class T>
+const std::vector<Entry<HeadKernelFactory<T>>>& head_kernels() {
+    static const std::vector<Entry<HeadKernelFactory<T>>> t = {
+        {"softmax", make_softmax_kernel<T>},
+        {"tiled", make_tiled_kernel<T>},
+        {"performer", make_random_feature_kernel<T>},
+        {"rfa", make_random_feature_kernel<T>},
     };
     return t;
 }
@@ -104,6 +140,8 @@ const char* kind_name(PartKind k) {
         case PartKind::Mask: return "mask";
         case PartKind::Position: return "position";
         case PartKind::MLP: return "mlp";
+        case PartKind::QKVSource: return "qkv source";
+        case PartKind::HeadKernel: return "head kernel";
         default: return "norm";
     }
 }
@@ -121,6 +159,8 @@ std::vector<std::string> part_names(PartKind kind) {
         case PartKind::Mask: return names_of(masks());
         case PartKind::Position: return names_of(positions<float>());
         case PartKind::MLP: return names_of(mlps<float>());
+        case PartKind::QKVSource: return names_of(qkv_sources<float>());
+        case PartKind::HeadKernel: return names_of(head_kernels<float>());
         default: return names_of(norms<float>());
     }
 }
@@ -141,6 +181,26 @@ PositionPart<T> make_position(const std::string& name, const AttnSpec& spec, Par
                               const std::string& prefix) {
     return find(positions<T>(), name, PartKind::Position).make(spec, store, prefix);
 }
+// The options that name an attention's two kinds of Algorithm 4's lines: V10's kv_lora_rank makes Q, K, V from
+// latents; `attention` (AttnKernel) names the head kernel.
+std::string qkv_source_name(const AttnVariant& v) { return v.kv_lora_rank > 0 ? "latent" : "projections"; }
+std::string head_kernel_name(AttnKernel k) {
+    switch (k) {
+        case AttnKernel::Performer: return "performer";
+        case AttnKernel::RFA: return "rfa";
+        default: return "softmax";
+    }
+}
+template <class T>
+std::shared_ptr<const QKVSource<T>> make_qkv_source(const std::string& name, const AttnPartSpec<T>& spec,
+                                                    ParamStore<T>& store, const std::string& prefix) {
+    return find(qkv_sources<T>(), name, PartKind::QKVSource).make(spec, store, prefix);
+}
+template <class T>
+std::shared_ptr<const HeadKernel<T>> make_head_kernel(const std::string& name, const AttnPartSpec<T>& spec,
+                                                      const std::string& prefix) {
+    return find(head_kernels<T>(), name, PartKind::HeadKernel).make(spec, prefix);
+}
 template <class T>
 std::shared_ptr<const MLPPart<T>> make_mlp(const std::string& name, const MLPSpec& spec, ParamStore<T>& store,
                                            const std::string& prefix) {
@@ -153,6 +213,10 @@ std::shared_ptr<const NormPart<T>> make_norm(const std::string& name, index_t d,
 }
 
 #define FT_INSTANTIATE(T)                                                                                        \
+    template std::shared_ptr<const QKVSource<T>> make_qkv_source<T>(const std::string&, const AttnPartSpec<T>&,   \
+                                                                    ParamStore<T>&, const std::string&);        \
+    template std::shared_ptr<const HeadKernel<T>> make_head_kernel<T>(const std::string&, const AttnPartSpec<T>&, \
+                                                                      const std::string&);                      \
     template PositionPart<T> make_position<T>(const std::string&, const AttnSpec&, ParamStore<T>&,              \
                                               const std::string&);                                              \
     template std::shared_ptr<const MLPPart<T>> make_mlp<T>(const std::string&, const MLPSpec&, ParamStore<T>&,  \
