@@ -79,6 +79,77 @@ def randomize_theta(model, rng, *, skip=(), unit=("W_e",)) -> dict:
     return {k: np.array(v, dtype=np.float64) for k, v in model.params.items() if k not in skip}
 
 
+def make_decoder(base: dict, opts: dict, dtype="float64", seed=3, **extra):
+    """The variant suites' model builder: ft.DTransformer with the options of `base`, overridden by `opts` and
+    `extra` (n_vocab, l_max, L, H, d_e, d_mlp positional, the others by keyword)."""
+    kw = {**base, **opts, **extra}
+    args = [kw.pop(k) for k in ("n_vocab", "l_max", "L", "H", "d_e", "d_mlp")]
+    return ft.DTransformer(*args, dtype=dtype, seed=seed, **kw)
+
+
+def reference_hp(base: dict, opts: dict, keys) -> dict:
+    """The hyperparameters formal_transformers.reference takes for the model make_decoder(base, opts) builds:
+    L, H and the options named in `keys`."""
+    return dict(L=base["L"], H=opts.get("H", base["H"]), **{k: v for k, v in opts.items() if k in keys})
+
+
+def randomize_normal(model, seed, scale=0.4):
+    """Every parameter N(0, scale²) from `seed`, in place, except a sinusoidal W_p (fixed, not learned):
+    spread-out parameters, so that sampled paths differ when anything differs. Returns the model."""
+    r = np.random.default_rng(seed)
+    for k in model.params.keys():
+        if k == "W_p" and model.config.get("positional") == "sinusoidal":
+            continue
+        model.params[k][...] = scale * r.standard_normal(model.params[k].shape)
+    return model
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models: a single-threaded core (no OpenMP hand-offs on a shared 2-core machine); the count is
+    restored afterwards. A module uses it with `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    n = ft.get_num_threads()
+    ft.set_num_threads(1)
+    yield
+    ft.set_num_threads(n)
+
+
+def hf_float64(monkeypatch, rms_norm_class, rotary_class):
+    """HF computes RMSnorm and the RoPE angles in float32 even in a float64 model (a choice for mixed precision);
+    for an exactness check both run the same formulas in float64 here (the model family's RMSNorm and
+    RotaryEmbedding classes patched for this test)."""
+    import torch
+
+    def rms_forward(self, h):
+        return self.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
+
+    def rope_forward(self, x, position_ids):
+        d = self.inv_freq.shape[0] * 2
+        theta = self.config.rope_parameters["rope_theta"]
+        inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+        freqs = position_ids[..., None].to(torch.float64) * inv
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+    monkeypatch.setattr(rms_norm_class, "forward", rms_forward)
+    monkeypatch.setattr(rotary_class, "forward", rope_forward)
+
+
+def hf_random_float64(model_class, config, scale=1.0):
+    """An HF model in float64 with every weight random (torch seed 0, in named_parameters order): the norms'
+    weights 1 + 0.3 z (not their init 1), the other weights scale · z / √(columns)."""
+    import math
+
+    import torch
+
+    torch.manual_seed(0)
+    hf = model_class(config).to(torch.float64)
+    with torch.no_grad():
+        for name, w in hf.named_parameters():
+            w.copy_(1.0 + 0.3 * torch.randn_like(w) if "norm" in name else scale * torch.randn_like(w) / math.sqrt(w.shape[-1]))
+    return hf
+
+
 def shared_data(name: str) -> pathlib.Path:
     """A file of ../shared/data (or $FT_DATA_DIR); skips the test with a message when it is absent,
     as on a user's machine."""

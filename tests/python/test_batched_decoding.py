@@ -17,27 +17,14 @@ import numpy as np
 import pytest
 
 import formal_transformers as ft
+from conftest import randomize_normal
 
 V = 23
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: a single-threaded core (as test_inference.py); the threaded test sets its own count."""
-    n = ft.get_num_threads()
-    ft.set_num_threads(1)
-    yield
-    ft.set_num_threads(n)
-
-
-def randomize(model, seed, scale=0.4):
-    """Spread-out parameters, so that sampled paths differ when anything differs."""
-    r = np.random.default_rng(seed)
-    for k in model.params.keys():
-        if k == "W_p" and model.config.get("positional") == "sinusoidal":
-            continue
-        model.params[k][...] = scale * r.standard_normal(model.params[k].shape)
-    return model
+# tiny models: a single-threaded core (as test_inference.py); the threaded test sets its own count
+pytestmark = pytest.mark.usefixtures("one_thread")
+randomize = randomize_normal  # spread-out parameters, so that sampled paths differ when anything differs
 
 
 VARIANTS = {

@@ -10,6 +10,7 @@ import pytest
 
 import formal_transformers as ft
 from formal_transformers import reference as R
+from conftest import hf_float64, hf_random_float64
 
 V, LMAX, L, H, D_E, D_MLP = 29, 24, 2, 4, 24, 36
 
@@ -147,28 +148,13 @@ def test_bad_options_are_named(kw, msg):
 
 # ----------------------------------- DeepseekV3ForCausalLM ---------------------------------------------
 def _float64_deepseek(monkeypatch):
-    """HF computes RMSnorm and the RoPE angles in float32 even for a float64 model; for an exactness check they
-    run the same formulas in float64 here (as test_variants._float64_llama does for LLaMA)."""
-    import torch
+    """HF's float32 RMSnorm and RoPE angles in float64 (conftest.hf_float64), as for LLaMA in test_variants.py."""
     from transformers.models.deepseek_v3 import modeling_deepseek_v3 as md
 
-    def rms_forward(self, h):
-        return self.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
-
-    def rope_forward(self, x, position_ids):
-        d = self.inv_freq.shape[0] * 2
-        theta = self.config.rope_parameters["rope_theta"]
-        inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
-        freqs = position_ids[..., None].to(torch.float64) * inv
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-
-    monkeypatch.setattr(md.DeepseekV3RMSNorm, "forward", rms_forward)
-    monkeypatch.setattr(md.DeepseekV3RotaryEmbedding, "forward", rope_forward)
+    hf_float64(monkeypatch, md.DeepseekV3RMSNorm, md.DeepseekV3RotaryEmbedding)
 
 
 def _deepseek(q_lora_rank=9, interleave=True, **kw):
-    import torch
     import transformers
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -179,12 +165,8 @@ def _deepseek(q_lora_rank=9, interleave=True, **kw):
                rope_interleave=interleave, tie_word_embeddings=False, attn_implementation="sdpa",
                bos_token_id=V - 2, eos_token_id=V - 1, pad_token_id=None)
     cfg.update(kw)
-    torch.manual_seed(0)
-    hf = transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config(**cfg)).to(torch.float64).eval()
-    with torch.no_grad():  # every weight random (the norms' too)
-        for name, w in hf.named_parameters():
-            w.copy_(1.0 + 0.3 * torch.randn_like(w) if "norm" in name else 0.5 * torch.randn_like(w) / math.sqrt(w.shape[-1]))
-    return hf
+    # every weight random (the norms' too)
+    return hf_random_float64(transformers.DeepseekV3ForCausalLM, transformers.DeepseekV3Config(**cfg), 0.5).eval()
 
 
 @pytest.mark.parametrize("q_lora_rank,interleave", [(9, True), (None, True), (9, False)])

@@ -4,7 +4,6 @@ float32 ≤ 1e-5), gradients against finite differences, cached decoding against
 MistralForCausalLM with its weights copied in, bad options."""
 from __future__ import annotations
 
-import math
 import os
 
 import numpy as np
@@ -12,7 +11,7 @@ import pytest
 
 import formal_transformers as ft
 from formal_transformers import reference as ref
-from conftest import TOL, numeric_grad, randomize_theta, rel_err, torch_or_skip
+from conftest import TOL, hf_float64, hf_random_float64, make_decoder, numeric_grad, randomize_theta, reference_hp, rel_err, torch_or_skip
 
 # ---------------------------------------------------------------------------------------------------
 # The masks of reference.py
@@ -96,13 +95,11 @@ BATCH = [[3, 1, 4, 1, 5, 9, 2, 6, 5], [8, 9, 7, 9, 3]]  # ragged
 
 
 def make(opts, dtype="float64", seed=3, **extra):
-    kw = {**BASE, **opts, **extra}
-    args = [kw.pop(k) for k in ("n_vocab", "l_max", "L", "H", "d_e", "d_mlp")]
-    return ft.DTransformer(*args, dtype=dtype, seed=seed, **kw)
+    return make_decoder(BASE, opts, dtype, seed, **extra)
 
 
 def hp_of(opts):
-    return dict(L=BASE["L"], H=opts.get("H", BASE["H"]), **{k: v for k, v in opts.items() if k in REF_KEYS})
+    return reference_hp(BASE, opts, REF_KEYS)
 
 
 def randomize(model, rng):
@@ -217,24 +214,10 @@ def test_sliding_window_options_round_trip_and_bad_values(tmp_path):
 
 
 def _float64_mistral(monkeypatch):
-    """HF computes RMSnorm and the RoPE angles in float32 even in a float64 model (mixed precision); for an
-    exactness check both run the same formulas in float64 here (as the LLaMA test of test_variants.py)."""
-    import torch
+    """HF's float32 RMSnorm and RoPE angles in float64 (conftest.hf_float64), as the LLaMA test of test_variants.py."""
     from transformers.models.mistral import modeling_mistral as mm
 
-    def rms_forward(self, h):
-        return self.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
-
-    def rope_forward(self, x, position_ids):
-        d = self.inv_freq.shape[0] * 2
-        theta = self.config.rope_parameters["rope_theta"]
-        inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
-        freqs = position_ids[..., None].to(torch.float64) * inv
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-
-    monkeypatch.setattr(mm.MistralRMSNorm, "forward", rms_forward)
-    monkeypatch.setattr(mm.MistralRotaryEmbedding, "forward", rope_forward)
+    hf_float64(monkeypatch, mm.MistralRMSNorm, mm.MistralRotaryEmbedding)
 
 
 def _mistral(w=3, tied=False):
@@ -245,11 +228,7 @@ def _mistral(w=3, tied=False):
                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16,
                                      rms_norm_eps=1e-6, rope_theta=500.0, sliding_window=w,
                                      tie_word_embeddings=tied, attn_implementation="sdpa")
-    torch.manual_seed(0)
-    hf = transformers.MistralForCausalLM(cfg).to(torch.float64)
-    with torch.no_grad():  # every weight random (norm weights too, not their init 1)
-        for name, p in hf.named_parameters():
-            p.copy_(1.0 + 0.3 * torch.randn_like(p) if "norm" in name else torch.randn_like(p) / math.sqrt(p.shape[-1]))
+    hf = hf_random_float64(transformers.MistralForCausalLM, cfg)  # every weight random (norm weights too)
     return torch, hf.eval()
 
 

@@ -23,25 +23,14 @@ from scipy.stats import chi2
 
 import formal_transformers as ft
 from formal_transformers import reference as ref
+from conftest import randomize_normal
 
 ALPHA = 1e-4
 V = 6
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: a single-threaded core (no OpenMP hand-offs on a shared 2-core machine)."""
-    n = ft.get_num_threads()
-    ft.set_num_threads(1)
-    yield
-    ft.set_num_threads(n)
-
-
-def randomize(model, seed, scale):
-    r = np.random.default_rng(seed)
-    for k in model.params.keys():
-        model.params[k][...] = scale * r.standard_normal(model.params[k].shape)
-    return model
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: a single-threaded core
+randomize = randomize_normal  # (the models here have learned positions: every parameter drawn)
 
 
 def target_model(dtype="float64", l_max=12, n_vocab=V):

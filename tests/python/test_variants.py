@@ -4,7 +4,6 @@ forward vs reference.py, every gradient vs PyTorch autograd of an independent tr
 LlamaForCausalLM with its weights copied in, bad input."""
 from __future__ import annotations
 
-import math
 import os
 
 import numpy as np
@@ -12,7 +11,7 @@ import pytest
 
 import formal_transformers as ft
 from formal_transformers import reference as ref
-from conftest import TOL, randomize_theta, rel_err, torch_or_skip
+from conftest import TOL, hf_float64, hf_random_float64, make_decoder, randomize_theta, reference_hp, rel_err, torch_or_skip
 
 BASE = dict(n_vocab=19, l_max=12, L=2, H=4, d_e=24, d_mlp=20)
 OPTIONS = {
@@ -35,13 +34,11 @@ BATCH = [[3, 1, 4, 1, 5, 9, 2, 6, 5], [8, 9, 7, 9, 3]]  # ragged: RoPE/ALiBi pos
 
 
 def make(opts, dtype="float64", seed=3, **extra):
-    kw = {**BASE, **opts, **extra}
-    args = [kw.pop(k) for k in ("n_vocab", "l_max", "L", "H", "d_e", "d_mlp")]
-    return ft.DTransformer(*args, dtype=dtype, seed=seed, **kw)
+    return make_decoder(BASE, opts, dtype, seed, **extra)
 
 
 def hp_of(opts):
-    return dict(L=BASE["L"], H=opts.get("H", BASE["H"]), **{k: v for k, v in opts.items() if k in REF_KEYS})
+    return reference_hp(BASE, opts, REF_KEYS)
 
 
 def randomize(model, rng, tied=False):
@@ -399,24 +396,10 @@ def llama_to_ft(hf, model):
 
 
 def _float64_llama(monkeypatch):
-    """HF computes RMSnorm, the RoPE angles and (eager) softmax in float32 even for a float64 model (a choice
-    for mixed precision); for an exactness check those three run the same formulas in float64 here."""
-    import torch
+    """HF's float32 RMSnorm and RoPE angles in float64 (conftest.hf_float64) for an exactness check."""
     from transformers.models.llama import modeling_llama as ml
 
-    def rms_forward(self, h):
-        return self.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
-
-    def rope_forward(self, x, position_ids):
-        d = self.inv_freq.shape[0] * 2
-        theta = self.config.rope_parameters["rope_theta"]
-        inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
-        freqs = position_ids[..., None].to(torch.float64) * inv
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-
-    monkeypatch.setattr(ml.LlamaRMSNorm, "forward", rms_forward)
-    monkeypatch.setattr(ml.LlamaRotaryEmbedding, "forward", rope_forward)
+    hf_float64(monkeypatch, ml.LlamaRMSNorm, ml.LlamaRotaryEmbedding)
     return ml
 
 
@@ -430,11 +413,7 @@ def test_llama_for_causal_lm_probabilities_and_every_gradient(monkeypatch):
                                    num_attention_heads=H, num_key_value_heads=H_kv, max_position_embeddings=l_max,
                                    rms_norm_eps=eps, rope_theta=theta, attention_bias=False, mlp_bias=False,
                                    tie_word_embeddings=False, attn_implementation="sdpa")
-    torch.manual_seed(0)
-    hf = transformers.LlamaForCausalLM(cfg).to(torch.float64)
-    with torch.no_grad():  # every weight random (norm weights too, not their init 1)
-        for name, w in hf.named_parameters():
-            w.copy_(1.0 + 0.3 * torch.randn_like(w) if "norm" in name else torch.randn_like(w) / math.sqrt(w.shape[-1]))
+    hf = hf_random_float64(transformers.LlamaForCausalLM, cfg)  # every weight random (norm weights too)
     model = ft.DTransformer(V, l_max, L, H, d_e, d_mlp, positional="rope", rope_theta=theta, H_kv=H_kv, mlp="swiglu",
                             bias=False, norm="rms", eps=eps, dtype="float64")
     mapping = llama_to_ft(hf, model)
