@@ -148,6 +148,8 @@ def test_bad_options_raise_before_anything_changes():
         make({}, D=1, mtp_weight=-1.0)
     with pytest.raises((TypeError, ValueError), match="mtp_depth"):
         ft.ETransformer(13, 12, 1, 2, 8, 12, 8, mtp_depth=1)
+    with pytest.raises(ValueError, match="mtp_depth"):  # Hugging Face's classes have no place for the modules
+        ft.to_hf(make({}, D=1))
     m = make({}, D=3, dropout=0.1)
     before = {k: v.copy() for k, v in m.params.items()}
     step = m.dropout_step
