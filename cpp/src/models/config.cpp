@@ -599,7 +599,7 @@ void validate(const Tokens& x, const ModelConfig& c, const char* what) {
 
 void check_model_size(const ModelConfig& c, Arch arch) {
     const char* what = "model size";
-    const index_t d = c.d_e, L = arch == Arch::ED ? checked_add(c.L_enc, c.L_dec, what) : c.L;
+    const index_t d = c.d_e, L = arch == Arch::ED ? checked_add(c.L_enc, c.L_dec, what) : checked_add(c.L, c.mtp_depth, what);  // V16: a layer per MTP module
     // one attention: W_q, W_k, W_v (H × d_attn × d_e each) and W_o (d_e × H·d_mid)
     index_t attn = checked_add(checked_count({3, c.H, c.d_attn, d}, what), checked_count({c.H, c.d_mid, d}, what), what);
     if (c.kv_lora_rank > 0) {  // V10: W_dq + W_uq (or W_q), W_dkv, W_ukv, W_o
