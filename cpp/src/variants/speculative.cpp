@@ -268,7 +268,10 @@ std::vector<index_t> SelfSpeculativeInference(const DTransformer<T>& model, cons
         SingleThreadScope one_thread;           // a few columns per module (as the cached passes)
         for (index_t j = 1; j <= kp; ++j) {
             poll();
-            mtp_decode(model, md, j, x.data(), md.len[std::size_t(j - 1)], m - 1, z.data());  // V16 lines 3–5, cached
+            // V16 lines 3–5, cached, one position at a time: a weight times one column is BLAS's gemv, where a
+            // product with 2–4 columns packs the whole weight first (docs/speculative_decoding.md "What a round
+            // costs"); the logits of the last position are the draft's
+            for (index_t t = md.len[std::size_t(j - 1)]; t < m - 1; ++t) mtp_decode(model, md, j, x.data(), t, t + 1, z.data());
             ++st.draft_passes;
             sampling_probs(z.data(), N_V, tau, pj[std::size_t(j - 1)]);  // line 6: p_j
             x.push_back(sample_from(pj[std::size_t(j - 1)], rng));      // line 7: x̂_j
