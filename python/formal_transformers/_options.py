@@ -27,7 +27,11 @@ def _check_options(cfg: dict, target: str) -> None:
             continue
         if k in ("n_features", "feature_seed") and cfg.get("attention", "softmax") == "softmax":
             continue  # V15's options act only with attention='performer' or 'rfa'
+        if k in ("block_size", "window_blocks", "n_global_blocks", "n_random_blocks", "layout_seed") and \
+                cfg.get("attention", "softmax") != "bigbird":
+            continue  # V16's options act only with attention='bigbird'
         if k == "attention":
-            raise ValueError(f"{target} has no equivalent of the option attention={v!r} (random-feature attention)")
+            kind = "block-sparse attention" if v == "bigbird" else "random-feature attention"
+            raise ValueError(f"{target} has no equivalent of the option attention={v!r} ({kind})")
         if v not in (None, False, 0, "", "none"):
             raise ValueError(f"{target} has no equivalent of the option {k}={v!r}")
