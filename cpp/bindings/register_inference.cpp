@@ -286,17 +286,14 @@ the prefix (bidirectional over them, causal after); None (default): the whole pr
                     });
                 }
                 return d.visit([&](auto& mdl) -> py::object {
+                    // the prompt's length and prefix_len's range: the listing's checks (dinference, validate)
                     InIds prompt = in_ids(x, "x", mdl.cfg.n_vocab, false);
-                    if (index_t(prompt.ids.size()) > mdl.cfg.l_max)
-                        throw ft::ValueError("the prompt x has length " + std::to_string(prompt.ids.size()) +
-                                             " > l_max = " + std::to_string(mdl.cfg.l_max));
                     // V7: None -> the whole prompt for a mask='prefix' model (the prompt is the prefix), else none
-                    index_t p = -1;
+                    index_t p = ft::kDefaultPrefix;
                     if (!prefix_len.is_none()) {
                         if (!PyIndex_Check(prefix_len.ptr()) || py::isinstance<py::bool_>(prefix_len))
                             throw ft::TypeError("prefix_len must be an int (the prompt's prefix) or None");
                         p = prefix_lens(prefix_len, 1)[0];
-                        ft::validate(ft::Tokens{prompt.ids.data(), ft::Seqs::single(index_t(prompt.ids.size())), &p}, mdl.cfg, "x");
                     }
                     ft::Rng rng(self.next_seed());
                     std::vector<index_t> y;
@@ -369,11 +366,7 @@ values; cache=False runs the listing literally. Sampling as DInference.)doc")
                 auto& d = model.cast<AnyDtype<ft::EDTransformer>&>();
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& mdl) {
-                    InIds zi = in_ids(z, "z", mdl.cfg.n_vocab, false);
-                    if (index_t(zi.ids.size()) > mdl.cfg.l_max)
-                        throw ft::ValueError("z has length " + std::to_string(zi.ids.size()) + " > l_max = " + std::to_string(mdl.cfg.l_max));
-                    if (self.max_len > mdl.cfg.l_max)
-                        throw ft::ValueError("max_len = " + std::to_string(self.max_len) + " > l_max = " + std::to_string(mdl.cfg.l_max));
+                    InIds zi = in_ids(z, "z", mdl.cfg.n_vocab, false);  // z's length and max_len: the listing's checks
                     ft::Rng rng(self.next_seed());
                     std::vector<index_t> x;
                     {
