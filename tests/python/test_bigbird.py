@@ -294,3 +294,16 @@ def test_equal_to_hugging_face_block_sparse_attention_on_its_layout():
             want = out[0].detach().numpy().T[rows]
             assert rel_err(Y, want) <= 1e-12, (li, h, rel_err(Y, want))
             assert rel_err(dense(Q[rows], K[rows], V[rows], ref.bigbird_mask(Lay, b)), want) <= 1e-12
+
+
+def test_save_load_keeps_the_layout_and_exports_refuse(tmp_path):
+    model = e_model(r=2)
+    randomize(model, np.random.default_rng(8))
+    x = np.random.default_rng(9).integers(0, 16, size=40)
+    ft.save(model, tmp_path / "m")
+    back = ft.load(tmp_path / "m")
+    assert back.config["attention"] == "bigbird" and back.config["block_size"] == 4
+    assert back.config["n_random_blocks"] == 2 and back.config["layout_seed"] == 7
+    assert np.array_equal(np.asarray(back(x)), np.asarray(model(x)))
+    with pytest.raises(ValueError, match="attention='bigbird'"):
+        ft.to_hf(model)
