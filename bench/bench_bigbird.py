@@ -1,4 +1,4 @@
-"""V16 (docs/variants.md): one loss_and_grad of a small ETransformer (L 2, H 4, d_e 64, float32, batch 1) against ℓ,
+"""V17 (docs/variants.md): one loss_and_grad of a small ETransformer (L 2, H 4, d_e 64, float32, batch 1) against ℓ,
 with exact softmax attention as printed (attention_impl="literal"), tiled, and BigBird's block-sparse kernel
 (block_size 32, window 3, 1 global block at each end, 2 random blocks), best of 3; the log-log slopes and the load.
 

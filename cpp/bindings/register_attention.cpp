@@ -57,7 +57,7 @@ std::string mask_repr(const ft::Mask& mask) {
     return "'" + mask.name() + "'";
 }
 
-// V16: a block layout as a bool array (n, n), layout[j, i]: key block j live for query block i (the
+// V17: a block layout as a bool array (n, n), layout[j, i]: key block j live for query block i (the
 // orientation of Mask[t_z, t_x])
 py::array layout_array(const ft::BlockLayout& L) {
     py::array_t<bool, py::array::f_style> a({py::ssize_t(L.n), py::ssize_t(L.n)});
@@ -272,7 +272,7 @@ void register_attention(py::module_& m) {
         "Algorithm V15a of docs/variants.md, drawn from seed and the attention's name: a model's layer l draws it\n"
         "with seed=feature_seed, name=f'layers.{l}.attn.'.");
 
-    // --------------------------------------------------------------------- V16: block-sparse (BigBird)
+    // --------------------------------------------------------------------- V17: block-sparse (BigBird)
     m.def(
         "bigbird_layout",
         [](long long n_blocks, long long window_blocks, long long n_global_blocks, long long n_random_blocks,
@@ -286,7 +286,7 @@ void register_attention(py::module_& m) {
         },
         py::arg("n_blocks"), py::arg("window_blocks") = 3, py::arg("n_global_blocks") = 1, py::arg("n_random_blocks") = 3,
         py::arg("seed") = 0, py::arg("name") = "",
-        "BigBird's block layout (Algorithm V16a of docs/variants.md) of n_blocks blocks: a bool array (n, n),\n"
+        "BigBird's block layout (Algorithm V17a of docs/variants.md) of n_blocks blocks: a bool array (n, n),\n"
         "layout[j, i] = key block j is live for query block i. Random blocks drawn from seed and the attention's\n"
         "name: an ETransformer(attention='bigbird') layer l draws with seed=layout_seed, name=f'layers.{l}.attn.'.\n"
         "ValueError: window_blocks even or < 1, n_global_blocks or n_random_blocks < 0, too few blocks.");
@@ -297,7 +297,7 @@ void register_attention(py::module_& m) {
             return is_f32(Q) ? block_sparse_forward<float>(Q, K, V, L) : block_sparse_forward<double>(Q, K, V, L);
         },
         py::arg("Q"), py::arg("K"), py::arg("V"), py::arg("layout"), py::arg("block_size"),
-        "Algorithm V16b (block-sparse attention, one head): Q (d, ℓ), K (d, ℓ), V (d_v, ℓ), layout a bool (n, n)\n"
+        "Algorithm V17b (block-sparse attention, one head): Q (d, ℓ), K (d, ℓ), V (d_v, ℓ), layout a bool (n, n)\n"
         "block layout (as bigbird_layout returns; ℓ = n·block_size) -> (Ṽ (d_v, ℓ), λ (ℓ,)), Ṽ = V softmax(S/√d)\n"
         "over the live blocks only. float32 when Q is float32, else float64.");
     m.def(

@@ -509,14 +509,26 @@ loss_and_grad(x) -> (loss, grads): Algorithm 13 line 5, −Σ_{t<ℓ−1} log P[
 batch, with the gradient of every parameter (copies; model.grads holds the same, zero-copy).
 Prefix LM (docs/variants.md V7): mask="prefix" makes line 6's Mask [[t_z < p or t_z ≤ t_x]]; the calls
 (model(x), logits, loss, loss_and_grad) take prefix_len=p (an int, or one per sequence of a batch; None:
-p = 0, the causal mask), and the loss counts only the predictions of x[t+1] with t+1 ≥ p.)doc");
+p = 0, the causal mask), and the loss counts only the predictions of x[t+1] with t+1 ≥ p.
+Multi-token prediction (docs/variants.md V16, DeepSeek-V3): mtp_depth=D adds D sequential modules (parameters
+mtp.{k-1}.*) whose module k predicts x[t+k+1]; loss and loss_and_grad then return L_main + (mtp_weight/D) Σ_k L_k
+(every sequence needs ℓ ≥ D + 2; loss_terms() gives [L_main, L_1, …, L_D]); model(x) and decoding use the trunk
+only; SpeculativeInference(…)(x, model) drafts with the modules (self-speculation).)doc");
     dcls.def(py::init([](const py::args& args, const py::kwargs& kwargs) { return make_model<ft::DTransformer>(ft::Arch::D, args, kwargs); }),
              constructor_doc(ft::Arch::D))
         .def("config_json", [](const DD& d) { return config_text(d); },
              "model.config as the core writes it (ModelConfig::to_json, with the dtype): what ft.save stores.");
     def_model_common<ft::DTransformer>(dcls);
     def_single_input<ft::DTransformer>(dcls);
-    dcls        .def(
+    dcls.def(
+            "loss_terms",
+            [](DD& d) {
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& m) { return m.loss_terms(); });
+            },
+            "The terms of the last loss or loss_and_grad call: [L_main, L_1, …, L_D] (V16 lines 6 and 8, sums over the "
+            "batch; [L_main] without mtp_depth; [] before any call).")
+        .def(
             "loss_and_grad",
             [](py::object self, const py::handle& x, bool copy, const py::handle& prefix_len) {
                 DD& d = self.cast<DD&>();

@@ -1,4 +1,4 @@
-// Algorithm V16 (block_sparse.hpp): BigBird's layout as a mask part, and the block-sparse kernel against
+// Algorithm V17 (block_sparse.hpp): BigBird's layout as a mask part, and the block-sparse kernel against
 // Algorithm 4's lines 4–6 with that mask (attention_head: the dense definition), forward and backward, on
 // strided views of Q, K, V (as MHAttention passes one head's rows).
 #include <cmath>

@@ -1,5 +1,5 @@
-"""attention="bigbird" (Algorithm V16 of docs/variants.md: BigBird's block-sparse attention, Zaheer et al. 2020): the
-layout V16a (sliding, global and seeded random blocks), the block-sparse kernel V16b against Algorithm 4 with the
+"""attention="bigbird" (Algorithm V17 of docs/variants.md: BigBird's block-sparse attention, Zaheer et al. 2020): the
+layout V17a (sliding, global and seeded random blocks), the block-sparse kernel V17b against Algorithm 4 with the
 same mask (the dense definition: float64 ≤ 1e-12, float32 ≤ 1e-5) and against reference.py's transcription, in
 ETransformer (ragged batches, grouped-query heads) against attention_impl='literal' and reference.py, every
 gradient against finite differences, the kernel's backward against PyTorch autograd of a torch transcription, and
@@ -47,7 +47,7 @@ def dense(Q, K, V, mask):
 
 
 # ---------------------------------------------------------------------------------------------------
-# V16a: the layout
+# V17a: the layout
 
 
 @pytest.mark.parametrize("n,w,g,r", [(10, 3, 1, 2), (12, 5, 2, 1), (7, 3, 1, 0), (9, 1, 0, 3)])
@@ -82,7 +82,7 @@ def test_random_blocks_are_spread_over_the_candidates():
 
 
 # ---------------------------------------------------------------------------------------------------
-# V16b: the kernel = Algorithm 4 with the mask
+# V17b: the kernel = Algorithm 4 with the mask
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
@@ -125,7 +125,7 @@ def test_kernel_backward_matches_torch_autograd():
     Lay = ft.bigbird_layout(n, 3, 1, 2, 4)
     C = rng.normal(size=(d_v, l))
     tQ, tK, tV = (torch.tensor(a, requires_grad=True) for a in (Q, K, V))
-    blocks = []  # a torch transcription of V16b: per query block, its gathered key blocks
+    blocks = []  # a torch transcription of V17b: per query block, its gathered key blocks
     for i in range(n):
         cols = torch.tensor(np.concatenate([np.arange(j * b, (j + 1) * b) for j in np.flatnonzero(Lay[:, i])]))
         S = tK[:, cols].T @ tQ[:, i * b:(i + 1) * b] / math.sqrt(d)
@@ -244,7 +244,7 @@ def test_equal_to_hugging_face_block_sparse_attention_on_its_layout():
     """HF's BigBirdBlockSparseAttention (transformers 5.x) draws its random blocks with numpy, seeded with the
     layer index, in training mode only (in eval mode every random block is block 0). With every dropout rate 0,
     training mode is deterministic: we record the layout HF drew (its _bigbird_block_rand_mask_with_head), turn it
-    into V16's block layout (w = 3, g = 1: rows 0 and n−1 global; row i: blocks i−1, i, i+1, 0, n−1 and HF's
+    into V17's block layout (w = 3, g = 1: rows 0 and n−1 global; row i: blocks i−1, i, i+1, 0, n−1 and HF's
     random blocks of row i for head h), and compare the kernel on HF's own Q, K, V per head with HF's output."""
     torch = torch_or_skip()
     transformers = pytest.importorskip("transformers")

@@ -1,9 +1,9 @@
-// Algorithm V16 (block-sparse attention, BigBird's form; docs/variants.md): Zaheer et al. 2020, "Big Bird:
+// Algorithm V17 (block-sparse attention, BigBird's form; docs/variants.md): Zaheer et al. 2020, "Big Bird:
 // Transformers for Longer Sequences", §2 and Appendix D ("BIGBIRD-ITC": the blocked layout). The layout is a
 // mask part (cpp/src/variants/bigbird_mask.cpp: Algorithm 4 with it is the dense definition); the kernel that
 // computes only its live blocks is cpp/src/variants/block_sparse.cpp, forward and backward side by side.
 //
-// Algorithm V16a: 𝓛 ← BigBirdLayout(n | w, g, r, seed)   n = ℓ/b blocks of b tokens; 𝓛[i] ⊆ [n] the key
+// Algorithm V17a: 𝓛 ← BigBirdLayout(n | w, g, r, seed)   n = ℓ/b blocks of b tokens; 𝓛[i] ⊆ [n] the key
 //                                                         blocks of query block i
 //   1  for i ∈ [n]:
 //   2    if i < g or i ≥ n − g:  𝓛[i] ← [n]                    [[global query blocks attend everywhere]]
@@ -15,9 +15,9 @@
 //   8  return 𝓛
 //   Mask[t_z, t_x] = [[⌊t_z/b⌋ ∈ 𝓛[⌊t_x/b⌋]]] (bidirectional; positions from 0). Needs b | ℓ and
 //   n ≥ 2g + w + r (the blocks line 6 draws from). Hugging Face's BigBird ("block_sparse"): w = 3, g = 1, its
-//   own random draw per head and layer (docs/variants.md V16 says how the layouts were matched).
+//   own random draw per head and layer (docs/variants.md V17 says how the layouts were matched).
 //
-// Algorithm V16b: Ṽ ← BlockSparseAttention(Q, K, V | 𝓛, b)   replaces Algorithm 4's lines 4–6 (one head)
+// Algorithm V17b: Ṽ ← BlockSparseAttention(Q, K, V | 𝓛, b)   replaces Algorithm 4's lines 4–6 (one head)
 //   1  for each query block i:  J ← 𝓛[i] (m blocks), Q_i ← Q[:, block i] ∈ R^{d×b}
 //   2    K_J ← [K[:, block j]]_{j∈J}, V_J ← [V[:, block j]]_{j∈J}   [[gathered: R^{d×mb}, R^{d_v×mb}]]
 //   3    S ← K_Jᵀ Q_i / √d_attn                                     [[∈ R^{mb×b}]]
@@ -61,7 +61,7 @@ struct BlockLayout {
 void check_bigbird_spec(const BigBirdSpec& s);
 // ValueError naming the problem unless a sequence of ℓ tokens fits: b | ℓ, n = ℓ/b ≥ 2g + w + r.
 void check_bigbird_length(const BigBirdSpec& s, index_t l);
-// V16a for n blocks.
+// V17a for n blocks.
 BlockLayout bigbird_layout(const BigBirdSpec& s, index_t n);
 // A layout given block by block (e.g. Hugging Face's): keys[i] the key blocks of query block i (sorted and
 // deduplicated here). ValueError: a block out of [0, n), an empty list.
@@ -75,7 +75,7 @@ const BigBirdSpec* bigbird_spec(const Mask& m);
 // The layout of a bigbird mask for sequences of n blocks (drawn once per n, then shared).
 std::shared_ptr<const BlockLayout> bigbird_mask_layout(const Mask& m, index_t n);
 
-// V16b for one head of one sequence: Q:[d, ℓ], K:[d, ℓ], V:[d_v, ℓ] (ℓ = L.n·L.block) -> Vt:[d_v, ℓ] and
+// V17b for one head of one sequence: Q:[d, ℓ], K:[d, ℓ], V:[d_v, ℓ] (ℓ = L.n·L.block) -> Vt:[d_v, ℓ] and
 // lse:[ℓ] (λ, kept for the backward). Runs on the calling thread (one-thread BLAS calls).
 template <class T>
 void block_sparse_head(const BlockLayout& L, CMatView<T> Q, CMatView<T> K, CMatView<T> V, MatView<T> Vt, T* lse);

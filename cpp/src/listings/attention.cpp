@@ -274,7 +274,7 @@ MHAttention<T>::MHAttention(index_t H_, index_t d_x_, index_t d_z_, index_t d_at
     if (var.impl == AttnImpl::Tiled && !tiled_parts())
         throw ValueError("attention_impl 'tiled': the position part '" + var.position +
                          "' has no tiled form (its score bias must be added tile by tile); use 'literal' or 'auto'");
-    if (var.kernel == AttnKernel::BigBird) {  // V16: the mask is BigBird's layout (block_sparse.hpp)
+    if (var.kernel == AttnKernel::BigBird) {  // V17: the mask is BigBird's layout (block_sparse.hpp)
         if (!bigbird_spec(mask)) throw ValueError("attention='bigbird' needs the bigbird mask (its block layout)");
         if (position.bias)
             throw ValueError("attention='bigbird': the position part '" + var.position + "' is a score bias, which the "
@@ -394,7 +394,7 @@ void MHAttention<T>::heads(const ParamStore<T>& store, CMatView<T> Q, const Seqs
     c.rf = bool(features);
     c.sparse = var.kernel == AttnKernel::BigBird && var.impl == AttnImpl::Auto && bigbird_spec(c.mask);
     if (c.sparse) {
-        // V16b (block_sparse.hpp) on each block: only the live blocks of the layout; λ in c.lse, no A
+        // V17b (block_sparse.hpp) on each block: only the live blocks of the layout; λ in c.lse, no A
         if (c.drop.active()) throw ValueError("attn_dropout: the block-sparse kernel drops no weights (attention_impl='literal')");
         c.tiled = false;
         c.A.clear();
@@ -538,7 +538,7 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
     // d(lines 1–3): Algorithm 4's lines 6, 5, 4 backward per (sequence, key/value head g) block; the query
     // heads of a group run in turn, so dK^g and dV^g sum their contributions (V3) without a race
     const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid), group = H / H_kv;
-    if (c.sparse) {  // V16b backward per head: A recomputed block by block from λ
+    if (c.sparse) {  // V17b backward per head: A recomputed block by block from λ
         const index_t bs = bigbird_spec(c.mask)->block;
         for_blocks(
             sx.count(), H_kv, work * group,

@@ -249,11 +249,14 @@ void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, 
     }
     std::vector<KeyRange> spans;  // the key rows each query block may see (key_span)
     for (index_t j0 = 0; j0 < l_x; j0 += Bq) spans.push_back(key_span(blk, j0, std::min(Bq, l_x - j0), l_z));
-    for (index_t t0 = 0; t0 < l_z; t0 += Bk) {  // line 2: each key block I …
-        const index_t nk = std::min(Bk, l_z - t0);
+    for (index_t tI = 0; tI < l_z; tI += Bk) {  // line 2: each key block I …
+        const index_t nI = std::min(Bk, l_z - tI);
         for (index_t j0 = 0; j0 < l_x; j0 += Bq) {  // … and each query block J that sees it
             const KeyRange& span = spans[std::size_t(j0 / Bq)];
-            if (span.end <= t0 || span.begin >= t0 + nk) continue;
+            // the keys t0 … t0+nk−1 of I some query of J may see (causal: I cut at J's last query); the rows
+            // of I outside them are masked for all of J (P = 0 there: they add nothing), so they are skipped
+            const index_t t0 = std::max(tI, span.begin), nk = std::min(tI + nI, span.end) - t0;
+            if (nk <= 0) continue;
             const index_t nq = std::min(Bq, l_x - j0);
             MatView<T> P(Sb, nk, nq), dS(dPb, nk, nq);
             block_scores<T>(tiles.kernel, Q, K, blk, t0, nk, j0, nq, P);  // line 3: S

@@ -45,7 +45,7 @@ inline Mask decoder_mask(const ModelConfig& c) {
     o.values["w"] = double(c.sliding_window);
     return make_mask("sliding_window", o);
 }
-// The Mask of an encoder's self-attention named p: Mask ≡ 1 (Algorithm 9), or with attention='bigbird' (V16)
+// The Mask of an encoder's self-attention named p: Mask ≡ 1 (Algorithm 9), or with attention='bigbird' (V17)
 // BigBird's block layout, drawn from layout_seed and the attention's name (each layer its own)
 inline Mask encoder_mask(const ModelConfig& c, const std::string& p) {
     if (c.attention != AttnKernel::BigBird) return Mask::bidirectional();

@@ -1,5 +1,5 @@
-// BigBird's block-sparse layout as a mask part (docs/variants.md V16; Zaheer et al. 2020, "Big Bird", §2 and
-// Appendix D): Algorithm V16a (block_sparse.hpp) for the sequence's n = ℓ/b blocks, and
+// BigBird's block-sparse layout as a mask part (docs/variants.md V17; Zaheer et al. 2020, "Big Bird", §2 and
+// Appendix D): Algorithm V17a (block_sparse.hpp) for the sequence's n = ℓ/b blocks, and
 //
 // Mask[t_z, t_x] = [[⌊t_z/b⌋ ∈ 𝓛[⌊t_x/b⌋]]]
 //
@@ -97,7 +97,7 @@ void check_bigbird_length(const BigBirdSpec& s, index_t l) {
                          std::to_string(need) + " blocks at least");
 }
 
-// ===================================== Algorithm V16a ==================================================
+// ===================================== Algorithm V17a ==================================================
 BlockLayout bigbird_layout(const BigBirdSpec& s, index_t n) {
     check_bigbird_spec(s);
     if (n < 2 * s.global + s.window + s.random) check_bigbird_length(s, n * s.block);

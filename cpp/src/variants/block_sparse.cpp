@@ -1,4 +1,4 @@
-// Algorithm V16b (block-sparse attention, block_sparse.hpp quotes the listing): forward and backward side by
+// Algorithm V17b (block-sparse attention, block_sparse.hpp quotes the listing): forward and backward side by
 // side, for one head of one sequence. Only the live blocks of the layout are computed: query block i gathers
 // its key blocks 𝓛[i] (or views them in place when they are consecutive, e.g. a global query block's [n]),
 // so S is mb×b per query block instead of ℓ×ℓ per head. Every product is one single-thread BLAS call
@@ -60,7 +60,7 @@ void scatter_add(const BlockLayout& L, index_t i, CMatView<T> G, MatView<T> dX) 
 }
 }  // namespace
 
-// ===================================== Algorithm V16b ==================================================
+// ===================================== Algorithm V17b ==================================================
 template <class T>
 void block_sparse_head(const BlockLayout& L, CMatView<T> Q, CMatView<T> K, CMatView<T> V, MatView<T> Vt, T* lse) {
     const index_t b = L.block;
