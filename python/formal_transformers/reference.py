@@ -366,7 +366,8 @@ def d_transformer(x, params, *, L: int, H: int, norm: str = "layer", gelu: str =
 
 def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float = 1e-5,
                   logits: bool = False, segments=None, hidden: bool = False, masks=None, rates=None,
-                  fixnorm: bool = False, attention: str = "softmax", features=None) -> np.ndarray:
+                  fixnorm: bool = False, attention: str = "softmax", features=None, layouts=None,
+                  block_size: int | None = None) -> np.ndarray:
     """Algorithm 9: P ← ETransformer(x | θ), BERT's encoder-only transformer (post-LN).
 
     x: 1-D token ids (possibly holding mask_token). Returns P ∈ (0,1)^{N_V×ℓ}, P[:, t] = P̂(x[t] | x̃)
@@ -377,7 +378,8 @@ def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float 
     W_s[:, segments[t]] to e_t (segments None: all 0); `gamma_e`, `beta_e`: X ← layer_norm(X | γ_e, β_e)
     after line 3; `b_u`: P = softmax(W_u X + b_u 1ᵀ). hidden=True returns X after line 9.
     masks, rates: dropout as d_transformer (after line 3, or after BERT's embedding layer_norm).
-    attention="performer" | "rfa" (V15): line 5's attention by random features, features[l] layer l's Ω."""
+    attention="performer" | "rfa" (V15): line 5's attention by random features, features[l] layer l's Ω.
+    attention="bigbird" (V17): line 5's Mask is BigBird's, bigbird_mask(layouts[l], block_size) in layer l."""
     drop = _Drop(masks, rates)
     x = np.asarray(x)
     W_e, W_p = params["W_e"], params["W_p"]
@@ -395,7 +397,13 @@ def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float 
     for i in range(L):  # line 4: for l = 1, 2, …, L do
         p = f"layers.{i}."
         _check_H(params, p + "attn.", H)
-        if attention != "softmax":  # V15: MHAttention with lines 4–6 by random features
+        if attention == "bigbird":  # V17: MHAttention with BigBird's block layout as its Mask (the dense definition)
+            a = p + "attn."
+            X = X + drop.out(p + "attn.out", gqa_mhattention(
+                X, X, params[a + "W_q"], params.get(a + "b_q"), params[a + "W_k"], params.get(a + "b_k"),
+                params[a + "W_v"], params.get(a + "b_v"), params[a + "W_o"], params.get(a + "b_o"),
+                bigbird_mask(layouts[i], block_size)))
+        elif attention != "softmax":  # V15: MHAttention with lines 4–6 by random features
             a = p + "attn."
             X = X + drop.out(p + "attn.out", gqa_mhattention(
                 X, X, params[a + "W_q"], params.get(a + "b_q"), params[a + "W_k"], params.get(a + "b_k"),
@@ -919,6 +927,25 @@ def rf_attention_quadratic(Q, K, V, Omega, kind: str, mask) -> np.ndarray:
     Pq, Pk = random_features(Q, Omega, kind, query=True), random_features(K, Omega, kind)
     A = np.where(mask, Pk.T @ Pq, 0.0)
     return V @ (A / A.sum(axis=0, keepdims=True))
+
+
+def bigbird_mask(layout, b: int) -> np.ndarray:
+    """Algorithm V17 (docs/variants.md): Mask[t_z, t_x] = [[layout[⌊t_z/b⌋, ⌊t_x/b⌋]]] for a block layout
+    layout ∈ {0,1}^{n×n} (layout[j, i]: key block j live for query block i; ft.bigbird_layout draws V17a)."""
+    return np.kron(np.asarray(layout, dtype=bool), np.ones((b, b), dtype=bool)).astype(bool)
+
+
+def block_sparse_attention(Q, K, V, layout, b: int) -> np.ndarray:
+    """Algorithm V17b: Ṽ ← BlockSparseAttention(Q, K, V | 𝓛, b), one head; Q, K ∈ R^{d×ℓ}, V ∈ R^{d_v×ℓ}, ℓ = n·b."""
+    layout = np.asarray(layout, dtype=bool)
+    n, d = layout.shape[0], Q.shape[0]
+    Vt = np.zeros((V.shape[0], Q.shape[1]))
+    for i in range(n):  # line 1: for each query block i
+        J = np.flatnonzero(layout[:, i])  # J ← 𝓛[i]
+        cols = np.concatenate([np.arange(j * b, (j + 1) * b) for j in J])  # line 2: K_J, V_J gathered
+        S = K[:, cols].T @ Q[:, i * b:(i + 1) * b] / math.sqrt(d)  # line 3: S ← K_Jᵀ Q_i / √d_attn
+        Vt[:, i * b:(i + 1) * b] = V[:, cols] @ softmax(S)  # lines 4–5: Ṽ[:, block i] ← V_J softmax(S)
+    return Vt
 
 
 def gqa_mhattention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, mask, *, positional: str = "none",

@@ -193,6 +193,9 @@ struct MHAttentionCache {
     // Random-feature attention (V15, random_features.hpp) instead of lines 4–6: no A either; lse holds each
     // query column's normaliser n (V15c line 4) instead of λ, and Y^h the saved Ṽ.
     bool rf = false;
+    // Block-sparse (V17, block_sparse.hpp: attention='bigbird' with attention_impl auto) instead of lines 4–6:
+    // λ in lse as the tiled listing keeps it, no A (rebuilt on demand by the literal listing with the mask).
+    bool sparse = false;
     // A (and with dropout drop.keep) as a literal forward leaves them: rebuilt after a tiled forward
     void ensure_weights() const {
         if (!weights_ready) unit->materialize_weights(*this);

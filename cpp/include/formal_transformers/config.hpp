@@ -96,6 +96,12 @@ struct ModelConfig {
     // shared final norm and unembedding. The loss is L_main + (λ/D) Σ_k L_k with λ = mtp_weight. 0: Algorithm 10.
     index_t mtp_depth = 0;
     double mtp_weight = 0.3;
+    // V17 (E only, attention = BigBird; block_sparse.hpp): every self-attention's Mask is BigBird's block layout,
+    // blocks of block_size tokens (0: None, required then), window_blocks sliding blocks, n_global_blocks at
+    // each end, n_random_blocks drawn from layout_seed per layer; attention_impl literal: Algorithm 4 with that
+    // mask (dense), auto: the block-sparse kernel.
+    index_t block_size = 0, window_blocks = 3, n_global_blocks = 1, n_random_blocks = 3;
+    std::uint64_t layout_seed = 0;
 
     index_t mask_token() const { return n_vocab - 3; }
     index_t bos_token() const { return n_vocab - 2; }

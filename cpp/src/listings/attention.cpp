@@ -6,6 +6,7 @@
 
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/functions.hpp"
+#include "formal_transformers/block_sparse.hpp"
 #include "formal_transformers/random_features.hpp"
 #include "formal_transformers/tiled_attention.hpp"
 
@@ -273,7 +274,12 @@ MHAttention<T>::MHAttention(index_t H_, index_t d_x_, index_t d_z_, index_t d_at
     if (var.impl == AttnImpl::Tiled && !tiled_parts())
         throw ValueError("attention_impl 'tiled': the position part '" + var.position +
                          "' has no tiled form (its score bias must be added tile by tile); use 'literal' or 'auto'");
-    if (var.kernel != AttnKernel::Softmax) {  // V15: lines 4–6 by random features (random_features.hpp)
+    if (var.kernel == AttnKernel::BigBird) {  // V17: the mask is BigBird's layout (block_sparse.hpp)
+        if (!bigbird_spec(mask)) throw ValueError("attention='bigbird' needs the bigbird mask (its block layout)");
+        if (position.bias)
+            throw ValueError("attention='bigbird': the position part '" + var.position + "' is a score bias, which the "
+                             "block-sparse kernel does not add (use rope, or attention_impl='literal')");
+    } else if (var.kernel != AttnKernel::Softmax) {  // V15: lines 4–6 by random features (random_features.hpp)
         const std::string kname = var.kernel == AttnKernel::Performer ? "performer" : "rfa";
         if (var.n_features < 1)
             throw ValueError("n_features = " + std::to_string(var.n_features) +
@@ -386,6 +392,36 @@ void MHAttention<T>::heads(const ParamStore<T>& store, CMatView<T> Q, const Seqs
     const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid);
     c.tiled = use_tiled(sz.max_len());
     c.rf = bool(features);
+    c.sparse = var.kernel == AttnKernel::BigBird && var.impl == AttnImpl::Auto && bigbird_spec(c.mask);
+    if (c.sparse) {
+        // V17b (block_sparse.hpp) on each block: only the live blocks of the layout; λ in c.lse, no A
+        if (c.drop.active()) throw ValueError("attn_dropout: the block-sparse kernel drops no weights (attention_impl='literal')");
+        c.tiled = false;
+        c.A.clear();
+        c.A.shrink_to_fit();
+        c.Ad.clear();
+        c.drop.keep.clear();
+        c.sx = sx, c.sz = sz, c.q0 = q0, c.store = &store;
+        c.unit = this;
+        c.weights_ready = false;
+        c.lse.resize(std::size_t(check_bytes(checked_mul(H, Q.cols, "attention log-sum-exp"), sizeof(T),
+                                             "attention log-sum-exp")));
+        std::vector<std::shared_ptr<const BlockLayout>> lay(std::size_t(sx.count()));
+        for (index_t b = 0; b < sx.count(); ++b)
+            lay[std::size_t(b)] = bigbird_mask_layout(c.mask, sz.len(b) / bigbird_spec(c.mask)->block);
+        for_blocks(
+            sx.count(), H, work,
+            [&](index_t b, index_t h) {
+                const index_t g = kv_head(h);
+                block_sparse_head<T>(*lay[std::size_t(b)], Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                                     K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                                     V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)),
+                                     Y.rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
+                                     c.lse.data() + h * Q.cols + sx.begin(b));
+            },
+            true);
+        return;
+    }
     if (c.rf) {
         // V15c (random_features.hpp) on each block: Y^h and the normalisers n, no ℓ_z×ℓ_x matrix; decoding
         // (state): the keys folded into the cache's S, z come before K's columns
@@ -502,7 +538,25 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
     // d(lines 1–3): Algorithm 4's lines 6, 5, 4 backward per (sequence, key/value head g) block; the query
     // heads of a group run in turn, so dK^g and dV^g sum their contributions (V3) without a race
     const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid), group = H / H_kv;
-    if (c.rf) {  // V15c backward per head (random_features.hpp): Φ recomputed from Q, K; Ω fixed
+    if (c.sparse) {  // V17b backward per head: A recomputed block by block from λ
+        const index_t bs = bigbird_spec(c.mask)->block;
+        for_blocks(
+            sx.count(), H_kv, work * group,
+            [&](index_t b, index_t g) {
+                const auto L = bigbird_mask_layout(c.mask, sz.len(b) / bs);
+                for (index_t h = g * group; h < (g + 1) * group; ++h)
+                    block_sparse_head_backward<T>(
+                        *L, Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                        K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                        V.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)),
+                        c.lse.data() + h * X.cols + sx.begin(b),
+                        CMatView<T>(dY).rows_range(h * d_mid, d_mid).cols_range(sx.begin(b), sx.len(b)),
+                        dQ.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
+                        dK.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
+                        dV.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)));
+            },
+            true);
+    } else if (c.rf) {  // V15c backward per head (random_features.hpp): Φ recomputed from Q, K; Ω fixed
         for_blocks(
             sx.count(), H_kv, work * group,
             [&](index_t b, index_t g) {
@@ -712,7 +766,8 @@ void MHAttention<T>::materialize_weights(const MHAttentionCache<T>& c) const {
         c.weights_ready = true;
         return;
     }
-    FT_CHECK(c.tiled && index_t(c.A_off.size()) == c.sx.count() * H + 1, "attention weights: no forward to rebuild");
+    FT_CHECK((c.tiled || c.sparse) && index_t(c.A_off.size()) == c.sx.count() * H + 1,
+             "attention weights: no forward to rebuild");
     const Seqs &sx = c.sx, &sz = c.sz;
     c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));
     if (c.drop.active()) c.drop.keep.resize(std::size_t(c.A_off.back()));

@@ -62,7 +62,7 @@ void PreLNDecoderBlock<T>::backward(ParamStore<T>& store, const Seqs& s, const A
 // ------------------- Algorithm 9 lines 5–8 = Algorithm 8 lines 5–8: post-LN encoder block ---------------
 template <class T>
 PostLNEncoderBlock<T>::PostLNEncoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& p)
-    : attn(c.H, c.d_e, c.d_e, c.d_attn, c.d_mid, c.d_e, Mask::bidirectional(), store, p + "attn.",
+    : attn(c.H, c.d_e, c.d_e, c.d_attn, c.d_mid, c.d_e, encoder_mask(c, p + "attn."), store, p + "attn.",
            relative_variant(c, "enc.rel_bias", true)),
       norm1("layer", c.d_e, c.eps, store, p + "gamma1", p + "beta1"),
       mlp("standard", mlp_spec(c, act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p),

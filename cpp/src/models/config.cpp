@@ -52,7 +52,8 @@ const NameTable<ModelConfig::MaskKind> kMasks = {{"causal", ModelConfig::MaskKin
                                                   {"prefix", ModelConfig::MaskKind::Prefix}};
 const NameTable<AttnImpl> kAttnImpls = {{"auto", AttnImpl::Auto}, {"literal", AttnImpl::Literal}, {"tiled", AttnImpl::Tiled}};
 const NameTable<AttnKernel> kAttnKernels = {
-    {"softmax", AttnKernel::Softmax}, {"performer", AttnKernel::Performer}, {"rfa", AttnKernel::RFA}};
+    {"softmax", AttnKernel::Softmax}, {"performer", AttnKernel::Performer}, {"rfa", AttnKernel::RFA},
+    {"bigbird", AttnKernel::BigBird}};
 
 template <class En>
 const NameTable<En>& names_of(En ModelConfig::*);
@@ -114,6 +115,11 @@ const std::vector<OptionSpec> kSchema = {
     {"attention", DE, Kind::Enum, &ModelConfig::attention},
     {"n_features", DE, Kind::AutoSize, &ModelConfig::n_features},
     {"feature_seed", DE, Kind::Seed, &ModelConfig::feature_seed},
+    {"block_size", E, Kind::AutoSize, &ModelConfig::block_size},
+    {"window_blocks", E, Kind::Count, &ModelConfig::window_blocks},
+    {"n_global_blocks", E, Kind::Count, &ModelConfig::n_global_blocks},
+    {"n_random_blocks", E, Kind::Count, &ModelConfig::n_random_blocks},
+    {"layout_seed", E, Kind::Seed, &ModelConfig::layout_seed},
     {"mlp", D, Kind::Enum, &ModelConfig::mlp},
     {"rope_theta", D, Kind::Real, &ModelConfig::rope_theta, Check::Positive},
     {"sliding_window", D, Kind::AutoSize, &ModelConfig::sliding_window},
@@ -524,7 +530,24 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
         if (c.bias) throw ValueError("kv_lora_rank (latent attention) has no biases (DeepSeek): pass bias=False");
         if (c.sliding_window > 0) throw ValueError("kv_lora_rank (latent attention) does not combine with sliding_window");
     }
-    if (c.attention != AttnKernel::Softmax) {  // V15 (random_features.hpp)
+    if (c.attention == AttnKernel::BigBird) {  // V17 (block_sparse.hpp)
+        if (arch != Arch::E)
+            throw ValueError("attention='bigbird' is BigBird's bidirectional block layout: an ETransformer option");
+        if (c.block_size == 0) throw ValueError("attention='bigbird' needs block_size (the tokens per block)");
+        if (c.window_blocks % 2 == 0)
+            throw ValueError("window_blocks = " + std::to_string(c.window_blocks) +
+                             " must be odd and >= 1 (the sliding key blocks centred on the query block; BigBird: 3)");
+        if (c.positional == Positional::Alibi || c.positional == Positional::Relative)
+            throw ValueError("attention='bigbird' adds no score bias: use positional='learned', 'sinusoidal' or 'rope'");
+        if (c.attn_dropout > 0 && c.attention_impl != AttnImpl::Literal)
+            throw ValueError("attention='bigbird': attn_dropout > 0 needs attention_impl='literal' (the block-sparse "
+                             "kernel drops no weights)");
+        if (c.n_features != 0) throw ValueError("n_features is an option of attention='performer' or 'rfa', not 'bigbird'");
+    } else if (c.block_size != 0) {
+        throw ValueError("block_size = " + std::to_string(c.block_size) +
+                         " is the block of attention='bigbird' (attention is not 'bigbird')");
+    }
+    if (c.attention == AttnKernel::Performer || c.attention == AttnKernel::RFA) {  // V15 (random_features.hpp)
         const std::string k = c.attention == AttnKernel::Performer ? "'performer'" : "'rfa'";
         if (c.n_features == 0)  // None: ⌈d_attn ln d_attn⌉, at least d_attn (Performer's D = Θ(d log d))
             c.n_features = std::max<index_t>(c.d_attn, index_t(std::ceil(double(c.d_attn) * std::log(double(c.d_attn)))));

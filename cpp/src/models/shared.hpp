@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "formal_transformers/blas.hpp"
+#include "formal_transformers/block_sparse.hpp"
 #include "formal_transformers/transformers.hpp"
 
 namespace ft {
@@ -43,6 +44,15 @@ inline Mask decoder_mask(const ModelConfig& c) {
     MaskOptions o;
     o.values["w"] = double(c.sliding_window);
     return make_mask("sliding_window", o);
+}
+// The Mask of an encoder's self-attention named p: Mask ≡ 1 (Algorithm 9), or with attention='bigbird' (V17)
+// BigBird's block layout, drawn from layout_seed and the attention's name (each layer its own)
+inline Mask encoder_mask(const ModelConfig& c, const std::string& p) {
+    if (c.attention != AttnKernel::BigBird) return Mask::bidirectional();
+    BigBirdSpec s;
+    s.block = c.block_size, s.window = c.window_blocks, s.global = c.n_global_blocks, s.random = c.n_random_blocks;
+    s.seed = c.layout_seed, s.name = p;
+    return make_bigbird_mask(s);
 }
 // The attention options of a model (docs/variants.md); `positional`: the position part applies (D's self-attention)
 inline AttnVariant attn_variant(const ModelConfig& c, bool positional) {

@@ -14,6 +14,7 @@ Mask make_bidirectional_mask(const MaskOptions&);  // listings/masks.cpp
 Mask make_unidirectional_mask(const MaskOptions&);  // listings/masks.cpp
 Mask make_prefix_mask(const MaskOptions&);          // variants/prefix_mask.cpp
 Mask make_sliding_window_mask(const MaskOptions&);  // variants/sliding_window_mask.cpp
+Mask make_bigbird_mask_from_options(const MaskOptions&);  // variants/bigbird_mask.cpp
 template <class T>
 PositionPart<T> make_rope(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/rope.cpp
 template <class T>
@@ -61,6 +62,7 @@ const std::vector<Entry<MaskFactory>>& masks() {
         {"unidirectional", make_unidirectional_mask},
         {"prefix", make_prefix_mask},
         {"sliding_window", make_sliding_window_mask},
+        {"bigbird", make_bigbird_mask_from_options},
     };
     return t;
 }
