@@ -27,6 +27,8 @@ def _check_options(cfg: dict, target: str) -> None:
             continue
         if k in ("n_features", "feature_seed") and cfg.get("attention", "softmax") == "softmax":
             continue  # V15's options act only with attention='performer' or 'rfa'
+        if k == "mtp_weight" and not cfg.get("mtp_depth"):
+            continue  # V16's weight acts only with mtp_depth > 0 (refused below as any other option)
         if k == "attention":
             raise ValueError(f"{target} has no equivalent of the option attention={v!r} (random-feature attention)")
         if v not in (None, False, 0, "", "none"):

@@ -777,6 +777,9 @@ def _hf_export(model):
     """(HF class name, config.json dict, state dict of numpy arrays with the class's names)."""
     cfg = model.config
     arch = cfg["arch"]
+    if cfg.get("mtp_depth"):  # V16: no class here takes the modules (docs/variants.md V16)
+        raise ValueError(f"mtp_depth = {cfg['mtp_depth']}: the multi-token-prediction modules have no place in the exported "
+                         "Hugging Face model (they would be lost); export a model with mtp_depth=0")
     P = {k: np.asarray(v) for k, v in model.params.items()}
     if cfg.get("kv_lora_rank"):
         return _deepseek_export(cfg, P)

@@ -91,6 +91,11 @@ struct ModelConfig {
     AttnKernel attention = AttnKernel::Softmax;
     index_t n_features = 0;
     std::uint64_t feature_seed = 0;
+    // V16 (D only; multi_token.hpp): mtp_depth = D sequential multi-token-prediction modules (DeepSeek-V3 §2.2);
+    // module k predicts x[t+k+1] from the previous depth's hidden state and the embedding of x[t+k], through the
+    // shared final norm and unembedding. The loss is L_main + (λ/D) Σ_k L_k with λ = mtp_weight. 0: Algorithm 10.
+    index_t mtp_depth = 0;
+    double mtp_weight = 0.3;
 
     index_t mask_token() const { return n_vocab - 3; }
     index_t bos_token() const { return n_vocab - 2; }

@@ -74,6 +74,9 @@
 
 namespace ft {
 
+template <class T>
+class MTPModule;  // V16: one multi-token-prediction module (multi_token.hpp)
+
 // ---------------------------------------------------------------------------------------------------
 // Pieces shared by the listings.
 
@@ -302,6 +305,10 @@ protected:
     virtual void score(const Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const = 0;
     // the cache of attention `kind` in layer l (l already checked against layers(kind))
     virtual const MHAttentionCache<T>& attention_cache(AttentionKind kind, index_t l) const = 0;
+    // Terms of the loss beyond the listing's (V16's multi-token prediction), after the scored columns' head loss
+    // (whose gradient is in w.dHead); with `grad` their parameter gradients are added (store.grad()) and
+    // run_backward adds their gradient of the trunk. head: the head loss just computed. 0: the listing's loss.
+    virtual double aux_loss(const Batch&, bool /*grad*/, double /*head*/, BackwardWork<T>&) { return 0.0; }
 
     // W_u (N_V × d), or W_eᵀ when tied; then θ is complete: allocate it, initialise the embeddings and
     // return the random stream that initialises the rest (in θ's order)
@@ -314,8 +321,9 @@ protected:
     void embed_dropout_backward(const DropoutMask& m, MatView<T> dX) const;
     // −Σ log softmax(W_u X[:, col])[target] over the given columns, and (if dX) its gradient:
     // dW_u (or dW_e when tied) += …, dX[:, col] += W_uᵀ dZ[:, col]
+    // scale: the gradient's factor (the returned loss is unscaled)
     double head_loss(CMatView<T> X, const std::vector<index_t>& cols, const std::vector<index_t>& targets,
-                     MatView<T>* dX, BackwardWork<T>& w, index_t* n_correct = nullptr);
+                     MatView<T>* dX, BackwardWork<T>& w, index_t* n_correct = nullptr, T scale = T(1));
 
     LastForward last_;
     BackwardWork<T> work_;
@@ -388,9 +396,18 @@ public:
 
     std::vector<std::unique_ptr<PreLNDecoderBlock<T>>> layer;  // lines 5–8 of layer l
     std::unique_ptr<Norm<T>> norm_f;                           // line 10: γ, β
+    // V16 (multi_token.hpp; mtp_depth = D > 0): the sequential MTP modules k = 1..D (mtp[k−1]), trained with the
+    // loss L_main + (λ/D) Σ_k L_k and used as the draft of self-speculative decoding. Empty: Algorithm 10.
+    std::vector<std::shared_ptr<MTPModule<T>>> mtp;
+    // the terms of the last loss call: [L_main, L_1, …, L_D] (sums over the batch; empty before any)
+    const std::vector<double>& loss_terms() const { return loss_terms_; }
 
 private:
-    void run_forward(const typename Model<T>::Batch& in) override { forward(*in.x); }
+    void run_forward(const typename Model<T>::Batch& in) override;
+    double aux_loss(const typename Model<T>::Batch& in, bool grad, double head, BackwardWork<T>& w) override;  // V16
+    void mtp_forward(const Tokens& x);                                                             // V16 lines 1–6
+    Matrix<T> dH0_;                   // V16: ∂(λ/D Σ_k L_k)/∂h⁰ (the trunk's stream after line 9)
+    std::vector<double> loss_terms_;
     void run_backward(const typename Model<T>::Batch& in, BackwardWork<T>& w) override;
     void score(const typename Model<T>::Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const override;
     const MHAttentionCache<T>& attention_cache(AttentionKind, index_t l) const override { return acts_[std::size_t(l)].attn; }
