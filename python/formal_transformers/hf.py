@@ -1095,7 +1095,7 @@ def load_hf(path: Union[str, os.PathLike], *, dtype=None):
             cls_name = "LlamaForCausalLM"
         elif mt == "mistral":
             cls_name = "MistralForCausalLM"
-        elif mt == "t5":
+        elif mt == "t5" and not class_names:  # (T5Model, T5EncoderModel, …: another class, not supported)
             cls_name = "T5ForConditionalGeneration"
         else:
             raise ValueError(f"{cfg_file}: model_type {_shown(mt)} / architectures {_shown(class_names)} "

@@ -360,7 +360,8 @@ std::vector<std::string> ModelConfig::positional_names(Arch arch) {
 }
 
 std::string ModelConfig::signature(Arch arch) {
-    const ModelConfig defaults;
+    ModelConfig defaults;
+    defaults.arch = arch;  // (json_of writes ED's standard MLP as "relu")
     std::string r;
     bool star = false;
     for (const OptionSpec& o : kSchema) {
