@@ -101,11 +101,14 @@ def test_from_hf_probabilities_and_every_gradient_equal_hugging_face(monkeypatch
         assert rel_err(g, ours[k]) <= 1e-10, k
 
 
-@pytest.mark.parametrize("ff,tied,scale", KINDS[:2])
+@pytest.mark.parametrize("ff,tied,scale", [KINDS[1], KINDS[3], KINDS[0]])
 def test_greedy_edinference_equals_hugging_face_generate(monkeypatch, ff, tied, scale):
     # (L_dec = L_enc here: transformers 5.24's generate sizes T5's self-attention cache by num_layers and fails
     # with an IndexError when num_decoder_layers is larger)
     torch, hf = _t5(ff, tied, scale, seed=1, num_decoder_layers=2)
+    if not tied:  # eos (1) a little likelier, so that some of the six decodings stop at it and some run to max_len
+        with torch.no_grad():
+            hf.lm_head.weight[1] *= 1.5
     _float64_t5(monkeypatch)
     model = ft.from_hf(hf)
     n_eos = 0
@@ -117,6 +120,7 @@ def test_greedy_edinference_equals_hugging_face_generate(monkeypatch, ff, tied, 
             got = ft.EDInference(0.0, max_len=12, cache=cache)(z, model)
             assert list(got) == list(out), (s, cache)
     assert model.config["bos_id"] == 0 and model.config["eos_id"] == 1
+    assert tied or 1 <= n_eos < 6, n_eos  # both ends of Algorithm 15's loop were taken
 
 
 def test_round_trips_are_exact(tmp_path):
@@ -249,3 +253,24 @@ def test_hf_values_we_do_not_express_raise(tmp_path):
                        (dict(resid_dropout=0.1), "resid_dropout"), (dict(d_mid=5), "d_attn = d_mid")]:
         with pytest.raises(ValueError, match=match):
             ft.to_hf(ft.EDTransformer(**{**T5_OPTS, **bad}, seed=1))
+
+
+def test_unscaled_scores_in_the_tiled_listing_equal_the_literal_one():
+    """scale_scores=False reaches the tiled kernel's scale too (HeadBlock::unscaled): literal = tiled, P and gradients."""
+    opts = dict(n_vocab=15, l_max=12, L_enc=1, L_dec=1, H=2, d_e=8, d_mlp=10, pre_norm=True, norm="rms", bias=False,
+                scale_scores=False, dtype="float64", seed=3)
+    lit = ft.EDTransformer(**opts, attention_impl="literal")
+    til = ft.EDTransformer(**opts, attention_impl="tiled")
+    theta = randomize_theta(lit, np.random.default_rng(4))
+    for k, v in theta.items():
+        til.params[k][...] = v
+    z, x = np.array([3, 4, 5, 6, 7, 8, 9, 2, 1]), np.array([13, 2, 7, 5, 6, 1])
+    assert rel_err(til(z, x), lit(z, x)) <= 1e-12
+    _, g_lit = lit.loss_and_grad(z, x)
+    _, g_til = til.loss_and_grad(z, x)
+    for k in g_lit:
+        assert rel_err(g_til[k], g_lit[k]) <= 1e-10, k
+    scaled = ft.EDTransformer(**{**opts, "scale_scores": True})
+    for k, v in theta.items():
+        scaled.params[k][...] = v
+    assert rel_err(scaled(z, x), lit(z, x)) > 1e-6  # the option acts
