@@ -5,13 +5,19 @@
 //
 //   g++ -O3 -march=native -fopenmp -std=c++17 -DXTENSOR_USE_XSIMD -I cpp/include bench/bench_tiles.cpp build/dev/libft_core.a \
 //       $(python -c "import scipy_openblas32 as s; print(s.get_lib_dir() + '/' + s.get_library(True))") -o build/dev/bench_tiles
-//   OMP_NUM_THREADS=1 ./build/dev/bench_tiles [l=2048] [d=32] [reps=5]
-// Prints the median ms of forward+backward for each, and the speed-up over the literal path.
+//   OMP_NUM_THREADS=1 ./build/dev/bench_tiles [l=2048] [d=32] [reps=5] [B_q B_k [blas|loops]]
+// (with B_q B_k: only the literal path and the BLAS tiles of that size; with blas|loops only the tiles with that
+// kernel, e.g. under perf record)
+// Prints for each the median wall ms of forward+backward, the least CPU time of this thread over the same runs
+// (a machine shared with other work disturbs it less) and the forward's alone, and the speed-up over the literal
+// path in CPU time.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <string>
 #include <vector>
 
 #include "formal_transformers/attention.hpp"
@@ -22,17 +28,27 @@ using namespace ft;
 
 namespace {
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+// this thread's CPU time (s): on a machine shared with other work, the time the kernel itself ran
+double cpu_now() {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
 
+// median wall ms; *cpu: the least CPU ms of the same runs
 template <class F>
-double median_ms(int reps, F&& f) {
-    std::vector<double> t;
+double median_ms(int reps, F&& f, double* cpu = nullptr) {
+    std::vector<double> t, c;
     f();  // warm-up
     for (int r = 0; r < reps; ++r) {
-        const double t0 = now();
+        const double t0 = now(), c0 = cpu_now();
         f();
+        c.push_back((cpu_now() - c0) * 1e3);
         t.push_back((now() - t0) * 1e3);
     }
     std::sort(t.begin(), t.end());
+    std::sort(c.begin(), c.end());
+    if (cpu) *cpu = c[0];  // the least: the run least disturbed by other work
     return t[t.size() / 2];
 }
 }  // namespace
@@ -54,25 +70,34 @@ int main(int argc, char** argv) {
     CMatView<float> q(Q.data(), d, l), k(K.data(), d, l), v(V.data(), d, l), dy(dY.data(), d, l);
     std::printf("one head, causal, l %ld, d %ld, float32, one thread; BLAS: %s\n", long(l), long(d), blas_info().c_str());
     std::vector<float> A(std::size_t(l * l)), dA(A.size());
-    const double lit = median_ms(reps, [&] {
+    double lit_cpu = 1;
+    const double lit = argc > 6 ? 1.0 : median_ms(reps, [&] {
         attention_head<float>(q, k, v, blk, MatView<float>(A.data(), l, l), MatView<float>(Y.data(), d, l));
         attention_head_backward<float>(q, k, v, CMatView<float>(A.data(), l, l), dy, MatView<float>(dQ.data(), d, l),
                                        MatView<float>(dK.data(), d, l), MatView<float>(dV.data(), d, l),
                                        MatView<float>(dA.data(), l, l));
-    });
-    std::printf("  literal (attention_head)            %8.2f ms\n", lit);
-    for (TileKernel kern : {TileKernel::Blas, TileKernel::Loops})
-        for (TileSizes ts : {TileSizes{32, 64}, TileSizes{64, 64}, TileSizes{64, 128}, TileSizes{128, 128},
-                             TileSizes{64, 256}, TileSizes{128, 256}, TileSizes{256, 256}}) {
+    }, &lit_cpu);
+    std::printf("  literal (attention_head)            %8.2f ms (CPU %8.2f ms)\n", lit, lit_cpu);
+    std::vector<TileSizes> sizes{TileSizes{32, 64},   TileSizes{64, 64},   TileSizes{64, 128}, TileSizes{128, 128},
+                                 TileSizes{64, 256},  TileSizes{128, 256}, TileSizes{256, 256}};
+    std::vector<TileKernel> kernels{TileKernel::Blas, TileKernel::Loops};
+    if (argc > 5) sizes = {TileSizes{std::atol(argv[4]), std::atol(argv[5])}}, kernels = {TileKernel::Blas};
+    if (argc > 6) kernels = {std::string(argv[6]) == "blas" ? TileKernel::Blas : TileKernel::Loops};
+    for (TileKernel kern : kernels)
+        for (TileSizes ts : sizes) {
             ts.kernel = kern;
+            double cpu = 0, fwd_cpu = 0;
+            median_ms(reps, [&] { tiled_attention_head<float>(q, k, v, blk, MatView<float>(Y.data(), d, l), lse.data(), ts); },
+                      &fwd_cpu);
             const double t = median_ms(reps, [&] {
                 tiled_attention_head<float>(q, k, v, blk, MatView<float>(Y.data(), d, l), lse.data(), ts);
                 tiled_attention_head_backward<float>(q, k, v, CMatView<float>(Y.data(), d, l), lse.data(), dy, blk,
                                                      MatView<float>(dQ.data(), d, l), MatView<float>(dK.data(), d, l),
                                                      MatView<float>(dV.data(), d, l), ts);
-            });
-            std::printf("  tiled %-5s B_q %3ld B_k %3ld          %8.2f ms  (%.2fx literal)\n",
-                        kern == TileKernel::Blas ? "BLAS" : "loops", long(ts.B_q), long(ts.B_k), t, lit / t);
+            }, &cpu);
+            std::printf("  tiled %-5s B_q %3ld B_k %3ld          %8.2f ms (CPU %8.2f ms: forward %7.2f; %.2fx literal)\n",
+                        kern == TileKernel::Blas ? "BLAS" : "loops", long(ts.B_q),
+                        long(ts.B_k), t, cpu, fwd_cpu, lit_cpu / cpu);
         }
     return 0;
 }

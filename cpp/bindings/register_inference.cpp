@@ -286,17 +286,14 @@ the prefix (bidirectional over them, causal after); None (default): the whole pr
                     });
                 }
                 return d.visit([&](auto& mdl) -> py::object {
+                    // the prompt's length and prefix_len's range: the listing's checks (dinference, validate)
                     InIds prompt = in_ids(x, "x", mdl.cfg.n_vocab, false);
-                    if (index_t(prompt.ids.size()) > mdl.cfg.l_max)
-                        throw ft::ValueError("the prompt x has length " + std::to_string(prompt.ids.size()) +
-                                             " > l_max = " + std::to_string(mdl.cfg.l_max));
                     // V7: None -> the whole prompt for a mask='prefix' model (the prompt is the prefix), else none
-                    index_t p = -1;
+                    index_t p = ft::kDefaultPrefix;
                     if (!prefix_len.is_none()) {
                         if (!PyIndex_Check(prefix_len.ptr()) || py::isinstance<py::bool_>(prefix_len))
                             throw ft::TypeError("prefix_len must be an int (the prompt's prefix) or None");
                         p = prefix_lens(prefix_len, 1)[0];
-                        ft::validate(ft::Tokens{prompt.ids.data(), ft::Seqs::single(index_t(prompt.ids.size())), &p}, mdl.cfg, "x");
                     }
                     ft::Rng rng(self.next_seed());
                     std::vector<index_t> y;
@@ -369,11 +366,7 @@ values; cache=False runs the listing literally. Sampling as DInference.)doc")
                 auto& d = model.cast<AnyDtype<ft::EDTransformer>&>();
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& mdl) {
-                    InIds zi = in_ids(z, "z", mdl.cfg.n_vocab, false);
-                    if (index_t(zi.ids.size()) > mdl.cfg.l_max)
-                        throw ft::ValueError("z has length " + std::to_string(zi.ids.size()) + " > l_max = " + std::to_string(mdl.cfg.l_max));
-                    if (self.max_len > mdl.cfg.l_max)
-                        throw ft::ValueError("max_len = " + std::to_string(self.max_len) + " > l_max = " + std::to_string(mdl.cfg.l_max));
+                    InIds zi = in_ids(z, "z", mdl.cfg.n_vocab, false);  // z's length and max_len: the listing's checks
                     ft::Rng rng(self.next_seed());
                     std::vector<index_t> x;
                     {
@@ -398,7 +391,10 @@ min(1, q(x̂)/p(x̂)) (q the target's, p the draft's q ∝ P^{1/τ}); the first 
 token from norm(max(0, q − p)); when all k are kept the target adds one more. τ = 0: the target's greedy
 output. Both models: same vocabulary and dtype, len(x) + l_gen − 1 ≤ l_max (no sliding window).
 stats=True returns (y, dict) with target_passes, draft_passes, drafted and accepted (per target pass) and
-tokens_per_pass. seed=None: a fresh random seed.)doc")
+tokens_per_pass. seed=None: a fresh random seed.
+draft=None: self-speculation (docs/variants.md V16): the target's own multi-token-prediction modules (mtp_depth ≥ k)
+draft, module j the j-th token after the trunk's last kept hidden state; no second model. The first pass drafts
+nothing.)doc")
         .def(py::init([](long long l_gen, long long k, double tau, const py::object& seed) {
                  ft::check_l_gen(index_t(l_gen));
                  ft::check_draft_k(index_t(k));
@@ -415,6 +411,36 @@ tokens_per_pass. seed=None: a fresh random seed.)doc")
             "__call__",
             [](SpeculativeInferencePy& self, const py::handle& x, const py::object& target, const py::object& draft,
                bool want_stats) -> py::object {
+                ft::SpeculativeStats st;
+                auto stats_of = [&](py::array_t<long long> y) -> py::object {
+                    if (!want_stats) return std::move(y);
+                    py::dict s;
+                    s["target_passes"] = st.target_passes;
+                    s["draft_passes"] = st.draft_passes;
+                    s["drafted"] = to_array(st.drafted);
+                    s["accepted"] = to_array(st.accepted);
+                    s["tokens_per_pass"] = st.target_passes ? double(self.l_gen) / double(st.target_passes) : 0.0;
+                    return py::make_tuple(y, s);
+                };
+                if (draft.is_none()) {  // V16: self-speculation with the target's multi-token-prediction modules
+                    if (!py::isinstance<AnyDtype<ft::DTransformer>>(target))
+                        throw ft::TypeError("SpeculativeInference needs a DTransformer as target, got " +
+                                            py::str(py::type::handle_of(target).attr("__name__")).cast<std::string>());
+                    auto& dt = target.cast<AnyDtype<ft::DTransformer>&>();
+                    CallLock lock(dt.mutex);
+                    py::array_t<long long> y = dt.visit([&](auto& mt) {
+                        InIds prompt = in_ids(x, "x", mt.cfg.n_vocab, false);
+                        ft::Rng rng(self.next_seed());
+                        std::vector<index_t> out;
+                        {
+                            LongCoreCall nogil;
+                            out = ft::SelfSpeculativeInference(mt, prompt.ids.data(), index_t(prompt.ids.size()), index_t(self.l_gen),
+                                                               index_t(self.k), self.o.tau, rng, &st);
+                        }
+                        return to_array(out);
+                    });
+                    return stats_of(y);
+                }
                 for (const py::object* mo : {&target, &draft})
                     if (!py::isinstance<AnyDtype<ft::DTransformer>>(*mo))
                         throw ft::TypeError(std::string("SpeculativeInference needs a DTransformer as ") +
@@ -425,7 +451,6 @@ tokens_per_pass. seed=None: a fresh random seed.)doc")
                 if (dt.u.index() != dd.u.index())
                     throw ft::ValueError("the draft and the target must have the same dtype: target " + dt.dtype() + ", draft " + dd.dtype());
                 CallLock2 lock(dt.mutex, dd.mutex);  // both, in an order independent of the arguments
-                ft::SpeculativeStats st;
                 py::array_t<long long> y = dt.visit([&](auto& mt) {
                     using M = std::decay_t<decltype(mt)>;
                     M& md = *std::get<std::unique_ptr<M>>(dd.u);
@@ -442,16 +467,9 @@ tokens_per_pass. seed=None: a fresh random seed.)doc")
                     }
                     return to_array(out);
                 });
-                if (!want_stats) return std::move(y);
-                py::dict s;
-                s["target_passes"] = st.target_passes;
-                s["draft_passes"] = st.draft_passes;
-                s["drafted"] = to_array(st.drafted);
-                s["accepted"] = to_array(st.accepted);
-                s["tokens_per_pass"] = st.target_passes ? double(self.l_gen) / double(st.target_passes) : 0.0;
-                return py::make_tuple(y, s);
+                return stats_of(y);
             },
-            py::arg("x"), py::arg("target"), py::arg("draft"), py::kw_only(), py::arg("stats") = false)
+            py::arg("x"), py::arg("target"), py::arg("draft") = py::none(), py::kw_only(), py::arg("stats") = false)
         .def_readonly("l_gen", &SpeculativeInferencePy::l_gen)
         .def_readonly("k", &SpeculativeInferencePy::k)
         .def_property_readonly("tau", [](const SpeculativeInferencePy& s) { return s.o.tau; })

@@ -89,15 +89,22 @@ std::string repr_of(D& d) {
     return d.visit([&](auto& m) { return m.cfg.to_string(d.dtype().c_str()); });
 }
 
-// Probabilities or logits of the last forward, shaped for the input: (N_V, ℓ) for one sequence,
-// (N, N_V, ℓ) for a 2-D batch, a list of (N_V, ℓ_b) for a ragged list.
-template <class T, class Fill>
-py::object shaped_output(index_t n_vocab, const InBatch& in, bool two_d, Fill fill) {
+// One call of a model from Python, in the order the core checks it: `run` (the listing's every line but the
+// last, GIL released) validates the input — the core's check, once (ft::validate in the models' forward) —
+// before the output (N_V or d_e rows, one column per token) is allocated; then `last` writes the listing's last
+// line into it (GIL released). Shaped for the input: (rows, ℓ) for one sequence, (N, rows, ℓ) for a 2-D batch,
+// a list of (rows, ℓ_b) for a ragged list. The bindings only convert, release the GIL and shape.
+template <class T, class Run, class Last>
+py::object shaped_output(index_t n_vocab, const InBatch& in, bool two_d, Run run, Last last) {
+    {
+        CoreCall nogil;
+        run();
+    }
     const index_t n = index_t(in.ids.size());
     auto out = out_matrix<T>(n_vocab, n);
     {
         CoreCall nogil;
-        fill(ft::MatView<T>(out.mutable_data(), n_vocab, n));
+        last(ft::MatView<T>(out.mutable_data(), n_vocab, n));
     }
     if (in.was_single) return std::move(out);
     const index_t B = index_t(in.lengths.size());
@@ -263,11 +270,9 @@ void def_single_input(PyClass& cls) {
                    InBatch in = in_batch(x, "x");
                    const std::vector<index_t> p = prefix_lens(prefix_len, index_t(in.lengths.size()));
                    const Tokens xt{in.ids.data(), seqs_of(in), p.empty() ? nullptr : p.data()};
-                   ft::validate(xt, m.cfg, "x");  // (V7's prefix_len) before the output is allocated
-                   return shaped_output<T>(m.cfg.n_vocab, in, is_2d(x), [&](ft::MatView<T> P) {
-                       m.forward(xt);       // every line but the last
-                       m.probabilities(P);  // the last: P = softmax(W_u X)
-                   });
+                   return shaped_output<T>(
+                       m.cfg.n_vocab, in, is_2d(x), [&] { m.forward(xt); },  // every line but the last
+                       [&](ft::MatView<T> P) { m.probabilities(P); });        // the last: P = softmax(W_u X)
                });
            },
            py::arg("x"), py::arg("prefix_len") = py::none())
@@ -280,11 +285,8 @@ void def_single_input(PyClass& cls) {
                     InBatch in = in_batch(x, "x");
                     const std::vector<index_t> p = prefix_lens(prefix_len, index_t(in.lengths.size()));
                     const Tokens xt{in.ids.data(), seqs_of(in), p.empty() ? nullptr : p.data()};
-                    ft::validate(xt, m.cfg, "x");
-                    return shaped_output<T>(m.cfg.n_vocab, in, is_2d(x), [&](ft::MatView<T> Z) {
-                        m.forward(xt);
-                        m.logits(Z);
-                    });
+                    return shaped_output<T>(
+                        m.cfg.n_vocab, in, is_2d(x), [&] { m.forward(xt); }, [&](ft::MatView<T> Z) { m.logits(Z); });
                 });
             },
             py::arg("x"), py::arg("prefix_len") = py::none(),
@@ -342,12 +344,10 @@ void def_pair_losses(PyClass& cls, const char* a, const char* b, Pair pair, Core
             py::arg(a), py::arg(b), py::arg("reduction") = "sum");
 }
 
-// BERT's segment (token-type) ids of ETransformer: None (every token in segment 0) or ids shaped like x.
-template <class M>
-std::vector<index_t> segment_ids(const M& m, const py::object& segments, const InBatch& x) {
+// BERT's segment (token-type) ids of ETransformer: None (every token in segment 0) or ids shaped like x (their
+// values and whether the model has segment embeddings: the core's check, ETransformer::forward).
+std::vector<index_t> segment_ids(const py::object& segments, const InBatch& x) {
     if (segments.is_none()) return {};
-    if (m.cfg.n_segments <= 0)
-        throw ft::ValueError("segments given, but the model has no segment embeddings (n_segments = 0)");
     InBatch s = in_batch(segments, "segments");
     if (s.lengths != x.lengths)
         throw ft::ValueError("segments must have the shape of x (one segment id per token)");
@@ -366,17 +366,18 @@ void def_segment_inputs(PyClass& cls) {
         return d.visit([&](auto& m) -> py::object {
             using T = typename std::decay_t<decltype(m.store)>::value_type;
             InBatch in = in_batch(x, "x");
-            const std::vector<index_t> seg = segment_ids(m, segments, in);
+            const std::vector<index_t> seg = segment_ids(segments, in);
             const index_t rows = what == Output::Hidden ? m.cfg.d_e : m.cfg.n_vocab;
-            return shaped_output<T>(rows, in, is_2d(x), [&](ft::MatView<T> out) {
-                m.forward(Tokens{in.ids.data(), seqs_of(in)}, ptr_or_null(seg));  // lines 1–11
-                if (what == Output::Probabilities) m.probabilities(out);           // line 12
-                else if (what == Output::Logits) m.logits(out);
-                else {
-                    ft::CMatView<T> h = m.hidden();
-                    std::copy(h.data, h.data + h.size(), out.data);
-                }
-            });
+            return shaped_output<T>(
+                rows, in, is_2d(x), [&] { m.forward(Tokens{in.ids.data(), seqs_of(in)}, ptr_or_null(seg)); },  // lines 1–11
+                [&](ft::MatView<T> out) {
+                    if (what == Output::Probabilities) m.probabilities(out);  // line 12
+                    else if (what == Output::Logits) m.logits(out);
+                    else {
+                        ft::CMatView<T> h = m.hidden();
+                        std::copy(h.data, h.data + h.size(), out.data);
+                    }
+                });
         });
     };
     cls.def("__call__", [run](D& d, const py::handle& x, const py::object& segments) { return run(d, x, segments, Output::Probabilities); },
@@ -393,7 +394,7 @@ void def_segment_inputs(PyClass& cls) {
         InBatch xo = in_batch(x, "x");
         if (xt.lengths != xo.lengths)
             throw ft::ValueError("x_tilde and x must have the same shape (the same sequences, the same lengths)");
-        std::vector<index_t> seg = segment_ids(m, segments, xt);
+        std::vector<index_t> seg = segment_ids(segments, xt);
         return std::make_tuple(std::move(xt), std::move(xo), std::move(seg));
     };
     cls.def(
@@ -508,14 +509,26 @@ loss_and_grad(x) -> (loss, grads): Algorithm 13 line 5, −Σ_{t<ℓ−1} log P[
 batch, with the gradient of every parameter (copies; model.grads holds the same, zero-copy).
 Prefix LM (docs/variants.md V7): mask="prefix" makes line 6's Mask [[t_z < p or t_z ≤ t_x]]; the calls
 (model(x), logits, loss, loss_and_grad) take prefix_len=p (an int, or one per sequence of a batch; None:
-p = 0, the causal mask), and the loss counts only the predictions of x[t+1] with t+1 ≥ p.)doc");
+p = 0, the causal mask), and the loss counts only the predictions of x[t+1] with t+1 ≥ p.
+Multi-token prediction (docs/variants.md V16, DeepSeek-V3): mtp_depth=D adds D sequential modules (parameters
+mtp.{k-1}.*) whose module k predicts x[t+k+1]; loss and loss_and_grad then return L_main + (mtp_weight/D) Σ_k L_k
+(every sequence needs ℓ ≥ D + 2; loss_terms() gives [L_main, L_1, …, L_D]); model(x) and decoding use the trunk
+only; SpeculativeInference(…)(x, model) drafts with the modules (self-speculation).)doc");
     dcls.def(py::init([](const py::args& args, const py::kwargs& kwargs) { return make_model<ft::DTransformer>(ft::Arch::D, args, kwargs); }),
              constructor_doc(ft::Arch::D))
         .def("config_json", [](const DD& d) { return config_text(d); },
              "model.config as the core writes it (ModelConfig::to_json, with the dtype): what ft.save stores.");
     def_model_common<ft::DTransformer>(dcls);
     def_single_input<ft::DTransformer>(dcls);
-    dcls        .def(
+    dcls.def(
+            "loss_terms",
+            [](DD& d) {
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& m) { return m.loss_terms(); });
+            },
+            "The terms of the last loss or loss_and_grad call: [L_main, L_1, …, L_D] (V16 lines 6 and 8, sums over the "
+            "batch; [L_main] without mtp_depth; [] before any call).")
+        .def(
             "loss_and_grad",
             [](py::object self, const py::handle& x, bool copy, const py::handle& prefix_len) {
                 DD& d = self.cast<DD&>();
@@ -605,12 +618,11 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
         .def("config_json", [](const DED& d) { return config_text(d); },
              "model.config as the core writes it (ModelConfig::to_json, with the dtype): what ft.save stores.");
     def_model_common<ft::EDTransformer>(edcls);
+    // z and x converted; their ids, lengths and counts are the core's check (EDTransformer::forward)
     auto ed_pair = [](auto& m, const py::handle& z, const py::handle& x) {
+        (void)m;
         InBatch zb = in_batch(z, "z");
         InBatch xb = in_batch(x, "x");
-        if (zb.lengths.size() != xb.lengths.size())
-            throw ft::ValueError("z and x must hold the same number of sequences, got " + std::to_string(zb.lengths.size()) +
-                                 " and " + std::to_string(xb.lengths.size()));
         return std::make_pair(std::move(zb), std::move(xb));
     };
     edcls.def(
@@ -620,10 +632,10 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
                  return d.visit([&](auto& m) -> py::object {
                      using T = typename std::decay_t<decltype(m.store)>::value_type;
                      auto [zb, xb] = ed_pair(m, z, x);
-                     return shaped_output<T>(m.cfg.n_vocab, xb, is_2d(x), [&](ft::MatView<T> P) {
-                         m.forward(Tokens{zb.ids.data(), seqs_of(zb)}, Tokens{xb.ids.data(), seqs_of(xb)});  // lines 1–20
-                         m.probabilities(P);                                                              // line 21
-                     });
+                     return shaped_output<T>(
+                         m.cfg.n_vocab, xb, is_2d(x),
+                         [&] { m.forward(Tokens{zb.ids.data(), seqs_of(zb)}, Tokens{xb.ids.data(), seqs_of(xb)}); },  // lines 1–20
+                         [&](ft::MatView<T> P) { m.probabilities(P); });                                          // line 21
                  });
              },
              py::arg("z"), py::arg("x"))
@@ -634,10 +646,10 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
                 return d.visit([&](auto& m) -> py::object {
                     using T = typename std::decay_t<decltype(m.store)>::value_type;
                     auto [zb, xb] = ed_pair(m, z, x);
-                    return shaped_output<T>(m.cfg.n_vocab, xb, is_2d(x), [&](ft::MatView<T> Zl) {
-                        m.forward(Tokens{zb.ids.data(), seqs_of(zb)}, Tokens{xb.ids.data(), seqs_of(xb)});
-                        m.logits(Zl);
-                    });
+                    return shaped_output<T>(
+                        m.cfg.n_vocab, xb, is_2d(x),
+                        [&] { m.forward(Tokens{zb.ids.data(), seqs_of(zb)}, Tokens{xb.ids.data(), seqs_of(xb)}); },
+                        [&](ft::MatView<T> Zl) { m.logits(Zl); });
                 });
             },
             py::arg("z"), py::arg("x"));

@@ -530,12 +530,16 @@ class DTransformer(_HasParams):
     Prefix LM (docs/variants.md V7): mask="prefix" makes line 6's Mask [[t_z < p or t_z ≤ t_x]]; the calls
     (model(x), logits, loss, loss_and_grad) take prefix_len=p (an int, or one per sequence of a batch; None:
     p = 0, the causal mask), and the loss counts only the predictions of x[t+1] with t+1 ≥ p.
+    Multi-token prediction (docs/variants.md V16, DeepSeek-V3): mtp_depth=D adds D sequential modules (parameters
+    mtp.{k-1}.*) whose module k predicts x[t+k+1]; loss and loss_and_grad then return L_main + (mtp_weight/D) Σ_k L_k
+    (every sequence needs ℓ ≥ D + 2; loss_terms() gives [L_main, L_1, …, L_D]); model(x) and decoding use the trunk
+    only; SpeculativeInference(…)(x, model) drafts with the modules (self-speculation).
     """
     def __call__(self, x: typing.Any, prefix_len: typing.Any = None) -> typing.Any:
         ...
     def __init__(self, *args, **kwargs) -> None:
         """
-        __init__(n_vocab, l_max, L, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', attention='softmax', n_features=None, feature_seed=0, mlp='gelu', rope_theta=10000.0, sliding_window=None, kv_lora_rank=None, q_lora_rank=None, qk_rope_head_dim=None, mask='causal', fixnorm=False, dtype='float32')
+        __init__(n_vocab, l_max, L, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', attention='softmax', n_features=None, feature_seed=0, mlp='gelu', rope_theta=10000.0, sliding_window=None, kv_lora_rank=None, q_lora_rank=None, qk_rope_head_dim=None, mask='causal', mtp_depth=0, mtp_weight=0.3, fixnorm=False, dtype='float32')
         
         The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
         """
@@ -564,6 +568,10 @@ class DTransformer(_HasParams):
     def loss_and_grad(self, x: typing.Any, copy: bool = True, prefix_len: typing.Any = None) -> tuple[float, typing.Any]:
         """
         Algorithm 13 line 5 and its gradient: (loss, grads). x: one sequence, a 2-D (N, ℓ) batch or a list of sequences of any lengths (the loss is the sum over sequences). grads: a dict of arrays that later calls do not change (one copy of the flat gradient); copy=False returns model.grads itself (zero-copy views, overwritten by the next call, as PyTorch's .grad). prefix_len (mask='prefix', V7): an int or one per sequence; only the predictions of the tokens x[t+1] with t+1 >= p count (docs/variants.md V7); None: 0, the causal model.
+        """
+    def loss_terms(self) -> list[float]:
+        """
+        The terms of the last loss or loss_and_grad call: [L_main, L_1, …, L_D] (V16 lines 6 and 8, sums over the batch; [L_main] without mtp_depth; [] before any call).
         """
     def zero_grad(self) -> None:
         ...
@@ -1373,8 +1381,11 @@ class SpeculativeInference:
     output. Both models: same vocabulary and dtype, len(x) + l_gen − 1 ≤ l_max (no sliding window).
     stats=True returns (y, dict) with target_passes, draft_passes, drafted and accepted (per target pass) and
     tokens_per_pass. seed=None: a fresh random seed.
+    draft=None: self-speculation (docs/variants.md V16): the target's own multi-token-prediction modules (mtp_depth ≥ k)
+    draft, module j the j-th token after the trunk's last kept hidden state; no second model. The first pass drafts
+    nothing.
     """
-    def __call__(self, x: typing.Any, target: typing.Any, draft: typing.Any, *, stats: bool = False) -> typing.Any:
+    def __call__(self, x: typing.Any, target: typing.Any, draft: typing.Any = None, *, stats: bool = False) -> typing.Any:
         ...
     def __init__(self, l_gen: typing.SupportsInt | typing.SupportsIndex, k: typing.SupportsInt | typing.SupportsIndex = 4, tau: typing.SupportsFloat | typing.SupportsIndex = 1.0, *, seed: typing.Any = None) -> None:
         ...

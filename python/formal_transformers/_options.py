@@ -26,13 +26,15 @@ def _check_options(cfg: dict, target: str) -> None:
         if k == "mlp" and v == "relu" and cfg.get("arch") == "EDTransformer":
             continue  # Algorithm 8's MLP (ED's default)
         if k == "scale_scores" and v is True:
-            continue  # V16's option at its default (Algorithm 4's 1/√d_attn)
+            continue  # V17's option at its default (Algorithm 4's 1/√d_attn)
         if k == "mask" and v in (None, "", "causal"):
             continue
         if k == "attention" and v == "softmax":
             continue
         if k in ("n_features", "feature_seed") and cfg.get("attention", "softmax") == "softmax":
             continue  # V15's options act only with attention='performer' or 'rfa'
+        if k == "mtp_weight" and not cfg.get("mtp_depth"):
+            continue  # V16's weight acts only with mtp_depth > 0 (refused below as any other option)
         if k == "attention":
             raise ValueError(f"{target} has no equivalent of the option attention={v!r} (random-feature attention)")
         if v not in (None, False, 0, "", "none"):

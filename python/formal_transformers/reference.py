@@ -507,24 +507,24 @@ def ed_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float =
 
 
 def unscaled_mh_attention(X, Z, W_q, W_k, W_v, W_o, mask, bias=None) -> np.ndarray:
-    """Algorithm 5 without biases (V5) whose heads run Algorithm 4 with V16's line 4: the scores are not
+    """Algorithm 5 without biases (V5) whose heads run Algorithm 4 with V17's line 4: the scores are not
     scaled, A ← softmax(Kᵀ Q + B^h) (T5 folds 1/√d_attn into its initialisation). Heads as mh_attention."""
     Y = []
     for h in range(W_q.shape[0]):  # lines 1–2
         Q, K, V = W_q[h] @ X, W_k[h] @ Z, W_v[h] @ Z  # Algorithm 4 lines 1–3 (no biases)
-        S = np.where(mask, K.T @ Q, -np.inf)  # lines 4–5: S ← Kᵀ Q (V16: unscaled); masked ← −∞
+        S = np.where(mask, K.T @ Q, -np.inf)  # lines 4–5: S ← Kᵀ Q (V17: unscaled); masked ← −∞
         Y.append(V @ softmax(S + (0 if bias is None else bias[h])))  # line 6: Ṽ ← V softmax(S + B^h)
     return W_o @ np.concatenate(Y, axis=0)  # lines 3–4: W_o [Y¹; …; Y^H]
 
 
 def geglu_mlp(X_tilde, W_gate, W_mlp1, W_mlp2) -> np.ndarray:
-    """V16b GEGLU without biases: W_mlp2 (GELU_tanh(W_gate X̃) ⊙ W_mlp1 X̃) (T5 v1.1's gated-gelu, gelu_new)."""
+    """V17b GEGLU without biases: W_mlp2 (GELU_tanh(W_gate X̃) ⊙ W_mlp1 X̃) (T5 v1.1's gated-gelu, gelu_new)."""
     return W_mlp2 @ (_gelu(W_gate @ X_tilde, "tanh") * (W_mlp1 @ X_tilde))  # lines 1–4
 
 
 def t5_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float = 1e-6, mlp: str = "relu",
                    relative_max_distance: int = 128, unembed_rescale: bool = True, logits: bool = False) -> np.ndarray:
-    """V16 (docs/variants.md): P ← EDTransformer(z, x | θ) with T5's choices — pre_norm=True, norm="rms",
+    """V17 (docs/variants.md): P ← EDTransformer(z, x | θ) with T5's choices — pre_norm=True, norm="rms",
     bias=False, positional="relative" (V11), scale_scores=False, mlp="relu" | "geglu", unembed_rescale.
     Parameter names as ft's EDTransformer (enc.l.gamma1, …, enc.gamma, dec.l.gamma1–3, dec.gamma)."""
     z, x = np.asarray(z), np.asarray(x)
@@ -1045,19 +1045,19 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
                           eps: float = 1e-5, positional: str = "learned", rope_theta: float = 10000.0,
                           mlp: str = "gelu", logits: bool = False, mask: str = "causal", prefix_len: int = 0,
                           sliding_window=None, qk_rope_head_dim=None, fixnorm: bool = False, attention: str = "softmax",
-                          features=None) -> np.ndarray:
+                          features=None, mtp_depth: int = 0):
     """Algorithm V6: DTransformer with the variants. H_kv and bias=False are read off params (W_k's heads,
     absent b's); positional="rope" | "alibi" has no W_p (any length ℓ); mlp="swiglu" uses W_gate;
     mask="prefix" with prefix_len p (V7), sliding_window w (V8): line 6's Mask (decoder_mask);
     norm="scale": ScaleNorm (V12) with the scalar g stored as gamma1/gamma2/gamma; fixnorm: FixNorm's
     unit-norm token embedding (V13) at line 2; attention="performer" | "rfa" (V15): features[l] is layer l's Ω
-    (ft.random_feature_matrix)."""
+    (ft.random_feature_matrix). mtp_depth = D > 0 (V16): returns (the logits W_u X, [the logits of module k,
+    (N_V, ℓ − k), for k = 1..D]) instead."""
     if norm not in ("layer", "rms", "scale"):
         raise ValueError(f"norm must be 'layer', 'rms' or 'scale', got {norm!r}")
     x = np.asarray(x)
     get = params.get
     l = len(x)  # line 1
-    M = decoder_mask(l, mask=mask, prefix_len=prefix_len, sliding_window=sliding_window)
     has_Wp = positional in ("learned", "sinusoidal")
     tok = (lambda v: fixnorm_embedding(v, params["W_e"], eps)) if fixnorm else (lambda v: token_embedding(v, params["W_e"]))
     e = [tok(x[t]) + (positional_embedding(t, params["W_p"]) if has_Wp else 0.0)
@@ -1070,32 +1070,67 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
             return scale_norm_columns(X, params[g], eps)
         return rms_norm_columns(X, params[g], eps) if norm == "rms" else layer_norm_columns(X, params[g], params[b], eps)
 
-    for i in range(L):  # line 4
-        p = f"layers.{i}."
+    def layer(X, p, Omega=None):  # lines 5–8 of the layer whose parameters are named p…
         a = p + "attn."
         if a + "W_dkv" not in params:
             _check_H(params, a, H)
         X_tilde = nrm(X, p + "gamma1", p + "beta1")  # line 5
         if a + "W_dkv" in params:  # line 6 with V10 (latent attention; qk_rope_head_dim: its d_R)
             X = X + mla_attention(X_tilde, params[a + "W_o"], H=H, qk_rope_head_dim=qk_rope_head_dim, theta=rope_theta,
-                                  mask=M, **{k: get(a + k) for k in ("W_dkv", "gamma_kv", "W_ukv", "W_dq", "gamma_q",
-                                                                     "W_uq", "W_q")})
+                                  mask=decoder_mask(X.shape[1], mask=mask, prefix_len=prefix_len,
+                                                    sliding_window=sliding_window),
+                                  **{k: get(a + k) for k in ("W_dkv", "gamma_kv", "W_ukv", "W_dq", "gamma_q", "W_uq", "W_q")})
         else:
             X = X + gqa_mhattention(X_tilde, X_tilde, params[a + "W_q"], get(a + "b_q"), params[a + "W_k"],
                                     get(a + "b_k"), params[a + "W_v"], get(a + "b_v"), params[a + "W_o"],
-                                    get(a + "b_o"), M, positional=pos_attn, theta=rope_theta, attention=attention,
-                                    Omega=None if features is None else features[i])  # line 6
+                                    get(a + "b_o"), decoder_mask(X.shape[1], mask=mask, prefix_len=prefix_len,
+                                                                 sliding_window=sliding_window),
+                                    positional=pos_attn, theta=rope_theta, attention=attention, Omega=Omega)  # line 6
         X_tilde = nrm(X, p + "gamma2", p + "beta2")  # line 7
         if mlp == "swiglu":  # line 8 (V4)
-            X = X + swiglu_mlp(X_tilde, params[p + "W_gate"], get(p + "b_gate"), params[p + "W_mlp1"], get(p + "b_mlp1"),
-                               params[p + "W_mlp2"], get(p + "b_mlp2"))
-        else:
-            b1, b2 = get(p + "b_mlp1"), get(p + "b_mlp2")
-            X = X + params[p + "W_mlp2"] @ _gelu_kind(params[p + "W_mlp1"] @ X_tilde + (0 if b1 is None else b1[:, None]),
-                                                       gelu) + (0 if b2 is None else b2[:, None])
+            return X + swiglu_mlp(X_tilde, params[p + "W_gate"], get(p + "b_gate"), params[p + "W_mlp1"],
+                                  get(p + "b_mlp1"), params[p + "W_mlp2"], get(p + "b_mlp2"))
+        b1, b2 = get(p + "b_mlp1"), get(p + "b_mlp2")
+        return X + params[p + "W_mlp2"] @ _gelu_kind(params[p + "W_mlp1"] @ X_tilde + (0 if b1 is None else b1[:, None]),
+                                                      gelu) + (0 if b2 is None else b2[:, None])
+
+    for i in range(L):  # line 4
+        X = layer(X, f"layers.{i}.", None if features is None else features[i])  # lines 5–8
+    W_u = _unembedding_matrix(params)
+    if mtp_depth:  # V16: H⁰ = X before line 10; module k's logits W_u layer_norm(H^k | γ, β) over ℓ − k columns
+        out, Hk = [], X
+        for k in range(1, mtp_depth + 1):  # V16 line 2
+            q = f"mtp.{k - 1}."
+            E = np.stack([tok(x[t + k]) for t in range(l - k)], axis=1)  # W_e[:, x[t+k]], t ∈ [ℓ − k]
+            Hp = params[q + "W_m"] @ np.concatenate([nrm(Hk[:, :l - k], q + "gamma_h", q + "beta_h"),
+                                                      nrm(E, q + "gamma_e", q + "beta_e")], axis=0)  # line 3
+            Hk = layer(Hp, q)  # line 4
+            out.append(W_u @ nrm(Hk, "gamma", "beta"))  # line 5 (logits)
+        mtp_logits = out
     X = nrm(X, "gamma", "beta")  # line 10
-    logits_ = _unembedding_matrix(params) @ X
+    logits_ = W_u @ X
+    if mtp_depth:
+        return logits_, mtp_logits
     return logits_ if logits else softmax(logits_)  # line 11
+
+
+def d_mtp_loss(x, params, *, mtp_depth: int, mtp_weight: float = 0.3, terms: bool = False, **hp):
+    """Algorithm V16 line 9: L = L_main + (λ/D) Σ_k L_k, L_k = −Σ_{t=1}^{ℓ−k−1} log P^k[x[t+k+1], t] (0-based:
+    t = 0..ℓ−k−2, target x[t+k+1]), summed over the batch; hp: d_transformer_variant's keywords. Every sequence
+    needs ℓ ≥ D + 2. terms=True returns [L_main, L_1, …, L_D] instead."""
+    D = mtp_depth
+    sums = np.zeros(D + 1)
+    for s in _sequences(x):
+        if len(s) < D + 2:
+            raise ValueError(f"mtp_depth = {D}: the loss needs sequences of at least D + 2 = {D + 2} tokens")
+        main, mods = d_transformer_variant(s, params, mtp_depth=D, **hp)
+        sums[0] += _next_token_loss(log_softmax(main), s, 0)  # line 8
+        for k, Zk in enumerate(mods, start=1):
+            logP = log_softmax(Zk)
+            sums[k] -= sum(logP[s[t + k + 1], t] for t in range(len(s) - k - 1))  # line 6
+    if terms:
+        return [float(v) for v in sums]
+    return float(sums[0] + mtp_weight / D * sums[1:].sum())  # line 9
 
 
 def d_variant_loss(x, params, prefix_len=0, **hp) -> float:

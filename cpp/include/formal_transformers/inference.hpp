@@ -41,6 +41,7 @@
 // Algorithm 15 stops at eos_token or when x̂ reaches max_len tokens (default ℓ_max), so it always terminates.
 #pragma once
 
+#include <limits>
 #include <vector>
 
 #include "formal_transformers/transformers.hpp"
@@ -66,13 +67,16 @@ index_t sample_token(const T* logits, index_t n_vocab, const SamplingOptions& o,
 // — the check DInference runs, callable before a model or prompt exists (the Python constructor).
 void check_l_gen(index_t l_gen, index_t l_prompt = 0);
 
+// prefix_len's default in the calls below: the whole prompt for a prefix LM, none otherwise (any value a caller
+// passes, negative ones included, is checked as a call's prefix_len)
+inline constexpr index_t kDefaultPrefix = std::numeric_limits<index_t>::min();
 // Algorithm 14: ℓ_gen new tokens after the prompt x[0:l] (ℓ ≥ 1). prefix_len (V7, a model with mask = Prefix):
-// the prompt's first p tokens are the prefix (bidirectional over them, causal after; 0 ≤ p ≤ ℓ); −1: the whole
+// the prompt's first p tokens are the prefix (bidirectional over them, causal after; 0 ≤ p ≤ ℓ); kDefaultPrefix: the whole
 // prompt for such a model (the prompt is the prefix), 0 otherwise. Past ℓ_max with a window, the window's prefix
 // is what remains of it, max(0, p − w0).
 template <class T>
 std::vector<index_t> DInference(DTransformer<T>& model, const index_t* x, index_t l, index_t l_gen,
-                                const SamplingOptions& o, Rng& rng, index_t prefix_len = -1);
+                                const SamplingOptions& o, Rng& rng, index_t prefix_len = kDefaultPrefix);
 
 // Algorithm 15: x̂ for the context z[0:l_z], starting with bos_token, ending with eos_token unless
 // max_len (≤ ℓ_max; 0: ℓ_max) tokens were reached first.
@@ -83,7 +87,7 @@ std::vector<index_t> EDInference(EDTransformer<T>& model, const index_t* z, inde
 // The same from C++ with xtensor sequences (formal_transformers.hpp).
 template <class T>
 TokenIds DInference(DTransformer<T>& model, const TokenIds& x, index_t l_gen, const SamplingOptions& o, Rng& rng,
-                    index_t prefix_len = -1) {
+                    index_t prefix_len = kDefaultPrefix) {
     const std::vector<index_t> y = DInference(model, x.data(), index_t(x.size()), l_gen, o, rng, prefix_len);
     TokenIds r = TokenIds::from_shape({y.size()});
     std::copy(y.begin(), y.end(), r.begin());

@@ -19,7 +19,7 @@
 //
 // Algorithm T2: dQ, dK, dV ← TiledAttentionBackward(dṼ | Q, K, V, Ṽ, λ, Mask, B_q, B_k)
 //   1  D ← 1ᵀ (dṼ ⊙ Ṽ)                                               [[D_t = Σ_i A[i,t] dA[i,t]]]
-//   2  for each key block I:  for each query block J with some Mask[I, J] = 1:
+//   2  for each key block I:  for each query block J with some Mask[I, J] = 1  (I cut to the rows J may see):
 //   3    S ← K_Iᵀ Q_J / √d_attn (masked: −∞);  P ← exp(S − 1 λ_Jᵀ)       [[= A[I, J], recomputed]]
 //   4    dV_I += dṼ_J Pᵀ;  dP ← V_Iᵀ dṼ_J
 //   5    dS ← P ⊙ (dP − 1 D_Jᵀ)

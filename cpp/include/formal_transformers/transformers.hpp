@@ -74,6 +74,9 @@
 
 namespace ft {
 
+template <class T>
+class MTPModule;  // V16: one multi-token-prediction module (multi_token.hpp)
+
 // ---------------------------------------------------------------------------------------------------
 // Pieces shared by the listings.
 
@@ -124,7 +127,7 @@ public:
         Matrix<T> R;
     };
     PreLNDecoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& prefix);
-    // with line 6's Mask and attention options given (V16: T5's encoder layer, Mask ≡ 1 and the stack's bias table)
+    // with line 6's Mask and attention options given (V17: T5's encoder layer, Mask ≡ 1 and the stack's bias table)
     PreLNDecoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& prefix,
                       const Mask& mask, const AttnVariant& v);
     void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
@@ -214,7 +217,7 @@ public:
     Norm<T> norm5;              // γ_l⁵, β_l⁵
 };
 
-// V16 (T5): the pre-norm decoder layer with cross-attention, layer l (docs/variants.md V16a):
+// V17 (T5): the pre-norm decoder layer with cross-attention, layer l (docs/variants.md V17a):
 //   1  X̃ ← norm(X | γ_l¹);  X ← X + MHAttention(X̃ | W_l^dec, Mask[t, t'] = [[t ≤ t']])
 //   2  X̃ ← norm(X | γ_l²);  X ← X + MHAttention(X̃, Z | W_l^e/d, Mask ≡ 1)
 //   3  X̃ ← norm(X | γ_l³);  X ← X + MLP(X̃ | W_mlp3^l, W_mlp4^l)
@@ -340,6 +343,10 @@ protected:
     virtual void score(const Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const = 0;
     // the cache of attention `kind` in layer l (l already checked against layers(kind))
     virtual const MHAttentionCache<T>& attention_cache(AttentionKind kind, index_t l) const = 0;
+    // Terms of the loss beyond the listing's (V16's multi-token prediction), after the scored columns' head loss
+    // (whose gradient is in w.dHead); with `grad` their parameter gradients are added (store.grad()) and
+    // run_backward adds their gradient of the trunk. head: the head loss just computed. 0: the listing's loss.
+    virtual double aux_loss(const Batch&, bool /*grad*/, double /*head*/, BackwardWork<T>&) { return 0.0; }
 
     // W_u (N_V × d), or W_eᵀ when tied; then θ is complete: allocate it, initialise the embeddings and
     // return the random stream that initialises the rest (in θ's order)
@@ -352,8 +359,9 @@ protected:
     void embed_dropout_backward(const DropoutMask& m, MatView<T> dX) const;
     // −Σ log softmax(W_u X[:, col])[target] over the given columns, and (if dX) its gradient:
     // dW_u (or dW_e when tied) += …, dX[:, col] += W_uᵀ dZ[:, col]
+    // scale: the gradient's factor (the returned loss is unscaled)
     double head_loss(CMatView<T> X, const std::vector<index_t>& cols, const std::vector<index_t>& targets,
-                     MatView<T>* dX, BackwardWork<T>& w, index_t* n_correct = nullptr);
+                     MatView<T>* dX, BackwardWork<T>& w, index_t* n_correct = nullptr, T scale = T(1));
 
     LastForward last_;
     BackwardWork<T> work_;
@@ -426,9 +434,18 @@ public:
 
     std::vector<std::unique_ptr<PreLNDecoderBlock<T>>> layer;  // lines 5–8 of layer l
     std::unique_ptr<Norm<T>> norm_f;                           // line 10: γ, β
+    // V16 (multi_token.hpp; mtp_depth = D > 0): the sequential MTP modules k = 1..D (mtp[k−1]), trained with the
+    // loss L_main + (λ/D) Σ_k L_k and used as the draft of self-speculative decoding. Empty: Algorithm 10.
+    std::vector<std::shared_ptr<MTPModule<T>>> mtp;
+    // the terms of the last loss call: [L_main, L_1, …, L_D] (sums over the batch; empty before any)
+    const std::vector<double>& loss_terms() const { return loss_terms_; }
 
 private:
-    void run_forward(const typename Model<T>::Batch& in) override { forward(*in.x); }
+    void run_forward(const typename Model<T>::Batch& in) override;
+    double aux_loss(const typename Model<T>::Batch& in, bool grad, double head, BackwardWork<T>& w) override;  // V16
+    void mtp_forward(const Tokens& x);                                                             // V16 lines 1–6
+    Matrix<T> dH0_;                   // V16: ∂(λ/D Σ_k L_k)/∂h⁰ (the trunk's stream after line 9)
+    std::vector<double> loss_terms_;
     void run_backward(const typename Model<T>::Batch& in, BackwardWork<T>& w) override;
     void score(const typename Model<T>::Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const override;
     const MHAttentionCache<T>& attention_cache(AttentionKind, index_t l) const override { return acts_[std::size_t(l)].attn; }
@@ -505,7 +522,7 @@ public:
     using Model<T>::store;
 
     void forward(const Tokens& z, const Tokens& x);  // lines 1–20
-    // (V16: the decoder's final norm and d_e^−1/2 applied, Xf_)
+    // (V17: the decoder's final norm and d_e^−1/2 applied, Xf_)
     CMatView<T> out() const override { return head_input() ? view(Xf_) : view(xstream_.back()); }
     CMatView<T> encoded() const { return cfg.pre_norm ? view(Zf_) : view(zstream_.back()); }
     // Algorithm 11 line 5 summed over the batch (z and x: the same number of sequences)
@@ -526,9 +543,9 @@ public:
     // cross-attention caches; `decode` feeds n tokens of x̂ and writes the logits of the last to z:[N_V].
     struct Decoder {
         std::vector<typename PostLNEncoderBlock<T>::Acts> enc_acts;  // the encoder's (the last forward's stay)
-        std::vector<typename PreLNDecoderBlock<T>::Acts> enc_pre_acts;  // (V16: pre_norm)
+        std::vector<typename PreLNDecoderBlock<T>::Acts> enc_pre_acts;  // (V17: pre_norm)
         std::vector<Matrix<T>> zstream;                              // [L_enc+1]
-        Matrix<T> Zf;                                                // V16: norm(Z | γ_enc)
+        Matrix<T> Zf;                                                // V17: norm(Z | γ_enc)
         std::vector<KVCache<T>> self_kv, cross_kv;
         index_t len = 0;
         DecodeScratch<T> w;
@@ -538,7 +555,7 @@ public:
 
     std::vector<std::unique_ptr<PostLNEncoderBlock<T>>> enc_layer;  // lines 5–8 of encoder layer l
     std::vector<std::unique_ptr<PostLNDecoderBlock<T>>> dec_layer;  // lines 14–19 of decoder layer l
-    // V16 (pre_norm, T5): the layers instead of enc_layer and dec_layer, and each stack's final norm
+    // V17 (pre_norm, T5): the layers instead of enc_layer and dec_layer, and each stack's final norm
     std::vector<std::unique_ptr<PreLNDecoderBlock<T>>> enc_pre;
     std::vector<std::unique_ptr<PreLNCrossDecoderBlock<T>>> dec_pre;
     std::unique_ptr<Norm<T>> norm_enc, norm_dec;  // γ_enc, γ_dec
@@ -546,12 +563,12 @@ public:
 private:
     // lines 1–9 into the given activations (the model's own for forward, a Decoder's for encode)
     // drop (training): dropout after line 3 into embed_mask and in every layer
-    // (V16, pre_norm: pre_acts, and Zf ← norm(Z | γ_enc)); returns Z
+    // (V17, pre_norm: pre_acts, and Zf ← norm(Z | γ_enc)); returns Z
     CMatView<T> encoder_forward(const Tokens& z, std::vector<typename PostLNEncoderBlock<T>::Acts>& acts,
                                 std::vector<typename PreLNDecoderBlock<T>::Acts>& pre_acts, std::vector<Matrix<T>>& stream,
                                 Matrix<T>& Zf, NormCache<T>& nc, const Dropout* drop = nullptr,
                                 DropoutMask* embed_mask = nullptr) const;
-    // V16: X_L → Xf = s · norm(X_L | γ_dec) (pre_norm; else X_L), s = d_e^−1/2 with unembed_rescale (else 1)
+    // V17: X_L → Xf = s · norm(X_L | γ_dec) (pre_norm; else X_L), s = d_e^−1/2 with unembed_rescale (else 1)
     bool head_input() const { return cfg.pre_norm || cfg.unembed_rescale; }
     void head_forward(CMatView<T> X, MatView<T> Xf, NormCache<T>& nc) const;
     std::vector<typename Model<T>::MaskRef> dropout_masks() const override;
@@ -571,7 +588,7 @@ private:
     }
     std::vector<typename PreLNDecoderBlock<T>::Acts> enc_pre_acts_;
     std::vector<typename PreLNCrossDecoderBlock<T>::Acts> dec_pre_acts_;
-    Matrix<T> Zf_, Xf_;                  // V16: norm(Z | γ_enc); the head's input
+    Matrix<T> Zf_, Xf_;                  // V17: norm(Z | γ_enc); the head's input
     NormCache<T> norm_enc_c_, norm_dec_c_;
     std::vector<typename PostLNEncoderBlock<T>::Acts> enc_acts_;
     std::vector<typename PostLNDecoderBlock<T>::Acts> dec_acts_;

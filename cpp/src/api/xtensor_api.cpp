@@ -1,6 +1,8 @@
-// The models' xtensor API (transformers.hpp, docs/api.md "C++ API"): xtensor token sequences in, checked
-// (validate: IndexError for ids outside [0, N_V), ValueError for empty or too long sequences), then the same
-// core calls the Python bindings make; results as column-major xtensor matrices (N_V, ℓ) per sequence.
+// The models' xtensor API (transformers.hpp, docs/api.md "C++ API"): xtensor token sequences in, packed side by
+// side, then the same core calls the Python bindings make — which check the input once (ft::validate in the
+// models' forward: IndexError for ids outside [0, N_V), ValueError for empty or too long sequences, z and x of
+// different counts); results as column-major xtensor matrices (N_V, ℓ) per sequence. This file and the bindings
+// only convert.
 #include <algorithm>
 
 #include "formal_transformers/training.hpp"
@@ -14,16 +16,11 @@ struct Packed {
     Seqs s;
     Tokens tokens() const { return Tokens{ids.data(), s}; }
 };
-// checked by the model's rule (validate: ℓ ≤ max_input_length(c))
-Packed pack(const std::vector<TokenIds>& seqs, const ModelConfig& c, const char* what) {
+Packed pack(const std::vector<TokenIds>& seqs) {
     Dataset d = dataset(seqs);
-    Packed p{std::move(d.ids), std::move(d.s)};
-    validate(p.tokens(), c, what);
-    return p;
+    return Packed{std::move(d.ids), std::move(d.s)};
 }
-Packed pack(const TokenIds& x, const ModelConfig& c, const char* what) {
-    return pack(std::vector<TokenIds>{x}, c, what);
-}
+Packed pack(const TokenIds& x) { return pack(std::vector<TokenIds>{x}); }
 // The last line of the listing on the last forward, one (N_V, ℓ_b) matrix per sequence b
 template <class T>
 std::vector<Matrix<T>> split(const Model<T>& m, const Seqs& s, bool logits) {
@@ -51,7 +48,7 @@ double reduce(double loss, index_t scored, bool mean) {
 // ------------------------------------------------------------------------------------------- Algorithm 10
 template <class T>
 std::vector<Matrix<T>> DTransformer<T>::operator()(const std::vector<TokenIds>& batch) {
-    Packed p = pack(batch, cfg, "x");
+    Packed p = pack(batch);
     forward(p.tokens());               // every line but the last
     return split(*this, p.s, false);   // the last: P = softmax(W_u X)
 }
@@ -61,13 +58,13 @@ Matrix<T> DTransformer<T>::operator()(const TokenIds& x) {
 }
 template <class T>
 Matrix<T> DTransformer<T>::logits(const TokenIds& x) {
-    Packed p = pack(x, cfg, "x");
+    Packed p = pack(x);
     forward(p.tokens());
     return std::move(split(*this, p.s, true)[0]);
 }
 template <class T>
 double DTransformer<T>::loss_and_grad(const std::vector<TokenIds>& batch) {
-    Packed p = pack(batch, cfg, "x");
+    Packed p = pack(batch);
     return loss_and_grad(p.tokens());
 }
 template <class T>
@@ -76,7 +73,7 @@ double DTransformer<T>::loss_and_grad(const TokenIds& x) {
 }
 template <class T>
 double DTransformer<T>::loss(const std::vector<TokenIds>& batch, bool mean) {
-    Packed p = pack(batch, cfg, "x");
+    Packed p = pack(batch);
     index_t scored = 0;
     const double l = loss(p.tokens(), &scored);
     return reduce(l, scored, mean);
@@ -89,7 +86,7 @@ double DTransformer<T>::loss(const TokenIds& x, bool mean) {
 // ------------------------------------------------------------------------------------------- Algorithm 9
 template <class T>
 std::vector<Matrix<T>> ETransformer<T>::operator()(const std::vector<TokenIds>& batch) {
-    Packed p = pack(batch, cfg, "x");
+    Packed p = pack(batch);
     forward(p.tokens());
     return split(*this, p.s, false);
 }
@@ -99,9 +96,9 @@ Matrix<T> ETransformer<T>::operator()(const TokenIds& x_tilde) {
 }
 namespace {
 // x̃ and the originals x: the same length (ValueError otherwise)
-Packed pack_pair(const TokenIds& x_tilde, const TokenIds& x, const ModelConfig& c, Packed& orig) {
-    Packed p = pack(x_tilde, c, "x_tilde");
-    orig = pack(x, c, "x");
+Packed pack_pair(const TokenIds& x_tilde, const TokenIds& x, Packed& orig) {
+    Packed p = pack(x_tilde);
+    orig = pack(x);
     if (orig.s.total() != p.s.total())
         throw ValueError("x_tilde and x must have the same length, got " + std::to_string(p.s.total()) + " and " +
                          std::to_string(orig.s.total()));
@@ -111,30 +108,22 @@ Packed pack_pair(const TokenIds& x_tilde, const TokenIds& x, const ModelConfig& 
 template <class T>
 double ETransformer<T>::loss_and_grad(const TokenIds& x_tilde, const TokenIds& x) {
     Packed orig;
-    Packed p = pack_pair(x_tilde, x, cfg, orig);
+    Packed p = pack_pair(x_tilde, x, orig);
     return loss_and_grad(p.tokens(), orig.ids.data());
 }
 template <class T>
 double ETransformer<T>::loss(const TokenIds& x_tilde, const TokenIds& x, bool mean) {
     Packed orig;
-    Packed p = pack_pair(x_tilde, x, cfg, orig);
+    Packed p = pack_pair(x_tilde, x, orig);
     index_t scored = 0;
     const double l = loss(p.tokens(), orig.ids.data(), &scored);
     return reduce(l, scored, mean);
 }
 
 // ------------------------------------------------------------------------------------------- Algorithm 8
-namespace {
-void same_count(const std::vector<TokenIds>& z, const std::vector<TokenIds>& x) {
-    if (z.size() != x.size())
-        throw ValueError("z and x must hold the same number of sequences, got " + std::to_string(z.size()) + " and " +
-                         std::to_string(x.size()));
-}
-}  // namespace
 template <class T>
 std::vector<Matrix<T>> EDTransformer<T>::operator()(const std::vector<TokenIds>& z, const std::vector<TokenIds>& x) {
-    same_count(z, x);
-    Packed pz = pack(z, cfg, "z"), px = pack(x, cfg, "x");
+    Packed pz = pack(z), px = pack(x);
     forward(pz.tokens(), px.tokens());
     return split(*this, px.s, false);
 }
@@ -144,8 +133,7 @@ Matrix<T> EDTransformer<T>::operator()(const TokenIds& z, const TokenIds& x) {
 }
 template <class T>
 double EDTransformer<T>::loss_and_grad(const std::vector<TokenIds>& z, const std::vector<TokenIds>& x) {
-    same_count(z, x);
-    Packed pz = pack(z, cfg, "z"), px = pack(x, cfg, "x");
+    Packed pz = pack(z), px = pack(x);
     return loss_and_grad(pz.tokens(), px.tokens());
 }
 template <class T>
@@ -154,7 +142,7 @@ double EDTransformer<T>::loss_and_grad(const TokenIds& z, const TokenIds& x) {
 }
 template <class T>
 double EDTransformer<T>::loss(const TokenIds& z, const TokenIds& x, bool mean) {
-    Packed pz = pack(z, cfg, "z"), px = pack(x, cfg, "x");
+    Packed pz = pack(z), px = pack(x);
     index_t scored = 0;
     const double l = loss(pz.tokens(), px.tokens(), &scored);
     return reduce(l, scored, mean);

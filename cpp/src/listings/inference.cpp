@@ -83,8 +83,8 @@ std::vector<index_t> dinference(DTransformer<T>& model, const index_t* x_in, ind
     validate(Tokens{x_in, Seqs::single(l)}, c.n_vocab, c.l_max, "x");  // the prompt fits ℓ_max
     // V7: the prompt's prefix (default: all of it for a prefix LM, none otherwise), checked as a call's prefix_len
     const bool prefix_lm = c.mask == ModelConfig::MaskKind::Prefix;
-    const index_t p = prefix_len == -1 ? (prefix_lm ? l : 0) : prefix_len;
-    if (prefix_len != -1) validate(Tokens{x_in, Seqs::single(l), &p}, c, "x");
+    const index_t p = prefix_len == kDefaultPrefix ? (prefix_lm ? l : 0) : prefix_len;
+    if (prefix_len != kDefaultPrefix) validate(Tokens{x_in, Seqs::single(l), &p}, c, "x");
     check_l_gen(l_gen, l);  // x grows to ℓ + ℓ_gen ids (reserved below only up to what a few steps need)
     if (o.context == SamplingOptions::Context::Full && !in_attention(c.positional))
         throw ValueError("context='full' (past l_max) needs positions without a table (positional='rope' or "
@@ -160,7 +160,7 @@ std::vector<index_t> DInference(DTransformer<T>& model, const PromptKV<T>& cache
     if (model.cfg.mask == ModelConfig::MaskKind::Prefix)
         throw ValueError("prompt caches of a prefix LM (mask='prefix') are not supported: decode it with prefix_len");
     return dinference(model, cache.ids.data(), index_t(cache.ids.size()), l_gen, o, rng, o.cache ? &cache : nullptr,
-                      index_t(-1));
+                      kDefaultPrefix);
 }
 
 // ======================================== Algorithm 15 ================================================

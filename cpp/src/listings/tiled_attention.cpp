@@ -99,7 +99,7 @@ void tile_gemm(TileKernel kern, Op opA, Op opB, T alpha, CMatView<T> A, CMatView
 template <class T>
 void block_scores(TileKernel kern, CMatView<T> Q, CMatView<T> K, const HeadBlock<T>& blk, index_t t0, index_t nk,
                   index_t j0, index_t nq, MatView<T> S) {
-    const T scale = blk.unscaled ? T(1) : T(1) / std::sqrt(T(Q.rows));  // (V16: unscaled)
+    const T scale = blk.unscaled ? T(1) : T(1) / std::sqrt(T(Q.rows));  // (V17: unscaled)
     tile_gemm<T>(kern, Op::T, Op::N, scale, K.cols_range(t0, nk), Q.cols_range(j0, nq), T(0), S);
     if (blk.bias) blk.bias->add_tile(*blk.store, blk.b, blk.h, blk.q0, t0, j0, S);  // line 6: + B^h
     const Mask& mask = *blk.mask;
@@ -230,7 +230,7 @@ void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, 
              "tiled_attention_head_backward: shapes do not conform");
     FT_CHECK(blk.mask && (!blk.bias || (blk.bias->tiles() && blk.store)), "tiled attention: no mask, or a score bias with no tiled form");
     const HeadDropout<T>* drop = blk.drop;
-    const T scale = blk.unscaled ? T(1) : T(1) / std::sqrt(T(Q.rows));  // (V16: unscaled)
+    const T scale = blk.unscaled ? T(1) : T(1) / std::sqrt(T(Q.rows));  // (V17: unscaled)
     Scratch<T>& w = scratch<T>();
     T* Sb = sized(w.S, Bk * Bq);
     T* dPb = sized(w.dP, Bk * Bq);
@@ -249,11 +249,14 @@ void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, 
     }
     std::vector<KeyRange> spans;  // the key rows each query block may see (key_span)
     for (index_t j0 = 0; j0 < l_x; j0 += Bq) spans.push_back(key_span(blk, j0, std::min(Bq, l_x - j0), l_z));
-    for (index_t t0 = 0; t0 < l_z; t0 += Bk) {  // line 2: each key block I …
-        const index_t nk = std::min(Bk, l_z - t0);
+    for (index_t tI = 0; tI < l_z; tI += Bk) {  // line 2: each key block I …
+        const index_t nI = std::min(Bk, l_z - tI);
         for (index_t j0 = 0; j0 < l_x; j0 += Bq) {  // … and each query block J that sees it
             const KeyRange& span = spans[std::size_t(j0 / Bq)];
-            if (span.end <= t0 || span.begin >= t0 + nk) continue;
+            // the keys t0 … t0+nk−1 of I some query of J may see (causal: I cut at J's last query); the rows
+            // of I outside them are masked for all of J (P = 0 there: they add nothing), so they are skipped
+            const index_t t0 = std::max(tI, span.begin), nk = std::min(tI + nI, span.end) - t0;
+            if (nk <= 0) continue;
             const index_t nq = std::min(Bq, l_x - j0);
             MatView<T> P(Sb, nk, nq), dS(dPb, nk, nq);
             block_scores<T>(tiles.kernel, Q, K, blk, t0, nk, j0, nq, P);  // line 3: S

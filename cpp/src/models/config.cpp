@@ -125,6 +125,8 @@ const std::vector<OptionSpec> kSchema = {
     {"q_lora_rank", D, Kind::AutoSize, &ModelConfig::q_lora_rank},
     {"qk_rope_head_dim", D, Kind::AutoSize, &ModelConfig::qk_rope_head_dim},
     {"mask", D, Kind::Enum, &ModelConfig::mask},
+    {"mtp_depth", D, Kind::Count, &ModelConfig::mtp_depth},
+    {"mtp_weight", D, Kind::Real, &ModelConfig::mtp_weight, Check::NonNegative},
     {"relative_buckets", ED, Kind::Count, &ModelConfig::relative_buckets},
     {"relative_max_distance", ED, Kind::Count, &ModelConfig::relative_max_distance},
     {"pre_norm", ED, Kind::Bool, &ModelConfig::pre_norm},
@@ -567,6 +569,16 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
     } else if (c.n_features != 0) {
         throw ValueError("n_features = " + std::to_string(c.n_features) +
                          " is the number of random features of attention='performer' or 'rfa' (attention is 'softmax')");
+    }
+    if (c.mtp_depth > 0) {  // V16 (multi_token.hpp)
+        if (c.l_max < c.mtp_depth + 2)
+            throw ValueError("mtp_depth = " + std::to_string(c.mtp_depth) + " has no room in l_max = " + std::to_string(c.l_max) +
+                             ": module D predicts x[t+D+1], so a training sequence needs at least D + 2 tokens (l_max >= " +
+                             std::to_string(c.mtp_depth + 2) + ")");
+        if (c.mask == ModelConfig::MaskKind::Prefix)
+            throw ValueError("mtp_depth (multi-token prediction) does not combine with mask='prefix'");
+        if (c.attention != AttnKernel::Softmax)
+            throw ValueError("mtp_depth (multi-token prediction) needs attention='softmax' (its self-speculation takes back drafts)");
     }
     check_model_size(c, arch);  // sizes.hpp: overflow-safe, before any layer is declared
     return c;

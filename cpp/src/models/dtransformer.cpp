@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "formal_transformers/blas.hpp"
+#include "formal_transformers/multi_token.hpp"
 #include "shared.hpp"
 
 namespace ft {
@@ -17,11 +18,14 @@ DTransformer<T>::DTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::
     const Activation act = cfg.gelu == Gelu::Tanh ? Activation::GeluTanh : Activation::Gelu;
     for (index_t l = 0; l < cfg.L; ++l) layer.push_back(std::make_unique<PreLNDecoderBlock<T>>(cfg, act, store, layer_prefix("layers", l)));
     norm_f = std::make_unique<Norm<T>>(norm_name(cfg.norm), cfg.d_e, cfg.eps, store, "gamma", "beta");
+    for (index_t k = 0; k < cfg.mtp_depth; ++k)  // V16's modules (multi_token.hpp)
+        mtp.push_back(std::make_shared<MTPModule<T>>(cfg, act, store, layer_prefix("mtp", k)));
     Rng rng = this->make_head_and_allocate(cfg.d_e);
     const double s = cfg.init_std, s_out = cfg.init_std / std::sqrt(2.0 * double(cfg.L));
     for (auto& b : layer) b->init(store, rng, s, s_out);
     norm_f->init(store);
     this->unemb->init(store, rng, s);
+    for (auto& m : mtp) m->init(store, rng, s, s_out);  // after θ of Algorithm 10: its initial values unchanged
     acts_.resize(std::size_t(cfg.L));
     stream_.resize(std::size_t(cfg.L + 1));
 }
@@ -54,6 +58,10 @@ template <class T>
 void DTransformer<T>::run_backward(const typename Model<T>::Batch& in, BackwardWork<T>& w) {
     MatView<T> dX = zeros(w.dX, cfg.d_e, in.x->s.total());
     norm_f->backward(store, view(w.dHead), norm_gamma_, dX);  // line 10
+    if (!mtp.empty()) {  // V16 line 1: H⁰ feeds module 1 (aux_loss left ∂/∂H⁰ in dH0_)
+        const T* g = dH0_.data();
+        for (index_t i = 0; i < dX.size(); ++i) dX.data[i] += g[i];
+    }
     for (index_t l = cfg.L - 1; l >= 0; --l) {
         poll();
         layer[std::size_t(l)]->backward(store, in.x->s, acts_[std::size_t(l)], w);  // lines 8–5

@@ -86,7 +86,7 @@ void Model<T>::embed_backward(const Tokens& x, CMatView<T> dX) {
 
 template <class T>
 double Model<T>::head_loss(CMatView<T> X, const std::vector<index_t>& cols, const std::vector<index_t>& targets,
-                           MatView<T>* dX, BackwardWork<T>& w, index_t* n_correct) {
+                           MatView<T>* dX, BackwardWork<T>& w, index_t* n_correct, T scale) {
     const index_t nt = index_t(cols.size());
     if (n_correct) *n_correct = 0;
     if (nt == 0) return 0.0;
@@ -94,7 +94,7 @@ double Model<T>::head_loss(CMatView<T> X, const std::vector<index_t>& cols, cons
     for (index_t k = 0; k < nt; ++k) std::copy(X.col(cols[std::size_t(k)]), X.col(cols[std::size_t(k)]) + X.rows, Xs.col(k));
     MatView<T> Z = ensure(w.logits, cfg.n_vocab, nt);
     unemb->logits(store, Xs, Z);                                              // W_u X at the scored columns
-    const double loss = nll_and_grad<T>(Z, targets.data(), T(1), n_correct);  // −Σ log softmax(·)[target]; Z ← ∂loss/∂Z
+    const double loss = nll_and_grad<T>(Z, targets.data(), scale, n_correct);  // −Σ log softmax(·)[target]; Z ← scale ∂loss/∂Z
     if (dX) {
         MatView<T> dXs = zeros(w.dXsel, X.rows, nt);
         unemb->backward_logits(store, Xs, Z, dXs);  // dW_u += dZ Xᵀ, dXs = W_uᵀ dZ
@@ -124,7 +124,10 @@ double Model<T>::run_loss(const Batch& in, bool grad, index_t* n_scored, index_t
     BackwardWork<T>& w = work_;
     score(in, w.cols, w.targets);
     if (n_scored) *n_scored = index_t(w.cols.size());
-    if (!grad) return head_loss(out(), w.cols, w.targets, nullptr, w, n_correct);
+    if (!grad) {
+        const double head = head_loss(out(), w.cols, w.targets, nullptr, w, n_correct);
+        return head + aux_loss(in, false, head, w);
+    }
     store.zero_grad();
     if (w.cols.empty()) {  // nothing scored: the listing's empty sum, every gradient 0
         if (n_correct) *n_correct = 0;
@@ -132,8 +135,9 @@ double Model<T>::run_loss(const Batch& in, bool grad, index_t* n_scored, index_t
     }
     MatView<T> dHead = zeros(w.dHead, out().rows, out().cols);
     const double loss = head_loss(out(), w.cols, w.targets, &dHead, w, n_correct);
+    const double aux = aux_loss(in, true, loss, w);  // V16: its parameters' gradients now, the trunk's in run_backward
     run_backward(in, w);
-    return loss;
+    return loss + aux;
 }
 
 template class Model<float>;

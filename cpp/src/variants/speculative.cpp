@@ -3,6 +3,7 @@
 // keeps the target's distribution exactly.
 #include "formal_transformers/speculative.hpp"
 #include "formal_transformers/inference.hpp"
+#include "formal_transformers/multi_token.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -67,86 +68,42 @@ index_t sample_from(const std::vector<double>& w, Rng& rng) {
 
 }  // namespace
 
-template <class T>
-std::vector<index_t> SpeculativeInference(const DTransformer<T>& target, const DTransformer<T>& draft, const index_t* x_in,
-                                          index_t l, index_t l_gen, index_t k, double tau, Rng& rng,
-                                          SpeculativeStats* stats) {
-    const ModelConfig& c = target.cfg;
-    const index_t N_V = c.n_vocab;
-    check_draft_k(k);
-    if (draft.cfg.sliding_window > 0 && k >= draft.cfg.sliding_window)
-        throw ValueError("k = " + std::to_string(k) + " must be < the draft's sliding_window = " +
-                         std::to_string(draft.cfg.sliding_window) +
-                         ": its rolling cache (docs/variants.md V9) cannot take back more than w − 1 drafted tokens");
-    if (draft.cfg.attention != AttnKernel::Softmax || target.cfg.attention != AttnKernel::Softmax)
-        throw ValueError(std::string("speculative decoding takes back rejected drafts from the caches; the ") +
-                         (draft.cfg.attention != AttnKernel::Softmax ? "draft" : "target") +
-                         "'s attention='performer'/'rfa' folds its past tokens into a state (docs/variants.md V15) that "
-                         "cannot forget them");
-    if (!(tau >= 0) || !std::isfinite(tau)) throw ValueError("tau must be a finite number >= 0 (0 = argmax), got " + std::to_string(tau));
-    check_l_gen(l_gen);
-    if (draft.cfg.n_vocab != N_V)
-        throw ValueError("the draft and the target must share the vocabulary: draft N_V = " + std::to_string(draft.cfg.n_vocab) +
-                         ", target N_V = " + std::to_string(N_V));
-    if (l < 1) throw ValueError("the prompt x must have at least one token");
-    for (index_t t = 0; t < l; ++t)
-        if (x_in[t] < 0 || x_in[t] >= N_V)
-            throw IndexError("token id " + std::to_string(x_in[t]) + " at position " + std::to_string(t) + " of x out of range [0, " +
-                             std::to_string(N_V) + ")");
-    const index_t need = std::max(l, l + l_gen - 1);  // the longest context either model is fed
-    for (const DTransformer<T>* mdl : {&target, &draft})
-        if (need > mdl->cfg.l_max)
-            throw ValueError(std::string("speculative decoding needs length(x) + l_gen - 1 <= l_max of both models; ") +
-                             (mdl == &target ? "target" : "draft") + " l_max = " + std::to_string(mdl->cfg.l_max) + " < " +
-                             std::to_string(need) + " (no sliding window: shorten the prompt or l_gen)");
-    // at most ℓ_gen − 1 tokens are ever drafted in one pass: the buffers are sized by that, not by k (k = 10^8
-    // allocated 10^8 distributions for 3 tokens: issue 27), and checked against the allocation bound
-    const index_t k_buf = std::max<index_t>(1, std::min(k, l_gen));
-    check_bytes(checked_mul(k_buf, N_V, "speculative decoding: the k draft distributions (k * N_V)"), sizeof(double),
-                "speculative decoding: the k draft distributions (k * N_V)");
-    SpeculativeStats local;
-    SpeculativeStats& st = stats ? *stats : local;
-    st = SpeculativeStats();
+namespace {
 
-    std::vector<index_t> x(x_in, x_in + l);  // line 1: ℓ ← length(x)
-    x.reserve(std::size_t(l + l_gen + k_buf));
-    typename DTransformer<T>::Decoder dt, dd;  // the target's and the draft's KV caches
-    std::vector<std::vector<double>> p(static_cast<std::size_t>(k_buf), std::vector<double>(static_cast<std::size_t>(N_V)));
+// Algorithm S lines 2–21 around a draft (shared by the two-model and the self-speculative forms). x: the prompt,
+// grown in place. draft(m, kp, p): append up to kp drafted tokens x̂_j to x (lines 4–8; p[j]: their p_j) and return
+// how many; verified(dt, first, n): the target just fed n columns from position `first` (its d.w.X holds their
+// streams after the last layer); rollback(m, a): the round kept a of the drafts (x has m + a + 1 tokens).
+template <class T, class Draft, class Verified, class Rollback>
+void algorithm_s(const DTransformer<T>& target, std::vector<index_t>& x, index_t l, index_t l_gen, index_t k, double tau,
+                 Rng& rng, SpeculativeStats& st, std::vector<std::vector<double>>& p, Draft&& draft, Verified&& verified,
+                 Rollback&& rollback) {
+    const index_t N_V = target.cfg.n_vocab;
+    typename DTransformer<T>::Decoder dt;  // the target's KV cache
     std::vector<double> q, res;
-    std::vector<T> zd(static_cast<std::size_t>(N_V));
     Matrix<T> Zt;
-    // feed a model the tokens x[d.len : end] its cache has not seen: a long prompt's first fill uses the
-    // thread pool; a few columns (every later call, and a short prompt) run on one thread, as DInference —
-    // per product a few tens of µs, where a team's fork and barriers cost more than they save, and on a
-    // loaded machine a barrier waiting for a descheduled thread costs a time slice
-    auto feed = [&](const DTransformer<T>& mdl, typename DTransformer<T>::Decoder& d, auto&& call) {
-        const index_t n = index_t(x.size()) - d.len;
-        FT_CHECK(n >= 1, "speculative decoding: nothing to feed");
-        if (n > kFewColumns) {
-            call(mdl, d, n);
-        } else {
-            SingleThreadScope one_thread;
-            call(mdl, d, n);
-        }
-    };
-
     while (index_t(x.size()) < l + l_gen) {                    // line 2
         poll();
         const index_t m = index_t(x.size());                    // line 3
-        const index_t kp = std::min<index_t>(k, l + l_gen - m - 1);
-        for (index_t j = 0; j < kp; ++j) {                      // line 4 (j 0-based)
-            poll();
-            feed(draft, dd, [&](const DTransformer<T>& mdl, auto& d, index_t n) {
-                mdl.decode(d, x.data() + d.len, n, zd.data());  // line 5: P̃[:, m + j − 1], cached
-            });
-            ++st.draft_passes;
-            sampling_probs(zd.data(), N_V, tau, p[std::size_t(j)]);  // line 6: p_j ∝ P̃[:, m+j−1]^{1/τ}
-            x.push_back(sample_from(p[std::size_t(j)], rng));       // line 7: x̂_j ~ p_j (kept after x for now)
-        }                                                           // line 8
+        const index_t kp = draft(m, std::min<index_t>(k, l + l_gen - m - 1), p);  // lines 4–8
         const index_t c0 = m - 1 - dt.len;  // the column of P[:, m − 1] (1-based m) among those fed now
-        feed(target, dt, [&](const DTransformer<T>& mdl, auto& d, index_t n) {
-            mdl.decode_all(d, x.data() + d.len, n, ensure(Zt, N_V, n));  // line 9: one pass, k' + 1 new columns
-        });
+        const index_t first = dt.len;
+        {
+            // feed the target the tokens x[d.len : end] its cache has not seen: a long prompt's first fill uses the
+            // thread pool; a few columns (every later call, and a short prompt) run on one thread, as DInference —
+            // per product a few tens of µs, where a team's fork and barriers cost more than they save, and on a
+            // loaded machine a barrier waiting for a descheduled thread costs a time slice
+            const index_t n = index_t(x.size()) - dt.len;
+            FT_CHECK(n >= 1, "speculative decoding: nothing to feed");
+            auto call = [&] { target.decode_all(dt, x.data() + dt.len, n, ensure(Zt, N_V, n)); };  // line 9: one pass
+            if (n > kFewColumns) {
+                call();
+            } else {
+                SingleThreadScope one_thread;
+                call();
+            }
+            verified(dt, first, n);
+        }
         ++st.target_passes;
         MatView<T> Z = view(Zt);
         index_t a = 0;  // drafts kept
@@ -173,11 +130,168 @@ std::vector<index_t> SpeculativeInference(const DTransformer<T>& target, const D
         x.resize(std::size_t(m + a));  // lines 15 / 19: x ← [x, x̂_1, …, x̂_a, y]
         x.push_back(y);
         dt.rollback(m + a);  // forget the rejected drafts' keys and values (the target saw m + k' tokens)
-        dd.rollback(std::min(dd.len, m + a));
+        rollback(m, a);
         st.drafted.push_back(kp);
         st.accepted.push_back(a);
     }  // line 20
+}
+
+template <class T>
+void check_prompt(const DTransformer<T>& target, const index_t* x_in, index_t l, index_t l_gen, double tau) {
+    const index_t N_V = target.cfg.n_vocab;
+    if (!(tau >= 0) || !std::isfinite(tau)) throw ValueError("tau must be a finite number >= 0 (0 = argmax), got " + std::to_string(tau));
+    check_l_gen(l_gen);
+    if (l < 1) throw ValueError("the prompt x must have at least one token");
+    for (index_t t = 0; t < l; ++t)
+        if (x_in[t] < 0 || x_in[t] >= N_V)
+            throw IndexError("token id " + std::to_string(x_in[t]) + " at position " + std::to_string(t) + " of x out of range [0, " +
+                             std::to_string(N_V) + ")");
+}
+
+// at most ℓ_gen − 1 tokens are ever drafted in one pass: the buffers are sized by that, not by k (k = 10^8
+// allocated 10^8 distributions for 3 tokens: issue 27), and checked against the allocation bound
+inline index_t draft_buffers(index_t k, index_t l_gen, index_t N_V) {
+    const index_t k_buf = std::max<index_t>(1, std::min(k, l_gen));
+    check_bytes(checked_mul(k_buf, N_V, "speculative decoding: the k draft distributions (k * N_V)"), sizeof(double),
+                "speculative decoding: the k draft distributions (k * N_V)");
+    return k_buf;
+}
+
+}  // namespace
+
+template <class T>
+std::vector<index_t> SpeculativeInference(const DTransformer<T>& target, const DTransformer<T>& draft, const index_t* x_in,
+                                          index_t l, index_t l_gen, index_t k, double tau, Rng& rng,
+                                          SpeculativeStats* stats) {
+    const ModelConfig& c = target.cfg;
+    const index_t N_V = c.n_vocab;
+    check_draft_k(k);
+    if (draft.cfg.sliding_window > 0 && k >= draft.cfg.sliding_window)
+        throw ValueError("k = " + std::to_string(k) + " must be < the draft's sliding_window = " +
+                         std::to_string(draft.cfg.sliding_window) +
+                         ": its rolling cache (docs/variants.md V9) cannot take back more than w − 1 drafted tokens");
+    if (draft.cfg.attention != AttnKernel::Softmax || target.cfg.attention != AttnKernel::Softmax)
+        throw ValueError(std::string("speculative decoding takes back rejected drafts from the caches; the ") +
+                         (draft.cfg.attention != AttnKernel::Softmax ? "draft" : "target") +
+                         "'s attention='performer'/'rfa' folds its past tokens into a state (docs/variants.md V15) that "
+                         "cannot forget them");
+    if (!(tau >= 0) || !std::isfinite(tau)) throw ValueError("tau must be a finite number >= 0 (0 = argmax), got " + std::to_string(tau));
+    check_l_gen(l_gen);
+    if (draft.cfg.n_vocab != N_V)
+        throw ValueError("the draft and the target must share the vocabulary: draft N_V = " + std::to_string(draft.cfg.n_vocab) +
+                         ", target N_V = " + std::to_string(N_V));
+    check_prompt(target, x_in, l, l_gen, tau);
+    const index_t need = std::max(l, l + l_gen - 1);  // the longest context either model is fed
+    for (const DTransformer<T>* mdl : {&target, &draft})
+        if (need > mdl->cfg.l_max)
+            throw ValueError(std::string("speculative decoding needs length(x) + l_gen - 1 <= l_max of both models; ") +
+                             (mdl == &target ? "target" : "draft") + " l_max = " + std::to_string(mdl->cfg.l_max) + " < " +
+                             std::to_string(need) + " (no sliding window: shorten the prompt or l_gen)");
+    const index_t k_buf = draft_buffers(k, l_gen, N_V);
+    SpeculativeStats local;
+    SpeculativeStats& st = stats ? *stats : local;
+    st = SpeculativeStats();
+
+    std::vector<index_t> x(x_in, x_in + l);  // line 1: ℓ ← length(x)
+    x.reserve(std::size_t(l + l_gen + k_buf));
+    typename DTransformer<T>::Decoder dd;  // the draft's KV cache
+    std::vector<std::vector<double>> p(static_cast<std::size_t>(k_buf), std::vector<double>(static_cast<std::size_t>(N_V)));
+    std::vector<T> zd(static_cast<std::size_t>(N_V));
+    auto draft_tokens = [&](index_t m, index_t kp, std::vector<std::vector<double>>& pj) {
+        (void)m;
+        for (index_t j = 0; j < kp; ++j) {                      // line 4 (j 0-based)
+            poll();
+            const index_t n = index_t(x.size()) - dd.len;
+            FT_CHECK(n >= 1, "speculative decoding: nothing to feed");
+            if (n > kFewColumns) {
+                draft.decode(dd, x.data() + dd.len, n, zd.data());  // line 5: P̃[:, m + j − 1], cached
+            } else {
+                SingleThreadScope one_thread;
+                draft.decode(dd, x.data() + dd.len, n, zd.data());
+            }
+            ++st.draft_passes;
+            sampling_probs(zd.data(), N_V, tau, pj[std::size_t(j)]);  // line 6: p_j ∝ P̃[:, m+j−1]^{1/τ}
+            x.push_back(sample_from(pj[std::size_t(j)], rng));       // line 7: x̂_j ~ p_j (kept after x for now)
+        }                                                            // line 8
+        return kp;
+    };
+    algorithm_s(target, x, l, l_gen, k, tau, rng, st, p, draft_tokens, [](auto&, index_t, index_t) {},
+                [&](index_t m, index_t a) { dd.rollback(std::min(dd.len, m + a)); });
     return std::vector<index_t>(x.begin() + l, x.end());  // line 21: y = x[ℓ+1 : ℓ+ℓ_gen]
+}
+
+// Self-speculation (V16): the model's own MTP modules draft. With x[0 : m] known and the trunk's cache holding
+// positions 0..m−2 (H⁰ kept), module j at position m−2 (0-based) sees x[m−2+j] (x[m−1] for j = 1, else the draft
+// x̂_{j−1}) and drafts x̂_j = x[m−1+j]: P^j[:, m−2] of V16 line 5. Each module's cache is fed the positions it has not
+// seen (with the drafts as tokens) and afterwards keeps only those whose tokens were all kept (t + j ≤ m − 1 + a).
+// The first pass has no H⁰: it drafts nothing (the target's plain pass over the prompt).
+template <class T>
+std::vector<index_t> SelfSpeculativeInference(const DTransformer<T>& model, const index_t* x_in, index_t l, index_t l_gen,
+                                              index_t k, double tau, Rng& rng, SpeculativeStats* stats) {
+    const ModelConfig& c = model.cfg;
+    const index_t N_V = c.n_vocab, D = index_t(model.mtp.size());
+    check_draft_k(k);
+    if (D == 0)
+        throw ValueError("self-speculative decoding drafts with the model's multi-token-prediction modules: this model has "
+                         "mtp_depth = 0 (pass a draft model, or build the model with mtp_depth >= 1)");
+    if (k > D)
+        throw ValueError("k = " + std::to_string(k) + " must be <= mtp_depth = " + std::to_string(D) +
+                         ": module j drafts the j-th token (self-speculation)");
+    if (c.sliding_window > 0)
+        throw ValueError("self-speculative decoding does not take back drafts from a sliding window's rolling cache: "
+                         "not with sliding_window");
+    check_prompt(model, x_in, l, l_gen, tau);
+    const index_t need = std::max(l, l + l_gen - 1);
+    if (need > c.l_max)
+        throw ValueError("speculative decoding needs length(x) + l_gen - 1 <= l_max = " + std::to_string(c.l_max) + " < " +
+                         std::to_string(need) + " (shorten the prompt or l_gen)");
+    const index_t k_buf = draft_buffers(k, l_gen, N_V);
+    const index_t cap = l + l_gen + 1;  // positions of H^j
+    check_bytes(checked_mul(checked_mul(D + 1, cap, "self-speculation's hidden states"), c.d_e, "self-speculation's hidden states"),
+                sizeof(T), "self-speculation's hidden states");
+    SpeculativeStats local;
+    SpeculativeStats& st = stats ? *stats : local;
+    st = SpeculativeStats();
+
+    std::vector<index_t> x(x_in, x_in + l);
+    x.reserve(std::size_t(l + l_gen + k_buf));
+    MTPDecoder<T> md;
+    md.kv.resize(std::size_t(D));
+    md.len.assign(std::size_t(D), 0);
+    md.H.resize(std::size_t(D + 1));
+    for (auto& H : md.H) ensure(H, c.d_e, cap);
+    index_t seen = 0;  // positions of H⁰ held (the trunk's cache)
+    std::vector<std::vector<double>> p(static_cast<std::size_t>(k_buf), std::vector<double>(static_cast<std::size_t>(N_V)));
+    std::vector<T> z(static_cast<std::size_t>(N_V));
+    auto draft_tokens = [&](index_t m, index_t kp, std::vector<std::vector<double>>& pj) -> index_t {
+        if (m < 2 || seen != m - 1) return 0;  // no H⁰ at position m − 2 yet (the first pass)
+        SingleThreadScope one_thread;           // a few columns per module (as the cached passes)
+        for (index_t j = 1; j <= kp; ++j) {
+            poll();
+            mtp_decode(model, md, j, x.data(), md.len[std::size_t(j - 1)], m - 1, z.data());  // V16 lines 3–5, cached
+            ++st.draft_passes;
+            sampling_probs(z.data(), N_V, tau, pj[std::size_t(j - 1)]);  // line 6: p_j
+            x.push_back(sample_from(pj[std::size_t(j - 1)], rng));      // line 7: x̂_j
+        }
+        return kp;
+    };
+    auto verified = [&](typename DTransformer<T>::Decoder& dt, index_t first, index_t n) {
+        CMatView<T> S = view(dt.w.X);  // the trunk's stream after line 9 of the n fed columns: H⁰
+        std::copy(S.data, S.data + S.size(), md.H[0].data() + first * c.d_e);
+        seen = first + n;
+    };
+    auto rollback = [&](index_t m, index_t a) {
+        seen = std::min(seen, m + a);  // the trunk keeps m + a positions
+        for (index_t j = 1; j <= D; ++j) {
+            index_t& len = md.len[std::size_t(j - 1)];
+            len = std::max<index_t>(0, std::min(len, m + a - j + 1));  // positions t with t + j ≤ m − 1 + a
+            KVCache<T>& kv = md.kv[std::size_t(j - 1)];
+            FT_CHECK(kv.start == 0, "self-speculation: a module's cache has no sliding window");
+            kv.len = len;
+        }
+    };
+    algorithm_s(model, x, l, l_gen, k, tau, rng, st, p, draft_tokens, verified, rollback);
+    return std::vector<index_t>(x.begin() + l, x.end());
 }
 
 template void DTransformer<float>::decode_all(Decoder&, const index_t*, index_t, MatView<float>) const;
@@ -186,5 +300,9 @@ template std::vector<index_t> SpeculativeInference<float>(const DTransformer<flo
                                                           index_t, index_t, double, Rng&, SpeculativeStats*);
 template std::vector<index_t> SpeculativeInference<double>(const DTransformer<double>&, const DTransformer<double>&, const index_t*,
                                                            index_t, index_t, index_t, double, Rng&, SpeculativeStats*);
+template std::vector<index_t> SelfSpeculativeInference<float>(const DTransformer<float>&, const index_t*, index_t, index_t, index_t,
+                                                              double, Rng&, SpeculativeStats*);
+template std::vector<index_t> SelfSpeculativeInference<double>(const DTransformer<double>&, const index_t*, index_t, index_t, index_t,
+                                                               double, Rng&, SpeculativeStats*);
 
 }  // namespace ft
