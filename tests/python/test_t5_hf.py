@@ -274,3 +274,16 @@ def test_unscaled_scores_in_the_tiled_listing_equal_the_literal_one():
     for k, v in theta.items():
         scaled.params[k][...] = v
     assert rel_err(scaled(z, x), lit(z, x)) > 1e-6  # the option acts
+
+
+def test_geglu_in_a_decoder_only_model():
+    """mlp='geglu' is also a DTransformer option (the part is the registry's): every gradient vs finite differences,
+    and cached decoding = the full forward."""
+    m = ft.DTransformer(n_vocab=13, l_max=10, L=1, H=2, d_e=8, d_mlp=10, mlp="geglu", bias=True, dtype="float64", seed=2)
+    assert m.config["mlp"] == "geglu" and "layers.0.W_gate" in m.params and "layers.0.b_gate" in m.params
+    randomize_theta(m, np.random.default_rng(6))
+    x = np.array([3, 4, 5, 6, 7, 2])
+    _, grads = m.loss_and_grad(x)
+    for name in ("layers.0.W_gate", "layers.0.b_gate", "layers.0.W_mlp1", "layers.0.W_mlp2", "layers.0.b_mlp2"):
+        assert rel_err(grads[name], numeric_grad(lambda: m.loss(x), m.params[name])) <= 1e-6, name
+    assert list(ft.DInference(5, 0.0, cache=True)(x, m)) == list(ft.DInference(5, 0.0, cache=False)(x, m))
