@@ -44,7 +44,7 @@ token (its gradient of that row differs when the id occurs in a sequence). to_hf
     unless those two run in float64 (tests/python/test_variants.py shows how).
 
   T5 (T5ForConditionalGeneration, Raffel et al. 2020 -> EDTransformer with docs/variants.md's V11 relative
-    position bias and V17 (pre_norm=True, norm="rms", bias=False, scale_scores=False, mlp="relu" | "geglu",
+    position bias and V18 (pre_norm=True, norm="rms", bias=False, scale_scores=False, mlp="relu" | "geglu",
     unembed_rescale, bos_id = decoder_start_token_id, eos_id = eos_token_id; no W_p)):
     shared = W_eᵀ; encoder.block.l.layer.0.SelfAttention.{q,k,v} = W_q, W_k, W_v (H blocks of d_kv rows), o = W_o,
     layer_norm = γ_l¹; layer.1.DenseReluDense.wi = W_mlp1 (gated: wi_0 = W_gate, wi_1 = W_mlp1), wo = W_mlp2,
@@ -634,7 +634,7 @@ def _deepseek_export(cfg: dict, P: dict):
     return "DeepseekV3ForCausalLM", hf, t
 
 
-# T5 (T5ForConditionalGeneration): an EDTransformer with V11 and V17 (docs/variants.md)
+# T5 (T5ForConditionalGeneration): an EDTransformer with V11 and V18 (docs/variants.md)
 
 def _t5_hyper(c: dict) -> dict:
     m = "T5"
@@ -644,7 +644,7 @@ def _t5_hyper(c: dict) -> dict:
         raise _unsupported(m, "is_decoder", True, "the stack configuration of T5ForConditionalGeneration has is_decoder=False")
     ff = _cfg_str(c, m, "feed_forward_proj", "relu")
     if ff not in ("relu", "gated-gelu"):
-        raise _unsupported(m, "feed_forward_proj", ff, "'relu' (the standard MLP with ReLU) or 'gated-gelu' (V17b GEGLU)")
+        raise _unsupported(m, "feed_forward_proj", ff, "'relu' (the standard MLP with ReLU) or 'gated-gelu' (V18b GEGLU)")
     N_b = _cfg_int(c, m, "relative_attention_num_buckets", 32)
     d_max = _cfg_int(c, m, "relative_attention_max_distance", 128)
     if N_b < 4:
@@ -721,7 +721,7 @@ def _t5_to_ft(hp: dict, T: dict, head: bool) -> dict:
 
 
 def _t5_export(cfg: dict, P: dict):
-    """An EDTransformer with T5's options (V11, V17) -> T5ForConditionalGeneration."""
+    """An EDTransformer with T5's options (V11, V18) -> T5ForConditionalGeneration."""
     cfg, rates = _split_rates(cfg)
     for k, v in rates.items():
         if v:

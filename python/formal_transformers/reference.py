@@ -507,24 +507,24 @@ def ed_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float =
 
 
 def unscaled_mh_attention(X, Z, W_q, W_k, W_v, W_o, mask, bias=None) -> np.ndarray:
-    """Algorithm 5 without biases (V5) whose heads run Algorithm 4 with V17's line 4: the scores are not
+    """Algorithm 5 without biases (V5) whose heads run Algorithm 4 with V18's line 4: the scores are not
     scaled, A ← softmax(Kᵀ Q + B^h) (T5 folds 1/√d_attn into its initialisation). Heads as mh_attention."""
     Y = []
     for h in range(W_q.shape[0]):  # lines 1–2
         Q, K, V = W_q[h] @ X, W_k[h] @ Z, W_v[h] @ Z  # Algorithm 4 lines 1–3 (no biases)
-        S = np.where(mask, K.T @ Q, -np.inf)  # lines 4–5: S ← Kᵀ Q (V17: unscaled); masked ← −∞
+        S = np.where(mask, K.T @ Q, -np.inf)  # lines 4–5: S ← Kᵀ Q (V18: unscaled); masked ← −∞
         Y.append(V @ softmax(S + (0 if bias is None else bias[h])))  # line 6: Ṽ ← V softmax(S + B^h)
     return W_o @ np.concatenate(Y, axis=0)  # lines 3–4: W_o [Y¹; …; Y^H]
 
 
 def geglu_mlp(X_tilde, W_gate, W_mlp1, W_mlp2) -> np.ndarray:
-    """V17b GEGLU without biases: W_mlp2 (GELU_tanh(W_gate X̃) ⊙ W_mlp1 X̃) (T5 v1.1's gated-gelu, gelu_new)."""
+    """V18b GEGLU without biases: W_mlp2 (GELU_tanh(W_gate X̃) ⊙ W_mlp1 X̃) (T5 v1.1's gated-gelu, gelu_new)."""
     return W_mlp2 @ (_gelu(W_gate @ X_tilde, "tanh") * (W_mlp1 @ X_tilde))  # lines 1–4
 
 
 def t5_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float = 1e-6, mlp: str = "relu",
                    relative_max_distance: int = 128, unembed_rescale: bool = True, logits: bool = False) -> np.ndarray:
-    """V17 (docs/variants.md): P ← EDTransformer(z, x | θ) with T5's choices — pre_norm=True, norm="rms",
+    """V18 (docs/variants.md): P ← EDTransformer(z, x | θ) with T5's choices — pre_norm=True, norm="rms",
     bias=False, positional="relative" (V11), scale_scores=False, mlp="relu" | "geglu", unembed_rescale.
     Parameter names as ft's EDTransformer (enc.l.gamma1, …, enc.gamma, dec.l.gamma1–3, dec.gamma)."""
     z, x = np.asarray(z), np.asarray(x)

@@ -1,4 +1,4 @@
-"""T5 in full (docs/variants.md V17, issue 23.2): EDTransformer's T5 options (pre_norm, norm="rms", bias=False,
+"""T5 in full (docs/variants.md V18, issue 23.2): EDTransformer's T5 options (pre_norm, norm="rms", bias=False,
 scale_scores=False, mlp="relu" | "geglu", tied, unembed_rescale, bos_id / eos_id) against reference.t5_transformer
 (float64 ≤ 1e-12, float32 ≤ 1e-5) and finite differences; ft.from_hf(T5ForConditionalGeneration) against Hugging
 Face's model with every weight random (P ≤ 1e-12, every gradient ≤ 1e-10, float64), the round trips ft → HF → ft

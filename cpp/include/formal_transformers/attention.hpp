@@ -78,7 +78,7 @@ struct HeadBlock {
     const ScoreBias<T>* bias = nullptr;
     const ParamStore<T>* store = nullptr;
     const HeadDropout<T>* drop = nullptr;
-    bool unscaled = false;  // V17 (T5): line 4 without 1/√d_attn
+    bool unscaled = false;  // V18 (T5): line 4 without 1/√d_attn
 };
 
 // Algorithm 4, lines 4–6, for one head of one sequence:

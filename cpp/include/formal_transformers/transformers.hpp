@@ -127,7 +127,7 @@ public:
         Matrix<T> R;
     };
     PreLNDecoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& prefix);
-    // with line 6's Mask and attention options given (V17: T5's encoder layer, Mask ≡ 1 and the stack's bias table)
+    // with line 6's Mask and attention options given (V18: T5's encoder layer, Mask ≡ 1 and the stack's bias table)
     PreLNDecoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& prefix,
                       const Mask& mask, const AttnVariant& v);
     void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
@@ -217,7 +217,7 @@ public:
     Norm<T> norm5;              // γ_l⁵, β_l⁵
 };
 
-// V17 (T5): the pre-norm decoder layer with cross-attention, layer l (docs/variants.md V17a):
+// V18 (T5): the pre-norm decoder layer with cross-attention, layer l (docs/variants.md V18a):
 //   1  X̃ ← norm(X | γ_l¹);  X ← X + MHAttention(X̃ | W_l^dec, Mask[t, t'] = [[t ≤ t']])
 //   2  X̃ ← norm(X | γ_l²);  X ← X + MHAttention(X̃, Z | W_l^e/d, Mask ≡ 1)
 //   3  X̃ ← norm(X | γ_l³);  X ← X + MLP(X̃ | W_mlp3^l, W_mlp4^l)
@@ -522,7 +522,7 @@ public:
     using Model<T>::store;
 
     void forward(const Tokens& z, const Tokens& x);  // lines 1–20
-    // (V17: the decoder's final norm and d_e^−1/2 applied, Xf_)
+    // (V18: the decoder's final norm and d_e^−1/2 applied, Xf_)
     CMatView<T> out() const override { return head_input() ? view(Xf_) : view(xstream_.back()); }
     CMatView<T> encoded() const { return cfg.pre_norm ? view(Zf_) : view(zstream_.back()); }
     // Algorithm 11 line 5 summed over the batch (z and x: the same number of sequences)
@@ -543,9 +543,9 @@ public:
     // cross-attention caches; `decode` feeds n tokens of x̂ and writes the logits of the last to z:[N_V].
     struct Decoder {
         std::vector<typename PostLNEncoderBlock<T>::Acts> enc_acts;  // the encoder's (the last forward's stay)
-        std::vector<typename PreLNDecoderBlock<T>::Acts> enc_pre_acts;  // (V17: pre_norm)
+        std::vector<typename PreLNDecoderBlock<T>::Acts> enc_pre_acts;  // (V18: pre_norm)
         std::vector<Matrix<T>> zstream;                              // [L_enc+1]
-        Matrix<T> Zf;                                                // V17: norm(Z | γ_enc)
+        Matrix<T> Zf;                                                // V18: norm(Z | γ_enc)
         std::vector<KVCache<T>> self_kv, cross_kv;
         index_t len = 0;
         DecodeScratch<T> w;
@@ -555,7 +555,7 @@ public:
 
     std::vector<std::unique_ptr<PostLNEncoderBlock<T>>> enc_layer;  // lines 5–8 of encoder layer l
     std::vector<std::unique_ptr<PostLNDecoderBlock<T>>> dec_layer;  // lines 14–19 of decoder layer l
-    // V17 (pre_norm, T5): the layers instead of enc_layer and dec_layer, and each stack's final norm
+    // V18 (pre_norm, T5): the layers instead of enc_layer and dec_layer, and each stack's final norm
     std::vector<std::unique_ptr<PreLNDecoderBlock<T>>> enc_pre;
     std::vector<std::unique_ptr<PreLNCrossDecoderBlock<T>>> dec_pre;
     std::unique_ptr<Norm<T>> norm_enc, norm_dec;  // γ_enc, γ_dec
@@ -563,12 +563,12 @@ public:
 private:
     // lines 1–9 into the given activations (the model's own for forward, a Decoder's for encode)
     // drop (training): dropout after line 3 into embed_mask and in every layer
-    // (V17, pre_norm: pre_acts, and Zf ← norm(Z | γ_enc)); returns Z
+    // (V18, pre_norm: pre_acts, and Zf ← norm(Z | γ_enc)); returns Z
     CMatView<T> encoder_forward(const Tokens& z, std::vector<typename PostLNEncoderBlock<T>::Acts>& acts,
                                 std::vector<typename PreLNDecoderBlock<T>::Acts>& pre_acts, std::vector<Matrix<T>>& stream,
                                 Matrix<T>& Zf, NormCache<T>& nc, const Dropout* drop = nullptr,
                                 DropoutMask* embed_mask = nullptr) const;
-    // V17: X_L → Xf = s · norm(X_L | γ_dec) (pre_norm; else X_L), s = d_e^−1/2 with unembed_rescale (else 1)
+    // V18: X_L → Xf = s · norm(X_L | γ_dec) (pre_norm; else X_L), s = d_e^−1/2 with unembed_rescale (else 1)
     bool head_input() const { return cfg.pre_norm || cfg.unembed_rescale; }
     void head_forward(CMatView<T> X, MatView<T> Xf, NormCache<T>& nc) const;
     std::vector<typename Model<T>::MaskRef> dropout_masks() const override;
@@ -588,7 +588,7 @@ private:
     }
     std::vector<typename PreLNDecoderBlock<T>::Acts> enc_pre_acts_;
     std::vector<typename PreLNCrossDecoderBlock<T>::Acts> dec_pre_acts_;
-    Matrix<T> Zf_, Xf_;                  // V17: norm(Z | γ_enc); the head's input
+    Matrix<T> Zf_, Xf_;                  // V18: norm(Z | γ_enc); the head's input
     NormCache<T> norm_enc_c_, norm_dec_c_;
     std::vector<typename PostLNEncoderBlock<T>::Acts> enc_acts_;
     std::vector<typename PostLNDecoderBlock<T>::Acts> dec_acts_;

@@ -26,7 +26,7 @@ void weight_offsets(const Seqs& sx, const Seqs& sz, index_t H, std::size_t elem,
     check_bytes(off.back(), elem, what);
 }
 // line 4: S ← Kᵀ Q, scaled by 1/√d_attn (line 6's scaling, folded into the product)
-// (V17, T5: unscaled, S ← Kᵀ Q)
+// (V18, T5: unscaled, S ← Kᵀ Q)
 template <class T>
 void scores(CMatView<T> Q, CMatView<T> K, MatView<T> S, bool unscaled) {
     gemm<T>(Op::T, Op::N, unscaled ? T(1) : T(1) / std::sqrt(T(Q.rows)), K, Q, T(0), S);

@@ -178,7 +178,7 @@ void PostLNDecoderBlock<T>::backward(ParamStore<T>& store, CMatView<T> X, const 
     });
 }
 
-// ---------------- V17 lines 1–3: T5's pre-norm decoder layer with cross-attention ----------------------
+// ---------------- V18 lines 1–3: T5's pre-norm decoder layer with cross-attention ----------------------
 template <class T>
 PreLNCrossDecoderBlock<T>::PreLNCrossDecoderBlock(const ModelConfig& c, ParamStore<T>& store, const std::string& p)
     : norm1(norm_name(c.norm), c.d_e, c.eps, store, p + "gamma1", p + "beta1"),

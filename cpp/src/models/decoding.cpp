@@ -40,7 +40,7 @@ void PostLNDecoderBlock<T>::forward_cached(const ParamStore<T>& store, index_t q
     norm5.forward(store, R, X, d.norm);                                 // line 19
 }
 
-// V17 lines 1–3 (T5's decoder layer) over the cached keys and values
+// V18 lines 1–3 (T5's decoder layer) over the cached keys and values
 template <class T>
 void PreLNCrossDecoderBlock<T>::forward_cached(const ParamStore<T>& store, index_t q0, KVCache<T>& self_kv,
                                                const KVCache<T>& cross_kv, DecodeScratch<T>& d) const {
@@ -116,11 +116,11 @@ void EDTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* logi
     this->pos.forward_seqs(store, Seqs::single(n), X, d.len);
     for (index_t l = 0; l < cfg.L_dec; ++l) {
         const std::size_t i = std::size_t(l);
-        if (cfg.pre_norm) dec_pre[i]->forward_cached(store, d.len, d.self_kv[i], d.cross_kv[i], d.w);  // V17 lines 1–3
+        if (cfg.pre_norm) dec_pre[i]->forward_cached(store, d.len, d.self_kv[i], d.cross_kv[i], d.w);  // V18 lines 1–3
         else dec_layer[i]->forward_cached(store, d.len, d.self_kv[i], d.cross_kv[i], d.w);  // lines 14–19
     }
     CMatView<T> last = X.cols_range(n - 1, 1);
-    if (head_input()) {  // V17: s · norm(X | γ_dec)
+    if (head_input()) {  // V18: s · norm(X | γ_dec)
         MatView<T> Xf = ensure(d.w.tmp, cfg.d_e, 1);
         head_forward(last, Xf, d.w.norm);
         last = Xf;

@@ -13,7 +13,7 @@ using namespace models;
 // ======================================== Algorithm 8 =================================================
 template <class T>
 EDTransformer<T>::EDTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::ED)) {
-    if (cfg.pre_norm) {  // V17 (T5): pre-norm layers, the encoder's with Mask ≡ 1 and its stack's bias table
+    if (cfg.pre_norm) {  // V18 (T5): pre-norm layers, the encoder's with Mask ≡ 1 and its stack's bias table
         for (index_t l = 0; l < cfg.L_enc; ++l)
             enc_pre.push_back(std::make_unique<PreLNDecoderBlock<T>>(cfg, Activation::Relu, store, layer_prefix("enc", l),
                                                                      Mask::bidirectional(),
@@ -48,7 +48,7 @@ EDTransformer<T>::EDTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch
     xstream_.resize(std::size_t(cfg.L_dec + 1));
 }
 
-// lines 1–9: z -> Z (stream[L_enc]; V17: Zf = norm(stream[L_enc] | γ_enc))
+// lines 1–9: z -> Z (stream[L_enc]; V18: Zf = norm(stream[L_enc] | γ_enc))
 template <class T>
 CMatView<T> EDTransformer<T>::encoder_forward(const Tokens& z, std::vector<typename PostLNEncoderBlock<T>::Acts>& acts,
                                               std::vector<typename PreLNDecoderBlock<T>::Acts>& pre_acts,
@@ -62,7 +62,7 @@ CMatView<T> EDTransformer<T>::encoder_forward(const Tokens& z, std::vector<typen
     for (index_t l = 0; l < cfg.L_enc; ++l) {  // line 4
         poll();
         const std::size_t i = std::size_t(l);
-        if (cfg.pre_norm)  // V17: X̃ ← norm(Z | γ¹); Z ← Z + MHAttention(X̃ | Mask ≡ 1); X̃ ← norm(Z | γ²); Z ← Z + MLP(X̃)
+        if (cfg.pre_norm)  // V18: X̃ ← norm(Z | γ¹); Z ← Z + MHAttention(X̃ | Mask ≡ 1); X̃ ← norm(Z | γ²); Z ← Z + MLP(X̃)
             enc_pre[i]->forward(store, view(stream[i]), z.s, ensure(stream[i + 1], d_e, n), pre_acts[i], drop,
                                 DropPlace{DropGroup::Layers, std::uint64_t(l)});
         else
@@ -71,11 +71,11 @@ CMatView<T> EDTransformer<T>::encoder_forward(const Tokens& z, std::vector<typen
     }
     if (!cfg.pre_norm) return view(stream[std::size_t(cfg.L_enc)]);
     MatView<T> Zn = ensure(Zf, d_e, n);
-    norm_enc->forward(store, view(stream[std::size_t(cfg.L_enc)]), Zn, nc);  // V17: Z ← norm(Z | γ_enc)
+    norm_enc->forward(store, view(stream[std::size_t(cfg.L_enc)]), Zn, nc);  // V18: Z ← norm(Z | γ_enc)
     return Zn;
 }
 
-// V17: Xf ← s · norm(X | γ_dec) (pre_norm; else X), s = d_e^−1/2 with unembed_rescale (else 1)
+// V18: Xf ← s · norm(X | γ_dec) (pre_norm; else X), s = d_e^−1/2 with unembed_rescale (else 1)
 template <class T>
 void EDTransformer<T>::head_forward(CMatView<T> X, MatView<T> Xf, NormCache<T>& nc) const {
     if (cfg.pre_norm) norm_dec->forward(store, X, Xf, nc);
@@ -102,14 +102,14 @@ void EDTransformer<T>::forward(const Tokens& z, const Tokens& x) {
     for (index_t l = 0; l < cfg.L_dec; ++l) {  // line 13 (erratum: the listing loops i, its body indexes l)
         poll();
         const std::size_t i = std::size_t(l);
-        if (cfg.pre_norm)  // V17 lines 1–3
+        if (cfg.pre_norm)  // V18 lines 1–3
             dec_pre[i]->forward(store, view(xstream_[i]), x.s, Z, z.s, ensure(xstream_[i + 1], d_e, n), dec_pre_acts_[i],
                                 this->train_, DropPlace{DropGroup::DecoderLayers, std::uint64_t(l)});
         else
             dec_layer[i]->forward(store, view(xstream_[i]), x.s, Z, z.s, ensure(xstream_[i + 1], d_e, n), dec_acts_[i],
                                   this->train_, DropPlace{DropGroup::DecoderLayers, std::uint64_t(l)});  // lines 14–19
     }
-    if (head_input()) head_forward(view(xstream_.back()), ensure(Xf_, d_e, n), norm_dec_c_);  // V17
+    if (head_input()) head_forward(view(xstream_.back()), ensure(Xf_, d_e, n), norm_dec_c_);  // V18
     this->last_ = LastForward{true, z.s, x.s};
 }
 
@@ -119,7 +119,7 @@ void EDTransformer<T>::run_backward(const typename Model<T>::Batch& in, Backward
     CMatView<T> Z = encoded();
     MatView<T> dZ = zeros(w.dZ, cfg.d_e, z.s.total());
     copy_into(w.dX, CMatView<T>(view(w.dHead)));  // ∂/∂X of line 21's input
-    if (head_input()) {  // V17: back through Xf = s · norm(X_L | γ_dec)
+    if (head_input()) {  // V18: back through Xf = s · norm(X_L | γ_dec)
         MatView<T> dX = view(w.dX);
         if (cfg.unembed_rescale) {
             const T s = T(1) / std::sqrt(T(cfg.d_e));
@@ -134,13 +134,13 @@ void EDTransformer<T>::run_backward(const typename Model<T>::Batch& in, Backward
     for (index_t l = cfg.L_dec - 1; l >= 0; --l) {
         poll();
         const std::size_t i = std::size_t(l);
-        if (cfg.pre_norm) dec_pre[i]->backward(store, x.s, Z, z.s, dec_pre_acts_[i], dZ, w);  // V17 lines 3–1
+        if (cfg.pre_norm) dec_pre[i]->backward(store, x.s, Z, z.s, dec_pre_acts_[i], dZ, w);  // V18 lines 3–1
         else dec_layer[i]->backward(store, view(xstream_[i]), x.s, Z, z.s, dec_acts_[i], dZ, w);  // lines 19–14
     }
     this->embed_dropout_backward(this->drop_embed_, view(w.dX));
     this->embed_backward(x, view(w.dX));  // line 11
     // the encoder, from ∂/∂Z accumulated over every decoder layer's cross-attention
-    if (cfg.pre_norm) {  // V17: back through Z = norm(Z_L | γ_enc)
+    if (cfg.pre_norm) {  // V18: back through Z = norm(Z_L | γ_enc)
         MatView<T> dX = zeros(w.dX, cfg.d_e, z.s.total());
         norm_enc->backward(store, dZ, norm_enc_c_, dX);
     } else {
@@ -149,7 +149,7 @@ void EDTransformer<T>::run_backward(const typename Model<T>::Batch& in, Backward
     for (index_t l = cfg.L_enc - 1; l >= 0; --l) {
         poll();
         const std::size_t i = std::size_t(l);
-        if (cfg.pre_norm) enc_pre[i]->backward(store, z.s, enc_pre_acts_[i], w);  // V17
+        if (cfg.pre_norm) enc_pre[i]->backward(store, z.s, enc_pre_acts_[i], w);  // V18
         else enc_layer[i]->backward(store, view(zstream_[i]), z.s, enc_acts_[i], w);  // lines 8–5
     }
     this->embed_dropout_backward(drop_embed_z_, view(w.dX));

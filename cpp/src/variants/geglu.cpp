@@ -1,4 +1,4 @@
-// Algorithm V17b: GEGLU, the gated GELU MLP (Shazeer 2020, "GLU Variants Improve Transformer"; T5 v1.1's
+// Algorithm V18b: GEGLU, the gated GELU MLP (Shazeer 2020, "GLU Variants Improve Transformer"; T5 v1.1's
 // "gated-gelu", with GELU's tanh form, Hugging Face's gelu_new), the MLP part registered as "geglu":
 //   1  G ← W_gate X̃ + b_gate 1ᵀ
 //   2  U ← W_mlp1 X̃ + b_mlp1 1ᵀ
