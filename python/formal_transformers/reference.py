@@ -514,6 +514,63 @@ def ed_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float =
     return logits_ if logits else softmax(logits_)  # line 21: return P = softmax(W_u X)
 
 
+def unscaled_mh_attention(X, Z, W_q, W_k, W_v, W_o, mask, bias=None) -> np.ndarray:
+    """Algorithm 5 without biases (V5) whose heads run Algorithm 4 with V18's line 4: the scores are not
+    scaled, A ← softmax(Kᵀ Q + B^h) (T5 folds 1/√d_attn into its initialisation). Heads as mh_attention."""
+    Y = []
+    for h in range(W_q.shape[0]):  # lines 1–2
+        Q, K, V = W_q[h] @ X, W_k[h] @ Z, W_v[h] @ Z  # Algorithm 4 lines 1–3 (no biases)
+        S = np.where(mask, K.T @ Q, -np.inf)  # lines 4–5: S ← Kᵀ Q (V18: unscaled); masked ← −∞
+        Y.append(V @ softmax(S + (0 if bias is None else bias[h])))  # line 6: Ṽ ← V softmax(S + B^h)
+    return W_o @ np.concatenate(Y, axis=0)  # lines 3–4: W_o [Y¹; …; Y^H]
+
+
+def geglu_mlp(X_tilde, W_gate, W_mlp1, W_mlp2) -> np.ndarray:
+    """V18b GEGLU without biases: W_mlp2 (GELU_tanh(W_gate X̃) ⊙ W_mlp1 X̃) (T5 v1.1's gated-gelu, gelu_new)."""
+    return W_mlp2 @ (_gelu(W_gate @ X_tilde, "tanh") * (W_mlp1 @ X_tilde))  # lines 1–4
+
+
+def t5_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float = 1e-6, mlp: str = "relu",
+                   relative_max_distance: int = 128, unembed_rescale: bool = True, logits: bool = False) -> np.ndarray:
+    """V18 (docs/variants.md): P ← EDTransformer(z, x | θ) with T5's choices — pre_norm=True, norm="rms",
+    bias=False, positional="relative" (V11), scale_scores=False, mlp="relu" | "geglu", unembed_rescale.
+    Parameter names as ft's EDTransformer (enc.l.gamma1, …, enc.gamma, dec.l.gamma1–3, dec.gamma)."""
+    z, x = np.asarray(z), np.asarray(x)
+    W_e = params["W_e"]
+
+    def ff(X, p, W1, W2):  # MLP(X̃): ReLU or GEGLU
+        if mlp == "geglu":
+            return geglu_mlp(X, params[p + "W_gate"], params[p + W1], params[p + W2])
+        return params[p + W2] @ relu(params[p + W1] @ X)
+
+    def att(X, Z, p, mask, bias=None):
+        return unscaled_mh_attention(X, Z, *(params[p + w] for w in ("W_q", "W_k", "W_v", "W_o")), mask, bias)
+
+    l_z, l_x = len(z), len(x)
+    B_enc = relative_bias(l_z, l_z, params["enc.rel_bias"], bidirectional=True, max_distance=relative_max_distance)
+    Z = np.stack([W_e[:, v] for v in z], axis=1)  # lines 1–3 (no W_p)
+    for i in range(L_enc):
+        p = f"enc.{i}."
+        Zt = rms_norm_columns(Z, params[p + "gamma1"], eps)
+        Z = Z + att(Zt, Zt, p + "attn.", bidirectional_mask(l_z, l_z), B_enc)  # Z ← Z + MHAttention(norm(Z | γ¹))
+        Z = Z + ff(rms_norm_columns(Z, params[p + "gamma2"], eps), p, "W_mlp1", "W_mlp2")  # Z ← Z + MLP(norm(Z))
+    Z = rms_norm_columns(Z, params["enc.gamma"], eps)  # Z ← norm(Z | γ_enc)
+    B_dec = relative_bias(l_x, l_x, params["dec.rel_bias"], bidirectional=False, max_distance=relative_max_distance)
+    X = np.stack([W_e[:, v] for v in x], axis=1)  # lines 10–12
+    for i in range(L_dec):
+        p = f"dec.{i}."
+        Xt = rms_norm_columns(X, params[p + "gamma1"], eps)
+        X = X + att(Xt, Xt, p + "attn.", unidirectional_mask(l_x, l_x), B_dec)  # line 1
+        X = X + att(rms_norm_columns(X, params[p + "gamma2"], eps), Z, p + "cross_attn.",
+                    bidirectional_mask(l_z, l_x))  # line 2
+        X = X + ff(rms_norm_columns(X, params[p + "gamma3"], eps), p, "W_mlp3", "W_mlp4")  # line 3
+    X = rms_norm_columns(X, params["dec.gamma"], eps)  # X ← norm(X | γ_dec)
+    if unembed_rescale:
+        X = X / math.sqrt(X.shape[0])  # X ← d_e^−1/2 X
+    logits_ = _unembedding_matrix(params) @ X
+    return logits_ if logits else softmax(logits_)  # P = softmax(W_u X)
+
+
 def _sequences(x) -> list:
     """A 1-D sequence → [x]; a 2-D (N, ℓ) array or a list of 1-D sequences → its sequences."""
     if np.ndim(x[0]) == 0:  # a 1-D sequence of ids (array or list)

@@ -88,6 +88,7 @@ struct AttnVariant {
     bool rel_bidirectional = true;
     index_t rel_buckets = 32, rel_max_distance = 128;
     double rel_init_std = 0.02;
+    bool scale_scores = true;  // false: V18 (T5), line 4's S ← Kᵀ Q without 1/√d_attn
     // lines 4–6 estimated with random features (V15, random_features.hpp): D = n_features rows of Ω, drawn
     // from feature_seed and the attention's name; Softmax: the listing
     AttnKernel kernel = AttnKernel::Softmax;

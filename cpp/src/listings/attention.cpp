@@ -27,9 +27,10 @@ void weight_offsets(const Seqs& sx, const Seqs& sz, index_t H, std::size_t elem,
     check_bytes(off.back(), elem, what);
 }
 // line 4: S ← Kᵀ Q, scaled by 1/√d_attn (line 6's scaling, folded into the product)
+// (V18, T5: unscaled, S ← Kᵀ Q)
 template <class T>
-void scores(CMatView<T> Q, CMatView<T> K, MatView<T> S) {
-    gemm<T>(Op::T, Op::N, T(1) / std::sqrt(T(Q.rows)), K, Q, T(0), S);
+void scores(CMatView<T> Q, CMatView<T> K, MatView<T> S, bool unscaled) {
+    gemm<T>(Op::T, Op::N, unscaled ? T(1) : T(1) / std::sqrt(T(Q.rows)), K, Q, T(0), S);
 }
 
 // line 5 and the softmax of line 6, on column j of S (query t_x = q0 + j of sequence b): keys outside the
@@ -84,7 +85,7 @@ void for_blocks(index_t n_seqs, index_t H, index_t work_per_block, F&& f, bool t
 
 template <class T>
 void attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MatView<T> A, MatView<T> Vt) {
-    scores<T>(Q, K, A);  // line 4
+    scores<T>(Q, K, A, blk.unscaled);  // line 4
     if (blk.bias) blk.bias->add(*blk.store, *blk.mask, blk.b, blk.h, blk.q0, A);  // line 6: S/√d_attn + B^h (e.g. V2)
     mask_softmax<T>(*blk.mask, blk.b, blk.q0, A);  // lines 5, 6: A = softmax(S/√d_attn)
     if (!blk.drop) {
@@ -103,8 +104,8 @@ void attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock
 template <class T>
 void attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> A, CMatView<T> dVt,
                              MatView<T> dQ, MatView<T> dK, MatView<T> dV, MatView<T> dA, const T* Ad,
-                             const std::uint8_t* keep, double p) {
-    const T scale = T(1) / std::sqrt(T(Q.rows));
+                             const std::uint8_t* keep, double p, bool unscaled) {
+    const T scale = unscaled ? T(1) : T(1) / std::sqrt(T(Q.rows));
     // line 6: dV += dṼ Aᵀ (with dropout: the dropped weights Ad the forward multiplied V with)
     gemm<T>(Op::N, Op::T, T(1), dVt, keep ? CMatView<T>(Ad, A.rows, A.cols) : A, T(1), dV);
     gemm<T>(Op::T, Op::N, T(1), V, dVt, T(0), dA);  // line 6: dA = Vᵀ dṼ
@@ -475,7 +476,7 @@ void MHAttention<T>::heads(const ParamStore<T>& store, CMatView<T> Q, const Seqs
                 if (c.drop.active()) hd = {c.drop.p, c.drop_key, std::uint64_t(c.A_off[std::size_t(b * H + h)]), nullptr, nullptr};
                 HeadBlock<T> blk;
                 blk.mask = &c.mask, blk.b = b, blk.h = h, blk.q0 = q0;
-                blk.bias = position.bias.get(), blk.store = &store;
+                blk.bias = position.bias.get(), blk.store = &store, blk.unscaled = !var.scale_scores;
                 blk.drop = c.drop.active() ? &hd : nullptr;
                 tiled_attention_head<T>(Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
                                         K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
@@ -502,7 +503,7 @@ void MHAttention<T>::heads(const ParamStore<T>& store, CMatView<T> Q, const Seqs
         if (c.drop.active()) hd = {c.drop.p, drop->key(place), std::uint64_t(off), c.Ad.data() + off, c.drop.keep.data() + off};
         HeadBlock<T> blk;
         blk.mask = &c.mask, blk.b = b, blk.h = h, blk.q0 = q0;
-        blk.bias = position.bias.get(), blk.store = &store;
+        blk.bias = position.bias.get(), blk.store = &store, blk.unscaled = !var.scale_scores;
         blk.drop = c.drop.active() ? &hd : nullptr;
         attention_head<T>(Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
                           K.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
@@ -583,7 +584,7 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
                     if (c.drop.active()) hd = {c.drop.p, c.drop_key, std::uint64_t(c.A_off[std::size_t(b * H + h)]), nullptr, nullptr};
                     HeadBlock<T> blk;
                     blk.mask = &c.mask, blk.b = b, blk.h = h, blk.q0 = c.q0;
-                    blk.bias = position.bias.get(), blk.store = &store;
+                    blk.bias = position.bias.get(), blk.store = &store, blk.unscaled = !var.scale_scores;
                     blk.drop = c.drop.active() ? &hd : nullptr;
                     tiled_attention_head_backward<T>(
                         Q.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
@@ -613,7 +614,7 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
                                        dV.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)),
                                        MatView<T>(w.dA.data() + off, sz.len(b), sx.len(b)),
                                        c.drop.active() ? c.Ad.data() + off : nullptr,
-                                       c.drop.active() ? c.drop.keep.data() + off : nullptr, c.drop.p);
+                                       c.drop.active() ? c.drop.keep.data() + off : nullptr, c.drop.p, !var.scale_scores);
         }
     });
     if (position.bias)  // d(line 6's + B^h): the bias's parameter gradients from every block's dS, one block at a time
@@ -778,7 +779,7 @@ void MHAttention<T>::materialize_weights(const MHAttentionCache<T>& c) const {
             scratch.resize(std::size_t(d_mid * sx.len(b)));
             HeadBlock<T> blk;
             blk.mask = &c.mask, blk.b = b, blk.h = h, blk.q0 = c.q0;
-            blk.bias = position.bias.get(), blk.store = c.store;
+            blk.bias = position.bias.get(), blk.store = c.store, blk.unscaled = !var.scale_scores;
             attention_head<T>(c.Qv.rows_range(h * d_attn, d_attn).cols_range(sx.begin(b), sx.len(b)),
                               c.Kv.rows_range(g * d_attn, d_attn).cols_range(sz.begin(b), sz.len(b)),
                               c.Vv.rows_range(g * d_mid, d_mid).cols_range(sz.begin(b), sz.len(b)), blk,
@@ -803,9 +804,9 @@ template void attention_head<double>(CMatView<double>, CMatView<double>, CMatVie
                                      MatView<double>, MatView<double>);
 template void attention_head_backward<float>(CMatView<float>, CMatView<float>, CMatView<float>, CMatView<float>, CMatView<float>,
                                              MatView<float>, MatView<float>, MatView<float>, MatView<float>, const float*,
-                                             const std::uint8_t*, double);
+                                             const std::uint8_t*, double, bool);
 template void attention_head_backward<double>(CMatView<double>, CMatView<double>, CMatView<double>, CMatView<double>,
                                               CMatView<double>, MatView<double>, MatView<double>, MatView<double>,
-                                              MatView<double>, const double*, const std::uint8_t*, double);
+                                              MatView<double>, const double*, const std::uint8_t*, double, bool);
 
 }  // namespace ft

@@ -33,6 +33,7 @@ enum class Kind {
     Seed,         // an integer in [0, 2^64)
     Enum,         // a string from the enum's name table
     AllRates,     // "dropout": the default of the three rates, not stored
+    AutoId,       // a token id >= 0, or None: −1 (bos_id, eos_id; resolve checks it against n_vocab)
 };
 enum class Check { None, Positive, NonNegative, Rate };
 
@@ -46,7 +47,10 @@ const NameTable<Positional> kPositionals = {{"learned", Positional::Learned},
                                             {"alibi", Positional::Alibi},
                                             {"relative", Positional::Relative}};
 const NameTable<Gelu> kGelus = {{"exact", Gelu::Exact}, {"tanh", Gelu::Tanh}, {"none", Gelu::Exact}};
-const NameTable<ModelConfig::Mlp> kMlps = {{"gelu", ModelConfig::Mlp::Standard}, {"swiglu", ModelConfig::Mlp::SwiGLU}};
+// (ED's standard MLP is Algorithm 8's ReLU one: written "relu", json_of)
+const NameTable<ModelConfig::Mlp> kMlps = {{"gelu", ModelConfig::Mlp::Standard},    {"swiglu", ModelConfig::Mlp::SwiGLU},
+                                           {"geglu", ModelConfig::Mlp::GeGLU},      {"relu", ModelConfig::Mlp::Standard},
+                                           {"gated-gelu", ModelConfig::Mlp::GeGLU}};
 const NameTable<ModelConfig::MaskKind> kMasks = {{"causal", ModelConfig::MaskKind::Causal},
                                                   {"unidirectional", ModelConfig::MaskKind::Causal},
                                                   {"prefix", ModelConfig::MaskKind::Prefix}};
@@ -97,7 +101,7 @@ const std::vector<OptionSpec> kSchema = {
     {"d_f", E, Kind::Size, &ModelConfig::d_f},
     {"d_attn", ALL, Kind::AutoSize, &ModelConfig::d_attn},
     {"d_mid", ALL, Kind::AutoSize, &ModelConfig::d_mid},
-    {"norm", D, Kind::Enum, &ModelConfig::norm},
+    {"norm", D | ED, Kind::Enum, &ModelConfig::norm},
     {"positional", ALL, Kind::Enum, &ModelConfig::positional},
     {"base", ALL, Kind::AutoReal, &ModelConfig::pos_base},
     {"tied", ALL, Kind::Bool, &ModelConfig::tied},
@@ -120,7 +124,7 @@ const std::vector<OptionSpec> kSchema = {
     {"n_global_blocks", E, Kind::Count, &ModelConfig::n_global_blocks},
     {"n_random_blocks", E, Kind::Count, &ModelConfig::n_random_blocks},
     {"layout_seed", E, Kind::Seed, &ModelConfig::layout_seed},
-    {"mlp", D, Kind::Enum, &ModelConfig::mlp},
+    {"mlp", D | ED, Kind::Enum, &ModelConfig::mlp},
     {"rope_theta", D, Kind::Real, &ModelConfig::rope_theta, Check::Positive},
     {"sliding_window", D, Kind::AutoSize, &ModelConfig::sliding_window},
     {"kv_lora_rank", D, Kind::AutoSize, &ModelConfig::kv_lora_rank},
@@ -131,6 +135,11 @@ const std::vector<OptionSpec> kSchema = {
     {"mtp_weight", D, Kind::Real, &ModelConfig::mtp_weight, Check::NonNegative},
     {"relative_buckets", ED, Kind::Count, &ModelConfig::relative_buckets},
     {"relative_max_distance", ED, Kind::Count, &ModelConfig::relative_max_distance},
+    {"pre_norm", ED, Kind::Bool, &ModelConfig::pre_norm},
+    {"scale_scores", ED, Kind::Bool, &ModelConfig::scale_scores},
+    {"unembed_rescale", ED, Kind::Bool, &ModelConfig::unembed_rescale},
+    {"bos_id", ED, Kind::AutoId, &ModelConfig::bos_id},
+    {"eos_id", ED, Kind::AutoId, &ModelConfig::eos_id},
     {"n_segments", E, Kind::Count, &ModelConfig::n_segments},
     {"embed_norm", E, Kind::Bool, &ModelConfig::embed_norm},
     {"unembed_bias", E, Kind::Bool, &ModelConfig::unembed_bias},
@@ -211,6 +220,13 @@ void set_option(ModelConfig& c, const OptionSpec& o, const OptionValue& v) {
             c.*std::get<index_t ModelConfig::*>(o.field) = n;
             return;
         }
+        case Kind::AutoId: {
+            index_t n = -1;
+            if (!none && (n = int_of(o, v)) < 0)
+                throw ValueError(std::string(o.name) + " must be a token id >= 0 (or None), got " + std::to_string(n));
+            c.*std::get<index_t ModelConfig::*>(o.field) = n;
+            return;
+        }
         case Kind::Real: c.*std::get<double ModelConfig::*>(o.field) = real_of(o, v); return;
         case Kind::AutoReal: {
             double x = 0;
@@ -272,6 +288,8 @@ Json json_of(const ModelConfig& c, const OptionSpec& o) {
                 using V = std::remove_cv_t<std::remove_reference_t<decltype(c.*member)>>;
                 const V& v = c.*member;
                 if constexpr (std::is_enum_v<V>) {
+                    if constexpr (std::is_same_v<V, ModelConfig::Mlp>)
+                        if (c.arch == Arch::ED && v == ModelConfig::Mlp::Standard) return "relu";  // Algorithm 8's φ
                     for (const auto& [name, value] : names_of(member))
                         if (value == v) return name;
                     return nullptr;
@@ -280,6 +298,7 @@ Json json_of(const ModelConfig& c, const OptionSpec& o) {
                     return v;
                 } else if constexpr (std::is_same_v<V, index_t>) {
                     if (o.kind == Kind::AutoSize && v == 0) return nullptr;  // None (sliding_window off)
+                    if (o.kind == Kind::AutoId && v < 0) return nullptr;
                     return v;
                 } else {
                     return v;
@@ -349,7 +368,8 @@ std::vector<std::string> ModelConfig::positional_names(Arch arch) {
 }
 
 std::string ModelConfig::signature(Arch arch) {
-    const ModelConfig defaults;
+    ModelConfig defaults;
+    defaults.arch = arch;  // (json_of writes ED's standard MLP as "relu")
     std::string r;
     bool star = false;
     for (const OptionSpec& o : kSchema) {
@@ -360,7 +380,7 @@ std::string ModelConfig::signature(Arch arch) {
         }
         r += (r.empty() ? "" : ", ") + std::string(o.name);
         if (o.kind == Kind::AllRates) r += "=0.0";
-        else if (o.kind == Kind::AutoSize || (o.kind == Kind::Real && o.check == Check::Rate)) r += "=None";
+        else if (o.kind == Kind::AutoSize || o.kind == Kind::AutoId || (o.kind == Kind::Real && o.check == Check::Rate)) r += "=None";
         else if (o.kind != Kind::Size) r += "=" + python_repr(json_of(defaults, o));
     }
     return r;
@@ -488,8 +508,12 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
     if (c.d_mid <= 0) c.d_mid = c.d_e / c.H;
     if (arch == Arch::E && c.tied && c.d_f != c.d_e)
         throw ValueError("tied=True needs d_f == d_e: W_u = W_eᵀ is N_V × d_e, but ETransformer's W_u is N_V × d_f");
-    if (arch != Arch::D && c.norm != NormKind::Layer)
-        throw ValueError("norm='rms' and norm='scale' are DTransformer options (Gopher; ScaleNorm)");
+    if (arch == Arch::E && c.norm != NormKind::Layer)
+        throw ValueError("norm='rms' and norm='scale' are DTransformer and EDTransformer options (Gopher, T5; ScaleNorm)");
+    for (const auto& [name, id] : {std::pair<const char*, index_t>{"bos_id", c.bos_id}, {"eos_id", c.eos_id}})
+        if (id >= c.n_vocab)
+            throw ValueError(std::string(name) + " = " + std::to_string(id) + " is out of range [0, n_vocab = " +
+                             std::to_string(c.n_vocab) + ")");
     if (arch != Arch::D && c.sliding_window != 0) throw ValueError("sliding_window is a DTransformer option (Mistral)");
     if (c.mask == ModelConfig::MaskKind::Prefix && c.sliding_window != 0)
         throw ValueError("mask='prefix' does not combine with sliding_window (one Mask for line 6)");
@@ -512,7 +536,8 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
             throw ValueError("relative_max_distance must be > relative_buckets / 2 = " + std::to_string(c.relative_buckets / 2) +
                              " (the log-spaced buckets run from there to it), got " + std::to_string(c.relative_max_distance));
     }
-    if (arch != Arch::D && c.mlp != ModelConfig::Mlp::Standard) throw ValueError("mlp='swiglu' is a DTransformer option");
+    if (arch == Arch::E && c.mlp != ModelConfig::Mlp::Standard)
+        throw ValueError("mlp='swiglu' and mlp='geglu' are DTransformer and EDTransformer options");
     if (c.positional == Positional::Rope && c.kv_lora_rank == 0 && c.d_attn % 2 != 0)
         throw ValueError("positional='rope' rotates pairs of rows: d_attn (the head size) must be even, got " +
                          std::to_string(c.d_attn));

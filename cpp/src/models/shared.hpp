@@ -34,7 +34,9 @@ MatView<T> copy_into(Matrix<T>& dst, CMatView<T> src) {
 inline std::string layer_prefix(const char* group, index_t l) { return std::string(group) + "." + std::to_string(l) + "."; }
 // The names of the parts a config chooses (parts.hpp's registry), from its fields.
 inline const char* norm_name(NormKind k) { return k == NormKind::RMS ? "rms" : k == NormKind::Scale ? "scale" : "layer"; }
-inline const char* mlp_name(ModelConfig::Mlp m) { return m == ModelConfig::Mlp::SwiGLU ? "swiglu" : "standard"; }
+inline const char* mlp_name(ModelConfig::Mlp m) {
+    return m == ModelConfig::Mlp::SwiGLU ? "swiglu" : m == ModelConfig::Mlp::GeGLU ? "geglu" : "standard";
+}
 inline const char* position_name(Positional p) {
     return p == Positional::Rope ? "rope" : p == Positional::Alibi ? "alibi" : p == Positional::Relative ? "relative" : "none";
 }
@@ -63,6 +65,7 @@ inline AttnVariant attn_variant(const ModelConfig& c, bool positional) {
     v.rope_theta = c.rope_theta;
     v.impl = c.attention_impl;
     v.kv_lora_rank = c.kv_lora_rank, v.q_lora_rank = c.q_lora_rank, v.qk_rope_head_dim = c.qk_rope_head_dim;  // V10
+    v.scale_scores = c.scale_scores;  // V18
     v.kernel = c.attention;  // V15
     v.n_features = c.n_features;
     v.feature_seed = c.feature_seed;

@@ -26,6 +26,8 @@ std::shared_ptr<const MLPPart<T>> make_standard_mlp(const MLPSpec&, ParamStore<T
 template <class T>
 std::shared_ptr<const MLPPart<T>> make_swiglu_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // variants/swiglu.cpp
 template <class T>
+std::shared_ptr<const MLPPart<T>> make_geglu_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // variants/geglu.cpp
+template <class T>
 std::shared_ptr<const NormPart<T>> make_layer_norm(index_t, double, ParamStore<T>&, const std::string&,
                                                    const std::string&);  // listings/norm.cpp
 template <class T>
@@ -81,6 +83,7 @@ const std::vector<Entry<MLPFactory<T>>>& mlps() {
     static const std::vector<Entry<MLPFactory<T>>> t = {
         {"standard", make_standard_mlp<T>},
         {"swiglu", make_swiglu_mlp<T>},
+        {"geglu", make_geglu_mlp<T>},
     };
     return t;
 }
