@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "bind.hpp"
+#include "formal_transformers/block_sparse.hpp"
 #include "formal_transformers/random_features.hpp"
 #include "formal_transformers/units.hpp"
 
@@ -54,6 +55,73 @@ std::string mask_repr(const ft::Mask& mask) {
     if (mask.name() == "explicit")
         return "<bool array (" + std::to_string(mask.l_z()) + ", " + std::to_string(mask.l_x()) + ")>";
     return "'" + mask.name() + "'";
+}
+
+// V17: a block layout as a bool array (n, n), layout[j, i]: key block j live for query block i (the
+// orientation of Mask[t_z, t_x])
+py::array layout_array(const ft::BlockLayout& L) {
+    py::array_t<bool, py::array::f_style> a({py::ssize_t(L.n), py::ssize_t(L.n)});
+    bool* p = a.mutable_data();
+    std::fill(p, p + L.n * L.n, false);
+    for (index_t i = 0; i < L.n; ++i)
+        for (index_t k = 0; k < L.count(i); ++k) p[L.of(i)[k] + i * L.n] = true;
+    return std::move(a);
+}
+ft::BlockLayout layout_of(const py::handle& layout, long long block_size) {
+    const index_t b = positive(block_size, "block_size");
+    py::array a = py::module_::import("numpy").attr("asarray")(layout);
+    if (a.dtype().kind() != 'b') throw ft::TypeError("layout must be a bool array (n, n) (layout[j, i]: key block j for query block i)");
+    if (a.ndim() != 2 || a.shape(0) != a.shape(1) || a.shape(0) < 1)
+        throw ft::ValueError("layout must be a square bool array (n, n), got shape " + shape_str(a));
+    auto m = py::array_t<bool, py::array::f_style | py::array::forcecast>::ensure(a);
+    const index_t n = index_t(a.shape(0));
+    std::vector<std::vector<index_t>> keys(static_cast<std::size_t>(n));
+    for (index_t i = 0; i < n; ++i)
+        for (index_t j = 0; j < n; ++j)
+            if (m.data()[j + i * n]) keys[std::size_t(i)].push_back(j);
+    return ft::explicit_layout(b, keys);
+}
+template <class T>
+py::tuple block_sparse_forward(const py::handle& Qo, const py::handle& Ko, const py::handle& Vo, const ft::BlockLayout& L) {
+    auto Q = in_matrix<T>(Qo, "Q", -1, false), K = in_matrix<T>(Ko, "K", Q.m.rows, false, "d_attn");
+    auto V = in_matrix<T>(Vo, "V", -1, false);
+    const index_t l = L.n * L.block;
+    if (Q.m.cols != l || K.m.cols != l || V.m.cols != l)
+        throw ft::ValueError("Q, K, V must have n·block_size = " + std::to_string(l) + " columns (the layout's), got " +
+                             std::to_string(Q.m.cols) + ", " + std::to_string(K.m.cols) + ", " + std::to_string(V.m.cols));
+    auto Y = out_matrix<T>(V.m.rows, l);
+    py::array_t<T> lse(py::ssize_t{l});
+    {
+        py::gil_scoped_release r;
+        ft::block_sparse_head<T>(L, Q.m, K.m, V.m, ft::MatView<T>(Y.mutable_data(), V.m.rows, l), lse.mutable_data());
+    }
+    return py::make_tuple(Y, lse);
+}
+template <class T>
+py::tuple block_sparse_backward(const py::handle& Qo, const py::handle& Ko, const py::handle& Vo, const ft::BlockLayout& L,
+                                const py::handle& lse_o, const py::handle& dYo) {
+    auto Q = in_matrix<T>(Qo, "Q", -1, false), K = in_matrix<T>(Ko, "K", Q.m.rows, false, "d_attn");
+    auto V = in_matrix<T>(Vo, "V", -1, false), dY = in_matrix<T>(dYo, "dY", V.m.rows, false, "d_v");
+    const index_t l = L.n * L.block;
+    if (Q.m.cols != l || K.m.cols != l || V.m.cols != l || dY.m.cols != l)
+        throw ft::ValueError("Q, K, V, dY must have n·block_size = " + std::to_string(l) + " columns (the layout's)");
+    auto lse = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(lse_o);
+    if (!lse || lse.ndim() != 1 || lse.shape(0) != l) throw ft::ValueError("lse must be a vector of " + std::to_string(l));
+    auto dQ = out_matrix<T>(Q.m.rows, l), dK = out_matrix<T>(K.m.rows, l), dV = out_matrix<T>(V.m.rows, l);
+    std::fill(dQ.mutable_data(), dQ.mutable_data() + Q.m.rows * l, T(0));
+    std::fill(dK.mutable_data(), dK.mutable_data() + K.m.rows * l, T(0));
+    std::fill(dV.mutable_data(), dV.mutable_data() + V.m.rows * l, T(0));
+    {
+        py::gil_scoped_release r;
+        ft::block_sparse_head_backward<T>(L, Q.m, K.m, V.m, lse.data(), dY.m, ft::MatView<T>(dQ.mutable_data(), Q.m.rows, l),
+                                          ft::MatView<T>(dK.mutable_data(), K.m.rows, l),
+                                          ft::MatView<T>(dV.mutable_data(), V.m.rows, l));
+    }
+    return py::make_tuple(dQ, dK, dV);
+}
+bool is_f32(const py::handle& Q) {
+    py::array a = py::module_::import("numpy").attr("asarray")(Q);
+    return a.dtype().is(py::dtype::of<float>());
 }
 
 template <class T>
@@ -203,6 +271,45 @@ void register_attention(py::module_& m) {
         "FAVOR+: Gram-Schmidt blocks, rows rescaled by chi-distributed norms) or 'rfa' (independent Gaussian rows),\n"
         "Algorithm V15a of docs/variants.md, drawn from seed and the attention's name: a model's layer l draws it\n"
         "with seed=feature_seed, name=f'layers.{l}.attn.'.");
+
+    // --------------------------------------------------------------------- V17: block-sparse (BigBird)
+    m.def(
+        "bigbird_layout",
+        [](long long n_blocks, long long window_blocks, long long n_global_blocks, long long n_random_blocks,
+           const py::object& seed, const std::string& name) {
+            ft::BigBirdSpec s;
+            s.block = 1, s.window = index_t(window_blocks), s.global = index_t(n_global_blocks);
+            s.random = index_t(n_random_blocks), s.seed = seed_arg(seed), s.name = name;
+            const index_t n = positive(n_blocks, "n_blocks");
+            ft::check_bigbird_spec(s);
+            return layout_array(ft::bigbird_layout(s, n));
+        },
+        py::arg("n_blocks"), py::arg("window_blocks") = 3, py::arg("n_global_blocks") = 1, py::arg("n_random_blocks") = 3,
+        py::arg("seed") = 0, py::arg("name") = "",
+        "BigBird's block layout (Algorithm V17a of docs/variants.md) of n_blocks blocks: a bool array (n, n),\n"
+        "layout[j, i] = key block j is live for query block i. Random blocks drawn from seed and the attention's\n"
+        "name: an ETransformer(attention='bigbird') layer l draws with seed=layout_seed, name=f'layers.{l}.attn.'.\n"
+        "ValueError: window_blocks even or < 1, n_global_blocks or n_random_blocks < 0, too few blocks.");
+    m.def(
+        "block_sparse_attention",
+        [](const py::handle& Q, const py::handle& K, const py::handle& V, const py::handle& layout, long long block_size) {
+            const ft::BlockLayout L = layout_of(layout, block_size);
+            return is_f32(Q) ? block_sparse_forward<float>(Q, K, V, L) : block_sparse_forward<double>(Q, K, V, L);
+        },
+        py::arg("Q"), py::arg("K"), py::arg("V"), py::arg("layout"), py::arg("block_size"),
+        "Algorithm V17b (block-sparse attention, one head): Q (d, ℓ), K (d, ℓ), V (d_v, ℓ), layout a bool (n, n)\n"
+        "block layout (as bigbird_layout returns; ℓ = n·block_size) -> (Ṽ (d_v, ℓ), λ (ℓ,)), Ṽ = V softmax(S/√d)\n"
+        "over the live blocks only. float32 when Q is float32, else float64.");
+    m.def(
+        "block_sparse_attention_backward",
+        [](const py::handle& Q, const py::handle& K, const py::handle& V, const py::handle& layout, long long block_size,
+           const py::handle& lse, const py::handle& dY) {
+            const ft::BlockLayout L = layout_of(layout, block_size);
+            return is_f32(Q) ? block_sparse_backward<float>(Q, K, V, L, lse, dY)
+                             : block_sparse_backward<double>(Q, K, V, L, lse, dY);
+        },
+        py::arg("Q"), py::arg("K"), py::arg("V"), py::arg("layout"), py::arg("block_size"), py::arg("lse"), py::arg("dY"),
+        "The backward of block_sparse_attention: given its λ and dṼ (d_v, ℓ) -> (dQ, dK, dV).");
 
     // ------------------------------------------------------------------------------ Algorithm 3
     using DB = AnyDtype<BasicAttentionUnit>;

@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'PromptCache', 'RMSNorm', 'SGD', 'SpeculativeInference', 'TokenEmbedding', 'Unembedding', 'ViT', 'WordTokenizer', 'bidirectional_mask', 'blas_info', 'blas_kernel', 'check_training_options', 'chunk', 'gelu', 'get_num_threads', 'learning_rate', 'max_num_threads', 'random_feature_matrix', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
+__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'PromptCache', 'RMSNorm', 'SGD', 'SpeculativeInference', 'TokenEmbedding', 'Unembedding', 'ViT', 'WordTokenizer', 'bidirectional_mask', 'bigbird_layout', 'blas_info', 'blas_kernel', 'block_sparse_attention', 'block_sparse_attention_backward', 'check_training_options', 'chunk', 'gelu', 'get_num_threads', 'learning_rate', 'max_num_threads', 'random_feature_matrix', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
 class _HasParams:
     """
     Base of every object with parameters (params, grads).
@@ -663,7 +663,7 @@ class ETransformer(_HasParams):
         ...
     def __init__(self, *args, **kwargs) -> None:
         """
-        __init__(n_vocab, l_max, L, H, d_e, d_mlp, d_f, *, d_attn=None, d_mid=None, positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', attention='softmax', n_features=None, feature_seed=0, n_segments=0, embed_norm=False, unembed_bias=False, fixnorm=False, dtype='float32')
+        __init__(n_vocab, l_max, L, H, d_e, d_mlp, d_f, *, d_attn=None, d_mid=None, positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', attention='softmax', n_features=None, feature_seed=0, block_size=None, window_blocks=3, n_global_blocks=1, n_random_blocks=3, layout_seed=0, n_segments=0, embed_norm=False, unembed_bias=False, fixnorm=False, dtype='float32')
         
         The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
         """
@@ -784,7 +784,7 @@ class EDTransformer(_HasParams):
         ...
     def __init__(self, *args, **kwargs) -> None:
         """
-        __init__(n_vocab, l_max, L_enc, L_dec, H, d_e, d_mlp, *, d_attn=None, d_mid=None, positional='learned', base=None, tied=False, eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', relative_buckets=32, relative_max_distance=128, fixnorm=False, dtype='float32')
+        __init__(n_vocab, l_max, L_enc, L_dec, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', mlp='relu', relative_buckets=32, relative_max_distance=128, pre_norm=False, scale_scores=True, unembed_rescale=False, bos_id=None, eos_id=None, fixnorm=False, dtype='float32')
         
         The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
         """
@@ -1481,6 +1481,13 @@ def bidirectional_mask(l_z: typing.SupportsInt | typing.SupportsIndex, l_x: typi
     """
     Mask ≡ 1 (l_z, l_x) bool array: every token attends to every context token (l_x defaults to l_z).
     """
+def bigbird_layout(n_blocks: typing.SupportsInt | typing.SupportsIndex, window_blocks: typing.SupportsInt | typing.SupportsIndex = 3, n_global_blocks: typing.SupportsInt | typing.SupportsIndex = 1, n_random_blocks: typing.SupportsInt | typing.SupportsIndex = 3, seed: typing.Any = 0, name: str = '') -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+    """
+    BigBird's block layout (Algorithm V17a of docs/variants.md) of n_blocks blocks: a bool array (n, n),
+    layout[j, i] = key block j is live for query block i. Random blocks drawn from seed and the attention's
+    name: an ETransformer(attention='bigbird') layer l draws with seed=layout_seed, name=f'layers.{l}.attn.'.
+    ValueError: window_blocks even or < 1, n_global_blocks or n_random_blocks < 0, too few blocks.
+    """
 def blas_info() -> str:
     """
     The BLAS in use: OpenBLAS's build configuration, the kernel set it chose for this CPU, and its threads.
@@ -1488,6 +1495,16 @@ def blas_info() -> str:
 def blas_kernel() -> str:
     """
     The kernel set OpenBLAS chose for this CPU at load time, e.g. 'Haswell', 'SkylakeX', 'Zen' ('Prescott', 'Core2', 'Nehalem' are generic fallbacks: slow on a CPU with AVX2).
+    """
+def block_sparse_attention(Q: typing.Any, K: typing.Any, V: typing.Any, layout: typing.Any, block_size: typing.SupportsInt | typing.SupportsIndex) -> tuple:
+    """
+    Algorithm V17b (block-sparse attention, one head): Q (d, ℓ), K (d, ℓ), V (d_v, ℓ), layout a bool (n, n)
+    block layout (as bigbird_layout returns; ℓ = n·block_size) -> (Ṽ (d_v, ℓ), λ (ℓ,)), Ṽ = V softmax(S/√d)
+    over the live blocks only. float32 when Q is float32, else float64.
+    """
+def block_sparse_attention_backward(Q: typing.Any, K: typing.Any, V: typing.Any, layout: typing.Any, block_size: typing.SupportsInt | typing.SupportsIndex, lse: typing.Any, dY: typing.Any) -> tuple:
+    """
+    The backward of block_sparse_attention: given its λ and dṼ (d_v, ℓ) -> (dQ, dK, dV).
     """
 def check_training_options(options: dict) -> None:
     """

@@ -16,11 +16,17 @@ def _check_options(cfg: dict, target: str) -> None:
         raise ValueError(f"{target} has no equivalent of the option bias=False")
     if cfg.get("H_kv") not in (None, 0, cfg.get("H")):
         raise ValueError(f"{target} has no equivalent of the option H_kv={cfg['H_kv']!r} (grouped-query attention)")
+    if cfg.get("arch") == "EDTransformer" and cfg.get("norm", "layer") != "layer":
+        raise ValueError(f"{target} has no equivalent of the option norm={cfg['norm']!r} for an EDTransformer")
     for k, v in cfg.items():
         if k in ("bias", "H_kv") or k in _KNOWN:
             continue
         if k == "mlp" and v in (None, "", "gelu", "mlp", "default"):
             continue
+        if k == "mlp" and v == "relu" and cfg.get("arch") == "EDTransformer":
+            continue  # Algorithm 8's MLP (ED's default)
+        if k == "scale_scores" and v is True:
+            continue  # V18's option at its default (Algorithm 4's 1/√d_attn)
         if k == "mask" and v in (None, "", "causal"):
             continue
         if k == "attention" and v == "softmax":
@@ -29,7 +35,11 @@ def _check_options(cfg: dict, target: str) -> None:
             continue  # V15's options act only with attention='performer' or 'rfa'
         if k == "mtp_weight" and not cfg.get("mtp_depth"):
             continue  # V16's weight acts only with mtp_depth > 0 (refused below as any other option)
+        if k in ("block_size", "window_blocks", "n_global_blocks", "n_random_blocks", "layout_seed") and \
+                cfg.get("attention", "softmax") != "bigbird":
+            continue  # V17's options act only with attention='bigbird'
         if k == "attention":
-            raise ValueError(f"{target} has no equivalent of the option attention={v!r} (random-feature attention)")
+            kind = "block-sparse attention" if v == "bigbird" else "random-feature attention"
+            raise ValueError(f"{target} has no equivalent of the option attention={v!r} ({kind})")
         if v not in (None, False, 0, "", "none"):
             raise ValueError(f"{target} has no equivalent of the option {k}={v!r}")

@@ -43,6 +43,22 @@ token (its gradient of that row differs when the id occurs in a sequence). to_hf
     angles in float32 even for a float64 model, so a float64 HF LLaMA agrees with ft to float32 accuracy
     unless those two run in float64 (tests/python/test_variants.py shows how).
 
+  T5 (T5ForConditionalGeneration, Raffel et al. 2020 -> EDTransformer with docs/variants.md's V11 relative
+    position bias and V18 (pre_norm=True, norm="rms", bias=False, scale_scores=False, mlp="relu" | "geglu",
+    unembed_rescale, bos_id = decoder_start_token_id, eos_id = eos_token_id; no W_p)):
+    shared = W_eᵀ; encoder.block.l.layer.0.SelfAttention.{q,k,v} = W_q, W_k, W_v (H blocks of d_kv rows), o = W_o,
+    layer_norm = γ_l¹; layer.1.DenseReluDense.wi = W_mlp1 (gated: wi_0 = W_gate, wi_1 = W_mlp1), wo = W_mlp2,
+    layer_norm = γ_l²; encoder.block.0.…relative_attention_bias = enc.rel_bias; encoder.final_layer_norm = γ_enc;
+    decoder.block.l.layer.0 the same (γ¹, dec.rel_bias), layer.1.EncDecAttention = cross_attn (γ²),
+    layer.2 = W_mlp3 (W_gate), W_mlp4 (γ³); decoder.final_layer_norm = γ_dec; lm_head = W_u (tied: W_eᵀ).
+    transformers 5 always ties lm_head to shared and scales by d_model^−1/2 when the config's
+    tie_word_embeddings is not False (scale_decoder_outputs): ft's tied and unembed_rescale are the two
+    independent facts (from_hf reads "tied" from whether lm_head is shared's tensor; to_hf unties lm_head
+    for an untied model). T5 drops inside its MLP and after the final norms, places ft has no dropout site
+    for: from_hf leaves the rates 0 (training-time only; the function is the same) and to_hf writes
+    dropout_rate = 0. HF's T5LayerNorm computes its mean square in float32 even for a float64 model
+    (tests/python/test_t5_hf.py says what that costs and how the test runs it in float64).
+
 Unsupported configurations raise ValueError naming the option; nothing is half-loaded (every tensor is
 checked before a model is made).
 """
@@ -168,10 +184,14 @@ _LAYERS = {"gpt2": ("h.", "n_layer"), "bert": ("encoder.layer.", "num_hidden_lay
            "deepseek_v3": ("layers.", "num_hidden_layers")}
 
 
-def _check_layer_count(family: str, hp: dict, T: dict, cls_name: str, where: str) -> None:
+def _check_layer_count(family: str, hp: dict, T: dict, cls_name: str, where: str, layers=None) -> None:
     """The config's layer count against the layers the weights hold, before any per-layer name is listed (a
     config claiming 10⁹ layers is a ValueError at once, not a list of 10¹⁰ names)."""
-    prefix, key = _LAYERS[family]
+    if family == "t5":  # two stacks
+        for prefix, key, L in (("encoder.block.", "num_layers", "L_enc"), ("decoder.block.", "num_decoder_layers", "L_dec")):
+            _check_layer_count("", {"L": hp[L]}, T, cls_name, where, (prefix, key))
+        return
+    prefix, key = layers or _LAYERS[family]
     present = set()
     for k in T:
         if k.startswith(prefix):
@@ -614,6 +634,127 @@ def _deepseek_export(cfg: dict, P: dict):
     return "DeepseekV3ForCausalLM", hf, t
 
 
+# T5 (T5ForConditionalGeneration): an EDTransformer with V11 and V18 (docs/variants.md)
+
+def _t5_hyper(c: dict) -> dict:
+    m = "T5"
+    if not _cfg_bool(c, m, "is_encoder_decoder", True):
+        raise _unsupported(m, "is_encoder_decoder", False, "T5ForConditionalGeneration is an encoder-decoder (Algorithm 8)")
+    if _cfg_bool(c, m, "is_decoder", False):
+        raise _unsupported(m, "is_decoder", True, "the stack configuration of T5ForConditionalGeneration has is_decoder=False")
+    ff = _cfg_str(c, m, "feed_forward_proj", "relu")
+    if ff not in ("relu", "gated-gelu"):
+        raise _unsupported(m, "feed_forward_proj", ff, "'relu' (the standard MLP with ReLU) or 'gated-gelu' (V18b GEGLU)")
+    N_b = _cfg_int(c, m, "relative_attention_num_buckets", 32)
+    d_max = _cfg_int(c, m, "relative_attention_max_distance", 128)
+    if N_b < 4:
+        raise _unsupported(m, "relative_attention_num_buckets", N_b, "at least 4 (V11 halves them for the two directions)")
+    if d_max <= N_b // 2:
+        raise _unsupported(m, "relative_attention_max_distance", d_max,
+                           f"more than relative_attention_num_buckets / 2 = {N_b // 2} (V11's log-spaced buckets)")
+    eos = c.get("eos_token_id", 1)
+    if isinstance(eos, bool) or not isinstance(eos, int) or eos < 0:
+        raise _unsupported(m, "eos_token_id", eos, "one token id (EDInference's eos_id)")
+    start = c.get("decoder_start_token_id")
+    if start is None:
+        start = c.get("pad_token_id", 0)
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        raise _unsupported(m, "decoder_start_token_id", start, "one token id (EDInference's bos_id)")
+    scale = c.get("scale_decoder_outputs")
+    if scale is None:  # transformers < 5: the config's tie_word_embeddings says both (see the module's notes)
+        scale = _cfg_bool(c, m, "tie_word_embeddings", True)
+    d_kv, L = _cfg_int(c, m, "d_kv"), _cfg_int(c, m, "num_layers")
+    L_dec = c.get("num_decoder_layers")
+    return dict(n_vocab=_cfg_int(c, m, "vocab_size"), l_max=_cfg_int(c, m, "n_positions", 512), L_enc=L,
+                L_dec=_cfg_int(c, m, "num_decoder_layers") if L_dec is not None else L,
+                H=_cfg_int(c, m, "num_heads"), d_e=_cfg_int(c, m, "d_model"), d_mlp=_cfg_int(c, m, "d_ff"),
+                d_attn=d_kv, d_mid=d_kv, norm="rms", pre_norm=True, bias=False, positional="relative",
+                relative_buckets=N_b, relative_max_distance=d_max, scale_scores=False,
+                mlp="geglu" if ff == "gated-gelu" else "relu", unembed_rescale=bool(scale),
+                eps=_cfg_float(c, m, "layer_norm_epsilon", 1e-6), bos_id=int(start), eos_id=int(eos),
+                tied=bool(c.get("_ft_tied", True)))
+
+
+def _t5_attn(stack: str, l: int, i: int, kind: str):
+    return [(f"{stack}.block.{l}.layer.{i}.{kind}.{w}.weight", f"{stack[:3]}.{l}.{'attn' if i == 0 else 'cross_attn'}.W_{w}",
+             "" if w == "o" else "H") for w in "qkvo"]
+
+
+def _t5_names(hp: dict, head: bool):
+    """(HF name, ft name, heads of the reshape or "") of every tensor of a T5ForConditionalGeneration."""
+    gated = hp["mlp"] == "geglu"
+    r = [("shared.weight", "W_e", "T"), ("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+                                         "enc.rel_bias", ""),
+         ("decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", "dec.rel_bias", ""),
+         ("encoder.final_layer_norm.weight", "enc.gamma", ""), ("decoder.final_layer_norm.weight", "dec.gamma", "")]
+    for stack, L, ff in (("encoder", hp["L_enc"], 1), ("decoder", hp["L_dec"], 2)):
+        s = stack[:3]
+        W1, W2 = ("W_mlp1", "W_mlp2") if stack == "encoder" else ("W_mlp3", "W_mlp4")
+        for l in range(L):
+            b = f"{stack}.block.{l}.layer"
+            r += _t5_attn(stack, l, 0, "SelfAttention") + [(f"{b}.0.layer_norm.weight", f"{s}.{l}.gamma1", "")]
+            if stack == "decoder":
+                r += _t5_attn(stack, l, 1, "EncDecAttention") + [(f"{b}.1.layer_norm.weight", f"{s}.{l}.gamma2", "")]
+            d = f"{b}.{ff}.DenseReluDense"
+            r += ([(f"{d}.wi_0.weight", f"{s}.{l}.W_gate", ""), (f"{d}.wi_1.weight", f"{s}.{l}.{W1}", "")] if gated
+                  else [(f"{d}.wi.weight", f"{s}.{l}.{W1}", "")])
+            r += [(f"{d}.wo.weight", f"{s}.{l}.{W2}", ""), (f"{b}.{ff}.layer_norm.weight", f"{s}.{l}.gamma{ff + 1}", "")]
+    if head and not hp["tied"]:
+        r.append(("lm_head.weight", "W_u", ""))
+    return r
+
+
+def _t5_expected(hp: dict, head: bool) -> dict:
+    d, V, m, H, d_kv, N_b = hp["d_e"], hp["n_vocab"], hp["d_mlp"], hp["H"], hp["d_attn"], hp["relative_buckets"]
+    shape = {"W_e": (V, d), "W_u": (V, d), "rel_bias": (N_b, H), "gamma": (d,), "gamma1": (d,), "gamma2": (d,),
+             "gamma3": (d,), "W_q": (H * d_kv, d), "W_k": (H * d_kv, d), "W_v": (H * d_kv, d), "W_o": (d, H * d_kv),
+             "W_gate": (m, d), "W_mlp1": (m, d), "W_mlp3": (m, d), "W_mlp2": (d, m), "W_mlp4": (d, m)}
+    return {hf: shape[ft.split(".")[-1]] for hf, ft, _ in _t5_names(hp, head)}
+
+
+def _t5_to_ft(hp: dict, T: dict, head: bool) -> dict:
+    p = {}
+    for hf, ft, heads in _t5_names(hp, head):
+        v = T[hf]
+        p[ft] = v.T if heads == "T" else _split_heads(v, hp[heads]) if heads else v
+    return p
+
+
+def _t5_export(cfg: dict, P: dict):
+    """An EDTransformer with T5's options (V11, V18) -> T5ForConditionalGeneration."""
+    cfg, rates = _split_rates(cfg)
+    for k, v in rates.items():
+        if v:
+            raise ValueError(f"T5 has no equivalent of {k}={v!r}: it drops inside its MLP and after the final norms "
+                             "(set the rates to 0 to export)")
+    want = {"pre_norm": True, "norm": "rms", "bias": False, "positional": "relative", "scale_scores": False,
+            "fixnorm": False}
+    for k, w in want.items():
+        if cfg.get(k) != w:
+            raise ValueError(f"T5 has no equivalent of {k}={cfg.get(k)!r} (T5ForConditionalGeneration: "
+                             + ", ".join(f"{a}={b!r}" for a, b in want.items()) + ")")
+    if cfg.get("mlp") not in ("relu", "geglu"):
+        raise ValueError(f"T5 has no equivalent of mlp={cfg.get('mlp')!r} ('relu' or 'geglu')")
+    if cfg["d_attn"] != cfg["d_mid"]:
+        raise ValueError(f"T5 needs d_attn = d_mid (its d_kv), got d_attn={cfg['d_attn']}, d_mid={cfg['d_mid']}")
+    bos = cfg["bos_id"] if cfg.get("bos_id") is not None else cfg["n_vocab"] - 2
+    eos = cfg["eos_id"] if cfg.get("eos_id") is not None else cfg["n_vocab"] - 1
+    hf = {"model_type": "t5", "architectures": ["T5ForConditionalGeneration"], "vocab_size": cfg["n_vocab"],
+          "d_model": cfg["d_e"], "d_kv": cfg["d_attn"], "d_ff": cfg["d_mlp"], "num_layers": cfg["L_enc"],
+          "num_decoder_layers": cfg["L_dec"], "num_heads": cfg["H"],
+          "relative_attention_num_buckets": cfg["relative_buckets"],
+          "relative_attention_max_distance": cfg["relative_max_distance"], "dropout_rate": 0.0,
+          "layer_norm_epsilon": cfg["eps"], "feed_forward_proj": "gated-gelu" if cfg["mlp"] == "geglu" else "relu",
+          "tie_word_embeddings": bool(cfg["unembed_rescale"]), "is_encoder_decoder": True,
+          "decoder_start_token_id": int(bos), "pad_token_id": int(bos), "eos_token_id": int(eos),
+          "n_positions": cfg["l_max"], "dtype": cfg["dtype"]}
+    state = {}
+    for hf_name, ft, heads in _t5_names({**cfg, "relative_buckets": cfg["relative_buckets"]}, True):
+        v = P[ft]
+        state[hf_name] = v.T if heads == "T" else v.reshape(-1, *v.shape[2:]) if heads else v
+    return "T5ForConditionalGeneration", hf, state
+
+
 def _is_llama_style(cfg: dict) -> bool:
     return cfg.get("arch") == "DTransformer" and cfg.get("positional") == "rope"
 
@@ -661,6 +802,7 @@ _CLASSES = {
     "LlamaForCausalLM": ("llama", True, "model."),
     "MistralForCausalLM": ("mistral", True, "model."),
     "DeepseekV3ForCausalLM": ("deepseek_v3", True, "model."),
+    "T5ForConditionalGeneration": ("t5", True, ""),
 }
 _FAMILY = {  # family -> (hyperparameters, expected tensors, tensors -> ft, ft class)
     "gpt2": (_gpt2_hyper, _gpt2_expected, _gpt2_to_ft, "DTransformer"),
@@ -668,6 +810,7 @@ _FAMILY = {  # family -> (hyperparameters, expected tensors, tensors -> ft, ft c
     "llama": (_llama_hyper, _llama_expected, _llama_to_ft, "DTransformer"),
     "mistral": (_mistral_hyper, _llama_expected, _llama_to_ft, "DTransformer"),
     "deepseek_v3": (_deepseek_hyper, _deepseek_expected, _deepseek_to_ft, "DTransformer"),
+    "t5": (_t5_hyper, _t5_expected, _t5_to_ft, "EDTransformer"),
 }
 _IGNORED = (".attn.bias", ".attn.masked_bias", "embeddings.position_ids", "pooler.dense.weight",
             "pooler.dense.bias", "rotary_emb.inv_freq")  # buffers and BertModel's pooler
@@ -684,8 +827,11 @@ def _build(cls_name: str, config: dict, T: dict, dtype, where: str):
     """Check every tensor, then make the ft model and copy them in (nothing is made on a failed check)."""
     family, head, prefix = _CLASSES[cls_name]
     hyper, expected, to_ft, arch = _FAMILY[family]
-    hp = hyper(config)
     T = _strip(T, prefix, head)
+    if family == "t5":  # the stacks' embed_tokens are shared's aliases; an lm_head present is W_u (untied)
+        T = {k: v for k, v in T.items() if not k.endswith("embed_tokens.weight")}
+        config = {**config, "_ft_tied": "lm_head.weight" not in T}
+    hp = hyper(config)
     if head and family == "bert" and hp["tied"] and "cls.predictions.decoder.weight" in T:
         T.pop("cls.predictions.decoder.weight")  # the tied alias of W_eᵀ
     if head and family == "bert" and "cls.predictions.decoder.bias" in T:
@@ -740,8 +886,11 @@ def from_hf(hf_model, *, dtype=None):
         return _vit_from_hf(hf_model, dtype)
     name = _cls_of(hf_model)
     config = hf_model.config.to_dict()
+    sd = hf_model.state_dict()
+    if name == "T5ForConditionalGeneration" and hf_model.lm_head.weight is hf_model.shared.weight:
+        sd.pop("lm_head.weight", None)  # tied (transformers 5 ties them always unless untied by hand)
     T = {}
-    for k, v in hf_model.state_dict().items():
+    for k, v in sd.items():
         v = v.detach().cpu()
         if v.is_floating_point() and v.dtype not in (_torch_dtype("float32"), _torch_dtype("float64")):
             v = v.float()
@@ -783,6 +932,8 @@ def _hf_export(model):
     P = {k: np.asarray(v) for k, v in model.params.items()}
     if cfg.get("kv_lora_rank"):
         return _deepseek_export(cfg, P)
+    if arch == "EDTransformer" and (cfg.get("pre_norm") or cfg.get("positional") == "relative"):  # T5 or nothing
+        return _t5_export(cfg, P)
     if _is_llama_style(cfg):
         return _mistral_export(cfg, P) if cfg.get("sliding_window") else _llama_export(cfg, P)
     cfg, rates = _split_rates(cfg)  # dropout: GPT-2's and BERT's places are ours (docs/regularisation.md)
@@ -843,6 +994,8 @@ def to_hf(model):
         hf = getattr(transformers, cls_name)(config)
     finally:
         torch.set_default_dtype(old)
+    if cls_name == "T5ForConditionalGeneration" and "lm_head.weight" in state:  # untied: its own W_u
+        hf.lm_head.weight = torch.nn.Parameter(hf.lm_head.weight.detach().clone())
     _load_state(hf, state)
     return hf.eval()
 
@@ -945,6 +1098,8 @@ def load_hf(path: Union[str, os.PathLike], *, dtype=None):
             cls_name = "LlamaForCausalLM"
         elif mt == "mistral":
             cls_name = "MistralForCausalLM"
+        elif mt == "t5" and not class_names:  # (T5Model, T5EncoderModel, …: another class, not supported)
+            cls_name = "T5ForConditionalGeneration"
         else:
             raise ValueError(f"{cfg_file}: model_type {_shown(mt)} / architectures {_shown(class_names)} "
                              f"is not supported (supported: {', '.join(_CLASSES)})")

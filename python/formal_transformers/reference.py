@@ -366,7 +366,8 @@ def d_transformer(x, params, *, L: int, H: int, norm: str = "layer", gelu: str =
 
 def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float = 1e-5,
                   logits: bool = False, segments=None, hidden: bool = False, masks=None, rates=None,
-                  fixnorm: bool = False, attention: str = "softmax", features=None) -> np.ndarray:
+                  fixnorm: bool = False, attention: str = "softmax", features=None, layouts=None,
+                  block_size: int | None = None) -> np.ndarray:
     """Algorithm 9: P ← ETransformer(x | θ), BERT's encoder-only transformer (post-LN).
 
     x: 1-D token ids (possibly holding mask_token). Returns P ∈ (0,1)^{N_V×ℓ}, P[:, t] = P̂(x[t] | x̃)
@@ -377,7 +378,8 @@ def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float 
     W_s[:, segments[t]] to e_t (segments None: all 0); `gamma_e`, `beta_e`: X ← layer_norm(X | γ_e, β_e)
     after line 3; `b_u`: P = softmax(W_u X + b_u 1ᵀ). hidden=True returns X after line 9.
     masks, rates: dropout as d_transformer (after line 3, or after BERT's embedding layer_norm).
-    attention="performer" | "rfa" (V15): line 5's attention by random features, features[l] layer l's Ω."""
+    attention="performer" | "rfa" (V15): line 5's attention by random features, features[l] layer l's Ω.
+    attention="bigbird" (V17): line 5's Mask is BigBird's, bigbird_mask(layouts[l], block_size) in layer l."""
     drop = _Drop(masks, rates)
     x = np.asarray(x)
     W_e, W_p = params["W_e"], params["W_p"]
@@ -395,7 +397,13 @@ def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float 
     for i in range(L):  # line 4: for l = 1, 2, …, L do
         p = f"layers.{i}."
         _check_H(params, p + "attn.", H)
-        if attention != "softmax":  # V15: MHAttention with lines 4–6 by random features
+        if attention == "bigbird":  # V17: MHAttention with BigBird's block layout as its Mask (the dense definition)
+            a = p + "attn."
+            X = X + drop.out(p + "attn.out", gqa_mhattention(
+                X, X, params[a + "W_q"], params.get(a + "b_q"), params[a + "W_k"], params.get(a + "b_k"),
+                params[a + "W_v"], params.get(a + "b_v"), params[a + "W_o"], params.get(a + "b_o"),
+                bigbird_mask(layouts[i], block_size)))
+        elif attention != "softmax":  # V15: MHAttention with lines 4–6 by random features
             a = p + "attn."
             X = X + drop.out(p + "attn.out", gqa_mhattention(
                 X, X, params[a + "W_q"], params.get(a + "b_q"), params[a + "W_k"], params.get(a + "b_k"),
@@ -504,6 +512,63 @@ def ed_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float =
     # line 20: end for
     logits_ = _unembedding_matrix(params) @ X
     return logits_ if logits else softmax(logits_)  # line 21: return P = softmax(W_u X)
+
+
+def unscaled_mh_attention(X, Z, W_q, W_k, W_v, W_o, mask, bias=None) -> np.ndarray:
+    """Algorithm 5 without biases (V5) whose heads run Algorithm 4 with V18's line 4: the scores are not
+    scaled, A ← softmax(Kᵀ Q + B^h) (T5 folds 1/√d_attn into its initialisation). Heads as mh_attention."""
+    Y = []
+    for h in range(W_q.shape[0]):  # lines 1–2
+        Q, K, V = W_q[h] @ X, W_k[h] @ Z, W_v[h] @ Z  # Algorithm 4 lines 1–3 (no biases)
+        S = np.where(mask, K.T @ Q, -np.inf)  # lines 4–5: S ← Kᵀ Q (V18: unscaled); masked ← −∞
+        Y.append(V @ softmax(S + (0 if bias is None else bias[h])))  # line 6: Ṽ ← V softmax(S + B^h)
+    return W_o @ np.concatenate(Y, axis=0)  # lines 3–4: W_o [Y¹; …; Y^H]
+
+
+def geglu_mlp(X_tilde, W_gate, W_mlp1, W_mlp2) -> np.ndarray:
+    """V18b GEGLU without biases: W_mlp2 (GELU_tanh(W_gate X̃) ⊙ W_mlp1 X̃) (T5 v1.1's gated-gelu, gelu_new)."""
+    return W_mlp2 @ (_gelu(W_gate @ X_tilde, "tanh") * (W_mlp1 @ X_tilde))  # lines 1–4
+
+
+def t5_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float = 1e-6, mlp: str = "relu",
+                   relative_max_distance: int = 128, unembed_rescale: bool = True, logits: bool = False) -> np.ndarray:
+    """V18 (docs/variants.md): P ← EDTransformer(z, x | θ) with T5's choices — pre_norm=True, norm="rms",
+    bias=False, positional="relative" (V11), scale_scores=False, mlp="relu" | "geglu", unembed_rescale.
+    Parameter names as ft's EDTransformer (enc.l.gamma1, …, enc.gamma, dec.l.gamma1–3, dec.gamma)."""
+    z, x = np.asarray(z), np.asarray(x)
+    W_e = params["W_e"]
+
+    def ff(X, p, W1, W2):  # MLP(X̃): ReLU or GEGLU
+        if mlp == "geglu":
+            return geglu_mlp(X, params[p + "W_gate"], params[p + W1], params[p + W2])
+        return params[p + W2] @ relu(params[p + W1] @ X)
+
+    def att(X, Z, p, mask, bias=None):
+        return unscaled_mh_attention(X, Z, *(params[p + w] for w in ("W_q", "W_k", "W_v", "W_o")), mask, bias)
+
+    l_z, l_x = len(z), len(x)
+    B_enc = relative_bias(l_z, l_z, params["enc.rel_bias"], bidirectional=True, max_distance=relative_max_distance)
+    Z = np.stack([W_e[:, v] for v in z], axis=1)  # lines 1–3 (no W_p)
+    for i in range(L_enc):
+        p = f"enc.{i}."
+        Zt = rms_norm_columns(Z, params[p + "gamma1"], eps)
+        Z = Z + att(Zt, Zt, p + "attn.", bidirectional_mask(l_z, l_z), B_enc)  # Z ← Z + MHAttention(norm(Z | γ¹))
+        Z = Z + ff(rms_norm_columns(Z, params[p + "gamma2"], eps), p, "W_mlp1", "W_mlp2")  # Z ← Z + MLP(norm(Z))
+    Z = rms_norm_columns(Z, params["enc.gamma"], eps)  # Z ← norm(Z | γ_enc)
+    B_dec = relative_bias(l_x, l_x, params["dec.rel_bias"], bidirectional=False, max_distance=relative_max_distance)
+    X = np.stack([W_e[:, v] for v in x], axis=1)  # lines 10–12
+    for i in range(L_dec):
+        p = f"dec.{i}."
+        Xt = rms_norm_columns(X, params[p + "gamma1"], eps)
+        X = X + att(Xt, Xt, p + "attn.", unidirectional_mask(l_x, l_x), B_dec)  # line 1
+        X = X + att(rms_norm_columns(X, params[p + "gamma2"], eps), Z, p + "cross_attn.",
+                    bidirectional_mask(l_z, l_x))  # line 2
+        X = X + ff(rms_norm_columns(X, params[p + "gamma3"], eps), p, "W_mlp3", "W_mlp4")  # line 3
+    X = rms_norm_columns(X, params["dec.gamma"], eps)  # X ← norm(X | γ_dec)
+    if unembed_rescale:
+        X = X / math.sqrt(X.shape[0])  # X ← d_e^−1/2 X
+    logits_ = _unembedding_matrix(params) @ X
+    return logits_ if logits else softmax(logits_)  # P = softmax(W_u X)
 
 
 def _sequences(x) -> list:
@@ -919,6 +984,25 @@ def rf_attention_quadratic(Q, K, V, Omega, kind: str, mask) -> np.ndarray:
     Pq, Pk = random_features(Q, Omega, kind, query=True), random_features(K, Omega, kind)
     A = np.where(mask, Pk.T @ Pq, 0.0)
     return V @ (A / A.sum(axis=0, keepdims=True))
+
+
+def bigbird_mask(layout, b: int) -> np.ndarray:
+    """Algorithm V17 (docs/variants.md): Mask[t_z, t_x] = [[layout[⌊t_z/b⌋, ⌊t_x/b⌋]]] for a block layout
+    layout ∈ {0,1}^{n×n} (layout[j, i]: key block j live for query block i; ft.bigbird_layout draws V17a)."""
+    return np.kron(np.asarray(layout, dtype=bool), np.ones((b, b), dtype=bool)).astype(bool)
+
+
+def block_sparse_attention(Q, K, V, layout, b: int) -> np.ndarray:
+    """Algorithm V17b: Ṽ ← BlockSparseAttention(Q, K, V | 𝓛, b), one head; Q, K ∈ R^{d×ℓ}, V ∈ R^{d_v×ℓ}, ℓ = n·b."""
+    layout = np.asarray(layout, dtype=bool)
+    n, d = layout.shape[0], Q.shape[0]
+    Vt = np.zeros((V.shape[0], Q.shape[1]))
+    for i in range(n):  # line 1: for each query block i
+        J = np.flatnonzero(layout[:, i])  # J ← 𝓛[i]
+        cols = np.concatenate([np.arange(j * b, (j + 1) * b) for j in J])  # line 2: K_J, V_J gathered
+        S = K[:, cols].T @ Q[:, i * b:(i + 1) * b] / math.sqrt(d)  # line 3: S ← K_Jᵀ Q_i / √d_attn
+        Vt[:, i * b:(i + 1) * b] = V[:, cols] @ softmax(S)  # lines 4–5: Ṽ[:, block i] ← V_J softmax(S)
+    return Vt
 
 
 def gqa_mhattention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, mask, *, positional: str = "none",

@@ -196,6 +196,40 @@ TEST(ModelConfig, ReprAndSignature) {
     EXPECT_NE(sig.find("n_segments=0, embed_norm=False, unembed_bias=False"), std::string::npos) << sig;
 }
 
+// mtp_depth, mtp_weight (V16, D only): two schema lines; the checks between options name mtp_depth; JSON round trip.
+TEST(ModelConfig, MultiTokenPredictionOptions) {
+    Options o = sizes_d();
+    o.emplace_back("mtp_depth", std::int64_t(6));  // l_max 8 = D + 2: room for one target of module D
+    o.emplace_back("mtp_weight", 0.5);
+    const ModelConfig c = ModelConfig::from_options(Arch::D, o);
+    EXPECT_EQ(c.mtp_depth, 6);
+    EXPECT_EQ(c.mtp_weight, 0.5);
+    EXPECT_EQ(ModelConfig::from_json(c.to_json()), c);
+    auto error_of = [](Options opts, Arch arch = Arch::D) -> std::string {
+        try {
+            ModelConfig::from_options(arch, opts);
+        } catch (const ft::ValueError& e) {
+            return std::string("ValueError: ") + e.what();
+        } catch (const ft::TypeError& e) {
+            return std::string("TypeError: ") + e.what();
+        }
+        return "";
+    };
+    Options deep = sizes_d();
+    deep.emplace_back("mtp_depth", std::int64_t(7));
+    EXPECT_NE(error_of(deep).find("ValueError: mtp_depth = 7 has no room in l_max = 8"), std::string::npos) << error_of(deep);
+    Options prefix = sizes_d();
+    prefix.emplace_back("mtp_depth", std::int64_t(1));
+    prefix.emplace_back("mask", std::string("prefix"));
+    EXPECT_NE(error_of(prefix).find("mtp_depth"), std::string::npos);
+    Options neg = sizes_d();
+    neg.emplace_back("mtp_weight", -0.1);
+    EXPECT_NE(error_of(neg).find("mtp_weight"), std::string::npos);
+    Options e = {{"n_vocab", std::int64_t(11)}, {"l_max", std::int64_t(8)}, {"L", std::int64_t(2)}, {"H", std::int64_t(2)},
+                 {"d_e", std::int64_t(6)},     {"d_mlp", std::int64_t(10)}, {"d_f", std::int64_t(6)}, {"mtp_depth", std::int64_t(1)}};
+    EXPECT_NE(error_of(e, Arch::E).find("TypeError"), std::string::npos) << error_of(e, Arch::E);
+}
+
 // sliding_window (V8, D only): one schema line; None (0) is off and written null, w >= 1 round-trips.
 TEST(ModelConfig, SlidingWindowOption) {
     Options o = sizes_d();

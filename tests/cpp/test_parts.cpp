@@ -172,6 +172,8 @@ TEST(Registry, NamesAndClearErrors) {
     EXPECT_THROW(make_norm<float>("fixnorm", 4, 1e-5, s, "g", "b"), ValueError);  // FixNorm is an embedding option, not a norm part
     MLPSpec spec;
     spec.d_e = 2, spec.d_mlp = 3;
-    EXPECT_THROW(make_mlp<float>("geglu", spec, s, ""), ValueError);
+    EXPECT_THROW(make_mlp<float>("reglu", spec, s, ""), ValueError);
     EXPECT_EQ(s.size(), 0);  // nothing registered by a failed lookup
+    EXPECT_NO_THROW(make_mlp<float>("geglu", spec, s, ""));  // V18b (variants/geglu.cpp)
+    EXPECT_TRUE(has(PartKind::MLP, "geglu"));
 }

@@ -215,3 +215,39 @@ def test_trained_modules_draft_accepted_tokens():
     assert list(y) == list(ft.DInference(30, 0.0)(prompt, m))
     assert list(y[:5]) == [0, 1, 2, 3, 4]
     assert st["tokens_per_pass"] >= 2.5, st
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_self_speculation_drafts_as_the_uncached_reference(k):
+    # Algorithm S of reference.py with the modules of reference.d_transformer_variant (no cache: each draft from the
+    # whole sequence x + drafts so far) as the draft: at τ = 0 the drafts kept per target pass are the core's, so the
+    # modules' cached decoding and its rollback (the positions whose token was kept) draft what the listing says.
+    # The core's first pass drafts nothing: the reference starts after it, from the prompt + the first greedy token.
+    opts = OPTIONS["llama"]
+    m = make(opts, D=3, l_max=40)
+    theta = randomize(m, np.random.default_rng(11), opts)
+    # a θ whose drafts are right about half the time: the trunk's and the modules' heads share W_u; a large W_u makes
+    # both confident, and the modules agree with the trunk more often than by chance
+    prompt, l_gen = [1, 2, 3, 4, 5], 24
+    y, st = ft.SpeculativeInference(l_gen, k, 0.0, seed=0)(prompt, m, stats=True)
+    hp = dict(L=BASE["L"], H=BASE["H"], norm="rms", positional="rope", mlp="swiglu")
+    state = {}
+
+    def target(seq):
+        state["m"] = None  # the next draft call starts a round
+        return ref.softmax(ref.d_transformer_variant(seq, theta, mtp_depth=3, **hp)[0])
+
+    def draft(seq):
+        if state.get("m") is None:
+            state["m"], state["j"] = len(seq), 0
+        state["j"] += 1
+        mods = ref.d_transformer_variant(seq, theta, mtp_depth=3, **hp)[1]
+        P = np.zeros((13, len(seq)))
+        P[:, -1] = ref.softmax(mods[state["j"] - 1][:, state["m"] - 2])  # module j at position m − 2 (0-based)
+        return P
+
+    ref_st = {}
+    y_ref = ref.speculative_inference(prompt + [int(y[0])], target, draft, l_gen=l_gen - 1, k=k, tau=0.0, stats=ref_st)
+    assert list(y_ref) == list(y[1:])
+    assert list(ref_st["accepted"]) == list(st["accepted"][1:])
+    assert 0 < sum(ref_st["accepted"]) < k * len(ref_st["accepted"])  # some drafts kept, some rejected: the check has teeth

@@ -125,8 +125,8 @@ def test_bad_values():
         ft.DTransformer(*D_SIZES, norm="scalenorm")
     with pytest.raises(TypeError, match="norm"):  # an option the encoders do not take
         ft.ETransformer(12, 8, 1, 2, 6, 10, 6, norm="scale")
-    with pytest.raises(TypeError, match="norm"):
-        ft.EDTransformer(12, 8, 1, 1, 2, 6, 10, norm="scale")
+    with pytest.raises(ValueError, match="'layer', 'rms', 'scale'"):  # (an EDTransformer option since V18, T5)
+        ft.EDTransformer(12, 8, 1, 1, 2, 6, 10, norm="scalenorm")
     with pytest.raises(TypeError, match="fixnorm"):
         ft.DTransformer(*D_SIZES, fixnorm="yes")
     for eps in (-1e-5, float("nan"), float("inf")):

@@ -344,7 +344,7 @@ def test_save_load_round_trips_the_options(tmp_path):
     (dict(H_kv=8), "must divide H"),
     (dict(positional="rope", d_attn=3, d_mid=6), "even"),
     (dict(positional="rope", rope_theta=0.0), "rope_theta"),
-    (dict(mlp="geglu"), "mlp must be"),
+    (dict(mlp="reglu"), "mlp must be"),
     (dict(positional="xpos"), "positional must be"),
     (dict(positional="relative"), "is an EDTransformer option"),
 ])

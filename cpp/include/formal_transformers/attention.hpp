@@ -80,6 +80,7 @@ struct HeadBlock {
     const HeadDropout<T>* drop = nullptr;
     index_t g = 0, off = 0, j0 = 0, n_x = 0;
     const KVCache<T>* cache = nullptr;
+    bool unscaled = false;  // V18 (T5): line 4 without 1/√d_attn
 };
 
 // Algorithm 4, lines 4–6, for one head of one sequence:
@@ -95,7 +96,7 @@ void attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock
 template <class T>
 void attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> A, CMatView<T> dVt,
                              MatView<T> dQ, MatView<T> dK, MatView<T> dV, MatView<T> dA, const T* Ad = nullptr,
-                             const std::uint8_t* keep = nullptr, double p = 0);
+                             const std::uint8_t* keep = nullptr, double p = 0, bool unscaled = false);
 
 // ---------------------------------------------------------------------------------------------------
 // Algorithm 3.

@@ -57,7 +57,8 @@ struct ModelConfig {
     // H_kv: key/value heads (V3; 0: H); bias = false: V5; mlp = SwiGLU: V4 (D only); rope_theta: V1's θ.
     index_t H_kv = 0;
     bool bias = true;
-    enum class Mlp { Standard, SwiGLU } mlp = Mlp::Standard;
+    // mlp = GeGLU: V18's gated GELU (tanh form; T5 v1.1's "gated-gelu"), D and ED
+    enum class Mlp { Standard, SwiGLU, GeGLU } mlp = Mlp::Standard;
     double rope_theta = 10000.0;
     // V8 (D only): sliding-window attention in every layer, Mask[t_z, t_x] = [[t_x − w < t_z ≤ t_x]] with
     // w = sliding_window (Mistral); 0: the causal mask of Algorithm 10. Decoding keeps a rolling cache of
@@ -74,6 +75,12 @@ struct ModelConfig {
     // V7 (D only): the prefix-LM mask of line 6, Mask[t_z, t_x] = [[t_z < p_b or t_z ≤ t_x]] with the prefix length
     // p_b of each sequence given with the call (Tokens::prefix; none: p_b = 0, the causal mask). Causal: Algorithm 10.
     enum class MaskKind { Causal, Prefix } mask = MaskKind::Causal;
+    // V18 (ED only; T5): pre_norm: both stacks made of pre-norm layers (Algorithm 10's lines 5–8, the decoder's
+    // with a cross-attention sublayer) and a final norm of each stack (γ_enc, γ_dec); scale_scores = false: no
+    // 1/√d_attn at Algorithm 4's line 4; unembed_rescale: P = softmax(W_u (d_e^−1/2 X)); bos_id, eos_id: the
+    // ids Algorithm 15 starts and stops with (−1: None, bos_token = N_V − 2, eos_token = N_V − 1; T5: 0, 1).
+    bool pre_norm = false, scale_scores = true, unembed_rescale = false;
+    index_t bos_id = -1, eos_id = -1;
     // V13 FixNorm (Nguyen & Chiang 2018; Nguyen & Salazar 2019): Algorithm 1 returns the unit-norm column
     // e = W_e[:, v] / √(‖W_e[:, v]‖² + eps) (every architecture; W_u, tied or not, uses W_e as stored).
     bool fixnorm = false;
@@ -96,10 +103,16 @@ struct ModelConfig {
     // shared final norm and unembedding. The loss is L_main + (λ/D) Σ_k L_k with λ = mtp_weight. 0: Algorithm 10.
     index_t mtp_depth = 0;
     double mtp_weight = 0.3;
+    // V17 (E only, attention = BigBird; block_sparse.hpp): every self-attention's Mask is BigBird's block layout,
+    // blocks of block_size tokens (0: None, required then), window_blocks sliding blocks, n_global_blocks at
+    // each end, n_random_blocks drawn from layout_seed per layer; attention_impl literal: Algorithm 4 with that
+    // mask (dense), auto: the block-sparse kernel.
+    index_t block_size = 0, window_blocks = 3, n_global_blocks = 1, n_random_blocks = 3;
+    std::uint64_t layout_seed = 0;
 
     index_t mask_token() const { return n_vocab - 3; }
-    index_t bos_token() const { return n_vocab - 2; }
-    index_t eos_token() const { return n_vocab - 1; }
+    index_t bos_token() const { return bos_id >= 0 ? bos_id : n_vocab - 2; }
+    index_t eos_token() const { return eos_id >= 0 ? eos_id : n_vocab - 1; }
 
     // The resolved config of `arch` from keyword options (the model constructors' arguments: the sizes
     // first, in `positional_names(arch)` order, may also come positionally). TypeError for an option `arch`

@@ -92,6 +92,7 @@ struct AttnVariant {
     bool rel_bidirectional = true;
     index_t rel_buckets = 32, rel_max_distance = 128;
     double rel_init_std = 0.02;
+    bool scale_scores = true;  // false: V18 (T5), line 4's S ← Kᵀ Q without 1/√d_attn
     // lines 4–6 estimated with random features (V15, random_features.hpp): D = n_features rows of Ω, drawn
     // from feature_seed and the attention's name; Softmax: the listing
     AttnKernel kernel = AttnKernel::Softmax;
@@ -328,9 +329,9 @@ template <class T>
 PositionPart<T> make_position(const std::string& name, const AttnSpec& spec, ParamStore<T>& store,
                               const std::string& prefix);
 // The registered names an attention's options choose (registry.cpp): V10's kv_lora_rank > 0 → "latent", else
-// "projections"; AttnKernel → "softmax", "performer", "rfa"
+// "projections"; AttnKernel → "softmax", "performer", "rfa", "bigbird" (V17 with attention_impl auto)
 std::string qkv_source_name(const AttnVariant& v);
-std::string head_kernel_name(AttnKernel k);
+std::string head_kernel_name(const AttnVariant& v);
 template <class T>
 std::shared_ptr<const QKVSource<T>> make_qkv_source(const std::string& name, const AttnPartSpec<T>& spec,
                                                     ParamStore<T>& store, const std::string& prefix);

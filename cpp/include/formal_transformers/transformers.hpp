@@ -127,6 +127,9 @@ public:
         Matrix<T> R;
     };
     PreLNDecoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& prefix);
+    // with line 6's Mask and attention options given (V18: T5's encoder layer, Mask ≡ 1 and the stack's bias table)
+    PreLNDecoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& prefix,
+                      const Mask& mask, const AttnVariant& v);
     void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
     // lines 5–8: X:[d_e,n] (sequences s) -> X_out:[d_e,n] (the next layer's X). drop (training): dropout on the
     // attention weights and on the outputs of lines 6 and 8 before their residual adds, keyed by place.at(site).
@@ -212,6 +215,41 @@ public:
     Norm<T> norm4;              // γ_l⁴, β_l⁴
     MLP<T> mlp;                 // W_mlp3^l, b_mlp3^l, W_mlp4^l, b_mlp4^l
     Norm<T> norm5;              // γ_l⁵, β_l⁵
+};
+
+// V18 (T5): the pre-norm decoder layer with cross-attention, layer l (docs/variants.md V18a):
+//   1  X̃ ← norm(X | γ_l¹);  X ← X + MHAttention(X̃ | W_l^dec, Mask[t, t'] = [[t ≤ t']])
+//   2  X̃ ← norm(X | γ_l²);  X ← X + MHAttention(X̃, Z | W_l^e/d, Mask ≡ 1)
+//   3  X̃ ← norm(X | γ_l³);  X ← X + MLP(X̃ | W_mlp3^l, W_mlp4^l)
+template <class T>
+class PreLNCrossDecoderBlock {
+public:
+    struct Acts {
+        NormCache<T> norm_gamma1, norm_gamma2, norm_gamma3;
+        Matrix<T> Xt_self, Xt_cross, Xt_mlp;  // [d_e, n_x] the sublayers' normed inputs (lines 1, 2, 3)
+        MHAttentionCache<T> self_attn, cross_attn;
+        Matrix<T> X_self, X_cross;            // [d_e, n_x] the stream after lines 1 and 2
+        MLPCache<T> mlp;
+        DropoutMask drop_self, drop_cross, drop_mlp;  // dropout (training): the sublayers' outputs
+        Matrix<T> R;
+    };
+    PreLNCrossDecoderBlock(const ModelConfig& c, ParamStore<T>& store, const std::string& prefix);
+    void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
+    void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
+                 MatView<T> X_out, Acts& a, const Dropout* drop = nullptr, DropPlace place = DropPlace()) const;
+    // from w.dX = ∂loss/∂X_out, leaves w.dX = ∂loss/∂X and adds ∂loss/∂Z into dZ
+    void backward(ParamStore<T>& store, const Seqs& sx, CMatView<T> Z, const Seqs& sz, const Acts& a, MatView<T> dZ,
+                  BackwardWork<T>& w) const;
+    // lines 1–3 for the columns of d.X (in place) at positions q0, …, over the cached keys and values
+    void forward_cached(const ParamStore<T>& store, index_t q0, KVCache<T>& self_kv, const KVCache<T>& cross_kv,
+                        DecodeScratch<T>& d) const;
+
+    Norm<T> norm1;              // γ_l¹
+    MHAttention<T> self_attn;   // W_l^dec, causal
+    Norm<T> norm2;              // γ_l²
+    MHAttention<T> cross_attn;  // W_l^e/d, bidirectional
+    Norm<T> norm3;              // γ_l³
+    MLP<T> mlp;                 // W_mlp3^l, W_mlp4^l (and W_gate with mlp = GeGLU)
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -484,8 +522,9 @@ public:
     using Model<T>::store;
 
     void forward(const Tokens& z, const Tokens& x);  // lines 1–20
-    CMatView<T> out() const override { return view(xstream_.back()); }
-    CMatView<T> encoded() const { return view(zstream_.back()); }
+    // (V18: the decoder's final norm and d_e^−1/2 applied, Xf_)
+    CMatView<T> out() const override { return head_input() ? view(Xf_) : view(xstream_.back()); }
+    CMatView<T> encoded() const { return cfg.pre_norm ? view(Zf_) : view(zstream_.back()); }
     // Algorithm 11 line 5 summed over the batch (z and x: the same number of sequences)
     double loss_and_grad(const Tokens& z, const Tokens& x) { return this->run_loss({&z, &x, nullptr}, true, nullptr, nullptr); }
     double loss(const Tokens& z, const Tokens& x, index_t* n_scored = nullptr, index_t* n_correct = nullptr) {
@@ -504,7 +543,9 @@ public:
     // cross-attention caches; `decode` feeds n tokens of x̂ and writes the logits of the last to z:[N_V].
     struct Decoder {
         std::vector<typename PostLNEncoderBlock<T>::Acts> enc_acts;  // the encoder's (the last forward's stay)
+        std::vector<typename PreLNDecoderBlock<T>::Acts> enc_pre_acts;  // (V18: pre_norm)
         std::vector<Matrix<T>> zstream;                              // [L_enc+1]
+        Matrix<T> Zf;                                                // V18: norm(Z | γ_enc)
         std::vector<KVCache<T>> self_kv, cross_kv;
         index_t len = 0;
         DecodeScratch<T> w;
@@ -514,23 +555,41 @@ public:
 
     std::vector<std::unique_ptr<PostLNEncoderBlock<T>>> enc_layer;  // lines 5–8 of encoder layer l
     std::vector<std::unique_ptr<PostLNDecoderBlock<T>>> dec_layer;  // lines 14–19 of decoder layer l
+    // V18 (pre_norm, T5): the layers instead of enc_layer and dec_layer, and each stack's final norm
+    std::vector<std::unique_ptr<PreLNDecoderBlock<T>>> enc_pre;
+    std::vector<std::unique_ptr<PreLNCrossDecoderBlock<T>>> dec_pre;
+    std::unique_ptr<Norm<T>> norm_enc, norm_dec;  // γ_enc, γ_dec
 
 private:
     // lines 1–9 into the given activations (the model's own for forward, a Decoder's for encode)
     // drop (training): dropout after line 3 into embed_mask and in every layer
-    void encoder_forward(const Tokens& z, std::vector<typename PostLNEncoderBlock<T>::Acts>& acts,
-                         std::vector<Matrix<T>>& stream, const Dropout* drop = nullptr,
-                         DropoutMask* embed_mask = nullptr) const;
+    // (V18, pre_norm: pre_acts, and Zf ← norm(Z | γ_enc)); returns Z
+    CMatView<T> encoder_forward(const Tokens& z, std::vector<typename PostLNEncoderBlock<T>::Acts>& acts,
+                                std::vector<typename PreLNDecoderBlock<T>::Acts>& pre_acts, std::vector<Matrix<T>>& stream,
+                                Matrix<T>& Zf, NormCache<T>& nc, const Dropout* drop = nullptr,
+                                DropoutMask* embed_mask = nullptr) const;
+    // V18: X_L → Xf = s · norm(X_L | γ_dec) (pre_norm; else X_L), s = d_e^−1/2 with unembed_rescale (else 1)
+    bool head_input() const { return cfg.pre_norm || cfg.unembed_rescale; }
+    void head_forward(CMatView<T> X, MatView<T> Xf, NormCache<T>& nc) const;
     std::vector<typename Model<T>::MaskRef> dropout_masks() const override;
     DropoutMask drop_embed_z_;  // line 3's Z
     void run_forward(const typename Model<T>::Batch& in) override { forward(*in.z, *in.x); }
     void run_backward(const typename Model<T>::Batch& in, BackwardWork<T>& w) override;
     void score(const typename Model<T>::Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const override;
     const MHAttentionCache<T>& attention_cache(AttentionKind kind, index_t l) const override {
-        return kind == AttentionKind::Encoder ? enc_acts_[std::size_t(l)].attn
-             : kind == AttentionKind::Decoder ? dec_acts_[std::size_t(l)].self_attn
-                                              : dec_acts_[std::size_t(l)].cross_attn;
+        const std::size_t i = std::size_t(l);
+        if (cfg.pre_norm)
+            return kind == AttentionKind::Encoder ? enc_pre_acts_[i].attn
+                 : kind == AttentionKind::Decoder ? dec_pre_acts_[i].self_attn
+                                                  : dec_pre_acts_[i].cross_attn;
+        return kind == AttentionKind::Encoder ? enc_acts_[i].attn
+             : kind == AttentionKind::Decoder ? dec_acts_[i].self_attn
+                                              : dec_acts_[i].cross_attn;
     }
+    std::vector<typename PreLNDecoderBlock<T>::Acts> enc_pre_acts_;
+    std::vector<typename PreLNCrossDecoderBlock<T>::Acts> dec_pre_acts_;
+    Matrix<T> Zf_, Xf_;                  // V18: norm(Z | γ_enc); the head's input
+    NormCache<T> norm_enc_c_, norm_dec_c_;
     std::vector<typename PostLNEncoderBlock<T>::Acts> enc_acts_;
     std::vector<typename PostLNDecoderBlock<T>::Acts> dec_acts_;
     std::vector<Matrix<T>> zstream_, xstream_;  // [L_enc+1], [L_dec+1]

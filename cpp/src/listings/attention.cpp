@@ -24,9 +24,10 @@ void weight_offsets(const Seqs& sx, const Seqs& sz, index_t H, std::size_t elem,
     check_bytes(off.back(), elem, what);
 }
 // line 4: S ← Kᵀ Q, scaled by 1/√d_attn (line 6's scaling, folded into the product)
+// (V18, T5: unscaled, S ← Kᵀ Q)
 template <class T>
-void scores(CMatView<T> Q, CMatView<T> K, MatView<T> S) {
-    gemm<T>(Op::T, Op::N, T(1) / std::sqrt(T(Q.rows)), K, Q, T(0), S);
+void scores(CMatView<T> Q, CMatView<T> K, MatView<T> S, bool unscaled) {
+    gemm<T>(Op::T, Op::N, unscaled ? T(1) : T(1) / std::sqrt(T(Q.rows)), K, Q, T(0), S);
 }
 
 // line 5 and the softmax of line 6, on column j of S (query t_x = q0 + j of sequence b): keys outside the
@@ -81,7 +82,7 @@ void for_blocks(index_t n_seqs, index_t H, index_t work_per_block, F&& f, bool t
 
 template <class T>
 void attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MatView<T> A, MatView<T> Vt) {
-    scores<T>(Q, K, A);  // line 4
+    scores<T>(Q, K, A, blk.unscaled);  // line 4
     if (blk.bias) blk.bias->add(*blk.store, *blk.mask, blk.b, blk.h, blk.q0, A);  // line 6: S/√d_attn + B^h (e.g. V2)
     mask_softmax<T>(*blk.mask, blk.b, blk.q0, A);  // lines 5, 6: A = softmax(S/√d_attn)
     if (!blk.drop) {
@@ -100,8 +101,8 @@ void attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock
 template <class T>
 void attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> A, CMatView<T> dVt,
                              MatView<T> dQ, MatView<T> dK, MatView<T> dV, MatView<T> dA, const T* Ad,
-                             const std::uint8_t* keep, double p) {
-    const T scale = T(1) / std::sqrt(T(Q.rows));
+                             const std::uint8_t* keep, double p, bool unscaled) {
+    const T scale = unscaled ? T(1) : T(1) / std::sqrt(T(Q.rows));
     // line 6: dV += dṼ Aᵀ (with dropout: the dropped weights Ad the forward multiplied V with)
     gemm<T>(Op::N, Op::T, T(1), dVt, keep ? CMatView<T>(Ad, A.rows, A.cols) : A, T(1), dV);
     gemm<T>(Op::T, Op::N, T(1), V, dVt, T(0), dA);  // line 6: dA = Vᵀ dṼ
@@ -270,7 +271,7 @@ public:
         const bool drop = c.drop.active();
         attention_head_backward<T>(Q, K, V, CMatView<T>(c.A.data() + blk.off, K.cols, Q.cols), dY, dQ, dK, dV,
                                    MatView<T>(w.dA.data() + blk.off, K.cols, Q.cols), drop ? c.Ad.data() + blk.off : nullptr,
-                                   drop ? c.drop.keep.data() + blk.off : nullptr, c.drop.p);
+                                   drop ? c.drop.keep.data() + blk.off : nullptr, c.drop.p, blk.unscaled);
     }
     // d(line 6's + B^h): the bias's parameter gradients from every block's dS, one block at a time
     void end_backward(ParamStore<T>& store, const ScoreBias<T>* bias, index_t H, const MHAttentionCache<T>& c,
@@ -329,7 +330,7 @@ MHAttention<T>::MHAttention(index_t H_, index_t d_x_, index_t d_z_, index_t d_at
     if (!source->places_positions())  // "none": no part (Algorithm 5)
         position = make_position<T>(var.position, AttnSpec{H, d_attn, var}, store, p);
     spec.position = &position;
-    kernel = make_head_kernel<T>(head_kernel_name(var.kernel), spec, p);  // lines 4–6
+    kernel = make_head_kernel<T>(head_kernel_name(var), spec, p);  // lines 4–6
     if (*kernel->tiled_form()) tiled = make_head_kernel<T>(kernel->tiled_form(), spec, p);
     if (var.impl == AttnImpl::Tiled && !tiled)
         throw ValueError(std::string("attention_impl 'tiled': attention='") + kernel->name() + "' has no tiled form");
@@ -373,7 +374,7 @@ HeadBlock<T> MHAttention<T>::block(const MHAttentionCache<T>& c, index_t b, inde
                                    const KVCache<T>* cache) const {
     HeadBlock<T> blk;
     blk.mask = &c.mask, blk.b = b, blk.h = h, blk.q0 = c.q0;
-    blk.bias = position.bias.get(), blk.store = store;
+    blk.bias = position.bias.get(), blk.store = store, blk.unscaled = !var.scale_scores;
     blk.g = kv_head(h), blk.off = c.A_off[std::size_t(b * H + h)], blk.j0 = c.sx.begin(b), blk.n_x = c.sx.total();
     blk.cache = cache;
     return blk;
@@ -534,9 +535,9 @@ template void attention_head<double>(CMatView<double>, CMatView<double>, CMatVie
                                      MatView<double>, MatView<double>);
 template void attention_head_backward<float>(CMatView<float>, CMatView<float>, CMatView<float>, CMatView<float>, CMatView<float>,
                                              MatView<float>, MatView<float>, MatView<float>, MatView<float>, const float*,
-                                             const std::uint8_t*, double);
+                                             const std::uint8_t*, double, bool);
 template void attention_head_backward<double>(CMatView<double>, CMatView<double>, CMatView<double>, CMatView<double>,
                                               CMatView<double>, MatView<double>, MatView<double>, MatView<double>,
-                                              MatView<double>, const double*, const std::uint8_t*, double);
+                                              MatView<double>, const double*, const std::uint8_t*, double, bool);
 
 }  // namespace ft

@@ -100,7 +100,7 @@ void tile_gemm(TileKernel kern, Op opA, Op opB, T alpha, CMatView<T> A, CMatView
 template <class T>
 void block_scores(TileKernel kern, CMatView<T> Q, CMatView<T> K, const HeadBlock<T>& blk, index_t t0, index_t nk,
                   index_t j0, index_t nq, MatView<T> S) {
-    const T scale = T(1) / std::sqrt(T(Q.rows));
+    const T scale = blk.unscaled ? T(1) : T(1) / std::sqrt(T(Q.rows));  // (V18: unscaled)
     tile_gemm<T>(kern, Op::T, Op::N, scale, K.cols_range(t0, nk), Q.cols_range(j0, nq), T(0), S);
     if (blk.bias) blk.bias->add_tile(*blk.store, blk.b, blk.h, blk.q0, t0, j0, S);  // line 6: + B^h
     const Mask& mask = *blk.mask;
@@ -231,7 +231,7 @@ void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, 
              "tiled_attention_head_backward: shapes do not conform");
     FT_CHECK(blk.mask && (!blk.bias || (blk.bias->tiles() && blk.store)), "tiled attention: no mask, or a score bias with no tiled form");
     const HeadDropout<T>* drop = blk.drop;
-    const T scale = T(1) / std::sqrt(T(Q.rows));
+    const T scale = blk.unscaled ? T(1) : T(1) / std::sqrt(T(Q.rows));  // (V18: unscaled)
     Scratch<T>& w = scratch<T>();
     T* Sb = sized(w.S, Bk * Bq);
     T* dPb = sized(w.dP, Bk * Bq);

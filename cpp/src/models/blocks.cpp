@@ -20,6 +20,14 @@ PreLNDecoderBlock<T>::PreLNDecoderBlock(const ModelConfig& c, Activation act, Pa
       mlp(mlp_name(c.mlp), mlp_spec(c, act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p) {}
 
 template <class T>
+PreLNDecoderBlock<T>::PreLNDecoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& p,
+                                        const Mask& mask, const AttnVariant& v)
+    : norm1(norm_name(c.norm), c.d_e, c.eps, store, p + "gamma1", p + "beta1"),
+      attn(c.H, c.d_e, c.d_e, c.d_attn, c.d_mid, c.d_e, mask, store, p + "attn.", v),
+      norm2(norm_name(c.norm), c.d_e, c.eps, store, p + "gamma2", p + "beta2"),
+      mlp(mlp_name(c.mlp), mlp_spec(c, act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p) {}
+
+template <class T>
 void PreLNDecoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double s_out) const {
     norm1.init(store);
     attn.init(store, rng, s, s_out);
@@ -62,11 +70,11 @@ void PreLNDecoderBlock<T>::backward(ParamStore<T>& store, const Seqs& s, const A
 // ------------------- Algorithm 9 lines 5–8 = Algorithm 8 lines 5–8: post-LN encoder block ---------------
 template <class T>
 PostLNEncoderBlock<T>::PostLNEncoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& p)
-    : attn(c.H, c.d_e, c.d_e, c.d_attn, c.d_mid, c.d_e, Mask::bidirectional(), store, p + "attn.",
+    : attn(c.H, c.d_e, c.d_e, c.d_attn, c.d_mid, c.d_e, encoder_mask(c, p + "attn."), store, p + "attn.",
            relative_variant(c, "enc.rel_bias", true)),
-      norm1("layer", c.d_e, c.eps, store, p + "gamma1", p + "beta1"),
-      mlp("standard", mlp_spec(c, act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p),
-      norm2("layer", c.d_e, c.eps, store, p + "gamma2", p + "beta2") {}
+      norm1(norm_name(c.norm), c.d_e, c.eps, store, p + "gamma1", p + "beta1"),
+      mlp(mlp_name(c.mlp), mlp_spec(c, act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p),
+      norm2(norm_name(c.norm), c.d_e, c.eps, store, p + "gamma2", p + "beta2") {}
 
 template <class T>
 void PostLNEncoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double s_out) const {
@@ -111,12 +119,12 @@ template <class T>
 PostLNDecoderBlock<T>::PostLNDecoderBlock(const ModelConfig& c, ParamStore<T>& store, const std::string& p)
     : self_attn(c.H, c.d_e, c.d_e, c.d_attn, c.d_mid, c.d_e, Mask::unidirectional(), store, p + "attn.",
                 relative_variant(c, "dec.rel_bias", false)),
-      norm3("layer", c.d_e, c.eps, store, p + "gamma3", p + "beta3"),
+      norm3(norm_name(c.norm), c.d_e, c.eps, store, p + "gamma3", p + "beta3"),
       cross_attn(c.H, c.d_e, c.d_e, c.d_attn, c.d_mid, c.d_e, Mask::bidirectional(), store, p + "cross_attn.",
                  attn_variant(c, false)),
-      norm4("layer", c.d_e, c.eps, store, p + "gamma4", p + "beta4"),
-      mlp("standard", mlp_spec(c, Activation::Relu, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4"), store, p),
-      norm5("layer", c.d_e, c.eps, store, p + "gamma5", p + "beta5") {}
+      norm4(norm_name(c.norm), c.d_e, c.eps, store, p + "gamma4", p + "beta4"),
+      mlp(mlp_name(c.mlp), mlp_spec(c, Activation::Relu, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4"), store, p),
+      norm5(norm_name(c.norm), c.d_e, c.eps, store, p + "gamma5", p + "beta5") {}
 
 template <class T>
 void PostLNDecoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double s_out) const {
@@ -170,6 +178,75 @@ void PostLNDecoderBlock<T>::backward(ParamStore<T>& store, CMatView<T> X, const 
     });
 }
 
+// ---------------- V18 lines 1–3: T5's pre-norm decoder layer with cross-attention ----------------------
+template <class T>
+PreLNCrossDecoderBlock<T>::PreLNCrossDecoderBlock(const ModelConfig& c, ParamStore<T>& store, const std::string& p)
+    : norm1(norm_name(c.norm), c.d_e, c.eps, store, p + "gamma1", p + "beta1"),
+      self_attn(c.H, c.d_e, c.d_e, c.d_attn, c.d_mid, c.d_e, Mask::unidirectional(), store, p + "attn.",
+                relative_variant(c, "dec.rel_bias", false)),
+      norm2(norm_name(c.norm), c.d_e, c.eps, store, p + "gamma2", p + "beta2"),
+      cross_attn(c.H, c.d_e, c.d_e, c.d_attn, c.d_mid, c.d_e, Mask::bidirectional(), store, p + "cross_attn.",
+                 attn_variant(c, false)),
+      norm3(norm_name(c.norm), c.d_e, c.eps, store, p + "gamma3", p + "beta3"),
+      mlp(mlp_name(c.mlp), mlp_spec(c, Activation::Relu, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4"), store, p) {}
+
+template <class T>
+void PreLNCrossDecoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double s_out) const {
+    norm1.init(store);
+    self_attn.init(store, rng, s, s_out);
+    norm2.init(store);
+    cross_attn.init(store, rng, s, s_out);
+    norm3.init(store);
+    mlp.init(store, rng, s, s_out);
+}
+
+template <class T>
+void PreLNCrossDecoderBlock<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z,
+                                        const Seqs& sz, MatView<T> X_out, Acts& a, const Dropout* drop,
+                                        DropPlace place) const {
+    const index_t d_e = X.rows, n = X.cols;
+    MatView<T> Xt1 = ensure(a.Xt_self, d_e, n);
+    norm1.forward(store, X, Xt1, a.norm_gamma1);  // line 1: X̃ ← norm(X | γ¹)
+    MatView<T> Xs = copy_into(a.X_self, X);
+    add_dropped(drop, place.at(DropSite::SelfOut), Xs, a.R, a.drop_self, [&](MatView<T> out) {
+        self_attn.forward(store, Xt1, sx, Xt1, sx, out, a.self_attn, true, drop, place.at(DropSite::SelfWeights));
+    });  // line 1: X ← X + MHAttention(X̃ | W_l^dec, Mask[t, t'] = [[t ≤ t']])
+    MatView<T> Xt2 = ensure(a.Xt_cross, d_e, n);
+    norm2.forward(store, Xs, Xt2, a.norm_gamma2);  // line 2: X̃ ← norm(X | γ²)
+    MatView<T> Xc = copy_into(a.X_cross, CMatView<T>(Xs));
+    add_dropped(drop, place.at(DropSite::CrossOut), Xc, a.R, a.drop_cross, [&](MatView<T> out) {
+        cross_attn.forward(store, Xt2, sx, Z, sz, out, a.cross_attn, true, drop, place.at(DropSite::CrossWeights));
+    });  // line 2: X ← X + MHAttention(X̃, Z | W_l^e/d, Mask ≡ 1)
+    MatView<T> Xt3 = ensure(a.Xt_mlp, d_e, n);
+    norm3.forward(store, Xc, Xt3, a.norm_gamma3);  // line 3: X̃ ← norm(X | γ³)
+    std::copy(Xc.data, Xc.data + Xc.size(), X_out.data);
+    add_dropped(drop, place.at(DropSite::MlpOut), X_out, a.R, a.drop_mlp, [&](MatView<T> out) {
+        mlp.forward(store, Xt3, out, a.mlp);
+    });  // line 3: X ← X + MLP(X̃)
+}
+
+template <class T>
+void PreLNCrossDecoderBlock<T>::backward(ParamStore<T>& store, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
+                                         const Acts& a, MatView<T> dZ, BackwardWork<T>& w) const {
+    MatView<T> dX = view(w.dX);
+    // line 3: X_out = X_cross + MLP(X̃_mlp)
+    MatView<T> dXt = zeros(w.dXt, dX.rows, dX.cols);
+    mlp.backward(store, view(a.Xt_mlp), a.mlp, dropped_grad(a.drop_mlp, CMatView<T>(dX), w.dR), dXt, w.dH);
+    norm3.backward(store, dXt, a.norm_gamma3, dX);
+    // line 2: X_cross = X_self + MHAttention(X̃_cross, Z): the context gets ∂/∂Z too
+    zero(dXt);
+    cross_attn.backward(store, view(a.Xt_cross), sx, Z, sz, a.cross_attn, dropped_grad(a.drop_cross, CMatView<T>(dX), w.dR),
+                        dXt, dZ, w.attn);
+    norm2.backward(store, dXt, a.norm_gamma2, dX);
+    // line 1: X_self = X + MHAttention(X̃_self)
+    zero(dXt);
+    self_attn.backward(store, view(a.Xt_self), sx, view(a.Xt_self), sx, a.self_attn,
+                       dropped_grad(a.drop_self, CMatView<T>(dX), w.dR), dXt, dXt, w.attn);
+    norm1.backward(store, dXt, a.norm_gamma1, dX);
+}
+
+template class PreLNCrossDecoderBlock<float>;
+template class PreLNCrossDecoderBlock<double>;
 template class PreLNDecoderBlock<float>;
 template class PreLNDecoderBlock<double>;
 template class PostLNEncoderBlock<float>;

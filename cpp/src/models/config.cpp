@@ -33,6 +33,7 @@ enum class Kind {
     Seed,         // an integer in [0, 2^64)
     Enum,         // a string from the enum's name table
     AllRates,     // "dropout": the default of the three rates, not stored
+    AutoId,       // a token id >= 0, or None: −1 (bos_id, eos_id; resolve checks it against n_vocab)
 };
 enum class Check { None, Positive, NonNegative, Rate };
 
@@ -46,13 +47,17 @@ const NameTable<Positional> kPositionals = {{"learned", Positional::Learned},
                                             {"alibi", Positional::Alibi},
                                             {"relative", Positional::Relative}};
 const NameTable<Gelu> kGelus = {{"exact", Gelu::Exact}, {"tanh", Gelu::Tanh}, {"none", Gelu::Exact}};
-const NameTable<ModelConfig::Mlp> kMlps = {{"gelu", ModelConfig::Mlp::Standard}, {"swiglu", ModelConfig::Mlp::SwiGLU}};
+// (ED's standard MLP is Algorithm 8's ReLU one: written "relu", json_of)
+const NameTable<ModelConfig::Mlp> kMlps = {{"gelu", ModelConfig::Mlp::Standard},    {"swiglu", ModelConfig::Mlp::SwiGLU},
+                                           {"geglu", ModelConfig::Mlp::GeGLU},      {"relu", ModelConfig::Mlp::Standard},
+                                           {"gated-gelu", ModelConfig::Mlp::GeGLU}};
 const NameTable<ModelConfig::MaskKind> kMasks = {{"causal", ModelConfig::MaskKind::Causal},
                                                   {"unidirectional", ModelConfig::MaskKind::Causal},
                                                   {"prefix", ModelConfig::MaskKind::Prefix}};
 const NameTable<AttnImpl> kAttnImpls = {{"auto", AttnImpl::Auto}, {"literal", AttnImpl::Literal}, {"tiled", AttnImpl::Tiled}};
 const NameTable<AttnKernel> kAttnKernels = {
-    {"softmax", AttnKernel::Softmax}, {"performer", AttnKernel::Performer}, {"rfa", AttnKernel::RFA}};
+    {"softmax", AttnKernel::Softmax}, {"performer", AttnKernel::Performer}, {"rfa", AttnKernel::RFA},
+    {"bigbird", AttnKernel::BigBird}};
 
 template <class En>
 const NameTable<En>& names_of(En ModelConfig::*);
@@ -96,7 +101,7 @@ const std::vector<OptionSpec> kSchema = {
     {"d_f", E, Kind::Size, &ModelConfig::d_f},
     {"d_attn", ALL, Kind::AutoSize, &ModelConfig::d_attn},
     {"d_mid", ALL, Kind::AutoSize, &ModelConfig::d_mid},
-    {"norm", D, Kind::Enum, &ModelConfig::norm},
+    {"norm", D | ED, Kind::Enum, &ModelConfig::norm},
     {"positional", ALL, Kind::Enum, &ModelConfig::positional},
     {"base", ALL, Kind::AutoReal, &ModelConfig::pos_base},
     {"tied", ALL, Kind::Bool, &ModelConfig::tied},
@@ -114,7 +119,12 @@ const std::vector<OptionSpec> kSchema = {
     {"attention", DE, Kind::Enum, &ModelConfig::attention},
     {"n_features", DE, Kind::AutoSize, &ModelConfig::n_features},
     {"feature_seed", DE, Kind::Seed, &ModelConfig::feature_seed},
-    {"mlp", D, Kind::Enum, &ModelConfig::mlp},
+    {"block_size", E, Kind::AutoSize, &ModelConfig::block_size},
+    {"window_blocks", E, Kind::Count, &ModelConfig::window_blocks},
+    {"n_global_blocks", E, Kind::Count, &ModelConfig::n_global_blocks},
+    {"n_random_blocks", E, Kind::Count, &ModelConfig::n_random_blocks},
+    {"layout_seed", E, Kind::Seed, &ModelConfig::layout_seed},
+    {"mlp", D | ED, Kind::Enum, &ModelConfig::mlp},
     {"rope_theta", D, Kind::Real, &ModelConfig::rope_theta, Check::Positive},
     {"sliding_window", D, Kind::AutoSize, &ModelConfig::sliding_window},
     {"kv_lora_rank", D, Kind::AutoSize, &ModelConfig::kv_lora_rank},
@@ -125,6 +135,11 @@ const std::vector<OptionSpec> kSchema = {
     {"mtp_weight", D, Kind::Real, &ModelConfig::mtp_weight, Check::NonNegative},
     {"relative_buckets", ED, Kind::Count, &ModelConfig::relative_buckets},
     {"relative_max_distance", ED, Kind::Count, &ModelConfig::relative_max_distance},
+    {"pre_norm", ED, Kind::Bool, &ModelConfig::pre_norm},
+    {"scale_scores", ED, Kind::Bool, &ModelConfig::scale_scores},
+    {"unembed_rescale", ED, Kind::Bool, &ModelConfig::unembed_rescale},
+    {"bos_id", ED, Kind::AutoId, &ModelConfig::bos_id},
+    {"eos_id", ED, Kind::AutoId, &ModelConfig::eos_id},
     {"n_segments", E, Kind::Count, &ModelConfig::n_segments},
     {"embed_norm", E, Kind::Bool, &ModelConfig::embed_norm},
     {"unembed_bias", E, Kind::Bool, &ModelConfig::unembed_bias},
@@ -205,6 +220,13 @@ void set_option(ModelConfig& c, const OptionSpec& o, const OptionValue& v) {
             c.*std::get<index_t ModelConfig::*>(o.field) = n;
             return;
         }
+        case Kind::AutoId: {
+            index_t n = -1;
+            if (!none && (n = int_of(o, v)) < 0)
+                throw ValueError(std::string(o.name) + " must be a token id >= 0 (or None), got " + std::to_string(n));
+            c.*std::get<index_t ModelConfig::*>(o.field) = n;
+            return;
+        }
         case Kind::Real: c.*std::get<double ModelConfig::*>(o.field) = real_of(o, v); return;
         case Kind::AutoReal: {
             double x = 0;
@@ -266,6 +288,8 @@ Json json_of(const ModelConfig& c, const OptionSpec& o) {
                 using V = std::remove_cv_t<std::remove_reference_t<decltype(c.*member)>>;
                 const V& v = c.*member;
                 if constexpr (std::is_enum_v<V>) {
+                    if constexpr (std::is_same_v<V, ModelConfig::Mlp>)
+                        if (c.arch == Arch::ED && v == ModelConfig::Mlp::Standard) return "relu";  // Algorithm 8's φ
                     for (const auto& [name, value] : names_of(member))
                         if (value == v) return name;
                     return nullptr;
@@ -274,6 +298,7 @@ Json json_of(const ModelConfig& c, const OptionSpec& o) {
                     return v;
                 } else if constexpr (std::is_same_v<V, index_t>) {
                     if (o.kind == Kind::AutoSize && v == 0) return nullptr;  // None (sliding_window off)
+                    if (o.kind == Kind::AutoId && v < 0) return nullptr;
                     return v;
                 } else {
                     return v;
@@ -343,7 +368,8 @@ std::vector<std::string> ModelConfig::positional_names(Arch arch) {
 }
 
 std::string ModelConfig::signature(Arch arch) {
-    const ModelConfig defaults;
+    ModelConfig defaults;
+    defaults.arch = arch;  // (json_of writes ED's standard MLP as "relu")
     std::string r;
     bool star = false;
     for (const OptionSpec& o : kSchema) {
@@ -354,7 +380,7 @@ std::string ModelConfig::signature(Arch arch) {
         }
         r += (r.empty() ? "" : ", ") + std::string(o.name);
         if (o.kind == Kind::AllRates) r += "=0.0";
-        else if (o.kind == Kind::AutoSize || (o.kind == Kind::Real && o.check == Check::Rate)) r += "=None";
+        else if (o.kind == Kind::AutoSize || o.kind == Kind::AutoId || (o.kind == Kind::Real && o.check == Check::Rate)) r += "=None";
         else if (o.kind != Kind::Size) r += "=" + python_repr(json_of(defaults, o));
     }
     return r;
@@ -482,8 +508,12 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
     if (c.d_mid <= 0) c.d_mid = c.d_e / c.H;
     if (arch == Arch::E && c.tied && c.d_f != c.d_e)
         throw ValueError("tied=True needs d_f == d_e: W_u = W_eᵀ is N_V × d_e, but ETransformer's W_u is N_V × d_f");
-    if (arch != Arch::D && c.norm != NormKind::Layer)
-        throw ValueError("norm='rms' and norm='scale' are DTransformer options (Gopher; ScaleNorm)");
+    if (arch == Arch::E && c.norm != NormKind::Layer)
+        throw ValueError("norm='rms' and norm='scale' are DTransformer and EDTransformer options (Gopher, T5; ScaleNorm)");
+    for (const auto& [name, id] : {std::pair<const char*, index_t>{"bos_id", c.bos_id}, {"eos_id", c.eos_id}})
+        if (id >= c.n_vocab)
+            throw ValueError(std::string(name) + " = " + std::to_string(id) + " is out of range [0, n_vocab = " +
+                             std::to_string(c.n_vocab) + ")");
     if (arch != Arch::D && c.sliding_window != 0) throw ValueError("sliding_window is a DTransformer option (Mistral)");
     if (c.mask == ModelConfig::MaskKind::Prefix && c.sliding_window != 0)
         throw ValueError("mask='prefix' does not combine with sliding_window (one Mask for line 6)");
@@ -506,7 +536,8 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
             throw ValueError("relative_max_distance must be > relative_buckets / 2 = " + std::to_string(c.relative_buckets / 2) +
                              " (the log-spaced buckets run from there to it), got " + std::to_string(c.relative_max_distance));
     }
-    if (arch != Arch::D && c.mlp != ModelConfig::Mlp::Standard) throw ValueError("mlp='swiglu' is a DTransformer option");
+    if (arch == Arch::E && c.mlp != ModelConfig::Mlp::Standard)
+        throw ValueError("mlp='swiglu' and mlp='geglu' are DTransformer and EDTransformer options");
     if (c.positional == Positional::Rope && c.kv_lora_rank == 0 && c.d_attn % 2 != 0)
         throw ValueError("positional='rope' rotates pairs of rows: d_attn (the head size) must be even, got " +
                          std::to_string(c.d_attn));
@@ -524,7 +555,24 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
         if (c.bias) throw ValueError("kv_lora_rank (latent attention) has no biases (DeepSeek): pass bias=False");
         if (c.sliding_window > 0) throw ValueError("kv_lora_rank (latent attention) does not combine with sliding_window");
     }
-    if (c.attention != AttnKernel::Softmax) {  // V15 (random_features.hpp)
+    if (c.attention == AttnKernel::BigBird) {  // V17 (block_sparse.hpp)
+        if (arch != Arch::E)
+            throw ValueError("attention='bigbird' is BigBird's bidirectional block layout: an ETransformer option");
+        if (c.block_size == 0) throw ValueError("attention='bigbird' needs block_size (the tokens per block)");
+        if (c.window_blocks % 2 == 0)
+            throw ValueError("window_blocks = " + std::to_string(c.window_blocks) +
+                             " must be odd and >= 1 (the sliding key blocks centred on the query block; BigBird: 3)");
+        if (c.positional == Positional::Alibi || c.positional == Positional::Relative)
+            throw ValueError("attention='bigbird' adds no score bias: use positional='learned', 'sinusoidal' or 'rope'");
+        if (c.attn_dropout > 0 && c.attention_impl != AttnImpl::Literal)
+            throw ValueError("attention='bigbird': attn_dropout > 0 needs attention_impl='literal' (the block-sparse "
+                             "kernel drops no weights)");
+        if (c.n_features != 0) throw ValueError("n_features is an option of attention='performer' or 'rfa', not 'bigbird'");
+    } else if (c.block_size != 0) {
+        throw ValueError("block_size = " + std::to_string(c.block_size) +
+                         " is the block of attention='bigbird' (attention is not 'bigbird')");
+    }
+    if (c.attention == AttnKernel::Performer || c.attention == AttnKernel::RFA) {  // V15 (random_features.hpp)
         const std::string k = c.attention == AttnKernel::Performer ? "'performer'" : "'rfa'";
         if (c.n_features == 0)  // None: ⌈d_attn ln d_attn⌉, at least d_attn (Performer's D = Θ(d log d))
             c.n_features = std::max<index_t>(c.d_attn, index_t(std::ceil(double(c.d_attn) * std::log(double(c.d_attn)))));
@@ -599,7 +647,7 @@ void validate(const Tokens& x, const ModelConfig& c, const char* what) {
 
 void check_model_size(const ModelConfig& c, Arch arch) {
     const char* what = "model size";
-    const index_t d = c.d_e, L = arch == Arch::ED ? checked_add(c.L_enc, c.L_dec, what) : c.L;
+    const index_t d = c.d_e, L = arch == Arch::ED ? checked_add(c.L_enc, c.L_dec, what) : checked_add(c.L, c.mtp_depth, what);  // V16: a layer per MTP module
     // one attention: W_q, W_k, W_v (H × d_attn × d_e each) and W_o (d_e × H·d_mid)
     index_t attn = checked_add(checked_count({3, c.H, c.d_attn, d}, what), checked_count({c.H, c.d_mid, d}, what), what);
     if (c.kv_lora_rank > 0) {  // V10: W_dq + W_uq (or W_q), W_dkv, W_ukv, W_o

@@ -40,6 +40,20 @@ void PostLNDecoderBlock<T>::forward_cached(const ParamStore<T>& store, index_t q
     norm5.forward(store, R, X, d.norm);                                 // line 19
 }
 
+// V18 lines 1–3 (T5's decoder layer) over the cached keys and values
+template <class T>
+void PreLNCrossDecoderBlock<T>::forward_cached(const ParamStore<T>& store, index_t q0, KVCache<T>& self_kv,
+                                               const KVCache<T>& cross_kv, DecodeScratch<T>& d) const {
+    MatView<T> X = view(d.X), Xt = ensure(d.Xt, X.rows, X.cols);
+    norm1.forward(store, X, Xt, d.norm);                                // line 1
+    self_attn.append_kv(store, Xt, self_kv);
+    self_attn.attend_cached(store, Xt, q0, self_kv, X, d.attn, true);
+    norm2.forward(store, X, Xt, d.norm);                                // line 2
+    cross_attn.attend_cached(store, Xt, q0, cross_kv, X, d.attn, true);
+    norm3.forward(store, X, Xt, d.norm);                                // line 3
+    mlp.forward(store, Xt, X, d.mlp);
+}
+
 // Algorithm 10 for n new tokens at positions d.len, …, with the keys and values of the earlier tokens
 // cached per layer (line 6 attends over them); only the last token's logits are produced (line 11).
 template <class T>
@@ -77,11 +91,14 @@ template <class T>
 void EDTransformer<T>::encode(Decoder& d, const index_t* z, index_t l_z) const {
     Tokens zt{z, Seqs::single(l_z)};
     validate(zt, cfg.n_vocab, cfg.l_max, "z");
-    encoder_forward(zt, d.enc_acts, d.zstream);  // lines 1–9, once per context
-    CMatView<T> Z = view(d.zstream[std::size_t(cfg.L_enc)]);
+    NormCache<T> nc;
+    CMatView<T> Z = encoder_forward(zt, d.enc_acts, d.enc_pre_acts, d.zstream, d.Zf, nc);  // lines 1–9, once per context
     d.self_kv.assign(std::size_t(cfg.L_dec), KVCache<T>());
     d.cross_kv.assign(std::size_t(cfg.L_dec), KVCache<T>());
-    for (index_t l = 0; l < cfg.L_dec; ++l) dec_layer[std::size_t(l)]->cross_attn.append_kv(store, Z, d.cross_kv[std::size_t(l)]);
+    for (index_t l = 0; l < cfg.L_dec; ++l) {
+        const MHAttention<T>& cross = cfg.pre_norm ? dec_pre[std::size_t(l)]->cross_attn : dec_layer[std::size_t(l)]->cross_attn;
+        cross.append_kv(store, Z, d.cross_kv[std::size_t(l)]);
+    }
     d.len = 0;
 }
 
@@ -97,9 +114,18 @@ void EDTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* logi
     MatView<T> X = ensure(d.w.X, cfg.d_e, n);
     this->tok.forward(store, ids, n, X);                       // line 11
     this->pos.forward_seqs(store, Seqs::single(n), X, d.len);
-    for (index_t l = 0; l < cfg.L_dec; ++l)
-        dec_layer[std::size_t(l)]->forward_cached(store, d.len, d.self_kv[std::size_t(l)], d.cross_kv[std::size_t(l)], d.w);  // lines 14–19
-    this->unemb->logits(store, X.cols_range(n - 1, 1), MatView<T>(logits_out, cfg.n_vocab, 1));  // line 21, as logits
+    for (index_t l = 0; l < cfg.L_dec; ++l) {
+        const std::size_t i = std::size_t(l);
+        if (cfg.pre_norm) dec_pre[i]->forward_cached(store, d.len, d.self_kv[i], d.cross_kv[i], d.w);  // V18 lines 1–3
+        else dec_layer[i]->forward_cached(store, d.len, d.self_kv[i], d.cross_kv[i], d.w);  // lines 14–19
+    }
+    CMatView<T> last = X.cols_range(n - 1, 1);
+    if (head_input()) {  // V18: s · norm(X | γ_dec)
+        MatView<T> Xf = ensure(d.w.tmp, cfg.d_e, 1);
+        head_forward(last, Xf, d.w.norm);
+        last = Xf;
+    }
+    this->unemb->logits(store, last, MatView<T>(logits_out, cfg.n_vocab, 1));  // line 21, as logits
     d.len += n;
 }
 

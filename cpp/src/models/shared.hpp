@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "formal_transformers/blas.hpp"
+#include "formal_transformers/block_sparse.hpp"
 #include "formal_transformers/transformers.hpp"
 
 namespace ft {
@@ -33,7 +34,9 @@ MatView<T> copy_into(Matrix<T>& dst, CMatView<T> src) {
 inline std::string layer_prefix(const char* group, index_t l) { return std::string(group) + "." + std::to_string(l) + "."; }
 // The names of the parts a config chooses (parts.hpp's registry), from its fields.
 inline const char* norm_name(NormKind k) { return k == NormKind::RMS ? "rms" : k == NormKind::Scale ? "scale" : "layer"; }
-inline const char* mlp_name(ModelConfig::Mlp m) { return m == ModelConfig::Mlp::SwiGLU ? "swiglu" : "standard"; }
+inline const char* mlp_name(ModelConfig::Mlp m) {
+    return m == ModelConfig::Mlp::SwiGLU ? "swiglu" : m == ModelConfig::Mlp::GeGLU ? "geglu" : "standard";
+}
 inline const char* position_name(Positional p) {
     return p == Positional::Rope ? "rope" : p == Positional::Alibi ? "alibi" : p == Positional::Relative ? "relative" : "none";
 }
@@ -44,6 +47,15 @@ inline Mask decoder_mask(const ModelConfig& c) {
     o.values["w"] = double(c.sliding_window);
     return make_mask("sliding_window", o);
 }
+// The Mask of an encoder's self-attention named p: Mask ≡ 1 (Algorithm 9), or with attention='bigbird' (V17)
+// BigBird's block layout, drawn from layout_seed and the attention's name (each layer its own)
+inline Mask encoder_mask(const ModelConfig& c, const std::string& p) {
+    if (c.attention != AttnKernel::BigBird) return Mask::bidirectional();
+    BigBirdSpec s;
+    s.block = c.block_size, s.window = c.window_blocks, s.global = c.n_global_blocks, s.random = c.n_random_blocks;
+    s.seed = c.layout_seed, s.name = p;
+    return make_bigbird_mask(s);
+}
 // The attention options of a model (docs/variants.md); `positional`: the position part applies (D's self-attention)
 inline AttnVariant attn_variant(const ModelConfig& c, bool positional) {
     AttnVariant v;
@@ -53,6 +65,7 @@ inline AttnVariant attn_variant(const ModelConfig& c, bool positional) {
     v.rope_theta = c.rope_theta;
     v.impl = c.attention_impl;
     v.kv_lora_rank = c.kv_lora_rank, v.q_lora_rank = c.q_lora_rank, v.qk_rope_head_dim = c.qk_rope_head_dim;  // V10
+    v.scale_scores = c.scale_scores;  // V18
     v.kernel = c.attention;  // V15
     v.n_features = c.n_features;
     v.feature_seed = c.feature_seed;

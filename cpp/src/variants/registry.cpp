@@ -14,6 +14,7 @@ Mask make_bidirectional_mask(const MaskOptions&);  // listings/masks.cpp
 Mask make_unidirectional_mask(const MaskOptions&);  // listings/masks.cpp
 Mask make_prefix_mask(const MaskOptions&);          // variants/prefix_mask.cpp
 Mask make_sliding_window_mask(const MaskOptions&);  // variants/sliding_window_mask.cpp
+Mask make_bigbird_mask_from_options(const MaskOptions&);  // variants/bigbird_mask.cpp
 template <class T>
 PositionPart<T> make_rope(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/rope.cpp
 template <class T>
@@ -34,9 +35,14 @@ template <class T>
 std::shared_ptr<const HeadKernel<T>> make_random_feature_kernel(const AttnPartSpec<T>&,
                                                                 const std::string&);  // variants/random_features.cpp
 template <class T>
+std::shared_ptr<const HeadKernel<T>> make_block_sparse_kernel(const AttnPartSpec<T>&,
+                                                              const std::string&);  // variants/block_sparse.cpp
+template <class T>
 std::shared_ptr<const MLPPart<T>> make_standard_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // listings/mlp.cpp
 template <class T>
 std::shared_ptr<const MLPPart<T>> make_swiglu_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // variants/swiglu.cpp
+template <class T>
+std::shared_ptr<const MLPPart<T>> make_geglu_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // variants/geglu.cpp
 template <class T>
 std::shared_ptr<const NormPart<T>> make_layer_norm(index_t, double, ParamStore<T>&, const std::string&,
                                                    const std::string&);  // listings/norm.cpp
@@ -79,6 +85,7 @@ const std::vector<Entry<MaskFactory>>& masks() {
         {"unidirectional", make_unidirectional_mask},
         {"prefix", make_prefix_mask},
         {"sliding_window", make_sliding_window_mask},
+        {"bigbird", make_bigbird_mask_from_options},
     };
     return t;
 }
@@ -107,6 +114,7 @@ const std::vector<Entry<HeadKernelFactory<T>>>& head_kernels() {
         {"tiled", make_tiled_kernel<T>},
         {"performer", make_random_feature_kernel<T>},
         {"rfa", make_random_feature_kernel<T>},
+        {"bigbird", make_block_sparse_kernel<T>},
     };
     return t;
 }
@@ -115,6 +123,7 @@ const std::vector<Entry<MLPFactory<T>>>& mlps() {
     static const std::vector<Entry<MLPFactory<T>>> t = {
         {"standard", make_standard_mlp<T>},
         {"swiglu", make_swiglu_mlp<T>},
+        {"geglu", make_geglu_mlp<T>},
     };
     return t;
 }
@@ -184,10 +193,12 @@ PositionPart<T> make_position(const std::string& name, const AttnSpec& spec, Par
 // The options that name an attention's two kinds of Algorithm 4's lines: V10's kv_lora_rank makes Q, K, V from
 // latents; `attention` (AttnKernel) names the head kernel.
 std::string qkv_source_name(const AttnVariant& v) { return v.kv_lora_rank > 0 ? "latent" : "projections"; }
-std::string head_kernel_name(AttnKernel k) {
-    switch (k) {
+std::string head_kernel_name(const AttnVariant& v) {
+    switch (v.kernel) {
         case AttnKernel::Performer: return "performer";
         case AttnKernel::RFA: return "rfa";
+        // V17: 'literal' and 'tiled' run the dense listings with the layout's mask (the definition)
+        case AttnKernel::BigBird: return v.impl == AttnImpl::Auto ? "bigbird" : "softmax";
         default: return "softmax";
     }
 }

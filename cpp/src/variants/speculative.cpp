@@ -223,7 +223,7 @@ std::vector<index_t> SpeculativeInference(const DTransformer<T>& target, const D
 // Self-speculation (V16): the model's own MTP modules draft. With x[0 : m] known and the trunk's cache holding
 // positions 0..m−2 (H⁰ kept), module j at position m−2 (0-based) sees x[m−2+j] (x[m−1] for j = 1, else the draft
 // x̂_{j−1}) and drafts x̂_j = x[m−1+j]: P^j[:, m−2] of V16 line 5. Each module's cache is fed the positions it has not
-// seen (with the drafts as tokens) and afterwards keeps only those whose tokens were all kept (t + j ≤ m − 1 + a).
+// seen (with the drafts as tokens) and afterwards keeps only those whose tokens were all kept (t + j ≤ m + a − 1).
 // The first pass has no H⁰: it drafts nothing (the target's plain pass over the prompt).
 template <class T>
 std::vector<index_t> SelfSpeculativeInference(const DTransformer<T>& model, const index_t* x_in, index_t l, index_t l_gen,
@@ -268,7 +268,10 @@ std::vector<index_t> SelfSpeculativeInference(const DTransformer<T>& model, cons
         SingleThreadScope one_thread;           // a few columns per module (as the cached passes)
         for (index_t j = 1; j <= kp; ++j) {
             poll();
-            mtp_decode(model, md, j, x.data(), md.len[std::size_t(j - 1)], m - 1, z.data());  // V16 lines 3–5, cached
+            // V16 lines 3–5, cached, one position at a time: a weight times one column is BLAS's gemv, where a
+            // product with 2–4 columns packs the whole weight first (docs/speculative_decoding.md "What a round
+            // costs"); the logits of the last position are the draft's
+            for (index_t t = md.len[std::size_t(j - 1)]; t < m - 1; ++t) mtp_decode(model, md, j, x.data(), t, t + 1, z.data());
             ++st.draft_passes;
             sampling_probs(z.data(), N_V, tau, pj[std::size_t(j - 1)]);  // line 6: p_j
             x.push_back(sample_from(pj[std::size_t(j - 1)], rng));      // line 7: x̂_j
@@ -284,7 +287,9 @@ std::vector<index_t> SelfSpeculativeInference(const DTransformer<T>& model, cons
         seen = std::min(seen, m + a);  // the trunk keeps m + a positions
         for (index_t j = 1; j <= D; ++j) {
             index_t& len = md.len[std::size_t(j - 1)];
-            len = std::max<index_t>(0, std::min(len, m + a - j + 1));  // positions t with t + j ≤ m − 1 + a
+            // keep the positions t whose token x[t+j] was kept: t + j ≤ m + a − 1 (0-based; x[m+a] is the new y,
+            // where module j had read a rejected draft)
+            len = std::max<index_t>(0, std::min(len, m + a - j));
             KVCache<T>& kv = md.kv[std::size_t(j - 1)];
             FT_CHECK(kv.start == 0, "self-speculation: a module's cache has no sliding window");
             kv.len = len;

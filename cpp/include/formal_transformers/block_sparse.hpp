@@ -1,0 +1,87 @@
+// Algorithm V17 (block-sparse attention, BigBird's form; docs/variants.md): Zaheer et al. 2020, "Big Bird:
+// Transformers for Longer Sequences", §2 and Appendix D ("BIGBIRD-ITC": the blocked layout). The layout is a
+// mask part (cpp/src/variants/bigbird_mask.cpp: Algorithm 4 with it is the dense definition); the kernel that
+// computes only its live blocks is cpp/src/variants/block_sparse.cpp, forward and backward side by side.
+//
+// Algorithm V17a: 𝓛 ← BigBirdLayout(n | w, g, r, seed)   n = ℓ/b blocks of b tokens; 𝓛[i] ⊆ [n] the key
+//                                                         blocks of query block i
+//   1  for i ∈ [n]:
+//   2    if i < g or i ≥ n − g:  𝓛[i] ← [n]                    [[global query blocks attend everywhere]]
+//   3    else:
+//   4      𝓦 ← {j : |i − j| ≤ (w − 1)/2}                       [[w sliding key blocks around the diagonal]]
+//   5      𝓖 ← {j : j < g or j ≥ n − g}                         [[the global key blocks, first and last g]]
+//   6      𝓡 ← r distinct blocks drawn uniformly from [n] ∖ (𝓦 ∪ 𝓖), from the seed (and i, n)
+//   7      𝓛[i] ← 𝓦 ∪ 𝓖 ∪ 𝓡
+//   8  return 𝓛
+//   Mask[t_z, t_x] = [[⌊t_z/b⌋ ∈ 𝓛[⌊t_x/b⌋]]] (bidirectional; positions from 0). Needs b | ℓ and
+//   n ≥ 2g + w + r (the blocks line 6 draws from). Hugging Face's BigBird ("block_sparse"): w = 3, g = 1, its
+//   own random draw per head and layer (docs/variants.md V17 says how the layouts were matched).
+//
+// Algorithm V17b: Ṽ ← BlockSparseAttention(Q, K, V | 𝓛, b)   replaces Algorithm 4's lines 4–6 (one head)
+//   1  for each query block i:  J ← 𝓛[i] (m blocks), Q_i ← Q[:, block i] ∈ R^{d×b}
+//   2    K_J ← [K[:, block j]]_{j∈J}, V_J ← [V[:, block j]]_{j∈J}   [[gathered: R^{d×mb}, R^{d_v×mb}]]
+//   3    S ← K_Jᵀ Q_i / √d_attn                                     [[∈ R^{mb×b}]]
+//   4    A ← softmax(S) (per column);  λ ← the log-sum-exp of each column
+//   5    Ṽ[:, block i] ← V_J A
+//   Work and memory O(ℓ·(w + 2g + r)·b·d) for the non-global blocks (+ O(g·b·ℓ·d) for the global ones)
+//   instead of O(ℓ²·d): every other entry of Algorithm 4's S is masked, exp(−∞) = 0.
+//   Backward (given dṼ; A recomputed from λ): dV_J = dṼ_i Aᵀ; dA = V_Jᵀ dṼ_i;
+//   dS = A ⊙ (dA − 1 (1ᵀ(A ⊙ dA)));  dQ_i = K_J dS/√d_attn;  dK_J = Q_i dSᵀ/√d_attn (scattered back into the
+//   key blocks J, summed over every query block that gathered them).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formal_transformers/common.hpp"
+#include "formal_transformers/mask.hpp"
+
+namespace ft {
+
+// BigBird's layout hyperparameters: block size b, w sliding blocks (odd), g global blocks at each end, r
+// random blocks per query block, drawn from seed and the attention's name (each layer its own draw).
+struct BigBirdSpec {
+    index_t block = 0, window = 3, global = 1, random = 0;
+    std::uint64_t seed = 0;
+    std::string name;
+};
+
+// A block layout: n query blocks of b tokens, query block i attending key blocks keys[start[i] … start[i+1])
+// (ascending, distinct).
+struct BlockLayout {
+    index_t block = 0, n = 0;
+    std::vector<index_t> start, keys;
+    index_t count(index_t i) const { return start[std::size_t(i + 1)] - start[std::size_t(i)]; }
+    const index_t* of(index_t i) const { return keys.data() + start[std::size_t(i)]; }
+};
+
+// ValueError naming the problem: b < 1, w < 1 or even, g < 0, r < 0.
+void check_bigbird_spec(const BigBirdSpec& s);
+// ValueError naming the problem unless a sequence of ℓ tokens fits: b | ℓ, n = ℓ/b ≥ 2g + w + r.
+void check_bigbird_length(const BigBirdSpec& s, index_t l);
+// V17a for n blocks.
+BlockLayout bigbird_layout(const BigBirdSpec& s, index_t n);
+// A layout given block by block (e.g. Hugging Face's): keys[i] the key blocks of query block i (sorted and
+// deduplicated here). ValueError: a block out of [0, n), an empty list.
+BlockLayout explicit_layout(index_t block, const std::vector<std::vector<index_t>>& keys);
+
+// The mask part "bigbird" (registry.cpp; made by make_mask("bigbird", {values = {block_size, window_blocks,
+// n_global_blocks, n_random_blocks, layout_seed}}) or directly from a spec with a name).
+Mask make_bigbird_mask(const BigBirdSpec& s);
+// The spec of a bigbird mask; null for every other mask.
+const BigBirdSpec* bigbird_spec(const Mask& m);
+// The layout of a bigbird mask for sequences of n blocks (drawn once per n, then shared).
+std::shared_ptr<const BlockLayout> bigbird_mask_layout(const Mask& m, index_t n);
+
+// V17b for one head of one sequence: Q:[d, ℓ], K:[d, ℓ], V:[d_v, ℓ] (ℓ = L.n·L.block) -> Vt:[d_v, ℓ] and
+// lse:[ℓ] (λ, kept for the backward). Runs on the calling thread (one-thread BLAS calls).
+template <class T>
+void block_sparse_head(const BlockLayout& L, CMatView<T> Q, CMatView<T> K, CMatView<T> V, MatView<T> Vt, T* lse);
+// Backward: accumulates dQ += …, dK += …, dV += …, given the forward's lse and dṼ.
+template <class T>
+void block_sparse_head_backward(const BlockLayout& L, CMatView<T> Q, CMatView<T> K, CMatView<T> V, const T* lse,
+                                CMatView<T> dVt, MatView<T> dQ, MatView<T> dK, MatView<T> dV);
+
+}  // namespace ft

@@ -1,0 +1,194 @@
+// BigBird's block-sparse layout as a mask part (docs/variants.md V17; Zaheer et al. 2020, "Big Bird", §2 and
+// Appendix D): Algorithm V17a (block_sparse.hpp) for the sequence's n = ℓ/b blocks, and
+//
+// Mask[t_z, t_x] = [[⌊t_z/b⌋ ∈ 𝓛[⌊t_x/b⌋]]]
+//
+// so Algorithm 4 with this mask (attention_impl='literal') is the dense definition of what the block-sparse
+// kernel (variants/block_sparse.cpp) computes. Bidirectional, self-attention only (ℓ_z = ℓ_x, no cache). The
+// layout of each n is drawn once and kept (the rule is shared and otherwise immutable). Made by
+// make_mask("bigbird", {values = {block_size, window_blocks, n_global_blocks, n_random_blocks, layout_seed}})
+// (registry.cpp), or by make_bigbird_mask(spec) with the attention's name (models: every layer its own draw).
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+
+#include "formal_transformers/block_sparse.hpp"
+#include "formal_transformers/parts.hpp"
+
+namespace ft {
+
+namespace {
+std::uint64_t mix64(std::uint64_t z) {  // splitmix64's finaliser
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+std::uint64_t fnv1a64(const std::string& s) {
+    std::uint64_t h = 0xcbf29ce484222325ULL;
+    for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ULL;
+    return h;
+}
+
+class BigBirdMask final : public MaskRule {
+public:
+    explicit BigBirdMask(BigBirdSpec s) : s_(std::move(s)) {}
+    std::string name() const override { return "bigbird"; }
+    bool allows(index_t b, index_t t_z, index_t t_x) const override {
+        // the layout of sequence b, recorded by check() (which runs before every forward) for its length
+        const auto L = of_seq(b);
+        const index_t i = t_x / s_.block, j = t_z / s_.block;
+        if (i >= L->n || j >= L->n) return false;
+        const index_t* k = L->of(i);
+        return std::binary_search(k, k + L->count(i), j);
+    }
+    void check(index_t b, index_t l_z, index_t l_x, index_t q0, bool) const override {
+        if (q0 != 0)
+            throw ValueError("bigbird mask: no cached decoding (the layout is drawn for the whole sequence; queries "
+                             "from position " + std::to_string(q0) + ")");
+        if (l_z != l_x)
+            throw ValueError("bigbird mask: self-attention only (" + std::to_string(l_z) + " keys for " +
+                             std::to_string(l_x) + " queries)");
+        check_bigbird_length(s_, l_z);
+        const auto L = layout(l_z / s_.block);
+        std::lock_guard<std::mutex> g(m_);
+        if (index_t(seq_.size()) <= b) seq_.resize(std::size_t(b + 1));
+        seq_[std::size_t(b)] = L;
+    }
+    const BigBirdSpec& spec() const { return s_; }
+    std::shared_ptr<const BlockLayout> layout(index_t n) const {
+        std::lock_guard<std::mutex> g(m_);
+        auto& p = cache_[n];
+        if (!p) p = std::make_shared<const BlockLayout>(bigbird_layout(s_, n));
+        return p;
+    }
+
+private:
+    // read without the lock: check() writes seq_ before the heads run (one forward at a time per attention)
+    std::shared_ptr<const BlockLayout> of_seq(index_t b) const {
+        FT_CHECK(b < index_t(seq_.size()) && seq_[std::size_t(b)], "bigbird mask: sequence not checked before use");
+        return seq_[std::size_t(b)];
+    }
+    BigBirdSpec s_;
+    mutable std::mutex m_;
+    mutable std::map<index_t, std::shared_ptr<const BlockLayout>> cache_;
+    mutable std::vector<std::shared_ptr<const BlockLayout>> seq_;  // the layout of each sequence of the last batch
+};
+}  // namespace
+
+void check_bigbird_spec(const BigBirdSpec& s) {
+    if (s.block < 1) throw ValueError("block_size = " + std::to_string(s.block) + " must be >= 1 (tokens per block)");
+    if (s.window < 1 || s.window % 2 == 0)
+        throw ValueError("window_blocks = " + std::to_string(s.window) +
+                         " must be odd and >= 1 (the sliding key blocks centred on the query block; BigBird: 3)");
+    if (s.global < 0) throw ValueError("n_global_blocks = " + std::to_string(s.global) + " must be >= 0");
+    if (s.random < 0) throw ValueError("n_random_blocks = " + std::to_string(s.random) + " must be >= 0");
+}
+
+void check_bigbird_length(const BigBirdSpec& s, index_t l) {
+    if (l % s.block != 0)
+        throw ValueError("bigbird: block_size = " + std::to_string(s.block) + " does not divide the sequence length " +
+                         std::to_string(l) + " (pad the sequences to a multiple of block_size)");
+    const index_t n = l / s.block, need = 2 * s.global + s.window + s.random;
+    if (n < need)
+        throw ValueError("bigbird: " + std::to_string(n) + " blocks of " + std::to_string(s.block) +
+                         " tokens are too few for the layout: 2·n_global_blocks + window_blocks + n_random_blocks = " +
+                         std::to_string(need) + " blocks at least");
+}
+
+// ===================================== Algorithm V17a ==================================================
+BlockLayout bigbird_layout(const BigBirdSpec& s, index_t n) {
+    check_bigbird_spec(s);
+    if (n < 2 * s.global + s.window + s.random) check_bigbird_length(s, n * s.block);
+    BlockLayout L;
+    L.block = s.block, L.n = n;
+    L.start.push_back(0);
+    const index_t half = (s.window - 1) / 2;
+    const std::uint64_t base = mix64(s.seed ^ mix64(fnv1a64(s.name)));
+    std::vector<char> in(static_cast<std::size_t>(n), 0);
+    std::vector<index_t> cand;
+    for (index_t i = 0; i < n; ++i) {  // line 1
+        if (i < s.global || i >= n - s.global) {  // line 2: a global query block
+            for (index_t j = 0; j < n; ++j) L.keys.push_back(j);
+            L.start.push_back(index_t(L.keys.size()));
+            continue;
+        }
+        std::fill(in.begin(), in.end(), 0);
+        for (index_t j = std::max<index_t>(0, i - half); j <= std::min(n - 1, i + half); ++j) in[std::size_t(j)] = 1;  // line 4
+        for (index_t j = 0; j < n; ++j)
+            if (j < s.global || j >= n - s.global) in[std::size_t(j)] = 1;  // line 5
+        cand.clear();
+        for (index_t j = 0; j < n; ++j)
+            if (!in[std::size_t(j)]) cand.push_back(j);
+        // line 6: r distinct draws (a partial Fisher–Yates shuffle), from the seed, the name, n and i
+        Rng rng(mix64(base ^ mix64(std::uint64_t(n) * 0x100000001ULL + std::uint64_t(i))));
+        for (index_t k = 0; k < s.random; ++k) {
+            const index_t pick = k + index_t(rng.below(std::uint64_t(index_t(cand.size()) - k)));
+            std::swap(cand[std::size_t(k)], cand[std::size_t(pick)]);
+            in[std::size_t(cand[std::size_t(k)])] = 1;
+        }
+        for (index_t j = 0; j < n; ++j)  // line 7: 𝓦 ∪ 𝓖 ∪ 𝓡, ascending
+            if (in[std::size_t(j)]) L.keys.push_back(j);
+        L.start.push_back(index_t(L.keys.size()));
+    }
+    return L;
+}
+
+BlockLayout explicit_layout(index_t block, const std::vector<std::vector<index_t>>& keys) {
+    if (block < 1) throw ValueError("block layout: block_size must be >= 1");
+    BlockLayout L;
+    L.block = block, L.n = index_t(keys.size());
+    if (L.n < 1) throw ValueError("block layout: no query blocks");
+    L.start.push_back(0);
+    for (index_t i = 0; i < L.n; ++i) {
+        std::vector<index_t> k = keys[std::size_t(i)];
+        if (k.empty()) throw ValueError("block layout: query block " + std::to_string(i) + " has no key blocks");
+        std::sort(k.begin(), k.end());
+        k.erase(std::unique(k.begin(), k.end()), k.end());
+        if (k.front() < 0 || k.back() >= L.n)
+            throw ValueError("block layout: query block " + std::to_string(i) + " names a key block outside [0, " +
+                             std::to_string(L.n) + ")");
+        L.keys.insert(L.keys.end(), k.begin(), k.end());
+        L.start.push_back(index_t(L.keys.size()));
+    }
+    return L;
+}
+
+Mask make_bigbird_mask(const BigBirdSpec& s) {
+    check_bigbird_spec(s);
+    return Mask(std::make_shared<BigBirdMask>(s));
+}
+
+const BigBirdSpec* bigbird_spec(const Mask& m) {
+    const auto* r = dynamic_cast<const BigBirdMask*>(&m.rule());
+    return r ? &r->spec() : nullptr;
+}
+
+std::shared_ptr<const BlockLayout> bigbird_mask_layout(const Mask& m, index_t n) {
+    const auto* r = dynamic_cast<const BigBirdMask*>(&m.rule());
+    FT_CHECK(r != nullptr, "bigbird_mask_layout: not a bigbird mask");
+    return r->layout(n);
+}
+
+// The registry's factory: the numbers of MaskOptions::values (layout_seed exact below 2^53).
+Mask make_bigbird_mask_from_options(const MaskOptions& o) {
+    BigBirdSpec s;
+    auto get = [&](const char* k, index_t& v) {
+        const auto it = o.values.find(k);
+        if (it == o.values.end()) return;
+        if (it->second != std::floor(it->second) || std::abs(it->second) > 9007199254740992.0)
+            throw ValueError(std::string("bigbird mask: ") + k + " must be an integer");
+        v = index_t(it->second);
+    };
+    if (!o.values.count("block_size")) throw ValueError("bigbird mask: give the block_size");
+    get("block_size", s.block), get("window_blocks", s.window), get("n_global_blocks", s.global);
+    get("n_random_blocks", s.random);
+    index_t seed = 0;
+    get("layout_seed", seed);
+    if (seed < 0) throw ValueError("bigbird mask: layout_seed must be >= 0");
+    s.seed = std::uint64_t(seed);
+    return make_bigbird_mask(s);
+}
+
+}  // namespace ft
