@@ -8,6 +8,20 @@
 
 namespace ft {
 
+// ---- exp, and exp of a column shifted by its largest entry (softmax's and the tiled attention's inner loop) ----
+// y[i] = exp(x[i]) (x and y may alias). float64: xsimd's exp; float32: our own vectorised exp (Cody–Waite
+// reduction x = n ln 2 + r, |r| ≤ ln 2 / 2, a degree-7 polynomial for e^r, the scale 2^n in two factors so that
+// results down to the denormals round once), ≤ 2 ulp from std::exp over the whole range (test_functions.cpp):
+// exp(−∞) = 0 exactly, exp(+∞) = +∞ and overflow to +∞, NaN stays NaN.
+template <class T>
+void exp_values(const T* x, T* y, index_t n);
+// Largest entry of a[0:n) (−∞ for n = 0); NaN if any entry is NaN (NaN propagates, never hidden).
+template <class T>
+T column_max(const T* a, index_t n);
+// a[i] ← exp(a[i] − m) in place (−∞ entries give exactly 0, as exp_values); returns Σ_i a[i].
+template <class T>
+T exp_shift(T* a, index_t n, T m);
+
 // ---- softmax (the paper: softmax(A)[t1, t2] = exp(A[t1,t2]) / Σ_t exp(A[t, t2]), column by column) ---
 // In place on one column of n entries; subtracts the column max; entries equal to -inf get probability
 // 0. At least one entry must be finite (checked by callers where a mask could hide a whole column).

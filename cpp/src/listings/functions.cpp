@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include <xsimd/xsimd.hpp>
@@ -14,7 +15,46 @@ using B = xsimd::batch<T>;
 template <class T>
 constexpr index_t W = index_t(B<T>::size);
 
-// Largest entry of a[0:n); NaN if any entry is NaN (so NaN propagates to the whole column, as in numpy).
+// exp on a batch: float64 xsimd's; float32 ours (functions.hpp: ≤ 2 ulp, −∞ → 0, overflow → +∞, NaN → NaN).
+// e^x = 2^n e^r with n = round(x / ln 2) and r = x − n ln 2 in two parts (ln 2's first 9 bits exact, so n·hi is
+// exact for |n| ≤ 2^15); e^r = 1 + r + r² p(r) on |r| ≤ ln 2 / 2; 2^n as two powers of two (n ∈ [−151, 128]
+// after the clamp: each factor normal, the product rounded once, also into the denormals).
+inline B<double> vexp(B<double> x) { return xsimd::exp(x); }
+inline B<float> vexp(B<float> x) {
+    using I = xsimd::batch<std::int32_t>;
+    const B<float> xc = xsimd::min(xsimd::max(x, B<float>(-104.0f)), B<float>(88.8f));
+    const B<float> n = xsimd::nearbyint(xc * B<float>(1.44269504088896341f));
+    B<float> r = xsimd::fnma(n, B<float>(0.693359375f), xc);  // x − n·ln2_hi (exact)
+    r = xsimd::fnma(n, B<float>(-2.12194440e-4f), r);        // − n·ln2_lo
+    B<float> p(1.9875691500e-4f);
+    p = xsimd::fma(p, r, B<float>(1.3981999507e-3f));
+    p = xsimd::fma(p, r, B<float>(8.3334519073e-3f));
+    p = xsimd::fma(p, r, B<float>(4.1665795894e-2f));
+    p = xsimd::fma(p, r, B<float>(1.6666665459e-1f));
+    p = xsimd::fma(p, r, B<float>(5.0000001201e-1f));
+    const B<float> e = xsimd::fma(p, r * r, r) + B<float>(1.0f);  // e^r
+    const I ni = xsimd::to_int(n), n1 = ni >> 1, n2 = ni - n1;
+    const B<float> s1 = xsimd::bitwise_cast<B<float>>((n1 + I(127)) << 23);
+    const B<float> s2 = xsimd::bitwise_cast<B<float>>((n2 + I(127)) << 23);
+    return xsimd::select(x == x, e * s1 * s2, x);  // NaN stays NaN (x == x is an ordered compare: false for NaN)
+}
+inline double sexp(double x) { return std::exp(x); }
+// the tails through the same kernel as the body (one lane used), so every entry of a column is one function
+inline float sexp(float x) {
+    alignas(64) float buf[B<float>::size] = {};
+    buf[0] = x;
+    vexp(B<float>::load_aligned(buf)).store_aligned(buf);
+    return buf[0];
+}
+}  // namespace
+
+template <class T>
+void exp_values(const T* x, T* y, index_t n) {
+    index_t i = 0;
+    for (; i + W<T> <= n; i += W<T>) vexp(B<T>::load_unaligned(x + i)).store_unaligned(y + i);
+    for (; i < n; ++i) y[i] = sexp(x[i]);
+}
+
 template <class T>
 T column_max(const T* a, index_t n) {
     T m = -std::numeric_limits<T>::infinity();
@@ -26,9 +66,25 @@ T column_max(const T* a, index_t n) {
     }
     return nan ? std::numeric_limits<T>::quiet_NaN() : m;
 }
-}  // namespace
 
-// ------------------------------------------------------------------------------------------------------
+template <class T>
+T exp_shift(T* a, index_t n, T m) {
+    index_t i = 0;
+    const B<T> vm(m);
+    B<T> vs(T(0));
+    for (; i + W<T> <= n; i += W<T>) {
+        const B<T> e = vexp(B<T>::load_unaligned(a + i) - vm);
+        e.store_unaligned(a + i);
+        vs += e;
+    }
+    T s = xsimd::hadd(vs);
+    for (; i < n; ++i) {
+        a[i] = sexp(a[i] - m);
+        s += a[i];
+    }
+    return s;
+}
+
 template <class T>
 void softmax_column(T* a, index_t n) {
     softmax_column_lse(a, n);
@@ -38,23 +94,11 @@ template <class T>
 double softmax_column_lse(T* a, index_t n) {
     const T m = column_max(a, n);
     // exp(a - max): -inf entries give exactly 0. (Non-finite max: NaN results, as in the numpy reference.)
-    T s = 0;
+    const T s = exp_shift(a, n, m);
     index_t i = 0;
-    B<T> vs(T(0));
-    const B<T> vm(m);
-    for (; i + W<T> <= n; i += W<T>) {
-        const B<T> e = xsimd::exp(B<T>::load_unaligned(a + i) - vm);
-        e.store_unaligned(a + i);
-        vs += e;
-    }
-    s = xsimd::hadd(vs);
-    for (; i < n; ++i) {
-        a[i] = std::exp(a[i] - m);
-        s += a[i];
-    }
     const T inv = T(1) / s;
     const B<T> vinv(inv);
-    for (i = 0; i + W<T> <= n; i += W<T>) (B<T>::load_unaligned(a + i) * vinv).store_unaligned(a + i);
+    for (; i + W<T> <= n; i += W<T>) (B<T>::load_unaligned(a + i) * vinv).store_unaligned(a + i);
     for (; i < n; ++i) a[i] *= inv;
     return double(m) + std::log(double(s));
 }
@@ -194,6 +238,9 @@ void activation_backward(Activation a, CMatView<T> X, CMatView<T> dY, MatView<T>
 }
 
 #define FT_INSTANTIATE(T)                                                          \
+    template void exp_values<T>(const T*, T*, index_t);                            \
+    template T column_max<T>(const T*, index_t);                                   \
+    template T exp_shift<T>(T*, index_t, T);                                       \
     template void softmax_column<T>(T*, index_t);                                  \
     template double softmax_column_lse<T>(T*, index_t);                            \
     template void softmax_columns<T>(MatView<T>);                                  \

@@ -9,52 +9,15 @@
 #include <limits>
 #include <vector>
 
-#include <xsimd/xsimd.hpp>
-
 #include "formal_transformers/attention.hpp"
 #include "formal_transformers/blas.hpp"
+#include "formal_transformers/functions.hpp"
 
 namespace ft {
 
 namespace {
 template <class T>
-using B = xsimd::batch<T>;
-template <class T>
-constexpr index_t W = index_t(B<T>::size);
-template <class T>
 constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-
-// max of a column; NaN if any entry is NaN (as the literal softmax: NaN propagates, never hidden)
-template <class T>
-T col_max(const T* s, index_t n) {
-    T mx = kNegInf<T>;
-    int nan = 0;
-#pragma omp simd reduction(max : mx) reduction(| : nan)
-    for (index_t i = 0; i < n; ++i) {
-        mx = s[i] > mx ? s[i] : mx;
-        nan |= int(s[i] != s[i]);
-    }
-    return nan ? std::numeric_limits<T>::quiet_NaN() : mx;
-}
-
-// s ← exp(s − m) in place (−∞ entries give exactly 0); returns Σ s
-template <class T>
-T exp_shift(T* s, index_t n, T m) {
-    index_t i = 0;
-    const B<T> vm(m);
-    B<T> vs(T(0));
-    for (; i + W<T> <= n; i += W<T>) {
-        const B<T> e = xsimd::exp(B<T>::load_unaligned(s + i) - vm);
-        e.store_unaligned(s + i);
-        vs += e;
-    }
-    T sum = xsimd::hadd(vs);
-    for (; i < n; ++i) {
-        s[i] = std::exp(s[i] - m);
-        sum += s[i];
-    }
-    return sum;
-}
 
 // C ← α op(A) op(B) + β C on a tile, on the calling thread: one BLAS call, or our loops. The loops: with A
 // as stored, columns of C as sums of columns of A (axpy over C's contiguous column); with Aᵀ, each entry a
@@ -190,7 +153,7 @@ void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const Hea
             block_scores<T>(tiles.kernel, Q, K, blk, t0, nk, j0, nq, S);  // line 4
             for (index_t j = 0; j < nq; ++j) {
                 T* s = S.col(j);
-                const T m_new = std::max(m[j], col_max(s, nk));  // line 5: m′
+                const T m_new = std::max(m[j], column_max(s, nk));  // line 5: m′
                 if (m_new == kNegInf<T>) {                       // the whole column masked so far: P = 0
                     std::fill(s, s + nk, T(0));
                     continue;
