@@ -9,10 +9,10 @@
 namespace ft {
 
 // ---- exp, and exp of a column shifted by its largest entry (softmax's and the tiled attention's inner loop) ----
-// y[i] = exp(x[i]) (x and y may alias). float64: xsimd's exp; float32: our own vectorised exp (Cody–Waite
-// reduction x = n ln 2 + r, |r| ≤ ln 2 / 2, a degree-7 polynomial for e^r, the scale 2^n in two factors so that
-// results down to the denormals round once), ≤ 2 ulp from std::exp over the whole range (test_functions.cpp):
-// exp(−∞) = 0 exactly, exp(+∞) = +∞ and overflow to +∞, NaN stays NaN.
+// y[i] = exp(x[i]) (x and y may alias): xsimd's vectorised exp (std::exp on the tail); exp(−∞) = 0 exactly,
+// overflow to +∞, NaN stays NaN. float32 within 2 ulp of std::exp down to the smallest normal float
+// (test_functions.cpp; below it the core's flush-to-zero gives 0). (A float32 exp of our own measured slower:
+// bench/bench_exp.cpp.)
 template <class T>
 void exp_values(const T* x, T* y, index_t n);
 // Largest entry of a[0:n) (−∞ for n = 0); NaN if any entry is NaN (NaN propagates, never hidden).

@@ -15,37 +15,12 @@ using B = xsimd::batch<T>;
 template <class T>
 constexpr index_t W = index_t(B<T>::size);
 
-// exp on a batch: float64 xsimd's; float32 ours (functions.hpp: ≤ 2 ulp, −∞ → 0, overflow → +∞, NaN → NaN).
-// e^x = 2^n e^r with n = round(x / ln 2) and r = x − n ln 2 in two parts (ln 2's first 9 bits exact, so n·hi is
-// exact for |n| ≤ 2^15); e^r = 1 + r + r² p(r) on |r| ≤ ln 2 / 2; 2^n as two powers of two (n ∈ [−151, 128]
-// after the clamp: each factor normal, the product rounded once, also into the denormals).
-inline B<double> vexp(B<double> x) { return xsimd::exp(x); }
-inline B<float> vexp(B<float> x) {
-    using I = xsimd::batch<std::int32_t>;
-    const B<float> xc = xsimd::min(xsimd::max(x, B<float>(-104.0f)), B<float>(88.8f));
-    const B<float> n = xsimd::nearbyint(xc * B<float>(1.44269504088896341f));
-    B<float> r = xsimd::fnma(n, B<float>(0.693359375f), xc);  // x − n·ln2_hi (exact)
-    r = xsimd::fnma(n, B<float>(-2.12194440e-4f), r);        // − n·ln2_lo
-    B<float> p(1.9875691500e-4f);
-    p = xsimd::fma(p, r, B<float>(1.3981999507e-3f));
-    p = xsimd::fma(p, r, B<float>(8.3334519073e-3f));
-    p = xsimd::fma(p, r, B<float>(4.1665795894e-2f));
-    p = xsimd::fma(p, r, B<float>(1.6666665459e-1f));
-    p = xsimd::fma(p, r, B<float>(5.0000001201e-1f));
-    const B<float> e = xsimd::fma(p, r * r, r) + B<float>(1.0f);  // e^r
-    const I ni = xsimd::to_int(n), n1 = ni >> 1, n2 = ni - n1;
-    const B<float> s1 = xsimd::bitwise_cast<B<float>>((n1 + I(127)) << 23);
-    const B<float> s2 = xsimd::bitwise_cast<B<float>>((n2 + I(127)) << 23);
-    return xsimd::select(x == x, e * s1 * s2, x);  // NaN stays NaN (x == x is an ordered compare: false for NaN)
-}
-inline double sexp(double x) { return std::exp(x); }
-// the tails through the same kernel as the body (one lane used), so every entry of a column is one function
-inline float sexp(float x) {
-    alignas(64) float buf[B<float>::size] = {};
-    buf[0] = x;
-    vexp(B<float>::load_aligned(buf)).store_aligned(buf);
-    return buf[0];
-}
+// exp on a batch and on one value: xsimd's vectorised exp and std::exp (a float32 exp of our own, Cody–Waite
+// reduction with Cephes's polynomial, was 1.4–1.5× slower than xsimd's in bench/bench_exp.cpp: not kept)
+template <class T>
+B<T> vexp(B<T> x) { return xsimd::exp(x); }
+template <class T>
+T sexp(T x) { return std::exp(x); }
 }  // namespace
 
 template <class T>
