@@ -79,6 +79,19 @@ def assert_grads_match_fd(model, grads, loss, *, b_k_zero=True, label=None):
         assert rel_err(grads[k], num) <= 1e-6, (label, k)
 
 
+def kind_inputs(kind, rng, n_vocab, l, l_z, masked):
+    """One sequence's inputs for a model kind, ids below the three special tokens (< n_vocab − 3): (x,) for "d";
+    (x̃, x) for "e", x̃ = x with the positions `masked` set to the mask token n_vocab − 3; (z, x) for "ed"."""
+    x = rng.integers(0, n_vocab - 3, size=l)
+    if kind == "d":
+        return (x,)
+    if kind == "e":
+        xt = x.copy()
+        xt[list(masked)] = n_vocab - 3  # mask_token
+        return (xt, x)
+    return (rng.integers(0, n_vocab - 3, size=l_z), x)
+
+
 def randomize_theta(model, rng, *, skip=(), unit=("W_e",), spread=0.3, scale=1.0) -> dict:
     """Every parameter of `model` random, in place (γ = 1 + spread·z, biases and β spread·z, the names in `unit`
     z, the other matrices scale·z/√columns), except the names in `skip`; returns θ as float64 copies (without
