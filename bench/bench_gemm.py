@@ -64,9 +64,7 @@ class FtSide:
     name = "ft._core._gemm"
 
     def __init__(self, threads):
-        ft = import_ft()
-        if threads:
-            ft.set_num_threads(threads)
+        ft = import_ft(threads)
         self.gemm = ft._core._gemm
         self.info = dict(version=ft.__version__, blas=ft.blas_info(), threads=ft.get_num_threads())
 

@@ -38,18 +38,11 @@ BABY = dict(name="baby GPT", n_vocab=65, L=4, H=4, d_e=128, d_mlp=512, batch=1)
 GPT2 = dict(name="GPT-2 small", n_vocab=50257, L=12, H=12, d_e=768, d_mlp=3072, batch=1)
 
 
-def rss_kib():
+def status_kib(key):
+    """A line of /proc/self/status in KiB: "VmRSS" (resident now), "VmHWM" (its peak); 0 where absent."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
-def hwm_kib():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1])
     return 0
 
@@ -65,9 +58,7 @@ def reset_peak():
 
 class Ours:
     def __init__(self, cfg, impl, wdir, threads):
-        ft = import_ft()
-        if threads:
-            ft.set_num_threads(threads)
+        ft = import_ft(threads)
         rng = np.random.default_rng(0)
         self.batch = rng.integers(0, cfg["n_vocab"], (cfg["batch"], cfg["l"]))
         self.model = ft.DTransformer(cfg["n_vocab"], cfg["l"], cfg["L"], cfg["H"], cfg["d_e"], cfg["d_mlp"],
@@ -126,9 +117,10 @@ def run_worker(args):
         side.step()
     warm = time.perf_counter() - t0
     reset_ok = reset_peak()
-    base = rss_kib()
+    base = status_kib("VmRSS")
     proto.write("@@" + json.dumps(dict(loss=side.loss, info=side.info, warmup_s=warm)) + "\n")
-    serve_steps(side.step, proto, lambda times: dict(times=times, peak_kib=hwm_kib() if reset_ok else None, base_kib=base))
+    serve_steps(side.step, proto, lambda times: dict(times=times, peak_kib=status_kib("VmHWM") if reset_ok else None,
+                                                     base_kib=base))
 
 
 SIDES = [("ours literal", "literal", {}), ("ours tiled", "tiled", {}),

@@ -22,36 +22,23 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import cpu_model, import_ft  # noqa: E402
-from bench_speculative import DRAFT, L_MAX, load_text  # noqa: E402
+from _common import (add_decoding_args, decoding_prompts, median_of_minima, ms_per_token, print_end,  # noqa: E402
+                     print_sample, start_char_bench, train_cached)
+from bench_speculative import DRAFT, L_MAX  # noqa: E402
 
 CACHE = os.path.join(os.path.expanduser("~"), ".cache", "formal-transformers", "bench_mtp")
 
 
 def train(ft, depth, weight, n_steps, train_ids, val_seqs, retrain):
-    os.makedirs(CACHE, exist_ok=True)
     path = os.path.join(CACHE, f"baby_mtp{depth}_w{weight}_{n_steps}steps.safetensors")
-    if os.path.exists(path) and not retrain:
-        model = ft.load(path)
-        print(f"loaded {path}")
-    else:
-        model = ft.DTransformer(65, L_MAX, DRAFT["L"], DRAFT["H"], DRAFT["d_e"], DRAFT["d_mlp"], tied=True, seed=0,
-                                mtp_depth=depth, mtp_weight=weight)
-        rng = np.random.default_rng(0)
-        offsets = rng.integers(0, len(train_ids) - L_MAX + 1, size=12 * n_steps)
-        seqs = np.lib.stride_tricks.sliding_window_view(train_ids, L_MAX)[offsets]
-        t0 = time.perf_counter()
-        trainer = ft.DTraining(n_epochs=1, eta=1e-3, optimizer="adam", betas=(0.9, 0.99), weight_decay=0.1,
-                               batch_size=12, reduction="mean", shuffle=False, schedule="cosine", warmup=100,
-                               min_lr=1e-4, clip=1.0, max_steps=n_steps, seed=0, progress=False)
-        trainer(seqs, model)
-        ft.save(model, path)
-        print(f"trained {n_steps} steps in {time.perf_counter() - t0:.0f} s (load average {os.getloadavg()[0]:.1f}) -> {path}")
+    model = train_cached(ft, path, lambda: ft.DTransformer(65, L_MAX, DRAFT["L"], DRAFT["H"], DRAFT["d_e"],
+                                                           DRAFT["d_mlp"], tied=True, seed=0, mtp_depth=depth,
+                                                           mtp_weight=weight),
+                         n_steps, train_ids, L_MAX, retrain)
     model.loss(val_seqs)
     terms = np.array(model.loss_terms()) / (len(val_seqs) * np.array([L_MAX - 1 - k for k in range(depth + 1)]))
     print(f"{model.n_params:,} parameters; validation nats/char, trunk and modules 1..D: "
@@ -65,29 +52,14 @@ def main():
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--weight", type=float, default=0.3)
     ap.add_argument("--ks", type=int, nargs="+", default=None)
-    ap.add_argument("--taus", type=float, nargs="+", default=[0.0, 0.8])
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--retrain", action="store_true")
-    a = ap.parse_args()
-    ft = import_ft()
-    text = load_text(ft)
-    if text is None:
+    add_decoding_args(ap)
+    run = start_char_bench(ap, L_MAX)
+    if run is None:
         return
-    chars = np.array(sorted(set(text)))
-    ids = np.searchsorted(chars, np.array(list(text)))
-    n_train = int(0.9 * len(ids))
-    train_ids, val_ids = ids[:n_train], ids[n_train:]
-    val_seqs = np.stack([s for s in ft.chunk(val_ids, L_MAX) if len(s) == L_MAX])[:200]
-    print(f"CPU: {cpu_model()}; os.cpu_count() = {os.cpu_count()}; threads {ft.get_num_threads()}")
-    print(f"BLAS: {ft.blas_info()}")
-    print(f"load average: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    a, ft, chars, train_ids, val_seqs = run
     model = train(ft, a.depth, a.weight, a.steps, train_ids, val_seqs, a.retrain)
     ks = a.ks or list(range(1, a.depth + 1))
-    l_gen = L_MAX - 4 + 1
-    prompts = [val_seqs[i * (len(val_seqs) // a.prompts)][:4] for i in range(a.prompts)]
-    print(f"\nℓ_gen = {l_gen} tokens after {a.prompts} prompts of 4 characters; per prompt the minimum over {a.reps} "
-          "repetitions, then the median over prompts")
+    l_gen, prompts = decoding_prompts(val_seqs, a.prompts, a.reps, L_MAX)
     print(f"{'tau':>4} {'k':>3} {'DInference ms/tok':>18} {'self-spec ms/tok':>17} {'speed-up':>9} "
           f"{'accepted/pass':>14} {'tokens/pass':>12}")
     for tau in a.taus:
@@ -98,28 +70,23 @@ def main():
         stats = {k: [] for k in ks}
         for i, x in enumerate(prompts):
             for _ in range(a.reps):
-                t0 = time.perf_counter()
-                y_plain = ft.DInference(l_gen, tau, seed=i)(x, model)
-                plain[i].append(1e3 * (time.perf_counter() - t0) / l_gen)
+                y_plain = ms_per_token(plain[i], lambda: ft.DInference(l_gen, tau, seed=i)(x, model), l_gen)
                 for k in ks:
-                    t0 = time.perf_counter()
-                    y, st = ft.SpeculativeInference(l_gen, k, tau, seed=i)(x, model, stats=True)
-                    spec[k][i].append(1e3 * (time.perf_counter() - t0) / l_gen)
+                    y, st = ms_per_token(spec[k][i], lambda: ft.SpeculativeInference(l_gen, k, tau, seed=i)(
+                        x, model, stats=True), l_gen)
                     if tau == 0:
                         assert np.array_equal(y, y_plain), "τ = 0: self-speculation must give the greedy tokens"
             for k in ks:
                 stats[k].append(ft.SpeculativeInference(l_gen, k, tau, seed=i)(x, model, stats=True)[1])
-        mp = statistics.median(min(t) for t in plain)
+        mp = median_of_minima(plain)
         for k in ks:
-            ms = statistics.median(min(t) for t in spec[k])
+            ms = median_of_minima(spec[k])
             acc = statistics.median(float(np.mean(st["accepted"][1:])) for st in stats[k])  # [0]: the prompt's pass
             tpp = statistics.median(st["tokens_per_pass"] for st in stats[k])
             print(f"{tau:>4} {k:>3} {mp:>18.3f} {ms:>17.3f} {mp / ms:>8.2f}x {acc:>14.2f} {tpp:>12.2f}", flush=True)
         x = prompts[0]
-        print(f"  sample (τ = {tau}, k = {ks[-1]}): {''.join(chars[x])}"
-              f"{''.join(chars[ft.SpeculativeInference(l_gen, ks[-1], tau, seed=0)(x, model)])!r}")
-    print(f"\nload average: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
-    print("(the machine is shared: timings are noisy; the ratio is of runs interleaved in one process)")
+        print_sample(chars, x, ft.SpeculativeInference(l_gen, ks[-1], tau, seed=0)(x, model), tau, ks[-1])
+    print_end("the ratio is of runs interleaved in one process")
 
 
 if __name__ == "__main__":

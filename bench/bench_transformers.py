@@ -91,6 +91,11 @@ def step_flops(cfg) -> float:
     return 3.0 * forward
 
 
+def next_token_loss(F, logits, idx):
+    """The summed cross-entropy of each token's prediction of the next (the core's reduction="sum" loss)."""
+    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), idx[:, 1:].reshape(-1), reduction="sum")
+
+
 def torch_gpt(torch, cfg, tied):
     nn, F = torch.nn, torch.nn.functional
     p_drop = cfg.get("dropout", 0.0)
@@ -133,8 +138,7 @@ def torch_gpt(torch, cfg, tied):
             for b in self.blocks:
                 x = b(x)
             logits = self.lm_head(self.ln_f(x))
-            return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), idx[:, 1:].reshape(-1),
-                                   reduction="sum")
+            return next_token_loss(F, logits, idx)
 
     return GPT()
 
@@ -198,8 +202,7 @@ def torch_llama(torch, cfg, tied):
             for b in self.blocks:
                 x = b(x)
             logits = self.lm_head(self.norm(x))
-            return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), idx[:, 1:].reshape(-1),
-                                   reduction="sum")
+            return next_token_loss(F, logits, idx)
 
     return Llama()
 
@@ -264,9 +267,7 @@ def copy_ours_into_torch(torch, model, tm, cfg, tied):
 
 class OursSide:
     def __init__(self, cfg, threads, tied, wdir, lr=3e-4):
-        ft = import_ft()
-        if threads:
-            ft.set_num_threads(threads)
+        ft = import_ft(threads)
         rng = np.random.default_rng(0)
         self.batch = rng.integers(0, cfg["n_vocab"], (cfg["batch"], cfg["l"]))
         self.model = ft.DTransformer(cfg["n_vocab"], cfg["l_max"], cfg["L"], cfg["H"], cfg["d_e"], cfg["d_mlp"],
@@ -322,9 +323,7 @@ class GemmSide:
     """C = A B, A and B 2048×2048 float32, through the core's gemm (one BLAS call, no copies)."""
 
     def __init__(self, cfg, threads, tied, wdir):
-        ft = import_ft()
-        if threads:
-            ft.set_num_threads(threads)
+        ft = import_ft(threads)
         rng = np.random.default_rng(1)
         self.A = np.asfortranarray(rng.standard_normal((PEAK_N, PEAK_N), dtype=np.float32))
         self.B = np.asfortranarray(rng.standard_normal((PEAK_N, PEAK_N), dtype=np.float32))

@@ -210,6 +210,30 @@ def _unsupported(model: str, option: str, value, why: str = "") -> ValueError:
     return ValueError(f"{model} config option {option}={value!r} is not supported{': ' + why if why else ''}")
 
 
+def _require(c: dict, model: str, option: str, supported: bool, why: str) -> None:
+    """A boolean option the layers express at one value only (HF's default): ValueError at the other."""
+    if _cfg_bool(c, model, option, supported) != supported:
+        raise _unsupported(model, option, not supported, why)
+
+
+def _width_and_heads(c: dict, model: str, d_option: str, H_option: str) -> tuple:
+    """d_e and H, read under the model's names; the heads split d_e evenly (d_attn = d_e / H)."""
+    d, H = _cfg_int(c, model, d_option), _cfg_int(c, model, H_option)
+    if d % H:
+        raise _unsupported(model, H_option, H, f"{d_option} = {d} must be divisible by it")
+    return d, H
+
+
+def _swiglu_unsplit(c: dict, model: str) -> None:
+    """LLaMA-family options: SwiGLU (V4) gated with SiLU, the layers unsplit (pretraining_tp = 1)."""
+    act = _cfg_get(c, model, "hidden_act", "silu")
+    if act != "silu":
+        raise _unsupported(model, "hidden_act", act, "SwiGLU (V4) gates with SiLU")
+    tp = _cfg_int(c, model, "pretraining_tp", 1)
+    if tp != 1:
+        raise _unsupported(model, "pretraining_tp", tp, "only the unsplit layers")
+
+
 def _gelu_of(model: str, option: str, act) -> str:
     if not isinstance(act, str) or act not in _GELU_OF_HF:
         raise _unsupported(model, option, act, "the activation must be one of " + ", ".join(sorted(_GELU_OF_HF)))
@@ -218,15 +242,10 @@ def _gelu_of(model: str, option: str, act) -> str:
 
 def _gpt2_hyper(c: dict) -> dict:
     m = "GPT-2"
-    if not _cfg_bool(c, m, "scale_attn_weights", True):
-        raise _unsupported(m, "scale_attn_weights", False, "Algorithm 4 divides the scores by √d_attn")
-    if _cfg_bool(c, m, "scale_attn_by_inverse_layer_idx", False):
-        raise _unsupported(m, "scale_attn_by_inverse_layer_idx", True, "the listing scales every layer alike")
-    if _cfg_bool(c, m, "add_cross_attention", False):
-        raise _unsupported(m, "add_cross_attention", True, "DTransformer has no cross-attention")
-    d, H = _cfg_int(c, m, "n_embd"), _cfg_int(c, m, "n_head")
-    if d % H:
-        raise _unsupported(m, "n_head", H, f"n_embd = {d} must be divisible by it")
+    _require(c, m, "scale_attn_weights", True, "Algorithm 4 divides the scores by √d_attn")
+    _require(c, m, "scale_attn_by_inverse_layer_idx", False, "the listing scales every layer alike")
+    _require(c, m, "add_cross_attention", False, "DTransformer has no cross-attention")
+    d, H = _width_and_heads(c, m, "n_embd", "n_head")
     return dict(n_vocab=_cfg_int(c, m, "vocab_size"), l_max=_cfg_int(c, m, "n_positions"),
                 L=_cfg_int(c, m, "n_layer"), H=H, d_e=d,
                 d_mlp=_cfg_int(c, m, "n_inner", min(4 * d, _MAX_SIZE)),  # null: 4·n_embd, as GPT2MLP
@@ -242,13 +261,9 @@ def _bert_hyper(c: dict) -> dict:
     pos = _cfg_get(c, m, "position_embedding_type", "absolute")
     if pos != "absolute":
         raise _unsupported(m, "position_embedding_type", pos, "only learned absolute positions (Algorithm 2)")
-    if _cfg_bool(c, m, "is_decoder", False):
-        raise _unsupported(m, "is_decoder", True, "ETransformer is bidirectional (Mask ≡ 1)")
-    if _cfg_bool(c, m, "add_cross_attention", False):
-        raise _unsupported(m, "add_cross_attention", True, "ETransformer has no cross-attention")
-    d, H = _cfg_int(c, m, "hidden_size"), _cfg_int(c, m, "num_attention_heads")
-    if d % H:
-        raise _unsupported(m, "num_attention_heads", H, f"hidden_size = {d} must be divisible by it")
+    _require(c, m, "is_decoder", False, "ETransformer is bidirectional (Mask ≡ 1)")
+    _require(c, m, "add_cross_attention", False, "ETransformer has no cross-attention")
+    d, H = _width_and_heads(c, m, "hidden_size", "num_attention_heads")
     n_seg = _cfg_int(c, m, "type_vocab_size", 2, lo=0)
     if n_seg < 1:
         raise _unsupported(m, "type_vocab_size", n_seg, "BERT adds a token-type embedding to every token")
@@ -415,15 +430,9 @@ def _llama_rope(c: dict) -> float:
 
 def _llama_hyper(c: dict) -> dict:
     m = "LLaMA"
-    act = _cfg_get(c, m, "hidden_act", "silu")
-    if act != "silu":
-        raise _unsupported(m, "hidden_act", act, "SwiGLU (V4) gates with SiLU")
+    _swiglu_unsplit(c, m)
     for opt in ("attention_bias", "mlp_bias"):
-        if _cfg_bool(c, m, opt, False):
-            raise _unsupported(m, opt, True, "the LLaMA-style DTransformer has bias=False (V5) throughout")
-    tp = _cfg_int(c, m, "pretraining_tp", 1)
-    if tp != 1:
-        raise _unsupported(m, "pretraining_tp", tp, "only the unsplit layers")
+        _require(c, m, opt, False, "the LLaMA-style DTransformer has bias=False (V5) throughout")
     d, H = _cfg_int(c, m, "hidden_size"), _cfg_int(c, m, "num_attention_heads")
     H_kv = _cfg_int(c, m, "num_key_value_heads", H)  # null: H, as LlamaConfig
     d_h = _cfg_int(c, m, "head_dim", max(d // H, 1))  # null: hidden_size // num_attention_heads
@@ -521,14 +530,8 @@ def _deepseek_hyper(c: dict) -> dict:
         raise _unsupported(m, "first_k_dense_replace", k_dense,
                            f"only dense MLP layers (first_k_dense_replace >= num_hidden_layers = {L}); layers from "
                            "first_k_dense_replace on are mixtures of experts (n_routed_experts), which we do not express")
-    act = _cfg_get(c, m, "hidden_act", "silu")
-    if act != "silu":
-        raise _unsupported(m, "hidden_act", act, "SwiGLU (V4) gates with SiLU")
-    if _cfg_bool(c, m, "attention_bias", False):
-        raise _unsupported(m, "attention_bias", True, "latent attention has no biases (V10)")
-    tp = _cfg_int(c, m, "pretraining_tp", 1)
-    if tp != 1:
-        raise _unsupported(m, "pretraining_tp", tp, "only the unsplit layers")
+    _swiglu_unsplit(c, m)
+    _require(c, m, "attention_bias", False, "latent attention has no biases (V10)")
     d, H = _cfg_int(c, m, "hidden_size"), _cfg_int(c, m, "num_attention_heads")
     H_kv = _cfg_int(c, m, "num_key_value_heads", H)
     if H_kv != H:
@@ -638,10 +641,8 @@ def _deepseek_export(cfg: dict, P: dict):
 
 def _t5_hyper(c: dict) -> dict:
     m = "T5"
-    if not _cfg_bool(c, m, "is_encoder_decoder", True):
-        raise _unsupported(m, "is_encoder_decoder", False, "T5ForConditionalGeneration is an encoder-decoder (Algorithm 8)")
-    if _cfg_bool(c, m, "is_decoder", False):
-        raise _unsupported(m, "is_decoder", True, "the stack configuration of T5ForConditionalGeneration has is_decoder=False")
+    _require(c, m, "is_encoder_decoder", True, "T5ForConditionalGeneration is an encoder-decoder (Algorithm 8)")
+    _require(c, m, "is_decoder", False, "the stack configuration of T5ForConditionalGeneration has is_decoder=False")
     ff = _cfg_str(c, m, "feed_forward_proj", "relu")
     if ff not in ("relu", "gated-gelu"):
         raise _unsupported(m, "feed_forward_proj", ff, "'relu' (the standard MLP with ReLU) or 'gated-gelu' (V18b GEGLU)")

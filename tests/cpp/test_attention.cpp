@@ -137,30 +137,35 @@ void check_gradients(Att& att, ParamStore<double>& store, index_t d_x, index_t d
     EXPECT_LT(fttest::rel_error(store.grad(), numT, numT.size()), 1e-6);
 }
 
-TEST(Attention, BackwardMatchesFiniteDifferences) {
-    Rng rng(8);
+// f(self, d_z, mask, store) for self-attention (d_z = d_x = 4) and cross-attention (d_z = d_z_cross), each with
+// the bidirectional and the unidirectional mask, on a fresh store.
+template <class F>
+void for_sources_and_masks(index_t d_z_cross, F f) {
     for (bool self : {true, false})
         for (int kind = 0; kind < 2; ++kind) {
             ParamStore<double> store;
-            const index_t d_x = 4, d_z = self ? 4 : 3;
-            Attention<double> att(d_x, d_z, 3, 5, kind ? Mask::unidirectional() : Mask::bidirectional(), store);
-            store.allocate();
-            check_gradients<Attention<double>, AttentionCache<double>>(att, store, d_x, d_z, 5, self, rng);
+            f(self, self ? index_t(4) : d_z_cross, kind ? Mask::unidirectional() : Mask::bidirectional(), store);
         }
+}
+
+TEST(Attention, BackwardMatchesFiniteDifferences) {
+    Rng rng(8);
+    for_sources_and_masks(3, [&](bool self, index_t d_z, Mask mask, ParamStore<double>& store) {
+        Attention<double> att(4, d_z, 3, 5, mask, store);
+        store.allocate();
+        check_gradients<Attention<double>, AttentionCache<double>>(att, store, 4, d_z, 5, self, rng);
+    });
 }
 
 TEST(MHAttention, BackwardMatchesFiniteDifferences) {
     Rng rng(9);
-    for (bool self : {true, false})
-        for (int kind = 0; kind < 2; ++kind) {
-            ParamStore<double> store;
-            const index_t d_x = 4, d_z = self ? 4 : 5;
-            // H = 3, d_attn = 2, d_mid = 3, d_out = 6: all different
-            MHAttention<double> att(3, d_x, d_z, 2, 3, 6, kind ? Mask::unidirectional() : Mask::bidirectional(), store);
-            store.allocate();
-            MHAttentionWork<double> w;
-            check_gradients<MHAttention<double>, MHAttentionCache<double>>(att, store, d_x, d_z, 6, self, rng, w);
-        }
+    for_sources_and_masks(5, [&](bool self, index_t d_z, Mask mask, ParamStore<double>& store) {
+        // H = 3, d_attn = 2, d_mid = 3, d_out = 6: all different
+        MHAttention<double> att(3, 4, d_z, 2, 3, 6, mask, store);
+        store.allocate();
+        MHAttentionWork<double> w;
+        check_gradients<MHAttention<double>, MHAttentionCache<double>>(att, store, 4, d_z, 6, self, rng, w);
+    });
 }
 
 TEST(MHAttention, IsTheListingOverHeads) {

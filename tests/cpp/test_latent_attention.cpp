@@ -63,9 +63,7 @@ void decoding_equals_forward(double tol) {
         perturb(small.store);
         perturb(big.store);
         const std::vector<index_t> ids = fttest::cycling_ids(n);
-        big.forward(Tokens{ids.data(), Seqs::single(n)});
-        Matrix<T> Z = Matrix<T>::from_shape({11, std::size_t(n)});
-        big.logits(view(Z));
+        const Matrix<T> Z = fttest::full_logits(big, ids);
         typename DTransformer<T>::Decoder d;
         std::vector<T> z(11);
         std::vector<index_t> junk = {9, 9};

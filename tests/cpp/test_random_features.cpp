@@ -31,9 +31,7 @@ TEST(RandomFeatures, DecodingStateEqualsTheFullForwardAndHoldsNoPastColumns) {
             DTransformer<double> m(performer_like(kind, pos, n));
             perturb(m.store);
             const std::vector<index_t> ids = fttest::cycling_ids(n);
-            m.forward(Tokens{ids.data(), Seqs::single(n)});
-            Matrix<double> Z = Matrix<double>::from_shape({11, std::size_t(n)});
-            m.logits(view(Z));
+            const Matrix<double> Z = fttest::full_logits(m, ids);
             DTransformer<double>::Decoder d;
             std::vector<double> z(11);
             m.decode(d, ids.data(), prompt, z.data());

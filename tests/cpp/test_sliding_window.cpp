@@ -52,9 +52,7 @@ TEST(SlidingWindow, RollingCacheDecodingEqualsTheFullForwardAndStaysOfOrderW) {
         perturb(small.store);
         perturb(big.store);
         const std::vector<index_t> ids = fttest::cycling_ids(n);
-        big.forward(Tokens{ids.data(), Seqs::single(n)});
-        Matrix<double> Z = Matrix<double>::from_shape({11, std::size_t(n)});
-        big.logits(view(Z));
+        const Matrix<double> Z = fttest::full_logits(big, ids);
         DTransformer<double>::Decoder d;
         std::vector<double> z(11);
         small.decode(d, ids.data(), 5, z.data());  // a prompt longer than w, then one token at a time
@@ -86,9 +84,7 @@ TEST(SlidingWindow, RollbackWithinTheCacheKeepsDecodingExact) {
     DTransformer<double> m(mistral_like(Positional::Rope, n, w));
     perturb(m.store);
     const std::vector<index_t> ids = fttest::cycling_ids(n, 5, 1);
-    m.forward(Tokens{ids.data(), Seqs::single(n)});
-    Matrix<double> Z = Matrix<double>::from_shape({11, std::size_t(n)});
-    m.logits(view(Z));
+    const Matrix<double> Z = fttest::full_logits(m, ids);
     DTransformer<double>::Decoder d;
     std::vector<double> z(11);
     std::vector<index_t> junk = {9, 9};

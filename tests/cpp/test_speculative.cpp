@@ -28,9 +28,7 @@ TEST(Speculative, DecodeAllAndRollbackEqualTheFullForward) {
     DTransformer<double> m(small(2, 8, 3));
     std::vector<index_t> ids = {1, 2, 3, 4, 5, 6, 7, 8, 0, 1};
     const index_t n = index_t(ids.size());
-    m.forward(Tokens{ids.data(), Seqs::single(n)});
-    Matrix<double> Z = Matrix<double>::from_shape({9, std::size_t(n)});
-    m.logits(view(Z));
+    const Matrix<double> Z = fttest::full_logits(m, ids, 9);
     DTransformer<double>::Decoder d;
     Matrix<double> Zc = Matrix<double>::from_shape({9, 4});
     m.decode_all(d, ids.data(), 4, view(Zc));  // a prompt of 4: every column

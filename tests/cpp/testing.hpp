@@ -82,6 +82,17 @@ inline std::vector<index_t> cycling_ids(index_t n, index_t a = 7, index_t b = 3,
     return ids;
 }
 
+// The logits W_u X of one whole sequence (n_vocab × ℓ, ℓ = ids.size()) after the model's full forward: what
+// cached decoding must reproduce column by column.
+template <template <class> class Model, class T>
+ft::Matrix<T> full_logits(Model<T>& m, const std::vector<index_t>& ids, index_t n_vocab = 11) {
+    const index_t n = index_t(ids.size());
+    m.forward(ft::Tokens{ids.data(), ft::Seqs::single(n)});
+    ft::Matrix<T> Z = ft::Matrix<T>::from_shape({std::size_t(n_vocab), std::size_t(n)});
+    m.logits(ft::view(Z));
+    return Z;
+}
+
 // The small decoder the variant suites start from: N_V 11, ℓ_max l_max, L 2, H 4 with H_kv 2, d_e 8, d_mlp 6, seed 3.
 inline ft::ModelConfig small_decoder(index_t l_max) {
     ft::ModelConfig c;

@@ -42,26 +42,59 @@ def rel_err(a, b) -> float:
     return float(np.max(np.abs(a - b)) / max(den, 1e-300)) if a.size else 0.0
 
 
-def numeric_grad(f, x: np.ndarray, h: float = 1e-6) -> np.ndarray:
+def numeric_grad(f, x: np.ndarray, h: float = 1e-6, entries=None) -> np.ndarray:
     """Central differences of the scalar function f() with respect to the array x (modified in place,
-    restored afterwards). x may be a zero-copy view of a model's parameters."""
-    g = np.zeros(x.shape, dtype=np.float64)
-    it = np.nditer(x, flags=["multi_index"])
-    for _ in it:
-        i = it.multi_index
+    restored afterwards). x may be a zero-copy view of a model's parameters. With `entries` (index tuples of
+    x), only those: an array of their differences in that order."""
+    def central(i):
         old = x[i].copy()
         x[i] = old + h
         fp = f()
         x[i] = old - h
         fm = f()
         x[i] = old
-        g[i] = (fp - fm) / (2 * h)
+        return (fp - fm) / (2 * h)
+
+    if entries is not None:
+        return np.array([central(i) for i in entries])
+    g = np.zeros(x.shape, dtype=np.float64)
+    it = np.nditer(x, flags=["multi_index"])
+    for _ in it:
+        g[it.multi_index] = central(it.multi_index)
     return g
 
 
-def randomize_theta(model, rng, *, skip=(), unit=("W_e",)) -> dict:
-    """Every parameter of `model` random, in place (γ ≈ 1, biases and β nonzero, the names in `unit` O(1), the
-    other matrices scaled by 1/√columns), except the names in `skip`; returns θ as float64 copies (without
+def assert_grads_match_fd(model, grads, loss, *, b_k_zero=True, label=None):
+    """Every parameter's gradient (`grads`: the model's at its parameters now, one for each) against central
+    differences of loss() (≤ 1e-6 relative). Where b_k_zero, each .b_k's is 0 up to rounding instead (≤ 1e-12 of
+    the largest gradient): b_k adds a per-column constant to S, which the softmax ignores (not so under RoPE,
+    which rotates it by each position)."""
+    assert set(grads) == set(model.params)
+    scale = max(np.abs(g).max() for g in grads.values())
+    for k, view in model.params.items():
+        if k.endswith(".b_k") and b_k_zero:
+            assert np.abs(grads[k]).max() <= 1e-12 * scale, (label, k)  # exactly 0: a per-column constant of S
+            continue
+        num = numeric_grad(loss, view)
+        assert rel_err(grads[k], num) <= 1e-6, (label, k)
+
+
+def kind_inputs(kind, rng, n_vocab, l, l_z, masked):
+    """One sequence's inputs for a model kind, ids below the three special tokens (< n_vocab − 3): (x,) for "d";
+    (x̃, x) for "e", x̃ = x with the positions `masked` set to the mask token n_vocab − 3; (z, x) for "ed"."""
+    x = rng.integers(0, n_vocab - 3, size=l)
+    if kind == "d":
+        return (x,)
+    if kind == "e":
+        xt = x.copy()
+        xt[list(masked)] = n_vocab - 3  # mask_token
+        return (xt, x)
+    return (rng.integers(0, n_vocab - 3, size=l_z), x)
+
+
+def randomize_theta(model, rng, *, skip=(), unit=("W_e",), spread=0.3, scale=1.0) -> dict:
+    """Every parameter of `model` random, in place (γ = 1 + spread·z, biases and β spread·z, the names in `unit`
+    z, the other matrices scale·z/√columns), except the names in `skip`; returns θ as float64 copies (without
     `skip`). The variant tests' one way to leave the initialiser's special values (β = 0, γ = 1) behind."""
     for name, view in model.params.items():
         if name in skip:
@@ -69,13 +102,13 @@ def randomize_theta(model, rng, *, skip=(), unit=("W_e",)) -> dict:
         last = name.rsplit(".", 1)[-1]
         z = rng.standard_normal(view.shape)
         if last.startswith("gamma"):
-            view[...] = 1.0 + 0.3 * z
+            view[...] = 1.0 + spread * z
         elif last.startswith(("beta", "b_")):
-            view[...] = 0.3 * z
+            view[...] = spread * z
         elif last in unit:
             view[...] = z
         else:
-            view[...] = z / np.sqrt(view.shape[-1])
+            view[...] = scale * z / np.sqrt(view.shape[-1])
     return {k: np.array(v, dtype=np.float64) for k, v in model.params.items() if k not in skip}
 
 
@@ -148,6 +181,49 @@ def hf_random_float64(model_class, config, scale=1.0):
         for name, w in hf.named_parameters():
             w.copy_(1.0 + 0.3 * torch.randn_like(w) if "norm" in name else scale * torch.randn_like(w) / math.sqrt(w.shape[-1]))
     return hf
+
+
+def check_gil_released_and_ctrl_c(calls, min_seconds=0.2):
+    """A long core call lets another Python thread run (the GIL is released: ≥ 20 ticks of 1 ms) and a real
+    SIGINT 0.05 s in stops it with KeyboardInterrupt well before it would have ended (< 0.8 of its time).
+    `calls`: zero-argument callables, each longer than the one before (a generator may build them); the first
+    that lasts over min_seconds is the one interrupted (a fast machine finishes a short one too soon to test).
+    Returns that call."""
+    import signal
+    import threading
+    import time
+
+    ticks, stop = [0], threading.Event()
+
+    def count():
+        while not stop.is_set():
+            ticks[0] += 1
+            time.sleep(0.001)
+
+    th = threading.Thread(target=count)
+    th.start()
+    try:
+        for call in calls:
+            t0 = time.perf_counter()
+            call()
+            full = time.perf_counter() - t0
+            if full > min_seconds:
+                break
+    finally:
+        stop.set()
+        th.join()
+    assert full > min_seconds, f"the call took {full:.3f} s: too short to test"
+    assert ticks[0] >= 20, f"only {ticks[0]} ticks of the other thread in {full:.2f} s: the GIL was held"
+    timer = threading.Timer(0.05, lambda: os.kill(os.getpid(), signal.SIGINT))
+    t0 = time.perf_counter()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            call()
+    finally:
+        timer.join()
+    assert time.perf_counter() - t0 < 0.8 * full + 0.05
+    return call
 
 
 def shared_data(name: str) -> pathlib.Path:

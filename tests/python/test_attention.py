@@ -454,14 +454,19 @@ def test_writing_params_changes_the_next_output_and_views_stay_valid(cls, rng):
     assert not np.any(grads)
 
 
-@pytest.mark.parametrize("cls", [ft.Attention, ft.MHAttention, ft.BasicAttention])
-def test_grads_accumulate_until_zero_grad(cls, rng):
+def small_unit_forward(cls, rng):
+    """A small float64 unit of class cls (random parameters) and its output on a random X (3×5): (unit, Y)."""
     unit = {ft.Attention: lambda: cls(3, 3, 2, 4, dtype="float64"),
             ft.MHAttention: lambda: cls(2, 3, 3, 2, 2, 4, dtype="float64"),
             ft.BasicAttention: lambda: cls(3, 2, 4, dtype="float64")}[cls]()
     randomize(unit, rng)
     X = rng.standard_normal((3, 5))
-    Y = unit(X[:, 0], X) if cls is ft.BasicAttention else unit(X)
+    return unit, (unit(X[:, 0], X) if cls is ft.BasicAttention else unit(X))
+
+
+@pytest.mark.parametrize("cls", [ft.Attention, ft.MHAttention, ft.BasicAttention])
+def test_grads_accumulate_until_zero_grad(cls, rng):
+    unit, Y = small_unit_forward(cls, rng)
     G = rng.standard_normal(Y.shape)
     unit.backward(G)
     g1 = {k: v.copy() for k, v in unit.grads.items()}
@@ -642,12 +647,7 @@ def test_repr_names_the_hyperparameters():
 
 @pytest.mark.parametrize("cls", [ft.BasicAttention, ft.Attention, ft.MHAttention])
 def test_sgd_step_is_theta_minus_eta_grad(cls, rng):
-    unit = {ft.Attention: lambda: cls(3, 3, 2, 4, dtype="float64"),
-            ft.MHAttention: lambda: cls(2, 3, 3, 2, 2, 4, dtype="float64"),
-            ft.BasicAttention: lambda: cls(3, 2, 4, dtype="float64")}[cls]()
-    randomize(unit, rng)
-    X = rng.standard_normal((3, 5))
-    Y = unit(X[:, 0], X) if cls is ft.BasicAttention else unit(X)
+    unit, Y = small_unit_forward(cls, rng)
     unit.backward(rng.standard_normal(Y.shape))
     before = {k: v.copy() for k, v in unit.params.items()}
     grads = {k: v.copy() for k, v in unit.grads.items()}

@@ -8,16 +8,13 @@ recomputation and are refused by another config, dtype or θ.
 """
 from __future__ import annotations
 
-import os
-import signal
-import threading
 import time
 
 import numpy as np
 import pytest
 
 import formal_transformers as ft
-from conftest import randomize_normal
+from conftest import check_gil_released_and_ctrl_c, randomize_normal
 
 V = 23
 
@@ -165,33 +162,7 @@ def test_gil_released_and_ctrl_c_stops():
     m = ft.DTransformer(V, 4096, 2, 2, 64, 256, dtype="float32", seed=0, positional="rope")
     prompts = [np.arange(k) % V for k in (3, 50, 7, 20)]
     inf = ft.DInference(1500, 1.0, seed=0)
-    ticks, stop = [0], threading.Event()
-
-    def count():
-        while not stop.is_set():
-            ticks[0] += 1
-            time.sleep(0.001)
-
-    th = threading.Thread(target=count)
-    th.start()
-    try:
-        t0 = time.perf_counter()
-        inf(prompts, m)
-        full = time.perf_counter() - t0
-    finally:
-        stop.set()
-        th.join()
-    assert full > 0.2, f"the call took {full:.3f} s: too short to test"
-    assert ticks[0] >= 20, f"only {ticks[0]} ticks of the other thread in {full:.2f} s: the GIL was held"
-    timer = threading.Timer(0.05, lambda: os.kill(os.getpid(), signal.SIGINT))
-    t0 = time.perf_counter()
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            inf(prompts, m)
-    finally:
-        timer.join()
-    assert time.perf_counter() - t0 < 0.8 * full + 0.05
+    check_gil_released_and_ctrl_c([lambda: inf(prompts, m)])
     assert len(ft.DInference(3, 0.0)(prompts, m)) == 4
 
 

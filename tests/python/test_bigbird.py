@@ -14,20 +14,13 @@ import pytest
 
 import formal_transformers as ft
 from formal_transformers import reference as ref
-from conftest import TOL, numeric_grad, rel_err, torch_or_skip
+from conftest import TOL, numeric_grad, randomize_theta, rel_err, torch_or_skip
 
 
 def randomize(model, rng, scale=0.5):
-    for name, view in model.params.items():
-        last = name.rsplit(".", 1)[-1]
-        z = rng.standard_normal(view.shape)
-        if last.startswith("gamma"):
-            view[...] = 1.0 + 0.2 * z
-        elif last.startswith(("beta", "b_")):
-            view[...] = 0.2 * z
-        else:
-            view[...] = scale * z / math.sqrt(view.shape[-1])
-    return {k: np.array(v, dtype=np.float64) for k, v in model.params.items()}
+    """Every parameter random (conftest.randomize_theta): γ = 1 + 0.2 z, biases and β 0.2 z, matrices
+    scale·z/√columns (W_e too)."""
+    return randomize_theta(model, rng, unit=(), spread=0.2, scale=scale)
 
 
 def e_model(dtype="float64", L=2, H=2, d_e=8, b=4, r=1, g=1, w=3, impl="auto", **kw):
@@ -102,13 +95,18 @@ def test_kernel_equals_dense_attention_with_the_mask(dtype, n, b, w, g, r):
     assert rel_err(lse, m + np.log(np.exp(S - m).sum(axis=0))) <= TOL[dtype]
 
 
-def test_kernel_backward_matches_finite_differences():
-    rng = np.random.default_rng(5)
-    n, b, d, d_v = 7, 2, 3, 2
+def kernel_case(seed, n, b, d, d_v, layout):
+    """The kernel's inputs from default_rng(seed): Q, K (d × n·b), V (d_v × n·b), the layout
+    ft.bigbird_layout(n, *layout), and C (d_v × n·b), the weights of the scalar Σ C ⊙ Y whose gradient is taken."""
+    rng = np.random.default_rng(seed)
     l = n * b
     Q, K, V = rng.normal(size=(d, l)), rng.normal(size=(d, l)), rng.normal(size=(d_v, l))
-    Lay = ft.bigbird_layout(n, 3, 1, 1, 9)
-    C = rng.normal(size=(d_v, l))
+    return Q, K, V, ft.bigbird_layout(n, *layout), rng.normal(size=(d_v, l))
+
+
+def test_kernel_backward_matches_finite_differences():
+    b = 2
+    Q, K, V, Lay, C = kernel_case(5, 7, b, 3, 2, (3, 1, 1, 9))
     _, lse = ft.block_sparse_attention(Q, K, V, Lay, b)
     dQ, dK, dV = ft.block_sparse_attention_backward(Q, K, V, Lay, b, lse, C)
     f = lambda: float(np.sum(C * ft.block_sparse_attention(Q, K, V, Lay, b)[0]))  # noqa: E731
@@ -118,12 +116,8 @@ def test_kernel_backward_matches_finite_differences():
 
 def test_kernel_backward_matches_torch_autograd():
     torch = torch_or_skip()
-    rng = np.random.default_rng(6)
-    n, b, d, d_v = 9, 4, 5, 3
-    l = n * b
-    Q, K, V = rng.normal(size=(d, l)), rng.normal(size=(d, l)), rng.normal(size=(d_v, l))
-    Lay = ft.bigbird_layout(n, 3, 1, 2, 4)
-    C = rng.normal(size=(d_v, l))
+    n, b, d = 9, 4, 5
+    Q, K, V, Lay, C = kernel_case(6, n, b, d, 3, (3, 1, 2, 4))
     tQ, tK, tV = (torch.tensor(a, requires_grad=True) for a in (Q, K, V))
     blocks = []  # a torch transcription of V17b: per query block, its gathered key blocks
     for i in range(n):

@@ -18,7 +18,7 @@ import pytest
 import formal_transformers as ft
 from formal_transformers import reference as ref
 
-from conftest import child_env, rel_err, torch_or_skip
+from conftest import child_env, kind_inputs, rel_err, torch_or_skip
 
 V, LMAX = 11, 12
 
@@ -33,14 +33,7 @@ def build(kind, dtype="float64", seed=3, **kw):
 
 
 def inputs(kind, rng, l=7, l_z=5):
-    x = rng.integers(0, V - 3, size=l)
-    if kind == "d":
-        return (x,)
-    if kind == "e":
-        xt = x.copy()
-        xt[[1, 4]] = V - 3  # mask_token
-        return (xt, x)
-    return (rng.integers(0, V - 3, size=l_z), x)
+    return kind_inputs(kind, rng, V, l, l_z, masked=(1, 4))
 
 
 def randomise(model, rng, scale=0.3):

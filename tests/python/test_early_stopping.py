@@ -20,7 +20,8 @@ import pytest
 import formal_transformers as ft
 
 from test_training import assert_identical as assert_params_equal  # bit for bit, parameter by parameter
-from test_training import one_thread  # noqa: F401  (autouse: a single-threaded core)
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # a single-threaded core (conftest.one_thread)
 
 N_V = 8  # tokens 0..4 are data, 5 = mask, 6 = bos, 7 = eos
 BOS, EOS = N_V - 2, N_V - 1

@@ -82,6 +82,17 @@ def _assert_grads(ft_grads, hf_grads, names=None):
             assert rel_err(ft_grads[k], hf_grads[k]) <= TOL64, k
 
 
+def _assert_loss_and_grads(model, inputs, loss_hf, hf, skip=(), **kw):
+    """HF's loss backpropagated; the model's loss_and_grad(*inputs, **kw) equal to it and to HF's gradients
+    (all but the names in `skip`); returns the model's gradients."""
+    loss_hf.backward()
+    loss, grads = model.loss_and_grad(*inputs, **kw)
+    assert abs(loss - loss_hf.item()) <= TOL64 * abs(loss)
+    body = _grads_as_ft(hf)
+    _assert_grads(grads, body, [k for k in body if k not in skip])
+    return grads
+
+
 # ---------------------------------------------------------------------------------------------------
 # GPT-2
 
@@ -102,10 +113,7 @@ def test_gpt2_lm_head_P_and_every_gradient(kw):
         n = len(s)
         assert rel_err(P[b], torch.softmax(logits[b, :n], -1).detach().numpy().T) <= TOL64
         loss_hf = loss_hf + torch.nn.functional.cross_entropy(logits[b, : n - 1], torch.tensor(s[1:]), reduction="sum")
-    loss_hf.backward()
-    loss, grads = model.loss_and_grad(seqs)
-    assert abs(loss - loss_hf.item()) <= TOL64 * abs(loss)
-    _assert_grads(grads, _grads_as_ft(hf))
+    _assert_loss_and_grads(model, (seqs,), loss_hf, hf)
 
 
 def test_gpt2_model_hidden_state_and_gradients():
@@ -122,10 +130,7 @@ def test_gpt2_model_hidden_state_and_gradients():
         n = len(s)
         assert rel_err(model.logits(s), logits[b, :n].detach().numpy().T) <= TOL64
         loss_hf = loss_hf + torch.nn.functional.cross_entropy(logits[b, : n - 1], torch.tensor(s[1:]), reduction="sum")
-    loss_hf.backward()
-    loss, grads = model.loss_and_grad(seqs)
-    assert abs(loss - loss_hf.item()) <= TOL64 * abs(loss)
-    _assert_grads(grads, _grads_as_ft(hf))
+    _assert_loss_and_grads(model, (seqs,), loss_hf, hf)
 
 
 def test_gpt2_float32():
@@ -170,10 +175,7 @@ def test_bert_mlm_P_and_every_gradient(kw):
         assert rel_err(Hd[b], out.hidden_states[-1][b, :n].detach().numpy().T) <= TOL64
         m = torch.tensor(xt[b] == model.mask_token)
         loss_hf = loss_hf + torch.nn.functional.cross_entropy(out.logits[b, :n][m], torch.tensor(x[b])[m], reduction="sum")
-    loss_hf.backward()
-    loss, grads = model.loss_and_grad(xt, x, segments=seg)
-    assert abs(loss - loss_hf.item()) <= TOL64 * abs(loss)
-    _assert_grads(grads, _grads_as_ft(hf))
+    _assert_loss_and_grads(model, (xt, x), loss_hf, hf, segments=seg)
 
 
 def test_bert_model_hidden_state_and_gradients():
@@ -197,11 +199,7 @@ def test_bert_model_hidden_state_and_gradients():
         assert rel_err(Hd[b], h[b, :n].detach().numpy().T) <= TOL64
         m = torch.tensor(xt[b] == model.mask_token)
         loss_hf = loss_hf + torch.nn.functional.cross_entropy(logits[b, :n][m], torch.tensor(x[b])[m], reduction="sum")
-    loss_hf.backward()
-    loss, grads = model.loss_and_grad(xt, x, segments=seg)
-    assert abs(loss - loss_hf.item()) <= TOL64 * abs(loss)
-    body = _grads_as_ft(hf)
-    _assert_grads(grads, body, [k for k in body if k not in p])
+    grads = _assert_loss_and_grads(model, (xt, x), loss_hf, hf, skip=p, segments=seg)
     for k, v in p.items():
         assert rel_err(grads[k], v.grad.numpy()) <= TOL64, k
 

@@ -11,39 +11,23 @@ import pytest
 
 import formal_transformers as ft
 from formal_transformers import reference as ref
+from conftest import randomize_normal
 
 V = 11  # data 0..7, mask 8, bos 9, eos 10
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """A single-threaded core: tiny models do not pay for OpenMP hand-offs on a 2-core machine shared with
-    compilers (measured 10x on such a machine). Tests that exercise threads set their own count."""
-    n = ft.get_num_threads()
-    ft.set_num_threads(1)
-    yield
-    ft.set_num_threads(n)
-
-
-def randomize(model, seed, scale=0.4, skip=()):
-    """Spread-out parameters (init_std 0.02 gives near-uniform outputs, where sampling paths could not be
-    told apart)."""
-    r = np.random.default_rng(seed)
-    for k in model.params.keys():
-        if k in skip:
-            continue
-        model.params[k][...] = scale * r.standard_normal(model.params[k].shape)
-    return model
+# tiny models: a single-threaded core (conftest.one_thread); tests that exercise threads set their own count
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def dmodel(dtype="float64", seed=0, l_max=10, positional="learned", scale=0.4, **kw):
     m = ft.DTransformer(V, l_max, 2, 2, 16, 32, dtype=dtype, seed=seed, positional=positional, **kw)
-    return randomize(m, seed + 50, scale, skip=("W_p",) if positional == "sinusoidal" else ())
+    return randomize_normal(m, seed + 50, scale)  # spread out: init_std 0.02 gives near-uniform outputs
 
 
 def edmodel(dtype="float64", seed=0, l_max=10, **kw):
     m = ft.EDTransformer(V, l_max, 1, 2, 2, 16, 32, dtype=dtype, seed=seed, **kw)
-    return randomize(m, seed + 70)
+    return randomize_normal(m, seed + 70)
 
 
 SAMPLING = [

@@ -16,26 +16,13 @@ import pytest
 
 import formal_transformers as ft
 from formal_transformers import io as ftio
+from conftest import randomize_normal
 
 V = 11
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """A single-threaded core: tiny models do not pay for OpenMP hand-offs on a 2-core machine shared with
-    compilers (measured 10x on such a machine). Tests that exercise threads set their own count."""
-    n = ft.get_num_threads()
-    ft.set_num_threads(1)
-    yield
-    ft.set_num_threads(n)
-
-
-def randomize(model, seed, skip=()):
-    r = np.random.default_rng(seed)
-    for k in model.params.keys():
-        if k not in skip:
-            model.params[k][...] = 0.3 * r.standard_normal(model.params[k].shape)
-    return model
+# tiny models: a single-threaded core (conftest.one_thread); tests that exercise threads set their own count
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 MODELS = {
@@ -53,8 +40,7 @@ MODELS = {
 
 def make(name, dtype):
     m = MODELS[name](dtype)
-    sinus = m.config["positional"] == "sinusoidal"
-    return randomize(m, 7, skip=("W_p",) if sinus else ())
+    return randomize_normal(m, 7, scale=0.3)  # a sinusoidal W_p kept (fixed, not learned)
 
 
 def outputs(m):

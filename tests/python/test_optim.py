@@ -84,28 +84,26 @@ def assert_follows_torch(model, opt, torch_opt, grads_seq, torch, skip=(), tol=T
 # Adam vs torch.optim
 
 
-@pytest.mark.parametrize("kind", ["d", "e", "ed"])
-def test_adamw_decoupled_weight_decay_matches_torch_adamw(torch, kind):
+ADAM_VS_TORCH = {  # case: (model kind, gradients' seed, our optimizer, torch's on the parameters ps)
+    **{f"adamw_decoupled_weight_decay_{kind}": (
+        kind, 1, lambda: ft.Adam(1e-2, beta1=0.8, beta2=0.99, eps=1e-8, weight_decay=0.1, decoupled=True),
+        lambda torch, ps: torch.optim.AdamW(ps, lr=1e-2, betas=(0.8, 0.99), eps=1e-8, weight_decay=0.1))
+       for kind in ("d", "e", "ed")},
+    "adam_l2_weight_decay": (
+        "d", 2, lambda: ft.Adam(3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.05, decoupled=False),
+        lambda torch, ps: torch.optim.Adam(ps, lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.05)),
+    "adam_defaults_without_weight_decay": (  # beta1 0.9, beta2 0.999, eps 1e-8, no weight decay
+        "d", 3, lambda: ft.Adam(1e-3), lambda torch, ps: torch.optim.Adam(ps, lr=1e-3)),
+}
+
+
+@pytest.mark.parametrize("case", list(ADAM_VS_TORCH))
+def test_adam_matches_torch(torch, case):
+    """Adam (decoupled weight decay: torch's AdamW; L2 weight decay or none: torch's Adam) step by step."""
+    kind, seed, ours, theirs = ADAM_VS_TORCH[case]
     model = make(kind)
-    grads = random_grads(model, np.random.default_rng(1))
-    opt = ft.Adam(1e-2, beta1=0.8, beta2=0.99, eps=1e-8, weight_decay=0.1, decoupled=True)
-    assert_follows_torch(model, opt, lambda ps: torch.optim.AdamW(ps, lr=1e-2, betas=(0.8, 0.99), eps=1e-8,
-                                                                  weight_decay=0.1), grads, torch)
-
-
-def test_adam_l2_weight_decay_matches_torch_adam(torch):
-    model = make("d")
-    grads = random_grads(model, np.random.default_rng(2))
-    opt = ft.Adam(3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.05, decoupled=False)
-    assert_follows_torch(model, opt, lambda ps: torch.optim.Adam(ps, lr=3e-3, betas=(0.9, 0.95), eps=1e-8,
-                                                                 weight_decay=0.05), grads, torch)
-
-
-def test_adam_without_weight_decay_defaults_match_torch_adam(torch):
-    model = make("d")
-    grads = random_grads(model, np.random.default_rng(3))
-    opt = ft.Adam(1e-3)  # beta1 0.9, beta2 0.999, eps 1e-8, no weight decay
-    assert_follows_torch(model, opt, lambda ps: torch.optim.Adam(ps, lr=1e-3), grads, torch)
+    grads = random_grads(model, np.random.default_rng(seed))
+    assert_follows_torch(model, ours(), lambda ps: theirs(torch, ps), grads, torch)
 
 
 def test_adam_eps_is_added_to_the_root_of_v_hat(torch):

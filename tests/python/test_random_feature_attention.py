@@ -14,7 +14,7 @@ import pytest
 
 import formal_transformers as ft
 from formal_transformers import reference as ref
-from conftest import TOL, numeric_grad, rel_err, torch_or_skip
+from conftest import TOL, numeric_grad, randomize_theta, rel_err, torch_or_skip
 
 KINDS = ["performer", "rfa"]
 
@@ -25,16 +25,9 @@ def omegas(kind, D, d_attn, L, seed):
 
 
 def randomize(model, rng, scale=0.5):
-    for name, view in model.params.items():
-        last = name.rsplit(".", 1)[-1]
-        z = rng.standard_normal(view.shape)
-        if last.startswith("gamma"):
-            view[...] = 1.0 + 0.2 * z
-        elif last.startswith(("beta", "b_")):
-            view[...] = 0.2 * z
-        else:
-            view[...] = scale * z / math.sqrt(view.shape[-1])
-    return {k: np.array(v, dtype=np.float64) for k, v in model.params.items()}
+    """Every parameter random (conftest.randomize_theta): γ = 1 + 0.2 z, biases and β 0.2 z, matrices
+    scale·z/√columns (W_e too)."""
+    return randomize_theta(model, rng, unit=(), spread=0.2, scale=scale)
 
 
 def d_model(kind, dtype="float64", L=2, H=2, d_e=8, D=7, l_max=160, **kw):

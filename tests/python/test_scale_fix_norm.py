@@ -11,19 +11,14 @@ import pytest
 
 import formal_transformers as ft
 from formal_transformers import reference as ref
-from conftest import TOL, numeric_grad, rel_err
+from conftest import TOL, numeric_grad, randomize_theta, rel_err
 
 D_SIZES = (13, 8, 2, 2, 6, 10)  # n_vocab, l_max, L, H, d_e, d_mlp
 X = [[3, 1, 4, 1, 5, 9, 2], [8, 9, 7, 1]]  # token 1 twice: FixNorm's scatter-add of two positions
 
 
 def randomize(model, rng):
-    for name, v in model.params.items():
-        last = name.rsplit(".", 1)[-1]
-        z = rng.standard_normal(v.shape)
-        v[...] = (1.0 + 0.3 * z) if last.startswith("gamma") else 0.3 * z if last.startswith(("beta", "b_")) \
-            else z if last == "W_e" else z / math.sqrt(v.shape[-1])
-    return {k: np.array(v, dtype=np.float64) for k, v in model.params.items()}
+    return randomize_theta(model, rng)
 
 
 def test_scale_norm_has_one_scalar_per_norm_initialised_to_sqrt_d_e():

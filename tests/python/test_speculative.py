@@ -11,19 +11,13 @@ fixed, so a run is reproducible.
 """
 from __future__ import annotations
 
-import itertools
-import os
-import signal
-import threading
-import time
-
 import numpy as np
 import pytest
 from scipy.stats import chi2
 
 import formal_transformers as ft
 from formal_transformers import reference as ref
-from conftest import randomize_normal
+from conftest import check_gil_released_and_ctrl_c, randomize_normal
 
 ALPHA = 1e-4
 V = 6
@@ -262,41 +256,15 @@ def test_gil_released_and_ctrl_c_stops():
     KeyboardInterrupt, the models still usable."""
     # big enough that the call lasts well over 0.2 s on a fast, quiet machine (0.14 s was seen with a
     # 32-wide target at 2000 tokens on a loaded one)
-    target = ft.DTransformer(V, 4096, 2, 2, 64, 256, dtype="float32", seed=0)
     draft = ft.DTransformer(V, 4096, 1, 2, 16, 32, dtype="float32", seed=1)
-    spec = ft.SpeculativeInference(4000, 4, 1.0, seed=0)
     x = np.array([1, 2, 3])
-    ticks, stop = [0], threading.Event()
+    target = [None]
 
-    def count():
-        while not stop.is_set():
-            ticks[0] += 1
-            time.sleep(0.001)
-
-    th = threading.Thread(target=count)
-    th.start()
-    try:
-        for _ in range(3):  # a longer call on a machine fast enough to finish this one in under 0.2 s
-            t0 = time.perf_counter()
-            spec(x, target, draft)
-            full = time.perf_counter() - t0
-            if full > 0.2:
-                break
+    def calls():  # a longer call on a machine fast enough to finish the first in under 0.2 s
+        for d_e, d_mlp in ((64, 256), (128, 1024), (256, 4096)):
+            target[0] = ft.DTransformer(V, 4096, 2, 2, d_e, d_mlp, dtype="float32", seed=0)
             spec = ft.SpeculativeInference(4000, 4, 1.0, seed=0)
-            target = ft.DTransformer(V, 4096, 2, 2, 2 * target.config["d_e"], 4 * target.config["d_mlp"],
-                                     dtype="float32", seed=0)
-    finally:
-        stop.set()
-        th.join()
-    assert full > 0.2, f"the call took {full:.3f} s: too short to test"
-    assert ticks[0] >= 20, f"only {ticks[0]} ticks of the other thread in {full:.2f} s: the GIL was held"
-    timer = threading.Timer(0.05, lambda: os.kill(os.getpid(), signal.SIGINT))
-    t0 = time.perf_counter()
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            spec(x, target, draft)
-    finally:
-        timer.join()
-    assert time.perf_counter() - t0 < 0.8 * full + 0.05
-    assert len(ft.SpeculativeInference(5, 2, 0.0)(x, target, draft)) == 5
+            yield lambda: spec(x, target[0], draft)
+
+    check_gil_released_and_ctrl_c(calls())
+    assert len(ft.SpeculativeInference(5, 2, 0.0)(x, target[0], draft)) == 5

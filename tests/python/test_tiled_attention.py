@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import formal_transformers as ft
-from conftest import TOL, rel_err
+from conftest import TOL, kind_inputs, numeric_grad, rel_err
 
 V = 13
 
@@ -146,14 +146,7 @@ def build(kind, dtype="float64", seed=3, **kw):
 
 
 def inputs(kind, rng, l=150, l_z=70):
-    x = rng.integers(0, V - 3, size=l)
-    if kind == "d":
-        return (x,)
-    if kind == "e":
-        xt = x.copy()
-        xt[[1, 40, 90, 149]] = V - 3  # mask_token
-        return (xt, x)
-    return (rng.integers(0, V - 3, size=l_z), x)
+    return kind_inputs(kind, rng, V, l, l_z, masked=(1, 40, 90, 149))
 
 
 def check_models(lit, til, kind, inp, tol):
@@ -223,14 +216,8 @@ def test_tiled_loss_and_grad_matches_finite_differences(rng):
     h = 1e-6
     for name in ("layers.0.attn.W_q", "layers.1.attn.W_k", "layers.1.attn.W_v"):
         p = til.params[name]
-        for idx in [(0, 0, 1), (1, 2, 3), (3, 1, 0)]:
-            old = p[idx]
-            p[idx] = old + h
-            lp = til.loss(x)
-            p[idx] = old - h
-            lm = til.loss(x)
-            p[idx] = old
-            num = (lp - lm) / (2 * h)
+        entries = [(0, 0, 1), (1, 2, 3), (3, 1, 0)]
+        for idx, num in zip(entries, numeric_grad(lambda: til.loss(x), p, h, entries)):
             assert abs(g[name][idx] - num) <= 1e-6 * max(1.0, abs(num)), (name, idx)
 
 

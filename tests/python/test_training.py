@@ -96,15 +96,9 @@ def quiet(**kw):
     return kw
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """A single-threaded core (float32 sums then do not depend on the machine's thread count, and tiny
-    models do not pay for OpenMP hand-offs on a 2-core machine shared with compilers); restored afterwards.
-    Tests that exercise threads set their own count."""
-    n = ft.get_num_threads()
-    ft.set_num_threads(1)
-    yield
-    ft.set_num_threads(n)
+# a single-threaded core (conftest.one_thread): float32 sums then do not depend on the machine's thread count;
+# tests that exercise threads set their own count
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 import formal_transformers as ft
 from formal_transformers import reference as ref
 
-from conftest import TOL, rel_err, torch_or_skip
+from conftest import TOL, numeric_grad, rel_err, torch_or_skip
 
 # ---------------------------------------------------------------------------------------------------
 # Configurations: kind "d" (Alg 10), "e" (Alg 9), "ed" (Alg 8). Covers L = 1 and L > 1, H = 1 and H > 1,
@@ -150,6 +150,16 @@ def params_of(model):
     return {k: np.array(v, dtype=np.float64) for k, v in model.params.items()}
 
 
+def random_model(name, seed):
+    """CONFIGS[name] built with random parameters (randomize) from default_rng(seed): (cfg, that generator — the
+    test draws its inputs on from it, model)."""
+    cfg = CONFIGS[name]
+    rng = np.random.default_rng(seed)
+    model = build(cfg)
+    randomize(model, cfg, rng)
+    return cfg, rng, model
+
+
 def random_params(cfg, rng):
     """θ for the reference-vs-PyTorch cross-checks (no native model needed)."""
     p = {k: random_value(k, shape, rng) for k, shape in expected_shapes(cfg).items()}
@@ -271,7 +281,7 @@ def test_torch_transcription_gradients_match_finite_differences_of_reference(tl,
         if is_fixed(cfg, pname):
             continue
         entries = _entries(grads[pname], rng, 3)
-        fd = _finite_differences(lambda: ref_loss(cfg, params, inputs), params[pname], entries)
+        fd = numeric_grad(lambda: ref_loss(cfg, params, inputs), params[pname], entries=entries)
         assert rel_err([grads[pname][i] for i in entries], fd) <= 1e-6, pname
 
 
@@ -398,10 +408,7 @@ def test_ids_of_any_integer_dtype_and_lists():
 
 @pytest.mark.parametrize("name", ["d_deep", "d_explicit", "d_all_variants"])
 def test_decoder_only_is_causal(name):
-    cfg = CONFIGS[name]
-    rng = np.random.default_rng(7)
-    model = build(cfg)
-    randomize(model, cfg, rng)
+    cfg, rng, model = random_model(name, 7)
     l = cfg["l_max"]
     x = rng.integers(0, cfg["n_vocab"], l)
     P = model(x)
@@ -416,10 +423,7 @@ def test_decoder_only_is_causal(name):
 
 @pytest.mark.parametrize("name", ["ed_deep", "ed_explicit"])
 def test_encoder_decoder_decoder_side_is_causal_and_sees_all_of_z(name):
-    cfg = CONFIGS[name]
-    rng = np.random.default_rng(8)
-    model = build(cfg)
-    randomize(model, cfg, rng)
+    cfg, rng, model = random_model(name, 8)
     V, l = cfg["n_vocab"], cfg["l_max"]
     z, x = rng.integers(0, V, 4), rng.integers(0, V, l)
     P = model(z, x)
@@ -436,10 +440,7 @@ def test_encoder_decoder_decoder_side_is_causal_and_sees_all_of_z(name):
 
 
 def test_encoder_only_is_bidirectional():
-    cfg = CONFIGS["e_deep"]
-    rng = np.random.default_rng(9)
-    model = build(cfg)
-    randomize(model, cfg, rng)
+    cfg, rng, model = random_model("e_deep", 9)
     x = rng.integers(0, cfg["n_vocab"], cfg["l_max"])
     x2 = x.copy()
     x2[-1] = (x[-1] + 1) % cfg["n_vocab"]
@@ -452,10 +453,8 @@ def test_encoder_only_is_bidirectional():
 
 @pytest.mark.parametrize("name", ALL)
 def test_loss_and_every_gradient_match_torch(tl, name):
-    cfg = CONFIGS[name]
-    rng = np.random.default_rng(10)
-    model = build(cfg)
-    params = randomize(model, cfg, rng)
+    cfg, rng, model = random_model(name, 10)
+    params = params_of(model)
     for l, l_z in [(cfg["l_max"] - 1, 3), (cfg["l_max"], cfg["l_max"])]:
         inputs = sample_inputs(cfg, rng, l=l, l_z=l_z)
         loss, grads = model.loss_and_grad(*inputs)
@@ -517,19 +516,6 @@ def _entries(g, rng, n):
     return idx
 
 
-def _finite_differences(f, x, entries, h=1e-6):
-    out = []
-    for i in entries:
-        old = x[i].copy()
-        x[i] = old + h
-        fp = f()
-        x[i] = old - h
-        fm = f()
-        x[i] = old
-        out.append((fp - fm) / (2 * h))
-    return np.array(out)
-
-
 FD_PARAMS = {
     "d_deep": ["W_e", "W_p", "W_u", "layers.0.attn.W_q", "layers.1.attn.b_v", "layers.0.gamma1", "layers.1.beta2",
                "layers.0.W_mlp1", "gamma", "beta"],
@@ -542,26 +528,20 @@ FD_PARAMS = {
 
 @pytest.mark.parametrize("name", list(FD_PARAMS))
 def test_gradients_match_finite_differences(name):
-    cfg = CONFIGS[name]
-    rng = np.random.default_rng(12)
-    model = build(cfg)
-    randomize(model, cfg, rng)
+    cfg, rng, model = random_model(name, 12)
     inputs = sample_inputs(cfg, rng, l=cfg["l_max"] - 1, l_z=4)
     _, grads = model.loss_and_grad(*inputs)
     f = lambda: model.loss_and_grad(*inputs)[0]  # noqa: E731
     for k in FD_PARAMS[name]:
         entries = _entries(grads[k], rng, 3)
-        fd = _finite_differences(f, model.params[k], entries)  # perturbs the zero-copy view in place
+        fd = numeric_grad(f, model.params[k], entries=entries)  # perturbs the zero-copy view in place
         got = np.array([grads[k][i] for i in entries])
         assert rel_err(got, fd) <= 1e-6, f"{k}: {got} vs finite differences {fd}"
 
 
 def test_decoder_only_loss_is_next_token_sum():
     """Alg 13 line 5 by hand: −Σ_{t<ℓ−1} log P[x[t+1], t] with the model's own P; ℓ = 1 scores nothing."""
-    cfg = CONFIGS["d_deep"]
-    rng = np.random.default_rng(13)
-    model = build(cfg)
-    randomize(model, cfg, rng)
+    cfg, rng, model = random_model("d_deep", 13)
     x = rng.integers(0, cfg["n_vocab"], 7)
     P = model(x)
     hand = -sum(math.log(P[x[t + 1], t]) for t in range(len(x) - 1))
@@ -574,10 +554,7 @@ def test_decoder_only_loss_is_next_token_sum():
 
 
 def test_encoder_decoder_loss_is_next_token_sum():
-    cfg = CONFIGS["ed_deep"]
-    rng = np.random.default_rng(14)
-    model = build(cfg)
-    randomize(model, cfg, rng)
+    cfg, rng, model = random_model("ed_deep", 14)
     z, x = rng.integers(0, cfg["n_vocab"], 3), rng.integers(0, cfg["n_vocab"], 6)
     P = model(z, x)
     hand = -sum(math.log(P[x[t + 1], t]) for t in range(len(x) - 1))
@@ -587,10 +564,7 @@ def test_encoder_decoder_loss_is_next_token_sum():
 
 
 def test_masked_lm_loss_counts_exactly_the_masked_positions():
-    cfg = CONFIGS["e_deep"]
-    rng = np.random.default_rng(15)
-    model = build(cfg)
-    randomize(model, cfg, rng)
+    cfg, rng, model = random_model("e_deep", 15)
     V, l = cfg["n_vocab"], cfg["l_max"]
     mask = model.mask_token
     x = rng.integers(0, V - 3, l)
@@ -623,10 +597,7 @@ def test_masked_lm_loss_counts_exactly_the_masked_positions():
 
 
 def test_masked_lm_without_masked_positions_is_zero_with_zero_grads():
-    cfg = CONFIGS["e_deep"]
-    rng = np.random.default_rng(16)
-    model = build(cfg)
-    randomize(model, cfg, rng)
+    cfg, rng, model = random_model("e_deep", 16)
     x = rng.integers(0, cfg["n_vocab"] - 3, 6)
     x_tilde = x.copy()
     x_tilde[2] = (x[2] + 1) % (cfg["n_vocab"] - 3)
@@ -659,10 +630,7 @@ def _sum_of_singles(model, pairs):
 @pytest.mark.parametrize("name", ["d_deep", "d_all_variants", "e_explicit", "e_tied_sinusoidal", "ed_deep",
                                   "ed_tied_sinusoidal"])
 def test_batched_loss_and_grad_is_the_sum_over_sequences(name):
-    cfg = CONFIGS[name]
-    rng = np.random.default_rng(17)
-    model = build(cfg)
-    randomize(model, cfg, rng)
+    cfg, rng, model = random_model(name, 17)
     n_inputs = 1 if cfg["kind"] == "d" else 2
     # a 2-D (N, ℓ) batch (ED: z and x each 2-D, of different lengths)
     pairs = [sample_inputs(cfg, rng, l=cfg["l_max"] - 1, l_z=3) for _ in range(3)]
@@ -690,10 +658,7 @@ def test_batched_loss_and_grad_is_the_sum_over_sequences(name):
 
 
 def test_grads_returned_are_copies_and_model_grads_hold_the_last_gradient():
-    cfg = CONFIGS["d_deep"]
-    rng = np.random.default_rng(18)
-    model = build(cfg)
-    randomize(model, cfg, rng)
+    cfg, rng, model = random_model("d_deep", 18)
     x = rng.integers(0, cfg["n_vocab"], 6)
     _, g1 = model.loss_and_grad(x)
     for k in g1:
@@ -711,10 +676,7 @@ def test_grads_returned_are_copies_and_model_grads_hold_the_last_gradient():
 
 
 def test_params_are_zero_copy_views():
-    cfg = CONFIGS["d_deep"]
-    rng = np.random.default_rng(19)
-    model = build(cfg)
-    randomize(model, cfg, rng)
+    cfg, rng, model = random_model("d_deep", 19)
     x = rng.integers(0, cfg["n_vocab"], 5)
     W_u = model.params["W_u"]
     assert np.shares_memory(W_u, model.params["W_u"])
@@ -736,10 +698,7 @@ def test_params_are_zero_copy_views():
 
 
 def test_tied_unembedding_follows_W_e():
-    cfg = CONFIGS["d_tied"]
-    rng = np.random.default_rng(20)
-    model = build(cfg)
-    randomize(model, cfg, rng)
+    cfg, rng, model = random_model("d_tied", 20)
     x = rng.integers(0, cfg["n_vocab"], 5)
     model.params["W_e"][...] = rng.standard_normal(model.params["W_e"].shape)
     p = params_of(model)
