@@ -82,7 +82,14 @@ void check_int_array(const py::array& a, const char* what) {
     if (kind != 'i' && kind != 'u')
         throw ft::TypeError(std::string(what) + " must hold integer token ids, got dtype " + kind_name(a));
 }
+// n = the largest index_t: the caller only converts (in_batch), the core's validate checks [0, N_V) and names it
+constexpr index_t kNoRange = std::numeric_limits<index_t>::max();
+std::string out_of(index_t n) {
+    return n == kNoRange ? " does not fit a 64-bit integer (token ids are in [0, n_vocab))"
+                         : " is out of range [0, " + std::to_string(n) + ")";
+}
 void check_range(index_t v, index_t pos, index_t n, const char* what, const char* range_name) {
+    if (n == kNoRange) return;  // every index_t fits; a negative id is the core's IndexError, naming n_vocab
     if (v < 0 || v >= n)
         throw ft::IndexError(std::string(what) + ": token id " + std::to_string(v) + " at position " +
                              std::to_string(pos) + " is out of range [0, " + std::to_string(n) + ") (" +
@@ -109,8 +116,7 @@ InIds in_ids(const py::handle& obj, const char* what, index_t n_vocab, bool allo
         int overflow = 0;
         const long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
         if (overflow != 0)
-            throw ft::IndexError(std::string(what) + ": token id " + py::str(i).cast<std::string>() + " is out of range [0, " +
-                                 std::to_string(n_vocab) + ")");
+            throw ft::IndexError(std::string(what) + ": token id " + py::str(i).cast<std::string>() + out_of(n_vocab));
         check_range(v, 0, n_vocab, what, range_name);
         r.ids.push_back(v);
         return r;
@@ -130,7 +136,7 @@ InIds in_ids(const py::handle& obj, const char* what, index_t n_vocab, bool allo
         if (PyObject_RichCompareBool(mx.ptr(), py::int_(n_vocab).ptr(), Py_GE) == 1) {
             const py::object pos = a.attr("argmax")();
             throw ft::IndexError(std::string(what) + ": token id " + py::str(mx).cast<std::string>() + " at position " +
-                                 py::str(pos).cast<std::string>() + " is out of range [0, " + std::to_string(n_vocab) + ")");
+                                 py::str(pos).cast<std::string>() + out_of(n_vocab));
         }
     }
     auto ids = py::array_t<long long, py::array::c_style | py::array::forcecast>::ensure(a);

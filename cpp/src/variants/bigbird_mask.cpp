@@ -10,11 +10,13 @@
 // (registry.cpp), or by make_bigbird_mask(spec) with the attention's name (models: every layer its own draw).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <mutex>
 
 #include "formal_transformers/block_sparse.hpp"
 #include "formal_transformers/parts.hpp"
+#include "formal_transformers/sizes.hpp"
 
 namespace ft {
 
@@ -73,6 +75,12 @@ void check_bigbird_spec(const BigBirdSpec& s) {
                          " must be odd and >= 1 (the sliding key blocks centred on the query block; BigBird: 3)");
     if (s.global < 0) throw ValueError("n_global_blocks = " + std::to_string(s.global) + " must be >= 0");
     if (s.random < 0) throw ValueError("n_random_blocks = " + std::to_string(s.random) + " must be >= 0");
+    // the shortest sequence, (2g + w + r)·b tokens, must be a 64-bit count (else the sums below wrap)
+    using u128 = unsigned __int128;
+    if ((2 * u128(s.global) + u128(s.window) + u128(s.random)) * u128(s.block) > u128(std::numeric_limits<index_t>::max()))
+        throw ValueError("bigbird: (2·n_global_blocks + window_blocks + n_random_blocks)·block_size = (2·" +
+                         std::to_string(s.global) + " + " + std::to_string(s.window) + " + " + std::to_string(s.random) +
+                         ")·" + std::to_string(s.block) + " tokens does not fit a 64-bit count");
 }
 
 void check_bigbird_length(const BigBirdSpec& s, index_t l) {
@@ -90,6 +98,7 @@ void check_bigbird_length(const BigBirdSpec& s, index_t l) {
 BlockLayout bigbird_layout(const BigBirdSpec& s, index_t n) {
     check_bigbird_spec(s);
     if (n < 2 * s.global + s.window + s.random) check_bigbird_length(s, n * s.block);
+    checked_elements({n, n}, 1, "bigbird layout (n_blocks × n_blocks)");  // the O(n²) scan below, and the dense (n, n) view
     BlockLayout L;
     L.block = s.block, L.n = n;
     L.start.push_back(0);
