@@ -82,7 +82,14 @@ void check_int_array(const py::array& a, const char* what) {
     if (kind != 'i' && kind != 'u')
         throw ft::TypeError(std::string(what) + " must hold integer token ids, got dtype " + kind_name(a));
 }
+// n = the largest index_t: the caller only converts (in_batch), the core's validate checks [0, N_V) and names it
+constexpr index_t kNoRange = std::numeric_limits<index_t>::max();
+std::string out_of(index_t n) {
+    return n == kNoRange ? " does not fit a 64-bit integer (token ids are in [0, n_vocab))"
+                         : " is out of range [0, " + std::to_string(n) + ")";
+}
 void check_range(index_t v, index_t pos, index_t n, const char* what, const char* range_name) {
+    if (n == kNoRange) return;  // every index_t fits; a negative id is the core's IndexError, naming n_vocab
     if (v < 0 || v >= n)
         throw ft::IndexError(std::string(what) + ": token id " + std::to_string(v) + " at position " +
                              std::to_string(pos) + " is out of range [0, " + std::to_string(n) + ") (" +
@@ -109,8 +116,7 @@ InIds in_ids(const py::handle& obj, const char* what, index_t n_vocab, bool allo
         int overflow = 0;
         const long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
         if (overflow != 0)
-            throw ft::IndexError(std::string(what) + ": token id " + py::str(i).cast<std::string>() + " is out of range [0, " +
-                                 std::to_string(n_vocab) + ")");
+            throw ft::IndexError(std::string(what) + ": token id " + py::str(i).cast<std::string>() + out_of(n_vocab));
         check_range(v, 0, n_vocab, what, range_name);
         r.ids.push_back(v);
         return r;
@@ -130,7 +136,7 @@ InIds in_ids(const py::handle& obj, const char* what, index_t n_vocab, bool allo
         if (PyObject_RichCompareBool(mx.ptr(), py::int_(n_vocab).ptr(), Py_GE) == 1) {
             const py::object pos = a.attr("argmax")();
             throw ft::IndexError(std::string(what) + ": token id " + py::str(mx).cast<std::string>() + " at position " +
-                                 py::str(pos).cast<std::string>() + " is out of range [0, " + std::to_string(n_vocab) + ")");
+                                 py::str(pos).cast<std::string>() + out_of(n_vocab));
         }
     }
     auto ids = py::array_t<long long, py::array::c_style | py::array::forcecast>::ensure(a);
@@ -346,6 +352,16 @@ ParamDict param_views(const py::object& owner, const ft::ParamStore<T>& store, T
     return ParamDict(owner, std::move(names), std::move(arrays), true);
 }
 
+template <class T>
+py::dict grads_copy(const ft::ParamStore<T>& store) {
+    py::array_t<T> flat(py::ssize_t(store.size()));
+    std::copy(store.grad(), store.grad() + store.size(), flat.mutable_data());
+    const ParamDict views = param_views(flat, store, flat.mutable_data());
+    py::dict d;
+    for (std::size_t i = 0; i < views.names().size(); ++i) d[py::str(views.names()[i])] = views.arrays()[i];
+    return d;
+}
+
 template InMatrix<float> in_matrix<float>(const py::handle&, const char*, index_t, bool, const char*);
 template InMatrix<double> in_matrix<double>(const py::handle&, const char*, index_t, bool, const char*);
 template py::array_t<float, py::array::f_style> out_matrix<float>(index_t, index_t);
@@ -354,5 +370,7 @@ template ParamDict make_param_dict<float>(const py::object&, ft::ParamStore<floa
 template ParamDict make_param_dict<double>(const py::object&, ft::ParamStore<double>&, bool);
 template ParamDict param_views<float>(const py::object&, const ft::ParamStore<float>&, float*);
 template ParamDict param_views<double>(const py::object&, const ft::ParamStore<double>&, double*);
+template py::dict grads_copy<float>(const ft::ParamStore<float>&);
+template py::dict grads_copy<double>(const ft::ParamStore<double>&);
 
 }  // namespace ftpy

@@ -568,6 +568,15 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
             throw ValueError("attention='bigbird': attn_dropout > 0 needs attention_impl='literal' (the block-sparse "
                              "kernel drops no weights)");
         if (c.n_features != 0) throw ValueError("n_features is an option of attention='performer' or 'rfa', not 'bigbird'");
+        // a sequence needs at least 2g + w + r blocks of block_size tokens: refuse a layout no input can meet
+        using u128 = unsigned __int128;
+        const u128 shortest = (2 * u128(c.n_global_blocks) + u128(c.window_blocks) + u128(c.n_random_blocks)) * u128(c.block_size);
+        const bool table = c.positional != Positional::Rope;  // RoPE has no table of positions: no l_max bound
+        if (shortest > u128(std::numeric_limits<index_t>::max()) || (table && shortest > u128(c.l_max)))
+            throw ValueError("attention='bigbird': the shortest sequence the layout takes, (2·n_global_blocks + window_blocks + "
+                             "n_random_blocks)·block_size = (2·" + std::to_string(c.n_global_blocks) + " + " +
+                             std::to_string(c.window_blocks) + " + " + std::to_string(c.n_random_blocks) + ")·" +
+                             std::to_string(c.block_size) + " tokens, is longer than l_max = " + std::to_string(c.l_max));
     } else if (c.block_size != 0) {
         throw ValueError("block_size = " + std::to_string(c.block_size) +
                          " is the block of attention='bigbird' (attention is not 'bigbird')");

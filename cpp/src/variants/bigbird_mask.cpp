@@ -10,26 +10,17 @@
 // (registry.cpp), or by make_bigbird_mask(spec) with the attention's name (models: every layer its own draw).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <mutex>
 
 #include "formal_transformers/block_sparse.hpp"
 #include "formal_transformers/parts.hpp"
+#include "formal_transformers/sizes.hpp"
 
 namespace ft {
 
 namespace {
-std::uint64_t mix64(std::uint64_t z) {  // splitmix64's finaliser
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-std::uint64_t fnv1a64(const std::string& s) {
-    std::uint64_t h = 0xcbf29ce484222325ULL;
-    for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ULL;
-    return h;
-}
 
 class BigBirdMask final : public MaskRule {
 public:
@@ -84,6 +75,12 @@ void check_bigbird_spec(const BigBirdSpec& s) {
                          " must be odd and >= 1 (the sliding key blocks centred on the query block; BigBird: 3)");
     if (s.global < 0) throw ValueError("n_global_blocks = " + std::to_string(s.global) + " must be >= 0");
     if (s.random < 0) throw ValueError("n_random_blocks = " + std::to_string(s.random) + " must be >= 0");
+    // the shortest sequence, (2g + w + r)·b tokens, must be a 64-bit count (else the sums below wrap)
+    using u128 = unsigned __int128;
+    if ((2 * u128(s.global) + u128(s.window) + u128(s.random)) * u128(s.block) > u128(std::numeric_limits<index_t>::max()))
+        throw ValueError("bigbird: (2·n_global_blocks + window_blocks + n_random_blocks)·block_size = (2·" +
+                         std::to_string(s.global) + " + " + std::to_string(s.window) + " + " + std::to_string(s.random) +
+                         ")·" + std::to_string(s.block) + " tokens does not fit a 64-bit count");
 }
 
 void check_bigbird_length(const BigBirdSpec& s, index_t l) {
@@ -101,11 +98,12 @@ void check_bigbird_length(const BigBirdSpec& s, index_t l) {
 BlockLayout bigbird_layout(const BigBirdSpec& s, index_t n) {
     check_bigbird_spec(s);
     if (n < 2 * s.global + s.window + s.random) check_bigbird_length(s, n * s.block);
+    checked_elements({n, n}, 1, "bigbird layout (n_blocks × n_blocks)");  // the O(n²) scan below, and the dense (n, n) view
     BlockLayout L;
     L.block = s.block, L.n = n;
     L.start.push_back(0);
     const index_t half = (s.window - 1) / 2;
-    const std::uint64_t base = mix64(s.seed ^ mix64(fnv1a64(s.name)));
+    const std::uint64_t base = named_seed(s.seed, s.name);
     std::vector<char> in(static_cast<std::size_t>(n), 0);
     std::vector<index_t> cand;
     for (index_t i = 0; i < n; ++i) {  // line 1
@@ -122,7 +120,7 @@ BlockLayout bigbird_layout(const BigBirdSpec& s, index_t n) {
         for (index_t j = 0; j < n; ++j)
             if (!in[std::size_t(j)]) cand.push_back(j);
         // line 6: r distinct draws (a partial Fisher–Yates shuffle), from the seed, the name, n and i
-        Rng rng(mix64(base ^ mix64(std::uint64_t(n) * 0x100000001ULL + std::uint64_t(i))));
+        Rng rng(splitmix64(base ^ splitmix64(std::uint64_t(n) * 0x100000001ULL + std::uint64_t(i))));
         for (index_t k = 0; k < s.random; ++k) {
             const index_t pick = k + index_t(rng.below(std::uint64_t(index_t(cand.size()) - k)));
             std::swap(cand[std::size_t(k)], cand[std::size_t(pick)]);
