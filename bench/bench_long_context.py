@@ -38,6 +38,14 @@ BABY = dict(name="baby GPT", n_vocab=65, L=4, H=4, d_e=128, d_mlp=512, batch=1)
 GPT2 = dict(name="GPT-2 small", n_vocab=50257, L=12, H=12, d_e=768, d_mlp=3072, batch=1)
 
 
+def dense_gflop(cfg, length):
+    """The step's dense products (forward W X, backward dW and dX: 3 products of 2 flops per multiply-add)
+    over the batch's tokens: 6 · tokens · (L (4 d_e² + 2 d_e d_mlp) + N_V d_e); the attention's own products
+    (QKᵀ, AV: ℓ² per head) not included."""
+    per_token = cfg["L"] * (4 * cfg["d_e"] ** 2 + 2 * cfg["d_e"] * cfg["d_mlp"]) + cfg["n_vocab"] * cfg["d_e"]
+    return 6 * cfg["batch"] * length * per_token / 1e9
+
+
 def status_kib(key):
     """A line of /proc/self/status in KiB: "VmRSS" (resident now), "VmHWM" (its peak); 0 where absent."""
     with open("/proc/self/status") as f:
@@ -168,7 +176,8 @@ def bench_length(shape, length, args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192])
+    ap.add_argument("--lengths", type=int, nargs="*", default=[512, 1024, 2048, 4096, 8192],
+                    help="baby GPT lengths; none (--lengths --gpt2): GPT-2 small alone")
     ap.add_argument("--gpt2", action="store_true", help="also GPT-2 small at ℓ 1024")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=1)
@@ -205,6 +214,9 @@ def main():
             peak = f"{v['peak'] / 1024:8.0f} MiB (step + {(v['peak'] - v['base']) / 1024:6.0f})" if v["peak"] else "n/a"
             ratio = f"  best PyTorch / this = {torch_best / v['median']:.2f}×" if torch_best and k.startswith("ours") else ""
             print(f"  {k:18s} {v['median'] * 1e3:9.1f} ms   peak RSS {peak}{ratio}")
+        gf = dense_gflop(GPT2 if shape == "gpt2" else BABY, length)
+        rates = ", ".join(f"{k} {gf / v['median']:.0f}" for k, v in res.items())
+        print(f"  dense products {gf:.1f} GFLOP per step; GFLOP/s over the whole step: {rates}")
         if "ours literal" in res and "ours tiled" in res:
             print(f"  tiled / literal speed: {res['ours literal']['median'] / res['ours tiled']['median']:.2f}×")
         sys.stdout.flush()

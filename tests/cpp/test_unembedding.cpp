@@ -2,6 +2,7 @@
 // unembedding (W_u = W_eᵀ), and extreme logits where a probability underflows.
 #include <cmath>
 #include <limits>
+#include <memory>
 
 #include "formal_transformers/embedding.hpp"
 #include "formal_transformers/unembedding.hpp"
@@ -110,6 +111,43 @@ TEST(Unembedding, TiedUsesWeTransposedAndItsGradient) {
             for (index_t t = 0; t < n; ++t) s += X[std::size_t(i + t * d_e)] * dZ[std::size_t(v + t * N_V)];
             EXPECT_NEAR(store.dW(emb.W_e)(i, v), s, 1e-14);
         }
+}
+
+// A long vocabulary (N_V d_e n ≥ 2^24 multiply-adds, 2 threads): dX += W_uᵀ dZ is split over the vocabulary
+// (unembedding.cpp add_WuT_dZ), each thread summing its blocks; the result must be the plain sum, untied and tied,
+// added to what dX held.
+TEST(Unembedding, VocabularySplitBackwardMatchesTheSum) {
+    const int threads = get_num_threads();
+    set_num_threads(2);
+    Rng rng(33);
+    const index_t N_V = 2048, d_e = 64, n = 128;
+    for (bool tied : {false, true}) {
+        ParamStore<double> store;
+        TokenEmbedding<double> emb(N_V, d_e, store);
+        std::unique_ptr<Unembedding<double>> un =
+            tied ? std::make_unique<Unembedding<double>>(N_V, d_e, emb.W_e) : std::make_unique<Unembedding<double>>(N_V, d_e, store);
+        store.allocate();
+        emb.init(store, rng, 1.0);
+        un->init(store, rng, 1.0);
+        std::vector<double> X = fttest::randn(d_e * n, rng), dZ = fttest::randn(N_V * n, rng),
+                            dX0 = fttest::randn(d_e * n, rng), dX = dX0;
+        store.zero_grad();
+        un->backward_logits(store, CMatView<double>(X.data(), d_e, n), CMatView<double>(dZ.data(), N_V, n),
+                            MatView<double>(dX.data(), d_e, n));
+        CMatView<double> W = store.W(un->W);
+        double worst = 0;
+        for (index_t t = 0; t < n; ++t)
+            for (index_t i = 0; i < d_e; ++i) {
+                double s = dX0[std::size_t(i + t * d_e)], mag = std::abs(s);  // dX[i, t] + Σ_v W_u[v, i] dZ[v, t]
+                for (index_t v = 0; v < N_V; ++v) {
+                    const double p = (tied ? W(i, v) : W(v, i)) * dZ[std::size_t(v + t * N_V)];
+                    s += p, mag += std::abs(p);
+                }
+                worst = std::max(worst, std::abs(dX[std::size_t(i + t * d_e)] - s) / mag);
+            }
+        EXPECT_LT(worst, 1e-13) << (tied ? "tied" : "untied");
+    }
+    set_num_threads(threads);
 }
 
 // ===================================== nll_and_grad ===================================================

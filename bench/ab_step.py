@@ -1,0 +1,94 @@
+"""Benchmark (not a test): A/B of two builds of the core on one training step of the baby GPT shape (L 4, H 4,
+d_e 128, d_mlp 512, N_V 65, batch 1; forward + backward + Adam(W)), the two sides in alternating processes.
+
+Each round starts one process per side (A first in odd rounds, B first in even ones), each with its own
+FT_CORE_PATH (a build directory holding _core), the same θ and batch (seed 0); after set-up and --warmup steps
+it times --steps steps and prints their median wall and process-CPU times. The report is the median over the
+rounds of each side and the ratio A/B (> 1: B faster), with `uptime`'s load before and after: on a shared
+machine only such interleaved ratios mean anything.
+
+    python bench/ab_step.py A_BUILD B_BUILD [--lengths 512 2048] [--rounds 5] [--steps 5] [--impl auto]
+        [--pythonpath-a DIR] [--pythonpath-b DIR]
+(e.g. A = /work/wt/after/build/rel with python path /work/wt/after/python, B = build/rel with python/)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def worker(args):
+    import numpy as np
+
+    import formal_transformers as ft
+
+    rng = np.random.default_rng(0)
+    batch = rng.integers(0, 65, (1, args.length))
+    model = ft.DTransformer(65, args.length, 4, 4, 128, 128 * 4, dtype="float32", seed=0,
+                            attention_impl=args.impl)
+    opt = ft.Adam(3e-4, weight_decay=0.1)
+    for _ in range(args.warmup):
+        model.loss_and_grad(batch, copy=False)
+        opt.step(model, model.grads)
+    wall, cpu = [], []
+    for _ in range(args.steps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        loss, _ = model.loss_and_grad(batch, copy=False)
+        opt.step(model, model.grads)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    print(json.dumps(dict(wall=statistics.median(wall), cpu=statistics.median(cpu), loss=float(loss))))
+
+
+def load():
+    return open("/proc/loadavg").read().split()[0]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("a", nargs="?")
+    p.add_argument("b", nargs="?")
+    p.add_argument("--lengths", type=int, nargs="+", default=[512, 2048])
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--impl", default="auto")
+    p.add_argument("--pythonpath-a", default=os.path.join(HERE, "..", "python"))
+    p.add_argument("--pythonpath-b", default=os.path.join(HERE, "..", "python"))
+    p.add_argument("--worker", action="store_true")
+    p.add_argument("--length", type=int, default=512)
+    args = p.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    sides = dict(A=(args.a, args.pythonpath_a), B=(args.b, args.pythonpath_b))
+    for l in args.lengths:
+        res = {"A": [], "B": []}
+        load0 = load()
+        for r in range(args.rounds):
+            for s in ("AB" if r % 2 == 0 else "BA"):
+                core, pp = sides[s]
+                env = dict(os.environ, FT_CORE_PATH=os.path.abspath(core), PYTHONPATH=os.path.abspath(pp))
+                out = subprocess.run([sys.executable, __file__, "--worker", "--length", str(l), "--steps",
+                                      str(args.steps), "--warmup", str(args.warmup), "--impl", args.impl],
+                                     env=env, capture_output=True, text=True, check=True)
+                res[s].append(json.loads(out.stdout.strip().splitlines()[-1]))
+        med = {s: {k: statistics.median(x[k] for x in res[s]) for k in ("wall", "cpu")} for s in res}
+        losses = {s: res[s][0]["loss"] for s in res}
+        print(f"l {l} impl {args.impl}: A wall {med['A']['wall']*1e3:.1f} ms cpu {med['A']['cpu']*1e3:.1f} | "
+              f"B wall {med['B']['wall']*1e3:.1f} ms cpu {med['B']['cpu']*1e3:.1f} | A/B wall "
+              f"{med['A']['wall']/med['B']['wall']:.3f} cpu {med['A']['cpu']/med['B']['cpu']:.3f} | "
+              f"loss A {losses['A']:.6f} B {losses['B']:.6f} | load {load0} -> {load()} | rounds "
+              + " ".join(f"{a['wall']*1e3:.0f}/{b['wall']*1e3:.0f}" for a, b in zip(res["A"], res["B"])),
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
