@@ -352,6 +352,16 @@ ParamDict param_views(const py::object& owner, const ft::ParamStore<T>& store, T
     return ParamDict(owner, std::move(names), std::move(arrays), true);
 }
 
+template <class T>
+py::dict grads_copy(const ft::ParamStore<T>& store) {
+    py::array_t<T> flat(py::ssize_t(store.size()));
+    std::copy(store.grad(), store.grad() + store.size(), flat.mutable_data());
+    const ParamDict views = param_views(flat, store, flat.mutable_data());
+    py::dict d;
+    for (std::size_t i = 0; i < views.names().size(); ++i) d[py::str(views.names()[i])] = views.arrays()[i];
+    return d;
+}
+
 template InMatrix<float> in_matrix<float>(const py::handle&, const char*, index_t, bool, const char*);
 template InMatrix<double> in_matrix<double>(const py::handle&, const char*, index_t, bool, const char*);
 template py::array_t<float, py::array::f_style> out_matrix<float>(index_t, index_t);
@@ -360,5 +370,7 @@ template ParamDict make_param_dict<float>(const py::object&, ft::ParamStore<floa
 template ParamDict make_param_dict<double>(const py::object&, ft::ParamStore<double>&, bool);
 template ParamDict param_views<float>(const py::object&, const ft::ParamStore<float>&, float*);
 template ParamDict param_views<double>(const py::object&, const ft::ParamStore<double>&, double*);
+template py::dict grads_copy<float>(const ft::ParamStore<float>&);
+template py::dict grads_copy<double>(const ft::ParamStore<double>&);
 
 }  // namespace ftpy

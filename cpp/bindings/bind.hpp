@@ -135,6 +135,10 @@ ParamDict make_param_dict(const py::object& owner, ft::ParamStore<T>& store, boo
 // parameters); `owner` keeps the buffer alive (None: the caller does, for the views' lifetime).
 template <class T>
 ParamDict param_views(const py::object& owner, const ft::ParamStore<T>& store, T* base);
+// The gradients as a dict of arrays that later calls do not change: ONE copy of the flat gradient buffer (a
+// memcpy), with each name a view into that copy laid out like the parameter.
+template <class T>
+py::dict grads_copy(const ft::ParamStore<T>& store);
 
 // ------------------------------------------------------------------------------------------------------
 // Every Python object with parameters derives from HasParams (registered in module.cpp), so generic

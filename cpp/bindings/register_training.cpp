@@ -14,6 +14,19 @@ std::string option_str(py::handle v, const std::string& name) {
         throw ft::TypeError(name + " must be a string, got " + std::string(py::str(py::type::handle_of(v).attr("__name__"))));
     return v.cast<std::string>();
 }
+// option `name`, a string naming one of `choices`: its value (ValueError listing the choices otherwise)
+template <class E>
+E option_choice(py::handle v, const std::string& name, std::initializer_list<std::pair<const char*, E>> choices) {
+    const std::string r = option_str(v, name);
+    std::string list;
+    std::size_t k = 0;
+    for (const auto& [text, value] : choices) {
+        if (r == text) return value;
+        list += std::string(k == 0 ? "" : k + 1 == choices.size() ? " or " : ", ") + "'" + text + "'";
+        ++k;
+    }
+    throw ft::ValueError(name + " must be " + list + ", got '" + r + "'");
+}
 
 ft::TrainOptions parse_options(const py::dict& d) {
     ft::TrainOptions o;
@@ -49,17 +62,11 @@ ft::TrainOptions parse_options(const py::dict& d) {
         else if (k == "reduction") {
             o.reduction = ft::parse_reduction(option_str(v, "reduction"));
         } else if (k == "schedule") {
-            const std::string r = option_str(v, "schedule");
-            if (r == "constant") o.schedule = ft::TrainOptions::Schedule::Constant;
-            else if (r == "cosine") o.schedule = ft::TrainOptions::Schedule::Cosine;
-            else if (r == "linear") o.schedule = ft::TrainOptions::Schedule::Linear;
-            else throw ft::ValueError("schedule must be 'constant', 'cosine' or 'linear', got '" + r + "'");
+            using S = ft::TrainOptions::Schedule;
+            o.schedule = option_choice<S>(v, "schedule", {{"constant", S::Constant}, {"cosine", S::Cosine}, {"linear", S::Linear}});
         } else if (k == "nonfinite") {
-            const std::string r = option_str(v, "nonfinite");
-            if (r == "raise") o.nonfinite = ft::TrainOptions::NonFinite::Raise;
-            else if (r == "warn") o.nonfinite = ft::TrainOptions::NonFinite::Warn;
-            else if (r == "skip") o.nonfinite = ft::TrainOptions::NonFinite::Skip;
-            else throw ft::ValueError("nonfinite must be 'raise', 'warn' or 'skip', got '" + r + "'");
+            using N = ft::TrainOptions::NonFinite;
+            o.nonfinite = option_choice<N>(v, "nonfinite", {{"raise", N::Raise}, {"warn", N::Warn}, {"skip", N::Skip}});
         } else {
             throw ft::ValueError("unknown training option '" + k + "'");
         }

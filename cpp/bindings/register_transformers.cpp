@@ -125,25 +125,10 @@ py::object shaped_output(index_t n_vocab, const InBatch& in, bool two_d, Run run
 
 bool is_2d(const py::handle& x) { return py::isinstance<py::array>(x) && py::reinterpret_borrow<py::array>(x).ndim() == 2; }
 
-// The gradients as a dict of arrays that later calls do not change: ONE copy of the flat gradient
-// buffer (a memcpy), with each name a view into that copy laid out like the parameter.
-template <class T>
-py::dict grads_copy(const py::object& self, ft::ParamStore<T>& store) {
-    (void)self;
-    py::array_t<T> flat(py::ssize_t(store.size()));
-    std::copy(store.grad(), store.grad() + store.size(), flat.mutable_data());
-    py::dict d;
-    for (const ft::ParamInfo& e : store.entries()) {
-        std::vector<py::ssize_t> shape(e.shape.begin(), e.shape.end()), strides;
-        for (index_t st : e.strides) strides.push_back(py::ssize_t(st * index_t(sizeof(T))));
-        d[py::str(e.name)] = py::array(py::dtype::of<T>(), shape, strides, flat.data() + e.offset, flat);
-    }
-    return d;
-}
-
+// The gradients after loss_and_grad: a copy (grads_copy, bind.cpp) or views of the model's buffer.
 template <class T>
 py::object grads_out(const py::object& self, ft::ParamStore<T>& store, bool copy) {
-    if (copy) return grads_copy(self, store);
+    if (copy) return grads_copy(store);
     return py::cast(make_param_dict(self, store, true));
 }
 
@@ -256,6 +241,37 @@ void def_model_common(PyClass& cls) {
             "columns; '<layer>.attn.weights' ('<layer>.cross_attn.weights') as a list over the sequences of "
             "(H, rows, columns) arrays laid out as attention_weights.");
 }
+// Algorithm 9 or 10 on x, every line but the last, then `last(m, out)` (P = softmax(W_u X), or W_u X), shaped
+// like x: model(x) and model.logits(x).
+template <class D, class Last>
+py::object single_input_output(D& d, const py::handle& x, const py::handle& prefix_len, Last last) {
+    CallLock lock(d.mutex);
+    return d.visit([&](auto& m) -> py::object {
+        using T = typename std::decay_t<decltype(m.store)>::value_type;
+        InBatch in = in_batch(x, "x");
+        const std::vector<index_t> p = prefix_lens(prefix_len, index_t(in.lengths.size()));
+        const Tokens xt{in.ids.data(), seqs_of(in), p.empty() ? nullptr : p.data()};
+        return shaped_output<T>(
+            m.cfg.n_vocab, in, is_2d(x), [&] { m.forward(xt); }, [&](ft::MatView<T> out) { last(m, out); });
+    });
+}
+
+// Algorithm 11 on (z, x), lines 1–20, then `last(m, out)` (line 21: P, or the logits W_u X), shaped like x:
+// model(z, x) and model.logits(z, x). z and x converted here; their ids, lengths and counts are the core's check.
+template <class D, class Last>
+py::object ed_output(D& d, const py::handle& z, const py::handle& x, Last last) {
+    CallLock lock(d.mutex);
+    return d.visit([&](auto& m) -> py::object {
+        using T = typename std::decay_t<decltype(m.store)>::value_type;
+        InBatch zb = in_batch(z, "z");
+        InBatch xb = in_batch(x, "x");
+        return shaped_output<T>(
+            m.cfg.n_vocab, xb, is_2d(x),
+            [&] { m.forward(Tokens{zb.ids.data(), seqs_of(zb)}, Tokens{xb.ids.data(), seqs_of(xb)}); },  // lines 1–20
+            [&](ft::MatView<T> out) { last(m, out); });                                              // line 21
+    });
+}
+
 // The single-input surface of Algorithms 9 and 10: P = model(x), model.logits(x), attention_weights, L.
 template <template <class> class Unit, class PyClass>
 void def_single_input(PyClass& cls) {
@@ -264,30 +280,13 @@ void def_single_input(PyClass& cls) {
     cls.def(
            "__call__",
            [](D& d, const py::handle& x, const py::handle& prefix_len) {
-               CallLock lock(d.mutex);
-               return d.visit([&](auto& m) -> py::object {
-                   using T = typename std::decay_t<decltype(m.store)>::value_type;
-                   InBatch in = in_batch(x, "x");
-                   const std::vector<index_t> p = prefix_lens(prefix_len, index_t(in.lengths.size()));
-                   const Tokens xt{in.ids.data(), seqs_of(in), p.empty() ? nullptr : p.data()};
-                   return shaped_output<T>(
-                       m.cfg.n_vocab, in, is_2d(x), [&] { m.forward(xt); },  // every line but the last
-                       [&](ft::MatView<T> P) { m.probabilities(P); });        // the last: P = softmax(W_u X)
-               });
+               return single_input_output(d, x, prefix_len, [](auto& m, auto P) { m.probabilities(P); });  // P = softmax(W_u X)
            },
            py::arg("x"), py::arg("prefix_len") = py::none())
         .def(
             "logits",
             [](D& d, const py::handle& x, const py::handle& prefix_len) {
-                CallLock lock(d.mutex);
-                return d.visit([&](auto& m) -> py::object {
-                    using T = typename std::decay_t<decltype(m.store)>::value_type;
-                    InBatch in = in_batch(x, "x");
-                    const std::vector<index_t> p = prefix_lens(prefix_len, index_t(in.lengths.size()));
-                    const Tokens xt{in.ids.data(), seqs_of(in), p.empty() ? nullptr : p.data()};
-                    return shaped_output<T>(
-                        m.cfg.n_vocab, in, is_2d(x), [&] { m.forward(xt); }, [&](ft::MatView<T> Z) { m.logits(Z); });
-                });
+                return single_input_output(d, x, prefix_len, [](auto& m, auto Z) { m.logits(Z); });  // W_u X
             },
             py::arg("x"), py::arg("prefix_len") = py::none(),
             "W_u X (before the final softmax), shaped like the call's output. prefix_len: as the call (V7).");
@@ -627,30 +626,14 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
     };
     edcls.def(
              "__call__",
-             [ed_pair](DED& d, const py::handle& z, const py::handle& x) {
-                 CallLock lock(d.mutex);
-                 return d.visit([&](auto& m) -> py::object {
-                     using T = typename std::decay_t<decltype(m.store)>::value_type;
-                     auto [zb, xb] = ed_pair(m, z, x);
-                     return shaped_output<T>(
-                         m.cfg.n_vocab, xb, is_2d(x),
-                         [&] { m.forward(Tokens{zb.ids.data(), seqs_of(zb)}, Tokens{xb.ids.data(), seqs_of(xb)}); },  // lines 1–20
-                         [&](ft::MatView<T> P) { m.probabilities(P); });                                          // line 21
-                 });
+             [](DED& d, const py::handle& z, const py::handle& x) {
+                 return ed_output(d, z, x, [](auto& m, auto P) { m.probabilities(P); });  // P = softmax(W_u X)
              },
              py::arg("z"), py::arg("x"))
         .def(
             "logits",
-            [ed_pair](DED& d, const py::handle& z, const py::handle& x) {
-                CallLock lock(d.mutex);
-                return d.visit([&](auto& m) -> py::object {
-                    using T = typename std::decay_t<decltype(m.store)>::value_type;
-                    auto [zb, xb] = ed_pair(m, z, x);
-                    return shaped_output<T>(
-                        m.cfg.n_vocab, xb, is_2d(x),
-                        [&] { m.forward(Tokens{zb.ids.data(), seqs_of(zb)}, Tokens{xb.ids.data(), seqs_of(xb)}); },
-                        [&](ft::MatView<T> Zl) { m.logits(Zl); });
-                });
+            [](DED& d, const py::handle& z, const py::handle& x) {
+                return ed_output(d, z, x, [](auto& m, auto Z) { m.logits(Z); });  // W_u X
             },
             py::arg("z"), py::arg("x"));
     def_pair_losses<ft::EDTransformer>(

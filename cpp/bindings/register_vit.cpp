@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "bind.hpp"
+#include "formal_transformers/functions.hpp"
 #include "formal_transformers/vit.hpp"
 
 namespace ftpy {
@@ -51,25 +52,22 @@ std::vector<index_t> in_labels(const ft::ViTConfig& c, const py::handle& labels,
     return y;
 }
 
+// model(images) and model.logits(images): V14's lines 1–12 on the checked images, then the logits
+// z = W_c x + b_c (n_classes, B), and with `probabilities` P = softmax(z) column by column.
 template <class T>
-py::array logits_of(ft::ViT<T>& m) {
-    ft::CMatView<T> Z = m.logits();
-    py::array_t<T, py::array::f_style> out({py::ssize_t(Z.rows), py::ssize_t(Z.cols)});
-    std::copy(Z.data, Z.data + Z.rows * Z.cols, out.mutable_data());
-    return out;
-}
-
-template <class T>
-py::dict grads_copy_of(ft::ParamStore<T>& store) {
-    py::array_t<T> flat(py::ssize_t(store.size()));
-    std::copy(store.grad(), store.grad() + store.size(), flat.mutable_data());
-    py::dict d;
-    for (const ft::ParamInfo& e : store.entries()) {
-        std::vector<py::ssize_t> shape(e.shape.begin(), e.shape.end()), strides;
-        for (index_t st : e.strides) strides.push_back(py::ssize_t(st * index_t(sizeof(T))));
-        d[py::str(e.name)] = py::array(py::dtype::of<T>(), shape, strides, flat.data() + e.offset, flat);
+py::array output(ft::ViT<T>& v, const py::handle& images, bool probabilities) {
+    auto a = in_images<T>(v.vc, images);
+    const index_t B = index_t(a.shape(0));
+    auto out = out_matrix<T>(v.vc.n_classes, B);
+    const ft::MatView<T> Z_out(out.mutable_data(), v.vc.n_classes, B);
+    {
+        CoreCall nogil;
+        v.forward(a.data(), B);
+        const ft::CMatView<T> Z = v.logits();
+        std::copy(Z.data, Z.data + Z.rows * Z.cols, Z_out.data);
+        if (probabilities) ft::softmax_columns<T>(Z_out);
     }
-    return d;
+    return std::move(out);
 }
 }  // namespace
 
@@ -109,32 +107,13 @@ Call: P = model(images) -> (n_classes, B). model.logits(images): W_c x + b_c. lo
         .def("__call__",
              [](DV& d, const py::handle& images) {
                  CallLock lock(d.mutex);
-                 return d.visit([&](auto& v) {
-                     using T = typename std::decay_t<decltype(v.store)>::value_type;
-                     auto a = in_images<T>(v.vc, images);
-                     {
-                         CoreCall nogil;
-                         v.forward(a.data(), index_t(a.shape(0)));
-                     }
-                     py::array Z = logits_of(v);
-                     py::module_ np = py::module_::import("numpy");
-                     py::array e = np.attr("exp")(Z - Z.attr("max")(0));
-                     return py::array(e / e.attr("sum")(0));
-                 });
+                 return d.visit([&](auto& v) { return output(v, images, true); });
              },
              py::arg("images"), "P (n_classes, B): softmax(W_c x + b_c) of every image (column b: image b).")
         .def("logits",
              [](DV& d, const py::handle& images) {
                  CallLock lock(d.mutex);
-                 return d.visit([&](auto& v) {
-                     using T = typename std::decay_t<decltype(v.store)>::value_type;
-                     auto a = in_images<T>(v.vc, images);
-                     {
-                         CoreCall nogil;
-                         v.forward(a.data(), index_t(a.shape(0)));
-                     }
-                     return logits_of(v);
-                 });
+                 return d.visit([&](auto& v) { return output(v, images, false); });
              },
              py::arg("images"), "z = W_c x + b_c (n_classes, B), before the softmax.")
         .def("loss_and_grad",
@@ -149,7 +128,7 @@ Call: P = model(images) -> (n_classes, B). model.logits(images): W_c x + b_c. lo
                          CoreCall nogil;
                          loss = v.loss(a.data(), index_t(a.shape(0)), y.data(), true);
                      }
-                     return py::make_tuple(loss, grads_copy_of(v.store));
+                     return py::make_tuple(loss, grads_copy(v.store));
                  });
              },
              py::arg("images"), py::arg("labels"),

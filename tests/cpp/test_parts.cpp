@@ -174,6 +174,6 @@ TEST(Registry, NamesAndClearErrors) {
     spec.d_e = 2, spec.d_mlp = 3;
     EXPECT_THROW(make_mlp<float>("reglu", spec, s, ""), ValueError);
     EXPECT_EQ(s.size(), 0);  // nothing registered by a failed lookup
-    EXPECT_NO_THROW(make_mlp<float>("geglu", spec, s, ""));  // V18b (variants/geglu.cpp)
+    EXPECT_NO_THROW(make_mlp<float>("geglu", spec, s, ""));  // V18b (variants/gated_mlp.cpp)
     EXPECT_TRUE(has(PartKind::MLP, "geglu"));
 }

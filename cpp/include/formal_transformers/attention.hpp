@@ -190,6 +190,10 @@ struct MHAttentionCache {
     void ensure_weights() const {
         if (!weights_ready) unit->materialize_weights(*this);
     }
+    // A kernel that forms no A (HeadKernel::begin of "tiled", "bigbird", "performer", "rfa") on H heads of n_x
+    // query columns: A, Ad and drop.keep released (ensure_weights rebuilds them), lse sized H·n_x (`what` names
+    // it in a size error).
+    void keep_lse_only(index_t H, index_t n_x, const char* what);
 };
 // Backward scratch; one can serve every layer of a model (used one layer at a time).
 template <class T>

@@ -195,4 +195,10 @@ private:
     double spare_ = 0.0;
 };
 
+// One step of splitmix64 (Steele et al. 2014) from state x: a 64-bit mix with full avalanche.
+std::uint64_t splitmix64(std::uint64_t x);
+// The seed of a part's own random numbers (V15's features, V17's random blocks): the model's seed and the
+// part's name mixed, splitmix64(seed ⊕ splitmix64(FNV-1a(name))), so that parts of one seed draw apart.
+std::uint64_t named_seed(std::uint64_t seed, const std::string& name);
+
 }  // namespace ft

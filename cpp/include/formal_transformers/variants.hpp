@@ -1,6 +1,6 @@
 // Decoder variants (docs/variants.md): V1 RoPE, V2 ALiBi, V3 grouped-query attention, V4 SwiGLU/SiLU,
 // V5 bias-free linear maps: the listings and their kernels. Each variant is a part (parts.hpp) in its own
-// file under cpp/src/variants/ (rope.cpp, alibi.cpp, swiglu.cpp), made through the registry (registry.cpp);
+// file under cpp/src/variants/ (rope.cpp, alibi.cpp, gated_mlp.cpp), made through the registry (registry.cpp);
 // V3 is MHAttention's kv_head (attention.hpp), V5 the parts' `bias` option.
 //
 // Algorithm V1: X′ ← RoPE(X, p | θ)    X ∈ R^{d×ℓ} (one head's queries or keys, d even), p ∈ N^ℓ
@@ -67,16 +67,10 @@ std::vector<double> alibi_slopes(index_t H);
 // among num_buckets (halved per direction when bidirectional), log-spaced up to max_distance.
 index_t relative_bucket(index_t r, bool bidirectional, index_t num_buckets, index_t max_distance);
 
-// SiLU, element-wise: y = x σ(x) (x, y may alias); dx = SiLU′(x) ⊙ dy.
+// SiLU, element-wise (V4's φ, variants/gated_mlp.cpp): y = x σ(x) (x, y may alias); dx = SiLU′(x) ⊙ dy (dx, dy may alias).
 template <class T>
 void silu(const T* x, T* y, index_t n);
 template <class T>
 void silu_backward(const T* x, const T* dy, T* dx, index_t n);
-
-// V4 line 3 over matrices: A = SiLU(G) ⊙ U. Backward: from dA, dU = dA ⊙ SiLU(G), dG = dA ⊙ U ⊙ SiLU′(G).
-template <class T>
-void swiglu_gate(CMatView<T> G, CMatView<T> U, MatView<T> A);
-template <class T>
-void swiglu_gate_backward(CMatView<T> G, CMatView<T> U, CMatView<T> dA, MatView<T> dG, MatView<T> dU);
 
 }  // namespace ft

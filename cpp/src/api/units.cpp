@@ -386,31 +386,22 @@ std::optional<Tensor<T, 3>> MHAttention<T>::weights() const {
     return W;
 }
 
-template void check_input<float>(CMatView<float>, index_t, const char*, const char*);
-template void check_input<double>(CMatView<double>, index_t, const char*, const char*);
-template class EmbeddingUnit<float, ft::TokenEmbedding<float>>;
-template class EmbeddingUnit<double, ft::TokenEmbedding<double>>;
-template class EmbeddingUnit<float, ft::PositionalEmbedding<float>>;
-template class EmbeddingUnit<double, ft::PositionalEmbedding<double>>;
-template class TokenEmbedding<float>;
-template class TokenEmbedding<double>;
-template class PositionalEmbedding<float>;
-template class PositionalEmbedding<double>;
-template class NormUnit<float, ft::LayerNorm<float>>;
-template class NormUnit<double, ft::LayerNorm<double>>;
-template class NormUnit<float, ft::RMSNorm<float>>;
-template class NormUnit<double, ft::RMSNorm<double>>;
-template class Unembedding<float>;
-template class Unembedding<double>;
-template class BasicAttention<float>;
-template class BasicAttention<double>;
-template class AttentionUnit<float, ft::Attention<float>>;
-template class AttentionUnit<double, ft::Attention<double>>;
-template class AttentionUnit<float, ft::MHAttention<float>>;
-template class AttentionUnit<double, ft::MHAttention<double>>;
-template class Attention<float>;
-template class Attention<double>;
-template class MHAttention<float>;
-template class MHAttention<double>;
+#define FT_INSTANTIATE(T)                                                 \
+    template void check_input<T>(CMatView<T>, index_t, const char*, const char*); \
+    template class EmbeddingUnit<T, ft::TokenEmbedding<T>>;               \
+    template class EmbeddingUnit<T, ft::PositionalEmbedding<T>>;          \
+    template class TokenEmbedding<T>;                                     \
+    template class PositionalEmbedding<T>;                                \
+    template class NormUnit<T, ft::LayerNorm<T>>;                         \
+    template class NormUnit<T, ft::RMSNorm<T>>;                           \
+    template class Unembedding<T>;                                        \
+    template class BasicAttention<T>;                                     \
+    template class AttentionUnit<T, ft::Attention<T>>;                    \
+    template class AttentionUnit<T, ft::MHAttention<T>>;                  \
+    template class Attention<T>;                                          \
+    template class MHAttention<T>;
+FT_INSTANTIATE(float)
+FT_INSTANTIATE(double)
+#undef FT_INSTANTIATE
 
 }  // namespace ft::unit

@@ -523,6 +523,20 @@ void MHAttention<T>::materialize_weights(const MHAttentionCache<T>& c) const {
     c.weights_ready = true;
 }
 
+template <class T>
+void MHAttentionCache<T>::keep_lse_only(index_t H, index_t n_x, const char* what) {
+    A.clear();
+    A.shrink_to_fit();
+    Ad.clear();
+    Ad.shrink_to_fit();
+    drop.keep.clear();
+    drop.keep.shrink_to_fit();
+    weights_ready = false;
+    lse.resize(std::size_t(check_bytes(checked_mul(H, n_x, what), sizeof(T), what)));
+}
+
+template void MHAttentionCache<float>::keep_lse_only(index_t, index_t, const char*);
+template void MHAttentionCache<double>::keep_lse_only(index_t, index_t, const char*);
 template class BasicAttention<float>;
 template class BasicAttention<double>;
 template class Attention<float>;

@@ -11,6 +11,14 @@ namespace {
 // stay within 1e-5 of the float64 reference at any d_e.
 template <class T>
 using Acc = double;
+
+// A norm's sizes, checked before its parameters are registered: d_e > 0, eps a finite number ≥ 0.
+void check_norm(const char* who, index_t d_e, double eps) {
+    const std::string w(who);
+    if (d_e <= 0) throw ValueError(w + ": d_e must be positive, got " + std::to_string(d_e));
+    if (!(eps >= 0)) throw ValueError(w + ": eps must be >= 0, got " + std::to_string(eps));
+    if (!std::isfinite(eps)) throw ValueError(w + ": eps must be a finite number >= 0, got " + std::to_string(eps));
+}
 }  // namespace
 
 // ======================================= layer_norm ===================================================
@@ -18,9 +26,7 @@ template <class T>
 LayerNorm<T>::LayerNorm(index_t d_e_, double eps_, ParamStore<T>& store, const std::string& gamma_name,
                         const std::string& beta_name)
     : d_e(d_e_), eps(eps_) {
-    if (d_e <= 0) throw ValueError("layer_norm: d_e must be positive, got " + std::to_string(d_e));
-    if (!(eps >= 0)) throw ValueError("layer_norm: eps must be >= 0, got " + std::to_string(eps));
-    if (!std::isfinite(eps)) throw ValueError("layer_norm: eps must be a finite number >= 0, got " + std::to_string(eps));
+    check_norm("layer_norm", d_e, eps);
     gamma = store.vector(gamma_name, d_e);
     beta = store.vector(beta_name, d_e);
 }
@@ -104,9 +110,7 @@ void LayerNorm<T>::backward(ParamStore<T>& store, CMatView<T> dE_hat, const Norm
 template <class T>
 RMSNorm<T>::RMSNorm(index_t d_e_, double eps_, ParamStore<T>& store, const std::string& gamma_name)
     : d_e(d_e_), eps(eps_) {
-    if (d_e <= 0) throw ValueError("RMSnorm: d_e must be positive, got " + std::to_string(d_e));
-    if (!(eps >= 0)) throw ValueError("RMSnorm: eps must be >= 0, got " + std::to_string(eps));
-    if (!std::isfinite(eps)) throw ValueError("RMSnorm: eps must be a finite number >= 0, got " + std::to_string(eps));
+    check_norm("RMSnorm", d_e, eps);
     gamma = store.vector(gamma_name, d_e);
 }
 

@@ -106,6 +106,20 @@ void check_dataset(const Dataset& d, const char* what) {
     if (d.size() == 0) throw ValueError(std::string(what) + " is empty: nothing to train on");
 }
 
+// Algorithms 12 and 13 before their first step: the options, the replicas, and x_data and the validation data
+// (not empty; ids in [N_V]; lengths ≤ ℓ_max; prefix lengths, one per sequence, that the model allows).
+template <class T>
+void check_single_input(const TrainOptions& o, const Replicas<T>* dp, const Dataset& data, const Dataset* val,
+                        const ModelConfig& c) {
+    o.check();
+    if (dp) dp->check();
+    check_dataset(data, "x_data");
+    validate(Tokens{data.ids.data(), data.s}, c.n_vocab, c.l_max, "x_data");
+    if (val) validate(Tokens{val->ids.data(), val->s}, c.n_vocab, c.l_max, "validation data");
+    check_prefix(data, c, "x_data");
+    if (val) check_prefix(*val, c, "validation data");
+}
+
 // θ − Δ stays finite for every update Δ with |Δ_i| ≤ step: every |θ_i| + step within half the type's range.
 // The caller passes η·max(‖∇‖, 10): SGD's |Δ_i| ≤ η‖∇‖, Adam's |Δ_i| is a few η at most (its m̂/√v̂ with
 // the usual betas). False also when θ already holds a NaN or inf.
@@ -312,14 +326,8 @@ std::pair<double, index_t> empty_slice(M& model, index_t scored) {
 template <class T>
 void DTraining(DTransformer<T>& model, const Dataset& data, const TrainOptions& o, const UpdateFn<T>& update,
                const StepHook& hook, const Dataset* val, EarlyStopState<T>* early, const Replicas<T>* dp) {
-    o.check();
-    if (dp) dp->check();
-    check_dataset(data, "x_data");
     const ModelConfig& c = model.cfg;
-    validate(Tokens{data.ids.data(), data.s}, c.n_vocab, c.l_max, "x_data");
-    if (val) validate(Tokens{val->ids.data(), val->s}, c.n_vocab, c.l_max, "validation data");
-    check_prefix(data, c, "x_data");
-    if (val) check_prefix(*val, c, "validation data");
+    check_single_input(o, dp, data, val, c);
     Batch b;
     Seqs s;
     auto body = [&](const std::vector<index_t>& batch, index_t lo, index_t hi, Rng&) {
@@ -350,13 +358,8 @@ void DTraining(DTransformer<T>& model, const Dataset& data, const TrainOptions& 
 template <class T>
 void ETraining(ETransformer<T>& model, const Dataset& data, const TrainOptions& o, const UpdateFn<T>& update,
                const StepHook& hook, const Dataset* val, EarlyStopState<T>* early, const Replicas<T>* dp) {
-    o.check();
-    if (dp) dp->check();
-    check_dataset(data, "x_data");
     const ModelConfig& c = model.cfg;
-    validate(Tokens{data.ids.data(), data.s}, c.n_vocab, c.l_max, "x_data");
-    if (val) validate(Tokens{val->ids.data(), val->s}, c.n_vocab, c.l_max, "validation data");
-    check_prefix(data, c, "x_data");  // (none given: an ETransformer has no prefix mask)
+    check_single_input(o, dp, data, val, c);  // (no prefix lengths: an ETransformer has no prefix mask)
     Batch b;
     Seqs s;
     std::vector<index_t> x_tilde, lens;

@@ -75,6 +75,19 @@ void set_num_threads(int n) {
     init_threads();
 }
 
+std::uint64_t splitmix64(std::uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+std::uint64_t named_seed(std::uint64_t seed, const std::string& name) {
+    std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a, 64 bits
+    for (unsigned char ch : name) h = (h ^ ch) * 0x100000001b3ULL;
+    return splitmix64(seed ^ splitmix64(h));
+}
+
 int get_num_threads() {
 #ifdef _OPENMP
     return omp_get_max_threads();

@@ -35,23 +35,20 @@ void throw_size_error(const std::string& what, const std::string& detail) {
     throw ValueError(what + ": " + detail);
 }
 
-index_t checked_mul(index_t a, index_t b, const char* what) {
+namespace {
+// a op b for sizes (op: '*' or '+'): a ValueError naming `what` when either is negative or the result overflows
+index_t checked_op(index_t a, char op, index_t b, const char* what) {
     index_t r;
     if (a < 0 || b < 0) throw_size_error(what, "negative size " + std::to_string(a < 0 ? a : b));
-    if (__builtin_mul_overflow(a, b, &r))
-        throw_size_error(what, std::to_string(a) + " * " + std::to_string(b) +
+    if (op == '*' ? __builtin_mul_overflow(a, b, &r) : __builtin_add_overflow(a, b, &r))
+        throw_size_error(what, std::to_string(a) + " " + op + " " + std::to_string(b) +
                                    " elements overflows a 64-bit count (the sizes are far too large)");
     return r;
 }
+}  // namespace
 
-index_t checked_add(index_t a, index_t b, const char* what) {
-    index_t r;
-    if (a < 0 || b < 0) throw_size_error(what, "negative size " + std::to_string(a < 0 ? a : b));
-    if (__builtin_add_overflow(a, b, &r))
-        throw_size_error(what, std::to_string(a) + " + " + std::to_string(b) +
-                                   " elements overflows a 64-bit count (the sizes are far too large)");
-    return r;
-}
+index_t checked_mul(index_t a, index_t b, const char* what) { return checked_op(a, '*', b, what); }
+index_t checked_add(index_t a, index_t b, const char* what) { return checked_op(a, '+', b, what); }
 
 index_t checked_count(std::initializer_list<index_t> factors, const char* what) {
     index_t n = 1;

@@ -390,30 +390,46 @@ std::string dump(const nlohmann::ordered_json& j, const char* who) {
                                             "written to this format)");
     }
 }
+
+// The regular tokens as a file's vocabulary (to_hf_json, to_gpt2_files): byte-level spelling -> file id, in
+// internal id order, a byte the file has no id for left out; two tokens of one spelling are a ValueError
+// (`file`: what cannot hold both).
+OrderedObject file_vocab(const std::vector<std::string>& vocab_bytes, const std::vector<token_t>& ext, const char* who,
+                         const char* file) {
+    OrderedObject vocab;
+    tsl::robin_map<std::string, token_t> id_of;
+    for (std::size_t i = 0; i < vocab_bytes.size(); ++i) {
+        const token_t id = ext.empty() ? token_t(i) : ext[i];
+        if (id < 0) continue;
+        const std::string key = byte_level(vocab_bytes[i]);
+        if (vocab.contains(key))
+            throw ValueError(std::string(who) + ": two tokens spell the same bytes " + quote(vocab_bytes[i]) + " (ids " +
+                             std::to_string(id_of[key]) + " and " + std::to_string(id) + "); a " + file +
+                             " cannot hold both");
+        vocab.add(key, id);
+        id_of.emplace(key, id);
+    }
+    return vocab;
+}
+
+// The special tokens a file lists, (id, text): the tokenizer's (read from a file), or in our own layout (no file
+// ids) mask, bos and eos.
+std::vector<std::pair<token_t, std::string>> file_specials(const std::vector<std::pair<token_t, std::string>>& specials,
+                                                           const std::vector<token_t>& ext, const Specials& sp) {
+    std::vector<std::pair<token_t, std::string>> r = specials;
+    if (ext.empty())
+        for (token_t id : {sp.mask(), sp.bos(), sp.eos()}) r.emplace_back(id, sp.name(id));
+    return r;
+}
 }  // namespace
 
 std::string BPETokenizer::to_hf_json() const {
     using OJ = nlohmann::ordered_json;
     const char* who = "to_hf_json";
     OJ merges = OJ::array(), added = OJ::array();
-    OrderedObject vocab;
-    tsl::robin_map<std::string, token_t> id_of;
-    auto file_id = [&](std::size_t i) { return ext_.empty() ? token_t(i) : ext_[i]; };
-    for (std::size_t i = 0; i < vocab_.size(); ++i) {
-        if (file_id(i) < 0) continue;
-        const std::string key = byte_level(vocab_[i]);
-        if (vocab.contains(key))
-            throw ValueError(std::string(who) + ": two tokens spell the same bytes " + quote(vocab_[i]) +
-                             " (ids " + std::to_string(id_of[key]) + " and " + std::to_string(file_id(i)) +
-                             "); a tokenizer.json vocabulary cannot hold both");
-        vocab.add(key, file_id(i));
-        id_of.emplace(key, file_id(i));
-    }
+    OrderedObject vocab = file_vocab(vocab_, ext_, who, "tokenizer.json vocabulary");
     for (auto [a, b] : merges_) merges.push_back(OJ::array({byte_level(vocab_[std::size_t(a)]), byte_level(vocab_[std::size_t(b)])}));
-    std::vector<std::pair<token_t, std::string>> specials = specials_;
-    if (ext_.empty())
-        for (token_t id : {sp_.mask(), sp_.bos(), sp_.eos()}) specials.emplace_back(id, sp_.name(id));
-    for (auto& [id, s] : specials)
+    for (auto& [id, s] : file_specials(specials_, ext_, sp_))
         added.push_back({{"id", id}, {"content", s}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
                          {"normalized", false}, {"special", true}});
     const OJ byte_level_cfg = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
@@ -449,20 +465,8 @@ std::string BPETokenizer::to_hf_json() const {
 
 std::pair<std::string, std::string> BPETokenizer::to_gpt2_files() const {
     const char* who = "to_gpt2_files";
-    OrderedObject vocab;
-    auto file_id = [&](std::size_t i) { return ext_.empty() ? token_t(i) : ext_[i]; };
-    for (std::size_t i = 0; i < vocab_.size(); ++i) {
-        if (file_id(i) < 0) continue;
-        const std::string key = byte_level(vocab_[i]);
-        if (vocab.contains(key))
-            throw ValueError(std::string(who) + ": two tokens spell the same bytes " + quote(vocab_[i]) +
-                             "; a vocab.json cannot hold both");
-        vocab.add(key, file_id(i));
-    }
-    std::vector<std::pair<token_t, std::string>> specials = specials_;
-    if (ext_.empty())
-        for (token_t id : {sp_.mask(), sp_.bos(), sp_.eos()}) specials.emplace_back(id, sp_.name(id));
-    for (auto& [id, s] : specials) {
+    OrderedObject vocab = file_vocab(vocab_, ext_, who, "vocab.json");
+    for (auto& [id, s] : file_specials(specials_, ext_, sp_)) {
         if (vocab.contains(s))
             throw ValueError(std::string(who) + ": the special token " + quote(s) +
                              " spells the same as a regular token; a vocab.json cannot hold both");

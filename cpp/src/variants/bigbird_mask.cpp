@@ -21,17 +21,6 @@
 namespace ft {
 
 namespace {
-std::uint64_t mix64(std::uint64_t z) {  // splitmix64's finaliser
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-std::uint64_t fnv1a64(const std::string& s) {
-    std::uint64_t h = 0xcbf29ce484222325ULL;
-    for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ULL;
-    return h;
-}
 
 class BigBirdMask final : public MaskRule {
 public:
@@ -114,7 +103,7 @@ BlockLayout bigbird_layout(const BigBirdSpec& s, index_t n) {
     L.block = s.block, L.n = n;
     L.start.push_back(0);
     const index_t half = (s.window - 1) / 2;
-    const std::uint64_t base = mix64(s.seed ^ mix64(fnv1a64(s.name)));
+    const std::uint64_t base = named_seed(s.seed, s.name);
     std::vector<char> in(static_cast<std::size_t>(n), 0);
     std::vector<index_t> cand;
     for (index_t i = 0; i < n; ++i) {  // line 1
@@ -131,7 +120,7 @@ BlockLayout bigbird_layout(const BigBirdSpec& s, index_t n) {
         for (index_t j = 0; j < n; ++j)
             if (!in[std::size_t(j)]) cand.push_back(j);
         // line 6: r distinct draws (a partial Fisher–Yates shuffle), from the seed, the name, n and i
-        Rng rng(mix64(base ^ mix64(std::uint64_t(n) * 0x100000001ULL + std::uint64_t(i))));
+        Rng rng(splitmix64(base ^ splitmix64(std::uint64_t(n) * 0x100000001ULL + std::uint64_t(i))));
         for (index_t k = 0; k < s.random; ++k) {
             const index_t pick = k + index_t(rng.below(std::uint64_t(index_t(cand.size()) - k)));
             std::swap(cand[std::size_t(k)], cand[std::size_t(pick)]);

@@ -148,13 +148,7 @@ public:
     bool one_thread_blocks() const override { return true; }  // one-thread BLAS calls on blocks
     void begin(MHAttentionCache<T>& c, index_t H, index_t n_x) const override {
         if (c.drop.active()) throw ValueError("attn_dropout: the block-sparse kernel drops no weights (attention_impl='literal')");
-        c.A.clear();
-        c.A.shrink_to_fit();
-        c.Ad.clear();
-        c.drop.keep.clear();
-        c.weights_ready = false;
-        c.lse.resize(std::size_t(check_bytes(checked_mul(H, n_x, "attention log-sum-exp"), sizeof(T),
-                                             "attention log-sum-exp")));
+        c.keep_lse_only(H, n_x, "attention log-sum-exp");
     }
     void forward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MHAttentionCache<T>& c,
                  MatView<T> Y) const override {

@@ -17,18 +17,6 @@ namespace {
 // Queries per chunk of the causal form (2′–3′): the C×C masked block and the state products
 constexpr index_t kChunk = 64;
 
-std::uint64_t splitmix64(std::uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-std::uint64_t fnv1a(const std::string& s) {
-    std::uint64_t h = 0xcbf29ce484222325ull;
-    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-    return h;
-}
-
 // C ← α op(A) op(B) + β C on the calling thread (one BLAS call); an empty inner dimension leaves β C
 template <class T>
 void mm(Op a, Op b, T alpha, CMatView<T> A, CMatView<T> B, T beta, MatView<T> C) {
@@ -39,15 +27,6 @@ void mm(Op a, Op b, T alpha, CMatView<T> A, CMatView<T> B, T beta, MatView<T> C)
         return;
     }
     gemm_unsplit<T>(a, b, alpha, A, B, beta, C);
-}
-// z += Φ 1 (row sums of Φ:[M, n])
-template <class T>
-void add_row_sums(CMatView<T> P, T* z) {
-    for (index_t j = 0; j < P.cols; ++j) {
-        const T* p = P.col(j);
-#pragma omp simd
-        for (index_t i = 0; i < P.rows; ++i) z[i] += p[i];
-    }
 }
 template <class T>
 T dot(const T* a, const T* b, index_t n) {
@@ -93,7 +72,7 @@ RandomFeatures<T> draw_random_features(AttnKernel kind, index_t D, index_t d, st
     if (kind == AttnKernel::Softmax) throw ValueError("random features: attention 'softmax' has none");
     if (D < 1) throw ValueError("n_features = " + std::to_string(D) + " must be >= 1 (the number D of random features)");
     if (d < 1) throw ValueError("random features: d_attn must be >= 1");
-    Rng rng(splitmix64(seed ^ splitmix64(fnv1a(name))));
+    Rng rng(named_seed(seed, name));
     std::vector<double> W(std::size_t(D * d));  // row-major: ω_i = W[i·d …]
     std::vector<double> G(std::size_t(d * d));
     for (index_t i0 = 0; i0 < D; i0 += d) {  // line 1: blocks of d rows
@@ -213,13 +192,13 @@ void rf_attention_head(const RandomFeatures<T>& f, CMatView<T> Q, CMatView<T> K,
     if (s0.z) std::copy(s0.z, s0.z + M, z);
     if (!causal) {
         mm<T>(Op::N, Op::T, T(1), V, Pk, T(1), S);  // line 2: S ← V Φ_kᵀ
-        add_row_sums<T>(Pk, z);                      //         z ← Φ_k 1
+        add_column_sum<T>(Pk, z);                      //         z ← Φ_k 1
         mm<T>(Op::N, Op::N, T(1), S, Pq, T(0), Vt);  // line 3: N ← S Φ_q
         for (index_t j = 0; j < l_x; ++j) n[j] = dot(Pq.col(j), z, M);  // n ← Φ_qᵀ z
     } else {
         const index_t lim = std::min(l_z, q0 + l_x), pre = std::min(q0, lim);  // keys ≥ q0 + ℓ_x: seen by none
         mm<T>(Op::N, Op::T, T(1), V.cols_range(0, pre), Pk.cols_range(0, pre), T(1), S);  // keys before the queries
-        add_row_sums<T>(Pk.cols_range(0, pre), z);
+        add_column_sum<T>(Pk.cols_range(0, pre), z);
         for (index_t j0 = 0; j0 < l_x; j0 += kChunk) {  // line 2′–3′, a chunk of queries at a time
             const index_t nq = std::min(kChunk, l_x - j0), k0 = q0 + j0;
             const index_t nk = std::max<index_t>(std::min(k0 + nq, lim) - k0, 0);
@@ -239,7 +218,7 @@ void rf_attention_head(const RandomFeatures<T>& f, CMatView<T> Q, CMatView<T> K,
                 n[j0 + j] += c;
             }
             mm<T>(Op::N, Op::T, T(1), Vk, Pkc, T(1), S);  // S, z past the chunk
-            add_row_sums<T>(Pkc, z);
+            add_column_sum<T>(Pkc, z);
         }
     }
     for (index_t j = 0; j < l_x; ++j) {  // line 4: Ṽ = N diag(n)^{−1}
@@ -314,14 +293,14 @@ void rf_attention_head_backward(const RandomFeatures<T>& f, CMatView<T> Q, CMatV
     };
     if (!causal) {
         mm<T>(Op::N, Op::T, T(1), V, Pk, T(0), S);  // S = V Φ_kᵀ, z = Φ_k 1 (line 2)
-        add_row_sums<T>(Pk, z);
+        add_column_sum<T>(Pk, z);
         queries_back(0, l_x);       // dΦ_q = Sᵀ G + z eᵀ
         queries_into_R(0, l_x);     // R = G Φ_qᵀ, r = Φ_q e
         keys_back(0, l_z);          // dΦ_k = Rᵀ V + r 1ᵀ, dV = R Φ_k
     } else {
         const index_t lim = std::min(l_z, q0 + l_x), pre = std::min(q0, lim);
         mm<T>(Op::N, Op::T, T(1), V.cols_range(0, pre), Pk.cols_range(0, pre), T(1), S);
-        add_row_sums<T>(Pk.cols_range(0, pre), z);
+        add_column_sum<T>(Pk.cols_range(0, pre), z);
         for (index_t j0 = 0; j0 < l_x; j0 += kChunk) {  // forward over the chunks: S_t, z_t (prefix sums)
             const index_t nq = std::min(kChunk, l_x - j0), k0 = q0 + j0;
             const index_t nk = std::max<index_t>(std::min(k0 + nq, lim) - k0, 0);
@@ -339,7 +318,7 @@ void rf_attention_head_backward(const RandomFeatures<T>& f, CMatView<T> Q, CMatV
             mm<T>(Op::N, Op::T, T(1), Pqc, Gm, T(1), dPk.cols_range(k0, nk));  // dΦ_k,c += Φ_q,c Gmᵀ
             mm<T>(Op::N, Op::T, T(1), Gc, A, T(1), dV.cols_range(k0, nk));     // dV_c += G_c Aᵀ
             mm<T>(Op::N, Op::T, T(1), Vk, Pkc, T(1), S);
-            add_row_sums<T>(Pkc, z);
+            add_column_sum<T>(Pkc, z);
         }
         const index_t n_chunks = (l_x + kChunk - 1) / kChunk;
         for (index_t c = n_chunks - 1; c >= 0; --c) {  // backward over the chunks: R, r of the later queries
@@ -361,7 +340,7 @@ void rf_fold(const RandomFeatures<T>& f, CMatView<T> K, CMatView<T> V, FeatureSt
     MatView<T> Pk = sized(w.Pk, M, K.cols);
     random_feature_map<T>(f, K, false, Pk);
     mm<T>(Op::N, Op::T, T(1), V, Pk, T(1), MatView<T>(s.S, V.rows, M));  // S += V φ(K)ᵀ
-    add_row_sums<T>(Pk, s.z);                                            // z += φ(K) 1
+    add_column_sum<T>(Pk, s.z);                                            // z += φ(K) 1
 }
 
 template <class T>
@@ -395,13 +374,7 @@ public:
     bool one_thread_blocks() const override { return true; }  // runs on the calling thread
     void begin(MHAttentionCache<T>& c, index_t H, index_t n_x) const override {
         if (c.drop.active()) throw ValueError("attn_dropout: random-feature attention has no weights to drop");
-        c.A.clear();
-        c.A.shrink_to_fit();
-        c.Ad.clear();
-        c.drop.keep.clear();
-        c.weights_ready = false;
-        c.lse.resize(std::size_t(check_bytes(checked_mul(H, n_x, "attention normalisers"), sizeof(T),
-                                             "attention normalisers")));
+        c.keep_lse_only(H, n_x, "attention normalisers");
     }
     void forward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MHAttentionCache<T>& c,
                  MatView<T> Y) const override {

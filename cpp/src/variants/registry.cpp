@@ -40,9 +40,9 @@ std::shared_ptr<const HeadKernel<T>> make_block_sparse_kernel(const AttnPartSpec
 template <class T>
 std::shared_ptr<const MLPPart<T>> make_standard_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // listings/mlp.cpp
 template <class T>
-std::shared_ptr<const MLPPart<T>> make_swiglu_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // variants/swiglu.cpp
+std::shared_ptr<const MLPPart<T>> make_swiglu_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // variants/gated_mlp.cpp (φ = SiLU)
 template <class T>
-std::shared_ptr<const MLPPart<T>> make_geglu_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // variants/geglu.cpp
+std::shared_ptr<const MLPPart<T>> make_geglu_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // variants/gated_mlp.cpp (φ = GELU_tanh)
 template <class T>
 std::shared_ptr<const NormPart<T>> make_layer_norm(index_t, double, ParamStore<T>&, const std::string&,
                                                    const std::string&);  // listings/norm.cpp
