@@ -51,6 +51,8 @@ def run_child(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
 T5_OPTIONS = [
     (dict(norm="bogus"), ValueError, "norm"),
     (dict(mlp="bogus"), ValueError, "mlp"),
+    # ED's standard MLP is Algorithm 8's ReLU one: "gelu" used to be accepted and silently built a ReLU MLP
+    (dict(mlp="gelu"), ValueError, "mlp='gelu' is not an EDTransformer MLP"),
     (dict(bos_id=16), ValueError, "bos_id = 16 is out of range"),
     (dict(eos_id=-1), ValueError, "eos_id"),
     (dict(eos_id=2**63), ValueError, "eos_id"),
@@ -168,6 +170,13 @@ MTP_OPTIONS = [
 def test_mtp_options_refused(opts, exc, match):
     with pytest.raises(exc, match=match):
         dm(**opts)
+
+
+def test_decoder_mlp_relu_is_not_its_gelu():
+    # used to be accepted and silently built GPT-2's GELU MLP
+    with pytest.raises(ValueError, match="mlp='relu' is Algorithm 8's EDTransformer MLP"):
+        dm(mlp="relu")
+    assert dm(mlp="gelu").config["mlp"] == "gelu" and ed(mlp="relu").config["mlp"] == "relu"
 
 
 MTP_CALLS = [
@@ -336,6 +345,9 @@ LAYOUT_CALLS = [
     ("ft.bigbird_layout(8, n_global_blocks=2**62)", "does not fit a 64-bit count"),
     ("ft.bigbird_layout(2**31)", "exceeds this machine's memory"),
     ("ft.bigbird_layout(2**40)", "overflows a 64-bit count"),
+    # n·block_size wrapped to 0 in the message
+    ("ft.block_sparse_attention(*[__import__('numpy').zeros((4, 32))] * 3, ft.bigbird_layout(8), 2**62)",
+     "8 * 4611686018427387904 elements overflows a 64-bit count"),
 ]
 
 

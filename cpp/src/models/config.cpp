@@ -403,6 +403,14 @@ ModelConfig ModelConfig::from_options(Arch arch, const Options& keywords, const 
         for (const OptionSpec* g : given)
             if (g == o) throw TypeError(who + " got multiple values for argument '" + name + "'");
         given.push_back(o);
+        if (const auto* s = std::get_if<std::string>(&v); s && name == "mlp") {  // the standard MLP's φ is the listing's
+            if (arch == Arch::ED && *s == "gelu")
+                throw ValueError(who + ": mlp='gelu' is not an EDTransformer MLP: its standard MLP is Algorithm 8's ReLU "
+                                       "one, mlp='relu' (or 'geglu', 'swiglu')");
+            if (arch != Arch::ED && *s == "relu")
+                throw ValueError(who + ": mlp='relu' is Algorithm 8's EDTransformer MLP; this model's standard MLP is "
+                                       "GELU, mlp='gelu' (or 'geglu', 'swiglu')");
+        }
         if (o->kind == Kind::AllRates) {
             check_real(*o, real_of(*o, v));
             all_rates = &v;

@@ -138,6 +138,7 @@ BlockLayout explicit_layout(index_t block, const std::vector<std::vector<index_t
     BlockLayout L;
     L.block = block, L.n = index_t(keys.size());
     if (L.n < 1) throw ValueError("block layout: no query blocks");
+    checked_count({L.n, block}, "block layout: n·block_size tokens");  // ℓ = n·b, a 64-bit count
     L.start.push_back(0);
     for (index_t i = 0; i < L.n; ++i) {
         std::vector<index_t> k = keys[std::size_t(i)];
