@@ -260,15 +260,7 @@ public:
     const char* name() const override { return "tiled"; }
     bool one_thread_blocks() const override { return true; }  // one-thread BLAS calls on tiles
     void begin(MHAttentionCache<T>& c, index_t H, index_t n_x) const override {
-        c.A.clear();
-        c.A.shrink_to_fit();
-        c.Ad.clear();
-        c.Ad.shrink_to_fit();
-        c.drop.keep.clear();
-        c.drop.keep.shrink_to_fit();
-        c.weights_ready = false;
-        c.lse.resize(std::size_t(check_bytes(checked_mul(H, n_x, "attention log-sum-exp"), sizeof(T),
-                                             "attention log-sum-exp")));
+        c.keep_lse_only(H, n_x, "attention log-sum-exp");  // no A: λ only (dropout masks redrawn from their keys)
     }
     void forward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MHAttentionCache<T>& c,
                  MatView<T> Y) const override {
