@@ -65,7 +65,8 @@ namespace {
 // BLAS call packs the whole of W_u (154 MB in float32) for its columns. Split over the vocabulary instead,
 // each row block of W_u and dZ is packed once: the blocks are taken in turn by the threads, each thread adds
 // its blocks' W_u[V_b]ᵀ dZ[V_b] into a d_e × n sum of its own (thread 0: dX itself), and the sums are added at
-// the end. Below kVocabSplit multiply-adds, or without threads, one gemm.
+// the end. The blocks go to the threads in a fixed order (static schedule), so for a given thread count the
+// result is the same bits on every run. Below kVocabSplit multiply-adds, or without threads, one gemm.
 constexpr double kVocabSplit = double(1 << 24);
 
 template <class T>
@@ -92,7 +93,7 @@ void add_WuT_dZ(CMatView<T> W, bool tied, CMatView<T> dZ, MatView<T> dX) {
         t = omp_get_thread_num();
 #endif
         MatView<T> S = t == 0 ? dX : MatView<T>(sums.get() + part * std::size_t(t - 1), dX.rows, dX.cols);
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(static, 1)
         for (index_t b = 0; b < blocks; ++b) {
             const index_t o = b * step, w = std::min(step, n_vocab - o);
             if (w <= 0) continue;
