@@ -54,7 +54,7 @@ enum class TileKernel { Blas, Loops, Blocked };
 // the kernel of their products (bench/bench_tiles.cpp measured both: docs/design.md "Tiled attention").
 struct TileSizes {
     index_t B_q = 64, B_k = 128;
-    TileKernel kernel = TileKernel::Blas;
+    TileKernel kernel = TileKernel::Blocked;
 };
 
 // T1 for one head of one sequence: Q:[d_attn,l_x], K:[d_attn,l_z], V:[d_v,l_z] -> Vt:[d_v,l_x], lse:[l_x].
