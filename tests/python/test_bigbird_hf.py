@@ -11,7 +11,7 @@ import pytest
 import formal_transformers as ft
 from formal_transformers import reference as ref
 from formal_transformers.hf import _bert_pairs
-from conftest import TOL, numeric_grad, randomize_theta, rel_err, torch_or_skip
+from conftest import TOL, hf_random_float64, numeric_grad, randomize_theta, rel_err, torch_or_skip
 
 
 def e_model(dtype="float64", L=2, H=3, d_e=12, b=3, r=2, impl="auto", **kw):
@@ -144,27 +144,14 @@ def test_bad_layouts_raise_before_anything_changes():
 
 
 def hf_bigbird(cls="BigBirdForMaskedLM", L=2, H=2, d=16, b=4, r=2, act="gelu_new", attention_type="block_sparse"):
-    """A float64 BigBird with random weights (every tensor normal, scaled as randomize_theta does: LayerNorm
-    γ ≈ 1, biases and β ≈ 0.2 z, matrices z/√columns), every dropout 0, training mode."""
+    """A float64 BigBird with random weights (conftest.hf_random_float64), every dropout 0, in training mode."""
     torch = torch_or_skip()
     transformers = pytest.importorskip("transformers")
     cfg = transformers.BigBirdConfig(vocab_size=40, hidden_size=d, num_hidden_layers=L, num_attention_heads=H,
                                      intermediate_size=24, max_position_embeddings=96, attention_type=attention_type,
                                      block_size=b, num_random_blocks=r, hidden_dropout_prob=0.0,
                                      attention_probs_dropout_prob=0.0, hidden_act=act, sep_token_id=None)
-    torch.manual_seed(0)
-    hf = getattr(transformers, cls)(cfg).double()
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            z = torch.randn(p.shape, generator=g, dtype=torch.float64)
-            if "LayerNorm.weight" in name:
-                p.copy_(1 + 0.2 * z)
-            elif p.ndim == 1:
-                p.copy_(0.2 * z)
-            else:
-                p.copy_(z / np.sqrt(p.shape[1]) * (1.0 if "embeddings" in name else 0.7))
-    return hf.train(), torch
+    return hf_random_float64(getattr(transformers, cls), cfg).train(), torch
 
 
 def test_from_hf_bigbird_mlm_forward_and_every_gradient_equal_torch_autograd():
