@@ -91,7 +91,7 @@ void block_scores(TileKernel kern, CMatView<T> Q, CMatView<T> K, const T* Ks, co
         std::fill(s + hi, s + nk, kNegInf<T>);
         if (!r.dense)
             for (index_t i = lo; i < hi; ++i)
-                if (!mask.allows(t0 + i, tx, blk.b)) s[i] = kNegInf<T>;
+                if (!mask.allows_head(t0 + i, tx, blk.b, blk.h)) s[i] = kNegInf<T>;
     }
 }
 
