@@ -1,13 +1,14 @@
 // Benchmark (not a test): one head's attention forward + backward at long ℓ, Algorithm 4 as printed
 // (attention_head: the ℓ×ℓ weights) against the tiled listing (tiled_attention_head, docs/tiled_attention.md)
-// with its tile products as one-thread BLAS calls or as our own loops, over a few tile sizes; one thread
+// with its tile products as one-thread BLAS calls, our register-blocked kernels or our own loops, over a few tile
+// sizes; one thread
 // (MHAttention runs one head per thread), float32, causal, d_attn = d_v = 32 (the baby GPT's heads) or --d.
 //
 //   g++ -O3 -march=native -fopenmp -std=c++17 -DXTENSOR_USE_XSIMD -I cpp/include bench/bench_tiles.cpp build/dev/libft_core.a \
 //       $(python -c "import scipy_openblas32 as s; print(s.get_lib_dir() + '/' + s.get_library(True))") -o build/dev/bench_tiles
-//   OMP_NUM_THREADS=1 ./build/dev/bench_tiles [l=2048] [d=32] [reps=5] [B_q B_k [blas|loops]]
-// (with B_q B_k: only the literal path and the BLAS tiles of that size; with blas|loops only the tiles with that
-// kernel, e.g. under perf record)
+//   OMP_NUM_THREADS=1 ./build/dev/bench_tiles [l=2048] [d=32] [reps=5] [B_q B_k [blas|blocked|loops]]
+// (with B_q B_k: only the literal path and the BLAS and blocked tiles of that size; with blas|blocked|loops only
+// the tiles with that kernel and no literal path, e.g. under perf record)
 // Prints for each the median wall ms of forward+backward, the least CPU time of this thread over the same runs
 // (a machine shared with other work disturbs it less) and the forward's alone, and the speed-up over the literal
 // path in CPU time.
@@ -80,9 +81,12 @@ int main(int argc, char** argv) {
     std::printf("  literal (attention_head)            %8.2f ms (CPU %8.2f ms)\n", lit, lit_cpu);
     std::vector<TileSizes> sizes{TileSizes{32, 64},   TileSizes{64, 64},   TileSizes{64, 128}, TileSizes{128, 128},
                                  TileSizes{64, 256},  TileSizes{128, 256}, TileSizes{256, 256}};
-    std::vector<TileKernel> kernels{TileKernel::Blas, TileKernel::Loops};
-    if (argc > 5) sizes = {TileSizes{std::atol(argv[4]), std::atol(argv[5])}}, kernels = {TileKernel::Blas};
-    if (argc > 6) kernels = {std::string(argv[6]) == "blas" ? TileKernel::Blas : TileKernel::Loops};
+    std::vector<TileKernel> kernels{TileKernel::Blas, TileKernel::Blocked, TileKernel::Loops};
+    if (argc > 5) sizes = {TileSizes{std::atol(argv[4]), std::atol(argv[5])}}, kernels = {TileKernel::Blas, TileKernel::Blocked};
+    if (argc > 6) {
+        const std::string k = argv[6];
+        kernels = {k == "blas" ? TileKernel::Blas : k == "blocked" ? TileKernel::Blocked : TileKernel::Loops};
+    }
     for (TileKernel kern : kernels)
         for (TileSizes ts : sizes) {
             ts.kernel = kern;
@@ -96,7 +100,7 @@ int main(int argc, char** argv) {
                                                      MatView<float>(dV.data(), d, l), ts);
             }, &cpu);
             std::printf("  tiled %-5s B_q %3ld B_k %3ld          %8.2f ms (CPU %8.2f ms: forward %7.2f; %.2fx literal)\n",
-                        kern == TileKernel::Blas ? "BLAS" : "loops", long(ts.B_q),
+                        kern == TileKernel::Blas ? "BLAS" : kern == TileKernel::Blocked ? "block" : "loops", long(ts.B_q),
                         long(ts.B_k), t, cpu, fwd_cpu, lit_cpu / cpu);
         }
     return 0;

@@ -8,6 +8,8 @@
 #include "bind.hpp"
 #include "formal_transformers/block_sparse.hpp"
 #include "formal_transformers/random_features.hpp"
+#include "formal_transformers/sizes.hpp"
+#include "formal_transformers/transformers.hpp"
 #include "formal_transformers/units.hpp"
 
 namespace ftpy {
@@ -67,7 +69,7 @@ py::array layout_array(const ft::BlockLayout& L) {
         for (index_t k = 0; k < L.count(i); ++k) p[L.of(i)[k] + i * L.n] = true;
     return std::move(a);
 }
-ft::BlockLayout layout_of(const py::handle& layout, const PyInt& block_size) {
+ft::BlockLayout layout_of(const py::handle& layout, long long block_size) {
     const index_t b = positive(block_size, "block_size");
     py::array a = py::module_::import("numpy").attr("asarray")(layout);
     if (a.dtype().kind() != 'b') throw ft::TypeError("layout must be a bool array (n, n) (layout[j, i]: key block j for query block i)");
@@ -227,6 +229,84 @@ py::object weights_of(D& d) {
 }
 }  // namespace
 
+// V17 per head: ETransformer.set_bigbird_layouts / bigbird_layouts (registered by register_transformers.cpp's
+// ETransformer class). Layouts as bool arrays (L, H, n, n) (or (L, n, n): one per layer, every head alike),
+// layouts[l, h, j, i] = key block j live for query block i in head h of layer l.
+void def_bigbird_layouts(py::class_<AnyDtype<ft::ETransformer>, HasParams>& c) {
+    using DE = AnyDtype<ft::ETransformer>;
+    c.def(
+        "set_bigbird_layouts",
+        [](DE& d, const py::handle& layouts) {
+            CallLock lock(d.mutex);
+            d.visit([&](auto& m) {
+                const ft::ModelConfig& cfg = m.cfg;
+                if (cfg.attention != ft::AttnKernel::BigBird)
+                    throw ft::ValueError("set_bigbird_layouts: the model's attention is not 'bigbird'");
+                py::array a = py::module_::import("numpy").attr("asarray")(layouts);
+                if (a.dtype().kind() != 'b')
+                    throw ft::TypeError("bigbird layouts must be a bool array (L, H, n, n) or (L, n, n)");
+                const bool per_head = a.ndim() == 4;
+                if ((a.ndim() != 3 && a.ndim() != 4) || a.shape(0) != py::ssize_t(cfg.L) ||
+                    (per_head && a.shape(1) != py::ssize_t(cfg.H)) || a.shape(a.ndim() - 1) != a.shape(a.ndim() - 2) ||
+                    a.shape(a.ndim() - 1) < 1)
+                    throw ft::ValueError("bigbird layouts must have shape (L, H, n, n) = (" + std::to_string(cfg.L) + ", " +
+                                         std::to_string(cfg.H) + ", n, n) or (L, n, n), got " + shape_str(a));
+                const index_t n = index_t(a.shape(a.ndim() - 1)), per = per_head ? cfg.H : 1;
+                if (ft::checked_mul(n, cfg.block_size, "bigbird layouts: n·block_size") > cfg.l_max)
+                    throw ft::ValueError("bigbird layouts: n·block_size = " + std::to_string(n) + "·" +
+                                         std::to_string(cfg.block_size) + " tokens exceed l_max = " + std::to_string(cfg.l_max));
+                std::vector<std::vector<ft::BlockLayout>> all;  // every layer's, checked before any is installed
+                for (index_t l = 0; l < cfg.L; ++l) {
+                    all.emplace_back();
+                    for (index_t h = 0; h < per; ++h) {
+                        const py::object one = per_head ? a[py::make_tuple(l, h)] : a[py::int_(l)];  // (n, n)
+                        try {
+                            all.back().push_back(layout_of(one, cfg.block_size));
+                        } catch (const ft::ValueError& e) {
+                            const std::string at = std::to_string(l) + (per_head ? ", " + std::to_string(h) : "");
+                            throw ft::ValueError("bigbird layouts[" + at + "]: " + e.what());
+                        }
+                    }
+                }
+                for (index_t l = 0; l < cfg.L; ++l)
+                    ft::set_bigbird_layouts(m.layer[std::size_t(l)]->attn.mask, std::move(all[std::size_t(l)]));
+            });
+        },
+        py::arg("layouts"),
+        "Give every layer and head its V17 block layout for sequences of n blocks (n·block_size tokens): a bool\n"
+        "array (L, H, n, n), layouts[l, h, j, i] = key block j is live for query block i in head h of layer l, or\n"
+        "(L, n, n) (each layer's layout for all its heads). They replace the layouts drawn from layout_seed for that\n"
+        "length only (the other lengths keep drawing); ft.from_hf installs Hugging Face BigBird's with it. Not saved\n"
+        "by ft.save (which keeps layout_seed): install them again after ft.load. ValueError: attention is not\n"
+        "'bigbird', a shape other than (L, H, n, n) or (L, n, n), n·block_size > l_max, a query block with no key block.");
+    c.def(
+        "bigbird_layouts",
+        [](DE& d, const PyInt& n_blocks) {
+            CallLock lock(d.mutex);
+            return d.visit([&](auto& m) {
+                const ft::ModelConfig& cfg = m.cfg;
+                if (cfg.attention != ft::AttnKernel::BigBird)
+                    throw ft::ValueError("bigbird_layouts: the model's attention is not 'bigbird'");
+                const index_t n = positive(n_blocks, "n_blocks");
+                const ft::Mask& m0 = m.layer[0]->attn.mask;
+                ft::check_bigbird_length(*ft::bigbird_spec(m0), ft::checked_mul(n, cfg.block_size, "n·block_size"));
+                py::list layers;
+                for (index_t l = 0; l < cfg.L; ++l) {
+                    py::list heads;
+                    for (index_t h = 0; h < cfg.H; ++h)
+                        heads.append(layout_array(*ft::bigbird_mask_layout(m.layer[std::size_t(l)]->attn.mask, n, h)));
+                    layers.append(heads);
+                }
+                py::array a = py::module_::import("numpy").attr("array")(layers, py::dtype::of<bool>());  // (L, H, n, n)
+                return a;
+            });
+        },
+        py::arg("n_blocks"),
+        "The V17 block layouts the model uses for sequences of n_blocks blocks: a bool array (L, H, n, n),\n"
+        "[l, h, j, i] = key block j is live for query block i in head h of layer l (drawn from layout_seed: layer l,\n"
+        "head h is ft.bigbird_layout(n, …, seed=layout_seed, name=f'layers.{l}.attn.', head=h); or as installed).");
+}
+
 void register_attention(py::module_& m) {
     // ---------------------------------------------------------------------------------------- masks
     m.def(
@@ -275,25 +355,28 @@ void register_attention(py::module_& m) {
     m.def(
         "bigbird_layout",
         [](const PyInt& n_blocks, const PyInt& window_blocks, const PyInt& n_global_blocks, const PyInt& n_random_blocks,
-           const py::object& seed, const std::string& name) {
+           const py::object& seed, const std::string& name, const PyInt& head_arg) {
+            const long long head = int_arg(head_arg, "head");
             ft::BigBirdSpec s;
             s.block = 1, s.window = index_t(int_arg(window_blocks, "window_blocks"));
             s.global = index_t(int_arg(n_global_blocks, "n_global_blocks"));
             s.random = index_t(int_arg(n_random_blocks, "n_random_blocks")), s.seed = seed_arg(seed), s.name = name;
             const index_t n = positive(n_blocks, "n_blocks");
+            if (head < 0) throw ft::ValueError("head = " + std::to_string(head) + " must be >= 0");
             ft::check_bigbird_spec(s);
-            return layout_array(ft::bigbird_layout(s, n));
+            return layout_array(ft::bigbird_layout(s, n, index_t(head)));
         },
         py::arg("n_blocks"), py::arg("window_blocks") = 3, py::arg("n_global_blocks") = 1, py::arg("n_random_blocks") = 3,
-        py::arg("seed") = 0, py::arg("name") = "",
+        py::arg("seed") = 0, py::arg("name") = "", py::arg("head") = 0,
         "BigBird's block layout (Algorithm V17a of docs/variants.md) of n_blocks blocks: a bool array (n, n),\n"
         "layout[j, i] = key block j is live for query block i. Random blocks drawn from seed and the attention's\n"
-        "name: an ETransformer(attention='bigbird') layer l draws with seed=layout_seed, name=f'layers.{l}.attn.'.\n"
+        "name and head: an ETransformer(attention='bigbird') layer l, head h draws with seed=layout_seed,\n"
+        "name=f'layers.{l}.attn.', head=h (each head its own random blocks; head 0's are the layer's draw of before).\n"
         "ValueError: window_blocks even or < 1, n_global_blocks or n_random_blocks < 0, too few blocks.");
     m.def(
         "block_sparse_attention",
         [](const py::handle& Q, const py::handle& K, const py::handle& V, const py::handle& layout, const PyInt& block_size) {
-            const ft::BlockLayout L = layout_of(layout, block_size);
+            const ft::BlockLayout L = layout_of(layout, positive(block_size, "block_size"));
             return is_f32(Q) ? block_sparse_forward<float>(Q, K, V, L) : block_sparse_forward<double>(Q, K, V, L);
         },
         py::arg("Q"), py::arg("K"), py::arg("V"), py::arg("layout"), py::arg("block_size"),
@@ -304,7 +387,7 @@ void register_attention(py::module_& m) {
         "block_sparse_attention_backward",
         [](const py::handle& Q, const py::handle& K, const py::handle& V, const py::handle& layout, const PyInt& block_size,
            const py::handle& lse, const py::handle& dY) {
-            const ft::BlockLayout L = layout_of(layout, block_size);
+            const ft::BlockLayout L = layout_of(layout, positive(block_size, "block_size"));
             return is_f32(Q) ? block_sparse_backward<float>(Q, K, V, L, lse, dY)
                              : block_sparse_backward<double>(Q, K, V, L, lse, dY);
         },

@@ -454,6 +454,8 @@ py::object load_native(const std::string& path, DType dt) {
 
 }  // namespace
 
+void def_bigbird_layouts(py::class_<AnyDtype<ft::ETransformer>, HasParams>& c);  // register_attention.cpp
+
 void register_transformers(py::module_& m) {
     m.def("_save_native", [](const py::handle& model, const std::string& path) {
         if (!save_native<ft::DTransformer>(model, path) && !save_native<ft::ETransformer>(model, path) &&
@@ -588,6 +590,7 @@ loss_and_grad(x_tilde, x): Algorithm 12 line 9, −Σ_{t∈T̃} log P[x[t], t] o
     def_model_common<ft::ETransformer>(ecls);
     def_single_input<ft::ETransformer>(ecls);
     def_segment_inputs(ecls);  // __call__, logits, hidden, loss_and_grad, loss with BERT's segment ids
+    def_bigbird_layouts(ecls);  // V17: set_bigbird_layouts, bigbird_layouts (register_attention.cpp)
     ecls.def_property_readonly("d_f", [](DE& d) { return d.visit([](auto& m) { return m.cfg.d_f; }); })
         .def_property_readonly("config", &config_of<DE>,
                                "The hyperparameters as a dict (the core's ModelConfig.to_json with the dtype): "

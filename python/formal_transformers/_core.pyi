@@ -673,6 +673,12 @@ class ETransformer(_HasParams):
         """
         softmax(S/√d_attn) of every head of `layer` in the last forward call: (H, ℓ, ℓ); column t is how token t attends to the tokens of its sequence.
         """
+    def bigbird_layouts(self, n_blocks: typing.SupportsIndex) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+        """
+        The V17 block layouts the model uses for sequences of n_blocks blocks: a bool array (L, H, n, n),
+        [l, h, j, i] = key block j is live for query block i in head h of layer l (drawn from layout_seed: layer l,
+        head h is ft.bigbird_layout(n, …, seed=layout_seed, name=f'layers.{l}.attn.', head=h); or as installed).
+        """
     def config_json(self) -> str:
         """
         model.config as the core writes it (ModelConfig::to_json, with the dtype): what ft.save stores.
@@ -694,6 +700,15 @@ class ETransformer(_HasParams):
     def loss_and_grad(self, x_tilde: typing.Any, x: typing.Any, copy: bool = True, *, segments: typing.Any = None) -> tuple[float, typing.Any]:
         """
         Algorithm 12 line 9 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad; segments: segment ids shaped like x (n_segments > 0).
+        """
+    def set_bigbird_layouts(self, layouts: typing.Any) -> None:
+        """
+        Give every layer and head its V17 block layout for sequences of n blocks (n·block_size tokens): a bool
+        array (L, H, n, n), layouts[l, h, j, i] = key block j is live for query block i in head h of layer l, or
+        (L, n, n) (each layer's layout for all its heads). They replace the layouts drawn from layout_seed for that
+        length only (the other lengths keep drawing); ft.from_hf installs Hugging Face BigBird's with it. Not saved
+        by ft.save (which keeps layout_seed): install them again after ft.load. ValueError: attention is not
+        'bigbird', a shape other than (L, H, n, n) or (L, n, n), n·block_size > l_max, a query block with no key block.
         """
     def zero_grad(self) -> None:
         ...
@@ -1481,11 +1496,12 @@ def bidirectional_mask(l_z: typing.SupportsIndex, l_x: typing.SupportsIndex | No
     """
     Mask ≡ 1 (l_z, l_x) bool array: every token attends to every context token (l_x defaults to l_z).
     """
-def bigbird_layout(n_blocks: typing.SupportsIndex, window_blocks: typing.SupportsIndex = 3, n_global_blocks: typing.SupportsIndex = 1, n_random_blocks: typing.SupportsIndex = 3, seed: typing.Any = 0, name: str = '') -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+def bigbird_layout(n_blocks: typing.SupportsIndex, window_blocks: typing.SupportsIndex = 3, n_global_blocks: typing.SupportsIndex = 1, n_random_blocks: typing.SupportsIndex = 3, seed: typing.Any = 0, name: str = '', head: typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """
     BigBird's block layout (Algorithm V17a of docs/variants.md) of n_blocks blocks: a bool array (n, n),
     layout[j, i] = key block j is live for query block i. Random blocks drawn from seed and the attention's
-    name: an ETransformer(attention='bigbird') layer l draws with seed=layout_seed, name=f'layers.{l}.attn.'.
+    name and head: an ETransformer(attention='bigbird') layer l, head h draws with seed=layout_seed,
+    name=f'layers.{l}.attn.', head=h (each head its own random blocks; head 0's are the layer's draw of before).
     ValueError: window_blocks even or < 1, n_global_blocks or n_random_blocks < 0, too few blocks.
     """
 def blas_info() -> str:

@@ -28,6 +28,10 @@ W itself; the paper's columns are tokens):
     model.hidden(x) (X after line 9). A BertModel has no MLM head: W_f, b_f, γ, β keep the model's
     initialisation and b_u = 0 (its pooler, a tanh layer over the first token, is not part of the paper's
     model and is not read).
+  BigBird (BigBirdForMaskedLM / BigBirdModel): BERT's tensors and names, attention_type "block_sparse" as
+    attention="bigbird" (docs/variants.md V17: w = 3, g = 1, r = num_random_blocks, b = block_size) with HF's own
+    per-head random layouts installed for the lengths of from_hf's bigbird_lengths (HF's training-mode draw; its
+    eval mode puts every random block at block 0, a multiset no mask describes); "original_full" as BERT.
 
 Batches: HF pads a batch to one length and passes attention_mask (1 = token, 0 = padding); our batches are
 unpadded sequences, so a padded row with mask m maps to the sequence x[m == 1] (right padding; positions
@@ -180,6 +184,7 @@ def _config_class_names(config: dict, where: str) -> list:
 
 # the layers' tensors: name prefix in the body (after _strip) and the config key that counts them
 _LAYERS = {"gpt2": ("h.", "n_layer"), "bert": ("encoder.layer.", "num_hidden_layers"),
+           "big_bird": ("encoder.layer.", "num_hidden_layers"),
            "llama": ("layers.", "num_hidden_layers"), "mistral": ("layers.", "num_hidden_layers"),
            "deepseek_v3": ("layers.", "num_hidden_layers")}
 
@@ -276,6 +281,91 @@ def _bert_hyper(c: dict) -> dict:
                 # BERT's hidden dropout acts after its embedding layer_norm and on each sublayer's output
                 embed_dropout=hidden_rate, resid_dropout=hidden_rate,
                 attn_dropout=_cfg_rate(c, m, "attention_probs_dropout_prob", 0.1))
+
+
+def _bigbird_hyper(c: dict) -> dict:
+    """BigBird (BigBirdModel / BigBirdForMaskedLM): BERT's tensors and post-LN layers; attention_type
+    "block_sparse" is V17 with w = 3, g = 1 and r = num_random_blocks in blocks of block_size ("original_full":
+    Algorithm 9's full attention). HF's block-sparse attention drops no weights (attention_probs_dropout_prob acts
+    in "original_full" only) and HF drops its embeddings before their LayerNorm, a place ft has no dropout site
+    for: embed_dropout is left 0 there (training-time only; the function is the same)."""
+    m = "BigBird"
+    _require(c, m, "is_decoder", False, "ETransformer is bidirectional")
+    _require(c, m, "add_cross_attention", False, "ETransformer has no cross-attention")
+    _require(c, m, "use_bias", True, "BERT's layers have biases")
+    _require(c, m, "rescale_embeddings", False, "Algorithm 9 adds W_e[:, x[t]] unscaled")
+    kind = _cfg_get(c, m, "attention_type", "block_sparse")
+    if kind not in ("block_sparse", "original_full"):
+        raise _unsupported(m, "attention_type", kind, "'block_sparse' (V17) or 'original_full'")
+    d, H = _width_and_heads(c, m, "hidden_size", "num_attention_heads")
+    n_seg = _cfg_int(c, m, "type_vocab_size", 2, lo=1)
+    hidden_rate = _cfg_rate(c, m, "hidden_dropout_prob", 0.1)
+    hp = dict(n_vocab=_cfg_int(c, m, "vocab_size"), l_max=_cfg_int(c, m, "max_position_embeddings"),
+              L=_cfg_int(c, m, "num_hidden_layers"), H=H, d_e=d, d_mlp=_cfg_int(c, m, "intermediate_size"), d_f=d,
+              gelu=_gelu_of(m, "hidden_act", _cfg_get(c, m, "hidden_act", "gelu_new")),
+              eps=_cfg_float(c, m, "layer_norm_eps", 1e-12), tied=_cfg_bool(c, m, "tie_word_embeddings", True),
+              n_segments=n_seg, embed_norm=True, unembed_bias=True, embed_dropout=0.0, resid_dropout=hidden_rate,
+              attn_dropout=0.0)
+    if kind == "original_full":
+        hp["attn_dropout"] = _cfg_rate(c, m, "attention_probs_dropout_prob", 0.1)
+    else:
+        hp.update(attention="bigbird", block_size=_cfg_int(c, m, "block_size", 64), window_blocks=3, n_global_blocks=1,
+                  n_random_blocks=_cfg_int(c, m, "num_random_blocks", 3, lo=0))
+    return hp
+
+
+def _bigbird_hf_layouts(hf_model, l) -> np.ndarray:
+    """The block layouts (L, H, n, n) a BigBird block-sparse model draws for sequences of ℓ tokens in training
+    mode: each layer's BigBirdBlockSparseAttention seeds numpy with its seed (the layer index) and draws every
+    head's random blocks with its own methods, called here as its bigbird_block_sparse_attention calls them
+    (transformers 5.x; numpy's global state is restored after). Query block i of head h then reads blocks
+    i − 1, i, i + 1, 0, n − 1 and the random blocks of row i (rows 0 and n − 1 read everything). ValueError if
+    HF would not run block-sparse at ℓ, or drew a random block twice or inside the window and the globals
+    (a multiset, which no mask describes)."""
+    c = hf_model.config
+    b, r, H = int(c.block_size), int(c.num_random_blocks), int(c.num_attention_heads)
+    if isinstance(l, bool) or not isinstance(l, (int, np.integer)):
+        raise TypeError(f"bigbird_lengths: a sequence length must be an integer, got {_shown(l)}")
+    l = int(l)
+    if l % b:
+        raise ValueError(f"BigBird layouts: block_size = {b} does not divide the sequence length {l}")
+    if l <= (5 + 2 * r) * b:
+        raise ValueError(f"BigBird layouts: at ℓ = {l} ≤ (5 + 2·num_random_blocks)·block_size = {(5 + 2 * r) * b} "
+                         "Hugging Face runs full attention (original_full), not block_sparse")
+    n = l // b
+    base = getattr(hf_model, "bert", hf_model)
+    out = np.zeros((len(base.encoder.layer), H, n, n), dtype=bool)
+    state = np.random.get_state()
+    try:
+        for li, layer in enumerate(base.encoder.layer):
+            att = layer.attention.self
+            was = att.training
+            att.training = True  # the draw of training mode (eval mode: every random block is block 0)
+            try:
+                np.random.seed(att.seed)
+                if l in (1024, 3072, 4096):  # HF's "old plans used in paper"
+                    rand = [att._bigbird_block_rand_mask(att.max_seqlen, att.max_seqlen, b, b, r, last_idx=1024)[: n - 2]
+                            for _ in range(H)]
+                else:
+                    plan, plan_r = att._get_rand_attn_plan(l, b, r)
+                    rand = att._bigbird_block_rand_mask_with_head(
+                        from_seq_length=l, to_seq_length=l, from_block_size=b, to_block_size=b, num_heads=H,
+                        plan_from_length=plan, plan_num_rand_blocks=plan_r)
+            finally:
+                att.training = was
+            for h in range(H):
+                out[li, h, :, 0] = out[li, h, :, n - 1] = True
+                for i in range(1, n - 1):
+                    R = [int(j) for j in np.asarray(rand[h])[i - 1]]
+                    fixed = {i - 1, i, i + 1, 0, n - 1}
+                    if len(set(R)) != len(R) or fixed & set(R):
+                        raise ValueError(f"BigBird layouts: at ℓ = {l}, HF's layer {li} head {h} draws random blocks {R} "
+                                         f"for query block {i}, repeating a block or one of its window and global blocks "
+                                         f"{sorted(fixed)}: a multiset no mask describes")
+                    out[li, h, sorted(fixed | set(R)), i] = True
+    finally:
+        np.random.set_state(state)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -800,6 +890,8 @@ _CLASSES = {
     "GPT2Model": ("gpt2", False, ""),
     "BertForMaskedLM": ("bert", True, "bert."),
     "BertModel": ("bert", False, ""),
+    "BigBirdForMaskedLM": ("big_bird", True, "bert."),
+    "BigBirdModel": ("big_bird", False, ""),
     "LlamaForCausalLM": ("llama", True, "model."),
     "MistralForCausalLM": ("mistral", True, "model."),
     "DeepseekV3ForCausalLM": ("deepseek_v3", True, "model."),
@@ -808,6 +900,7 @@ _CLASSES = {
 _FAMILY = {  # family -> (hyperparameters, expected tensors, tensors -> ft, ft class)
     "gpt2": (_gpt2_hyper, _gpt2_expected, _gpt2_to_ft, "DTransformer"),
     "bert": (_bert_hyper, _bert_expected, _bert_to_ft, "ETransformer"),
+    "big_bird": (_bigbird_hyper, _bert_expected, _bert_to_ft, "ETransformer"),  # BERT's tensors
     "llama": (_llama_hyper, _llama_expected, _llama_to_ft, "DTransformer"),
     "mistral": (_mistral_hyper, _llama_expected, _llama_to_ft, "DTransformer"),
     "deepseek_v3": (_deepseek_hyper, _deepseek_expected, _deepseek_to_ft, "DTransformer"),
@@ -833,9 +926,9 @@ def _build(cls_name: str, config: dict, T: dict, dtype, where: str):
         T = {k: v for k, v in T.items() if not k.endswith("embed_tokens.weight")}
         config = {**config, "_ft_tied": "lm_head.weight" not in T}
     hp = hyper(config)
-    if head and family == "bert" and hp["tied"] and "cls.predictions.decoder.weight" in T:
+    if head and family in ("bert", "big_bird") and hp["tied"] and "cls.predictions.decoder.weight" in T:
         T.pop("cls.predictions.decoder.weight")  # the tied alias of W_eᵀ
-    if head and family == "bert" and "cls.predictions.decoder.bias" in T:
+    if head and family in ("bert", "big_bird") and "cls.predictions.decoder.bias" in T:
         # the bias the decoder adds (HF ties it to cls.predictions.bias unless the head is untied)
         T["cls.predictions.bias"] = T.pop("cls.predictions.decoder.bias")
     if head and family in ("gpt2", "llama", "mistral", "deepseek_v3") and hp["tied"]:
@@ -876,13 +969,18 @@ def _cls_of(hf_model) -> str:
     return name
 
 
-def from_hf(hf_model, *, dtype=None):
+def from_hf(hf_model, *, dtype=None, bigbird_lengths=()):
     """The ft model computing the same function as a `transformers` model: GPT2LMHeadModel / GPT2Model ->
     DTransformer (tied unless the config unties it), BertForMaskedLM / BertModel -> ETransformer (with
     n_segments, embed_norm, unembed_bias), LlamaForCausalLM -> DTransformer(positional="rope", H_kv,
     mlp="swiglu", bias=False, norm="rms"), MistralForCausalLM -> the same with sliding_window (V8),
     ViTForImageClassification -> ViT (listing V14). dtype: float32 / float64 (default: the HF model's, float64 if
-    its weights are float64). ValueError naming an unsupported configuration option."""
+    its weights are float64). ValueError naming an unsupported configuration option.
+    BigBirdModel / BigBirdForMaskedLM -> ETransformer as BERT, with attention="bigbird" (V17: w = 3, g = 1,
+    r = num_random_blocks) when HF's attention_type is "block_sparse", and HF's own random layouts (training
+    mode's draw, one per layer and head) installed for each length of bigbird_lengths (model.set_bigbird_layouts;
+    other lengths draw from layout_seed). HF's eval mode puts every random block at block 0, which no mask
+    describes: the ft model computes what HF computes in training mode with every dropout 0 (docs/variants.md V17)."""
     if type(hf_model).__name__ == "ViTForImageClassification":
         return _vit_from_hf(hf_model, dtype)
     name = _cls_of(hf_model)
@@ -896,7 +994,16 @@ def from_hf(hf_model, *, dtype=None):
         if v.is_floating_point() and v.dtype not in (_torch_dtype("float32"), _torch_dtype("float64")):
             v = v.float()
         T[k] = v.numpy()
-    return _build(name, config, T, dtype, name)
+    if name.startswith("BigBird"):  # the attention HF runs now (it falls back to original_full for short inputs)
+        config["attention_type"] = getattr(getattr(hf_model, "bert", hf_model), "attention_type", config.get("attention_type"))
+    lengths = [bigbird_lengths] if isinstance(bigbird_lengths, (int, np.integer)) else list(bigbird_lengths)
+    if lengths and not (name.startswith("BigBird") and config.get("attention_type") == "block_sparse"):
+        raise ValueError(f"bigbird_lengths: {name} is not a BigBird with attention_type='block_sparse'")
+    layouts = [_bigbird_hf_layouts(hf_model, l) for l in lengths]  # every one checked before a model is made
+    model = _build(name, config, T, dtype, name)
+    for lay in layouts:
+        model.set_bigbird_layouts(lay)
+    return model
 
 
 def _torch_dtype(name):
@@ -1108,6 +1215,9 @@ def load_hf(path: Union[str, os.PathLike], *, dtype=None):
         else:
             raise ValueError(f"{cfg_file}: model_type {_shown(mt)} / architectures {_shown(class_names)} "
                              f"is not supported (supported: {', '.join(_CLASSES)})")
+    if cls_name.startswith("BigBird") and config.get("attention_type", "block_sparse") == "block_sparse":
+        raise ValueError(f"{cfg_file}: a block_sparse BigBird draws its random layouts with its own code: load it with "
+                         f"transformers and use ft.from_hf(model, bigbird_lengths=[…]) (docs/variants.md V17)")
     return _build(cls_name, config, T, dtype, path)
 
 

@@ -379,7 +379,8 @@ def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float 
     after line 3; `b_u`: P = softmax(W_u X + b_u 1ᵀ). hidden=True returns X after line 9.
     masks, rates: dropout as d_transformer (after line 3, or after BERT's embedding layer_norm).
     attention="performer" | "rfa" (V15): line 5's attention by random features, features[l] layer l's Ω.
-    attention="bigbird" (V17): line 5's Mask is BigBird's, bigbird_mask(layouts[l], block_size) in layer l."""
+    attention="bigbird" (V17): line 5's Mask is BigBird's, bigbird_mask(layouts[l], block_size) in layer l
+    (layouts[l] (n, n): every head's; (H, n, n): head h's mask from layouts[l][h])."""
     drop = _Drop(masks, rates)
     x = np.asarray(x)
     W_e, W_p = params["W_e"], params["W_p"]
@@ -402,7 +403,8 @@ def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float 
             X = X + drop.out(p + "attn.out", gqa_mhattention(
                 X, X, params[a + "W_q"], params.get(a + "b_q"), params[a + "W_k"], params.get(a + "b_k"),
                 params[a + "W_v"], params.get(a + "b_v"), params[a + "W_o"], params.get(a + "b_o"),
-                bigbird_mask(layouts[i], block_size)))
+                np.stack([bigbird_mask(Lh, block_size) for Lh in layouts[i]]) if np.ndim(layouts[i]) == 3
+                else bigbird_mask(layouts[i], block_size)))
         elif attention != "softmax":  # V15: MHAttention with lines 4–6 by random features
             a = p + "attn."
             X = X + drop.out(p + "attn.out", gqa_mhattention(
@@ -1008,7 +1010,8 @@ def block_sparse_attention(Q, K, V, layout, b: int) -> np.ndarray:
 def gqa_mhattention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, mask, *, positional: str = "none",
                     theta: float = 10000.0, q0: int = 0, attention: str = "softmax", Omega=None) -> np.ndarray:
     """Algorithm V3 (grouped-query attention): W_q (H, d_attn, d_x); W_k (H_kv, d_attn, d_z), W_v (H_kv, d_mid,
-    d_z); b_* None with bias=False. With RoPE/ALiBi on every head (V1/V2)."""
+    d_z); b_* None with bias=False. With RoPE/ALiBi on every head (V1/V2). mask (ℓ_z, ℓ_x), or (H, ℓ_z, ℓ_x): one
+    per query head (V17's per-head layouts)."""
     H, H_kv = W_q.shape[0], W_k.shape[0]
     if H % H_kv:
         raise ValueError(f"H_kv = {H_kv} must divide H = {H}")
@@ -1018,7 +1021,8 @@ def gqa_mhattention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, mask, *, posit
         g = math.ceil(h * H_kv / H)  # line 2: g ← ⌈h·H_kv/H⌉
         Y.append(variant_attention(X, Z, W_q[h - 1], None if b_q is None else b_q[h - 1], W_k[g - 1],
                                    None if b_k is None else b_k[g - 1], W_v[g - 1],
-                                   None if b_v is None else b_v[g - 1], mask, positional=positional, theta=theta,
+                                   None if b_v is None else b_v[g - 1], mask[h - 1] if np.ndim(mask) == 3 else mask,
+                                   positional=positional, theta=theta,
                                    slope=m[h - 1], q0=q0, attention=attention, Omega=Omega))  # line 3
     Y = np.concatenate(Y, axis=0)  # line 4: Y ← [Y¹; …; Y^H]
     return W_o @ Y + (0 if b_o is None else b_o[:, None])  # line 5

@@ -13,44 +13,57 @@ using namespace ft;
 
 namespace {
 template <class T>
-void kernel_equals_dense(index_t n, index_t b, index_t w, index_t g, index_t r, double tol) {
+void kernel_equals_dense(index_t n, index_t b, index_t w, index_t g, index_t r, double tol, index_t heads = 1) {
     const index_t d = 5, d_v = 4, l = n * b;
     MaskOptions o;
     o.values = {{"block_size", double(b)}, {"window_blocks", double(w)}, {"n_global_blocks", double(g)},
-                {"n_random_blocks", double(r)}, {"layout_seed", 17.0}};
+                {"n_random_blocks", double(r)}, {"layout_seed", 17.0}, {"heads", double(heads)}};
     const Mask mask = make_mask("bigbird", o);
-    mask.check(l, l);  // records the layout of this length (as every forward does)
-    const auto L = bigbird_mask_layout(mask, n);
-    Rng rng(std::uint64_t(n * 31 + b));
-    Matrix<T> Qs = fttest::random_matrix<T>(d + 2, l, rng), Ks = fttest::random_matrix<T>(d + 1, l, rng),
-              Vs = fttest::random_matrix<T>(d_v + 3, l, rng), dY = fttest::random_matrix<T>(d_v, l, rng);
-    CMatView<T> Q = view(Qs).rows_range(2, d), K = view(Ks).rows_range(1, d), V = view(Vs).rows_range(3, d_v);
-    std::vector<T> A(static_cast<std::size_t>(l * l)), dA(A.size()), lse(static_cast<std::size_t>(l));
-    auto zeros = [&](index_t rows) {
-        Matrix<T> m = Matrix<T>::from_shape({std::size_t(rows), std::size_t(l)});
-        m.fill(T(0));
-        return m;
-    };
-    Matrix<T> Y_d = zeros(d_v), Y_s = zeros(d_v), dQ_d = zeros(d), dQ_s = zeros(d), dK_d = zeros(d), dK_s = zeros(d),
-              dV_d = zeros(d_v), dV_s = zeros(d_v);
-    HeadBlock<T> blk;
-    blk.mask = &mask;
-    attention_head<T>(Q, K, V, blk, MatView<T>(A.data(), l, l), view(Y_d));
-    block_sparse_head<T>(*L, Q, K, V, view(Y_s), lse.data());
-    EXPECT_LE(fttest::rel_error(Y_s.data(), Y_d.data(), Y_d.size()), tol) << "forward";
-    for (index_t tx = 0; tx < l; ++tx)  // the dense weights vanish exactly off the layout
-        for (index_t tz = 0; tz < l; ++tz)
-            if (!mask.allows(tz, tx)) EXPECT_EQ(A[std::size_t(tz + tx * l)], T(0));
-    attention_head_backward<T>(Q, K, V, CMatView<T>(A.data(), l, l), view(dY), view(dQ_d), view(dK_d), view(dV_d),
-                               MatView<T>(dA.data(), l, l));
-    block_sparse_head_backward<T>(*L, Q, K, V, lse.data(), view(dY), view(dQ_s), view(dK_s), view(dV_s));
-    EXPECT_LE(fttest::rel_error(dQ_s.data(), dQ_d.data(), dQ_d.size()), tol) << "dQ";
-    EXPECT_LE(fttest::rel_error(dK_s.data(), dK_d.data(), dK_d.size()), tol) << "dK";
-    EXPECT_LE(fttest::rel_error(dV_s.data(), dV_d.data(), dV_d.size()), tol) << "dV";
+    mask.check(l, l);  // records the layouts of this length (as every forward does)
+    for (index_t h = 0; h < heads; ++h) {  // each head its own layout: head h's kernel = head h's dense listing
+        const auto L = bigbird_mask_layout(mask, n, h);
+        Rng rng(std::uint64_t(n * 31 + b));
+        Matrix<T> Qs = fttest::random_matrix<T>(d + 2, l, rng), Ks = fttest::random_matrix<T>(d + 1, l, rng),
+                  Vs = fttest::random_matrix<T>(d_v + 3, l, rng), dY = fttest::random_matrix<T>(d_v, l, rng);
+        CMatView<T> Q = view(Qs).rows_range(2, d), K = view(Ks).rows_range(1, d), V = view(Vs).rows_range(3, d_v);
+        std::vector<T> A(static_cast<std::size_t>(l * l)), dA(A.size()), lse(static_cast<std::size_t>(l));
+        auto zeros = [&](index_t rows) {
+            Matrix<T> m = Matrix<T>::from_shape({std::size_t(rows), std::size_t(l)});
+            m.fill(T(0));
+            return m;
+        };
+        Matrix<T> Y_d = zeros(d_v), Y_s = zeros(d_v), dQ_d = zeros(d), dQ_s = zeros(d), dK_d = zeros(d),
+                  dK_s = zeros(d), dV_d = zeros(d_v), dV_s = zeros(d_v);
+        HeadBlock<T> blk;
+        blk.mask = &mask, blk.h = h;
+        attention_head<T>(Q, K, V, blk, MatView<T>(A.data(), l, l), view(Y_d));
+        block_sparse_head<T>(*L, Q, K, V, view(Y_s), lse.data());
+        EXPECT_LE(fttest::rel_error(Y_s.data(), Y_d.data(), Y_d.size()), tol) << "forward";
+        for (index_t tx = 0; tx < l; ++tx)  // the dense weights vanish exactly off the layout
+            for (index_t tz = 0; tz < l; ++tz)
+                if (!mask.allows_head(tz, tx, 0, h)) EXPECT_EQ(A[std::size_t(tz + tx * l)], T(0));
+        attention_head_backward<T>(Q, K, V, CMatView<T>(A.data(), l, l), view(dY), view(dQ_d), view(dK_d), view(dV_d),
+                                   MatView<T>(dA.data(), l, l));
+        block_sparse_head_backward<T>(*L, Q, K, V, lse.data(), view(dY), view(dQ_s), view(dK_s), view(dV_s));
+        EXPECT_LE(fttest::rel_error(dQ_s.data(), dQ_d.data(), dQ_d.size()), tol) << "dQ";
+        EXPECT_LE(fttest::rel_error(dK_s.data(), dK_d.data(), dK_d.size()), tol) << "dK";
+        EXPECT_LE(fttest::rel_error(dV_s.data(), dV_d.data(), dV_d.size()), tol) << "dV";
+    }
+    if (heads > 1) {  // the heads' random blocks differ (and head 0 is the draw of one layout for all heads)
+        bool differ = false;
+        for (index_t h = 1; h < heads; ++h)
+            differ |= bigbird_mask_layout(mask, n, h)->keys != bigbird_mask_layout(mask, n, 0)->keys;
+        EXPECT_TRUE(differ);
+        MaskOptions o1 = o;
+        o1.values.erase("heads");
+        const Mask one = make_mask("bigbird", o1);
+        EXPECT_EQ(bigbird_mask_layout(one, n)->keys, bigbird_mask_layout(mask, n, 0)->keys);
+    }
 }
 }  // namespace
 
 TEST(BlockSparse, EqualsDenseWithTheMaskFloat64) {
+    kernel_equals_dense<double>(10, 3, 3, 1, 2, 1e-12, 3);  // one layout per head
     kernel_equals_dense<double>(8, 4, 3, 1, 2, 1e-12);
     kernel_equals_dense<double>(11, 3, 5, 2, 1, 1e-12);
     kernel_equals_dense<double>(6, 7, 1, 0, 3, 1e-12);

@@ -43,6 +43,7 @@ struct Case {
     MaskCase mask;
     double slope = 0, p = 0;
     TileSizes tiles = {};
+    index_t d = 8, d_v = 6;  // d_attn, d_v
 };
 
 Mask make_mask(MaskCase mc, index_t l_z, index_t cols, Rng& rng) {
@@ -91,7 +92,7 @@ std::vector<double> literal_lse(CMatView<T> Q, CMatView<T> K, const Mask& mask, 
 // query heads sharing one K, V (GQA); every head's forward and backward, tiled vs literal.
 template <class T>
 void check(const Case& c, index_t group, double tol) {
-    const index_t d = 8, d_v = 6, l_x = c.l_x, l_z = c.l_z;
+    const index_t d = c.d, d_v = c.d_v, l_x = c.l_x, l_z = c.l_z;
     Rng rng(1234 + std::uint64_t(l_x * 7 + l_z * 13 + c.q0 + int(c.mask) * 101 + group));
     const Mask mask = make_mask(c.mask, l_z, c.q0 + l_x, rng);
     // stacked: Q [group·d + 3, l_x] (3 spare rows so the views are strided), K [d + 2, l_z], V [d_v + 1, l_z]
@@ -175,8 +176,10 @@ const char* mask_name(MaskCase m) {
 }
 }  // namespace
 
+// The tile products as one-thread BLAS calls (TileKernel::Blas)
 TEST(TiledAttention, EqualsLiteralFloat64) {
-    for (const Case& c : cases()) {
+    for (Case c : cases()) {
+        c.tiles.kernel = TileKernel::Blas;
         SCOPED_TRACE(::testing::Message() << "l_x " << c.l_x << " l_z " << c.l_z << " q0 " << c.q0 << " mask "
                                           << mask_name(c.mask) << " slope " << c.slope << " p " << c.p << " tiles "
                                           << c.tiles.B_q << "x" << c.tiles.B_k);
@@ -185,7 +188,8 @@ TEST(TiledAttention, EqualsLiteralFloat64) {
 }
 
 TEST(TiledAttention, EqualsLiteralFloat32) {
-    for (const Case& c : cases()) {
+    for (Case c : cases()) {
+        c.tiles.kernel = TileKernel::Blas;
         SCOPED_TRACE(::testing::Message() << "l_x " << c.l_x << " l_z " << c.l_z << " q0 " << c.q0 << " mask "
                                           << mask_name(c.mask) << " slope " << c.slope << " p " << c.p);
         check<float>(c, 1, 1e-5);
@@ -265,4 +269,43 @@ TEST(TiledAttention, AutoFallsBackToLiteralForABiasWithoutATiledForm) {
     att.var.impl = AttnImpl::Auto;
     att.position.bias = std::make_shared<SlopeBias<double>>(0.1);  // a bias with a tiled form: tiled again
     EXPECT_TRUE(att.use_tiled(kTiledFromLength));
+}
+
+// Our register-blocked kernels (TileKernel::Blocked) give the same numbers as the literal listing: every case
+// above (d_attn 8, d_v 6: no whole vector of rows in a float64 batch … ), then head sizes that take each of
+// their row blocks (d = 32, 64: whole groups of four vectors; 36 and 24: three vectors and a remainder of rows)
+// over several blocks of queries and keys. Both branches of T2: the fused exp and dS (no bias, no dropout: the
+// tiles nothing masks; the causal diagonal and windowed tiles take the masking path) and the unfused ones
+// (a score bias or dropout).
+std::vector<Case> blocked_cases() {
+    std::vector<Case> out = cases();
+    for (auto dd : {std::pair<index_t, index_t>{32, 32}, {64, 64}, {36, 24}, {24, 36}})
+        for (MaskCase mc : {MaskCase::Bidirectional, MaskCase::Causal, MaskCase::Window})
+            for (double slope : {0.0, 0.25})
+                for (double p : {0.0, 0.3}) {
+                    out.push_back({150, 150, 0, mc, slope, p, {48, 40}, dd.first, dd.second});
+                    out.push_back({37, 101, 0, mc, slope, p, {64, 64}, dd.first, dd.second});  // ℓ_x ≠ ℓ_z
+                    out.push_back({29, 70, 41, mc, slope, p, {7, 13}, dd.first, dd.second});   // cached decoding
+                }
+    out.push_back({300, 300, 0, MaskCase::Causal, 0.0, 0.0, {64, 128}, 32, 32});
+    for (Case& c : out) c.tiles.kernel = TileKernel::Blocked;
+    return out;
+}
+
+TEST(TiledAttention, BlockedKernelEqualsLiteralFloat64) {
+    for (const Case& c : blocked_cases()) {
+        SCOPED_TRACE(::testing::Message() << "l_x " << c.l_x << " l_z " << c.l_z << " q0 " << c.q0 << " mask "
+                                          << mask_name(c.mask) << " slope " << c.slope << " p " << c.p << " tiles "
+                                          << c.tiles.B_q << "x" << c.tiles.B_k << " d " << c.d << " d_v " << c.d_v);
+        check<double>(c, 1, 1e-12);
+    }
+}
+
+TEST(TiledAttention, BlockedKernelEqualsLiteralFloat32) {
+    for (const Case& c : blocked_cases()) {
+        SCOPED_TRACE(::testing::Message() << "l_x " << c.l_x << " l_z " << c.l_z << " q0 " << c.q0 << " mask "
+                                          << mask_name(c.mask) << " slope " << c.slope << " p " << c.p << " tiles "
+                                          << c.tiles.B_q << "x" << c.tiles.B_k << " d " << c.d << " d_v " << c.d_v);
+        check<float>(c, 2, 1e-5);
+    }
 }

@@ -29,8 +29,10 @@ def e_model(dtype="float64", L=2, H=2, d_e=8, b=4, r=1, g=1, w=3, impl="auto", *
                            attention_impl=impl, **kw)
 
 
-def layouts(n, L, r=1, g=1, w=3, seed=7):
-    return [ft.bigbird_layout(n, w, g, r, seed, f"layers.{l}.attn.") for l in range(L)]
+def layouts(n, L, r=1, g=1, w=3, seed=7, H=2):
+    """Every layer's layouts (H, n, n), head h drawn as a model's layer l head h draws them."""
+    return [np.stack([ft.bigbird_layout(n, w, g, r, seed, f"layers.{l}.attn.", head=h) for h in range(H)])
+            for l in range(L)]
 
 
 def dense(Q, K, V, mask):
@@ -161,7 +163,7 @@ def test_grouped_query_heads_and_wide_layouts():
     for k, v in theta.items():
         literal.params[k][...] = v
     x = np.random.default_rng(4).integers(0, 16, size=39)  # 13 blocks of 3
-    want = ref.e_transformer(x, theta, L=2, H=4, attention="bigbird", layouts=layouts(13, 2, r=2, g=2, w=5),
+    want = ref.e_transformer(x, theta, L=2, H=4, attention="bigbird", layouts=layouts(13, 2, r=2, g=2, w=5, H=4),
                              block_size=3)
     assert rel_err(sparse(x), want) <= 1e-12
     assert rel_err(literal(x), want) <= 1e-12
@@ -173,14 +175,15 @@ def test_attention_weights_after_a_sparse_forward_are_the_masked_softmax():
     x = np.random.default_rng(6).integers(0, 16, size=28)
     model(x)
     A = model.attention_weights(0)
-    mask = ref.bigbird_mask(layouts(7, 1)[0], 4)
-    assert np.all(A[:, ~mask] == 0)
+    masks = [ref.bigbird_mask(Lh, 4) for Lh in layouts(7, 1)[0]]  # each head its own layout
+    for h in range(2):
+        assert np.all(A[h][~masks[h]] == 0)
     assert rel_err(A.sum(axis=1), np.ones((2, 28))) <= 1e-12
     X = np.stack([theta["W_e"][:, t] + theta["W_p"][:, i] for i, t in enumerate(x)], axis=1)
     a = "layers.0.attn."
     for h in range(2):
         want = ref.attention_weights(X, X, theta[a + "W_q"][h], theta[a + "b_q"][h], theta[a + "W_k"][h],
-                                     theta[a + "b_k"][h], mask)
+                                     theta[a + "b_k"][h], masks[h])
         assert rel_err(A[h], want) <= 1e-12
 
 

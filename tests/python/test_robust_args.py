@@ -18,6 +18,10 @@ def tok():
     return ft.BPETokenizer.from_merges([(97, 98)])
 
 
+def bigbird():
+    return ft.ETransformer(16, 32, 1, 2, 8, 16, 8, attention="bigbird", block_size=4)
+
+
 def dm():
     m = ft.DTransformer(16, 12, 1, 2, 8, 16, dtype="float64")
     m(np.array([1, 2, 3]))
@@ -45,6 +49,8 @@ CALLS = [
     (lambda v: ft.bigbird_layout(8, window_blocks=v), "window_blocks", None),
     (lambda v: ft.bigbird_layout(8, n_global_blocks=v), "n_global_blocks", None),
     (lambda v: ft.bigbird_layout(8, n_random_blocks=v), "n_random_blocks", None),
+    (lambda v: ft.bigbird_layout(8, head=v), "head", None),
+    (lambda v: bigbird().bigbird_layouts(v), "n_blocks", 1),
     (lambda v: ft.block_sparse_attention(Q, Q, Q, ft.bigbird_layout(8), v), "block_size", 1),
     (lambda v: ft.BasicAttention(v, 2, 2), "d_in", 1),
     (lambda v: ft.Attention(2, 2, v, 2), "d_attn", 1),
@@ -107,7 +113,7 @@ def test_below_the_range_names_it(call, name, lo):
 @pytest.mark.parametrize("call,name,lo", CALLS, ids=IDS)
 def test_numpy_integers_are_ints(call, name, lo):
     good = {"k": 2, "l_gen": 3, "max_batch": 2, "max_len": 3, "l_z": 3, "l_x": 2, "n_features": 4, "d_attn": 2,
-            "n_blocks": 8, "window_blocks": 3, "n_global_blocks": 1, "n_random_blocks": 1, "block_size": 4,
+            "n_blocks": 8, "head": 1, "window_blocks": 3, "n_global_blocks": 1, "n_random_blocks": 1, "block_size": 4,
             "d_in": 2, "H": 2, "d_out": 2, "H_kv": 1, "n_vocab": 4, "d_e": 2, "mask_token": 3, "seed": 5, "step": 2,
             "total": 10, "id": 1, "layer": 0, "seq": 0, "image_size": 4, "image_size\\[1\\]": 4, "patch_size": 2,
             "d_mlp": 8, "n_channels": 3, "merges\\[1\\]\\[0\\]": 32}[name]

@@ -10,12 +10,13 @@
 //   3    else:
 //   4      𝓦 ← {j : |i − j| ≤ (w − 1)/2}                       [[w sliding key blocks around the diagonal]]
 //   5      𝓖 ← {j : j < g or j ≥ n − g}                         [[the global key blocks, first and last g]]
-//   6      𝓡 ← r distinct blocks drawn uniformly from [n] ∖ (𝓦 ∪ 𝓖), from the seed (and i, n)
+//   6      𝓡 ← r distinct blocks drawn uniformly from [n] ∖ (𝓦 ∪ 𝓖), from the seed (and i, n, the head h)
 //   7      𝓛[i] ← 𝓦 ∪ 𝓖 ∪ 𝓡
 //   8  return 𝓛
 //   Mask[t_z, t_x] = [[⌊t_z/b⌋ ∈ 𝓛[⌊t_x/b⌋]]] (bidirectional; positions from 0). Needs b | ℓ and
-//   n ≥ 2g + w + r (the blocks line 6 draws from). Hugging Face's BigBird ("block_sparse"): w = 3, g = 1, its
-//   own random draw per head and layer (docs/variants.md V17 says how the layouts were matched).
+//   n ≥ 2g + w + r (the blocks line 6 draws from). One layout per head h of each layer (a model's heads each
+//   draw their own 𝓡, as Hugging Face's BigBird does; or layouts given, set_bigbird_layouts). Hugging Face's
+//   BigBird ("block_sparse"): w = 3, g = 1, its own random draw per head and layer (docs/variants.md V17).
 //
 // Algorithm V17b: Ṽ ← BlockSparseAttention(Q, K, V | 𝓛, b)   replaces Algorithm 4's lines 4–6 (one head)
 //   1  for each query block i:  J ← 𝓛[i] (m blocks), Q_i ← Q[:, block i] ∈ R^{d×b}
@@ -41,9 +42,10 @@
 namespace ft {
 
 // BigBird's layout hyperparameters: block size b, w sliding blocks (odd), g global blocks at each end, r
-// random blocks per query block, drawn from seed and the attention's name (each layer its own draw).
+// random blocks per query block, drawn from seed and the attention's name (each layer its own draw), for each of
+// `heads` query heads (head h draws its own 𝓡; heads = 1: one layout every head shares).
 struct BigBirdSpec {
-    index_t block = 0, window = 3, global = 1, random = 0;
+    index_t block = 0, window = 3, global = 1, random = 0, heads = 1;
     std::uint64_t seed = 0;
     std::string name;
 };
@@ -61,8 +63,10 @@ struct BlockLayout {
 void check_bigbird_spec(const BigBirdSpec& s);
 // ValueError naming the problem unless a sequence of ℓ tokens fits: b | ℓ, n = ℓ/b ≥ 2g + w + r.
 void check_bigbird_length(const BigBirdSpec& s, index_t l);
-// V17a for n blocks.
-BlockLayout bigbird_layout(const BigBirdSpec& s, index_t n);
+// V17a for n blocks, head h: line 6 of query block i draws from the stream
+// splitmix64(named_seed(seed, name) ⊕ splitmix64(n·(2³²+1) + i) ⊕ h·0x9E3779B97F4A7C15) (head 0: the per-layer draw
+// of before the heads had their own), r distinct candidates by a partial Fisher–Yates shuffle of the ascending ones.
+BlockLayout bigbird_layout(const BigBirdSpec& s, index_t n, index_t h = 0);
 // A layout given block by block (e.g. Hugging Face's): keys[i] the key blocks of query block i (sorted and
 // deduplicated here). ValueError: a block out of [0, n), an empty list.
 BlockLayout explicit_layout(index_t block, const std::vector<std::vector<index_t>>& keys);
@@ -72,8 +76,13 @@ BlockLayout explicit_layout(index_t block, const std::vector<std::vector<index_t
 Mask make_bigbird_mask(const BigBirdSpec& s);
 // The spec of a bigbird mask; null for every other mask.
 const BigBirdSpec* bigbird_spec(const Mask& m);
-// The layout of a bigbird mask for sequences of n blocks (drawn once per n, then shared).
-std::shared_ptr<const BlockLayout> bigbird_mask_layout(const Mask& m, index_t n);
+// The layout of query head h of a bigbird mask for sequences of n blocks (given, or drawn once per n, then shared).
+std::shared_ptr<const BlockLayout> bigbird_mask_layout(const Mask& m, index_t n, index_t h = 0);
+// Give a bigbird mask its layouts for sequences of layouts[0].n blocks (e.g. Hugging Face's, tests/python/
+// test_bigbird_hf.py): one per head (spec.heads of them) or one for every head; they replace the drawn ones for
+// that n (other lengths keep drawing). ValueError naming the problem (not a bigbird mask, a count other than 1 or
+// heads, a block size other than the spec's, layouts of different n) before anything changes.
+void set_bigbird_layouts(const Mask& m, std::vector<BlockLayout> layouts);
 
 // V17b for one head of one sequence: Q:[d, ℓ], K:[d, ℓ], V:[d_v, ℓ] (ℓ = L.n·L.block) -> Vt:[d_v, ℓ] and
 // lse:[ℓ] (λ, kept for the backward). Runs on the calling thread (one-thread BLAS calls).

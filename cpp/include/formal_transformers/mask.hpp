@@ -6,7 +6,8 @@
 //
 // A mask rule answers two questions for query column t_x of sequence b of a batch (a rule may depend on
 // per-sequence data, such as a prefix length p_b):
-//   allows(b, t_z, t_x)   Mask[t_z, t_x];
+//   allows(b, t_z, t_x)   Mask[t_z, t_x] (allows_head(b, h, t_z, t_x): of query head h, for a rule with one
+//                         mask per head; by default every head's is allows(b, t_z, t_x));
 //   keys(b, t_x, ℓ_z)     the candidates: keys outside [begin, end) are masked, so Algorithm 4's line 5 need
 //                         not compute them (the causal path skips them); with `dense`, every candidate is
 //                         allowed, so no entry is tested one by one.
@@ -35,6 +36,12 @@ public:
     virtual std::string name() const = 0;
     // Mask[t_z, t_x] of sequence b
     virtual bool allows(index_t b, index_t t_z, index_t t_x) const = 0;
+    // Mask[t_z, t_x] of sequence b for query head h: the same for every head unless a rule has one per head
+    // (V17's per-head block layouts). Algorithm 4's lines 4–6 of head h ask this one (attention_head, the tiles).
+    virtual bool allows_head(index_t b, index_t h, index_t t_z, index_t t_x) const {
+        (void)h;
+        return allows(b, t_z, t_x);
+    }
     // The candidate keys of column t_x of sequence b among ℓ_z keys. Default: all, each tested by allows().
     virtual KeyRange keys(index_t b, index_t t_x, index_t l_z) const {
         (void)b, (void)t_x;
@@ -67,6 +74,7 @@ public:
 
     std::string name() const { return rule_->name(); }  // "bidirectional", "unidirectional", "explicit", …
     bool allows(index_t t_z, index_t t_x, index_t b = 0) const { return rule_->allows(b, t_z, t_x); }
+    bool allows_head(index_t t_z, index_t t_x, index_t b, index_t h) const { return rule_->allows_head(b, h, t_z, t_x); }
     KeyRange keys(index_t b, index_t t_x, index_t l_z) const { return rule_->keys(b, t_x, l_z); }
     // ValueError unless the mask fits every sequence of the batch (ℓ_z of sz, ℓ_x of sx; see MaskRule::check)
     void check(const Seqs& sz, const Seqs& sx, index_t q0 = 0, bool exact = false) const;

@@ -45,14 +45,16 @@
 
 namespace ft {
 
-// How the products on tiles are computed: one single-thread BLAS call each (gemm_unsplit), or our own loops
-// (vectorised axpy/dot loops, no packing; also the naive side the tests hold the BLAS side to).
-enum class TileKernel { Blas, Loops };
+// How the products on tiles are computed: one single-thread BLAS call each (gemm_unsplit); our own
+// register-blocked kernels (Blocked: K and V packed once per head, nothing packed per tile, T2's pointwise lines
+// done in the score kernel where no mask, bias or dropout intervenes); or our own loops (vectorised axpy/dot
+// loops, no blocking; the naive side the tests hold the other two to).
+enum class TileKernel { Blas, Loops, Blocked };
 // Block sizes of the tiles: B_q query columns × B_k key rows (a B_k×B_q block of S, P, dP in the cache), and
 // the kernel of their products (bench/bench_tiles.cpp measured both: docs/design.md "Tiled attention").
 struct TileSizes {
     index_t B_q = 64, B_k = 128;
-    TileKernel kernel = TileKernel::Blas;
+    TileKernel kernel = TileKernel::Blocked;
 };
 
 // T1 for one head of one sequence: Q:[d_attn,l_x], K:[d_attn,l_z], V:[d_v,l_z] -> Vt:[d_v,l_x], lse:[l_x].

@@ -30,25 +30,25 @@ void scores(CMatView<T> Q, CMatView<T> K, MatView<T> S, bool unscaled) {
     gemm<T>(Op::T, Op::N, unscaled ? T(1) : T(1) / std::sqrt(T(Q.rows)), K, Q, T(0), S);
 }
 
-// line 5 and the softmax of line 6, on column j of S (query t_x = q0 + j of sequence b): keys outside the
+// line 5 and the softmax of line 6, on column j of S (query t_x = q0 + j of sequence b, head h): keys outside the
 // column's candidate range [begin, end) get probability 0 without being computed; inside, masked entries ← −∞
 // (unless the range is dense), then softmax over the range (−∞ gives exactly 0).
 template <class T>
-void mask_softmax_column(const Mask& mask, index_t b, index_t t_x, T* s, index_t l_z) {
+void mask_softmax_column(const Mask& mask, index_t b, index_t h, index_t t_x, T* s, index_t l_z) {
     KeyRange r = mask.keys(b, t_x, l_z);
     r.begin = std::max<index_t>(r.begin, 0), r.end = std::min(r.end, l_z);
     if (!r.dense)
         for (index_t t_z = r.begin; t_z < r.end; ++t_z)
-            if (!mask.allows(t_z, t_x, b)) s[t_z] = -std::numeric_limits<T>::infinity();
+            if (!mask.allows_head(t_z, t_x, b, h)) s[t_z] = -std::numeric_limits<T>::infinity();
     softmax_column(s + r.begin, r.end - r.begin);
     std::fill(s, s + r.begin, T(0));
     std::fill(s + r.end, s + l_z, T(0));
 }
 
 template <class T>
-void mask_softmax(const Mask& mask, index_t b, index_t q0, MatView<T> S) {
+void mask_softmax(const Mask& mask, index_t b, index_t h, index_t q0, MatView<T> S) {
 #pragma omp parallel for schedule(static) if (S.size() > 16384)
-    for (index_t j = 0; j < S.cols; ++j) mask_softmax_column(mask, b, q0 + j, S.col(j), S.rows);
+    for (index_t j = 0; j < S.cols; ++j) mask_softmax_column(mask, b, h, q0 + j, S.col(j), S.rows);
 }
 
 // line 6: Ṽ ← V A
@@ -84,7 +84,7 @@ template <class T>
 void attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MatView<T> A, MatView<T> Vt) {
     scores<T>(Q, K, A, blk.unscaled);  // line 4
     if (blk.bias) blk.bias->add(*blk.store, *blk.mask, blk.b, blk.h, blk.q0, A);  // line 6: S/√d_attn + B^h (e.g. V2)
-    mask_softmax<T>(*blk.mask, blk.b, blk.q0, A);  // lines 5, 6: A = softmax(S/√d_attn)
+    mask_softmax<T>(*blk.mask, blk.b, blk.h, blk.q0, A);  // lines 5, 6: A = softmax(S/√d_attn)
     if (!blk.drop) {
         mix<T>(V, A, Vt);  // line 6: Ṽ = V A
         return;

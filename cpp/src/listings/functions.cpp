@@ -14,20 +14,15 @@ template <class T>
 using B = xsimd::batch<T>;
 template <class T>
 constexpr index_t W = index_t(B<T>::size);
-
-// exp on a batch and on one value: xsimd's vectorised exp and std::exp (a float32 exp of our own, Cody–Waite
-// reduction with Cephes's polynomial, ran at 0.67–0.79× the speed of xsimd's in bench/bench_exp.cpp: not kept)
-template <class T>
-B<T> vexp(B<T> x) { return xsimd::exp(x); }
-template <class T>
-T sexp(T x) { return std::exp(x); }
 }  // namespace
 
+// exp: xsimd's vectorised exp on whole batches, std::exp on the tail (a float32 exp of our own, Cody–Waite
+// reduction with Cephes's polynomial, ran at 0.67–0.79× the speed of xsimd's in bench/bench_exp.cpp: not kept)
 template <class T>
 void exp_values(const T* x, T* y, index_t n) {
     index_t i = 0;
-    for (; i + W<T> <= n; i += W<T>) vexp(B<T>::load_unaligned(x + i)).store_unaligned(y + i);
-    for (; i < n; ++i) y[i] = sexp(x[i]);
+    for (; i + W<T> <= n; i += W<T>) xsimd::exp(B<T>::load_unaligned(x + i)).store_unaligned(y + i);
+    for (; i < n; ++i) y[i] = std::exp(x[i]);
 }
 
 template <class T>
@@ -48,13 +43,13 @@ T exp_shift(T* a, index_t n, T m) {
     const B<T> vm(m);
     B<T> vs(T(0));
     for (; i + W<T> <= n; i += W<T>) {
-        const B<T> e = vexp(B<T>::load_unaligned(a + i) - vm);
+        const B<T> e = xsimd::exp(B<T>::load_unaligned(a + i) - vm);
         e.store_unaligned(a + i);
         vs += e;
     }
     T s = xsimd::hadd(vs);
     for (; i < n; ++i) {
-        a[i] = sexp(a[i] - m);
+        a[i] = std::exp(a[i] - m);
         s += a[i];
     }
     return s;

@@ -1,7 +1,7 @@
 // Algorithm T (tiled exact attention, tiled_attention.hpp quotes the listings T1, T2): forward and backward
-// side by side. Every product is one single-thread BLAS call on a block (gemm_unsplit): the kernel runs on
-// the calling thread and its callers run heads in parallel (MHAttention), so no BLAS call is split inside
-// one of our parallel regions (docs/design.md "Threads").
+// side by side. Every product on a block runs on the calling thread (its callers run heads in parallel,
+// MHAttention): one single-thread BLAS call (gemm_unsplit, so no BLAS call is split inside one of our parallel
+// regions: docs/design.md "Threads"), our register-blocked kernels (tile_kernels.hpp), or our plain loops.
 #include "formal_transformers/tiled_attention.hpp"
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include "formal_transformers/attention.hpp"
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/functions.hpp"
+#include "tile_kernels.hpp"
 
 namespace ft {
 
@@ -19,13 +20,26 @@ namespace {
 template <class T>
 constexpr T kNegInf = -std::numeric_limits<T>::infinity();
 
-// C ← α op(A) op(B) + β C on a tile, on the calling thread: one BLAS call, or our loops. The loops: with A
-// as stored, columns of C as sums of columns of A (axpy over C's contiguous column); with Aᵀ, each entry a
-// dot product of two contiguous columns (A's and B's: op(B) = B only).
+// C ← α op(A) op(B) + β C on a tile, on the calling thread: one BLAS call, our register-blocked kernels, or our
+// loops. Blocked: Aᵀ B with β = 0 from A's strips (As: A's whole matrix packed by tile::pack_strips, A its
+// columns a0 …), A op(B) with β = 1 by tile::mix. The loops: with A as stored, columns of C as sums of columns
+// of A (axpy over C's contiguous column); with Aᵀ, each entry a dot product of two contiguous columns (A's and
+// B's: op(B) = B only).
 template <class T>
-void tile_gemm(TileKernel kern, Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta, MatView<T> C) {
+void tile_gemm(TileKernel kern, Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta, MatView<T> C,
+               const T* As = nullptr, index_t a0 = 0) {
     if (kern == TileKernel::Blas) {
         gemm_unsplit<T>(opA, opB, alpha, A, B, beta, C);
+        return;
+    }
+    if (kern == TileKernel::Blocked) {
+        if (opA == Op::T) {
+            FT_CHECK(opB == Op::N && beta == T(0) && As, "tile_gemm: Aᵀ B from strips only");
+            tile::strips_tn<T>(As, A.rows, a0, A.cols, alpha, B, C);
+        } else {
+            FT_CHECK(beta == T(1), "tile_gemm: A op(B) accumulates");
+            tile::mix<T>(A, B, opB == Op::T, alpha, C);
+        }
         return;
     }
     const index_t m = C.rows, n = C.cols, k = opA == Op::N ? A.cols : A.rows;
@@ -61,10 +75,10 @@ void tile_gemm(TileKernel kern, Op opA, Op opB, T alpha, CMatView<T> A, CMatView
 // line 5 by the mask part: keys outside the column's candidate range [begin, end) and (unless the range is
 // dense) the entries the rule does not allow ← −∞.
 template <class T>
-void block_scores(TileKernel kern, CMatView<T> Q, CMatView<T> K, const HeadBlock<T>& blk, index_t t0, index_t nk,
-                  index_t j0, index_t nq, MatView<T> S) {
+void block_scores(TileKernel kern, CMatView<T> Q, CMatView<T> K, const T* Ks, const HeadBlock<T>& blk, index_t t0,
+                  index_t nk, index_t j0, index_t nq, MatView<T> S) {
     const T scale = blk.unscaled ? T(1) : T(1) / std::sqrt(T(Q.rows));  // (V18: unscaled)
-    tile_gemm<T>(kern, Op::T, Op::N, scale, K.cols_range(t0, nk), Q.cols_range(j0, nq), T(0), S);
+    tile_gemm<T>(kern, Op::T, Op::N, scale, K.cols_range(t0, nk), Q.cols_range(j0, nq), T(0), S, Ks, t0);
     if (blk.bias) blk.bias->add_tile(*blk.store, blk.b, blk.h, blk.q0, t0, j0, S);  // line 6: + B^h
     const Mask& mask = *blk.mask;
     const index_t l_z = K.cols;
@@ -77,7 +91,7 @@ void block_scores(TileKernel kern, CMatView<T> Q, CMatView<T> K, const HeadBlock
         std::fill(s + hi, s + nk, kNegInf<T>);
         if (!r.dense)
             for (index_t i = lo; i < hi; ++i)
-                if (!mask.allows(t0 + i, tx, blk.b)) s[i] = kNegInf<T>;
+                if (!mask.allows_head(t0 + i, tx, blk.b, blk.h)) s[i] = kNegInf<T>;
     }
 }
 
@@ -104,10 +118,21 @@ KeyRange key_span(const HeadBlock<T>& blk, index_t j0, index_t nq, index_t l_z) 
     return u;
 }
 
+// Whether every entry of the block (keys t0 … t0+nk−1, queries j0 … j0+nq−1) is allowed by the mask part (each
+// column's candidate range covers the keys and is dense): nothing to mask (causal: every block off the diagonal)
+template <class T>
+bool all_allowed(const HeadBlock<T>& blk, index_t t0, index_t nk, index_t j0, index_t nq, index_t l_z) {
+    for (index_t j = 0; j < nq; ++j) {
+        const KeyRange r = blk.mask->keys(blk.b, blk.q0 + j0 + j, l_z);
+        if (!r.dense || r.begin > t0 || r.end < t0 + nk) return false;
+    }
+    return true;
+}
+
 // per-thread scratch (the kernel runs on the calling thread; heads run in parallel)
 template <class T>
 struct Scratch {
-    std::vector<T> S, dP, Pd, m, l, D;
+    std::vector<T> S, dP, Pd, m, l, D, Ks, Vs;  // Ks, Vs: K and V packed in strips (TileKernel::Blocked)
     std::vector<std::uint8_t> keep;
 };
 template <class T>
@@ -134,6 +159,10 @@ void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const Hea
     T* Sb = sized(w.S, Bk * Bq);
     T* m = sized(w.m, Bq);
     T* l = sized(w.l, Bq);
+    const bool blocked = tiles.kernel == TileKernel::Blocked;
+    const index_t padded = (l_z + tile::R<T> - 1) / tile::R<T> * tile::R<T>;
+    T* Ks = blocked ? sized(w.Ks, padded * K.rows) : nullptr;
+    if (blocked) tile::pack_strips<T>(K, Ks);  // K's columns in strips, once per head (line 4's K_Iᵀ for every J)
     FT_CHECK(blk.mask && (!blk.bias || (blk.bias->tiles() && blk.store)), "tiled attention: no mask, or a score bias with no tiled form");
     const HeadDropout<T>* drop = blk.drop;
     const bool dropping = drop && drop->p > 0;
@@ -150,7 +179,7 @@ void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const Hea
         for (index_t t0 = span.begin; t0 < span.end; t0 += Bk) {
             const index_t nk = std::min(Bk, span.end - t0);
             MatView<T> S(Sb, nk, nq);
-            block_scores<T>(tiles.kernel, Q, K, blk, t0, nk, j0, nq, S);  // line 4
+            block_scores<T>(tiles.kernel, Q, K, Ks, blk, t0, nk, j0, nq, S);  // line 4
             for (index_t j = 0; j < nq; ++j) {
                 T* s = S.col(j);
                 const T m_new = std::max(m[j], column_max(s, nk));  // line 5: m′
@@ -204,6 +233,14 @@ void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, 
     const T inv_keep = dropping ? T(1.0 / (1.0 - drop->p)) : T(1);
     T* Pdb = dropping ? sized(w.Pd, Bk * Bq) : nullptr;
     std::uint8_t* keep = dropping ? sized(w.keep, Bk * Bq) : nullptr;
+    const bool blocked = tiles.kernel == TileKernel::Blocked;
+    const index_t padded = (l_z + tile::R<T> - 1) / tile::R<T> * tile::R<T>;
+    T* Ks = blocked ? sized(w.Ks, padded * K.rows) : nullptr;
+    T* Vs = blocked ? sized(w.Vs, padded * d_v) : nullptr;
+    if (blocked) tile::pack_strips<T>(K, Ks), tile::pack_strips<T>(V, Vs);  // lines 3, 4: K_Iᵀ, V_Iᵀ, once per head
+    // Blocked, with no score bias and no dropout: line 3's exp on the tiles nothing masks, and line 5, are done
+    // by the product's kernel while its block is in registers (tile::Epi)
+    const bool fuse = blocked && !blk.bias && !dropping;
     for (index_t j = 0; j < l_x; ++j) {  // line 1: D ← 1ᵀ(dṼ ⊙ Ṽ)
         const T *o = Vt.col(j), *g = dVt.col(j);
         T s = 0;
@@ -223,8 +260,12 @@ void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, 
             if (nk <= 0) continue;
             const index_t nq = std::min(Bq, l_x - j0);
             MatView<T> P(Sb, nk, nq), dS(dPb, nk, nq);
-            block_scores<T>(tiles.kernel, Q, K, blk, t0, nk, j0, nq, P);  // line 3: S
-            for (index_t j = 0; j < nq; ++j) exp_shift(P.col(j), nk, lse[j0 + j]);  // line 3: P = exp(S − λ)
+            if (fuse && all_allowed(blk, t0, nk, j0, nq, l_z)) {  // line 3: P = exp(K_Iᵀ Q_J / √d_attn − λ), fused
+                tile::strips_tn<T, tile::Epi::Exp>(Ks, K.rows, t0, nk, scale, Q.cols_range(j0, nq), P, lse + j0);
+            } else {
+                block_scores<T>(tiles.kernel, Q, K, Ks, blk, t0, nk, j0, nq, P);  // line 3: S
+                for (index_t j = 0; j < nq; ++j) exp_shift(P.col(j), nk, lse[j0 + j]);  // line 3: P = exp(S − λ)
+            }
             CMatView<T> Pd = P;
             if (dropping) {  // the forward's V_I (P ⊙ M/(1 − p))
                 block_keep(ds, drop->i0, l_z, t0, nk, j0, nq, keep);
@@ -233,15 +274,19 @@ void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, 
             }
             CMatView<T> dVtJ = dVt.cols_range(j0, nq);
             tile_gemm<T>(tiles.kernel, Op::N, Op::T, T(1), dVtJ, Pd, T(1), dV.cols_range(t0, nk));  // line 4: dV_I += dṼ_J Pᵀ
-            tile_gemm<T>(tiles.kernel, Op::T, Op::N, T(1), V.cols_range(t0, nk), dVtJ, T(0), dS);  // line 4: dP = V_Iᵀ dṼ_J
-            if (dropping)  // D2: back through Dropout(P | p, M)
-                for (index_t e = 0; e < nk * nq; ++e) dPb[e] = keep[e] ? dPb[e] * inv_keep : T(0);
-            for (index_t j = 0; j < nq; ++j) {  // line 5: dS = P ⊙ (dP − 1 Dᵀ)
-                const T* p = P.col(j);
-                T* g = dS.col(j);
-                const T Dj = D[j0 + j];
+            if (fuse) {  // line 4: dP = V_Iᵀ dṼ_J and line 5: dS = P ⊙ (dP − 1 Dᵀ), fused
+                tile::strips_tn<T, tile::Epi::DS>(Vs, d_v, t0, nk, T(1), dVtJ, dS, D + j0, P.data);
+            } else {
+                tile_gemm<T>(tiles.kernel, Op::T, Op::N, T(1), V.cols_range(t0, nk), dVtJ, T(0), dS, Vs, t0);  // line 4
+                if (dropping)  // D2: back through Dropout(P | p, M)
+                    for (index_t e = 0; e < nk * nq; ++e) dPb[e] = keep[e] ? dPb[e] * inv_keep : T(0);
+                for (index_t j = 0; j < nq; ++j) {  // line 5: dS = P ⊙ (dP − 1 Dᵀ)
+                    const T* p = P.col(j);
+                    T* g = dS.col(j);
+                    const T Dj = D[j0 + j];
 #pragma omp simd
-                for (index_t i = 0; i < nk; ++i) g[i] = p[i] * (g[i] - Dj);
+                    for (index_t i = 0; i < nk; ++i) g[i] = p[i] * (g[i] - Dj);
+                }
             }
             tile_gemm<T>(tiles.kernel, Op::N, Op::N, scale, K.cols_range(t0, nk), dS, T(1), dQ.cols_range(j0, nq));  // line 6
             tile_gemm<T>(tiles.kernel, Op::N, Op::T, scale, Q.cols_range(j0, nq), dS, T(1), dK.cols_range(t0, nk));  // line 6

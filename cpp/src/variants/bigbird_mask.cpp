@@ -5,8 +5,9 @@
 //
 // so Algorithm 4 with this mask (attention_impl='literal') is the dense definition of what the block-sparse
 // kernel (variants/block_sparse.cpp) computes. Bidirectional, self-attention only (ℓ_z = ℓ_x, no cache). The
-// layout of each n is drawn once and kept (the rule is shared and otherwise immutable). Made by
-// make_mask("bigbird", {values = {block_size, window_blocks, n_global_blocks, n_random_blocks, layout_seed}})
+// layouts of each n (one per query head, or one for all) are drawn once and kept, or given by
+// set_bigbird_layouts (the rule is shared and otherwise immutable). Made by
+// make_mask("bigbird", {values = {block_size, window_blocks, n_global_blocks, n_random_blocks, layout_seed, heads}})
 // (registry.cpp), or by make_bigbird_mask(spec) with the attention's name (models: every layer its own draw).
 #include <algorithm>
 #include <cmath>
@@ -22,17 +23,22 @@ namespace ft {
 
 namespace {
 
+// The layouts of one sequence length: one per query head (or one, shared by every head)
+using HeadLayouts = std::vector<std::shared_ptr<const BlockLayout>>;
+
 class BigBirdMask final : public MaskRule {
 public:
     explicit BigBirdMask(BigBirdSpec s) : s_(std::move(s)) {}
     std::string name() const override { return "bigbird"; }
-    bool allows(index_t b, index_t t_z, index_t t_x) const override {
-        // the layout of sequence b, recorded by check() (which runs before every forward) for its length
-        const auto L = of_seq(b);
+    // head 0's mask (a caller that names no head: Mask::matrix); Algorithm 4 of head h asks allows_head
+    bool allows(index_t b, index_t t_z, index_t t_x) const override { return allows_head(b, 0, t_z, t_x); }
+    bool allows_head(index_t b, index_t h, index_t t_z, index_t t_x) const override {
+        // the layouts of sequence b, recorded by check() (which runs before every forward) for its length
+        const BlockLayout& L = of_head(*of_seq(b), h);
         const index_t i = t_x / s_.block, j = t_z / s_.block;
-        if (i >= L->n || j >= L->n) return false;
-        const index_t* k = L->of(i);
-        return std::binary_search(k, k + L->count(i), j);
+        if (i >= L.n || j >= L.n) return false;
+        const index_t* k = L.of(i);
+        return std::binary_search(k, k + L.count(i), j);
     }
     void check(index_t b, index_t l_z, index_t l_x, index_t q0, bool) const override {
         if (q0 != 0)
@@ -42,29 +48,43 @@ public:
             throw ValueError("bigbird mask: self-attention only (" + std::to_string(l_z) + " keys for " +
                              std::to_string(l_x) + " queries)");
         check_bigbird_length(s_, l_z);
-        const auto L = layout(l_z / s_.block);
+        const auto L = layouts(l_z / s_.block);
         std::lock_guard<std::mutex> g(m_);
         if (index_t(seq_.size()) <= b) seq_.resize(std::size_t(b + 1));
         seq_[std::size_t(b)] = L;
     }
     const BigBirdSpec& spec() const { return s_; }
-    std::shared_ptr<const BlockLayout> layout(index_t n) const {
+    // every head's layout for n blocks: given (install), else drawn once (V17a, head by head) and kept
+    std::shared_ptr<const HeadLayouts> layouts(index_t n) const {
         std::lock_guard<std::mutex> g(m_);
         auto& p = cache_[n];
-        if (!p) p = std::make_shared<const BlockLayout>(bigbird_layout(s_, n));
+        if (!p) {
+            HeadLayouts hl;
+            for (index_t h = 0; h < std::max<index_t>(s_.heads, 1); ++h)
+                hl.push_back(std::make_shared<const BlockLayout>(bigbird_layout(s_, n, h)));
+            p = std::make_shared<const HeadLayouts>(std::move(hl));
+        }
         return p;
+    }
+    void install(index_t n, std::shared_ptr<const HeadLayouts> hl) const {
+        std::lock_guard<std::mutex> g(m_);
+        cache_[n] = std::move(hl);
+    }
+    static const BlockLayout& of_head(const HeadLayouts& hl, index_t h) {
+        FT_CHECK(hl.size() == 1 || (h >= 0 && h < index_t(hl.size())), "bigbird mask: no layout of head " + std::to_string(h));
+        return *hl[hl.size() == 1 ? 0 : std::size_t(h)];
     }
 
 private:
     // read without the lock: check() writes seq_ before the heads run (one forward at a time per attention)
-    std::shared_ptr<const BlockLayout> of_seq(index_t b) const {
+    std::shared_ptr<const HeadLayouts> of_seq(index_t b) const {
         FT_CHECK(b < index_t(seq_.size()) && seq_[std::size_t(b)], "bigbird mask: sequence not checked before use");
         return seq_[std::size_t(b)];
     }
     BigBirdSpec s_;
     mutable std::mutex m_;
-    mutable std::map<index_t, std::shared_ptr<const BlockLayout>> cache_;
-    mutable std::vector<std::shared_ptr<const BlockLayout>> seq_;  // the layout of each sequence of the last batch
+    mutable std::map<index_t, std::shared_ptr<const HeadLayouts>> cache_;
+    mutable std::vector<std::shared_ptr<const HeadLayouts>> seq_;  // the layouts of each sequence of the last batch
 };
 }  // namespace
 
@@ -95,8 +115,9 @@ void check_bigbird_length(const BigBirdSpec& s, index_t l) {
 }
 
 // ===================================== Algorithm V17a ==================================================
-BlockLayout bigbird_layout(const BigBirdSpec& s, index_t n) {
+BlockLayout bigbird_layout(const BigBirdSpec& s, index_t n, index_t h) {
     check_bigbird_spec(s);
+    if (h < 0) throw ValueError("bigbird layout: head " + std::to_string(h) + " must be >= 0");
     if (n < 2 * s.global + s.window + s.random) check_bigbird_length(s, n * s.block);
     checked_elements({n, n}, 1, "bigbird layout (n_blocks × n_blocks)");  // the O(n²) scan below, and the dense (n, n) view
     BlockLayout L;
@@ -119,8 +140,9 @@ BlockLayout bigbird_layout(const BigBirdSpec& s, index_t n) {
         cand.clear();
         for (index_t j = 0; j < n; ++j)
             if (!in[std::size_t(j)]) cand.push_back(j);
-        // line 6: r distinct draws (a partial Fisher–Yates shuffle), from the seed, the name, n and i
-        Rng rng(splitmix64(base ^ splitmix64(std::uint64_t(n) * 0x100000001ULL + std::uint64_t(i))));
+        // line 6: r distinct draws (a partial Fisher–Yates shuffle), from the seed, the name, n, i and the head h
+        Rng rng(splitmix64(base ^ splitmix64(std::uint64_t(n) * 0x100000001ULL + std::uint64_t(i)) ^
+                           (std::uint64_t(h) * 0x9E3779B97F4A7C15ULL)));
         for (index_t k = 0; k < s.random; ++k) {
             const index_t pick = k + index_t(rng.below(std::uint64_t(index_t(cand.size()) - k)));
             std::swap(cand[std::size_t(k)], cand[std::size_t(pick)]);
@@ -164,10 +186,35 @@ const BigBirdSpec* bigbird_spec(const Mask& m) {
     return r ? &r->spec() : nullptr;
 }
 
-std::shared_ptr<const BlockLayout> bigbird_mask_layout(const Mask& m, index_t n) {
+std::shared_ptr<const BlockLayout> bigbird_mask_layout(const Mask& m, index_t n, index_t h) {
     const auto* r = dynamic_cast<const BigBirdMask*>(&m.rule());
     FT_CHECK(r != nullptr, "bigbird_mask_layout: not a bigbird mask");
-    return r->layout(n);
+    const auto hl = r->layouts(n);
+    const BlockLayout& L = BigBirdMask::of_head(*hl, h);
+    return std::shared_ptr<const BlockLayout>(hl, &L);  // shares the ownership of the head's list
+}
+
+void set_bigbird_layouts(const Mask& m, std::vector<BlockLayout> layouts) {
+    const auto* r = dynamic_cast<const BigBirdMask*>(&m.rule());
+    if (!r) throw ValueError("bigbird layouts: the attention's mask is '" + m.name() + "', not BigBird's (attention='bigbird')");
+    const BigBirdSpec& s = r->spec();
+    const index_t H = std::max<index_t>(s.heads, 1), count = index_t(layouts.size());
+    if (count != 1 && count != H)
+        throw ValueError("bigbird layouts: " + std::to_string(count) + " layouts for " + std::to_string(H) +
+                         " heads (give one per head, or one for every head)");
+    const index_t n = layouts[0].n;
+    for (index_t h = 0; h < count; ++h) {
+        const BlockLayout& L = layouts[std::size_t(h)];
+        if (L.block != s.block)
+            throw ValueError("bigbird layouts: head " + std::to_string(h) + "'s blocks are of " + std::to_string(L.block) +
+                             " tokens, the attention's block_size is " + std::to_string(s.block));
+        if (L.n != n)
+            throw ValueError("bigbird layouts: head " + std::to_string(h) + " has " + std::to_string(L.n) +
+                             " blocks, head 0 " + std::to_string(n) + " (one sequence length at a time)");
+    }
+    HeadLayouts hl;
+    for (auto& L : layouts) hl.push_back(std::make_shared<const BlockLayout>(std::move(L)));
+    r->install(n, std::make_shared<const HeadLayouts>(std::move(hl)));
 }
 
 // The registry's factory: the numbers of MaskOptions::values (layout_seed exact below 2^53).
@@ -182,7 +229,8 @@ Mask make_bigbird_mask_from_options(const MaskOptions& o) {
     };
     if (!o.values.count("block_size")) throw ValueError("bigbird mask: give the block_size");
     get("block_size", s.block), get("window_blocks", s.window), get("n_global_blocks", s.global);
-    get("n_random_blocks", s.random);
+    get("n_random_blocks", s.random), get("heads", s.heads);
+    if (s.heads < 1) throw ValueError("bigbird mask: heads must be >= 1 (one layout per query head)");
     index_t seed = 0;
     get("layout_seed", seed);
     if (seed < 0) throw ValueError("bigbird mask: layout_seed must be >= 0");

@@ -137,7 +137,7 @@ void block_sparse_head_backward(const BlockLayout& L, CMatView<T> Q, CMatView<T>
 }
 
 // The head kernel "bigbird" (parts.hpp HeadKernel; attention='bigbird' with attention_impl 'auto'): V17b on
-// every block, only the live blocks of the layout of the block's sequence (the mask part's, V17a); λ in c.lse, no
+// every block, only the live blocks of the layout of the block's sequence and head (the mask part's, V17a); λ in c.lse, no
 // A (attention_weights rebuilds it by Algorithm 4's lines 4–6 as printed with the layout's mask). 'literal' and
 // 'tiled' run the dense listings with the same mask instead (head_kernel_name).
 namespace {
@@ -152,13 +152,13 @@ public:
     }
     void forward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MHAttentionCache<T>& c,
                  MatView<T> Y) const override {
-        block_sparse_head<T>(*layout(c.mask, K.cols), Q, K, V, Y, c.lse.data() + blk.h * blk.n_x + blk.j0);
+        block_sparse_head<T>(*layout(c.mask, K.cols, blk.h), Q, K, V, Y, c.lse.data() + blk.h * blk.n_x + blk.j0);
     }
     void backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Y, CMatView<T> dY, const HeadBlock<T>& blk,
                   const MHAttentionCache<T>& c, MHAttentionWork<T>& w, MatView<T> dQ, MatView<T> dK,
                   MatView<T> dV) const override {
         (void)Y, (void)w;  // V17b backward: the weights recomputed block by block from λ
-        block_sparse_head_backward<T>(*layout(c.mask, K.cols), Q, K, V, c.lse.data() + blk.h * blk.n_x + blk.j0, dY, dQ,
+        block_sparse_head_backward<T>(*layout(c.mask, K.cols, blk.h), Q, K, V, c.lse.data() + blk.h * blk.n_x + blk.j0, dY, dQ,
                                       dK, dV);
     }
     void weights(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, const MHAttentionCache<T>& c,
@@ -169,8 +169,9 @@ public:
     }
 
 private:
-    static std::shared_ptr<const BlockLayout> layout(const Mask& m, index_t l) {
-        return bigbird_mask_layout(m, l / bigbird_spec(m)->block);
+    // query head h's layout for sequences of ℓ tokens
+    static std::shared_ptr<const BlockLayout> layout(const Mask& m, index_t l, index_t h) {
+        return bigbird_mask_layout(m, l / bigbird_spec(m)->block, h);
     }
 };
 }  // namespace
