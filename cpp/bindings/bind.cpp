@@ -225,7 +225,16 @@ py::array maybe_vector(py::array a, bool vector) {
     return a.attr("reshape")(py::make_tuple(a.shape(0)));
 }
 
-long long int_arg(const py::handle& v, const char* name) {
+namespace {
+std::string bound(long long b) { return b == LLONG_MAX ? "2^63 - 1" : b == LLONG_MIN ? "-2^63" : std::to_string(b); }
+std::string range_text(long long lo, long long hi) {  // in the words of positive() and the core's checks
+    if (hi == LLONG_MAX && lo == 1) return "a positive integer (below 2^63)";
+    if (hi == LLONG_MAX && lo != LLONG_MIN) return ">= " + bound(lo) + " (an integer below 2^63)";
+    return "an integer in [" + bound(lo) + ", " + bound(hi) + "]";
+}
+}  // namespace
+
+long long int_arg(const py::handle& v, const char* name, long long lo, long long hi) {
     if (py::isinstance<py::bool_>(v) || !PyIndex_Check(v.ptr()))
         throw ft::TypeError(std::string(name) + " must be an int, got " +
                             py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>());
@@ -233,9 +242,9 @@ long long int_arg(const py::handle& v, const char* name) {
     if (!i) throw py::error_already_set();
     int overflow = 0;
     const long long r = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
-    if (overflow != 0)
-        throw ft::ValueError(std::string(name) + " = " + py::str(i).cast<std::string>() + " is out of range (64-bit integers)");
     if (r == -1 && PyErr_Occurred()) throw py::error_already_set();
+    if (overflow != 0 || r < lo || r > hi)
+        throw ft::ValueError(std::string(name) + " must be " + range_text(lo, hi) + ", got " + py::str(i).cast<std::string>());
     return r;
 }
 

@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <climits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -78,11 +79,23 @@ py::array_t<T, py::array::f_style> out_matrix(index_t rows, index_t cols);
 // Drop the column axis of a [rows, 1] result when the input was a vector.
 py::array maybe_vector(py::array a, bool vector);
 
+// A Python int (or numpy integer) in [lo, hi] as long long: TypeError naming `name` if it is not an integer
+// (bool included), ValueError naming it and [lo, hi] if it is outside (2**64 included). Never pybind's
+// RuntimeError cast failure.
+long long int_arg(const py::handle& v, const char* name, long long lo = LLONG_MIN, long long hi = LLONG_MAX);
+// An integer argument as the bindings take it (never a plain C++ integer parameter): its caster accepts any
+// Python object, so that a wrong one reaches int_arg, which names the argument and its range; pybind11's own
+// integer caster answers 2**64, True or 3.0 with its generic "incompatible function arguments". The stub
+// calls it typing.SupportsIndex (an int, a numpy integer; not a float, as pybind11's typing.SupportsInt says).
+struct PyInt {
+    py::object value;
+};
+inline long long int_arg(const PyInt& v, const char* name, long long lo = LLONG_MIN, long long hi = LLONG_MAX) {
+    return int_arg(py::handle(v.value), name, lo, hi);
+}
 // Positive integer hyperparameter, or ValueError naming it.
 index_t positive(long long v, const char* name);
-// A Python int (or numpy integer) as long long: TypeError naming `name` if it is not an integer (bool
-// included), ValueError if it does not fit 64 bits. Never pybind's RuntimeError cast failure.
-long long int_arg(const py::handle& v, const char* name);
+inline index_t positive(const PyInt& v, const char* name) { return index_t(int_arg(v, name, 1)); }
 // A seed: an integer in [0, 2^64) (TypeError if not an integer, ValueError outside the range).
 std::uint64_t seed_arg(const py::handle& v, const char* name = "seed");
 // A real number as double: TypeError naming `name` otherwise.
@@ -192,6 +205,23 @@ struct LongCoreCall {
     ft::FpEnvScope fp{true};
 };
 
+// A model call's [rows, cols] output: `run()` (the listing's lines up to the output, which check the input),
+// then the result allocated, then `last(out)` (the last line written into it), each core step without the GIL.
+// So an input the core refuses allocates nothing. Used by every model's call (shaped_output, ViT's output).
+template <class T, class Run, class Last>
+py::array_t<T, py::array::f_style> run_then_output(index_t rows, index_t cols, Run run, Last last) {
+    {
+        CoreCall nogil;
+        run();
+    }
+    auto out = out_matrix<T>(rows, cols);
+    {
+        CoreCall nogil;
+        last(ft::MatView<T>(out.mutable_data(), rows, cols));
+    }
+    return out;
+}
+
 // The backward call of a stand-alone unit with one matrix input (LayerNorm, RMSNorm, Unembedding): the
 // incoming gradient `what` checked as [rows, n] (a vector when the forward's input was), the input's
 // gradient [d_in, n] for the n columns of the unit's last forward; the core call without the GIL.
@@ -276,3 +306,15 @@ void register_training(py::module_& m);
 void register_inference(py::module_& m);
 
 }  // namespace ftpy
+
+namespace pybind11::detail {
+template <>
+struct type_caster<ftpy::PyInt> {
+    PYBIND11_TYPE_CASTER(ftpy::PyInt, io_name("typing.SupportsIndex", "int"));
+    bool load(handle src, bool) {
+        value.value = reinterpret_borrow<object>(src);
+        return true;
+    }
+    static handle cast(const ftpy::PyInt& v, return_value_policy, handle) { return v.value.inc_ref(); }
+};
+}  // namespace pybind11::detail

@@ -78,7 +78,16 @@ void register_common(py::module_& m) {
              "before anything is written.")
         .def("__repr__", &ParamDict::repr);
 
-    m.def("set_num_threads", &ft::set_num_threads, py::arg("n"),
+    m.def(
+        "set_num_threads",
+        [](const PyInt& n) {  // the core checks [1, max_num_threads()] of an int
+            const long long v = int_arg(n, "n");
+            if (v < INT_MIN || v > INT_MAX)
+                throw ft::ValueError("set_num_threads: n = " + std::to_string(v) + " is outside [1, max_num_threads() = " +
+                                     std::to_string(ft::max_num_threads()) + "]");
+            ft::set_num_threads(int(v));
+        },
+        py::arg("n"),
           "Threads for the element-wise kernels and the BLAS (one shared OpenMP pool): 1 <= n <= max_num_threads(), "
           "else ValueError.");
     m.def("get_num_threads", &ft::get_num_threads);

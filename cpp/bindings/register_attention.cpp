@@ -281,7 +281,7 @@ void def_bigbird_layouts(py::class_<AnyDtype<ft::ETransformer>, HasParams>& c) {
         "'bigbird', a shape other than (L, H, n, n) or (L, n, n), n·block_size > l_max, a query block with no key block.");
     c.def(
         "bigbird_layouts",
-        [](DE& d, long long n_blocks) {
+        [](DE& d, const PyInt& n_blocks) {
             CallLock lock(d.mutex);
             return d.visit([&](auto& m) {
                 const ft::ModelConfig& cfg = m.cfg;
@@ -311,7 +311,7 @@ void register_attention(py::module_& m) {
     // ---------------------------------------------------------------------------------------- masks
     m.def(
         "bidirectional_mask",
-        [](long long l_z, std::optional<long long> l_x) {
+        [](const PyInt& l_z, std::optional<PyInt> l_x) {
             const index_t z = positive(l_z, "l_z"), x = l_x ? positive(*l_x, "l_x") : z;
             return bool_matrix(z, x, ft::bidirectional_mask(z, x));
         },
@@ -319,7 +319,7 @@ void register_attention(py::module_& m) {
         "Mask ≡ 1 (l_z, l_x) bool array: every token attends to every context token (l_x defaults to l_z).");
     m.def(
         "unidirectional_mask",
-        [](long long l_z, std::optional<long long> l_x) {
+        [](const PyInt& l_z, std::optional<PyInt> l_x) {
             const index_t z = positive(l_z, "l_z"), x = l_x ? positive(*l_x, "l_x") : z;
             return bool_matrix(z, x, ft::unidirectional_mask(z, x));
         },
@@ -330,16 +330,15 @@ void register_attention(py::module_& m) {
     // ---------------------------------------------------------------------- V15: random features
     m.def(
         "random_feature_matrix",
-        [](const std::string& attention, long long n_features, long long d_attn, const py::object& seed,
+        [](const std::string& attention, const PyInt& n_features, const PyInt& d_attn, const py::object& seed,
            const std::string& name) {
             ft::AttnKernel k;
             if (attention == "performer") k = ft::AttnKernel::Performer;
             else if (attention == "rfa") k = ft::AttnKernel::RFA;
             else throw ft::ValueError("attention must be 'performer' or 'rfa', got '" + attention + "'");
-            if (n_features < 1)
-                throw ft::ValueError("n_features = " + std::to_string(n_features) + " must be >= 1 (the number D of random features)");
+            const index_t D = positive(n_features, "n_features (the number D of random features)");
             const index_t d = positive(d_attn, "d_attn");
-            const ft::RandomFeatures<double> f = ft::draw_random_features<double>(k, index_t(n_features), d, seed_arg(seed), name);
+            const ft::RandomFeatures<double> f = ft::draw_random_features<double>(k, D, d, seed_arg(seed), name);
             py::array_t<double> out({py::ssize_t(f.D), py::ssize_t(d)});
             double* o = out.mutable_data();
             for (index_t i = 0; i < f.D; ++i)
@@ -355,11 +354,13 @@ void register_attention(py::module_& m) {
     // --------------------------------------------------------------------- V17: block-sparse (BigBird)
     m.def(
         "bigbird_layout",
-        [](long long n_blocks, long long window_blocks, long long n_global_blocks, long long n_random_blocks,
-           const py::object& seed, const std::string& name, long long head) {
+        [](const PyInt& n_blocks, const PyInt& window_blocks, const PyInt& n_global_blocks, const PyInt& n_random_blocks,
+           const py::object& seed, const std::string& name, const PyInt& head_arg) {
+            const long long head = int_arg(head_arg, "head");
             ft::BigBirdSpec s;
-            s.block = 1, s.window = index_t(window_blocks), s.global = index_t(n_global_blocks);
-            s.random = index_t(n_random_blocks), s.seed = seed_arg(seed), s.name = name;
+            s.block = 1, s.window = index_t(int_arg(window_blocks, "window_blocks"));
+            s.global = index_t(int_arg(n_global_blocks, "n_global_blocks"));
+            s.random = index_t(int_arg(n_random_blocks, "n_random_blocks")), s.seed = seed_arg(seed), s.name = name;
             const index_t n = positive(n_blocks, "n_blocks");
             if (head < 0) throw ft::ValueError("head = " + std::to_string(head) + " must be >= 0");
             ft::check_bigbird_spec(s);
@@ -374,8 +375,8 @@ void register_attention(py::module_& m) {
         "ValueError: window_blocks even or < 1, n_global_blocks or n_random_blocks < 0, too few blocks.");
     m.def(
         "block_sparse_attention",
-        [](const py::handle& Q, const py::handle& K, const py::handle& V, const py::handle& layout, long long block_size) {
-            const ft::BlockLayout L = layout_of(layout, block_size);
+        [](const py::handle& Q, const py::handle& K, const py::handle& V, const py::handle& layout, const PyInt& block_size) {
+            const ft::BlockLayout L = layout_of(layout, positive(block_size, "block_size"));
             return is_f32(Q) ? block_sparse_forward<float>(Q, K, V, L) : block_sparse_forward<double>(Q, K, V, L);
         },
         py::arg("Q"), py::arg("K"), py::arg("V"), py::arg("layout"), py::arg("block_size"),
@@ -384,9 +385,9 @@ void register_attention(py::module_& m) {
         "over the live blocks only. float32 when Q is float32, else float64.");
     m.def(
         "block_sparse_attention_backward",
-        [](const py::handle& Q, const py::handle& K, const py::handle& V, const py::handle& layout, long long block_size,
+        [](const py::handle& Q, const py::handle& K, const py::handle& V, const py::handle& layout, const PyInt& block_size,
            const py::handle& lse, const py::handle& dY) {
-            const ft::BlockLayout L = layout_of(layout, block_size);
+            const ft::BlockLayout L = layout_of(layout, positive(block_size, "block_size"));
             return is_f32(Q) ? block_sparse_backward<float>(Q, K, V, L, lse, dY)
                              : block_sparse_backward<double>(Q, K, V, L, lse, dY);
         },
@@ -411,7 +412,7 @@ void register_attention(py::module_& m) {
                       "Inputs: float arrays of either precision, any layout (zero-copy when already this dtype and F-contiguous,\n"
                       "  otherwise converted once); non-float arrays -> TypeError. NaN is not checked: it propagates as\n"
                       "  numpy's arithmetic of the listing (reference.py) would.");
-    ba.def(py::init([](long long d_in, long long d_attn, long long d_out, const py::object& dtype, const py::object& seed) {
+    ba.def(py::init([](const PyInt& d_in, const PyInt& d_attn, const PyInt& d_out, const py::object& dtype, const py::object& seed) {
                return std::make_unique<DB>(parse_dtype(dtype), positive(d_in, "d_in"), positive(d_attn, "d_attn"),
                                            positive(d_out, "d_out"), seed_arg(seed));
            }),
@@ -453,7 +454,7 @@ void register_attention(py::module_& m) {
                       "Inputs: float arrays of either precision, any layout (zero-copy when already this dtype and F-contiguous,\n"
                       "  otherwise converted once); non-float arrays -> TypeError. NaN is not checked: it propagates as\n"
                       "  numpy's arithmetic of the listing (reference.py) would.");
-    at.def(py::init([](long long d_x, long long d_z, long long d_attn, long long d_out, const py::object& mask,
+    at.def(py::init([](const PyInt& d_x, const PyInt& d_z, const PyInt& d_attn, const PyInt& d_out, const py::object& mask,
                        const py::object& dtype, const py::object& seed) {
                const index_t a = positive(d_x, "d_x"), b = positive(d_z, "d_z"), c = positive(d_attn, "d_attn"),
                              o = positive(d_out, "d_out");
@@ -508,14 +509,14 @@ void register_attention(py::module_& m) {
                       "attention_impl='auto' | 'literal' | 'tiled': Algorithm 4's lines 4-6 as printed, or the tiled listing\n"
                       "  (docs/tiled_attention.md: the same numbers up to rounding, memory O(ℓ·d) per head; weights then\n"
                       "  computed when read); 'auto' picks tiled from 256 context tokens on (docs/design.md).");
-    mh.def(py::init([](long long H, long long d_x, long long d_z, long long d_attn, long long d_mid, long long d_out,
+    mh.def(py::init([](const PyInt& H, const PyInt& d_x, const PyInt& d_z, const PyInt& d_attn, const PyInt& d_mid, const PyInt& d_out,
                        const py::object& mask, const py::object& dtype, const py::object& seed, const py::object& H_kv,
                        const py::object& bias, const std::string& positional, double rope_theta,
                        const std::string& attention_impl) {
                const index_t h = positive(H, "H"), a = positive(d_x, "d_x"), b = positive(d_z, "d_z"),
                              c = positive(d_attn, "d_attn"), mid = positive(d_mid, "d_mid"), o = positive(d_out, "d_out");
                ft::AttnVariant v;
-               if (!H_kv.is_none()) v.H_kv = positive(int_arg(H_kv, "H_kv"), "H_kv");
+               if (!H_kv.is_none()) v.H_kv = index_t(int_arg(H_kv, "H_kv", 1));
                if (!py::isinstance<py::bool_>(bias)) throw py::type_error("bias must be True or False");
                v.bias = bias.cast<bool>();
                ft::check_part_name(ft::PartKind::Position, positional, "positional");

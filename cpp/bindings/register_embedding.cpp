@@ -128,7 +128,7 @@ void register_embedding(py::module_& m) {
                       "Errors: id out of range -> IndexError naming the id and its position; float/bool ids ->\n"
                       "  TypeError; an empty sequence -> ValueError. dE: a float array of either precision, any layout;\n"
                       "  NaN in dE is not checked and lands in the gradient columns it is added to.");
-    te.def(py::init([](long long n_vocab, long long d_e, const py::object& dtype, const py::object& seed) {
+    te.def(py::init([](const PyInt& n_vocab, const PyInt& d_e, const py::object& dtype, const py::object& seed) {
                return std::make_unique<DT>(parse_dtype(dtype), positive(n_vocab, "n_vocab"), positive(d_e, "d_e"),
                                            seed_arg(seed));
            }),
@@ -170,7 +170,7 @@ void register_embedding(py::module_& m) {
                       "backward(dE): dE of the last call's shape; grads['W_p'][:, t] += dE[:, j] for each\n"
                       "  position t = t_j (learned only). Returns None.\n"
                       "Positions: any integer dtype or a list; float/bool -> TypeError; empty -> ValueError.");
-    pe.def(py::init([](long long l_max, long long d_e, const std::string& kind, const py::object& base,
+    pe.def(py::init([](const PyInt& l_max, const PyInt& d_e, const std::string& kind, const py::object& base,
                        const py::object& dtype, const py::object& seed) {
                ft::Positional k;
                if (kind == "learned")

@@ -211,8 +211,9 @@ x a PromptCache (DInference.prefill): continues it, the tokens of DInference(...
 
 A prefix LM (mask="prefix", docs/variants.md V7): the call's prefix_len=p makes the prompt's first p tokens
 the prefix (bidirectional over them, causal after); None (default): the whole prompt, for such a model.)doc")
-        .def(py::init([](long long l_gen, double tau, const py::object& top_k, const py::object& top_p,
-                         const py::object& seed, bool cache, const std::string& context, long long max_batch) {
+        .def(py::init([](const PyInt& l_gen_arg, double tau, const py::object& top_k, const py::object& top_p,
+                         const py::object& seed, bool cache, const std::string& context, const PyInt& max_batch_arg) {
+                 const long long l_gen = int_arg(l_gen_arg, "l_gen", 0), max_batch = int_arg(max_batch_arg, "max_batch");
                  ft::check_l_gen(index_t(l_gen));
                  if (max_batch < 1) throw ft::ValueError("max_batch must be >= 1, got " + std::to_string(max_batch));
                  check_seed(seed);
@@ -351,7 +352,7 @@ values; cache=False runs the listing literally. Sampling as DInference.)doc")
                  EDInferencePy d;
                  d.o = sampling(tau, top_k, top_p, cache);
                  d.seed = seed;
-                 d.max_len = max_len.is_none() ? 0 : int_arg(max_len, "max_len");
+                 d.max_len = max_len.is_none() ? 0 : int_arg(max_len, "max_len", 1);
                  if (!max_len.is_none() && d.max_len < 1) throw ft::ValueError("max_len must be >= 1");
                  return d;
              }),
@@ -395,9 +396,9 @@ tokens_per_pass. seed=None: a fresh random seed.
 draft=None: self-speculation (docs/variants.md V16): the target's own multi-token-prediction modules (mtp_depth ≥ k)
 draft, module j the j-th token after the trunk's last kept hidden state; no second model. The first pass drafts
 nothing.)doc")
-        .def(py::init([](long long l_gen, long long k, double tau, const py::object& seed) {
+        .def(py::init([](const PyInt& l_gen_arg, const PyInt& k_arg, double tau, const py::object& seed) {
+                 const long long l_gen = int_arg(l_gen_arg, "l_gen", 0), k = int_arg(k_arg, "k (tokens drafted per target pass)", 1);
                  ft::check_l_gen(index_t(l_gen));
-                 ft::check_draft_k(index_t(k));
                  check_seed(seed);
                  SpeculativeInferencePy d;
                  d.o = sampling(tau, py::none(), py::none(), true);

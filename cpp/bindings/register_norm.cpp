@@ -31,7 +31,7 @@ void register_norm(py::module_& m) {
                       "Hyperparameters: d_e, eps (inside the square root; eps=0 is the listing exactly).\n"
                       "Parameters: gamma (d_e,) = 1, beta (d_e,) = 0.\n"
                       "Call: e (d_e,) or (d_e, ℓ) -> ê of the same shape. backward(dÊ) -> dE.");
-    ln.def(py::init([](long long d_e, double eps, const py::object& dtype) {
+    ln.def(py::init([](const PyInt& d_e, double eps, const py::object& dtype) {
                return std::make_unique<DL>(parse_dtype(dtype), positive(d_e, "d_e"), eps);
            }),
            py::arg("d_e"), py::arg("eps") = 1e-5, py::arg("dtype") = "float32")
@@ -53,7 +53,7 @@ void register_norm(py::module_& m) {
     py::class_<DR, HasParams> rn(m, "RMSNorm",
                       "Gopher's RMSnorm variant of Algorithm 6: ê = e / √(Σ e²/d_e + eps) ⊙ γ, per column.\n\n"
                       "Parameters: gamma (d_e,) = 1. Call: e (d_e,) or (d_e, ℓ) -> ê. backward(dÊ) -> dE.");
-    rn.def(py::init([](long long d_e, double eps, const py::object& dtype) {
+    rn.def(py::init([](const PyInt& d_e, double eps, const py::object& dtype) {
                return std::make_unique<DR>(parse_dtype(dtype), positive(d_e, "d_e"), eps);
            }),
            py::arg("d_e"), py::arg("eps") = 1e-5, py::arg("dtype") = "float32")

@@ -1,5 +1,6 @@
 // Paper §4 (tokenization): CharTokenizer, WordTokenizer, BPETokenizer, chunk. Checks and conversions only;
 // the work happens in the core (tokenizer.hpp) with the GIL released.
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -289,7 +290,15 @@ void register_tokenizer(py::module_& m) {
            "specials, else ValueError). Runs in C++ with the GIL released; Ctrl-C stops it (nothing is built).")
         .def_static(
             "from_merges",
-            [](const std::vector<std::pair<token_t, token_t>>& merges) { return ft::BPETokenizer::from_merges(merges); },
+            [](const std::vector<std::pair<PyInt, PyInt>>& pairs) {
+                std::vector<std::pair<token_t, token_t>> merges;
+                for (std::size_t k = 0; k < pairs.size(); ++k) {
+                    const std::string at = "merges[" + std::to_string(k) + "]";
+                    merges.emplace_back(token_t(int_arg(pairs[k].first, (at + "[0]").c_str(), 0, std::numeric_limits<token_t>::max())),
+                                        token_t(int_arg(pairs[k].second, (at + "[1]").c_str(), 0, std::numeric_limits<token_t>::max())));
+                }
+                return ft::BPETokenizer::from_merges(merges);
+            },
             py::arg("merges"),
             "A tokenizer from a list of (left id, right id) merges; merge k makes id 256 + k and may only use ids "
             "< 256 + k.")
@@ -416,7 +425,8 @@ void register_tokenizer(py::module_& m) {
             "Write GPT-2's vocab.json (special tokens included under their text) and merges.txt.")
         .def(
             "token_bytes",
-            [](const ft::BPETokenizer& t, long long id) {
+            [](const ft::BPETokenizer& t, const PyInt& id_arg) {
+                const long long id = int_arg(id_arg, "id");
                 if (id < 0 || id >= (long long)t.n_vocab())  // before narrowing to the token type
                     throw ft::IndexError("token id " + std::to_string(id) + " is out of range [0, " +
                                          std::to_string(t.n_vocab()) + ")");

@@ -365,13 +365,13 @@ void register_training(py::module_& m) {
         "θ as one read-only 1-D array (no copy: the model's flat buffer, in parameter order), e.g. to fingerprint it.");
     m.def(
         "_mask_tokens",
-        [](const py::handle& x, long long mask_token, double p_mask, unsigned long long seed) {
+        [](const py::handle& x, const PyInt& mask_token, double p_mask, const py::object& seed) {
             if (!(p_mask > 0 && p_mask < 1)) throw ft::ValueError("p_mask must be in (0, 1)");
             InIds in = in_ids(x, "x", std::numeric_limits<index_t>::max(), false);
             py::array_t<long long> out(py::ssize_t(in.ids.size()));
             std::vector<index_t> xt(in.ids.size());
-            ft::Rng rng(seed);
-            ft::mask_tokens(in.ids.data(), index_t(in.ids.size()), mask_token, p_mask, rng, xt.data());
+            ft::Rng rng(seed_arg(seed));
+            ft::mask_tokens(in.ids.data(), index_t(in.ids.size()), index_t(int_arg(mask_token, "mask_token")), p_mask, rng, xt.data());
             std::copy(xt.begin(), xt.end(), out.mutable_data());
             return out;
         },
@@ -379,9 +379,9 @@ void register_training(py::module_& m) {
         "Algorithm 12 lines 4–6 on one sequence (the masking ETraining applies), for inspection and tests.");
     m.def(
         "learning_rate",
-        [](const py::dict& options, long long step, long long total) {
+        [](const py::dict& options, const PyInt& step, const PyInt& total) {
             py::dict o2 = options;
-            return ft::learning_rate(parse_options(o2), step, total);
+            return ft::learning_rate(parse_options(o2), int_arg(step, "step"), int_arg(total, "total"));
         },
         py::arg("options"), py::arg("step"), py::arg("total"),
         "η at 1-based `step` of `total` under the options' schedule (warmup, schedule, eta, min_lr).");

@@ -96,16 +96,7 @@ std::string repr_of(D& d) {
 // a list of (rows, ℓ_b) for a ragged list. The bindings only convert, release the GIL and shape.
 template <class T, class Run, class Last>
 py::object shaped_output(index_t n_vocab, const InBatch& in, bool two_d, Run run, Last last) {
-    {
-        CoreCall nogil;
-        run();
-    }
-    const index_t n = index_t(in.ids.size());
-    auto out = out_matrix<T>(n_vocab, n);
-    {
-        CoreCall nogil;
-        last(ft::MatView<T>(out.mutable_data(), n_vocab, n));
-    }
+    auto out = run_then_output<T>(n_vocab, index_t(in.ids.size()), run, last);
     if (in.was_single) return std::move(out);
     const index_t B = index_t(in.lengths.size());
     if (two_d) {  // (N, N_V, ℓ): block b is the F-ordered (N_V, ℓ) of sequence b
@@ -292,9 +283,10 @@ void def_single_input(PyClass& cls) {
             "W_u X (before the final softmax), shaped like the call's output. prefix_len: as the call (V7).");
     cls.def(
             "attention_weights",
-            [](D& d, long long layer, long long seq) {
+            [](D& d, const PyInt& layer, const PyInt& seq) {
                 CallLock lock(d.mutex);
-                return d.visit([&](auto& m) { return attention_array(m, m.self_attention, layer, seq); });
+                const long long l = int_arg(layer, "layer"), s = int_arg(seq, "seq");
+                return d.visit([&](auto& m) { return attention_array(m, m.self_attention, l, s); });
             },
             py::arg("layer"), py::arg("seq") = 0,
             "softmax(S/√d_attn) of every head of `layer` in the last forward call: (H, ℓ, ℓ); column t is how "
@@ -647,7 +639,8 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
         "Algorithm 11 line 5 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad.");
     edcls.def(
             "attention_weights",
-            [](DED& d, const std::string& kind, long long layer, long long seq) {
+            [](DED& d, const std::string& kind, const PyInt& layer_arg, const PyInt& seq_arg) {
+                const long long layer = int_arg(layer_arg, "layer"), seq = int_arg(seq_arg, "seq");
                 CallLock lock(d.mutex);
                 ft::AttentionKind which;
                 if (kind == "enc") which = ft::AttentionKind::Encoder;

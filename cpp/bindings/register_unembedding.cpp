@@ -95,7 +95,7 @@ void register_unembedding(py::module_& m) {
                       "Inputs: float arrays of either precision, any layout (zero-copy when already this dtype and F-contiguous,\n"
                       "  otherwise converted once); non-float arrays -> TypeError. NaN is not checked: it propagates as\n"
                       "  numpy's arithmetic of the listing (reference.py) would.");
-    un.def(py::init([](long long n_vocab, long long d_e, const py::object& dtype, const py::object& seed) {
+    un.def(py::init([](const PyInt& n_vocab, const PyInt& d_e, const py::object& dtype, const py::object& seed) {
                return std::make_unique<DU>(parse_dtype(dtype), positive(n_vocab, "n_vocab"), positive(d_e, "d_e"),
                                            seed_arg(seed));
            }),

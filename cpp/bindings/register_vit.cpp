@@ -58,16 +58,13 @@ template <class T>
 py::array output(ft::ViT<T>& v, const py::handle& images, bool probabilities) {
     auto a = in_images<T>(v.vc, images);
     const index_t B = index_t(a.shape(0));
-    auto out = out_matrix<T>(v.vc.n_classes, B);
-    const ft::MatView<T> Z_out(out.mutable_data(), v.vc.n_classes, B);
-    {
-        CoreCall nogil;
-        v.forward(a.data(), B);
-        const ft::CMatView<T> Z = v.logits();
-        std::copy(Z.data, Z.data + Z.rows * Z.cols, Z_out.data);
-        if (probabilities) ft::softmax_columns<T>(Z_out);
-    }
-    return std::move(out);
+    return run_then_output<T>(
+        v.vc.n_classes, B, [&] { v.forward(a.data(), B); },
+        [&](ft::MatView<T> out) {
+            const ft::CMatView<T> Z = v.logits();
+            std::copy(Z.data, Z.data + Z.rows * Z.cols, out.data);
+            if (probabilities) ft::softmax_columns<T>(out);
+        });
 }
 }  // namespace
 
@@ -82,22 +79,24 @@ patch_size (dividing both), n_classes, L, H, d_e, d_mlp; options n_channels=3, e
 HF's layer_norm_eps), seed, init_std=0.02, dtype.
 Call: P = model(images) -> (n_classes, B). model.logits(images): W_c x + b_c. loss_and_grad(images, labels):
 −Σ_b log P[labels[b], b] and every parameter's gradient; loss(images, labels, reduction="sum"|"mean").)doc");
-    cls.def(py::init([](const py::object& image_size, long long patch_size, long long n_classes, long long L, long long H,
-                        long long d_e, long long d_mlp, long long n_channels, double eps, unsigned long long seed,
+    cls.def(py::init([](const py::object& image_size, const PyInt& patch_size, const PyInt& n_classes, const PyInt& L,
+                        const PyInt& H, const PyInt& d_e, const PyInt& d_mlp, const PyInt& n_channels, double eps,
+                        const py::object& seed,
                         double init_std, const py::object& dtype) {
                 ft::ViTConfig c;
-                if (py::isinstance<py::int_>(image_size) && !py::isinstance<py::bool_>(image_size)) {
-                    c.image_h = c.image_w = image_size.cast<index_t>();
+                if (PyIndex_Check(image_size.ptr()) && !py::isinstance<py::bool_>(image_size)) {
+                    c.image_h = c.image_w = index_t(int_arg(image_size, "image_size"));
                 } else if (py::isinstance<py::tuple>(image_size) || py::isinstance<py::list>(image_size)) {
-                    auto s = image_size.cast<std::vector<long long>>();
+                    auto s = image_size.cast<py::sequence>();
                     if (s.size() != 2) throw ft::ValueError("image_size must be an int or (H, W)");
-                    c.image_h = index_t(s[0]), c.image_w = index_t(s[1]);
+                    c.image_h = index_t(int_arg(s[0], "image_size[0]")), c.image_w = index_t(int_arg(s[1], "image_size[1]"));
                 } else {
                     throw ft::TypeError("image_size must be an int or (H, W)");
                 }
-                c.patch = index_t(patch_size), c.n_classes = index_t(n_classes), c.L = index_t(L), c.H = index_t(H);
-                c.d_e = index_t(d_e), c.d_mlp = index_t(d_mlp), c.n_channels = index_t(n_channels);
-                c.eps = eps, c.seed = seed, c.init_std = init_std;
+                c.patch = index_t(int_arg(patch_size, "patch_size")), c.n_classes = index_t(int_arg(n_classes, "n_classes"));
+                c.L = index_t(int_arg(L, "L")), c.H = index_t(int_arg(H, "H")), c.d_e = index_t(int_arg(d_e, "d_e"));
+                c.d_mlp = index_t(int_arg(d_mlp, "d_mlp")), c.n_channels = index_t(int_arg(n_channels, "n_channels"));
+                c.eps = eps, c.seed = seed_arg(seed), c.init_std = init_std;
                 ft::check(c);
                 return std::make_unique<DV>(parse_dtype(dtype), c);
             }),

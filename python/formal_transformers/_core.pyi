@@ -53,7 +53,7 @@ class LayerNorm(_HasParams):
     """
     def __call__(self, e: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
         ...
-    def __init__(self, d_e: typing.SupportsInt | typing.SupportsIndex, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32') -> None:
+    def __init__(self, d_e: typing.SupportsIndex, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32') -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -90,7 +90,7 @@ class RMSNorm(_HasParams):
     """
     def __call__(self, e: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
         ...
-    def __init__(self, d_e: typing.SupportsInt | typing.SupportsIndex, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32') -> None:
+    def __init__(self, d_e: typing.SupportsIndex, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, dtype: typing.Any = 'float32') -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -136,7 +136,7 @@ class TokenEmbedding(_HasParams):
         """
         v: int id -> (d_e,); 1-D ids -> (d_e, ℓ).
         """
-    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, *, dtype: typing.Any = 'float32', seed: typing.Any = 0) -> None:
+    def __init__(self, n_vocab: typing.SupportsIndex, d_e: typing.SupportsIndex, *, dtype: typing.Any = 'float32', seed: typing.Any = 0) -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -189,7 +189,7 @@ class PositionalEmbedding(_HasParams):
         """
         t: int position -> (d_e,); 1-D positions -> (d_e, n).
         """
-    def __init__(self, l_max: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, kind: str = 'learned', *, base: typing.Any = None, dtype: typing.Any = 'float32', seed: typing.Any = 0) -> None:
+    def __init__(self, l_max: typing.SupportsIndex, d_e: typing.SupportsIndex, kind: str = 'learned', *, base: typing.Any = None, dtype: typing.Any = 'float32', seed: typing.Any = 0) -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -249,7 +249,7 @@ class BasicAttention(_HasParams):
         """
         (e (d_in,), E (d_in, T)) -> ṽ (d_out,)
         """
-    def __init__(self, d_in: typing.SupportsInt | typing.SupportsIndex, d_attn: typing.SupportsInt | typing.SupportsIndex, d_out: typing.SupportsInt | typing.SupportsIndex, *, dtype: typing.Any = 'float32', seed: typing.Any = 0) -> None:
+    def __init__(self, d_in: typing.SupportsIndex, d_attn: typing.SupportsIndex, d_out: typing.SupportsIndex, *, dtype: typing.Any = 'float32', seed: typing.Any = 0) -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -312,7 +312,7 @@ class Attention(_HasParams):
         """
         (X (d_x, ℓ_x), Z (d_z, ℓ_z)) -> Ṽ (d_out, ℓ_x); Z omitted: Z = X.
         """
-    def __init__(self, d_x: typing.SupportsInt | typing.SupportsIndex, d_z: typing.SupportsInt | typing.SupportsIndex, d_attn: typing.SupportsInt | typing.SupportsIndex, d_out: typing.SupportsInt | typing.SupportsIndex, mask: typing.Any = 'bidirectional', *, dtype: typing.Any = 'float32', seed: typing.Any = 0) -> None:
+    def __init__(self, d_x: typing.SupportsIndex, d_z: typing.SupportsIndex, d_attn: typing.SupportsIndex, d_out: typing.SupportsIndex, mask: typing.Any = 'bidirectional', *, dtype: typing.Any = 'float32', seed: typing.Any = 0) -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -387,7 +387,7 @@ class MHAttention(_HasParams):
         """
         (X (d_x, ℓ_x), Z (d_z, ℓ_z)) -> Ṽ (d_out, ℓ_x); Z omitted: Z = X.
         """
-    def __init__(self, H: typing.SupportsInt | typing.SupportsIndex, d_x: typing.SupportsInt | typing.SupportsIndex, d_z: typing.SupportsInt | typing.SupportsIndex, d_attn: typing.SupportsInt | typing.SupportsIndex, d_mid: typing.SupportsInt | typing.SupportsIndex, d_out: typing.SupportsInt | typing.SupportsIndex, mask: typing.Any = 'bidirectional', *, dtype: typing.Any = 'float32', seed: typing.Any = 0, H_kv: typing.Any = None, bias: typing.Any = True, positional: str = 'none', rope_theta: typing.SupportsFloat | typing.SupportsIndex = 10000.0, attention_impl: str = 'auto') -> None:
+    def __init__(self, H: typing.SupportsIndex, d_x: typing.SupportsIndex, d_z: typing.SupportsIndex, d_attn: typing.SupportsIndex, d_mid: typing.SupportsIndex, d_out: typing.SupportsIndex, mask: typing.Any = 'bidirectional', *, dtype: typing.Any = 'float32', seed: typing.Any = 0, H_kv: typing.Any = None, bias: typing.Any = True, positional: str = 'none', rope_theta: typing.SupportsFloat | typing.SupportsIndex = 10000.0, attention_impl: str = 'auto') -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -466,7 +466,7 @@ class Unembedding(_HasParams):
         """
         e (d_e,) or (d_e, ℓ) -> p (N_V,) or (N_V, ℓ).
         """
-    def __init__(self, n_vocab: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, *, dtype: typing.Any = 'float32', seed: typing.Any = 0) -> None:
+    def __init__(self, n_vocab: typing.SupportsIndex, d_e: typing.SupportsIndex, *, dtype: typing.Any = 'float32', seed: typing.Any = 0) -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -545,7 +545,7 @@ class DTransformer(_HasParams):
         """
     def __repr__(self) -> str:
         ...
-    def attention_weights(self, layer: typing.SupportsInt | typing.SupportsIndex, seq: typing.SupportsInt | typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+    def attention_weights(self, layer: typing.SupportsIndex, seq: typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
         """
         softmax(S/√d_attn) of every head of `layer` in the last forward call: (H, ℓ, ℓ); column t is how token t attends to the tokens of its sequence.
         """
@@ -669,11 +669,11 @@ class ETransformer(_HasParams):
         """
     def __repr__(self) -> str:
         ...
-    def attention_weights(self, layer: typing.SupportsInt | typing.SupportsIndex, seq: typing.SupportsInt | typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+    def attention_weights(self, layer: typing.SupportsIndex, seq: typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
         """
         softmax(S/√d_attn) of every head of `layer` in the last forward call: (H, ℓ, ℓ); column t is how token t attends to the tokens of its sequence.
         """
-    def bigbird_layouts(self, n_blocks: typing.SupportsInt | typing.SupportsIndex) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+    def bigbird_layouts(self, n_blocks: typing.SupportsIndex) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
         """
         The V17 block layouts the model uses for sequences of n_blocks blocks: a bool array (L, H, n, n),
         [l, h, j, i] = key block j is live for query block i in head h of layer l (drawn from layout_seed: layer l,
@@ -805,7 +805,7 @@ class EDTransformer(_HasParams):
         """
     def __repr__(self) -> str:
         ...
-    def attention_weights(self, kind: str, layer: typing.SupportsInt | typing.SupportsIndex, seq: typing.SupportsInt | typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+    def attention_weights(self, kind: str, layer: typing.SupportsIndex, seq: typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
         """
         Attention matrices of the last forward call: kind 'enc' (ℓ_z, ℓ_z), 'dec' (ℓ_x, ℓ_x) or 'cross' (ℓ_z, ℓ_x), for every head: (H, rows, columns).
         """
@@ -998,7 +998,7 @@ class BPETokenizer:
         The tokenizer whose to_json() is `text` (ValueError if it is corrupt).
         """
     @staticmethod
-    def from_merges(merges: collections.abc.Sequence[tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex]]) -> BPETokenizer:
+    def from_merges(merges: collections.abc.Sequence[tuple[typing.SupportsIndex, typing.SupportsIndex]]) -> BPETokenizer:
         """
         A tokenizer from a list of (left id, right id) merges; merge k makes id 256 + k and may only use ids < 256 + k.
         """
@@ -1060,7 +1060,7 @@ class BPETokenizer:
         """
         The JSON text save() writes.
         """
-    def token_bytes(self, id: typing.SupportsInt | typing.SupportsIndex) -> bytes:
+    def token_bytes(self, id: typing.SupportsIndex) -> bytes:
         """
         The bytes of a regular token (IndexError for special or out-of-range ids).
         """
@@ -1350,7 +1350,7 @@ class DInference:
         """
     def __call__(self, x: typing.Any, model: typing.Any, prefix_len: typing.Any = None) -> typing.Any:
         ...
-    def __init__(self, l_gen: typing.SupportsInt | typing.SupportsIndex, tau: typing.SupportsFloat | typing.SupportsIndex = 1.0, *, top_k: typing.Any = None, top_p: typing.Any = None, seed: typing.Any = None, cache: bool = True, context: str = 'auto', max_batch: typing.SupportsInt | typing.SupportsIndex = 32) -> None:
+    def __init__(self, l_gen: typing.SupportsIndex, tau: typing.SupportsFloat | typing.SupportsIndex = 1.0, *, top_k: typing.Any = None, top_p: typing.Any = None, seed: typing.Any = None, cache: bool = True, context: str = 'auto', max_batch: typing.SupportsIndex = 32) -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -1402,7 +1402,7 @@ class SpeculativeInference:
     """
     def __call__(self, x: typing.Any, target: typing.Any, draft: typing.Any = None, *, stats: bool = False) -> typing.Any:
         ...
-    def __init__(self, l_gen: typing.SupportsInt | typing.SupportsIndex, k: typing.SupportsInt | typing.SupportsIndex = 4, tau: typing.SupportsFloat | typing.SupportsIndex = 1.0, *, seed: typing.Any = None) -> None:
+    def __init__(self, l_gen: typing.SupportsIndex, k: typing.SupportsIndex = 4, tau: typing.SupportsFloat | typing.SupportsIndex = 1.0, *, seed: typing.Any = None) -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -1432,7 +1432,7 @@ class ViT(_HasParams):
         """
         P (n_classes, B): softmax(W_c x + b_c) of every image (column b: image b).
         """
-    def __init__(self, image_size: typing.Any, patch_size: typing.SupportsInt | typing.SupportsIndex, n_classes: typing.SupportsInt | typing.SupportsIndex, L: typing.SupportsInt | typing.SupportsIndex, H: typing.SupportsInt | typing.SupportsIndex, d_e: typing.SupportsInt | typing.SupportsIndex, d_mlp: typing.SupportsInt | typing.SupportsIndex, *, n_channels: typing.SupportsInt | typing.SupportsIndex = 3, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-12, seed: typing.SupportsInt | typing.SupportsIndex = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, dtype: typing.Any = 'float32') -> None:
+    def __init__(self, image_size: typing.Any, patch_size: typing.SupportsIndex, n_classes: typing.SupportsIndex, L: typing.SupportsIndex, H: typing.SupportsIndex, d_e: typing.SupportsIndex, d_mlp: typing.SupportsIndex, *, n_channels: typing.SupportsIndex = 3, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-12, seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, dtype: typing.Any = 'float32') -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -1484,7 +1484,7 @@ def _load_native(path: str, arch: str, dtype: typing.Any = 'float32') -> typing.
     """
     ft::load<ft::<arch><dtype>>(path) of the C++ API (for the tests).
     """
-def _mask_tokens(x: typing.Any, mask_token: typing.SupportsInt | typing.SupportsIndex, p_mask: typing.SupportsFloat | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.int64]:
+def _mask_tokens(x: typing.Any, mask_token: typing.SupportsIndex, p_mask: typing.SupportsFloat | typing.SupportsIndex, seed: typing.Any) -> numpy.typing.NDArray[numpy.int64]:
     """
     Algorithm 12 lines 4–6 on one sequence (the masking ETraining applies), for inspection and tests.
     """
@@ -1492,11 +1492,11 @@ def _save_native(model: typing.Any, path: str) -> None:
     """
     ft::save(model, path) of the C++ API (for the tests).
     """
-def bidirectional_mask(l_z: typing.SupportsInt | typing.SupportsIndex, l_x: typing.SupportsInt | typing.SupportsIndex | None = None) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+def bidirectional_mask(l_z: typing.SupportsIndex, l_x: typing.SupportsIndex | None = None) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """
     Mask ≡ 1 (l_z, l_x) bool array: every token attends to every context token (l_x defaults to l_z).
     """
-def bigbird_layout(n_blocks: typing.SupportsInt | typing.SupportsIndex, window_blocks: typing.SupportsInt | typing.SupportsIndex = 3, n_global_blocks: typing.SupportsInt | typing.SupportsIndex = 1, n_random_blocks: typing.SupportsInt | typing.SupportsIndex = 3, seed: typing.Any = 0, name: str = '', head: typing.SupportsInt | typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+def bigbird_layout(n_blocks: typing.SupportsIndex, window_blocks: typing.SupportsIndex = 3, n_global_blocks: typing.SupportsIndex = 1, n_random_blocks: typing.SupportsIndex = 3, seed: typing.Any = 0, name: str = '', head: typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """
     BigBird's block layout (Algorithm V17a of docs/variants.md) of n_blocks blocks: a bool array (n, n),
     layout[j, i] = key block j is live for query block i. Random blocks drawn from seed and the attention's
@@ -1512,13 +1512,13 @@ def blas_kernel() -> str:
     """
     The kernel set OpenBLAS chose for this CPU at load time, e.g. 'Haswell', 'SkylakeX', 'Zen' ('Prescott', 'Core2', 'Nehalem' are generic fallbacks: slow on a CPU with AVX2).
     """
-def block_sparse_attention(Q: typing.Any, K: typing.Any, V: typing.Any, layout: typing.Any, block_size: typing.SupportsInt | typing.SupportsIndex) -> tuple:
+def block_sparse_attention(Q: typing.Any, K: typing.Any, V: typing.Any, layout: typing.Any, block_size: typing.SupportsIndex) -> tuple:
     """
     Algorithm V17b (block-sparse attention, one head): Q (d, ℓ), K (d, ℓ), V (d_v, ℓ), layout a bool (n, n)
     block layout (as bigbird_layout returns; ℓ = n·block_size) -> (Ṽ (d_v, ℓ), λ (ℓ,)), Ṽ = V softmax(S/√d)
     over the live blocks only. float32 when Q is float32, else float64.
     """
-def block_sparse_attention_backward(Q: typing.Any, K: typing.Any, V: typing.Any, layout: typing.Any, block_size: typing.SupportsInt | typing.SupportsIndex, lse: typing.Any, dY: typing.Any) -> tuple:
+def block_sparse_attention_backward(Q: typing.Any, K: typing.Any, V: typing.Any, layout: typing.Any, block_size: typing.SupportsIndex, lse: typing.Any, dY: typing.Any) -> tuple:
     """
     The backward of block_sparse_attention: given its λ and dṼ (d_v, ℓ) -> (dQ, dK, dV).
     """
@@ -1536,7 +1536,7 @@ def gelu(A: typing.Any, approximate: str = 'none') -> numpy.ndarray[typing.Any, 
     """
 def get_num_threads() -> int:
     ...
-def learning_rate(options: dict, step: typing.SupportsInt | typing.SupportsIndex, total: typing.SupportsInt | typing.SupportsIndex) -> float:
+def learning_rate(options: dict, step: typing.SupportsIndex, total: typing.SupportsIndex) -> float:
     """
     η at 1-based `step` of `total` under the options' schedule (warmup, schedule, eta, min_lr).
     """
@@ -1544,7 +1544,7 @@ def max_num_threads() -> int:
     """
     The largest n set_num_threads accepts: 4 per CPU (at least 64), within OMP_THREAD_LIMIT and, under an address-space limit (ulimit -v), half of it at one thread stack per thread.
     """
-def random_feature_matrix(attention: str, n_features: typing.SupportsInt | typing.SupportsIndex, d_attn: typing.SupportsInt | typing.SupportsIndex, seed: typing.Any = 0, name: str = '') -> numpy.typing.NDArray[numpy.float64]:
+def random_feature_matrix(attention: str, n_features: typing.SupportsIndex, d_attn: typing.SupportsIndex, seed: typing.Any = 0, name: str = '') -> numpy.typing.NDArray[numpy.float64]:
     """
     Ω (n_features, d_attn), the fixed random projection of attention='performer' (positive orthogonal features,
     FAVOR+: Gram-Schmidt blocks, rows rescaled by chi-distributed norms) or 'rfa' (independent Gaussian rows),
@@ -1555,7 +1555,7 @@ def relu(A: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """
     ReLU(x) = max(0, x) element-wise.
     """
-def set_num_threads(n: typing.SupportsInt | typing.SupportsIndex) -> None:
+def set_num_threads(n: typing.SupportsIndex) -> None:
     """
     Threads for the element-wise kernels and the BLAS (one shared OpenMP pool): 1 <= n <= max_num_threads(), else ValueError.
     """
@@ -1563,7 +1563,7 @@ def softmax(A: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]
     """
     softmax(A)[t1, t2] = exp(A[t1, t2]) / Σ_t exp(A[t, t2]): over each column (the paper's definition; a 1-D input is one column). -inf entries get probability 0; the column max is subtracted first.
     """
-def unidirectional_mask(l_z: typing.SupportsInt | typing.SupportsIndex, l_x: typing.SupportsInt | typing.SupportsIndex | None = None) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+def unidirectional_mask(l_z: typing.SupportsIndex, l_x: typing.SupportsIndex | None = None) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """
     Mask[t_z, t_x] = [[t_z ≤ t_x]] (l_z, l_x) bool array: a token attends only to itself and earlier tokens (l_x defaults to l_z).
     """

@@ -25,8 +25,10 @@ def _check_options(cfg: dict, target: str) -> None:
             continue
         if k == "mlp" and v == "relu" and cfg.get("arch") == "EDTransformer":
             continue  # Algorithm 8's MLP (ED's default)
-        if k == "scale_scores" and v is True:
-            continue  # V18's option at its default (Algorithm 4's 1/√d_attn)
+        if k == "scale_scores":
+            if v is True:
+                continue  # V18's option at its default (Algorithm 4's 1/√d_attn)
+            raise ValueError(f"{target} has no equivalent of the option scale_scores={v!r} (scores without 1/√d_attn)")
         if k == "mask" and v in (None, "", "causal"):
             continue
         if k == "attention" and v == "softmax":

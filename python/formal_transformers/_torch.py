@@ -299,10 +299,20 @@ class TorchETransformer(FTModule):
         return total
 
 
-class TorchEDTransformer(FTModule):
+class _EncoderDecoder(FTModule):
+    """forward(z, x) -> logits (B, ℓ_x, N_V); loss(z, x) = Algorithm 11 line 5 (summed)."""
+
+    def loss(self, z, x):
+        total = 0
+        for gz, gx in _groups(z, x):
+            Zl = self(gz, gx)[:, :-1]
+            total = total + F.cross_entropy(Zl.reshape(-1, Zl.shape[-1]), gx[:, 1:].reshape(-1), reduction="sum")
+        return total
+
+
+class TorchEDTransformer(_EncoderDecoder):
     """Algorithm 8 on torch.nn.TransformerEncoderLayer / TransformerDecoderLayer (post-LN: norm_first=False,
-    ReLU, dropout 0, no final norms): forward(z, x) -> logits (B, ℓ_x, N_V); loss(z, x) = Algorithm 11
-    line 5 (summed)."""
+    ReLU, dropout 0, no final norms)."""
 
     def __init__(self, c):
         super().__init__()
@@ -358,15 +368,47 @@ class TorchEDTransformer(FTModule):
             X = b(X, Z, tgt_mask=causal, tgt_is_causal=True)
         return X @ self.emb.tok.weight.T if self.tied else self.unembed(X)  # line 21 (logits)
 
-    def loss(self, z, x):
-        total = 0
-        for gz, gx in _groups(z, x):
-            Zl = self(gz, gx)[:, :-1]
-            total = total + F.cross_entropy(Zl.reshape(-1, Zl.shape[-1]), gx[:, 1:].reshape(-1), reduction="sum")
-        return total
+
+class TorchT5(_EncoderDecoder):
+    """An EDTransformer with T5's options (V11 relative position bias, V18: pre_norm, norm="rms", bias=False,
+    scale_scores=False, mlp="relu"|"geglu", unembed_rescale) as transformers' own T5ForConditionalGeneration,
+    the model ft.to_hf makes (dropout 0); its tensors under ft's names through hf.py's T5 name table."""
+
+    def __init__(self, c, hf):
+        from .hf import _t5_names
+
+        super().__init__()
+        self.ft_config = dict(c)
+        self.hf = hf
+        t = {}
+        for hf_name, ft_name, heads in _t5_names(c, True):
+            s = tuple(hf.get_parameter(hf_name).shape)  # "T": W_e = shared.weightᵀ; "H": heads stacked in the rows
+            shape = s[::-1] if heads == "T" else (c["H"], s[0] // c["H"], s[1]) if heads else s
+            t[ft_name] = (lambda n=hf_name: self.hf.get_parameter(n), None, heads == "T", shape)
+        self._register(t)
+
+    def forward(self, z, x):
+        return self.hf(input_ids=z, decoder_input_ids=x).logits  # Algorithm 8 with V11, V18; line 21's logits
 
 
 _CLASSES = {"DTransformer": TorchDTransformer, "ETransformer": TorchETransformer, "EDTransformer": TorchEDTransformer}
+
+
+# Algorithm 8's values of the options T5 changes (V18; V11 is positional="relative"): an EDTransformer with any
+# other value runs as T5
+_T5_OFF = {"pre_norm": False, "norm": "layer", "scale_scores": True, "mlp": "relu", "unembed_rescale": False,
+           "bias": True}
+
+
+def _t5_module(model, cfg, t5) -> TorchT5:
+    from .hf import _hf_model, _t5_export
+
+    try:
+        hf = _hf_model(*_t5_export(cfg, {k: np.asarray(v) for k, v in model.params.items()}))
+    except ValueError as e:
+        raise ValueError(f"ft.to_torch: an EDTransformer with {', '.join(t5)} (beyond Algorithm 8) runs as "
+                         f"transformers' T5ForConditionalGeneration: {e}") from None
+    return TorchT5(cfg, hf)
 
 
 def from_ft(model) -> FTModule:
@@ -374,7 +416,13 @@ def from_ft(model) -> FTModule:
     if arch not in _CLASSES or not hasattr(model, "config"):
         raise TypeError(f"ft.to_torch takes a DTransformer, ETransformer or EDTransformer, got {type(model).__name__}")
     cfg = dict(model.config)
-    _check_options(cfg, "ft.to_torch (this version)")
+    if arch == "EDTransformer":
+        t5 = [f"{k}={cfg[k]!r}" for k, v in _T5_OFF.items() if cfg.get(k, v) != v]
+        t5 += ["positional='relative'"] if cfg.get("positional") == "relative" else []
+        if t5:
+            return _t5_module(model, cfg, t5)
+    # bos_id, eos_id: where EDInference starts and stops, not part of forward or loss (kept in ft_config)
+    _check_options({k: v for k, v in cfg.items() if k not in ("bos_id", "eos_id")}, "ft.to_torch (this version)")
     if cfg.get("positional") not in ("learned", "sinusoidal"):
         raise ValueError(f"ft.to_torch (this version) does not support positional={cfg.get('positional')!r}")
     if cfg.get("norm", "layer") not in ("layer", "rms"):

@@ -1088,7 +1088,11 @@ def to_hf(model):
     if isinstance(model, _core.ViT):
         return vit_to_hf(model)
     _check_model(model, "to_hf")
-    cls_name, hf_cfg, state = _hf_export(model)
+    return _hf_model(*_hf_export(model))
+
+
+def _hf_model(cls_name: str, hf_cfg: dict, state: dict):
+    """The transformers model of an export (_hf_export's triple), in eval mode."""
     import torch
     import transformers
 
@@ -1225,7 +1229,9 @@ def to_torch(model):
     DTransformer / ETransformer as modules of torch.nn.Linear, LayerNorm (RMSNorm), Embedding;
     EDTransformer on torch.nn.TransformerEncoderLayer / TransformerDecoderLayer (norm_first=False, ReLU,
     dropout 0 — a model with a dropout rate is refused: torch.nn.Transformer layers also drop inside the MLP —,
-    no final norms; needs d_attn = d_mid = d_e / H). module.loss(...) takes the arguments of
+    no final norms; needs d_attn = d_mid = d_e / H), or with T5's options (V11, V18) on transformers' own
+    T5ForConditionalGeneration (module.hf; ValueError naming the option T5 lacks otherwise); bos_id/eos_id are
+    kept (they act in EDInference only). module.loss(...) takes the arguments of
     model.loss_and_grad and returns the same (summed) loss; module.ft_params() / module.ft_grads() give the
     parameters / gradients under ft's names and layouts; ft.from_torch(module) makes an ft model again."""
     from . import _torch

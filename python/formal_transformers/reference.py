@@ -791,7 +791,7 @@ def ed_inference(z, forward, *, tau: float, bos_token: int, eos_token: int, max_
     forward(z, x) -> P (N_V, length(x)). Returns x̂, starting with bos_token and ending with eos_token, or
     cut at max_len tokens (the API's stopping rule, so that the loop always ends)."""
     x_hat = [int(bos_token)]  # line 1: x̂ ← [bos_token]
-    y = 0  # line 2: y ← 0
+    y = None  # line 2: y ← 0, "no token yet": never eos_token, whatever its id (eos_token 0, or bos_token's)
     while y != eos_token:  # line 3: while y ≠ eos_token do
         if len(x_hat) >= max_len:
             break

@@ -4,6 +4,7 @@
 
 #include <limits>
 #include <string>
+#include <tuple>
 
 #include "formal_transformers/config.hpp"
 
@@ -194,6 +195,49 @@ TEST(ModelConfig, ReprAndSignature) {
         << sig;
     EXPECT_NE(sig.find("dropout=0.0, embed_dropout=None, attn_dropout=None"), std::string::npos) << sig;
     EXPECT_NE(sig.find("n_segments=0, embed_norm=False, unembed_bias=False"), std::string::npos) << sig;
+}
+
+// The standard MLP's names are the architecture's (the schema's per-architecture name table): "gelu" in D
+// (Algorithms 9-10), "relu" in ED (Algorithm 8); each refused in the other, the allowed names listed per
+// architecture, written back as the architecture's name; a file without "mlp" (older versions) loads.
+TEST(ModelConfig, MlpNamesArePerArchitecture) {
+    Options ed = {{"n_vocab", std::int64_t(12)}, {"l_max", std::int64_t(6)}, {"L_enc", std::int64_t(1)},
+                  {"L_dec", std::int64_t(1)},    {"H", std::int64_t(2)},     {"d_e", std::int64_t(4)},
+                  {"d_mlp", std::int64_t(8)}};
+    auto message = [](Arch a, Options o, const std::string& mlp) -> std::string {
+        o.emplace_back("mlp", mlp);
+        try {
+            ModelConfig::from_options(a, o);
+        } catch (const ft::ValueError& e) {
+            return e.what();
+        }
+        return "";
+    };
+    EXPECT_EQ(message(Arch::ED, ed, "gelu"), "mlp='gelu' is the GELU MLP of Algorithms 9 and 10, not EDTransformer's: mlp "
+                                             "must be one of 'relu', 'swiglu', 'geglu'");
+    EXPECT_EQ(message(Arch::D, sizes_d(), "relu"), "mlp='relu' is Algorithm 8's ReLU MLP, not DTransformer's: mlp must be "
+                                                   "one of 'gelu', 'swiglu', 'geglu'");
+    EXPECT_EQ(message(Arch::ED, ed, "bogus"), "mlp must be one of 'relu', 'swiglu', 'geglu', got 'bogus'");
+    EXPECT_EQ(message(Arch::D, sizes_d(), "bogus"), "mlp must be one of 'gelu', 'swiglu', 'geglu', got 'bogus'");
+    for (const auto& [a, sizes, standard] : {std::tuple{Arch::D, sizes_d(), "gelu"}, std::tuple{Arch::ED, ed, "relu"}}) {
+        for (const std::string name : {std::string(standard), std::string("swiglu"), std::string("geglu"), std::string("gated-gelu")}) {
+            Options o = sizes;
+            o.emplace_back("mlp", name);
+            const ModelConfig c = ModelConfig::from_options(a, o);
+            const std::string text = c.to_json();
+            const std::string written = name == "gated-gelu" ? "geglu" : name;  // an alias is written as the first name
+            EXPECT_NE(text.find("\"mlp\":\"" + written + "\""), std::string::npos) << text;
+            EXPECT_TRUE(ModelConfig::from_json(text) == c) << text;
+        }
+        EXPECT_NE(ModelConfig::signature(a).find(std::string("mlp='") + standard + "'"), std::string::npos);
+    }
+    // older files: ED before it had an mlp option, D before the variants
+    const ModelConfig old_ed = ModelConfig::from_json(
+        R"({"arch": "EDTransformer", "n_vocab": 12, "l_max": 6, "L_enc": 1, "L_dec": 1, "H": 2, "d_e": 4, "d_mlp": 8,
+            "d_attn": 2, "d_mid": 2, "norm": "layer", "positional": "learned", "base": null, "tied": false,
+            "eps": 1e-05, "seed": 3, "init_std": 0.02})");
+    EXPECT_EQ(old_ed.mlp, ModelConfig::Mlp::Standard);
+    EXPECT_NE(old_ed.to_json().find("\"mlp\":\"relu\""), std::string::npos);
 }
 
 // mtp_depth, mtp_weight (V16, D only): two schema lines; the checks between options name mtp_depth; JSON round trip.

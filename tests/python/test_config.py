@@ -115,21 +115,26 @@ def test_save_stores_the_cores_config_json(tmp_path):
     assert meta["formal_transformers.config"] == m.config_json()
 
 
+def save_with_config(m, config, path):
+    """m saved with `config` (a dict: an older version's model.config) as its file's config JSON."""
+    ft.save(m, path.with_suffix(".new"))
+    blob = path.with_suffix(".new").read_bytes()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    header["__metadata__"] = {"formal_transformers.format": "1", "formal_transformers.config": json.dumps(config)}
+    s = json.dumps(header).encode()
+    s += b" " * ((8 - len(s) % 8) % 8)
+    path.write_bytes(struct.pack("<Q", len(s)) + s + blob[8 + n:])
+
+
 def test_a_file_written_before_the_schema_still_loads(tmp_path):
     """A file of an older version: its config JSON (Python's json.dumps of the old model.config, keys in another
     order) has no variant, dropout or dropout_seed entries and gelu 'none'; it loads with the defaults."""
     m = ft.DTransformer(V, 9, 1, 2, 8, 12, seed=6, dtype="float64")
-    ft.save(m, tmp_path / "new.safetensors")
-    blob = (tmp_path / "new.safetensors").read_bytes()
-    n = struct.unpack("<Q", blob[:8])[0]
-    header = json.loads(blob[8:8 + n])
     old = {"arch": "DTransformer", "n_vocab": V, "l_max": 9, "L": 1, "H": 2, "d_e": 8, "d_mlp": 12, "d_attn": 4,
            "d_mid": 4, "norm": "layer", "positional": "learned", "base": None, "tied": False, "gelu": "none",
            "eps": 1e-05, "dtype": "float64", "seed": 6, "init_std": 0.02}
-    header["__metadata__"] = {"formal_transformers.format": "1", "formal_transformers.config": json.dumps(old)}
-    s = json.dumps(header).encode()
-    s += b" " * ((8 - len(s) % 8) % 8)
-    (tmp_path / "old.safetensors").write_bytes(struct.pack("<Q", len(s)) + s + blob[8 + n:])
+    save_with_config(m, old, tmp_path / "old.safetensors")
     for got in (ft.load(tmp_path / "old.safetensors"), _core._load_native(str(tmp_path / "old.safetensors"),
                                                                           "DTransformer", "float64")):
         assert got.config == m.config
@@ -174,3 +179,45 @@ def test_cpp_load_refuses_another_architecture_and_damaged_files(tmp_path):
     (tmp_path / "cut.safetensors").write_bytes(blob[: len(blob) // 2])
     with pytest.raises(ValueError):
         _core._load_native(str(tmp_path / "cut.safetensors"), "DTransformer")
+
+
+MLP_NAMES = {"DTransformer": ("gelu", "relu"), "EDTransformer": ("relu", "gelu")}  # (its standard, the other's)
+
+
+@pytest.mark.parametrize("arch", list(MLP_NAMES))
+def test_mlp_names_are_the_architectures(tmp_path, arch):
+    """The schema's per-architecture names of the standard MLP: "gelu" (Algorithms 9-10) in D, "relu" (Algorithm 8)
+    in ED, each refused in the other; the refusal and an unknown name list the architecture's own names; every
+    name's config round-trips through JSON, build_model and a saved file."""
+    make = getattr(ft, arch)
+    sizes = (V, 9, 1, 2, 8, 12) if arch == "DTransformer" else (V, 9, 1, 1, 2, 8, 12)
+    standard, other = MLP_NAMES[arch]
+    allowed = f"'{standard}', 'swiglu', 'geglu'"
+    with pytest.raises(ValueError, match=f"mlp='{other}' is .*, not {arch}'s: mlp must be one of {allowed}$"):
+        make(*sizes, mlp=other)
+    with pytest.raises(ValueError, match=f"mlp must be one of {allowed}, got 'bogus'"):
+        make(*sizes, mlp="bogus")
+    with pytest.raises(ValueError, match=f"mlp='{other}'"):  # a file's config is checked the same way
+        ft.build_model({**make(*sizes).config, "mlp": other})
+    for name, written in ((standard, standard), ("swiglu", "swiglu"), ("geglu", "geglu"), ("gated-gelu", "geglu")):
+        m = make(*sizes, mlp=name, dtype="float64", seed=3)
+        assert m.config["mlp"] == written
+        for config in (m.config, m.config_json()):
+            assert ft.build_model(config).config == m.config
+        ft.save(m, tmp_path / f"{name}.safetensors")
+        got = ft.load(tmp_path / f"{name}.safetensors")
+        assert got.config == m.config and np.array_equal(outputs(got), outputs(m))
+
+
+def test_an_ed_file_older_than_its_mlp_option_loads(tmp_path):
+    """An EDTransformer saved before it had mlp (and the T5 options): the config JSON lacks them; it loads with
+    Algorithm 8's ReLU MLP, written back as mlp='relu'."""
+    m = ft.EDTransformer(V, 9, 1, 1, 2, 8, 12, seed=6, dtype="float64")
+    old = {k: v for k, v in m.config.items() if k not in {"mlp", "relative_buckets", "relative_max_distance",
+                                                          "pre_norm", "scale_scores", "unembed_rescale", "bos_id",
+                                                          "eos_id", "fixnorm", "attention_impl"}}
+    save_with_config(m, old, tmp_path / "old.safetensors")
+    for got in (ft.load(tmp_path / "old.safetensors"), _core._load_native(str(tmp_path / "old.safetensors"),
+                                                                          "EDTransformer", "float64")):
+        assert got.config == m.config and got.config["mlp"] == "relu"
+        assert np.array_equal(outputs(got), outputs(m))

@@ -52,7 +52,10 @@ T5_OPTIONS = [
     (dict(norm="bogus"), ValueError, "norm"),
     (dict(mlp="bogus"), ValueError, "mlp"),
     # ED's standard MLP is Algorithm 8's ReLU one: "gelu" used to be accepted and silently built a ReLU MLP
-    (dict(mlp="gelu"), ValueError, "mlp='gelu' is not an EDTransformer MLP"),
+    (dict(mlp="gelu"), ValueError, "mlp='gelu' is the GELU MLP of Algorithms 9 and 10, not EDTransformer's: mlp must "
+                                   "be one of 'relu', 'swiglu', 'geglu'"),
+    # the allowed names are ED's own (they used to list 'gelu', which ED refuses, and not 'relu')
+    (dict(mlp="bogus"), ValueError, "mlp must be one of 'relu', 'swiglu', 'geglu', got 'bogus'"),
     (dict(bos_id=16), ValueError, "bos_id = 16 is out of range"),
     (dict(eos_id=-1), ValueError, "eos_id"),
     (dict(eos_id=2**63), ValueError, "eos_id"),
@@ -117,6 +120,36 @@ def test_ed_inference_stops_at_max_len_when_eos_never_comes():
     assert ends  # some eos_id never came
 
 
+def greedy_by_logits(m, z, bos, eos, max_len):
+    """Greedy Algorithm 15 written out over the model's own whole-sequence P: stop on a generated eos only."""
+    x = [bos]
+    while len(x) < max_len:
+        x.append(int(np.argmax(m(z, np.array(x))[:, -1])))
+        if x[-1] == eos:
+            break
+    return x
+
+
+# BART starts decoding with eos (decoder_start_token_id == eos_token_id), T5 with pad = 0; an eos_id of 0 used to
+# end every decoding at [bos] (line 2's y ← 0 was taken for a generated eos)
+@pytest.mark.parametrize("bos,eos,seed", [(0, 0, 1), (2, 2, 1), (5, 0, 1), (0, 0, 4), (9, 9, 4), (3, 0, 4)])
+@pytest.mark.parametrize("cache", [True, False])
+def test_ed_inference_stops_only_on_a_generated_eos(bos, eos, seed, cache):
+    m = ed(**{**T5_MODEL, "bos_id": bos, "eos_id": eos, "seed": seed})
+    want = greedy_by_logits(m, Z, bos, eos, 12)
+    got = ft.EDInference(0.0, cache=cache)(Z, m)
+    assert got.tolist() == want and len(want) > 1
+    ref = ft.reference.ed_inference(Z, m, tau=0.0, bos_token=bos, eos_token=eos, max_len=12)
+    assert ref.tolist() == want
+
+
+def test_ed_inference_with_bos_eos_ends_on_its_eos():
+    # seed 4's greedy decoding produces its eos (0) before max_len: it stops there (seed 1's runs to max_len)
+    m = ed(**{**T5_MODEL, "bos_id": 0, "eos_id": 0, "seed": 4})
+    y = ft.EDInference(0.0)(Z, m)
+    assert y[0] == 0 and y[-1] == 0 and 2 <= len(y) < 12 and 0 not in y[1:-1]
+
+
 ED_CALLS = [
     ("loss_and_grad", np.array([1, 2]), np.array([1, 17]), IndexError, "token id 17 at position 1"),
     ("loss_and_grad", np.array([1, 2]), np.array([1, -1]), IndexError, "token id -1 at position 1 is out of range \\[0, 16\\)"),
@@ -174,7 +207,8 @@ def test_mtp_options_refused(opts, exc, match):
 
 def test_decoder_mlp_relu_is_not_its_gelu():
     # used to be accepted and silently built GPT-2's GELU MLP
-    with pytest.raises(ValueError, match="mlp='relu' is Algorithm 8's EDTransformer MLP"):
+    with pytest.raises(ValueError, match="mlp='relu' is Algorithm 8's ReLU MLP, not DTransformer's: mlp must be one of "
+                                         "'gelu', 'swiglu', 'geglu'"):
         dm(mlp="relu")
     assert dm(mlp="gelu").config["mlp"] == "gelu" and ed(mlp="relu").config["mlp"] == "relu"
 
@@ -223,8 +257,11 @@ def test_loss_terms_before_any_loss_and_after_a_forward():
 
 X = np.array([1, 2])
 SPECULATIVE = [
-    (dict(l_gen=3, k=0), X, {}, ValueError, "k \\(tokens drafted per target pass\\) must be >= 1, got 0"),
-    (dict(l_gen=3, k=-1), X, {}, ValueError, "k .* must be >= 1"),
+    (dict(l_gen=3, k=0), X, {}, ValueError, "k \\(tokens drafted per target pass\\) must be a positive integer \\(below "
+                                          "2\\^63\\), got 0"),
+    (dict(l_gen=3, k=2**63), X, {}, ValueError, "k .* must be a positive integer \\(below 2\\^63\\), got 9223372036854775808"),
+    (dict(l_gen=3, k=True), X, {}, TypeError, "k .* must be an int, got bool"),
+    (dict(l_gen=3, k=-1), X, {}, ValueError, "k .* must be a positive integer"),
     (dict(l_gen=3, k=3), X, {}, ValueError, "k = 3 must be <= mtp_depth = 2"),
     (dict(l_gen=3, k=2**62), X, {}, ValueError, "mtp_depth = 2"),
     (dict(l_gen=3, k=2, tau=-0.5), X, {}, ValueError, "tau"),

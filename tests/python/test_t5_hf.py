@@ -287,3 +287,62 @@ def test_geglu_in_a_decoder_only_model():
     for name in ("layers.0.W_gate", "layers.0.b_gate", "layers.0.W_mlp1", "layers.0.W_mlp2", "layers.0.b_mlp2"):
         assert rel_err(grads[name], numeric_grad(lambda: m.loss(x), m.params[name])) <= 1e-6, name
     assert list(ft.DInference(5, 0.0, cache=True)(x, m)) == list(ft.DInference(5, 0.0, cache=False)(x, m))
+
+
+# ---------------------------------------------------------------------------------------------------
+# ft.to_torch / from_torch with T5's options: transformers' own T5ForConditionalGeneration (the module's .hf)
+
+@pytest.mark.parametrize("ff,tied,scale", KINDS)
+def test_to_torch_is_t5_with_equal_probabilities_and_gradients(monkeypatch, ff, tied, scale):
+    torch, hf = _t5(ff, tied, scale)
+    model = ft.from_hf(hf)
+    module = ft.to_torch(model)
+    transformers = pytest.importorskip("transformers")
+    assert isinstance(module.hf, transformers.T5ForConditionalGeneration)
+    _float64_t5(monkeypatch)
+    z, x = torch.as_tensor(Z)[None], torch.as_tensor(X)[None]
+    P = torch.softmax(module(z, x)[0], -1).detach().numpy().T
+    assert rel_err(model(Z, X), P) <= 1e-12
+    module.zero_grad()
+    loss_t = module.loss(Z, X)
+    loss_t.backward()
+    loss, grads = model.loss_and_grad(Z, X)
+    assert abs(loss - loss_t.item()) <= 1e-12 * abs(loss)
+    tg = module.ft_grads()
+    assert set(tg) == set(grads)
+    for k, g in grads.items():
+        assert rel_err(tg[k], g) <= 1e-10, k
+    back = ft.from_torch(module)  # the config (bos_id, eos_id too) and θ back
+    assert back.config == model.config
+    for k, v in model.params.items():
+        assert np.array_equal(back.params[k], v), k
+
+
+TO_TORCH_REFUSED = [  # each T5 option alone is not T5: the refusal names the model's options and T5's missing one
+    (dict(pre_norm=True), "with pre_norm=True \\(beyond Algorithm 8\\).*T5 has no equivalent of norm='layer'"),
+    (dict(scale_scores=False), "with scale_scores=False .*T5 has no equivalent of pre_norm=False"),
+    (dict(mlp="geglu"), "with mlp='geglu' .*T5 has no equivalent of pre_norm=False"),
+    (dict(T5_OPTS, mlp="swiglu"), "T5 has no equivalent of mlp='swiglu'"),
+    (dict(T5_OPTS), "T5 needs d_attn = d_mid"),  # T5_OPTS: d_attn 4, d_mid 6
+    (dict(T5_OPTS, dropout=0.1), "T5 has no equivalent of embed_dropout=0.1"),
+]
+
+
+@pytest.mark.parametrize("opts,match", TO_TORCH_REFUSED, ids=[str(o) for o, _ in TO_TORCH_REFUSED])
+def test_to_torch_refuses_what_t5_cannot_express_naming_it(opts, match):
+    torch_or_skip()
+    m = ft.EDTransformer(**{**T5_OPTS, "pre_norm": False, "norm": "layer", "bias": True, "positional": "learned",
+                            "scale_scores": True, **opts}, dtype="float64")
+    with pytest.raises(ValueError, match=match):
+        ft.to_torch(m)
+
+
+def test_to_torch_of_algorithm_8_takes_bos_eos_and_refuses_unscaled_scores():
+    torch_or_skip()
+    base = dict(n_vocab=19, l_max=14, L_enc=1, L_dec=1, H=2, d_e=8, d_mlp=12, dtype="float64")
+    m = ft.EDTransformer(**base, bos_id=0, eos_id=1)  # where decoding starts and stops: not the forward's
+    module = ft.to_torch(m)
+    assert ft.from_torch(module).config == m.config
+    # used to be accepted silently and run Algorithm 4's 1/√d_attn in torch's layers
+    with pytest.raises(ValueError, match="scale_scores=False"):
+        ft.to_torch(ft.EDTransformer(**base, scale_scores=False, norm="layer"))

@@ -54,10 +54,12 @@ struct ModelConfig {
     bool embed_norm = false;
     bool unembed_bias = false;
     // Variants (docs/variants.md). positional = Rope | Alibi (D only) puts the position into attention;
-    // H_kv: key/value heads (V3; 0: H); bias = false: V5; mlp = SwiGLU: V4 (D only); rope_theta: V1's θ.
+    // H_kv: key/value heads (V3; 0: H); bias = false: V5; rope_theta: V1's θ.
     index_t H_kv = 0;
     bool bias = true;
-    // mlp = GeGLU: V18's gated GELU (tanh form; T5 v1.1's "gated-gelu"), D and ED
+    // mlp (D and ED; E: Standard only): Standard is the listing's MLP, GELU in D (Algorithm 10, named "gelu")
+    // and Algorithm 8's ReLU in ED (named "relu"); SwiGLU: V4; GeGLU: V18's gated GELU (tanh form; T5 v1.1's
+    // "gated-gelu"). The names per architecture: config.cpp's kMlps.
     enum class Mlp { Standard, SwiGLU, GeGLU } mlp = Mlp::Standard;
     double rope_theta = 10000.0;
     // V8 (D only): sliding-window attention in every layer, Mask[t_z, t_x] = [[t_x − w < t_z ≤ t_x]] with

@@ -174,7 +174,7 @@ std::vector<index_t> EDInference(EDTransformer<T>& model, const index_t* z, inde
     if (max_len == 0) max_len = c.l_max;
     validate(Tokens{z, Seqs::single(l_z)}, c.n_vocab, c.l_max, "z");
     std::vector<index_t> x_hat = {c.bos_token()};  // line 1: x̂ ← [bos_token]
-    index_t y = 0;                                  // line 2
+    index_t y = -1;  // line 2: y ← 0, "no token yet" — never eos_token, whatever its id (eos_id = 0, or = bos_id as BART's)
     std::vector<T> p(std::size_t(c.n_vocab));
     std::vector<double> q;
     std::vector<index_t> order;

@@ -37,9 +37,18 @@ enum class Kind {
 };
 enum class Check { None, Positive, NonNegative, Rate };
 
-// The name tables of the enums (the first name of a value is the one written; later ones are aliases).
+// The name tables of the enums: a name, its value, and the architectures it is a name for (all, unless the
+// same value has another name in another architecture, as the standard MLP: "gelu" in D/E, "relu" in ED). The
+// first name of a value in an architecture is the one written; later ones are aliases.
 template <class En>
-using NameTable = std::vector<std::pair<const char*, En>>;
+struct EnumName {
+    const char* name;
+    En value;
+    unsigned archs = ALL;
+    const char* what = nullptr;  // for a name of some architectures only: what it names, for the messages
+};
+template <class En>
+using NameTable = std::vector<EnumName<En>>;
 const NameTable<NormKind> kNorms = {{"layer", NormKind::Layer}, {"rms", NormKind::RMS}, {"scale", NormKind::Scale}};
 const NameTable<Positional> kPositionals = {{"learned", Positional::Learned},
                                             {"sinusoidal", Positional::Sinusoidal},
@@ -47,10 +56,13 @@ const NameTable<Positional> kPositionals = {{"learned", Positional::Learned},
                                             {"alibi", Positional::Alibi},
                                             {"relative", Positional::Relative}};
 const NameTable<Gelu> kGelus = {{"exact", Gelu::Exact}, {"tanh", Gelu::Tanh}, {"none", Gelu::Exact}};
-// (ED's standard MLP is Algorithm 8's ReLU one: written "relu", json_of)
-const NameTable<ModelConfig::Mlp> kMlps = {{"gelu", ModelConfig::Mlp::Standard},    {"swiglu", ModelConfig::Mlp::SwiGLU},
-                                           {"geglu", ModelConfig::Mlp::GeGLU},      {"relu", ModelConfig::Mlp::Standard},
-                                           {"gated-gelu", ModelConfig::Mlp::GeGLU}};
+// The standard MLP is the listing's: GELU in Algorithms 9-10 (D, E), Algorithm 8's ReLU in ED.
+const NameTable<ModelConfig::Mlp> kMlps = {
+    {"gelu", ModelConfig::Mlp::Standard, DE, "the GELU MLP of Algorithms 9 and 10"},
+    {"relu", ModelConfig::Mlp::Standard, ED, "Algorithm 8's ReLU MLP"},
+    {"swiglu", ModelConfig::Mlp::SwiGLU},
+    {"geglu", ModelConfig::Mlp::GeGLU},
+    {"gated-gelu", ModelConfig::Mlp::GeGLU}};
 const NameTable<ModelConfig::MaskKind> kMasks = {{"causal", ModelConfig::MaskKind::Causal},
                                                   {"unidirectional", ModelConfig::MaskKind::Causal},
                                                   {"prefix", ModelConfig::MaskKind::Prefix}};
@@ -248,25 +260,34 @@ void set_option(ModelConfig& c, const OptionSpec& o, const OptionValue& v) {
                 wrong_type(o, v, "an int");
             }
             return;
-        case Kind::Enum: {
+        case Kind::Enum: {  // a name of c.arch's (set by from_options before the options)
             const auto* s = std::get_if<std::string>(&v);
             if (!s) wrong_type(o, v, "a str");
             std::visit(
                 [&](auto member) {
                     if constexpr (is_enum_member<decltype(member)>) {
-                        std::string allowed;
+                        const unsigned arch = bit(c.arch);
                         const auto& table = names_of(member);
-                        for (const auto& [name, value] : table) {
-                            if (*s == name) {
-                                c.*member = value;
+                        const EnumName<std::decay_t<decltype(c.*member)>>* other = nullptr;  // another arch's name
+                        for (const auto& n : table) {
+                            if (*s != n.name) continue;
+                            if (n.archs & arch) {
+                                c.*member = n.value;
                                 return;
                             }
+                            other = &n;
                         }
+                        std::string allowed;
                         for (std::size_t i = 0; i < table.size(); ++i) {
+                            if (!(table[i].archs & arch)) continue;
                             bool alias = false;  // list each value once
-                            for (std::size_t j = 0; j < i; ++j) alias |= table[j].second == table[i].second;
-                            if (!alias) allowed += std::string(allowed.empty() ? "'" : ", '") + table[i].first + "'";
+                            for (std::size_t j = 0; j < i; ++j)
+                                alias |= (table[j].archs & arch) && table[j].value == table[i].value;
+                            if (!alias) allowed += std::string(allowed.empty() ? "'" : ", '") + table[i].name + "'";
                         }
+                        if (other)
+                            throw ValueError(std::string(o.name) + "='" + *s + "' is " + (other->what ? other->what : "another model's") +
+                                             ", not " + arch_name(c.arch) + "'s: " + o.name + " must be one of " + allowed);
                         throw ValueError(std::string(o.name) + " must be one of " + allowed + ", got '" + *s + "'");
                     }
                 },
@@ -288,10 +309,8 @@ Json json_of(const ModelConfig& c, const OptionSpec& o) {
                 using V = std::remove_cv_t<std::remove_reference_t<decltype(c.*member)>>;
                 const V& v = c.*member;
                 if constexpr (std::is_enum_v<V>) {
-                    if constexpr (std::is_same_v<V, ModelConfig::Mlp>)
-                        if (c.arch == Arch::ED && v == ModelConfig::Mlp::Standard) return "relu";  // Algorithm 8's φ
-                    for (const auto& [name, value] : names_of(member))
-                        if (value == v) return name;
+                    for (const auto& n : names_of(member))
+                        if (n.value == v && (n.archs & bit(c.arch))) return n.name;
                     return nullptr;
                 } else if constexpr (std::is_same_v<V, double>) {
                     if (o.kind == Kind::AutoReal && v == 0) return nullptr;
@@ -369,7 +388,7 @@ std::vector<std::string> ModelConfig::positional_names(Arch arch) {
 
 std::string ModelConfig::signature(Arch arch) {
     ModelConfig defaults;
-    defaults.arch = arch;  // (json_of writes ED's standard MLP as "relu")
+    defaults.arch = arch;  // (json_of writes the architecture's names: ED's standard MLP is "relu")
     std::string r;
     bool star = false;
     for (const OptionSpec& o : kSchema) {
@@ -393,6 +412,7 @@ ModelConfig ModelConfig::from_options(Arch arch, const Options& keywords, const 
         throw TypeError(who + " takes " + std::to_string(sizes.size()) + " positional arguments (the sizes) but " +
                         std::to_string(positional.size()) + " were given");
     ModelConfig c;
+    c.arch = arch;  // the enums' names are the architecture's (kMlps)
     std::vector<const OptionSpec*> given;
     const OptionValue* all_rates = nullptr;
     auto take = [&](const std::string& name, const OptionValue& v) {
@@ -403,14 +423,6 @@ ModelConfig ModelConfig::from_options(Arch arch, const Options& keywords, const 
         for (const OptionSpec* g : given)
             if (g == o) throw TypeError(who + " got multiple values for argument '" + name + "'");
         given.push_back(o);
-        if (const auto* s = std::get_if<std::string>(&v); s && name == "mlp") {  // the standard MLP's φ is the listing's
-            if (arch == Arch::ED && *s == "gelu")
-                throw ValueError(who + ": mlp='gelu' is not an EDTransformer MLP: its standard MLP is Algorithm 8's ReLU "
-                                       "one, mlp='relu' (or 'geglu', 'swiglu')");
-            if (arch != Arch::ED && *s == "relu")
-                throw ValueError(who + ": mlp='relu' is Algorithm 8's EDTransformer MLP; this model's standard MLP is "
-                                       "GELU, mlp='gelu' (or 'geglu', 'swiglu')");
-        }
         if (o->kind == Kind::AllRates) {
             check_real(*o, real_of(*o, v));
             all_rates = &v;
