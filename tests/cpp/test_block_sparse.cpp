@@ -98,3 +98,28 @@ TEST(BlockSparse, BadLengthsAndOptionsAreValueErrors) {
     EXPECT_THROW(make_mask("bigbird", bad), ValueError);
     EXPECT_THROW(make_mask("bigbird", MaskOptions()), ValueError);  // no block_size
 }
+
+TEST(BlockSparse, GivenLayoutsPerHeadOrForAllHeads) {
+    MaskOptions o;
+    o.values = {{"block_size", 2.0}, {"n_random_blocks", 1.0}, {"heads", 3.0}};
+    const Mask mask = make_mask("bigbird", o);
+    const index_t n = 6;
+    auto diag = [&](index_t shift) {  // query block i reads key block (i + shift) mod n
+        std::vector<std::vector<index_t>> k(static_cast<std::size_t>(n));
+        for (index_t i = 0; i < n; ++i) k[std::size_t(i)] = {(i + shift) % n};
+        return explicit_layout(2, k);
+    };
+    EXPECT_THROW(set_bigbird_layouts(mask, {diag(0), diag(1)}), ValueError);                // 2 layouts, 3 heads
+    EXPECT_THROW(set_bigbird_layouts(mask, {explicit_layout(3, {{0}, {1}})}), ValueError);  // another block size
+    EXPECT_THROW(set_bigbird_layouts(mask, {diag(0), diag(1), explicit_layout(2, {{0}, {1}})}),
+                 ValueError);  // head 2 of 2 blocks, the others of 6
+    EXPECT_THROW(set_bigbird_layouts(Mask::bidirectional(), {diag(0)}), ValueError);  // not BigBird's mask
+    const auto drawn = bigbird_mask_layout(mask, n, 1)->keys;
+    set_bigbird_layouts(mask, {diag(0), diag(1), diag(2)});
+    for (index_t h = 0; h < 3; ++h) EXPECT_EQ(bigbird_mask_layout(mask, n, h)->keys, diag(h).keys) << h;
+    mask.check(n * 2, n * 2);
+    EXPECT_TRUE(mask.allows_head(3 * 2, 1 * 2, 0, 2) && !mask.allows_head(3 * 2, 1 * 2, 0, 1));  // head 2: 1 → 3
+    set_bigbird_layouts(mask, {diag(4)});  // one for every head
+    for (index_t h = 0; h < 3; ++h) EXPECT_EQ(bigbird_mask_layout(mask, n, h)->keys, diag(4).keys) << h;
+    EXPECT_NE(drawn, diag(4).keys);
+}

@@ -292,20 +292,16 @@ std::vector<Case> blocked_cases() {
     return out;
 }
 
-TEST(TiledAttention, BlockedKernelEqualsLiteralFloat64) {
-    for (const Case& c : blocked_cases()) {
+// every case in turn, named in the failure message
+template <class T>
+void check_each(const std::vector<Case>& cs, index_t group, double tol) {
+    for (const Case& c : cs) {
         SCOPED_TRACE(::testing::Message() << "l_x " << c.l_x << " l_z " << c.l_z << " q0 " << c.q0 << " mask "
                                           << mask_name(c.mask) << " slope " << c.slope << " p " << c.p << " tiles "
                                           << c.tiles.B_q << "x" << c.tiles.B_k << " d " << c.d << " d_v " << c.d_v);
-        check<double>(c, 1, 1e-12);
+        check<T>(c, group, tol);
     }
 }
 
-TEST(TiledAttention, BlockedKernelEqualsLiteralFloat32) {
-    for (const Case& c : blocked_cases()) {
-        SCOPED_TRACE(::testing::Message() << "l_x " << c.l_x << " l_z " << c.l_z << " q0 " << c.q0 << " mask "
-                                          << mask_name(c.mask) << " slope " << c.slope << " p " << c.p << " tiles "
-                                          << c.tiles.B_q << "x" << c.tiles.B_k << " d " << c.d << " d_v " << c.d_v);
-        check<float>(c, 2, 1e-5);
-    }
-}
+TEST(TiledAttention, BlockedKernelEqualsLiteralFloat64) { check_each<double>(blocked_cases(), 1, 1e-12); }
+TEST(TiledAttention, BlockedKernelEqualsLiteralFloat32) { check_each<float>(blocked_cases(), 2, 1e-5); }

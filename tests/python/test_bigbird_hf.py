@@ -210,6 +210,24 @@ def test_from_hf_bigbird_model_last_hidden_state_batch_and_exact_gelu():
         assert not all(np.array_equal(lay[0, 0], lay[0, h]) for h in range(4))  # HF's heads differ
 
 
+def test_hf_old_plans_at_1024_tokens_equal_or_refused():
+    """At ℓ ∈ {1024, 3072, 4096} HF draws with its "old plans" (_bigbird_block_rand_mask): in blocks of 16 with
+    r = 1 a set (equal to HF); in blocks of 32 with r = 2 it draws a window block again (a multiset): ValueError."""
+    transformers = pytest.importorskip("transformers")
+    torch = torch_or_skip()
+    kw = dict(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
+              max_position_embeddings=1024, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sep_token_id=None)
+    hf = hf_random_float64(transformers.BigBirdModel, transformers.BigBirdConfig(block_size=16, num_random_blocks=1, **kw))
+    model = ft.from_hf(hf.train(), bigbird_lengths=[1024])
+    x = np.random.default_rng(11).integers(1, 37, size=1024)
+    with torch.no_grad():
+        want = hf(input_ids=torch.tensor(x[None])).last_hidden_state[0].numpy().T
+    assert rel_err(model.hidden(x), want) <= 1e-12
+    hf = hf_random_float64(transformers.BigBirdModel, transformers.BigBirdConfig(block_size=32, num_random_blocks=2, **kw))
+    with pytest.raises(ValueError, match="multiset"):
+        ft.from_hf(hf, bigbird_lengths=[1024])
+
+
 def test_hf_eval_mode_is_not_a_mask_and_training_mode_is():
     """HF's eval mode puts every random block at block 0 (a multiset): the ft model (training mode's layouts)
     differs from it, and equals the same HF model switched to training mode."""

@@ -51,7 +51,8 @@ namespace ft {
 // loops, no blocking; the naive side the tests hold the other two to).
 enum class TileKernel { Blas, Loops, Blocked };
 // Block sizes of the tiles: B_q query columns × B_k key rows (a B_k×B_q block of S, P, dP in the cache), and
-// the kernel of their products (bench/bench_tiles.cpp measured both: docs/design.md "Tiled attention").
+// the kernel of their products (bench/bench_tiles.cpp and bench/ab_step.py measured them: docs/design.md
+// "Tiled attention").
 struct TileSizes {
     index_t B_q = 64, B_k = 128;
     TileKernel kernel = TileKernel::Blocked;

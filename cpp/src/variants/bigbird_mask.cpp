@@ -71,7 +71,8 @@ public:
         cache_[n] = std::move(hl);
     }
     static const BlockLayout& of_head(const HeadLayouts& hl, index_t h) {
-        FT_CHECK(hl.size() == 1 || (h >= 0 && h < index_t(hl.size())), "bigbird mask: no layout of head " + std::to_string(h));
+        FT_CHECK(hl.size() == 1 || (h >= 0 && h < index_t(hl.size())),
+                 "bigbird mask: no layout of head " + std::to_string(h));
         return *hl[hl.size() == 1 ? 0 : std::size_t(h)];
     }
 
@@ -196,7 +197,8 @@ std::shared_ptr<const BlockLayout> bigbird_mask_layout(const Mask& m, index_t n,
 
 void set_bigbird_layouts(const Mask& m, std::vector<BlockLayout> layouts) {
     const auto* r = dynamic_cast<const BigBirdMask*>(&m.rule());
-    if (!r) throw ValueError("bigbird layouts: the attention's mask is '" + m.name() + "', not BigBird's (attention='bigbird')");
+    if (!r)
+        throw ValueError("bigbird layouts: the attention's mask is '" + m.name() + "', not BigBird's (attention='bigbird')");
     const BigBirdSpec& s = r->spec();
     const index_t H = std::max<index_t>(s.heads, 1), count = index_t(layouts.size());
     if (count != 1 && count != H)
