@@ -535,14 +535,16 @@ def geglu_mlp(X_tilde, W_gate, W_mlp1, W_mlp2) -> np.ndarray:
 def t5_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float = 1e-6, mlp: str = "relu",
                    relative_max_distance: int = 128, unembed_rescale: bool = True, logits: bool = False) -> np.ndarray:
     """V18 (docs/variants.md): P ← EDTransformer(z, x | θ) with T5's choices — pre_norm=True, norm="rms",
-    bias=False, positional="relative" (V11), scale_scores=False, mlp="relu" | "geglu", unembed_rescale.
+    bias=False, positional="relative" (V11), scale_scores=False, mlp="relu" | "geglu" (| "swiglu"), unembed_rescale.
     Parameter names as ft's EDTransformer (enc.l.gamma1, …, enc.gamma, dec.l.gamma1–3, dec.gamma)."""
     z, x = np.asarray(z), np.asarray(x)
     W_e = params["W_e"]
 
-    def ff(X, p, W1, W2):  # MLP(X̃): ReLU or GEGLU
+    def ff(X, p, W1, W2):  # MLP(X̃): ReLU, GEGLU or (mlp="swiglu") V4's SwiGLU
         if mlp == "geglu":
             return geglu_mlp(X, params[p + "W_gate"], params[p + W1], params[p + W2])
+        if mlp == "swiglu":
+            return swiglu_mlp(X, params[p + "W_gate"], None, params[p + W1], None, params[p + W2], None)
         return params[p + W2] @ relu(params[p + W1] @ X)
 
     def att(X, Z, p, mask, bias=None):

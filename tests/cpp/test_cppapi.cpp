@@ -2,6 +2,8 @@
 // loss and every gradient of the models, batches, params()/grads() writing through to θ, Adam stepping a
 // model, the trainers and inference on TokenIds, and the stand-alone components (units.hpp) against the
 // listings' classes; bad input throws the core's errors before anything changes.
+#include <algorithm>
+
 #include <xtensor/xview.hpp>
 
 #include "formal_transformers/formal_transformers.hpp"
@@ -196,6 +198,27 @@ TEST(CppApi, TrainersAndInferenceOnTokenIds) {
     ASSERT_EQ(xh.size(), xh2.size());
     EXPECT_TRUE(std::equal(xh.begin(), xh.end(), xh2.begin()));
     EXPECT_EQ(xh(0), ed.cfg.bos_token());
+}
+
+// Algorithm 15 stops on a generated eos only: eos_id 0 (T5's pad is its start) and bos_id == eos_id (BART's
+// decoder_start_token_id == eos_token_id) used to end every decoding at [bos] (line 2's y ← 0 taken for eos).
+TEST(CppApi, EDInferenceStopsOnlyOnAGeneratedEos) {
+    for (const auto& [bos, eos] : {std::pair<index_t, index_t>{0, 0}, {2, 2}, {5, 0}}) {
+        ModelConfig c = small(Arch::ED);
+        c.bos_id = bos, c.eos_id = eos;
+        EDTransformer<double> ed(c);
+        for (const bool cache : {true, false}) {
+            SamplingOptions so;
+            so.tau = 0.0, so.cache = cache;
+            Rng r(1);
+            const std::vector<index_t> z{3, 4, 5};
+            const std::vector<index_t> x = EDInference(ed, z.data(), 3, so, r);
+            ASSERT_GE(x.size(), 2u) << bos << " " << eos;  // decoded past the start token
+            EXPECT_EQ(x[0], bos);
+            EXPECT_EQ(std::find(x.begin() + 1, x.end() - 1, eos), x.end() - 1);  // no eos before the last token
+            EXPECT_TRUE(x.back() == eos || index_t(x.size()) == c.l_max);        // its eos, or the length cap
+        }
+    }
 }
 
 TEST(CppApi, TokenizersAndChunks) {

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import formal_transformers as ft
-from conftest import child_env
+from conftest import assert_grads_match_fd, child_env, randomize_theta, rel_err
 
 
 def ed(**kw):
@@ -148,6 +148,20 @@ def test_ed_inference_with_bos_eos_ends_on_its_eos():
     m = ed(**{**T5_MODEL, "bos_id": 0, "eos_id": 0, "seed": 4})
     y = ft.EDInference(0.0)(Z, m)
     assert y[0] == 0 and y[-1] == 0 and 2 <= len(y) < 12 and 0 not in y[1:-1]
+
+
+def test_ed_swiglu_is_the_listing_with_v4s_mlp():
+    """EDTransformer(mlp="swiglu") (docs/api.md: D and ED take it) in T5's layers: P against reference.t5_transformer
+    (float64 ≤ 1e-12), every gradient against finite differences."""
+    m = ed(**{**T5_MODEL, "mlp": "swiglu", "positional": "relative", "bias": False, "relative_buckets": 6,
+              "relative_max_distance": 9, "seed": 2})
+    theta = randomize_theta(m, np.random.default_rng(3), unit=("W_e", "rel_bias"))
+    x = np.array([0, 7, 2, 9])
+    P = ft.reference.t5_transformer(Z, x, theta, L_enc=1, L_dec=1, H=2, eps=m.config["eps"], mlp="swiglu",
+                                    relative_max_distance=9, unembed_rescale=True)
+    assert rel_err(m(Z, x), P) <= 1e-12
+    _, grads = m.loss_and_grad(Z, x)
+    assert_grads_match_fd(m, grads, lambda: m.loss(Z, x), b_k_zero=False)
 
 
 ED_CALLS = [
