@@ -59,28 +59,39 @@ std::string mask_repr(const ft::Mask& mask) {
     return "'" + mask.name() + "'";
 }
 
-// V17: a block layout as a bool array (n, n), layout[j, i]: key block j live for query block i (the
-// orientation of Mask[t_z, t_x])
+// V17: a block layout as an array (n, n), layout[j, i]: key block j live for query block i (the orientation of
+// Mask[t_z, t_x]): bool, or uint8 multiplicities when a query block lists a key block more than once (V17b's note)
 py::array layout_array(const ft::BlockLayout& L) {
-    py::array_t<bool, py::array::f_style> a({py::ssize_t(L.n), py::ssize_t(L.n)});
-    bool* p = a.mutable_data();
-    std::fill(p, p + L.n * L.n, false);
+    const bool counts = L.repeats();
+    py::array a = counts ? py::array(py::array_t<std::uint8_t, py::array::f_style>({py::ssize_t(L.n), py::ssize_t(L.n)}))
+                         : py::array(py::array_t<bool, py::array::f_style>({py::ssize_t(L.n), py::ssize_t(L.n)}));
+    auto* p = static_cast<std::uint8_t*>(a.mutable_data());  // bool and uint8: one byte each
+    std::fill(p, p + L.n * L.n, std::uint8_t(0));
     for (index_t i = 0; i < L.n; ++i)
-        for (index_t k = 0; k < L.count(i); ++k) p[L.of(i)[k] + i * L.n] = true;
-    return std::move(a);
+        for (index_t k = 0; k < L.count(i); ++k) p[L.of(i)[k] + i * L.n] += 1;
+    return a;
 }
+// A bool layout (n, n), or non-negative integer multiplicities (a key block listed m ≤ 255 times)
 ft::BlockLayout layout_of(const py::handle& layout, long long block_size) {
     const index_t b = positive(block_size, "block_size");
     py::array a = py::module_::import("numpy").attr("asarray")(layout);
-    if (a.dtype().kind() != 'b') throw ft::TypeError("layout must be a bool array (n, n) (layout[j, i]: key block j for query block i)");
+    const char kind = a.dtype().kind();
+    if (kind != 'b' && kind != 'i' && kind != 'u')
+        throw ft::TypeError("layout must be a bool array (n, n) (layout[j, i]: key block j for query block i), or integer "
+                            "multiplicities (a key block listed m times)");
     if (a.ndim() != 2 || a.shape(0) != a.shape(1) || a.shape(0) < 1)
-        throw ft::ValueError("layout must be a square bool array (n, n), got shape " + shape_str(a));
-    auto m = py::array_t<bool, py::array::f_style | py::array::forcecast>::ensure(a);
+        throw ft::ValueError("layout must be a square array (n, n), got shape " + shape_str(a));
+    auto m = py::array_t<long long, py::array::f_style | py::array::forcecast>::ensure(a);
     const index_t n = index_t(a.shape(0));
     std::vector<std::vector<index_t>> keys(static_cast<std::size_t>(n));
     for (index_t i = 0; i < n; ++i)
-        for (index_t j = 0; j < n; ++j)
-            if (m.data()[j + i * n]) keys[std::size_t(i)].push_back(j);
+        for (index_t j = 0; j < n; ++j) {
+            const long long c = m.data()[j + i * n];
+            if (c < 0 || c > 255)
+                throw ft::ValueError("layout: key block " + std::to_string(j) + " of query block " + std::to_string(i) +
+                                     " has multiplicity " + std::to_string(c) + ", not in [0, 255]");
+            keys[std::size_t(i)].insert(keys[std::size_t(i)].end(), std::size_t(c), j);
+        }
     return ft::explicit_layout(b, keys);
 }
 template <class T>
@@ -243,8 +254,9 @@ void def_bigbird_layouts(py::class_<AnyDtype<ft::ETransformer>, HasParams>& c) {
                 if (cfg.attention != ft::AttnKernel::BigBird)
                     throw ft::ValueError("set_bigbird_layouts: the model's attention is not 'bigbird'");
                 py::array a = py::module_::import("numpy").attr("asarray")(layouts);
-                if (a.dtype().kind() != 'b')
-                    throw ft::TypeError("bigbird layouts must be a bool array (L, H, n, n) or (L, n, n)");
+                if (a.dtype().kind() != 'b' && a.dtype().kind() != 'i' && a.dtype().kind() != 'u')
+                    throw ft::TypeError("bigbird layouts must be a bool array (L, H, n, n) or (L, n, n), or integer "
+                                        "multiplicities");
                 const bool per_head = a.ndim() == 4;
                 if ((a.ndim() != 3 && a.ndim() != 4) || a.shape(0) != py::ssize_t(cfg.L) ||
                     (per_head && a.shape(1) != py::ssize_t(cfg.H)) || a.shape(a.ndim() - 1) != a.shape(a.ndim() - 2) ||
@@ -262,6 +274,10 @@ void def_bigbird_layouts(py::class_<AnyDtype<ft::ETransformer>, HasParams>& c) {
                         const py::object one = per_head ? a[py::make_tuple(l, h)] : a[py::int_(l)];  // (n, n)
                         try {
                             all.back().push_back(layout_of(one, cfg.block_size));
+                            if (all.back().back().repeats() && cfg.attention_impl != ft::AttnImpl::Auto)
+                                throw ft::ValueError("a key block repeated (multiplicity ≥ 2) is the block-sparse "
+                                                     "kernel's only (attention_impl='auto'): Algorithm 4's 0/1 mask "
+                                                     "cannot weight it");
                         } catch (const ft::ValueError& e) {
                             const std::string at = std::to_string(l) + (per_head ? ", " + std::to_string(h) : "");
                             throw ft::ValueError("bigbird layouts[" + at + "]: " + e.what());
@@ -276,7 +292,9 @@ void def_bigbird_layouts(py::class_<AnyDtype<ft::ETransformer>, HasParams>& c) {
         "Give every layer and head its V17 block layout for sequences of n blocks (n·block_size tokens): a bool\n"
         "array (L, H, n, n), layouts[l, h, j, i] = key block j is live for query block i in head h of layer l, or\n"
         "(L, n, n) (each layer's layout for all its heads). They replace the layouts drawn from layout_seed for that\n"
-        "length only (the other lengths keep drawing); ft.from_hf installs Hugging Face BigBird's with it. Not saved\n"
+        "length only (the other lengths keep drawing); ft.from_hf installs Hugging Face BigBird's with it. Integer\n"
+        "layouts give multiplicities: a key block listed m times weighs m·exp(s) in the softmax (HF's repeated\n"
+        "blocks; attention_impl='auto' only). Not saved\n"
         "by ft.save (which keeps layout_seed): install them again after ft.load. ValueError: attention is not\n"
         "'bigbird', a shape other than (L, H, n, n) or (L, n, n), n·block_size > l_max, a query block with no key block.");
     c.def(
@@ -291,19 +309,25 @@ void def_bigbird_layouts(py::class_<AnyDtype<ft::ETransformer>, HasParams>& c) {
                 const ft::Mask& m0 = m.layer[0]->attn.mask;
                 ft::check_bigbird_length(*ft::bigbird_spec(m0), ft::checked_mul(n, cfg.block_size, "n·block_size"));
                 py::list layers;
+                bool counts = false;  // some layout repeats a block: uint8 multiplicities
                 for (index_t l = 0; l < cfg.L; ++l) {
                     py::list heads;
-                    for (index_t h = 0; h < cfg.H; ++h)
-                        heads.append(layout_array(*ft::bigbird_mask_layout(m.layer[std::size_t(l)]->attn.mask, n, h)));
+                    for (index_t h = 0; h < cfg.H; ++h) {
+                        const auto L = ft::bigbird_mask_layout(m.layer[std::size_t(l)]->attn.mask, n, h);
+                        counts = counts || L->repeats();
+                        heads.append(layout_array(*L));
+                    }
                     layers.append(heads);
                 }
-                py::array a = py::module_::import("numpy").attr("array")(layers, py::dtype::of<bool>());  // (L, H, n, n)
+                py::array a = py::module_::import("numpy").attr("array")(
+                    layers, counts ? py::dtype::of<std::uint8_t>() : py::dtype::of<bool>());  // (L, H, n, n)
                 return a;
             });
         },
         py::arg("n_blocks"),
         "The V17 block layouts the model uses for sequences of n_blocks blocks: a bool array (L, H, n, n),\n"
-        "[l, h, j, i] = key block j is live for query block i in head h of layer l (drawn from layout_seed: layer l,\n"
+        "[l, h, j, i] = key block j is live for query block i in head h of layer l (uint8 multiplicities if a given\n"
+        "layout repeats a block; drawn from layout_seed: layer l,\n"
         "head h is ft.bigbird_layout(n, …, seed=layout_seed, name=f'layers.{l}.attn.', head=h); or as installed).");
 }
 
@@ -381,8 +405,9 @@ void register_attention(py::module_& m) {
         },
         py::arg("Q"), py::arg("K"), py::arg("V"), py::arg("layout"), py::arg("block_size"),
         "Algorithm V17b (block-sparse attention, one head): Q (d, ℓ), K (d, ℓ), V (d_v, ℓ), layout a bool (n, n)\n"
-        "block layout (as bigbird_layout returns; ℓ = n·block_size) -> (Ṽ (d_v, ℓ), λ (ℓ,)), Ṽ = V softmax(S/√d)\n"
-        "over the live blocks only. float32 when Q is float32, else float64.");
+        "block layout (as bigbird_layout returns; ℓ = n·block_size; or integer multiplicities m: the block gathered\n"
+        "m times) -> (Ṽ (d_v, ℓ), λ (ℓ,)), Ṽ = V softmax(S/√d) over the live blocks only. float32 when Q is\n"
+        "float32, else float64.");
     m.def(
         "block_sparse_attention_backward",
         [](const py::handle& Q, const py::handle& K, const py::handle& V, const py::handle& layout, const PyInt& block_size,

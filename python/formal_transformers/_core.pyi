@@ -676,7 +676,8 @@ class ETransformer(_HasParams):
     def bigbird_layouts(self, n_blocks: typing.SupportsIndex) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
         """
         The V17 block layouts the model uses for sequences of n_blocks blocks: a bool array (L, H, n, n),
-        [l, h, j, i] = key block j is live for query block i in head h of layer l (drawn from layout_seed: layer l,
+        [l, h, j, i] = key block j is live for query block i in head h of layer l (uint8 multiplicities if a given
+        layout repeats a block; drawn from layout_seed: layer l,
         head h is ft.bigbird_layout(n, …, seed=layout_seed, name=f'layers.{l}.attn.', head=h); or as installed).
         """
     def config_json(self) -> str:
@@ -706,7 +707,9 @@ class ETransformer(_HasParams):
         Give every layer and head its V17 block layout for sequences of n blocks (n·block_size tokens): a bool
         array (L, H, n, n), layouts[l, h, j, i] = key block j is live for query block i in head h of layer l, or
         (L, n, n) (each layer's layout for all its heads). They replace the layouts drawn from layout_seed for that
-        length only (the other lengths keep drawing); ft.from_hf installs Hugging Face BigBird's with it. Not saved
+        length only (the other lengths keep drawing); ft.from_hf installs Hugging Face BigBird's with it. Integer
+        layouts give multiplicities: a key block listed m times weighs m·exp(s) in the softmax (HF's repeated
+        blocks; attention_impl='auto' only). Not saved
         by ft.save (which keeps layout_seed): install them again after ft.load. ValueError: attention is not
         'bigbird', a shape other than (L, H, n, n) or (L, n, n), n·block_size > l_max, a query block with no key block.
         """
@@ -1515,8 +1518,9 @@ def blas_kernel() -> str:
 def block_sparse_attention(Q: typing.Any, K: typing.Any, V: typing.Any, layout: typing.Any, block_size: typing.SupportsIndex) -> tuple:
     """
     Algorithm V17b (block-sparse attention, one head): Q (d, ℓ), K (d, ℓ), V (d_v, ℓ), layout a bool (n, n)
-    block layout (as bigbird_layout returns; ℓ = n·block_size) -> (Ṽ (d_v, ℓ), λ (ℓ,)), Ṽ = V softmax(S/√d)
-    over the live blocks only. float32 when Q is float32, else float64.
+    block layout (as bigbird_layout returns; ℓ = n·block_size; or integer multiplicities m: the block gathered
+    m times) -> (Ṽ (d_v, ℓ), λ (ℓ,)), Ṽ = V softmax(S/√d) over the live blocks only. float32 when Q is
+    float32, else float64.
     """
 def block_sparse_attention_backward(Q: typing.Any, K: typing.Any, V: typing.Any, layout: typing.Any, block_size: typing.SupportsIndex, lse: typing.Any, dY: typing.Any) -> tuple:
     """

@@ -30,8 +30,9 @@ W itself; the paper's columns are tokens):
     model and is not read).
   BigBird (BigBirdForMaskedLM / BigBirdModel): BERT's tensors and names, attention_type "block_sparse" as
     attention="bigbird" (docs/variants.md V17: w = 3, g = 1, r = num_random_blocks, b = block_size) with HF's own
-    per-head random layouts installed for the lengths of from_hf's bigbird_lengths (HF's training-mode draw; its
-    eval mode puts every random block at block 0, a multiset no mask describes); "original_full" as BERT.
+    per-head random layouts installed for the lengths of from_hf's bigbird_lengths (the draw of the mode the HF
+    model is in; eval mode puts every random block at block 0: a repeated block, weighed once per occurrence as
+    HF gathers it, V17b's multiset note); "original_full" as BERT.
 
 Batches: HF pads a batch to one length and passes attention_mask (1 = token, 0 = padding); our batches are
 unpadded sequences, so a padded row with mask m maps to the sequence x[m == 1] (right padding; positions
@@ -315,13 +316,15 @@ def _bigbird_hyper(c: dict) -> dict:
 
 
 def _bigbird_hf_layouts(hf_model, l) -> np.ndarray:
-    """The block layouts (L, H, n, n) a BigBird block-sparse model draws for sequences of ℓ tokens in training
-    mode: each layer's BigBirdBlockSparseAttention seeds numpy with its seed (the layer index) and draws every
-    head's random blocks with its own methods, called here as its bigbird_block_sparse_attention calls them
-    (transformers 5.x; numpy's global state is restored after). Query block i of head h then reads blocks
-    i − 1, i, i + 1, 0, n − 1 and the random blocks of row i (rows 0 and n − 1 read everything). ValueError if
-    HF would not run block-sparse at ℓ, or drew a random block twice or inside the window and the globals
-    (a multiset, which no mask describes)."""
+    """The block layouts (L, H, n, n) a BigBird block-sparse model draws for sequences of ℓ tokens in the mode
+    each layer is in: in training mode each layer's BigBirdBlockSparseAttention seeds numpy with its seed (the
+    layer index) and draws every head's random blocks with its own methods, called here as its
+    bigbird_block_sparse_attention calls them (transformers 5.x; numpy's global state is restored after); in
+    eval mode those methods return every random block as block 0. Query block i of head h then reads blocks
+    i − 1, i, i + 1, 0, n − 1 and the random blocks of row i (rows 0 and n − 1 read everything), as uint8
+    multiplicities: HF gathers a random block that repeats another random block or one of the window and global
+    blocks (its "old plans" at ℓ ∈ {1024, 3072, 4096} can) once per occurrence, so it weighs m·exp(s) in the
+    softmax (docs/variants.md V17b's multiset note). ValueError if HF would not run block-sparse at ℓ."""
     c = hf_model.config
     b, r, H = int(c.block_size), int(c.num_random_blocks), int(c.num_attention_heads)
     if isinstance(l, bool) or not isinstance(l, (int, np.integer)):
@@ -334,35 +337,26 @@ def _bigbird_hf_layouts(hf_model, l) -> np.ndarray:
                          "Hugging Face runs full attention (original_full), not block_sparse")
     n = l // b
     base = getattr(hf_model, "bert", hf_model)
-    out = np.zeros((len(base.encoder.layer), H, n, n), dtype=bool)
+    out = np.zeros((len(base.encoder.layer), H, n, n), dtype=np.uint8)
     state = np.random.get_state()
     try:
         for li, layer in enumerate(base.encoder.layer):
-            att = layer.attention.self
-            was = att.training
-            att.training = True  # the draw of training mode (eval mode: every random block is block 0)
-            try:
-                np.random.seed(att.seed)
-                if l in (1024, 3072, 4096):  # HF's "old plans used in paper"
-                    rand = [att._bigbird_block_rand_mask(att.max_seqlen, att.max_seqlen, b, b, r, last_idx=1024)[: n - 2]
-                            for _ in range(H)]
-                else:
-                    plan, plan_r = att._get_rand_attn_plan(l, b, r)
-                    rand = att._bigbird_block_rand_mask_with_head(
-                        from_seq_length=l, to_seq_length=l, from_block_size=b, to_block_size=b, num_heads=H,
-                        plan_from_length=plan, plan_num_rand_blocks=plan_r)
-            finally:
-                att.training = was
+            att = layer.attention.self  # its own mode (eval: every random block is block 0, a repeat)
+            np.random.seed(att.seed)
+            if l in (1024, 3072, 4096):  # HF's "old plans used in paper"
+                rand = [att._bigbird_block_rand_mask(att.max_seqlen, att.max_seqlen, b, b, r, last_idx=1024)[: n - 2]
+                        for _ in range(H)]
+            else:
+                plan, plan_r = att._get_rand_attn_plan(l, b, r)
+                rand = att._bigbird_block_rand_mask_with_head(
+                    from_seq_length=l, to_seq_length=l, from_block_size=b, to_block_size=b, num_heads=H,
+                    plan_from_length=plan, plan_num_rand_blocks=plan_r)
             for h in range(H):
-                out[li, h, :, 0] = out[li, h, :, n - 1] = True
+                out[li, h, :, 0] = out[li, h, :, n - 1] = 1
                 for i in range(1, n - 1):
-                    R = [int(j) for j in np.asarray(rand[h])[i - 1]]
-                    fixed = {i - 1, i, i + 1, 0, n - 1}
-                    if len(set(R)) != len(R) or fixed & set(R):
-                        raise ValueError(f"BigBird layouts: at ℓ = {l}, HF's layer {li} head {h} draws random blocks {R} "
-                                         f"for query block {i}, repeating a block or one of its window and global blocks "
-                                         f"{sorted(fixed)}: a multiset no mask describes")
-                    out[li, h, sorted(fixed | set(R)), i] = True
+                    # the window and global blocks once each (distinct for 1 ≤ i ≤ n − 2), then every random draw
+                    for j in [*sorted({i - 1, i, i + 1, 0, n - 1}), *(int(j) for j in np.asarray(rand[h])[i - 1])]:
+                        out[li, h, j, i] += 1
     finally:
         np.random.set_state(state)
     return out
@@ -977,10 +971,12 @@ def from_hf(hf_model, *, dtype=None, bigbird_lengths=()):
     ViTForImageClassification -> ViT (listing V14). dtype: float32 / float64 (default: the HF model's, float64 if
     its weights are float64). ValueError naming an unsupported configuration option.
     BigBirdModel / BigBirdForMaskedLM -> ETransformer as BERT, with attention="bigbird" (V17: w = 3, g = 1,
-    r = num_random_blocks) when HF's attention_type is "block_sparse", and HF's own random layouts (training
-    mode's draw, one per layer and head) installed for each length of bigbird_lengths (model.set_bigbird_layouts;
-    other lengths draw from layout_seed). HF's eval mode puts every random block at block 0, which no mask
-    describes: the ft model computes what HF computes in training mode with every dropout 0 (docs/variants.md V17)."""
+    r = num_random_blocks) when HF's attention_type is "block_sparse", and HF's own layouts (one per layer and
+    head) installed for each length of bigbird_lengths (model.set_bigbird_layouts; other lengths draw from
+    layout_seed), in the mode hf_model is in: training mode's random draw, or eval mode's (every random block is
+    block 0, so block 0 is gathered 1 + r times). A block HF gathers m times weighs m·exp(s) in the softmax (a
+    multiset layout, docs/variants.md V17b), as in HF: the ft model computes what HF computes in that mode with
+    every dropout 0."""
     if type(hf_model).__name__ == "ViTForImageClassification":
         return _vit_from_hf(hf_model, dtype)
     name = _cls_of(hf_model)

@@ -146,7 +146,8 @@ def basic_attention(e, E, W_q, b_q, W_k, b_k, W_v, b_v) -> np.ndarray:
 
 
 def attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, drop=None, bias=None) -> np.ndarray:
-    """Algorithm 4. X ∈ R^{d_x×ℓ_x} (queries), Z ∈ R^{d_z×ℓ_z} (context), mask ∈ {0,1}^{ℓ_z×ℓ_x}.
+    """Algorithm 4. X ∈ R^{d_x×ℓ_x} (queries), Z ∈ R^{d_z×ℓ_z} (context), mask ∈ {0,1}^{ℓ_z×ℓ_x} (bool; integer
+    multiplicities weigh exp(s) by M, V17b's multiset note: multiplicity_bias).
     drop = (M, p): dropout on the weights before the product of line 6 (docs/regularisation.md).
     bias: B ∈ R^{ℓ_z×ℓ_x} added in line 6, softmax(S/√d_attn + B) (V11's relative position bias)."""
     d_attn = W_q.shape[0]
@@ -155,7 +156,7 @@ def attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, drop=None, bias=None) ->
     V = W_v @ Z + b_v[:, None]  # line 3: V ← W_v Z + b_v 1ᵀ
     S = K.T @ Q  # line 4: S ← Kᵀ Q
     S = np.where(mask, S, -np.inf)  # line 5: ∀t_z, t_x, if ¬Mask[t_z, t_x] then S[t_z, t_x] ← −∞
-    A = softmax(S / math.sqrt(d_attn) + (0 if bias is None else bias))  # line 6: softmax(S/√d_attn) …
+    A = softmax(S / math.sqrt(d_attn) + (0 if bias is None else bias) + multiplicity_bias(mask))  # line 6: softmax(S/√d_attn) …
     if drop is not None:  # (training) A ← Dropout(A | p, M)
         A = dropout(A, *drop)
     return V @ A  # line 6: return Ṽ = V · softmax(S/√d_attn)
@@ -167,7 +168,7 @@ def attention_weights(X, Z, W_q, b_q, W_k, b_k, mask) -> np.ndarray:
     d_attn = W_q.shape[0]
     Q = W_q @ X + b_q[:, None]
     K = W_k @ Z + b_k[:, None]
-    return softmax(np.where(mask, K.T @ Q, -np.inf) / math.sqrt(d_attn))
+    return softmax(np.where(mask, K.T @ Q, -np.inf) / math.sqrt(d_attn) + multiplicity_bias(mask))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -936,7 +937,7 @@ def variant_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, *, positional: s
     S = K.T @ Q  # line 4
     S = np.where(mask, S, -np.inf)  # line 5
     B = -slope * alibi_bias(l_z, l_x, q0) if positional == "alibi" else 0.0
-    return V @ softmax(S / math.sqrt(d_attn) + B)  # line 6 (6′ with ALiBi)
+    return V @ softmax(S / math.sqrt(d_attn) + B + multiplicity_bias(mask))  # line 6 (6′ with ALiBi)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -992,17 +993,33 @@ def rf_attention_quadratic(Q, K, V, Omega, kind: str, mask) -> np.ndarray:
 
 def bigbird_mask(layout, b: int) -> np.ndarray:
     """Algorithm V17 (docs/variants.md): Mask[t_z, t_x] = [[layout[⌊t_z/b⌋, ⌊t_x/b⌋]]] for a block layout
-    layout ∈ {0,1}^{n×n} (layout[j, i]: key block j live for query block i; ft.bigbird_layout draws V17a)."""
-    return np.kron(np.asarray(layout, dtype=bool), np.ones((b, b), dtype=bool)).astype(bool)
+    layout ∈ {0,1}^{n×n} (layout[j, i]: key block j live for query block i; ft.bigbird_layout draws V17a).
+    An integer layout (multiplicities m, V17b's multiset note) gives M[t_z, t_x] = m_{⌊t_z/b⌋⌊t_x/b⌋} (integers:
+    the listings here weigh exp(s) by it, multiplicity_bias)."""
+    layout = np.asarray(layout)
+    if layout.dtype == bool:
+        return np.kron(layout, np.ones((b, b), dtype=bool)).astype(bool)
+    return np.kron(layout.astype(np.int64), np.ones((b, b), dtype=np.int64))
+
+
+def multiplicity_bias(mask):
+    """V17b's multiset: a key listed m times weighs m·exp(s) in the softmax, softmax(S + log M) (log 0 = −∞ is
+    the mask, applied by line 5 already); 0 for a 0/1 (bool) mask."""
+    mask = np.asarray(mask)
+    if mask.dtype == bool:
+        return 0.0
+    return np.log(np.maximum(mask, 1).astype(float))
 
 
 def block_sparse_attention(Q, K, V, layout, b: int) -> np.ndarray:
-    """Algorithm V17b: Ṽ ← BlockSparseAttention(Q, K, V | 𝓛, b), one head; Q, K ∈ R^{d×ℓ}, V ∈ R^{d_v×ℓ}, ℓ = n·b."""
-    layout = np.asarray(layout, dtype=bool)
+    """Algorithm V17b: Ṽ ← BlockSparseAttention(Q, K, V | 𝓛, b), one head; Q, K ∈ R^{d×ℓ}, V ∈ R^{d_v×ℓ}, ℓ = n·b.
+    layout bool, or integer multiplicities: J lists block j layout[j, i] times (gathered that many times)."""
+    layout = np.asarray(layout)
+    layout = layout.astype(np.int64)  # bool: 0/1
     n, d = layout.shape[0], Q.shape[0]
     Vt = np.zeros((V.shape[0], Q.shape[1]))
     for i in range(n):  # line 1: for each query block i
-        J = np.flatnonzero(layout[:, i])  # J ← 𝓛[i]
+        J = np.repeat(np.arange(n), layout[:, i])  # J ← 𝓛[i] (block j m_ji times)
         cols = np.concatenate([np.arange(j * b, (j + 1) * b) for j in J])  # line 2: K_J, V_J gathered
         S = K[:, cols].T @ Q[:, i * b:(i + 1) * b] / math.sqrt(d)  # line 3: S ← K_Jᵀ Q_i / √d_attn
         Vt[:, i * b:(i + 1) * b] = V[:, cols] @ softmax(S)  # lines 4–5: Ṽ[:, block i] ← V_J softmax(S)

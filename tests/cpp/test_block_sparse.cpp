@@ -123,3 +123,51 @@ TEST(BlockSparse, GivenLayoutsPerHeadOrForAllHeads) {
     for (index_t h = 0; h < 3; ++h) EXPECT_EQ(bigbird_mask_layout(mask, n, h)->keys, diag(4).keys) << h;
     EXPECT_NE(drawn, diag(4).keys);
 }
+
+// A layout that repeats a key block (V17b's multiset note): the kernel's weights are m·exp(s)/Σ m'·exp(s') (here
+// by loops, the definition), its output V A, its backward Algorithm 4's backward of those weights (log M is a
+// constant of the scores: dS = A ⊙ (dA − 1(1ᵀ(A ⊙ dA))) as for any softmax)
+TEST(BlockSparse, RepeatedKeyBlocksWeighOncePerOccurrence) {
+    using T = double;
+    const index_t n = 5, b = 2, d = 3, d_v = 2, l = n * b;
+    const BlockLayout L = explicit_layout(b, {{1, 0, 0}, {1, 3, 1, 1}, {4, 2, 4}, {0, 3}, {4, 0, 4}});
+    EXPECT_TRUE(L.repeats());
+    EXPECT_EQ(L.count(0), 3);
+    EXPECT_EQ(L.of(1)[2], 1);  // sorted, kept: 1, 1, 1, 3
+    EXPECT_FALSE(explicit_layout(b, {{0, 1}, {1}}).repeats());
+    const index_t m[5][5] = {{2, 0, 0, 1, 1}, {1, 3, 0, 0, 0}, {0, 0, 1, 0, 0}, {0, 1, 0, 1, 0}, {0, 0, 2, 0, 2}};  // m[j][i]
+    Rng rng(41);
+    Matrix<T> Q = fttest::random_matrix<T>(d, l, rng), K = fttest::random_matrix<T>(d, l, rng),
+              V = fttest::random_matrix<T>(d_v, l, rng), dY = fttest::random_matrix<T>(d_v, l, rng);
+    std::vector<T> A(std::size_t(l * l), 0.0), Ys(std::size_t(d_v * l)), Yd(Ys.size(), 0.0), lse(static_cast<std::size_t>(l));
+    for (index_t tx = 0; tx < l; ++tx) {
+        T sum = 0;
+        for (index_t tz = 0; tz < l; ++tz) {
+            T s = 0;
+            for (index_t k = 0; k < d; ++k) s += K(k, tz) * Q(k, tx);
+            sum += (A[std::size_t(tz + tx * l)] = T(m[tz / b][tx / b]) * std::exp(s / std::sqrt(T(d))));
+        }
+        for (index_t tz = 0; tz < l; ++tz) {
+            A[std::size_t(tz + tx * l)] /= sum;
+            for (index_t k = 0; k < d_v; ++k) Yd[std::size_t(k + tx * d_v)] += V(k, tz) * A[std::size_t(tz + tx * l)];
+        }
+    }
+    std::vector<T> As(A.size());
+    block_sparse_weights<T>(L, view(Q), view(K), MatView<T>(As.data(), l, l));
+    EXPECT_LE(fttest::rel_error(As.data(), A.data(), A.size()), 1e-13) << "weights";
+    block_sparse_head<T>(L, view(Q), view(K), view(V), MatView<T>(Ys.data(), d_v, l), lse.data());
+    EXPECT_LE(fttest::rel_error(Ys.data(), Yd.data(), Yd.size()), 1e-13) << "forward";
+    auto zeros = [&](index_t rows) {
+        Matrix<T> z = Matrix<T>::from_shape({std::size_t(rows), std::size_t(l)});
+        z.fill(T(0));
+        return z;
+    };
+    Matrix<T> dQ_d = zeros(d), dQ_s = zeros(d), dK_d = zeros(d), dK_s = zeros(d), dV_d = zeros(d_v), dV_s = zeros(d_v);
+    std::vector<T> dA(A.size());
+    attention_head_backward<T>(view(Q), view(K), view(V), CMatView<T>(A.data(), l, l), view(dY), view(dQ_d), view(dK_d),
+                               view(dV_d), MatView<T>(dA.data(), l, l));
+    block_sparse_head_backward<T>(L, view(Q), view(K), view(V), lse.data(), view(dY), view(dQ_s), view(dK_s), view(dV_s));
+    EXPECT_LE(fttest::rel_error(dQ_s.data(), dQ_d.data(), dQ_d.size()), 1e-13) << "dQ";
+    EXPECT_LE(fttest::rel_error(dK_s.data(), dK_d.data(), dK_d.size()), 1e-13) << "dK";
+    EXPECT_LE(fttest::rel_error(dV_s.data(), dV_d.data(), dV_d.size()), 1e-13) << "dV";
+}

@@ -2,7 +2,8 @@
 BigBirdForMaskedLM) proven equal to Hugging Face's whole model in float64 with random weights: the last hidden
 state and the MLM logits (≤ 1e-12 relative) and the gradient of the MLM loss with respect to every parameter
 against torch autograd on HF's model. HF runs in training mode with every dropout rate 0 (deterministic: its
-random blocks are drawn from numpy seeded with the layer index); from_hf installs those layouts."""
+random blocks are drawn from numpy seeded with the layer index); from_hf installs those layouts (layouts that
+repeat a block, HF's eval mode and its plans at ℓ = 1024: test_bigbird_multiset.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -125,7 +126,7 @@ def test_bad_layouts_raise_before_anything_changes():
     with pytest.raises(ValueError, match="shape"):
         model.set_bigbird_layouts(good[:, :2])
     with pytest.raises(TypeError, match="bool"):
-        model.set_bigbird_layouts(good.astype(np.int8))
+        model.set_bigbird_layouts(good.astype(np.float64))  # bool, or integer multiplicities
     with pytest.raises(ValueError, match="l_max"):
         model.set_bigbird_layouts(np.ones((2, 3, 40, 40), bool))  # 120 tokens > l_max 96
     bad = good.copy()
@@ -210,9 +211,10 @@ def test_from_hf_bigbird_model_last_hidden_state_batch_and_exact_gelu():
         assert not all(np.array_equal(lay[0, 0], lay[0, h]) for h in range(4))  # HF's heads differ
 
 
-def test_hf_old_plans_at_1024_tokens_equal_or_refused():
+def test_hf_old_plans_at_1024_tokens_equal():
     """At ℓ ∈ {1024, 3072, 4096} HF draws with its "old plans" (_bigbird_block_rand_mask): in blocks of 16 with
-    r = 1 a set (equal to HF); in blocks of 32 with r = 2 it draws a window block again (a multiset): ValueError."""
+    r = 1 a set (equal to HF); in blocks of 32 with r = 2 it draws a window block again (a multiset, kept as a
+    multiplicity: test_bigbird_multiset.py proves that one equal to HF)."""
     transformers = pytest.importorskip("transformers")
     torch = torch_or_skip()
     kw = dict(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
@@ -223,14 +225,13 @@ def test_hf_old_plans_at_1024_tokens_equal_or_refused():
     with torch.no_grad():
         want = hf(input_ids=torch.tensor(x[None])).last_hidden_state[0].numpy().T
     assert rel_err(model.hidden(x), want) <= 1e-12
-    hf = hf_random_float64(transformers.BigBirdModel, transformers.BigBirdConfig(block_size=32, num_random_blocks=2, **kw))
-    with pytest.raises(ValueError, match="multiset"):
-        ft.from_hf(hf, bigbird_lengths=[1024])
+    assert model.bigbird_layouts(64).dtype == bool  # no block repeated
 
 
-def test_hf_eval_mode_is_not_a_mask_and_training_mode_is():
-    """HF's eval mode puts every random block at block 0 (a multiset): the ft model (training mode's layouts)
-    differs from it, and equals the same HF model switched to training mode."""
+def test_hf_layouts_are_those_of_the_mode_hf_was_in():
+    """from_hf of a model in training mode installs training mode's layouts: it equals HF in training mode and
+    differs from HF in eval mode (every random block at block 0; from_hf of an eval model installs that
+    multiset, test_bigbird_multiset.py)."""
     hf, torch = hf_bigbird("BigBirdModel")
     l = 48
     model = ft.from_hf(hf, bigbird_lengths=[l])

@@ -29,6 +29,11 @@
 //   Backward (given dṼ; A recomputed from λ): dV_J = dṼ_i Aᵀ; dA = V_Jᵀ dṼ_i;
 //   dS = A ⊙ (dA − 1 (1ᵀ(A ⊙ dA)));  dQ_i = K_J dS/√d_attn;  dK_J = Q_i dSᵀ/√d_attn (scattered back into the
 //   key blocks J, summed over every query block that gathered them).
+//   𝓛[i] may be a multiset (Hugging Face's plans at ℓ = 1024, 3072, 4096 and its eval mode repeat a key block;
+//   explicit_layout, set_bigbird_layouts): J lists block j m_ij times, so line 2 gathers it m_ij times and line 4
+//   gives it m_ij·exp(s) in the sum, A[t_z, t_x] = m·exp(s)/Σ m'·exp(s') = softmax(S + log M) with M[t_z, t_x] =
+//   m_{⌊t_z/b⌋⌊t_x/b⌋} (log 0 = −∞: the mask); the backward's scatter sums the occurrences' gradients. Algorithm
+//   4 with a 0/1 mask cannot express m ≥ 2: such a layout runs on this kernel only (attention_impl 'auto').
 #pragma once
 
 #include <cstdint>
@@ -51,12 +56,19 @@ struct BigBirdSpec {
 };
 
 // A block layout: n query blocks of b tokens, query block i attending key blocks keys[start[i] … start[i+1])
-// (ascending, distinct).
+// (ascending; V17a's are distinct, a given one may repeat a block: its multiplicity m_ij, V17b's note).
 struct BlockLayout {
     index_t block = 0, n = 0;
     std::vector<index_t> start, keys;
     index_t count(index_t i) const { return start[std::size_t(i + 1)] - start[std::size_t(i)]; }
     const index_t* of(index_t i) const { return keys.data() + start[std::size_t(i)]; }
+    // some query block lists a key block more than once (a multiset: no 0/1 mask describes it)
+    bool repeats() const {
+        for (index_t i = 0; i < n; ++i)
+            for (index_t a = 1; a < count(i); ++a)
+                if (of(i)[a] == of(i)[a - 1]) return true;
+        return false;
+    }
 };
 
 // ValueError naming the problem: b < 1, w < 1 or even, g < 0, r < 0.
@@ -67,8 +79,8 @@ void check_bigbird_length(const BigBirdSpec& s, index_t l);
 // splitmix64(named_seed(seed, name) ⊕ splitmix64(n·(2³²+1) + i) ⊕ h·0x9E3779B97F4A7C15) (head 0: the per-layer draw
 // of before the heads had their own), r distinct candidates by a partial Fisher–Yates shuffle of the ascending ones.
 BlockLayout bigbird_layout(const BigBirdSpec& s, index_t n, index_t h = 0);
-// A layout given block by block (e.g. Hugging Face's): keys[i] the key blocks of query block i (sorted and
-// deduplicated here). ValueError: a block out of [0, n), an empty list.
+// A layout given block by block (e.g. Hugging Face's): keys[i] the key blocks of query block i (sorted here; a
+// block listed m times keeps its multiplicity m, V17b's note). ValueError: a block out of [0, n), an empty list.
 BlockLayout explicit_layout(index_t block, const std::vector<std::vector<index_t>>& keys);
 
 // The mask part "bigbird" (registry.cpp; made by make_mask("bigbird", {values = {block_size, window_blocks,
@@ -88,6 +100,10 @@ void set_bigbird_layouts(const Mask& m, std::vector<BlockLayout> layouts);
 // lse:[ℓ] (λ, kept for the backward). Runs on the calling thread (one-thread BLAS calls).
 template <class T>
 void block_sparse_head(const BlockLayout& L, CMatView<T> Q, CMatView<T> K, CMatView<T> V, MatView<T> Vt, T* lse);
+// The weights of V17b as a dense A:[ℓ, ℓ] (A[t_z, t_x]: query t_x's weight on key t_z, summed over the occurrences
+// of t_z's block; 0 outside the layout): attention_weights of a layout that repeats a block.
+template <class T>
+void block_sparse_weights(const BlockLayout& L, CMatView<T> Q, CMatView<T> K, MatView<T> A);
 // Backward: accumulates dQ += …, dK += …, dV += …, given the forward's lse and dṼ.
 template <class T>
 void block_sparse_head_backward(const BlockLayout& L, CMatView<T> Q, CMatView<T> K, CMatView<T> V, const T* lse,

@@ -4,7 +4,8 @@
 // Mask[t_z, t_x] = [[⌊t_z/b⌋ ∈ 𝓛[⌊t_x/b⌋]]]
 //
 // so Algorithm 4 with this mask (attention_impl='literal') is the dense definition of what the block-sparse
-// kernel (variants/block_sparse.cpp) computes. Bidirectional, self-attention only (ℓ_z = ℓ_x, no cache). The
+// kernel (variants/block_sparse.cpp) computes, for a layout without repeated blocks (a given multiset layout is
+// the kernel's only: allows() is its support, the multiplicities are in the kernel's softmax; block_sparse.hpp). Bidirectional, self-attention only (ℓ_z = ℓ_x, no cache). The
 // layouts of each n (one per query head, or one for all) are drawn once and kept, or given by
 // set_bigbird_layouts (the rule is shared and otherwise immutable). Made by
 // make_mask("bigbird", {values = {block_size, window_blocks, n_global_blocks, n_random_blocks, layout_seed, heads}})
@@ -166,8 +167,7 @@ BlockLayout explicit_layout(index_t block, const std::vector<std::vector<index_t
     for (index_t i = 0; i < L.n; ++i) {
         std::vector<index_t> k = keys[std::size_t(i)];
         if (k.empty()) throw ValueError("block layout: query block " + std::to_string(i) + " has no key blocks");
-        std::sort(k.begin(), k.end());
-        k.erase(std::unique(k.begin(), k.end()), k.end());
+        std::sort(k.begin(), k.end());  // a repeated block stays repeated (its multiplicity, V17b's note)
         if (k.front() < 0 || k.back() >= L.n)
             throw ValueError("block layout: query block " + std::to_string(i) + " names a key block outside [0, " +
                              std::to_string(L.n) + ")");

@@ -30,10 +30,12 @@ T* sized(std::vector<T>& v, index_t n) {
     return v.data();
 }
 
-// The key blocks of query block i are consecutive: j0, j0 + 1, …
+// The key blocks of query block i are consecutive: j0, j0 + 1, … (each once: a multiset is gathered)
 bool consecutive(const BlockLayout& L, index_t i) {
     const index_t* k = L.of(i);
-    return k[L.count(i) - 1] - k[0] == L.count(i) - 1;
+    for (index_t a = 1; a < L.count(i); ++a)
+        if (k[a] != k[a - 1] + 1) return false;
+    return true;
 }
 
 // line 2: [X[:, block j]]_{j ∈ 𝓛[i]} as one matrix (a view when consecutive, else a copy into buf)
@@ -59,6 +61,28 @@ void scatter_add(const BlockLayout& L, index_t i, CMatView<T> G, MatView<T> dX) 
             for (index_t r = 0; r < G.rows; ++r) d[r] += g[r];
         }
 }
+
+// lines 2–4 for query block i: A = softmax(K_Jᵀ Q_i / √d_attn) per column (mb×b, in w.S; a block gathered m times
+// is m rows of A: its weight m·exp(s)/Σ), λ of each column into lse[0 … b) (null: not kept)
+template <class T>
+MatView<T> block_weights(const BlockLayout& L, index_t i, CMatView<T> Q, CMatView<T> K, Scratch<T>& w, T* lse) {
+    const index_t b = L.block, mb = L.count(i) * b;
+    const T scale = T(1) / std::sqrt(T(Q.rows));
+    CMatView<T> KJ = gather(L, i, K, w.K);  // line 2
+    MatView<T> S(sized(w.S, mb * b), mb, b);
+    gemm_unsplit<T>(Op::T, Op::N, scale, KJ, Q.cols_range(i * b, b), T(0), S);  // line 3: S = K_Jᵀ Q_i / √d_attn
+    for (index_t t = 0; t < b; ++t) {  // line 4: A = softmax(S) per column, λ its log-sum-exp
+        T* s = S.col(t);
+        T mx = -std::numeric_limits<T>::infinity();
+        for (index_t r = 0; r < mb; ++r) mx = std::max(mx, s[r]);
+        T sum = 0;
+        for (index_t r = 0; r < mb; ++r) sum += (s[r] = std::exp(s[r] - mx));
+        const T inv = T(1) / sum;
+        for (index_t r = 0; r < mb; ++r) s[r] *= inv;
+        if (lse) lse[t] = mx + std::log(sum);
+    }
+    return S;
+}
 }  // namespace
 
 // ===================================== Algorithm V17b ==================================================
@@ -66,25 +90,29 @@ template <class T>
 void block_sparse_head(const BlockLayout& L, CMatView<T> Q, CMatView<T> K, CMatView<T> V, MatView<T> Vt, T* lse) {
     const index_t b = L.block;
     FT_CHECK(Q.cols == L.n * b && K.cols == Q.cols && V.cols == Q.cols, "block_sparse_head: ℓ is not n·b");
-    const T scale = T(1) / std::sqrt(T(Q.rows));
     Scratch<T>& w = scratch<T>();
     for (index_t i = 0; i < L.n; ++i) {  // line 1
-        const index_t mb = L.count(i) * b;
-        CMatView<T> Qi = Q.cols_range(i * b, b);
-        CMatView<T> KJ = gather(L, i, K, w.K), VJ = gather(L, i, V, w.V);  // line 2
-        MatView<T> S(sized(w.S, mb * b), mb, b);
-        gemm_unsplit<T>(Op::T, Op::N, scale, KJ, Qi, T(0), S);  // line 3: S = K_Jᵀ Q_i / √d_attn
-        for (index_t t = 0; t < b; ++t) {  // line 4: A = softmax(S) per column, λ its log-sum-exp
-            T* s = S.col(t);
-            T mx = -std::numeric_limits<T>::infinity();
-            for (index_t r = 0; r < mb; ++r) mx = std::max(mx, s[r]);
-            T sum = 0;
-            for (index_t r = 0; r < mb; ++r) sum += (s[r] = std::exp(s[r] - mx));
-            const T inv = T(1) / sum;
-            for (index_t r = 0; r < mb; ++r) s[r] *= inv;
-            lse[i * b + t] = mx + std::log(sum);
-        }
-        gemm_unsplit<T>(Op::N, Op::N, T(1), VJ, S, T(0), Vt.cols_range(i * b, b));  // line 5: Ṽ_i = V_J A
+        CMatView<T> VJ = gather(L, i, V, w.V);  // line 2 (K_J: block_weights)
+        MatView<T> A = block_weights(L, i, Q, K, w, lse + i * b);  // lines 2–4
+        gemm_unsplit<T>(Op::N, Op::N, T(1), VJ, A, T(0), Vt.cols_range(i * b, b));  // line 5: Ṽ_i = V_J A
+    }
+}
+
+// The dense (ℓ, ℓ) weights of V17b: A[t_z, t_x] the sum of line 4's A over the occurrences of t_z's block in
+// 𝓛[⌊t_x/b⌋] (m·exp(s)/Σ for a block listed m times), 0 outside the layout
+template <class T>
+void block_sparse_weights(const BlockLayout& L, CMatView<T> Q, CMatView<T> K, MatView<T> A) {
+    const index_t b = L.block;
+    FT_CHECK(Q.cols == L.n * b && K.cols == Q.cols && A.rows == Q.cols && A.cols == Q.cols,
+             "block_sparse_weights: ℓ is not n·b");
+    Scratch<T>& w = scratch<T>();
+    for (index_t t = 0; t < A.cols; ++t) std::fill(A.col(t), A.col(t) + A.rows, T(0));
+    for (index_t i = 0; i < L.n; ++i) {
+        MatView<T> Ai = block_weights<T>(L, i, Q, K, w, nullptr);
+        const index_t* k = L.of(i);
+        for (index_t u = 0; u < b; ++u)
+            for (index_t a = 0; a < L.count(i); ++a)
+                for (index_t t = 0; t < b; ++t) A(k[a] * b + t, i * b + u) += Ai(a * b + t, u);
     }
 }
 
@@ -138,7 +166,8 @@ void block_sparse_head_backward(const BlockLayout& L, CMatView<T> Q, CMatView<T>
 
 // The head kernel "bigbird" (parts.hpp HeadKernel; attention='bigbird' with attention_impl 'auto'): V17b on
 // every block, only the live blocks of the layout of the block's sequence and head (the mask part's, V17a); λ in c.lse, no
-// A (attention_weights rebuilds it by Algorithm 4's lines 4–6 as printed with the layout's mask). 'literal' and
+// A (attention_weights rebuilds it by Algorithm 4's lines 4–6 as printed with the layout's mask; for a layout that
+// repeats a block, by V17b's lines 2–4 with the multiplicities, block_sparse_weights). 'literal' and
 // 'tiled' run the dense listings with the same mask instead (head_kernel_name).
 namespace {
 template <class T>
@@ -164,6 +193,8 @@ public:
     void weights(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, const MHAttentionCache<T>& c,
                  MatView<T> A) const override {
         (void)c;
+        const auto L = layout(c.mask, K.cols, blk.h);
+        if (L->repeats()) return block_sparse_weights<T>(*L, Q, K, A);  // a multiset: no mask describes it
         std::vector<T> scratch(std::size_t(V.rows * Q.cols));
         attention_head<T>(Q, K, V, blk, A, MatView<T>(scratch.data(), V.rows, Q.cols));
     }
@@ -191,6 +222,7 @@ template std::shared_ptr<const HeadKernel<double>> make_block_sparse_kernel<doub
 
 #define FT_INSTANTIATE(T)                                                                                         \
     template void block_sparse_head<T>(const BlockLayout&, CMatView<T>, CMatView<T>, CMatView<T>, MatView<T>, T*); \
+    template void block_sparse_weights<T>(const BlockLayout&, CMatView<T>, CMatView<T>, MatView<T>);              \
     template void block_sparse_head_backward<T>(const BlockLayout&, CMatView<T>, CMatView<T>, CMatView<T>,         \
                                                 const T*, CMatView<T>, MatView<T>, MatView<T>, MatView<T>);
 FT_INSTANTIATE(float)
