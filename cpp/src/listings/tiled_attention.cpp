@@ -133,6 +133,7 @@ bool all_allowed(const HeadBlock<T>& blk, index_t t0, index_t nk, index_t j0, in
 template <class T>
 struct Scratch {
     std::vector<T> S, dP, Pd, m, l, D, Ks, Vs;  // Ks, Vs: K and V packed in strips (TileKernel::Blocked)
+    std::vector<T> Qc, Kc, Vc, Yc, dYc, dQc, dKc, dVc;  // dense copies of strided operands (dense_in)
     std::vector<std::uint8_t> keep;
 };
 template <class T>
@@ -145,13 +146,32 @@ T* sized(std::vector<T>& v, index_t n) {
     if (v.size() < std::size_t(n)) v.resize(std::size_t(n));
     return v.data();
 }
+
+// A head's Q, K, V (and Ṽ, dṼ, dQ, dK, dV) are row blocks of the layer's [H·d, ℓ] matrices: columns of d entries
+// H·d apart. Tiles of such columns fall into few L1 sets (a stride of 512 bytes at d 32, H 4), so the kernels
+// run on dense copies, O(ℓ·d) per head: dense_in copies a strided view (with its entries when `values`, else
+// only the shape, for an output), dense_out writes a copy back into its view.
+template <class T>
+MatView<T> dense_in(CMatView<T> X, std::vector<T>& buf, bool values = true) {
+    if (X.contiguous()) return MatView<T>(const_cast<T*>(X.data), X.rows, X.cols, X.ld);
+    T* p = sized(buf, X.rows * X.cols);
+    if (values)
+        for (index_t j = 0; j < X.cols; ++j) std::copy(X.col(j), X.col(j) + X.rows, p + j * X.rows);
+    return MatView<T>(p, X.rows, X.cols);
+}
+template <class T>
+void dense_out(CMatView<T> copy, MatView<T> X) {
+    if (copy.data == X.data) return;
+    for (index_t j = 0; j < X.cols; ++j) std::copy(copy.col(j), copy.col(j) + X.rows, X.col(j));
+}
 }  // namespace
 
 // ===================================== Algorithm T1 ====================================================
 // Q:[d_attn,l_x], K:[d_attn,l_z], V:[d_v,l_z] -> Vt:[d_v,l_x], lse:[l_x]
+// (on dense operands: tiled_attention_head below)
 template <class T>
-void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MatView<T> Vt, T* lse,
-                          TileSizes tiles) {
+static void tiled_head_dense(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MatView<T> Vt, T* lse,
+                             TileSizes tiles) {
     const index_t l_x = Q.cols, l_z = K.cols, d_v = V.rows, Bq = tiles.B_q, Bk = tiles.B_k;
     FT_CHECK(Bq > 0 && Bk > 0 && K.rows == Q.rows && V.cols == l_z && Vt.rows == d_v && Vt.cols == l_x && l_z > 0,
              "tiled_attention_head: shapes do not conform");
@@ -212,11 +232,22 @@ void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const Hea
     }
 }
 
-// ===================================== Algorithm T2 ====================================================
+// Algorithm T1 on the head's views: strided ones (a layer's heads, dense_in) copied into dense scratch first
 template <class T>
-void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Vt, const T* lse,
-                                   CMatView<T> dVt, const HeadBlock<T>& blk, MatView<T> dQ, MatView<T> dK,
-                                   MatView<T> dV, TileSizes tiles) {
+void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MatView<T> Vt, T* lse,
+                          TileSizes tiles) {
+    Scratch<T>& w = scratch<T>();
+    const MatView<T> Yc = dense_in<T>(Vt, w.Yc, false);
+    tiled_head_dense<T>(dense_in<T>(Q, w.Qc), dense_in<T>(K, w.Kc), dense_in<T>(V, w.Vc), blk, Yc, lse, tiles);
+    dense_out<T>(Yc, Vt);
+}
+
+// ===================================== Algorithm T2 ====================================================
+// (on dense operands: tiled_attention_head_backward below)
+template <class T>
+static void tiled_head_backward_dense(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Vt, const T* lse,
+                                      CMatView<T> dVt, const HeadBlock<T>& blk, MatView<T> dQ, MatView<T> dK,
+                                      MatView<T> dV, TileSizes tiles) {
     const index_t l_x = Q.cols, l_z = K.cols, d_v = V.rows, Bq = tiles.B_q, Bk = tiles.B_k;
     FT_CHECK(Bq > 0 && Bk > 0 && K.rows == Q.rows && V.cols == l_z && Vt.rows == d_v && Vt.cols == l_x &&
                  dVt.rows == d_v && dVt.cols == l_x && l_z > 0,
@@ -292,6 +323,19 @@ void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, 
             tile_gemm<T>(tiles.kernel, Op::N, Op::T, scale, Q.cols_range(j0, nq), dS, T(1), dK.cols_range(t0, nk));  // line 6
         }
     }
+}
+
+// Algorithm T2 on the head's views, as T1: dense copies of the strided ones (dQ, dK, dV with their entries: T2
+// adds into them)
+template <class T>
+void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Vt, const T* lse,
+                                   CMatView<T> dVt, const HeadBlock<T>& blk, MatView<T> dQ, MatView<T> dK,
+                                   MatView<T> dV, TileSizes tiles) {
+    Scratch<T>& w = scratch<T>();
+    const MatView<T> dQc = dense_in<T>(dQ, w.dQc), dKc = dense_in<T>(dK, w.dKc), dVc = dense_in<T>(dV, w.dVc);
+    tiled_head_backward_dense<T>(dense_in<T>(Q, w.Qc), dense_in<T>(K, w.Kc), dense_in<T>(V, w.Vc), Vt, lse,
+                                 dense_in<T>(dVt, w.dYc), blk, dQc, dKc, dVc, tiles);
+    dense_out<T>(dQc, dQ), dense_out<T>(dKc, dK), dense_out<T>(dVc, dV);
 }
 
 // ------------------------------------ the head kernel "tiled" ---------------------------------------------------
