@@ -150,7 +150,8 @@ T* sized(std::vector<T>& v, index_t n) {
 // A head's Q, K, V (and Ṽ, dṼ, dQ, dK, dV) are row blocks of the layer's [H·d, ℓ] matrices: columns of d entries
 // H·d apart. Tiles of such columns fall into few L1 sets (a stride of 512 bytes at d 32, H 4), so the kernels
 // run on dense copies, O(ℓ·d) per head: dense_in copies a strided view (with its entries when `values`, else
-// only the shape, for an output), dense_out writes a copy back into its view.
+// only the shape, for an output), dense_out writes a copy back into its view. Only where tiles are re-read: with
+// one query block (decoding a token, a short prompt) K and V are read once, and the views are used as they are.
 template <class T>
 MatView<T> dense_in(CMatView<T> X, std::vector<T>& buf, bool values = true) {
     if (X.contiguous()) return MatView<T>(const_cast<T*>(X.data), X.rows, X.cols, X.ld);
@@ -168,7 +169,7 @@ void dense_out(CMatView<T> copy, MatView<T> X) {
 
 // ===================================== Algorithm T1 ====================================================
 // Q:[d_attn,l_x], K:[d_attn,l_z], V:[d_v,l_z] -> Vt:[d_v,l_x], lse:[l_x]
-// (on dense operands: tiled_attention_head below)
+// (on the views as given: tiled_attention_head below copies strided ones first where tiles are re-read)
 template <class T>
 static void tiled_head_dense(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MatView<T> Vt, T* lse,
                              TileSizes tiles) {
@@ -236,6 +237,7 @@ static void tiled_head_dense(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const 
 template <class T>
 void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MatView<T> Vt, T* lse,
                           TileSizes tiles) {
+    if (Q.cols <= tiles.B_q) return tiled_head_dense<T>(Q, K, V, blk, Vt, lse, tiles);  // one query block: no copies
     Scratch<T>& w = scratch<T>();
     const MatView<T> Yc = dense_in<T>(Vt, w.Yc, false);
     tiled_head_dense<T>(dense_in<T>(Q, w.Qc), dense_in<T>(K, w.Kc), dense_in<T>(V, w.Vc), blk, Yc, lse, tiles);
@@ -243,7 +245,7 @@ void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const Hea
 }
 
 // ===================================== Algorithm T2 ====================================================
-// (on dense operands: tiled_attention_head_backward below)
+// (on the views as given: tiled_attention_head_backward below copies strided ones first where tiles are re-read)
 template <class T>
 static void tiled_head_backward_dense(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Vt, const T* lse,
                                       CMatView<T> dVt, const HeadBlock<T>& blk, MatView<T> dQ, MatView<T> dK,
@@ -331,6 +333,8 @@ template <class T>
 void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Vt, const T* lse,
                                    CMatView<T> dVt, const HeadBlock<T>& blk, MatView<T> dQ, MatView<T> dK,
                                    MatView<T> dV, TileSizes tiles) {
+    if (Q.cols <= tiles.B_q)  // one query block: no copies
+        return tiled_head_backward_dense<T>(Q, K, V, Vt, lse, dVt, blk, dQ, dK, dV, tiles);
     Scratch<T>& w = scratch<T>();
     const MatView<T> dQc = dense_in<T>(dQ, w.dQc), dKc = dense_in<T>(dK, w.dKc), dVc = dense_in<T>(dV, w.dVc);
     tiled_head_backward_dense<T>(dense_in<T>(Q, w.Qc), dense_in<T>(K, w.Kc), dense_in<T>(V, w.Vc), Vt, lse,
