@@ -1,5 +1,6 @@
 """Benchmark (not a test): A/B of two builds of the core on one training step of the baby GPT shape (L 4, H 4,
-d_e 128, d_mlp 512, N_V 65, batch 1; forward + backward + Adam(W)), the two sides in alternating processes.
+d_e 128, d_mlp 512, N_V 65, batch 1; forward + backward + Adam(W); --shape gpt2: GPT-2 small; --batch B), the two
+sides in alternating processes.
 
 Each round starts one process per side (A first in odd rounds, B first in even ones), each with its own
 FT_CORE_PATH (a build directory holding _core), the same θ and batch (seed 0); after set-up and --warmup steps
@@ -8,6 +9,7 @@ rounds of each side and the ratio A/B (> 1: B faster), with `uptime`'s load befo
 machine only such interleaved ratios mean anything.
 
     python bench/ab_step.py A_BUILD B_BUILD [--lengths 512 2048] [--rounds 5] [--steps 5] [--impl auto]
+        [--shape baby|gpt2] [--batch 1]
         [--pythonpath-a DIR] [--pythonpath-b DIR]
 (e.g. A = /work/wt/after/build/rel with python path /work/wt/after/python, B = build/rel with python/)
 """
@@ -30,8 +32,9 @@ def worker(args):
     import formal_transformers as ft
 
     rng = np.random.default_rng(0)
-    batch = rng.integers(0, 65, (1, args.length))
-    model = ft.DTransformer(65, args.length, 4, 4, 128, 128 * 4, dtype="float32", seed=0,
+    n_v, L, H, d_e = (50257, 12, 12, 768) if args.shape == "gpt2" else (65, 4, 4, 128)
+    batch = rng.integers(0, n_v, (args.batch, args.length))
+    model = ft.DTransformer(n_v, args.length, L, H, d_e, 4 * d_e, dtype="float32", seed=0,
                             attention_impl=args.impl)
     opt = ft.Adam(3e-4, weight_decay=0.1)
     for _ in range(args.warmup):
@@ -64,6 +67,9 @@ def main():
     p.add_argument("--pythonpath-b", default=os.path.join(HERE, "..", "python"))
     p.add_argument("--worker", action="store_true")
     p.add_argument("--length", type=int, default=512)
+    p.add_argument("--shape", choices=("baby", "gpt2"), default="baby",
+                   help="gpt2: GPT-2 small (N_V 50257, L 12, H 12, d_e 768, d_mlp 3072)")
+    p.add_argument("--batch", type=int, default=1)
     args = p.parse_args()
     if args.worker:
         worker(args)
@@ -77,12 +83,13 @@ def main():
                 core, pp = sides[s]
                 env = dict(os.environ, FT_CORE_PATH=os.path.abspath(core), PYTHONPATH=os.path.abspath(pp))
                 out = subprocess.run([sys.executable, __file__, "--worker", "--length", str(l), "--steps",
-                                      str(args.steps), "--warmup", str(args.warmup), "--impl", args.impl],
+                                      str(args.steps), "--warmup", str(args.warmup), "--impl", args.impl,
+                                      "--shape", args.shape, "--batch", str(args.batch)],
                                      env=env, capture_output=True, text=True, check=True)
                 res[s].append(json.loads(out.stdout.strip().splitlines()[-1]))
         med = {s: {k: statistics.median(x[k] for x in res[s]) for k in ("wall", "cpu")} for s in res}
         losses = {s: res[s][0]["loss"] for s in res}
-        print(f"l {l} impl {args.impl}: A wall {med['A']['wall']*1e3:.1f} ms cpu {med['A']['cpu']*1e3:.1f} | "
+        print(f"{args.shape} batch {args.batch} l {l} impl {args.impl}: A wall {med['A']['wall']*1e3:.1f} ms cpu {med['A']['cpu']*1e3:.1f} | "
               f"B wall {med['B']['wall']*1e3:.1f} ms cpu {med['B']['cpu']*1e3:.1f} | A/B wall "
               f"{med['A']['wall']/med['B']['wall']:.3f} cpu {med['A']['cpu']/med['B']['cpu']:.3f} | "
               f"loss A {losses['A']:.6f} B {losses['B']:.6f} | load {load0} -> {load()} | rounds "

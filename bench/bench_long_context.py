@@ -12,6 +12,14 @@ TORCHINDUCTOR_COMPILE_THREADS=1), rounds are interleaved (literal, tiled, torch 
 --steps timed steps each, with a pause between rounds; the medians are reported with the ratios
 best PyTorch / ours (> 1: ours faster).
 
+The limit: a worker multiplying two 2048×2048 float32 matrices through the core's gemm (one BLAS call on the
+same threads) runs in the same rounds; its median rate is the machine's large-gemm rate in this run. The step's
+products are the dense ones (dense_gflop) and the attention's, counted as the tiled listing (and PyTorch's flash
+kernel) does them: 7 products of d × (allowed query–key pairs) per head (forward QKᵀ, PV; backward QKᵀ again,
+dṼVᵀ, dV, dQ, dK), ℓ(ℓ+1)/2 pairs under the causal mask. At the gemm rate they alone take the "roof" time; best
+PyTorch / roof is the highest ratio any implementation doing these products could reach in this run, and each
+side's share of the rate is its step's products over its step time.
+
 Memory: each worker resets its peak resident set (VmHWM, by writing 5 to /proc/self/clear_refs) after the warm-up
 and reads it after its timed steps: "peak RSS" is the process's peak during the steps (θ, optimizer state and the
 libraries included); "step +" is that peak above the resident set just before the steps (the step's own memory).
@@ -44,6 +52,16 @@ def dense_gflop(cfg, length):
     (QKᵀ, AV: ℓ² per head) not included."""
     per_token = cfg["L"] * (4 * cfg["d_e"] ** 2 + 2 * cfg["d_e"] * cfg["d_mlp"]) + cfg["n_vocab"] * cfg["d_e"]
     return 6 * cfg["batch"] * length * per_token / 1e9
+
+
+def attention_gflop(cfg, length):
+    """The attention's own products in one step, as the tiled listing and a flash kernel do them: per head and
+    sequence, 7 products (T1: S = KᵀQ, Ṽ = VP; T2: S again, dP, dV, dQ, dK) of d_e/H × ℓ(ℓ+1)/2 pairs."""
+    pairs = length * (length + 1) / 2
+    return 7 * 2 * (cfg["d_e"] // cfg["H"]) * pairs * cfg["H"] * cfg["L"] * cfg["batch"] / 1e9
+
+
+PEAK_N = 2048
 
 
 def status_kib(key):
@@ -83,6 +101,22 @@ class Ours:
         self.opt.step(self.model, self.model.grads)
 
 
+class Gemm:
+    """C = A B, A and B 2048×2048 float32 through the core's gemm (one BLAS call, no copies): the large-gemm rate."""
+
+    def __init__(self, threads):
+        ft = import_ft(threads)
+        rng = np.random.default_rng(1)
+        self.A = np.asfortranarray(rng.standard_normal((PEAK_N, PEAK_N), dtype=np.float32))
+        self.B = np.asfortranarray(rng.standard_normal((PEAK_N, PEAK_N), dtype=np.float32))
+        self.gemm = ft._core._gemm
+        self.loss = None
+        self.info = dict(threads=ft.get_num_threads())
+
+    def step(self):
+        self.gemm(self.A, self.B)
+
+
 class Torch:
     def __init__(self, cfg, compile_, wdir, threads):
         assert "formal_transformers" not in sys.modules
@@ -118,6 +152,8 @@ def run_worker(args):
     cfg = dict(GPT2 if args.shape == "gpt2" else BABY, l=args.length)
     if args.worker in ("literal", "tiled"):
         side = Ours(cfg, args.worker, args.wdir, args.threads)
+    elif args.worker == "gemm":
+        side = Gemm(args.threads)
     else:
         side = Torch(cfg, args.worker == "compile", args.wdir, args.threads)
     t0 = time.perf_counter()
@@ -134,7 +170,8 @@ def run_worker(args):
 SIDES = [("ours literal", "literal", {}), ("ours tiled", "tiled", {}),
          ("PyTorch default", "torch", {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None}),
          ("PyTorch passive", "passive", {"OMP_WAIT_POLICY": "passive"}),
-         ("torch.compile", "compile", {"OMP_WAIT_POLICY": "passive", "TORCHINDUCTOR_COMPILE_THREADS": "1"})]
+         ("torch.compile", "compile", {"OMP_WAIT_POLICY": "passive", "TORCHINDUCTOR_COMPILE_THREADS": "1"}),
+         ("gemm", "gemm", {})]
 
 
 def bench_length(shape, length, args):
@@ -153,7 +190,7 @@ def bench_length(shape, length, args):
             w = WorkerProcess(label, cmd, env)
             w.hello = w.read()  # sequential set-up: θ on disk before the torch workers load it
             workers.append(w)
-        losses = {w.label: w.hello["loss"] for w in workers}
+        losses = {w.label: w.hello["loss"] for w in workers if w.hello["loss"] is not None}
         ref = next(iter(losses.values()))
         for k, v in losses.items():
             if abs(v - ref) > 1e-3 * abs(ref):
@@ -162,7 +199,7 @@ def bench_length(shape, length, args):
         mem = {}
         for _ in range(args.rounds):
             for w in workers:
-                r = w.ask(f"run {args.steps}")
+                r = w.ask(f"run {args.steps if w.label != 'gemm' else 3}")
                 times[w.label] += r["times"]
                 mem[w.label] = (r["peak_kib"], r["base_kib"])
                 time.sleep(args.pause)
@@ -209,14 +246,25 @@ def main():
         name = (GPT2 if shape == "gpt2" else BABY)["name"]
         print(f"\n{name}, ℓ {length}, batch 1 (medians of {args.rounds}×{args.steps} steps; peak RSS during the steps, "
               f"step + = above the resident set before them)")
+        gemm = res.pop("gemm", None)
         torch_best = min((v["median"] for k, v in res.items() if not k.startswith("ours")), default=None)
         for k, v in res.items():
             peak = f"{v['peak'] / 1024:8.0f} MiB (step + {(v['peak'] - v['base']) / 1024:6.0f})" if v["peak"] else "n/a"
             ratio = f"  best PyTorch / this = {torch_best / v['median']:.2f}×" if torch_best and k.startswith("ours") else ""
             print(f"  {k:18s} {v['median'] * 1e3:9.1f} ms   peak RSS {peak}{ratio}")
-        gf = dense_gflop(GPT2 if shape == "gpt2" else BABY, length)
+        cfg = GPT2 if shape == "gpt2" else BABY
+        gf, ga = dense_gflop(cfg, length), attention_gflop(cfg, length)
         rates = ", ".join(f"{k} {gf / v['median']:.0f}" for k, v in res.items())
         print(f"  dense products {gf:.1f} GFLOP per step; GFLOP/s over the whole step: {rates}")
+        if gemm:
+            rate = 2.0 * PEAK_N**3 / gemm["median"] / 1e9
+            roof = (gf + ga) / rate
+            shares = ", ".join(f"{k} {100 * roof / v['median']:.0f}%" for k, v in res.items() if k != "ours literal")
+            print(f"  the limit: large gemm ({PEAK_N}³ float32, same rounds) {rate:.1f} GFLOP/s; the step's products "
+                  f"{gf:.1f} dense + {ga:.1f} attention GFLOP take {roof * 1e3:.1f} ms at that rate")
+            print(f"  share of the gemm rate over the step: {shares}")
+            if torch_best:
+                print(f"  the highest ratio these products allow: best PyTorch / roof = {torch_best / roof:.2f}×")
         if "ours literal" in res and "ours tiled" in res:
             print(f"  tiled / literal speed: {res['ours literal']['median'] / res['ours tiled']['median']:.2f}×")
         sys.stdout.flush()

@@ -152,18 +152,29 @@ T* sized(std::vector<T>& v, index_t n) {
 // run on dense copies, O(ℓ·d) per head: dense_in copies a strided view (with its entries when `values`, else
 // only the shape, for an output), dense_out writes a copy back into its view. Only where tiles are re-read: with
 // one query block (decoding a token, a short prompt) K and V are read once, and the views are used as they are.
+// cols columns of rows entries from src (columns lds apart) to dst (ldd apart), in vector registers (a column
+// is d entries, 32 at the baby GPT: a library memcpy per column costs more than the copy)
+template <class T>
+void copy_columns(const T* src, index_t lds, T* dst, index_t ldd, index_t rows, index_t cols) {
+    for (index_t j = 0; j < cols; ++j) {
+        const T* s = src + j * lds;
+        T* d = dst + j * ldd;
+        index_t i = 0;
+        for (; i + tile::W<T> <= rows; i += tile::W<T>) tile::B<T>::load_unaligned(s + i).store_unaligned(d + i);
+        for (; i < rows; ++i) d[i] = s[i];
+    }
+}
 template <class T>
 MatView<T> dense_in(CMatView<T> X, std::vector<T>& buf, bool values = true) {
     if (X.contiguous()) return MatView<T>(const_cast<T*>(X.data), X.rows, X.cols, X.ld);
     T* p = sized(buf, X.rows * X.cols);
-    if (values)
-        for (index_t j = 0; j < X.cols; ++j) std::copy(X.col(j), X.col(j) + X.rows, p + j * X.rows);
+    if (values) copy_columns<T>(X.data, X.ld, p, X.rows, X.rows, X.cols);
     return MatView<T>(p, X.rows, X.cols);
 }
 template <class T>
 void dense_out(CMatView<T> copy, MatView<T> X) {
     if (copy.data == X.data) return;
-    for (index_t j = 0; j < X.cols; ++j) std::copy(copy.col(j), copy.col(j) + X.rows, X.col(j));
+    copy_columns<T>(copy.data, copy.ld, X.data, X.ld, X.rows, X.cols);
 }
 }  // namespace
 
