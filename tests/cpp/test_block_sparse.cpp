@@ -193,6 +193,11 @@ TEST(BlockSparse, ModelLayoutsAreCheckedInTheCoreBeforeAnyIsInstalled) {
     refused({{diag(0)}, {diag(0), diag(1), empty}}, "layouts[1, 2]: block layout: query block 3 has no key blocks");
     refused({{unsorted}, {diag(0)}}, "layouts[0]: block layout: the key blocks of query block 0 are not ascending");
     refused({{diag(0)}, {outside}}, "query block 5 names a key block outside [0, 8)");
+    BlockLayout offsets = diag(0);
+    offsets.start[1] = 100;  // beyond the keys: refused before any key is read
+    refused({{offsets}, {diag(0)}}, "the offsets of query block 1 decrease");
+    offsets.start.pop_back();
+    refused({{offsets}, {diag(0)}}, "start must hold n + 1 = 9 offsets");
     ModelConfig plain = config(AttnImpl::Auto);
     plain.attention = AttnKernel::Softmax, plain.block_size = 0;
     ETransformer<double> soft(resolve(plain, Arch::E));

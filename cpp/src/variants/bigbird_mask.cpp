@@ -211,9 +211,10 @@ void check_block_layout(const BlockLayout& L) {
     if (index_t(L.start.size()) != L.n + 1 || L.start.front() != 0 || L.start.back() != index_t(L.keys.size()))
         throw ValueError("block layout: start must hold n + 1 = " + std::to_string(L.n + 1) + " offsets from 0 to the " +
                          std::to_string(L.keys.size()) + " keys");
-    for (index_t i = 0; i < L.n; ++i) {
+    for (index_t i = 0; i < L.n; ++i)  // every offset within the keys, before any is read
         if (L.start[std::size_t(i + 1)] < L.start[std::size_t(i)])
             throw ValueError("block layout: the offsets of query block " + std::to_string(i) + " decrease");
+    for (index_t i = 0; i < L.n; ++i) {
         if (L.count(i) == 0) throw ValueError("block layout: query block " + std::to_string(i) + " has no key blocks");
         const index_t* k = L.of(i);
         for (index_t a = 0; a < L.count(i); ++a) {
