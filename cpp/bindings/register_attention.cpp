@@ -7,6 +7,7 @@
 
 #include "bind.hpp"
 #include "formal_transformers/block_sparse.hpp"
+#include "formal_transformers/io.hpp"
 #include "formal_transformers/random_features.hpp"
 #include "formal_transformers/sizes.hpp"
 #include "formal_transformers/transformers.hpp"
@@ -250,42 +251,33 @@ void def_bigbird_layouts(py::class_<AnyDtype<ft::ETransformer>, HasParams>& c) {
         [](DE& d, const py::handle& layouts) {
             CallLock lock(d.mutex);
             d.visit([&](auto& m) {
-                const ft::ModelConfig& cfg = m.cfg;
-                if (cfg.attention != ft::AttnKernel::BigBird)
+                const index_t b = m.cfg.block_size;
+                if (m.cfg.attention != ft::AttnKernel::BigBird)  // (no block_size to convert with)
                     throw ft::ValueError("set_bigbird_layouts: the model's attention is not 'bigbird'");
+                // numpy -> C++ only: every check is the core's (check_bigbird_layouts)
                 py::array a = py::module_::import("numpy").attr("asarray")(layouts);
                 if (a.dtype().kind() != 'b' && a.dtype().kind() != 'i' && a.dtype().kind() != 'u')
                     throw ft::TypeError("bigbird layouts must be a bool array (L, H, n, n) or (L, n, n), or integer "
                                         "multiplicities");
                 const bool per_head = a.ndim() == 4;
-                if ((a.ndim() != 3 && a.ndim() != 4) || a.shape(0) != py::ssize_t(cfg.L) ||
-                    (per_head && a.shape(1) != py::ssize_t(cfg.H)) || a.shape(a.ndim() - 1) != a.shape(a.ndim() - 2) ||
+                if ((a.ndim() != 3 && a.ndim() != 4) || a.shape(a.ndim() - 1) != a.shape(a.ndim() - 2) ||
                     a.shape(a.ndim() - 1) < 1)
-                    throw ft::ValueError("bigbird layouts must have shape (L, H, n, n) = (" + std::to_string(cfg.L) + ", " +
-                                         std::to_string(cfg.H) + ", n, n) or (L, n, n), got " + shape_str(a));
-                const index_t n = index_t(a.shape(a.ndim() - 1)), per = per_head ? cfg.H : 1;
-                if (ft::checked_mul(n, cfg.block_size, "bigbird layouts: n·block_size") > cfg.l_max)
-                    throw ft::ValueError("bigbird layouts: n·block_size = " + std::to_string(n) + "·" +
-                                         std::to_string(cfg.block_size) + " tokens exceed l_max = " + std::to_string(cfg.l_max));
-                std::vector<std::vector<ft::BlockLayout>> all;  // every layer's, checked before any is installed
-                for (index_t l = 0; l < cfg.L; ++l) {
+                    throw ft::ValueError("bigbird layouts must have the shape (L, H, n, n) = (" + std::to_string(m.cfg.L) +
+                                         ", " + std::to_string(m.cfg.H) + ", n, n) or (L, n, n), got " + shape_str(a));
+                std::vector<std::vector<ft::BlockLayout>> all;
+                for (py::ssize_t l = 0; l < a.shape(0); ++l) {
                     all.emplace_back();
-                    for (index_t h = 0; h < per; ++h) {
+                    for (py::ssize_t h = 0; h < (per_head ? a.shape(1) : 1); ++h) {
                         const py::object one = per_head ? a[py::make_tuple(l, h)] : a[py::int_(l)];  // (n, n)
                         try {
-                            all.back().push_back(layout_of(one, cfg.block_size));
-                            if (all.back().back().repeats() && cfg.attention_impl != ft::AttnImpl::Auto)
-                                throw ft::ValueError("a key block repeated (multiplicity ≥ 2) is the block-sparse "
-                                                     "kernel's only (attention_impl='auto'): Algorithm 4's 0/1 mask "
-                                                     "cannot weight it");
+                            all.back().push_back(layout_of(one, b));
                         } catch (const ft::ValueError& e) {
                             const std::string at = std::to_string(l) + (per_head ? ", " + std::to_string(h) : "");
                             throw ft::ValueError("bigbird layouts[" + at + "]: " + e.what());
                         }
                     }
                 }
-                for (index_t l = 0; l < cfg.L; ++l)
-                    ft::set_bigbird_layouts(m.layer[std::size_t(l)]->attn.mask, std::move(all[std::size_t(l)]));
+                ft::set_bigbird_layouts(m, std::move(all));
             });
         },
         py::arg("layouts"),
@@ -294,9 +286,29 @@ void def_bigbird_layouts(py::class_<AnyDtype<ft::ETransformer>, HasParams>& c) {
         "(L, n, n) (each layer's layout for all its heads). They replace the layouts drawn from layout_seed for that\n"
         "length only (the other lengths keep drawing); ft.from_hf installs Hugging Face BigBird's with it. Integer\n"
         "layouts give multiplicities: a key block listed m times weighs m·exp(s) in the softmax (HF's repeated\n"
-        "blocks; attention_impl='auto' only). Not saved\n"
-        "by ft.save (which keeps layout_seed): install them again after ft.load. ValueError: attention is not\n"
-        "'bigbird', a shape other than (L, H, n, n) or (L, n, n), n·block_size > l_max, a query block with no key block.");
+        "blocks; attention_impl='auto' only). ft.save keeps them (bigbird_layouts_json). ValueError (the core's\n"
+        "check_bigbird_layouts, every layer before any is installed): attention is not 'bigbird', a shape other than\n"
+        "(L, H, n, n) or (L, n, n), n·block_size > l_max, a query block with no key block, a repeated key block\n"
+        "unless attention_impl='auto'.");
+    c.def(
+        "bigbird_layouts_json",
+        [](DE& d) {
+            CallLock lock(d.mutex);
+            return d.visit([&](auto& m) { return ft::bigbird_layouts_json(m); });
+        },
+        "The given layouts (set_bigbird_layouts, ft.from_hf) as JSON text, what ft.save stores under\n"
+        "'formal_transformers.bigbird_layouts' ('' when none is given): {\"n\": [layer, …]} for each given length\n"
+        "of n blocks, a layer the list of its layouts (one for every head, or H), a layout the list of each query\n"
+        "block's key blocks (ascending; a block listed m times has multiplicity m).");
+    c.def(
+        "set_bigbird_layouts_json",
+        [](DE& d, const std::string& text) {
+            CallLock lock(d.mutex);
+            d.visit([&](auto& m) { ft::set_bigbird_layouts_json(m, text); });
+        },
+        py::arg("text"),
+        "Install the layouts of bigbird_layouts_json's text (ft.load does): every length checked as\n"
+        "set_bigbird_layouts checks, before any is installed. ValueError naming the problem.");
     c.def(
         "bigbird_layouts",
         [](DE& d, const PyInt& n_blocks) {
@@ -328,7 +340,8 @@ void def_bigbird_layouts(py::class_<AnyDtype<ft::ETransformer>, HasParams>& c) {
         "The V17 block layouts the model uses for sequences of n_blocks blocks: a bool array (L, H, n, n),\n"
         "[l, h, j, i] = key block j is live for query block i in head h of layer l (uint8 multiplicities if a given\n"
         "layout repeats a block; drawn from layout_seed: layer l,\n"
-        "head h is ft.bigbird_layout(n, …, seed=layout_seed, name=f'layers.{l}.attn.', head=h); or as installed).");
+        "head h is ft.bigbird_layout(n, …, seed=layout_seed, name=f'layers.{l}.attn.', head=h), head=0 for every\n"
+        "head with bigbird_draw='per_layer'; or as installed).");
 }
 
 void register_attention(py::module_& m) {

@@ -663,7 +663,7 @@ class ETransformer(_HasParams):
         ...
     def __init__(self, *args, **kwargs) -> None:
         """
-        __init__(n_vocab, l_max, L, H, d_e, d_mlp, d_f, *, d_attn=None, d_mid=None, positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', attention='softmax', n_features=None, feature_seed=0, block_size=None, window_blocks=3, n_global_blocks=1, n_random_blocks=3, layout_seed=0, n_segments=0, embed_norm=False, unembed_bias=False, fixnorm=False, dtype='float32')
+        __init__(n_vocab, l_max, L, H, d_e, d_mlp, d_f, *, d_attn=None, d_mid=None, positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', attention='softmax', n_features=None, feature_seed=0, block_size=None, window_blocks=3, n_global_blocks=1, n_random_blocks=3, layout_seed=0, bigbird_draw='per_head', n_segments=0, embed_norm=False, unembed_bias=False, fixnorm=False, dtype='float32')
         
         The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
         """
@@ -678,7 +678,15 @@ class ETransformer(_HasParams):
         The V17 block layouts the model uses for sequences of n_blocks blocks: a bool array (L, H, n, n),
         [l, h, j, i] = key block j is live for query block i in head h of layer l (uint8 multiplicities if a given
         layout repeats a block; drawn from layout_seed: layer l,
-        head h is ft.bigbird_layout(n, …, seed=layout_seed, name=f'layers.{l}.attn.', head=h); or as installed).
+        head h is ft.bigbird_layout(n, …, seed=layout_seed, name=f'layers.{l}.attn.', head=h), head=0 for every
+        head with bigbird_draw='per_layer'; or as installed).
+        """
+    def bigbird_layouts_json(self) -> str:
+        """
+        The given layouts (set_bigbird_layouts, ft.from_hf) as JSON text, what ft.save stores under
+        'formal_transformers.bigbird_layouts' ('' when none is given): {"n": [layer, …]} for each given length
+        of n blocks, a layer the list of its layouts (one for every head, or H), a layout the list of each query
+        block's key blocks (ascending; a block listed m times has multiplicity m).
         """
     def config_json(self) -> str:
         """
@@ -709,9 +717,15 @@ class ETransformer(_HasParams):
         (L, n, n) (each layer's layout for all its heads). They replace the layouts drawn from layout_seed for that
         length only (the other lengths keep drawing); ft.from_hf installs Hugging Face BigBird's with it. Integer
         layouts give multiplicities: a key block listed m times weighs m·exp(s) in the softmax (HF's repeated
-        blocks; attention_impl='auto' only). Not saved
-        by ft.save (which keeps layout_seed): install them again after ft.load. ValueError: attention is not
-        'bigbird', a shape other than (L, H, n, n) or (L, n, n), n·block_size > l_max, a query block with no key block.
+        blocks; attention_impl='auto' only). ft.save keeps them (bigbird_layouts_json). ValueError (the core's
+        check_bigbird_layouts, every layer before any is installed): attention is not 'bigbird', a shape other than
+        (L, H, n, n) or (L, n, n), n·block_size > l_max, a query block with no key block, a repeated key block
+        unless attention_impl='auto'.
+        """
+    def set_bigbird_layouts_json(self, text: str) -> None:
+        """
+        Install the layouts of bigbird_layouts_json's text (ft.load does): every length checked as
+        set_bigbird_layouts checks, before any is installed. ValueError naming the problem.
         """
     def zero_grad(self) -> None:
         ...

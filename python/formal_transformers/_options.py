@@ -37,7 +37,7 @@ def _check_options(cfg: dict, target: str) -> None:
             continue  # V15's options act only with attention='performer' or 'rfa'
         if k == "mtp_weight" and not cfg.get("mtp_depth"):
             continue  # V16's weight acts only with mtp_depth > 0 (refused below as any other option)
-        if k in ("block_size", "window_blocks", "n_global_blocks", "n_random_blocks", "layout_seed") and \
+        if k in ("block_size", "window_blocks", "n_global_blocks", "n_random_blocks", "layout_seed", "bigbird_draw") and \
                 cfg.get("attention", "softmax") != "bigbird":
             continue  # V17's options act only with attention='bigbird'
         if k == "attention":

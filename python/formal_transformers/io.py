@@ -6,8 +6,11 @@
 The file holds one tensor per parameter (the names of `model.params`, row-major copies) and, in its
 metadata, the model's config as the core writes it (ModelConfig.to_json, with the dtype) under
 "formal_transformers.config", the
-dropout counter `model.dropout_step` and seed `model.dropout_seed`, plus a format version. Files
-written by other programs, or damaged ones, raise ValueError naming the problem.
+dropout counter `model.dropout_step` and seed `model.dropout_seed`, plus a format version, and for an
+ETransformer with given BigBird layouts (set_bigbird_layouts, ft.from_hf) "formal_transformers.bigbird_layouts"
+(model.bigbird_layouts_json(): every given length, layer and head). A BigBird config without "bigbird_draw" (a file
+written before it existed) loads with bigbird_draw="per_layer", the rule it was drawn with. Files written by other
+programs, or damaged ones, raise ValueError naming the problem (the C++ side: io.hpp, the same file).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from . import _core
 __all__ = ["save", "load", "build_model"]
 
 FORMAT = "1"
+LAYOUTS = "formal_transformers.bigbird_layouts"  # io.hpp's kBigBirdLayoutsKey
 _ARCHS = {"DTransformer": _core.DTransformer, "ETransformer": _core.ETransformer, "EDTransformer": _core.EDTransformer}
 
 
@@ -98,6 +102,9 @@ def save(model, path: Union[str, os.PathLike], *, metadata: dict | None = None) 
             # dropout's counter and seed (docs/regularisation.md): a resumed run draws the masks it would have drawn
             "formal_transformers.dropout_step": str(model.dropout_step),
             "formal_transformers.dropout_seed": str(model.dropout_seed)}
+    layouts = model.bigbird_layouts_json() if type(model).__name__ == "ETransformer" else ""
+    if layouts:  # given BigBird layouts (a model without keeps the file as before)
+        meta[LAYOUTS] = layouts
     for k, v in (metadata or {}).items():
         meta[str(k)] = str(v)
     # never a half-written file under the final name; concurrent saves of one path each use their own temporary
@@ -150,6 +157,9 @@ def load(path: Union[str, os.PathLike], *, dtype: str | None = None):
         layers = sum(v for k, v in cfg.items() if k in ("L", "L_enc", "L_dec") and isinstance(v, int))
         if layers > n_tensors:
             raise ValueError(f"the config has {layers} layers, the file only {n_tensors} tensors")
+        # a BigBird file written before bigbird_draw existed: every head drew the layer's one layout (io.hpp's rule)
+        if cfg.get("arch") == "ETransformer" and cfg.get("attention") == "bigbird" and "bigbird_draw" not in cfg:
+            cfg["bigbird_draw"] = "per_layer"
         model = build_model(cfg, dtype=dtype)
     except (ValueError, KeyError, TypeError, IndexError, RecursionError) as e:  # RecursionError: deeply nested JSON
         raise ValueError(f"{path}: damaged or unusable config in the metadata ({type(e).__name__}: {e})") from None
@@ -171,6 +181,13 @@ def load(path: Union[str, os.PathLike], *, dtype: str | None = None):
                 setattr(model, key, int(v))
             except (ValueError, TypeError) as e:
                 raise ValueError(f"{path}: damaged {key} in the metadata ({e})") from None
+    if LAYOUTS in meta:
+        if not isinstance(model, _core.ETransformer):
+            raise ValueError(f"{path}: BigBird layouts in the metadata of a {type(model).__name__} (a damaged file)")
+        try:
+            model.set_bigbird_layouts_json(meta[LAYOUTS])
+        except ValueError as e:
+            raise ValueError(f"{path}: damaged BigBird layouts in the metadata ({e})") from None
     return model
 
 

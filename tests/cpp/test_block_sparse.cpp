@@ -7,6 +7,7 @@
 #include "formal_transformers/attention.hpp"
 #include "formal_transformers/block_sparse.hpp"
 #include "formal_transformers/parts.hpp"
+#include "formal_transformers/transformers.hpp"
 #include "testing.hpp"
 
 using namespace ft;
@@ -122,6 +123,118 @@ TEST(BlockSparse, GivenLayoutsPerHeadOrForAllHeads) {
     set_bigbird_layouts(mask, {diag(4)});  // one for every head
     for (index_t h = 0; h < 3; ++h) EXPECT_EQ(bigbird_mask_layout(mask, n, h)->keys, diag(4).keys) << h;
     EXPECT_NE(drawn, diag(4).keys);
+}
+
+// A model's layouts are checked in the core (check_bigbird_layouts, the one place; the Python binding only converts
+// arrays): the shape (L layers, 1 or H per layer), the block size, one n, n·b ≤ l_max, a well-formed layout (a
+// query block with no key block, keys out of range or not ascending), a repeated block only where V17b runs
+// (attention_impl 'auto'; Algorithm 4's 0/1 mask cannot weigh it) — each a ValueError before any layer changes.
+TEST(BlockSparse, ModelLayoutsAreCheckedInTheCoreBeforeAnyIsInstalled) {
+    auto config = [](AttnImpl impl) {
+        ModelConfig c;
+        c.n_vocab = 9, c.l_max = 16, c.L = 2, c.H = 3, c.d_e = 6, c.d_mlp = 4, c.d_f = 4;
+        c.attention = AttnKernel::BigBird, c.block_size = 2, c.n_random_blocks = 1, c.attention_impl = impl;
+        return resolve(c, Arch::E);
+    };
+    const index_t n = 8;
+    auto diag = [&](index_t shift, index_t rep = 1) {  // query block i reads key block (i + shift) mod n, rep times
+        std::vector<std::vector<index_t>> k(static_cast<std::size_t>(n));
+        for (index_t i = 0; i < n; ++i) k[std::size_t(i)].assign(std::size_t(rep), (i + shift) % n);
+        return explicit_layout(2, k);
+    };
+    using Layers = std::vector<std::vector<BlockLayout>>;
+    const Layers repeated = {{diag(1, 2)}, {diag(2), diag(3), diag(4, 3)}};
+    auto keys = [&](const ETransformer<double>& m) {  // every layer's and head's keys for n blocks
+        std::vector<std::vector<index_t>> r;
+        for (index_t l = 0; l < 2; ++l)
+            for (index_t h = 0; h < 3; ++h) r.push_back(bigbird_mask_layout(m.layer[std::size_t(l)]->attn.mask, n, h)->keys);
+        return r;
+    };
+    for (AttnImpl impl : {AttnImpl::Literal, AttnImpl::Tiled}) {
+        ETransformer<double> m(config(impl));
+        const auto drawn = keys(m);
+        try {
+            set_bigbird_layouts(m, repeated);
+            ADD_FAILURE() << "a repeated key block with a 0/1 mask";
+        } catch (const ValueError& e) {
+            EXPECT_NE(std::string(e.what()).find("layouts[0]: a key block repeated"), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("attention_impl='auto'"), std::string::npos) << e.what();
+        }
+        EXPECT_EQ(keys(m), drawn);  // nothing installed, layer 0 neither
+        EXPECT_TRUE(given_bigbird_layouts(m).empty());
+        // and the mask alone refuses a repeat unless its caller runs V17b
+        EXPECT_THROW(set_bigbird_layouts(m.layer[0]->attn.mask, {diag(1, 2)}), ValueError);
+        set_bigbird_layouts(m, {{diag(1)}, {diag(2), diag(3), diag(4)}});  // 0/1: a mask
+        EXPECT_EQ(keys(m)[4], diag(3).keys);
+    }
+    ETransformer<double> m(config(AttnImpl::Auto));
+    const auto drawn = keys(m);
+    auto refused = [&](Layers layers, const char* what) {
+        try {
+            set_bigbird_layouts(m, std::move(layers));
+            ADD_FAILURE() << "accepted: " << what;
+        } catch (const ValueError& e) {
+            EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+        }
+        EXPECT_EQ(keys(m), drawn) << what;
+    };
+    refused({{diag(0)}}, "1 layers for L = 2 (the shape (L, H, n, n)");
+    refused({{diag(0)}, {diag(0), diag(1)}}, "layouts[1]: 2 layouts for H = 3 heads");
+    refused({{diag(0)}, {}}, "layouts[1]: 0 layouts");
+    refused({{diag(0)}, {explicit_layout(3, {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}})}}, "layouts[1]: blocks of 3 tokens");
+    refused({{diag(0)}, {explicit_layout(2, {{0}, {1}, {2}, {3}, {4}, {5}, {6}})}}, "layouts[1]: 7 blocks, layer 0 8");
+    std::vector<std::vector<index_t>> long_keys(9, std::vector<index_t>{0});
+    refused({{explicit_layout(2, long_keys)}, {explicit_layout(2, long_keys)}}, "exceed l_max = 16");
+    BlockLayout empty = diag(0), unsorted = explicit_layout(2, {{0, 1}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}), outside = diag(0);
+    empty.keys.erase(empty.keys.begin() + 3), empty.start[3] = empty.start[4] = 3;  // query block 3 reads nothing
+    for (std::size_t i = 4; i < empty.start.size(); ++i) empty.start[i] = index_t(i) - 1;
+    std::swap(unsorted.keys[0], unsorted.keys[1]);
+    outside.keys[5] = n;
+    refused({{diag(0)}, {diag(0), diag(1), empty}}, "layouts[1, 2]: block layout: query block 3 has no key blocks");
+    refused({{unsorted}, {diag(0)}}, "layouts[0]: block layout: the key blocks of query block 0 are not ascending");
+    refused({{diag(0)}, {outside}}, "query block 5 names a key block outside [0, 8)");
+    BlockLayout offsets = diag(0);
+    offsets.start[1] = 100;  // beyond the keys: refused before any key is read
+    refused({{offsets}, {diag(0)}}, "the offsets of query block 1 decrease");
+    offsets.start.pop_back();
+    refused({{offsets}, {diag(0)}}, "start must hold n + 1 = 9 offsets");
+    ModelConfig plain = config(AttnImpl::Auto);
+    plain.attention = AttnKernel::Softmax, plain.block_size = 0;
+    ETransformer<double> soft(resolve(plain, Arch::E));
+    EXPECT_THROW(set_bigbird_layouts(soft, {{diag(0)}, {diag(0)}}), ValueError);
+    // accepted: the repeats (V17b weighs them), as given: one layout for every head of layer 0, one per head of layer 1
+    set_bigbird_layouts(m, repeated);
+    for (index_t h = 0; h < 3; ++h) EXPECT_EQ(keys(m)[std::size_t(h)], diag(1, 2).keys) << h;
+    EXPECT_EQ(keys(m)[5], diag(4, 3).keys);
+    const auto given = given_bigbird_layouts(m);
+    ASSERT_EQ(given.size(), 1u);
+    ASSERT_EQ(given.at(n).size(), 2u);
+    EXPECT_EQ(given.at(n)[0].size(), 1u);
+    EXPECT_EQ(given.at(n)[1].size(), 3u);
+    EXPECT_EQ(given.at(n)[1][2].keys, diag(4, 3).keys);
+}
+
+// ModelConfig::bigbird_draw = PerLayer: every head of a layer uses head 0's draw (the rule before the heads had
+// their own); PerHead: head h draws with h.
+TEST(BlockSparse, PerLayerDrawIsHeadZerosForEveryHead) {
+    ModelConfig c;
+    c.n_vocab = 9, c.l_max = 16, c.L = 2, c.H = 3, c.d_e = 6, c.d_mlp = 4, c.d_f = 4;
+    c.attention = AttnKernel::BigBird, c.block_size = 2, c.n_random_blocks = 2;
+    ETransformer<double> per_head(resolve(c, Arch::E));
+    c.bigbird_draw = ModelConfig::BigBirdDraw::PerLayer;
+    ETransformer<double> per_layer(resolve(c, Arch::E));
+    const index_t n = 8;
+    bool differ = false;
+    for (index_t l = 0; l < 2; ++l) {
+        BigBirdSpec s;
+        s.block = 2, s.random = 2, s.name = "layers." + std::to_string(l) + ".attn.";
+        for (index_t h = 0; h < 3; ++h) {
+            EXPECT_EQ(bigbird_mask_layout(per_layer.layer[std::size_t(l)]->attn.mask, n, h)->keys, bigbird_layout(s, n, 0).keys);
+            EXPECT_EQ(bigbird_mask_layout(per_head.layer[std::size_t(l)]->attn.mask, n, h)->keys, bigbird_layout(s, n, h).keys);
+            differ = differ || bigbird_layout(s, n, h).keys != bigbird_layout(s, n, 0).keys;
+        }
+    }
+    EXPECT_TRUE(differ);
 }
 
 // A layout that repeats a key block (V17b's multiset note): the kernel's weights are m·exp(s)/Σ m'·exp(s') (here

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <string>
 
+#include "formal_transformers/block_sparse.hpp"
 #include "formal_transformers/io.hpp"
 #include "testing.hpp"
 
@@ -111,5 +112,88 @@ TEST(SaveLoad, RefusesMoreLayersThanTensorsBeforeBuilding) {
         EXPECT_NE(std::string(e.what()).find("the config has 100000 layers, the file only 0 tensors"), std::string::npos)
             << e.what();
     }
+    std::remove(path.c_str());
+}
+
+// BigBird (V17): given layouts are kept by the file (every given length, layer and head, multiplicities included) and
+// installed by load; a model without given layouts writes no layouts; a file whose config has no bigbird_draw (written
+// before it existed) loads with the per-layer draw it was made with (every head head 0's layout).
+namespace {
+ModelConfig bigbird_config() {
+    ModelConfig c;
+    c.n_vocab = 9, c.l_max = 16, c.L = 2, c.H = 3, c.d_e = 6, c.d_mlp = 4, c.d_f = 4, c.seed = 5;
+    c.attention = AttnKernel::BigBird, c.block_size = 2, c.n_random_blocks = 2, c.layout_seed = 3;
+    return resolve(c, Arch::E);
+}
+double bigbird_loss(ETransformer<double>& m, index_t l) {
+    std::vector<index_t> x(static_cast<std::size_t>(l)), xt;
+    for (index_t t = 0; t < l; ++t) x[std::size_t(t)] = (t * 5 + 1) % 6;
+    xt = x;
+    xt[1] = xt[6] = m.cfg.mask_token();
+    return m.loss(Tokens{xt.data(), Seqs::single(l)}, x.data());
+}
+std::vector<std::vector<index_t>> all_keys(const ETransformer<double>& m, index_t n) {
+    std::vector<std::vector<index_t>> r;
+    for (index_t l = 0; l < m.cfg.L; ++l)
+        for (index_t h = 0; h < m.cfg.H; ++h) r.push_back(bigbird_mask_layout(m.layer[std::size_t(l)]->attn.mask, n, h)->keys);
+    return r;
+}
+}  // namespace
+
+TEST(SaveLoad, BigBirdGivenLayoutsAreKept) {
+    ETransformer<double> m(bigbird_config());
+    for (index_t i = 0; i < m.store.size(); ++i) m.store.theta()[i] += 0.01 * double(i % 13);
+    const std::string path = tmp_path("bigbird");
+    save(m, path);
+    EXPECT_EQ(SavedModel::read(path).metadata.count(kBigBirdLayoutsKey), 0u);  // none given: the file as before
+    // 8 blocks: one per head, with repeated blocks; 7 blocks: one per layer for every head
+    auto shifted = [](index_t n, index_t shift, index_t rep) {
+        std::vector<std::vector<index_t>> k(static_cast<std::size_t>(n));
+        for (index_t i = 0; i < n; ++i) k[std::size_t(i)] = {i, (i + shift) % n};
+        k[std::size_t(shift)].insert(k[std::size_t(shift)].end(), std::size_t(rep), 0);
+        return explicit_layout(2, k);
+    };
+    set_bigbird_layouts(m, {{shifted(8, 1, 1), shifted(8, 2, 2), shifted(8, 3, 0)}, {shifted(8, 4, 1), shifted(8, 5, 0), shifted(8, 6, 3)}});
+    set_bigbird_layouts(m, {{shifted(7, 1, 0)}, {shifted(7, 2, 0)}});
+    const double at16 = bigbird_loss(m, 16), at14 = bigbird_loss(m, 14);
+    save(m, path);
+    EXPECT_EQ(SavedModel::read(path).metadata.at(kBigBirdLayoutsKey), bigbird_layouts_json(m));
+    auto back = load<ETransformer<double>>(path);
+    for (index_t n : {7, 8}) EXPECT_EQ(all_keys(back, n), all_keys(m, n)) << n;
+    EXPECT_EQ(bigbird_layouts_json(back), bigbird_layouts_json(m));
+    EXPECT_EQ(given_bigbird_layouts(back).at(7)[0].size(), 1u);  // as given: one for every head
+    EXPECT_EQ(bigbird_loss(back, 16), at16);  // bit for bit
+    EXPECT_EQ(bigbird_loss(back, 14), at14);
+    ETransformer<double> fresh(m.cfg);  // the config alone draws other layouts
+    EXPECT_NE(all_keys(fresh, 8), all_keys(m, 8));
+    std::remove(path.c_str());
+}
+
+TEST(SaveLoad, BigBirdFileWithoutBigBirdDrawLoadsThePerLayerDraw) {
+    ETransformer<double> m(bigbird_config());
+    const std::string path = tmp_path("bigbird_old");
+    save(m, path);
+    ASSERT_EQ(load<ETransformer<double>>(path).cfg.bigbird_draw, ModelConfig::BigBirdDraw::PerHead);
+    // the file as written before bigbird_draw existed: the option taken out of the config in its header
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    in.close();
+    std::uint64_t n = 0;
+    for (int k = 7; k >= 0; --k) n = (n << 8) | (unsigned char)bytes[std::size_t(k)];
+    std::string header = bytes.substr(8, std::size_t(n));
+    const std::string field = R"(,\"bigbird_draw\":\"per_head\")";
+    const auto at = header.find(field);
+    ASSERT_NE(at, std::string::npos) << header;
+    header.erase(at, field.size());
+    std::string old(8, '\0');
+    for (int k = 0; k < 8; ++k) old[std::size_t(k)] = char((header.size() >> (8 * k)) & 0xff);
+    old += header + bytes.substr(8 + std::size_t(n));
+    std::ofstream(path, std::ios::binary | std::ios::trunc).write(old.data(), std::streamsize(old.size()));
+    const auto back = load<ETransformer<double>>(path);
+    EXPECT_EQ(back.cfg.bigbird_draw, ModelConfig::BigBirdDraw::PerLayer);
+    const auto keys = all_keys(back, 8), now = all_keys(m, 8);
+    for (index_t l = 0; l < 2; ++l)
+        for (index_t h = 0; h < 3; ++h) EXPECT_EQ(keys[std::size_t(3 * l + h)], now[std::size_t(3 * l)]) << l << h;  // head 0's
+    EXPECT_NE(keys, now);
     std::remove(path.c_str());
 }

@@ -37,6 +37,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,13 +47,19 @@
 
 namespace ft {
 
+struct ModelConfig;
+template <class T>
+class ETransformer;
+
 // BigBird's layout hyperparameters: block size b, w sliding blocks (odd), g global blocks at each end, r
 // random blocks per query block, drawn from seed and the attention's name (each layer its own draw), for each of
 // `heads` query heads (head h draws its own 𝓡; heads = 1: one layout every head shares).
+// per_head = false: every head uses head 0's draw (one layout per layer; ModelConfig::bigbird_draw = PerLayer).
 struct BigBirdSpec {
     index_t block = 0, window = 3, global = 1, random = 0, heads = 1;
     std::uint64_t seed = 0;
     std::string name;
+    bool per_head = true;
 };
 
 // A block layout: n query blocks of b tokens, query block i attending key blocks keys[start[i] … start[i+1])
@@ -90,11 +97,34 @@ Mask make_bigbird_mask(const BigBirdSpec& s);
 const BigBirdSpec* bigbird_spec(const Mask& m);
 // The layout of query head h of a bigbird mask for sequences of n blocks (given, or drawn once per n, then shared).
 std::shared_ptr<const BlockLayout> bigbird_mask_layout(const Mask& m, index_t n, index_t h = 0);
+// ValueError naming the problem unless L is a well-formed layout: n ≥ 1 query blocks of block ≥ 1 tokens, start
+// of n + 1 nondecreasing offsets from 0 to keys.size(), every query block with a key block, the keys of each in
+// [0, n) and ascending (a repeat is a multiplicity).
+void check_block_layout(const BlockLayout& L);
 // Give a bigbird mask its layouts for sequences of layouts[0].n blocks (e.g. Hugging Face's, tests/python/
 // test_bigbird_hf.py): one per head (spec.heads of them) or one for every head; they replace the drawn ones for
-// that n (other lengths keep drawing). ValueError naming the problem (not a bigbird mask, a count other than 1 or
-// heads, a block size other than the spec's, layouts of different n) before anything changes.
-void set_bigbird_layouts(const Mask& m, std::vector<BlockLayout> layouts);
+// that n (other lengths keep drawing). multiset: the attention runs V17b (attention_impl 'auto'), so a layout
+// may repeat a key block; otherwise a repeat is refused (Algorithm 4's 0/1 mask cannot weigh it). ValueError
+// naming the problem (not a bigbird mask, a count other than 1 or heads, a block size other than the spec's,
+// layouts of different n, a malformed layout, a repeat without multiset) before anything changes. A model's
+// layouts: the checked set_bigbird_layouts(model, …) below.
+void set_bigbird_layouts(const Mask& m, std::vector<BlockLayout> layouts, bool multiset = false);
+// The layouts given to a bigbird mask (set_bigbird_layouts), for each n: one for every head, or one per head.
+std::map<index_t, std::vector<BlockLayout>> given_bigbird_layouts(const Mask& m);
+
+// A model's layouts (ETransformer with attention = BigBird: ModelConfig::attention, attention_impl, L, H,
+// block_size, l_max), layer by layer: layouts[l] the layouts of layer l for sequences of n blocks, one for
+// every head or H (one per head). check_bigbird_layouts: ValueError naming the layer and head and the
+// problem — the attention is not 'bigbird', L layers (the shape (L, H, n, n) or (L, n, n)), 1 or H per layer, a
+// block size other than block_size, layouts of different n, n·block_size > l_max, a malformed layout
+// (check_block_layout: a query block with no key block, …), a repeated key block unless attention_impl is 'auto'.
+// set_bigbird_layouts(model, …) checks every layer, then installs them (nothing changes on a failed check); the
+// other lengths keep drawing. given_bigbird_layouts(model): for each n given, every layer's layouts (as given).
+void check_bigbird_layouts(const ModelConfig& c, const std::vector<std::vector<BlockLayout>>& layouts);
+template <class T>
+void set_bigbird_layouts(ETransformer<T>& model, std::vector<std::vector<BlockLayout>> layouts);
+template <class T>
+std::map<index_t, std::vector<std::vector<BlockLayout>>> given_bigbird_layouts(const ETransformer<T>& model);
 
 // V17b for one head of one sequence: Q:[d, ℓ], K:[d, ℓ], V:[d_v, ℓ] (ℓ = L.n·L.block) -> Vt:[d_v, ℓ] and
 // lse:[ℓ] (λ, kept for the backward). Runs on the calling thread (one-thread BLAS calls).

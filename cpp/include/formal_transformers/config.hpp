@@ -111,6 +111,10 @@ struct ModelConfig {
     // mask (dense), auto: the block-sparse kernel.
     index_t block_size = 0, window_blocks = 3, n_global_blocks = 1, n_random_blocks = 3;
     std::uint64_t layout_seed = 0;
+    // V17: PerHead ("per_head"): each query head h of a layer draws its own 𝓡 (V17a with h); PerLayer ("per_layer"):
+    // every head of a layer shares head 0's draw, the rule before the heads had their own — the one a saved
+    // BigBird config without bigbird_draw means (io.hpp, io.py: such files load with it and give their old outputs).
+    enum class BigBirdDraw { PerHead, PerLayer } bigbird_draw = BigBirdDraw::PerHead;
 
     index_t mask_token() const { return n_vocab - 3; }
     index_t bos_token() const { return bos_id >= 0 ? bos_id : n_vocab - 2; }

@@ -1,6 +1,8 @@
 // ft::save / ft::load (io.hpp): the safetensors files of Python's ft.save and ft.load.
 #include "formal_transformers/io.hpp"
 
+#include "formal_transformers/block_sparse.hpp"
+
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -92,10 +94,25 @@ SavedModel SavedModel::read(const std::string& path) {
     return f;
 }
 
+// A saved config as this version reads it: a BigBird config written before bigbird_draw existed was drawn with
+// one layout per layer (head 0's), bigbird_draw "per_layer" (io.py's load applies the same rule).
+static std::string upgraded_config(const std::string& text) {
+    Json j;
+    try {
+        j = Json::parse(text);
+    } catch (const Json::exception&) {
+        return text;  // from_json names the problem
+    }
+    if (j.is_object() && j.value("arch", Json()) == "ETransformer" && j.value("attention", Json()) == "bigbird" &&
+        !j.contains("bigbird_draw"))
+        j["bigbird_draw"] = "per_layer";
+    return j.dump();
+}
+
 ModelConfig SavedModel::config() const {
     ModelConfig c;
     try {
-        c = ModelConfig::from_json(metadata.at("formal_transformers.config"));
+        c = ModelConfig::from_json(upgraded_config(metadata.at("formal_transformers.config")));
     } catch (const ValueError& e) {
         damaged(path, std::string("damaged or unusable config in the metadata (") + e.what() + ")");
     }
@@ -152,8 +169,80 @@ void SavedModel::restore(ParamStore<T>& store, std::uint64_t& dropout_step, std:
 }
 
 template <class T>
+void SavedModel::restore_layouts(ETransformer<T>& m) const {
+    const auto it = metadata.find(kBigBirdLayoutsKey);
+    if (it == metadata.end()) return;
+    try {
+        set_bigbird_layouts_json(m, it->second);
+    } catch (const ValueError& e) {
+        damaged(path, std::string("damaged BigBird layouts in the metadata (") + e.what() + ")");
+    }
+}
+
+template <class T>
+std::string bigbird_layouts_json(const ETransformer<T>& m) {
+    const auto given = given_bigbird_layouts(m);
+    if (given.empty()) return "";
+    Json j = Json::object();
+    for (const auto& [n, layers] : given) {
+        Json js = Json::array();
+        for (const auto& heads : layers) {
+            Json jh = Json::array();
+            for (const BlockLayout& L : heads) {
+                Json jl = Json::array();
+                for (index_t i = 0; i < L.n; ++i) jl.push_back(std::vector<index_t>(L.of(i), L.of(i) + L.count(i)));
+                jh.push_back(std::move(jl));
+            }
+            js.push_back(std::move(jh));
+        }
+        j[std::to_string(n)] = std::move(js);
+    }
+    return j.dump();
+}
+
+template <class T>
+void set_bigbird_layouts_json(ETransformer<T>& m, const std::string& text) {
+    if (m.cfg.attention != AttnKernel::BigBird) throw ValueError("bigbird layouts: the model's attention is not 'bigbird'");
+    Json j;
+    try {
+        j = Json::parse(text);
+    } catch (const Json::exception& e) {
+        throw ValueError(std::string("bigbird layouts: not JSON (") + e.what() + ")");
+    }
+    if (!j.is_object()) throw ValueError("bigbird layouts: not a JSON object {\"n\": layers, …}");
+    std::vector<std::vector<std::vector<BlockLayout>>> all;  // every length read and checked before any is installed
+    for (const auto& [key, layers] : j.items()) {
+        const std::string at = "bigbird layouts of " + key + " blocks: ";
+        if (!layers.is_array()) throw ValueError(at + "not a list of layers");
+        std::vector<std::vector<BlockLayout>> ls;
+        for (const Json& heads : layers) {
+            if (!heads.is_array()) throw ValueError(at + "a layer is not a list of layouts");
+            ls.emplace_back();
+            for (const Json& lay : heads) {
+                if (!lay.is_array()) throw ValueError(at + "a layout is not a list of query blocks");
+                std::vector<std::vector<index_t>> keys;
+                for (const Json& k : lay) {
+                    if (!k.is_array()) throw ValueError(at + "a query block's key blocks are not a list");
+                    keys.emplace_back();
+                    for (const Json& v : k) {
+                        if (!v.is_number_integer()) throw ValueError(at + "a key block is not an integer");
+                        keys.back().push_back(v.get<index_t>());
+                    }
+                }
+                ls.back().push_back(explicit_layout(m.cfg.block_size, keys));
+                if (std::to_string(ls.back().back().n) != key)
+                    throw ValueError(at + "a layout of " + std::to_string(ls.back().back().n) + " blocks");
+            }
+        }
+        check_bigbird_layouts(m.cfg, ls);
+        all.push_back(std::move(ls));
+    }
+    for (auto& ls : all) set_bigbird_layouts(m, std::move(ls));
+}
+
+template <class T>
 void save_model(const ModelConfig& c, const ParamStore<T>& store, std::uint64_t dropout_step, std::uint64_t dropout_seed,
-                const std::string& path) {
+                const std::string& path, const std::map<std::string, std::string>& extra) {
     constexpr bool f64 = std::is_same_v<T, double>;
     Json h = Json::object();
     Json meta = Json::object();
@@ -161,6 +250,7 @@ void save_model(const ModelConfig& c, const ParamStore<T>& store, std::uint64_t 
     meta["formal_transformers.config"] = c.to_json(f64 ? "float64" : "float32");
     meta["formal_transformers.dropout_step"] = std::to_string(dropout_step);
     meta["formal_transformers.dropout_seed"] = std::to_string(dropout_seed);
+    for (const auto& [k, v] : extra) meta[k] = v;
     h["__metadata__"] = meta;
     std::vector<unsigned char> data(std::size_t(store.size()) * sizeof(T));
     std::size_t at = 0;
@@ -201,7 +291,15 @@ void save_model(const ModelConfig& c, const ParamStore<T>& store, std::uint64_t 
 
 template void SavedModel::restore(ParamStore<float>&, std::uint64_t&, std::uint64_t&) const;
 template void SavedModel::restore(ParamStore<double>&, std::uint64_t&, std::uint64_t&) const;
-template void save_model(const ModelConfig&, const ParamStore<float>&, std::uint64_t, std::uint64_t, const std::string&);
-template void save_model(const ModelConfig&, const ParamStore<double>&, std::uint64_t, std::uint64_t, const std::string&);
+template void save_model(const ModelConfig&, const ParamStore<float>&, std::uint64_t, std::uint64_t, const std::string&,
+                          const std::map<std::string, std::string>&);
+template void save_model(const ModelConfig&, const ParamStore<double>&, std::uint64_t, std::uint64_t, const std::string&,
+                          const std::map<std::string, std::string>&);
+template void SavedModel::restore_layouts(ETransformer<float>&) const;
+template void SavedModel::restore_layouts(ETransformer<double>&) const;
+template std::string bigbird_layouts_json(const ETransformer<float>&);
+template std::string bigbird_layouts_json(const ETransformer<double>&);
+template void set_bigbird_layouts_json(ETransformer<float>&, const std::string&);
+template void set_bigbird_layouts_json(ETransformer<double>&, const std::string&);
 
 }  // namespace ft

@@ -70,6 +70,8 @@ const NameTable<AttnImpl> kAttnImpls = {{"auto", AttnImpl::Auto}, {"literal", At
 const NameTable<AttnKernel> kAttnKernels = {
     {"softmax", AttnKernel::Softmax}, {"performer", AttnKernel::Performer}, {"rfa", AttnKernel::RFA},
     {"bigbird", AttnKernel::BigBird}};
+const NameTable<ModelConfig::BigBirdDraw> kBigBirdDraws = {{"per_head", ModelConfig::BigBirdDraw::PerHead},
+                                                            {"per_layer", ModelConfig::BigBirdDraw::PerLayer}};
 
 template <class En>
 const NameTable<En>& names_of(En ModelConfig::*);
@@ -80,6 +82,7 @@ template <> const NameTable<ModelConfig::Mlp>& names_of(ModelConfig::Mlp ModelCo
 template <> const NameTable<AttnImpl>& names_of(AttnImpl ModelConfig::*) { return kAttnImpls; }
 template <> const NameTable<ModelConfig::MaskKind>& names_of(ModelConfig::MaskKind ModelConfig::*) { return kMasks; }
 template <> const NameTable<AttnKernel>& names_of(AttnKernel ModelConfig::*) { return kAttnKernels; }
+template <> const NameTable<ModelConfig::BigBirdDraw>& names_of(ModelConfig::BigBirdDraw ModelConfig::*) { return kBigBirdDraws; }
 
 template <class P>
 constexpr bool is_enum_member = false;
@@ -89,7 +92,8 @@ constexpr bool is_enum_member<En ModelConfig::*> = std::is_enum_v<En>;
 using Field = std::variant<std::nullptr_t, index_t ModelConfig::*, double ModelConfig::*, bool ModelConfig::*,
                            std::uint64_t ModelConfig::*, NormKind ModelConfig::*, Positional ModelConfig::*,
                            Gelu ModelConfig::*, ModelConfig::Mlp ModelConfig::*, AttnImpl ModelConfig::*,
-                           ModelConfig::MaskKind ModelConfig::*, AttnKernel ModelConfig::*>;
+                           ModelConfig::MaskKind ModelConfig::*, AttnKernel ModelConfig::*,
+                           ModelConfig::BigBirdDraw ModelConfig::*>;
 
 struct OptionSpec {
     const char* name;
@@ -136,6 +140,7 @@ const std::vector<OptionSpec> kSchema = {
     {"n_global_blocks", E, Kind::Count, &ModelConfig::n_global_blocks},
     {"n_random_blocks", E, Kind::Count, &ModelConfig::n_random_blocks},
     {"layout_seed", E, Kind::Seed, &ModelConfig::layout_seed},
+    {"bigbird_draw", E, Kind::Enum, &ModelConfig::bigbird_draw},
     {"mlp", D | ED, Kind::Enum, &ModelConfig::mlp},
     {"rope_theta", D, Kind::Real, &ModelConfig::rope_theta, Check::Positive},
     {"sliding_window", D, Kind::AutoSize, &ModelConfig::sliding_window},

@@ -48,12 +48,14 @@ inline Mask decoder_mask(const ModelConfig& c) {
     return make_mask("sliding_window", o);
 }
 // The Mask of an encoder's self-attention named p: Mask ≡ 1 (Algorithm 9), or with attention='bigbird' (V17)
-// BigBird's block layouts, drawn from layout_seed and the attention's name (each layer and head its own)
+// BigBird's block layouts, drawn from layout_seed and the attention's name (each layer and head its own; bigbird_draw
+// "per_layer": each layer's one, head 0's)
 inline Mask encoder_mask(const ModelConfig& c, const std::string& p) {
     if (c.attention != AttnKernel::BigBird) return Mask::bidirectional();
     BigBirdSpec s;
     s.block = c.block_size, s.window = c.window_blocks, s.global = c.n_global_blocks, s.random = c.n_random_blocks;
-    s.seed = c.layout_seed, s.name = p, s.heads = c.H;  // each query head its own layout
+    s.seed = c.layout_seed, s.name = p, s.heads = c.H;
+    s.per_head = c.bigbird_draw == ModelConfig::BigBirdDraw::PerHead;  // each query head its own draw, or head 0's for all
     return make_bigbird_mask(s);
 }
 // The attention options of a model (docs/variants.md); `positional`: the position part applies (D's self-attention)

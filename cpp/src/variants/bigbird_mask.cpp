@@ -7,7 +7,9 @@
 // kernel (variants/block_sparse.cpp) computes, for a layout without repeated blocks (a given multiset layout is
 // the kernel's only: allows() is its support, the multiplicities are in the kernel's softmax; block_sparse.hpp). Bidirectional, self-attention only (ℓ_z = ℓ_x, no cache). The
 // layouts of each n (one per query head, or one for all) are drawn once and kept, or given by
-// set_bigbird_layouts (the rule is shared and otherwise immutable). Made by
+// set_bigbird_layouts (the rule is shared and otherwise immutable; spec.per_head = false: head 0's draw for every
+// head, ModelConfig::bigbird_draw "per_layer"). A model's layouts are checked and installed layer by layer by
+// set_bigbird_layouts(model, …) (check_bigbird_layouts: the one place of those checks). Made by
 // make_mask("bigbird", {values = {block_size, window_blocks, n_global_blocks, n_random_blocks, layout_seed, heads}})
 // (registry.cpp), or by make_bigbird_mask(spec) with the attention's name (models: every layer its own draw).
 #include <algorithm>
@@ -15,10 +17,13 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "formal_transformers/block_sparse.hpp"
+#include "formal_transformers/config.hpp"
 #include "formal_transformers/parts.hpp"
 #include "formal_transformers/sizes.hpp"
+#include "formal_transformers/transformers.hpp"
 
 namespace ft {
 
@@ -55,13 +60,14 @@ public:
         seq_[std::size_t(b)] = L;
     }
     const BigBirdSpec& spec() const { return s_; }
-    // every head's layout for n blocks: given (install), else drawn once (V17a, head by head) and kept
+    // every head's layout for n blocks: given (install), else drawn once (V17a, head by head; per_head = false:
+    // head 0's, one for every head) and kept
     std::shared_ptr<const HeadLayouts> layouts(index_t n) const {
         std::lock_guard<std::mutex> g(m_);
         auto& p = cache_[n];
         if (!p) {
             HeadLayouts hl;
-            for (index_t h = 0; h < std::max<index_t>(s_.heads, 1); ++h)
+            for (index_t h = 0; h < (s_.per_head ? std::max<index_t>(s_.heads, 1) : 1); ++h)
                 hl.push_back(std::make_shared<const BlockLayout>(bigbird_layout(s_, n, h)));
             p = std::make_shared<const HeadLayouts>(std::move(hl));
         }
@@ -70,6 +76,15 @@ public:
     void install(index_t n, std::shared_ptr<const HeadLayouts> hl) const {
         std::lock_guard<std::mutex> g(m_);
         cache_[n] = std::move(hl);
+        given_.insert(n);
+    }
+    // the given layouts (install), for each n
+    std::map<index_t, std::vector<BlockLayout>> given() const {
+        std::lock_guard<std::mutex> g(m_);
+        std::map<index_t, std::vector<BlockLayout>> r;
+        for (const index_t n : given_)
+            for (const auto& L : *cache_.at(n)) r[n].push_back(*L);
+        return r;
     }
     static const BlockLayout& of_head(const HeadLayouts& hl, index_t h) {
         FT_CHECK(hl.size() == 1 || (h >= 0 && h < index_t(hl.size())),
@@ -86,6 +101,7 @@ private:
     BigBirdSpec s_;
     mutable std::mutex m_;
     mutable std::map<index_t, std::shared_ptr<const HeadLayouts>> cache_;
+    mutable std::set<index_t> given_;  // the n whose layouts were given, not drawn
     mutable std::vector<std::shared_ptr<const HeadLayouts>> seq_;  // the layouts of each sequence of the last batch
 };
 }  // namespace
@@ -158,22 +174,15 @@ BlockLayout bigbird_layout(const BigBirdSpec& s, index_t n, index_t h) {
 }
 
 BlockLayout explicit_layout(index_t block, const std::vector<std::vector<index_t>>& keys) {
-    if (block < 1) throw ValueError("block layout: block_size must be >= 1");
     BlockLayout L;
     L.block = block, L.n = index_t(keys.size());
-    if (L.n < 1) throw ValueError("block layout: no query blocks");
-    checked_count({L.n, block}, "block layout: n·block_size tokens");  // ℓ = n·b, a 64-bit count
     L.start.push_back(0);
-    for (index_t i = 0; i < L.n; ++i) {
-        std::vector<index_t> k = keys[std::size_t(i)];
-        if (k.empty()) throw ValueError("block layout: query block " + std::to_string(i) + " has no key blocks");
-        std::sort(k.begin(), k.end());  // a repeated block stays repeated (its multiplicity, V17b's note)
-        if (k.front() < 0 || k.back() >= L.n)
-            throw ValueError("block layout: query block " + std::to_string(i) + " names a key block outside [0, " +
-                             std::to_string(L.n) + ")");
+    for (const auto& k : keys) {
         L.keys.insert(L.keys.end(), k.begin(), k.end());
+        std::sort(L.keys.end() - std::ptrdiff_t(k.size()), L.keys.end());  // a repeated block stays repeated (V17b's note)
         L.start.push_back(index_t(L.keys.size()));
     }
+    check_block_layout(L);
     return L;
 }
 
@@ -195,29 +204,132 @@ std::shared_ptr<const BlockLayout> bigbird_mask_layout(const Mask& m, index_t n,
     return std::shared_ptr<const BlockLayout>(hl, &L);  // shares the ownership of the head's list
 }
 
-void set_bigbird_layouts(const Mask& m, std::vector<BlockLayout> layouts) {
-    const auto* r = dynamic_cast<const BigBirdMask*>(&m.rule());
-    if (!r)
-        throw ValueError("bigbird layouts: the attention's mask is '" + m.name() + "', not BigBird's (attention='bigbird')");
-    const BigBirdSpec& s = r->spec();
-    const index_t H = std::max<index_t>(s.heads, 1), count = index_t(layouts.size());
-    if (count != 1 && count != H)
-        throw ValueError("bigbird layouts: " + std::to_string(count) + " layouts for " + std::to_string(H) +
+void check_block_layout(const BlockLayout& L) {
+    if (L.block < 1) throw ValueError("block layout: block_size = " + std::to_string(L.block) + " must be >= 1");
+    if (L.n < 1) throw ValueError("block layout: no query blocks");
+    checked_count({L.n, L.block}, "block layout: n·block_size tokens");  // ℓ = n·b, a 64-bit count
+    if (index_t(L.start.size()) != L.n + 1 || L.start.front() != 0 || L.start.back() != index_t(L.keys.size()))
+        throw ValueError("block layout: start must hold n + 1 = " + std::to_string(L.n + 1) + " offsets from 0 to the " +
+                         std::to_string(L.keys.size()) + " keys");
+    for (index_t i = 0; i < L.n; ++i)  // every offset within the keys, before any is read
+        if (L.start[std::size_t(i + 1)] < L.start[std::size_t(i)])
+            throw ValueError("block layout: the offsets of query block " + std::to_string(i) + " decrease");
+    for (index_t i = 0; i < L.n; ++i) {
+        if (L.count(i) == 0) throw ValueError("block layout: query block " + std::to_string(i) + " has no key blocks");
+        const index_t* k = L.of(i);
+        for (index_t a = 0; a < L.count(i); ++a) {
+            if (k[a] < 0 || k[a] >= L.n)
+                throw ValueError("block layout: query block " + std::to_string(i) + " names a key block outside [0, " +
+                                 std::to_string(L.n) + ")");
+            if (a > 0 && k[a] < k[a - 1])
+                throw ValueError("block layout: the key blocks of query block " + std::to_string(i) + " are not ascending");
+        }
+    }
+}
+
+namespace {
+// The checks of one layer's (or one mask's) layouts: `heads` the query heads, `multiset` whether a key block may
+// repeat (V17b runs: attention_impl 'auto'); `at(h)` names layout h in a message.
+template <class At>
+void check_head_layouts(const std::vector<BlockLayout>& layouts, index_t heads, index_t block, bool multiset, At at) {
+    const index_t count = index_t(layouts.size());
+    if (count != 1 && count != heads)
+        throw ValueError(at(-1) + std::to_string(count) + " layouts for " + std::to_string(heads) +
                          " heads (give one per head, or one for every head)");
     const index_t n = layouts[0].n;
     for (index_t h = 0; h < count; ++h) {
         const BlockLayout& L = layouts[std::size_t(h)];
-        if (L.block != s.block)
-            throw ValueError("bigbird layouts: head " + std::to_string(h) + "'s blocks are of " + std::to_string(L.block) +
-                             " tokens, the attention's block_size is " + std::to_string(s.block));
+        try {
+            check_block_layout(L);
+        } catch (const ValueError& e) {
+            throw ValueError(at(count == 1 ? -1 : h) + e.what());
+        }
+        if (L.block != block)
+            throw ValueError(at(count == 1 ? -1 : h) + "blocks of " + std::to_string(L.block) +
+                             " tokens, the attention's block_size is " + std::to_string(block));
         if (L.n != n)
-            throw ValueError("bigbird layouts: head " + std::to_string(h) + " has " + std::to_string(L.n) +
-                             " blocks, head 0 " + std::to_string(n) + " (one sequence length at a time)");
+            throw ValueError(at(h) + std::to_string(L.n) + " blocks, head 0 " + std::to_string(n) +
+                             " (one sequence length at a time)");
+        if (!multiset && L.repeats())
+            throw ValueError(at(count == 1 ? -1 : h) + "a key block repeated (multiplicity ≥ 2) is the block-sparse "
+                             "kernel's only (attention_impl='auto'): Algorithm 4's 0/1 mask cannot weight it");
     }
+}
+}  // namespace
+
+void set_bigbird_layouts(const Mask& m, std::vector<BlockLayout> layouts, bool multiset) {
+    const auto* r = dynamic_cast<const BigBirdMask*>(&m.rule());
+    if (!r)
+        throw ValueError("bigbird layouts: the attention's mask is '" + m.name() + "', not BigBird's (attention='bigbird')");
+    if (layouts.empty()) throw ValueError("bigbird layouts: no layouts (give one per head, or one for every head)");
+    const BigBirdSpec& s = r->spec();
+    check_head_layouts(layouts, std::max<index_t>(s.heads, 1), s.block, multiset, [](index_t h) {
+        return std::string("bigbird layouts") + (h >= 0 ? "[head " + std::to_string(h) + "]" : std::string()) + ": ";
+    });
+    const index_t n = layouts[0].n;
     HeadLayouts hl;
     for (auto& L : layouts) hl.push_back(std::make_shared<const BlockLayout>(std::move(L)));
     r->install(n, std::make_shared<const HeadLayouts>(std::move(hl)));
 }
+
+std::map<index_t, std::vector<BlockLayout>> given_bigbird_layouts(const Mask& m) {
+    const auto* r = dynamic_cast<const BigBirdMask*>(&m.rule());
+    if (!r) throw ValueError("bigbird layouts: the attention's mask is '" + m.name() + "', not BigBird's");
+    return r->given();
+}
+
+void check_bigbird_layouts(const ModelConfig& c, const std::vector<std::vector<BlockLayout>>& layouts) {
+    if (c.attention != AttnKernel::BigBird) throw ValueError("bigbird layouts: the model's attention is not 'bigbird'");
+    const std::string shape = "(the shape (L, H, n, n) = (" + std::to_string(c.L) + ", " + std::to_string(c.H) +
+                              ", n, n), or (L, n, n): one per layer for all its heads)";
+    if (index_t(layouts.size()) != c.L)
+        throw ValueError("bigbird layouts: " + std::to_string(layouts.size()) + " layers for L = " + std::to_string(c.L) +
+                         " " + shape);
+    for (index_t l = 0; l < c.L; ++l) {
+        const auto& layer = layouts[std::size_t(l)];
+        if (layer.empty() || (index_t(layer.size()) != 1 && index_t(layer.size()) != c.H))
+            throw ValueError("bigbird layouts[" + std::to_string(l) + "]: " + std::to_string(layer.size()) + " layouts for H = " +
+                             std::to_string(c.H) + " heads " + shape);
+        const index_t n = layer[0].n;
+        if (n != layouts[0][0].n)
+            throw ValueError("bigbird layouts[" + std::to_string(l) + "]: " + std::to_string(n) + " blocks, layer 0 " +
+                             std::to_string(layouts[0][0].n) + " (one sequence length at a time)");
+        check_head_layouts(layer, c.H, c.block_size, c.attention_impl == AttnImpl::Auto, [&](index_t h) {
+            return "bigbird layouts[" + std::to_string(l) + (h >= 0 ? ", " + std::to_string(h) : std::string()) + "]: ";
+        });
+    }
+    const index_t n = layouts[0][0].n;
+    if (checked_mul(n, c.block_size, "bigbird layouts: n·block_size") > c.l_max)
+        throw ValueError("bigbird layouts: n·block_size = " + std::to_string(n) + "·" + std::to_string(c.block_size) +
+                         " tokens exceed l_max = " + std::to_string(c.l_max));
+}
+
+template <class T>
+void set_bigbird_layouts(ETransformer<T>& model, std::vector<std::vector<BlockLayout>> layouts) {
+    const ModelConfig& c = model.cfg;
+    check_bigbird_layouts(c, layouts);  // every layer, before any is installed
+    for (index_t l = 0; l < c.L; ++l)
+        set_bigbird_layouts(model.layer[std::size_t(l)]->attn.mask, std::move(layouts[std::size_t(l)]),
+                            c.attention_impl == AttnImpl::Auto);
+}
+
+template <class T>
+std::map<index_t, std::vector<std::vector<BlockLayout>>> given_bigbird_layouts(const ETransformer<T>& model) {
+    std::map<index_t, std::vector<std::vector<BlockLayout>>> r;
+    if (model.cfg.attention != AttnKernel::BigBird) return r;
+    for (index_t l = 0; l < model.cfg.L; ++l)
+        for (auto& [n, hl] : given_bigbird_layouts(model.layer[std::size_t(l)]->attn.mask)) {
+            auto& layers = r[n];
+            layers.resize(std::size_t(model.cfg.L));
+            layers[std::size_t(l)] = std::move(hl);
+        }
+    return r;
+}
+
+template void set_bigbird_layouts(ETransformer<float>&, std::vector<std::vector<BlockLayout>>);
+template void set_bigbird_layouts(ETransformer<double>&, std::vector<std::vector<BlockLayout>>);
+template std::map<index_t, std::vector<std::vector<BlockLayout>>> given_bigbird_layouts(const ETransformer<float>&);
+template std::map<index_t, std::vector<std::vector<BlockLayout>>> given_bigbird_layouts(const ETransformer<double>&);
 
 // The registry's factory: the numbers of MaskOptions::values (layout_seed exact below 2^53).
 Mask make_bigbird_mask_from_options(const MaskOptions& o) {
