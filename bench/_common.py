@@ -78,6 +78,28 @@ class WorkerProcess:
         self.proc.wait()
 
 
+PEAK_N = 2048  # the large-gemm side: C = A B of two PEAK_N × PEAK_N float32 matrices
+
+
+class GemmSide:
+    """C = A B, A and B PEAK_N×PEAK_N float32, through the core's gemm (one BLAS call, no copies): the machine's
+    large-gemm rate in a benchmark's run (2·PEAK_N³ flops per step)."""
+
+    def __init__(self, threads=0):
+        import numpy as np
+
+        ft = import_ft(threads)
+        rng = np.random.default_rng(1)
+        self.A = np.asfortranarray(rng.standard_normal((PEAK_N, PEAK_N), dtype=np.float32))
+        self.B = np.asfortranarray(rng.standard_normal((PEAK_N, PEAK_N), dtype=np.float32))
+        self.gemm = ft._core._gemm
+        self.loss = None
+        self.info = dict(threads=ft.get_num_threads())
+
+    def step(self):
+        self.gemm(self.A, self.B)
+
+
 def serve_steps(step, proto, after=None):
     """The worker's side of WorkerProcess: for each command "run N" on stdin, N calls of step() timed one by
     one, answered on `proto` as "@@" + JSON (the list of times in seconds, or after(times) when given, e.g.

@@ -40,7 +40,7 @@ import time
 
 import numpy as np
 
-from _common import WorkerProcess, cpu_model, import_ft, serve_steps
+from _common import PEAK_N, GemmSide, WorkerProcess, cpu_model, import_ft, serve_steps
 
 BABY = dict(name="baby GPT", n_vocab=65, L=4, H=4, d_e=128, d_mlp=512, batch=1)
 GPT2 = dict(name="GPT-2 small", n_vocab=50257, L=12, H=12, d_e=768, d_mlp=3072, batch=1)
@@ -59,9 +59,6 @@ def attention_gflop(cfg, length):
     sequence, 7 products (T1: S = KᵀQ, Ṽ = VP; T2: S again, dP, dV, dQ, dK) of d_e/H × ℓ(ℓ+1)/2 pairs."""
     pairs = length * (length + 1) / 2
     return 7 * 2 * (cfg["d_e"] // cfg["H"]) * pairs * cfg["H"] * cfg["L"] * cfg["batch"] / 1e9
-
-
-PEAK_N = 2048
 
 
 def status_kib(key):
@@ -101,22 +98,6 @@ class Ours:
         self.opt.step(self.model, self.model.grads)
 
 
-class Gemm:
-    """C = A B, A and B 2048×2048 float32 through the core's gemm (one BLAS call, no copies): the large-gemm rate."""
-
-    def __init__(self, threads):
-        ft = import_ft(threads)
-        rng = np.random.default_rng(1)
-        self.A = np.asfortranarray(rng.standard_normal((PEAK_N, PEAK_N), dtype=np.float32))
-        self.B = np.asfortranarray(rng.standard_normal((PEAK_N, PEAK_N), dtype=np.float32))
-        self.gemm = ft._core._gemm
-        self.loss = None
-        self.info = dict(threads=ft.get_num_threads())
-
-    def step(self):
-        self.gemm(self.A, self.B)
-
-
 class Torch:
     def __init__(self, cfg, compile_, wdir, threads):
         assert "formal_transformers" not in sys.modules
@@ -153,7 +134,7 @@ def run_worker(args):
     if args.worker in ("literal", "tiled"):
         side = Ours(cfg, args.worker, args.wdir, args.threads)
     elif args.worker == "gemm":
-        side = Gemm(args.threads)
+        side = GemmSide(threads=args.threads)
     else:
         side = Torch(cfg, args.worker == "compile", args.wdir, args.threads)
     t0 = time.perf_counter()

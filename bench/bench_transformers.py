@@ -70,14 +70,13 @@ import time
 
 import numpy as np
 
-from _common import WorkerProcess, cpu_model, import_ft, serve_steps
+from _common import PEAK_N, GemmSide, WorkerProcess, cpu_model, import_ft, serve_steps
 
 BABY = dict(name="baby GPT", n_vocab=65, l_max=64, l=64, L=4, H=4, d_e=128, d_mlp=512, batch=12)
 GPT2 = dict(name="GPT-2 small", n_vocab=50257, l_max=1024, l=64, L=12, H=12, d_e=768, d_mlp=3072, batch=4)
 LLAMA = dict(name="LLaMA-style baby", n_vocab=65, l_max=64, l=64, L=4, H=4, d_e=128, d_mlp=392, batch=12,
              variant=dict(positional="rope", H_kv=2, mlp="swiglu", bias=False, norm="rms"))
 SHAPES = {"baby": BABY, "gpt2": GPT2, "llama": LLAMA}
-PEAK_N = 2048
 
 
 def step_flops(cfg) -> float:
@@ -319,23 +318,8 @@ class TorchSide:
         self.opt.zero_grad(set_to_none=True)
 
 
-class GemmSide:
-    """C = A B, A and B 2048×2048 float32, through the core's gemm (one BLAS call, no copies)."""
-
-    def __init__(self, cfg, threads, tied, wdir):
-        ft = import_ft(threads)
-        rng = np.random.default_rng(1)
-        self.A = np.asfortranarray(rng.standard_normal((PEAK_N, PEAK_N), dtype=np.float32))
-        self.B = np.asfortranarray(rng.standard_normal((PEAK_N, PEAK_N), dtype=np.float32))
-        self.gemm = ft._core._gemm
-        self.loss = None
-        self.info = dict(threads=ft.get_num_threads())
-
-    def step(self):
-        self.gemm(self.A, self.B)
-
-
-SIDES = {"ours": OursSide, "torch": TorchSide, "gemm": GemmSide}
+SIDES = {"ours": OursSide, "torch": TorchSide,
+         "gemm": lambda cfg, threads, tied, wdir: GemmSide(threads)}
 
 
 def run_worker(args) -> None:

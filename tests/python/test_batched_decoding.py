@@ -162,7 +162,7 @@ def test_gil_released_and_ctrl_c_stops():
     m = ft.DTransformer(V, 4096, 2, 2, 64, 256, dtype="float32", seed=0, positional="rope")
     prompts = [np.arange(k) % V for k in (3, 50, 7, 20)]
     inf = ft.DInference(1500, 1.0, seed=0)
-    check_gil_released_and_ctrl_c([lambda: inf(prompts, m)])
+    check_gil_released_and_ctrl_c([lambda: inf(prompts, m), lambda: ft.DInference(4000, 1.0, seed=0)(prompts, m)])
     assert len(ft.DInference(3, 0.0)(prompts, m)) == 4
 
 
