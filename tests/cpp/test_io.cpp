@@ -169,6 +169,23 @@ TEST(SaveLoad, BigBirdGivenLayoutsAreKept) {
     std::remove(path.c_str());
 }
 
+// Layouts given to ONE layer's mask (the low-level set_bigbird_layouts): the file holds that layer's and the other
+// layers' drawn ones at that length, and loads into the same model (it used to save empty layers that no load took)
+TEST(SaveLoad, BigBirdLayoutsGivenToOneLayerAreSavedWithTheOthersDraws) {
+    ETransformer<double> m(bigbird_config());
+    for (index_t i = 0; i < m.store.size(); ++i) m.store.theta()[i] += 0.01 * double(i % 11);
+    std::vector<std::vector<index_t>> k(8);
+    for (index_t i = 0; i < 8; ++i) k[std::size_t(i)] = {i, (i + 3) % 8};
+    set_bigbird_layouts(m.layer[1]->attn.mask, {explicit_layout(2, k)});
+    const double at16 = bigbird_loss(m, 16);
+    const std::string path = tmp_path("bigbird_one_layer");
+    save(m, path);
+    auto back = load<ETransformer<double>>(path);
+    EXPECT_EQ(all_keys(back, 8), all_keys(m, 8));
+    EXPECT_EQ(bigbird_loss(back, 16), at16);  // bit for bit
+    std::remove(path.c_str());
+}
+
 TEST(SaveLoad, BigBirdFileWithoutBigBirdDrawLoadsThePerLayerDraw) {
     ETransformer<double> m(bigbird_config());
     const std::string path = tmp_path("bigbird_old");

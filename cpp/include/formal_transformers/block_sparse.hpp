@@ -119,7 +119,8 @@ std::map<index_t, std::vector<BlockLayout>> given_bigbird_layouts(const Mask& m)
 // block size other than block_size, layouts of different n, n·block_size > l_max, a malformed layout
 // (check_block_layout: a query block with no key block, …), a repeated key block unless attention_impl is 'auto'.
 // set_bigbird_layouts(model, …) checks every layer, then installs them (nothing changes on a failed check); the
-// other lengths keep drawing. given_bigbird_layouts(model): for each n given, every layer's layouts (as given).
+// other lengths keep drawing. given_bigbird_layouts(model): for each n given, every layer's layouts (as given; a
+// layer given none at that n — one mask's set_bigbird_layouts — its drawn ones, H of them).
 void check_bigbird_layouts(const ModelConfig& c, const std::vector<std::vector<BlockLayout>>& layouts);
 template <class T>
 void set_bigbird_layouts(ETransformer<T>& model, std::vector<std::vector<BlockLayout>> layouts);

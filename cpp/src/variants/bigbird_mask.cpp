@@ -323,6 +323,23 @@ std::map<index_t, std::vector<std::vector<BlockLayout>>> given_bigbird_layouts(c
             layers.resize(std::size_t(model.cfg.L));
             layers[std::size_t(l)] = std::move(hl);
         }
+    // a layer given none at a length some other layer was given (a mask's own set_bigbird_layouts, above): the
+    // layouts it uses there, its draws, so that the model's layouts at that length are complete (ft::save)
+    for (auto& [n, layers] : r)
+        for (index_t l = 0; l < model.cfg.L; ++l) {
+            auto& heads = layers[std::size_t(l)];
+            if (!heads.empty()) continue;
+            const Mask& mask = model.layer[std::size_t(l)]->attn.mask;
+            for (index_t h = 0; h < std::max<index_t>(model.cfg.H, 1); ++h) {
+                try {
+                    heads.push_back(*bigbird_mask_layout(mask, n, h));
+                } catch (const ValueError& e) {
+                    throw ValueError("bigbird layouts: layer " + std::to_string(l) + " was given none for " +
+                                     std::to_string(n) + " blocks, where other layers were, and has no draw there (" +
+                                     e.what() + "): give every layer's");
+                }
+            }
+        }
     return r;
 }
 
