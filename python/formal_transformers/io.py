@@ -102,7 +102,7 @@ def save(model, path: Union[str, os.PathLike], *, metadata: dict | None = None) 
             # dropout's counter and seed (docs/regularisation.md): a resumed run draws the masks it would have drawn
             "formal_transformers.dropout_step": str(model.dropout_step),
             "formal_transformers.dropout_seed": str(model.dropout_seed)}
-    layouts = model.bigbird_layouts_json() if type(model).__name__ == "ETransformer" else ""
+    layouts = model.bigbird_layouts_json() if isinstance(model, _core.ETransformer) else ""
     if layouts:  # given BigBird layouts (a model without keeps the file as before)
         meta[LAYOUTS] = layouts
     for k, v in (metadata or {}).items():

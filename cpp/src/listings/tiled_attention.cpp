@@ -147,11 +147,6 @@ T* sized(std::vector<T>& v, index_t n) {
     return v.data();
 }
 
-// A head's Q, K, V (and Ṽ, dṼ, dQ, dK, dV) are row blocks of the layer's [H·d, ℓ] matrices: columns of d entries
-// H·d apart. Tiles of such columns fall into few L1 sets (a stride of 512 bytes at d 32, H 4), so the kernels
-// run on dense copies, O(ℓ·d) per head: dense_in copies a strided view (with its entries when `values`, else
-// only the shape, for an output), dense_out writes a copy back into its view. Only where tiles are re-read: with
-// one query block (decoding a token, a short prompt) K and V are read once, and the views are used as they are.
 // cols columns of rows entries from src (columns lds apart) to dst (ldd apart), in vector registers (a column
 // is d entries, 32 at the baby GPT: a library memcpy per column costs more than the copy)
 template <class T>
@@ -164,6 +159,11 @@ void copy_columns(const T* src, index_t lds, T* dst, index_t ldd, index_t rows, 
         for (; i < rows; ++i) d[i] = s[i];
     }
 }
+// A head's Q, K, V (and Ṽ, dṼ, dQ, dK, dV) are row blocks of the layer's [H·d, ℓ] matrices: columns of d entries
+// H·d apart. Tiles of such columns fall into few L1 sets (a stride of 512 bytes at d 32, H 4), so the kernels
+// run on dense copies, O(ℓ·d) per head: dense_in copies a strided view (with its entries when `values`, else
+// only the shape, for an output), dense_out writes a copy back into its view. Only where tiles are re-read: with
+// one query block (decoding a token, a short prompt) K and V are read once, and the views are used as they are.
 template <class T>
 MatView<T> dense_in(CMatView<T> X, std::vector<T>& buf, bool values = true) {
     if (X.contiguous()) return MatView<T>(const_cast<T*>(X.data), X.rows, X.cols, X.ld);
