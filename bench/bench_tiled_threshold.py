@@ -1,5 +1,5 @@
 """Benchmark (not a test): where `attention_impl="auto"` should switch from Algorithm 4 as printed to the tiled
-listing (kTiledFromLength, variants.hpp; docs/design.md "Tiled attention"). The baby GPT shape (L 4, H 4, d_e 128,
+listing (kTiledFromLength, variants.hpp; docs/benchmarks.md "Tiled attention"). The baby GPT shape (L 4, H 4, d_e 128,
 d_mlp 512, N_V 65), one process, a literal and a tiled model with the same θ, their training steps (loss_and_grad)
 interleaved, literal first and tiled first in turn; per length the median wall time of each and the median
 process CPU time (both threads; on a machine shared with other work it is disturbed less than the wall time),

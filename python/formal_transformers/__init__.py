@@ -17,7 +17,7 @@ from collections.abc import Mapping as _Mapping
 if _os.environ.get("FT_CORE_PATH"):
     __path__.insert(0, _os.path.abspath(_os.environ["FT_CORE_PATH"]))  # noqa: F821
 
-# How our OpenMP threads wait between parallel regions (docs/design.md "Threads" has the measurements):
+# How our OpenMP threads wait between parallel regions (docs/benchmarks.md "Threads" has the measurements):
 # a short bounded spin, OMP_WAIT_POLICY=active with GOMP_SPINCOUNT=1000, then sleep. Our libgomp reads both
 # once, when _core loads it, so they are set for that moment only and the environment is restored: other
 # OpenMP runtimes (PyTorch bundles its own) and child processes see the user's setting. An explicit

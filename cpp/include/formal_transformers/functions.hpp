@@ -1,6 +1,6 @@
 // The paper's element-wise functions (§5 and notation): softmax over columns, GELU, ReLU, and their
 // derivatives. Raw loops over contiguous columns, vectorised with xsimd (exp/erf/tanh in SIMD), OpenMP
-// over columns (docs/design.md measured 20-40x over xtensor expressions). No BLAS is called in here, so
+// over columns (much faster than xtensor expressions: docs/benchmarks.md). No BLAS is called in here, so
 // these parallel regions never nest a BLAS call.
 #pragma once
 
@@ -12,7 +12,7 @@ namespace ft {
 // y[i] = exp(x[i]) (x and y may alias): xsimd's vectorised exp (std::exp on the tail); exp(−∞) = 0 exactly, NaN
 // stays NaN, +∞ from x ≈ 88.376 on (xsimd's bound, below float's 88.72). float32 within 2 ulp of std::exp from
 // the smallest normal float up to that bound (test_functions.cpp; below it the core's flush-to-zero gives 0).
-// (A float32 exp of our own measured slower: bench/bench_exp.cpp.)
+// (A float32 exp of our own measured slower: bench/bench_exp.cpp, docs/benchmarks.md.)
 template <class T>
 void exp_values(const T* x, T* y, index_t n);
 // Largest entry of a[0:n) (−∞ for n = 0); NaN if any entry is NaN (NaN propagates, never hidden).

@@ -51,7 +51,7 @@ namespace ft {
 // loops, no blocking; the naive side the tests hold the other two to).
 enum class TileKernel { Blas, Loops, Blocked };
 // Block sizes of the tiles: B_q query columns × B_k key rows (a B_k×B_q block of S, P, dP in the cache), and
-// the kernel of their products (bench/bench_tiles.cpp and bench/ab_step.py measured them: docs/design.md
+// the kernel of their products (bench/bench_tiles.cpp and bench/ab_step.py measured them: docs/benchmarks.md
 // "Tiled attention").
 struct TileSizes {
     index_t B_q = 64, B_k = 128;

@@ -46,7 +46,7 @@ namespace ft {
 // (docs/design.md "Tiled attention") for the parts the tiled listing honours, Literal otherwise.
 enum class AttnImpl { Auto, Literal, Tiled };
 // Auto's threshold: the longest key sequence of a call at which the tiled listing becomes the faster one
-// (measured on the baby GPT shape's training step, docs/design.md "Tiled attention").
+// (measured on the baby GPT shape's training step, docs/benchmarks.md "Tiled attention").
 constexpr index_t kTiledFromLength = 256;
 // What Algorithm 4's lines 4–6 compute (docs/api.md `attention`): Softmax, the listing (exactly, literal or tiled);
 // Performer or RFA, V15's estimate of it with random features (random_features.hpp: positive orthogonal
