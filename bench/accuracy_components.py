@@ -1,4 +1,4 @@
-"""Measured accuracy of every component (Algorithms 1–7, softmax, GELU): the figures of the issue note.
+"""Measured accuracy of every component (Algorithms 1–7, softmax, GELU).
 A measurement, not a test (tests/python holds the thresholds).
 
     python bench/accuracy_components.py [--trials 8] [--seed 0]

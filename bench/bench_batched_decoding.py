@@ -1,7 +1,7 @@
 """Benchmark (not a test): batched decoding (Algorithm P, docs/paged_decoding.md) against decoding the same
 prompts one by one with ft.DInference, and against HF transformers' batched generate (left padding).
 
-Workload (issue 24): 32 prompts of random lengths 8–256 (uniform, seed 0), 128 new tokens each, greedy
+Workload: 32 prompts of random lengths 8–256 (uniform, seed 0), 128 new tokens each, greedy
 (τ = 0), GPT-2-small shape (N_V 50257, ℓ_max 1024, L 12, H 12, d_e 768, d_mlp 3072, tied W_u, float32,
 random weights). Tokens/s = (prompts × new tokens) / wall time of the whole call (prefill included).
 

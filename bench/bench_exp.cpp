@@ -1,8 +1,8 @@
 // Benchmark (not a test): a candidate float32 exp of our own (Cody–Waite reduction, Cephes's degree-7 polynomial,
 // 2^n in two factors, 0 below the smallest normal float) against xsimd's exp, which the core uses (functions.hpp
 // exp_values), on the same inputs, one thread, the two interleaved over --rounds rounds; the arguments as in the
-// tiled attention's T1 line 5 (S − m′ ≤ 0, some −∞ from the mask). Measured 2026-11-26 (load 7): ours 0.60 ns
-// against xsimd's 0.43–0.47 ns per value (0.72–0.79×; 0.67–0.68× on columns of 128): the candidate was not kept.
+// tiled attention's T1 line 5 (S − m′ ≤ 0, some −∞ from the mask). Its result, and why the candidate was not
+// kept: docs/benchmarks.md "Element-wise kernels and numerics".
 //
 //   g++ -O3 -march=native -fopenmp -std=c++17 -DXTENSOR_USE_XSIMD -I cpp/include bench/bench_exp.cpp -o build/rel/bench_exp
 //   ./build/rel/bench_exp [n=8192] [reps=2000] [rounds=7]

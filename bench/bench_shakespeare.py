@@ -1,5 +1,5 @@
 """Benchmark (not a test): how low the validation loss of nanoGPT's baby GPT on tiny Shakespeare (character
-level) gets in a wall-clock budget of training — issue 9's target: ≤ 1.88 nats per character in ≤ 60 s.
+level) gets in a wall-clock budget of training — the target: ≤ 1.88 nats per character in ≤ 60 s.
 
 The model is nanoGPT's CPU "baby GPT" as notebooks/06_tinyshakespeare_gpt.ipynb uses it: L 4, H 4, d_e 128,
 d_mlp 512, ℓ 64 (windows of 65 characters: 64 predictions each), batch 12, tied W_u = W_eᵀ, AdamW (betas
@@ -8,17 +8,9 @@ loss per token; training windows at uniformly random offsets of the first 90% of
 disjoint 65-character windows of the last 10%, all of them (not nanoGPT's 20 random batches).
 
 The recipe differs from the notebook's (nanoGPT's η 1e-3 over 2000 steps) in two numbers, chosen by a sweep at a
-fixed number of steps (so the machine's load does not enter; one thread, seed 0, validation loss):
-
-    η \ steps   1000     1500     2000
-    1e-3                         1.8976   (the notebook's run)
-    2e-3                         1.8160
-    3e-3                1.8414   1.7732
-    4e-3       1.9350   1.8259   1.7491
-    6e-3                         1.7508
-
-At nanoGPT's η the 2000 steps end at 1.90: the schedule is too cautious for so short a run, not the step too slow.
-The defaults here are η 4e-3 and 1500 steps (about 45 s at 30 ms a step; 1000 steps are too few).
+fixed number of steps (so the machine's load does not enter; docs/benchmarks.md has it): nanoGPT's η is too
+cautious for so short a run, not the step too slow. The defaults here are η 4e-3 and 1500 steps (1000 steps are
+too few).
 
 The run stops after --steps updates (the cosine schedule spans them) or before the step that would end past
 --seconds of training (predicted from the step before it), whichever comes first; the validation loss is measured afterwards (not counted in the time).

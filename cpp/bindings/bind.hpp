@@ -133,7 +133,7 @@ public:
 
 private:
     // The owner's call lock (a model or component), held while writing so that no call of another thread
-    // sees half of an update (issue 27); none when the views are over a buffer of the caller's.
+    // sees half of an update; none when the views are over a buffer of the caller's.
     std::recursive_mutex* owner_mutex() const;
     py::object owner_;
     std::unordered_map<std::string, std::size_t> index_;  // name -> position (lookups were a scan)
@@ -251,7 +251,7 @@ struct CallLock {
 
 // Lock two objects for one call (speculative decoding's target and draft), whatever order the caller names
 // them in: std::lock's deadlock avoidance, so f(a, b) in one thread and f(b, a) in another never wait for each
-// other (locking in argument order did: issue 27). The same object twice is locked once. The GIL is released
+// other (locking in argument order would). The same object twice is locked once. The GIL is released
 // while waiting, as CallLock does.
 struct CallLock2 {
     CallLock2(std::recursive_mutex& a, std::recursive_mutex& b) : first(a, std::defer_lock) {

@@ -526,8 +526,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m formal_transformers", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("demo", help="train a small GPT on a text and print samples (the README's first command)")
-    # the demo's baby GPT learns faster at η 4e-3 than nanoGPT's 1e-3 in its 1500 steps (validation 1.5738 against
-    # 1.6394 nats per token on the standard library's source; the tiny-Shakespeare sweep in bench_shakespeare.py)
+    # the demo's baby GPT learns faster at η 4e-3 than nanoGPT's 1e-3 in its 1500 steps (docs/benchmarks.md: the
+    # demo's two runs and the tiny-Shakespeare sweep of bench_shakespeare.py)
     _train_args(p, steps=1500, lr=4e-3)
     _sample_args(p)
     p = sub.add_parser("train", help="train (or --resume) a DTransformer on a text")

@@ -153,7 +153,7 @@ def load(path: Union[str, os.PathLike], *, dtype: str | None = None):
         if not isinstance(cfg, dict):
             raise ValueError("not a JSON object")
         # every layer has parameters of its own: a config with more layers than the file has tensors cannot
-        # match it, and is refused before the model is built (L = 10**6 took minutes to build: issue 27)
+        # match it, and is refused before the model is built (L = 10**6 layers would take minutes to build)
         layers = sum(v for k, v in cfg.items() if k in ("L", "L_enc", "L_dec") and isinstance(v, int))
         if layers > n_tensors:
             raise ValueError(f"the config has {layers} layers, the file only {n_tensors} tensors")

@@ -148,7 +148,7 @@ void poll();
 // our threads, blas.hpp), so they never fight (docs/design.md "Threads"). Flush-to-zero /
 // denormals-are-zero: only inside core calls, on the caller's thread and the pool's (fpenv.hpp).
 // n in [1, max_num_threads()], else ValueError (libgomp crashes the process when it cannot create the
-// threads: issue 27). max_num_threads() = 4 per CPU, at least kMinThreadCap, within OMP_THREAD_LIMIT and,
+// threads). max_num_threads() = 4 per CPU, at least kMinThreadCap, within OMP_THREAD_LIMIT and,
 // under an address-space limit (ulimit -v), half of it at one stack (RLIMIT_STACK, else 2 MiB) per thread.
 constexpr int kMinThreadCap = 64;
 int max_num_threads();

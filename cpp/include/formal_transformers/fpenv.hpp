@@ -1,4 +1,4 @@
-// The floating-point environment of the core's own calls (docs/design.md "Numerics"; the measurements in docs/benchmarks.md).
+// The floating-point environment of the core's own calls (docs/design.md "Numerics"; figures: docs/benchmarks.md).
 //
 // Denormal operands slow x86 arithmetic by orders of magnitude, so the core runs with flush-to-zero (FTZ: denormal results become 0) and
 // denormals-are-zero (DAZ: denormal inputs read as 0). But these are per-thread MXCSR bits, and a library

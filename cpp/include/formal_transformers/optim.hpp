@@ -17,7 +17,7 @@
 // one read pass) and, if any would be NaN or ±inf, throws NonFiniteUpdate with θ (and Adam's m, v, t)
 // unchanged; a trainer then keeps the last good θ (training.hpp "nonfinite"). The hyperparameters are
 // checked when the optimizer is made: η and λ finite and >= 0, β₁, β₂ in [0, 1), ε finite and > 0 (ε = 0
-// divides 0 by 0 wherever a gradient entry and its moments are zero; issue 27).
+// divides 0 by 0 wherever a gradient entry and its moments are zero).
 #pragma once
 
 #include <stdexcept>

@@ -83,7 +83,7 @@ private:
     index_t add(ParamInfo info);
     std::vector<ParamInfo> entries_;
     std::unordered_map<std::string, std::size_t> index_;  // name -> position in entries_ (a scan made
-                                                          // declaring L layers quadratic in L: issue 27)
+                                                          // declaring L layers quadratic in L)
     index_t total_ = 0;
     bool allocated_ = false;
     Vector<T> theta_, grad_;

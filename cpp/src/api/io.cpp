@@ -117,7 +117,7 @@ ModelConfig SavedModel::config() const {
         damaged(path, std::string("damaged or unusable config in the metadata (") + e.what() + ")");
     }
     // every layer has parameters of its own: more layers than the file has tensors cannot match it, refused
-    // before the model is built (as io.py; issue 27: L = 10**6 took minutes to build)
+    // before the model is built (as io.py: a config of L = 10**6 layers would take minutes to build)
     const index_t layers = c.arch == Arch::ED ? c.L_enc + c.L_dec : c.L;
     if (std::uint64_t(layers) > tensors.size())
         damaged(path, "the config has " + std::to_string(layers) + " layers, the file only " +

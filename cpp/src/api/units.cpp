@@ -304,7 +304,7 @@ void AttentionUnit<T, Layer>::forward(CMatView<T> X, CMatView<T> Z, MatView<T> V
     att.mask.check(Z.cols, X.cols, 0, /*exact=*/true);  // an explicit mask fixes (l_z, l_x)
     FT_CHECK(Vt.rows == att.d_out && Vt.cols == X.cols, "attention output shape");
     // the weights (ℓ_z·ℓ_x per head) fit memory, checked before the inputs are copied: rope and alibi have no
-    // table bounding ℓ, and a 10^7-token input failed only after 3 GB of copies and Q, K, V (issue 27)
+    // table bounding ℓ, and a 10^7-token input would otherwise fail only after 3 GB of copies and Q, K, V
     index_t heads = 1;
     if constexpr (!std::is_same_v<Layer, ft::Attention<T>>) heads = att.H;
     const char* what = "attention weights (l_z * l_x per head and sequence)";

@@ -352,7 +352,7 @@ void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Se
     c.mask = call_mask ? *call_mask : mask;
     c.mask.check(sz, sx);
     // the weights' size (ℓ_z·ℓ_x per head and sequence) checked before anything is allocated or computed: a
-    // 10^7-token input (rope/alibi have no table to bound ℓ) failed only after 3 GB of Q, K, V (issue 27)
+    // 10^7-token input (rope/alibi have no table to bound ℓ) would otherwise fail only after 3 GB of Q, K, V
     weight_offsets(sx, sz, H, sizeof(T), c.A_off);
     MatView<T> Q, K, V;
     source->forward(store, X, sx, Z, sz, c, Q, K, V);  // Algorithm 4's lines 1–3 for all heads

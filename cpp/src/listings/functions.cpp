@@ -17,7 +17,7 @@ constexpr index_t W = index_t(B<T>::size);
 }  // namespace
 
 // exp: xsimd's vectorised exp on whole batches, std::exp on the tail (a float32 exp of our own, Cody–Waite
-// reduction with Cephes's polynomial, ran at 0.67–0.79× the speed of xsimd's in bench/bench_exp.cpp: not kept)
+// reduction with Cephes's polynomial, was slower in bench/bench_exp.cpp: not kept; docs/benchmarks.md)
 template <class T>
 void exp_values(const T* x, T* y, index_t n) {
     index_t i = 0;

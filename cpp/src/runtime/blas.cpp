@@ -202,12 +202,11 @@ void gemm_call(Op opA, Op opB, index_t m, index_t n, index_t k, T alpha, CMatVie
 // C = op(A) op(B) with n ≤ kSkinny columns. OpenBLAS (0.3.34, SkylakeX kernels, SMALL_MATRIX_OPT) runs a
 // product of at most 10^6 multiply-adds through its direct "small matrix" kernels, which read the operands
 // in place; above that it packs the whole of op(A) into a buffer first, and for 2–8 columns that copy costs
-// more than the product (d_e 384 MLP weight 1536×384 times 4 columns, one thread: 233 µs in one call, 75 µs
-// in row blocks, 53 µs for one column by gemv; docs/design.md "BLAS"). So a skinny product above the
+// more than the product (docs/design.md "BLAS"; the timings in docs/benchmarks.md). So a skinny product above the
 // threshold becomes a few calls on blocks of C's rows (and A's, A not transposed), each ≤ kSmallWork
 // multiply-adds, one after the other on the calling thread. Every entry of C is still one BLAS dot product
 // over the whole of k; only the kernel that computes it changes. Up to 8 columns in float32; in float64 up to
-// 4 (the d_e 384 weights, 8 layers from memory: at 7–8 columns the row blocks were slower than one gemm).
+// 4 (with the weights streamed from memory, float64 row blocks were slower than one gemm at 7–8 columns).
 constexpr double kSmallWork = 1e6;  // OpenBLAS's sgemm_small_kernel_permit (SkylakeX): M·N·K ≤ 100³
 constexpr index_t kRowAlign = 16;
 template <class T>

@@ -94,7 +94,7 @@ const ParamInfo& ParamStore<T>::entry(const std::string& name) const {
 }
 
 // Parallel over the pool: at GPT-2-small size the buffer is 500 MB, and one thread does not reach the
-// memory bandwidth (zeroing was 5.5% of that step on one thread). Chunks of 64 KB; small stores (the
+// memory bandwidth (docs/benchmarks.md "Threads"). Chunks of 64 KB; small stores (the
 // baby GPT's 3 MB) stay on the calling thread.
 template <class T>
 void ParamStore<T>::zero_grad() {

@@ -71,7 +71,7 @@ BPETokenizer BPETokenizer::with_file_ids(std::vector<Merge> merges, std::vector<
                          std::to_string(n_int));
     if (n_vocab < 1) throw ValueError(w + "the vocabulary is empty");
     // Each id 0 .. N_V-1 is used once: a file whose ids leave a gap (e.g. one id 2^31 - 2) fails here, by a
-    // count, before the table of N_V entries below is allocated (it tried to fill 16 GiB; issue 27).
+    // count, before the table of N_V entries below is allocated (for such a file it would fill 16 GiB).
     std::size_t named = specials.size();
     for (token_t e : ext) named += e >= 0 ? 1 : 0;
     if (std::size_t(n_vocab) > named) {

@@ -178,10 +178,9 @@ void BPETokenizer::encode_piece_naive(std::string_view piece, std::vector<token_
 namespace {
 // Per-call cache of piece -> ids (the pieces of natural text repeat a lot): open addressing, keys view the
 // caller's text (alive for the call), values are ranges of one flat id store. The one table of the
-// tokenizers not taken from a library, by measurement: with tsl::robin_map here (same hash, stored beside
-// each key) encoding tinyshakespeare took 6% more instructions and cycles (perf stat, 20 encodes at
-// N_V = 4096: 3.18e9 against 3.06e9 instructions), the hottest loop of encode; the hash is computed once
-// per piece and serves both the lookup and the insertion.
+// tokenizers not taken from a library, by measurement: tsl::robin_map here (same hash, stored beside each
+// key) cost more instructions and cycles in the hottest loop of encode (docs/benchmarks.md "Tokenizers"); the
+// hash is computed once per piece and serves both the lookup and the insertion.
 class PieceCache {
 public:
     PieceCache() { slots_.assign(1024, Slot{}); }

@@ -167,7 +167,7 @@ Json parse_json(std::string_view t) {
     if (t.size() >= 3 && t.substr(0, 3) == "\xEF\xBB\xBF") corrupt("a byte order mark before the document");
     const std::string marked = mark_surrogates(t);
     // The keys of the open objects, hashed: a duplicate is found in O(1) per key (a scan of the keys seen
-    // made parsing quadratic, 49 s for a 200 k-key vocab.json; issue 27).
+    // made parsing quadratic: docs/benchmarks.md "Tokenizers").
     std::vector<std::unordered_set<std::string>> keys;
     const Json::parser_callback_t check = [&keys](int depth, Json::parse_event_t ev, Json& parsed) {
         if (depth > 32) corrupt("nesting too deep");
@@ -220,7 +220,7 @@ long long int_of(const Json& v) { return v.get<long long>(); }
 // (ours, Python's json) join two such escapes (backslash-u D800, backslash-u DFFF) into ONE code point
 // (U+103FF), so that high surrogate is
 // written as its raw surrogatepass bytes (ED A0..AF 80..BF) instead; our reader takes it back as one code
-// point, as json.loads of the Python str does. So every text round-trips exactly (issue 11, item 7).
+// point, as json.loads of the Python str does. So every text round-trips exactly.
 void json_string(std::string& out, std::string_view s) {
     out += '"';
     std::size_t i = 0;

@@ -32,9 +32,9 @@ inline void drop_one(std::uint64_t base, std::uint64_t threshold, T scale, index
     y[i] = kept ? y[i] * scale : T(0);
 }
 
-// Run f(i) for every entry i < n: threads only for over kThreadedEntries entries (0.5 ns each on one core:
-// less is not worth waking a thread); below, a plain simd loop (`parallel for simd if(false)` ran 5× slower
-// than it, measured). The loop body exists once, in f: both sizes run the same code (tests/cpp
+// Run f(i) for every entry i < n: threads only for over kThreadedEntries entries (fewer are not worth waking
+// a thread); below, a plain simd loop (a `parallel for simd if(false)` is much slower than it: docs/benchmarks.md
+// "Threads"). The loop body exists once, in f: both sizes run the same code (tests/cpp
 // test_transformers.cpp, Dropout.LargeMasksEqualSmallOnes, crosses the threshold).
 constexpr index_t kThreadedEntries = index_t(1) << 20;
 template <class F>

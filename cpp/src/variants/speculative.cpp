@@ -149,7 +149,7 @@ void check_prompt(const DTransformer<T>& target, const index_t* x_in, index_t l,
 }
 
 // at most ℓ_gen − 1 tokens are ever drafted in one pass: the buffers are sized by that, not by k (k = 10^8
-// allocated 10^8 distributions for 3 tokens: issue 27), and checked against the allocation bound
+// would allocate 10^8 distributions for 3 tokens), and checked against the allocation bound
 inline index_t draft_buffers(index_t k, index_t l_gen, index_t N_V) {
     const index_t k_buf = std::max<index_t>(1, std::min(k, l_gen));
     check_bytes(checked_mul(k_buf, N_V, "speculative decoding: the k draft distributions (k * N_V)"), sizeof(double),
