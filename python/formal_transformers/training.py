@@ -290,32 +290,11 @@ class DTraining(_Trainer):
 
     DTraining(n_epochs, eta=1e-3, **opts)(x_data, model) -> model (trained in place). x_data: sequences of
     token ids (a 2-D (N, ℓ) array or a list of 1-D sequences of any lengths ≤ l_max; see ft.chunk).
-    Options:
-      optimizer   "adam" (default; AdamW with `weight_decay`, `betas`), "sgd" (the listing's
-                  θ ← θ − η∇loss), or an ft.Adam / ft.SGD object (its moments and step count are
-                  used and kept; the learning rate of each step is the trainer's η and schedule:
-                  leave eta out to take the object's lr as η; an eta that differs from it is a ValueError)
-      batch_size  sequences per update (the listing: 1); the update uses the mean over the minibatch of
-                  the listing's per-sequence loss (reduction="sum") or the mean per token ("mean")
-      shuffle, seed   a fresh seeded order each epoch; same seed, same run
-      schedule    "constant" | "cosine" | "linear" decay of η to min_lr, after `warmup` linear steps
-      clip        rescale the gradient to norm ≤ clip (0: off)
-      start_step  resuming a run: the updates already done; warm-up and decay continue from there over
-                  start_step + this run's steps (history and callback steps count from 1 as before)
-      max_steps   stop after this many updates (0: n_epochs full passes; with n_epochs=0 the run is
-                  max_steps updates long, as many epochs as that takes)
-      nonfinite   what a step whose loss or gradient norm is NaN/inf does; it is never applied:
-                  "raise" (default) stops training with FloatingPointError naming the step — the model
-                  then holds its parameters after the previous step (history ends there); "warn"
-                  (RuntimeWarning) or "skip" skip that step's update and go on (history marks it
-                  in "skipped")
-      val_data, eval_every   validation loss (mean per token) and accuracy every eval_every steps and
-                  at the end
-      patience    early stopping: stop when `patience` evaluations in a row did not lower the best
-                  validation loss by more than `min_delta` (default 0); None (default): never
-      restore_best  at the end, give the model the parameters of the best evaluation (θ is copied at
-                  each new best; an end by Ctrl-C or an exception restores nothing). Both need val_data;
-                  the outcome is in history ("best_step", "best_val_loss", "stopped_early",
+    Options: those of the core's schema, listed at the end (one declaration each, in training.cpp: name, default,
+    range, meaning; TypeError / ValueError naming a bad one when the trainer is made), and the Python ones:
+      betas       (β₁, β₂) of optimizer="adam" (the schema's beta1, beta2)
+      val_data    validation data: loss (mean per token) and accuracy every eval_every steps and at the end;
+                  early stopping's outcome is in history ("best_step", "best_val_loss", "stopped_early",
                   "restored_best") and the state to resume from in `trainer.early_stopping`
       callback    called after each step with a dict (step, epoch, loss, lr, grad_norm, tokens,
                   val_loss, val_accuracy); returning False stops training
@@ -326,14 +305,11 @@ class DTraining(_Trainer):
                   given the same model and the whole data: every rank draws the same minibatch, takes its
                   contiguous slice, and the gradients are summed over the ranks, so each step equals the
                   single-process step; rank 0 alone shows the progress bar
-      dist_timeout   seconds a rank waits for the others (a group the trainer initialises; default 300)
-      sync_check_every  compare fingerprints of θ across the ranks every this many steps (default 100;
-                  0: at the start and the end only); a difference raises RuntimeError
       val_prefix_len  a prefix LM (mask="prefix", docs/variants.md V7): the prefix lengths of val_data (an int
                   or one per sequence), as the call's prefix_len for x_data: DTraining(...)(x_data, model,
                   prefix_len=p) trains on the predictions after each sequence's prefix only
     The history of every step is in `trainer.history` (see History); `trainer.data_parallel` holds the last
-    call's ranks and all-reduce figures (None: one process)."""
+    call's ranks and all-reduce figures (None: one process); `trainer.plan(x_data)` the steps a call takes."""
 
     _listing = "DTraining"
 
@@ -399,3 +375,9 @@ class EDTraining(_Trainer):
         zv, xv = self.val_data if self.val_data is not None else (None, None)
         return self._run(_core._edtraining, (model, z_data, x_data), model, (z_data, x_data), (zv, xv), z_val=zv,
                          x_val=xv)
+
+
+for _trainer in (DTraining, ETraining, EDTraining):  # the schema's options, with their defaults
+    if _trainer.__doc__:  # (None under python -OO)
+        _trainer.__doc__ = _trainer.__doc__.rstrip() + "\n\n    Options of the schema (name=default):\n" + "".join(
+            f"      {line}\n" for line in _core._TrainOptions.doc(_trainer._listing).splitlines())

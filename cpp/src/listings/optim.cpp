@@ -65,6 +65,10 @@ void Adam<T>::reset() {
     v = Vector<T>();
 }
 
+// The update of n entries (below); Apply false: nothing written, the result says whether every new θ_i is finite.
+template <bool Apply, class T>
+bool adam_kernel(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n);
+
 template <class T>
 void Adam<T>::step(ParamStore<T>& store, const T* g, double lr_now) {
     const index_t n = store.size();
@@ -97,7 +101,7 @@ void Adam<T>::step(ParamStore<T>& store, const T* g, double lr_now) {
 #pragma omp parallel for reduction(& : ok) schedule(static) if (n > 32768)
         for (index_t k = 0; k < n_chunks; ++k) {
             const index_t i = r.first + k * chunk, w = std::min(chunk, r.second - i);
-            ok &= int(adam_update_finite<T>(c, theta + i, m.data() + i, v.data() + i, g + i, w));
+            ok &= int(adam_kernel<false>(c, theta + i, m.data() + i, v.data() + i, g + i, w));  // nothing written
         }
     }
     if (!ok) throw_nonfinite_update("Adam", eta);
@@ -107,7 +111,7 @@ void Adam<T>::step(ParamStore<T>& store, const T* g, double lr_now) {
 #pragma omp parallel for schedule(static) if (n > 32768)
         for (index_t k = 0; k < n_chunks; ++k) {
             const index_t i = r.first + k * chunk, w = std::min(chunk, r.second - i);
-            adam_update<T>(c, theta + i, m.data() + i, v.data() + i, g + i, w);
+            adam_kernel<true>(c, theta + i, m.data() + i, v.data() + i, g + i, w);
         }
     }
 }

@@ -83,15 +83,15 @@ const std::vector<OptionSpec> kSchema = {
     {"min_lr", ALL, Kind::Real, &O::min_lr, Range::FiniteAtLeast0, {}, "η at the end of the decay"},
     {"clip", ALL, Kind::Real, &O::clip, Range::AtLeast0OrInf, {}, "rescale the gradient to norm <= clip (0: off)"},
     {"max_steps", ALL, Kind::Int, &O::max_steps, Range::AtLeast0, {}, "stop after this many updates (0: no limit; with n_epochs=0 the run's length)"},
-    {"start_step", ALL, Kind::Int, &O::start_step, Range::AtLeast0, {}, "resuming a run: the updates already done (warm-up and decay continue from there)"},
+    {"start_step", ALL, Kind::Int, &O::start_step, Range::AtLeast0, {}, "resuming a run: the updates already done; warm-up and decay continue from there over start_step + this run's steps (history and callback steps count from 1)"},
     {"p_mask", LE, Kind::Real, &O::p_mask, Range::Open01, {}, "Algorithm 12: the probability of masking a token"},
-    {"nonfinite", ALL, Kind::Enum, &O::nonfinite, Range::Any, {"raise", "warn", "skip"}, "a step whose loss or gradient norm is NaN/inf is never applied: 'raise' stops with FloatingPointError naming it, 'warn' (RuntimeWarning) and 'skip' skip it"},
+    {"nonfinite", ALL, Kind::Enum, &O::nonfinite, Range::Any, {"raise", "warn", "skip"}, "a step whose loss or gradient norm is NaN/inf (or whose update would make θ so) is never applied: 'raise' stops with FloatingPointError naming it, the model holding its parameters after the step before; 'warn' (RuntimeWarning) and 'skip' skip it (history's \"skipped\") and go on"},
     {"eval_every", ALL, Kind::Int, &O::eval_every, Range::AtLeast0, {}, "validation loss and accuracy every this many steps and at the end (needs val_data)"},
     {"patience", ALL, Kind::OffInt, &O::patience, Range::AtLeast1, {}, "early stopping: stop after this many evaluations without improving the best by more than min_delta (None: never)"},
     {"min_delta", ALL, Kind::Real, &O::min_delta, Range::FiniteAtLeast0, {}, "early stopping: the improvement that counts"},
-    {"restore_best", ALL, Kind::Bool, &O::restore_best, Range::Any, {}, "at the end, the parameters of the best evaluation"},
-    {"dist_timeout", ALL, Kind::Real, &O::dist_timeout, Range::FinitePositive, {}, "data parallel: seconds a rank waits for the others"},
-    {"sync_check_every", ALL, Kind::Int, &O::sync_check_every, Range::AtLeast0, {}, "data parallel: compare θ across the ranks every this many steps (0: at the start and the end only)"},
+    {"restore_best", ALL, Kind::Bool, &O::restore_best, Range::Any, {}, "at the end, give the model the parameters of the best evaluation (copied at each new best; an end by Ctrl-C or an exception restores nothing; needs val_data, as patience)"},
+    {"dist_timeout", ALL, Kind::Real, &O::dist_timeout, Range::FinitePositive, {}, "data parallel: seconds a rank waits for the others (a group the trainer initialises)"},
+    {"sync_check_every", ALL, Kind::Int, &O::sync_check_every, Range::AtLeast0, {}, "data parallel: compare fingerprints of θ across the ranks every this many steps (0: at the start and the end only); a difference raises RuntimeError"},
 };
 
 const char* type_name(const OptionValue& v) {
