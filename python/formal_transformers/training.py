@@ -217,9 +217,9 @@ class _Trainer:
                 self._on_step(dict(info, step=step0 + info["step"]))
             return go
 
-        # dropout: rank r draws its own masks (rank 0 those of one process); the counter ends at the completed
-        # steps however training ends, so that a run resumed from here replays the masks of an unbroken one
-        seed0, dstep0 = model.dropout_seed, model.dropout_step
+        # dropout: rank r draws its own masks (rank 0 those of one process); the core leaves the counter at the
+        # completed steps however training ends (a resumed run replays the masks of an unbroken one)
+        seed0 = model.dropout_seed
         if dp is not None:
             model.dropout_seed = rank_dropout_seed(seed0, dp.rank)
         try:
@@ -236,7 +236,6 @@ class _Trainer:
             raise
         finally:
             model.dropout_seed = seed0
-            model.dropout_step = (dstep0 + len(record)) % 2**64
             if bar is not None:
                 bar.close()
             for r in record:

@@ -452,13 +452,25 @@ private:
 // for the minibatch's items [lo, hi) (all of it in one process; this rank's slice with replicas), leaving
 // ∇(Σ_n loss_n) over them in store.grad() and returning their loss and the whole minibatch's scored count;
 // `evaluate(info)` fills the validation figures.
+// The model's dropout counter (transformers.hpp): step s of the plan draws its masks at d0 + s − 1 (each step's
+// loss_and_grad advances it by one), and however training ends the counter is left at d0 + the steps done, a
+// step cut short (Ctrl-C, a non-finite step refused) not counted: a run resumed from there draws the masks of
+// one unbroken run.
+struct DropoutCounter {
+    std::uint64_t& counter;
+    const std::uint64_t d0 = counter;
+    index_t done = 0;
+    ~DropoutCounter() { counter = d0 + std::uint64_t(done); }
+};
+
 template <class T, class Update, class Body, class Eval>
-void train_loop(ParamStore<T>& store, index_t N_data, const TrainOptions& o, const Update& update,
-                const StepHook& hook, Body&& body, Eval&& evaluate, bool has_val, EarlyStopState<T>* state,
-                const Replicas<T>* dp) {
+void train_loop(ParamStore<T>& store, std::uint64_t& dropout_step, index_t N_data, const TrainOptions& o,
+                const Update& update, const StepHook& hook, Body&& body, Eval&& evaluate, bool has_val,
+                EarlyStopState<T>* state, const Replicas<T>* dp) {
     EarlyStopping<T> early(o, store, state, has_val);
     const index_t rank = dp ? dp->rank : 0, world = dp ? dp->world : 1;
     StepPlan plan(o, N_data);
+    DropoutCounter dropout{dropout_step};
     const index_t total = plan.total();
     while (plan.next()) {  // lines 1–2: for i ∈ [N_epochs], for n ∈ [N_data], B at a time (the same on every rank)
         poll();
@@ -512,11 +524,13 @@ void train_loop(ParamStore<T>& store, index_t N_data, const TrainOptions& o, con
             } catch (...) {  // Ctrl-C (however the poll hook signals it): θ already holds this step, record it
                 info.val_loss = info.val_accuracy = -1;
                 info.interrupted = true;
+                dropout.done = step;
                 if (hook) hook(info);
                 throw;
             }
             stop = early.evaluated(info.val_loss, o.start_step + step);  // ES lines 4–10
         }
+        dropout.done = step;  // the step is done (recorded by the hook)
         if ((hook && !hook(info)) || stop) {
             early.finish();
             return;
@@ -590,7 +604,7 @@ void DTraining(DTransformer<T>& model, const Dataset& data, const TrainOptions& 
             return model.loss(b.tokens(s), &sc, &co);
         });
     };
-    train_loop(model.store, data.size(), o, update, hook, body, evaluate, val != nullptr && val->size() > 0, early, dp);
+    train_loop(model.store, model.dropout_step, data.size(), o, update, hook, body, evaluate, val != nullptr && val->size() > 0, early, dp);
 }
 
 // ======================================== Algorithm 12 ================================================
@@ -633,7 +647,7 @@ void ETraining(ETransformer<T>& model, const Dataset& data, const TrainOptions& 
             return model.loss(Tokens{x_tilde.data(), s}, b.ids.data(), &sc, &co);
         });
     };
-    train_loop(model.store, data.size(), o, update, hook, body, evaluate, val != nullptr && val->size() > 0, early, dp);
+    train_loop(model.store, model.dropout_step, data.size(), o, update, hook, body, evaluate, val != nullptr && val->size() > 0, early, dp);
 }
 
 // ======================================== Algorithm 11 ================================================
@@ -687,7 +701,7 @@ void EDTraining(EDTransformer<T>& model, const Dataset& z_data, const Dataset& x
             return model.loss(bz.tokens(sz), bx.tokens(sx), &sc, &co);
         });
     };
-    train_loop(model.store, x_data.size(), o, update, hook, body, evaluate, x_val != nullptr && x_val->size() > 0, early, dp);
+    train_loop(model.store, model.dropout_step, x_data.size(), o, update, hook, body, evaluate, x_val != nullptr && x_val->size() > 0, early, dp);
 }
 
 // the update rules the trainers take (training.hpp)
