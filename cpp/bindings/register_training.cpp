@@ -239,7 +239,7 @@ void register_training(py::module_& m) {
     });
     py::class_<TrainOptionsPy>(m, "_TrainOptions", "The trainers' options as the core reads them (ft::TrainOptions).")
         .def(py::init(&parse_options), py::arg("listing"), py::arg("options"), py::arg("optimizer") = "adam",
-             "Parsed once by the core's schema (training.cpp): TypeError for an option the listing does not take or "
+             "Parsed once by the core's schema (train_options.cpp): TypeError for an option the listing does not take or "
              "a value of the wrong type, ValueError for one out of range, each naming the option.")
         .def(
             "as_dict",

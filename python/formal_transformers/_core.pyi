@@ -1300,7 +1300,7 @@ class _TrainOptions:
         """
     def __init__(self, listing: str, options: dict, optimizer: typing.Any = 'adam') -> None:
         """
-        Parsed once by the core's schema (training.cpp): TypeError for an option the listing does not take or a value of the wrong type, ValueError for one out of range, each naming the option.
+        Parsed once by the core's schema (train_options.cpp): TypeError for an option the listing does not take or a value of the wrong type, ValueError for one out of range, each naming the option.
         """
     def as_dict(self) -> dict:
         """

@@ -289,8 +289,8 @@ class DTraining(_Trainer):
 
     DTraining(n_epochs, eta=1e-3, **opts)(x_data, model) -> model (trained in place). x_data: sequences of
     token ids (a 2-D (N, ℓ) array or a list of 1-D sequences of any lengths ≤ l_max; see ft.chunk).
-    Options: those of the core's schema, listed at the end (one declaration each, in training.cpp: name, default,
-    range, meaning; TypeError / ValueError naming a bad one when the trainer is made), and the Python ones:
+    Options: those of the core's schema, listed at the end (one declaration each, in train_options.cpp: name,
+    default, range, meaning; TypeError / ValueError naming a bad one when the trainer is made), and Python's:
       betas       (β₁, β₂) of optimizer="adam" (the schema's beta1, beta2)
       val_data    validation data: loss (mean per token) and accuracy every eval_every steps and at the end;
                   early stopping's outcome is in history ("best_step", "best_val_loss", "stopped_early",

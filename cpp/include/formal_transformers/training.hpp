@@ -80,7 +80,7 @@
 
 namespace ft {
 
-// The trainers' options. Every option is declared once, in training.cpp's schema (name, type, default, range,
+// The trainers' options. Every option is declared once, in train_options.cpp's schema (name, type, default, range,
 // the listings that take it, what it does); from_options (the Python trainers' keyword arguments), check,
 // to_options and doc all read it. The last group is what the Python trainers add around the loop (the
 // optimizer they make, data parallelism); the C++ trainers take an optimizer object and a Replicas instead.
