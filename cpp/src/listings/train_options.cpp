@@ -241,4 +241,11 @@ std::string TrainOptions::doc(Listing listing) {
     return r;
 }
 
+TrainOptions::Reduction parse_reduction(const std::string& name) {  // the schema's row, its names and message
+    TrainOptions o;
+    for (const OptionSpec& s : kSchema)
+        if (std::string(s.name) == "reduction") set_option(o, s, name);
+    return o.reduction;
+}
+
 }  // namespace ft

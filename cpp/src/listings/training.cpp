@@ -11,11 +11,6 @@
 
 namespace ft {
 
-TrainOptions::Reduction parse_reduction(const std::string& name) {
-    if (name == "sum") return TrainOptions::Reduction::Sum;
-    if (name == "mean") return TrainOptions::Reduction::Mean;
-    throw ValueError("reduction must be 'sum' (the listing's loss per sequence) or 'mean' (per token), got '" + name + "'");
-}
 double reduce_loss(double loss_sum, index_t scored, TrainOptions::Reduction r) {
     if (r == TrainOptions::Reduction::Sum) return loss_sum;
     return scored > 0 ? loss_sum / double(scored) : 0.0;
