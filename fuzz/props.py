@@ -987,15 +987,55 @@ def inference_sizes(l_gen, k, spec):
     assert time.perf_counter() - t0 < 5, "took too long"
 
 
+@given(data=st.data(), listing=st.sampled_from(["DTraining", "ETraining", "EDTraining"]),
+       n_seqs=st.integers(0, 5))
+def train_options(data, listing, n_seqs):
+    """The trainers' keyword options drawn from good, weird, huge and odd values (and names that are not
+    options): a TypeError / ValueError when the trainer is made, or a trainer whose plan of a run is consistent
+    (steps 1, 2, … within the epochs, each a minibatch of at most batch_size distinct sequences) and, for short
+    runs, is the run's: its steps and η are the history's."""
+    names = ["n_epochs", "eta", "batch_size", "shuffle", "seed", "reduction", "schedule", "warmup", "min_lr", "clip",
+             "max_steps", "start_step", "p_mask", "nonfinite", "patience", "optimizer", "weight_decay",
+             "sync_check_every", "dist_timeout", "bogus"]
+    value = st.one_of(small, small, huge, odd, weird, st.sampled_from(["sum", "mean", "cosine", "skip", "sgd", "x"]),
+                      st.floats(0, 1))
+    opts = data.draw(st.dictionaries(st.sampled_from(names), value, max_size=4))
+    log("train_options", (listing, n_seqs, opts))
+    tr = call(lambda: getattr(ft, listing)(1, **opts))
+    if tr is None:
+        return
+    x = [np.arange(3 + k) % 5 for k in range(n_seqs)]
+    t0 = time.perf_counter()
+    plan = call(tr.plan, x)
+    assert time.perf_counter() - t0 < 5, "took too long"
+    if plan is None:
+        assert n_seqs == 0, "a trainer that was made refused to plan a run on data"
+        return
+    B = tr.options["batch_size"]
+    for k, p in enumerate(plan):
+        assert p["step"] == k + 1 and 0 <= p["epoch"] and 1 <= len(p["sequences"]) <= B
+        assert len(set(p["sequences"].tolist())) == len(p["sequences"]) and np.isfinite(p["lr"])
+    if 0 < len(plan) <= 4 and listing == "DTraining":
+        m = ft.DTransformer(8, 8, 1, 1, 4, 4, seed=0)
+        tr.progress = False
+        try:
+            tr(x, m)
+        except FloatingPointError:
+            return
+        assert tr.history["lr"] == [p["lr"] for p in plan][:len(tr.history["lr"])]
+
+
 # ------------------------------------------------------------------------------------------------------
 PROPERTIES = {"constructors": constructors, "component_calls": component_calls, "tokenizers": tokenizers,
               "tokenizer_files": tokenizer_files, "model_files": model_files, "hf_dirs": hf_dirs, "cli_args": cli_args,
               "cli_run_dirs": cli_run_dirs, "dataset_files": dataset_files, "machine": None,
-              "threads": threads, "gpt2_files": gpt2_files, "optimizers": optimizers, "inference_sizes": inference_sizes}
+              "threads": threads, "gpt2_files": gpt2_files, "optimizers": optimizers, "inference_sizes": inference_sizes,
+              "train_options": train_options}
 # relative budgets (examples per property = weight * --examples)
 WEIGHT = {"constructors": 2, "component_calls": 2, "tokenizers": 1, "tokenizer_files": 1, "model_files": 1,
           "hf_dirs": 1, "cli_args": 1, "cli_run_dirs": 1, "dataset_files": 1, "machine": 1,
-          "threads": 0.3, "gpt2_files": 1, "optimizers": 1, "inference_sizes": 0.5}
+          "threads": 0.3, "gpt2_files": 1, "optimizers": 1, "inference_sizes": 0.5,
+          "train_options": 0.5}
 
 
 def main(argv=None) -> int:

@@ -248,6 +248,33 @@ long long int_arg(const py::handle& v, const char* name, long long lo, long long
     return r;
 }
 
+ft::OptionValue option_value(const py::handle& v, const std::string& name) {
+    if (v.is_none()) return std::monostate{};
+    if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
+    if (PyIndex_Check(v.ptr())) {
+        py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
+        if (!i) throw py::error_already_set();
+        int overflow = 0;
+        const long long r = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+        if (overflow == 0 && !(r == -1 && PyErr_Occurred())) return std::int64_t(r);
+        PyErr_Clear();
+        const unsigned long long u = PyLong_AsUnsignedLongLong(i.ptr());
+        if (u == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+            PyErr_Clear();
+            throw ft::ValueError(name + " = " + py::str(i).cast<std::string>() + " is outside the 64-bit integers [-2^63, 2^64)");
+        }
+        return std::uint64_t(u);
+    }
+    if (py::isinstance<py::str>(v)) return v.cast<std::string>();
+    if (PyFloat_Check(v.ptr()) || PyNumber_Check(v.ptr())) {
+        const double d = PyFloat_AsDouble(v.ptr());
+        if (!(d == -1.0 && PyErr_Occurred())) return d;
+        PyErr_Clear();
+    }
+    throw ft::TypeError(name + " must be a bool, an int, a real number, a str or None, got " +
+                        py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>());
+}
+
 std::uint64_t seed_arg(const py::handle& v, const char* name) {
     if (py::isinstance<py::bool_>(v) || !PyIndex_Check(v.ptr()))
         throw ft::TypeError(std::string(name) + " must be an int (or None), got " +

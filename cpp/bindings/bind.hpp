@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "formal_transformers/common.hpp"
+#include "formal_transformers/config.hpp"
 #include "formal_transformers/fpenv.hpp"
 #include "formal_transformers/params.hpp"
 #include "formal_transformers/variants.hpp"
@@ -100,6 +101,10 @@ inline index_t positive(const PyInt& v, const char* name) { return index_t(int_a
 std::uint64_t seed_arg(const py::handle& v, const char* name = "seed");
 // A real number as double: TypeError naming `name` otherwise.
 double float_arg(const py::handle& v, const char* name);
+// A Python argument as the core's option value (the core's schemas, ModelConfig's and TrainOptions', check it
+// against the option's type and range): None, a bool, an int, a real number or a str; TypeError naming `name`
+// for anything else, ValueError for an int outside 64 bits.
+ft::OptionValue option_value(const py::handle& v, const std::string& name);
 // attention_impl= "auto" | "literal" | "tiled" (docs/api.md): ValueError naming the option otherwise
 inline ft::AttnImpl parse_attention_impl(const std::string& s) {
     if (s == "auto") return ft::AttnImpl::Auto;

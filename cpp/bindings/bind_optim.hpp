@@ -31,20 +31,22 @@ struct SGDPy {
     double lr;
 };
 
-// The update rule of an optimizer object (ft.Adam / ft.SGD) for a store of dtype T: what line 6 of
-// Algorithms 11–13 does in the trainers. TypeError for anything else.
-template <class T>
-std::function<void(ft::ParamStore<T>&, const T*, double)> update_rule(const py::object& optimizer, const py::object& owner,
-                                                                     ft::ParamStore<T>& store, const ft::TrainOptions& o) {
+// train(rule) with the update rule of an optimizer object (ft.Adam / ft.SGD) for a store of dtype T: what
+// line 6 of Algorithms 11–13 does in the trainers (ft::AdamRule, ft::SGDRule: called directly, no
+// std::function). The object's lr must be the trainer's η (ValueError naming both); TypeError for anything else.
+template <class T, class F>
+void with_update_rule(const py::object& optimizer, const py::object& owner, ft::ParamStore<T>& store,
+                      const ft::TrainOptions& o, F&& train) {
     if (py::isinstance<AdamPy>(optimizer)) {
-        ft::check_optimizer_lr(optimizer.cast<AdamPy&>().lr, o);
-        return ft::update_rule(optimizer.cast<AdamPy&>().get(owner, store));
-    }
-    if (py::isinstance<SGDPy>(optimizer)) {
+        AdamPy& a = optimizer.cast<AdamPy&>();
+        ft::check_optimizer_lr(a.lr, o);
+        train(ft::update_rule(a.get(owner, store)));
+    } else if (py::isinstance<SGDPy>(optimizer)) {
         ft::check_optimizer_lr(optimizer.cast<SGDPy&>().lr, o);
-        return ft::update_rule(ft::SGD<T>(0.0));
+        train(ft::SGDRule<T>{});
+    } else {
+        throw ft::TypeError("optimizer must be 'adam', 'sgd', an ft.Adam or an ft.SGD");
     }
-    throw ft::TypeError("optimizer must be 'adam', 'sgd', an ft.Adam or an ft.SGD");
 }
 
 }  // namespace ftpy

@@ -9,70 +9,44 @@
 namespace ftpy {
 
 namespace {
-std::string option_str(py::handle v, const std::string& name) {
-    if (!py::isinstance<py::str>(v))
-        throw ft::TypeError(name + " must be a string, got " + std::string(py::str(py::type::handle_of(v).attr("__name__"))));
-    return v.cast<std::string>();
-}
-// option `name`, a string naming one of `choices`: its value (ValueError listing the choices otherwise)
-template <class E>
-E option_choice(py::handle v, const std::string& name, std::initializer_list<std::pair<const char*, E>> choices) {
-    const std::string r = option_str(v, name);
-    std::string list;
-    std::size_t k = 0;
-    for (const auto& [text, value] : choices) {
-        if (r == text) return value;
-        list += std::string(k == 0 ? "" : k + 1 == choices.size() ? " or " : ", ") + "'" + text + "'";
-        ++k;
-    }
-    throw ft::ValueError(name + " must be " + list + ", got '" + r + "'");
+// The trainers' options, parsed once from their keyword arguments by the core's schema (ft::TrainOptions::
+// from_options) when a trainer is made, and handed to every call: `_TrainOptions(listing, options, optimizer)`
+// with `optimizer` "adam", "sgd" (options too) or an ft.Adam / ft.SGD object (eta None: its lr).
+struct TrainOptionsPy {
+    ft::Listing listing;
+    ft::TrainOptions o;
+};
+
+ft::Listing listing_of(const std::string& name) {
+    for (ft::Listing l : {ft::Listing::D, ft::Listing::E, ft::Listing::ED})
+        if (name == ft::listing_name(l)) return l;
+    throw ft::ValueError("listing must be 'DTraining', 'ETraining' or 'EDTraining', got '" + name + "'");
 }
 
-ft::TrainOptions parse_options(const py::dict& d) {
-    ft::TrainOptions o;
-    for (auto kv : d) {
-        const std::string k = kv.first.cast<std::string>();
-        py::handle v = kv.second;
-        if (k == "n_epochs") o.n_epochs = int_arg(v, "n_epochs");
-        else if (k == "eta") o.eta = float_arg(v, "eta");
-        else if (k == "batch_size") o.batch_size = int_arg(v, "batch_size");
-        else if (k == "shuffle") {
-            if (!py::isinstance<py::bool_>(v)) throw ft::TypeError("shuffle must be True or False");
-            o.shuffle = v.cast<bool>();
-        }
-        else if (k == "seed") o.seed = seed_arg(v);
-        else if (k == "warmup") o.warmup = int_arg(v, "warmup");
-        else if (k == "min_lr") o.min_lr = float_arg(v, "min_lr");
-        else if (k == "clip") o.clip = float_arg(v, "clip");
-        else if (k == "max_steps") o.max_steps = int_arg(v, "max_steps");
-        else if (k == "eval_every") o.eval_every = int_arg(v, "eval_every");
-        else if (k == "start_step") o.start_step = int_arg(v, "start_step");
-        else if (k == "p_mask") o.p_mask = float_arg(v, "p_mask");
-        else if (k == "patience") {
-            if (!v.is_none()) {
-                // None spells "off" in Python (C++'s 0); the range is TrainOptions::check's
-                o.patience = int_arg(v, "patience");
-                if (o.patience == 0) throw ft::ValueError("patience = 0: write patience=None for no early stopping");
-            }
-        } else if (k == "min_delta") o.min_delta = float_arg(v, "min_delta");
-        else if (k == "restore_best") {
-            if (!py::isinstance<py::bool_>(v)) throw ft::TypeError("restore_best must be True or False");
-            o.restore_best = v.cast<bool>();
-        }
-        else if (k == "reduction") {
-            o.reduction = ft::parse_reduction(option_str(v, "reduction"));
-        } else if (k == "schedule") {
-            using S = ft::TrainOptions::Schedule;
-            o.schedule = option_choice<S>(v, "schedule", {{"constant", S::Constant}, {"cosine", S::Cosine}, {"linear", S::Linear}});
-        } else if (k == "nonfinite") {
-            using N = ft::TrainOptions::NonFinite;
-            o.nonfinite = option_choice<N>(v, "nonfinite", {{"raise", N::Raise}, {"warn", N::Warn}, {"skip", N::Skip}});
-        } else {
-            throw ft::ValueError("unknown training option '" + k + "'");
-        }
+TrainOptionsPy parse_options(const std::string& listing, const py::dict& options, const py::object& optimizer) {
+    TrainOptionsPy r{listing_of(listing), {}};
+    ft::Options keywords;
+    double lr = 0;
+    const double* optimizer_lr = nullptr;
+    if (py::isinstance<AdamPy>(optimizer)) lr = optimizer.cast<AdamPy&>().lr, optimizer_lr = &lr;
+    else if (py::isinstance<SGDPy>(optimizer)) lr = optimizer.cast<SGDPy&>().lr, optimizer_lr = &lr;
+    else if (py::isinstance<py::str>(optimizer)) keywords.emplace_back("optimizer", optimizer.cast<std::string>());
+    else throw ft::TypeError("optimizer must be 'adam', 'sgd', an ft.Adam or an ft.SGD, got " +
+                             py::str(py::type::handle_of(optimizer).attr("__name__")).cast<std::string>());
+    for (auto kv : options) {
+        const std::string name = kv.first.cast<std::string>();
+        keywords.emplace_back(name, option_value(kv.second, name));
     }
-    o.check();
-    return o;
+    r.o = ft::TrainOptions::from_options(r.listing, keywords, optimizer_lr);
+    return r;
+}
+
+py::object py_value(const ft::OptionValue& v) {
+    return std::visit([](const auto& x) -> py::object {
+        using V = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<V, std::monostate>) return py::none();
+        else return py::cast(x);
+    }, v);
 }
 
 ft::Dataset dataset(const py::handle& obj, const char* what) {
@@ -141,20 +115,6 @@ struct Recorder {
         steps.clear();
         seconds.clear();
     }
-    // Run `train` with the GIL released; flush the record however it ends.
-    template <class F>
-    void run(F&& train) {
-        try {
-            {
-                LongCoreCall nogil;
-                train(step_hook());
-            }
-        } catch (...) {
-            flush();
-            throw;
-        }
-        flush();
-    }
 };
 
 // Early stopping's state (training.hpp) to and from a Python dict: best_val_loss (None: no evaluation yet),
@@ -205,20 +165,25 @@ void write_early(const py::object& obj, const ft::EarlyStopState<T>& s, const ft
     d["last_params"] = copies(s.last_theta);
 }
 
-// `train(hook, state)` under rec.run, the early-stopping state read from `early` before and written back
-// after, however training ends once a step has run (Ctrl-C, a callback's error: the counters so far, to
-// resume from).
+// `train(hook, state)` with the GIL released, the early-stopping state read from `early` before and written
+// back after, and the record flushed to `rec.sink`, however training ends once a step has run (Ctrl-C, a
+// callback's error: the counters so far, to resume from).
 template <class T, class F>
 void run_training(Recorder& rec, const py::object& early, const ft::ParamStore<T>& store, F&& train) {
     ft::EarlyStopState<T> es = read_early(early, store);
     try {
-        rec.run([&](const ft::StepHook& h) { train(h, &es); });
+        {
+            LongCoreCall nogil;
+            train(rec.step_hook(), &es);
+        }
     } catch (...) {
+        rec.flush();
         // the counters so far — unless no step ran (the core refused the call, e.g. bad data): the state is
         // then as it was given, and the caller's dict is left untouched
         if (rec.stepped) write_early(early, es, store);
         throw;
     }
+    rec.flush();
     write_early(early, es, store);
 }
 
@@ -272,20 +237,81 @@ void register_training(py::module_& m) {
             PyErr_SetString(PyExc_FloatingPointError, e.what());
         }
     });
+    py::class_<TrainOptionsPy>(m, "_TrainOptions", "The trainers' options as the core reads them (ft::TrainOptions).")
+        .def(py::init(&parse_options), py::arg("listing"), py::arg("options"), py::arg("optimizer") = "adam",
+             "Parsed once by the core's schema (train_options.cpp): TypeError for an option the listing does not take or "
+             "a value of the wrong type, ValueError for one out of range, each naming the option.")
+        .def(
+            "as_dict",
+            [](const TrainOptionsPy& t) {
+                py::dict d;
+                for (const auto& [name, v] : t.o.to_options(t.listing)) d[py::str(name)] = py_value(v);
+                return d;
+            },
+            "Every option of the listing with its value, in Python's notation (patience off: None).")
+        .def(
+            "make_optimizer",
+            [](const TrainOptionsPy& t) -> py::object {
+                const ft::TrainOptions& o = t.o;
+                if (o.optimizer == ft::TrainOptions::Optimizer::SGD) return py::cast(SGDPy{o.eta});
+                return py::cast(AdamPy{o.eta, o.beta1, o.beta2, 1e-8, o.weight_decay, true, {}, py::none()});
+            },
+            "A fresh optimizer of the options (optimizer='adam': Adam(eta, betas, eps=1e-8, weight_decay), "
+            "checked with them; 'sgd': SGD(eta)).")
+        .def(
+            "plan",
+            [](const TrainOptionsPy& t, const py::handle& x_data, const py::object& mask_token) {
+                ft::Dataset data = dataset(x_data, "x_data");
+                const index_t mt = mask_token.is_none() ? -1 : index_t(int_arg(mask_token, "mask_token", 0));
+                std::vector<ft::PlannedStep> steps;
+                {
+                    CoreCall nogil;
+                    steps = ft::plan_run(t.o, data, mt);
+                }
+                py::list out;
+                for (const ft::PlannedStep& p : steps) {
+                    py::dict d;
+                    d["step"] = p.step;
+                    d["epoch"] = p.epoch;
+                    d["sequences"] = py::array_t<index_t>(py::ssize_t(p.batch.size()), p.batch.data());
+                    d["lr"] = p.lr;
+                    if (mt >= 0) {
+                        py::list masked;
+                        std::size_t at = 0;
+                        for (index_t n : p.batch) {
+                            const std::size_t len = std::size_t(data.s.len(n));
+                            masked.append(py::array_t<index_t>(py::ssize_t(len), p.x_tilde.data() + at));
+                            at += len;
+                        }
+                        d["masked"] = masked;
+                    }
+                    out.append(d);
+                }
+                return out;
+            },
+            py::arg("x_data"), py::arg("mask_token") = py::none(),
+            "The steps a run on x_data takes (ft::plan_run: the trainers' own plan): per step a dict with step, "
+            "epoch, sequences (indices into x_data, in the minibatch's order) and lr; with mask_token (ETraining) "
+            "masked, the x̃ of each of those sequences (lines 4–6).")
+        .def_static(
+            "doc", [](const std::string& listing) { return ft::TrainOptions::doc(listing_of(listing)); },
+            py::arg("listing"), "One line per option: name=default and what it does.");
+
     // Algorithms 13 and 12 share the binding: a model, one data set, optional validation data.
-    auto single_data = [&m](const char* fname, auto train, auto unit_tag, const char* listing, const char* cls) {
+    auto single_data = [&m](const char* fname, auto listing_tag, auto unit_tag, const char* cls) {
         using Unit = typename decltype(unit_tag)::type;
         m.def(
             fname,
-            [train, listing, cls](const py::object& model, const py::handle& x_data, const py::dict& options,
-                                  const py::object& optimizer, const py::object& hook, const py::handle& val,
-                                  const py::object& sink, const py::object& early, const py::object& replicas,
-                                  const py::handle& prefix_len, const py::handle& val_prefix_len) {
+            [cls](const py::object& model, const py::handle& x_data, const TrainOptionsPy& options,
+                  const py::object& optimizer, const py::object& hook, const py::handle& val, const py::object& sink,
+                  const py::object& early, const py::object& replicas, const py::handle& prefix_len,
+                  const py::handle& val_prefix_len) {
+                constexpr ft::Listing listing = decltype(listing_tag)::value;
                 if (!py::isinstance<Unit>(model))
-                    throw ft::TypeError(std::string(listing) + " trains a " + cls + ", got " +
+                    throw ft::TypeError(std::string(ft::listing_name(listing)) + " trains a " + cls + ", got " +
                                         py::str(py::type::handle_of(model).attr("__name__")).cast<std::string>());
                 Unit& d = model.cast<Unit&>();
-                const ft::TrainOptions o = parse_options(options);
+                const ft::TrainOptions& o = options.o;
                 CallLock lock(d.mutex);
                 d.visit([&](auto& mdl) {
                     using T = typename std::decay_t<decltype(mdl.store)>::value_type;
@@ -294,12 +320,15 @@ void register_training(py::module_& m) {
                     if (!val.is_none()) vdata = dataset(val, "val_data");
                     data.prefix = prefix_lens(prefix_len, data.size());  // V7 (DTraining; checked by the core)
                     if (!val.is_none()) vdata.prefix = prefix_lens(val_prefix_len, vdata.size());
-                    auto update = update_rule<T>(optimizer, model, mdl.store, o);
                     ReplicasArg<T> dp(replicas, model, mdl.store);
                     Recorder rec{sink, hook};
                     rec.warn_nonfinite = o.nonfinite == ft::TrainOptions::NonFinite::Warn;
-                    run_training(rec, early, mdl.store, [&](const ft::StepHook& h, ft::EarlyStopState<T>* es) {
-                        train(mdl, data, o, update, h, val.is_none() ? nullptr : &vdata, es, dp.get());
+                    with_update_rule(optimizer, model, mdl.store, o, [&](const auto& update) {
+                        run_training(rec, early, mdl.store, [&](const ft::StepHook& h, ft::EarlyStopState<T>* es) {
+                            const ft::Dataset* v = val.is_none() ? nullptr : &vdata;
+                            if constexpr (listing == ft::Listing::D) ft::DTraining(mdl, data, o, update, h, v, es, dp.get());
+                            else ft::ETraining(mdl, data, o, update, h, v, es, dp.get());
+                        });
                     });
                 });
             },
@@ -307,22 +336,20 @@ void register_training(py::module_& m) {
             py::arg("val_data") = py::none(), py::arg("history") = py::none(), py::arg("early_stopping") = py::none(),
             py::arg("replicas") = py::none(), py::arg("prefix_len") = py::none(), py::arg("val_prefix_len") = py::none());
     };
-    single_data(
-        "_dtraining", [](auto& mdl, auto&&... a) { ft::DTraining(mdl, a...); }, type_tag<AnyDtype<ft::DTransformer>>{},
-        "DTraining", "DTransformer");
-    single_data(
-        "_etraining", [](auto& mdl, auto&&... a) { ft::ETraining(mdl, a...); }, type_tag<AnyDtype<ft::ETransformer>>{},
-        "ETraining", "ETransformer");
+    single_data("_dtraining", std::integral_constant<ft::Listing, ft::Listing::D>{},
+                type_tag<AnyDtype<ft::DTransformer>>{}, "DTransformer");
+    single_data("_etraining", std::integral_constant<ft::Listing, ft::Listing::E>{},
+                type_tag<AnyDtype<ft::ETransformer>>{}, "ETransformer");
     m.def(
         "_edtraining",
-        [](const py::object& model, const py::handle& z_data, const py::handle& x_data, const py::dict& options,
+        [](const py::object& model, const py::handle& z_data, const py::handle& x_data, const TrainOptionsPy& options,
            const py::object& optimizer, const py::object& hook, const py::handle& z_val, const py::handle& x_val,
            const py::object& sink, const py::object& early, const py::object& replicas) {
             if (!py::isinstance<AnyDtype<ft::EDTransformer>>(model))
                 throw ft::TypeError("EDTraining trains an EDTransformer, got " +
                                     py::str(py::type::handle_of(model).attr("__name__")).cast<std::string>());
             auto& d = model.cast<AnyDtype<ft::EDTransformer>&>();
-            const ft::TrainOptions o = parse_options(options);
+            const ft::TrainOptions& o = options.o;
             if (z_val.is_none() != x_val.is_none()) throw ft::ValueError("give both z_val and x_val, or neither");
             CallLock lock(d.mutex);
             d.visit([&](auto& mdl) {
@@ -334,13 +361,14 @@ void register_training(py::module_& m) {
                     zv = dataset(z_val, "z_val");
                     xv = dataset(x_val, "x_val");
                 }
-                auto update = update_rule<T>(optimizer, model, mdl.store, o);
                 ReplicasArg<T> dp(replicas, model, mdl.store);
                 Recorder rec{sink, hook};
                 rec.warn_nonfinite = o.nonfinite == ft::TrainOptions::NonFinite::Warn;
-                run_training(rec, early, mdl.store, [&](const ft::StepHook& h, ft::EarlyStopState<T>* es) {
-                    ft::EDTraining<T>(mdl, zd, xd, o, update, h, z_val.is_none() ? nullptr : &zv,
-                                      x_val.is_none() ? nullptr : &xv, es, dp.get());
+                with_update_rule(optimizer, model, mdl.store, o, [&](const auto& update) {
+                    run_training(rec, early, mdl.store, [&](const ft::StepHook& h, ft::EarlyStopState<T>* es) {
+                        ft::EDTraining(mdl, zd, xd, o, update, h, z_val.is_none() ? nullptr : &zv,
+                                       x_val.is_none() ? nullptr : &xv, es, dp.get());
+                    });
                 });
             });
         },
@@ -377,18 +405,6 @@ void register_training(py::module_& m) {
         },
         py::arg("x"), py::arg("mask_token"), py::arg("p_mask"), py::arg("seed"),
         "Algorithm 12 lines 4–6 on one sequence (the masking ETraining applies), for inspection and tests.");
-    m.def(
-        "learning_rate",
-        [](const py::dict& options, const PyInt& step, const PyInt& total) {
-            py::dict o2 = options;
-            return ft::learning_rate(parse_options(o2), int_arg(step, "step"), int_arg(total, "total"));
-        },
-        py::arg("options"), py::arg("step"), py::arg("total"),
-        "η at 1-based `step` of `total` under the options' schedule (warmup, schedule, eta, min_lr).");
-    m.def(
-        "check_training_options", [](const py::dict& options) { parse_options(options); }, py::arg("options"),
-        "The trainers' options as the core reads them (ft::TrainOptions::check): TypeError / ValueError naming a "
-        "bad one. The trainers call it when they are made, so a bad option fails there, not at the first step.");
 }
 
 

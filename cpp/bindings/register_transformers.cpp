@@ -15,34 +15,6 @@ using ft::Tokens;
 
 ft::Seqs seqs_of(const InBatch& b) { return ft::Seqs::from_lengths(b.lengths); }
 
-// A Python argument as the core's option value (the core checks it against the option's type and range).
-ft::OptionValue option_value(const py::handle& v, const std::string& name) {
-    if (v.is_none()) return std::monostate{};
-    if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
-    if (PyIndex_Check(v.ptr())) {
-        py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
-        if (!i) throw py::error_already_set();
-        int overflow = 0;
-        const long long r = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
-        if (overflow == 0 && !(r == -1 && PyErr_Occurred())) return std::int64_t(r);
-        PyErr_Clear();
-        const unsigned long long u = PyLong_AsUnsignedLongLong(i.ptr());
-        if (u == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
-            PyErr_Clear();
-            throw ft::ValueError(name + " = " + py::str(i).cast<std::string>() + " is out of range (64-bit integers)");
-        }
-        return std::uint64_t(u);
-    }
-    if (py::isinstance<py::str>(v)) return v.cast<std::string>();
-    if (PyFloat_Check(v.ptr()) || PyNumber_Check(v.ptr())) {
-        const double d = PyFloat_AsDouble(v.ptr());
-        if (!(d == -1.0 && PyErr_Occurred())) return d;
-        PyErr_Clear();
-    }
-    throw ft::TypeError(name + " must be a bool, an int, a real number, a str or None, got " +
-                        py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>());
-}
-
 // The constructors: the sizes positionally or by name, every other option by name, dtype beside them. The
 // core's schema (ModelConfig::from_options) checks every name, type and value; the model is built without the GIL.
 template <template <class> class Unit>

@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'PromptCache', 'RMSNorm', 'SGD', 'SpeculativeInference', 'TokenEmbedding', 'Unembedding', 'ViT', 'WordTokenizer', 'bidirectional_mask', 'bigbird_layout', 'blas_info', 'blas_kernel', 'block_sparse_attention', 'block_sparse_attention_backward', 'check_training_options', 'chunk', 'gelu', 'get_num_threads', 'learning_rate', 'max_num_threads', 'random_feature_matrix', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
+__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'PromptCache', 'RMSNorm', 'SGD', 'SpeculativeInference', 'TokenEmbedding', 'Unembedding', 'ViT', 'WordTokenizer', 'bidirectional_mask', 'bigbird_layout', 'blas_info', 'blas_kernel', 'block_sparse_attention', 'block_sparse_attention_backward', 'chunk', 'gelu', 'get_num_threads', 'max_num_threads', 'random_feature_matrix', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
 class _HasParams:
     """
     Base of every object with parameters (params, grads).
@@ -1289,6 +1289,31 @@ class WordTokenizer:
         """
         The words of ids 0, 1, ...
         """
+class _TrainOptions:
+    """
+    The trainers' options as the core reads them (ft::TrainOptions).
+    """
+    @staticmethod
+    def doc(listing: str) -> str:
+        """
+        One line per option: name=default and what it does.
+        """
+    def __init__(self, listing: str, options: dict, optimizer: typing.Any = 'adam') -> None:
+        """
+        Parsed once by the core's schema (train_options.cpp): TypeError for an option the listing does not take or a value of the wrong type, ValueError for one out of range, each naming the option.
+        """
+    def as_dict(self) -> dict:
+        """
+        Every option of the listing with its value, in Python's notation (patience off: None).
+        """
+    def make_optimizer(self) -> typing.Any:
+        """
+        A fresh optimizer of the options (optimizer='adam': Adam(eta, betas, eps=1e-8, weight_decay), checked with them; 'sgd': SGD(eta)).
+        """
+    def plan(self, x_data: typing.Any, mask_token: typing.Any = None) -> list:
+        """
+        The steps a run on x_data takes (ft::plan_run: the trainers' own plan): per step a dict with step, epoch, sequences (indices into x_data, in the minibatch's order) and lr; with mask_token (ETraining) masked, the x̃ of each of those sequences (lines 4–6).
+        """
 class PromptCache:
     """
     A prompt cache: the keys and values of every layer for a prompt and its last token's logits —
@@ -1483,11 +1508,11 @@ class ViT(_HasParams):
         """
         Parameters θ: name -> writable numpy view of the C++ storage (zero-copy). Assigning params[name] = array copies into the storage (shape must match).
         """
-def _dtraining(model: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None, prefix_len: typing.Any = None, val_prefix_len: typing.Any = None) -> None:
+def _dtraining(model: typing.Any, x_data: typing.Any, options: _TrainOptions, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None, prefix_len: typing.Any = None, val_prefix_len: typing.Any = None) -> None:
     ...
-def _edtraining(model: typing.Any, z_data: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, z_val: typing.Any = None, x_val: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None) -> None:
+def _edtraining(model: typing.Any, z_data: typing.Any, x_data: typing.Any, options: _TrainOptions, optimizer: typing.Any, hook: typing.Any = None, z_val: typing.Any = None, x_val: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None) -> None:
     ...
-def _etraining(model: typing.Any, x_data: typing.Any, options: dict, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None, prefix_len: typing.Any = None, val_prefix_len: typing.Any = None) -> None:
+def _etraining(model: typing.Any, x_data: typing.Any, options: _TrainOptions, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None, prefix_len: typing.Any = None, val_prefix_len: typing.Any = None) -> None:
     ...
 def _flat_params(model: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """
@@ -1540,10 +1565,6 @@ def block_sparse_attention_backward(Q: typing.Any, K: typing.Any, V: typing.Any,
     """
     The backward of block_sparse_attention: given its λ and dṼ (d_v, ℓ) -> (dQ, dK, dV).
     """
-def check_training_options(options: dict) -> None:
-    """
-    The trainers' options as the core reads them (ft::TrainOptions::check): TypeError / ValueError naming a bad one. The trainers call it when they are made, so a bad option fails there, not at the first step.
-    """
 def chunk(ids: typing.Any, l_max: typing.Any, stride: typing.Any = None) -> list:
     """
     §4: split a sequence longer than ℓ_max into pieces of length <= l_max (a list of copies with the dtype of np.asarray(ids)). Windows start at 0, stride, 2·stride, ... and the last is the first that reaches the end. stride=None (= l_max) gives disjoint pieces whose concatenation is ids; 1 <= stride < l_max gives overlapping windows. An empty sequence gives []. ValueError for l_max < 1 or stride outside [1, l_max].
@@ -1554,10 +1575,6 @@ def gelu(A: typing.Any, approximate: str = 'none') -> numpy.ndarray[typing.Any, 
     """
 def get_num_threads() -> int:
     ...
-def learning_rate(options: dict, step: typing.SupportsIndex, total: typing.SupportsIndex) -> float:
-    """
-    η at 1-based `step` of `total` under the options' schedule (warmup, schedule, eta, min_lr).
-    """
 def max_num_threads() -> int:
     """
     The largest n set_num_threads accepts: 4 per CPU (at least 64), within OMP_THREAD_LIMIT and, under an address-space limit (ulimit -v), half of it at one thread stack per thread.

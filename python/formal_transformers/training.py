@@ -74,82 +74,31 @@ class _Trainer:
 
     _listing = ""
 
-    def __init__(
-        self,
-        n_epochs: int,
-        eta: Optional[float] = None,
-        *,
-        optimizer: Any = "adam",
-        batch_size: int = 1,
-        shuffle: bool = True,
-        seed: int = 0,
-        reduction: str = "sum",
-        schedule: str = "constant",
-        warmup: int = 0,
-        min_lr: float = 0.0,
-        clip: float = 0.0,
-        max_steps: int = 0,
-        eval_every: int = 0,
-        start_step: int = 0,
-        nonfinite: str = "raise",
-        patience: Optional[int] = None,
-        min_delta: float = 0.0,
-        restore_best: bool = False,
-        weight_decay: float = 0.0,
-        betas: tuple = (0.9, 0.999),
-        callback: Optional[Callable[[dict], Any]] = None,
-        progress: bool = True,
-        process_group: Any = None,
-        dist_timeout: float = 300.0,
-        sync_check_every: int = 100,
-    ):
-        if not isinstance(n_epochs, (int, np.integer)) or isinstance(n_epochs, bool):
-            raise TypeError(f"n_epochs must be an int, got {type(n_epochs).__name__}")
-        if isinstance(optimizer, str) and optimizer not in ("adam", "sgd"):
-            raise ValueError(f"optimizer must be 'adam', 'sgd', an ft.Adam or an ft.SGD, got {optimizer!r}")
-        if not isinstance(optimizer, (str, _core.Adam, _core.SGD)):
-            raise TypeError(f"optimizer must be 'adam', 'sgd', an ft.Adam or an ft.SGD, got {type(optimizer).__name__}")
+    def __init__(self, n_epochs: int, eta: Optional[float] = None, *, optimizer: Any = "adam",
+                 betas: tuple = (0.9, 0.999), callback: Optional[Callable[[dict], Any]] = None, progress: bool = True,
+                 process_group: Any = None, **options):
         if callback is not None and not callable(callback):
             raise TypeError("callback must be callable")
-        self.n_epochs = int(n_epochs)
-        if eta is None:  # the optimizer object's own lr (the core refuses an lr that disagrees with a given eta)
-            eta = optimizer.lr if not isinstance(optimizer, str) else 1e-3
-        if isinstance(eta, bool) or not isinstance(eta, (int, float, np.integer, np.floating)):
-            raise TypeError(f"eta must be a real number, got {type(eta).__name__}")
-        self.eta = float(eta)
-        # passed as given: the C++ side checks each (TypeError / ValueError naming the option)
-        self.options = dict(
-            n_epochs=n_epochs, eta=eta, batch_size=batch_size, shuffle=bool(shuffle), seed=seed, reduction=reduction,
-            schedule=schedule, warmup=warmup, min_lr=min_lr, clip=clip, max_steps=max_steps, eval_every=eval_every,
-            start_step=start_step, nonfinite=nonfinite, patience=patience, min_delta=min_delta,
-            restore_best=restore_best,
-        )
-        _core.check_training_options(self._core_options())  # TypeError / ValueError naming a bad option, now
-        if optimizer == "sgd" and weight_decay:
-            raise ValueError("weight_decay needs optimizer='adam' (AdamW); the listing's SGD has none")
-        self._optimizer_spec = optimizer
-        self.weight_decay = float(weight_decay)
-        self.betas = tuple(betas)
-        if optimizer == "adam":  # the Adam it will make, checked now (λ finite, betas in [0, 1)): ValueError naming it
-            _core.Adam(self.eta, self.betas[0], self.betas[1], 1e-8, self.weight_decay, True)
+        beta1, beta2 = betas
+        # parsed once, by the core's schema (TypeError / ValueError naming a bad option)
+        self._options = _core._TrainOptions(self._listing, dict(options, n_epochs=n_epochs, eta=eta, beta1=beta1,
+                                                                beta2=beta2), optimizer)
+        self.options = self._options.as_dict()
+        self.n_epochs, self.eta = self.options["n_epochs"], self.options["eta"]
+        self.weight_decay, self.betas = self.options["weight_decay"], (self.options["beta1"], self.options["beta2"])
         self.callback = callback
         self.progress = progress
         if process_group is not None and process_group is not False:
             find_group(process_group, 1.0)  # TypeError unless a torch.distributed ProcessGroup
-        if isinstance(dist_timeout, bool) or not isinstance(dist_timeout, (int, float, np.integer, np.floating)):
-            raise TypeError(f"dist_timeout must be a number of seconds, got {type(dist_timeout).__name__}")
-        if not (np.isfinite(dist_timeout) and dist_timeout > 0):
-            raise ValueError(f"dist_timeout must be a finite number of seconds > 0, got {dist_timeout}")
-        if isinstance(sync_check_every, bool) or not isinstance(sync_check_every, (int, np.integer)):
-            raise TypeError(f"sync_check_every must be an int, got {type(sync_check_every).__name__}")
-        if sync_check_every < 0:
-            raise ValueError(f"sync_check_every must be >= 0 (0: only at the start and the end), got {sync_check_every}")
         self.process_group = process_group
-        self.dist_timeout = float(dist_timeout)
-        self.sync_check_every = int(sync_check_every)
+        self.dist_timeout = self.options["dist_timeout"]
+        self.sync_check_every = self.options["sync_check_every"]
         self.data_parallel: Optional[Replicas] = None  # the last call's ranks and all-reduce figures
         self._on_step: Optional[Callable[[dict], None]] = None  # the CLI's checkpoints: every rank, no vote
-        self.optimizer = optimizer if not isinstance(optimizer, str) else None
+        self.optimizer = None if isinstance(optimizer, str) else optimizer  # an object given: used and kept
+        self._given_optimizer = self.optimizer is not None
+        if self._given_optimizer:
+            self.options["optimizer"] = optimizer
         self._model = None
         self.history = History()
         self._early = None        # early stopping's state (see early_stopping)
@@ -181,25 +130,29 @@ class _Trainer:
         self._early = None if state is None else dict(state)
         self._early_model = None  # for whichever model the next call trains
 
-    def _core_options(self) -> dict:
-        return dict(self.options)
+    def plan(self, x_data, model=None) -> list:
+        """The steps a call on x_data takes, from the core's plan of the run (the loop itself walks it): per step
+        a dict with "step" (from 1), "epoch" (from 0), "sequences" (indices into x_data, in the minibatch's
+        order: the seeded shuffle when shuffle=True), "lr" (η of the step: warmup, schedule, start_step), and
+        for ETraining given the model, "masked": the x̃ of each of those sequences (lines 4–6). EDTraining:
+        x_data of the pairs. n_epochs=0 with max_steps: the run is max_steps long."""
+        mask_token = model.mask_token if model is not None and self._listing == "ETraining" else None
+        return self._options.plan(x_data, mask_token)
 
     def _optimizer_for(self, model):
         """The optimizer object: the one given, or one created for this model and kept (with a reference to
         the model, so another model can never inherit its moments), so that calling the trainer again on
         the same model continues with the same Adam moments."""
-        if not isinstance(self._optimizer_spec, str):
-            return self._optimizer_spec
+        if self._given_optimizer:
+            return self.optimizer
         if self.optimizer is None or self._model is not model:
-            if self._optimizer_spec == "adam":
-                self.optimizer = _core.Adam(self.eta, self.betas[0], self.betas[1], 1e-8, self.weight_decay, True)
-            else:
-                self.optimizer = _core.SGD(self.eta)
+            self.optimizer = self._options.make_optimizer()
             self._model = model
         return self.optimizer
 
-    def _run(self, run: Callable, model, data: tuple = (), val: tuple = ()) -> Any:
-        """run(optimizer, hook, record, early, replicas) calls the C++ loop; `record` (a list) receives one dict
+    def _run(self, train: Callable, args: tuple, model, data: tuple = (), val: tuple = (), **kwargs) -> Any:
+        """train(*args, options, optimizer, hook, record, early, replicas, **kwargs) is the C++ loop (_core._dtraining,
+        _etraining, _edtraining); `record` (a list) receives one dict
         per step, written by C++ right after each update — so the history always ends at the step the model
         holds, also when Ctrl-C or a callback's exception ends training. Data parallel (a process group of
         more than one rank): `data` and `val` are checked to be every rank's, with θ, the options and the
@@ -210,7 +163,7 @@ class _Trainer:
         if dist is not None and dist.get_world_size(group) > 1:
             dp = Replicas(dist, group, self.dist_timeout)
             dp.step = int(self.options["start_step"])
-            dp.check_start(start_figures(model, opt, self._listing, self._core_options(), data, val,
+            dp.check_start(start_figures(model, opt, self._listing, self.options, data, val,
                                          self.callback is not None))
             theta = _core._flat_params(model)
         self.data_parallel = dp
@@ -264,13 +217,13 @@ class _Trainer:
                 self._on_step(dict(info, step=step0 + info["step"]))
             return go
 
-        # dropout: rank r draws its own masks (rank 0 those of one process); the counter ends at the completed
-        # steps however training ends, so that a run resumed from here replays the masks of an unbroken one
-        seed0, dstep0 = model.dropout_seed, model.dropout_step
+        # dropout: rank r draws its own masks (rank 0 those of one process); the core leaves the counter at the
+        # completed steps however training ends (a resumed run replays the masks of an unbroken one)
+        seed0 = model.dropout_seed
         if dp is not None:
             model.dropout_seed = rank_dropout_seed(seed0, dp.rank)
         try:
-            run(opt, hook, record, early, dp)
+            train(*args, self._options, opt, hook=hook, history=record, early_stopping=early, replicas=dp, **kwargs)
             if dp is not None:
                 dp.check_theta(theta)
         except KeyboardInterrupt:
@@ -283,7 +236,6 @@ class _Trainer:
             raise
         finally:
             model.dropout_seed = seed0
-            model.dropout_step = (dstep0 + len(record)) % 2**64
             if bar is not None:
                 bar.close()
             for r in record:
@@ -337,32 +289,11 @@ class DTraining(_Trainer):
 
     DTraining(n_epochs, eta=1e-3, **opts)(x_data, model) -> model (trained in place). x_data: sequences of
     token ids (a 2-D (N, ℓ) array or a list of 1-D sequences of any lengths ≤ l_max; see ft.chunk).
-    Options:
-      optimizer   "adam" (default; AdamW with `weight_decay`, `betas`), "sgd" (the listing's
-                  θ ← θ − η∇loss), or an ft.Adam / ft.SGD object (its moments and step count are
-                  used and kept; the learning rate of each step is the trainer's η and schedule:
-                  leave eta out to take the object's lr as η; an eta that differs from it is a ValueError)
-      batch_size  sequences per update (the listing: 1); the update uses the mean over the minibatch of
-                  the listing's per-sequence loss (reduction="sum") or the mean per token ("mean")
-      shuffle, seed   a fresh seeded order each epoch; same seed, same run
-      schedule    "constant" | "cosine" | "linear" decay of η to min_lr, after `warmup` linear steps
-      clip        rescale the gradient to norm ≤ clip (0: off)
-      start_step  resuming a run: the updates already done; warm-up and decay continue from there over
-                  start_step + this run's steps (history and callback steps count from 1 as before)
-      max_steps   stop after this many updates (0: n_epochs full passes; with n_epochs=0 the run is
-                  max_steps updates long, as many epochs as that takes)
-      nonfinite   what a step whose loss or gradient norm is NaN/inf does; it is never applied:
-                  "raise" (default) stops training with FloatingPointError naming the step — the model
-                  then holds its parameters after the previous step (history ends there); "warn"
-                  (RuntimeWarning) or "skip" skip that step's update and go on (history marks it
-                  in "skipped")
-      val_data, eval_every   validation loss (mean per token) and accuracy every eval_every steps and
-                  at the end
-      patience    early stopping: stop when `patience` evaluations in a row did not lower the best
-                  validation loss by more than `min_delta` (default 0); None (default): never
-      restore_best  at the end, give the model the parameters of the best evaluation (θ is copied at
-                  each new best; an end by Ctrl-C or an exception restores nothing). Both need val_data;
-                  the outcome is in history ("best_step", "best_val_loss", "stopped_early",
+    Options: those of the core's schema, listed at the end (one declaration each, in train_options.cpp: name,
+    default, range, meaning; TypeError / ValueError naming a bad one when the trainer is made), and Python's:
+      betas       (β₁, β₂) of optimizer="adam" (the schema's beta1, beta2)
+      val_data    validation data: loss (mean per token) and accuracy every eval_every steps and at the end;
+                  early stopping's outcome is in history ("best_step", "best_val_loss", "stopped_early",
                   "restored_best") and the state to resume from in `trainer.early_stopping`
       callback    called after each step with a dict (step, epoch, loss, lr, grad_norm, tokens,
                   val_loss, val_accuracy); returning False stops training
@@ -373,14 +304,11 @@ class DTraining(_Trainer):
                   given the same model and the whole data: every rank draws the same minibatch, takes its
                   contiguous slice, and the gradients are summed over the ranks, so each step equals the
                   single-process step; rank 0 alone shows the progress bar
-      dist_timeout   seconds a rank waits for the others (a group the trainer initialises; default 300)
-      sync_check_every  compare fingerprints of θ across the ranks every this many steps (default 100;
-                  0: at the start and the end only); a difference raises RuntimeError
       val_prefix_len  a prefix LM (mask="prefix", docs/variants.md V7): the prefix lengths of val_data (an int
                   or one per sequence), as the call's prefix_len for x_data: DTraining(...)(x_data, model,
                   prefix_len=p) trains on the predictions after each sequence's prefix only
     The history of every step is in `trainer.history` (see History); `trainer.data_parallel` holds the last
-    call's ranks and all-reduce figures (None: one process)."""
+    call's ranks and all-reduce figures (None: one process); `trainer.plan(x_data)` the steps a call takes."""
 
     _listing = "DTraining"
 
@@ -392,11 +320,10 @@ class DTraining(_Trainer):
 
     def __call__(self, x_data, model, prefix_len=None):
         return self._run(
-            lambda opt, hook, rec, es, dp: _core._dtraining(model, x_data, self._core_options(), opt, hook,
-                                                            self.val_data, rec, es, dp, prefix_len,
-                                                            self.val_prefix_len),
-            model, (x_data,) if prefix_len is None else (x_data, [np.atleast_1d(prefix_len)]),
+            _core._dtraining, (model, x_data), model,
+            (x_data,) if prefix_len is None else (x_data, [np.atleast_1d(prefix_len)]),
             (self.val_data,) if self.val_prefix_len is None else (self.val_data, [np.atleast_1d(self.val_prefix_len)]),
+            val_data=self.val_data, prefix_len=prefix_len, val_prefix_len=self.val_prefix_len,
         )
 
 
@@ -411,48 +338,21 @@ class ETraining(_Trainer):
     _listing = "ETraining"
 
     def __init__(self, n_epochs: int, eta: Optional[float] = None, p_mask: float = 0.15, *, val_data=None, **opts):
-        super().__init__(n_epochs, eta, **opts)
-        self.options["p_mask"] = p_mask
-        _core.check_training_options(self._core_options())
-        self.p_mask = float(p_mask)
+        super().__init__(n_epochs, eta, p_mask=p_mask, **opts)
+        self.p_mask = self.options["p_mask"]
         self.val_data = val_data
         self._check_early_stopping()
 
     def __call__(self, x_data, model):
-        return self._run(
-            lambda opt, hook, rec, es, dp: _core._etraining(model, x_data, self._core_options(), opt, hook,
-                                                            self.val_data, rec, es, dp),
-            model, (x_data,), (self.val_data,),
-        )
-
+        return self._run(_core._etraining, (model, x_data), model, (x_data,), (self.val_data,), val_data=self.val_data)
 
     def drawn_masks(self, x_data, model) -> list:
         """The masked sequences x̃ that lines 4–6 of this trainer draw when it runs on x_data: one list per step
-        (the x̃ of each sequence of the step's minibatch, in order), for every step the run takes. They come
-        from the trainer's own generator (seeded with `seed`, one uniform number per token; the native
-        function ETraining calls), not from the model, so they can be had before or after training, e.g. to
-        replay a run through reference.e_training. Needs shuffle=False: with shuffle=True the same generator
-        also draws the order, and the masks depend on it."""
-        if self.options["shuffle"]:
-            raise ValueError("drawn_masks needs shuffle=False (the shuffle draws from the same generator)")
-        seqs = [np.asarray(x).reshape(-1) for x in x_data]
-        if not seqs:
-            raise ValueError("x_data is empty")
-        B = int(self.options["batch_size"])
-        per_epoch = -(-len(seqs) // B)
-        total = self.n_epochs * per_epoch
-        if self.options["max_steps"]:
-            total = min(total, int(self.options["max_steps"]))
-        steps = [seqs[k % per_epoch * B:][:B] for k in range(total)]
-        visited = [x for batch in steps for x in batch]
-        flat = _core._mask_tokens(np.concatenate(visited), model.mask_token, self.p_mask, self.options["seed"])
-        out, i = [], 0
-        for batch in steps:
-            out.append([])
-            for x in batch:
-                out[-1].append(flat[i:i + len(x)])
-                i += len(x)
-        return out
+        (the x̃ of each sequence of the step's minibatch, in the minibatch's order: plan(x_data)'s
+        "sequences"), for every step the run takes. They come from the core's plan of the run (the trainer's
+        own generator, seeded with `seed`, which also draws the order when shuffling), not from the model, so
+        they can be had before or after training, e.g. to replay a run through reference.e_training."""
+        return [step["masked"] for step in self.plan(x_data, model)]
 
 
 class EDTraining(_Trainer):
@@ -472,8 +372,11 @@ class EDTraining(_Trainer):
 
     def __call__(self, z_data, x_data, model):
         zv, xv = self.val_data if self.val_data is not None else (None, None)
-        return self._run(
-            lambda opt, hook, rec, es, dp: _core._edtraining(model, z_data, x_data, self._core_options(), opt, hook,
-                                                             zv, xv, rec, es, dp),
-            model, (z_data, x_data), (zv, xv),
-        )
+        return self._run(_core._edtraining, (model, z_data, x_data), model, (z_data, x_data), (zv, xv), z_val=zv,
+                         x_val=xv)
+
+
+for _trainer in (DTraining, ETraining, EDTraining):  # the schema's options, with their defaults
+    if _trainer.__doc__:  # (None under python -OO)
+        _trainer.__doc__ = _trainer.__doc__.rstrip() + "\n\n    Options of the schema (name=default):\n" + "".join(
+            f"      {line}\n" for line in _core._TrainOptions.doc(_trainer._listing).splitlines())

@@ -1,4 +1,5 @@
-// The fast kernels of the optimizers against the scalar loops kept beside them (optim.hpp).
+// The fast kernels of the optimizers against the scalar loop written here, term by term as optim.hpp's header
+// comment writes Adam.
 #include "formal_transformers/optim.hpp"
 #include "testing.hpp"
 
@@ -10,6 +11,19 @@
 using namespace ft;
 
 namespace {
+// Adam's update of n entries, one element at a time (the reference the vectorised kernel is checked against).
+template <class T>
+void adam_update_naive(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n) {
+    for (index_t i = 0; i < n; ++i) {
+        T gi = g[i], th = theta[i];
+        if (c.coupled) gi += c.wd * th;                      // L2: g ← g + λθ
+        else th *= c.shrink;                                 // AdamW: θ ← θ(1 − ηλ)
+        M[i] = M[i] * c.b1 + (T(1) - c.b1) * gi;             // m ← β₁m + (1−β₁)g
+        V[i] = V[i] * c.b2 + (T(1) - c.b2) * gi * gi;        // v ← β₂v + (1−β₂)g²
+        theta[i] = th - c.step_size * (M[i] / (std::sqrt(V[i]) / c.bc2_sqrt + c.eps));  // θ ← θ − η m̂/(√v̂ + ε)
+    }
+}
+
 // Adam's vectorised update vs the naive loop: several steps on random θ, g (lengths that leave a scalar
 // tail), coupled and decoupled decay, within a few units in the last place.
 template <class T>

@@ -7,6 +7,7 @@
 #include "testing.hpp"
 
 #include <cmath>
+#include <limits>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -600,4 +601,27 @@ TEST(DataParallel, RejectsABadWorld) {
     EXPECT_THROW(DTraining<double>(m, data, o, sgd<double>(), {}, nullptr, nullptr, &dp), ValueError);
     dp.rank = 1;  // no sum
     EXPECT_THROW(DTraining<double>(m, data, o, sgd<double>(), {}, nullptr, nullptr, &dp), ValueError);
+}
+
+// The dropout counter ends at the steps done however training ends: a step refused as non-finite (its
+// loss_and_grad ran and drew masks) does not count, so a run resumed from there draws the masks of one
+// unbroken run; a whole run advances it by its steps.
+TEST(Training, DropoutCounterEndsAtTheStepsDone) {
+    ModelConfig c = small_d();
+    c.resid_dropout = 0.1;
+    DTransformer<double> m(c);
+    const Dataset data = cycle_data(5, 12);
+    TrainOptions o;
+    o.eta = 0.01;
+    o.shuffle = false;
+    m.dropout_step = 7;
+    DTraining<double>(m, data, o, sgd<double>(), {});
+    EXPECT_EQ(m.dropout_step, 7u + 5u);
+    // θ made NaN after step 2: step 3's loss is not finite and training stops before its update
+    EXPECT_THROW(DTraining<double>(m, data, o, sgd<double>(), [&](const StepInfo& s) {
+                     if (s.step == 2) m.store.theta()[0] = std::numeric_limits<double>::quiet_NaN();
+                     return true;
+                 }),
+                 NonFiniteError);
+    EXPECT_EQ(m.dropout_step, 12u + 2u);
 }

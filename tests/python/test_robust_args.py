@@ -64,8 +64,10 @@ CALLS = [
     (lambda v: ft.RMSNorm(v), "d_e", 1),
     (lambda v: ft._core._mask_tokens(np.array([1, 2]), v, 0.5, 0), "mask_token", None),
     (lambda v: ft._core._mask_tokens(np.array([1, 2]), 3, 0.5, v), "seed", 0),
-    (lambda v: ft.learning_rate({}, v, 10), "step", None),
-    (lambda v: ft.learning_rate({}, 1, v), "total", None),
+    (lambda v: ft.DTraining(v), "n_epochs", 0),
+    (lambda v: ft.ETraining(1, batch_size=v), "batch_size", 1),
+    (lambda v: ft.EDTraining(1, warmup=v), "warmup", 0),
+    (lambda v: ft.DTraining(1, seed=v), "seed", 0),
     (lambda v: tok().token_bytes(v), "id", None),
     (lambda v: ft.BPETokenizer.from_merges([(97, 98), (v, 98)]), "merges\\[1\\]\\[0\\]", 0),
     (lambda v: dm().attention_weights(v), "layer", None),
@@ -114,8 +116,8 @@ def test_below_the_range_names_it(call, name, lo):
 def test_numpy_integers_are_ints(call, name, lo):
     good = {"k": 2, "l_gen": 3, "max_batch": 2, "max_len": 3, "l_z": 3, "l_x": 2, "n_features": 4, "d_attn": 2,
             "n_blocks": 8, "head": 1, "window_blocks": 3, "n_global_blocks": 1, "n_random_blocks": 1, "block_size": 4,
-            "d_in": 2, "H": 2, "d_out": 2, "H_kv": 1, "n_vocab": 4, "d_e": 2, "mask_token": 3, "seed": 5, "step": 2,
-            "total": 10, "id": 1, "layer": 0, "seq": 0, "image_size": 4, "image_size\\[1\\]": 4, "patch_size": 2,
+            "d_in": 2, "H": 2, "d_out": 2, "H_kv": 1, "n_vocab": 4, "d_e": 2, "mask_token": 3, "seed": 5, "n_epochs": 2,
+            "batch_size": 2, "warmup": 3, "id": 1, "layer": 0, "seq": 0, "image_size": 4, "image_size\\[1\\]": 4, "patch_size": 2,
             "d_mlp": 8, "n_channels": 3, "merges\\[1\\]\\[0\\]": 32}[name]
     a, b = call(good), call(np.int32(good))
     call(np.uint8(good))

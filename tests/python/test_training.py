@@ -341,8 +341,20 @@ def test_etraining_drawn_masks_are_the_runs_masks():
     assert [len(b) for b in drawn2] == [3, 3, 1, 3, 3, 1, 3]
     tr2(data, m2)
     assert [int(sum((xt == mt).sum() for xt in b)) for b in drawn2] == tr2.history["tokens"]
-    with pytest.raises(ValueError, match="shuffle=False"):
-        ft.ETraining(1, 0.1, **quiet(shuffle=True)).drawn_masks(data, m2)
+    # shuffled, and a run counted in steps (n_epochs=0, max_steps): the plan's order and masks are the run's
+    m3 = emodel()
+    tr3 = ft.ETraining(0, 0.1, p_mask=0.4, **quiet(batch_size=2, shuffle=True, seed=3, max_steps=9))
+    plan = tr3.plan(data, m3)
+    assert len(plan) == 9 and [p["epoch"] for p in plan] == [0] * 4 + [1] * 4 + [2]
+    assert all(sorted(np.concatenate([p["sequences"] for p in plan[4 * e:4 * e + 4]])) == list(range(7)) for e in (0, 1))
+    for p in plan:
+        assert [len(xt) for xt in p["masked"]] == [len(data[n]) for n in p["sequences"]]
+        for xt, n in zip(p["masked"], p["sequences"]):
+            assert np.array_equal(xt[xt != mt], np.asarray(data[n])[xt != mt])
+    drawn3 = tr3.drawn_masks(data, m3)
+    assert len(drawn3) == 9 and all(all(np.array_equal(a, b) for a, b in zip(x, p["masked"])) for x, p in zip(drawn3, plan))
+    tr3(data, m3)
+    assert [int(sum((xt == mt).sum() for xt in p["masked"])) for p in plan] == tr3.history["tokens"]
 
 
 def test_edtraining_equals_reference_ed_training():
@@ -471,9 +483,49 @@ def test_history_lr_follows_warmup_and_schedule(kind, warmup):
     if kind != "constant":
         assert tr.history["lr"][-1] == pytest.approx(1e-4)  # min_lr at the last step
         assert all(a >= b for a, b in zip(tr.history["lr"][warmup:], tr.history["lr"][warmup + 1:]))
-    # ft.learning_rate gives the same values
-    opts = dict(n_epochs=2, eta=0.01, schedule=kind, warmup=warmup, min_lr=1e-4)
-    assert [ft.learning_rate(opts, s, total) for s in range(1, total + 1)] == pytest.approx(want, rel=1e-12)
+    # the plan of the run gives the same values, bit for bit
+    assert [p["lr"] for p in tr.plan(data)] == tr.history["lr"]
+
+
+def test_plan_gives_the_runs_minibatches():
+    """trainer.plan(x_data) is the core's plan the loop walks: replaying its sequences and η by hand (SGD,
+    shuffled minibatches, a cosine schedule, a run counted in steps) gives the run's θ."""
+    data = ragged(15, 5)
+    m, hand = dmodel(), dmodel()
+    tr = ft.DTraining(0, 0.2, **quiet(optimizer="sgd", batch_size=2, seed=4, schedule="cosine", warmup=2,
+                                      min_lr=0.01, max_steps=7))
+    plan = tr.plan(data)
+    tr(data, m)
+    assert [p["step"] for p in plan] == tr.history["step"] == list(range(1, 8))
+    assert [p["epoch"] for p in plan] == tr.history["epoch"]
+    assert [p["lr"] for p in plan] == tr.history["lr"]
+    assert [p["sequences"].tolist() for p in plan][:3] != [[0, 1], [2, 3], [4]]  # shuffled
+    for p in plan:
+        batch = [data[n] for n in p["sequences"]]
+        _, g = hand.loss_and_grad(batch)
+        sgd_by_hand(hand, g, p["lr"], 1.0 / len(batch))
+    assert_close(m, hand, 1e-12)
+    with pytest.raises(ValueError, match="empty"):
+        tr.plan([])
+
+
+def test_options_are_the_cores_schema():
+    """Every option is parsed once, by the core's schema: the trainer's options are the core's values (defaults
+    filled, patience off as None), an unknown or another listing's option is a TypeError naming it, and the
+    docstring lists every option with its default."""
+    tr = ft.DTraining(2, 0.01, batch_size=3, schedule="cosine")
+    assert tr.options["batch_size"] == 3 and tr.options["schedule"] == "cosine" and tr.options["patience"] is None
+    assert tr.options["clip"] == 0.0 and tr.options["shuffle"] is True and "p_mask" not in tr.options
+    assert ft.ETraining(1, 0.01, p_mask=0.25).options["p_mask"] == 0.25
+    for bad, exc in ((dict(bogus=1), TypeError), (dict(p_mask=0.2), TypeError), (dict(shuffle=1), TypeError),
+                     (dict(betas=(0.9, 1.0)), ValueError), (dict(weight_decay=-1.0), ValueError),
+                     (dict(clip=float("nan")), ValueError), (dict(sync_check_every=1.5), TypeError)):
+        name = "beta2" if "betas" in bad else next(iter(bad))
+        with pytest.raises(exc, match=name):
+            ft.DTraining(1, 0.01, **bad)
+    doc = ft._core._TrainOptions.doc("ETraining")
+    assert [line.split("=")[0] for line in doc.splitlines()] == [k for k in ft.ETraining(1).options]
+    assert "batch_size=1  " in doc and "p_mask=0.15  " in doc
 
 
 def test_schedule_lr_is_the_one_used_by_the_update():

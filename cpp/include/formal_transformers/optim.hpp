@@ -50,6 +50,10 @@ public:
     double lr;
 };
 
+// Adam's hyperparameters checked (ValueError naming the bad one): what Adam's constructor checks, for whoever
+// makes an Adam later (the Python trainers check their options with it). float32: ε must not round to 0.
+void check_adam(double lr, double beta1, double beta2, double eps, double weight_decay, bool float32 = false);
+
 template <class T>
 class Adam {
 public:
@@ -73,7 +77,7 @@ public:
 };
 
 // Adam's update of n entries (the loop of Adam::step), given the step's coefficients: a vectorised kernel
-// (xsimd) and the scalar loop kept beside it for the tests. Term by term as the header comment says.
+// (xsimd), term by term as the header comment says (tests/cpp/test_optim.cpp holds the scalar loop).
 template <class T>
 struct AdamCoefficients {
     T b1, b2, eps, wd;   // β₁, β₂, ε, λ
@@ -84,8 +88,6 @@ struct AdamCoefficients {
 };
 template <class T>
 void adam_update(const AdamCoefficients<T>& c, T* theta, T* m, T* v, const T* g, index_t n);
-template <class T>
-void adam_update_naive(const AdamCoefficients<T>& c, T* theta, T* m, T* v, const T* g, index_t n);
 // The same arithmetic without writing: true when every updated θ_i would be finite.
 template <class T>
 bool adam_update_finite(const AdamCoefficients<T>& c, const T* theta, const T* m, const T* v, const T* g, index_t n);

@@ -80,6 +80,13 @@
 
 namespace ft {
 
+// The trainers' options. Every option is declared once, in train_options.cpp's schema (name, type, default, range,
+// the listings that take it, what it does); from_options (the Python trainers' keyword arguments), check,
+// to_options and doc all read it. The last group is what the Python trainers add around the loop (the
+// optimizer they make, data parallelism); the C++ trainers take an optimizer object and a Replicas instead.
+enum class Listing { D, E, ED };  // Algorithms 13 (DTraining), 12 (ETraining), 11 (EDTraining)
+const char* listing_name(Listing l);  // "DTraining", "ETraining", "EDTraining"
+
 struct TrainOptions {
     index_t n_epochs = 1;
     double eta = 1e-3;              // η: the peak learning rate
@@ -100,7 +107,23 @@ struct TrainOptions {
     double min_delta = 0.0;         // an improvement lowers the best validation loss by more than this
     bool restore_best = false;      // at the end, θ ← the parameters of the best evaluation
     enum class NonFinite { Raise, Warn, Skip } nonfinite = NonFinite::Raise;  // see above
-    void check() const;             // ValueError naming a bad value
+    // the Python trainers' own: the optimizer they make (Adam: AdamW with weight_decay and betas; SGD: the
+    // listing's), and data parallelism (docs/data_parallel.md)
+    enum class Optimizer { Adam, SGD } optimizer = Optimizer::Adam;
+    double weight_decay = 0.0, beta1 = 0.9, beta2 = 0.999;
+    double dist_timeout = 300.0;
+    index_t sync_check_every = 100;
+
+    void check() const;             // ValueError naming a bad value (the schema's ranges, then Adam's own check)
+    // The options of `listing` from keyword arguments (OptionValue: config.hpp), checked: TypeError for an
+    // option the listing does not take or a value of the wrong type, ValueError for one out of range. eta
+    // None (or absent) is `optimizer_lr` when given (an optimizer object's lr: Python's eta=None), else 1e-3.
+    static TrainOptions from_options(Listing listing, const Options& keywords, const double* optimizer_lr = nullptr);
+    // Every option of `listing` with its value, in the schema's order and Python's notation of its type
+    // (patience 0: None; the enums by name).
+    Options to_options(Listing listing) const;
+    // One line per option of `listing`: "name=default  what it does" (the trainers' docstrings).
+    static std::string doc(Listing listing);
 };
 
 // NonFiniteError (optim.hpp): a step's loss or gradient norm is NaN or infinite, or its update would make θ
@@ -133,9 +156,28 @@ struct EarlyStopState {
     std::vector<T> last_theta;      // when restored: θ after the last step (what a resumed run continues from)
 };
 
-// The update rule (SGD or Adam, see optim.hpp): given the flat gradient and the step's η.
+// Line 6 of Algorithms 11–13, θ ← θ − η·∇loss(θ) or Adam's step: the trainers call `update(store, g, η)` with
+// the flat gradient and the step's η. Update is one of AdamRule<T>, SGDRule<T> (update_rule(optimizer) makes
+// them: called directly) or UpdateFn<T> (any other rule, through a std::function).
 template <class T>
 using UpdateFn = std::function<void(ParamStore<T>&, const T* g, double lr)>;
+template <class T>
+struct AdamRule {
+    Adam<T>* adam;
+    void operator()(ParamStore<T>& s, const T* g, double lr) const { adam->step(s, g, lr); }
+};
+template <class T>
+struct SGDRule {
+    void operator()(ParamStore<T>& s, const T* g, double lr) const { SGD<T>(lr).step(s, g); }
+};
+template <class T>
+AdamRule<T> update_rule(Adam<T>& adam) {
+    return {&adam};
+}
+template <class T>
+SGDRule<T> update_rule(const SGD<T>&) {
+    return {};
+}
 // Called after each step's update (and evaluation); return false to stop. With info.interrupted set it is
 // called only to record the step (no Python may run), and the interruption is re-thrown after it.
 using StepHook = std::function<bool(const StepInfo&)>;
@@ -173,20 +215,57 @@ struct Dataset {
 // η at step `step` (1-based) of `total`
 double learning_rate(const TrainOptions& o, index_t step, index_t total);
 
+// The plan of a run: lines 1–2 of Algorithms 11–13 with the options (epochs, shuffle, batch_size, max_steps,
+// n_epochs = 0 with max_steps > 0: as many epochs as max_steps needs), the η of each step, and the generator
+// the trainer draws the order from and then, in ETraining, each step's masks (lines 4–6: draw_masks). The
+// trainers walk it; Python reads it (trainer.plan, ETraining.drawn_masks), so the two cannot differ.
+class StepPlan {
+public:
+    StepPlan(const TrainOptions& o, index_t N_data);  // ValueError: N_data = 0, too many steps
+    // The next step (each epoch starts by drawing its order when shuffling): false at the end.
+    bool next();
+    index_t step() const { return step_; }          // 1-based
+    index_t epoch() const { return epoch_; }        // 0-based
+    index_t total() const { return total_; }        // the run's steps
+    const std::vector<index_t>& batch() const { return batch_; }  // the step's sequences, in order
+    double lr() const { return learning_rate(o_, o_.start_step + step_, o_.start_step + total_); }
+    Rng& rng() { return rng_; }
+
+private:
+    const TrainOptions& o_;
+    index_t N_, epochs_, total_, step_ = 0, epoch_ = -1, k_;
+    Rng rng_;
+    std::vector<index_t> order_, batch_;
+};
+// Lines 4–6 of Algorithm 12 for one step: the x̃ of the batch's sequences of `data`, concatenated in the batch's
+// order (x: the originals, the same layout), from the plan's generator.
+void draw_masks(const Dataset& data, const std::vector<index_t>& batch, index_t mask_token, double p_mask, Rng& rng,
+                std::vector<index_t>& x, std::vector<index_t>& x_tilde);
+
+// The whole plan of a run on `data` (Python's trainer.plan): each step's epoch, sequences and η, and with
+// mask_token >= 0 (ETraining) the x̃ that draw_masks gives it, concatenated in the batch's order.
+struct PlannedStep {
+    index_t step = 0, epoch = 0;
+    std::vector<index_t> batch;
+    double lr = 0;
+    std::vector<index_t> x_tilde;
+};
+std::vector<PlannedStep> plan_run(const TrainOptions& o, const Dataset& data, index_t mask_token = -1);
+
 // Algorithm 13
-template <class T>
-void DTraining(DTransformer<T>& model, const Dataset& data, const TrainOptions& o, const UpdateFn<T>& update,
+template <class T, class Update>
+void DTraining(DTransformer<T>& model, const Dataset& data, const TrainOptions& o, const Update& update,
                const StepHook& hook, const Dataset* val = nullptr, EarlyStopState<T>* early = nullptr,
                const Replicas<T>* replicas = nullptr);
 // Algorithm 12 (the originals x; the masking of lines 4–6 happens here, from the seeded Rng)
-template <class T>
-void ETraining(ETransformer<T>& model, const Dataset& data, const TrainOptions& o, const UpdateFn<T>& update,
+template <class T, class Update>
+void ETraining(ETransformer<T>& model, const Dataset& data, const TrainOptions& o, const Update& update,
                const StepHook& hook, const Dataset* val = nullptr, EarlyStopState<T>* early = nullptr,
                const Replicas<T>* replicas = nullptr);
 // Algorithm 11 (z_data and x_data: the same number of sequences)
-template <class T>
+template <class T, class Update>
 void EDTraining(EDTransformer<T>& model, const Dataset& z_data, const Dataset& x_data, const TrainOptions& o,
-                const UpdateFn<T>& update, const StepHook& hook, const Dataset* z_val = nullptr,
+                const Update& update, const StepHook& hook, const Dataset* z_val = nullptr,
                 const Dataset* x_val = nullptr, EarlyStopState<T>* early = nullptr,
                 const Replicas<T>* replicas = nullptr);
 
@@ -204,15 +283,6 @@ void check_optimizer_lr(double optimizer_lr, const TrainOptions& o);
 // predictions (a mean over none is 0). The one place both front-ends (the bindings, the C++ API) reduce.
 TrainOptions::Reduction parse_reduction(const std::string& name);
 double reduce_loss(double loss_sum, index_t scored, TrainOptions::Reduction r);
-// Line 6 of Algorithms 11–13 by an optimizer: Adam's step (its moments, the step's η), or SGD's θ ← θ − η g.
-template <class T>
-UpdateFn<T> update_rule(Adam<T>& adam) {
-    return [&adam](ParamStore<T>& s, const T* g, double lr) { adam.step(s, g, lr); };
-}
-template <class T>
-UpdateFn<T> update_rule(const SGD<T>&) {
-    return [](ParamStore<T>& s, const T* g, double lr) { SGD<T>(lr).step(s, g); };
-}
 template <class T, class Opt>
 void DTraining(DTransformer<T>& model, const std::vector<TokenIds>& data, const TrainOptions& o, Opt& opt,
                const StepHook& hook = nullptr) {

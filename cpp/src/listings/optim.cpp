@@ -18,6 +18,17 @@ void check_rate(double lr, const char* what) {
 }
 }  // namespace
 
+void check_adam(double lr, double beta1, double beta2, double eps, double weight_decay, bool float32) {
+    check_rate(lr, "Adam");
+    if (!(beta1 >= 0 && beta1 < 1)) throw ValueError("Adam: beta1 must be in [0, 1)");
+    if (!(beta2 >= 0 && beta2 < 1)) throw ValueError("Adam: beta2 must be in [0, 1)");
+    if (!(eps > 0) || !std::isfinite(eps) || (float32 && !(float(eps) > 0)))
+        throw ValueError("Adam: eps must be a finite number > 0 (and not 0 in " + std::string(float32 ? "float32" : "float64") +
+                         "), got " + std::to_string(eps) + " (eps = 0 makes 0/0 where a gradient entry is zero)");
+    if (!(weight_decay >= 0) || !std::isfinite(weight_decay))
+        throw ValueError("Adam: weight_decay must be a finite number >= 0, got " + std::to_string(weight_decay));
+}
+
 template <class T>
 SGD<T>::SGD(double lr_) : lr(lr_) {
     check_rate(lr, "SGD");
@@ -44,14 +55,7 @@ void SGD<T>::step(ParamStore<T>& store, const T* g, double lr_now) const {
 template <class T>
 Adam<T>::Adam(double lr_, double b1, double b2, double eps_, double wd, bool dec)
     : lr(lr_), beta1(b1), beta2(b2), eps(eps_), weight_decay(wd), decoupled(dec) {
-    check_rate(lr, "Adam");
-    if (!(beta1 >= 0 && beta1 < 1)) throw ValueError("Adam: beta1 must be in [0, 1)");
-    if (!(beta2 >= 0 && beta2 < 1)) throw ValueError("Adam: beta2 must be in [0, 1)");
-    if (!(eps > 0) || !std::isfinite(eps) || !(T(eps) > 0))
-        throw ValueError("Adam: eps must be a finite number > 0 (and not 0 in " + std::string(sizeof(T) == 4 ? "float32" : "float64") +
-                         "), got " + std::to_string(eps) + " (eps = 0 makes 0/0 where a gradient entry is zero)");
-    if (!(weight_decay >= 0) || !std::isfinite(weight_decay))
-        throw ValueError("Adam: weight_decay must be a finite number >= 0, got " + std::to_string(weight_decay));
+    check_adam(lr, beta1, beta2, eps, weight_decay, sizeof(T) == 4);
 }
 
 template <class T>
@@ -60,6 +64,10 @@ void Adam<T>::reset() {
     m = Vector<T>();
     v = Vector<T>();
 }
+
+// The update of n entries (below); Apply false: nothing written, the result says whether every new θ_i is finite.
+template <bool Apply, class T>
+bool adam_kernel(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n);
 
 template <class T>
 void Adam<T>::step(ParamStore<T>& store, const T* g, double lr_now) {
@@ -93,7 +101,7 @@ void Adam<T>::step(ParamStore<T>& store, const T* g, double lr_now) {
 #pragma omp parallel for reduction(& : ok) schedule(static) if (n > 32768)
         for (index_t k = 0; k < n_chunks; ++k) {
             const index_t i = r.first + k * chunk, w = std::min(chunk, r.second - i);
-            ok &= int(adam_update_finite<T>(c, theta + i, m.data() + i, v.data() + i, g + i, w));
+            ok &= int(adam_kernel<false>(c, theta + i, m.data() + i, v.data() + i, g + i, w));  // nothing written
         }
     }
     if (!ok) throw_nonfinite_update("Adam", eta);
@@ -103,7 +111,7 @@ void Adam<T>::step(ParamStore<T>& store, const T* g, double lr_now) {
 #pragma omp parallel for schedule(static) if (n > 32768)
         for (index_t k = 0; k < n_chunks; ++k) {
             const index_t i = r.first + k * chunk, w = std::min(chunk, r.second - i);
-            adam_update<T>(c, theta + i, m.data() + i, v.data() + i, g + i, w);
+            adam_kernel<true>(c, theta + i, m.data() + i, v.data() + i, g + i, w);
         }
     }
 }
@@ -121,11 +129,6 @@ inline bool adam_element(const AdamCoefficients<T>& c, T* theta, T* M, T* V, con
     th -= c.step_size * (m / denom);                            // θ ← θ − η m̂/(√v̂ + ε)
     if (Apply) M[i] = m, V[i] = v, theta[i] = th;
     return std::isfinite(th);
-}
-
-template <class T>
-void adam_update_naive(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n) {
-    for (index_t i = 0; i < n; ++i) adam_element<true>(c, theta, M, V, g, i);
 }
 
 // The same terms on xsimd batches (the scalar loop did not vectorise: std::sqrt's errno path). Apply false:
@@ -192,8 +195,6 @@ template class Adam<float>;
 template class Adam<double>;
 template void adam_update<float>(const AdamCoefficients<float>&, float*, float*, float*, const float*, index_t);
 template void adam_update<double>(const AdamCoefficients<double>&, double*, double*, double*, const double*, index_t);
-template void adam_update_naive<float>(const AdamCoefficients<float>&, float*, float*, float*, const float*, index_t);
-template void adam_update_naive<double>(const AdamCoefficients<double>&, double*, double*, double*, const double*, index_t);
 template bool adam_update_finite<float>(const AdamCoefficients<float>&, const float*, const float*, const float*, const float*, index_t);
 template bool adam_update_finite<double>(const AdamCoefficients<double>&, const double*, const double*, const double*, const double*, index_t);
 template double grad_norm<float>(const ParamStore<float>&, const float*);

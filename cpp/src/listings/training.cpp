@@ -11,27 +11,6 @@
 
 namespace ft {
 
-void TrainOptions::check() const {
-    if (n_epochs < 0) throw ValueError("n_epochs must be >= 0, got " + std::to_string(n_epochs));
-    if (!(eta >= 0) || !std::isfinite(eta)) throw ValueError("eta must be a finite number >= 0");
-    if (batch_size < 1) throw ValueError("batch_size must be >= 1, got " + std::to_string(batch_size));
-    if (warmup < 0) throw ValueError("warmup must be >= 0");
-    if (!(min_lr >= 0) || !std::isfinite(min_lr)) throw ValueError("min_lr must be a finite number >= 0");
-    if (!(clip >= 0) || std::isnan(clip)) throw ValueError("clip must be >= 0 (0: no clipping)");
-    if (max_steps < 0) throw ValueError("max_steps must be >= 0 (0: no limit)");
-    if (eval_every < 0) throw ValueError("eval_every must be >= 0");
-    if (start_step < 0) throw ValueError("start_step must be >= 0, got " + std::to_string(start_step));
-    if (!(p_mask > 0 && p_mask < 1)) throw ValueError("p_mask must be in (0, 1), got " + std::to_string(p_mask));
-    if (patience < 0) throw ValueError("patience must be >= 1 (0: no early stopping), got " + std::to_string(patience));
-    if (!(min_delta >= 0) || !std::isfinite(min_delta))
-        throw ValueError("min_delta must be a finite number >= 0, got " + std::to_string(min_delta));
-}
-
-TrainOptions::Reduction parse_reduction(const std::string& name) {
-    if (name == "sum") return TrainOptions::Reduction::Sum;
-    if (name == "mean") return TrainOptions::Reduction::Mean;
-    throw ValueError("reduction must be 'sum' (the listing's loss per sequence) or 'mean' (per token), got '" + name + "'");
-}
 double reduce_loss(double loss_sum, index_t scored, TrainOptions::Reduction r) {
     if (r == TrainOptions::Reduction::Sum) return loss_sum;
     return scored > 0 ? loss_sum / double(scored) : 0.0;
@@ -67,6 +46,59 @@ double learning_rate(const TrainOptions& o, index_t step, index_t total) {
 void mask_tokens(const index_t* x, index_t n, index_t mask_token, double p_mask, Rng& rng, index_t* x_tilde) {
     for (index_t t = 0; t < n; ++t)  // line 5: mask_token or x_n[t] with probability p_mask or 1 − p_mask
         x_tilde[t] = rng.uniform() < p_mask ? mask_token : x[t];
+}
+
+void draw_masks(const Dataset& data, const std::vector<index_t>& batch, index_t mask_token, double p_mask, Rng& rng,
+                std::vector<index_t>& x, std::vector<index_t>& x_tilde) {
+    x.clear();
+    for (index_t n : batch)  // line 3 for the minibatch
+        x.insert(x.end(), data.ids.begin() + data.s.begin(n), data.ids.begin() + data.s.begin(n) + data.s.len(n));
+    x_tilde.resize(x.size());
+    mask_tokens(x.data(), index_t(x.size()), mask_token, p_mask, rng, x_tilde.data());  // lines 4–6
+}
+
+StepPlan::StepPlan(const TrainOptions& o, index_t N_data) : o_(o), N_(N_data), rng_(o.seed) {
+    if (N_ <= 0) throw ValueError("x_data is empty: nothing to train on");
+    const index_t per_epoch = (N_ + o.batch_size - 1) / o.batch_size;
+    // n_epochs = 0 with max_steps > 0: as many epochs as max_steps needs (a run counted in steps)
+    epochs_ = o.n_epochs == 0 && o.max_steps > 0 ? (o.max_steps + per_epoch - 1) / per_epoch : o.n_epochs;
+    total_ = checked_mul(epochs_, per_epoch, "the number of training steps (n_epochs x steps per epoch)");
+    if (o.max_steps > 0) total_ = std::min(total_, o.max_steps);
+    order_.resize(std::size_t(N_));
+    std::iota(order_.begin(), order_.end(), index_t(0));
+    k_ = N_;
+}
+
+std::vector<PlannedStep> plan_run(const TrainOptions& o, const Dataset& data, index_t mask_token) {
+    o.check();
+    StepPlan plan(o, data.size());
+    std::vector<PlannedStep> steps;
+    std::vector<index_t> x;
+    while (plan.next()) {
+        poll();
+        PlannedStep p;
+        p.step = plan.step();
+        p.epoch = plan.epoch();
+        p.batch = plan.batch();
+        p.lr = plan.lr();
+        if (mask_token >= 0) draw_masks(data, p.batch, mask_token, o.p_mask, plan.rng(), x, p.x_tilde);
+        steps.push_back(std::move(p));
+    }
+    return steps;
+}
+
+bool StepPlan::next() {
+    if (step_ >= total_) return false;
+    if (k_ >= N_) {  // line 1: the next epoch, in a fresh order
+        if (++epoch_ >= epochs_) return false;
+        if (o_.shuffle)
+            for (index_t k = N_ - 1; k > 0; --k) std::swap(order_[std::size_t(k)], order_[std::size_t(rng_.below(std::uint64_t(k + 1)))]);
+        k_ = 0;
+    }
+    batch_.assign(order_.begin() + k_, order_.begin() + std::min(N_, k_ + o_.batch_size));  // line 2, B at a time
+    k_ += o_.batch_size;
+    ++step_;
+    return true;
 }
 
 namespace {
@@ -118,26 +150,6 @@ void check_single_input(const TrainOptions& o, const Replicas<T>* dp, const Data
     if (val) validate(Tokens{val->ids.data(), val->s}, c.n_vocab, c.l_max, "validation data");
     check_prefix(data, c, "x_data");
     if (val) check_prefix(*val, c, "validation data");
-}
-
-// θ − Δ stays finite for every update Δ with |Δ_i| ≤ step: every |θ_i| + step within half the type's range.
-// The caller passes η·max(‖∇‖, 10): SGD's |Δ_i| ≤ η‖∇‖, Adam's |Δ_i| is a few η at most (its m̂/√v̂ with
-// the usual betas). False also when θ already holds a NaN or inf.
-template <class T>
-bool update_fits(const ParamStore<T>& store, double step) {
-    const double limit = double(std::numeric_limits<T>::max()) / 2;
-    if (!(step <= limit)) return false;
-    const double room = limit - step;
-    // |θ_i| ≤ room ⇔ |θ_i| ≤ r, the largest T not above room (θ_i is a T): the same test in T, vectorised,
-    // on one thread (no parallel region: on a busy machine each one can wait for a descheduled partner)
-    T r = T(room);
-    if (double(r) > room) r = std::nextafter(r, T(0));
-    const T* th = store.theta();
-    const index_t n = store.size();
-    int ok = 1;
-#pragma omp simd reduction(& : ok)
-    for (index_t i = 0; i < n; ++i) ok &= int(std::abs(th[i]) <= r);  // false for NaN
-    return ok != 0;
 }
 
 // Early stopping (the listing in training.hpp) around the loop below: checks before any update, lines
@@ -200,87 +212,88 @@ private:
 // for the minibatch's items [lo, hi) (all of it in one process; this rank's slice with replicas), leaving
 // ∇(Σ_n loss_n) over them in store.grad() and returning their loss and the whole minibatch's scored count;
 // `evaluate(info)` fills the validation figures.
-template <class T, class Body, class Eval>
-void train_loop(ParamStore<T>& store, index_t N_data, const TrainOptions& o, const UpdateFn<T>& update,
-                const StepHook& hook, Body&& body, Eval&& evaluate, bool has_val, EarlyStopState<T>* state,
-                const Replicas<T>* dp) {
+// The model's dropout counter (transformers.hpp): step s of the plan draws its masks at d0 + s − 1 (each step's
+// loss_and_grad advances it by one), and however training ends the counter is left at d0 + the steps done, a
+// step cut short (Ctrl-C, a non-finite step refused) not counted: a run resumed from there draws the masks of
+// one unbroken run.
+struct DropoutCounter {
+    std::uint64_t& counter;
+    const std::uint64_t d0 = counter;
+    index_t done = 0;
+    ~DropoutCounter() { counter = d0 + std::uint64_t(done); }
+};
+
+template <class T, class Update, class Body, class Eval>
+void train_loop(ParamStore<T>& store, std::uint64_t& dropout_step, index_t N_data, const TrainOptions& o,
+                const Update& update, const StepHook& hook, Body&& body, Eval&& evaluate, bool has_val,
+                EarlyStopState<T>* state, const Replicas<T>* dp) {
     EarlyStopping<T> early(o, store, state, has_val);
     const index_t rank = dp ? dp->rank : 0, world = dp ? dp->world : 1;
-    const index_t B = o.batch_size;
-    const index_t per_epoch = (N_data + B - 1) / B;
-    // n_epochs = 0 with max_steps > 0: as many epochs as max_steps needs (a run counted in steps)
-    const index_t epochs = o.n_epochs == 0 && o.max_steps > 0 ? (o.max_steps + per_epoch - 1) / per_epoch : o.n_epochs;
-    index_t total = checked_mul(epochs, per_epoch, "the number of training steps (n_epochs x steps per epoch)");
-    if (o.max_steps > 0) total = std::min(total, o.max_steps);
-    Rng rng(o.seed);
-    std::vector<index_t> order(static_cast<std::size_t>(N_data));
-    std::iota(order.begin(), order.end(), index_t(0));
-    std::vector<index_t> batch;
-    index_t step = 0;
-    for (index_t epoch = 0; epoch < epochs && step < total; ++epoch) {  // line 1: for i ∈ [N_epochs]
-        if (o.shuffle)
-            for (index_t k = N_data - 1; k > 0; --k) std::swap(order[std::size_t(k)], order[std::size_t(rng.below(std::uint64_t(k + 1)))]);
-        for (index_t k = 0; k < N_data && step < total; k += B) {  // line 2: for n ∈ [N_data], B at a time
-            poll();
-            batch.assign(order.begin() + k, order.begin() + std::min(N_data, k + B));  // the same on every rank
-            const index_t nb = index_t(batch.size());
-            std::pair<double, index_t> ls =
-                body(batch, shard_begin(nb, rank, world), shard_begin(nb, rank + 1, world), rng);  // lines 3–5 (+ ∇)
-            if (world > 1) dp->sum(store.grad(), store.size(), &ls.first, 1);  // Σ over the ranks: the whole minibatch's
-            // the step's objective: mean over the batch of the listing's loss, or mean per scored token
-            T* g = store.grad();
-            const double s = o.reduction == TrainOptions::Reduction::Sum ? 1.0 / double(batch.size())
-                                                                         : (ls.second > 0 ? 1.0 / double(ls.second) : 0.0);
-            scale<T>(g, store.size(), T(s));
-            StepInfo info;
-            info.step = ++step;
-            info.epoch = epoch;
-            info.total_steps = total;
-            info.grad_norm = grad_norm(store, g);
-            info.lr = learning_rate(o, o.start_step + step, o.start_step + total);
-            info.loss = ls.second > 0 ? ls.first / double(ls.second) : 0.0;
-            // never apply a non-finite update: the loss and ‖∇‖ must be finite, and θ − η∇ must not overflow
-            const bool finite = std::isfinite(ls.first) && std::isfinite(info.grad_norm);
-            const double g_used = o.clip > 0 && info.grad_norm > o.clip ? o.clip : info.grad_norm;
-            auto refuse = [&](const std::string& why) {
-                if (o.nonfinite == TrainOptions::NonFinite::Raise)
-                    throw NonFiniteError(
-                        "training step " + std::to_string(o.start_step + step) + ": the loss is " +
-                        std::to_string(info.loss) + " and the gradient norm " + std::to_string(info.grad_norm) + " (" +
-                        why + "; η = " + std::to_string(info.lr) + " may be too large: lower eta, or set clip). "
-                        "No update was applied: the model holds its parameters after step " +
-                        std::to_string(o.start_step + step - 1) + " (its grads hold this step's gradient). "
-                        "nonfinite='skip' or 'warn' skips such steps instead.");
-                info.skipped = true;
-            };
-            if (!finite || !update_fits(store, info.lr * std::max(g_used, 10.0))) {
-                refuse(finite ? "the update η·‖∇‖ = " + std::to_string(info.lr * g_used) + " would overflow θ" : "not finite");
-            } else {
-                if (o.clip > 0 && info.grad_norm > o.clip) scale<T>(g, store.size(), T(o.clip / info.grad_norm));
-                try {
-                    update(store, g, info.lr);  // line 6: θ ← θ − η·∇loss(θ)  (or Adam)
-                    early.updated();
-                } catch (const NonFiniteUpdate&) {  // SGD and Adam: all or nothing, θ unchanged (optim.hpp)
-                    refuse("the optimizer's update would make θ non-finite");
-                }
+    StepPlan plan(o, N_data);
+    DropoutCounter dropout{dropout_step};
+    const index_t total = plan.total();
+    while (plan.next()) {  // lines 1–2: for i ∈ [N_epochs], for n ∈ [N_data], B at a time (the same on every rank)
+        poll();
+        const std::vector<index_t>& batch = plan.batch();
+        const index_t nb = index_t(batch.size()), step = plan.step();
+        std::pair<double, index_t> ls =
+            body(batch, shard_begin(nb, rank, world), shard_begin(nb, rank + 1, world), plan.rng());  // lines 3–5 (+ ∇)
+        if (world > 1) dp->sum(store.grad(), store.size(), &ls.first, 1);  // Σ over the ranks: the whole minibatch's
+        // the step's objective: mean over the batch of the listing's loss, or mean per scored token
+        T* g = store.grad();
+        const double s = o.reduction == TrainOptions::Reduction::Sum ? 1.0 / double(batch.size())
+                                                                     : (ls.second > 0 ? 1.0 / double(ls.second) : 0.0);
+        scale<T>(g, store.size(), T(s));
+        StepInfo info;
+        info.step = step;
+        info.epoch = plan.epoch();
+        info.total_steps = total;
+        info.grad_norm = grad_norm(store, g);
+        info.lr = plan.lr();
+        info.loss = ls.second > 0 ? ls.first / double(ls.second) : 0.0;
+        // never apply a non-finite update: the loss and ‖∇‖ must be finite, and so must the updated θ (the
+        // optimizer's own all-or-nothing check, optim.hpp)
+        const bool finite = std::isfinite(ls.first) && std::isfinite(info.grad_norm);
+        auto refuse = [&](const std::string& why) {
+            if (o.nonfinite == TrainOptions::NonFinite::Raise)
+                throw NonFiniteError(
+                    "training step " + std::to_string(o.start_step + step) + ": the loss is " +
+                    std::to_string(info.loss) + " and the gradient norm " + std::to_string(info.grad_norm) + " (" +
+                    why + "; η = " + std::to_string(info.lr) + " may be too large: lower eta, or set clip). "
+                    "No update was applied: the model holds its parameters after step " +
+                    std::to_string(o.start_step + step - 1) + " (its grads hold this step's gradient). "
+                    "nonfinite='skip' or 'warn' skips such steps instead.");
+            info.skipped = true;
+        };
+        if (!finite) {
+            refuse("not finite");
+        } else {
+            if (o.clip > 0 && info.grad_norm > o.clip) scale<T>(g, store.size(), T(o.clip / info.grad_norm));
+            try {
+                update(store, g, info.lr);  // line 6: θ ← θ − η·∇loss(θ)  (or Adam)
+                early.updated();
+            } catch (const NonFiniteUpdate&) {  // SGD and Adam: all or nothing, θ unchanged (optim.hpp)
+                refuse("the optimizer's update would make θ non-finite");
             }
-            info.tokens = ls.second;
-            bool stop = false;
-            if (has_val && ((o.eval_every > 0 && step % o.eval_every == 0) || step == total)) {  // ES line 2
-                try {
-                    evaluate(info);  // ES line 3
-                } catch (...) {  // Ctrl-C (however the poll hook signals it): θ already holds this step, record it
-                    info.val_loss = info.val_accuracy = -1;
-                    info.interrupted = true;
-                    if (hook) hook(info);
-                    throw;
-                }
-                stop = early.evaluated(info.val_loss, o.start_step + step);  // ES lines 4–10
+        }
+        info.tokens = ls.second;
+        bool stop = false;
+        if (has_val && ((o.eval_every > 0 && step % o.eval_every == 0) || step == total)) {  // ES line 2
+            try {
+                evaluate(info);  // ES line 3
+            } catch (...) {  // Ctrl-C (however the poll hook signals it): θ already holds this step, record it
+                info.val_loss = info.val_accuracy = -1;
+                info.interrupted = true;
+                dropout.done = step;
+                if (hook) hook(info);
+                throw;
             }
-            if ((hook && !hook(info)) || stop) {
-                early.finish();
-                return;
-            }
+            stop = early.evaluated(info.val_loss, o.start_step + step);  // ES lines 4–10
+        }
+        dropout.done = step;  // the step is done (recorded by the hook)
+        if ((hook && !hook(info)) || stop) {
+            early.finish();
+            return;
         }
     }
     early.finish();  // ES line 13
@@ -323,8 +336,8 @@ std::pair<double, index_t> empty_slice(M& model, index_t scored) {
 }  // namespace
 
 // ======================================== Algorithm 13 ================================================
-template <class T>
-void DTraining(DTransformer<T>& model, const Dataset& data, const TrainOptions& o, const UpdateFn<T>& update,
+template <class T, class Update>
+void DTraining(DTransformer<T>& model, const Dataset& data, const TrainOptions& o, const Update& update,
                const StepHook& hook, const Dataset* val, EarlyStopState<T>* early, const Replicas<T>* dp) {
     const ModelConfig& c = model.cfg;
     check_single_input(o, dp, data, val, c);
@@ -351,31 +364,34 @@ void DTraining(DTransformer<T>& model, const Dataset& data, const TrainOptions& 
             return model.loss(b.tokens(s), &sc, &co);
         });
     };
-    train_loop(model.store, data.size(), o, update, hook, body, evaluate, val != nullptr && val->size() > 0, early, dp);
+    train_loop(model.store, model.dropout_step, data.size(), o, update, hook, body, evaluate, val != nullptr && val->size() > 0, early, dp);
 }
 
 // ======================================== Algorithm 12 ================================================
-template <class T>
-void ETraining(ETransformer<T>& model, const Dataset& data, const TrainOptions& o, const UpdateFn<T>& update,
+template <class T, class Update>
+void ETraining(ETransformer<T>& model, const Dataset& data, const TrainOptions& o, const Update& update,
                const StepHook& hook, const Dataset* val, EarlyStopState<T>* early, const Replicas<T>* dp) {
     const ModelConfig& c = model.cfg;
     check_single_input(o, dp, data, val, c);  // (no prefix lengths: an ETransformer has no prefix mask)
     Batch b;
     Seqs s;
     std::vector<index_t> x_tilde, lens;
+    std::vector<index_t> x;
     auto body = [&](const std::vector<index_t>& batch, index_t lo, index_t hi, Rng& rng) {
-        b.clear();
-        for (index_t n : batch) b.add(data, n);  // line 3
-        x_tilde.resize(b.ids.size());
-        // lines 4–6 for the whole minibatch on every rank: the generator stays in step, the masks are one process's
-        mask_tokens(b.ids.data(), index_t(b.ids.size()), c.mask_token(), o.p_mask, rng, x_tilde.data());
+        // lines 3–6 for the whole minibatch on every rank: the generator stays in step, the masks are one process's
+        draw_masks(data, batch, c.mask_token(), o.p_mask, rng, x, x_tilde);
         index_t scored = 0;                      // line 7: |T̃|
         for (index_t v : x_tilde) scored += v == c.mask_token();
         if (lo == hi) return empty_slice(model, scored);
-        const index_t t0 = std::accumulate(b.lens.begin(), b.lens.begin() + lo, index_t(0));  // the slice's tokens
-        lens.assign(b.lens.begin() + lo, b.lens.begin() + hi);
+        index_t t0 = 0;  // the slice's first token
+        lens.clear();
+        for (index_t i = 0; i < hi; ++i) {
+            const index_t len = data.s.len(batch[std::size_t(i)]);
+            if (i < lo) t0 += len;
+            else lens.push_back(len);
+        }
         s = Seqs::from_lengths(lens);
-        const double loss = model.loss_and_grad(Tokens{x_tilde.data() + t0, s}, b.ids.data() + t0);  // lines 8–9 and ∇loss
+        const double loss = model.loss_and_grad(Tokens{x_tilde.data() + t0, s}, x.data() + t0);  // lines 8–9 and ∇loss
         return std::make_pair(loss, scored);
     };
     auto evaluate = [&](StepInfo& info) {
@@ -391,13 +407,13 @@ void ETraining(ETransformer<T>& model, const Dataset& data, const TrainOptions& 
             return model.loss(Tokens{x_tilde.data(), s}, b.ids.data(), &sc, &co);
         });
     };
-    train_loop(model.store, data.size(), o, update, hook, body, evaluate, val != nullptr && val->size() > 0, early, dp);
+    train_loop(model.store, model.dropout_step, data.size(), o, update, hook, body, evaluate, val != nullptr && val->size() > 0, early, dp);
 }
 
 // ======================================== Algorithm 11 ================================================
-template <class T>
+template <class T, class Update>
 void EDTraining(EDTransformer<T>& model, const Dataset& z_data, const Dataset& x_data, const TrainOptions& o,
-                const UpdateFn<T>& update, const StepHook& hook, const Dataset* z_val, const Dataset* x_val,
+                const Update& update, const StepHook& hook, const Dataset* z_val, const Dataset* x_val,
                 EarlyStopState<T>* early, const Replicas<T>* dp) {
     o.check();
     if (dp) dp->check();
@@ -445,14 +461,24 @@ void EDTraining(EDTransformer<T>& model, const Dataset& z_data, const Dataset& x
             return model.loss(bz.tokens(sz), bx.tokens(sx), &sc, &co);
         });
     };
-    train_loop(model.store, x_data.size(), o, update, hook, body, evaluate, x_val != nullptr && x_val->size() > 0, early, dp);
+    train_loop(model.store, model.dropout_step, x_data.size(), o, update, hook, body, evaluate, x_val != nullptr && x_val->size() > 0, early, dp);
 }
 
-template void DTraining<float>(DTransformer<float>&, const Dataset&, const TrainOptions&, const UpdateFn<float>&, const StepHook&, const Dataset*, EarlyStopState<float>*, const Replicas<float>*);
-template void DTraining<double>(DTransformer<double>&, const Dataset&, const TrainOptions&, const UpdateFn<double>&, const StepHook&, const Dataset*, EarlyStopState<double>*, const Replicas<double>*);
-template void ETraining<float>(ETransformer<float>&, const Dataset&, const TrainOptions&, const UpdateFn<float>&, const StepHook&, const Dataset*, EarlyStopState<float>*, const Replicas<float>*);
-template void ETraining<double>(ETransformer<double>&, const Dataset&, const TrainOptions&, const UpdateFn<double>&, const StepHook&, const Dataset*, EarlyStopState<double>*, const Replicas<double>*);
-template void EDTraining<float>(EDTransformer<float>&, const Dataset&, const Dataset&, const TrainOptions&, const UpdateFn<float>&, const StepHook&, const Dataset*, const Dataset*, EarlyStopState<float>*, const Replicas<float>*);
-template void EDTraining<double>(EDTransformer<double>&, const Dataset&, const Dataset&, const TrainOptions&, const UpdateFn<double>&, const StepHook&, const Dataset*, const Dataset*, EarlyStopState<double>*, const Replicas<double>*);
+// the update rules the trainers take (training.hpp)
+#define FT_TRAINERS(T, U)                                                                                            \
+    template void DTraining<T, U>(DTransformer<T>&, const Dataset&, const TrainOptions&, const U&, const StepHook&, \
+                                  const Dataset*, EarlyStopState<T>*, const Replicas<T>*);                          \
+    template void ETraining<T, U>(ETransformer<T>&, const Dataset&, const TrainOptions&, const U&, const StepHook&, \
+                                  const Dataset*, EarlyStopState<T>*, const Replicas<T>*);                          \
+    template void EDTraining<T, U>(EDTransformer<T>&, const Dataset&, const Dataset&, const TrainOptions&, const U&,  \
+                                   const StepHook&, const Dataset*, const Dataset*, EarlyStopState<T>*,              \
+                                   const Replicas<T>*);
+FT_TRAINERS(float, UpdateFn<float>)
+FT_TRAINERS(double, UpdateFn<double>)
+FT_TRAINERS(float, AdamRule<float>)
+FT_TRAINERS(double, AdamRule<double>)
+FT_TRAINERS(float, SGDRule<float>)
+FT_TRAINERS(double, SGDRule<double>)
+#undef FT_TRAINERS
 
 }  // namespace ft
