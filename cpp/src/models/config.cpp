@@ -248,7 +248,8 @@ void set_option(ModelConfig& c, const OptionSpec& o, const OptionValue& v) {
         case Kind::Real: c.*std::get<double ModelConfig::*>(o.field) = real_of(o, v); return;
         case Kind::AutoReal: {
             double x = 0;
-            if (!none && !((x = real_of(o, v)) > 0 && std::isfinite(x)))  // (inf: written null, read back as None)
+            if (!none && !((x = real_of(o, v)) > 0)) throw ValueError(std::string(o.name) + " must be > 0, got " + str_of(x));
+            if (!std::isfinite(x))  // (inf was written null, and read back as None: another model)
                 throw ValueError(std::string(o.name) + " must be a finite number > 0, got " + str_of(x));
             c.*std::get<double ModelConfig::*>(o.field) = x;
             return;
@@ -521,8 +522,8 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
             check_real(o, c.*std::get<double ModelConfig::*>(o.field));
         } else if (o.kind == Kind::AutoReal) {
             const double v = c.*std::get<double ModelConfig::*>(o.field);
-            if (!(v >= 0) || !std::isfinite(v))
-                throw ValueError(std::string(o.name) + " must be a finite number > 0 (or 0: the default), got " + str_of(v));
+            if (!(v >= 0)) throw ValueError(std::string(o.name) + " must be > 0 (or 0: the default), got " + str_of(v));
+            if (!std::isfinite(v)) throw ValueError(std::string(o.name) + " must be a finite number > 0, got " + str_of(v));
         }
     }
     if (arch == Arch::E && c.n_vocab < 4)
