@@ -46,12 +46,88 @@ def _torch_distributed(required: bool):
     return dist
 
 
-def env_world_size() -> int:
-    """WORLD_SIZE from the launcher's environment (torchrun sets it; 1 when absent)."""
+def _env_int(name: str, lo: int, hi: Optional[int] = None, what: str = "") -> int:
+    """The integer environment variable `name`, in [lo, hi) (hi None: no upper bound); ValueError naming the
+    variable and its value otherwise."""
+    raw = os.environ[name]
     try:
-        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+        v = int(raw)
     except ValueError:
-        raise ValueError(f"WORLD_SIZE must be an integer, got {os.environ.get('WORLD_SIZE')!r}") from None
+        raise ValueError(f"{name} must be an integer{what}, got {raw!r}") from None
+    if v < lo or (hi is not None and v >= hi):
+        bound = f">= {lo}" if hi is None else f"in [{lo}, {hi})"
+        raise ValueError(f"{name} must be {bound}{what}, got {raw!r}")
+    return v
+
+
+def env_world_size() -> int:
+    """WORLD_SIZE from the launcher's environment (torchrun sets it; 1 when absent); ValueError unless >= 1
+    (WORLD_SIZE=0 or -3 trained alone, silently)."""
+    if "WORLD_SIZE" not in os.environ:
+        return 1
+    return _env_int("WORLD_SIZE", 1, None, " (the number of ranks torchrun launched)")
+
+
+def check_launch_env() -> tuple[int, int, str, int]:
+    """torchrun's environment, checked before any connection is tried: (RANK, WORLD_SIZE, MASTER_ADDR,
+    MASTER_PORT). RuntimeError when one is missing, ValueError naming the variable and its value when it is
+    out of range (RANK >= WORLD_SIZE gave torch's own store error after seconds)."""
+    world = env_world_size()
+    missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        raise RuntimeError(f"WORLD_SIZE={os.environ['WORLD_SIZE']} but {', '.join(missing)} not set: launch "
+                           "with torchrun, or call torch.distributed.init_process_group yourself")
+    rank = _env_int("RANK", 0, world, f" (this process's rank among WORLD_SIZE={world})")
+    if "LOCAL_WORLD_SIZE" in os.environ:
+        local_world = _env_int("LOCAL_WORLD_SIZE", 1, world + 1, f" (ranks on this machine, at most WORLD_SIZE={world})")
+        if "LOCAL_RANK" in os.environ:
+            _env_int("LOCAL_RANK", 0, local_world, f" (this process's rank on its machine, LOCAL_WORLD_SIZE={local_world})")
+    elif "LOCAL_RANK" in os.environ:
+        _env_int("LOCAL_RANK", 0, world, f" (this process's rank on its machine, WORLD_SIZE={world})")
+    addr = os.environ["MASTER_ADDR"]
+    if not addr.strip():
+        raise ValueError(f"MASTER_ADDR must name rank 0's host, got {addr!r}")
+    port = _env_int("MASTER_PORT", 1, 65536, " (the rendezvous port, 1 … 65535)")
+    return rank, world, addr, port
+
+
+_joins = 0  # the process groups this module initialised: the join keys of each are its own
+
+
+def _join(dist, timeout: float):
+    """Rendezvous from torchrun's environment, every rank checked in by name: rank 0 (or torchrun's agent) hosts
+    the store, each rank writes its key and waits for the others' within `timeout` seconds; a rank missing at the
+    deadline is named (torch's own store error named none, after seconds, with C++ frames). Returns (store,
+    rank, world) for init_process_group."""
+    global _joins
+    rank, world, addr, port = check_launch_env()
+    _joins += 1
+    td = timedelta(seconds=timeout)
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # torchrun's agent hosts it (as torch's env://)
+    try:
+        store = dist.TCPStore(addr, port, world, is_master=rank == 0 and not agent, timeout=td,
+                              wait_for_workers=False, multi_tenant=True)
+    except Exception as e:  # no store to connect to within the timeout: its host did not join
+        host = "torchrun's agent" if agent else "rank 0"
+        raise RuntimeError(f"data parallel, rank {rank} of {world}: {host} did not join within {timeout:g} s "
+                           f"(no rendezvous at MASTER_ADDR:MASTER_PORT = {addr}:{port}; {type(e).__name__}: "
+                           f"{str(e).strip().splitlines()[0][:200] if str(e).strip() else ''})") from None
+    key = f"formal_transformers/join/{_joins}/"
+    store.set(key + str(rank), "1")
+    deadline = time.monotonic() + timeout
+    missing = [r for r in range(world) if r != rank]
+    while time.monotonic() < deadline:
+        try:
+            missing = [r for r in missing if not store.check([key + str(r)])]
+        except Exception:  # the store's host reached its deadline first and left: the same ranks are missing
+            break
+        if not missing:
+            return store, rank, world
+        time.sleep(0.02)
+    who = ", ".join(map(str, missing))
+    raise RuntimeError(f"data parallel, rank {rank} of {world}: rank{'s' if len(missing) > 1 else ''} {who} did not "
+                       f"join within {timeout:g} s (dist_timeout; rendezvous at {addr}:{port}): start every rank with "
+                       "the same WORLD_SIZE, MASTER_ADDR and MASTER_PORT")
 
 
 def _destroy_if_initialized(dist) -> None:
@@ -77,11 +153,8 @@ def find_group(process_group: Any, timeout: float):
         if not dist.is_initialized():
             if env_world_size() == 1:
                 return None, None
-            missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
-            if missing:
-                raise RuntimeError(f"WORLD_SIZE={os.environ['WORLD_SIZE']} but {', '.join(missing)} not set: launch "
-                                   "with torchrun, or call torch.distributed.init_process_group yourself")
-            dist.init_process_group("gloo", timeout=timedelta(seconds=timeout))
+            store, rank, world = _join(dist, timeout)
+            dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=timeout))
             # the group this module made is also ended by it, before the interpreter's teardown (a gloo group
             # left to the teardown can abort the process at exit: "terminate called without an active exception")
             atexit.register(_destroy_if_initialized, dist)

@@ -90,6 +90,24 @@ def test_any_batch_size_same_tokens(max_batch):
     assert inf.max_batch == max_batch and "max_batch=" + str(max_batch) in repr(inf)
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_reused_pages_out_of_order_and_crossing_a_page_boundary(dtype):
+    """Pages of finished sequences reused by later ones, not adjacent in the pool, and generation crossing a page
+    boundary, with the causal mask: the tokens of one-by-one decoding. With max_batch = 2 and pages of 16 tokens
+    the pool starts with the 4 pages A and B need (36 and 7 tokens; pages acquired in order 0, 1, 2, 3): A holds
+    pages [0, 1, 3], B [2]; both finish together and are released, A's then B's (free list [0, 1, 3, 2], taken
+    from its end). C (14 + 6 tokens) takes page 2, D (20 + 6) pages 3 and 1, then C's generation crosses token 16
+    into page 0: C's table is [2, 0] and D's [3, 1], every page another sequence's, none adjacent to its
+    predecessor."""
+    m = ft.DTransformer(V, 40, 2, 2, 16, 32, dtype=dtype, seed=2)
+    randomize(m, 11)
+    r = np.random.default_rng(5)
+    prompts = [r.integers(0, V, k) for k in (30, 1, 14, 20)]  # A, B, C, D
+    for sampling in (dict(tau=0.0), dict(tau=1.0, seed=1), dict(tau=1.0, seed=2)):
+        inf = ft.DInference(6, max_batch=2, **sampling)
+        assert same(inf(prompts, m), one_by_one(inf, prompts, m)), sampling
+
+
 @pytest.mark.parametrize("context", ["window", "full"])
 def test_context_past_l_max(context):
     """Past ℓ_max: 'window' refills from the last ℓ_max tokens (alone), 'full' keeps adding pages (RoPE)."""

@@ -207,6 +207,55 @@ def test_options_are_checked():
     assert t.data_parallel is None and len(t.history["step"]) == 1
 
 
+@pytest.mark.parametrize("env,match", [
+    (dict(WORLD_SIZE="0"), r"WORLD_SIZE must be >= 1 .*got '0'"),
+    (dict(WORLD_SIZE="-3"), r"WORLD_SIZE must be >= 1 .*got '-3'"),
+    (dict(WORLD_SIZE="two"), r"WORLD_SIZE must be an integer .*got 'two'"),
+    (dict(RANK="2"), r"RANK must be in \[0, 2\) .*got '2'"),
+    (dict(RANK="-1"), r"RANK must be in \[0, 2\) .*got '-1'"),
+    (dict(RANK="1.0"), r"RANK must be an integer .*got '1.0'"),
+    (dict(MASTER_PORT="70000"), r"MASTER_PORT must be in \[1, 65536\) .*got '70000'"),
+    (dict(MASTER_PORT="0"), r"MASTER_PORT must be in \[1, 65536\) .*got '0'"),
+    (dict(MASTER_ADDR=" "), r"MASTER_ADDR must name rank 0's host"),
+    (dict(LOCAL_RANK="5"), r"LOCAL_RANK must be in \[0, 2\) .*got '5'"),
+    (dict(LOCAL_WORLD_SIZE="3"), r"LOCAL_WORLD_SIZE must be in \[1, 3\) .*got '3'"),
+])
+def test_torchrun_environment_is_checked_before_any_connection(monkeypatch, env, match):
+    """WORLD_SIZE=0 or -3 trained alone without a word; RANK >= WORLD_SIZE waited 6–14 s for torch's own store
+    error: every variable is checked first, ValueError naming it and its value, at once."""
+    base = dict(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    for k, v in {**base, **env}.items():
+        monkeypatch.setenv(k, v)
+    m, (x,) = W.model_and_data("D")
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match=match):
+        ft.DTraining(1, 0.1, batch_size=5, progress=False, dist_timeout=30)(x, m)
+    assert time.monotonic() - t0 < 5 and not torch.distributed.is_initialized()
+
+
+MISSING_PEER = ("import numpy as np, formal_transformers as ft\n"
+                "m = ft.DTransformer(11, 8, 1, 1, 4, 8, dtype='float64')\n"
+                "ft.DTraining(1, 0.01, batch_size=2, progress=False, dist_timeout=2)([np.arange(5) % 11] * 2, m)\n")
+
+
+@pytest.mark.parametrize("world,present,missing", [(2, [0], "rank 1 did not join"), (3, [0, 2], "rank 1 did not join"),
+                                                   (3, [0], "ranks 1, 2 did not join"), (2, [1], "rank 0 did not join")])
+def test_a_missing_peer_is_named_within_the_timeout(world, present, missing):
+    """A rank that never starts: the ranks that did raise an error naming it after dist_timeout (2 s), not torch's
+    store error with C++ frames."""
+    port = _free_port()
+    t0 = time.monotonic()
+    procs = [subprocess.Popen([sys.executable, "-c", MISSING_PEER], env=_env(r, world, port), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in present]
+    outs = _finish(procs, 120)
+    for r, p, (o, e) in zip(present, procs, outs):
+        assert p.returncode != 0
+        last = e.strip().splitlines()[-1]
+        assert last.startswith("RuntimeError: data parallel, rank %d of %d: " % (r, world)), e[-3000:]
+        assert missing in last and "within 2 s" in last, last
+    assert time.monotonic() - t0 < 60
+
+
 # ------------------------------------------------------------------------------------------------ the CLI
 TEXT = "the quick brown fox jumps over the lazy dog. " * 40
 SMALL = ["--text", "t.txt", "--out", "run", "--context", "16", "--layers", "1", "--heads", "2", "--d-e", "16",

@@ -12,7 +12,7 @@ import pytest
 
 import formal_transformers as ft
 from formal_transformers import reference as ref
-from conftest import TOL, assert_grads_match_fd, randomize_theta, rel_err
+from conftest import TOL, assert_grads_match_fd, numeric_grad, randomize_theta, rel_err
 
 SIZES = dict(n_vocab=17, l_max=12, L_enc=2, L_dec=2, H=3, d_e=12, d_mlp=16)
 
@@ -49,6 +49,55 @@ def test_buckets_equal_hugging_face_t5(num_buckets, max_distance):
     assert [ref.relative_bucket(-n, False, 32, 128) for n in range(16)] == list(range(16))
     assert all(ref.relative_bucket(n, False, 32, 128) == 0 for n in range(1, 50))
     assert ref.relative_bucket(3, True, 32, 128) == 16 + 3 and ref.relative_bucket(-3, True, 32, 128) == 3
+
+
+def _buckets_hit(l, N_b, d_max):
+    """The buckets V11 gives the offsets of an ℓ-token encoder (bidirectional, r in ±(ℓ−1)) and decoder (causal)."""
+    r = range(-(l - 1), l)
+    return ({ref.relative_bucket(v, True, N_b, d_max) for v in r},
+            {ref.relative_bucket(v, False, N_b, d_max) for v in r})
+
+
+@pytest.mark.parametrize("N_b,d_max", [(8, 6), (10, 9), (12, 7)])
+def test_log_spaced_buckets_in_both_directions(N_b, d_max):
+    """Sequences long enough that every stack's offsets reach line 5's log-spaced buckets and the last one (past
+    d_max) on both sides of the encoder and in the causal decoder: the buckets equal Hugging Face's T5 function,
+    and the core's forward, loss gradient of the tables and cached decoding equal reference.py (float64 1e-12)."""
+    torch = pytest.importorskip("torch")
+    from transformers.models.t5.modeling_t5 import T5Attention
+    l = 12
+    enc, dec = _buckets_hit(l, N_b, d_max)
+    N = N_b // 2
+    m_enc, m_dec = N // 2, N_b // 2
+    # the encoder: the log-spaced buckets and the last bucket for keys before (0 … N−1) and after (N … 2N−1) the
+    # query; the decoder: those of keys before it (keys after are bucket 0)
+    for lo, last in ((m_enc, N - 1), (N + m_enc, 2 * N - 1)):
+        assert last in enc and any(lo <= k < last for k in enc), (lo, last, enc)
+    assert N_b - 1 in dec and any(m_dec <= k < N_b - 1 for k in dec), dec
+    r = np.arange(-(l - 1), l)
+    for bidirectional in (True, False):
+        hf = T5Attention._relative_position_bucket(torch.tensor(r), bidirectional=bidirectional, num_buckets=N_b,
+                                                   max_distance=d_max).numpy()
+        assert list(hf) == [ref.relative_bucket(int(v), bidirectional, N_b, d_max) for v in r]
+    model = ft.EDTransformer(17, l, 2, 2, 2, 8, 8, positional="relative", relative_buckets=N_b,
+                             relative_max_distance=d_max, dtype="float64", seed=1)
+    theta = randomize(model, np.random.default_rng(N_b))
+    rng = np.random.default_rng(d_max)
+    z, x = rng.integers(0, 15, l), rng.integers(0, 15, l)
+    want = ref.ed_transformer(z, x, theta, **hp(model))
+    assert rel_err(model(z, x), want) <= 1e-12
+    # the tables' gradients (V11's backward: dS summed into each bucket) against central differences
+    _, grads = model.loss_and_grad(z, x)
+    for name, hit in (("enc.rel_bias", enc), ("dec.rel_bias", dec)):
+        fd = numeric_grad(lambda: model.loss(z, x), model.params[name])
+        assert rel_err(grads[name], fd) <= 1e-6, name
+        assert set(np.flatnonzero(np.abs(grads[name]).sum(axis=1) > 1e-12)) == hit, name  # the buckets used
+    # cached decoding: the decoder's query at q0 > 0 against the cached keys, to l_max tokens
+    bos, eos = 15, 16
+    want = ref.ed_inference(z, lambda zz, xx: ref.ed_transformer(zz, xx, theta, **hp(model)), tau=0.0,
+                            bos_token=bos, eos_token=eos, max_len=l)
+    assert len(want) == l  # (no eos before l_max: every offset reached)
+    assert list(ft.EDInference(0.0, cache=True)(z, model)) == list(want)
 
 
 def test_bias_equals_hugging_face_compute_bias():

@@ -57,9 +57,15 @@ struct RandomFeatures {
     AttnKernel kind = AttnKernel::Performer;
     index_t D = 0, d = 0;
     Matrix<T> Omega;  // [D, d]
-    // rows of φ(x): D (performer) or 2D (rfa: sin and cos)
+    // rows of φ(x): D (performer) or 2D (rfa: sin and cos); check_n_features bounds 2D
     index_t M() const { return kind == AttnKernel::RFA ? 2 * D : D; }
 };
+
+// V15's one rule for n_features, called by the config's resolve and by the part's factory (and by the draw)
+// before anything is drawn: D >= 1, d_attn >= 1, and Ω of `attentions` attentions (D × d_attn elements of
+// elem_size bytes each) with the draw's D × d_attn doubles within sizes.hpp's bound (overflow-checked). ValueError
+// naming n_features. Returns M, the rows of φ(x): D (performer) or 2D (rfa).
+index_t check_n_features(AttnKernel kind, index_t D, index_t d_attn, index_t attentions, std::size_t elem_size);
 
 // V15a: Ω drawn from `seed` and the attention's name (its parameter prefix, e.g. "layers.0.attn."), so every
 // layer draws its own features and the same seed redraws the same ones. ValueError: D < 1, d < 1, kind Softmax.

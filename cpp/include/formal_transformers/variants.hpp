@@ -66,6 +66,11 @@ std::vector<double> alibi_slopes(index_t H);
 // Algorithm V11 (T5's relative position buckets, variants/relative_bias.cpp): the bucket of the offset r = t_z − t_x
 // among num_buckets (halved per direction when bidirectional), log-spaced up to max_distance.
 index_t relative_bucket(index_t r, bool bidirectional, index_t num_buckets, index_t max_distance);
+// V11's one rule for its options, called by the config's resolve (once per direction of the model's stacks) and by
+// the part's factory: line 3's m = N/2 must be >= 1 (N = num_buckets/2 bidirectional, num_buckets causal: so
+// num_buckets >= 4, resp. >= 2) and max_distance > m (line 5 divides by ln(d_max/m): at d_max = m by 0, below m the
+// log-spaced buckets run backwards, below 0). ValueError naming relative_buckets or relative_max_distance.
+void check_relative_buckets(index_t num_buckets, index_t max_distance, bool bidirectional);
 
 // SiLU, element-wise (V4's φ, variants/gated_mlp.cpp): y = x σ(x) (x, y may alias); dx = SiLU′(x) ⊙ dy (dx, dy may alias).
 template <class T>

@@ -37,7 +37,9 @@ struct ViTConfig {
     index_t patch_dim() const { return n_channels * patch * patch; }
 };
 // ValueError naming the option unless every size is positive, P divides H_img and W_img, H divides d_e,
-// eps >= 0 and init_std > 0.
+// eps >= 0 and init_std > 0; ValueError naming the sizes when the patch count N or C·P² overflows, or the whole
+// model (a lower bound on θ and its gradient, as check_model_size) exceeds sizes.hpp's bound: before any layer.
+// n_patches() and patch_dim() are safe after it.
 void check(const ViTConfig& c);
 
 template <class T>

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "formal_transformers/dropout.hpp"
+#include "formal_transformers/random_features.hpp"
 #include "formal_transformers/sizes.hpp"
 
 namespace ft {
@@ -248,6 +249,8 @@ void set_option(ModelConfig& c, const OptionSpec& o, const OptionValue& v) {
         case Kind::AutoReal: {
             double x = 0;
             if (!none && !((x = real_of(o, v)) > 0)) throw ValueError(std::string(o.name) + " must be > 0, got " + str_of(x));
+            if (!std::isfinite(x))  // (inf was written null, and read back as None: another model)
+                throw ValueError(std::string(o.name) + " must be a finite number > 0, got " + str_of(x));
             c.*std::get<double ModelConfig::*>(o.field) = x;
             return;
         }
@@ -520,6 +523,7 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
         } else if (o.kind == Kind::AutoReal) {
             const double v = c.*std::get<double ModelConfig::*>(o.field);
             if (!(v >= 0)) throw ValueError(std::string(o.name) + " must be > 0 (or 0: the default), got " + str_of(v));
+            if (!std::isfinite(v)) throw ValueError(std::string(o.name) + " must be a finite number > 0, got " + str_of(v));
         }
     }
     if (arch == Arch::E && c.n_vocab < 4)
@@ -553,14 +557,8 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
     if (arch != Arch::D && rope_alibi) throw ValueError("positional='rope' and 'alibi' are DTransformer options");
     if (arch != Arch::ED && c.positional == Positional::Relative)
         throw ValueError("positional='relative' (T5's relative position bias, V11) is an EDTransformer option");
-    if (c.positional == Positional::Relative) {
-        if (c.relative_buckets < 4)
-            throw ValueError("relative_buckets must be >= 4 (the encoder's buckets are halved for the two directions), got " +
-                             std::to_string(c.relative_buckets));
-        if (c.relative_max_distance <= c.relative_buckets / 2)
-            throw ValueError("relative_max_distance must be > relative_buckets / 2 = " + std::to_string(c.relative_buckets / 2) +
-                             " (the log-spaced buckets run from there to it), got " + std::to_string(c.relative_max_distance));
-    }
+    if (c.positional == Positional::Relative)  // V11 (relative_bias.cpp): the encoder's buckets, then the decoder's
+        for (bool bidirectional : {true, false}) check_relative_buckets(c.relative_buckets, c.relative_max_distance, bidirectional);
     if (arch == Arch::E && c.mlp != ModelConfig::Mlp::Standard)
         throw ValueError("mlp='swiglu' and mlp='geglu' are DTransformer and EDTransformer options");
     if (c.positional == Positional::Rope && c.kv_lora_rank == 0 && c.d_attn % 2 != 0)
@@ -610,6 +608,7 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
         const std::string k = c.attention == AttnKernel::Performer ? "'performer'" : "'rfa'";
         if (c.n_features == 0)  // None: ⌈d_attn ln d_attn⌉, at least d_attn (Performer's D = Θ(d log d))
             c.n_features = std::max<index_t>(c.d_attn, index_t(std::ceil(double(c.d_attn) * std::log(double(c.d_attn)))));
+        check_n_features(c.attention, c.n_features, c.d_attn, c.L, sizeof(float));  // V15's sizes: one rule with the part
         if (c.positional == Positional::Alibi)
             throw ValueError("attention=" + k + " cannot add ALiBi's score bias (random features have no scores): "
                              "use positional='rope', 'learned' or 'sinusoidal'");

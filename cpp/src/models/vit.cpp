@@ -26,6 +26,26 @@ void check(const ViTConfig& c) {
         throw ValueError("d_e = " + std::to_string(c.d_e) + " is not divisible by H = " + std::to_string(c.H));
     if (!(c.eps >= 0) || !std::isfinite(c.eps)) throw ValueError("eps must be a finite number >= 0");
     if (!(c.init_std > 0) || !std::isfinite(c.init_std)) throw ValueError("init_std must be a finite number > 0");
+    // the whole model before any layer is declared (as check_model_size for the language models): N patches and
+    // C·P² values per patch overflow-checked, then a lower bound on θ: W_patch, W_p, x_class, W_c and per layer
+    // W_q, W_k, W_v, W_o (d_e × d_e each) and W_mlp1, W_mlp2, in float32, θ and gradient, and each layer's bookkeeping
+    const char* what = "ViT size";
+    const index_t N = checked_mul(c.image_h / c.patch, c.image_w / c.patch, "ViT: the patches (image_size / patch_size)²");
+    const index_t K = checked_count({c.n_channels, c.patch, c.patch}, "ViT: the values of a patch (n_channels·patch_size²)");
+    const index_t d = c.d_e;
+    const index_t layer = checked_add(checked_count({4, d, d}, what), checked_count({2, c.d_mlp, d}, what), what);
+    const index_t outer = checked_add(checked_add(checked_mul(d, K, what), checked_mul(d, checked_add(N, 2, what), what), what),
+                                      checked_mul(c.n_classes, d, what), what);
+    const index_t params = checked_add(outer, checked_mul(c.L, layer, what), what);
+    const index_t bytes = checked_add(checked_count({params, 2, index_t(sizeof(float))}, what),
+                                      checked_mul(c.L, kLayerOverhead, what), what);
+    if (std::uint64_t(bytes) > max_alloc_bytes())
+        throw_size_error(what, "image_size=(" + std::to_string(c.image_h) + ", " + std::to_string(c.image_w) + "), patch_size=" +
+                                   std::to_string(c.patch) + ", n_channels=" + std::to_string(c.n_channels) + ", n_classes=" +
+                                   std::to_string(c.n_classes) + ", L=" + std::to_string(c.L) + ", d_e=" + std::to_string(d) +
+                                   ", d_mlp=" + std::to_string(c.d_mlp) + " need at least " + std::to_string(params) +
+                                   " parameters (" + human_bytes((long double)bytes) + " with their gradients), which exceeds " +
+                                   "this machine's memory (" + human_bytes((long double)max_alloc_bytes()) + ")");
 }
 
 namespace {

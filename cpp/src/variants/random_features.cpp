@@ -10,6 +10,7 @@
 
 #include "formal_transformers/attention.hpp"
 #include "formal_transformers/blas.hpp"
+#include "formal_transformers/sizes.hpp"
 
 namespace ft {
 
@@ -53,7 +54,7 @@ Scratch<T>& scratch() {
 }
 template <class T>
 MatView<T> sized(std::vector<T>& v, index_t rows, index_t cols) {
-    const std::size_t n = std::size_t(std::max<index_t>(rows * cols, 1));
+    const std::size_t n = std::size_t(std::max<index_t>(checked_elements({rows, cols}, sizeof(T), "random features"), 1));
     if (v.size() < n) v.resize(n);
     return MatView<T>(v.data(), rows, cols);
 }
@@ -63,15 +64,31 @@ T* zeroed(std::vector<T>& v, index_t n) {
     std::fill(v.data(), v.data() + n, T(0));
     return v.data();
 }
+const char* kernel_name(AttnKernel kind) { return kind == AttnKernel::Performer ? "performer" : "rfa"; }
 }  // namespace
+
+index_t check_n_features(AttnKernel kind, index_t D, index_t d_attn, index_t attentions, std::size_t elem_size) {
+    const std::string k = kernel_name(kind);
+    if (D < 1)
+        throw ValueError("n_features = " + std::to_string(D) + " must be >= 1 (the number D of random features of attention='" +
+                         k + "')");
+    if (d_attn < 1) throw ValueError("random features: d_attn must be >= 1");
+    const std::string what = "n_features = " + std::to_string(D) + " (attention='" + k + "': Ω is n_features × d_attn = " +
+                             std::to_string(D) + " × " + std::to_string(d_attn) + " per attention, " +
+                             std::to_string(attentions) + " attentions)";
+    const index_t per = checked_mul(D, d_attn, what.c_str());                    // one Ω
+    const index_t bytes = checked_mul(per, checked_add(checked_mul(attentions, index_t(elem_size), what.c_str()),
+                                                       index_t(sizeof(double)), what.c_str()), what.c_str());  // + the draw
+    check_bytes(bytes, 1, what.c_str());
+    return kind == AttnKernel::RFA ? checked_mul(2, D, what.c_str()) : D;
+}
 
 // ===================================== Algorithm V15a ==================================================
 template <class T>
 RandomFeatures<T> draw_random_features(AttnKernel kind, index_t D, index_t d, std::uint64_t seed,
                                        const std::string& name) {
     if (kind == AttnKernel::Softmax) throw ValueError("random features: attention 'softmax' has none");
-    if (D < 1) throw ValueError("n_features = " + std::to_string(D) + " must be >= 1 (the number D of random features)");
-    if (d < 1) throw ValueError("random features: d_attn must be >= 1");
+    check_n_features(kind, D, d, 1, sizeof(T));  // sizes before the draw: D·d may not wrap
     Rng rng(named_seed(seed, name));
     std::vector<double> W(std::size_t(D * d));  // row-major: ω_i = W[i·d …]
     std::vector<double> G(std::size_t(d * d));
@@ -405,7 +422,7 @@ public:
         FeatureDecodeState<T>& st = cache.state.template get<FeatureDecodeState<T>>();
         const index_t M = f_.M();
         if (st.S.empty()) {
-            st.S.assign(std::size_t(H_kv * d_mid * M), T(0));
+            st.S.assign(std::size_t(checked_elements({H_kv, d_mid, M}, sizeof(T), "random-feature decoding state")), T(0));
             st.z.assign(std::size_t(H_kv * M), T(0));
         }
         if (cache.len == 0) return;
@@ -429,10 +446,8 @@ private:
 template <class T>
 std::shared_ptr<const HeadKernel<T>> make_random_feature_kernel(const AttnPartSpec<T>& spec, const std::string& prefix) {
     const AttnVariant& v = spec.v;
-    const std::string kname = v.kernel == AttnKernel::Performer ? "performer" : "rfa";
-    if (v.n_features < 1)
-        throw ValueError("n_features = " + std::to_string(v.n_features) +
-                         " must be >= 1 (the number D of random features of attention='" + kname + "')");
+    const std::string kname = kernel_name(v.kernel);
+    check_n_features(v.kernel, v.n_features, spec.d_attn, 1, sizeof(T));
     const std::string mn = spec.mask ? spec.mask->name() : "";
     if (mn != "bidirectional" && mn != "unidirectional")
         throw ValueError("attention='" + kname + "' needs the bidirectional or the causal mask (prefix sums), got '" + mn + "'");

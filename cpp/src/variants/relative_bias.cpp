@@ -22,6 +22,7 @@
 // Registered as position "relative" (registry.cpp); AttnVariant::rel_* name its table and shape.
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "formal_transformers/parts.hpp"
 
@@ -42,6 +43,18 @@ index_t relative_bucket(index_t r, bool bidirectional, index_t num_buckets, inde
     // line 5, in float32 as torch computes it: log(float(n) / m) / log(d_max / m) · (N − m), truncated
     const float v = std::log(float(n) / float(m)) / float(std::log(double(max_distance) / double(m))) * float(N - m);
     return beta + std::min<index_t>(N - 1, m + index_t(v));
+}
+
+void check_relative_buckets(index_t num_buckets, index_t max_distance, bool bidirectional) {
+    const index_t N = bidirectional ? num_buckets / 2 : num_buckets, m = N / 2;  // lines 1–3
+    if (m < 1)
+        throw ValueError(std::string("relative_buckets must be >= ") + (bidirectional ? "4 (a bidirectional stack halves them for the two directions)" : "2") +
+                         ", got " + std::to_string(num_buckets));
+    if (max_distance <= m)
+        throw ValueError("relative_max_distance must be > " + std::to_string(m) + " (line 5's log-spaced buckets run from m = " +
+                         (bidirectional ? std::string("relative_buckets/4") : std::string("relative_buckets/2")) + " = " +
+                         std::to_string(m) + " to it" + (bidirectional ? "" : " in a causal stack") + "), got " +
+                         std::to_string(max_distance));
 }
 
 // ===================================== the part ========================================================
@@ -87,10 +100,7 @@ private:
 template <class T>
 PositionPart<T> make_relative_bias(const AttnSpec& spec, ParamStore<T>& store, const std::string& prefix) {
     const AttnVariant& v = spec.v;
-    if (v.rel_buckets < 2 || (v.rel_bidirectional && v.rel_buckets < 4))
-        throw ValueError("relative_buckets must be >= 2 (>= 4 for a bidirectional stack: half for each side), got " +
-                         std::to_string(v.rel_buckets));
-    if (v.rel_max_distance < 1) throw ValueError("relative_max_distance must be >= 1, got " + std::to_string(v.rel_max_distance));
+    check_relative_buckets(v.rel_buckets, v.rel_max_distance, v.rel_bidirectional);
     const std::string name = v.rel_table.empty() ? prefix + "rel_bias" : v.rel_table;
     MatParam b;
     bool owner = false;

@@ -39,7 +39,9 @@ Mask make_sliding_window_mask(const MaskOptions& o) {
     if (!(w >= 1) || w != std::floor(w))
         throw ValueError("sliding_window must be an integer >= 1 (each query sees the last w keys), got " +
                          std::to_string(w));
-    return Mask(std::make_shared<SlidingWindowMask>(index_t(w)));
+    // a window of 2^62 keys or more sees every key of any sequence memory holds: kept at 2^62 (a double at or above
+    // 2^63, as 2^63 − 1 becomes, does not convert to index_t)
+    return Mask(std::make_shared<SlidingWindowMask>(index_t(std::min(w, 0x1p62))));
 }
 
 }  // namespace ft
