@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+import tempfile
 from typing import Union
 
 import numpy as np
@@ -54,6 +55,36 @@ def _existing(path) -> str:
     if not os.path.exists(path):
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
     return path
+
+
+def _temp_beside(path: str) -> str:
+    """A new, uniquely named empty file in `path`'s folder (two processes writing one path never share a temporary),
+    to be renamed over `path` with os.replace once complete. (For the files written in Python: a run's run.json,
+    tokenizer.json and optimizer state, save_hf's folder; model files and prompt caches are the core's.)"""
+    folder, name = os.path.split(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    os.close(fd)
+    return tmp
+
+
+def _replace_atomically(path, write) -> None:
+    """write(tmp) into a unique temporary beside `path`, then os.replace: `path` holds the old file or the new
+    one, never a partial one; the temporary is removed on any failure."""
+    path = os.fspath(path)
+    tmp = _temp_beside(path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 def save(model, path: Union[str, os.PathLike], *, metadata: dict | None = None) -> None:
