@@ -126,10 +126,16 @@ M load(const SavedModel& file, const ModelConfig& c) {
         throw ValueError(file.path + ": the file holds a " + arch_name(c.arch) + ", not a " + arch_name(arch));
     if (arch != Arch::E && file.metadata.count(kBigBirdLayoutsKey))
         throw ValueError(file.path + ": BigBird layouts in the metadata of a " + arch_name(arch) + " (a damaged file)");
-    return M(c, [&](M& m) {
-        file.restore(m.store, m.dropout_step, m.dropout_seed);
-        if constexpr (arch == Arch::E) file.restore_layouts(m);
-    });
+    try {
+        return M(c, [&](M& m) {
+            file.restore(m.store, m.dropout_step, m.dropout_seed);
+            if constexpr (arch == Arch::E) file.restore_layouts(m);
+        });
+    } catch (const ValueError& e) {  // building the model refused the file's config: say which file
+        const std::string what = e.what();
+        if (what.rfind(file.path + ": ", 0) == 0) throw;
+        throw ValueError(file.path + ": " + what);
+    }
 }
 
 // The model saved at `path` as an M (as above). ValueError when the file holds another architecture or is damaged.
