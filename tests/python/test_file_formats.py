@@ -30,7 +30,6 @@ import struct
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
