@@ -435,7 +435,7 @@ bool save_model(const py::handle& model, const std::string& path, const std::map
     AnyDtype<Unit>& d = model.cast<AnyDtype<Unit>&>();
     CallLock lock(d.mutex);
     d.visit([&](auto& u) {
-        LongCoreCall nogil;
+        py::gil_scoped_release nogil;  // (no FTZ/DAZ: the bytes as they are, subnormals included)
         ft::save(u, path, extra);
     });
     return true;
@@ -446,7 +446,7 @@ py::object load_model(const ft::SavedModel& file, const ft::ModelConfig& c, cons
         using T = decltype(tag);
         std::unique_ptr<Unit<T>> made;
         {
-            LongCoreCall nogil;
+            py::gil_scoped_release nogil;  // (no FTZ/DAZ: a float32 subnormal converts to float64 exactly)
             made.reset(new Unit<T>(ft::load<Unit<T>>(file, c)));  // the model by value, built in place
         }
         return py::cast(std::make_unique<AnyDtype<Unit>>(std::move(made)));
@@ -492,7 +492,7 @@ void register_transformers(py::module_& m) {
         std::optional<ft::SavedModel> file;
         ft::ModelConfig c;
         {
-            LongCoreCall nogil;
+            py::gil_scoped_release nogil;
             file.emplace(ft::SavedModel::read(path));
             c = file->model_config();
         }
@@ -506,7 +506,7 @@ void register_transformers(py::module_& m) {
     m.def("_read_metadata", [](const std::string& path) {
         std::map<std::string, std::string> meta;
         {
-            LongCoreCall nogil;
+            py::gil_scoped_release nogil;
             meta = ft::SavedModel::read_header(path).metadata;
         }
         return meta;

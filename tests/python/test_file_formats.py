@@ -453,3 +453,15 @@ def test_a_failed_save_leaves_the_old_file(tmp_path):
         ft.save(nan, tmp_path / "m.safetensors")
     assert np.array_equal(ft.load(tmp_path / "m.safetensors").params["W_e"], old.params["W_e"])
     assert os.listdir(tmp_path) == ["m.safetensors"]
+
+
+def test_subnormal_parameters_survive_save_and_load_in_either_dtype(tmp_path):
+    """The reader and writer copy bytes (no flush-to-zero): subnormal values come back exactly, also converted."""
+    m32, m64 = small("float32"), small("float64")
+    m32.params["W_e"][0, :3] = [1e-40, -3e-45, np.finfo(np.float32).tiny / 2]
+    m64.params["W_e"][0, :2] = [1e-310, -5e-324]
+    ft.save(m32, tmp_path / "a")
+    ft.save(m64, tmp_path / "b")
+    assert np.array_equal(ft.load(tmp_path / "a").params["W_e"], m32.params["W_e"])
+    assert np.array_equal(ft.load(tmp_path / "a", dtype="float64").params["W_e"], m32.params["W_e"].astype(np.float64))
+    assert np.array_equal(ft.load(tmp_path / "b").params["W_e"], m64.params["W_e"])
