@@ -160,6 +160,18 @@ def test_e1_build_model_of_deeply_nested_json_is_a_value_error():
     assert ft.build_model(m.config_json()).config == m.config  # what the writer writes reads back
 
 
+def test_the_nesting_bound_is_exact_and_ignores_brackets_in_strings():
+    head = small().config_json()[:-1]
+    at_bound = head + ', "x": ' + "[" * 63 + "]" * 63 + "}"  # the object and 63 arrays: 64 levels
+    with pytest.raises(TypeError, match="x must be"):  # parsed; the option is refused by the schema
+        ft.build_model(at_bound)
+    with pytest.raises(ValueError, match="nested deeper than 64 levels"):
+        ft.build_model(head + ', "x": ' + "[" * 64 + "]" * 64 + "}")
+    text = head + ', "x": "' + "[" * 100 + '\\"{' + '\\\\' + '"}'  # brackets, an escaped quote and backslash
+    with pytest.raises(TypeError, match="unexpected keyword argument 'x'"):  # a string: any brackets in it
+        ft.build_model(text)
+
+
 # ------------------------------------------------------------------------------------------------------
 # sizes before allocation (M1, C3)
 
