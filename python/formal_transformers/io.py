@@ -91,7 +91,13 @@ def save(model, path: Union[str, os.PathLike], *, metadata: dict | None = None) 
     """Write model's parameters and hyperparameters to `path` (safetensors). `metadata`: extra str -> str."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-    _core._save_model(model, os.fspath(path), {str(k): str(v) for k, v in (metadata or {}).items()})
+    meta = {str(k): str(v) for k, v in (metadata or {}).items()}
+    for k, v in meta.items():
+        try:
+            k.encode("utf-8"), v.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"metadata {k!r}: {v!r} is not text a file can hold (a lone surrogate)") from None
+    _core._save_model(model, os.fspath(path), meta)
 
 
 def read_metadata(path: Union[str, os.PathLike]) -> dict:

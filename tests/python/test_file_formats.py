@@ -459,6 +459,9 @@ def test_a_failed_save_leaves_the_old_file(tmp_path):
     ft.save(old, tmp_path / "m.safetensors")
     with pytest.raises(ValueError, match="the format's own"):
         ft.save(small(), tmp_path / "m.safetensors", metadata={"formal_transformers.format": "2"})
+    for meta in ({"note": "\ud800"}, {"\udfff": "x"}):
+        with pytest.raises(ValueError, match="not text a file can hold"):
+            ft.save(small(), tmp_path / "m.safetensors", metadata=meta)
     nan = small()
     nan.params["gamma"][0] = np.nan
     with pytest.raises(ValueError, match="gamma holds a value that is not finite"):
