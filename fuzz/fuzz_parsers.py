@@ -1,6 +1,7 @@
 """Coverage-guided fuzzing (atheris, libFuzzer's engine for Python) of the parsers that read files:
-the tokenizer files (CharTokenizer / WordTokenizer / BPETokenizer .from_json, what .load reads), the model
-files (ft.load: safetensors header, tensors) and the model config inside them (ft.load's JSON config).
+the tokenizer files (CharTokenizer / WordTokenizer / BPETokenizer .from_json, what .load reads), the two file
+formats of the core's one reader (io.hpp): model files (ft.load: safetensors header, tensors) with the model config
+inside them, and prompt caches (ft.PromptCache.load).
 
 Input layout: the first byte picks the target, the rest is its payload:
     0  tokenizer file text (UTF-8, surrogatepass) -> every tokenizer class's from_json
@@ -13,12 +14,14 @@ Input layout: the first byte picks the target, the rest is its payload:
        DataNotFoundError), and the same bytes as a downloaded fra-eng.zip -> the Tatoeba derivation
     6  GPT-2's vocab.json and merges.txt, separated by the first NUL byte -> BPETokenizer.from_gpt2_files
        (ids far beyond the entries, repeated or missing, must be a ValueError before any table is sized)
+    7  a whole prompt cache file (bytes) -> ft.PromptCache.load for the model the corpus's caches were made with
+       (PROMPT_MODEL), and a loaded cache continued one token
 Accepted outcomes: a result, or ValueError / TypeError (the documented errors; for 4 the CLI's RunError, for
 5 DataNotFoundError). Anything else — another exception, a crash, a hang (-timeout) — is a finding: atheris
 stops and writes the input to crash-<sha1>.
 
-Coverage is measured on the Python code atheris instruments (formal_transformers' io.py, json,
-safetensors' Python layer); the C++ parsers run on every input but are not instrumented (that needs the
+Coverage is measured on the Python code atheris instruments (formal_transformers' io.py, hf.py, cli.py,
+datasets.py); the C++ readers run on every input but are not instrumented (that needs the
 core built with clang's -fsanitize=fuzzer-no-link). docs/fuzzing.md says how to run this longer.
 
     FT_CORE_PATH=build/dev PYTHONPATH=python python fuzz/fuzz_parsers.py /tmp/new-corpus fuzz/corpus \\
@@ -36,8 +39,6 @@ import tempfile
 import atheris
 
 import numpy as np
-import safetensors
-import safetensors.numpy
 
 import formal_transformers as ft
 from formal_transformers import cli as ft_cli
@@ -77,6 +78,8 @@ def _setup():
 
 
 TENSORS, META = _setup()
+# the model of target 7's caches (fuzz/make_corpus.py makes the corpus's caches with the same one)
+PROMPT_MODEL = ft.DTransformer(12, 8, 1, 2, 4, 6, positional="rope", seed=5)
 
 
 def _hf_dirs() -> list:
@@ -116,7 +119,16 @@ def with_config(config: str) -> str:
 def test_one_input(data: bytes) -> None:
     if not data:
         return
-    target, payload = data[0] % 7, data[1:]
+    target, payload = data[0] % 8, data[1:]
+    if target == 7:
+        with open(FILE, "wb") as f:
+            f.write(payload)
+        try:
+            cache = ft.PromptCache.load(FILE, PROMPT_MODEL)
+        except ValueError:
+            return
+        ft.DInference(1, 0.0)(cache, PROMPT_MODEL)
+        return
     if target == 3:
         d = HF_DIRS[payload[0] % 3] if payload else HF_DIRS[0]
         with open(os.path.join(d, "config.json"), "wb") as f:
@@ -197,7 +209,7 @@ def _utf8(b: bytes) -> bool:
 
 
 def main() -> None:
-    instrument(ft_io, ft_hf, ft_cli, ft_datasets, json, json.decoder, safetensors.numpy, sys.modules[__name__])
+    instrument(ft_io, ft_hf, ft_cli, ft_datasets, json, json.decoder, sys.modules[__name__])
     atheris.Setup(sys.argv, test_one_input)
     atheris.Fuzz()
 

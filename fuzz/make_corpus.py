@@ -1,12 +1,15 @@
 """Write the seed corpus of fuzz/fuzz_parsers.py into fuzz/corpus (small files; the first byte picks the
 target: 0 tokenizer file, 1 model file, 2 model config, 3 Hugging Face config.json, 4 run.json, 5 cached data
-file, 6 GPT-2 vocab.json NUL merges.txt)."""
+file, 6 GPT-2 vocab.json NUL merges.txt, 7 prompt cache file)."""
 from __future__ import annotations
 
 import hashlib
 import json
 import pathlib
+import struct
 import tempfile
+
+import numpy as np
 
 import formal_transformers as ft
 
@@ -31,6 +34,22 @@ def main() -> None:
             ft.save(m, p)
             put(1, p.read_bytes())
             put(2, json.dumps(m.config).encode())
+        # 7: prompt caches of fuzz_parsers.py's PROMPT_MODEL (the current version, and one as version 1 wrote it:
+        # no digest), and a model file given as a cache
+        pm = ft.DTransformer(12, 8, 1, 2, 4, 6, positional="rope", seed=5)
+        p = pathlib.Path(d) / "c.safetensors"
+        ft.DInference.prefill(np.array([3, 1, 4, 1, 5]), pm).save(p)
+        put(7, p.read_bytes())
+        blob = p.read_bytes()
+        n = struct.unpack("<Q", blob[:8])[0]
+        header = json.loads(blob[8:8 + n])
+        header["__metadata__"]["formal_transformers.prompt_cache"] = "1"
+        del header["__metadata__"]["formal_transformers.prompt_digest"]
+        s = json.dumps(header).encode()
+        s += b" " * ((8 - len(s) % 8) % 8)
+        put(7, struct.pack("<Q", len(s)) + s + blob[8 + n:])
+        ft.save(pm, p)
+        put(7, p.read_bytes())
         # 3: Hugging Face config.json (payload byte 0 picks GPT-2 / BERT / LLaMA-style)
         for i, m in enumerate([ft.DTransformer(11, 6, 2, 2, 4, 6),
                                ft.ETransformer(11, 6, 2, 2, 4, 6, 4, embed_norm=True, unembed_bias=True, n_segments=2),

@@ -11,6 +11,9 @@ run is the last line of the log file, written and flushed before each example). 
 Sizes are drawn from small values (that build tiny objects) and huge ones (≥ 2**40, that must be
 refused at once); middle sizes, which would legitimately allocate gigabytes, are not drawn.
 
+The file formats of the core's one reader: model files (model_files -> ft.load) and prompt caches
+(prompt_caches -> ft.PromptCache.load), damaged by cuts, changed bytes and replaced metadata.
+
 Beyond the core: Hugging Face directories (hf_dirs: mutated config.json of save_hf directories -> ft.load_hf),
 the command line (cli_args: train with options of any value; cli_run_dirs: --resume / sample of a damaged run
 directory) and ft.datasets (dataset_files: cache files of any content, archives, score arguments).
@@ -544,6 +547,60 @@ def model_files(data):
         m(np.array([1, 2]))
 
 
+_PROMPT = {}
+
+
+def prompt_cache_file(tmp):
+    """A DTransformer and a prompt cache file of it (made once per process)."""
+    if not _PROMPT:
+        m = ft.DTransformer(12, 8, 1, 2, 4, 6, positional="rope", seed=5)
+        p = os.path.join(tmp, f"cache-{os.getpid()}.safetensors")
+        ft.DInference.prefill(np.array([3, 1, 4, 1, 5]), m).save(p)
+        _PROMPT.update(model=m, blob=open(p, "rb").read())
+    return _PROMPT["model"], _PROMPT["blob"]
+
+
+@given(data=st.data())
+def prompt_caches(data):
+    """ft.PromptCache.load of damaged caches (cut, bytes changed in the header or the data, metadata values
+    replaced): a cache that continues as its ids, or ValueError."""
+    tmp = tempfile.gettempdir()
+    m, good = prompt_cache_file(tmp)
+    how = data.draw(st.sampled_from(["cut", "flip", "meta", "bytes"]))
+    if how == "cut":
+        blob = good[: data.draw(st.integers(0, len(good)))]
+    elif how == "flip":
+        blob = bytearray(good)
+        for _ in range(data.draw(st.integers(1, 4))):
+            i = data.draw(st.integers(0, len(blob) - 1))
+            blob[i] = data.draw(st.integers(0, 255))
+        blob = bytes(blob)
+    elif how == "bytes":
+        blob = data.draw(st.binary(max_size=200))
+    else:
+        n = int.from_bytes(good[:8], "little")
+        header = json.loads(good[8:8 + n])
+        meta = header["__metadata__"]
+        meta[data.draw(st.sampled_from(sorted(meta) + ["extra"]))] = data.draw(st.one_of(
+            st.text(max_size=12), st.sampled_from(["1", "2", "3,1,4,1,5", "3,1,4,1,6", "0", "", "18446744073709551616"])))
+        text = json.dumps(header).encode()
+        text += b" " * ((8 - len(text) % 8) % 8)
+        blob = len(text).to_bytes(8, "little") + text + good[8 + n:]
+    p = os.path.join(tmp, f"fuzz-cache-{os.getpid()}.safetensors")
+    with open(p, "wb") as f:
+        f.write(blob)
+    log("prompt_caches", (how, blob[:2000]))
+    t = time.perf_counter()
+    try:
+        cache = ft.PromptCache.load(p, m)
+    except ValueError:
+        cache = None
+    assert time.perf_counter() - t < 10, "PromptCache.load took too long"
+    if cache is not None:  # what loads is the cache of its ids
+        inf = ft.DInference(2, 0.0)
+        assert np.array_equal(inf(cache, m), inf(cache.ids, m))
+
+
 # ------------------------------------------------------------------------------------------------------
 # 6. Hugging Face directories (ft.load_hf): save_hf's config.json with values of any type, range or
 # nesting, keys dropped, RoPE keys added, the text cut — a model or ValueError, quickly
@@ -1027,13 +1084,13 @@ def train_options(data, listing, n_seqs):
 
 # ------------------------------------------------------------------------------------------------------
 PROPERTIES = {"constructors": constructors, "component_calls": component_calls, "tokenizers": tokenizers,
-              "tokenizer_files": tokenizer_files, "model_files": model_files, "hf_dirs": hf_dirs, "cli_args": cli_args,
+              "tokenizer_files": tokenizer_files, "model_files": model_files, "prompt_caches": prompt_caches, "hf_dirs": hf_dirs, "cli_args": cli_args,
               "cli_run_dirs": cli_run_dirs, "dataset_files": dataset_files, "machine": None,
               "threads": threads, "gpt2_files": gpt2_files, "optimizers": optimizers, "inference_sizes": inference_sizes,
               "train_options": train_options}
 # relative budgets (examples per property = weight * --examples)
 WEIGHT = {"constructors": 2, "component_calls": 2, "tokenizers": 1, "tokenizer_files": 1, "model_files": 1,
-          "hf_dirs": 1, "cli_args": 1, "cli_run_dirs": 1, "dataset_files": 1, "machine": 1,
+          "prompt_caches": 1, "hf_dirs": 1, "cli_args": 1, "cli_run_dirs": 1, "dataset_files": 1, "machine": 1,
           "threads": 0.3, "gpt2_files": 1, "optimizers": 1, "inference_sizes": 0.5,
           "train_options": 0.5}
 

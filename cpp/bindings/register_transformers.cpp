@@ -1,9 +1,12 @@
 // Algorithms 8–10 as Python classes: EDTransformer, ETransformer, DTransformer.
+#include <map>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 
 #include "bind.hpp"
 #include "formal_transformers/io.hpp"
+#include "../src/runtime/bounded_json.hpp"
 #include "formal_transformers/training.hpp"
 #include "formal_transformers/transformers.hpp"
 
@@ -397,31 +400,53 @@ void def_segment_inputs(PyClass& cls) {
             py::arg("x_tilde"), py::arg("x"), py::arg("reduction") = "sum", py::kw_only(), py::arg("segments") = py::none());
 }
 
-// The C++ API's ft::save / ft::load (io.hpp), bound for the tests that read its files with Python's ft.load
-// and Python's files with it (not a public name: ft.save / ft.load are Python's).
+// Model files (io.hpp): Python's ft.save / ft.load (io.py) are these, the core's one writer and reader.
 template <template <class> class Unit>
-bool save_native(const py::handle& model, const std::string& path) {
+bool save_model(const py::handle& model, const std::string& path, const std::map<std::string, std::string>& extra) {
     if (!py::isinstance<AnyDtype<Unit>>(model)) return false;
     AnyDtype<Unit>& d = model.cast<AnyDtype<Unit>&>();
     CallLock lock(d.mutex);
     d.visit([&](auto& u) {
-        CoreCall nogil;
-        ft::save(u, path);
+        py::gil_scoped_release nogil;  // (no FTZ/DAZ: the bytes as they are, subnormals included)
+        ft::save(u, path, extra);
     });
     return true;
 }
 template <template <class> class Unit>
-py::object load_native(const std::string& path, DType dt) {
+py::object load_model(const ft::SavedModel& file, const ft::ModelConfig& c, const std::string& dtype) {
     auto load = [&](auto tag) {
         using T = decltype(tag);
         std::unique_ptr<Unit<T>> made;
         {
-            CoreCall nogil;
-            made.reset(new Unit<T>(ft::load<Unit<T>>(path)));  // the model by value, built in place
+            py::gil_scoped_release nogil;  // (no FTZ/DAZ: a float32 subnormal converts to float64 exactly)
+            made.reset(new Unit<T>(ft::load<Unit<T>>(file, c)));  // the model by value, built in place
         }
         return py::cast(std::make_unique<AnyDtype<Unit>>(std::move(made)));
     };
-    return dt == DType::F32 ? load(float{}) : load(double{});
+    return dtype == "float32" ? load(float{}) : load(double{});
+}
+
+// JSON from outside as Python values, through the core's bounded parse (bounded_json.hpp): depth ≤ 64 here.
+py::object py_of_json(const nlohmann::ordered_json& j) {
+    switch (j.type()) {
+        case nlohmann::ordered_json::value_t::null: return py::none();
+        case nlohmann::ordered_json::value_t::boolean: return py::bool_(j.get<bool>());
+        case nlohmann::ordered_json::value_t::number_integer: return py::int_(j.get<std::int64_t>());
+        case nlohmann::ordered_json::value_t::number_unsigned: return py::int_(j.get<std::uint64_t>());
+        case nlohmann::ordered_json::value_t::number_float: return py::float_(j.get<double>());
+        case nlohmann::ordered_json::value_t::string: return py::str(j.get_ref<const std::string&>());
+        case nlohmann::ordered_json::value_t::array: {
+            py::list r;
+            for (const auto& v : j) r.append(py_of_json(v));
+            return std::move(r);
+        }
+        case nlohmann::ordered_json::value_t::object: {
+            py::dict r;
+            for (const auto& [k, v] : j.items()) r[py::str(k)] = py_of_json(v);
+            return std::move(r);
+        }
+        default: throw ft::ValueError("JSON: a value of no JSON type");
+    }
 }
 
 }  // namespace
@@ -429,20 +454,38 @@ py::object load_native(const std::string& path, DType dt) {
 void def_bigbird_layouts(py::class_<AnyDtype<ft::ETransformer>, HasParams>& c);  // register_attention.cpp
 
 void register_transformers(py::module_& m) {
-    m.def("_save_native", [](const py::handle& model, const std::string& path) {
-        if (!save_native<ft::DTransformer>(model, path) && !save_native<ft::ETransformer>(model, path) &&
-            !save_native<ft::EDTransformer>(model, path))
-            throw ft::TypeError("_save_native saves a DTransformer, ETransformer or EDTransformer");
-    }, py::arg("model"), py::arg("path"), "ft::save(model, path) of the C++ API (for the tests).");
-    m.def("_load_native", [](const std::string& path, const std::string& arch, const py::object& dtype) {
-        const DType dt = parse_dtype(dtype);
-        switch (ft::arch_from_name(arch)) {
-            case ft::Arch::D: return load_native<ft::DTransformer>(path, dt);
-            case ft::Arch::E: return load_native<ft::ETransformer>(path, dt);
-            default: return load_native<ft::EDTransformer>(path, dt);
+    m.def("_save_model", [](const py::handle& model, const std::string& path, const std::map<std::string, std::string>& extra) {
+        if (!save_model<ft::DTransformer>(model, path, extra) && !save_model<ft::ETransformer>(model, path, extra) &&
+            !save_model<ft::EDTransformer>(model, path, extra))
+            throw ft::TypeError("ft.save saves a DTransformer, ETransformer or EDTransformer, got " +
+                                std::string(py::str(py::type::of(model).attr("__name__"))));
+    }, py::arg("model"), py::arg("path"), py::arg("metadata"), "ft.save (io.py): the core's writer of model files.");
+    m.def("_load_model", [](const std::string& path, const py::object& dtype) {
+        std::optional<ft::SavedModel> file;
+        ft::ModelConfig c;
+        {
+            py::gil_scoped_release nogil;
+            file.emplace(ft::SavedModel::read(path));
+            c = file->model_config();
         }
-    }, py::arg("path"), py::arg("arch"), py::arg("dtype") = "float32",
-       "ft::load<ft::<arch><dtype>>(path) of the C++ API (for the tests).");
+        const std::string dt = dtype.is_none() ? file->dtype() : (parse_dtype(dtype) == DType::F32 ? "float32" : "float64");
+        switch (c.arch) {
+            case ft::Arch::D: return load_model<ft::DTransformer>(*file, c, dt);
+            case ft::Arch::E: return load_model<ft::ETransformer>(*file, c, dt);
+            default: return load_model<ft::EDTransformer>(*file, c, dt);
+        }
+    }, py::arg("path"), py::arg("dtype") = py::none(), "ft.load (io.py): the core's reader of model files.");
+    m.def("_read_metadata", [](const std::string& path) {
+        std::map<std::string, std::string> meta;
+        {
+            py::gil_scoped_release nogil;
+            meta = ft::SavedModel::read_header(path).metadata;
+        }
+        return meta;
+    }, py::arg("path"), "io.read_metadata: the metadata of a safetensors file (its header only).");
+    m.def("_parse_json", [](const std::string& text, const std::string& what) {
+        return py_of_json(ft::parse_bounded_json(text, what));
+    }, py::arg("text"), py::arg("what"), "JSON text from outside as Python values (the core's bounded parse).");
 
     // ------------------------------------------------------------------------------------------------
     using DD = AnyDtype<ft::DTransformer>;

@@ -1522,17 +1522,25 @@ def _gemm(A: typing.Any, B: typing.Any, transA: bool = False, transB: bool = Fal
     """
     Private (benchmarks): C = op(A) op(B) by one call of the core's gemm (OpenBLAS), in A's precision (float32 stays float32, any other float is float64). C-contiguous inputs of that dtype are used without a copy (as a transposed column-major matrix); other layouts are copied once.
     """
-def _load_native(path: str, arch: str, dtype: typing.Any = 'float32') -> typing.Any:
+def _load_model(path: str, dtype: typing.Any = None) -> typing.Any:
     """
-    ft::load<ft::<arch><dtype>>(path) of the C++ API (for the tests).
+    ft.load (io.py): the core's reader of model files.
     """
 def _mask_tokens(x: typing.Any, mask_token: typing.SupportsIndex, p_mask: typing.SupportsFloat | typing.SupportsIndex, seed: typing.Any) -> numpy.typing.NDArray[numpy.int64]:
     """
     Algorithm 12 lines 4–6 on one sequence (the masking ETraining applies), for inspection and tests.
     """
-def _save_native(model: typing.Any, path: str) -> None:
+def _parse_json(text: str, what: str) -> typing.Any:
     """
-    ft::save(model, path) of the C++ API (for the tests).
+    JSON text from outside as Python values (the core's bounded parse).
+    """
+def _read_metadata(path: str) -> dict[str, str]:
+    """
+    io.read_metadata: the metadata of a safetensors file (its header only).
+    """
+def _save_model(model: typing.Any, path: str, metadata: collections.abc.Mapping[str, str]) -> None:
+    """
+    ft.save (io.py): the core's writer of model files.
     """
 def bidirectional_mask(l_z: typing.SupportsIndex, l_x: typing.SupportsIndex | None = None) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """

@@ -1,7 +1,9 @@
 // ft::save / ft::load (io.hpp): round trips of the three models (θ bit for bit, the config, dropout's counter
 // and seed, the outputs), conversion between dtypes, and files that are not a saved model of that kind.
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "formal_transformers/block_sparse.hpp"
@@ -213,4 +215,103 @@ TEST(SaveLoad, BigBirdFileWithoutBigBirdDrawLoadsThePerLayerDraw) {
         for (index_t h = 0; h < 3; ++h) EXPECT_EQ(keys[std::size_t(3 * l + h)], now[std::size_t(3 * l)]) << l << h;  // head 0's
     EXPECT_NE(keys, now);
     std::remove(path.c_str());
+}
+
+// The one reader against hostile files (the C++ side of tests/python/test_file_formats.py): a config nested deeper
+// than the bound, a config asking for more parameters or layers than the file holds (refused before the model is
+// built), dropout counters that are not ASCII decimal, tensors that do not tile the data, non-finite values.
+namespace {
+std::string read_all(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+// path's file with its header replaced by edit(header text) and its data by edit_data(data)
+template <class Edit, class EditData>
+void rewrite(const std::string& path, Edit&& edit, EditData&& edit_data) {
+    const std::string bytes = read_all(path);
+    std::uint64_t n = 0;
+    for (int k = 7; k >= 0; --k) n = (n << 8) | (unsigned char)bytes[std::size_t(k)];
+    std::string header = edit(bytes.substr(8, std::size_t(n)));
+    std::string data = edit_data(bytes.substr(8 + std::size_t(n)));
+    std::string out(8, '\0');
+    for (int k = 0; k < 8; ++k) out[std::size_t(k)] = char((header.size() >> (8 * k)) & 0xff);
+    out += header + data;
+    std::ofstream(path, std::ios::binary | std::ios::trunc).write(out.data(), std::streamsize(out.size()));
+}
+std::string replaced(std::string s, const std::string& from, const std::string& to) {
+    const auto at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from << " in " << s;
+    if (at != std::string::npos) s.replace(at, from.size(), to);
+    return s;
+}
+std::string keep(std::string s) { return s; }
+void expect_refused(const std::string& path, const std::string& what) {
+    try {
+        load<DTransformer<double>>(path);
+        ADD_FAILURE() << "loaded; expected: " << what;
+    } catch (const ValueError& e) {
+        EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+}
+}  // namespace
+
+TEST(SaveLoad, HostileFilesAreValueErrors) {
+    const std::string path = tmp_path("hostile");
+    DTransformer<double> m(sized(Arch::D));
+    auto fresh = [&] { save(m, path); };
+    // a config nested 100,000 deep (a stack overflow before)
+    fresh();
+    rewrite(path, [](const std::string& h) { return replaced(h, R"(\"arch\":)", R"(\"x\":)" + std::string(100000, '[') + std::string(100000, ']') + R"(,\"arch\":)"); }, keep);
+    expect_refused(path, "nested deeper than 64 levels");
+    // more parameters than the file holds, and more layers (MTP modules counted): refused before building
+    fresh();
+    rewrite(path, [](const std::string& h) { return replaced(h, R"(\"n_vocab\":9)", R"(\"n_vocab\":30000000)"); }, keep);
+    expect_refused(path, "needs more parameters than the file's");
+    // dropout counters: ASCII decimal only
+    for (const char* bad : {"5 ", "5_000", "\xd9\xa1\xd9\xa2", "-1", "+5", "1e3"}) {
+        fresh();
+        rewrite(path, [&](const std::string& h) {
+            return replaced(h, R"("formal_transformers.dropout_step":"0")", std::string(R"("formal_transformers.dropout_step":")") + bad + "\"");
+        }, keep);
+        expect_refused(path, "damaged dropout_step in the metadata");
+    }
+    // the tensors tile the data: trailing bytes, a shifted table
+    fresh();
+    rewrite(path, keep, [](std::string d) { return d + std::string(8, '\0'); });
+    expect_refused(path, "bytes after the last tensor");
+    fresh();
+    rewrite(path, [](const std::string& h) { return replaced(h, R"("data_offsets":[0,)", R"("data_offsets":[8,)"); }, keep);
+    expect_refused(path, "data_offsets");
+    // a byte order mark before the header; a key twice
+    fresh();
+    rewrite(path, [](const std::string& h) { return "\xEF\xBB\xBF" + h; }, keep);
+    expect_refused(path, "byte order mark");
+    fresh();
+    rewrite(path, [](const std::string& h) { return replaced(h, R"({"__metadata__":)", R"({"__metadata__":{},"__metadata__":)"); }, keep);
+    expect_refused(path, "twice in one object");
+    // a NaN parameter, named
+    fresh();
+    rewrite(path, keep, [](std::string d) {
+        const double nan = std::numeric_limits<double>::quiet_NaN();
+        std::memcpy(d.data() + 8, &nan, 8);
+        return d;
+    });
+    expect_refused(path, "holds a value that is not finite (NaN or ±inf) at element 1");
+    std::remove(path.c_str());
+}
+
+TEST(SaveLoad, WritesThroughAUniqueTemporaryAndLeavesTheOldFileOnFailure) {
+    const std::string path = tmp_path("atomic");
+    DTransformer<double> m(sized(Arch::D));
+    save(m, path);
+    std::ofstream(path + ".tmp") << "another program's file";  // the fixed name of before: not touched
+    m.store.theta()[3] = std::numeric_limits<double>::infinity();
+    EXPECT_THROW(save(m, path), ValueError);  // a file no reader accepts is not written
+    m.store.theta()[3] = 0.5;
+    EXPECT_NE(load<DTransformer<double>>(path).store.theta()[3], 0.5);  // the old file
+    save(m, path);
+    EXPECT_EQ(load<DTransformer<double>>(path).store.theta()[3], 0.5);
+    EXPECT_EQ(read_all(path + ".tmp"), "another program's file");
+    std::remove(path.c_str());
+    std::remove((path + ".tmp").c_str());
 }

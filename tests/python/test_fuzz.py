@@ -5,7 +5,7 @@
   fails the test and prints the input being run (the last line of the child's log, written before each
   example). The number of generated inputs is printed.
 * fuzz/fuzz_parsers.py — atheris, coverage-guided, on the tokenizer files, model files and their configs,
-  from the committed corpus fuzz/corpus, for FT_FUZZ_SECONDS (default 30) seconds.
+  prompt caches (both file formats of the core's reader), from the committed corpus fuzz/corpus, for FT_FUZZ_SECONDS (default 30) seconds.
 """
 from __future__ import annotations
 
@@ -54,6 +54,8 @@ def test_atheris_parsers_from_the_corpus(tmp_path):
     pytest.importorskip("atheris", reason="atheris is in the test extra (pip install '.[test]')")
     corpus = ROOT / "fuzz" / "corpus"
     assert len(list(corpus.iterdir())) >= 5
+    targets = {p.read_bytes()[0] % 8 for p in corpus.iterdir() if p.stat().st_size}
+    assert {1, 2, 7} <= targets  # both file formats of the core's reader: model files (and configs), prompt caches
     new = tmp_path / "new"
     new.mkdir()
     cmd = [sys.executable, str(ROOT / "fuzz" / "fuzz_parsers.py"), str(new), str(corpus),

@@ -85,15 +85,19 @@ std::vector<index_t> DInference(DTransformer<T>& model, const PromptKV<T>& cache
 // A 64-bit digest of θ's bytes (a prompt cache names the parameters it was computed with).
 template <class T>
 std::uint64_t theta_digest(const ParamStore<T>& store);
+// The same 64-bit digest of any n bytes (theta_digest is that of θ's bytes).
+std::uint64_t bytes_digest(const void* data, std::size_t n);
 
 }  // namespace ft
 
 // ---------------------------------------------------------------------------------------------------
-// Prompt cache files (safetensors, as ft.save writes; cpp/src/api/prompt_cache_io.cpp): tensors "K.l" [ℓ,
-// H_kv·d_attn] and "V.l" [ℓ, H_kv·d_mid] (row t: token t's key / value in layer l, RoPE applied), "z" [N_V];
-// metadata "formal_transformers.format", "formal_transformers.config" (ModelConfig::to_json with the dtype, as
-// a model file), "formal_transformers.prompt_cache" ("1"), "formal_transformers.prompt_ids" (the ids, comma
-// separated), and the caller's `meta` (the bindings: the config's hash and θ's digest).
+// Prompt cache files (safetensors, written and read by io.hpp's writer and reader, so with its checks;
+// cpp/src/api/prompt_cache_io.cpp): tensors "K.l" [ℓ, H_kv·d_attn] and "V.l" [ℓ, H_kv·d_mid] (row t: token t's key /
+// value in layer l, RoPE applied), "z" [N_V]; metadata "formal_transformers.format", "formal_transformers.config"
+// (ModelConfig::to_json with the dtype, as a model file), "formal_transformers.prompt_cache" ("2"),
+// "formal_transformers.prompt_ids" (the ids, comma separated), "formal_transformers.prompt_digest" (16 hex digits:
+// the digest of the ids and of K, V and z, checked on reading; version "1", written before the digest existed,
+// has none), and the caller's `meta` (the bindings: the config's hash and θ's digest).
 namespace ft {
 struct SavedModel;
 template <class T>

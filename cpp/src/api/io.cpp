@@ -1,55 +1,53 @@
-// ft::save / ft::load (io.hpp): the safetensors files of Python's ft.save and ft.load.
+// ft::save / ft::load (io.hpp): the one reader and writer of model files (and, through them, prompt caches).
 #include "formal_transformers/io.hpp"
 
-#include "formal_transformers/block_sparse.hpp"
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <limits>
-#include <nlohmann/json.hpp>
+
+#include "formal_transformers/block_sparse.hpp"
+#include "../runtime/bounded_json.hpp"
 
 namespace ft {
 
 namespace {
 using Json = nlohmann::ordered_json;
-constexpr const char* kFormat = "1";  // io.py's FORMAT
+constexpr const char* kFormat = "1";
+constexpr const char* kConfigKey = "formal_transformers.config";
 constexpr std::uint64_t kMaxHeader = 100u << 20;  // bytes: safetensors' own bound on a header
 
 [[noreturn]] void damaged(const std::string& path, const std::string& what) { throw ValueError(path + ": " + what); }
 
+// A decimal counter of the metadata: ASCII digits only, at most 2^64 - 1 (no sign, space, '_' or other digits).
 std::uint64_t parse_u64(const std::string& path, const std::string& key, const std::string& text) {
     if (text.empty() || text.size() > 20 || text.find_first_not_of("0123456789") != std::string::npos)
-        damaged(path, "damaged " + key + " in the metadata ('" + text + "')");
-    const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
+        damaged(path, "damaged " + key + " in the metadata ('" + text + "': not a decimal number)");
     if (text.size() == 20 && text > "18446744073709551615") damaged(path, "damaged " + key + " in the metadata (out of range)");
-    return std::uint64_t(v);
+    return std::uint64_t(std::strtoull(text.c_str(), nullptr, 10));
 }
-}  // namespace
 
-SavedModel SavedModel::read(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw ValueError(path + ": cannot open the file");
-    in.seekg(0, std::ios::end);
-    const std::streamoff size = in.tellg();
-    in.seekg(0);
-    unsigned char len8[8];
-    if (size < 8 || !in.read(reinterpret_cast<char*>(len8), 8)) damaged(path, "not a safetensors file (shorter than its header length)");
+std::uint64_t le64(const unsigned char* p) {
     std::uint64_t n = 0;
-    for (int i = 7; i >= 0; --i) n = (n << 8) | len8[i];
-    if (n > kMaxHeader || n > std::uint64_t(size - 8)) damaged(path, "not a safetensors file (header length " + std::to_string(n) + ")");
-    std::string header(std::size_t(n), '\0');
-    in.read(header.data(), std::streamsize(n));
-    SavedModel f;
-    f.path = path;
-    f.bytes.resize(std::size_t(std::uint64_t(size) - 8 - n));
-    in.read(reinterpret_cast<char*>(f.bytes.data()), std::streamsize(f.bytes.size()));
-    if (!in) damaged(path, "could not read the file");
+    for (int i = 7; i >= 0; --i) n = (n << 8) | p[i];
+    return n;
+}
+
+// The header's metadata and table of tensors into f, checked against the data section's size.
+void read_table(SavedModel& f, const std::string& header, std::uint64_t data_size) {
+    const std::string& path = f.path;
     Json h;
     try {
-        h = Json::parse(header);
-    } catch (const Json::exception& e) {
-        damaged(path, std::string("not a safetensors file (header: ") + e.what() + ")");
+        h = parse_bounded_json(header, "the header", JsonBounds{8, kMaxHeader});
+    } catch (const ValueError& e) {
+        damaged(path, std::string("not a safetensors file (") + e.what() + ")");
     }
     if (!h.is_object()) damaged(path, "not a safetensors file (the header is not a JSON object)");
     for (const auto& [name, t] : h.items()) {
@@ -61,48 +59,127 @@ SavedModel SavedModel::read(const std::string& path) {
             }
             continue;
         }
-        if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") || !t.contains("data_offsets"))
-            damaged(path, "tensor " + name + ": not a safetensors entry");
-        Tensor x;
+        if (!t.is_object() || t.size() != 3 || !t.contains("dtype") || !t.contains("shape") || !t.contains("data_offsets"))
+            damaged(path, "tensor " + name + ": not a safetensors entry {dtype, shape, data_offsets}");
+        SavedModel::Tensor x;
         const Json& dt = t["dtype"];
         if (dt == "F32") x.f64 = false;
         else if (dt == "F64") x.f64 = true;
         else damaged(path, "tensor " + name + " has dtype " + dt.dump() + ", expected F32 or F64");
-        std::uint64_t count = 1;
         if (!t["shape"].is_array()) damaged(path, "tensor " + name + ": shape is not a list");
+        std::uint64_t count = 1;
         for (const Json& d : t["shape"]) {
-            if (!d.is_number_unsigned() || d.get<std::uint64_t>() > (std::uint64_t(1) << 40))
+            if (!d.is_number_unsigned() || d.get<std::uint64_t>() > data_size)
                 damaged(path, "tensor " + name + ": a bad dimension " + d.dump());
-            x.shape.push_back(index_t(d.get<std::uint64_t>()));
-            count *= d.get<std::uint64_t>();
-            if (count > f.bytes.size()) damaged(path, "tensor " + name + " is larger than the file");
+            const std::uint64_t n = d.get<std::uint64_t>();
+            x.shape.push_back(index_t(n));
+            if (n != 0 && count > data_size / n) damaged(path, "tensor " + name + " is larger than the file");
+            count *= n;
         }
+        x.count = std::size_t(count);
         const Json& off = t["data_offsets"];
         if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
             damaged(path, "tensor " + name + ": bad data_offsets");
         const std::uint64_t b = off[0].get<std::uint64_t>(), e = off[1].get<std::uint64_t>();
-        if (b > e || e > f.bytes.size() || e - b != count * (x.f64 ? 8 : 4))
+        if (b > e || e > data_size || e - b != count * (x.f64 ? 8 : 4))
             damaged(path, "tensor " + name + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(e) +
-                              ") do not hold its shape in the file's " + std::to_string(f.bytes.size()) + " data bytes");
+                              ") do not hold its shape in the file's " + std::to_string(data_size) + " data bytes");
         x.begin = std::size_t(b);
         f.tensors[name] = std::move(x);
     }
-    if (!f.metadata.count("formal_transformers.config")) damaged(path, "no formal_transformers config in its metadata (not written by ft.save)");
-    const auto fmt = f.metadata.find("formal_transformers.format");
-    if (fmt == f.metadata.end() || fmt->second != kFormat)
-        damaged(path, "format '" + (fmt == f.metadata.end() ? std::string("none") : fmt->second) + "', this version reads '" + kFormat + "'");
+    // the tensors tile the data section: sorted by offset, each begins where the one before ends, the last ends
+    // with the file (no overlap, gap or trailing byte)
+    std::vector<std::pair<std::size_t, const std::string*>> order;
+    for (const auto& [name, t] : f.tensors) order.emplace_back(t.begin, &name);
+    std::sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
+        const auto& ta = f.tensors.at(*a.second);
+        const auto& tb = f.tensors.at(*b.second);
+        return a.first != b.first ? a.first < b.first : ta.count * (ta.f64 ? 8 : 4) < tb.count * (tb.f64 ? 8 : 4);
+    });
+    std::uint64_t at = 0;
+    for (const auto& [begin, name] : order) {
+        const SavedModel::Tensor& t = f.tensors.at(*name);
+        if (begin != at)
+            damaged(path, "tensor " + *name + " begins at byte " + std::to_string(begin) + " of the data, not at " +
+                              std::to_string(at) + (begin < at ? " (it overlaps another)" : " (a gap before it)"));
+        at += t.count * (t.f64 ? 8 : 4);
+    }
+    if (at != data_size)
+        damaged(path, "the tensors hold " + std::to_string(at) + " bytes of the data section's " + std::to_string(data_size) +
+                          " (bytes after the last tensor)");
+}
+
+SavedModel read_file(const std::string& path, bool with_data) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw ValueError(path + ": cannot open the file");
+    in.seekg(0, std::ios::end);
+    const std::streamoff size = in.tellg();
+    in.seekg(0);
+    unsigned char len8[8];
+    if (size < 8 || !in.read(reinterpret_cast<char*>(len8), 8)) damaged(path, "not a safetensors file (shorter than its header length)");
+    const std::uint64_t n = le64(len8);
+    if (n > kMaxHeader || n > std::uint64_t(size - 8)) damaged(path, "not a safetensors file (header length " + std::to_string(n) + ")");
+    std::string header(std::size_t(n), '\0');
+    if (!in.read(header.data(), std::streamsize(n))) damaged(path, "could not read the header");
+    SavedModel f;
+    f.path = path;
+    const std::uint64_t data_size = std::uint64_t(size) - 8 - n;
+    read_table(f, header, data_size);
+    if (with_data) {
+        f.bytes.resize(std::size_t(data_size));
+        if (!in.read(reinterpret_cast<char*>(f.bytes.data()), std::streamsize(f.bytes.size()))) damaged(path, "could not read the file");
+    }
     return f;
 }
 
-// A saved config as this version reads it: a BigBird config written before bigbird_draw existed was drawn with
-// one layout per layer (head 0's), bigbird_draw "per_layer" (io.py's load applies the same rule).
-static std::string upgraded_config(const std::string& text) {
-    Json j;
-    try {
-        j = Json::parse(text);
-    } catch (const Json::exception&) {
-        return text;  // from_json names the problem
+// the first non-finite element of a tensor's data, or -1
+template <class V>
+long long first_nonfinite(const unsigned char* p, std::size_t n) {
+    for (std::size_t k = 0; k < n; ++k) {
+        V v;
+        std::memcpy(&v, p + k * sizeof(V), sizeof(V));
+        if (!std::isfinite(v)) return (long long)k;
     }
+    return -1;
+}
+long long first_nonfinite(bool f64, const void* p, std::size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    return f64 ? first_nonfinite<double>(b, n) : first_nonfinite<float>(b, n);
+}
+}  // namespace
+
+SavedModel SavedModel::read_header(const std::string& path) { return read_file(path, false); }
+
+SavedModel SavedModel::read(const std::string& path) {
+    SavedModel f = read_file(path, true);
+    if (!f.metadata.count(kConfigKey)) damaged(path, "no formal_transformers config in its metadata (not written by ft.save)");
+    const auto fmt = f.metadata.find("formal_transformers.format");
+    if (fmt == f.metadata.end() || fmt->second != kFormat)
+        damaged(path, "format '" + (fmt == f.metadata.end() ? std::string("none") : fmt->second) + "', this version reads '" + kFormat + "'");
+    const std::string dt = f.dtype();
+    for (const auto& [name, t] : f.tensors) {
+        if (t.f64 != (dt == "float64"))
+            damaged(path, "tensor " + name + " is " + (t.f64 ? "F64" : "F32") + " in a file saved in " + dt);
+        const long long k = first_nonfinite(t.f64, f.bytes.data() + t.begin, t.count);
+        if (k >= 0) damaged(path, "tensor " + name + " holds a value that is not finite (NaN or ±inf) at element " + std::to_string(k));
+    }
+    return f;
+}
+
+std::string SavedModel::dtype() const {
+    std::string dt;
+    try {
+        dt = ModelConfig::json_dtype(metadata.at(kConfigKey));
+    } catch (const ValueError& e) {
+        damaged(path, std::string("damaged or unusable config in the metadata (") + e.what() + ")");
+    }
+    return dt.empty() ? "float32" : dt;
+}
+
+// A saved config as this version reads it: a BigBird config written before bigbird_draw existed was drawn with
+// one layout per layer (head 0's), bigbird_draw "per_layer" (the one place of this rule).
+static std::string upgraded_config(const std::string& text) {
+    Json j = parse_bounded_json(text, "model config");
     if (j.is_object() && j.value("arch", Json()) == "ETransformer" && j.value("attention", Json()) == "bigbird" &&
         !j.contains("bigbird_draw"))
         j["bigbird_draw"] = "per_layer";
@@ -110,18 +187,32 @@ static std::string upgraded_config(const std::string& text) {
 }
 
 ModelConfig SavedModel::config() const {
-    ModelConfig c;
     try {
-        c = ModelConfig::from_json(upgraded_config(metadata.at("formal_transformers.config")));
+        return ModelConfig::from_json(upgraded_config(metadata.at(kConfigKey)));
     } catch (const ValueError& e) {
         damaged(path, std::string("damaged or unusable config in the metadata (") + e.what() + ")");
     }
-    // every layer has parameters of its own: more layers than the file has tensors cannot match it, refused
-    // before the model is built (as io.py: a config of L = 10**6 layers would take minutes to build)
-    const index_t layers = c.arch == Arch::ED ? c.L_enc + c.L_dec : c.L;
-    if (std::uint64_t(layers) > tensors.size())
-        damaged(path, "the config has " + std::to_string(layers) + " layers, the file only " +
-                          std::to_string(tensors.size()) + " tensors");
+}
+
+ModelConfig SavedModel::model_config() const {
+    const ModelConfig c = config();
+    // every layer has parameters of its own: more layers than the file has tensors cannot match it
+    const long double layers = c.arch == Arch::ED ? (long double)c.L_enc + c.L_dec : (long double)c.L + c.mtp_depth;
+    if (layers > (long double)tensors.size())
+        damaged(path, "the config has " + std::to_string((unsigned long long)layers) + " layers" +
+                          (c.mtp_depth ? " (MTP modules included)" : "") + ", the file only " + std::to_string(tensors.size()) + " tensors");
+    // a lower bound on the parameter count, against the numbers the file holds (long double: no wrap)
+    const long double d = (long double)c.d_e;
+    const long double table = in_attention(c.positional) ? 0.0L : (long double)c.l_max * d;  // W_p
+    const long double per_layer = (long double)c.H * c.d_mid * d + 2.0L * c.d_mlp * d;     // W_o, the MLP
+    const long double need = (long double)c.n_vocab * d + table + layers * per_layer;
+    std::size_t have = 0;
+    for (const auto& [name, t] : tensors) have += t.count;
+    if (need > (long double)have)
+        damaged(path, "the config (n_vocab=" + std::to_string(c.n_vocab) + ", l_max=" + std::to_string(c.l_max) +
+                          ", d_e=" + std::to_string(c.d_e) + ", d_mlp=" + std::to_string(c.d_mlp) + ", " +
+                          std::to_string((unsigned long long)layers) + " layers) needs more parameters than the file's " +
+                          std::to_string(have) + " numbers");
     return c;
 }
 
@@ -203,12 +294,7 @@ std::string bigbird_layouts_json(const ETransformer<T>& m) {
 template <class T>
 void set_bigbird_layouts_json(ETransformer<T>& m, const std::string& text) {
     if (m.cfg.attention != AttnKernel::BigBird) throw ValueError("bigbird layouts: the model's attention is not 'bigbird'");
-    Json j;
-    try {
-        j = Json::parse(text);
-    } catch (const Json::exception& e) {
-        throw ValueError(std::string("bigbird layouts: not JSON (") + e.what() + ")");
-    }
+    const Json j = parse_bounded_json(text, "bigbird layouts", JsonBounds{8});
     if (!j.is_object()) throw ValueError("bigbird layouts: not a JSON object {\"n\": layers, …}");
     std::vector<std::vector<std::vector<BlockLayout>>> all;  // every length read and checked before any is installed
     for (const auto& [key, layers] : j.items()) {
@@ -240,53 +326,116 @@ void set_bigbird_layouts_json(ETransformer<T>& m, const std::string& text) {
     for (auto& ls : all) set_bigbird_layouts(m, std::move(ls));
 }
 
+// ------------------------------------------------------------------------------------------------------
+// the writer
+
+namespace {
+// all n bytes to fd (a short write or EINTR continued); false on an error
+bool write_all(int fd, const void* data, std::size_t n) {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+        const ssize_t w = ::write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return false;
+        }
+        p += w, n -= std::size_t(w);
+    }
+    return true;
+}
+
+// write(fd) into a new, uniquely named file in path's folder, flushed to disk, then renamed onto path; the
+// temporary is removed on any failure.
+template <class Write>
+void replace_atomically(const std::string& path, Write&& write) {
+    const std::size_t slash = path.rfind('/');
+    const std::string folder = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+    const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+    std::string tmp = folder + "/." + name + ".XXXXXX.tmp";  // mkstemps: an unused name, created exclusively
+    const int fd = ::mkstemps(tmp.data(), 4);
+    if (fd < 0) throw ValueError(path + ": cannot create a temporary file in " + folder + " (" + std::strerror(errno) + ")");
+    bool ok = ::fchmod(fd, 0644) == 0 && write(fd) && ::fsync(fd) == 0;  // (mkstemps makes it 0600)
+    const int err = errno;
+    ok = (::close(fd) == 0) && ok;
+    if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+        const int e = ok ? errno : err;
+        ::unlink(tmp.c_str());
+        throw ValueError(path + ": could not write the file (" + std::strerror(e) + ")");
+    }
+    const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY);  // the rename itself to disk (best effort)
+    if (dir >= 0) {
+        ::fsync(dir);
+        ::close(dir);
+    }
+}
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, std::string>>& metadata,
+                       const std::vector<TensorBytes>& tensors) {
+    Json h = Json::object();
+    Json meta = Json::object();
+    for (const auto& [k, v] : metadata) meta[k] = v;
+    h["__metadata__"] = std::move(meta);
+    std::size_t at = 0;
+    for (const TensorBytes& t : tensors) {
+        std::size_t n = 1;
+        for (index_t d : t.shape) n *= std::size_t(d);
+        const long long k = first_nonfinite(t.f64, t.data, n);
+        if (k >= 0)
+            throw ValueError(path + ": not saved: " + t.name + " holds a value that is not finite (NaN or ±inf) at element " +
+                             std::to_string(k) + ", which no reader accepts");
+        const std::size_t bytes = n * (t.f64 ? 8 : 4);
+        h[t.name] = {{"dtype", t.f64 ? "F64" : "F32"}, {"shape", t.shape}, {"data_offsets", {at, at + bytes}}};
+        at += bytes;
+    }
+    std::string header = h.dump();
+    header.append((8 - header.size() % 8) % 8, ' ');  // the data aligned to 8 bytes, as safetensors writes it
+    unsigned char len8[8];
+    for (int i = 0; i < 8; ++i) len8[i] = (unsigned char)(std::uint64_t(header.size()) >> (8 * i));
+    replace_atomically(path, [&](int fd) {
+        if (!write_all(fd, len8, 8) || !write_all(fd, header.data(), header.size())) return false;
+        for (const TensorBytes& t : tensors) {
+            std::size_t n = 1;
+            for (index_t d : t.shape) n *= std::size_t(d);
+            if (!write_all(fd, t.data, n * (t.f64 ? 8 : 4))) return false;
+        }
+        return true;
+    });
+}
+
 template <class T>
 void save_model(const ModelConfig& c, const ParamStore<T>& store, std::uint64_t dropout_step, std::uint64_t dropout_seed,
                 const std::string& path, const std::map<std::string, std::string>& extra) {
     constexpr bool f64 = std::is_same_v<T, double>;
-    Json h = Json::object();
-    Json meta = Json::object();
-    meta["formal_transformers.format"] = kFormat;
-    meta["formal_transformers.config"] = c.to_json(f64 ? "float64" : "float32");
-    meta["formal_transformers.dropout_step"] = std::to_string(dropout_step);
-    meta["formal_transformers.dropout_seed"] = std::to_string(dropout_seed);
-    for (const auto& [k, v] : extra) meta[k] = v;
-    h["__metadata__"] = meta;
-    std::vector<unsigned char> data(std::size_t(store.size()) * sizeof(T));
+    std::vector<std::pair<std::string, std::string>> meta = {
+        {"formal_transformers.format", kFormat},
+        {kConfigKey, c.to_json(f64 ? "float64" : "float32")},
+        {"formal_transformers.dropout_step", std::to_string(dropout_step)},
+        {"formal_transformers.dropout_seed", std::to_string(dropout_seed)}};
+    for (const auto& [k, v] : extra) {
+        for (const auto& own : meta)
+            if (own.first == k) throw ValueError(path + ": the metadata key " + k + " is the format's own");
+        meta.emplace_back(k, v);
+    }
+    // θ's entries as row-major copies (an entry's strides need not be row-major: W_q's heads are row blocks)
+    std::vector<T> data(std::size_t(store.size()));
+    std::vector<TensorBytes> tensors;
     std::size_t at = 0;
     for (const ParamInfo& e : store.entries()) {
-        h[e.name] = {{"dtype", f64 ? "F64" : "F32"}, {"shape", e.shape}, {"data_offsets", {at, at + std::size_t(e.size) * sizeof(T)}}};
+        tensors.push_back({e.name, f64, e.shape, data.data() + at});
         const std::size_t rank = e.shape.size();
         std::vector<index_t> idx(rank, 0);
         for (index_t k = 0; k < e.size; ++k) {
             index_t src = e.offset;
             for (std::size_t d = 0; d < rank; ++d) src += idx[d] * e.strides[d];
-            std::memcpy(data.data() + at, store.theta() + src, sizeof(T));
-            at += sizeof(T);
+            data[at++] = store.theta()[src];
             for (std::size_t d = rank; d-- > 0;) {
                 if (++idx[d] < e.shape[d]) break;
                 idx[d] = 0;
             }
         }
     }
-    std::string header = h.dump();
-    header.append((8 - header.size() % 8) % 8, ' ');  // the data aligned to 8 bytes, as safetensors writes it
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) throw ValueError(path + ": cannot write " + tmp);
-        unsigned char len8[8];
-        std::uint64_t n = header.size();
-        for (int i = 0; i < 8; ++i) len8[i] = (unsigned char)(n >> (8 * i));
-        out.write(reinterpret_cast<const char*>(len8), 8);
-        out.write(header.data(), std::streamsize(header.size()));
-        out.write(reinterpret_cast<const char*>(data.data()), std::streamsize(data.size()));
-        if (!out.flush()) throw ValueError(path + ": could not write " + tmp);
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        std::remove(tmp.c_str());
-        throw ValueError(path + ": could not rename " + tmp + " onto it");
-    }
+    write_safetensors(path, meta, tensors);
 }
 
 template void SavedModel::restore(ParamStore<float>&, std::uint64_t&, std::uint64_t&) const;

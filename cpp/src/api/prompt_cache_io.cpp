@@ -1,9 +1,8 @@
-// Prompt cache files (paged.hpp): the keys and values of a prompt and its last token's logits, in the
-// safetensors layout of ft.save (io.hpp), read back with SavedModel::read.
+// Prompt cache files (paged.hpp): the keys and values of a prompt and its last token's logits, written by the
+// model files' writer (io.hpp write_safetensors: atomic, finite values) and read back by their reader
+// (SavedModel::read), with a digest of the cache's own content.
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "formal_transformers/io.hpp"
 #include "formal_transformers/paged.hpp"
@@ -11,9 +10,29 @@
 namespace ft {
 
 namespace {
-using Json = nlohmann::ordered_json;
 constexpr const char* kPromptCacheKey = "formal_transformers.prompt_cache";
+constexpr const char* kDigestKey = "formal_transformers.prompt_digest";
 [[noreturn]] void damaged(const std::string& path, const std::string& what) { throw ValueError(path + ": " + what); }
+
+// The digest of a cache's content: its ids (as 64-bit integers), then each tensor's bytes in the file's order
+// (K.0, V.0, K.1, …, z), each part's digest mixed into the next; 16 hex digits.
+struct ContentDigest {
+    std::uint64_t r = 0x6A09E667F3BCC908ull;
+    void add(const void* p, std::size_t n) {
+        std::uint64_t a = r ^ bytes_digest(p, n);
+        a ^= a >> 33, a *= 0xFF51AFD7ED558CCDull, a ^= a >> 33, a *= 0xC4CEB9FE1A85EC53ull, a ^= a >> 33;
+        r = a;
+    }
+    std::string hex() const {
+        char s[17];
+        std::snprintf(s, sizeof s, "%016llx", (unsigned long long)r);
+        return s;
+    }
+};
+void add_ids(ContentDigest& d, const std::vector<index_t>& ids) {
+    std::vector<std::int64_t> v(ids.begin(), ids.end());
+    d.add(v.data(), v.size() * sizeof(std::int64_t));
+}
 }  // namespace
 
 bool is_prompt_cache(const SavedModel& file) { return file.metadata.count(kPromptCacheKey) > 0; }
@@ -22,59 +41,36 @@ template <class T>
 void save_prompt_kv(const PromptKV<T>& cache, const ModelConfig& c, const std::vector<std::pair<std::string, std::string>>& meta,
                     const std::string& path) {
     constexpr bool f64 = std::is_same_v<T, double>;
-    Json h = Json::object();
-    Json m = Json::object();
-    m["formal_transformers.format"] = "1";  // io.cpp's kFormat: SavedModel::read reads the file
-    m["formal_transformers.config"] = c.to_json(f64 ? "float64" : "float32");
-    m[kPromptCacheKey] = "1";
+    const index_t l = index_t(cache.ids.size());
+    std::vector<TensorBytes> tensors;  // column-major [rows, ℓ] is row-major [ℓ, rows]
+    ContentDigest digest;
+    add_ids(digest, cache.ids);
+    for (std::size_t i = 0; i < cache.K.size(); ++i) {
+        tensors.push_back({"K." + std::to_string(i), f64, {l, index_t(cache.K[i].shape(0))}, cache.K[i].data()});
+        tensors.push_back({"V." + std::to_string(i), f64, {l, index_t(cache.V[i].shape(0))}, cache.V[i].data()});
+        digest.add(cache.K[i].data(), cache.K[i].size() * sizeof(T));
+        digest.add(cache.V[i].data(), cache.V[i].size() * sizeof(T));
+    }
+    tensors.push_back({"z", f64, {index_t(cache.z.size())}, cache.z.data()});
+    digest.add(cache.z.data(), cache.z.size() * sizeof(T));
     std::string ids;
     for (std::size_t i = 0; i < cache.ids.size(); ++i) ids += (i ? "," : "") + std::to_string(cache.ids[i]);
-    m["formal_transformers.prompt_ids"] = ids;
-    for (const auto& [k, v] : meta) m[k] = v;
-    h["__metadata__"] = m;
-    std::vector<std::pair<const T*, std::size_t>> parts;  // the tensors' data in the file's order
-    std::size_t at = 0;
-    auto add = [&](const std::string& name, std::vector<std::size_t> shape, const T* data) {
-        std::size_t n = 1;
-        for (std::size_t d : shape) n *= d;
-        h[name] = {{"dtype", f64 ? "F64" : "F32"}, {"shape", shape}, {"data_offsets", {at, at + n * sizeof(T)}}};
-        parts.emplace_back(data, n);
-        at += n * sizeof(T);
-    };
-    const std::size_t l = cache.ids.size();
-    for (std::size_t i = 0; i < cache.K.size(); ++i) {  // column-major [rows, ℓ] is row-major [ℓ, rows]
-        add("K." + std::to_string(i), {l, cache.K[i].shape(0)}, cache.K[i].data());
-        add("V." + std::to_string(i), {l, cache.V[i].shape(0)}, cache.V[i].data());
-    }
-    add("z", {cache.z.size()}, cache.z.data());
-    std::string header = h.dump();
-    header.append((8 - header.size() % 8) % 8, ' ');
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) throw ValueError(path + ": cannot write " + tmp);
-        unsigned char len8[8];
-        const std::uint64_t n = header.size();
-        for (int i = 0; i < 8; ++i) len8[i] = (unsigned char)(n >> (8 * i));
-        out.write(reinterpret_cast<const char*>(len8), 8);
-        out.write(header.data(), std::streamsize(header.size()));
-        for (const auto& [p, n_el] : parts) out.write(reinterpret_cast<const char*>(p), std::streamsize(n_el * sizeof(T)));
-        if (!out.flush()) {
-            out.close();
-            std::remove(tmp.c_str());
-            throw ValueError(path + ": could not write " + tmp);
-        }
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {  // never a half-written file under the final name
-        std::remove(tmp.c_str());
-        throw ValueError(path + ": could not rename " + tmp + " onto it");
-    }
+    std::vector<std::pair<std::string, std::string>> m = {
+        {"formal_transformers.format", "1"},  // a model file's version: the layout and reader are the same
+        {"formal_transformers.config", c.to_json(f64 ? "float64" : "float32")},
+        {kPromptCacheKey, "2"},
+        {"formal_transformers.prompt_ids", ids},
+        {kDigestKey, digest.hex()}};
+    m.insert(m.end(), meta.begin(), meta.end());
+    write_safetensors(path, m, tensors);
 }
 
 template <class T>
 PromptKV<T> read_prompt_kv(const SavedModel& f) {
     constexpr bool f64 = std::is_same_v<T, double>;
     if (!is_prompt_cache(f)) damaged(f.path, "not a prompt cache (a file of DInference.prefill(...).save)");
+    const std::string& version = f.metadata.at(kPromptCacheKey);
+    if (version != "1" && version != "2") damaged(f.path, "prompt cache version '" + version + "', this version reads '1' and '2'");
     const ModelConfig c = f.config();
     PromptKV<T> r;
     const auto ids = f.metadata.find("formal_transformers.prompt_ids");
@@ -90,6 +86,8 @@ PromptKV<T> read_prompt_kv(const SavedModel& f) {
         i = j + 1;
     }
     const std::size_t l = r.ids.size();
+    ContentDigest digest;
+    add_ids(digest, r.ids);
     auto get = [&](const std::string& name, std::size_t rows) {
         const auto it = f.tensors.find(name);
         if (it == f.tensors.end()) damaged(f.path, "no tensor " + name);
@@ -101,6 +99,7 @@ PromptKV<T> read_prompt_kv(const SavedModel& f) {
         const std::size_t n_rows = vec ? std::size_t(t.shape[0]) : std::size_t(t.shape[1]);
         Matrix<T> m = Matrix<T>::from_shape({n_rows, vec ? std::size_t(1) : l});
         std::memcpy(m.data(), f.bytes.data() + t.begin, m.size() * sizeof(T));
+        digest.add(m.data(), m.size() * sizeof(T));
         return m;
     };
     const index_t L = c.arch == Arch::D ? c.L : 0;
@@ -111,6 +110,9 @@ PromptKV<T> read_prompt_kv(const SavedModel& f) {
     }
     const Matrix<T> z = get("z", 0);
     r.z.assign(z.data(), z.data() + z.size());
+    const auto saved = f.metadata.find(kDigestKey);
+    if (version == "2" && (saved == f.metadata.end() || saved->second != digest.hex()))
+        damaged(f.path, "damaged prompt cache: its ids, keys, values and logits do not have the digest saved with them");
     return r;
 }
 

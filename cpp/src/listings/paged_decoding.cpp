@@ -85,9 +85,13 @@ PromptKV<T> prefill(const DTransformer<T>& model, const index_t* x, index_t l) {
 
 template <class T>
 std::uint64_t theta_digest(const ParamStore<T>& store) {
-    // four interleaved multiply–xorshift lanes over θ's 64-bit words (memory speed), then mixed together
-    const unsigned char* p = reinterpret_cast<const unsigned char*>(store.theta());
-    const std::size_t n = std::size_t(store.size()) * sizeof(T), words = n / 8;
+    return bytes_digest(store.theta(), std::size_t(store.size()) * sizeof(T));
+}
+
+std::uint64_t bytes_digest(const void* data, std::size_t n) {
+    // four interleaved multiply–xorshift lanes over the 64-bit words (memory speed), then mixed together
+    const unsigned char* p = static_cast<const unsigned char*>(data);
+    const std::size_t words = n / 8;
     constexpr std::uint64_t k = 0x9E3779B97F4A7C15ull;
     std::uint64_t h[4] = {k, k ^ 1, k ^ 2, k ^ 3};
     auto mix = [](std::uint64_t a) {

@@ -12,6 +12,7 @@
 #include "formal_transformers/dropout.hpp"
 #include "formal_transformers/random_features.hpp"
 #include "formal_transformers/sizes.hpp"
+#include "../runtime/bounded_json.hpp"
 
 namespace ft {
 
@@ -368,12 +369,7 @@ Json config_object(const ModelConfig& c, const char* dtype) {
 }
 
 Json parse_object(const std::string& text) {
-    Json j;
-    try {
-        j = Json::parse(text);
-    } catch (const Json::exception& e) {
-        throw ValueError(std::string("model config: not JSON (") + e.what() + ")");
-    }
+    const Json j = parse_bounded_json(text, "model config");  // bounded nesting and size (bounded_json.hpp)
     if (!j.is_object()) throw ValueError("model config: not a JSON object");
     return j;
 }
