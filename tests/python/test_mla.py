@@ -184,12 +184,12 @@ def test_deepseek_v3_P_and_every_gradient(monkeypatch, q_lora_rank, interleave):
     loss, g = m.loss_and_grad(X)
     assert math.isclose(loss, loss_hf.item(), rel_tol=1e-12)
     G_hf = {k: v.grad for k, v in hf.named_parameters()}
-    from formal_transformers import hf as hfmod  # ft's gradients in HF's names and layout (the importer's map)
+    from formal_transformers.hf import deepseek as hfmod  # ft's gradients in HF's names and layout (the importer's map)
 
     hp = {**m.config, "_rope_interleave": interleave}
     for l in range(L):
-        for a, b, heads in hfmod._deepseek_layer(hp):
-            v = hfmod._rope_rows(hp, b, g[f"layers.{l}.{b}"], True) if interleave else g[f"layers.{l}.{b}"]
+        for a, b, heads in hfmod.layer_table(hp):
+            v = hfmod.rope_rows(hp, b, g[f"layers.{l}.{b}"], True) if interleave else g[f"layers.{l}.{b}"]
             v = v.reshape(-1, *v.shape[2:]) if heads else v
             gh = G_hf.pop(f"model.layers.{l}.{a}").numpy()
             assert np.abs(v - gh).max() <= 1e-12 * max(1.0, np.abs(gh).max()), (l, a)

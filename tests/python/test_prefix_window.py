@@ -251,7 +251,7 @@ def test_mistral_for_causal_lm_probabilities_and_every_gradient(monkeypatch):
     loss, grads = model.loss_and_grad(x)
     assert abs(loss - loss_hf.item()) <= 1e-12 * abs(loss_hf.item())
     hf_grads = {k: p.grad.numpy() for k, p in hf.named_parameters()}
-    back = ft.hf._llama_from_ft(grads, model.config)  # our gradients under HF's names and shapes
+    back = ft.hf.llama.from_ft(grads, model.config)  # our gradients under HF's names and shapes
     assert set(back) == set(hf_grads)
     for k, g in hf_grads.items():
         assert rel_err(back[k], g) <= 1e-10, k

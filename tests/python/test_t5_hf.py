@@ -92,10 +92,10 @@ def test_from_hf_probabilities_and_every_gradient_equal_hugging_face(monkeypatch
     loss_hf.backward()
     loss, grads = model.loss_and_grad(Z, X)
     assert abs(loss - loss_hf.item()) <= 1e-12 * abs(loss_hf.item())
-    hp = ft.hf._t5_hyper({**hf.config.to_dict(), "_ft_tied": tied})
+    hp = {**ft.hf.t5.T5().hyper(hf.config.to_dict()), "tied": tied}
     hf_grads = {k: p.grad.numpy() for k, p in hf.named_parameters()}
     hf_grads = {k: v for k, v in hf_grads.items() if not k.endswith("embed_tokens.weight")}
-    ours = ft.hf._t5_to_ft(hp, hf_grads, True)  # HF's gradients under ft's names and shapes
+    ours = ft.hf.t5.T5().to_ft(hp, hf_grads, True)  # HF's gradients under ft's names and shapes
     assert set(ours) == set(grads)
     for k, g in grads.items():
         assert rel_err(g, ours[k]) <= 1e-10, k
