@@ -90,7 +90,7 @@ class T5(Converter):
     embedding = "shared.weight"
     maps = frozenset({"n_vocab", "l_max", "L_enc", "L_dec", "H", "d_e", "d_mlp", "d_attn", "d_mid", "norm", "pre_norm",
                       "bias", "positional", "relative_buckets", "relative_max_distance", "scale_scores", "mlp",
-                      "unembed_rescale", "eps", "bos_id", "eos_id", "tied", "seed", "init_std", "attention_impl",
+                      "unembed_rescale", "eps", "bos_id", "eos_id", "tied", "H_kv", "seed", "init_std", "attention_impl",
                       "fixnorm", "embed_dropout", "attn_dropout", "resid_dropout"})
 
     def hyper(self, c):
@@ -164,6 +164,8 @@ class T5(Converter):
                                  + ", ".join(f"{a}={b!r}" for a, b in want.items()) + ")")
         if cfg.get("mlp") not in ("relu", "geglu"):
             raise ValueError(f"T5 has no equivalent of mlp={cfg.get('mlp')!r} ('relu' or 'geglu')")
+        if cfg.get("H_kv") not in (None, cfg["H"]):
+            raise ValueError(f"T5 has no equivalent of the option H_kv={cfg['H_kv']!r} (grouped-query attention)")
         if cfg["d_attn"] != cfg["d_mid"]:
             raise ValueError(f"T5 needs d_attn = d_mid (its d_kv), got d_attn={cfg['d_attn']}, d_mid={cfg['d_mid']}")
         bos = cfg["bos_id"] if cfg.get("bos_id") is not None else cfg["n_vocab"] - 2
