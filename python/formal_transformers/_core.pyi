@@ -1505,6 +1505,10 @@ def _mask_tokens(x: typing.Any, mask_token: typing.SupportsIndex, p_mask: typing
     """
     Algorithm 12 lines 4–6 on one sequence (the masking ETraining applies), for inspection and tests.
     """
+def _option_infos(arch: str) -> list:
+    """
+    The options the architecture takes, in the schema's order: (name, kind, default as JSON text, the architectures that take it). ValueError for another architecture name.
+    """
 def _save_native(model: typing.Any, path: str) -> None:
     """
     ft::save(model, path) of the C++ API (for the tests).
