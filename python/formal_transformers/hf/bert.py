@@ -31,11 +31,11 @@ LAYER = (  # (HF name in encoder.layer.l., ft name in layers.l., how: "H" split 
     ("output.LayerNorm.weight", "gamma2", ""), ("output.LayerNorm.bias", "beta2", ""),
 )
 EMB = (("embeddings.word_embeddings.weight", "W_e", "T"), ("embeddings.position_embeddings.weight", "W_p", "T"),
-             ("embeddings.token_type_embeddings.weight", "W_s", "T"), ("embeddings.LayerNorm.weight", "gamma_e", ""),
-             ("embeddings.LayerNorm.bias", "beta_e", ""))
+       ("embeddings.token_type_embeddings.weight", "W_s", "T"), ("embeddings.LayerNorm.weight", "gamma_e", ""),
+       ("embeddings.LayerNorm.bias", "beta_e", ""))
 HEAD = (("cls.predictions.transform.dense.weight", "W_f", ""), ("cls.predictions.transform.dense.bias", "b_f", ""),
-              ("cls.predictions.transform.LayerNorm.weight", "gamma", ""),
-              ("cls.predictions.transform.LayerNorm.bias", "beta", ""), ("cls.predictions.bias", "b_u", ""))
+        ("cls.predictions.transform.LayerNorm.weight", "gamma", ""),
+        ("cls.predictions.transform.LayerNorm.bias", "beta", ""), ("cls.predictions.bias", "b_u", ""))
 
 
 def tensor_table(hp: dict, head: bool) -> list:
