@@ -822,3 +822,45 @@ def test_save_hf_and_save_use_their_own_temporaries(tmp_path):
     _same_params(m, ft.load_hf(tmp_path / "hf"))
     leftovers = [f for f in os.listdir(tmp_path / "hf") if f not in ("config.json", "model.safetensors")]
     assert not leftovers, leftovers
+
+
+# ---------------------------------------------------------------------------------------------------
+# The core's option schema (ft.model_options) and the package's layout
+
+def test_model_options_are_the_cores_schema():
+    for arch, make in (("DTransformer", lambda: ft.DTransformer(V, LMAX, 1, 2, 8, 12)),
+                       ("ETransformer", lambda: ft.ETransformer(V, LMAX, 1, 2, 8, 12, 8)),
+                       ("EDTransformer", lambda: ft.EDTransformer(V, LMAX, 1, 1, 2, 8, 12))):
+        opts = ft.model_options(arch)
+        cfg = make().config
+        # every option model.config holds, and "dropout" (the three rates' default, not stored)
+        assert set(opts) == (set(cfg) - {"arch", "dtype"}) | {"dropout"}
+        for k, o in opts.items():
+            assert arch in o["archs"]
+            if o["kind"] in ("size", "auto_size", "auto_real", "auto_id", "rates"):
+                continue  # given, or filled from the others
+            assert cfg[k] == o["default"] and type(cfg[k]) is type(o["default"]), (arch, k)
+    assert ft.model_options("EDTransformer")["mlp"]["default"] == "relu"  # Algorithm 8's MLP
+    assert ft.model_options("DTransformer")["mlp"]["default"] == "gelu"
+    assert ft.model_options("DTransformer")["rope_theta"]["archs"] == ["DTransformer"]
+    with pytest.raises(ValueError, match="arch"):
+        ft.model_options("GPT2")
+
+
+def test_an_option_at_a_non_default_value_that_no_family_maps_is_refused():
+    m = ft.DTransformer(V, LMAX, 1, 2, 8, 12, mtp_weight=0.5)  # V16's weight, acting only with mtp_depth > 0
+    with pytest.raises(ValueError, match="mtp_weight"):
+        ft.save_hf(m, "unused")
+
+
+def test_hf_does_not_import_torch_interop():
+    """formal_transformers._torch imports formal_transformers.hf (T5 runs as transformers' model), never the other
+    way round: importing the package and hf loads neither _torch nor torch."""
+    import subprocess
+    import sys
+
+    code = ("import sys, formal_transformers as ft, formal_transformers.hf; "
+            "assert 'formal_transformers._torch' not in sys.modules and 'torch' not in sys.modules, "
+            "sorted(m for m in sys.modules if 'torch' in m)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)
+    assert r.returncode == 0, r.stderr[-2000:]
