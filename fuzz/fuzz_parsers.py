@@ -209,7 +209,8 @@ def _utf8(b: bytes) -> bool:
 
 
 def main() -> None:
-    instrument(ft_io, ft_hf, ft_cli, ft_datasets, json, json.decoder, sys.modules[__name__])
+    hf_modules = [m for n, m in sys.modules.items() if n.startswith(ft_hf.__name__ + ".")]  # the package's modules
+    instrument(ft_io, *hf_modules, ft_cli, ft_datasets, json, json.decoder, sys.modules[__name__])
     atheris.Setup(sys.argv, test_one_input)
     atheris.Fuzz()
 

@@ -454,6 +454,17 @@ py::object py_of_json(const nlohmann::ordered_json& j) {
 void def_bigbird_layouts(py::class_<AnyDtype<ft::ETransformer>, HasParams>& c);  // register_attention.cpp
 
 void register_transformers(py::module_& m) {
+    m.def(
+        "_option_infos",
+        [](const std::string& arch) {
+            py::list out;
+            for (const ModelConfig::OptionInfo& o : ModelConfig::option_infos(ft::arch_from_name(arch)))
+                out.append(py::make_tuple(o.name, o.kind, o.default_json, o.archs));
+            return out;
+        },
+        py::arg("arch"),
+        "The options the architecture takes, in the schema's order: (name, kind, default as JSON text, the "
+        "architectures that take it). ValueError for another architecture name.");
     m.def("_save_model", [](const py::handle& model, const std::string& path, const std::map<std::string, std::string>& extra) {
         if (!save_model<ft::DTransformer>(model, path, extra) && !save_model<ft::ETransformer>(model, path, extra) &&
             !save_model<ft::EDTransformer>(model, path, extra))

@@ -53,7 +53,9 @@ finally:
 from ._core import *  # noqa: E402,F401,F403
 from . import datasets, reference, vision  # noqa: E402,F401
 from .io import build_model, kv_cache_bytes_per_token, load, save  # noqa: E402
-from .hf import from_hf, from_torch, load_hf, save_hf, to_hf, to_torch  # noqa: E402  (weights in and out)
+from .hf import from_hf, load_hf, save_hf, to_hf  # noqa: E402  (weights in and out)
+from ._torch_api import from_torch, to_torch  # noqa: E402
+from ._options import model_options  # noqa: E402  (the core's option schema)
 from .training import DTraining, EDTraining, ETraining, History  # noqa: E402
 
 _Mapping.register(_core.ParamDict)
@@ -64,5 +66,5 @@ __all__ = sorted(
     {name for name in dir(_core) if not name.startswith("_")}
     | {"DTraining", "ETraining", "EDTraining", "History", "save", "load", "reference", "datasets", "vision",
        "build_model", "kv_cache_bytes_per_token"}
-    | {"from_hf", "to_hf", "save_hf", "load_hf", "to_torch", "from_torch"}
+    | {"from_hf", "to_hf", "save_hf", "load_hf", "to_torch", "from_torch", "model_options"}
 )

@@ -1530,6 +1530,10 @@ def _mask_tokens(x: typing.Any, mask_token: typing.SupportsIndex, p_mask: typing
     """
     Algorithm 12 lines 4–6 on one sequence (the masking ETraining applies), for inspection and tests.
     """
+def _option_infos(arch: str) -> list:
+    """
+    The options the architecture takes, in the schema's order: (name, kind, default as JSON text, the architectures that take it). ValueError for another architecture name.
+    """
 def _parse_json(text: str, what: str) -> typing.Any:
     """
     JSON text from outside as Python values (the core's bounded parse).

@@ -1,47 +1,46 @@
-"""Which model options an export (ft.to_hf, ft.save_hf, ft.to_torch) maps: the rest must be at their listing
-defaults. Its own module so that hf.py and _torch.py both use it without importing each other."""
+"""The core's option schema as Python reads it (ft.model_options), and the exports' one rule over it: every option
+an export (ft.to_hf, ft.save_hf, ft.to_torch) does not map must be at the core's default. No option name or
+default is written here; they come from the core (ModelConfig::option_infos, models/config.cpp)."""
 from __future__ import annotations
 
-_KNOWN = {"arch", "n_vocab", "l_max", "L", "L_enc", "L_dec", "H", "d_e", "d_mlp", "d_f", "d_attn", "d_mid", "norm",
-          "positional", "base", "tied", "gelu", "eps", "seed", "init_std", "dtype", "n_segments", "embed_norm",
-          "unembed_bias", "rope_theta", "relative_buckets", "relative_max_distance",
-          "attention_impl"}  # rope_theta acts only with positional="rope" (the LLaMA path), relative_* only with
-# positional="relative" (refused by the exports through `positional`); attention_impl: how, not what
+import json
+from functools import lru_cache
+
+from . import _core
+
+__all__ = ["model_options"]
 
 
-def _check_options(cfg: dict, target: str) -> None:
-    """Options beyond the ones this module maps (the decoder variants' names of docs/api.md, or later ones)
-    must be at their listing defaults."""
-    if cfg.get("bias", True) is False:
-        raise ValueError(f"{target} has no equivalent of the option bias=False")
-    if cfg.get("H_kv") not in (None, 0, cfg.get("H")):
-        raise ValueError(f"{target} has no equivalent of the option H_kv={cfg['H_kv']!r} (grouped-query attention)")
-    if cfg.get("arch") == "EDTransformer" and cfg.get("norm", "layer") != "layer":
-        raise ValueError(f"{target} has no equivalent of the option norm={cfg['norm']!r} for an EDTransformer")
+@lru_cache(maxsize=None)
+def _infos(arch: str) -> tuple:
+    return tuple((name, kind, json.loads(default), tuple(archs)) for name, kind, default, archs in _core._option_infos(arch))
+
+
+def model_options(arch: str) -> dict:
+    """The options of an architecture ("DTransformer", "ETransformer", "EDTransformer") from the core's schema,
+    in its order: name -> {"kind", "default", "archs"}. kind is "size" (a required size: default None),
+    "auto_size" / "auto_real" / "auto_id" (None: filled from the other options, or off), "count", "real",
+    "bool", "seed", "enum" or "rates" (dropout: the default of the three rates); default is the value
+    model.config holds for a model not given the option; archs are the architectures taking it.
+    ValueError for another architecture name."""
+    if not isinstance(arch, str):
+        raise TypeError(f"arch must be a str, got {type(arch).__name__}")
+    return {name: {"kind": kind, "default": default, "archs": list(archs)}
+            for name, kind, default, archs in _infos(arch)}
+
+
+def check_unmapped_at_defaults(cfg: dict, mapped, target: str) -> None:
+    """ValueError naming the first option of the model's config (model.config) that `mapped` (the options the
+    export reads and checks itself) does not hold and that is not at the core's default; an option the core
+    does not know is refused unless it is None."""
+    options = model_options(cfg["arch"])
     for k, v in cfg.items():
-        if k in ("bias", "H_kv") or k in _KNOWN:
+        if k in ("arch", "dtype") or k in mapped:
             continue
-        if k == "mlp" and v in (None, "", "gelu", "mlp", "default"):
+        if k in options:
+            d = options[k]["default"]
+            if v == d and isinstance(v, bool) == isinstance(d, bool):
+                continue
+        elif v is None:
             continue
-        if k == "mlp" and v == "relu" and cfg.get("arch") == "EDTransformer":
-            continue  # Algorithm 8's MLP (ED's default)
-        if k == "scale_scores":
-            if v is True:
-                continue  # V18's option at its default (Algorithm 4's 1/√d_attn)
-            raise ValueError(f"{target} has no equivalent of the option scale_scores={v!r} (scores without 1/√d_attn)")
-        if k == "mask" and v in (None, "", "causal"):
-            continue
-        if k == "attention" and v == "softmax":
-            continue
-        if k in ("n_features", "feature_seed") and cfg.get("attention", "softmax") == "softmax":
-            continue  # V15's options act only with attention='performer' or 'rfa'
-        if k == "mtp_weight" and not cfg.get("mtp_depth"):
-            continue  # V16's weight acts only with mtp_depth > 0 (refused below as any other option)
-        if k in ("block_size", "window_blocks", "n_global_blocks", "n_random_blocks", "layout_seed", "bigbird_draw") and \
-                cfg.get("attention", "softmax") != "bigbird":
-            continue  # V17's options act only with attention='bigbird'
-        if k == "attention":
-            kind = "block-sparse attention" if v == "bigbird" else "random-feature attention"
-            raise ValueError(f"{target} has no equivalent of the option attention={v!r} ({kind})")
-        if v not in (None, False, 0, "", "none"):
-            raise ValueError(f"{target} has no equivalent of the option {k}={v!r}")
+        raise ValueError(f"{target} has no equivalent of the option {k}={v!r}")

@@ -15,7 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._options import _check_options
+from ._options import check_unmapped_at_defaults
+# torch interop imports hf (T5 runs as transformers' own model), never the other way round
+from .hf import _registry as _hf_registry
+from .hf import t5 as _hf_t5
 
 
 def _gelu(kind: str):
@@ -372,16 +375,14 @@ class TorchEDTransformer(_EncoderDecoder):
 class TorchT5(_EncoderDecoder):
     """An EDTransformer with T5's options (V11 relative position bias, V18: pre_norm, norm="rms", bias=False,
     scale_scores=False, mlp="relu"|"geglu", unembed_rescale) as transformers' own T5ForConditionalGeneration,
-    the model ft.to_hf makes (dropout 0); its tensors under ft's names through hf.py's T5 name table."""
+    the model ft.to_hf makes (dropout 0); its tensors under ft's names through hf/t5.py's name table."""
 
     def __init__(self, c, hf):
-        from .hf import _t5_names
-
         super().__init__()
         self.ft_config = dict(c)
         self.hf = hf
         t = {}
-        for hf_name, ft_name, heads in _t5_names(c, True):
+        for hf_name, ft_name, heads in _hf_t5.tensor_table(c, True):
             s = tuple(hf.get_parameter(hf_name).shape)  # "T": W_e = shared.weightᵀ; "H": heads stacked in the rows
             shape = s[::-1] if heads == "T" else (c["H"], s[0] // c["H"], s[1]) if heads else s
             t[ft_name] = (lambda n=hf_name: self.hf.get_parameter(n), None, heads == "T", shape)
@@ -401,14 +402,19 @@ _T5_OFF = {"pre_norm": False, "norm": "layer", "scale_scores": True, "mlp": "rel
 
 
 def _t5_module(model, cfg, t5) -> TorchT5:
-    from .hf import _hf_model, _t5_export
-
     try:
-        hf = _hf_model(*_t5_export(cfg, {k: np.asarray(v) for k, v in model.params.items()}))
+        hf = _hf_registry.hf_model(*_hf_t5.T5().export(cfg, {k: np.asarray(v) for k, v in model.params.items()}))
     except ValueError as e:
         raise ValueError(f"ft.to_torch: an EDTransformer with {', '.join(t5)} (beyond Algorithm 8) runs as "
                          f"transformers' T5ForConditionalGeneration: {e}") from None
     return TorchT5(cfg, hf)
+
+
+# the options the modules map (every other option must be at the core's default); bos_id, eos_id: where
+# EDInference starts and stops, not part of forward or loss (kept in ft_config)
+_MAPS = frozenset({"n_vocab", "l_max", "L", "L_enc", "L_dec", "H", "d_e", "d_mlp", "d_f", "d_attn", "d_mid", "H_kv",
+                   "norm", "positional", "base", "tied", "gelu", "eps", "seed", "init_std", "n_segments", "embed_norm",
+                   "unembed_bias", "attention_impl", "bos_id", "eos_id"})
 
 
 def from_ft(model) -> FTModule:
@@ -421,8 +427,10 @@ def from_ft(model) -> FTModule:
         t5 += ["positional='relative'"] if cfg.get("positional") == "relative" else []
         if t5:
             return _t5_module(model, cfg, t5)
-    # bos_id, eos_id: where EDInference starts and stops, not part of forward or loss (kept in ft_config)
-    _check_options({k: v for k, v in cfg.items() if k not in ("bos_id", "eos_id")}, "ft.to_torch (this version)")
+    check_unmapped_at_defaults(cfg, _MAPS, "ft.to_torch (this version)")
+    if cfg.get("H_kv") not in (None, cfg["H"]):
+        raise ValueError(f"ft.to_torch (this version) has no equivalent of the option H_kv={cfg['H_kv']!r} "
+                         "(grouped-query attention)")
     if cfg.get("positional") not in ("learned", "sinusoidal"):
         raise ValueError(f"ft.to_torch (this version) does not support positional={cfg.get('positional')!r}")
     if cfg.get("norm", "layer") not in ("layer", "rms"):

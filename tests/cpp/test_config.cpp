@@ -304,3 +304,24 @@ TEST(ModelConfig, SlidingWindowOption) {
 }
 
 }  // namespace
+
+TEST(ModelConfig, OptionInfosAreTheSchemaWithItsDefaults) {
+    // each option an architecture takes, once, with the default to_json writes for a model not given it
+    const auto ed = ModelConfig::option_infos(Arch::ED);
+    auto find = [](const std::vector<ModelConfig::OptionInfo>& v, const std::string& name) {
+        for (const auto& o : v)
+            if (o.name == name) return &o;
+        return static_cast<const ModelConfig::OptionInfo*>(nullptr);
+    };
+    ASSERT_NE(find(ed, "mlp"), nullptr);
+    EXPECT_EQ(find(ed, "mlp")->default_json, "\"relu\"");  // Algorithm 8's MLP
+    EXPECT_EQ(find(ed, "mlp")->kind, "enum");
+    EXPECT_EQ(find(ed, "L"), nullptr);  // D and E only
+    const auto d = ModelConfig::option_infos(Arch::D);
+    EXPECT_EQ(find(d, "mlp")->default_json, "\"gelu\"");
+    EXPECT_EQ(find(d, "n_vocab")->kind, "size");
+    EXPECT_EQ(find(d, "H_kv")->default_json, "null");  // filled from H by resolve
+    EXPECT_EQ(find(d, "rope_theta")->archs, std::vector<std::string>{"DTransformer"});
+    EXPECT_EQ(find(d, "dropout")->kind, "rates");
+    EXPECT_EQ(find(d, "tied")->default_json, "false");
+}

@@ -11,7 +11,7 @@ import pytest
 
 import formal_transformers as ft
 from formal_transformers import reference as ref
-from formal_transformers.hf import _bert_pairs
+from formal_transformers.hf.bert import tensor_table as _bert_pairs
 from conftest import TOL, hf_random_float64, numeric_grad, randomize_theta, rel_err, torch_or_skip
 
 
@@ -186,7 +186,7 @@ def test_from_hf_bigbird_mlm_forward_and_every_gradient_equal_torch_autograd():
     for a, k, kind in _bert_pairs(hp, True):
         t = named.get("bert." + a, named.get(a))
         gt = t.grad.numpy()
-        gt = gt.T if kind == "T" else gt.reshape(2, -1, *gt.shape[1:]) if kind == "heads" else gt
+        gt = gt.T if kind == "T" else gt.reshape(2, -1, *gt.shape[1:]) if kind == "H" else gt
         seen.add(k)
         if k.endswith("b_k"):  # b_kᵀq_t is a constant of each column of S: 0 up to rounding on both sides
             assert np.abs(grads[k]).max() <= 1e-14 and np.abs(gt).max() <= 1e-14

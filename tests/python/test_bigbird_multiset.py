@@ -14,7 +14,7 @@ import pytest
 
 import formal_transformers as ft
 from formal_transformers import reference as ref
-from formal_transformers.hf import _bert_pairs
+from formal_transformers.hf.bert import tensor_table as _bert_pairs
 from conftest import hf_random_float64, numeric_grad, randomize_theta, rel_err, torch_or_skip
 
 
@@ -161,7 +161,7 @@ def check_mlm_against_hf(hf, model, torch, l, seed):
     named = dict(hf.named_parameters())
     for a, k, kind in _bert_pairs(dict(L=2, tied=True), True):
         gt = named.get("bert." + a, named.get(a)).grad.numpy()
-        gt = gt.T if kind == "T" else gt.reshape(2, -1, *gt.shape[1:]) if kind == "heads" else gt
+        gt = gt.T if kind == "T" else gt.reshape(2, -1, *gt.shape[1:]) if kind == "H" else gt
         if k.endswith("b_k"):  # a constant of each column of S: 0 up to rounding on both sides
             assert np.abs(grads[k]).max() <= 1e-13 and np.abs(gt).max() <= 1e-13
             continue

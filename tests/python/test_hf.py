@@ -476,13 +476,19 @@ def test_bad_directories_raise_naming_the_problem(kind, tmp_path):
                                           (dict(rope_base=1e4), "rope_base")])
 def test_options_beyond_the_mapping_are_refused(extra, option):
     # the decoder variants' options (docs/api.md) and any later one: refused by name until they are mapped
-    from formal_transformers.hf import _check_options
+    from formal_transformers._options import check_unmapped_at_defaults
+    from formal_transformers.hf.gpt2 import GPT2
 
-    cfg = dict(ft.DTransformer(V, LMAX, 1, 2, 8, 12).config)
-    _check_options(cfg, "GPT-2")  # the listing's defaults pass
-    _check_options({**cfg, "bias": True, "H_kv": 2, "mlp": "gelu"}, "GPT-2")  # explicit defaults pass
+    def check(cfg):  # the generic rule over the core's defaults, then GPT-2's own checks of what it maps
+        check_unmapped_at_defaults(cfg, GPT2.maps, "GPT-2")
+        GPT2().export(cfg, {k: np.asarray(v) for k, v in model.params.items()})
+
+    model = ft.DTransformer(V, LMAX, 1, 2, 8, 12)
+    cfg = dict(model.config)
+    check(cfg)  # the listing's defaults pass
+    check({**cfg, "bias": True, "H_kv": 2, "mlp": "gelu"})  # explicit defaults pass
     with pytest.raises(ValueError, match=option):
-        _check_options({**cfg, **extra}, "GPT-2")
+        check({**cfg, **extra})
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -644,7 +650,7 @@ def test_hostile_config_values_are_value_errors_naming_the_key(kind, edit, key, 
     with pytest.raises(ValueError, match=key):
         ft.load_hf(d)
     if key != "architectures":  # the same check through from_hf (a config object's dict)
-        from formal_transformers.hf import _build
+        from formal_transformers.hf._registry import build as _build
 
         T = {k: v.detach().numpy() for k, v in (_llama() if kind == "llama" else ft.to_hf(_native(kind))).state_dict().items()}
         cls = {"d": "GPT2LMHeadModel", "e": "BertForMaskedLM", "llama": "LlamaForCausalLM"}[kind]
@@ -751,7 +757,7 @@ def test_llama_scaled_rope_is_refused_not_misread(edit, tmp_path):
 # save_hf's two files: the old pair or the new pair, whatever fails; unique temporaries
 
 def test_save_hf_failures_leave_the_old_pair(tmp_path, monkeypatch):
-    import formal_transformers.hf as hfmod
+    import formal_transformers.hf._registry as hfmod
 
     old, new = _native("d", tied=True), _native("d", tied=False, eps=1e-3)
     ft.save_hf(old, tmp_path)
@@ -816,3 +822,45 @@ def test_save_hf_and_save_use_their_own_temporaries(tmp_path):
     _same_params(m, ft.load_hf(tmp_path / "hf"))
     leftovers = [f for f in os.listdir(tmp_path / "hf") if f not in ("config.json", "model.safetensors")]
     assert not leftovers, leftovers
+
+
+# ---------------------------------------------------------------------------------------------------
+# The core's option schema (ft.model_options) and the package's layout
+
+def test_model_options_are_the_cores_schema():
+    for arch, make in (("DTransformer", lambda: ft.DTransformer(V, LMAX, 1, 2, 8, 12)),
+                       ("ETransformer", lambda: ft.ETransformer(V, LMAX, 1, 2, 8, 12, 8)),
+                       ("EDTransformer", lambda: ft.EDTransformer(V, LMAX, 1, 1, 2, 8, 12))):
+        opts = ft.model_options(arch)
+        cfg = make().config
+        # every option model.config holds, and "dropout" (the three rates' default, not stored)
+        assert set(opts) == (set(cfg) - {"arch", "dtype"}) | {"dropout"}
+        for k, o in opts.items():
+            assert arch in o["archs"]
+            if o["kind"] in ("size", "auto_size", "auto_real", "auto_id", "rates"):
+                continue  # given, or filled from the others
+            assert cfg[k] == o["default"] and type(cfg[k]) is type(o["default"]), (arch, k)
+    assert ft.model_options("EDTransformer")["mlp"]["default"] == "relu"  # Algorithm 8's MLP
+    assert ft.model_options("DTransformer")["mlp"]["default"] == "gelu"
+    assert ft.model_options("DTransformer")["rope_theta"]["archs"] == ["DTransformer"]
+    with pytest.raises(ValueError, match="arch"):
+        ft.model_options("GPT2")
+
+
+def test_an_option_at_a_non_default_value_that_no_family_maps_is_refused():
+    m = ft.DTransformer(V, LMAX, 1, 2, 8, 12, mtp_weight=0.5)  # V16's weight, acting only with mtp_depth > 0
+    with pytest.raises(ValueError, match="mtp_weight"):
+        ft.save_hf(m, "unused")
+
+
+def test_hf_does_not_import_torch_interop():
+    """formal_transformers._torch imports formal_transformers.hf (T5 runs as transformers' model), never the other
+    way round: importing the package and hf loads neither _torch nor torch."""
+    import subprocess
+    import sys
+
+    code = ("import sys, formal_transformers as ft, formal_transformers.hf; "
+            "assert 'formal_transformers._torch' not in sys.modules and 'torch' not in sys.modules, "
+            "sorted(m for m in sys.modules if 'torch' in m)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)
+    assert r.returncode == 0, r.stderr[-2000:]

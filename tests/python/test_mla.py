@@ -10,7 +10,7 @@ import pytest
 
 import formal_transformers as ft
 from formal_transformers import reference as R
-from conftest import hf_float64, hf_random_float64, numeric_grad
+from conftest import hf_float64, hf_random_float64, numeric_grad, rel_err
 
 V, LMAX, L, H, D_E, D_MLP = 29, 24, 2, 4, 24, 36
 
@@ -184,12 +184,12 @@ def test_deepseek_v3_P_and_every_gradient(monkeypatch, q_lora_rank, interleave):
     loss, g = m.loss_and_grad(X)
     assert math.isclose(loss, loss_hf.item(), rel_tol=1e-12)
     G_hf = {k: v.grad for k, v in hf.named_parameters()}
-    from formal_transformers import hf as hfmod  # ft's gradients in HF's names and layout (the importer's map)
+    from formal_transformers.hf import deepseek as hfmod  # ft's gradients in HF's names and layout (the importer's map)
 
     hp = {**m.config, "_rope_interleave": interleave}
     for l in range(L):
-        for a, b, heads in hfmod._deepseek_layer(hp):
-            v = hfmod._rope_rows(hp, b, g[f"layers.{l}.{b}"], True) if interleave else g[f"layers.{l}.{b}"]
+        for a, b, heads in hfmod.layer_table(hp):
+            v = hfmod.rope_rows(hp, b, g[f"layers.{l}.{b}"], True) if interleave else g[f"layers.{l}.{b}"]
             v = v.reshape(-1, *v.shape[2:]) if heads else v
             gh = G_hf.pop(f"model.layers.{l}.{a}").numpy()
             assert np.abs(v - gh).max() <= 1e-12 * max(1.0, np.abs(gh).max()), (l, a)
@@ -263,3 +263,23 @@ def test_float32_gradients_follow_float64():
     _, g32 = m32.loss_and_grad(X)
     for k in g64:
         assert np.abs(g32[k] - g64[k]).max() <= 1e-4 * max(1.0, np.abs(g64[k]).max()), k
+
+
+def test_tied_config_with_a_differing_lm_head_loads_as_transformers_uses_it(monkeypatch, tmp_path):
+    """tie_word_embeddings: true beside the file's own lm_head.weight, which differs from embed_tokens: transformers 5
+    does not tie them and uses the file's lm_head; load_hf does the same (it used to drop the tensor)."""
+    import json
+
+    import torch
+    import transformers
+
+    hf = _deepseek()
+    hf.save_pretrained(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "tie_word_embeddings": True}))
+    _float64_deepseek(monkeypatch)
+    theirs = transformers.DeepseekV3ForCausalLM.from_pretrained(tmp_path, dtype=torch.float64).eval()
+    model = ft.load_hf(tmp_path)
+    assert model.config["tied"] is False
+    P_hf = torch.softmax(theirs(torch.as_tensor(X)[None]).logits[0], dim=-1).detach().numpy().T
+    assert rel_err(model(X), P_hf) <= 1e-12

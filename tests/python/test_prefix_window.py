@@ -251,7 +251,7 @@ def test_mistral_for_causal_lm_probabilities_and_every_gradient(monkeypatch):
     loss, grads = model.loss_and_grad(x)
     assert abs(loss - loss_hf.item()) <= 1e-12 * abs(loss_hf.item())
     hf_grads = {k: p.grad.numpy() for k, p in hf.named_parameters()}
-    back = ft.hf._llama_from_ft(grads, model.config)  # our gradients under HF's names and shapes
+    back = ft.hf.llama.from_ft(grads, model.config)  # our gradients under HF's names and shapes
     assert set(back) == set(hf_grads)
     for k, g in hf_grads.items():
         assert rel_err(back[k], g) <= 1e-10, k
@@ -310,3 +310,29 @@ def test_speculative_decoding_with_sliding_window_models():
         assert list(got) == list(want), k
     with pytest.raises(ValueError, match="sliding_window"):
         ft.SpeculativeInference(l_gen, 4, 0.0)(prompt, target, draft)
+
+
+def test_tied_config_with_a_differing_lm_head_loads_as_transformers_uses_it(monkeypatch, tmp_path):
+    """tie_word_embeddings: true beside the file's own lm_head.weight, which differs from embed_tokens: transformers 5
+    does not tie them and uses the file's lm_head; load_hf does the same (it used to drop the tensor: logits ~0.3 away).
+    An lm_head equal to embed_tokens is the tied alias."""
+    import json
+
+    import transformers
+
+    torch, hf = _mistral(w=3, tied=False)
+    hf.save_pretrained(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "tie_word_embeddings": True}))
+    _float64_mistral(monkeypatch)
+    theirs = transformers.MistralForCausalLM.from_pretrained(tmp_path, dtype=torch.float64).eval()
+    model = ft.load_hf(tmp_path)
+    assert model.config["tied"] is False
+    x = np.array([3, 14, 15, 9, 26, 5, 3, 5, 8, 9, 7, 9, 3, 2])
+    P_hf = torch.softmax(theirs(torch.as_tensor(x)[None]).logits[0], dim=-1).detach().numpy().T
+    assert rel_err(model(x), P_hf) <= 1e-12
+    with torch.no_grad():
+        hf.lm_head.weight.copy_(hf.model.embed_tokens.weight)
+    assert ft.from_hf(hf).config["tied"] is False  # the config unties them: its own W_u (equal values)
+    hf.config.tie_word_embeddings = True
+    assert ft.from_hf(hf).config["tied"] is True  # tied, and equal: the alias

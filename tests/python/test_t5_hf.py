@@ -92,10 +92,10 @@ def test_from_hf_probabilities_and_every_gradient_equal_hugging_face(monkeypatch
     loss_hf.backward()
     loss, grads = model.loss_and_grad(Z, X)
     assert abs(loss - loss_hf.item()) <= 1e-12 * abs(loss_hf.item())
-    hp = ft.hf._t5_hyper({**hf.config.to_dict(), "_ft_tied": tied})
+    hp = {**ft.hf.t5.T5().hyper(hf.config.to_dict()), "tied": tied}
     hf_grads = {k: p.grad.numpy() for k, p in hf.named_parameters()}
     hf_grads = {k: v for k, v in hf_grads.items() if not k.endswith("embed_tokens.weight")}
-    ours = ft.hf._t5_to_ft(hp, hf_grads, True)  # HF's gradients under ft's names and shapes
+    ours = ft.hf.t5.T5().to_ft(hp, hf_grads, True)  # HF's gradients under ft's names and shapes
     assert set(ours) == set(grads)
     for k, g in grads.items():
         assert rel_err(g, ours[k]) <= 1e-10, k
@@ -238,14 +238,19 @@ def test_hf_values_we_do_not_express_raise(tmp_path):
     m = ft.EDTransformer(**T5_OPTS, mlp="relu", bos_id=0, eos_id=1, seed=1)
     ft.save_hf(m, tmp_path / "ok")
     cfg = json.loads((tmp_path / "ok" / "config.json").read_text())
+    from safetensors.numpy import load_file, save_file
+
+    T = load_file(tmp_path / "ok" / "model.safetensors")
+    # the relative buckets: the core's rule (resolve) refuses them, named as the core names them
     for key, value, match in [("feed_forward_proj", "gated-silu", "feed_forward_proj"),
-                              ("relative_attention_max_distance", 3, "relative_attention_max_distance"),
-                              ("relative_attention_num_buckets", 2, "relative_attention_num_buckets"),
+                              ("relative_attention_max_distance", 3, "relative_max_distance must be >"),
+                              ("relative_attention_num_buckets", 2, "relative_buckets must be >= 4"),
                               ("is_encoder_decoder", False, "is_encoder_decoder"),
                               ("eos_token_id", [1, 2], "eos_token_id")]:
         d = tmp_path / key
         d.mkdir()
-        (d / "model.safetensors").write_bytes((tmp_path / "ok" / "model.safetensors").read_bytes())
+        rows = value if key == "relative_attention_num_buckets" else None  # the bias tables the config then needs
+        save_file({k: v[:rows] if "relative_attention_bias" in k else v for k, v in T.items()}, d / "model.safetensors")
         (d / "config.json").write_text(json.dumps({**cfg, key: value}))
         with pytest.raises(ValueError, match=match):
             ft.load_hf(d)
@@ -346,3 +351,56 @@ def test_to_torch_of_algorithm_8_takes_bos_eos_and_refuses_unscaled_scores():
     # used to be accepted silently and run Algorithm 4's 1/√d_attn in torch's layers
     with pytest.raises(ValueError, match="scale_scores=False"):
         ft.to_torch(ft.EDTransformer(**base, scale_scores=False, norm="layer"))
+
+
+def _t5_dir(tmp_path, name, mlp="relu", edit_config=None, edit_tensors=None):
+    """A T5 directory written by save_hf, its config.json and tensors edited."""
+    from safetensors.numpy import load_file, save_file
+
+    T5_OPTS = {**globals()["T5_OPTS"], "d_mid": 4}
+    ok = tmp_path / (name + "_src")
+    ft.save_hf(ft.EDTransformer(**T5_OPTS, mlp=mlp, bos_id=0, eos_id=1, seed=1), ok)
+    d = tmp_path / name
+    d.mkdir()
+    T = load_file(ok / "model.safetensors")
+    save_file((edit_tensors or dict)(T) if edit_tensors else T, d / "model.safetensors")
+    cfg = json.loads((ok / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, **(edit_config or {})}))
+    return d
+
+
+def test_a_stack_embedding_that_differs_from_shared_is_refused_by_name(tmp_path):
+    """transformers 5 uses a file's encoder/decoder.embed_tokens.weight when it differs from shared.weight (it does
+    not tie them); ft's stacks share one W_e, so load_hf refuses such a file naming the tensor (it used to drop it).
+    A copy equal to shared is the tied alias and loads."""
+    rng = np.random.default_rng(0)
+    for k in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"):
+        d = _t5_dir(tmp_path, k.split(".")[0], edit_tensors=lambda T: {**T, k: rng.standard_normal(T["shared.weight"].shape)
+                                                                       .astype(T["shared.weight"].dtype)})
+        with pytest.raises(ValueError, match=k.replace(".", r"\.")):
+            ft.load_hf(d)
+    d = _t5_dir(tmp_path, "alias", edit_tensors=lambda T: {**T, "encoder.embed_tokens.weight": T["shared.weight"].copy()})
+    m, src = ft.load_hf(d), ft.load_hf(tmp_path / "alias_src")
+    assert set(m.params) == set(src.params) and all(np.array_equal(m.params[k], src.params[k]) for k in m.params)
+
+
+def test_dense_act_fn_and_is_gated_act_are_read_as_transformers_reads_them(tmp_path):
+    """T5Config takes dense_act_fn and is_gated_act from the config when given (feed_forward_proj only derives
+    them): feed_forward_proj "relu" with dense_act_fn "gelu" builds a GELU MLP in transformers, which ft's T5 has
+    not: refused by name (it used to load as ReLU without a word). Given values that agree load."""
+    with pytest.raises(ValueError, match="dense_act_fn"):
+        ft.load_hf(_t5_dir(tmp_path, "gelu", edit_config={"dense_act_fn": "gelu"}))
+    with pytest.raises(ValueError, match="dense_act_fn"):
+        ft.load_hf(_t5_dir(tmp_path, "gg_relu", mlp="geglu", edit_config={"dense_act_fn": "relu"}))
+    m = ft.load_hf(_t5_dir(tmp_path, "agree", edit_config={"dense_act_fn": "relu", "is_gated_act": False}))
+    assert m.config["mlp"] == "relu"
+    g = ft.load_hf(_t5_dir(tmp_path, "gagree", mlp="geglu", edit_config={"dense_act_fn": "gelu_new", "is_gated_act": True}))
+    assert g.config["mlp"] == "geglu"
+    # is_gated_act given against feed_forward_proj: transformers builds the gated MLP (wi_0, wi_1), which the
+    # file's single wi does not hold
+    with pytest.raises(ValueError, match="wi_0"):
+        ft.load_hf(_t5_dir(tmp_path, "gated", edit_config={"is_gated_act": True, "dense_act_fn": "gelu_new"}))
+    import transformers
+
+    c = transformers.T5Config.from_dict({"feed_forward_proj": "relu", "dense_act_fn": "gelu"})
+    assert (c.dense_act_fn, c.is_gated_act) == ("gelu", False)  # what the refusal above is about

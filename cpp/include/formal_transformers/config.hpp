@@ -129,6 +129,15 @@ struct ModelConfig {
     // "n_vocab, l_max, L, H, d_e, d_mlp, *, d_attn=None, …": the options of `arch` with their defaults, in
     // Python's notation (the constructors' documented signature).
     static std::string signature(Arch arch);
+    // The schema as a front-end reads it (ft.model_options): each option `arch` takes, in the schema's order,
+    // with its kind ("size", "auto_size", "count", "real", "auto_real", "bool", "seed", "enum", "rates",
+    // "auto_id"), its default as JSON text (what to_json writes for a model not given it; null for an auto
+    // kind: filled from the other options, or off) and the architectures that take it.
+    struct OptionInfo {
+        std::string name, kind, default_json;
+        std::vector<std::string> archs;
+    };
+    static std::vector<OptionInfo> option_infos(Arch arch);
     // {"arch": "DTransformer", "n_vocab": …, …} with every option `arch` takes (resolved values; base: null
     // for ℓ_max); dtype, when given, is written last ("float32" / "float64": the model's, for ft.save's files).
     std::string to_json(const char* dtype = nullptr) const;

@@ -409,6 +409,22 @@ std::string ModelConfig::signature(Arch arch) {
     return r;
 }
 
+std::vector<ModelConfig::OptionInfo> ModelConfig::option_infos(Arch arch) {
+    static const char* kinds[] = {"size", "auto_size", "count", "real", "auto_real", "bool", "seed", "enum", "rates", "auto_id"};
+    ModelConfig defaults;
+    defaults.arch = arch;
+    std::vector<OptionInfo> out;
+    for (const OptionSpec& o : kSchema) {
+        if (!(o.archs & bit(arch))) continue;
+        OptionInfo info{o.name, kinds[int(o.kind)], o.kind == Kind::Size ? "null" : json_of(defaults, o).dump(), {}};
+        if (o.kind == Kind::AllRates) info.default_json = "0.0";
+        for (Arch a : {Arch::D, Arch::E, Arch::ED})
+            if (o.archs & bit(a)) info.archs.push_back(arch_name(a));
+        out.push_back(std::move(info));
+    }
+    return out;
+}
+
 ModelConfig ModelConfig::from_options(Arch arch, const Options& keywords, const std::vector<OptionValue>& positional) {
     const std::string who = std::string(arch_name(arch)) + "()";
     const std::vector<std::string> sizes = positional_names(arch);

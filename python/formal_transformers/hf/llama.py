@@ -1,0 +1,160 @@
+"""LLaMA (LlamaForCausalLM) and Mistral (MistralForCausalLM) <-> DTransformer: Algorithm 10 with docs/variants.md's
+V1 RoPE (half-split pairing, θ = rope_theta), V3 grouped-query attention (H_kv = num_key_value_heads), V4 SwiGLU,
+V5 no biases, and norm="rms"; pre-norm. Mistral (Jiang et al. 2023) is LLaMA's layers, names and tensors with
+sliding-window attention (V8: each query sees the last `sliding_window` keys; None: causal as LLaMA).
+
+    embed_tokens = W_eᵀ; layers.l.self_attn.{q,k,v}_proj = W_q (H blocks), W_k, W_v (H_kv blocks of head_dim rows);
+    o_proj = W_o; mlp.gate_proj, up_proj, down_proj = W_gate, W_mlp1, W_mlp2; input_layernorm = γ_l¹;
+    post_attention_layernorm = γ_l²; norm = γ; lm_head = W_u (tied: W_eᵀ).
+HF computes RMSnorm and the RoPE angles in float32 even for a float64 model, so a float64 HF LLaMA agrees with ft to
+float32 accuracy unless those two run in float64 (tests/python/test_variants.py shows how)."""
+from __future__ import annotations
+
+from ._common import (_bad_value, _cfg_bool, _cfg_float, _cfg_int, _cfg_rate, _only_attention_dropout, _require,
+                      _split_heads, _split_rates, _swiglu_unsplit, _table_from_ft, _unsupported)
+from ._registry import Converter, register
+
+LAYER = (  # (HF name in layers.l., ft name in layers.l., heads of the reshape: "H", "H_kv" or "")
+    ("self_attn.q_proj.weight", "attn.W_q", "H"), ("self_attn.k_proj.weight", "attn.W_k", "H_kv"),
+    ("self_attn.v_proj.weight", "attn.W_v", "H_kv"), ("self_attn.o_proj.weight", "attn.W_o", ""),
+    ("mlp.gate_proj.weight", "W_gate", ""), ("mlp.up_proj.weight", "W_mlp1", ""), ("mlp.down_proj.weight", "W_mlp2", ""),
+    ("input_layernorm.weight", "gamma1", ""), ("post_attention_layernorm.weight", "gamma2", ""),
+)
+
+
+def rope_theta(c: dict) -> float:
+    """θ of V1's rotary embedding, read as transformers 5 reads a LLaMA config (RotaryEmbeddingConfigMixin):
+    the RoPE parameters are "rope_scaling" when it is set (the older name wins), else "rope_parameters";
+    their rope_type (or "type") must be "default" — scaled variants (linear, dynamic, yarn, llama3, …) change
+    the angles in ways V1 does not express and are refused; θ is their "rope_theta", else the top-level
+    "rope_theta", else 10,000. (partial_rotary_factor is not read by LLaMA's default rotary embedding.)"""
+    m = "LLaMA"
+    key = "rope_scaling" if c.get("rope_scaling") else "rope_parameters"
+    rp = c.get(key)
+    if rp is None:
+        rp = {}
+    if not isinstance(rp, dict):
+        raise _bad_value(m, key, rp, "an object of RoPE parameters")
+    kind = rp.get("rope_type", rp.get("type", "default"))
+    if kind != "default":
+        raise _unsupported(m, f"{key}.rope_type", kind, "only the plain rotary embedding of V1 (no scaling)")
+    if rp.get("rope_theta") is not None:
+        name = f"{key}.rope_theta"  # named as the file nests it
+        return _cfg_float({name: rp["rope_theta"]}, m, name, lo=0.0, lo_open=True)
+    return _cfg_float(c, m, "rope_theta", 10000.0, lo=0.0, lo_open=True)
+
+
+
+def tensor_table(hp: dict, head: bool) -> list:
+    rows = [("embed_tokens.weight", "W_e", "T"), ("norm.weight", "gamma", "")]
+    for l in range(hp["L"]):
+        rows += [(f"layers.{l}.{a}", f"layers.{l}.{b}", k) for a, b, k in LAYER]
+    if head and not hp["tied"]:
+        rows.append(("lm_head.weight", "W_u", ""))
+    return rows
+
+
+def from_ft(P: dict, cfg: dict) -> dict:
+    """ft params of a LLaMA-style DTransformer -> LlamaForCausalLM's state (full names)."""
+    return {("" if a == "lm_head.weight" else "model.") + a: v
+            for a, v in _table_from_ft(tensor_table(cfg, True), P).items()}
+
+
+@register
+class Llama(Converter):
+    name = "LLaMA"
+    classes = {"LlamaForCausalLM": (True, "model.")}
+    model_type = "llama"
+    embedding = "embed_tokens.weight"
+    maps = frozenset({"n_vocab", "l_max", "L", "H", "d_e", "d_mlp", "d_attn", "d_mid", "H_kv", "positional",
+                      "rope_theta", "mlp", "bias", "norm", "eps", "tied", "seed", "init_std", "attention_impl",
+                      "mask", "embed_dropout", "attn_dropout", "resid_dropout"})
+
+    def class_of(self, config, T, class_names):
+        return next(iter(self.classes)) if config.get("model_type") == self.model_type else None
+
+    def hyper(self, c):
+        m = "LLaMA"
+        _swiglu_unsplit(c, m)
+        for opt in ("attention_bias", "mlp_bias"):
+            _require(c, m, opt, False, "the LLaMA-style DTransformer has bias=False (V5) throughout")
+        d, H = _cfg_int(c, m, "hidden_size"), _cfg_int(c, m, "num_attention_heads")
+        H_kv = _cfg_int(c, m, "num_key_value_heads", H)  # null: H, as LlamaConfig
+        d_h = _cfg_int(c, m, "head_dim", max(d // H, 1))  # null: hidden_size // num_attention_heads
+        if H % H_kv:
+            raise _unsupported(m, "num_key_value_heads", H_kv, f"it must divide num_attention_heads = {H}")
+        return dict(n_vocab=_cfg_int(c, m, "vocab_size"), l_max=_cfg_int(c, m, "max_position_embeddings"),
+                    L=_cfg_int(c, m, "num_hidden_layers"), H=H, d_e=d, d_mlp=_cfg_int(c, m, "intermediate_size"),
+                    d_attn=d_h, d_mid=d_h, H_kv=H_kv, positional="rope", rope_theta=rope_theta(c), mlp="swiglu",
+                    bias=False, norm="rms", eps=_cfg_float(c, m, "rms_norm_eps", 1e-6),
+                    tied=_cfg_bool(c, m, "tie_word_embeddings", False),
+                    attn_dropout=_cfg_rate(c, m, "attention_dropout", 0.0))  # LLaMA drops only its attention weights
+
+    def expected(self, hp, head):
+        d, V, m, H, H_kv, d_h = hp["d_e"], hp["n_vocab"], hp["d_mlp"], hp["H"], hp["H_kv"], hp["d_attn"]
+        shapes = {"attn.W_q": (H * d_h, d), "attn.W_k": (H_kv * d_h, d), "attn.W_v": (H_kv * d_h, d),
+                  "attn.W_o": (d, H * d_h), "W_gate": (m, d), "W_mlp1": (m, d), "W_mlp2": (d, m), "gamma1": (d,),
+                  "gamma2": (d,), "W_e": (V, d), "gamma": (d,), "W_u": (V, d)}
+        return {a: shapes[b.split(".", 2)[-1] if b.startswith("layers.") else b] for a, b, _ in tensor_table(hp, head)}
+
+    def to_ft(self, hp, T, head):
+        return {b: (T[a].T if k == "T" else _split_heads(T[a], hp[k]) if k else T[a])
+                for a, b, k in tensor_table(hp, head)}
+
+    def takes(self, model, cfg):
+        return (cfg.get("arch") == "DTransformer" and cfg.get("positional") == "rope" and not cfg.get("kv_lora_rank")
+                and not cfg.get("sliding_window"))
+
+    def export(self, cfg, P):
+        cfg, rates = _split_rates(cfg)
+        if cfg.get("mask", "causal") != "causal":
+            raise ValueError(f"LLaMA and Mistral have no equivalent of mask={cfg['mask']!r} (causal attention only)")
+        _only_attention_dropout("LLaMA", rates)
+        for k, want in (("mlp", "swiglu"), ("bias", False), ("norm", "rms")):
+            if cfg.get(k) != want:
+                raise ValueError(f"LLaMA has no equivalent of {k}={cfg.get(k)!r} with positional='rope' "
+                                 f"(LlamaForCausalLM: mlp='swiglu', bias=False, norm='rms')")
+        if cfg["d_attn"] != cfg["d_mid"]:
+            raise ValueError(f"LLaMA needs d_attn = d_mid (its head_dim), got d_attn={cfg['d_attn']}, d_mid={cfg['d_mid']}")
+        hf = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": cfg["n_vocab"],
+              "hidden_size": cfg["d_e"], "intermediate_size": cfg["d_mlp"], "num_hidden_layers": cfg["L"],
+              "num_attention_heads": cfg["H"], "num_key_value_heads": cfg["H_kv"], "head_dim": cfg["d_attn"],
+              "max_position_embeddings": cfg["l_max"], "rms_norm_eps": cfg["eps"], "rope_theta": cfg["rope_theta"],
+              "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
+              "attention_dropout": rates["attn_dropout"], "tie_word_embeddings": cfg["tied"],
+              "initializer_range": cfg["init_std"], "bos_token_id": cfg["n_vocab"] - 2,
+              "eos_token_id": cfg["n_vocab"] - 1, "use_cache": True, "dtype": cfg["dtype"]}
+        return "LlamaForCausalLM", hf, from_ft(P, cfg)
+
+
+@register
+class Mistral(Llama):
+    name = "Mistral"
+    classes = {"MistralForCausalLM": (True, "model.")}
+    model_type = "mistral"
+    maps = Llama.maps | {"sliding_window"}
+
+    def hyper(self, c):
+        for opt in ("attention_bias", "mlp_bias"):  # not MistralConfig options; a config carrying one is not Mistral's
+            if c.get(opt, False):
+                raise _unsupported("Mistral", opt, True, "Mistral has bias=False (V5) throughout")
+        hp = super().hyper(c)
+        w = c.get("sliding_window")
+        if w is not None:
+            if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+                raise _unsupported("Mistral", "sliding_window", w, "a window of w ≥ 1 keys (V8), or None")
+            hp["sliding_window"] = int(w)
+        return hp
+
+    def takes(self, model, cfg):
+        return (cfg.get("arch") == "DTransformer" and cfg.get("positional") == "rope" and not cfg.get("kv_lora_rank")
+                and bool(cfg.get("sliding_window")))
+
+    def export(self, cfg, P):
+        """A LLaMA-style DTransformer with sliding_window=w -> MistralForCausalLM (LLaMA's tensors and names)."""
+        w = cfg.get("sliding_window")
+        _, hf, state = super().export({k: v for k, v in cfg.items() if k != "sliding_window"}, P)
+        hf = {**hf, "model_type": "mistral", "architectures": ["MistralForCausalLM"], "sliding_window": int(w)}
+        hf.pop("attention_bias", None)
+        hf.pop("mlp_bias", None)
+        return "MistralForCausalLM", hf, state
