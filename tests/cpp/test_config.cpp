@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "formal_transformers/config.hpp"
+#include "formal_transformers/parts.hpp"
 
 namespace {
 
@@ -274,19 +275,23 @@ TEST(ModelConfig, MultiTokenPredictionOptions) {
     EXPECT_NE(error_of(e, Arch::E).find("TypeError"), std::string::npos) << error_of(e, Arch::E);
 }
 
-// sliding_window (V8, D only): one schema line; None (0) is off and written null, w >= 1 round-trips.
+// sliding_window (V8, D only): the sliding-window mask's option (its row); None (0) is off and written null,
+// w >= 1 round-trips and chooses the mask.
 TEST(ModelConfig, SlidingWindowOption) {
     Options o = sizes_d();
     o.emplace_back("sliding_window", std::int64_t(3));
     const ModelConfig c = ModelConfig::from_options(Arch::D, o);
-    EXPECT_EQ(c.sliding_window, 3);
+    EXPECT_EQ(c.part_options.integer("sliding_window"), 3);
+    ASSERT_NE(ft::chosen_part(c, ft::PartKind::Mask), nullptr);
+    EXPECT_STREQ(ft::chosen_part(c, ft::PartKind::Mask)->name, "sliding_window");
     const std::string j = c.to_json();
     EXPECT_NE(j.find("\"sliding_window\":3"), std::string::npos) << j;
     EXPECT_EQ(ModelConfig::from_json(j), c);
     const ModelConfig off = ModelConfig::from_options(Arch::D, sizes_d());
-    EXPECT_EQ(off.sliding_window, 0);
+    EXPECT_EQ(off.part_options.integer("sliding_window"), 0);
+    EXPECT_EQ(ft::chosen_part(off, ft::PartKind::Mask), nullptr);
     EXPECT_NE(off.to_json().find("\"sliding_window\":null"), std::string::npos) << off.to_json();
-    EXPECT_EQ(ModelConfig::from_json(off.to_json()).sliding_window, 0);
+    EXPECT_EQ(ModelConfig::from_json(off.to_json()).part_options.integer("sliding_window"), 0);
     for (std::int64_t bad : {0, -2}) {
         Options b = sizes_d();
         b.emplace_back("sliding_window", bad);

@@ -89,7 +89,7 @@ TEST(RandomFeatures, ConfigChecks) {
     ModelConfig c = performer_like(AttnKernel::Performer, Positional::Alibi, 8);
     EXPECT_THROW(resolve(c, Arch::D), ValueError);  // ALiBi: no scores to bias
     c = performer_like(AttnKernel::Performer, Positional::Learned, 8);
-    c.sliding_window = 3;
+    c.part_options.set("sliding_window", std::int64_t(3));
     EXPECT_THROW(resolve(c, Arch::D), ValueError);
     c = performer_like(AttnKernel::Softmax, Positional::Learned, 8);
     EXPECT_THROW(resolve(c, Arch::D), ValueError);  // n_features without random features

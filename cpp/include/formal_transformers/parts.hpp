@@ -29,6 +29,7 @@
 #include "formal_transformers/functions.hpp"
 #include "formal_transformers/mask.hpp"
 #include "formal_transformers/norm.hpp"
+#include "formal_transformers/options.hpp"
 #include "formal_transformers/params.hpp"
 #include "formal_transformers/variants.hpp"
 
@@ -315,14 +316,38 @@ private:
 // parts through these functions and an options parser checks names with check_part_name; adding a variant
 // is one file defining its factory plus one line in the table.
 enum class PartKind { Mask, Position, MLP, Norm, QKVSource, HeadKernel };
+const char* kind_name(PartKind kind);  // "mask", "position", …
 std::vector<std::string> part_names(PartKind kind);
 // ValueError "<option> must be one of 'a', 'b', …, got '<name>'" unless `name` is registered for `kind`
 void check_part_name(PartKind kind, const std::string& name, const char* option);
 
-// Options of a mask part: per-sequence integers (e.g. the prefix lengths p_b) and named numbers.
+// What a part declares of itself (defined in the part's own file, listed with its factory in registry.cpp):
+// the options it owns (the model config's schema takes them as its own: keywords, JSON, repr) and its one
+// check. A part is chosen by its kind's selector option (mask='prefix') or by one of its own options given
+// (V8's window w chooses the sliding-window mask); an option of a part not chosen must be at its default.
+struct ModelConfig;
+struct PartRow {
+    PartKind kind;
+    const char* name;
+    std::vector<PartOption> options;
+    // The check of its options (own) and, given a model's resolved config, of what it needs of the rest:
+    // ValueError naming the option. resolve calls it for the chosen part; the factory (model = null) too.
+    void (*check)(const PartOptionValues& own, const ModelConfig* model) = nullptr;
+};
+const std::vector<const PartRow*>& part_rows();  // every registered part that declares a row
+const PartRow* find_part_row(PartKind kind, const std::string& name);
+// The row declaring option `name` (the first, when several share it), or null
+const PartRow* part_row_of_option(const std::string& name);
+// The part of `kind` a config chooses by its options (resolve checked the choice); null: the listing's own
+// or one a selector option names (V7's mask='prefix')
+const PartRow* chosen_part(const ModelConfig& c, PartKind kind);
+
+// Options of a mask part: per-sequence integers (e.g. the prefix lengths p_b), named numbers, and the values
+// of the options mask parts own (e.g. V8's window; unset: their defaults).
 struct MaskOptions {
     std::vector<index_t> per_sequence;
     std::map<std::string, double> values;
+    PartOptionValues options;
 };
 Mask make_mask(const std::string& name, const MaskOptions& options = MaskOptions());
 template <class T>

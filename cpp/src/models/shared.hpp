@@ -40,12 +40,14 @@ inline const char* mlp_name(ModelConfig::Mlp m) {
 inline const char* position_name(Positional p) {
     return p == Positional::Rope ? "rope" : p == Positional::Alibi ? "alibi" : p == Positional::Relative ? "relative" : "none";
 }
-// Algorithm 10 line 6's Mask: [[t ≤ t']], or V8's sliding window of sliding_window keys
+// Algorithm 10 line 6's Mask: [[t ≤ t']], or the mask part the config's options choose (e.g. V8's sliding
+// window), made from them. (V7's prefix mask is made per call, with the batch's p_b.)
 inline Mask decoder_mask(const ModelConfig& c) {
-    if (c.sliding_window <= 0) return Mask::unidirectional();
+    const PartRow* m = chosen_part(c, PartKind::Mask);
+    if (!m) return Mask::unidirectional();
     MaskOptions o;
-    o.values["w"] = double(c.sliding_window);
-    return make_mask("sliding_window", o);
+    o.options = c.part_options;
+    return make_mask(m->name, o);
 }
 // The Mask of an encoder's self-attention named p: Mask ≡ 1 (Algorithm 9), or with attention='bigbird' (V17)
 // BigBird's block layouts, drawn from layout_seed and the attention's name (each layer and head its own; bigbird_draw

@@ -243,7 +243,7 @@ std::shared_ptr<const QKVSource<T>> make_latent_source(const AttnPartSpec<T>& sp
         throw ValueError("kv_lora_rank (latent attention) rotates its shared key part with RoPE: positional='rope'");
     if (spec.d_x != spec.d_z) throw ValueError("kv_lora_rank (latent attention) is self-attention: d_x must be d_z");
     if (spec.mask && spec.mask->window() > 0)
-        throw ValueError("kv_lora_rank (latent attention) does not combine with sliding_window");
+        throw ValueError("kv_lora_rank (latent attention) does not combine with the " + spec.mask->name() + " mask");
     LatentSpec ls;
     ls.H = spec.H, ls.d_x = spec.d_x, ls.d_attn = spec.d_attn, ls.d_v = spec.d_mid;
     ls.d_c = v.kv_lora_rank, ls.d_cq = v.q_lora_rank, ls.d_R = v.qk_rope_head_dim, ls.theta = v.rope_theta;
