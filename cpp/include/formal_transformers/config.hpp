@@ -58,11 +58,6 @@ struct ModelConfig {
     // "gated-gelu"). The names per architecture: config.cpp's kMlps.
     enum class Mlp { Standard, SwiGLU, GeGLU } mlp = Mlp::Standard;
     double rope_theta = 10000.0;
-    // V10 (D only): multi-head latent attention (DeepSeek-V2/V3) in every layer when kv_lora_rank > 0 (0: None,
-    // Algorithm 5's W_q, W_k, W_v): the KV latent's rank d_c, the query latent's rank d_c′ (0: none), the rotated
-    // part d_R of each query/key head (d_attn = d_N + d_R; d_mid is V10's d_v). Decoding caches d_c + d_R numbers
-    // per token and layer.
-    index_t kv_lora_rank = 0, q_lora_rank = 0, qk_rope_head_dim = 0;
     // V11 (ED only, positional = Relative): T5's relative position bias, N_b buckets over offsets log-spaced up
     // to d_max (Hugging Face T5's relative_attention_num_buckets, relative_attention_max_distance)
     index_t relative_buckets = 32, relative_max_distance = 128;

@@ -83,9 +83,9 @@ struct AttnVariant {
     std::string position = "none";    // a registered position part: "rope" (V1), "alibi" (V2); "none"
     double rope_theta = 10000.0;      // V1's θ
     AttnImpl impl = AttnImpl::Auto;   // lines 4–6 as printed or tiled (variants.hpp AttnImpl)
-    // V10 multi-head latent attention (latent_attention.hpp): kv_lora_rank > 0 makes Q, K, V from latents
-    // (d_attn = qk_nope_head_dim + qk_rope_head_dim, d_mid = v_head_dim); q_lora_rank 0: no query latent.
-    index_t kv_lora_rank = 0, q_lora_rank = 0, qk_rope_head_dim = 0;
+    // The options the attention's parts own (their registry rows): e.g. V10's kv_lora_rank > 0 chooses the latent
+    // Q/K/V source (latent_attention.hpp), which reads its q_lora_rank and qk_rope_head_dim from here.
+    PartOptionValues options;
     // V11 (position "relative", variants/relative_bias.cpp): T5's bias table b [rel_buckets, H] named rel_table
     // (shared by every attention made with that name; empty: "<prefix>rel_bias"), its buckets bidirectional
     // (encoder) or causal (decoder), offsets log-spaced up to rel_max_distance; b ~ N(0, rel_init_std²)
@@ -338,6 +338,8 @@ const std::vector<const PartRow*>& part_rows();  // every registered part that d
 const PartRow* find_part_row(PartKind kind, const std::string& name);
 // The row declaring option `name` (the first, when several share it), or null
 const PartRow* part_row_of_option(const std::string& name);
+// The part of `kind` one of whose options is not at its default in v (the first such row), or null
+const PartRow* row_chosen_by(PartKind kind, const PartOptionValues& v);
 // The part of `kind` a config chooses by its options (resolve checked the choice); null: the listing's own
 // or one a selector option names (V7's mask='prefix')
 const PartRow* chosen_part(const ModelConfig& c, PartKind kind);
@@ -353,8 +355,9 @@ Mask make_mask(const std::string& name, const MaskOptions& options = MaskOptions
 template <class T>
 PositionPart<T> make_position(const std::string& name, const AttnSpec& spec, ParamStore<T>& store,
                               const std::string& prefix);
-// The registered names an attention's options choose (registry.cpp): V10's kv_lora_rank > 0 → "latent", else
-// "projections"; AttnKernel → "softmax", "performer", "rfa", "bigbird" (V17 with attention_impl auto)
+// The registered names an attention's options choose (registry.cpp): the Q/K/V source whose options are given
+// (V10's kv_lora_rank → "latent"), else "projections"; AttnKernel → "softmax", "performer", "rfa", "bigbird" (V17
+// with attention_impl auto)
 std::string qkv_source_name(const AttnVariant& v);
 std::string head_kernel_name(const AttnVariant& v);
 template <class T>

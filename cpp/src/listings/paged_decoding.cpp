@@ -45,9 +45,9 @@ void PromptKV<T>::check(const DTransformer<T>& model) const {
 // whose cache is the latent) and random-feature attention (V15, whose state is a running sum) decode one prompt
 // at a time (DInference), not here yet.
 void check_paged_model(const ModelConfig& c, const char* what) {
-    if (c.kv_lora_rank > 0)
-        throw ValueError(std::string(what) + " of a latent-attention model (kv_lora_rank) is not supported: decode each "
-                         "prompt with DInference(...)(x, model)");
+    if (const PartRow* s = chosen_part(c, PartKind::QKVSource))
+        throw ValueError(std::string(what) + " of a model with the '" + s->name + "' Q/K/V source (" + s->options[0].name +
+                         ") is not supported: decode each prompt with DInference(...)(x, model)");
     if (c.attention != AttnKernel::Softmax)
         throw ValueError(std::string(what) + " of a random-feature-attention model (attention='performer'/'rfa') is not "
                          "supported: decode each prompt with DInference(...)(x, model)");

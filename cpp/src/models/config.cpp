@@ -134,9 +134,6 @@ const std::vector<OptionSpec> kSchema = {
     {"mlp", D | ED, Kind::Enum, &ModelConfig::mlp},
     {"rope_theta", D, Kind::Real, &ModelConfig::rope_theta, Check::Positive},
     {kPartsHere, 0, Kind::AllRates, nullptr},
-    {"kv_lora_rank", D, Kind::AutoSize, &ModelConfig::kv_lora_rank},
-    {"q_lora_rank", D, Kind::AutoSize, &ModelConfig::q_lora_rank},
-    {"qk_rope_head_dim", D, Kind::AutoSize, &ModelConfig::qk_rope_head_dim},
     {"mask", D, Kind::Enum, &ModelConfig::mask},
     {"mtp_depth", D, Kind::Count, &ModelConfig::mtp_depth},
     {"mtp_weight", D, Kind::Real, &ModelConfig::mtp_weight, Check::NonNegative},
@@ -643,10 +640,6 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
         if (id >= c.n_vocab)
             throw ValueError(std::string(name) + " = " + std::to_string(id) + " is out of range [0, n_vocab = " +
                              std::to_string(c.n_vocab) + ")");
-    // the parts: the one of each kind c chooses, and its check (its options, what it needs of the rest)
-    for (PartKind kind : {PartKind::Mask, PartKind::Position, PartKind::QKVSource, PartKind::HeadKernel, PartKind::MLP,
-                          PartKind::Norm})
-        if (const PartRow* row = choose(c, kind); row && row->check) row->check(c.part_options, &c);
     if (arch != Arch::E && (c.n_segments > 0 || c.embed_norm || c.unembed_bias))
         throw ValueError("n_segments, embed_norm and unembed_bias are ETransformer options (BERT)");
     // the variants (docs/variants.md)
@@ -668,25 +661,13 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
     }
     if (arch == Arch::E && c.mlp != ModelConfig::Mlp::Standard)
         throw ValueError("mlp='swiglu' and mlp='geglu' are DTransformer and EDTransformer options");
-    if (c.positional == Positional::Rope && c.kv_lora_rank == 0 && c.d_attn % 2 != 0)
+    if (c.positional == Positional::Rope && !choose(c, PartKind::QKVSource) && c.d_attn % 2 != 0)
         throw ValueError("positional='rope' rotates pairs of rows: d_attn (the head size) must be even, got " +
                          std::to_string(c.d_attn));
-    if (c.kv_lora_rank == 0 && (c.q_lora_rank > 0 || c.qk_rope_head_dim > 0))
-        throw ValueError("q_lora_rank and qk_rope_head_dim are options of latent attention: pass kv_lora_rank too");
-    if (c.kv_lora_rank > 0) {  // V10 (latent attention; MHAttention checks the same when made directly)
-        if (c.qk_rope_head_dim <= 0)
-            throw ValueError("kv_lora_rank (latent attention) needs qk_rope_head_dim, the rotated part of each head");
-        if (c.qk_rope_head_dim % 2 != 0 || c.qk_rope_head_dim > c.d_attn)
-            throw ValueError("qk_rope_head_dim must be even and <= d_attn = " + std::to_string(c.d_attn) +
-                             " (d_attn = qk_nope_head_dim + qk_rope_head_dim), got " + std::to_string(c.qk_rope_head_dim));
-        if (c.positional != Positional::Rope)
-            throw ValueError("kv_lora_rank (latent attention) rotates its shared key part with RoPE: positional='rope'");
-        if (c.H_kv != c.H) throw ValueError("kv_lora_rank (latent attention) makes every head's keys: H_kv must be H");
-        if (c.bias) throw ValueError("kv_lora_rank (latent attention) has no biases (DeepSeek): pass bias=False");
-        if (const index_t w = models::decoder_mask(c).window(); w > 0)
-            throw ValueError("kv_lora_rank (latent attention) does not combine with the " + models::decoder_mask(c).name() +
-                             " mask (w = " + std::to_string(w) + ")");
-    }
+    // the parts: the one of each kind c chooses, and its check (its options, what it needs of the rest)
+    for (PartKind kind : {PartKind::Mask, PartKind::Position, PartKind::QKVSource, PartKind::HeadKernel, PartKind::MLP,
+                          PartKind::Norm})
+        if (const PartRow* row = choose(c, kind); row && row->check) row->check(c.part_options, &c);
     if (c.attention == AttnKernel::BigBird) {  // V17 (block_sparse.hpp)
         if (arch != Arch::E)
             throw ValueError("attention='bigbird' is BigBird's bidirectional block layout: an ETransformer option");
@@ -725,8 +706,9 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
                              m.name() + " mask");
         if (c.attn_dropout > 0)
             throw ValueError("attention=" + k + " forms no attention weights to drop: attn_dropout must be 0");
-        if (c.kv_lora_rank > 0)
-            throw ValueError("attention=" + k + " does not combine with latent attention (kv_lora_rank)");
+        if (const PartRow* source = choose(c, PartKind::QKVSource))
+            throw ValueError("attention=" + k + " does not combine with the '" + source->name + "' Q/K/V source (" +
+                             source->options[0].name + ")");
         if (c.mask == ModelConfig::MaskKind::Prefix)
             throw ValueError("attention=" + k + " has the causal or the bidirectional mask only: not with mask='prefix'");
         if (c.attention_impl == AttnImpl::Tiled)
@@ -792,13 +774,13 @@ void check_model_size(const ModelConfig& c, Arch arch) {
     const index_t d = c.d_e, L = arch == Arch::ED ? checked_add(c.L_enc, c.L_dec, what) : checked_add(c.L, c.mtp_depth, what);  // V16: a layer per MTP module
     // one attention: W_q, W_k, W_v (H × d_attn × d_e each) and W_o (d_e × H·d_mid)
     index_t attn = checked_add(checked_count({3, c.H, c.d_attn, d}, what), checked_count({c.H, c.d_mid, d}, what), what);
-    if (c.kv_lora_rank > 0) {  // V10: W_dq + W_uq (or W_q), W_dkv, W_ukv, W_o
-        const index_t q = c.q_lora_rank > 0
-                              ? checked_add(checked_mul(c.q_lora_rank, d, what), checked_count({c.H, c.d_attn, c.q_lora_rank}, what), what)
-                              : checked_count({c.H, c.d_attn, d}, what);
-        const index_t kv = checked_add(checked_mul(checked_add(c.kv_lora_rank, c.qk_rope_head_dim, what), d, what),
-                                       checked_count({c.H, checked_add(c.d_attn - c.qk_rope_head_dim, c.d_mid, what),
-                                                      c.kv_lora_rank}, what), what);
+    const PartOptionValues& o = c.part_options;  // V10's latent source: W_dq + W_uq (or W_q), W_dkv, W_ukv, W_o
+    if (const index_t d_c = o.integer("kv_lora_rank"); d_c > 0) {
+        const index_t d_cq = o.integer("q_lora_rank"), d_R = o.integer("qk_rope_head_dim");
+        const index_t q = d_cq > 0 ? checked_add(checked_mul(d_cq, d, what), checked_count({c.H, c.d_attn, d_cq}, what), what)
+                                   : checked_count({c.H, c.d_attn, d}, what);
+        const index_t kv = checked_add(checked_mul(checked_add(d_c, d_R, what), d, what),
+                                       checked_count({c.H, checked_add(c.d_attn - d_R, c.d_mid, what), d_c}, what), what);
         attn = checked_add(checked_add(q, kv, what), checked_count({c.H, c.d_mid, d}, what), what);
     }
     const index_t mlp = checked_count({2, c.d_mlp, d}, what);  // W_mlp1, W_mlp2

@@ -68,7 +68,7 @@ inline AttnVariant attn_variant(const ModelConfig& c, bool positional) {
     if (positional) v.position = position_name(c.positional);
     v.rope_theta = c.rope_theta;
     v.impl = c.attention_impl;
-    v.kv_lora_rank = c.kv_lora_rank, v.q_lora_rank = c.q_lora_rank, v.qk_rope_head_dim = c.qk_rope_head_dim;  // V10
+    v.options = c.part_options;  // the parts' own options (V10's latent source)
     v.scale_scores = c.scale_scores;  // V18
     v.kernel = c.attention;  // V15
     v.n_features = c.n_features;

@@ -16,6 +16,7 @@ Mask make_unidirectional_mask(const MaskOptions&);  // listings/masks.cpp
 Mask make_prefix_mask(const MaskOptions&);          // variants/prefix_mask.cpp
 Mask make_sliding_window_mask(const MaskOptions&);  // variants/sliding_window_mask.cpp
 const PartRow& sliding_window_mask_row();           // variants/sliding_window_mask.cpp
+const PartRow& latent_source_row();                 // variants/latent_attention.cpp
 Mask make_bigbird_mask_from_options(const MaskOptions&);  // variants/bigbird_mask.cpp
 template <class T>
 PositionPart<T> make_rope(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/rope.cpp
@@ -106,7 +107,7 @@ template <class T>
 const std::vector<Entry<QKVSourceFactory<T>>>& qkv_sources() {
     static const std::vector<Entry<QKVSourceFactory<T>>> t = {
         {"projections", make_projections<T>},
-        {"latent", make_latent_source<T>},
+        {"latent", make_latent_source<T>, latent_source_row},
     };
     return t;
 }
@@ -197,6 +198,14 @@ const PartRow* part_row_of_option(const std::string& name) {
     return nullptr;
 }
 
+const PartRow* row_chosen_by(PartKind kind, const PartOptionValues& v) {
+    for (const PartRow* r : part_rows())
+        if (r->kind == kind)
+            for (const PartOption& o : r->options)
+                if (!v.at_default(o.name)) return r;
+    return nullptr;
+}
+
 // ------------------------------------ the values of the parts' options ---------------------------------------
 const OptionValue& PartOptionValues::get(const std::string& name) const {
     const auto it = v_.find(name);
@@ -256,9 +265,12 @@ PositionPart<T> make_position(const std::string& name, const AttnSpec& spec, Par
                               const std::string& prefix) {
     return find(positions<T>(), name, PartKind::Position).make(spec, store, prefix);
 }
-// The options that name an attention's two kinds of Algorithm 4's lines: V10's kv_lora_rank makes Q, K, V from
-// latents; `attention` (AttnKernel) names the head kernel.
-std::string qkv_source_name(const AttnVariant& v) { return v.kv_lora_rank > 0 ? "latent" : "projections"; }
+// The options that name an attention's two kinds of Algorithm 4's lines: a Q/K/V source's own options given choose
+// it (V10's latent source); `attention` (AttnKernel) names the head kernel.
+std::string qkv_source_name(const AttnVariant& v) {
+    const PartRow* r = row_chosen_by(PartKind::QKVSource, v.options);
+    return r ? r->name : "projections";
+}
 std::string head_kernel_name(const AttnVariant& v) {
     switch (v.kernel) {
         case AttnKernel::Performer: return "performer";
