@@ -186,7 +186,7 @@ TEST(ModelConfig, ReprAndSignature) {
               0u)
         << r;
     EXPECT_NE(r.find("rope_theta=500000.0, sliding_window=None, kv_lora_rank=None, q_lora_rank=None, "
-                     "qk_rope_head_dim=None, mask='causal', "),
+                     "qk_rope_head_dim=None, n_features=None, feature_seed=0, mask='causal', "),
               std::string::npos)
         << r;
     EXPECT_NE(r.find(", fixnorm=False, dtype='float32')"), std::string::npos) << r;

@@ -81,12 +81,9 @@ struct ModelConfig {
     // How every attention computes Algorithm 4's lines 4–6 (docs/api.md attention_impl; variants.hpp AttnImpl):
     // the listing as printed, the tiled listing (tiled_attention.hpp), or Auto (tiled from kTiledFromLength on).
     AttnImpl attention_impl = AttnImpl::Auto;
-    // V15 (D, E; random_features.hpp): every attention's lines 4–6 estimated with n_features random features
-    // (0: None, resolve's default ⌈d_attn ln d_attn⌉ at least d_attn), Ω drawn from feature_seed per layer;
-    // Softmax: the listing.
+    // V15 (D, E; random_features.hpp): every attention's lines 4–6 estimated with random features (the options of
+    // the 'performer' and 'rfa' head kernels' rows); Softmax: the listing.
     AttnKernel attention = AttnKernel::Softmax;
-    index_t n_features = 0;
-    std::uint64_t feature_seed = 0;
     // V16 (D only; multi_token.hpp): mtp_depth = D sequential multi-token-prediction modules (DeepSeek-V3 §2.2);
     // module k predicts x[t+k+1] from the previous depth's hidden state and the embedding of x[t+k], through the
     // shared final norm and unembedding. The loss is L_main + (λ/D) Σ_k L_k with λ = mtp_weight. 0: Algorithm 10.

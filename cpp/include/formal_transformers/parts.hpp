@@ -94,11 +94,9 @@ struct AttnVariant {
     index_t rel_buckets = 32, rel_max_distance = 128;
     double rel_init_std = 0.02;
     bool scale_scores = true;  // false: V18 (T5), line 4's S ← Kᵀ Q without 1/√d_attn
-    // lines 4–6 estimated with random features (V15, random_features.hpp): D = n_features rows of Ω, drawn
-    // from feature_seed and the attention's name; Softmax: the listing
+    // lines 4–6 estimated with random features (V15, random_features.hpp; its options n_features, feature_seed in
+    // `options`); Softmax: the listing
     AttnKernel kernel = AttnKernel::Softmax;
-    index_t n_features = 0;
-    std::uint64_t feature_seed = 0;
 };
 // What a position part is made from: the attention's sizes and options.
 struct AttnSpec {
@@ -333,6 +331,10 @@ struct PartRow {
     // The check of its options (own) and, given a model's resolved config, of what it needs of the rest:
     // ValueError naming the option. resolve calls it for the chosen part; the factory (model = null) too.
     void (*check)(const PartOptionValues& own, const ModelConfig* model) = nullptr;
+    // resolve's defaults of its options that depend on the rest (V15's n_features from d_attn), before the check
+    void (*complete)(PartOptionValues& own, const ModelConfig& model) = nullptr;
+    // false: only its kind's selector chooses it (attention='performer'); its options given alone are refused
+    bool chosen_by_options = true;
 };
 const std::vector<const PartRow*>& part_rows();  // every registered part that declares a row
 const PartRow* find_part_row(PartKind kind, const std::string& name);

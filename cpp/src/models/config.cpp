@@ -123,8 +123,6 @@ const std::vector<OptionSpec> kSchema = {
     {"resid_dropout", ALL, Kind::Real, &ModelConfig::resid_dropout, Check::Rate},
     {"attention_impl", ALL, Kind::Enum, &ModelConfig::attention_impl},
     {"attention", DE, Kind::Enum, &ModelConfig::attention},
-    {"n_features", DE, Kind::AutoSize, &ModelConfig::n_features},
-    {"feature_seed", DE, Kind::Seed, &ModelConfig::feature_seed},
     {"block_size", E, Kind::AutoSize, &ModelConfig::block_size},
     {"window_blocks", E, Kind::Count, &ModelConfig::window_blocks},
     {"n_global_blocks", E, Kind::Count, &ModelConfig::n_global_blocks},
@@ -425,15 +423,26 @@ std::string archs_text(unsigned a) {
 }
 
 // ----------------------------------------- the parts a config chooses -------------------------------------------
-// The selector option of a kind of part and the registered part its value names ("": the listing's own part).
-// (V7's mask='prefix' names the prefix mask, made per call with the batch's p_b.)
+// The selector option of a kind of part as the config sets it ("attention='softmax'"; "": the kind has none in this
+// architecture) and the registered part its value names ("": the listing's own part). V7's mask='prefix' names the
+// prefix mask, made per call with the batch's p_b; attention='bigbird' the block layout (mask and kernel).
 std::pair<std::string, std::string> selector(const ModelConfig& c, PartKind kind) {
-    if (kind == PartKind::Mask && c.arch == Arch::D && c.mask == ModelConfig::MaskKind::Prefix) return {"mask='prefix'", "prefix"};
+    if (kind == PartKind::Mask && c.arch == Arch::D)
+        return c.mask == ModelConfig::MaskKind::Prefix ? std::pair<std::string, std::string>{"mask='prefix'", "prefix"}
+                                                       : std::pair<std::string, std::string>{"mask='causal'", ""};
+    if (kind == PartKind::HeadKernel && c.arch != Arch::ED) {
+        const char* n = c.attention == AttnKernel::Performer ? "performer"
+                        : c.attention == AttnKernel::RFA     ? "rfa"
+                        : c.attention == AttnKernel::BigBird ? "bigbird"
+                                                             : "";
+        return {std::string("attention='") + (*n ? n : "softmax") + "'", n};
+    }
     return {"", ""};
 }
 // The part of `kind` c chooses (its row; null: none with a row), by the selector or by one of the part's own options
-// given; ValueError for a part's option given while another part of its kind is chosen (it must be at its default).
-const PartRow* choose(const ModelConfig& c, PartKind kind) {
+// given. An option of a part not chosen must be at its default: ValueError naming it, or (reset: a file's config,
+// where it had no effect) set to its default in *reset.
+const PartRow* choose(const ModelConfig& c, PartKind kind, ModelConfig* reset = nullptr) {
     const auto [by_selector, name] = selector(c, kind);
     std::string by = by_selector, chosen = name;
     const PartRow* row = name.empty() ? nullptr : find_part_row(kind, name);
@@ -441,7 +450,7 @@ const PartRow* choose(const ModelConfig& c, PartKind kind) {
         if (r->kind != kind) continue;
         for (const PartOption& o : r->options) {
             if (c.part_options.at_default(o.name)) continue;
-            if (chosen.empty()) {
+            if (chosen.empty() && r->chosen_by_options) {
                 row = r, chosen = r->name, by = o.name;
                 continue;
             }
@@ -449,9 +458,13 @@ const PartRow* choose(const ModelConfig& c, PartKind kind) {
             const bool shared = row && std::any_of(row->options.begin(), row->options.end(),
                                                    [&](const PartOption& q) { return q.name == std::string(o.name); });
             if (shared) continue;
+            if (reset) {
+                reset->part_options.set(o.name, o.default_value);
+                continue;
+            }
             throw ValueError(std::string(o.name) + " is an option of the '" + r->name + "' " + kind_name(kind) + ", but " +
-                             by + " chooses the '" + chosen + "' " + kind_name(kind) + " (one " + kind_name(kind) +
-                             " per attention): " + o.name + " must be at its default");
+                             by + " chooses " + (chosen.empty() ? "the listing's" : "the '" + chosen + "'") + " " +
+                             kind_name(kind) + ": " + o.name + " must be at its default");
         }
     }
     return row;
@@ -505,9 +518,12 @@ std::string ModelConfig::signature(Arch arch) {
     return r;
 }
 
-ModelConfig ModelConfig::from_options(Arch arch, const Options& keywords, const std::vector<OptionValue>& positional) {
+namespace {
+ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file);
+// from_options; from_file: a saved config's options (one of a part its config does not choose loads at its default)
+ModelConfig build_config(Arch arch, const Options& keywords, const std::vector<OptionValue>& positional, bool from_file) {
     const std::string who = std::string(arch_name(arch)) + "()";
-    const std::vector<std::string> sizes = positional_names(arch);
+    const std::vector<std::string> sizes = ModelConfig::positional_names(arch);
     if (positional.size() > sizes.size())
         throw TypeError(who + " takes " + std::to_string(sizes.size()) + " positional arguments (the sizes) but " +
                         std::to_string(positional.size()) + " were given");
@@ -538,7 +554,12 @@ ModelConfig ModelConfig::from_options(Arch arch, const Options& keywords, const 
         if (o.kind == Kind::Size) throw TypeError(who + " missing required argument '" + o.name + "'");
         if (all_rates && o.check == Check::Rate && o.kind == Kind::Real) set_option(c, o, *all_rates);
     }
-    return resolve(c, arch);
+    return resolve_config(c, arch, from_file);
+}
+}  // namespace
+
+ModelConfig ModelConfig::from_options(Arch arch, const Options& keywords, const std::vector<OptionValue>& positional) {
+    return build_config(arch, keywords, positional, false);
 }
 
 std::string ModelConfig::to_json(const char* dtype) const { return config_object(*this, dtype).dump(); }
@@ -557,7 +578,7 @@ ModelConfig ModelConfig::from_json(const std::string& text) {
             }
             options.emplace_back(key, value_of_json(value));
         }
-        return from_options(arch, options);
+        return build_config(arch, options, {}, true);
     } catch (const TypeError& e) {  // in a file: damaged data, not a caller's wrong argument
         throw ValueError(std::string("model config: ") + e.what());
     }
@@ -600,7 +621,10 @@ bool operator==(const ModelConfig& a, const ModelConfig& b) {
 }
 
 // ===================================== hyperparameters, input checks ==================================
-ModelConfig resolve(ModelConfig c, Arch arch) {
+ModelConfig resolve(ModelConfig c, Arch arch) { return resolve_config(c, arch, false); }
+
+namespace {
+ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
     c.arch = arch;
     // each option of the architecture by its own rule (the schema), then the rules between options
     for (const OptionSpec& o : schema()) {
@@ -666,8 +690,11 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
                          std::to_string(c.d_attn));
     // the parts: the one of each kind c chooses, and its check (its options, what it needs of the rest)
     for (PartKind kind : {PartKind::Mask, PartKind::Position, PartKind::QKVSource, PartKind::HeadKernel, PartKind::MLP,
-                          PartKind::Norm})
-        if (const PartRow* row = choose(c, kind); row && row->check) row->check(c.part_options, &c);
+                          PartKind::Norm}) {
+        const PartRow* row = choose(c, kind, from_file ? &c : nullptr);
+        if (row && row->complete) row->complete(c.part_options, c);
+        if (row && row->check) row->check(c.part_options, &c);
+    }
     if (c.attention == AttnKernel::BigBird) {  // V17 (block_sparse.hpp)
         if (arch != Arch::E)
             throw ValueError("attention='bigbird' is BigBird's bidirectional block layout: an ETransformer option");
@@ -680,7 +707,6 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
         if (c.attn_dropout > 0 && c.attention_impl != AttnImpl::Literal)
             throw ValueError("attention='bigbird': attn_dropout > 0 needs attention_impl='literal' (the block-sparse "
                              "kernel drops no weights)");
-        if (c.n_features != 0) throw ValueError("n_features is an option of attention='performer' or 'rfa', not 'bigbird'");
         // a sequence needs at least 2g + w + r blocks of block_size tokens: refuse a layout no input can meet
         using u128 = unsigned __int128;
         const u128 shortest = (2 * u128(c.n_global_blocks) + u128(c.window_blocks) + u128(c.n_random_blocks)) * u128(c.block_size);
@@ -693,29 +719,6 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
     } else if (c.block_size != 0) {
         throw ValueError("block_size = " + std::to_string(c.block_size) +
                          " is the block of attention='bigbird' (attention is not 'bigbird')");
-    }
-    if (c.attention == AttnKernel::Performer || c.attention == AttnKernel::RFA) {  // V15 (random_features.hpp)
-        const std::string k = c.attention == AttnKernel::Performer ? "'performer'" : "'rfa'";
-        if (c.n_features == 0)  // None: ⌈d_attn ln d_attn⌉, at least d_attn (Performer's D = Θ(d log d))
-            c.n_features = std::max<index_t>(c.d_attn, index_t(std::ceil(double(c.d_attn) * std::log(double(c.d_attn)))));
-        if (c.positional == Positional::Alibi)
-            throw ValueError("attention=" + k + " cannot add ALiBi's score bias (random features have no scores): "
-                             "use positional='rope', 'learned' or 'sinusoidal'");
-        if (const Mask m = models::decoder_mask(c); arch == Arch::D && m.window() > 0)
-            throw ValueError("attention=" + k + " needs the causal mask (prefix sums over all keys): not with the " +
-                             m.name() + " mask");
-        if (c.attn_dropout > 0)
-            throw ValueError("attention=" + k + " forms no attention weights to drop: attn_dropout must be 0");
-        if (const PartRow* source = choose(c, PartKind::QKVSource))
-            throw ValueError("attention=" + k + " does not combine with the '" + source->name + "' Q/K/V source (" +
-                             source->options[0].name + ")");
-        if (c.mask == ModelConfig::MaskKind::Prefix)
-            throw ValueError("attention=" + k + " has the causal or the bidirectional mask only: not with mask='prefix'");
-        if (c.attention_impl == AttnImpl::Tiled)
-            throw ValueError("attention_impl='tiled' computes attention='softmax'; attention=" + k + " has its own kernel");
-    } else if (c.n_features != 0) {
-        throw ValueError("n_features = " + std::to_string(c.n_features) +
-                         " is the number of random features of attention='performer' or 'rfa' (attention is 'softmax')");
     }
     if (c.mtp_depth > 0) {  // V16 (multi_token.hpp)
         if (c.l_max < c.mtp_depth + 2)
@@ -730,6 +733,7 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
     check_model_size(c, arch);  // sizes.hpp: overflow-safe, before any layer is declared
     return c;
 }
+}  // namespace
 
 void validate(const Tokens& x, index_t n_vocab, index_t l_max, const char* what) {
     if (x.s.count() <= 0) throw ValueError(std::string(what) + " is an empty batch");

@@ -68,11 +68,9 @@ inline AttnVariant attn_variant(const ModelConfig& c, bool positional) {
     if (positional) v.position = position_name(c.positional);
     v.rope_theta = c.rope_theta;
     v.impl = c.attention_impl;
-    v.options = c.part_options;  // the parts' own options (V10's latent source)
+    v.options = c.part_options;  // the parts' own options (V10's latent source, V15's random features)
     v.scale_scores = c.scale_scores;  // V18
     v.kernel = c.attention;  // V15
-    v.n_features = c.n_features;
-    v.feature_seed = c.feature_seed;
     return v;
 }
 // ED's self-attentions with V11 (positional = Relative): T5's bias from the stack's one table (`table`: "enc.rel_bias",

@@ -17,6 +17,8 @@ Mask make_prefix_mask(const MaskOptions&);          // variants/prefix_mask.cpp
 Mask make_sliding_window_mask(const MaskOptions&);  // variants/sliding_window_mask.cpp
 const PartRow& sliding_window_mask_row();           // variants/sliding_window_mask.cpp
 const PartRow& latent_source_row();                 // variants/latent_attention.cpp
+const PartRow& performer_kernel_row();              // variants/random_features.cpp
+const PartRow& rfa_kernel_row();                    // variants/random_features.cpp
 Mask make_bigbird_mask_from_options(const MaskOptions&);  // variants/bigbird_mask.cpp
 template <class T>
 PositionPart<T> make_rope(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/rope.cpp
@@ -116,8 +118,8 @@ const std::vector<Entry<HeadKernelFactory<T>>>& head_kernels() {
     static const std::vector<Entry<HeadKernelFactory<T>>> t = {
         {"softmax", make_softmax_kernel<T>},
         {"tiled", make_tiled_kernel<T>},
-        {"performer", make_random_feature_kernel<T>},
-        {"rfa", make_random_feature_kernel<T>},
+        {"performer", make_random_feature_kernel<T>, performer_kernel_row},
+        {"rfa", make_random_feature_kernel<T>, rfa_kernel_row},
         {"bigbird", make_block_sparse_kernel<T>},
     };
     return t;
