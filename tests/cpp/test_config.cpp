@@ -309,3 +309,39 @@ TEST(ModelConfig, SlidingWindowOption) {
 }
 
 }  // namespace
+
+// V11's options are the relative position bias's (its row, variants/relative_bias.cpp): positional='relative'
+// chooses it; given with another positional they are refused naming the option and its part, except in a saved
+// config (where they had no effect: they load at their defaults). Its one check runs for the model's config.
+TEST(ModelConfig, RelativeBiasOwnsItsOptions) {
+    auto ed = [](Options extra) {
+        Options o = {{"n_vocab", std::int64_t(11)}, {"l_max", std::int64_t(8)}, {"L_enc", std::int64_t(1)},
+                     {"L_dec", std::int64_t(1)},    {"H", std::int64_t(2)},     {"d_e", std::int64_t(6)},
+                     {"d_mlp", std::int64_t(10)}};
+        for (auto& kv : extra) o.push_back(kv);
+        return o;
+    };
+    const ModelConfig rel = ModelConfig::from_options(
+        Arch::ED, ed({{"positional", std::string("relative")}, {"relative_buckets", std::int64_t(8)}}));
+    EXPECT_EQ(rel.part_options.integer("relative_buckets"), 8);
+    EXPECT_EQ(rel.part_options.integer("relative_max_distance"), 128);
+    ASSERT_NE(ft::chosen_part(rel, ft::PartKind::Position), nullptr);
+    EXPECT_STREQ(ft::chosen_part(rel, ft::PartKind::Position)->name, "relative");
+    EXPECT_EQ(ModelConfig::from_json(rel.to_json()), rel);
+    try {
+        ModelConfig::from_options(Arch::ED, ed({{"relative_buckets", std::int64_t(8)}}));
+        ADD_FAILURE() << "relative_buckets with positional='learned' resolved";
+    } catch (const ft::ValueError& e) {
+        EXPECT_NE(std::string(e.what()).find("relative_buckets is an option of the 'relative' position, but "
+                                             "positional='learned'"),
+                  std::string::npos)
+            << e.what();
+    }
+    EXPECT_THROW(ModelConfig::from_options(Arch::ED, ed({{"positional", std::string("relative")},
+                                                         {"relative_buckets", std::int64_t(3)}})),
+                 ft::ValueError);  // the row's check: >= 4 for the encoder
+    const ModelConfig learned = ModelConfig::from_options(Arch::ED, ed({}));
+    std::string j = learned.to_json();
+    j.replace(j.find("\"relative_buckets\":32"), 21, "\"relative_buckets\":8");
+    EXPECT_EQ(ModelConfig::from_json(j), learned);
+}

@@ -58,9 +58,6 @@ struct ModelConfig {
     // "gated-gelu"). The names per architecture: config.cpp's kMlps.
     enum class Mlp { Standard, SwiGLU, GeGLU } mlp = Mlp::Standard;
     double rope_theta = 10000.0;
-    // V11 (ED only, positional = Relative): T5's relative position bias, N_b buckets over offsets log-spaced up
-    // to d_max (Hugging Face T5's relative_attention_num_buckets, relative_attention_max_distance)
-    index_t relative_buckets = 32, relative_max_distance = 128;
     // V7 (D only): the prefix-LM mask of line 6, Mask[t_z, t_x] = [[t_z < p_b or t_z ≤ t_x]] with the prefix length
     // p_b of each sequence given with the call (Tokens::prefix; none: p_b = 0, the causal mask). Causal: Algorithm 10.
     enum class MaskKind { Causal, Prefix } mask = MaskKind::Causal;

@@ -86,12 +86,12 @@ struct AttnVariant {
     // The options the attention's parts own (their registry rows): e.g. V10's kv_lora_rank > 0 chooses the latent
     // Q/K/V source (latent_attention.hpp), which reads its q_lora_rank and qk_rope_head_dim from here.
     PartOptionValues options;
-    // V11 (position "relative", variants/relative_bias.cpp): T5's bias table b [rel_buckets, H] named rel_table
+    // V11 (position "relative", variants/relative_bias.cpp): T5's bias table b [N_b, H] named rel_table
     // (shared by every attention made with that name; empty: "<prefix>rel_bias"), its buckets bidirectional
-    // (encoder) or causal (decoder), offsets log-spaced up to rel_max_distance; b ~ N(0, rel_init_std²)
+    // (encoder) or causal (decoder), offsets log-spaced up to d_max (N_b, d_max: its row's options relative_buckets,
+    // relative_max_distance in `options`); b ~ N(0, rel_init_std²)
     std::string rel_table;
     bool rel_bidirectional = true;
-    index_t rel_buckets = 32, rel_max_distance = 128;
     double rel_init_std = 0.02;
     bool scale_scores = true;  // false: V18 (T5), line 4's S ← Kᵀ Q without 1/√d_attn
     // lines 4–6 estimated with random features (V15, random_features.hpp; its options n_features, feature_seed in

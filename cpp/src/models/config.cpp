@@ -135,8 +135,6 @@ const std::vector<OptionSpec> kSchema = {
     {"mask", D, Kind::Enum, &ModelConfig::mask},
     {"mtp_depth", D, Kind::Count, &ModelConfig::mtp_depth},
     {"mtp_weight", D, Kind::Real, &ModelConfig::mtp_weight, Check::NonNegative},
-    {"relative_buckets", ED, Kind::Count, &ModelConfig::relative_buckets},
-    {"relative_max_distance", ED, Kind::Count, &ModelConfig::relative_max_distance},
     {"pre_norm", ED, Kind::Bool, &ModelConfig::pre_norm},
     {"scale_scores", ED, Kind::Bool, &ModelConfig::scale_scores},
     {"unembed_rescale", ED, Kind::Bool, &ModelConfig::unembed_rescale},
@@ -430,6 +428,14 @@ std::pair<std::string, std::string> selector(const ModelConfig& c, PartKind kind
     if (kind == PartKind::Mask && c.arch == Arch::D)
         return c.mask == ModelConfig::MaskKind::Prefix ? std::pair<std::string, std::string>{"mask='prefix'", "prefix"}
                                                        : std::pair<std::string, std::string>{"mask='causal'", ""};
+    if (kind == PartKind::Position) {
+        const char* n = c.positional == Positional::Rope       ? "rope"
+                        : c.positional == Positional::Alibi    ? "alibi"
+                        : c.positional == Positional::Relative ? "relative"
+                                                               : "";
+        const char* listing = c.positional == Positional::Sinusoidal ? "sinusoidal" : "learned";
+        return {std::string("positional='") + (*n ? n : listing) + "'", n};
+    }
     if (kind == PartKind::HeadKernel && c.arch != Arch::ED) {
         const char* n = c.attention == AttnKernel::Performer ? "performer"
                         : c.attention == AttnKernel::RFA     ? "rfa"
@@ -675,14 +681,6 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
     if (arch != Arch::D && rope_alibi) throw ValueError("positional='rope' and 'alibi' are DTransformer options");
     if (arch != Arch::ED && c.positional == Positional::Relative)
         throw ValueError("positional='relative' (T5's relative position bias, V11) is an EDTransformer option");
-    if (c.positional == Positional::Relative) {
-        if (c.relative_buckets < 4)
-            throw ValueError("relative_buckets must be >= 4 (the encoder's buckets are halved for the two directions), got " +
-                             std::to_string(c.relative_buckets));
-        if (c.relative_max_distance <= c.relative_buckets / 2)
-            throw ValueError("relative_max_distance must be > relative_buckets / 2 = " + std::to_string(c.relative_buckets / 2) +
-                             " (the log-spaced buckets run from there to it), got " + std::to_string(c.relative_max_distance));
-    }
     if (arch == Arch::E && c.mlp != ModelConfig::Mlp::Standard)
         throw ValueError("mlp='swiglu' and mlp='geglu' are DTransformer and EDTransformer options");
     if (c.positional == Positional::Rope && !choose(c, PartKind::QKVSource) && c.d_attn % 2 != 0)

@@ -81,7 +81,6 @@ inline AttnVariant relative_variant(const ModelConfig& c, const char* table, boo
     v.position = "relative";
     v.rel_table = table;
     v.rel_bidirectional = bidirectional;
-    v.rel_buckets = c.relative_buckets, v.rel_max_distance = c.relative_max_distance;
     v.rel_init_std = c.init_std;
     return v;
 }

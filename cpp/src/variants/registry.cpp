@@ -19,6 +19,7 @@ const PartRow& sliding_window_mask_row();           // variants/sliding_window_m
 const PartRow& latent_source_row();                 // variants/latent_attention.cpp
 const PartRow& performer_kernel_row();              // variants/random_features.cpp
 const PartRow& rfa_kernel_row();                    // variants/random_features.cpp
+const PartRow& relative_bias_row();                 // variants/relative_bias.cpp
 Mask make_bigbird_mask_from_options(const MaskOptions&);  // variants/bigbird_mask.cpp
 template <class T>
 PositionPart<T> make_rope(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/rope.cpp
@@ -101,7 +102,7 @@ const std::vector<Entry<PositionFactory<T>>>& positions() {
         {"none", make_no_position<T>},
         {"rope", make_rope<T>},
         {"alibi", make_alibi<T>},
-        {"relative", make_relative_bias<T>},
+        {"relative", make_relative_bias<T>, relative_bias_row},
     };
     return t;
 }
