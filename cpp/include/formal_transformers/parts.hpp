@@ -342,8 +342,9 @@ const PartRow* find_part_row(PartKind kind, const std::string& name);
 const PartRow* part_row_of_option(const std::string& name);
 // The part of `kind` one of whose options is not at its default in v (the first such row), or null
 const PartRow* row_chosen_by(PartKind kind, const PartOptionValues& v);
-// The part of `kind` a config chooses by its options (resolve checked the choice); null: the listing's own
-// or one a selector option names (V7's mask='prefix')
+// The row of the part of `kind` a config chooses, by its kind's selector (positional='relative', attention='rfa')
+// or by its own options given (sliding_window=w); null: the listing's own part, or a chosen part without a row
+// (V7's mask='prefix'). ValueError for an option of a part not chosen (resolve has checked it).
 const PartRow* chosen_part(const ModelConfig& c, PartKind kind);
 
 // Options of a mask part: per-sequence integers (e.g. the prefix lengths p_b), named numbers, and the values
