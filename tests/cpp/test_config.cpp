@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "formal_transformers/config.hpp"
+#include "formal_transformers/parts.hpp"
 
 namespace {
 
@@ -185,7 +186,7 @@ TEST(ModelConfig, ReprAndSignature) {
               0u)
         << r;
     EXPECT_NE(r.find("rope_theta=500000.0, sliding_window=None, kv_lora_rank=None, q_lora_rank=None, "
-                     "qk_rope_head_dim=None, mask='causal', "),
+                     "qk_rope_head_dim=None, n_features=None, feature_seed=0, mask='causal', "),
               std::string::npos)
         << r;
     EXPECT_NE(r.find(", fixnorm=False, dtype='float32')"), std::string::npos) << r;
@@ -274,19 +275,23 @@ TEST(ModelConfig, MultiTokenPredictionOptions) {
     EXPECT_NE(error_of(e, Arch::E).find("TypeError"), std::string::npos) << error_of(e, Arch::E);
 }
 
-// sliding_window (V8, D only): one schema line; None (0) is off and written null, w >= 1 round-trips.
+// sliding_window (V8, D only): the sliding-window mask's option (its row); None (0) is off and written null,
+// w >= 1 round-trips and chooses the mask.
 TEST(ModelConfig, SlidingWindowOption) {
     Options o = sizes_d();
     o.emplace_back("sliding_window", std::int64_t(3));
     const ModelConfig c = ModelConfig::from_options(Arch::D, o);
-    EXPECT_EQ(c.sliding_window, 3);
+    EXPECT_EQ(c.part_options.integer("sliding_window"), 3);
+    ASSERT_NE(ft::chosen_part(c, ft::PartKind::Mask), nullptr);
+    EXPECT_STREQ(ft::chosen_part(c, ft::PartKind::Mask)->name, "sliding_window");
     const std::string j = c.to_json();
     EXPECT_NE(j.find("\"sliding_window\":3"), std::string::npos) << j;
     EXPECT_EQ(ModelConfig::from_json(j), c);
     const ModelConfig off = ModelConfig::from_options(Arch::D, sizes_d());
-    EXPECT_EQ(off.sliding_window, 0);
+    EXPECT_EQ(off.part_options.integer("sliding_window"), 0);
+    EXPECT_EQ(ft::chosen_part(off, ft::PartKind::Mask), nullptr);
     EXPECT_NE(off.to_json().find("\"sliding_window\":null"), std::string::npos) << off.to_json();
-    EXPECT_EQ(ModelConfig::from_json(off.to_json()).sliding_window, 0);
+    EXPECT_EQ(ModelConfig::from_json(off.to_json()).part_options.integer("sliding_window"), 0);
     for (std::int64_t bad : {0, -2}) {
         Options b = sizes_d();
         b.emplace_back("sliding_window", bad);
@@ -324,4 +329,40 @@ TEST(ModelConfig, OptionInfosAreTheSchemaWithItsDefaults) {
     EXPECT_EQ(find(d, "rope_theta")->archs, std::vector<std::string>{"DTransformer"});
     EXPECT_EQ(find(d, "dropout")->kind, "rates");
     EXPECT_EQ(find(d, "tied")->default_json, "false");
+}
+
+// V11's options are the relative position bias's (its row, variants/relative_bias.cpp): positional='relative'
+// chooses it; given with another positional they are refused naming the option and its part, except in a saved
+// config (where they had no effect: they load at their defaults). Its one check runs for the model's config.
+TEST(ModelConfig, RelativeBiasOwnsItsOptions) {
+    auto ed = [](Options extra) {
+        Options o = {{"n_vocab", std::int64_t(11)}, {"l_max", std::int64_t(8)}, {"L_enc", std::int64_t(1)},
+                     {"L_dec", std::int64_t(1)},    {"H", std::int64_t(2)},     {"d_e", std::int64_t(6)},
+                     {"d_mlp", std::int64_t(10)}};
+        for (auto& kv : extra) o.push_back(kv);
+        return o;
+    };
+    const ModelConfig rel = ModelConfig::from_options(
+        Arch::ED, ed({{"positional", std::string("relative")}, {"relative_buckets", std::int64_t(8)}}));
+    EXPECT_EQ(rel.part_options.integer("relative_buckets"), 8);
+    EXPECT_EQ(rel.part_options.integer("relative_max_distance"), 128);
+    ASSERT_NE(ft::chosen_part(rel, ft::PartKind::Position), nullptr);
+    EXPECT_STREQ(ft::chosen_part(rel, ft::PartKind::Position)->name, "relative");
+    EXPECT_EQ(ModelConfig::from_json(rel.to_json()), rel);
+    try {
+        ModelConfig::from_options(Arch::ED, ed({{"relative_buckets", std::int64_t(8)}}));
+        ADD_FAILURE() << "relative_buckets with positional='learned' resolved";
+    } catch (const ft::ValueError& e) {
+        EXPECT_NE(std::string(e.what()).find("relative_buckets is an option of the 'relative' position, but "
+                                             "positional='learned'"),
+                  std::string::npos)
+            << e.what();
+    }
+    EXPECT_THROW(ModelConfig::from_options(Arch::ED, ed({{"positional", std::string("relative")},
+                                                         {"relative_buckets", std::int64_t(3)}})),
+                 ft::ValueError);  // the row's check: >= 4 for the encoder
+    const ModelConfig learned = ModelConfig::from_options(Arch::ED, ed({}));
+    std::string j = learned.to_json();
+    j.replace(j.find("\"relative_buckets\":32"), 21, "\"relative_buckets\":8");
+    EXPECT_EQ(ModelConfig::from_json(j), learned);
 }

@@ -20,10 +20,12 @@ TEST(HostileSizes, NFeaturesOneRuleForTheConfigThePartAndTheDraw) {
         EXPECT_THROW(check_n_features(AttnKernel::RFA, D, 4, 1, sizeof(double)), ValueError) << D;
         EXPECT_THROW(draw_random_features<double>(AttnKernel::Performer, D, 4, 0, ""), ValueError) << D;
         ModelConfig c = fttest::small_decoder(8);
-        c.attention = AttnKernel::Performer, c.n_features = D;
+        c.attention = AttnKernel::Performer;
+        c.part_options.set("n_features", std::int64_t(D));
         EXPECT_THROW(resolve(c, Arch::D), ValueError) << D;  // the config: before any layer
         AttnVariant v;
-        v.kernel = AttnKernel::RFA, v.n_features = D;
+        v.kernel = AttnKernel::RFA;
+        v.options.set("n_features", std::int64_t(D));
         ParamStore<float> s;
         EXPECT_THROW(MHAttention<float>(2, 8, 8, 4, 4, 8, Mask::unidirectional(), s, "", v), ValueError) << D;  // the part
     }
@@ -47,7 +49,9 @@ TEST(HostileSizes, RelativeBucketsOneRuleForTheConfigAndThePart) {
     for (bool bi : {true, false})
         for (index_t d_max : {1, 2, 3, 4}) {
             AttnVariant v;
-            v.position = "relative", v.rel_bidirectional = bi, v.rel_buckets = 8, v.rel_max_distance = d_max;
+            v.position = "relative", v.rel_bidirectional = bi;
+            v.options.set("relative_buckets", std::int64_t(8));
+            v.options.set("relative_max_distance", std::int64_t(d_max));
             ParamStore<double> s;
             const index_t m = bi ? 2 : 4;
             if (d_max > m)
@@ -59,9 +63,10 @@ TEST(HostileSizes, RelativeBucketsOneRuleForTheConfigAndThePart) {
     ModelConfig c;
     c.n_vocab = 17, c.l_max = 12, c.L_enc = c.L_dec = 1, c.H = 2, c.d_e = 8, c.d_mlp = 8;
     c.positional = Positional::Relative;
-    c.relative_buckets = 8, c.relative_max_distance = 4;  // the encoder's m = 2, the decoder's m = 4
+    c.part_options.set("relative_buckets", std::int64_t(8));
+    c.part_options.set("relative_max_distance", std::int64_t(4));  // the encoder's m = 2, the decoder's m = 4
     EXPECT_THROW(resolve(c, Arch::ED), ValueError);
-    c.relative_max_distance = 5;
+    c.part_options.set("relative_max_distance", std::int64_t(5));
     EXPECT_NO_THROW(resolve(c, Arch::ED));
 }
 
@@ -71,9 +76,9 @@ TEST(HostileSizes, RelativeBucketsOneRuleForTheConfigAndThePart) {
 // small window still rolls within 2w.
 TEST(HostileSizes, SlidingWindowCacheIsSizedByTheSequence) {
     const index_t H = 2, d = 8, d_attn = 4;
-    for (double w : {3e7, 1e12, 4.611686018427387904e18, 5.0}) {
+    for (index_t w : {index_t(30000000), index_t(1000000000000), index_t(1) << 62, index_t(5)}) {
         MaskOptions o;
-        o.values["w"] = w;
+        o.options.set("sliding_window", std::int64_t(w));
         ParamStore<double> s;
         MHAttention<double> a(H, d, d, d_attn, d_attn, d, make_mask("sliding_window", o), s);
         s.allocate();
@@ -87,7 +92,7 @@ TEST(HostileSizes, SlidingWindowCacheIsSizedByTheSequence) {
             most = std::max(most, index_t(cache.K.shape(1)));
         }
         EXPECT_EQ(cache.start + cache.len, 40);
-        if (w == 5.0) {
+        if (w == 5) {
             EXPECT_LE(most, 10);  // 2w
             EXPECT_GT(cache.start, 0);
         } else {

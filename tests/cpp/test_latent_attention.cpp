@@ -21,9 +21,9 @@ ModelConfig deepseek_like(index_t l_max, index_t q_rank) {
     c.d_mid = 4;   // d_v
     c.rope_theta = 200.0;
     c.seed = 5;
-    c.kv_lora_rank = 3;
-    c.q_lora_rank = q_rank;
-    c.qk_rope_head_dim = 2;
+    c.part_options.set("kv_lora_rank", std::int64_t(3));
+    c.part_options.set("q_lora_rank", std::int64_t(q_rank));
+    c.part_options.set("qk_rope_head_dim", std::int64_t(2));
     return c;
 }
 AttnVariant latent_variant(index_t q_rank) {
@@ -31,9 +31,9 @@ AttnVariant latent_variant(index_t q_rank) {
     v.bias = false;
     v.position = "rope";
     v.rope_theta = 50.0;
-    v.kv_lora_rank = 3;
-    v.q_lora_rank = q_rank;
-    v.qk_rope_head_dim = 2;
+    v.options.set("kv_lora_rank", std::int64_t(3));
+    v.options.set("q_lora_rank", std::int64_t(q_rank));
+    v.options.set("qk_rope_head_dim", std::int64_t(2));
     return v;
 }
 }  // namespace
@@ -89,13 +89,13 @@ TEST(LatentAttention, CachedDecodingEqualsTheFullForwardFloat32) { decoding_equa
 TEST(LatentAttention, ConfigChecks) {
     EXPECT_NO_THROW(resolve(deepseek_like(8, 4), Arch::D));
     ModelConfig c = deepseek_like(8, 0);
-    c.qk_rope_head_dim = 0;  // missing
+    c.part_options.set("qk_rope_head_dim", std::int64_t(0));  // missing
     EXPECT_THROW(resolve(c, Arch::D), ValueError);
     c = deepseek_like(8, 0);
-    c.qk_rope_head_dim = 3;  // odd
+    c.part_options.set("qk_rope_head_dim", std::int64_t(3));  // odd
     EXPECT_THROW(resolve(c, Arch::D), ValueError);
     c = deepseek_like(8, 0);
-    c.kv_lora_rank = -1;
+    c.part_options.set("kv_lora_rank", std::int64_t(-1));
     EXPECT_THROW(resolve(c, Arch::D), ValueError);
     c = deepseek_like(8, 0);
     c.H_kv = 1;
@@ -104,8 +104,8 @@ TEST(LatentAttention, ConfigChecks) {
     c.positional = Positional::Alibi;
     EXPECT_THROW(resolve(c, Arch::D), ValueError);
     c = deepseek_like(8, 0);
-    c.kv_lora_rank = 0;  // a query latent without the KV latent
-    c.q_lora_rank = 2;
+    c.part_options.set("kv_lora_rank", std::int64_t(0));  // a query latent without the KV latent
+    c.part_options.set("q_lora_rank", std::int64_t(2));
     EXPECT_THROW(resolve(c, Arch::D), ValueError);
     // the stand-alone MHAttention checks the same before declaring anything
     ParamStore<double> store;
@@ -115,4 +115,17 @@ TEST(LatentAttention, ConfigChecks) {
     v = latent_variant(0);
     v.H_kv = 1;
     EXPECT_THROW(MHAttention<double>(2, 4, 4, 4, 4, 4, Mask::unidirectional(), store, "", v), ValueError);
+    v = latent_variant(0);
+    v.options.set("qk_rope_head_dim", std::int64_t(0));  // the row's check, run by the factory too
+    EXPECT_THROW(MHAttention<double>(2, 4, 4, 4, 4, 4, Mask::unidirectional(), store, "", v), ValueError);
+    EXPECT_EQ(store.size(), index_t(0));
+    // the latent source's options are its row's: given, they choose it
+    const PartRow* row = find_part_row(PartKind::QKVSource, "latent");
+    ASSERT_NE(row, nullptr);
+    EXPECT_EQ(part_row_of_option("q_lora_rank"), row);
+    const ModelConfig r = resolve(deepseek_like(8, 2), Arch::D);
+    EXPECT_EQ(chosen_part(r, PartKind::QKVSource), row);
+    EXPECT_EQ(chosen_part(resolve(fttest::llama_like(Positional::Rope, 8), Arch::D), PartKind::QKVSource), nullptr);
+    EXPECT_EQ(qkv_source_name(latent_variant(0)), "latent");
+    EXPECT_EQ(qkv_source_name(AttnVariant()), "projections");
 }

@@ -26,7 +26,7 @@ ModelConfig small(bool variants) {
     if (variants) {
         c.positional = Positional::Rope;
         c.H_kv = 2;
-        c.sliding_window = 5;
+        c.part_options.set("sliding_window", std::int64_t(5));
     }
     return c;
 }

@@ -18,8 +18,8 @@ ModelConfig performer_like(AttnKernel kind, Positional pos, index_t l_max) {
     c.d_mlp = 12;
     c.positional = pos;
     c.attention = kind;
-    c.n_features = 9;
-    c.feature_seed = 4;
+    c.part_options.set("n_features", std::int64_t(9));
+    c.part_options.set("feature_seed", std::uint64_t(4));
     return c;
 }
 }  // namespace
@@ -89,13 +89,34 @@ TEST(RandomFeatures, ConfigChecks) {
     ModelConfig c = performer_like(AttnKernel::Performer, Positional::Alibi, 8);
     EXPECT_THROW(resolve(c, Arch::D), ValueError);  // ALiBi: no scores to bias
     c = performer_like(AttnKernel::Performer, Positional::Learned, 8);
-    c.sliding_window = 3;
+    c.part_options.set("sliding_window", std::int64_t(3));
     EXPECT_THROW(resolve(c, Arch::D), ValueError);
     c = performer_like(AttnKernel::Softmax, Positional::Learned, 8);
     EXPECT_THROW(resolve(c, Arch::D), ValueError);  // n_features without random features
-    c.n_features = 0;
+    c.part_options.set("n_features", std::int64_t(0));
+    EXPECT_THROW(resolve(c, Arch::D), ValueError);  // feature_seed too: an option of a part not chosen
+    c.part_options.set("feature_seed", std::uint64_t(0));
     EXPECT_NO_THROW(resolve(c, Arch::D));
+    {  // a saved config with such an option (it had no effect: today's files may hold one) loads at its default
+        ModelConfig saved = resolve(c, Arch::D);
+        std::string j = saved.to_json();
+        const std::string at = "\"feature_seed\":0";
+        ASSERT_NE(j.find(at), std::string::npos) << j;
+        j.replace(j.find(at), at.size(), "\"feature_seed\":5");
+        const ModelConfig back = ModelConfig::from_json(j);
+        EXPECT_EQ(back.part_options.seed("feature_seed"), 0u);
+        EXPECT_EQ(back, saved);
+        Options kw = {{"feature_seed", std::int64_t(5)}};  // as a caller's keyword: refused, naming it and its part
+        for (const char* size : {"n_vocab", "l_max", "L", "H", "d_e", "d_mlp"}) kw.emplace_back(size, std::int64_t(8));
+        try {
+            ModelConfig::from_options(Arch::D, kw);
+            ADD_FAILURE() << "feature_seed without random features resolved";
+        } catch (const ValueError& e) {
+            EXPECT_NE(std::string(e.what()).find("feature_seed is an option of the 'performer' head kernel"), std::string::npos)
+                << e.what();
+        }
+    }
     c = performer_like(AttnKernel::RFA, Positional::Learned, 8);
-    c.n_features = 0;  // None: ⌈d_attn ln d_attn⌉ = ⌈4 ln 4⌉ = 6
-    EXPECT_EQ(resolve(c, Arch::D).n_features, 6);
+    c.part_options.set("n_features", std::int64_t(0));  // None: ⌈d_attn ln d_attn⌉ = ⌈4 ln 4⌉ = 6
+    EXPECT_EQ(resolve(c, Arch::D).part_options.integer("n_features"), 6);
 }

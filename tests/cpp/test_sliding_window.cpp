@@ -11,22 +11,22 @@
 using namespace ft;
 
 namespace {
-Mask window_mask(double w) {
+Mask window_mask(OptionValue w) {
     MaskOptions o;
-    o.values["w"] = w;
+    o.options.set("sliding_window", w);
     return make_mask("sliding_window", o);
 }
 using fttest::perturb;
 ModelConfig mistral_like(Positional pos, index_t l_max, index_t w) {
     ModelConfig c = fttest::llama_like(pos, l_max);
-    c.sliding_window = w;
+    c.part_options.set("sliding_window", std::int64_t(w));
     return c;
 }
 }  // namespace
 
 TEST(SlidingWindow, MaskIsTheLastWKeys) {
     for (index_t w : {1, 2, 5}) {
-        const Mask m = window_mask(double(w));
+        const Mask m = window_mask(std::int64_t(w));
         EXPECT_EQ(m.window(), w);
         EXPECT_EQ(m.name(), "sliding_window");
         for (index_t t_x = 0; t_x < 9; ++t_x) {
@@ -37,9 +37,9 @@ TEST(SlidingWindow, MaskIsTheLastWKeys) {
             for (index_t t_z = 0; t_z < 9; ++t_z) EXPECT_EQ(t_z >= r.begin && t_z < r.end, m.allows(t_z, t_x));
         }
     }
-    EXPECT_THROW(window_mask(0), ValueError);
-    EXPECT_THROW(window_mask(-3), ValueError);
-    EXPECT_THROW(window_mask(2.5), ValueError);
+    EXPECT_THROW(window_mask(std::int64_t(0)), ValueError);
+    EXPECT_THROW(window_mask(std::int64_t(-3)), ValueError);
+    EXPECT_THROW(window_mask(2.5), TypeError);  // the option is an integer
     EXPECT_EQ(Mask::unidirectional().window(), 0);
 }
 
@@ -100,11 +100,50 @@ TEST(SlidingWindow, RollbackWithinTheCacheKeepsDecodingExact) {
 TEST(SlidingWindow, ConfigChecks) {
     ModelConfig c = mistral_like(Positional::Rope, 8, -1);
     EXPECT_THROW(resolve(c, Arch::D), ValueError);
-    c.sliding_window = 2;
+    c.part_options.set("sliding_window", std::int64_t(2));
     EXPECT_NO_THROW(resolve(c, Arch::D));
     ModelConfig e = c;
     e.positional = Positional::Learned;
     e.mlp = ModelConfig::Mlp::Standard;
     e.norm = NormKind::Layer;
     EXPECT_THROW(resolve(e, Arch::E), ValueError);
+}
+
+// The window is the mask part's option: its row (variants/sliding_window_mask.cpp) declares it, the config's
+// schema takes it from there (keyword, JSON, repr), giving it chooses the mask, and decoding asks the model's mask.
+TEST(SlidingWindow, TheMaskPartOwnsItsOption) {
+    const PartRow* row = find_part_row(PartKind::Mask, "sliding_window");
+    ASSERT_NE(row, nullptr);
+    ASSERT_EQ(row->options.size(), 1u);
+    EXPECT_STREQ(row->options[0].name, "sliding_window");
+    EXPECT_EQ(part_row_of_option("sliding_window"), row);
+    EXPECT_NE(ModelConfig::signature(Arch::D).find("sliding_window=None"), std::string::npos);
+    EXPECT_EQ(ModelConfig::signature(Arch::E).find("sliding_window"), std::string::npos);  // a D option only
+
+    ModelConfig c = resolve(mistral_like(Positional::Rope, 8, 3), Arch::D);
+    EXPECT_EQ(chosen_part(c, PartKind::Mask), row);
+    EXPECT_NE(c.to_string().find("sliding_window=3"), std::string::npos) << c.to_string();
+    EXPECT_EQ(ModelConfig::from_json(c.to_json()), c);
+    ModelConfig other = c;
+    other.part_options.set("sliding_window", std::int64_t(4));
+    EXPECT_NE(resolve(other, Arch::D), c);  // == compares the parts' options too
+    const DTransformer<double> m(c);
+    EXPECT_EQ(m.window(), 3);
+    EXPECT_EQ(m.layer[0]->attn.mask.name(), "sliding_window");
+    EXPECT_TRUE(m.decodes_past_l_max());  // RoPE with a window: context='auto' decodes past ℓ_max
+    const DTransformer<double> causal(fttest::llama_like(Positional::Rope, 8));
+    EXPECT_EQ(causal.window(), 0);
+    EXPECT_FALSE(causal.decodes_past_l_max());
+
+    // an option of a part that is not chosen must be at its default: the error names the option and the parts
+    ModelConfig p = c;
+    p.mask = ModelConfig::MaskKind::Prefix;
+    try {
+        resolve(p, Arch::D);
+        ADD_FAILURE() << "mask='prefix' with sliding_window resolved";
+    } catch (const ValueError& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("sliding_window is an option of the 'sliding_window' mask"), std::string::npos) << what;
+        EXPECT_NE(what.find("mask='prefix' chooses the 'prefix' mask"), std::string::npos) << what;
+    }
 }

@@ -56,7 +56,7 @@ Mask make_mask(MaskCase mc, index_t l_z, index_t cols, Rng& rng) {
     }
     if (mc == MaskCase::Window) {  // a key t_z for t_x − w < t_z ≤ t_x (variants/sliding_window_mask.cpp)
         MaskOptions o;
-        o.values["w"] = 9;
+        o.options.set("sliding_window", std::int64_t(9));
         return ft::make_mask("sliding_window", o);
     }
     std::vector<std::uint8_t> m(std::size_t(l_z * cols));

@@ -336,8 +336,10 @@ TO_TORCH_REFUSED = [  # each T5 option alone is not T5: the refusal names the mo
 @pytest.mark.parametrize("opts,match", TO_TORCH_REFUSED, ids=[str(o) for o, _ in TO_TORCH_REFUSED])
 def test_to_torch_refuses_what_t5_cannot_express_naming_it(opts, match):
     torch_or_skip()
+    # positional='learned': the relative bias's options back at their defaults (an option of a part not chosen)
     m = ft.EDTransformer(**{**T5_OPTS, "pre_norm": False, "norm": "layer", "bias": True, "positional": "learned",
-                            "scale_scores": True, **opts}, dtype="float64")
+                            "relative_buckets": 32, "relative_max_distance": 128, "scale_scores": True, **opts},
+                         dtype="float64")
     with pytest.raises(ValueError, match=match):
         ft.to_torch(m)
 

@@ -327,7 +327,7 @@ public:
     PositionPart<T> position;
     index_t kv_head(index_t h) const { return h / (H / H_kv); }
     // The two kinds of Algorithm 4's lines (parts.hpp): where Q, K, V come from (lines 1–3: "projections", or
-    // V10's "latent" with var.kv_lora_rank > 0), and the head kernel of lines 4–6 (var.kernel: "softmax", V15's
+    // V10's "latent" when var.options choose it), and the head kernel of lines 4–6 (var.kernel: "softmax", V15's
     // "performer" or "rfa") with its tiled form (null: none; "tiled" for "softmax"), chosen per call by var.impl.
     std::shared_ptr<const QKVSource<T>> source;
     std::shared_ptr<const HeadKernel<T>> kernel, tiled;

@@ -13,23 +13,19 @@
 #include "formal_transformers/embedding.hpp"
 #include "formal_transformers/functions.hpp"
 #include "formal_transformers/norm.hpp"
+#include "formal_transformers/options.hpp"
 #include "formal_transformers/variants.hpp"
 
 namespace ft {
 
-// The three models of the paper: Algorithm 10 (D), 9 (E), 8 (ED).
-enum class Arch { D, E, ED };
 const char* arch_name(Arch a);                 // "DTransformer", "ETransformer", "EDTransformer"
 Arch arch_from_name(const std::string& name);  // ValueError for another name
 
-// One option's value as a front-end passes it (a Python keyword argument, a JSON value): None, a bool, an
-// integer, a real number or a string. The schema (config.cpp) checks its type against the option's.
-using OptionValue = std::variant<std::monostate, bool, std::int64_t, std::uint64_t, double, std::string>;
-using Options = std::vector<std::pair<std::string, OptionValue>>;  // name -> value, in the caller's order
-
 // ---------------------------------------------------------------------------------------------------
-// Hyperparameters. Every option is declared once, in config.cpp's schema (name, type, default, the
-// architectures that accept it, its check); from_options, from_json, to_json, == and to_string all read it.
+// Hyperparameters. Every option is declared once: the sizes and the model-wide options in config.cpp's schema
+// (name, type, default, the architectures that accept it, its check), the options a part owns in its registry
+// row (parts.hpp PartRow, in the part's file; their values in part_options). from_options, from_json,
+// to_json, == and to_string all read both.
 struct ModelConfig {
     Arch arch = Arch::D;  // set by resolve
     index_t n_vocab = 0, l_max = 0;
@@ -62,18 +58,6 @@ struct ModelConfig {
     // "gated-gelu"). The names per architecture: config.cpp's kMlps.
     enum class Mlp { Standard, SwiGLU, GeGLU } mlp = Mlp::Standard;
     double rope_theta = 10000.0;
-    // V8 (D only): sliding-window attention in every layer, Mask[t_z, t_x] = [[t_x − w < t_z ≤ t_x]] with
-    // w = sliding_window (Mistral); 0: the causal mask of Algorithm 10. Decoding keeps a rolling cache of
-    // O(w) columns per layer (V9).
-    index_t sliding_window = 0;
-    // V10 (D only): multi-head latent attention (DeepSeek-V2/V3) in every layer when kv_lora_rank > 0 (0: None,
-    // Algorithm 5's W_q, W_k, W_v): the KV latent's rank d_c, the query latent's rank d_c′ (0: none), the rotated
-    // part d_R of each query/key head (d_attn = d_N + d_R; d_mid is V10's d_v). Decoding caches d_c + d_R numbers
-    // per token and layer.
-    index_t kv_lora_rank = 0, q_lora_rank = 0, qk_rope_head_dim = 0;
-    // V11 (ED only, positional = Relative): T5's relative position bias, N_b buckets over offsets log-spaced up
-    // to d_max (Hugging Face T5's relative_attention_num_buckets, relative_attention_max_distance)
-    index_t relative_buckets = 32, relative_max_distance = 128;
     // V7 (D only): the prefix-LM mask of line 6, Mask[t_z, t_x] = [[t_z < p_b or t_z ≤ t_x]] with the prefix length
     // p_b of each sequence given with the call (Tokens::prefix; none: p_b = 0, the causal mask). Causal: Algorithm 10.
     enum class MaskKind { Causal, Prefix } mask = MaskKind::Causal;
@@ -94,12 +78,9 @@ struct ModelConfig {
     // How every attention computes Algorithm 4's lines 4–6 (docs/api.md attention_impl; variants.hpp AttnImpl):
     // the listing as printed, the tiled listing (tiled_attention.hpp), or Auto (tiled from kTiledFromLength on).
     AttnImpl attention_impl = AttnImpl::Auto;
-    // V15 (D, E; random_features.hpp): every attention's lines 4–6 estimated with n_features random features
-    // (0: None, resolve's default ⌈d_attn ln d_attn⌉ at least d_attn), Ω drawn from feature_seed per layer;
-    // Softmax: the listing.
+    // V15 (D, E; random_features.hpp): every attention's lines 4–6 estimated with random features (the options of
+    // the 'performer' and 'rfa' head kernels' rows); Softmax: the listing.
     AttnKernel attention = AttnKernel::Softmax;
-    index_t n_features = 0;
-    std::uint64_t feature_seed = 0;
     // V16 (D only; multi_token.hpp): mtp_depth = D sequential multi-token-prediction modules (DeepSeek-V3 §2.2);
     // module k predicts x[t+k+1] from the previous depth's hidden state and the embedding of x[t+k], through the
     // shared final norm and unembedding. The loss is L_main + (λ/D) Σ_k L_k with λ = mtp_weight. 0: Algorithm 10.
@@ -115,6 +96,9 @@ struct ModelConfig {
     // every head of a layer shares head 0's draw, the rule before the heads had their own — the one a saved
     // BigBird config without bigbird_draw means (io.hpp, io.py: such files load with it and give their old outputs).
     enum class BigBirdDraw { PerHead, PerLayer } bigbird_draw = BigBirdDraw::PerHead;
+    // The options the parts own (their rows declare them: e.g. V8's window w, the sliding-window mask's); the
+    // parts read them, unset ones have their declared defaults.
+    PartOptionValues part_options;
 
     index_t mask_token() const { return n_vocab - 3; }
     index_t bos_token() const { return bos_id >= 0 ? bos_id : n_vocab - 2; }

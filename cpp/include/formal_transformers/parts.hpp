@@ -29,6 +29,7 @@
 #include "formal_transformers/functions.hpp"
 #include "formal_transformers/mask.hpp"
 #include "formal_transformers/norm.hpp"
+#include "formal_transformers/options.hpp"
 #include "formal_transformers/params.hpp"
 #include "formal_transformers/variants.hpp"
 
@@ -82,22 +83,20 @@ struct AttnVariant {
     std::string position = "none";    // a registered position part: "rope" (V1), "alibi" (V2); "none"
     double rope_theta = 10000.0;      // V1's θ
     AttnImpl impl = AttnImpl::Auto;   // lines 4–6 as printed or tiled (variants.hpp AttnImpl)
-    // V10 multi-head latent attention (latent_attention.hpp): kv_lora_rank > 0 makes Q, K, V from latents
-    // (d_attn = qk_nope_head_dim + qk_rope_head_dim, d_mid = v_head_dim); q_lora_rank 0: no query latent.
-    index_t kv_lora_rank = 0, q_lora_rank = 0, qk_rope_head_dim = 0;
-    // V11 (position "relative", variants/relative_bias.cpp): T5's bias table b [rel_buckets, H] named rel_table
+    // The options the attention's parts own (their registry rows): e.g. V10's kv_lora_rank > 0 chooses the latent
+    // Q/K/V source (latent_attention.hpp), which reads its q_lora_rank and qk_rope_head_dim from here.
+    PartOptionValues options;
+    // V11 (position "relative", variants/relative_bias.cpp): T5's bias table b [N_b, H] named rel_table
     // (shared by every attention made with that name; empty: "<prefix>rel_bias"), its buckets bidirectional
-    // (encoder) or causal (decoder), offsets log-spaced up to rel_max_distance; b ~ N(0, rel_init_std²)
+    // (encoder) or causal (decoder), offsets log-spaced up to d_max (N_b, d_max: its row's options relative_buckets,
+    // relative_max_distance in `options`); b ~ N(0, rel_init_std²)
     std::string rel_table;
     bool rel_bidirectional = true;
-    index_t rel_buckets = 32, rel_max_distance = 128;
     double rel_init_std = 0.02;
     bool scale_scores = true;  // false: V18 (T5), line 4's S ← Kᵀ Q without 1/√d_attn
-    // lines 4–6 estimated with random features (V15, random_features.hpp): D = n_features rows of Ω, drawn
-    // from feature_seed and the attention's name; Softmax: the listing
+    // lines 4–6 estimated with random features (V15, random_features.hpp; its options n_features, feature_seed in
+    // `options`); Softmax: the listing
     AttnKernel kernel = AttnKernel::Softmax;
-    index_t n_features = 0;
-    std::uint64_t feature_seed = 0;
 };
 // What a position part is made from: the attention's sizes and options.
 struct AttnSpec {
@@ -315,21 +314,53 @@ private:
 // parts through these functions and an options parser checks names with check_part_name; adding a variant
 // is one file defining its factory plus one line in the table.
 enum class PartKind { Mask, Position, MLP, Norm, QKVSource, HeadKernel };
+const char* kind_name(PartKind kind);  // "mask", "position", …
 std::vector<std::string> part_names(PartKind kind);
 // ValueError "<option> must be one of 'a', 'b', …, got '<name>'" unless `name` is registered for `kind`
 void check_part_name(PartKind kind, const std::string& name, const char* option);
 
-// Options of a mask part: per-sequence integers (e.g. the prefix lengths p_b) and named numbers.
+// What a part declares of itself (defined in the part's own file, listed with its factory in registry.cpp):
+// the options it owns (the model config's schema takes them as its own: keywords, JSON, repr) and its one
+// check. A part is chosen by its kind's selector option (mask='prefix') or by one of its own options given
+// (V8's window w chooses the sliding-window mask); an option of a part not chosen must be at its default.
+struct ModelConfig;
+struct PartRow {
+    PartKind kind;
+    const char* name;
+    std::vector<PartOption> options;
+    // The check of its options (own) and, given a model's resolved config, of what it needs of the rest:
+    // ValueError naming the option. resolve calls it for the chosen part; the factory (model = null) too.
+    void (*check)(const PartOptionValues& own, const ModelConfig* model) = nullptr;
+    // resolve's defaults of its options that depend on the rest (V15's n_features from d_attn), before the check
+    void (*complete)(PartOptionValues& own, const ModelConfig& model) = nullptr;
+    // false: only its kind's selector chooses it (attention='performer'); its options given alone are refused
+    bool chosen_by_options = true;
+};
+const std::vector<const PartRow*>& part_rows();  // every registered part that declares a row
+const PartRow* find_part_row(PartKind kind, const std::string& name);
+// The row declaring option `name` (the first, when several share it), or null
+const PartRow* part_row_of_option(const std::string& name);
+// The part of `kind` one of whose options is not at its default in v (the first such row), or null
+const PartRow* row_chosen_by(PartKind kind, const PartOptionValues& v);
+// The row of the part of `kind` a config chooses, by its kind's selector (positional='relative', attention='rfa')
+// or by its own options given (sliding_window=w); null: the listing's own part, or a chosen part without a row
+// (V7's mask='prefix'). ValueError for an option of a part not chosen (resolve has checked it).
+const PartRow* chosen_part(const ModelConfig& c, PartKind kind);
+
+// Options of a mask part: per-sequence integers (e.g. the prefix lengths p_b), named numbers, and the values
+// of the options mask parts own (e.g. V8's window; unset: their defaults).
 struct MaskOptions {
     std::vector<index_t> per_sequence;
     std::map<std::string, double> values;
+    PartOptionValues options;
 };
 Mask make_mask(const std::string& name, const MaskOptions& options = MaskOptions());
 template <class T>
 PositionPart<T> make_position(const std::string& name, const AttnSpec& spec, ParamStore<T>& store,
                               const std::string& prefix);
-// The registered names an attention's options choose (registry.cpp): V10's kv_lora_rank > 0 → "latent", else
-// "projections"; AttnKernel → "softmax", "performer", "rfa", "bigbird" (V17 with attention_impl auto)
+// The registered names an attention's options choose (registry.cpp): the Q/K/V source whose options are given
+// (V10's kv_lora_rank → "latent"), else "projections"; AttnKernel → "softmax", "performer", "rfa", "bigbird" (V17
+// with attention_impl auto)
 std::string qkv_source_name(const AttnVariant& v);
 std::string head_kernel_name(const AttnVariant& v);
 template <class T>

@@ -60,7 +60,7 @@ std::vector<index_t> SpeculativeInference(const DTransformer<T>& target, const D
 
 // Algorithm S with the model's own V16 modules as the draft (self-speculation, multi_token.hpp; no second model):
 // module j drafts x̂_j from the trunk's last kept hidden state, the trunk verifies in one cached pass. The first
-// pass drafts nothing. ValueError: mtp_depth = 0, k > mtp_depth, sliding_window, and the checks above.
+// pass drafts nothing. ValueError: mtp_depth = 0, k > mtp_depth, a mask with a window (a rolling cache), and the checks above.
 template <class T>
 std::vector<index_t> SelfSpeculativeInference(const DTransformer<T>& model, const index_t* x, index_t l, index_t l_gen,
                                               index_t k, double tau, Rng& rng, SpeculativeStats* stats = nullptr);

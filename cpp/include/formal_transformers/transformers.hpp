@@ -428,6 +428,14 @@ public:
         }
     };
     void decode(Decoder& d, const index_t* ids, index_t n, T* z) const;
+    // What decoding asks of the parts: a step reads only the last window() keys (line 6's mask, V8's sliding
+    // window; 0: all), so the caches keep O(window()) columns (V9) and take back at most window() − 1 tokens;
+    // context='auto' decodes past ℓ_max for ALiBi (made to extrapolate) and a window with positions in attention
+    // (Mistral: each step stays O(w) past any length).
+    index_t window() const { return layer.empty() ? 0 : layer[0]->attn.mask.window(); }
+    bool decodes_past_l_max() const {
+        return cfg.positional == Positional::Alibi || (window() > 0 && in_attention(cfg.positional));
+    }
     // The same, writing the logits of ALL n fed tokens to Z:[N_V, n] (speculative decoding verifies the
     // drafted tokens in one call; defined in speculative.cpp).
     void decode_all(Decoder& d, const index_t* ids, index_t n, MatView<T> Z) const;

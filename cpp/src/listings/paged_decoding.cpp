@@ -45,9 +45,9 @@ void PromptKV<T>::check(const DTransformer<T>& model) const {
 // whose cache is the latent) and random-feature attention (V15, whose state is a running sum) decode one prompt
 // at a time (DInference), not here yet.
 void check_paged_model(const ModelConfig& c, const char* what) {
-    if (c.kv_lora_rank > 0)
-        throw ValueError(std::string(what) + " of a latent-attention model (kv_lora_rank) is not supported: decode each "
-                         "prompt with DInference(...)(x, model)");
+    if (const PartRow* s = chosen_part(c, PartKind::QKVSource))
+        throw ValueError(std::string(what) + " of a model with the '" + s->name + "' Q/K/V source (" + s->options[0].name +
+                         ") is not supported: decode each prompt with DInference(...)(x, model)");
     if (c.attention != AttnKernel::Softmax)
         throw ValueError(std::string(what) + " of a random-feature-attention model (attention='performer'/'rfa') is not "
                          "supported: decode each prompt with DInference(...)(x, model)");
@@ -326,9 +326,9 @@ std::vector<std::vector<index_t>> DInferenceBatch(DTransformer<T>& model, const 
         return out;
     }
     const bool full = o.context == SamplingOptions::Context::Full ||
-                      (o.context == SamplingOptions::Context::Auto &&
-                       (c.positional == Positional::Alibi || (c.sliding_window > 0 && in_attention(c.positional))));
+                      (o.context == SamplingOptions::Context::Auto && model.decodes_past_l_max());
     const MHAttention<T>& a0 = model.layer[0]->attn;
+    const index_t window = model.window();
     PagePool<T> pool(c.L, a0.H_kv * a0.d_attn, a0.H_kv * a0.d_mid);
     {  // the pages the first B_max sequences will hold (more are added as needed)
         index_t need = 0;
@@ -419,8 +419,8 @@ std::vector<std::vector<index_t>> DInferenceBatch(DTransformer<T>& model, const 
             for (std::size_t b = 0; b < batch.size(); ++b) {
                 Sequence<T>& s = *batch[b];
                 ++s.cached;
-                if (c.sliding_window > 0) {  // V9: the pages wholly before the window go back to the pool
-                    const index_t first = std::max<index_t>(0, index_t(s.x.size()) - c.sliding_window);
+                if (window > 0) {  // V9: the pages wholly before the window go back to the pool
+                    const index_t first = std::max<index_t>(0, index_t(s.x.size()) - window);
                     for (index_t k = 0; k < first / kPageTokens; ++k)
                         if (s.table[std::size_t(k)] >= 0) pool.free.push_back(s.table[std::size_t(k)]), s.table[std::size_t(k)] = -1;
                 }

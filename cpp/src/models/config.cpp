@@ -1,5 +1,6 @@
-// The model configuration (config.hpp): its schema (every option once), building it from keyword options
-// and JSON, writing it, resolve (defaults and checks), the size bound, input validation.
+// The model configuration (config.hpp): its schema (every model-wide option once, and the options the parts'
+// registry rows declare), building it from keyword options and JSON, writing it, resolve (defaults, checks, the
+// parts chosen), the size bound, input validation.
 #include "formal_transformers/config.hpp"
 
 #include <algorithm>
@@ -10,34 +11,19 @@
 #include <type_traits>
 
 #include "formal_transformers/dropout.hpp"
-#include "formal_transformers/random_features.hpp"
+#include "formal_transformers/parts.hpp"
 #include "formal_transformers/sizes.hpp"
 #include "../runtime/bounded_json.hpp"
+#include "shared.hpp"
 
 namespace ft {
 
 // ======================================== the schema ==================================================
 namespace {
 
-// The architectures an option is accepted by (a bit each).
-enum Archs : unsigned { D = 1, E = 2, ED = 4, DE = D | E, ALL = D | E | ED };
-unsigned bit(Arch a) { return a == Arch::D ? D : a == Arch::E ? E : ED; }
-
-// An option's type, and with it the check of one value (in resolve) and its JSON form.
-enum class Kind {
-    Size,         // a positive integer that every config of the architecture needs (the sizes)
-    AutoSize,     // a positive integer, or None: 0 (d_attn, d_mid, H_kv: filled by resolve from the others;
-                  // sliding_window: off, written None)
-    Count,        // an integer >= 0
-    Real,         // a real number (checked by `Check`)
-    AutoReal,     // a real number > 0, or None: 0 (base)
-    Bool,
-    Seed,         // an integer in [0, 2^64)
-    Enum,         // a string from the enum's name table
-    AllRates,     // "dropout": the default of the three rates, not stored
-    AutoId,       // a token id >= 0, or None: −1 (bos_id, eos_id; resolve checks it against n_vocab)
-};
-enum class Check { None, Positive, NonNegative, Rate };
+using namespace archs;  // D, E, ED, DE, ALL; bit(arch)
+using Kind = OptionKind;  // an option's type, and with it the check of one value (in resolve) and its JSON form
+using Check = OptionCheck;
 
 // The name tables of the enums: a name, its value, and the architectures it is a name for (all, unless the
 // same value has another name in another architecture, as the standard MLP: "gelu" in D/E, "relu" in ED). The
@@ -101,12 +87,15 @@ struct OptionSpec {
     const char* name;
     unsigned archs;
     Kind kind;
-    Field field;  // the member (its initialiser in config.hpp is the default); nullptr: not stored
+    Field field;  // the member (its initialiser in config.hpp is the default); nullptr: not stored, or a part's
     Check check = Check::None;
+    const PartOption* part = nullptr;  // a part's option (its value in ModelConfig::part_options)
 };
+constexpr const char* kPartsHere = "(the parts' options)";
 
-// Every option, in the order the constructors take the sizes and to_json writes them. Adding an option:
-// a member of ModelConfig (with its default) and one line here; a check between options goes in resolve.
+// Every model-wide option, in the order the constructors take the sizes and to_json writes them, and where the
+// options of the parts' rows go (kPartsHere). Adding a model-wide option: a member of ModelConfig (with its
+// default) and one line here; a check between options goes in resolve. A part's option: its row (parts.hpp).
 const std::vector<OptionSpec> kSchema = {
     {"n_vocab", ALL, Kind::Size, &ModelConfig::n_vocab},
     {"l_max", ALL, Kind::Size, &ModelConfig::l_max},
@@ -135,8 +124,6 @@ const std::vector<OptionSpec> kSchema = {
     {"resid_dropout", ALL, Kind::Real, &ModelConfig::resid_dropout, Check::Rate},
     {"attention_impl", ALL, Kind::Enum, &ModelConfig::attention_impl},
     {"attention", DE, Kind::Enum, &ModelConfig::attention},
-    {"n_features", DE, Kind::AutoSize, &ModelConfig::n_features},
-    {"feature_seed", DE, Kind::Seed, &ModelConfig::feature_seed},
     {"block_size", E, Kind::AutoSize, &ModelConfig::block_size},
     {"window_blocks", E, Kind::Count, &ModelConfig::window_blocks},
     {"n_global_blocks", E, Kind::Count, &ModelConfig::n_global_blocks},
@@ -145,15 +132,10 @@ const std::vector<OptionSpec> kSchema = {
     {"bigbird_draw", E, Kind::Enum, &ModelConfig::bigbird_draw},
     {"mlp", D | ED, Kind::Enum, &ModelConfig::mlp},
     {"rope_theta", D, Kind::Real, &ModelConfig::rope_theta, Check::Positive},
-    {"sliding_window", D, Kind::AutoSize, &ModelConfig::sliding_window},
-    {"kv_lora_rank", D, Kind::AutoSize, &ModelConfig::kv_lora_rank},
-    {"q_lora_rank", D, Kind::AutoSize, &ModelConfig::q_lora_rank},
-    {"qk_rope_head_dim", D, Kind::AutoSize, &ModelConfig::qk_rope_head_dim},
+    {kPartsHere, 0, Kind::AllRates, nullptr},
     {"mask", D, Kind::Enum, &ModelConfig::mask},
     {"mtp_depth", D, Kind::Count, &ModelConfig::mtp_depth},
     {"mtp_weight", D, Kind::Real, &ModelConfig::mtp_weight, Check::NonNegative},
-    {"relative_buckets", ED, Kind::Count, &ModelConfig::relative_buckets},
-    {"relative_max_distance", ED, Kind::Count, &ModelConfig::relative_max_distance},
     {"pre_norm", ED, Kind::Bool, &ModelConfig::pre_norm},
     {"scale_scores", ED, Kind::Bool, &ModelConfig::scale_scores},
     {"unembed_rescale", ED, Kind::Bool, &ModelConfig::unembed_rescale},
@@ -165,8 +147,28 @@ const std::vector<OptionSpec> kSchema = {
     {"fixnorm", ALL, Kind::Bool, &ModelConfig::fixnorm},
 };
 
+// kSchema with the parts' options in place of kPartsHere (in the registry's order, each once)
+const std::vector<OptionSpec>& schema() {
+    static const std::vector<OptionSpec> all = [] {
+        std::vector<OptionSpec> r;
+        for (const OptionSpec& o : kSchema) {
+            if (std::string(o.name) != kPartsHere) {
+                r.push_back(o);
+                continue;
+            }
+            for (const PartRow* row : part_rows())
+                for (const PartOption& p : row->options) {
+                    const bool seen = std::any_of(r.begin(), r.end(), [&](const OptionSpec& q) { return q.name == std::string(p.name); });
+                    if (!seen) r.push_back({p.name, p.archs, p.kind, nullptr, p.check, &p});
+                }
+        }
+        return r;
+    }();
+    return all;
+}
+
 const OptionSpec* find_option(const std::string& name) {
-    for (const OptionSpec& o : kSchema)
+    for (const OptionSpec& o : schema())
         if (name == o.name) return &o;
     return nullptr;
 }
@@ -225,46 +227,76 @@ void check_real(const OptionSpec& o, double v) {
     }
 }
 
-// One value into its member (type checks here; range checks in resolve, which sees stored values only: a
-// given 0 for an AutoSize, which stores "None" as 0, is refused here).
+// An option's stored value (an int64 for the integer kinds, a double, a bool, a uint64 seed; None for an enum,
+// whose names json_of writes), from its member or from part_options.
+template <class V>
+using Stored = std::conditional_t<std::is_same_v<V, index_t>, std::int64_t, V>;
+OptionValue get(const ModelConfig& c, const OptionSpec& o) {
+    if (o.part) return c.part_options.get(o.name);
+    return std::visit(
+        [&](auto member) -> OptionValue {
+            if constexpr (std::is_same_v<decltype(member), std::nullptr_t>) {
+                return std::monostate{};
+            } else {
+                using V = std::remove_cv_t<std::remove_reference_t<decltype(c.*member)>>;
+                if constexpr (std::is_enum_v<V>) return std::monostate{};
+                else return Stored<V>(c.*member);
+            }
+        },
+        o.field);
+}
+void put(ModelConfig& c, const OptionSpec& o, const OptionValue& s) {
+    if (o.part) return c.part_options.set(o.name, s);
+    std::visit(
+        [&](auto member) {
+            if constexpr (!std::is_same_v<decltype(member), std::nullptr_t>) {
+                using V = std::remove_cv_t<std::remove_reference_t<decltype(c.*member)>>;
+                if constexpr (!std::is_enum_v<V>) c.*member = V(std::get<Stored<V>>(s));
+            }
+        },
+        o.field);
+}
+
+// One value into its member or part_options (type checks here; range checks in resolve, which sees stored
+// values only: a given 0 for an AutoSize, which stores "None" as 0, is refused here).
 void set_option(ModelConfig& c, const OptionSpec& o, const OptionValue& v) {
     const bool none = std::holds_alternative<std::monostate>(v);
     switch (o.kind) {
         case Kind::Size:
-        case Kind::Count: c.*std::get<index_t ModelConfig::*>(o.field) = int_of(o, v); return;
+        case Kind::Count: put(c, o, std::int64_t(int_of(o, v))); return;
         case Kind::AutoSize: {
             index_t n = 0;
             if (!none && (n = int_of(o, v)) <= 0)
                 throw ValueError(std::string(o.name) + " must be a positive integer, got " + std::to_string(n));
-            c.*std::get<index_t ModelConfig::*>(o.field) = n;
+            put(c, o, std::int64_t(n));
             return;
         }
         case Kind::AutoId: {
             index_t n = -1;
             if (!none && (n = int_of(o, v)) < 0)
                 throw ValueError(std::string(o.name) + " must be a token id >= 0 (or None), got " + std::to_string(n));
-            c.*std::get<index_t ModelConfig::*>(o.field) = n;
+            put(c, o, std::int64_t(n));
             return;
         }
-        case Kind::Real: c.*std::get<double ModelConfig::*>(o.field) = real_of(o, v); return;
+        case Kind::Real: put(c, o, real_of(o, v)); return;
         case Kind::AutoReal: {
             double x = 0;
             if (!none && !((x = real_of(o, v)) > 0)) throw ValueError(std::string(o.name) + " must be > 0, got " + str_of(x));
             if (!std::isfinite(x))  // (inf was written null, and read back as None: another model)
                 throw ValueError(std::string(o.name) + " must be a finite number > 0, got " + str_of(x));
-            c.*std::get<double ModelConfig::*>(o.field) = x;
+            put(c, o, x);
             return;
         }
         case Kind::Bool:
             if (!std::holds_alternative<bool>(v)) wrong_type(o, v, "True or False");
-            c.*std::get<bool ModelConfig::*>(o.field) = std::get<bool>(v);
+            put(c, o, std::get<bool>(v));
             return;
         case Kind::Seed:
             if (const auto* i = std::get_if<std::int64_t>(&v)) {
                 if (*i < 0) throw ValueError(std::string(o.name) + " = " + std::to_string(*i) + " is outside [0, 2^64)");
-                c.*std::get<std::uint64_t ModelConfig::*>(o.field) = std::uint64_t(*i);
+                put(c, o, std::uint64_t(*i));
             } else if (const auto* u = std::get_if<std::uint64_t>(&v)) {
-                c.*std::get<std::uint64_t ModelConfig::*>(o.field) = *u;
+                put(c, o, *u);
             } else {
                 wrong_type(o, v, "an int");
             }
@@ -310,6 +342,21 @@ void set_option(ModelConfig& c, const OptionSpec& o, const OptionValue& v) {
 // One stored option as JSON (nlohmann's ordered object keeps the schema's order).
 using Json = nlohmann::ordered_json;
 Json json_of(const ModelConfig& c, const OptionSpec& o) {
+    if (o.part) {  // a part's option (no enums among them yet)
+        const OptionValue v = get(c, o);
+        if (const auto* i = std::get_if<std::int64_t>(&v)) {
+            if ((o.kind == Kind::AutoSize && *i == 0) || (o.kind == Kind::AutoId && *i < 0)) return nullptr;
+            return *i;
+        }
+        if (const auto* d = std::get_if<double>(&v)) {
+            if (o.kind == Kind::AutoReal && *d == 0) return nullptr;
+            return *d;
+        }
+        if (const auto* b = std::get_if<bool>(&v)) return *b;
+        if (const auto* u = std::get_if<std::uint64_t>(&v)) return *u;
+        if (const auto* t = std::get_if<std::string>(&v)) return *t;
+        return nullptr;
+    }
     return std::visit(
         [&](auto member) -> Json {
             if constexpr (std::is_same_v<decltype(member), std::nullptr_t>) {
@@ -325,7 +372,7 @@ Json json_of(const ModelConfig& c, const OptionSpec& o) {
                     if (o.kind == Kind::AutoReal && v == 0) return nullptr;
                     return v;
                 } else if constexpr (std::is_same_v<V, index_t>) {
-                    if (o.kind == Kind::AutoSize && v == 0) return nullptr;  // None (sliding_window off)
+                    if (o.kind == Kind::AutoSize && v == 0) return nullptr;  // None
                     if (o.kind == Kind::AutoId && v < 0) return nullptr;
                     return v;
                 } else {
@@ -362,10 +409,74 @@ std::string python_repr(const Json& j) {
 Json config_object(const ModelConfig& c, const char* dtype) {
     Json j = Json::object();
     j["arch"] = arch_name(c.arch);
-    for (const OptionSpec& o : kSchema)
+    for (const OptionSpec& o : schema())
         if ((o.archs & bit(c.arch)) && o.kind != Kind::AllRates) j[o.name] = json_of(c, o);
     if (dtype) j["dtype"] = dtype;
     return j;
+}
+
+// "a DTransformer option", "a DTransformer and EDTransformer option": the architectures of an option's bits
+std::string archs_text(unsigned a) {
+    std::string r;
+    for (Arch x : {Arch::D, Arch::E, Arch::ED})
+        if (a & bit(x)) r += std::string(r.empty() ? "" : " and ") + arch_name(x);
+    return "the " + r;
+}
+
+// ----------------------------------------- the parts a config chooses -------------------------------------------
+// The selector option of a kind of part as the config sets it ("attention='softmax'"; "": the kind has none in this
+// architecture) and the registered part its value names ("": the listing's own part). V7's mask='prefix' names the
+// prefix mask, made per call with the batch's p_b; attention='bigbird' the block layout (mask and kernel).
+std::pair<std::string, std::string> selector(const ModelConfig& c, PartKind kind) {
+    if (kind == PartKind::Mask && c.arch == Arch::D)
+        return c.mask == ModelConfig::MaskKind::Prefix ? std::pair<std::string, std::string>{"mask='prefix'", "prefix"}
+                                                       : std::pair<std::string, std::string>{"mask='causal'", ""};
+    if (kind == PartKind::Position) {
+        const char* n = c.positional == Positional::Rope       ? "rope"
+                        : c.positional == Positional::Alibi    ? "alibi"
+                        : c.positional == Positional::Relative ? "relative"
+                                                               : "";
+        const char* listing = c.positional == Positional::Sinusoidal ? "sinusoidal" : "learned";
+        return {std::string("positional='") + (*n ? n : listing) + "'", n};
+    }
+    if (kind == PartKind::HeadKernel && c.arch != Arch::ED) {
+        const char* n = c.attention == AttnKernel::Performer ? "performer"
+                        : c.attention == AttnKernel::RFA     ? "rfa"
+                        : c.attention == AttnKernel::BigBird ? "bigbird"
+                                                             : "";
+        return {std::string("attention='") + (*n ? n : "softmax") + "'", n};
+    }
+    return {"", ""};
+}
+// The part of `kind` c chooses (its row; null: none with a row), by the selector or by one of the part's own options
+// given. An option of a part not chosen must be at its default: ValueError naming it, or (reset: a file's config,
+// where it had no effect) set to its default in *reset.
+const PartRow* choose(const ModelConfig& c, PartKind kind, ModelConfig* reset = nullptr) {
+    const auto [by_selector, name] = selector(c, kind);
+    std::string by = by_selector, chosen = name;
+    const PartRow* row = name.empty() ? nullptr : find_part_row(kind, name);
+    for (const PartRow* r : part_rows()) {
+        if (r->kind != kind) continue;
+        for (const PartOption& o : r->options) {
+            if (c.part_options.at_default(o.name)) continue;
+            if (chosen.empty() && r->chosen_by_options) {
+                row = r, chosen = r->name, by = o.name;
+                continue;
+            }
+            if (chosen == r->name) continue;
+            const bool shared = row && std::any_of(row->options.begin(), row->options.end(),
+                                                   [&](const PartOption& q) { return q.name == std::string(o.name); });
+            if (shared) continue;
+            if (reset) {
+                reset->part_options.set(o.name, o.default_value);
+                continue;
+            }
+            throw ValueError(std::string(o.name) + " is an option of the '" + r->name + "' " + kind_name(kind) + ", but " +
+                             by + " chooses " + (chosen.empty() ? "the listing's" : "the '" + chosen + "'") + " " +
+                             kind_name(kind) + ": " + o.name + " must be at its default");
+        }
+    }
+    return row;
 }
 
 Json parse_object(const std::string& text) {
@@ -376,6 +487,8 @@ Json parse_object(const std::string& text) {
 
 }  // namespace
 
+const PartRow* chosen_part(const ModelConfig& c, PartKind kind) { return choose(c, kind); }
+
 const char* arch_name(Arch a) { return a == Arch::D ? "DTransformer" : a == Arch::E ? "ETransformer" : "EDTransformer"; }
 Arch arch_from_name(const std::string& name) {
     for (Arch a : {Arch::D, Arch::E, Arch::ED})
@@ -385,7 +498,7 @@ Arch arch_from_name(const std::string& name) {
 
 std::vector<std::string> ModelConfig::positional_names(Arch arch) {
     std::vector<std::string> names;
-    for (const OptionSpec& o : kSchema)
+    for (const OptionSpec& o : schema())
         if (o.kind == Kind::Size && (o.archs & bit(arch))) names.push_back(o.name);
     return names;
 }
@@ -395,7 +508,7 @@ std::string ModelConfig::signature(Arch arch) {
     defaults.arch = arch;  // (json_of writes the architecture's names: ED's standard MLP is "relu")
     std::string r;
     bool star = false;
-    for (const OptionSpec& o : kSchema) {
+    for (const OptionSpec& o : schema()) {
         if (!(o.archs & bit(arch))) continue;
         if (o.kind != Kind::Size && !star) {
             r += ", *";
@@ -414,7 +527,7 @@ std::vector<ModelConfig::OptionInfo> ModelConfig::option_infos(Arch arch) {
     ModelConfig defaults;
     defaults.arch = arch;
     std::vector<OptionInfo> out;
-    for (const OptionSpec& o : kSchema) {
+    for (const OptionSpec& o : schema()) {
         if (!(o.archs & bit(arch))) continue;
         OptionInfo info{o.name, kinds[int(o.kind)], o.kind == Kind::Size ? "null" : json_of(defaults, o).dump(), {}};
         if (o.kind == Kind::AllRates) info.default_json = "0.0";
@@ -425,9 +538,12 @@ std::vector<ModelConfig::OptionInfo> ModelConfig::option_infos(Arch arch) {
     return out;
 }
 
-ModelConfig ModelConfig::from_options(Arch arch, const Options& keywords, const std::vector<OptionValue>& positional) {
+namespace {
+ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file);
+// from_options; from_file: a saved config's options (one of a part its config does not choose loads at its default)
+ModelConfig build_config(Arch arch, const Options& keywords, const std::vector<OptionValue>& positional, bool from_file) {
     const std::string who = std::string(arch_name(arch)) + "()";
-    const std::vector<std::string> sizes = positional_names(arch);
+    const std::vector<std::string> sizes = ModelConfig::positional_names(arch);
     if (positional.size() > sizes.size())
         throw TypeError(who + " takes " + std::to_string(sizes.size()) + " positional arguments (the sizes) but " +
                         std::to_string(positional.size()) + " were given");
@@ -452,13 +568,18 @@ ModelConfig ModelConfig::from_options(Arch arch, const Options& keywords, const 
     };
     for (std::size_t i = 0; i < positional.size(); ++i) take(sizes[i], positional[i]);
     for (const auto& [name, v] : keywords) take(name, v);
-    for (const OptionSpec& o : kSchema) {
+    for (const OptionSpec& o : schema()) {
         const bool is_given = std::find(given.begin(), given.end(), &o) != given.end();
         if (is_given || !(o.archs & bit(arch))) continue;
         if (o.kind == Kind::Size) throw TypeError(who + " missing required argument '" + o.name + "'");
         if (all_rates && o.check == Check::Rate && o.kind == Kind::Real) set_option(c, o, *all_rates);
     }
-    return resolve(c, arch);
+    return resolve_config(c, arch, from_file);
+}
+}  // namespace
+
+ModelConfig ModelConfig::from_options(Arch arch, const Options& keywords, const std::vector<OptionValue>& positional) {
+    return build_config(arch, keywords, positional, false);
 }
 
 std::string ModelConfig::to_json(const char* dtype) const { return config_object(*this, dtype).dump(); }
@@ -477,7 +598,7 @@ ModelConfig ModelConfig::from_json(const std::string& text) {
             }
             options.emplace_back(key, value_of_json(value));
         }
-        return from_options(arch, options);
+        return build_config(arch, options, {}, true);
     } catch (const TypeError& e) {  // in a file: damaged data, not a caller's wrong argument
         throw ValueError(std::string("model config: ") + e.what());
     }
@@ -505,35 +626,44 @@ std::string ModelConfig::to_string(const char* dtype) const {
 
 bool operator==(const ModelConfig& a, const ModelConfig& b) {
     if (a.arch != b.arch) return false;
-    for (const OptionSpec& o : kSchema) {
+    for (const OptionSpec& o : schema()) {
         if (!(o.archs & bit(a.arch))) continue;  // another architecture's option is not part of this config
-        const bool same = std::visit(
-            [&](auto member) {
-                if constexpr (std::is_same_v<decltype(member), std::nullptr_t>) return true;
-                else return a.*member == b.*member;
-            },
-            o.field);
+        const bool same = o.part ? a.part_options.get(o.name) == b.part_options.get(o.name)
+                                 : std::visit(
+                                       [&](auto member) {
+                                           if constexpr (std::is_same_v<decltype(member), std::nullptr_t>) return true;
+                                           else return a.*member == b.*member;
+                                       },
+                                       o.field);
         if (!same) return false;
     }
     return true;
 }
 
 // ===================================== hyperparameters, input checks ==================================
-ModelConfig resolve(ModelConfig c, Arch arch) {
+ModelConfig resolve(ModelConfig c, Arch arch) { return resolve_config(c, arch, false); }
+
+namespace {
+ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
     c.arch = arch;
     // each option of the architecture by its own rule (the schema), then the rules between options
-    for (const OptionSpec& o : kSchema) {
-        if (!(o.archs & bit(arch))) continue;
+    for (const OptionSpec& o : schema()) {
+        if (!(o.archs & bit(arch))) {  // (from_options refuses it as a keyword; a config built in C++ here)
+            if (o.part && !c.part_options.at_default(o.name))
+                throw ValueError(std::string(o.name) + " is an option of " + archs_text(o.archs) + ", not of " +
+                                 arch_name(arch));
+            continue;
+        }
         if (o.kind == Kind::Size || o.kind == Kind::Count || o.kind == Kind::AutoSize) {
-            const index_t v = c.*std::get<index_t ModelConfig::*>(o.field);
+            const index_t v = index_t(std::get<std::int64_t>(get(c, o)));
             if (o.kind == Kind::Size && v <= 0)
                 throw ValueError(std::string(o.name) + " must be a positive integer, got " + std::to_string(v));
             if (o.kind != Kind::Size && v < 0)
                 throw ValueError(std::string(o.name) + " must be >= 0, got " + std::to_string(v));
         } else if (o.kind == Kind::Real) {
-            check_real(o, c.*std::get<double ModelConfig::*>(o.field));
+            check_real(o, std::get<double>(get(c, o)));
         } else if (o.kind == Kind::AutoReal) {
-            const double v = c.*std::get<double ModelConfig::*>(o.field);
+            const double v = std::get<double>(get(c, o));
             if (!(v >= 0)) throw ValueError(std::string(o.name) + " must be > 0 (or 0: the default), got " + str_of(v));
             if (!std::isfinite(v)) throw ValueError(std::string(o.name) + " must be a finite number > 0, got " + str_of(v));
         }
@@ -555,9 +685,6 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
         if (id >= c.n_vocab)
             throw ValueError(std::string(name) + " = " + std::to_string(id) + " is out of range [0, n_vocab = " +
                              std::to_string(c.n_vocab) + ")");
-    if (arch != Arch::D && c.sliding_window != 0) throw ValueError("sliding_window is a DTransformer option (Mistral)");
-    if (c.mask == ModelConfig::MaskKind::Prefix && c.sliding_window != 0)
-        throw ValueError("mask='prefix' does not combine with sliding_window (one Mask for line 6)");
     if (arch != Arch::E && (c.n_segments > 0 || c.embed_norm || c.unembed_bias))
         throw ValueError("n_segments, embed_norm and unembed_bias are ETransformer options (BERT)");
     // the variants (docs/variants.md)
@@ -569,26 +696,17 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
     if (arch != Arch::D && rope_alibi) throw ValueError("positional='rope' and 'alibi' are DTransformer options");
     if (arch != Arch::ED && c.positional == Positional::Relative)
         throw ValueError("positional='relative' (T5's relative position bias, V11) is an EDTransformer option");
-    if (c.positional == Positional::Relative)  // V11 (relative_bias.cpp): the encoder's buckets, then the decoder's
-        for (bool bidirectional : {true, false}) check_relative_buckets(c.relative_buckets, c.relative_max_distance, bidirectional);
     if (arch == Arch::E && c.mlp != ModelConfig::Mlp::Standard)
         throw ValueError("mlp='swiglu' and mlp='geglu' are DTransformer and EDTransformer options");
-    if (c.positional == Positional::Rope && c.kv_lora_rank == 0 && c.d_attn % 2 != 0)
+    if (c.positional == Positional::Rope && !choose(c, PartKind::QKVSource) && c.d_attn % 2 != 0)
         throw ValueError("positional='rope' rotates pairs of rows: d_attn (the head size) must be even, got " +
                          std::to_string(c.d_attn));
-    if (c.kv_lora_rank == 0 && (c.q_lora_rank > 0 || c.qk_rope_head_dim > 0))
-        throw ValueError("q_lora_rank and qk_rope_head_dim are options of latent attention: pass kv_lora_rank too");
-    if (c.kv_lora_rank > 0) {  // V10 (latent attention; MHAttention checks the same when made directly)
-        if (c.qk_rope_head_dim <= 0)
-            throw ValueError("kv_lora_rank (latent attention) needs qk_rope_head_dim, the rotated part of each head");
-        if (c.qk_rope_head_dim % 2 != 0 || c.qk_rope_head_dim > c.d_attn)
-            throw ValueError("qk_rope_head_dim must be even and <= d_attn = " + std::to_string(c.d_attn) +
-                             " (d_attn = qk_nope_head_dim + qk_rope_head_dim), got " + std::to_string(c.qk_rope_head_dim));
-        if (c.positional != Positional::Rope)
-            throw ValueError("kv_lora_rank (latent attention) rotates its shared key part with RoPE: positional='rope'");
-        if (c.H_kv != c.H) throw ValueError("kv_lora_rank (latent attention) makes every head's keys: H_kv must be H");
-        if (c.bias) throw ValueError("kv_lora_rank (latent attention) has no biases (DeepSeek): pass bias=False");
-        if (c.sliding_window > 0) throw ValueError("kv_lora_rank (latent attention) does not combine with sliding_window");
+    // the parts: the one of each kind c chooses, and its check (its options, what it needs of the rest)
+    for (PartKind kind : {PartKind::Mask, PartKind::Position, PartKind::QKVSource, PartKind::HeadKernel, PartKind::MLP,
+                          PartKind::Norm}) {
+        const PartRow* row = choose(c, kind, from_file ? &c : nullptr);
+        if (row && row->complete) row->complete(c.part_options, c);
+        if (row && row->check) row->check(c.part_options, &c);
     }
     if (c.attention == AttnKernel::BigBird) {  // V17 (block_sparse.hpp)
         if (arch != Arch::E)
@@ -602,7 +720,6 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
         if (c.attn_dropout > 0 && c.attention_impl != AttnImpl::Literal)
             throw ValueError("attention='bigbird': attn_dropout > 0 needs attention_impl='literal' (the block-sparse "
                              "kernel drops no weights)");
-        if (c.n_features != 0) throw ValueError("n_features is an option of attention='performer' or 'rfa', not 'bigbird'");
         // a sequence needs at least 2g + w + r blocks of block_size tokens: refuse a layout no input can meet
         using u128 = unsigned __int128;
         const u128 shortest = (2 * u128(c.n_global_blocks) + u128(c.window_blocks) + u128(c.n_random_blocks)) * u128(c.block_size);
@@ -615,28 +732,6 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
     } else if (c.block_size != 0) {
         throw ValueError("block_size = " + std::to_string(c.block_size) +
                          " is the block of attention='bigbird' (attention is not 'bigbird')");
-    }
-    if (c.attention == AttnKernel::Performer || c.attention == AttnKernel::RFA) {  // V15 (random_features.hpp)
-        const std::string k = c.attention == AttnKernel::Performer ? "'performer'" : "'rfa'";
-        if (c.n_features == 0)  // None: ⌈d_attn ln d_attn⌉, at least d_attn (Performer's D = Θ(d log d))
-            c.n_features = std::max<index_t>(c.d_attn, index_t(std::ceil(double(c.d_attn) * std::log(double(c.d_attn)))));
-        check_n_features(c.attention, c.n_features, c.d_attn, c.L, sizeof(float));  // V15's sizes: one rule with the part
-        if (c.positional == Positional::Alibi)
-            throw ValueError("attention=" + k + " cannot add ALiBi's score bias (random features have no scores): "
-                             "use positional='rope', 'learned' or 'sinusoidal'");
-        if (c.sliding_window != 0)
-            throw ValueError("attention=" + k + " needs the causal mask (prefix sums over all keys): not with sliding_window");
-        if (c.attn_dropout > 0)
-            throw ValueError("attention=" + k + " forms no attention weights to drop: attn_dropout must be 0");
-        if (c.kv_lora_rank > 0)
-            throw ValueError("attention=" + k + " does not combine with latent attention (kv_lora_rank)");
-        if (c.mask == ModelConfig::MaskKind::Prefix)
-            throw ValueError("attention=" + k + " has the causal or the bidirectional mask only: not with mask='prefix'");
-        if (c.attention_impl == AttnImpl::Tiled)
-            throw ValueError("attention_impl='tiled' computes attention='softmax'; attention=" + k + " has its own kernel");
-    } else if (c.n_features != 0) {
-        throw ValueError("n_features = " + std::to_string(c.n_features) +
-                         " is the number of random features of attention='performer' or 'rfa' (attention is 'softmax')");
     }
     if (c.mtp_depth > 0) {  // V16 (multi_token.hpp)
         if (c.l_max < c.mtp_depth + 2)
@@ -651,6 +746,7 @@ ModelConfig resolve(ModelConfig c, Arch arch) {
     check_model_size(c, arch);  // sizes.hpp: overflow-safe, before any layer is declared
     return c;
 }
+}  // namespace
 
 void validate(const Tokens& x, index_t n_vocab, index_t l_max, const char* what) {
     if (x.s.count() <= 0) throw ValueError(std::string(what) + " is an empty batch");
@@ -695,13 +791,13 @@ void check_model_size(const ModelConfig& c, Arch arch) {
     const index_t d = c.d_e, L = arch == Arch::ED ? checked_add(c.L_enc, c.L_dec, what) : checked_add(c.L, c.mtp_depth, what);  // V16: a layer per MTP module
     // one attention: W_q, W_k, W_v (H × d_attn × d_e each) and W_o (d_e × H·d_mid)
     index_t attn = checked_add(checked_count({3, c.H, c.d_attn, d}, what), checked_count({c.H, c.d_mid, d}, what), what);
-    if (c.kv_lora_rank > 0) {  // V10: W_dq + W_uq (or W_q), W_dkv, W_ukv, W_o
-        const index_t q = c.q_lora_rank > 0
-                              ? checked_add(checked_mul(c.q_lora_rank, d, what), checked_count({c.H, c.d_attn, c.q_lora_rank}, what), what)
-                              : checked_count({c.H, c.d_attn, d}, what);
-        const index_t kv = checked_add(checked_mul(checked_add(c.kv_lora_rank, c.qk_rope_head_dim, what), d, what),
-                                       checked_count({c.H, checked_add(c.d_attn - c.qk_rope_head_dim, c.d_mid, what),
-                                                      c.kv_lora_rank}, what), what);
+    const PartOptionValues& o = c.part_options;  // V10's latent source: W_dq + W_uq (or W_q), W_dkv, W_ukv, W_o
+    if (const index_t d_c = o.integer("kv_lora_rank"); d_c > 0) {
+        const index_t d_cq = o.integer("q_lora_rank"), d_R = o.integer("qk_rope_head_dim");
+        const index_t q = d_cq > 0 ? checked_add(checked_mul(d_cq, d, what), checked_count({c.H, c.d_attn, d_cq}, what), what)
+                                   : checked_count({c.H, c.d_attn, d}, what);
+        const index_t kv = checked_add(checked_mul(checked_add(d_c, d_R, what), d, what),
+                                       checked_count({c.H, checked_add(c.d_attn - d_R, c.d_mid, what), d_c}, what), what);
         attn = checked_add(checked_add(q, kv, what), checked_count({c.H, c.d_mid, d}, what), what);
     }
     const index_t mlp = checked_count({2, c.d_mlp, d}, what);  // W_mlp1, W_mlp2

@@ -40,12 +40,14 @@ inline const char* mlp_name(ModelConfig::Mlp m) {
 inline const char* position_name(Positional p) {
     return p == Positional::Rope ? "rope" : p == Positional::Alibi ? "alibi" : p == Positional::Relative ? "relative" : "none";
 }
-// Algorithm 10 line 6's Mask: [[t ≤ t']], or V8's sliding window of sliding_window keys
+// Algorithm 10 line 6's Mask: [[t ≤ t']], or the mask part the config's options choose (e.g. V8's sliding
+// window), made from them. (V7's prefix mask is made per call, with the batch's p_b.)
 inline Mask decoder_mask(const ModelConfig& c) {
-    if (c.sliding_window <= 0) return Mask::unidirectional();
+    const PartRow* m = chosen_part(c, PartKind::Mask);
+    if (!m) return Mask::unidirectional();
     MaskOptions o;
-    o.values["w"] = double(c.sliding_window);
-    return make_mask("sliding_window", o);
+    o.options = c.part_options;
+    return make_mask(m->name, o);
 }
 // The Mask of an encoder's self-attention named p: Mask ≡ 1 (Algorithm 9), or with attention='bigbird' (V17)
 // BigBird's block layouts, drawn from layout_seed and the attention's name (each layer and head its own; bigbird_draw
@@ -66,11 +68,9 @@ inline AttnVariant attn_variant(const ModelConfig& c, bool positional) {
     if (positional) v.position = position_name(c.positional);
     v.rope_theta = c.rope_theta;
     v.impl = c.attention_impl;
-    v.kv_lora_rank = c.kv_lora_rank, v.q_lora_rank = c.q_lora_rank, v.qk_rope_head_dim = c.qk_rope_head_dim;  // V10
+    v.options = c.part_options;  // the parts' own options (V10's latent source, V15's random features)
     v.scale_scores = c.scale_scores;  // V18
     v.kernel = c.attention;  // V15
-    v.n_features = c.n_features;
-    v.feature_seed = c.feature_seed;
     return v;
 }
 // ED's self-attentions with V11 (positional = Relative): T5's bias from the stack's one table (`table`: "enc.rel_bias",
@@ -81,7 +81,6 @@ inline AttnVariant relative_variant(const ModelConfig& c, const char* table, boo
     v.position = "relative";
     v.rel_table = table;
     v.rel_bidirectional = bidirectional;
-    v.rel_buckets = c.relative_buckets, v.rel_max_distance = c.relative_max_distance;
     v.rel_init_std = c.init_std;
     return v;
 }

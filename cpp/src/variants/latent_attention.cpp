@@ -1,7 +1,7 @@
 // Algorithm V10: multi-head latent attention (DeepSeek-V2 2024 §2.1, DeepSeek-V3 2024 §2.1.1), the listing in
 // latent_attention.hpp and docs/variants.md; forward line by line, backward beside it. Registered as the Q/K/V
 // source "latent" (parts.hpp QKVSource, registry.cpp): MHAttention uses it in place of Algorithm 4's lines 1–3
-// when its AttnVariant has kv_lora_rank > 0 (its option checks are in make_latent_source below).
+// when its options choose it (kv_lora_rank > 0; its row, latent_source_row, declares them and their check).
 #include "formal_transformers/latent_attention.hpp"
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 
 #include "formal_transformers/attention.hpp"
 #include "formal_transformers/blas.hpp"
+#include "formal_transformers/config.hpp"
 #include "formal_transformers/variants.hpp"
 
 namespace ft {
@@ -232,21 +233,61 @@ private:
 };
 }  // namespace
 
-// The registry's factory (registry.cpp), with V10's checks against the attention's other options.
+namespace {
+// V10's options (kv_lora_rank = d_c, q_lora_rank = d_c′, qk_rope_head_dim = d_R) and what latent attention needs of
+// a model: RoPE (on the shared key part), every head's own keys (H_kv = H), no biases, no window (the latent cache)
+void check_latent(const PartOptionValues& own, const ModelConfig* c) {
+    const index_t d_c = own.integer("kv_lora_rank"), d_R = own.integer("qk_rope_head_dim");
+    if (d_c <= 0) throw ValueError("q_lora_rank and qk_rope_head_dim are options of latent attention: pass kv_lora_rank too");
+    if (d_R <= 0) throw ValueError("kv_lora_rank (latent attention) needs qk_rope_head_dim, the rotated part of each head");
+    if (!c) return;  // (made directly: make_latent_source checks the attention's sizes and options)
+    if (d_R % 2 != 0 || d_R > c->d_attn)
+        throw ValueError("qk_rope_head_dim must be even and <= d_attn = " + std::to_string(c->d_attn) +
+                         " (d_attn = qk_nope_head_dim + qk_rope_head_dim), got " + std::to_string(d_R));
+    if (c->positional != Positional::Rope)
+        throw ValueError("kv_lora_rank (latent attention) rotates its shared key part with RoPE: positional='rope'");
+    if (c->H_kv != c->H) throw ValueError("kv_lora_rank (latent attention) makes every head's keys: H_kv must be H");
+    if (c->bias) throw ValueError("kv_lora_rank (latent attention) has no biases (DeepSeek): pass bias=False");
+    if (const PartRow* m = chosen_part(*c, PartKind::Mask)) {
+        MaskOptions o;
+        o.options = c->part_options;
+        if (make_mask(m->name, o).window() > 0)
+            throw ValueError(std::string("kv_lora_rank (latent attention) does not combine with the ") + m->name + " mask");
+    }
+}
+}  // namespace
+
+const PartRow& latent_source_row() {
+    static const PartRow row{
+        PartKind::QKVSource,
+        "latent",
+        {{"kv_lora_rank", archs::D, OptionKind::AutoSize, std::int64_t(0), OptionCheck::None,
+          "V10: the rank d_c of the KV latent (multi-head latent attention, DeepSeek-V2/V3); None: Algorithm 4's W_q, W_k, W_v"},
+         {"q_lora_rank", archs::D, OptionKind::AutoSize, std::int64_t(0), OptionCheck::None,
+          "V10: the rank d_c′ of the query latent; None: W_q"},
+         {"qk_rope_head_dim", archs::D, OptionKind::AutoSize, std::int64_t(0), OptionCheck::None,
+          "V10: the rotated part d_R of each query/key head (d_attn = d_N + d_R)"}},
+        check_latent};
+    return row;
+}
+
+// The registry's factory (registry.cpp): its row's check, then what the attention's other options must be.
 template <class T>
 std::shared_ptr<const QKVSource<T>> make_latent_source(const AttnPartSpec<T>& spec, ParamStore<T>& store,
                                                        const std::string& prefix) {
     const AttnVariant& v = spec.v;
+    check_latent(v.options, nullptr);
     if (spec.H_kv != spec.H) throw ValueError("kv_lora_rank (latent attention) makes every head's keys: H_kv must be H");
     if (v.bias) throw ValueError("kv_lora_rank (latent attention) has no biases (DeepSeek): pass bias=False");
     if (v.position != "rope")
         throw ValueError("kv_lora_rank (latent attention) rotates its shared key part with RoPE: positional='rope'");
     if (spec.d_x != spec.d_z) throw ValueError("kv_lora_rank (latent attention) is self-attention: d_x must be d_z");
     if (spec.mask && spec.mask->window() > 0)
-        throw ValueError("kv_lora_rank (latent attention) does not combine with sliding_window");
+        throw ValueError("kv_lora_rank (latent attention) does not combine with the " + spec.mask->name() + " mask");
     LatentSpec ls;
     ls.H = spec.H, ls.d_x = spec.d_x, ls.d_attn = spec.d_attn, ls.d_v = spec.d_mid;
-    ls.d_c = v.kv_lora_rank, ls.d_cq = v.q_lora_rank, ls.d_R = v.qk_rope_head_dim, ls.theta = v.rope_theta;
+    ls.d_c = v.options.integer("kv_lora_rank"), ls.d_cq = v.options.integer("q_lora_rank");
+    ls.d_R = v.options.integer("qk_rope_head_dim"), ls.theta = v.rope_theta;
     return std::make_shared<const LatentSource<T>>(ls, store, prefix);
 }
 

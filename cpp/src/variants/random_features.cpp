@@ -10,6 +10,7 @@
 
 #include "formal_transformers/attention.hpp"
 #include "formal_transformers/blas.hpp"
+#include "formal_transformers/config.hpp"
 #include "formal_transformers/sizes.hpp"
 
 namespace ft {
@@ -441,13 +442,71 @@ private:
 };
 }  // namespace
 
-// The registry's factory (registry.cpp) for "performer" and "rfa", with V15's checks against the attention's
-// other options; Ω drawn from feature_seed and the attention's name.
+namespace {
+// V15's options (the rows of 'performer' and 'rfa'): n_features = D >= 1 (None: resolve's ⌈d_attn ln d_attn⌉, at
+// least d_attn: Performer's D = Θ(d log d)), Ω drawn from feature_seed; and what the kernel needs of a model: no
+// score bias (ALiBi), the causal or the bidirectional mask, no weights to drop, Algorithm 4's Q, K, V, its own kernel
+void check_features(const PartOptionValues& own, const ModelConfig* c) {
+    const index_t D = own.integer("n_features");
+    if (!c) {  // (made directly: the factory names the kernel)
+        if (D < 1) throw ValueError("n_features = " + std::to_string(D) + " must be >= 1 (the number D of random features)");
+        return;
+    }
+    const std::string k = c->attention == AttnKernel::Performer ? "'performer'" : "'rfa'";
+    check_n_features(c->attention, D, c->d_attn, c->L, sizeof(float));  // V15's sizes: every layer's Ω, before a draw
+    if (c->positional == Positional::Alibi)
+        throw ValueError("attention=" + k + " cannot add ALiBi's score bias (random features have no scores): "
+                         "use positional='rope', 'learned' or 'sinusoidal'");
+    if (const PartRow* m = chosen_part(*c, PartKind::Mask)) {
+        MaskOptions o;
+        o.options = c->part_options;
+        if (make_mask(m->name, o).window() > 0)
+            throw ValueError("attention=" + k + " needs the causal mask (prefix sums over all keys): not with the " + m->name +
+                             " mask");
+    }
+    if (c->attn_dropout > 0) throw ValueError("attention=" + k + " forms no attention weights to drop: attn_dropout must be 0");
+    if (const PartRow* source = chosen_part(*c, PartKind::QKVSource))
+        throw ValueError("attention=" + k + " does not combine with the '" + source->name + "' Q/K/V source (" +
+                         source->options[0].name + ")");
+    if (c->arch == Arch::D && c->mask == ModelConfig::MaskKind::Prefix)
+        throw ValueError("attention=" + k + " has the causal or the bidirectional mask only: not with mask='prefix'");
+    if (c->attention_impl == AttnImpl::Tiled)
+        throw ValueError("attention_impl='tiled' computes attention='softmax'; attention=" + k + " has its own kernel");
+}
+void complete_features(PartOptionValues& own, const ModelConfig& c) {
+    if (own.integer("n_features") == 0)
+        own.set("n_features", std::int64_t(std::max<index_t>(
+                                  c.d_attn, index_t(std::ceil(double(c.d_attn) * std::log(double(c.d_attn)))))));
+}
+const std::vector<PartOption>& feature_options() {
+    static const std::vector<PartOption> o = {
+        {"n_features", archs::DE, OptionKind::AutoSize, std::int64_t(0), OptionCheck::None,
+         "V15: the number D of random features (None: ⌈d_attn ln d_attn⌉, at least d_attn)"},
+        {"feature_seed", archs::DE, OptionKind::Seed, std::uint64_t(0), OptionCheck::None,
+         "V15: the seed Ω is drawn from, per layer (with the attention's name)"}};
+    return o;
+}
+}  // namespace
+
+// The rows of the two kernels (attention='performer', 'rfa' chooses them; they share their options)
+const PartRow& performer_kernel_row() {
+    static const PartRow row{PartKind::HeadKernel, "performer", feature_options(), check_features, complete_features, false};
+    return row;
+}
+const PartRow& rfa_kernel_row() {
+    static const PartRow row{PartKind::HeadKernel, "rfa", feature_options(), check_features, complete_features, false};
+    return row;
+}
+
+// The registry's factory (registry.cpp) for "performer" and "rfa": the rows' check, then what the attention's other
+// parts must be; Ω drawn from feature_seed and the attention's name.
 template <class T>
 std::shared_ptr<const HeadKernel<T>> make_random_feature_kernel(const AttnPartSpec<T>& spec, const std::string& prefix) {
     const AttnVariant& v = spec.v;
     const std::string kname = kernel_name(v.kernel);
-    check_n_features(v.kernel, v.n_features, spec.d_attn, 1, sizeof(T));
+    const index_t D = v.options.integer("n_features");
+    check_n_features(v.kernel, D, spec.d_attn, 1, sizeof(T));  // V15's sizes: one rule
+    check_features(v.options, nullptr);
     const std::string mn = spec.mask ? spec.mask->name() : "";
     if (mn != "bidirectional" && mn != "unidirectional")
         throw ValueError("attention='" + kname + "' needs the bidirectional or the causal mask (prefix sums), got '" + mn + "'");
@@ -457,7 +516,7 @@ std::shared_ptr<const HeadKernel<T>> make_random_feature_kernel(const AttnPartSp
     if (v.impl == AttnImpl::Tiled)
         throw ValueError("attention_impl 'tiled' computes attention='softmax'; attention='" + kname + "' has its own kernel");
     return std::make_shared<const RandomFeatureKernel<T>>(
-        draw_random_features<T>(v.kernel, v.n_features, spec.d_attn, v.feature_seed, prefix), mn == "unidirectional");
+        draw_random_features<T>(v.kernel, D, spec.d_attn, v.options.seed("feature_seed"), prefix), mn == "unidirectional");
 }
 template std::shared_ptr<const HeadKernel<float>> make_random_feature_kernel<float>(const AttnPartSpec<float>&,
                                                                                     const std::string&);

@@ -1,9 +1,10 @@
 // The registry: one table per kind of part, name → factory (parts.hpp). The model builder (models/) and the
 // options parsers make parts only through it.
 //
-// Adding a variant: write its part and factory in one new file under cpp/src/variants/ (docs/design.md
-// "Adding a variant"), declare the factory below, and add one row to its table.
+// Adding a variant: write its part, its factory and (when it has options or a check) its PartRow in one new file
+// under cpp/src/variants/ (docs/design.md "Adding a variant"), declare them below, and add one line to its table.
 #include <algorithm>
+#include <stdexcept>
 
 #include "formal_transformers/parts.hpp"
 
@@ -14,6 +15,11 @@ Mask make_bidirectional_mask(const MaskOptions&);  // listings/masks.cpp
 Mask make_unidirectional_mask(const MaskOptions&);  // listings/masks.cpp
 Mask make_prefix_mask(const MaskOptions&);          // variants/prefix_mask.cpp
 Mask make_sliding_window_mask(const MaskOptions&);  // variants/sliding_window_mask.cpp
+const PartRow& sliding_window_mask_row();           // variants/sliding_window_mask.cpp
+const PartRow& latent_source_row();                 // variants/latent_attention.cpp
+const PartRow& performer_kernel_row();              // variants/random_features.cpp
+const PartRow& rfa_kernel_row();                    // variants/random_features.cpp
+const PartRow& relative_bias_row();                 // variants/relative_bias.cpp
 Mask make_bigbird_mask_from_options(const MaskOptions&);  // variants/bigbird_mask.cpp
 template <class T>
 PositionPart<T> make_rope(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/rope.cpp
@@ -64,6 +70,7 @@ template <class F>
 struct Entry {
     const char* name;
     F make;
+    const PartRow& (*row)() = nullptr;  // the part's options and check (none: it has neither)
 };
 using MaskFactory = Mask (*)(const MaskOptions&);
 template <class T>
@@ -84,7 +91,7 @@ const std::vector<Entry<MaskFactory>>& masks() {
         {"bidirectional", make_bidirectional_mask},
         {"unidirectional", make_unidirectional_mask},
         {"prefix", make_prefix_mask},
-        {"sliding_window", make_sliding_window_mask},
+        {"sliding_window", make_sliding_window_mask, sliding_window_mask_row},
         {"bigbird", make_bigbird_mask_from_options},
     };
     return t;
@@ -95,7 +102,7 @@ const std::vector<Entry<PositionFactory<T>>>& positions() {
         {"none", make_no_position<T>},
         {"rope", make_rope<T>},
         {"alibi", make_alibi<T>},
-        {"relative", make_relative_bias<T>},
+        {"relative", make_relative_bias<T>, relative_bias_row},
     };
     return t;
 }
@@ -103,7 +110,7 @@ template <class T>
 const std::vector<Entry<QKVSourceFactory<T>>>& qkv_sources() {
     static const std::vector<Entry<QKVSourceFactory<T>>> t = {
         {"projections", make_projections<T>},
-        {"latent", make_latent_source<T>},
+        {"latent", make_latent_source<T>, latent_source_row},
     };
     return t;
 }
@@ -112,8 +119,8 @@ const std::vector<Entry<HeadKernelFactory<T>>>& head_kernels() {
     static const std::vector<Entry<HeadKernelFactory<T>>> t = {
         {"softmax", make_softmax_kernel<T>},
         {"tiled", make_tiled_kernel<T>},
-        {"performer", make_random_feature_kernel<T>},
-        {"rfa", make_random_feature_kernel<T>},
+        {"performer", make_random_feature_kernel<T>, performer_kernel_row},
+        {"rfa", make_random_feature_kernel<T>, rfa_kernel_row},
         {"bigbird", make_block_sparse_kernel<T>},
     };
     return t;
@@ -144,6 +151,20 @@ std::vector<std::string> names_of(const std::vector<E>& t) {
     for (const E& e : t) n.push_back(e.name);
     return n;
 }
+template <class E>
+void add_rows(std::vector<const PartRow*>& rows, const std::vector<E>& t) {
+    for (const E& e : t)
+        if (e.row) rows.push_back(&e.row());
+}
+template <class E>
+const E& find(const std::vector<E>& t, const std::string& name, PartKind kind) {
+    for (const E& e : t)
+        if (name == e.name) return e;
+    check_part_name(kind, name, kind_name(kind));  // throws the ValueError listing the names
+    throw ValueError(std::string("unknown ") + kind_name(kind) + " '" + name + "'");
+}
+}  // namespace
+
 const char* kind_name(PartKind k) {
     switch (k) {
         case PartKind::Mask: return "mask";
@@ -154,14 +175,71 @@ const char* kind_name(PartKind k) {
         default: return "norm";
     }
 }
-template <class E>
-const E& find(const std::vector<E>& t, const std::string& name, PartKind kind) {
-    for (const E& e : t)
-        if (name == e.name) return e;
-    check_part_name(kind, name, kind_name(kind));  // throws the ValueError listing the names
-    throw ValueError(std::string("unknown ") + kind_name(kind) + " '" + name + "'");
+
+const std::vector<const PartRow*>& part_rows() {
+    static const std::vector<const PartRow*> rows = [] {
+        std::vector<const PartRow*> r;
+        add_rows(r, masks());
+        add_rows(r, positions<float>());
+        add_rows(r, qkv_sources<float>());
+        add_rows(r, head_kernels<float>());
+        add_rows(r, mlps<float>());
+        add_rows(r, norms<float>());
+        return r;
+    }();
+    return rows;
+}
+const PartRow* find_part_row(PartKind kind, const std::string& name) {
+    for (const PartRow* r : part_rows())
+        if (r->kind == kind && name == r->name) return r;
+    return nullptr;
+}
+const PartRow* part_row_of_option(const std::string& name) {
+    for (const PartRow* r : part_rows())
+        for (const PartOption& o : r->options)
+            if (name == o.name) return r;
+    return nullptr;
+}
+
+const PartRow* row_chosen_by(PartKind kind, const PartOptionValues& v) {
+    for (const PartRow* r : part_rows())
+        if (r->kind == kind)
+            for (const PartOption& o : r->options)
+                if (!v.at_default(o.name)) return r;
+    return nullptr;
+}
+
+// ------------------------------------ the values of the parts' options ---------------------------------------
+const OptionValue& PartOptionValues::get(const std::string& name) const {
+    const auto it = v_.find(name);
+    if (it != v_.end()) return it->second;
+    if (const PartRow* r = part_row_of_option(name))
+        for (const PartOption& o : r->options)
+            if (name == o.name) return o.default_value;
+    throw std::logic_error("no part declares the option '" + name + "'");
+}
+bool PartOptionValues::at_default(const std::string& name) const {
+    const PartRow* r = part_row_of_option(name);
+    if (!r) throw std::logic_error("no part declares the option '" + name + "'");
+    for (const PartOption& o : r->options)
+        if (name == o.name) return get(name) == o.default_value;
+    return true;
+}
+void PartOptionValues::set(const std::string& name, OptionValue v) {
+    get(name);  // declared
+    v_[name] = std::move(v);
+}
+namespace {
+template <class V>
+V typed(const OptionValue& v, const std::string& name, const char* what) {
+    if (const V* x = std::get_if<V>(&v)) return *x;
+    throw TypeError(name + " must be " + what);
 }
 }  // namespace
+index_t PartOptionValues::integer(const std::string& name) const { return index_t(typed<std::int64_t>(get(name), name, "an int")); }
+double PartOptionValues::real(const std::string& name) const { return typed<double>(get(name), name, "a real number"); }
+bool PartOptionValues::flag(const std::string& name) const { return typed<bool>(get(name), name, "True or False"); }
+std::uint64_t PartOptionValues::seed(const std::string& name) const { return typed<std::uint64_t>(get(name), name, "an int"); }
 
 std::vector<std::string> part_names(PartKind kind) {
     switch (kind) {
@@ -190,9 +268,12 @@ PositionPart<T> make_position(const std::string& name, const AttnSpec& spec, Par
                               const std::string& prefix) {
     return find(positions<T>(), name, PartKind::Position).make(spec, store, prefix);
 }
-// The options that name an attention's two kinds of Algorithm 4's lines: V10's kv_lora_rank makes Q, K, V from
-// latents; `attention` (AttnKernel) names the head kernel.
-std::string qkv_source_name(const AttnVariant& v) { return v.kv_lora_rank > 0 ? "latent" : "projections"; }
+// The options that name an attention's two kinds of Algorithm 4's lines: a Q/K/V source's own options given choose
+// it (V10's latent source); `attention` (AttnKernel) names the head kernel.
+std::string qkv_source_name(const AttnVariant& v) {
+    const PartRow* r = row_chosen_by(PartKind::QKVSource, v.options);
+    return r ? r->name : "projections";
+}
 std::string head_kernel_name(const AttnVariant& v) {
     switch (v.kernel) {
         case AttnKernel::Performer: return "performer";

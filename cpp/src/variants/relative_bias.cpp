@@ -95,24 +95,51 @@ private:
     index_t N_b_, d_max_;
     double std_;
 };
+
+// V11's options (positional='relative' chooses the part): N_b = relative_buckets >= 2 (>= 4 for a bidirectional
+// stack: half for each side; an EDTransformer's encoder is one), d_max = relative_max_distance >= 1 (with a model:
+// > N_b / 2, where its encoder's log-spaced buckets start)
+void check_relative(const PartOptionValues& own, const ModelConfig* c) {
+    const index_t N_b = own.integer("relative_buckets"), d_max = own.integer("relative_max_distance");
+    // V11's one rule: a model's config has both stacks (the encoder's bidirectional buckets, the decoder's causal
+    // ones); a table made directly is checked for its own direction by the factory
+    if (c)
+        for (bool bidirectional : {true, false}) check_relative_buckets(N_b, d_max, bidirectional);
+    else
+        check_relative_buckets(N_b, d_max, false);
+}
 }  // namespace
+
+const PartRow& relative_bias_row() {
+    static const PartRow row{PartKind::Position,
+                             "relative",
+                             {{"relative_buckets", archs::ED, OptionKind::Count, std::int64_t(32), OptionCheck::None,
+                               "V11: T5's number N_b of buckets (relative_attention_num_buckets)"},
+                              {"relative_max_distance", archs::ED, OptionKind::Count, std::int64_t(128), OptionCheck::None,
+                               "V11: the offset d_max the log-spaced buckets reach (relative_attention_max_distance)"}},
+                             check_relative,
+                             nullptr,
+                             false};
+    return row;
+}
 
 template <class T>
 PositionPart<T> make_relative_bias(const AttnSpec& spec, ParamStore<T>& store, const std::string& prefix) {
     const AttnVariant& v = spec.v;
-    check_relative_buckets(v.rel_buckets, v.rel_max_distance, v.rel_bidirectional);
+    const index_t N_b = v.options.integer("relative_buckets"), d_max = v.options.integer("relative_max_distance");
+    check_relative_buckets(N_b, d_max, v.rel_bidirectional);  // V11's one rule (the config checks both stacks)
     const std::string name = v.rel_table.empty() ? prefix + "rel_bias" : v.rel_table;
     MatParam b;
     bool owner = false;
     if (const ParamInfo* e = store.find(name)) {  // a later layer: the first layer's table
-        if (e->size != v.rel_buckets * spec.H) throw ValueError("relative bias table '" + name + "' has another shape");
-        b.offset = e->offset, b.rows = v.rel_buckets, b.cols = spec.H;
+        if (e->size != N_b * spec.H) throw ValueError("relative bias table '" + name + "' has another shape");
+        b.offset = e->offset, b.rows = N_b, b.cols = spec.H;
     } else {
-        b = store.matrix(name, v.rel_buckets, spec.H);
+        b = store.matrix(name, N_b, spec.H);
         owner = true;
     }
     PositionPart<T> p;
-    p.bias = std::make_shared<RelativeBias<T>>(b, owner, v.rel_bidirectional, v.rel_buckets, v.rel_max_distance,
+    p.bias = std::make_shared<RelativeBias<T>>(b, owner, v.rel_bidirectional, N_b, d_max,
                                                 v.rel_init_std);
     return p;
 }

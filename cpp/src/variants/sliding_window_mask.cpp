@@ -6,10 +6,10 @@
 // One dense key range per query column, [max(0, t_x − w + 1), t_x + 1): the softmax runs over it and the rest
 // of the column is 0, as with the causal mask. w ≥ ℓ is the unidirectional mask. window() = w tells the KV
 // cache that older keys are never read again (V9, MHAttention::append_kv). The rule depends on t_x − t_z
-// only, so it holds for a cache whose first column is not position 0. Made by
-// make_mask("sliding_window", {values = {{"w", w}}}) (registry.cpp).
+// only, so it holds for a cache whose first column is not position 0. Its option: sliding_window = w (D only;
+// given, it chooses this mask for line 6 of Algorithm 10). Made by make_mask("sliding_window", o) with
+// o.options.set("sliding_window", w) (registry.cpp).
 #include <algorithm>
-#include <cmath>
 
 #include "formal_transformers/parts.hpp"
 
@@ -30,18 +30,30 @@ public:
 private:
     index_t w_;
 };
-}  // namespace
 
-Mask make_sliding_window_mask(const MaskOptions& o) {
-    const auto it = o.values.find("w");
-    if (it == o.values.end()) throw ValueError("sliding_window mask: give the window w");
-    const double w = it->second;
-    if (!(w >= 1) || w != std::floor(w))
+// sliding_window = w: an integer >= 1 (the factory's check and resolve's)
+void check_sliding_window(const PartOptionValues& own, const ModelConfig*) {
+    const index_t w = own.integer("sliding_window");
+    if (w < 1)
         throw ValueError("sliding_window must be an integer >= 1 (each query sees the last w keys), got " +
                          std::to_string(w));
-    // a window of 2^62 keys or more sees every key of any sequence memory holds: kept at 2^62 (a double at or above
-    // 2^63, as 2^63 − 1 becomes, does not convert to index_t)
-    return Mask(std::make_shared<SlidingWindowMask>(index_t(std::min(w, 0x1p62))));
+}
+}  // namespace
+
+const PartRow& sliding_window_mask_row() {
+    static const PartRow row{PartKind::Mask,
+                             "sliding_window",
+                             {{"sliding_window", archs::D, OptionKind::AutoSize, std::int64_t(0), OptionCheck::None,
+                               "V8: each query sees the last w keys (Mistral); decoding keeps a rolling cache of w "
+                               "columns per layer (V9). None: Algorithm 10's causal mask"}},
+                             check_sliding_window};
+    return row;
+}
+
+Mask make_sliding_window_mask(const MaskOptions& o) {
+    check_sliding_window(o.options, nullptr);
+    // a window of 2^62 keys or more sees every key of any sequence memory holds: kept at 2^62 (so 2w cannot wrap)
+    return Mask(std::make_shared<SlidingWindowMask>(std::min<index_t>(o.options.integer("sliding_window"), index_t(1) << 62)));
 }
 
 }  // namespace ft

@@ -166,9 +166,9 @@ std::vector<index_t> SpeculativeInference(const DTransformer<T>& target, const D
     const ModelConfig& c = target.cfg;
     const index_t N_V = c.n_vocab;
     check_draft_k(k);
-    if (draft.cfg.sliding_window > 0 && k >= draft.cfg.sliding_window)
-        throw ValueError("k = " + std::to_string(k) + " must be < the draft's sliding_window = " +
-                         std::to_string(draft.cfg.sliding_window) +
+    if (const index_t w = draft.window(); w > 0 && k >= w)
+        throw ValueError("k = " + std::to_string(k) + " must be < the draft's " + draft.layer[0]->attn.mask.name() +
+                         " = " + std::to_string(w) +
                          ": its rolling cache (docs/variants.md V9) cannot take back more than w − 1 drafted tokens");
     if (draft.cfg.attention != AttnKernel::Softmax || target.cfg.attention != AttnKernel::Softmax)
         throw ValueError(std::string("speculative decoding takes back rejected drafts from the caches; the ") +
@@ -237,9 +237,9 @@ std::vector<index_t> SelfSpeculativeInference(const DTransformer<T>& model, cons
     if (k > D)
         throw ValueError("k = " + std::to_string(k) + " must be <= mtp_depth = " + std::to_string(D) +
                          ": module j drafts the j-th token (self-speculation)");
-    if (c.sliding_window > 0)
-        throw ValueError("self-speculative decoding does not take back drafts from a sliding window's rolling cache: "
-                         "not with sliding_window");
+    if (model.window() > 0)
+        throw ValueError("self-speculative decoding does not take back drafts from a rolling cache: not with the " +
+                         model.layer[0]->attn.mask.name() + " mask");
     check_prompt(model, x_in, l, l_gen, tau);
     const index_t need = std::max(l, l + l_gen - 1);
     if (need > c.l_max)
