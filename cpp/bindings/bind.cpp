@@ -111,14 +111,11 @@ InIds in_ids(const py::handle& obj, const char* what, index_t n_vocab, bool allo
     if (is_int_scalar(obj)) {
         if (!allow_scalar) throw ft::TypeError(std::string(what) + " must be a 1-D sequence of token ids, got an int");
         r.was_scalar = true;
-        py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(obj.ptr()));
-        if (!i) throw py::error_already_set();
-        int overflow = 0;
-        const long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
-        if (overflow != 0)
-            throw ft::IndexError(std::string(what) + ": token id " + py::str(i).cast<std::string>() + out_of(n_vocab));
-        check_range(v, 0, n_vocab, what, range_name);
-        r.ids.push_back(v);
+        const IntValue v = int_value(obj, what, "integer token ids");
+        if (!v.is_signed)
+            throw ft::IndexError(std::string(what) + ": token id " + v.text() + out_of(n_vocab));
+        check_range(v.i, 0, n_vocab, what, range_name);
+        r.ids.push_back(v.i);
         return r;
     }
     if (py::isinstance<py::float_>(obj) || py::isinstance<py::bool_>(obj))
@@ -152,15 +149,7 @@ InIds in_ids(const py::handle& obj, const char* what, index_t n_vocab, bool allo
 std::vector<index_t> prefix_lens(const py::handle& obj, index_t n) {
     if (obj.is_none()) return {};
     auto one = [](const py::handle& v) -> index_t {
-        if (py::isinstance<py::bool_>(v) || !PyIndex_Check(v.ptr()))
-            throw ft::TypeError("prefix_len must be an int or one int per sequence, got " +
-                                py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>());
-        py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
-        if (!i) throw py::error_already_set();
-        int overflow = 0;
-        const long long r = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
-        if (overflow != 0) throw ft::ValueError("prefix_len = " + py::str(i).cast<std::string>() + " is out of range");
-        return index_t(r);
+        return index_t(checked_int(v, "prefix_len", LLONG_MIN, LLONG_MAX, "an int or one int per sequence").i);
     };
     const bool array = py::isinstance<py::array>(obj) && py::reinterpret_borrow<py::array>(obj).ndim() > 0;
     if (!array && (PyIndex_Check(obj.ptr()) || py::isinstance<py::bool_>(obj)))
@@ -227,43 +216,56 @@ py::array maybe_vector(py::array a, bool vector) {
 
 namespace {
 std::string bound(long long b) { return b == LLONG_MAX ? "2^63 - 1" : b == LLONG_MIN ? "-2^63" : std::to_string(b); }
-std::string range_text(long long lo, long long hi) {  // in the words of positive() and the core's checks
+std::string range_text(long long lo, unsigned long long hi) {  // in the words of positive() and the core's checks
+    if (hi == ULLONG_MAX) return "an integer in [" + bound(lo) + ", 2^64)";
     if (hi == LLONG_MAX && lo == 1) return "a positive integer (below 2^63)";
     if (hi == LLONG_MAX && lo != LLONG_MIN) return ">= " + bound(lo) + " (an integer below 2^63)";
-    return "an integer in [" + bound(lo) + ", " + bound(hi) + "]";
+    return "an integer in [" + bound(lo) + ", " + (hi > LLONG_MAX ? std::to_string(hi) : bound((long long)hi)) + "]";
 }
+std::string type_name(const py::handle& v) { return py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>(); }
 }  // namespace
 
-long long int_arg(const py::handle& v, const char* name, long long lo, long long hi) {
+std::string IntValue::text() const { return py::str(exact).cast<std::string>(); }
+
+IntValue int_value(const py::handle& v, const std::string& name, const char* expected) {
     if (py::isinstance<py::bool_>(v) || !PyIndex_Check(v.ptr()))
-        throw ft::TypeError(std::string(name) + " must be an int, got " +
-                            py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>());
-    py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
-    if (!i) throw py::error_already_set();
+        throw ft::TypeError(name + " must be " + expected + ", got " + type_name(v));
+    IntValue r;
+    r.exact = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
+    if (!r.exact) throw py::error_already_set();
     int overflow = 0;
-    const long long r = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
-    if (r == -1 && PyErr_Occurred()) throw py::error_already_set();
-    if (overflow != 0 || r < lo || r > hi)
-        throw ft::ValueError(std::string(name) + " must be " + range_text(lo, hi) + ", got " + py::str(i).cast<std::string>());
+    const long long s = PyLong_AsLongLongAndOverflow(r.exact.ptr(), &overflow);
+    if (s == -1 && PyErr_Occurred()) throw py::error_already_set();
+    if (overflow == 0) {
+        r.is_signed = true, r.i = s;
+    } else if (overflow > 0) {
+        const unsigned long long u = PyLong_AsUnsignedLongLong(r.exact.ptr());
+        if (u == ULLONG_MAX && PyErr_Occurred()) PyErr_Clear();  // 2^64 or more: neither
+        else r.is_unsigned = true, r.u = u;
+    }
     return r;
+}
+
+IntValue checked_int(const py::handle& v, const std::string& name, long long lo, unsigned long long hi,
+                     const char* expected) {
+    IntValue r = int_value(v, name, expected);
+    const bool in = r.is_signed ? r.i >= lo && (r.i < 0 || static_cast<unsigned long long>(r.i) <= hi)
+                                : r.is_unsigned && r.u <= hi;
+    if (!in) throw ft::ValueError(name + " must be " + range_text(lo, hi) + ", got " + r.text());
+    return r;
+}
+
+long long int_arg(const py::handle& v, const char* name, long long lo, long long hi) {
+    return checked_int(v, name, lo, static_cast<unsigned long long>(hi)).i;
 }
 
 ft::OptionValue option_value(const py::handle& v, const std::string& name) {
     if (v.is_none()) return std::monostate{};
     if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
     if (PyIndex_Check(v.ptr())) {
-        py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
-        if (!i) throw py::error_already_set();
-        int overflow = 0;
-        const long long r = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
-        if (overflow == 0 && !(r == -1 && PyErr_Occurred())) return std::int64_t(r);
-        PyErr_Clear();
-        const unsigned long long u = PyLong_AsUnsignedLongLong(i.ptr());
-        if (u == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
-            PyErr_Clear();
-            throw ft::ValueError(name + " = " + py::str(i).cast<std::string>() + " is outside the 64-bit integers [-2^63, 2^64)");
-        }
-        return std::uint64_t(u);
+        const IntValue i = checked_int(v, name, LLONG_MIN, ULLONG_MAX);
+        if (i.is_signed) return std::int64_t(i.i);
+        return std::uint64_t(i.u);
     }
     if (py::isinstance<py::str>(v)) return v.cast<std::string>();
     if (PyFloat_Check(v.ptr()) || PyNumber_Check(v.ptr())) {
@@ -271,22 +273,12 @@ ft::OptionValue option_value(const py::handle& v, const std::string& name) {
         if (!(d == -1.0 && PyErr_Occurred())) return d;
         PyErr_Clear();
     }
-    throw ft::TypeError(name + " must be a bool, an int, a real number, a str or None, got " +
-                        py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>());
+    throw ft::TypeError(name + " must be a bool, an int, a real number, a str or None, got " + type_name(v));
 }
 
 std::uint64_t seed_arg(const py::handle& v, const char* name) {
-    if (py::isinstance<py::bool_>(v) || !PyIndex_Check(v.ptr()))
-        throw ft::TypeError(std::string(name) + " must be an int (or None), got " +
-                            py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>());
-    py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
-    if (!i) throw py::error_already_set();
-    const unsigned long long r = PyLong_AsUnsignedLongLong(i.ptr());
-    if (r == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
-        PyErr_Clear();
-        throw ft::ValueError(std::string(name) + " = " + py::str(i).cast<std::string>() + " is outside [0, 2^64)");
-    }
-    return std::uint64_t(r);
+    const IntValue i = checked_int(v, name, 0, ULLONG_MAX, "an int (or None)");
+    return i.is_signed ? std::uint64_t(i.i) : std::uint64_t(i.u);
 }
 
 double float_arg(const py::handle& v, const char* name) {

@@ -80,9 +80,24 @@ py::array_t<T, py::array::f_style> out_matrix(index_t rows, index_t cols);
 // Drop the column axis of a [rows, 1] result when the input was a vector.
 py::array maybe_vector(py::array a, bool vector);
 
-// A Python int (or numpy integer) in [lo, hi] as long long: TypeError naming `name` if it is not an integer
-// (bool included), ValueError naming it and [lo, hi] if it is outside (2**64 included). Never pybind's
-// RuntimeError cast failure.
+// The one conversion of a Python integer argument (an int, a numpy integer: anything with __index__) to 64 bits.
+// A bool or a non-integer is a TypeError "<name> must be <expected>, got <type>" (a caller that takes a bool,
+// option_value, takes it before asking). The value: in `i` when it fits int64, in `u` when it is in
+// [2^63, 2^64), neither flag when it fits neither (its exact text for messages).
+struct IntValue {
+    py::object exact;  // operator.index(v)
+    bool is_signed = false, is_unsigned = false;
+    long long i = 0;
+    unsigned long long u = 0;
+    std::string text() const;
+};
+IntValue int_value(const py::handle& v, const std::string& name, const char* expected = "an int");
+// int_value checked against [lo, hi] (lo >= -2^63, hi <= 2^64 - 1): ValueError "<name> must be <the range>, got
+// <v>" outside it (2**64 included), in the words of positive() and the core's checks. Never pybind's
+// RuntimeError cast failure. Every integer argument of the bindings goes through it or int_value.
+IntValue checked_int(const py::handle& v, const std::string& name, long long lo, unsigned long long hi,
+                     const char* expected = "an int");
+// A Python int (or numpy integer) in [lo, hi] as long long: checked_int's TypeError / ValueError.
 long long int_arg(const py::handle& v, const char* name, long long lo = LLONG_MIN, long long hi = LLONG_MAX);
 // An integer argument as the bindings take it (never a plain C++ integer parameter): its caster accepts any
 // Python object, so that a wrong one reaches int_arg, which names the argument and its range; pybind11's own
@@ -97,7 +112,7 @@ inline long long int_arg(const PyInt& v, const char* name, long long lo = LLONG_
 // Positive integer hyperparameter, or ValueError naming it.
 index_t positive(long long v, const char* name);
 inline index_t positive(const PyInt& v, const char* name) { return index_t(int_arg(v, name, 1)); }
-// A seed: an integer in [0, 2^64) (TypeError if not an integer, ValueError outside the range).
+// A seed: an integer in [0, 2^64) (checked_int's TypeError if not an integer, ValueError outside the range).
 std::uint64_t seed_arg(const py::handle& v, const char* name = "seed");
 // A real number as double: TypeError naming `name` otherwise.
 double float_arg(const py::handle& v, const char* name);

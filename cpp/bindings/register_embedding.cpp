@@ -29,14 +29,11 @@ InIds in_positions(const py::handle& obj, const char* what, index_t l_max) {
         throw ft::TypeError(std::string(what) + " must be integer positions, got " + type_name(obj));
     if (py::isinstance<py::int_>(obj)) {
         r.was_scalar = true;
-        long long v;
-        try {
-            v = obj.cast<long long>();
-        } catch (py::cast_error&) {
-            throw ft::IndexError(std::string(what) + ": position " + py::str(obj).cast<std::string>() +
-                                 " is out of range [0, " + std::to_string(l_max) + ")");
-        }
-        r.ids.push_back(check(v, 0, true));
+        const IntValue v = int_value(obj, what, "integer positions");
+        if (!v.is_signed)  // beyond 64 bits: a position out of range
+            throw ft::IndexError(std::string(what) + ": position " + v.text() + " is out of range [0, " +
+                                 std::to_string(l_max) + ")");
+        r.ids.push_back(check(v.i, 0, true));
         return r;
     }
     py::array a;

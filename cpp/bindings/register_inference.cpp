@@ -291,11 +291,9 @@ the prefix (bidirectional over them, causal after); None (default): the whole pr
                     InIds prompt = in_ids(x, "x", mdl.cfg.n_vocab, false);
                     // V7: None -> the whole prompt for a mask='prefix' model (the prompt is the prefix), else none
                     index_t p = ft::kDefaultPrefix;
-                    if (!prefix_len.is_none()) {
-                        if (!PyIndex_Check(prefix_len.ptr()) || py::isinstance<py::bool_>(prefix_len))
-                            throw ft::TypeError("prefix_len must be an int (the prompt's prefix) or None");
-                        p = prefix_lens(prefix_len, 1)[0];
-                    }
+                    if (!prefix_len.is_none())
+                        p = index_t(checked_int(prefix_len, "prefix_len", LLONG_MIN, LLONG_MAX,
+                                                "an int (the prompt's prefix) or None").i);
                     ft::Rng rng(self.next_seed());
                     std::vector<index_t> y;
                     {

@@ -71,7 +71,7 @@ def test_sizes_by_name_or_position_and_the_signature():
     (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, d_attn=0), ValueError, "d_attn must be a positive integer"),
     (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, base=-1.0), ValueError, "base must be > 0"),
     (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, seed=-1), ValueError, "seed = -1"),
-    (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, seed=2**64), ValueError, "outside the 64-bit integers"),
+    (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, seed=2**64), ValueError, r"seed must be an integer in \[-2\^63, 2\^64\)"),
     (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, dropout=1.0), ValueError, "dropout"),
     (lambda: ft.DTransformer(V, 9, 2, 2, 8, 12, dtype="float16"), ValueError, "dtype"),
 ])

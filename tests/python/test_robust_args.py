@@ -125,3 +125,78 @@ def test_numpy_integers_are_ints(call, name, lo):
         assert np.array_equal(a, b)
     else:
         assert repr(a) == repr(b)
+
+
+# Every integer argument goes through one converter (bind.cpp's int_value / checked_int): its callers, each
+# driven at the edges of 64 bits. (the call with the argument as v, what a value that fits returns is not
+# checked here, the value -> (exception or None, the message's pattern)).
+def _prefix_model():
+    return ft.DTransformer(16, 12, 1, 2, 8, 16, mask="prefix")
+
+
+EDGES = {"2**63": 2**63, "2**64": 2**64, "-2**63-1": -2**63 - 1, "np.int64(1)": np.int64(1), "True": True, "1.0": 1.0}
+S63 = r"\[-2\^63, 2\^63 - 1\]"
+CONVERTED = [
+    # int_arg: a size in [1, 2^63)
+    ("int_arg", lambda v: ft.LayerNorm(v), {
+        "2**63": (ValueError, r"d_e must be a positive integer \(below 2\^63\), got 9223372036854775808"),
+        "2**64": (ValueError, r"d_e must be a positive integer \(below 2\^63\), got 18446744073709551616"),
+        "-2**63-1": (ValueError, r"d_e must be a positive integer \(below 2\^63\), got -9223372036854775809"),
+        "True": (TypeError, "d_e must be an int, got bool"), "1.0": (TypeError, "d_e must be an int, got float")}),
+    # seed_arg: [0, 2^64)
+    ("seed_arg", lambda v: ft.ViT(4, 2, 3, 1, 1, 4, 8, seed=v), {
+        "2**63": None,
+        "2**64": (ValueError, r"seed must be an integer in \[0, 2\^64\), got 18446744073709551616"),
+        "-2**63-1": (ValueError, r"seed must be an integer in \[0, 2\^64\), got -9223372036854775809"),
+        "True": (TypeError, r"seed must be an int \(or None\), got bool"),
+        "1.0": (TypeError, r"seed must be an int \(or None\), got float")}),
+    # option_value: [-2^63, 2^64) for the core's schema, which then checks the option's type and range (a bool and
+    # a float reach it as such: its TypeError)
+    ("option_value", lambda v: ft.DTransformer(16, 12, 1, 2, 8, 16, seed=v), {
+        "2**63": None,
+        "2**64": (ValueError, r"seed must be an integer in \[-2\^63, 2\^64\), got 18446744073709551616"),
+        "-2**63-1": (ValueError, r"seed must be an integer in \[-2\^63, 2\^64\), got -9223372036854775809"),
+        "True": (TypeError, "seed must be an int, got bool"), "1.0": (TypeError, "seed must be an int, got float")}),
+    # prefix_lens: one int64 each (the core checks the range against the sequence)
+    *[(f"prefix_lens{'[0]' if wrap else ''}", (lambda w: lambda v: _prefix_model()(np.array([[1, 2, 3]]),
+                                                                                 prefix_len=[v] if w else v))(wrap), {
+        "2**63": (ValueError, r"prefix_len must be an integer in " + S63 + ", got 9223372036854775808"),
+        "2**64": (ValueError, r"prefix_len must be an integer in " + S63 + ", got 18446744073709551616"),
+        "-2**63-1": (ValueError, r"prefix_len must be an integer in " + S63 + ", got -9223372036854775809"),
+        "True": (TypeError, "prefix_len must be an int or one int per sequence, got bool"),
+        "1.0": (TypeError, "prefix_len must be an int or one int per sequence, got float")}) for wrap in (False, True)],
+    # DInference's prefix_len: one prompt's
+    ("DInference prefix_len", lambda v: ft.DInference(2)(np.array([1, 2]), _prefix_model(), prefix_len=v), {
+        "2**63": (ValueError, r"prefix_len must be an integer in " + S63 + ", got 9223372036854775808"),
+        "2**64": (ValueError, r"prefix_len must be an integer in " + S63 + ", got 18446744073709551616"),
+        "-2**63-1": (ValueError, r"prefix_len must be an integer in " + S63 + ", got -9223372036854775809"),
+        "True": (TypeError, r"prefix_len must be an int \(the prompt's prefix\) or None, got bool"),
+        "1.0": (TypeError, r"prefix_len must be an int \(the prompt's prefix\) or None, got float")}),
+    # in_ids: one token id; beyond 64 bits it is an id out of range
+    ("in_ids", lambda v: ft.TokenEmbedding(8, 4)(v), {
+        "2**63": (IndexError, r"v: token id 9223372036854775808 is out of range \[0, 8\)"),
+        "2**64": (IndexError, r"v: token id 18446744073709551616 is out of range \[0, 8\)"),
+        "-2**63-1": (IndexError, r"v: token id -9223372036854775809 is out of range \[0, 8\)"),
+        "True": (TypeError, "v must be integer token ids, got bool"),
+        "1.0": (TypeError, "v must be integer token ids, got float")}),
+    # in_positions: one position, likewise
+    ("in_positions", lambda v: ft.PositionalEmbedding(8, 4)(v), {
+        "2**63": (IndexError, r"t: position 9223372036854775808 is out of range \[0, 8\)"),
+        "2**64": (IndexError, r"t: position 18446744073709551616 is out of range \[0, 8\)"),
+        "-2**63-1": (IndexError, r"t: position -9223372036854775809 is out of range \[0, 8\)"),
+        "True": (TypeError, "t must be integer positions, got bool"),
+        "1.0": (TypeError, "t must be integer positions, got float")}),
+]
+
+
+@pytest.mark.parametrize("edge", list(EDGES))
+@pytest.mark.parametrize("name,call,want", CONVERTED, ids=[c[0] for c in CONVERTED])
+def test_each_converted_argument_at_the_edges_of_64_bits(name, call, want, edge):
+    expected = want.get(edge)  # None: the value fits (a numpy int64 is an int)
+    if expected is None:
+        assert call(EDGES[edge]) is not None
+        return
+    exc, pattern = expected
+    with pytest.raises(exc, match=pattern) as e:
+        call(EDGES[edge])
+    assert type(e.value) is exc  # not a subclass standing in for it
