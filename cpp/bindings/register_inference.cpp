@@ -170,10 +170,22 @@ PromptCache.load(path, model) reads one back, checked against the model.)doc")
                     throw ft::ValueError(file + ": damaged (the config does not have the hash saved with it)");
                 pc.config_hash = h->second, pc.theta = t->second;
                 const std::string dt = std::is_same_v<T, double> ? "float64" : "float32";
-                if (pc.config_hash != sha256_hex(config_json_of(mdl)))
+                // the saved config read as a config (an option added since takes its default, as in ft.load), so a
+                // cache saved before a new option existed still belongs to the same model; then it is this model's
+                ft::ModelConfig saved;
+                std::string saved_dt;
+                try {
+                    saved = ft::ModelConfig::from_json(pc.config_json);
+                    saved_dt = ft::ModelConfig::json_dtype(pc.config_json);
+                } catch (const ft::ValueError& e) {
+                    throw ft::ValueError(file + ": damaged or unusable config in the metadata (" + e.what() + ")");
+                }
+                if (saved != mdl.cfg || saved_dt != dt)
                     throw ft::ValueError(file + ": the prompt cache was computed with another model config or dtype "
-                                         "(config hash " + pc.config_hash.substr(0, 12) + "…; this " + dt + " model: " +
-                                         sha256_hex(config_json_of(mdl)).substr(0, 12) + "…)");
+                                         "(config hash " + pc.config_hash.substr(0, 12) + "…, " + saved_dt + "; this " + dt +
+                                         " model: " + sha256_hex(config_json_of(mdl)).substr(0, 12) + "…)");
+                pc.config_json = config_json_of(mdl);
+                pc.config_hash = sha256_hex(pc.config_json);
                 {
                     LongCoreCall nogil;
                     pc.kv = ft::read_prompt_kv<T>(f);

@@ -91,11 +91,29 @@ struct OptionSpec {
     Check check = Check::None;
     const PartOption* part = nullptr;  // a part's option (its value in ModelConfig::part_options)
 };
-constexpr const char* kPartsHere = "(the parts' options)";
+// Where the options of the parts' rows go, by kind of part (in the registry's order within a kind): the places
+// the options had before they moved into their parts, so that to_json writes the same text for the same model
+// (a prompt cache's config hash is the hash of that text: caches saved earlier still load).
+struct PartsHere {
+    const char* name;
+    PartKind kind;
+};
+constexpr PartsHere kPartsHere[] = {{"(head kernels' options)", PartKind::HeadKernel},
+                                    {"(masks' options)", PartKind::Mask},
+                                    {"(Q/K/V sources' options)", PartKind::QKVSource},
+                                    {"(positions' options)", PartKind::Position},
+                                    {"(MLPs' options)", PartKind::MLP},
+                                    {"(norms' options)", PartKind::Norm}};
+const PartsHere* parts_here(const char* name) {
+    for (const PartsHere& h : kPartsHere)
+        if (std::string(name) == h.name) return &h;
+    return nullptr;
+}
 
 // Every model-wide option, in the order the constructors take the sizes and to_json writes them, and where the
-// options of the parts' rows go (kPartsHere). Adding a model-wide option: a member of ModelConfig (with its
-// default) and one line here; a check between options goes in resolve. A part's option: its row (parts.hpp).
+// options of the parts' rows go (kPartsHere, one place per kind of part). Adding a model-wide option: a member of
+// ModelConfig (with its default) and one line here; a check between options goes in resolve. A part's option: its
+// row (parts.hpp).
 const std::vector<OptionSpec> kSchema = {
     {"n_vocab", ALL, Kind::Size, &ModelConfig::n_vocab},
     {"l_max", ALL, Kind::Size, &ModelConfig::l_max},
@@ -124,6 +142,7 @@ const std::vector<OptionSpec> kSchema = {
     {"resid_dropout", ALL, Kind::Real, &ModelConfig::resid_dropout, Check::Rate},
     {"attention_impl", ALL, Kind::Enum, &ModelConfig::attention_impl},
     {"attention", DE, Kind::Enum, &ModelConfig::attention},
+    {kPartsHere[0].name, 0, Kind::AllRates, nullptr},
     {"block_size", E, Kind::AutoSize, &ModelConfig::block_size},
     {"window_blocks", E, Kind::Count, &ModelConfig::window_blocks},
     {"n_global_blocks", E, Kind::Count, &ModelConfig::n_global_blocks},
@@ -132,10 +151,14 @@ const std::vector<OptionSpec> kSchema = {
     {"bigbird_draw", E, Kind::Enum, &ModelConfig::bigbird_draw},
     {"mlp", D | ED, Kind::Enum, &ModelConfig::mlp},
     {"rope_theta", D, Kind::Real, &ModelConfig::rope_theta, Check::Positive},
-    {kPartsHere, 0, Kind::AllRates, nullptr},
+    {kPartsHere[1].name, 0, Kind::AllRates, nullptr},
+    {kPartsHere[2].name, 0, Kind::AllRates, nullptr},
     {"mask", D, Kind::Enum, &ModelConfig::mask},
     {"mtp_depth", D, Kind::Count, &ModelConfig::mtp_depth},
     {"mtp_weight", D, Kind::Real, &ModelConfig::mtp_weight, Check::NonNegative},
+    {kPartsHere[3].name, 0, Kind::AllRates, nullptr},
+    {kPartsHere[4].name, 0, Kind::AllRates, nullptr},
+    {kPartsHere[5].name, 0, Kind::AllRates, nullptr},
     {"pre_norm", ED, Kind::Bool, &ModelConfig::pre_norm},
     {"scale_scores", ED, Kind::Bool, &ModelConfig::scale_scores},
     {"unembed_rescale", ED, Kind::Bool, &ModelConfig::unembed_rescale},
@@ -147,17 +170,18 @@ const std::vector<OptionSpec> kSchema = {
     {"fixnorm", ALL, Kind::Bool, &ModelConfig::fixnorm},
 };
 
-// kSchema with the parts' options in place of kPartsHere (in the registry's order, each once)
+// kSchema with the parts' options in place of kPartsHere (each kind's, in the registry's order, each once)
 const std::vector<OptionSpec>& schema() {
     static const std::vector<OptionSpec> all = [] {
         std::vector<OptionSpec> r;
         for (const OptionSpec& o : kSchema) {
-            if (std::string(o.name) != kPartsHere) {
+            const PartsHere* here = parts_here(o.name);
+            if (!here) {
                 r.push_back(o);
                 continue;
             }
             for (const PartRow* row : part_rows())
-                for (const PartOption& p : row->options) {
+                for (const PartOption& p : row->kind == here->kind ? row->options : std::vector<PartOption>{}) {
                     const bool seen = std::any_of(r.begin(), r.end(), [&](const OptionSpec& q) { return q.name == std::string(p.name); });
                     if (!seen) r.push_back({p.name, p.archs, p.kind, nullptr, p.check, &p});
                 }
