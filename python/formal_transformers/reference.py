@@ -75,9 +75,27 @@ def sliding_window_mask(l_z: int, l_x: int, w: int, q0: int = 0) -> np.ndarray:
     return (t_x - w < t_z) & (t_z <= t_x)
 
 
-def decoder_mask(l: int, *, mask: str = "causal", prefix_len: int = 0, sliding_window=None) -> np.ndarray:
+def chunked_mask(l_z: int, l_x: int, C: int, q0: int = 0) -> np.ndarray:
+    """Algorithm V19 (chunked attention, Llama 4's attention_chunk_size): Mask[t_z, t_x] = [[⌊t_z/C⌋ = ⌊t_x/C⌋ and
+    t_z ≤ t_x]] with t_x the query's absolute position q0 + column: each query sees the keys of its own chunk of C
+    tokens up to itself, as Hugging Face's chunked_causal_mask_function. C ≥ ℓ is the unidirectional mask."""
+    if C < 1:
+        raise ValueError(f"attention_chunk_size must be ≥ 1, got {C}")
+    t_z, t_x = np.arange(l_z)[:, None], q0 + np.arange(l_x)[None, :]
+    return (t_z // C == t_x // C) & (t_z <= t_x)
+
+
+def decoder_mask(l: int, *, mask: str = "causal", prefix_len: int = 0, sliding_window=None,
+                 attention_chunk_size=None) -> np.ndarray:
     """The mask of a decoder's self-attention (Algorithm 10 line 6, V6 line 6): "causal" (the listing's
-    [[t ≤ t']]), optionally with a sliding window w (V8), or "prefix" with p = prefix_len (V7)."""
+    [[t ≤ t']]), optionally with a sliding window w (V8) or chunks of C tokens (V19), or "prefix" with
+    p = prefix_len (V7)."""
+    if sliding_window is not None and attention_chunk_size is not None:
+        raise ValueError("sliding_window and attention_chunk_size are two masks for one line")
+    if attention_chunk_size is not None:
+        if mask != "causal" or prefix_len:
+            raise ValueError("attention_chunk_size is a mask of its own: not with mask='prefix'")
+        return chunked_mask(l, l, attention_chunk_size)
     if mask == "prefix":
         if sliding_window is not None:
             raise ValueError("mask='prefix' does not combine with sliding_window")
@@ -321,7 +339,7 @@ def log_softmax(A: np.ndarray) -> np.ndarray:
 
 def d_transformer(x, params, *, L: int, H: int, norm: str = "layer", gelu: str = "exact", eps: float = 1e-5,
                   logits: bool = False, masks=None, rates=None, mask: str = "causal", prefix_len: int = 0,
-                  sliding_window=None) -> np.ndarray:
+                  sliding_window=None, attention_chunk_size=None) -> np.ndarray:
     """Algorithm 10: P ← DTransformer(x | θ), GPT-2's decoder-only transformer (pre-LN).
 
     x: 1-D token ids (0-based, ℓ ≤ ℓ_max). Returns P ∈ (0,1)^{N_V×ℓ}, P[:, t] = P̂(x[t+1] | x[:t+1]);
@@ -330,14 +348,16 @@ def d_transformer(x, params, *, L: int, H: int, norm: str = "layer", gelu: str =
     approximation; eps sits inside the square root of every norm.
     masks, rates: dropout with these masks (model.dropout_masks() of one sequence) at these rates (model.config),
     after line 3, on the attention weights and on the sublayer outputs of lines 6 and 8.
-    mask, prefix_len, sliding_window: line 6's Mask (decoder_mask; V7 prefix LM, V8 sliding window)."""
+    mask, prefix_len, sliding_window, attention_chunk_size: line 6's Mask (decoder_mask; V7 prefix LM, V8 sliding
+    window, V19 chunked attention)."""
     drop = _Drop(masks, rates)
     if norm not in ("layer", "rms"):
         raise ValueError(f"norm must be 'layer' or 'rms', got {norm!r}")
     x = np.asarray(x)
     W_e, W_p = params["W_e"], params["W_p"]
     l = len(x)  # line 1: ℓ ← length(x)
-    M = decoder_mask(l, mask=mask, prefix_len=prefix_len, sliding_window=sliding_window)
+    M = decoder_mask(l, mask=mask, prefix_len=prefix_len, sliding_window=sliding_window,
+                     attention_chunk_size=attention_chunk_size)
     e = [token_embedding(x[t], W_e) + positional_embedding(t, W_p) for t in range(l)]  # line 2: e_t ← W_e[:, x[t]] + W_p[:, t]
     X = np.stack(e, axis=1)  # line 3: X ← [e_1, e_2, …, e_ℓ]
     X = drop.out("embed", X, "embed")  # (training) X ← Dropout(X | p_embed, M)

@@ -185,8 +185,9 @@ TEST(ModelConfig, ReprAndSignature) {
                       0),
               0u)
         << r;
-    EXPECT_NE(r.find("rope_theta=500000.0, sliding_window=None, kv_lora_rank=None, q_lora_rank=None, "
-                     "qk_rope_head_dim=None, n_features=None, feature_seed=0, mask='causal', "),
+    EXPECT_NE(r.find("attention='softmax', n_features=None, feature_seed=0, mlp='gelu', rope_theta=500000.0, "
+                     "sliding_window=None, attention_chunk_size=None, kv_lora_rank=None, q_lora_rank=None, "
+                     "qk_rope_head_dim=None, mask='causal', "),
               std::string::npos)
         << r;
     EXPECT_NE(r.find(", fixnorm=False, dtype='float32')"), std::string::npos) << r;

@@ -16,6 +16,8 @@ Mask make_unidirectional_mask(const MaskOptions&);  // listings/masks.cpp
 Mask make_prefix_mask(const MaskOptions&);          // variants/prefix_mask.cpp
 Mask make_sliding_window_mask(const MaskOptions&);  // variants/sliding_window_mask.cpp
 const PartRow& sliding_window_mask_row();           // variants/sliding_window_mask.cpp
+Mask make_chunked_mask(const MaskOptions&);         // variants/chunked_mask.cpp
+const PartRow& chunked_mask_row();                  // variants/chunked_mask.cpp
 const PartRow& latent_source_row();                 // variants/latent_attention.cpp
 const PartRow& performer_kernel_row();              // variants/random_features.cpp
 const PartRow& rfa_kernel_row();                    // variants/random_features.cpp
@@ -92,6 +94,7 @@ const std::vector<Entry<MaskFactory>>& masks() {
         {"unidirectional", make_unidirectional_mask},
         {"prefix", make_prefix_mask},
         {"sliding_window", make_sliding_window_mask, sliding_window_mask_row},
+        {"chunked", make_chunked_mask, chunked_mask_row},
         {"bigbird", make_bigbird_mask_from_options},
     };
     return t;
