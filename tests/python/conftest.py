@@ -217,6 +217,9 @@ def check_gil_released_and_ctrl_c(calls, min_seconds=0.2):
     assert full > min_seconds, f"the call took {full:.3f} s: too short to test"
     assert ticks[0] >= 20, f"only {ticks[0]} ticks of the other thread in {full:.2f} s: the GIL was held"
     timer = threading.Timer(0.05, lambda: os.kill(os.getpid(), signal.SIGINT))
+    # Python raises KeyboardInterrupt on SIGINT only when the process did not inherit SIGINT ignored (a shell starts
+    # a background job so): the handler a terminal's Python has, for the duration of the check
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     t0 = time.perf_counter()
     timer.start()
     try:
@@ -226,6 +229,7 @@ def check_gil_released_and_ctrl_c(calls, min_seconds=0.2):
                                  "without the SIGINT sent at 0.05 s stopping it")
     finally:
         timer.join()
+        signal.signal(signal.SIGINT, previous)
     assert time.perf_counter() - t0 < 0.8 * full + 0.05
     return call
 
