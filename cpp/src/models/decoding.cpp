@@ -73,7 +73,7 @@ void DTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* z) co
         if (d.len < d.prefix && d.len + n < d.prefix)
             throw ValueError("prefix_len = " + std::to_string(d.prefix) + " exceeds the " + std::to_string(d.len + n) +
                              " tokens fed: feed the whole prefix in the first call");
-        prefix = make_mask("prefix", MaskOptions{{d.prefix}, {}});
+        prefix = make_mask("prefix", MaskOptions{{d.prefix}, {}, {}});
     }
     d.kv.resize(std::size_t(cfg.L));
     MatView<T> X = ensure(d.w.X, cfg.d_e, n);
