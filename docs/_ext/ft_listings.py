@@ -84,7 +84,14 @@ def write_pages(app):
             old.unlink()
 
 
-def _code_block(reg, label: str) -> list[nodes.Node]:
+def _meta(reg, spec: str) -> nodes.Node:
+    """An empty marker before a block: where it comes from (tools/check_site.py compares the page with the
+    source region the spec names now, so a page built from other sources fails the check)."""
+    return nodes.raw("", f'<div class="ft-region-meta" data-spec="{html.escape(spec)}" data-path="{html.escape(reg.path)}" '
+                         f'data-start="{reg.start}" data-end="{reg.end}"></div>', format="html")
+
+
+def _code_block(reg, label: str, spec: str) -> list[nodes.Node]:
     caption = f"{label} — {reg.path}, lines {reg.start}–{reg.end}"
     lit = nodes.literal_block(reg.text, reg.text, language=reg.language, linenos=True,
                               classes=["ft-source"])
@@ -97,8 +104,7 @@ def _code_block(reg, label: str) -> list[nodes.Node]:
     # for the site's checks: where the block comes from
     cont["ids"] = []
     cont["classes"].append("ft-src-" + reg.path.replace("/", "-").replace(".", "-"))
-    return [nodes.raw("", f'<div class="ft-region-meta" data-path="{html.escape(reg.path)}" '
-                          f'data-start="{reg.start}" data-end="{reg.end}"></div>', format="html"), cont]
+    return [_meta(reg, spec), cont]
 
 
 class ListingDirective(SphinxDirective):
@@ -135,6 +141,7 @@ class ListingDirective(SphinxDirective):
     def _pseudo(self, l):
         reg = self._region(l["pseudo"])
         out = self._parse(f"As it stands in `{reg.path}` (lines {reg.start}–{reg.end}), beside the code:")
+        out.append(_meta(reg, l["pseudo"]))
         out.append(nodes.literal_block(reg.text, reg.text, language="text", classes=["ft-pseudo"]))
         return out
 
@@ -144,13 +151,13 @@ class ListingDirective(SphinxDirective):
         right = nodes.container(classes=["ft-col", "ft-col-numpy"])
         left += nodes.rubric("", "C++ (the core)")
         for label, spec in l.get("cpp", []):
-            for n in _code_block(self._region(spec), label):
+            for n in _code_block(self._region(spec), label, spec):
                 left += n
         right += nodes.rubric("", "numpy (formal_transformers.reference)")
         for spec in l.get("numpy", []):
             if "::" not in spec:
                 spec = "python/formal_transformers/reference.py::" + spec
-            for n in _code_block(self._region(spec), spec.split("::")[-1]):
+            for n in _code_block(self._region(spec), spec.split("::")[-1], spec):
                 right += n
         if not l.get("numpy"):
             right += self._parse(l.get("numpy_note", "No numpy transcription: the tests compare the core "
