@@ -76,3 +76,15 @@ def test_bad_input_is_an_exception_not_a_crash():
     model = small_model()
     with pytest.raises(IndexError):
         model(np.array([1, 99]))
+
+
+def test_the_wheels_metadata():
+    from importlib.metadata import metadata, version
+
+    m = metadata("formal-transformers")
+    assert version("formal-transformers") == ft.__version__
+    assert m["License"] == "MIT" or "MIT" in (m.get("License-Expression") or "")
+    assert any(c.startswith("License :: OSI Approved :: MIT") for c in m.get_all("Classifier"))
+    assert m.get_all("Project-URL") and "Formal Algorithms for Transformers" in m["Summary"]
+    assert "./run.sh" in m.get_payload() or "./run.sh" in (m["Description"] or "")  # the README
+    assert any(r.startswith("scipy-openblas32") for r in m.get_all("Requires-Dist"))
