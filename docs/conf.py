@@ -26,7 +26,7 @@ extensions = [
     "ft_listings",
 ]
 root_doc = "index"
-exclude_patterns = ["_build", "**/.ipynb_checkpoints", "notebooks/ft_notebook.py", "DEVELOPING.md"]
+exclude_patterns = ["_build", "**/.ipynb_checkpoints", "notebooks/ft_notebook.py"]
 source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}
 
 # MyST: $…$ and $$…$$ math, ::: fences, heading anchors for links like design.md#blas
@@ -80,7 +80,7 @@ def _docstring_as_written(app, what, name, obj, options, lines):
         text = list(lines)
         while text and not text[-1].strip():
             text.pop()
-        lines[:] = ["::", ""] + ["    " + line for line in text] + [""]
+        lines[:] = [".. code-block:: text", ""] + ["    " + line for line in text] + [""]
 
 
 def setup(app):

@@ -167,6 +167,9 @@ class ListingDirective(SphinxDirective):
         return [grid]
 
     def _checks(self, l):
+        intro = self._parse("These tests run in CI (`./run.sh test`), listed from the test files when the site "
+                            "is built; most are parametrized (dtypes, masks, the model options), so one name "
+                            "stands for several cases.")
         items = nodes.bullet_list()
         for rel, pattern in l.get("checks", []):
             try:
@@ -181,7 +184,7 @@ class ListingDirective(SphinxDirective):
                 para += nodes.Text(f" (line {line})" + (f" — {doc}" if doc else ""))
                 item += para
                 items += item
-        return [items]
+        return intro + [items]
 
     def _parse(self, text):
         c = nodes.container()
