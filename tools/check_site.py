@@ -142,8 +142,8 @@ async function search(q) {
   let links = [];
   for (let i = 0; i < 400; i++) {
     links = [...doc.querySelectorAll('#search-results li a, ul.search li a')].map(a => a.getAttribute('href'));
-    const done = doc.querySelector('#search-results p, .search-summary');
-    if (links.length && done) break;
+    const summary = doc.querySelector('.search-summary, #search-results > p');
+    if (links.length && summary && /\d/.test(summary.textContent)) break;  // "… found N page(s) …"
     await sleep(50);
   }
   return {query: q, results: links};
