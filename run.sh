@@ -257,6 +257,16 @@ wheel() {
   "$VENV/bin/auditwheel" show dist/*.whl
   log "wheel: the sdist"
   "$VENV/bin/python" -m build --sdist --outdir dist . >/dev/null
+  "$VENV/bin/python" - dist/*.tar.gz <<'EOF'
+import sys, tarfile
+names = tarfile.open(sys.argv[1]).getnames()
+top = {n.split("/")[1] for n in names if n.count("/")}
+stray = sorted(top & {".venv", "build", "dist", "runs", ".git"})
+need = {"CMakeLists.txt", "pyproject.toml", "cpp", "python", "LICENSE", "README.md"}
+if stray or not need <= top:
+    sys.exit(f"the sdist holds {stray} or lacks {sorted(need - top)}")
+print(f"sdist: {len(names)} files")
+EOF
   ls -l dist
   log "wheel: built in $((SECONDS - t0)) s"
   [ "$check" = 1 ] || return 0
