@@ -21,7 +21,7 @@ from docutils.statemachine import StringList
 from sphinx.util.docutils import SphinxDirective
 
 from ft_listings_table import LISTINGS, GROUPS
-from ft_sources import SourceRegionError, markdown_section, region, test_functions
+from ft_sources import Omitted, SourceRegionError, markdown_section, region, test_functions
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -114,6 +114,8 @@ class ListingDirective(SphinxDirective):
     def _region(self, spec):
         try:
             reg = region(ROOT, spec)
+        except Omitted:
+            return None
         except SourceRegionError as e:
             raise self.error(f"ft-listing {self.arguments[0]}: {e}")
         self.env.note_dependency(str(ROOT / reg.path))
@@ -151,8 +153,10 @@ class ListingDirective(SphinxDirective):
         right = nodes.container(classes=["ft-col", "ft-col-numpy"])
         left += nodes.rubric("", "C++ (the core)")
         for label, spec in l.get("cpp", []):
-            for n in _code_block(self._region(spec), label, spec):
-                left += n
+            reg = self._region(spec)
+            if reg is not None:
+                for n in _code_block(reg, label, spec):
+                    left += n
         right += nodes.rubric("", "numpy (formal_transformers.reference)")
         for spec in l.get("numpy", []):
             if "::" not in spec:

@@ -10,6 +10,7 @@ a spec string:
   lines right above it;
 * ``path#marker`` the lines between the comments ``[doc:marker]`` and ``[/doc:marker]`` (any comment
   syntax), without the marker lines;
+* ``A || B`` the first of the alternatives that matches (``|| -``: none is fine, the block is omitted);
 * ``path@start@end`` from the first line matching the regular expression ``start`` up to (not
   including) the next line matching ``end`` (default: an empty comment line or a line that is not a
   comment); comment leaders (``// ``) are stripped. Used for the pseudocode in the headers.
@@ -146,9 +147,28 @@ def anchored(root: Path, rel: str, start: str, end: str | None) -> Region:
     return Region(rel, s + 1, e, text.rstrip())
 
 
+class Omitted(SourceRegionError):
+    """Every alternative of a spec ending in `|| -` failed: the block is left out of the page."""
+
+
 def region(root: Path, spec: str) -> Region:
-    """The region named by spec (see the module docstring)."""
-    root = Path(root)
+    """The region named by spec (see the module docstring). `A || B` tries A, then B (code that is moving
+    between files); a last alternative `-` leaves the block out (raises Omitted) when none matches."""
+    if "||" in spec:
+        alts = [a.strip() for a in spec.split("||")]
+        err = None
+        for a in alts:
+            if a == "-":
+                raise Omitted(f"{spec}: omitted ({err})")
+            try:
+                return region(root, a)
+            except SourceRegionError as e:
+                err = e
+        raise SourceRegionError(f"{spec}: no alternative matches (last: {err})")
+    return _region(Path(root), spec)
+
+
+def _region(root: Path, spec: str) -> Region:
     if "@" in spec:
         rel, start, *rest = spec.split("@")
         return anchored(root, rel, start, rest[0] if rest and rest[0] else None)
