@@ -198,3 +198,24 @@ def test_blas_info_says_what_runs_bf16():
     assert "AVX512_BF16" in info and "AMX-BF16" in info
     assert "bf16-mixed products: " in info
     assert info.split(" (")[0] in ft.blas_info()
+
+
+def test_cli_trains_and_samples_in_bf16_mixed(tmp_path, capsys):
+    from formal_transformers import cli
+
+    (tmp_path / "t.txt").write_text("abcdefgh " * 60 + "hgfedcba " * 10)
+    small = ["--text", str(tmp_path / "t.txt"), "--context", "8", "--layers", "1", "--heads", "2", "--d-e", "8",
+             "--d-mlp", "16", "--batch", "4", "--eval-every", "2", "--warmup", "1", "--quiet"]
+    assert cli.main(["train", *small, "--out", str(tmp_path / "run"), "--steps", "3", "--precision", "bf16-mixed"]) in (0, None)
+    assert cli.main(["sample", "--run", str(tmp_path / "run"), "--tokens", "5", "--samples", "1",
+                     "--precision", "bf16-mixed"]) in (0, None)
+    with pytest.raises(SystemExit):
+        cli.main(["train", *small, "--out", str(tmp_path / "r2"), "--precision", "bf16"])
+    assert "bf16-mixed" in capsys.readouterr().err
+    code = None
+    try:
+        code = cli.main(["train", *small, "--out", str(tmp_path / "r3"), "--steps", "1", "--dtype", "float64",
+                         "--precision", "bf16-mixed"])
+    except SystemExit as e:
+        code = e.code
+    assert code == 2 and "float64" in capsys.readouterr().err
