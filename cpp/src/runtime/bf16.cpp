@@ -2,6 +2,7 @@
 // instructions, float32 products of the rounded operands through the BLAS.
 #include "formal_transformers/precision.hpp"
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <mutex>
@@ -205,6 +206,77 @@ const std::uint16_t* bf16_operand(const float* X, index_t rows, index_t cols, in
     return out;
 }
 
+// A weight from θ's bf16 copy times a few columns (decoding: one token per sequence, n ≤ kBf16FewColumns). oneDNN's
+// matmul is tuned for many columns: with one it is no faster than float32 gemv, and it makes a new primitive for
+// every new shape. Decoding is bound by reading the weights, so this loop reads their bf16 copy once (half the
+// bytes of float32) and converts in registers; float32 accumulation, the columns of op(B) rounded to bf16.
+//   op(A) = A (A: m × k, column p contiguous): C[:, j] = α Σ_p A[:, p] b_pj + β C[:, j], in row blocks kept in L1
+//   op(A) = Aᵀ (A: k × m, column i contiguous): C[i, j] = α dot(A[:, i], B[:, j]) + β C[i, j], 16 lanes of partials
+constexpr index_t kBf16FewColumns = 8, kRowBlock = 512;
+
+void few_columns(int ta, index_t m, index_t n, index_t k, float alpha, const std::uint16_t* A, index_t lda,
+                 const float* Bq, float beta, float* C, index_t ldc) {  // Bq: op(B) rounded, k × n, ld = k
+    if (ta == 0) {
+        // row tiles of kRowBlock (parallel); in each, 8 columns of A at a time (8 contiguous streams), every
+        // column of C accumulated in an L1-resident tile
+        const index_t tiles = (m + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel for schedule(static) if (m * k > (index_t(1) << 18) && !omp_in_parallel())
+        for (index_t it = 0; it < tiles; ++it) {
+            const index_t i0 = it * kRowBlock, w = std::min(kRowBlock, m - i0);
+            float acc[kBf16FewColumns][kRowBlock];
+            for (index_t j = 0; j < n; ++j)
+                for (index_t i = 0; i < w; ++i) acc[j][i] = 0.0f;
+            index_t p = 0;
+            for (; p + 8 <= k; p += 8) {
+                const std::uint16_t* a0 = A + i0 + p * lda;
+                const std::uint16_t *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda, *a4 = a3 + lda, *a5 = a4 + lda,
+                                    *a6 = a5 + lda, *a7 = a6 + lda;
+                for (index_t j = 0; j < n; ++j) {
+                    const float* b = Bq + p + j * k;
+                    float* s = acc[j];
+#pragma omp simd
+                    for (index_t i = 0; i < w; ++i)
+                        s[i] += from_bf16(a0[i]) * b[0] + from_bf16(a1[i]) * b[1] + from_bf16(a2[i]) * b[2] +
+                                from_bf16(a3[i]) * b[3] + from_bf16(a4[i]) * b[4] + from_bf16(a5[i]) * b[5] +
+                                from_bf16(a6[i]) * b[6] + from_bf16(a7[i]) * b[7];
+                }
+            }
+            for (; p < k; ++p) {
+                const std::uint16_t* a = A + i0 + p * lda;
+                for (index_t j = 0; j < n; ++j) {
+                    const float b = Bq[p + j * k];
+                    float* s = acc[j];
+#pragma omp simd
+                    for (index_t i = 0; i < w; ++i) s[i] += from_bf16(a[i]) * b;
+                }
+            }
+            for (index_t j = 0; j < n; ++j)
+                for (index_t i = 0; i < w; ++i) {
+                    float& c = C[i0 + i + j * ldc];
+                    c = alpha * acc[j][i] + (beta == 0.0f ? 0.0f : beta * c);
+                }
+        }
+        return;
+    }
+#pragma omp parallel for schedule(static) if (m * k > (index_t(1) << 18) && !omp_in_parallel())
+    for (index_t i = 0; i < m; ++i) {
+        const std::uint16_t* a = A + i * lda;
+        for (index_t j = 0; j < n; ++j) {
+            const float* b = Bq + j * k;
+            float part[16] = {};
+            index_t p = 0;
+            for (; p + 16 <= k; p += 16)
+#pragma omp simd
+                for (index_t l = 0; l < 16; ++l) part[l] += from_bf16(a[p + l]) * b[p + l];
+            float s = 0.0f;
+            for (index_t l = 0; l < 16; ++l) s += part[l];
+            for (; p < k; ++p) s += from_bf16(a[p]) * b[p];
+            float& c = C[i + j * ldc];
+            c = alpha * s + (beta == 0.0f ? 0.0f : beta * c);
+        }
+    }
+}
+
 // the emulated path: X rounded to bf16, kept as float32 (column-major, ld = rows)
 const float* rounded_operand(const float* X, index_t rows, index_t cols, index_t& ld, std::vector<float>& scratch) {
     scratch.resize(std::size_t(rows * cols));
@@ -223,8 +295,19 @@ void gemm_bf16(int ta, int tb, index_t m, index_t n, index_t k, float alpha, con
     // stored shapes of A and B (column-major): op(A) is m × k, op(B) is k × n
     const index_t ar = ta == 0 ? m : k, ac = ta == 0 ? k : m;
     const index_t br = tb == 0 ? k : n, bc = tb == 0 ? n : k;
+    const ProductContext ctx = product_context();
+    if (ctx.weights && n <= kBf16FewColumns && ctx.weights->find(A) && ctx.weights->find(A + (ac - 1) * lda + ar - 1)) {
+        thread_local std::vector<float> bq;  // op(B) rounded, k × n
+        bq.resize(std::size_t(k * n));
+        for (index_t j = 0; j < n; ++j)
+            for (index_t p = 0; p < k; ++p) bq[std::size_t(p + j * k)] = round_bf16(tb == 0 ? B[p + j * ldb] : B[j + p * ldb]);
+        few_columns(ta, m, n, k, alpha, ctx.weights->find(A), lda, bq.data(), beta, C, ldc);
+        return;
+    }
 #ifdef FT_HAVE_ONEDNN
-    if (bf16_native()) {
+    // oneDNN for products worth a primitive; the small ones (decoding's per-head products over a growing cache,
+    // a new shape at every token) emulated, without making a primitive for each
+    if (bf16_native() && double(m) * double(n) * double(k) >= double(1 << 18)) {
         thread_local std::vector<std::uint16_t> sa, sb;
         const std::uint16_t* a = bf16_operand(A, ar, ac, lda, sa);
         const std::uint16_t* b = bf16_operand(B, br, bc, ldb, sb);
