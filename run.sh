@@ -46,7 +46,7 @@ VENV=${VENV:-.venv}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 APT_PACKAGES=(g++ cmake ninja-build pkg-config git
               libxtensor-dev libxsimd-dev libgtest-dev nlohmann-json3-dev robin-map-dev
-              python3-dev python3-venv)
+              python3-dev python3-venv libdnnl-dev)
 
 DOCS_CHECK_APT_PACKAGES=(chromium)  # ./run.sh docs --check: the headless browser
 log() { printf '\n== %s\n' "$*"; }

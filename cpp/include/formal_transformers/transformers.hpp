@@ -70,6 +70,7 @@
 #include "formal_transformers/functions.hpp"
 #include "formal_transformers/norm.hpp"
 #include "formal_transformers/params.hpp"
+#include "formal_transformers/precision.hpp"
 #include "formal_transformers/unembedding.hpp"
 
 namespace ft {
@@ -285,6 +286,14 @@ public:
     TokenEmbedding<T> tok;
     PositionalEmbedding<T> pos;
     std::unique_ptr<Unembedding<T>> unemb;  // made last by each model: W_u follows the layers in θ
+    // How its matrix products run (precision.hpp): float32, or bf16-mixed — bf16 operands, float32
+    // accumulation, θ and everything else float32 — for a float32 model only (set_precision checks).
+    Precision precision = Precision::Float32;
+    void set_precision(Precision p) {
+        if (p == Precision::BF16Mixed && !std::is_same_v<T, float>)
+            throw ValueError("precision 'bf16-mixed' is for float32 models: this one is float64 (its products stay float64)");
+        precision = p;
+    }
 
     // the input of the listing's last line (softmax(W_u X)) in the last forward: [d, n]
     virtual CMatView<T> out() const = 0;

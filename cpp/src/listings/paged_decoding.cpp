@@ -267,8 +267,12 @@ void batched_step(const DTransformer<T>& m, PagePool<T>& pool, std::vector<Seque
                        w.S.data() + std::size_t(thread) * std::size_t(t_max + 1), Y.col(b) + h * a.d_mid);
         };
         if (n_threads > 1 && n_blocks > 1 && n_blocks * (t_max + 1) * a.d_attn >= 65536) {
+            const ProductContext products = product_context();  // the caller's precision, on every thread
 #pragma omp parallel for schedule(dynamic)
-            for (index_t bh = 0; bh < n_blocks; ++bh) head(bh, omp_get_thread_num());  // line 11 (gemv on the caller's thread)
+            for (index_t bh = 0; bh < n_blocks; ++bh) {
+                ProductScope scope(products);
+                head(bh, omp_get_thread_num());  // line 11 (gemv on the caller's thread)
+            }
         } else {
             for (index_t bh = 0; bh < n_blocks; ++bh) head(bh, 0);
         }

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import _core
 from .._options import check_unmapped_at_defaults
-from ..io import build_model
+from ..io import build_model, check_precision
 from ._common import _config_class_names, _read_config_json, _shown, _torch_dtype
 
 _DTYPES = ("float32", "float64")
@@ -175,7 +175,7 @@ def build(cls_name: str, config: dict, T: dict, dtype, where: str):
 # ---------------------------------------------------------------------------------------------------
 # The public functions (ft.from_hf, ft.to_hf, ft.save_hf, ft.load_hf)
 
-def from_hf(hf_model, *, dtype=None, bigbird_lengths=()):
+def from_hf(hf_model, *, dtype=None, bigbird_lengths=(), precision="float32"):
     """The ft model computing the same function as a `transformers` model: GPT2LMHeadModel / GPT2Model ->
     DTransformer (tied unless the config unties it), BertForMaskedLM / BertModel -> ETransformer (with
     n_segments, embed_norm, unembed_bias), LlamaForCausalLM -> DTransformer(positional="rope", H_kv,
@@ -194,7 +194,16 @@ def from_hf(hf_model, *, dtype=None, bigbird_lengths=()):
     name = type(hf_model).__name__
     if name not in _CLASSES:
         raise ValueError(f"ft.from_hf supports {', '.join(_CLASSES)}; got {name}")
-    return _CLASSES[name].from_model(hf_model, name, dtype, bigbird_lengths=bigbird_lengths)
+    check_precision(precision, dtype)
+    return _with_precision(_CLASSES[name].from_model(hf_model, name, dtype, bigbird_lengths=bigbird_lengths),
+                           precision)
+
+
+def _with_precision(model, precision: str):
+    """precision= of from_hf / load_hf: how the model's products run (float32 models take 'bf16-mixed')."""
+    if precision != "float32":
+        model.precision = precision
+    return model
 
 
 def _check_model(model, fn: str, vit: bool = True) -> None:
@@ -319,13 +328,14 @@ def save_hf(model, path: Union[str, os.PathLike]) -> None:
                 _remove_quietly(t)
 
 
-def load_hf(path: Union[str, os.PathLike], *, dtype=None):
+def load_hf(path: Union[str, os.PathLike], *, dtype=None, precision="float32"):
     """Read a Hugging Face model directory (config.json + model.safetensors: written by save_hf or by
     transformers' save_pretrained, e.g. a downloaded GPT-2, BERT or all-MiniLM-L6-v2) with safetensors
     alone. The class comes from config.json's "architectures" (or its model_type and whether the file
     holds an LM head). ValueError naming a missing or mismatched tensor; nothing is half-loaded."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    check_precision(precision, dtype)
     path = os.fspath(path)
     cfg_file, st_file = os.path.join(path, "config.json"), os.path.join(path, "model.safetensors")
     for f in (cfg_file, st_file):
@@ -347,4 +357,4 @@ def load_hf(path: Union[str, os.PathLike], *, dtype=None):
         raise ValueError(f"{cfg_file}: model_type {_shown(config.get('model_type'))} / architectures "
                          f"{_shown(class_names)} is not supported (supported: {', '.join(_CLASSES)})")
     _CLASSES[cls_name].refuse_file(config, cls_name, cfg_file)
-    return build(cls_name, config, T, dtype, path)
+    return _with_precision(build(cls_name, config, T, dtype, path), precision)
