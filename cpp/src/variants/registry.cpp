@@ -36,6 +36,10 @@ template <class T>
 std::shared_ptr<const QKVSource<T>> make_latent_source(const AttnPartSpec<T>&, ParamStore<T>&,
                                                        const std::string&);  // variants/latent_attention.cpp
 template <class T>
+std::shared_ptr<const QKVSource<T>> make_qkv_bias_source(const AttnPartSpec<T>&, ParamStore<T>&,
+                                                         const std::string&);  // variants/qkv_bias.cpp
+const PartRow& qkv_bias_row();                      // variants/qkv_bias.cpp
+template <class T>
 std::shared_ptr<const HeadKernel<T>> make_softmax_kernel(const AttnPartSpec<T>&, const std::string&);  // listings/attention.cpp
 template <class T>
 std::shared_ptr<const HeadKernel<T>> make_tiled_kernel(const AttnPartSpec<T>&, const std::string&);  // listings/tiled_attention.cpp
@@ -114,6 +118,7 @@ const std::vector<Entry<QKVSourceFactory<T>>>& qkv_sources() {
     static const std::vector<Entry<QKVSourceFactory<T>>> t = {
         {"projections", make_projections<T>},
         {"latent", make_latent_source<T>, latent_source_row},
+        {"qkv_bias", make_qkv_bias_source<T>, qkv_bias_row},
     };
     return t;
 }
