@@ -56,6 +56,8 @@ std::shared_ptr<const MLPPart<T>> make_swiglu_mlp(const MLPSpec&, ParamStore<T>&
 template <class T>
 std::shared_ptr<const MLPPart<T>> make_geglu_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // variants/gated_mlp.cpp (φ = GELU_tanh)
 template <class T>
+std::shared_ptr<const MLPPart<T>> make_relu_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // variants/relu_mlp.cpp
+template <class T>
 std::shared_ptr<const NormPart<T>> make_layer_norm(index_t, double, ParamStore<T>&, const std::string&,
                                                    const std::string&);  // listings/norm.cpp
 template <class T>
@@ -139,6 +141,7 @@ const std::vector<Entry<MLPFactory<T>>>& mlps() {
         {"standard", make_standard_mlp<T>},
         {"swiglu", make_swiglu_mlp<T>},
         {"geglu", make_geglu_mlp<T>},
+        {"relu", make_relu_mlp<T>},
     };
     return t;
 }
