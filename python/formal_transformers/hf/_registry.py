@@ -181,7 +181,9 @@ def from_hf(hf_model, *, dtype=None, bigbird_lengths=()):
     n_segments, embed_norm, unembed_bias), LlamaForCausalLM -> DTransformer(positional="rope", H_kv,
     mlp="swiglu", bias=False, norm="rms"), MistralForCausalLM -> the same with sliding_window (V8),
     DeepseekV3ForCausalLM (dense MLPs) -> DTransformer with latent attention (V10), T5ForConditionalGeneration ->
-    EDTransformer (V11, V18), ViTForImageClassification -> ViT (listing V14). dtype: float32 / float64 (default:
+    EDTransformer (V11, V18), ViTForImageClassification -> ViT (listing V14), Qwen2ForCausalLM -> LLaMA's with
+    qkv_bias (V20), Phi3ForCausalLM -> LLaMA's (fused tensors split), OPTForCausalLM -> DTransformer(mlp="relu")
+    (V21), RobertaForMaskedLM / RobertaModel -> ETransformer as BERT (positions offset by pad_token_id + 1). dtype: float32 / float64 (default:
     the HF model's, float64 if its weights are float64). ValueError naming an unsupported configuration option.
     BigBirdModel / BigBirdForMaskedLM -> ETransformer as BERT, with attention="bigbird" (V17: w = 3, g = 1,
     r = num_random_blocks) when HF's attention_type is "block_sparse", and HF's own layouts (one per layer and
