@@ -143,5 +143,7 @@ def test_exports_refuse_what_roberta_cannot_express():
         ft.to_hf(exact, hf_class="RobertaModel")
     with pytest.raises(ValueError, match="hf_class must be one of"):
         ft.to_hf(exact, hf_class="RobertaForCausalLM")
+    with pytest.raises(TypeError, match="hf_class must be a str"):
+        ft.save_hf(exact, "unused", hf_class=object)
     with pytest.raises(ValueError, match="holds a DTransformer"):
         ft.save_hf(exact, "unused", hf_class="OPTForCausalLM")

@@ -210,7 +210,9 @@ def _check_model(model, fn: str, vit: bool = True) -> None:
 def _converter_of(model, hf_class=None):
     cfg = dict(model.config)
     if hf_class is not None:  # the family asked for (its export checks the options it maps)
-        if not isinstance(hf_class, str) or hf_class not in _CLASSES:
+        if not isinstance(hf_class, str):
+            raise TypeError(f"hf_class must be a str (a transformers class name) or None, got {type(hf_class).__name__}")
+        if hf_class not in _CLASSES:
             raise ValueError(f"hf_class must be one of {', '.join(_CLASSES)}; got {hf_class!r}")
         conv = _CLASSES[hf_class]
         if conv.arch != cfg.get("arch"):
