@@ -1117,7 +1117,8 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
                           sliding_window=None, qk_rope_head_dim=None, fixnorm: bool = False, attention: str = "softmax",
                           features=None, mtp_depth: int = 0):
     """Algorithm V6: DTransformer with the variants. H_kv and bias=False are read off params (W_k's heads,
-    absent b's); positional="rope" | "alibi" has no W_p (any length ℓ); mlp="swiglu" uses W_gate;
+    absent b's; V20's qkv_bias: b_q, b_k, b_v present, b_o and the MLP's absent); positional="rope" | "alibi" has
+    no W_p (any length ℓ); mlp="swiglu" uses W_gate, mlp="relu" (V21) the MLP with φ = ReLU;
     mask="prefix" with prefix_len p (V7), sliding_window w (V8): line 6's Mask (decoder_mask);
     norm="scale": ScaleNorm (V12) with the scalar g stored as gamma1/gamma2/gamma; fixnorm: FixNorm's
     unit-norm token embedding (V13) at line 2; attention="performer" | "rfa" (V15): features[l] is layer l's Ω
@@ -1161,8 +1162,9 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
             return X + swiglu_mlp(X_tilde, params[p + "W_gate"], get(p + "b_gate"), params[p + "W_mlp1"],
                                   get(p + "b_mlp1"), params[p + "W_mlp2"], get(p + "b_mlp2"))
         b1, b2 = get(p + "b_mlp1"), get(p + "b_mlp2")
-        return X + params[p + "W_mlp2"] @ _gelu_kind(params[p + "W_mlp1"] @ X_tilde + (0 if b1 is None else b1[:, None]),
-                                                      gelu) + (0 if b2 is None else b2[:, None])
+        H1 = params[p + "W_mlp1"] @ X_tilde + (0 if b1 is None else b1[:, None])
+        phi = relu(H1) if mlp == "relu" else _gelu_kind(H1, gelu)  # V21: mlp="relu" (OPT)
+        return X + params[p + "W_mlp2"] @ phi + (0 if b2 is None else b2[:, None])
 
     for i in range(L):  # line 4
         X = layer(X, f"layers.{i}.", None if features is None else features[i])  # lines 5–8

@@ -220,10 +220,12 @@ def test_mtp_options_refused(opts, exc, match):
 
 
 def test_decoder_mlp_relu_is_not_its_gelu():
-    # used to be accepted and silently built GPT-2's GELU MLP
-    with pytest.raises(ValueError, match="mlp='relu' is Algorithm 8's ReLU MLP, not DTransformer's: mlp must be one of "
-                                         "'gelu', 'swiglu', 'geglu'"):
-        dm(mlp="relu")
+    # it once was accepted and silently built GPT-2's GELU MLP; now it is V21's ReLU MLP (OPT)
+    relu, gelu = dm(mlp="relu"), dm(mlp="gelu")
+    for k, v in gelu.params.items():
+        relu.params[k] = v
+    x = np.array([1, 2, 3, 4])
+    assert relu.config["mlp"] == "relu" and not np.allclose(relu(x), gelu(x))
     assert dm(mlp="gelu").config["mlp"] == "gelu" and ed(mlp="relu").config["mlp"] == "relu"
 
 

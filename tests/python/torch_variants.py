@@ -115,6 +115,8 @@ def d_logits(x, p, *, L, H, norm="layer", gelu="exact", eps=1e-5, positional="le
         Xt = nrm(X, q + "gamma2", q + "beta2")
         if mlp == "swiglu":
             A = F.silu(_lin(p, q + "W_gate", q + "b_gate", Xt)) * _lin(p, q + "W_mlp1", q + "b_mlp1", Xt)
+        elif mlp == "relu":  # V21
+            A = F.relu(_lin(p, q + "W_mlp1", q + "b_mlp1", Xt))
         else:
             A = F.gelu(_lin(p, q + "W_mlp1", q + "b_mlp1", Xt), approximate="tanh" if gelu == "tanh" else "none")
         X = X + _lin(p, q + "W_mlp2", q + "b_mlp2", A)

@@ -55,8 +55,9 @@ struct ModelConfig {
     bool bias = true;
     // mlp (D and ED; E: Standard only): Standard is the listing's MLP, GELU in D (Algorithm 10, named "gelu")
     // and Algorithm 8's ReLU in ED (named "relu"); SwiGLU: V4; GeGLU: V18's gated GELU (tanh form; T5 v1.1's
-    // "gated-gelu"). The names per architecture: config.cpp's kMlps.
-    enum class Mlp { Standard, SwiGLU, GeGLU } mlp = Mlp::Standard;
+    // "gated-gelu"); ReLU (D): Algorithm 8's φ in Algorithm 10's MLP (V21, OPT). The names per architecture:
+    // config.cpp's kMlps.
+    enum class Mlp { Standard, SwiGLU, GeGLU, ReLU } mlp = Mlp::Standard;
     double rope_theta = 10000.0;
     // V7 (D only): the prefix-LM mask of line 6, Mask[t_z, t_x] = [[t_z < p_b or t_z ≤ t_x]] with the prefix length
     // p_b of each sequence given with the call (Tokens::prefix; none: p_b = 0, the causal mask). Causal: Algorithm 10.

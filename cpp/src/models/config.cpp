@@ -50,7 +50,8 @@ const NameTable<ModelConfig::Mlp> kMlps = {
     {"relu", ModelConfig::Mlp::Standard, ED, "Algorithm 8's ReLU MLP"},
     {"swiglu", ModelConfig::Mlp::SwiGLU},
     {"geglu", ModelConfig::Mlp::GeGLU},
-    {"gated-gelu", ModelConfig::Mlp::GeGLU}};
+    {"gated-gelu", ModelConfig::Mlp::GeGLU},
+    {"relu", ModelConfig::Mlp::ReLU, D, "the ReLU MLP (V21) of DTransformer"}};
 const NameTable<ModelConfig::MaskKind> kMasks = {{"causal", ModelConfig::MaskKind::Causal},
                                                   {"unidirectional", ModelConfig::MaskKind::Causal},
                                                   {"prefix", ModelConfig::MaskKind::Prefix}};
@@ -721,7 +722,7 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
     if (arch != Arch::ED && c.positional == Positional::Relative)
         throw ValueError("positional='relative' (T5's relative position bias, V11) is an EDTransformer option");
     if (arch == Arch::E && c.mlp != ModelConfig::Mlp::Standard)
-        throw ValueError("mlp='swiglu' and mlp='geglu' are DTransformer and EDTransformer options");
+        throw ValueError("mlp='swiglu' and mlp='geglu' are DTransformer and EDTransformer options (mlp='relu': DTransformer)");
     if (c.positional == Positional::Rope && !choose(c, PartKind::QKVSource) && c.d_attn % 2 != 0)
         throw ValueError("positional='rope' rotates pairs of rows: d_attn (the head size) must be even, got " +
                          std::to_string(c.d_attn));
