@@ -174,25 +174,28 @@ def test_load_refuses_a_damaged_file(tmp_path):
         ft.load(tmp_path / "cut.safetensors")
 
 
-MLP_NAMES = {"DTransformer": ("gelu", "relu"), "EDTransformer": ("relu", "gelu")}  # (its standard, the other's)
+# (its standard, the other's standard it refuses, its extra names): ED takes "gelu" too, BART's GELU MLP (V20)
+MLP_NAMES = {"DTransformer": ("gelu", "relu", ()), "EDTransformer": ("relu", None, ("gelu",))}
 
 
 @pytest.mark.parametrize("arch", list(MLP_NAMES))
 def test_mlp_names_are_the_architectures(tmp_path, arch):
     """The schema's per-architecture names of the standard MLP: "gelu" (Algorithms 9-10) in D, "relu" (Algorithm 8)
-    in ED, each refused in the other; the refusal and an unknown name list the architecture's own names; every
-    name's config round-trips through JSON, build_model and a saved file."""
+    in ED, "relu" refused in D (ED's "gelu" is V20's GELU MLP); the refusal and an unknown name list the architecture's
+    own names; every name's config round-trips through JSON, build_model and a saved file."""
     make = getattr(ft, arch)
     sizes = (V, 9, 1, 2, 8, 12) if arch == "DTransformer" else (V, 9, 1, 1, 2, 8, 12)
-    standard, other = MLP_NAMES[arch]
-    allowed = f"'{standard}', 'swiglu', 'geglu'"
-    with pytest.raises(ValueError, match=f"mlp='{other}' is .*, not {arch}'s: mlp must be one of {allowed}$"):
-        make(*sizes, mlp=other)
+    standard, other, extra = MLP_NAMES[arch]
+    allowed = ", ".join(f"'{n}'" for n in (standard, *extra, "swiglu", "geglu"))
+    if other:
+        with pytest.raises(ValueError, match=f"mlp='{other}' is .*, not {arch}'s: mlp must be one of {allowed}$"):
+            make(*sizes, mlp=other)
+        with pytest.raises(ValueError, match=f"mlp='{other}'"):  # a file's config is checked the same way
+            ft.build_model({**make(*sizes).config, "mlp": other})
     with pytest.raises(ValueError, match=f"mlp must be one of {allowed}, got 'bogus'"):
         make(*sizes, mlp="bogus")
-    with pytest.raises(ValueError, match=f"mlp='{other}'"):  # a file's config is checked the same way
-        ft.build_model({**make(*sizes).config, "mlp": other})
-    for name, written in ((standard, standard), ("swiglu", "swiglu"), ("geglu", "geglu"), ("gated-gelu", "geglu")):
+    for name, written in ((standard, standard), *((e, e) for e in extra), ("swiglu", "swiglu"), ("geglu", "geglu"),
+                          ("gated-gelu", "geglu")):
         m = make(*sizes, mlp=name, dtype="float64", seed=3)
         assert m.config["mlp"] == written
         for config in (m.config, m.config_json()):

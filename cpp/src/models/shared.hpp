@@ -37,6 +37,8 @@ inline const char* norm_name(NormKind k) { return k == NormKind::RMS ? "rms" : k
 inline const char* mlp_name(ModelConfig::Mlp m) {
     return m == ModelConfig::Mlp::SwiGLU ? "swiglu" : m == ModelConfig::Mlp::GeGLU ? "geglu" : "standard";
 }
+// The activation of Algorithm 8's MLPs: ReLU as printed, GELU with mlp="gelu" (V20, BART)
+inline Activation ed_activation(const ModelConfig& c) { return c.mlp == ModelConfig::Mlp::Gelu ? Activation::Gelu : Activation::Relu; }
 inline const char* position_name(Positional p) {
     return p == Positional::Rope ? "rope" : p == Positional::Alibi ? "alibi" : p == Positional::Relative ? "relative" : "none";
 }
