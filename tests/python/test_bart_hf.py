@@ -89,8 +89,10 @@ def test_bart_model_is_the_body_with_the_tied_unembedding(cls):
     model = ft.from_hf(hf)
     assert model.config["tied"] and not model.config["unembed_bias"] and "b_u" not in model.params
     h = hf(input_ids=torch.as_tensor(Z)[None], decoder_input_ids=torch.as_tensor(X)[None]).last_hidden_state[0]
-    logits = (h @ hf.shared.weight.T).detach().numpy().T
-    assert rel_err(model.logits(Z, X), logits) <= 1e-12
+    logits = h @ hf.shared.weight.T
+    assert rel_err(model.logits(Z, X), logits.detach().numpy().T) <= 1e-12
+    loss_hf = torch.nn.functional.cross_entropy(logits[:-1], torch.as_tensor(X[1:]), reduction="sum")
+    _assert_loss_and_grads(model, (Z, X), loss_hf, hf)  # every gradient, through the tied unembedding
 
 
 @pytest.mark.parametrize("forced_bos,cls", [(None, "Bart"), (0, "Bart"), (5, "MBart")])
