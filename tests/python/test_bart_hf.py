@@ -264,3 +264,11 @@ def test_bad_options_raise_naming_them():
             ft.to_torch(ft.EDTransformer(**small, **{opt: True}))
     with pytest.raises(ValueError, match="mlp='gelu'"):
         ft.to_torch(ft.EDTransformer(**small, mlp="gelu"))
+
+
+def test_a_float32_bart_is_float32_and_within_float32_rounding():
+    hf = _bart("gelu", True, True).to(torch.float32)
+    model = ft.from_hf(hf)
+    assert model.config["dtype"] == "float32"
+    P = torch.softmax(hf(input_ids=torch.as_tensor(Z)[None], decoder_input_ids=torch.as_tensor(X)[None]).logits[0], -1)
+    assert rel_err(model(Z, X), P.detach().numpy().T) <= 1e-5

@@ -160,3 +160,11 @@ def test_what_distilbert_cannot_express_is_refused_by_name(tmp_path):
     (tmp_path / "ok" / "config.json").write_text(json.dumps({**cfg, "sinusoidal_pos_embds": True}))
     with pytest.raises(ValueError, match="sinusoidal_pos_embds"):
         ft.load_hf(tmp_path / "ok")
+
+
+def test_a_float32_distilbert_is_float32_and_within_float32_rounding():
+    hf = _distilbert(dtype=torch.float32)
+    model = ft.from_hf(hf)
+    assert model.config["dtype"] == "float32"
+    x = np.array([5, 9, 2, 6, 5, 3])
+    assert rel_err(model.logits(x), hf(torch.tensor(x)[None]).logits[0].detach().numpy().T) <= 1e-5
