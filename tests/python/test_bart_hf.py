@@ -72,9 +72,8 @@ def test_from_hf_probabilities_and_every_gradient_equal_hugging_face(family, act
     P_hf = torch.softmax(logits, -1).detach().numpy().T
     assert rel_err(model(Z, X), P_hf) <= 1e-12
     theta = {k: np.array(v) for k, v in model.params.items()}
-    if not pre:
-        P_ref = ref.bart_transformer(Z, X, theta, L_enc=2, L_dec=2, H=2, mlp=act, scale_embedding=scale)
-        assert rel_err(P_ref, P_hf) <= 1e-12
+    P_ref = ref.bart_transformer(Z, X, theta, L_enc=2, L_dec=2, H=2, mlp=act, scale_embedding=scale, pre_norm=pre)
+    assert rel_err(P_ref, P_hf) <= 1e-12
     loss_hf = torch.nn.functional.cross_entropy(logits[:-1], x[0, 1:], reduction="sum")
     # every parameter's gradient (HF's final_logits_bias is a buffer: b_u's gradient is Σ_t (P[:, t] − onehot))
     grads = _assert_loss_and_grads(model, (Z, X), loss_hf, hf, skip=("b_u",))
@@ -188,23 +187,24 @@ def _native(dtype="float64", **kw):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("kw", [dict(), dict(mlp="relu", scale_embedding=False, tied=True),
-                                dict(embed_norm=False, separate_positions=False, unembed_bias=False)])
+                                dict(embed_norm=False, separate_positions=False, unembed_bias=False),
+                                dict(pre_norm=True)])
 def test_core_equals_the_listing(dtype, kw):
     m = _native(dtype, **kw)
     theta = {k: np.array(v, dtype=np.float64) for k, v in m.params.items()}
     z, x = np.array([4, 5, 6, 7, 1, 2, 3, 8, 9, 11]), np.array([2, 3, 17, 9, 4, 4, 5, 13])
     P = ref.bart_transformer(z, x, theta, L_enc=2, L_dec=2, H=2, mlp=m.config["mlp"],
-                             scale_embedding=m.config["scale_embedding"])
+                             scale_embedding=m.config["scale_embedding"], pre_norm=m.config["pre_norm"])
     assert rel_err(m(z, x), P) <= TOL[dtype]
 
 
-@pytest.mark.parametrize("tied", [False, True])
-def test_every_gradient_equals_finite_differences(tied):
-    m = _native(L_enc=1, L_dec=1, tied=tied)
+@pytest.mark.parametrize("tied,pre_norm", [(False, False), (True, False), (False, True)])
+def test_every_gradient_equals_finite_differences(tied, pre_norm):
+    m = _native(L_enc=1, L_dec=1, tied=tied, pre_norm=pre_norm)
     z, x = np.array([4, 5, 6, 1, 2, 3]), np.array([2, 3, 9, 4, 7])
     _, grads = m.loss_and_grad(z, x)
     assert {"dec.W_p", "enc.gamma_e", "enc.beta_e", "dec.gamma_e", "dec.beta_e", "b_u"} <= set(grads)
-    assert_grads_match_fd(m, grads, lambda: m.loss(z, x), label=tied)
+    assert_grads_match_fd(m, grads, lambda: m.loss(z, x), label=(tied, pre_norm))
 
 
 def test_the_defaults_keep_algorithm_8_and_the_options_round_trip(tmp_path):
