@@ -71,6 +71,7 @@
 #include "formal_transformers/norm.hpp"
 #include "formal_transformers/params.hpp"
 #include "formal_transformers/precision.hpp"
+#include "formal_transformers/stack_embedding.hpp"
 #include "formal_transformers/unembedding.hpp"
 
 namespace ft {
@@ -566,6 +567,7 @@ public:
         std::vector<KVCache<T>> self_kv, cross_kv;
         index_t len = 0;
         DecodeScratch<T> w;
+        typename StackEmbedding<T>::Cache emb;  // V22: the decoder's embedding of the new tokens
     };
     void encode(Decoder& d, const index_t* z, index_t l_z) const;
     void decode(Decoder& d, const index_t* ids, index_t n, T* logits_out) const;
@@ -576,6 +578,7 @@ public:
     std::vector<std::unique_ptr<PreLNDecoderBlock<T>>> enc_pre;
     std::vector<std::unique_ptr<PreLNCrossDecoderBlock<T>>> dec_pre;
     std::unique_ptr<Norm<T>> norm_enc, norm_dec;  // γ_enc, γ_dec
+    std::unique_ptr<StackEmbedding<T>> emb_enc, emb_dec;  // lines 2–3 and 11–12 (V22: BART's options)
 
 private:
     // lines 1–9 into the given activations (the model's own for forward, a Decoder's for encode)
@@ -583,8 +586,8 @@ private:
     // (V18, pre_norm: pre_acts, and Zf ← norm(Z | γ_enc)); returns Z
     CMatView<T> encoder_forward(const Tokens& z, std::vector<typename PostLNEncoderBlock<T>::Acts>& acts,
                                 std::vector<typename PreLNDecoderBlock<T>::Acts>& pre_acts, std::vector<Matrix<T>>& stream,
-                                Matrix<T>& Zf, NormCache<T>& nc, const Dropout* drop = nullptr,
-                                DropoutMask* embed_mask = nullptr) const;
+                                Matrix<T>& Zf, NormCache<T>& nc, typename StackEmbedding<T>::Cache& ec,
+                                const Dropout* drop = nullptr, DropoutMask* embed_mask = nullptr) const;
     // V18: X_L → Xf = s · norm(X_L | γ_dec) (pre_norm; else X_L), s = d_e^−1/2 with unembed_rescale (else 1)
     bool head_input() const { return cfg.pre_norm || cfg.unembed_rescale; }
     void head_forward(CMatView<T> X, MatView<T> Xf, NormCache<T>& nc) const;
@@ -607,6 +610,7 @@ private:
     std::vector<typename PreLNCrossDecoderBlock<T>::Acts> dec_pre_acts_;
     Matrix<T> Zf_, Xf_;                  // V18: norm(Z | γ_enc); the head's input
     NormCache<T> norm_enc_c_, norm_dec_c_;
+    typename StackEmbedding<T>::Cache emb_z_c_, emb_x_c_;  // V22
     std::vector<typename PostLNEncoderBlock<T>::Acts> enc_acts_;
     std::vector<typename PostLNDecoderBlock<T>::Acts> dec_acts_;
     std::vector<Matrix<T>> zstream_, xstream_;  // [L_enc+1], [L_dec+1]

@@ -123,7 +123,7 @@ PostLNDecoderBlock<T>::PostLNDecoderBlock(const ModelConfig& c, ParamStore<T>& s
       cross_attn(c.H, c.d_e, c.d_e, c.d_attn, c.d_mid, c.d_e, Mask::bidirectional(), store, p + "cross_attn.",
                  attn_variant(c, false)),
       norm4(norm_name(c.norm), c.d_e, c.eps, store, p + "gamma4", p + "beta4"),
-      mlp(mlp_name(c.mlp), mlp_spec(c, Activation::Relu, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4"), store, p),
+      mlp(mlp_name(c.mlp), mlp_spec(c, ed_activation(c), "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4"), store, p),
       norm5(norm_name(c.norm), c.d_e, c.eps, store, p + "gamma5", p + "beta5") {}
 
 template <class T>
@@ -188,7 +188,7 @@ PreLNCrossDecoderBlock<T>::PreLNCrossDecoderBlock(const ModelConfig& c, ParamSto
       cross_attn(c.H, c.d_e, c.d_e, c.d_attn, c.d_mid, c.d_e, Mask::bidirectional(), store, p + "cross_attn.",
                  attn_variant(c, false)),
       norm3(norm_name(c.norm), c.d_e, c.eps, store, p + "gamma3", p + "beta3"),
-      mlp(mlp_name(c.mlp), mlp_spec(c, Activation::Relu, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4"), store, p) {}
+      mlp(mlp_name(c.mlp), mlp_spec(c, ed_activation(c), "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4"), store, p) {}
 
 template <class T>
 void PreLNCrossDecoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double s_out) const {

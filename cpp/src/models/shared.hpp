@@ -40,6 +40,8 @@ inline const char* mlp_name(ModelConfig::Mlp m) {
            : m == ModelConfig::Mlp::ReLU  ? "relu"
                                           : "standard";
 }
+// The activation of Algorithm 8's MLPs: ReLU as printed, GELU with mlp="gelu" (V22, BART)
+inline Activation ed_activation(const ModelConfig& c) { return c.mlp == ModelConfig::Mlp::Gelu ? Activation::Gelu : Activation::Relu; }
 inline const char* position_name(Positional p) {
     return p == Positional::Rope ? "rope" : p == Positional::Alibi ? "alibi" : p == Positional::Relative ? "relative" : "none";
 }

@@ -67,6 +67,10 @@ class Converter:
     def refuse_file(self, config: dict, cls_name: str, where: str) -> None:
         """ValueError for a directory load_hf cannot read alone (a family needing its HF code)."""
 
+    def file_config(self, config: dict, path: str) -> dict:
+        """The config load_hf maps: config.json's (a family may add what other files of the directory hold)."""
+        return config
+
     def from_model(self, hf_model, cls_name: str, dtype, **kw):
         """from_hf of an HF model object of one of self.classes."""
         if kw.get("bigbird_lengths"):
@@ -181,7 +185,9 @@ def from_hf(hf_model, *, dtype=None, bigbird_lengths=(), precision="float32"):
     n_segments, embed_norm, unembed_bias), LlamaForCausalLM -> DTransformer(positional="rope", H_kv,
     mlp="swiglu", bias=False, norm="rms"), MistralForCausalLM -> the same with sliding_window (V8),
     DeepseekV3ForCausalLM (dense MLPs) -> DTransformer with latent attention (V10), T5ForConditionalGeneration ->
-    EDTransformer (V11, V18), ViTForImageClassification -> ViT (listing V14), Qwen2ForCausalLM -> LLaMA's with
+    EDTransformer (V11, V18), BartForConditionalGeneration / BartModel -> EDTransformer with BART's options (V22),
+    DistilBertForMaskedLM / DistilBertModel -> ETransformer (n_segments=0, embed_norm, unembed_bias, eps=1e-12),
+    ViTForImageClassification -> ViT (listing V14), Qwen2ForCausalLM -> LLaMA's with
     qkv_bias (V20), Phi3ForCausalLM -> LLaMA's (fused tensors split), OPTForCausalLM -> DTransformer(mlp="relu")
     (V21), RobertaForMaskedLM / RobertaModel -> ETransformer as BERT (positions offset by pad_token_id + 1). dtype: float32 / float64 (default:
     the HF model's, float64 if its weights are float64). ValueError naming an unsupported configuration option.
@@ -212,7 +218,7 @@ def _check_model(model, fn: str, vit: bool = True) -> None:
     """to_hf / save_hf take an ft model (TypeError otherwise, as to_torch)."""
     kinds = (_core.DTransformer, _core.ETransformer, _core.EDTransformer) + ((_core.ViT,) if vit else ())
     if not isinstance(model, kinds):
-        raise TypeError(f"ft.{fn} takes a DTransformer or ETransformer (or an EDTransformer with T5's options"
+        raise TypeError(f"ft.{fn} takes a DTransformer or ETransformer (or an EDTransformer with T5's or BART's options"
                         f"{', or a ViT' if vit else ''}), got {type(model).__name__}")
 
 
@@ -253,7 +259,8 @@ def to_hf(model, *, hf_class=None):
     """The `transformers` model with the same function, in the model's dtype and eval mode: DTransformer ->
     GPT2LMHeadModel (LlamaForCausalLM when positional="rope", with mlp="swiglu", bias=False, norm="rms";
     MistralForCausalLM with a sliding_window; DeepseekV3ForCausalLM with kv_lora_rank), ETransformer (with
-    embed_norm, d_f = d_e) -> BertForMaskedLM, EDTransformer with T5's options -> T5ForConditionalGeneration,
+    embed_norm, d_f = d_e) -> BertForMaskedLM (DistilBertForMaskedLM without segments and with eps = 1e-12),
+    EDTransformer with T5's options -> T5ForConditionalGeneration, with BART's -> BartForConditionalGeneration,
     ViT -> ViTForImageClassification; the dropout rates mapped (GPT-2: embd_pdrop, attn_pdrop, resid_pdrop; BERT:
     hidden_dropout_prob = embed_dropout = resid_dropout, attention_probs_dropout_prob; LLaMA: attention_dropout)
     — from_hf maps them back. ValueError for options the class cannot express (every option the family does not
@@ -374,4 +381,4 @@ def load_hf(path: Union[str, os.PathLike], *, dtype=None, precision="float32"):
         raise ValueError(f"{cfg_file}: model_type {_shown(config.get('model_type'))} / architectures "
                          f"{_shown(class_names)} is not supported (supported: {', '.join(_CLASSES)})")
     _CLASSES[cls_name].refuse_file(config, cls_name, cfg_file)
-    return _with_precision(build(cls_name, config, T, dtype, path), precision)
+    return _with_precision(build(cls_name, _CLASSES[cls_name].file_config(config, path), T, dtype, path), precision)
