@@ -290,10 +290,10 @@ class BART(Converter):
                 state[k] = state["model.shared.weight"]
         return self.cls, hf, state
 
-    def to_hf(self, model):
+    def to_hf(self, model, hf_class=None):
         """The exported model with Algorithm 15's ids in its generation config too (transformers 5 reads
         forced_bos_token_id from there only)."""
-        cls_name, hf_cfg, state = export(model)
+        cls_name, hf_cfg, state = export(model, hf_class)
         hf = hf_model(cls_name, hf_cfg, state)
         for k in _GENERATION:
             setattr(hf.generation_config, k, hf_cfg[k])
