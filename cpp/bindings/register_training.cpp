@@ -23,6 +23,29 @@ ft::Listing listing_of(const std::string& name) {
     throw ft::ValueError("listing must be 'DTraining', 'ETraining' or 'EDTraining', got '" + name + "'");
 }
 
+// trainable=: a name or pattern (str), or an iterable of them, as the schema's one string (one per line).
+ft::OptionValue patterns_value(const py::handle& v) {
+    std::vector<py::object> items;
+    if (py::isinstance<py::str>(v)) items.push_back(py::reinterpret_borrow<py::object>(v));
+    else if (py::hasattr(v, "__iter__") && !py::isinstance<py::bytes>(v) && !py::isinstance<py::dict>(v))
+        for (auto x : v) items.push_back(py::reinterpret_borrow<py::object>(x));
+    else
+        throw ft::TypeError("trainable must be a list of parameter names or glob patterns (or None), got " +
+                            py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>());
+    if (items.empty()) throw ft::ValueError("trainable is empty: nothing would train (None trains every parameter)");
+    std::string text;
+    for (std::size_t k = 0; k < items.size(); ++k) {
+        if (!py::isinstance<py::str>(items[k]))
+            throw ft::TypeError("trainable must hold str names or patterns, got " +
+                                py::str(py::type::handle_of(items[k]).attr("__name__")).cast<std::string>());
+        const std::string p = items[k].cast<std::string>();
+        if (p.find('\n') != std::string::npos) throw ft::ValueError("trainable: a pattern holds a newline: " + py::repr(items[k]).cast<std::string>());
+        if (p.empty()) throw ft::ValueError("trainable: an empty pattern matches no parameter");
+        text += (k ? "\n" : "") + p;
+    }
+    return text;
+}
+
 TrainOptionsPy parse_options(const std::string& listing, const py::dict& options, const py::object& optimizer) {
     TrainOptionsPy r{listing_of(listing), {}};
     ft::Options keywords;
@@ -35,6 +58,10 @@ TrainOptionsPy parse_options(const std::string& listing, const py::dict& options
                              py::str(py::type::handle_of(optimizer).attr("__name__")).cast<std::string>());
     for (auto kv : options) {
         const std::string name = kv.first.cast<std::string>();
+        if (name == "trainable" && !kv.second.is_none()) {
+            keywords.emplace_back(name, patterns_value(kv.second));
+            continue;
+        }
         keywords.emplace_back(name, option_value(kv.second, name));
     }
     r.o = ft::TrainOptions::from_options(r.listing, keywords, optimizer_lr);
@@ -246,6 +273,7 @@ void register_training(py::module_& m) {
             [](const TrainOptionsPy& t) {
                 py::dict d;
                 for (const auto& [name, v] : t.o.to_options(t.listing)) d[py::str(name)] = py_value(v);
+                if (!t.o.trainable.empty()) d["trainable"] = py::cast(t.o.trainable);  // a list, as given
                 return d;
             },
             "Every option of the listing with its value, in Python's notation (patience off: None).")

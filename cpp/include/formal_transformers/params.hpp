@@ -50,8 +50,21 @@ public:
     // Mark a declared parameter as fixed: it stays in θ (and in `params`) but optimizers skip it and no
     // backward writes its gradient (sinusoidal W_p).
     void freeze(index_t offset);
-    // The trainable part of the flat buffer as [begin, end) ranges (merged), for optimizers.
+    // The trainable part of the flat buffer as [begin, end) ranges (merged), for optimizers: the parameters
+    // neither fixed (freeze) nor left out of the current training run (train_only).
     std::vector<std::pair<index_t, index_t>> trainable_ranges() const;
+    // A training run on a subset of θ (the trainers' `trainable=`): train[k] says whether entries()[k] trains.
+    // Until clear_train_only(), the others are frozen as fixed ones are: the optimizers skip them and the
+    // backward passes that can leave a frozen weight's gradient out do (grad_if_trained: its gradient stays
+    // as zero_grad left it). θ, its names and the gradient buffer keep their layout.
+    void train_only(const std::vector<bool>& train);
+    void clear_train_only();
+    bool trains(const ParamInfo& e) const;  // e trains in the current run: not fixed and not left out
+    // The gradient of the parameter at `offset` when it trains in the current run, else null (a backward
+    // that receives null skips that gradient's product: affine_backward's dW, db).
+    T* grad_if_trained(index_t offset);
+    template <class P>
+    T* grad_if_trained(const P& p) { return grad_if_trained(p.offset); }
     // Tied weights (W_u = W_eᵀ) are not a second entry: the model uses W_e transposed (transformers.hpp).
 
     void allocate();  // zero-filled; once
@@ -84,6 +97,7 @@ private:
     std::vector<ParamInfo> entries_;
     std::unordered_map<std::string, std::size_t> index_;  // name -> position in entries_ (a scan made
                                                           // declaring L layers quadratic in L)
+    std::vector<bool> left_out_;                          // train_only: per entry, frozen for this run (empty: none)
     index_t total_ = 0;
     bool allocated_ = false;
     Vector<T> theta_, grad_;

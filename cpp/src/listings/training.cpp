@@ -227,7 +227,15 @@ template <class T, class Update, class Body, class Eval>
 void train_loop(ParamStore<T>& store, std::uint64_t& dropout_step, index_t N_data, const TrainOptions& o,
                 const Update& update, const StepHook& hook, Body&& body, Eval&& evaluate, bool has_val,
                 EarlyStopState<T>* state, const Replicas<T>* dp) {
+    // trainable= (checked before anything changes): the others frozen for this run, however it ends
+    struct TrainOnly {
+        ParamStore<T>& s;
+        ~TrainOnly() { s.clear_train_only(); }
+    };
+    const std::vector<bool> train = resolve_trainable(o, store);
     EarlyStopping<T> early(o, store, state, has_val);
+    TrainOnly train_only{store};
+    if (!o.trainable.empty()) store.train_only(train);
     const index_t rank = dp ? dp->rank : 0, world = dp ? dp->world : 1;
     StepPlan plan(o, N_data);
     DropoutCounter dropout{dropout_step};
