@@ -83,7 +83,8 @@ T* ParamStore<T>::grad_if_trained(index_t offset) {
     const auto it = std::lower_bound(entries_.begin(), entries_.end(), offset,
                                      [](const ParamInfo& e, index_t o) { return e.offset < o; });
     FT_CHECK(it != entries_.end() && it->offset == offset, "grad_if_trained: no parameter at that offset");
-    return left_out_[std::size_t(it - entries_.begin())] ? nullptr : grad_.data() + offset;
+    // an adapted W's gradient is ∂loss/∂W', which its adapter's backward needs
+    return left_out_[std::size_t(it - entries_.begin())] && !adapted_at_.count(offset) ? nullptr : grad_.data() + offset;
 }
 
 template <class T>
@@ -107,6 +108,12 @@ void ParamStore<T>::allocate() {
     theta_.fill(T(0));
     grad_.fill(T(0));
     allocated_ = true;
+    if (!adapters_.empty()) {
+        index_t n = 0;
+        for (Adapter& ad : adapters_) ad.at = n, n += ad.rows * ad.cols;
+        eff_.assign(std::size_t(n), T(0));
+        seen_.clear();  // made at the first refresh
+    }
 }
 
 template <class T>
