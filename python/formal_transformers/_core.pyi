@@ -545,6 +545,10 @@ class DTransformer(_HasParams):
         """
     def __repr__(self) -> str:
         ...
+    def _lora(self, targets: collections.abc.Sequence[str], r: typing.SupportsIndex, alpha: typing.SupportsFloat | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        """
+        ft.lora's core (lora.hpp).
+        """
     def attention_weights(self, layer: typing.SupportsIndex, seq: typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
         """
         softmax(S/√d_attn) of every head of `layer` in the last forward call: (H, ℓ, ℓ); column t is how token t attends to the tokens of its sequence.
@@ -572,6 +576,10 @@ class DTransformer(_HasParams):
     def loss_terms(self) -> list[float]:
         """
         The terms of the last loss or loss_and_grad call: [L_main, L_1, …, L_D] (V16 lines 6 and 8, sums over the batch; [L_main] without mtp_depth; [] before any call).
+        """
+    def merge_lora(self) -> None:
+        """
+        LoRA (docs/variants.md): W ← W + (α/r)·B·A on every adapted matrix, and the adapters leave θ (their <name>.lora_A, .lora_B entries). The outputs stay those of the adapted model, bit for bit. Views of params taken before are of the old θ.
         """
     def zero_grad(self) -> None:
         ...
@@ -627,6 +635,11 @@ class DTransformer(_HasParams):
     def l_max(self) -> int:
         ...
     @property
+    def lora(self) -> typing.Any:
+        """
+        The LoRA adapters (ft.lora): targets, r, alpha, dropout and the adapted matrices' names; None without.
+        """
+    @property
     def mask_token(self) -> int:
         """
         N_V − 3 (paper §4, 0-based)
@@ -669,6 +682,10 @@ class ETransformer(_HasParams):
         """
     def __repr__(self) -> str:
         ...
+    def _lora(self, targets: collections.abc.Sequence[str], r: typing.SupportsIndex, alpha: typing.SupportsFloat | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        """
+        ft.lora's core (lora.hpp).
+        """
     def attention_weights(self, layer: typing.SupportsIndex, seq: typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
         """
         softmax(S/√d_attn) of every head of `layer` in the last forward call: (H, ℓ, ℓ); column t is how token t attends to the tokens of its sequence.
@@ -709,6 +726,10 @@ class ETransformer(_HasParams):
     def loss_and_grad(self, x_tilde: typing.Any, x: typing.Any, copy: bool = True, *, segments: typing.Any = None) -> tuple[float, typing.Any]:
         """
         Algorithm 12 line 9 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad; segments: segment ids shaped like x (n_segments > 0).
+        """
+    def merge_lora(self) -> None:
+        """
+        LoRA (docs/variants.md): W ← W + (α/r)·B·A on every adapted matrix, and the adapters leave θ (their <name>.lora_A, .lora_B entries). The outputs stay those of the adapted model, bit for bit. Views of params taken before are of the old θ.
         """
     def set_bigbird_layouts(self, layouts: typing.Any) -> None:
         """
@@ -784,6 +805,11 @@ class ETransformer(_HasParams):
     def l_max(self) -> int:
         ...
     @property
+    def lora(self) -> typing.Any:
+        """
+        The LoRA adapters (ft.lora): targets, r, alpha, dropout and the adapted matrices' names; None without.
+        """
+    @property
     def mask_token(self) -> int:
         """
         N_V − 3 (paper §4, 0-based)
@@ -822,6 +848,10 @@ class EDTransformer(_HasParams):
         """
     def __repr__(self) -> str:
         ...
+    def _lora(self, targets: collections.abc.Sequence[str], r: typing.SupportsIndex, alpha: typing.SupportsFloat | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        """
+        ft.lora's core (lora.hpp).
+        """
     def attention_weights(self, kind: str, layer: typing.SupportsIndex, seq: typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
         """
         Attention matrices of the last forward call: kind 'enc' (ℓ_z, ℓ_z), 'dec' (ℓ_x, ℓ_x) or 'cross' (ℓ_z, ℓ_x), for every head: (H, rows, columns).
@@ -841,6 +871,10 @@ class EDTransformer(_HasParams):
     def loss_and_grad(self, z: typing.Any, x: typing.Any, copy: bool = True) -> tuple[float, typing.Any]:
         """
         Algorithm 11 line 5 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad.
+        """
+    def merge_lora(self) -> None:
+        """
+        LoRA (docs/variants.md): W ← W + (α/r)·B·A on every adapted matrix, and the adapters leave θ (their <name>.lora_A, .lora_B entries). The outputs stay those of the adapted model, bit for bit. Views of params taken before are of the old θ.
         """
     def zero_grad(self) -> None:
         ...
@@ -899,6 +933,11 @@ class EDTransformer(_HasParams):
     def l_max(self) -> int:
         ...
     @property
+    def lora(self) -> typing.Any:
+        """
+        The LoRA adapters (ft.lora): targets, r, alpha, dropout and the adapted matrices' names; None without.
+        """
+    @property
     def mask_token(self) -> int:
         """
         N_V − 3 (paper §4, 0-based)
@@ -936,7 +975,7 @@ class Adam:
         """
     def state_dict(self) -> dict:
         """
-        Steps taken and the moments m, v (flat, in parameter order): enough to resume.
+        Steps taken, the moments m, v of the trainable parameters (flat, in parameter order) and `ranges`, the (k, 2) [begin, end) offsets of the flat θ they cover: enough to resume.
         """
     def step(self, obj: typing.Any, grads: typing.Any = None, lr: typing.Any = None) -> None:
         """
