@@ -133,7 +133,7 @@ step and belong to that object. Fixed parameters (sinusoidal W_p) are never chan
                         for (py::ssize_t k = 0; k < r.shape(0); ++k) {
                             const index_t b = index_t(r.at(k, 0)), e = index_t(r.at(k, 1));
                             if (b < end || e <= b || e > store->size())
-                                throw ft::ValueError("state['ranges'] must be increasing, non-empty ranges of this object's " +
+                                throw ft::ValueError("state's moments do not fit: state['ranges'] must be increasing, non-empty ranges of this object's " +
                                                      std::to_string(store->size()) + " parameters");
                             ranges.emplace_back(b, e);
                             end = e;
