@@ -333,7 +333,7 @@ void register_training(py::module_& m) {
             [cls](const py::object& model, const py::handle& x_data, const TrainOptionsPy& options,
                   const py::object& optimizer, const py::object& hook, const py::handle& val, const py::object& sink,
                   const py::object& early, const py::object& replicas, const py::handle& prefix_len,
-                  const py::handle& val_prefix_len) {
+                  const py::handle& val_prefix_len, const py::handle& x_tilde) {
                 constexpr ft::Listing listing = decltype(listing_tag)::value;
                 if (!py::isinstance<Unit>(model))
                     throw ft::TypeError(std::string(ft::listing_name(listing)) + " trains a " + cls + ", got " +
@@ -348,6 +348,17 @@ void register_training(py::module_& m) {
                     if (!val.is_none()) vdata = dataset(val, "val_data");
                     data.prefix = prefix_lens(prefix_len, data.size());  // V7 (DTraining; checked by the core)
                     if (!val.is_none()) vdata.prefix = prefix_lens(val_prefix_len, vdata.size());
+                    if (!x_tilde.is_none()) {  // ETraining's fixed masks
+                        if (listing != ft::Listing::E) throw ft::TypeError("x_tilde is ETraining's (fixed masks)");
+                        ft::Dataset t = dataset(x_tilde, "x_tilde");
+                        if (t.s.count() != data.s.count() || t.ids.size() != data.ids.size())
+                            throw ft::ValueError("x_tilde must hold one masked sequence per sequence of x_data, of the same lengths");
+                        for (index_t n = 0; n < t.s.count(); ++n)
+                            if (t.s.len(n) != data.s.len(n))
+                                throw ft::ValueError("x_tilde[" + std::to_string(n) + "] has length " + std::to_string(t.s.len(n)) +
+                                                     ", x_data[" + std::to_string(n) + "] " + std::to_string(data.s.len(n)));
+                        data.tilde = std::move(t.ids);
+                    }
                     ReplicasArg<T> dp(replicas, model, mdl.store);
                     Recorder rec{sink, hook};
                     rec.warn_nonfinite = o.nonfinite == ft::TrainOptions::NonFinite::Warn;
@@ -362,7 +373,8 @@ void register_training(py::module_& m) {
             },
             py::arg("model"), py::arg("x_data"), py::arg("options"), py::arg("optimizer"), py::arg("hook") = py::none(),
             py::arg("val_data") = py::none(), py::arg("history") = py::none(), py::arg("early_stopping") = py::none(),
-            py::arg("replicas") = py::none(), py::arg("prefix_len") = py::none(), py::arg("val_prefix_len") = py::none());
+            py::arg("replicas") = py::none(), py::arg("prefix_len") = py::none(), py::arg("val_prefix_len") = py::none(),
+            py::arg("x_tilde") = py::none());
     };
     single_data("_dtraining", std::integral_constant<ft::Listing, ft::Listing::D>{},
                 type_tag<AnyDtype<ft::DTransformer>>{}, "DTransformer");

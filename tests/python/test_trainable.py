@@ -231,3 +231,25 @@ def test_cli_trainable_is_recorded_and_freezes(tmp_path, capsys):
         cli.main(args[:-2] + ["W_nothing"] + ["--out", str(tmp_path / "other")])
     assert "the pattern 'W_nothing' matches no parameter" in capsys.readouterr().err
     assert not (tmp_path / "other" / "model.safetensors").exists()
+
+
+def test_etraining_with_fixed_masks_equals_the_update_by_hand():
+    rng = np.random.default_rng(3)
+    x = [rng.integers(0, 20, size=8) for _ in range(3)]
+    model = ft.ETransformer(23, 16, 2, 2, 8, 16, 8, dtype="float64", seed=0)
+    xt = [s.copy() for s in x]
+    for s in xt:
+        s[-2:] = model.mask_token  # the last two tokens are the task's answer
+    by_hand = ft.ETransformer(23, 16, 2, 2, 8, 16, 8, dtype="float64", seed=0)
+    ft.ETraining(2, 0.05, optimizer="sgd", batch_size=3, shuffle=False, trainable=["W_u", "*beta*"],
+                 progress=False)(x, model, x_tilde=xt)
+    for _ in range(2):
+        _, g = by_hand.loss_and_grad(xt, x)
+        for k in _trained(by_hand, ["W_u", "*beta*"]):
+            by_hand.params[k] = by_hand.params[k] - 0.05 * g[k] / 3
+    for k in model.params:
+        assert rel_err(model.params[k], by_hand.params[k]) <= 1e-12, k
+    with pytest.raises(ValueError, match="x_tilde"):
+        ft.ETraining(1, 0.05, progress=False)(x, model, x_tilde=xt[:2])
+    with pytest.raises(IndexError):
+        ft.ETraining(1, 0.05, progress=False)(x, model, x_tilde=[s + 30 for s in xt])

@@ -222,6 +222,9 @@ struct Dataset {
     // V7 (DTraining of a model with mask = Prefix): the prefix length p_n of every sequence (empty: none). Only the
     // predictions after each prefix count (docs/variants.md V7, line 5′).
     std::vector<index_t> prefix;
+    // ETraining with fixed masks: x̃ of every sequence, laid out as ids (empty: lines 4–6 draw them each visit). A
+    // task whose masked positions are given (predict these tokens from those) instead of Algorithm 12's random ones.
+    std::vector<index_t> tilde;
     index_t size() const { return s.count(); }
 };
 
