@@ -1547,11 +1547,11 @@ class ViT(_HasParams):
         """
         Parameters θ: name -> writable numpy view of the C++ storage (zero-copy). Assigning params[name] = array copies into the storage (shape must match).
         """
-def _dtraining(model: typing.Any, x_data: typing.Any, options: _TrainOptions, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None, prefix_len: typing.Any = None, val_prefix_len: typing.Any = None) -> None:
+def _dtraining(model: typing.Any, x_data: typing.Any, options: _TrainOptions, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None, prefix_len: typing.Any = None, val_prefix_len: typing.Any = None, x_tilde: typing.Any = None) -> None:
     ...
 def _edtraining(model: typing.Any, z_data: typing.Any, x_data: typing.Any, options: _TrainOptions, optimizer: typing.Any, hook: typing.Any = None, z_val: typing.Any = None, x_val: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None) -> None:
     ...
-def _etraining(model: typing.Any, x_data: typing.Any, options: _TrainOptions, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None, prefix_len: typing.Any = None, val_prefix_len: typing.Any = None) -> None:
+def _etraining(model: typing.Any, x_data: typing.Any, options: _TrainOptions, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None, prefix_len: typing.Any = None, val_prefix_len: typing.Any = None, x_tilde: typing.Any = None) -> None:
     ...
 def _flat_params(model: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """
