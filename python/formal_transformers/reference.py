@@ -1353,3 +1353,24 @@ def vit(images, params, *, H: int, patch_size: int, eps: float = 1e-12, gelu: st
         out.append(params["W_c"] @ x + params["b_c"])  # line 12: z ← W_c x + b_c
     Z = np.stack(out, axis=1)
     return Z if logits else softmax(Z)  # line 13: return P = softmax(z)
+
+
+# ---------------------------------------------------------------------------------------------------
+# LoRA (Hu et al. 2021; docs/variants.md "LoRA", cpp/src/variants/lora.cpp)
+
+def lora_weight(W, A, B, *, alpha: float, r: int) -> np.ndarray:
+    """Line 1 of the LoRA listing: W' = W + (α/r)·B·A. W is (d_out, d_in), or stacked heads (H, d, d_in) whose row
+    blocks make the (H·d, d_in) matrix; A (r, d_in), B (H·d or d_out, r). Returns W' in W's shape."""
+    W = np.asarray(W)
+    return W + (alpha / r) * (np.asarray(B) @ np.asarray(A)).reshape(W.shape)
+
+
+def lora_params(params: dict, *, alpha: float, r: int) -> dict:
+    """θ with every adapter folded in: each <name>.lora_A / <name>.lora_B pair replaced by W' = lora_weight(...)
+    at <name> (what the listings compute with, and what merge_lora stores)."""
+    out = {k: np.asarray(v) for k, v in params.items() if not k.endswith((".lora_A", ".lora_B"))}
+    for k in params:
+        if k.endswith(".lora_A"):
+            name = k[: -len(".lora_A")]
+            out[name] = lora_weight(params[name], params[k], params[name + ".lora_B"], alpha=alpha, r=r)
+    return out

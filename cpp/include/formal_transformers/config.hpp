@@ -110,6 +110,17 @@ struct ModelConfig {
     // The options the parts own (their rows declare them: e.g. V8's window w, the sliding-window mask's); the
     // parts read them, unset ones have their declared defaults.
     PartOptionValues part_options;
+    // LoRA (docs/variants.md, lora.hpp): adapters W' = W + (α/r)·B·A on the matrices named by `targets` (empty:
+    // none). Not an option of the constructors: ft.lora adds them to a model, merge_lora removes them; ft.save
+    // writes them beside the config (io.cpp).
+    struct Lora {
+        std::vector<std::string> targets;
+        index_t r = 0;
+        double alpha = 0, dropout = 0;
+        bool operator==(const Lora& o) const {
+            return targets == o.targets && r == o.r && alpha == o.alpha && dropout == o.dropout;
+        }
+    } lora;
 
     index_t mask_token() const { return n_vocab - 3; }
     index_t bos_token() const { return bos_id >= 0 ? bos_id : n_vocab - 2; }

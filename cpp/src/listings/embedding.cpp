@@ -27,6 +27,7 @@ void TokenEmbedding<T>::init(ParamStore<T>& store, Rng& rng, double stddev) cons
 template <class T>
 void TokenEmbedding<T>::forward(const ParamStore<T>& store, const index_t* ids, index_t n, MatView<T> E,
                                 bool accumulate) const {
+    store.refresh_adapters();  // every listing starts here: LoRA's W' = W + s·B·A of θ as it is now (lora.hpp line 1)
     CMatView<T> W = store.W(W_e);
 #pragma omp parallel for schedule(static) if (d_e * n > 65536)
     for (index_t t = 0; t < n; ++t) {

@@ -655,7 +655,7 @@ std::string ModelConfig::to_string(const char* dtype) const {
 }
 
 bool operator==(const ModelConfig& a, const ModelConfig& b) {
-    if (a.arch != b.arch) return false;
+    if (a.arch != b.arch || !(a.lora == b.lora)) return false;
     for (const OptionSpec& o : schema()) {
         if (!(o.archs & bit(a.arch))) continue;  // another architecture's option is not part of this config
         const bool same = o.part ? a.part_options.get(o.name) == b.part_options.get(o.name)

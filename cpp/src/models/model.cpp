@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "formal_transformers/blas.hpp"
+#include "formal_transformers/lora.hpp"
 #include "shared.hpp"
 
 namespace ft {
@@ -49,6 +50,7 @@ Rng Model<T>::make_head_and_allocate(index_t d) {
     unemb = cfg.tied ? std::make_unique<Unembedding<T>>(cfg.n_vocab, d, tok.W_e)
                      : std::make_unique<Unembedding<T>>(cfg.n_vocab, d, store, "W_u");
     if (cfg.unembed_bias) unemb->add_bias(store, "b_u");  // BERT's option (0 at initialisation)
+    declare_lora(cfg.lora, store);  // LoRA's A and B (lora.hpp), after every other entry of θ
     store.allocate();
     Rng rng(cfg.seed);
     tok.init(store, rng, cfg.init_std);
@@ -137,6 +139,7 @@ double Model<T>::run_loss(const Batch& in, bool grad, index_t* n_scored, index_t
     const double loss = head_loss(out(), w.cols, w.targets, &dHead, w, n_correct);
     const double aux = aux_loss(in, true, loss, w);  // V16: its parameters' gradients now, the trunk's in run_backward
     run_backward(in, w);
+    store.adapters_backward();  // LoRA (lora.hpp line d1): ∂loss/∂A, ∂loss/∂B from ∂loss/∂W'
     return loss + aux;
 }
 
