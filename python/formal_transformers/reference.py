@@ -1097,6 +1097,50 @@ def mla_attention(X, W_o, *, H: int, qk_rope_head_dim: int, theta: float, mask, 
     return W_o @ np.concatenate(Y, axis=0)  # Algorithm 5 lines 3–4
 
 
+def rms1p_norm_columns(E: np.ndarray, gamma: np.ndarray, eps: float = 0.0) -> np.ndarray:
+    """The (1 + γ) RMS norm (Gemma's; norm="rms1p") on every column: ê = e / √(Σ e[i]²/d + eps) ⊙ (1 + γ), γ the
+    stored offset of the gain from 1."""
+    return rms_norm_columns(E, 1.0 + np.asarray(gamma), eps)
+
+
+def qk_norm(M, gamma, eps: float = 0.0, norm: str = "rms") -> np.ndarray:
+    """Algorithm V20 lines 1′/2′ (QK-norm): M (heads, d_attn, ℓ), every head's columns normalised by the model's
+    RMS norm ("rms", or "rms1p": Gemma's (1 + γ)) with the one gain γ (d_attn,) of queries (or of keys)."""
+    if norm not in ("rms", "rms1p"):
+        raise ValueError(f"qk_norm normalises with an RMS norm: norm must be 'rms' or 'rms1p', got {norm!r}")
+    f = rms1p_norm_columns if norm == "rms1p" else rms_norm_columns
+    return np.stack([f(np.asarray(M[h], dtype=np.float64), gamma, eps) for h in range(len(M))])
+
+
+def soft_cap(S, cap) -> np.ndarray:
+    """Soft-capping (Gemma 2): c·tanh(S / c) element-wise; cap None or 0: S unchanged."""
+    return np.asarray(S, dtype=np.float64) if not cap else cap * np.tanh(np.asarray(S, dtype=np.float64) / cap)
+
+
+def capped_mhattention(X, W_q, W_k, W_v, W_o, mask, *, theta: float = 10000.0, q0: int = 0, gamma_q=None,
+                       gamma_k=None, eps: float = 0.0, norm: str = "rms", query_pre_attn_scalar=None,
+                       attn_logit_softcapping=None) -> np.ndarray:
+    """Algorithm 5 (self-attention, no biases, V3's H_kv heads, V1 RoPE at q0, q0+1, …) with V20's QK-norm (gamma_q,
+    gamma_k given) and the 'softcap' head kernel (V21): line 4's S ← Kᵀ Q / √s with s = query_pre_attn_scalar (None:
+    d_attn), then S ← c·tanh(S / c) with c = attn_logit_softcapping (None: no cap), then lines 5–6."""
+    H, H_kv, d = W_q.shape[0], W_k.shape[0], W_q.shape[1]
+    l = X.shape[1]
+    p = q0 + np.arange(l)
+    Q = np.stack([W_q[h] @ X for h in range(H)])  # line 1
+    K = np.stack([W_k[g] @ X for g in range(H_kv)])  # line 2
+    if gamma_q is not None:  # V20 lines 1′, 2′
+        Q, K = qk_norm(Q, gamma_q, eps, norm), qk_norm(K, gamma_k, eps, norm)
+    s = d if query_pre_attn_scalar is None else query_pre_attn_scalar
+    Y = []
+    for h in range(H):
+        g = h // (H // H_kv)
+        Kg = rope(K[g], p, theta)  # (self-attention: the keys at the same positions as the queries)
+        S = soft_cap(Kg.T @ rope(Q[h], p, theta) / math.sqrt(s), attn_logit_softcapping)  # line 4 (V21)
+        S = np.where(mask, S, -np.inf)  # line 5
+        Y.append(W_v[g] @ X @ softmax(S))  # line 6
+    return W_o @ np.concatenate(Y, axis=0)
+
+
 def silu(x) -> np.ndarray:
     """SiLU(x) = x σ(x) = x / (1 + e^{−x}), element-wise."""
     x = np.asarray(x, dtype=np.float64)
@@ -1115,16 +1159,17 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
                           eps: float = 1e-5, positional: str = "learned", rope_theta: float = 10000.0,
                           mlp: str = "gelu", logits: bool = False, mask: str = "causal", prefix_len: int = 0,
                           sliding_window=None, qk_rope_head_dim=None, fixnorm: bool = False, attention: str = "softmax",
-                          features=None, mtp_depth: int = 0):
+                          features=None, mtp_depth: int = 0, qk_norm: bool = False):
     """Algorithm V6: DTransformer with the variants. H_kv and bias=False are read off params (W_k's heads,
     absent b's); positional="rope" | "alibi" has no W_p (any length ℓ); mlp="swiglu" uses W_gate;
     mask="prefix" with prefix_len p (V7), sliding_window w (V8): line 6's Mask (decoder_mask);
     norm="scale": ScaleNorm (V12) with the scalar g stored as gamma1/gamma2/gamma; fixnorm: FixNorm's
     unit-norm token embedding (V13) at line 2; attention="performer" | "rfa" (V15): features[l] is layer l's Ω
     (ft.random_feature_matrix). mtp_depth = D > 0 (V16): returns (the logits W_u X, [the logits of module k,
-    (N_V, ℓ − k), for k = 1..D]) instead."""
-    if norm not in ("layer", "rms", "scale"):
-        raise ValueError(f"norm must be 'layer', 'rms' or 'scale', got {norm!r}")
+    (N_V, ℓ − k), for k = 1..D]) instead. norm="rms1p": the (1 + γ) RMS norm; qk_norm: V20 (no biases) with each
+    layer's gamma_q, gamma_k."""
+    if norm not in ("layer", "rms", "scale", "rms1p"):
+        raise ValueError(f"norm must be 'layer', 'rms', 'scale' or 'rms1p', got {norm!r}")
     x = np.asarray(x)
     get = params.get
     l = len(x)  # line 1
@@ -1138,6 +1183,8 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
     def nrm(X, g, b):
         if norm == "scale":
             return scale_norm_columns(X, params[g], eps)
+        if norm == "rms1p":
+            return rms1p_norm_columns(X, params[g], eps)
         return rms_norm_columns(X, params[g], eps) if norm == "rms" else layer_norm_columns(X, params[g], params[b], eps)
 
     def layer(X, p, Omega=None):  # lines 5–8 of the layer whose parameters are named p…
@@ -1150,6 +1197,14 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
                                   mask=decoder_mask(X.shape[1], mask=mask, prefix_len=prefix_len,
                                                     sliding_window=sliding_window),
                                   **{k: get(a + k) for k in ("W_dkv", "gamma_kv", "W_ukv", "W_dq", "gamma_q", "W_uq", "W_q")})
+        elif qk_norm:  # line 6 with V20
+            if any(a + b in params for b in ("b_q", "b_k", "b_v", "b_o")):
+                raise ValueError("the reference's QK-norm attention has no biases (bias=False)")
+            X = X + capped_mhattention(X_tilde, params[a + "W_q"], params[a + "W_k"], params[a + "W_v"], params[a + "W_o"],
+                                       decoder_mask(X.shape[1], mask=mask, prefix_len=prefix_len,
+                                                    sliding_window=sliding_window),
+                                       theta=rope_theta, gamma_q=params[a + "gamma_q"], gamma_k=params[a + "gamma_k"],
+                                       eps=eps, norm=norm)
         else:
             X = X + gqa_mhattention(X_tilde, X_tilde, params[a + "W_q"], get(a + "b_q"), params[a + "W_k"],
                                     get(a + "b_k"), params[a + "W_v"], get(a + "b_v"), params[a + "W_o"],

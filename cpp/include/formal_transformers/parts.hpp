@@ -97,6 +97,9 @@ struct AttnVariant {
     // lines 4–6 estimated with random features (V15, random_features.hpp; its options n_features, feature_seed in
     // `options`); Softmax: the listing
     AttnKernel kernel = AttnKernel::Softmax;
+    // the model's norm part and its eps (V20's QK-norm, variants/qk_norm.cpp, normalises each head with it)
+    std::string norm = "rms";
+    double eps = 1e-5;
 };
 // What a position part is made from: the attention's sizes and options.
 struct AttnSpec {

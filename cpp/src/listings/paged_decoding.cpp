@@ -45,7 +45,8 @@ void PromptKV<T>::check(const DTransformer<T>& model) const {
 // whose cache is the latent) and random-feature attention (V15, whose state is a running sum) decode one prompt
 // at a time (DInference), not here yet.
 void check_paged_model(const ModelConfig& c, const char* what) {
-    if (const PartRow* s = chosen_part(c, PartKind::QKVSource))
+    // (V20's QK-norm keeps each head's normalised key: its pages are Algorithm 4's, made through the source)
+    if (const PartRow* s = chosen_part(c, PartKind::QKVSource); s && std::string(s->name) != "qk_norm")
         throw ValueError(std::string(what) + " of a model with the '" + s->name + "' Q/K/V source (" + s->options[0].name +
                          ") is not supported: decode each prompt with DInference(...)(x, model)");
     if (c.attention != AttnKernel::Softmax)
@@ -214,6 +215,7 @@ void paged_head(const MHAttention<T>& a, const ParamStore<T>& store, PagePool<T>
 template <class T>
 struct StepScratch {
     Matrix<T> X, Xt, Q, Kn, Vn, Y, Z;
+    MHAttentionCache<T> src;  // the Q/K/V source's scratch
     std::vector<T> S;  // per thread: t + 1 scores
     std::vector<index_t> ids, pos;
     DecodeScratch<T> d;
@@ -242,15 +244,13 @@ void batched_step(const DTransformer<T>& m, PagePool<T>& pool, std::vector<Seque
     for (index_t l = 0; l < c.L; ++l) {  // line 7
         const PreLNDecoderBlock<T>& blk = *m.layer[std::size_t(l)];
         const MHAttention<T>& a = blk.attn;
-        const T* bq = a.var.bias ? store.v(a.b_q) : nullptr;
-        const T* bk = a.var.bias ? store.v(a.b_k) : nullptr;
-        const T* bv = a.var.bias ? store.v(a.b_v) : nullptr;
         const T* bo = a.var.bias ? store.v(a.b_o) : nullptr;
         blk.norm1.forward(store, X, Xt, w.d.norm);  // line 8
         MatView<T> Q = ensure(w.Q, a.H * a.d_attn, B), Kn = ensure(w.Kn, pool.rows_k, B), Vn = ensure(w.Vn, pool.rows_v, B);
-        affine<T>(store.W(a.W_q), Xt, bq, Q);  // line 9, one gemm each over the batch
-        affine<T>(store.W(a.W_k), Xt, bk, Kn);
-        affine<T>(store.W(a.W_v), Xt, bv, Vn);
+        // line 9 through the attention's Q/K/V source, one gemm each over the batch (the sources taken here place
+        // no positions themselves: the columns' positions differ and the position part rotates them below)
+        a.source->queries(store, Xt, 0, Q, w.src);
+        a.source->append(store, Xt, 0, Kn, Vn);
         for (index_t b = 0; b < B; ++b) {
             const index_t t = w.pos[std::size_t(b)];
             if (a.position.qk) {  // RoPE (V1): keys and queries rotated at their positions

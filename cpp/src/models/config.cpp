@@ -37,7 +37,7 @@ struct EnumName {
 };
 template <class En>
 using NameTable = std::vector<EnumName<En>>;
-const NameTable<NormKind> kNorms = {{"layer", NormKind::Layer}, {"rms", NormKind::RMS}, {"scale", NormKind::Scale}};
+const NameTable<NormKind> kNorms = {{"layer", NormKind::Layer}, {"rms", NormKind::RMS}, {"scale", NormKind::Scale}, {"rms1p", NormKind::RMS1p}};
 const NameTable<Positional> kPositionals = {{"learned", Positional::Learned},
                                             {"sinusoidal", Positional::Sinusoidal},
                                             {"rope", Positional::Rope},

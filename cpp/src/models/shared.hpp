@@ -33,7 +33,9 @@ MatView<T> copy_into(Matrix<T>& dst, CMatView<T> src) {
 }
 inline std::string layer_prefix(const char* group, index_t l) { return std::string(group) + "." + std::to_string(l) + "."; }
 // The names of the parts a config chooses (parts.hpp's registry), from its fields.
-inline const char* norm_name(NormKind k) { return k == NormKind::RMS ? "rms" : k == NormKind::Scale ? "scale" : "layer"; }
+inline const char* norm_name(NormKind k) {
+    return k == NormKind::RMS ? "rms" : k == NormKind::Scale ? "scale" : k == NormKind::RMS1p ? "rms1p" : "layer";
+}
 inline const char* mlp_name(ModelConfig::Mlp m) {
     return m == ModelConfig::Mlp::SwiGLU ? "swiglu" : m == ModelConfig::Mlp::GeGLU ? "geglu" : "standard";
 }
@@ -71,6 +73,7 @@ inline AttnVariant attn_variant(const ModelConfig& c, bool positional) {
     v.options = c.part_options;  // the parts' own options (V10's latent source, V15's random features)
     v.scale_scores = c.scale_scores;  // V18
     v.kernel = c.attention;  // V15
+    v.norm = norm_name(c.norm), v.eps = c.eps;  // V20's QK-norm normalises with the model's norm
     return v;
 }
 // ED's self-attentions with V11 (positional = Relative): T5's bias from the stack's one table (`table`: "enc.rel_bias",

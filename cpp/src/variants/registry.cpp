@@ -19,6 +19,7 @@ const PartRow& sliding_window_mask_row();           // variants/sliding_window_m
 Mask make_chunked_mask(const MaskOptions&);         // variants/chunked_mask.cpp
 const PartRow& chunked_mask_row();                  // variants/chunked_mask.cpp
 const PartRow& latent_source_row();                 // variants/latent_attention.cpp
+const PartRow& qk_norm_row();                       // variants/qk_norm.cpp
 const PartRow& performer_kernel_row();              // variants/random_features.cpp
 const PartRow& rfa_kernel_row();                    // variants/random_features.cpp
 const PartRow& relative_bias_row();                 // variants/relative_bias.cpp
@@ -35,6 +36,9 @@ std::shared_ptr<const QKVSource<T>> make_projections(const AttnPartSpec<T>&, Par
 template <class T>
 std::shared_ptr<const QKVSource<T>> make_latent_source(const AttnPartSpec<T>&, ParamStore<T>&,
                                                        const std::string&);  // variants/latent_attention.cpp
+template <class T>
+std::shared_ptr<const QKVSource<T>> make_qk_norm_source(const AttnPartSpec<T>&, ParamStore<T>&,
+                                                        const std::string&);  // variants/qk_norm.cpp
 template <class T>
 std::shared_ptr<const HeadKernel<T>> make_softmax_kernel(const AttnPartSpec<T>&, const std::string&);  // listings/attention.cpp
 template <class T>
@@ -60,6 +64,9 @@ std::shared_ptr<const NormPart<T>> make_rms_norm(index_t, double, ParamStore<T>&
 template <class T>
 std::shared_ptr<const NormPart<T>> make_scale_norm(index_t, double, ParamStore<T>&, const std::string&,
                                                    const std::string&);  // variants/scale_norm.cpp
+template <class T>
+std::shared_ptr<const NormPart<T>> make_rms1p_norm(index_t, double, ParamStore<T>&, const std::string&,
+                                                   const std::string&);  // variants/rms1p_norm.cpp
 
 namespace {
 template <class T>
@@ -114,6 +121,7 @@ const std::vector<Entry<QKVSourceFactory<T>>>& qkv_sources() {
     static const std::vector<Entry<QKVSourceFactory<T>>> t = {
         {"projections", make_projections<T>},
         {"latent", make_latent_source<T>, latent_source_row},
+        {"qk_norm", make_qk_norm_source<T>, qk_norm_row},
     };
     return t;
 }
@@ -143,6 +151,7 @@ const std::vector<Entry<NormFactory<T>>>& norms() {
         {"layer", make_layer_norm<T>},
         {"rms", make_rms_norm<T>},
         {"scale", make_scale_norm<T>},
+        {"rms1p", make_rms1p_norm<T>},
     };
     return t;
 }
