@@ -109,3 +109,102 @@ def test_bad_options_name_themselves(kwargs, exc, match):
         make(**kwargs)
     with pytest.raises(TypeError, match="qk_norm"):
         ft.ETransformer(V, 16, 2, 2, 8, 12, 8, qk_norm=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Hugging Face Qwen3ForCausalLM (LLaMA's layers with QK-norm), every weight random, float64
+
+
+def _qwen3(tied=False, **kw):
+    torch = torch_or_skip()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.Qwen3Config(vocab_size=29, hidden_size=24, intermediate_size=36, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=16,
+                                   rms_norm_eps=1e-6, rope_theta=500.0, tie_word_embeddings=tied,
+                                   attn_implementation="sdpa", **kw)
+    return torch, hf_random_float64(transformers.Qwen3ForCausalLM, cfg).eval()
+
+
+def _float64_qwen3(monkeypatch):
+    """HF computes RMSnorm (the layers' and QK-norm's) and the RoPE angles in float32 even in a float64 model:
+    Qwen3RMSNorm and Qwen3RotaryEmbedding patched to run in float64 (conftest.hf_float64)."""
+    from transformers.models.qwen3 import modeling_qwen3 as mq
+
+    hf_float64(monkeypatch, mq.Qwen3RMSNorm, mq.Qwen3RotaryEmbedding)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_qwen3_probabilities_and_every_gradient(monkeypatch, tied):
+    torch, hf = _qwen3(tied)
+    model = ft.from_hf(hf)
+    c = model.config
+    assert (c["qk_norm"], c["norm"], c["H_kv"], c["d_attn"], c["tied"]) == (True, "rms", 2, 8, tied)
+    x = np.array([3, 14, 15, 9, 26, 5, 3, 5, 8, 9, 7])
+    ids = torch.as_tensor(x)[None]
+    P_hf32 = torch.softmax(hf(ids).logits[0], dim=-1).detach().numpy().T
+    assert rel_err(model(x), P_hf32) <= 1e-5  # unpatched: HF's float32 norms and angles
+    _float64_qwen3(monkeypatch)
+    logits = hf(ids).logits[0]
+    assert rel_err(model(x), torch.softmax(logits, dim=-1).detach().numpy().T) <= 1e-12
+    loss_hf = torch.nn.functional.cross_entropy(logits[:-1], ids[0, 1:], reduction="sum")
+    hf.zero_grad()
+    loss_hf.backward()
+    loss, grads = model.loss_and_grad(x)
+    assert abs(loss - loss_hf.item()) <= 1e-12 * abs(loss_hf.item())
+    hf_grads = {k: p.grad.numpy() for k, p in hf.named_parameters()}
+    back = ft.hf.qwen3.from_ft(grads, model.config)
+    if tied:
+        back.pop("lm_head.weight", None)
+    assert set(back) == set(hf_grads)
+    errs = {k: rel_err(back[k], g) for k, g in hf_grads.items()}
+    assert max(errs.values()) <= 1e-10, errs
+
+
+def test_qwen3_greedy_generation_and_batched_decoding_equal_hugging_face(monkeypatch):
+    torch, hf = _qwen3()
+    _float64_qwen3(monkeypatch)
+    model = ft.from_hf(hf)
+    prompts = [[5, 17, 2, 9], [3], [8, 8, 1, 20, 4, 6]]
+    l_gen = 9
+    want = [hf.generate(torch.as_tensor(p)[None], max_new_tokens=l_gen, min_new_tokens=l_gen, do_sample=False,
+                        eos_token_id=None, pad_token_id=0)[0, len(p):].numpy() for p in prompts]
+    for p, w in zip(prompts, want):
+        for cache in (True, False):
+            assert list(ft.DInference(l_gen, 0.0, cache=cache)(p, model)) == list(w), cache
+    assert [list(b) for b in ft.DInference(l_gen, 0.0)(prompts, model)] == [list(w) for w in want]
+
+
+def test_qwen3_round_trips_exactly(tmp_path):
+    torch, hf = _qwen3()
+    model = ft.from_hf(hf)
+    hf2 = ft.to_hf(model)
+    assert type(hf2).__name__ == "Qwen3ForCausalLM"
+    s1, s2 = hf.state_dict(), hf2.state_dict()
+    assert set(s1) == set(s2)
+    for k, v in s1.items():
+        assert torch.equal(v, s2[k]), k
+    back = ft.from_hf(hf2)
+    assert back.config == model.config
+    for k, v in model.params.items():
+        assert np.array_equal(back.params[k], v), k
+    ft.save_hf(model, tmp_path / "m")
+    again = ft.load_hf(tmp_path / "m")
+    assert again.config == model.config
+    for k, v in model.params.items():
+        assert np.array_equal(again.params[k], v), k
+
+
+@pytest.mark.parametrize("kw, option", [(dict(use_sliding_window=True, sliding_window=4), "use_sliding_window"),
+                                        (dict(attention_bias=True), "attention_bias"),
+                                        (dict(hidden_act="gelu"), "hidden_act")])
+def test_qwen3_unsupported_options_are_named(kw, option):
+    _, hf = _qwen3(**kw)
+    with pytest.raises(ValueError, match=option):
+        ft.from_hf(hf)
+
+
+def test_llama_export_leaves_qk_norm_to_qwen3():
+    with pytest.raises(ValueError, match="qk_norm|Qwen3|norm"):
+        ft.to_hf(make(norm="rms", mlp="gelu"))  # Qwen3 takes it and refuses the GELU MLP by name
+    assert type(ft.to_hf(make())).__name__ == "Qwen3ForCausalLM"
