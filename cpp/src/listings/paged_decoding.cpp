@@ -187,7 +187,7 @@ void paged_head(const MHAttention<T>& a, const ParamStore<T>& store, PagePool<T>
     const index_t g = a.kv_head(h), lz = t + 1;
     KeyRange r = a.mask.keys(0, t, lz);
     r.begin = std::max<index_t>(r.begin, 0), r.end = std::min(r.end, lz);
-    const T scale = T(1) / std::sqrt(T(a.d_attn));
+    const T scale = a.kernel->score_scale(a.d_attn);  // the listing's 1/√d_attn (V21: 1/√s)
     for (index_t t0 = r.begin; t0 < r.end;) {  // Algorithm 4 line 4 page by page: S[t0:t1] ← K_pageᵀ q/√d_attn
         const index_t page = s.table[std::size_t(t0 / kPageTokens)], j0 = t0 % kPageTokens;
         const index_t t1 = std::min(r.end, t0 - j0 + kPageTokens);
@@ -195,6 +195,7 @@ void paged_head(const MHAttention<T>& a, const ParamStore<T>& store, PagePool<T>
         gemv<T>(Op::T, scale, Kp, q, T(0), S + t0);
         t0 = t1;
     }
+    a.kernel->transform_scores(S + r.begin, r.end - r.begin);  // (V21: c·tanh(S/c))
     if (a.position.bias)  // line 6: + B^h (ALiBi), on the candidates
         a.position.bias->add(store, a.mask, 0, h, t, MatView<T>(S, lz, 1));
     if (!r.dense)  // line 5

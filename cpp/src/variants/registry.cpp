@@ -23,6 +23,7 @@ const PartRow& qk_norm_row();                       // variants/qk_norm.cpp
 const PartRow& performer_kernel_row();              // variants/random_features.cpp
 const PartRow& rfa_kernel_row();                    // variants/random_features.cpp
 const PartRow& relative_bias_row();                 // variants/relative_bias.cpp
+const PartRow& softcap_kernel_row();                // variants/softcap_attention.cpp
 Mask make_bigbird_mask_from_options(const MaskOptions&);  // variants/bigbird_mask.cpp
 template <class T>
 PositionPart<T> make_rope(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/rope.cpp
@@ -46,6 +47,8 @@ std::shared_ptr<const HeadKernel<T>> make_tiled_kernel(const AttnPartSpec<T>&, c
 template <class T>
 std::shared_ptr<const HeadKernel<T>> make_random_feature_kernel(const AttnPartSpec<T>&,
                                                                 const std::string&);  // variants/random_features.cpp
+template <class T>
+std::shared_ptr<const HeadKernel<T>> make_softcap_kernel(const AttnPartSpec<T>&, const std::string&);  // variants/softcap_attention.cpp
 template <class T>
 std::shared_ptr<const HeadKernel<T>> make_block_sparse_kernel(const AttnPartSpec<T>&,
                                                               const std::string&);  // variants/block_sparse.cpp
@@ -133,6 +136,7 @@ const std::vector<Entry<HeadKernelFactory<T>>>& head_kernels() {
         {"performer", make_random_feature_kernel<T>, performer_kernel_row},
         {"rfa", make_random_feature_kernel<T>, rfa_kernel_row},
         {"bigbird", make_block_sparse_kernel<T>},
+        {"softcap", make_softcap_kernel<T>, softcap_kernel_row},
     };
     return t;
 }
@@ -292,7 +296,10 @@ std::string head_kernel_name(const AttnVariant& v) {
         case AttnKernel::RFA: return "rfa";
         // V17: 'literal' and 'tiled' run the dense listings with the layout's mask (the definition)
         case AttnKernel::BigBird: return v.impl == AttnImpl::Auto ? "bigbird" : "softmax";
-        default: return "softmax";
+        default: {  // a kernel its own options choose (V21's softcap), else the listing's
+            const PartRow* r = row_chosen_by(PartKind::HeadKernel, v.options);
+            return r && r->chosen_by_options ? r->name : "softmax";
+        }
     }
 }
 template <class T>
