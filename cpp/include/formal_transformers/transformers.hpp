@@ -58,6 +58,7 @@
 // N(0, (0.02/√(2·layers))²), biases 0, γ = 1, β = 0.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -432,7 +433,12 @@ public:
     // window; 0: all), so the caches keep O(window()) columns (V9) and take back at most window() − 1 tokens;
     // context='auto' decodes past ℓ_max for ALiBi (made to extrapolate) and a window with positions in attention
     // (Mistral: each step stays O(w) past any length).
-    index_t window() const { return layer.empty() ? 0 : layer[0]->attn.mask.window(); }
+    // (V22's local and global layers: a global layer reads every key, so 0 unless every layer has a window)
+    index_t window() const {
+        index_t w = layer.empty() ? 0 : layer[0]->attn.mask.window();
+        for (const auto& b : layer) w = b->attn.mask.window() > 0 ? std::max(w, b->attn.mask.window()) : 0;
+        return w;
+    }
     bool decodes_past_l_max() const {
         return cfg.positional == Positional::Alibi || (window() > 0 && in_attention(cfg.positional));
     }
