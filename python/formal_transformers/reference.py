@@ -1141,6 +1141,45 @@ def capped_mhattention(X, W_q, W_k, W_v, W_o, mask, *, theta: float = 10000.0, q
     return W_o @ np.concatenate(Y, axis=0)
 
 
+def gemma_layer_kinds(L: int, sliding_window=None, sliding_window_pattern=None) -> list:
+    """V22: which layers attend locally (a sliding window of w keys) and which globally (causal): with a window,
+    layer l (0-based) is global when (l + 1) is a multiple of the pattern p, local otherwise (p None: every layer
+    local); without a window every layer is global."""
+    if sliding_window is None:
+        return ["global"] * L
+    return ["global" if sliding_window_pattern and (l + 1) % sliding_window_pattern == 0 else "local" for l in range(L)]
+
+
+def gemma_transformer(x, params, *, L: int, H: int, eps: float = 1e-6, rope_theta: float = 10000.0,
+                      sliding_window=None, sliding_window_pattern=None, rope_local_base_freq=None,
+                      qk_norm: bool = False, query_pre_attn_scalar=None, attn_logit_softcapping=None,
+                      final_logit_softcapping=None, embed_scale=None, logits: bool = False) -> np.ndarray:
+    """Gemma 2 / Gemma 3 (text) as Algorithm 10 with their parts: the embedding times embed_scale (√d_e), norm
+    "rms1p" everywhere, sandwich layers (V23: X ← X + norm(MHAttention(norm(X | γ¹)) | γ¹′), then X ← X +
+    norm(GeGLU(norm(X | γ²)) | γ²′)), per-layer local/global attention (V22, gemma_layer_kinds) with RoPE θ =
+    rope_local_base_freq on the local layers, V20's QK-norm, V21's scale and soft-capping of the scores, and the
+    final logits soft-capped: P = softmax(c_f·tanh(W_u X / c_f))."""
+    x = np.asarray(x)
+    l = len(x)
+    X = token_embedding(x, params["W_e"]) * (1.0 if embed_scale is None else embed_scale)  # lines 1–3
+    kinds = gemma_layer_kinds(L, sliding_window, sliding_window_pattern)
+    n = lambda A, g: rms1p_norm_columns(A, params[g], eps)
+    for i in range(L):  # line 4
+        pfx, a = f"layers.{i}.", f"layers.{i}.attn."
+        local = kinds[i] == "local"
+        mask = decoder_mask(l, sliding_window=sliding_window if local else None)
+        theta = rope_local_base_freq if local and rope_local_base_freq is not None else rope_theta
+        A = capped_mhattention(n(X, pfx + "gamma1"), params[a + "W_q"], params[a + "W_k"], params[a + "W_v"],
+                               params[a + "W_o"], mask, theta=theta, gamma_q=params.get(a + "gamma_q") if qk_norm else None,
+                               gamma_k=params.get(a + "gamma_k") if qk_norm else None, eps=eps, norm="rms1p",
+                               query_pre_attn_scalar=query_pre_attn_scalar, attn_logit_softcapping=attn_logit_softcapping)
+        X = X + n(A, pfx + "gamma1_post")  # lines 5–6 with the sandwich's second norm
+        M = geglu_mlp(n(X, pfx + "gamma2"), params[pfx + "W_gate"], params[pfx + "W_mlp1"], params[pfx + "W_mlp2"])
+        X = X + n(M, pfx + "gamma2_post")  # lines 7–8
+    Z = soft_cap(_unembedding_matrix(params) @ n(X, "gamma"), final_logit_softcapping)  # line 10, the logits
+    return Z if logits else softmax(Z)  # line 11
+
+
 def silu(x) -> np.ndarray:
     """SiLU(x) = x σ(x) = x / (1 + e^{−x}), element-wise."""
     x = np.asarray(x, dtype=np.float64)

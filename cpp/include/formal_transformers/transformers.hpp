@@ -94,6 +94,8 @@ struct BackwardWork {
     Matrix<T> dR;     // dropout: ∂loss/∂(a sublayer's output) through the mask (D2)
     MHAttentionWork<T> attn;
     Matrix<T> Xsel, dXsel, logits;
+    Matrix<T> capped;  // the soft-capped logits (final_logit_softcapping) for their backward
+    Matrix<T> dY;      // sandwich_norm: ∂loss/∂ a sublayer's output before its second norm
     std::vector<index_t> cols, targets;
 };
 
@@ -126,6 +128,9 @@ public:
         // dropout (training): masks of the sublayer outputs of lines 6 and 8; R: scratch of a sublayer's output
         DropoutMask drop_attn, drop_mlp;
         Matrix<T> R;
+        // sandwich_norm (V23): the sublayers' outputs before their second norms, and those norms' caches
+        Matrix<T> Y_attn, Y_mlp;
+        NormCache<T> norm_post1, norm_post2;
     };
     PreLNDecoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& prefix);
     // with line 6's Mask and attention options given (V18: T5's encoder layer, Mask ≡ 1 and the stack's bias table)
@@ -147,6 +152,12 @@ public:
     MHAttention<T> attn;   // W_l, causal
     Norm<T> norm2;         // γ_l², β_l²
     MLP<T> mlp;            // W_mlp1^l, b_mlp1^l, W_mlp2^l, b_mlp2^l
+    // sandwich_norm (V23; Gemma 2, 3): the second norm of each sublayer, γ_l¹′ (after line 6's attention) and γ_l²′
+    // (after line 8's MLP); empty: Algorithm 10
+    std::shared_ptr<const Norm<T>> post1, post2;
+
+private:
+    void add_sandwich(const ModelConfig& c, ParamStore<T>& store, const std::string& prefix);
 };
 
 // Algorithm 9 lines 5–8 = Algorithm 8 lines 5–8: the post-LN encoder layer of BERT and of the original

@@ -215,7 +215,7 @@ void paged_head(const MHAttention<T>& a, const ParamStore<T>& store, PagePool<T>
 
 template <class T>
 struct StepScratch {
-    Matrix<T> X, Xt, Q, Kn, Vn, Y, Z;
+    Matrix<T> X, Xt, Q, Kn, Vn, Y, Z, R;
     MHAttentionCache<T> src;  // the Q/K/V source's scratch
     std::vector<T> S;  // per thread: t + 1 scores
     std::vector<index_t> ids, pos;
@@ -273,9 +273,24 @@ void batched_step(const DTransformer<T>& m, PagePool<T>& pool, std::vector<Seque
         } else {
             for (index_t bh = 0; bh < n_blocks; ++bh) head(bh, 0);
         }
-        affine_add<T>(store.W(a.W_o), Y, bo, X);     // line 12: X ← X + W_o Ỹ + b_o 1ᵀ
+        if (!blk.post1) {
+            affine_add<T>(store.W(a.W_o), Y, bo, X);     // line 12: X ← X + W_o Ỹ + b_o 1ᵀ
+        } else {  // V23: X ← X + norm(W_o Ỹ + b_o 1ᵀ | γ¹′)
+            MatView<T> R = ensure(w.R, c.d_e, B);
+            affine<T>(store.W(a.W_o), Y, bo, R);
+            blk.post1->forward(store, R, R, w.d.norm);
+            for (index_t i = 0; i < X.size(); ++i) X.data[i] += R.data[i];
+        }
         blk.norm2.forward(store, X, Xt, w.d.norm);   //   X̃ ← layer_norm(X | γ², β²)
-        blk.mlp.forward(store, Xt, X, w.d.mlp);      //   X ← X + MLP(X̃)
+        if (!blk.post2) {
+            blk.mlp.forward(store, Xt, X, w.d.mlp);  //   X ← X + MLP(X̃)
+        } else {  // V23: X ← X + norm(MLP(X̃) | γ²′)
+            MatView<T> R = ensure(w.R, c.d_e, B);
+            std::fill(R.data, R.data + R.size(), T(0));
+            blk.mlp.forward(store, Xt, R, w.d.mlp);
+            blk.post2->forward(store, R, R, w.d.norm);
+            for (index_t i = 0; i < X.size(); ++i) X.data[i] += R.data[i];
+        }
         poll();
     }
     m.norm_f->forward(store, X, Xt, w.d.norm);                          // line 13: layer_norm(X | γ, β)

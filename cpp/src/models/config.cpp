@@ -168,6 +168,9 @@ const std::vector<OptionSpec> kSchema = {
     {"embed_norm", E, Kind::Bool, &ModelConfig::embed_norm},
     {"unembed_bias", E, Kind::Bool, &ModelConfig::unembed_bias},
     {"fixnorm", ALL, Kind::Bool, &ModelConfig::fixnorm},
+    {"embed_scale", D, Kind::AutoReal, &ModelConfig::embed_scale},
+    {"final_logit_softcapping", D, Kind::AutoReal, &ModelConfig::final_logit_softcapping},
+    {"sandwich_norm", D, Kind::Bool, &ModelConfig::sandwich_norm},
 };
 
 // kSchema with the parts' options in place of kPartsHere (each kind's, in the registry's order, each once)
@@ -766,7 +769,12 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
             throw ValueError("mtp_depth (multi-token prediction) does not combine with mask='prefix'");
         if (c.attention != AttnKernel::Softmax)
             throw ValueError("mtp_depth (multi-token prediction) needs attention='softmax' (its self-speculation takes back drafts)");
+        if (c.embed_scale > 0 || c.final_logit_softcapping > 0 || c.sandwich_norm)
+            throw ValueError("mtp_depth (multi-token prediction) does not combine with Gemma's embed_scale, "
+                             "final_logit_softcapping or sandwich_norm");
     }
+    if (c.fixnorm && c.embed_scale > 0)
+        throw ValueError("embed_scale (Gemma's scaled embedding) does not combine with fixnorm (unit-norm embeddings)");
     check_model_size(c, arch);  // sizes.hpp: overflow-safe, before any layer is declared
     return c;
 }
