@@ -140,3 +140,189 @@ def test_bad_options_name_themselves(kwargs, exc, match):
         make(**kwargs)
     with pytest.raises(TypeError, match="sandwich_norm"):
         ft.ETransformer(V, 16, 2, 2, 8, 12, 8, sandwich_norm=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Hugging Face Gemma2ForCausalLM and Gemma3ForCausalLM, every weight random, float64
+
+
+def _float64_gemma(monkeypatch, hf, gemma3):
+    """HF's float32 steps in a float64 Gemma, run in float64 for the exactness checks: Gemma{2,3}RMSNorm (x.float()),
+    the RoPE angles (Gemma{2,3}RotaryEmbedding), the attention softmax (eager_attention_forward's dtype=float32), and
+    √d_e (a float32 buffer, embed_tokens.embed_scale, made before the model is float64)."""
+    import torch
+
+    if gemma3:
+        from transformers.models.gemma3 import modeling_gemma3 as mg
+        norm_cls, rope_cls = mg.Gemma3RMSNorm, mg.Gemma3RotaryEmbedding
+    else:
+        from transformers.models.gemma2 import modeling_gemma2 as mg
+        norm_cls, rope_cls = mg.Gemma2RMSNorm, mg.Gemma2RotaryEmbedding
+
+    def rms_forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.weight)
+
+    def angles(theta, d, x, position_ids):
+        inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+        emb = torch.cat((position_ids[..., None].to(torch.float64) * inv,) * 2, dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+    def rope2(self, x, position_ids):
+        return angles(self.config.rope_parameters["rope_theta"], self.inv_freq.shape[0] * 2, x, position_ids)
+
+    def rope3(self, x, position_ids, layer_type):
+        d = getattr(self, f"{layer_type}_inv_freq").shape[0] * 2
+        return angles(self.config.rope_parameters[layer_type]["rope_theta"], d, x, position_ids)
+
+    eager = mg.eager_attention_forward
+
+    def eager64(module, query, key, value, attention_mask, dropout=0.0, scaling=None, softcap=None, **kw):
+        real = torch.nn.functional.softmax
+        monkeypatch.setattr(torch.nn.functional, "softmax", lambda a, dim, dtype=None: real(a, dim=dim))
+        try:
+            return eager(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, softcap=softcap, **kw)
+        finally:
+            monkeypatch.setattr(torch.nn.functional, "softmax", real)
+
+    monkeypatch.setattr(norm_cls, "forward", rms_forward)
+    monkeypatch.setattr(rope_cls, "forward", rope3 if gemma3 else rope2)
+    monkeypatch.setattr(mg, "eager_attention_forward", eager64)
+    with torch.no_grad():
+        hf.model.embed_tokens.embed_scale.fill_(math.sqrt(hf.config.hidden_size))
+
+
+def _gemma(gemma3, tied=True, **kw):
+    torch = torch_or_skip()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    transformers = pytest.importorskip("transformers")
+    common = dict(vocab_size=29, hidden_size=24, intermediate_size=36, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=8, max_position_embeddings=24, rms_norm_eps=1e-6, tie_word_embeddings=tied,
+                  pad_token_id=None, query_pre_attn_scalar=10, sliding_window=3, attn_implementation="eager")
+    if gemma3:
+        cfg = dict(common, num_hidden_layers=4, layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                                                             "sliding_attention"],
+                   rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000.0},
+                                    "sliding_attention": {"rope_type": "default", "rope_theta": 50.0}})
+        cfg.update(kw)
+        return torch, hf_random_float64(transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(**cfg)).eval()
+    cfg = dict(common, num_hidden_layers=3, rope_parameters={"rope_type": "default", "rope_theta": 500.0},
+               attn_logit_softcapping=2.5, final_logit_softcapping=4.0)
+    cfg.update(kw)
+    return torch, hf_random_float64(transformers.Gemma2ForCausalLM, transformers.Gemma2Config(**cfg)).eval()
+
+
+
+
+@pytest.mark.parametrize("gemma3", [False, True], ids=["gemma2", "gemma3"])
+@pytest.mark.parametrize("tied", [True, False])
+def test_gemma_probabilities_and_every_gradient(monkeypatch, gemma3, tied):
+    torch, hf = _gemma(gemma3, tied)
+    model = ft.from_hf(hf)
+    c = model.config
+    assert (c["norm"], c["mlp"], c["sandwich_norm"], c["qk_norm"], c["tied"]) == ("rms1p", "geglu", True, gemma3, tied)
+    assert c["sliding_window"] == 3 and c["sliding_window_pattern"] == (3 if gemma3 else 2)
+    assert c["query_pre_attn_scalar"] == 10.0 and c["embed_scale"] == math.sqrt(24)
+    if gemma3:
+        assert (c["rope_theta"], c["rope_local_base_freq"], c["attn_logit_softcapping"]) == (1000.0, 50.0, None)
+    else:
+        assert (c["rope_theta"], c["attn_logit_softcapping"], c["final_logit_softcapping"]) == (500.0, 2.5, 4.0)
+    x = np.array([3, 14, 15, 9, 26, 5, 3, 5, 8, 9, 7, 9])
+    ids = torch.as_tensor(x)[None]
+    P_hf32 = torch.softmax(hf(ids).logits[0], dim=-1).detach().numpy().T
+    assert rel_err(model(x), P_hf32) <= 1e-5  # unpatched: HF's float32 steps
+    _float64_gemma(monkeypatch, hf, gemma3)
+    logits = hf(ids).logits[0]
+    P_err = rel_err(model(x), torch.softmax(logits, dim=-1).detach().numpy().T)
+    assert P_err <= 1e-12
+    loss_hf = torch.nn.functional.cross_entropy(logits[:-1], ids[0, 1:], reduction="sum")
+    hf.zero_grad()
+    loss_hf.backward()
+    loss, grads = model.loss_and_grad(x)
+    assert abs(loss - loss_hf.item()) <= 1e-12 * abs(loss_hf.item())
+    hf_grads = {k: p.grad.numpy() for k, p in hf.named_parameters()}
+    back = ft.hf.gemma.from_ft(grads, c)
+    assert set(back) == set(hf_grads)
+    errs = {k: rel_err(back[k], g) for k, g in hf_grads.items()}
+    assert max(errs.values()) <= 1e-10, errs
+
+
+@pytest.mark.parametrize("gemma3", [False, True], ids=["gemma2", "gemma3"])
+def test_gemma_greedy_generation_and_batched_decoding_equal_hugging_face(monkeypatch, gemma3):
+    torch, hf = _gemma(gemma3)
+    _float64_gemma(monkeypatch, hf, gemma3)
+    model = ft.from_hf(hf)
+    prompts = [[5, 17, 2, 9], [3], [8, 8, 1, 20, 4, 6]]
+    l_gen = 10
+    want = [hf.generate(torch.as_tensor(p)[None], max_new_tokens=l_gen, min_new_tokens=l_gen, do_sample=False,
+                        eos_token_id=None, pad_token_id=0)[0, len(p):].numpy() for p in prompts]
+    for p, w in zip(prompts, want):
+        for cache in (True, False):
+            assert list(ft.DInference(l_gen, 0.0, cache=cache)(p, model)) == list(w), cache
+    assert [list(b) for b in ft.DInference(l_gen, 0.0)(prompts, model)] == [list(w) for w in want]
+
+
+@pytest.mark.parametrize("gemma3", [False, True], ids=["gemma2", "gemma3"])
+@pytest.mark.parametrize("tied", [True, False])
+def test_gemma_round_trips_exactly(tmp_path, gemma3, tied):
+    torch, hf = _gemma(gemma3, tied)
+    model = ft.from_hf(hf)
+    hf2 = ft.to_hf(model)
+    assert type(hf2).__name__ == type(hf).__name__
+    s1, s2 = hf.state_dict(), hf2.state_dict()
+    for k, v in s1.items():
+        if k in s2:
+            assert torch.equal(v, s2[k]), k
+    back = ft.from_hf(hf2)
+    assert back.config == model.config
+    for k, v in model.params.items():
+        assert np.array_equal(back.params[k], v), k
+    ft.save_hf(model, tmp_path / "m")
+    again = ft.load_hf(tmp_path / "m")
+    assert again.config == model.config
+    for k, v in model.params.items():
+        assert np.array_equal(again.params[k], v), k
+
+
+@pytest.mark.parametrize("gemma3, kw, option", [
+    (False, dict(hidden_activation="gelu"), "hidden_activation"),
+    (False, dict(attention_bias=True), "attention_bias"),
+    (False, dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10.0}), "rope_type"),
+    (False, dict(layer_types=["sliding_attention", "full_attention", "full_attention"]), "layer_types"),
+    (True, dict(use_bidirectional_attention=True), "use_bidirectional_attention"),
+    (True, dict(rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                                 "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}),
+     "rope_parameters.full_attention.rope_type"),
+])
+def test_gemma_unsupported_options_are_named(gemma3, kw, option):
+    _, hf = _gemma(gemma3, **kw)
+    with pytest.raises(ValueError, match=option.replace(".", r"\.")):
+        ft.from_hf(hf)
+
+
+def test_gemma3_vision_tower_is_refused_by_name(tmp_path):
+    import json
+
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.Gemma3Config(text_config=dict(vocab_size=29, hidden_size=24, intermediate_size=36,
+                                                     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                                     head_dim=12),
+                                    vision_config=dict(hidden_size=16, intermediate_size=16, num_hidden_layers=1,
+                                                       num_attention_heads=2, image_size=28, patch_size=14))
+    hf = transformers.Gemma3ForConditionalGeneration(cfg)
+    with pytest.raises(ValueError, match="vision"):
+        ft.from_hf(hf)
+    hf.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["Gemma3ForConditionalGeneration"]
+    with pytest.raises(ValueError, match="vision_config"):
+        ft.load_hf(tmp_path)
+
+
+def test_exports_go_to_their_family():
+    assert type(ft.to_hf(make())).__name__ == "Gemma2ForCausalLM"
+    assert type(ft.to_hf(make(**GEMMA3))).__name__ == "Gemma3ForCausalLM"
+    with pytest.raises(ValueError, match="embed_scale"):
+        ft.to_hf(make(embed_scale=2.0))
+    with pytest.raises(ValueError, match="sandwich_norm"):
+        ft.to_hf(make(sandwich_norm=False))
+    with pytest.raises(ValueError, match="query_pre_attn_scalar"):
+        ft.to_hf(make(query_pre_attn_scalar=6.5))
