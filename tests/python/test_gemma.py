@@ -107,6 +107,20 @@ def test_cached_and_batched_decoding_equal_the_literal_listing(opts):
     assert all(np.array_equal(b, w) for b, w in zip(batched, literal))
 
 
+def test_speculative_decoding_with_local_and_global_layers():
+    # a draft whose local layers roll their caches (V9) takes back at most w − 1 drafts, though its global layers
+    # keep every column; greedy speculative decoding equals the target's greedy decoding
+    target, draft = make(), make(L=2, sliding_window=4)
+    randomize_theta(target, np.random.default_rng(5))
+    randomize_theta(draft, np.random.default_rng(6))
+    prompt, l_gen = [1, 2, 3, 4], 10
+    want = ft.DInference(l_gen, 0.0)(prompt, target)
+    for k in (1, 3):
+        assert list(ft.SpeculativeInference(l_gen, k, 0.0)(prompt, target, draft)) == list(want), k
+    with pytest.raises(ValueError, match="sliding_window"):
+        ft.SpeculativeInference(l_gen, 4, 0.0)(prompt, target, draft)
+
+
 def test_the_options_round_trip(tmp_path):
     model = make(**GEMMA3)
     randomize_theta(model, np.random.default_rng(4))
