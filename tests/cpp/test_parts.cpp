@@ -160,6 +160,9 @@ TEST(Registry, NamesAndClearErrors) {
     EXPECT_TRUE(has(PartKind::MLP, "swiglu"));
     EXPECT_TRUE(has(PartKind::Norm, "rms"));
     EXPECT_TRUE(has(PartKind::Norm, "scale"));
+    EXPECT_TRUE(has(PartKind::Norm, "rms1p"));
+    EXPECT_TRUE(has(PartKind::QKVSource, "qk_norm"));
+    EXPECT_TRUE(has(PartKind::HeadKernel, "softcap"));
     EXPECT_NO_THROW(check_part_name(PartKind::Norm, "layer", "norm"));
     try {
         check_part_name(PartKind::Position, "xpos", "positional");
