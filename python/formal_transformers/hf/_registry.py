@@ -180,6 +180,8 @@ def from_hf(hf_model, *, dtype=None, bigbird_lengths=()):
     DTransformer (tied unless the config unties it), BertForMaskedLM / BertModel -> ETransformer (with
     n_segments, embed_norm, unembed_bias), LlamaForCausalLM -> DTransformer(positional="rope", H_kv,
     mlp="swiglu", bias=False, norm="rms"), MistralForCausalLM -> the same with sliding_window (V8),
+    Qwen3ForCausalLM -> the LLaMA mapping with qk_norm (V20), Gemma2ForCausalLM / Gemma3ForCausalLM -> DTransformer
+    with norm="rms1p", sandwich_norm, embed_scale and V20–V22 (docs/interop.md),
     DeepseekV3ForCausalLM (dense MLPs) -> DTransformer with latent attention (V10), T5ForConditionalGeneration ->
     EDTransformer (V11, V18), ViTForImageClassification -> ViT (listing V14). dtype: float32 / float64 (default:
     the HF model's, float64 if its weights are float64). ValueError naming an unsupported configuration option.
