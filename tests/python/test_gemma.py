@@ -24,8 +24,8 @@ REF_KEYS = ("eps", "rope_theta", "sliding_window", "sliding_window_pattern", "ro
             "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping", "embed_scale")
 
 
-def make(dtype="float64", L=3, **kw):
-    return ft.DTransformer(V, 16, L, 4, 16, 20, dtype=dtype, seed=2, **{**GEMMA, **kw})
+def make(dtype="float64", L=3, l_max=16, **kw):
+    return ft.DTransformer(V, l_max, L, 4, 16, 20, dtype=dtype, seed=2, **{**GEMMA, **kw})
 
 
 def reference(model, x, theta, **kw):
@@ -105,6 +105,16 @@ def test_cached_and_batched_decoding_equal_the_literal_listing(opts):
         assert np.array_equal(ft.DInference(8, 0.0)(p, model), want)
     batched = ft.DInference(8, 0.0)(prompts, model)
     assert all(np.array_equal(b, w) for b, w in zip(batched, literal))
+
+
+def test_batched_decoding_past_the_pages_of_the_window_keeps_the_global_layers_keys():
+    # paged decoding frees the pages before a window only when every layer has one: the global layers read every key
+    # (several prompts, so freed pages would be reused and overwritten)
+    model = make(l_max=64)
+    randomize_theta(model, np.random.default_rng(7))
+    prompts = [np.array([1, 2, 3, 4]), np.array([5, 6]), np.array([7, 8, 9])]
+    one_by_one = [ft.DInference(40, 0.0)(p, model) for p in prompts]
+    assert all(np.array_equal(b, w) for b, w in zip(ft.DInference(40, 0.0)(prompts, model), one_by_one))
 
 
 def test_speculative_decoding_with_local_and_global_layers():

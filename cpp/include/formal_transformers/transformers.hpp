@@ -446,8 +446,12 @@ public:
     // (Mistral: each step stays O(w) past any length).
     // (V22's local and global layers: a global layer reads every key, so 0 unless every layer has a window)
     index_t window() const {
-        index_t w = layer.empty() ? 0 : layer[0]->attn.mask.window();
-        for (const auto& b : layer) w = b->attn.mask.window() > 0 ? std::max(w, b->attn.mask.window()) : 0;
+        index_t w = 0;
+        for (const auto& b : layer) {
+            const index_t v = b->attn.mask.window();
+            if (v == 0) return 0;
+            w = std::max(w, v);
+        }
         return w;
     }
     bool decodes_past_l_max() const {
