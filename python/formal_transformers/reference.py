@@ -1119,13 +1119,14 @@ def soft_cap(S, cap) -> np.ndarray:
 
 def capped_mhattention(X, W_q, W_k, W_v, W_o, mask, *, theta: float = 10000.0, q0: int = 0, gamma_q=None,
                        gamma_k=None, eps: float = 0.0, norm: str = "rms", query_pre_attn_scalar=None,
-                       attn_logit_softcapping=None) -> np.ndarray:
+                       attn_logit_softcapping=None, rope_scaling_factor=None) -> np.ndarray:
     """Algorithm 5 (self-attention, no biases, V3's H_kv heads, V1 RoPE at q0, q0+1, …) with V20's QK-norm (gamma_q,
     gamma_k given) and the 'softcap' head kernel (V21): line 4's S ← Kᵀ Q / √s with s = query_pre_attn_scalar (None:
-    d_attn), then S ← c·tanh(S / c) with c = attn_logit_softcapping (None: no cap), then lines 5–6."""
+    d_attn), then S ← c·tanh(S / c) with c = attn_logit_softcapping (None: no cap), then lines 5–6. RoPE at the
+    positions p / f with f = rope_scaling_factor (linear scaling; None: 1)."""
     H, H_kv, d = W_q.shape[0], W_k.shape[0], W_q.shape[1]
     l = X.shape[1]
-    p = q0 + np.arange(l)
+    p = (q0 + np.arange(l)) / (rope_scaling_factor or 1.0)
     Q = np.stack([W_q[h] @ X for h in range(H)])  # line 1
     K = np.stack([W_k[g] @ X for g in range(H_kv)])  # line 2
     if gamma_q is not None:  # V20 lines 1′, 2′
@@ -1153,12 +1154,14 @@ def gemma_layer_kinds(L: int, sliding_window=None, sliding_window_pattern=None) 
 def gemma_transformer(x, params, *, L: int, H: int, eps: float = 1e-6, rope_theta: float = 10000.0,
                       sliding_window=None, sliding_window_pattern=None, rope_local_base_freq=None,
                       qk_norm: bool = False, query_pre_attn_scalar=None, attn_logit_softcapping=None,
-                      final_logit_softcapping=None, embed_scale=None, logits: bool = False) -> np.ndarray:
+                      final_logit_softcapping=None, embed_scale=None, rope_scaling_factor=None,
+                      logits: bool = False) -> np.ndarray:
     """Gemma 2 / Gemma 3 (text) as Algorithm 10 with their parts: the embedding times embed_scale (√d_e), norm
     "rms1p" everywhere, sandwich layers (V23: X ← X + norm(MHAttention(norm(X | γ¹)) | γ¹′), then X ← X +
     norm(GeGLU(norm(X | γ²)) | γ²′)), per-layer local/global attention (V22, gemma_layer_kinds) with RoPE θ =
     rope_local_base_freq on the local layers, V20's QK-norm, V21's scale and soft-capping of the scores, and the
-    final logits soft-capped: P = softmax(c_f·tanh(W_u X / c_f))."""
+    final logits soft-capped: P = softmax(c_f·tanh(W_u X / c_f)). rope_scaling_factor f: RoPE at positions p / f in the
+    layers with θ = rope_theta (a local layer with rope_local_base_freq is unscaled)."""
     x = np.asarray(x)
     l = len(x)
     X = token_embedding(x, params["W_e"]) * (1.0 if embed_scale is None else embed_scale)  # lines 1–3
@@ -1168,11 +1171,13 @@ def gemma_transformer(x, params, *, L: int, H: int, eps: float = 1e-6, rope_thet
         pfx, a = f"layers.{i}.", f"layers.{i}.attn."
         local = kinds[i] == "local"
         mask = decoder_mask(l, sliding_window=sliding_window if local else None)
-        theta = rope_local_base_freq if local and rope_local_base_freq is not None else rope_theta
+        own = local and rope_local_base_freq is not None
+        theta = rope_local_base_freq if own else rope_theta
         A = capped_mhattention(n(X, pfx + "gamma1"), params[a + "W_q"], params[a + "W_k"], params[a + "W_v"],
                                params[a + "W_o"], mask, theta=theta, gamma_q=params.get(a + "gamma_q") if qk_norm else None,
                                gamma_k=params.get(a + "gamma_k") if qk_norm else None, eps=eps, norm="rms1p",
-                               query_pre_attn_scalar=query_pre_attn_scalar, attn_logit_softcapping=attn_logit_softcapping)
+                               query_pre_attn_scalar=query_pre_attn_scalar, attn_logit_softcapping=attn_logit_softcapping,
+                               rope_scaling_factor=None if own else rope_scaling_factor)
         X = X + n(A, pfx + "gamma1_post")  # lines 5–6 with the sandwich's second norm
         M = geglu_mlp(n(X, pfx + "gamma2"), params[pfx + "W_gate"], params[pfx + "W_mlp1"], params[pfx + "W_mlp2"])
         X = X + n(M, pfx + "gamma2_post")  # lines 7–8

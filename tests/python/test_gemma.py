@@ -20,7 +20,7 @@ V = 19
 GEMMA = dict(positional="rope", rope_theta=500.0, H_kv=2, mlp="geglu", bias=False, norm="rms1p", eps=1e-6,
              sandwich_norm=True, embed_scale=4.0, sliding_window=3, sliding_window_pattern=2,
              query_pre_attn_scalar=6.0, attn_logit_softcapping=2.0, final_logit_softcapping=3.0)
-REF_KEYS = ("eps", "rope_theta", "sliding_window", "sliding_window_pattern", "rope_local_base_freq", "qk_norm",
+REF_KEYS = ("eps", "rope_theta", "sliding_window", "sliding_window_pattern", "rope_local_base_freq", "rope_scaling_factor", "qk_norm",
             "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping", "embed_scale")
 
 
@@ -42,7 +42,7 @@ def test_layer_kinds_follow_the_pattern():
 
 
 GEMMA3 = dict(qk_norm=True, rope_local_base_freq=30.0, attn_logit_softcapping=None, final_logit_softcapping=None,
-              sliding_window_pattern=3, L=4)
+              sliding_window_pattern=3, L=4, rope_scaling_factor=4.0)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
@@ -63,7 +63,7 @@ def test_forward_and_loss_match_the_reference(opts, dtype):
 
 @pytest.mark.parametrize("change", [dict(sandwich_norm=False), dict(embed_scale=None), dict(sliding_window_pattern=None),
                                     dict(query_pre_attn_scalar=None), dict(attn_logit_softcapping=None),
-                                    dict(final_logit_softcapping=None), dict(norm="rms")])
+                                    dict(final_logit_softcapping=None), dict(norm="rms"), dict(rope_scaling_factor=2.0)])
 def test_each_part_matters(change):
     base, other = make(), make(**change)
     theta = randomize_theta(base, np.random.default_rng(1))
@@ -166,6 +166,14 @@ def test_bad_options_name_themselves(kwargs, exc, match):
         ft.ETransformer(V, 16, 2, 2, 8, 12, 8, sandwich_norm=True)
 
 
+def test_rope_scaling_factor_is_rope_s_and_scales_positions():
+    with pytest.raises(ValueError, match="rope_scaling_factor is an option of the 'rope' position"):
+        ft.DTransformer(V, 16, 1, 2, 8, 12, rope_scaling_factor=2.0)
+    with pytest.raises(ValueError, match="rope_scaling_factor"):
+        ft.DTransformer(V, 16, 1, 2, 8, 12, positional="rope", bias=False, kv_lora_rank=4, qk_rope_head_dim=2,
+                        rope_scaling_factor=2.0)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Hugging Face Gemma2ForCausalLM and Gemma3ForCausalLM, every weight random, float64
 
@@ -196,7 +204,9 @@ def _float64_gemma(monkeypatch, hf, gemma3):
 
     def rope3(self, x, position_ids, layer_type):
         d = getattr(self, f"{layer_type}_inv_freq").shape[0] * 2
-        return angles(self.config.rope_parameters[layer_type]["rope_theta"], d, x, position_ids)
+        rp = self.config.rope_parameters[layer_type]
+        f = rp.get("factor", 1.0) if rp.get("rope_type") == "linear" else 1.0  # linear scaling: positions p / f
+        return angles(rp["rope_theta"], d, x, position_ids / f)
 
     eager = mg.eager_attention_forward
 
@@ -225,7 +235,7 @@ def _gemma(gemma3, tied=True, **kw):
     if gemma3:
         cfg = dict(common, num_hidden_layers=4, layer_types=["sliding_attention", "sliding_attention", "full_attention",
                                                              "sliding_attention"],
-                   rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000.0},
+                   rope_parameters={"full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1000.0},
                                     "sliding_attention": {"rope_type": "default", "rope_theta": 50.0}})
         cfg.update(kw)
         return torch, hf_random_float64(transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(**cfg)).eval()
@@ -248,6 +258,7 @@ def test_gemma_probabilities_and_every_gradient(monkeypatch, gemma3, tied):
     assert c["query_pre_attn_scalar"] == 10.0 and c["embed_scale"] == math.sqrt(24)
     if gemma3:
         assert (c["rope_theta"], c["rope_local_base_freq"], c["attn_logit_softcapping"]) == (1000.0, 50.0, None)
+        assert c["rope_scaling_factor"] == 4.0
     else:
         assert (c["rope_theta"], c["attn_logit_softcapping"], c["final_logit_softcapping"]) == (500.0, 2.5, 4.0)
     x = np.array([3, 14, 15, 9, 26, 5, 3, 5, 8, 9, 7, 9])
@@ -313,9 +324,12 @@ def test_gemma_round_trips_exactly(tmp_path, gemma3, tied):
     (False, dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10.0}), "rope_type"),
     (False, dict(layer_types=["sliding_attention", "full_attention", "full_attention"]), "layer_types"),
     (True, dict(use_bidirectional_attention=True), "use_bidirectional_attention"),
-    (True, dict(rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+    (True, dict(rope_parameters={"full_attention": {"rope_type": "dynamic", "factor": 8.0, "rope_theta": 1e6},
                                  "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}),
      "rope_parameters.full_attention.rope_type"),
+    (True, dict(rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                 "sliding_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}}),
+     "rope_parameters.sliding_attention.rope_type"),
 ])
 def test_gemma_unsupported_options_are_named(gemma3, kw, option):
     _, hf = _gemma(gemma3, **kw)

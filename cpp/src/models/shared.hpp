@@ -90,7 +90,10 @@ inline AttnVariant attn_variant(const ModelConfig& c, bool positional) {
 inline AttnVariant layer_variant(const ModelConfig& c, index_t l) {
     AttnVariant v = attn_variant(c, true);
     const double local = c.part_options.real("rope_local_base_freq");
-    if (!global_layer(c, l) && local > 0) v.rope_theta = local;
+    if (!global_layer(c, l) && local > 0) {  // (a local layer with its own θ: unscaled positions)
+        v.rope_theta = local;
+        v.options.set("rope_scaling_factor", 0.0);
+    }
     return v;
 }
 // ED's self-attentions with V11 (positional = Relative): T5's bias from the stack's one table (`table`: "enc.rel_bias",

@@ -23,6 +23,7 @@ const PartRow& qk_norm_row();                       // variants/qk_norm.cpp
 const PartRow& performer_kernel_row();              // variants/random_features.cpp
 const PartRow& rfa_kernel_row();                    // variants/random_features.cpp
 const PartRow& relative_bias_row();                 // variants/relative_bias.cpp
+const PartRow& rope_row();                          // variants/rope.cpp
 const PartRow& softcap_kernel_row();                // variants/softcap_attention.cpp
 Mask make_bigbird_mask_from_options(const MaskOptions&);  // variants/bigbird_mask.cpp
 template <class T>
@@ -113,7 +114,7 @@ template <class T>
 const std::vector<Entry<PositionFactory<T>>>& positions() {
     static const std::vector<Entry<PositionFactory<T>>> t = {
         {"none", make_no_position<T>},
-        {"rope", make_rope<T>},
+        {"rope", make_rope<T>, rope_row},
         {"alibi", make_alibi<T>},
         {"relative", make_relative_bias<T>, relative_bias_row},
     };

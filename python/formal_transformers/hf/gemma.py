@@ -14,7 +14,10 @@ RoPE θ of its own for the local layers.
     global iff (l + 1) is a multiple of p; every layer "sliding_attention": None; every layer "full_attention": no
     window); rope θ: Gemma 2's rope_parameters (or rope_theta); Gemma 3's rope_parameters["full_attention"] and
     ["sliding_attention"] (or rope_theta and rope_local_base_freq) ↦ rope_theta, rope_local_base_freq.
-Refused (ValueError naming the option): a scaled RoPE (rope_type other than "default", rope_scaling), attention_bias,
+Gemma 3's linear RoPE scaling of its global layers (rope_parameters["full_attention"]: rope_type "linear", factor f;
+4B and larger) ↦ rope_scaling_factor = f.
+Refused (ValueError naming the option): another scaled RoPE (rope_type other than "default" / Gemma 3's global
+"linear"; Gemma 2's rope_scaling), attention_bias,
 use_bidirectional_attention, hidden_activation other than gelu_pytorch_tanh, attention_dropout > 0 with a capped or
 rescaled attention, layer_types with no period p as above, and Gemma3ForConditionalGeneration's vision tower.
 HF computes the RMS norms, the RoPE angles and the attention softmax in float32 even in a float64 model, and keeps
@@ -73,36 +76,37 @@ def layer_pattern(c: dict, m: str, L: int):
     return w, p
 
 
-def _default_rope(rp, m: str, key: str) -> float:
+def _rope(rp, m: str, key: str, linear: bool = False):
+    """(θ, linear factor or None) of one set of RoPE parameters: rope_type "default", or "linear" where allowed."""
     if not isinstance(rp, dict):
         raise _bad_value(m, key, rp, "an object of RoPE parameters")
     kind = rp.get("rope_type", rp.get("type", "default"))
-    if kind != "default":
-        raise _unsupported(m, f"{key}.rope_type", kind, "only the plain rotary embedding of V1 (no scaling)")
-    return _cfg_float({f"{key}.rope_theta": rp.get("rope_theta")}, m, f"{key}.rope_theta", lo=0.0, lo_open=True)
+    if kind not in ("default", "linear") or (kind == "linear" and not linear):
+        raise _unsupported(m, f"{key}.rope_type", kind, "only V1's rotary embedding" +
+                           (" and its linear scaling" if linear else " (no scaling)"))
+    theta = _cfg_float({f"{key}.rope_theta": rp.get("rope_theta")}, m, f"{key}.rope_theta", lo=0.0, lo_open=True)
+    f = _cfg_float(rp, m, "factor", lo=0.0, lo_open=True) if kind == "linear" else None
+    return theta, (None if f == 1.0 else f)
 
 
 def rope_thetas(c: dict, m: str, gemma3: bool):
-    """(θ of the global layers, θ of the local ones) as transformers 5 reads a Gemma config."""
-    if c.get("rope_scaling"):
-        raise _unsupported(m, "rope_scaling", c["rope_scaling"], "only the plain rotary embedding of V1 (no scaling)")
+    """(θ of the global layers, θ of the local ones, the global layers' linear factor or None) as transformers 5 reads
+    a Gemma config (Gemma 3: the factor of rope_parameters["full_attention"], or the older rope_scaling)."""
     rp = c.get("rope_parameters")
     if gemma3:
         if isinstance(rp, dict) and ("full_attention" in rp or "sliding_attention" in rp):
-            g = _default_rope(rp.get("full_attention") or {"rope_theta": c.get("rope_theta", 1e6)}, m,
-                              "rope_parameters.full_attention")
-            l = _default_rope(rp.get("sliding_attention") or {"rope_theta": c.get("rope_local_base_freq", 1e4)}, m,
-                              "rope_parameters.sliding_attention")
-            return g, l
-        if rp:
-            return _default_rope(rp, m, "rope_parameters"), _cfg_float(c, m, "rope_local_base_freq", 1e4, lo_open=True)
-        return (_cfg_float(c, m, "rope_theta", 1e6, lo_open=True), _cfg_float(c, m, "rope_local_base_freq", 1e4,
-                                                                               lo_open=True))
-    if rp:
-        t = _default_rope(rp, m, "rope_parameters")
-    else:
-        t = _cfg_float(c, m, "rope_theta", 1e4, lo_open=True)
-    return t, t
+            g, f = _rope(rp.get("full_attention") or {"rope_theta": c.get("rope_theta", 1e6)}, m,
+                         "rope_parameters.full_attention", linear=True)
+            l, _ = _rope(rp.get("sliding_attention") or {"rope_theta": c.get("rope_local_base_freq", 1e4)}, m,
+                         "rope_parameters.sliding_attention")
+            return g, l, f
+        g, f = _rope({"rope_theta": c.get("rope_theta", 1e6), **(c.get("rope_scaling") or {})}, m, "rope_scaling",
+                     linear=True)
+        return g, _cfg_float(c, m, "rope_local_base_freq", 1e4, lo_open=True), f
+    if c.get("rope_scaling"):
+        raise _unsupported(m, "rope_scaling", c["rope_scaling"], "only the plain rotary embedding of V1 (no scaling)")
+    t = _rope(rp, m, "rope_parameters")[0] if rp else _cfg_float(c, m, "rope_theta", 1e4, lo_open=True)
+    return t, t, None
 
 
 class _Gemma(Converter):
@@ -113,7 +117,7 @@ class _Gemma(Converter):
                       "rope_theta", "mlp", "bias", "norm", "eps", "tied", "seed", "init_std", "attention_impl", "mask",
                       "embed_dropout", "attn_dropout", "resid_dropout", "embed_scale", "sandwich_norm",
                       "final_logit_softcapping", "attn_logit_softcapping", "query_pre_attn_scalar", "sliding_window",
-                      "sliding_window_pattern", "rope_local_base_freq", "qk_norm"})
+                      "sliding_window_pattern", "rope_local_base_freq", "qk_norm", "rope_scaling_factor"})
 
     def class_of(self, config, T, class_names):
         return next(iter(self.classes)) if config.get("model_type") == self.model_type else None
@@ -138,7 +142,7 @@ class _Gemma(Converter):
             raise _unsupported(m, "num_key_value_heads", H_kv, f"it must divide num_attention_heads = {H}")
         L = _cfg_int(c, m, "num_hidden_layers")
         w, p = layer_pattern(c, m, L)
-        theta, local = rope_thetas(c, m, self.gemma3)
+        theta, local, factor = rope_thetas(c, m, self.gemma3)
         s = _cfg_float(c, m, "query_pre_attn_scalar", float(d_h), lo_open=True)
         cap = c.get("attn_logit_softcapping")
         cap = None if cap is None else _cfg_float(c, m, "attn_logit_softcapping", lo_open=True)
@@ -156,8 +160,10 @@ class _Gemma(Converter):
                   query_pre_attn_scalar=None if s == d_h else s, sliding_window=w, sliding_window_pattern=p)
         if self.gemma3:
             hp["qk_norm"] = True
-            if w is not None and local != theta:
+            if w is not None and (local != theta or factor):  # (a local θ of its own keeps those layers unscaled)
                 hp["rope_local_base_freq"] = local
+            if factor:
+                hp["rope_scaling_factor"] = factor
         return hp
 
     def expected(self, hp, head):
@@ -192,8 +198,13 @@ class _Gemma(Converter):
                              f"{math.sqrt(cfg['d_e'])!r}, got {cfg.get('embed_scale')!r}")
         if cfg["d_attn"] != cfg["d_mid"]:
             raise ValueError(f"{m} needs d_attn = d_mid (its head_dim), got d_attn={cfg['d_attn']}, d_mid={cfg['d_mid']}")
-        if not self.gemma3 and cfg.get("rope_local_base_freq") is not None:
-            raise ValueError("Gemma 2 has one RoPE θ: rope_local_base_freq is Gemma 3's (qk_norm=True)")
+        if not self.gemma3 and (cfg.get("rope_local_base_freq") is not None or cfg.get("rope_scaling_factor")):
+            raise ValueError("Gemma 2 has one unscaled RoPE: rope_local_base_freq and rope_scaling_factor are Gemma 3's "
+                             "(qk_norm=True)")
+        f = cfg.get("rope_scaling_factor")
+        if f and cfg.get("sliding_window") and cfg.get("rope_local_base_freq") is None:
+            raise ValueError("Gemma 3 scales the RoPE of its global layers only: with rope_scaling_factor and "
+                             "sliding_window, give the local layers their θ (rope_local_base_freq)")
         L, w, p = cfg["L"], cfg.get("sliding_window"), cfg.get("sliding_window_pattern")
         types = ["full_attention" if w is None or (p and (l + 1) % p == 0) else "sliding_attention" for l in range(L)]
         s = cfg.get("query_pre_attn_scalar") or cfg["d_attn"]
@@ -215,7 +226,9 @@ class _Gemma(Converter):
               "pad_token_id": None, "bos_token_id": cfg["n_vocab"] - 2, "eos_token_id": cfg["n_vocab"] - 1,
               "use_cache": True, "dtype": cfg["dtype"]}
         if self.gemma3:
-            hf["rope_parameters"] = {"full_attention": {"rope_type": "default", "rope_theta": theta},
+            full = {"rope_type": "linear", "factor": f, "rope_theta": theta} if f else {"rope_type": "default",
+                                                                                        "rope_theta": theta}
+            hf["rope_parameters"] = {"full_attention": full,
                                      "sliding_attention": {"rope_type": "default", "rope_theta": local}}
             hf["use_bidirectional_attention"] = False
         else:
