@@ -58,6 +58,7 @@
 // N(0, (0.02/√(2·layers))²), biases 0, γ = 1, β = 0.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -95,6 +96,8 @@ struct BackwardWork {
     Matrix<T> dR;     // dropout: ∂loss/∂(a sublayer's output) through the mask (D2)
     MHAttentionWork<T> attn;
     Matrix<T> Xsel, dXsel, logits;
+    Matrix<T> capped;  // the soft-capped logits (final_logit_softcapping) for their backward
+    Matrix<T> dY;      // sandwich_norm: ∂loss/∂ a sublayer's output before its second norm
     std::vector<index_t> cols, targets;
 };
 
@@ -127,6 +130,9 @@ public:
         // dropout (training): masks of the sublayer outputs of lines 6 and 8; R: scratch of a sublayer's output
         DropoutMask drop_attn, drop_mlp;
         Matrix<T> R;
+        // sandwich_norm (V27): the sublayers' outputs before their second norms, and those norms' caches
+        Matrix<T> Y_attn, Y_mlp;
+        NormCache<T> norm_post1, norm_post2;
     };
     PreLNDecoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& prefix);
     // with line 6's Mask and attention options given (V18: T5's encoder layer, Mask ≡ 1 and the stack's bias table)
@@ -148,6 +154,12 @@ public:
     MHAttention<T> attn;   // W_l, causal
     Norm<T> norm2;         // γ_l², β_l²
     MLP<T> mlp;            // W_mlp1^l, b_mlp1^l, W_mlp2^l, b_mlp2^l
+    // sandwich_norm (V27; Gemma 2, 3): the second norm of each sublayer, γ_l¹′ (after line 6's attention) and γ_l²′
+    // (after line 8's MLP); empty: Algorithm 10
+    std::shared_ptr<const Norm<T>> post1, post2;
+
+private:
+    void add_sandwich(const ModelConfig& c, ParamStore<T>& store, const std::string& prefix);
 };
 
 // Algorithm 9 lines 5–8 = Algorithm 8 lines 5–8: the post-LN encoder layer of BERT and of the original
@@ -442,7 +454,16 @@ public:
     // window; 0: all), so the caches keep O(window()) columns (V9) and take back at most window() − 1 tokens;
     // context='auto' decodes past ℓ_max for ALiBi (made to extrapolate) and a window with positions in attention
     // (Mistral: each step stays O(w) past any length).
-    index_t window() const { return layer.empty() ? 0 : layer[0]->attn.mask.window(); }
+    // (V26's local and global layers: a global layer reads every key, so 0 unless every layer has a window)
+    index_t window() const {
+        index_t w = 0;
+        for (const auto& b : layer) {
+            const index_t v = b->attn.mask.window();
+            if (v == 0) return 0;
+            w = std::max(w, v);
+        }
+        return w;
+    }
     bool decodes_past_l_max() const {
         return cfg.positional == Positional::Alibi || (window() > 0 && in_attention(cfg.positional));
     }

@@ -44,11 +44,13 @@ void PromptKV<T>::check(const DTransformer<T>& model) const {
 // Algorithm P's pages hold each head's keys and values, made by Algorithm 4's W_k, W_v: latent attention (V10,
 // whose cache is the latent) and random-feature attention (V15, whose state is a running sum) decode one prompt
 // at a time (DInference), not here yet.
-// A source that is the listing's projections (V20's qkv_bias: W_k, W_v with their biases) pages as the listing.
+// A source that is the listing's projections (V20's qkv_bias: W_k, W_v with their biases) pages as the listing; so
+// does V24's QK-norm (it keeps each head's normalised key: its pages are Algorithm 4's, made through the source).
 template <class T>
 void check_paged_model(const DTransformer<T>& m, const char* what) {
     const ModelConfig& c = m.cfg;
     const PartRow* s = chosen_part(c, PartKind::QKVSource);
+    if (s && std::string(s->name) == "qk_norm") s = nullptr;
     if (s && !m.layer.empty() && dynamic_cast<const Projections<T>*>(m.layer[0]->attn.source.get())) s = nullptr;
     if (s)
         throw ValueError(std::string(what) + " of a model with the '" + s->name + "' Q/K/V source (" + s->options[0].name +
@@ -191,7 +193,7 @@ void paged_head(const MHAttention<T>& a, const ParamStore<T>& store, PagePool<T>
     const index_t g = a.kv_head(h), lz = t + 1;
     KeyRange r = a.mask.keys(0, t, lz);
     r.begin = std::max<index_t>(r.begin, 0), r.end = std::min(r.end, lz);
-    const T scale = T(1) / std::sqrt(T(a.d_attn));
+    const T scale = a.kernel->score_scale(a.d_attn);  // the listing's 1/√d_attn (V25: 1/√s)
     for (index_t t0 = r.begin; t0 < r.end;) {  // Algorithm 4 line 4 page by page: S[t0:t1] ← K_pageᵀ q/√d_attn
         const index_t page = s.table[std::size_t(t0 / kPageTokens)], j0 = t0 % kPageTokens;
         const index_t t1 = std::min(r.end, t0 - j0 + kPageTokens);
@@ -199,6 +201,7 @@ void paged_head(const MHAttention<T>& a, const ParamStore<T>& store, PagePool<T>
         gemv<T>(Op::T, scale, Kp, q, T(0), S + t0);
         t0 = t1;
     }
+    a.kernel->transform_scores(S + r.begin, r.end - r.begin);  // (V25: c·tanh(S/c))
     if (a.position.bias)  // line 6: + B^h (ALiBi), on the candidates
         a.position.bias->add(store, a.mask, 0, h, t, MatView<T>(S, lz, 1));
     if (!r.dense)  // line 5
@@ -218,7 +221,8 @@ void paged_head(const MHAttention<T>& a, const ParamStore<T>& store, PagePool<T>
 
 template <class T>
 struct StepScratch {
-    Matrix<T> X, Xt, Q, Kn, Vn, Y, Z;
+    Matrix<T> X, Xt, Q, Kn, Vn, Y, Z, R;
+    MHAttentionCache<T> src;  // the Q/K/V source's scratch
     std::vector<T> S;  // per thread: t + 1 scores
     std::vector<index_t> ids, pos;
     DecodeScratch<T> d;
@@ -247,15 +251,13 @@ void batched_step(const DTransformer<T>& m, PagePool<T>& pool, std::vector<Seque
     for (index_t l = 0; l < c.L; ++l) {  // line 7
         const PreLNDecoderBlock<T>& blk = *m.layer[std::size_t(l)];
         const MHAttention<T>& a = blk.attn;
-        const T* bq = a.b_q.size ? store.v(a.b_q) : nullptr;  // the source's biases (bias, or V20's qkv_bias)
-        const T* bk = a.b_k.size ? store.v(a.b_k) : nullptr;
-        const T* bv = a.b_v.size ? store.v(a.b_v) : nullptr;
         const T* bo = a.var.bias ? store.v(a.b_o) : nullptr;
         blk.norm1.forward(store, X, Xt, w.d.norm);  // line 8
         MatView<T> Q = ensure(w.Q, a.H * a.d_attn, B), Kn = ensure(w.Kn, pool.rows_k, B), Vn = ensure(w.Vn, pool.rows_v, B);
-        affine<T>(store.W(a.W_q), Xt, bq, Q);  // line 9, one gemm each over the batch
-        affine<T>(store.W(a.W_k), Xt, bk, Kn);
-        affine<T>(store.W(a.W_v), Xt, bv, Vn);
+        // line 9 through the attention's Q/K/V source, one gemm each over the batch (the sources taken here place
+        // no positions themselves: the columns' positions differ and the position part rotates them below)
+        a.source->queries(store, Xt, 0, Q, w.src);
+        a.source->append(store, Xt, 0, Kn, Vn);
         for (index_t b = 0; b < B; ++b) {
             const index_t t = w.pos[std::size_t(b)];
             if (a.position.qk) {  // RoPE (V1): keys and queries rotated at their positions
@@ -281,9 +283,24 @@ void batched_step(const DTransformer<T>& m, PagePool<T>& pool, std::vector<Seque
         } else {
             for (index_t bh = 0; bh < n_blocks; ++bh) head(bh, 0);
         }
-        affine_add<T>(store.W(a.W_o), Y, bo, X);     // line 12: X ← X + W_o Ỹ + b_o 1ᵀ
+        if (!blk.post1) {
+            affine_add<T>(store.W(a.W_o), Y, bo, X);     // line 12: X ← X + W_o Ỹ + b_o 1ᵀ
+        } else {  // V27: X ← X + norm(W_o Ỹ + b_o 1ᵀ | γ¹′)
+            MatView<T> R = ensure(w.R, c.d_e, B);
+            affine<T>(store.W(a.W_o), Y, bo, R);
+            blk.post1->forward(store, R, R, w.d.norm);
+            for (index_t i = 0; i < X.size(); ++i) X.data[i] += R.data[i];
+        }
         blk.norm2.forward(store, X, Xt, w.d.norm);   //   X̃ ← layer_norm(X | γ², β²)
-        blk.mlp.forward(store, Xt, X, w.d.mlp);      //   X ← X + MLP(X̃)
+        if (!blk.post2) {
+            blk.mlp.forward(store, Xt, X, w.d.mlp);  //   X ← X + MLP(X̃)
+        } else {  // V27: X ← X + norm(MLP(X̃) | γ²′)
+            MatView<T> R = ensure(w.R, c.d_e, B);
+            std::fill(R.data, R.data + R.size(), T(0));
+            blk.mlp.forward(store, Xt, R, w.d.mlp);
+            blk.post2->forward(store, R, R, w.d.norm);
+            for (index_t i = 0; i < X.size(); ++i) X.data[i] += R.data[i];
+        }
         poll();
     }
     m.norm_f->forward(store, X, Xt, w.d.norm);                          // line 13: layer_norm(X | γ, β)

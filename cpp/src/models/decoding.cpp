@@ -19,9 +19,23 @@ void PreLNDecoderBlock<T>::forward_cached(const ParamStore<T>& store, MatView<T>
     MatView<T> Xt = ensure(d.Xt, X.rows, X.cols);
     norm1.forward(store, X, Xt, d.norm);                          // line 5
     attn.append_kv(store, Xt, kv);                                // keys/values of the new tokens
-    attn.attend_cached(store, Xt, q0, kv, X, d.attn, true, mask);  // line 6
+    if (!post1) {
+        attn.attend_cached(store, Xt, q0, kv, X, d.attn, true, mask);  // line 6
+    } else {  // V27: X ← X + norm(MHAttention(X̃) | γ¹′)
+        MatView<T> Y = ensure(d.tmp, X.rows, X.cols);
+        attn.attend_cached(store, Xt, q0, kv, Y, d.attn, false, mask);
+        post1->forward(store, Y, Y, d.norm);
+        for (index_t i = 0; i < X.size(); ++i) X.data[i] += Y.data[i];
+    }
     norm2.forward(store, X, Xt, d.norm);                      // line 7
-    mlp.forward(store, Xt, X, d.mlp);                         // line 8
+    if (!post2) {
+        mlp.forward(store, Xt, X, d.mlp);                     // line 8
+    } else {  // V27: X ← X + norm(MLP(X̃) | γ²′)
+        MatView<T> Y = zeros(d.tmp, X.rows, X.cols);
+        mlp.forward(store, Xt, Y, d.mlp);
+        post2->forward(store, Y, Y, d.norm);
+        for (index_t i = 0; i < X.size(); ++i) X.data[i] += Y.data[i];
+    }
 }
 
 template <class T>

@@ -16,7 +16,9 @@ using namespace models;
 template <class T>
 DTransformer<T>::DTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::D)) {
     const Activation act = cfg.gelu == Gelu::Tanh ? Activation::GeluTanh : Activation::Gelu;
-    for (index_t l = 0; l < cfg.L; ++l) layer.push_back(std::make_unique<PreLNDecoderBlock<T>>(cfg, act, store, layer_prefix("layers", l)));
+    for (index_t l = 0; l < cfg.L; ++l)  // (V26: each layer's mask and RoPE θ)
+        layer.push_back(std::make_unique<PreLNDecoderBlock<T>>(cfg, act, store, layer_prefix("layers", l), layer_mask(cfg, l),
+                                                               layer_variant(cfg, l)));
     norm_f = std::make_unique<Norm<T>>(norm_name(cfg.norm), cfg.d_e, cfg.eps, store, "gamma", "beta");
     for (index_t k = 0; k < cfg.mtp_depth; ++k)  // V16's modules (multi_token.hpp)
         mtp.push_back(std::make_shared<MTPModule<T>>(cfg, act, store, layer_prefix("mtp", k)));

@@ -19,9 +19,12 @@ const PartRow& sliding_window_mask_row();           // variants/sliding_window_m
 Mask make_chunked_mask(const MaskOptions&);         // variants/chunked_mask.cpp
 const PartRow& chunked_mask_row();                  // variants/chunked_mask.cpp
 const PartRow& latent_source_row();                 // variants/latent_attention.cpp
+const PartRow& qk_norm_row();                       // variants/qk_norm.cpp
 const PartRow& performer_kernel_row();              // variants/random_features.cpp
 const PartRow& rfa_kernel_row();                    // variants/random_features.cpp
 const PartRow& relative_bias_row();                 // variants/relative_bias.cpp
+const PartRow& rope_row();                          // variants/rope.cpp
+const PartRow& softcap_kernel_row();                // variants/softcap_attention.cpp
 Mask make_bigbird_mask_from_options(const MaskOptions&);  // variants/bigbird_mask.cpp
 template <class T>
 PositionPart<T> make_rope(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/rope.cpp
@@ -39,6 +42,8 @@ template <class T>
 std::shared_ptr<const QKVSource<T>> make_qkv_bias_source(const AttnPartSpec<T>&, ParamStore<T>&,
                                                          const std::string&);  // variants/qkv_bias.cpp
 const PartRow& qkv_bias_row();                      // variants/qkv_bias.cpp
+std::shared_ptr<const QKVSource<T>> make_qk_norm_source(const AttnPartSpec<T>&, ParamStore<T>&,
+                                                        const std::string&);  // variants/qk_norm.cpp
 template <class T>
 std::shared_ptr<const HeadKernel<T>> make_softmax_kernel(const AttnPartSpec<T>&, const std::string&);  // listings/attention.cpp
 template <class T>
@@ -46,6 +51,8 @@ std::shared_ptr<const HeadKernel<T>> make_tiled_kernel(const AttnPartSpec<T>&, c
 template <class T>
 std::shared_ptr<const HeadKernel<T>> make_random_feature_kernel(const AttnPartSpec<T>&,
                                                                 const std::string&);  // variants/random_features.cpp
+template <class T>
+std::shared_ptr<const HeadKernel<T>> make_softcap_kernel(const AttnPartSpec<T>&, const std::string&);  // variants/softcap_attention.cpp
 template <class T>
 std::shared_ptr<const HeadKernel<T>> make_block_sparse_kernel(const AttnPartSpec<T>&,
                                                               const std::string&);  // variants/block_sparse.cpp
@@ -66,6 +73,9 @@ std::shared_ptr<const NormPart<T>> make_rms_norm(index_t, double, ParamStore<T>&
 template <class T>
 std::shared_ptr<const NormPart<T>> make_scale_norm(index_t, double, ParamStore<T>&, const std::string&,
                                                    const std::string&);  // variants/scale_norm.cpp
+template <class T>
+std::shared_ptr<const NormPart<T>> make_rms1p_norm(index_t, double, ParamStore<T>&, const std::string&,
+                                                   const std::string&);  // variants/rms1p_norm.cpp
 
 namespace {
 template <class T>
@@ -109,7 +119,7 @@ template <class T>
 const std::vector<Entry<PositionFactory<T>>>& positions() {
     static const std::vector<Entry<PositionFactory<T>>> t = {
         {"none", make_no_position<T>},
-        {"rope", make_rope<T>},
+        {"rope", make_rope<T>, rope_row},
         {"alibi", make_alibi<T>},
         {"relative", make_relative_bias<T>, relative_bias_row},
     };
@@ -121,6 +131,7 @@ const std::vector<Entry<QKVSourceFactory<T>>>& qkv_sources() {
         {"projections", make_projections<T>},
         {"latent", make_latent_source<T>, latent_source_row},
         {"qkv_bias", make_qkv_bias_source<T>, qkv_bias_row},
+        {"qk_norm", make_qk_norm_source<T>, qk_norm_row},
     };
     return t;
 }
@@ -132,6 +143,7 @@ const std::vector<Entry<HeadKernelFactory<T>>>& head_kernels() {
         {"performer", make_random_feature_kernel<T>, performer_kernel_row},
         {"rfa", make_random_feature_kernel<T>, rfa_kernel_row},
         {"bigbird", make_block_sparse_kernel<T>},
+        {"softcap", make_softcap_kernel<T>, softcap_kernel_row},
     };
     return t;
 }
@@ -151,6 +163,7 @@ const std::vector<Entry<NormFactory<T>>>& norms() {
         {"layer", make_layer_norm<T>},
         {"rms", make_rms_norm<T>},
         {"scale", make_scale_norm<T>},
+        {"rms1p", make_rms1p_norm<T>},
     };
     return t;
 }
@@ -291,7 +304,10 @@ std::string head_kernel_name(const AttnVariant& v) {
         case AttnKernel::RFA: return "rfa";
         // V17: 'literal' and 'tiled' run the dense listings with the layout's mask (the definition)
         case AttnKernel::BigBird: return v.impl == AttnImpl::Auto ? "bigbird" : "softmax";
-        default: return "softmax";
+        default: {  // a kernel its own options choose (V25's softcap), else the listing's
+            const PartRow* r = row_chosen_by(PartKind::HeadKernel, v.options);
+            return r && r->chosen_by_options ? r->name : "softmax";
+        }
     }
 }
 template <class T>

@@ -9,11 +9,26 @@
 namespace ft {
 
 // ===================================== Algorithm V1: RoPE =============================================
+namespace {
+// factor f (linear position scaling, rope_scaling_factor): line 1's ω_i divided by f, i.e. positions p/f; f = 1: V1
+template <class T>
+void rope_scaled(MatView<T> X, index_t n_heads, index_t d, const index_t* pos, double theta, double factor, bool inverse);
+}  // namespace
+
 template <class T>
 void rope(MatView<T> X, index_t n_heads, index_t d, const index_t* pos, double theta, bool inverse) {
+    rope_scaled(X, n_heads, d, pos, theta, 1.0, inverse);
+}
+
+namespace {
+template <class T>
+void rope_scaled(MatView<T> X, index_t n_heads, index_t d, const index_t* pos, double theta, double factor, bool inverse) {
     const index_t half = d / 2;
     std::vector<double> omega(static_cast<std::size_t>(half));
-    for (index_t i = 0; i < half; ++i) omega[std::size_t(i)] = std::pow(theta, -2.0 * double(i) / double(d));  // line 1
+    for (index_t i = 0; i < half; ++i) {
+        omega[std::size_t(i)] = std::pow(theta, -2.0 * double(i) / double(d));  // line 1
+        if (factor != 1.0) omega[std::size_t(i)] /= factor;
+    }
     // line 3's cos and sin, once per distinct position (a batch repeats positions 0, 1, … per sequence)
     index_t pmin = 0, pmax = -1;
     if (X.cols > 0) {
@@ -52,6 +67,7 @@ void rope(MatView<T> X, index_t n_heads, index_t d, const index_t* pos, double t
         }
     }
 }
+}  // namespace
 
 // ===================================== the part ========================================================
 namespace {
@@ -60,7 +76,7 @@ namespace {
 template <class T>
 class Rope final : public QKTransform<T> {
 public:
-    Rope(index_t d_attn, double theta) : d_(d_attn), theta_(theta) {}
+    Rope(index_t d_attn, double theta, double factor) : d_(d_attn), theta_(theta), factor_(factor) {}
     void forward(MatView<T> M, typename QKTransform<T>::Role, index_t n_heads, const Seqs& s, index_t q0) const override {
         rotate(M, n_heads, s, q0, false);
     }
@@ -73,10 +89,10 @@ private:
         std::vector<index_t> pos(std::size_t(M.cols));
         for (index_t b = 0; b < s.count(); ++b)
             for (index_t j = 0; j < s.len(b); ++j) pos[std::size_t(s.begin(b) + j)] = q0 + j;
-        rope<T>(M, n_heads, d_, pos.data(), theta_, inverse);
+        rope_scaled<T>(M, n_heads, d_, pos.data(), theta_, factor_, inverse);
     }
     index_t d_;
-    double theta_;
+    double theta_, factor_;
 };
 }  // namespace
 
@@ -85,9 +101,25 @@ PositionPart<T> make_rope(const AttnSpec& spec, ParamStore<T>&, const std::strin
     if (spec.d_attn % 2 != 0)
         throw ValueError("RoPE rotates pairs of rows: d_attn (the head size) must be even, got " + std::to_string(spec.d_attn));
     if (!(spec.v.rope_theta > 0) || !std::isfinite(spec.v.rope_theta)) throw ValueError("rope_theta must be a finite number > 0");
+    const double f = spec.v.options.real("rope_scaling_factor");
+    if (!(f >= 0) || !std::isfinite(f)) throw ValueError("rope_scaling_factor must be a finite number > 0 (or None)");
     PositionPart<T> p;
-    p.qk = std::make_shared<Rope<T>>(spec.d_attn, spec.v.rope_theta);
+    p.qk = std::make_shared<Rope<T>>(spec.d_attn, spec.v.rope_theta, f > 0 ? f : 1.0);
     return p;
+}
+
+// Linear position scaling (Gemma 3's global layers; Hugging Face's rope_type "linear"): every position p taken as
+// p / f, so line 1's ω_i ← θ^(−2(i−1)/d) / f. Given with positional='rope' only (the selector chooses the part).
+const PartRow& rope_row() {
+    static const PartRow row{PartKind::Position,
+                             "rope",
+                             {{"rope_scaling_factor", archs::D, OptionKind::AutoReal, 0.0, OptionCheck::None,
+                               "V1 with linear position scaling: positions p/f (Gemma 3's global layers; with V26's "
+                               "rope_local_base_freq, the local layers unscaled). None: f = 1"}},
+                             nullptr,
+                             nullptr,
+                             false};
+    return row;
 }
 
 template void rope<float>(MatView<float>, index_t, index_t, const index_t*, double, bool);
