@@ -42,6 +42,7 @@ template <class T>
 std::shared_ptr<const QKVSource<T>> make_qkv_bias_source(const AttnPartSpec<T>&, ParamStore<T>&,
                                                          const std::string&);  // variants/qkv_bias.cpp
 const PartRow& qkv_bias_row();                      // variants/qkv_bias.cpp
+template <class T>
 std::shared_ptr<const QKVSource<T>> make_qk_norm_source(const AttnPartSpec<T>&, ParamStore<T>&,
                                                         const std::string&);  // variants/qk_norm.cpp
 template <class T>
