@@ -33,7 +33,8 @@ VENV=${VENV:-.venv}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 APT_PACKAGES=(g++ cmake ninja-build pkg-config git
               libxtensor-dev libxsimd-dev libgtest-dev nlohmann-json3-dev robin-map-dev
-              python3-dev python3-venv)
+              python3-dev python3-venv
+              espeak-ng)  # notebook 18's synthesized speech (docs/data.md)
 
 log() { printf '\n== %s\n' "$*"; }
 
