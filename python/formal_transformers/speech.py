@@ -1,13 +1,13 @@
 """Speech for ft.Whisper (listings V20, V21, docs/variants.md): Whisper's log-mel spectrogram in numpy, greedy
 transcription, the character error rate, and a small synthesized-speech data set made on the machine with espeak-ng
-(docs/data.md "Synthesized speech") with the training loop and baselines of notebooks/18_whisper_speech.ipynb."""
+(docs/data.md "Synthesized speech") with the baselines of notebooks/18_whisper_speech.ipynb (trained there by
+ft.EDTraining, which takes an ft.Whisper with spectrograms as its z_data)."""
 from __future__ import annotations
 
 import hashlib
 import os
 import shutil
 import subprocess
-import time
 import wave
 
 import numpy as np
@@ -230,37 +230,6 @@ def speech_dataset(voices, *, words=WORDS, rates=RATES, pitches=PITCHES, snr_db=
                     feats.append(log_mel_spectrogram(a, n_mels, n_samples=n).astype(np.float32))
                     text.append(w), vs.append(v), rs.append(r), ps.append(p)
     return {"features": np.stack(feats), "text": text, "voice": vs, "rate": rs, "pitch": ps}
-
-
-def train_whisper(model, features, x, *, epochs: int, batch_size: int = 32, lr: float = 1e-3, seed: int = 0,
-                  log=None) -> list:
-    """Minibatch training of an ft.Whisper (Algorithm 11's loss through the core's loss_and_grad, one ft.Adam step per
-    batch, the gradient scaled to the mean per predicted token): each epoch a seeded permutation. Returns the mean
-    loss per token of every epoch (log(epoch, loss) after each)."""
-    if not isinstance(model, _core.Whisper):
-        raise TypeError(f"train_whisper takes an ft.Whisper, got {type(model).__name__}")
-    if epochs < 0 or batch_size < 1:
-        raise ValueError("epochs must be >= 0 and batch_size >= 1")
-    features = np.asarray(features)
-    if len(features) != len(x) or len(x) == 0:
-        raise ValueError(f"features and x must hold as many (>= 1) items, got {len(features)} and {len(x)}")
-    opt = _core.Adam(lr=lr)
-    rng = np.random.default_rng(seed)
-    losses = []
-    for epoch in range(epochs):
-        order = rng.permutation(len(x))
-        total, count = 0.0, 0
-        for i in range(0, len(x), batch_size):
-            idx = order[i:i + batch_size]
-            xb = [x[j] for j in idx]
-            n_tok = sum(len(s) - 1 for s in xb)
-            loss, grads = model.loss_and_grad(features[idx], xb)
-            opt.step(model, {k: g / n_tok for k, g in grads.items()})
-            total, count = total + loss, count + n_tok
-        losses.append(total / count)
-        if log is not None:
-            log(epoch, losses[-1])
-    return losses
 
 
 def most_frequent_baseline(train_text, n: int) -> list:
