@@ -359,7 +359,8 @@ class EDTraining(_Trainer):
     """Algorithm 11: θ̂ ← EDTraining(z_{1:N_data}, x_{1:N_data}, θ) — seq2seq training of an EDTransformer.
 
     EDTraining(n_epochs, eta, **opts)(z_data, x_data, model) -> model; z_data and x_data are sequences of
-    the same count (pairs). Validation: val_data=(z_val, x_val). Options as DTraining."""
+    the same count (pairs). Validation: val_data=(z_val, x_val). Options as DTraining. An ft.Whisper (listing V21)
+    takes spectrograms (N, n_mels, T) as z_data (see _whisper for the options it takes)."""
 
     _listing = "EDTraining"
 
