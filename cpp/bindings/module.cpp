@@ -124,5 +124,5 @@ PYBIND11_MODULE(_core, m) {
     ftpy::register_training(m);      // Algorithms 11, 12, 13
     ftpy::register_inference(m);     // Algorithms 14, 15
     ftpy::register_vit(m);           // listing V14: the vision transformer
-    ftpy::register_whisper(m);       // listings V20, V21: Whisper's audio front-end and Whisper
+    ftpy::register_whisper(m);       // listings V22, V23: Whisper's audio front-end and Whisper
 }

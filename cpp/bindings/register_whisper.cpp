@@ -1,4 +1,4 @@
-// Listings V20 and V21: Whisper as a Python object (whisper.hpp; docs/variants.md V20, V21, docs/api.md).
+// Listings V22 and V23: Whisper as a Python object (whisper.hpp; docs/variants.md V22, V23, docs/api.md).
 #include <cmath>
 
 #include "bind.hpp"
@@ -103,11 +103,11 @@ ft::AttentionKind attention_kind(const std::string& k) {
 }  // namespace
 
 void register_whisper(py::module_& m) {
-    py::class_<DW, HasParams> cls(m, "Whisper", R"doc(Listings V20 and V21: P ← Whisper(F, x | θ) — the encoder-decoder on a
+    py::class_<DW, HasParams> cls(m, "Whisper", R"doc(Listings V22 and V23: P ← Whisper(F, x | θ) — the encoder-decoder on a
 log-mel spectrogram (Radford et al. 2022).
 
-V20, the audio front-end: two 1-D convolutions with GELU over the spectrogram F (n_mels, T) — kernel 3, padding 1,
-the second with stride 2 — and Whisper's fixed sinusoids added: ⌈T/2⌉ columns of width d_e. V21: L_enc pre-LN
+V22, the audio front-end: two 1-D convolutions with GELU over the spectrogram F (n_mels, T) — kernel 3, padding 1,
+the second with stride 2 — and Whisper's fixed sinusoids added: ⌈T/2⌉ columns of width d_e. V23: L_enc pre-LN
 encoder layers (Algorithm 10's layer, Mask ≡ 1, GELU), a final layer_norm; the decoder's learned positions W_p,
 L_dec pre-LN layers with cross-attention (V18a, GELU), a final layer_norm, and the tied unembedding
 P = softmax(W_eᵀ X). Every attention has biases; Whisper's key projection has none (b_k = 0, whose gradient is
@@ -251,7 +251,7 @@ loss_and_grad(features, x): Algorithm 11's −Σ_t log P[x[t+1], t] summed over 
                         }
                 });
             },
-            "W_sin (d_e, n_audio_ctx): V20 line 5's fixed table (Whisper's sinusoids; not a parameter, no gradient). "
+            "W_sin (d_e, n_audio_ctx): V22 line 5's fixed table (Whisper's sinusoids; not a parameter, no gradient). "
             "Settable: a checkpoint's stored table (ft.from_hf copies it).")
         .def_property_readonly("config", [](DW& d) {
             return d.visit([&](auto& w) {

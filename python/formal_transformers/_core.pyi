@@ -1510,11 +1510,11 @@ class ViT(_HasParams):
         """
 class Whisper(_HasParams):
     """
-    Listings V20 and V21: P ← Whisper(F, x | θ) — the encoder-decoder on a
+    Listings V22 and V23: P ← Whisper(F, x | θ) — the encoder-decoder on a
     log-mel spectrogram (Radford et al. 2022).
     
-    V20, the audio front-end: two 1-D convolutions with GELU over the spectrogram F (n_mels, T) — kernel 3, padding 1,
-    the second with stride 2 — and Whisper's fixed sinusoids added: ⌈T/2⌉ columns of width d_e. V21: L_enc pre-LN
+    V22, the audio front-end: two 1-D convolutions with GELU over the spectrogram F (n_mels, T) — kernel 3, padding 1,
+    the second with stride 2 — and Whisper's fixed sinusoids added: ⌈T/2⌉ columns of width d_e. V23: L_enc pre-LN
     encoder layers (Algorithm 10's layer, Mask ≡ 1, GELU), a final layer_norm; the decoder's learned positions W_p,
     L_dec pre-LN layers with cross-attention (V18a, GELU), a final layer_norm, and the tied unembedding
     P = softmax(W_eᵀ X). Every attention has biases; Whisper's key projection has none (b_k = 0, whose gradient is
@@ -1561,7 +1561,7 @@ class Whisper(_HasParams):
     @property
     def encoder_positions(self) -> typing.Any:
         """
-        W_sin (d_e, n_audio_ctx): V20 line 5's fixed table (Whisper's sinusoids; not a parameter, no gradient). Settable: a checkpoint's stored table (ft.from_hf copies it).
+        W_sin (d_e, n_audio_ctx): V22 line 5's fixed table (Whisper's sinusoids; not a parameter, no gradient). Settable: a checkpoint's stored table (ft.from_hf copies it).
         """
     @encoder_positions.setter
     def encoder_positions(self, arg1: typing.Any) -> None:

@@ -1291,7 +1291,7 @@ def vit(images, params, *, H: int, patch_size: int, eps: float = 1e-12, gelu: st
 
 
 def conv3_columns(X, stride: int) -> np.ndarray:
-    """Listing V20 lines 1 and 3: the columns of a kernel-3, padding-1 convolution with stride s over X (C, T):
+    """Listing V22 lines 1 and 3: the columns of a kernel-3, padding-1 convolution with stride s over X (C, T):
     U (3C, ⌈T/s⌉), U[c·3 + k, t] = X[c, s·t + k − 1] (0-based; 0 outside [0, T))."""
     X = np.asarray(X)
     C, T = X.shape
@@ -1304,7 +1304,7 @@ def conv3_columns(X, stride: int) -> np.ndarray:
 
 
 def whisper_sinusoids(n: int, d: int) -> np.ndarray:
-    """Listing V20 line 5's W_sin (d, n): openai/whisper's sinusoids(n, d) — sin(t τ_i) in the first d/2 rows,
+    """Listing V22 line 5's W_sin (d, n): openai/whisper's sinusoids(n, d) — sin(t τ_i) in the first d/2 rows,
     cos(t τ_i) in the last d/2, τ_i = 10000^(−i/(d/2 − 1)), t = 0, …, n − 1."""
     if d % 2 or d < 4:
         raise ValueError(f"d must be even and >= 4, got {d}")
@@ -1314,7 +1314,7 @@ def whisper_sinusoids(n: int, d: int) -> np.ndarray:
 
 
 def audio_front_end(F, W_c1, b_c1, W_c2, b_c2, W_sin=None) -> np.ndarray:
-    """Listing V20: Z ← AudioFrontEnd(F | W_c1, b_c1, W_c2, b_c2, W_sin), Whisper's two convolutions with GELU.
+    """Listing V22: Z ← AudioFrontEnd(F | W_c1, b_c1, W_c2, b_c2, W_sin), Whisper's two convolutions with GELU.
     F (n_mels, T) -> Z (d_e, ⌈T/2⌉); W_c1 (d_e, 3·n_mels), W_c2 (d_e, 3·d_e) in (c, k) column order (a Conv1d
     weight (d_e, C, 3) reshaped to (d_e, 3C)). W_sin: None adds Whisper's sinusoids; an array, its first ⌈T/2⌉ columns."""
     F = np.asarray(F, dtype=np.float64)
@@ -1330,7 +1330,7 @@ def audio_front_end(F, W_c1, b_c1, W_c2, b_c2, W_sin=None) -> np.ndarray:
 
 
 def whisper(features, x, params, *, H: int, eps: float = 1e-5, W_sin=None, logits: bool = False) -> np.ndarray:
-    """Listing V21: P ← Whisper(F, x | θ) for one spectrogram F (n_mels, T) and tokens x -> P (N_V, ℓ_x).
+    """Listing V23: P ← Whisper(F, x | θ) for one spectrogram F (n_mels, T) and tokens x -> P (N_V, ℓ_x).
     θ: ft.Whisper's names — conv.{W_c1, b_c1, W_c2, b_c2}; enc.l.{gamma1, beta1, attn.*, gamma2, beta2, W_mlp1,
     b_mlp1, W_mlp2, b_mlp2}; enc.gamma, enc.beta; W_e (d_e, N_V), W_p (d_e, n_text_ctx); dec.l.{gamma1–3, beta1–3,
     attn.*, cross_attn.*, W_mlp3, b_mlp3, W_mlp4, b_mlp4}; dec.gamma, dec.beta. W_sin: the encoder's table (None:
@@ -1365,7 +1365,7 @@ def whisper(features, x, params, *, H: int, eps: float = 1e-5, W_sin=None, logit
 
 
 def whisper_loss(features, x, params, **hp) -> float:
-    """Algorithm 11's loss of V21 for one spectrogram: −Σ_{t=1}^{ℓ−1} log P[x[t+1], t]."""
+    """Algorithm 11's loss of V23 for one spectrogram: −Σ_{t=1}^{ℓ−1} log P[x[t+1], t]."""
     x = np.asarray(x)
     logP = log_softmax(whisper(features, x, params, logits=True, **hp))
     return float(-sum(logP[x[t + 1], t] for t in range(len(x) - 1)))

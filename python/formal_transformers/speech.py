@@ -1,4 +1,4 @@
-"""Speech for ft.Whisper (listings V20, V21, docs/variants.md): Whisper's log-mel spectrogram in numpy, greedy
+"""Speech for ft.Whisper (listings V22, V23, docs/variants.md): Whisper's log-mel spectrogram in numpy, greedy
 transcription, the character error rate, and a small synthesized-speech data set made on the machine with espeak-ng
 (docs/data.md "Synthesized speech") with the baselines of notebooks/18_whisper_speech.ipynb (trained there by
 ft.EDTraining, which takes an ft.Whisper with spectrograms as its z_data)."""

@@ -359,7 +359,7 @@ class EDTraining(_Trainer):
     """Algorithm 11: θ̂ ← EDTraining(z_{1:N_data}, x_{1:N_data}, θ) — seq2seq training of an EDTransformer.
 
     EDTraining(n_epochs, eta, **opts)(z_data, x_data, model) -> model; z_data and x_data are sequences of
-    the same count (pairs). Validation: val_data=(z_val, x_val). Options as DTraining. An ft.Whisper (listing V21)
+    the same count (pairs). Validation: val_data=(z_val, x_val). Options as DTraining. An ft.Whisper (listing V23)
     takes spectrograms (N, n_mels, T) as z_data (see _whisper for the options it takes)."""
 
     _listing = "EDTraining"
@@ -379,7 +379,7 @@ class EDTraining(_Trainer):
                          x_val=xv)
 
     def _whisper(self, z_data, x_data, model):
-        """Algorithm 11 for an ft.Whisper (listing V21), the context z a spectrogram: z_data (N, n_mels, T) (or a
+        """Algorithm 11 for an ft.Whisper (listing V23), the context z a spectrogram: z_data (N, n_mels, T) (or a
         list of (n_mels, T) arrays of one T), x_data N token sequences. The core's plan of the run (the seeded
         minibatches, warm-up and schedule: `plan`) walked here, one `loss_and_grad` and one optimizer step per
         minibatch, with reduction, clip and nonfinite='raise' as for the EDTransformer. The other options (validation,

@@ -1,4 +1,4 @@
-"""Listings V20 (Whisper's audio front-end) and V21 (Whisper): the log-mel spectrogram against transformers'
+"""Listings V22 (Whisper's audio front-end) and V23 (Whisper): the log-mel spectrogram against transformers'
 WhisperFeatureExtractor, the core against reference.py, finite differences and PyTorch autograd, and equality with
 WhisperForConditionalGeneration (P, every gradient, greedy decoding, ft → HF → ft, save_hf / load_hf)."""
 import numpy as np
@@ -60,7 +60,7 @@ def test_log_mel_bad_input():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# V20: the audio front-end
+# V22: the audio front-end
 
 def test_front_end_reference_equals_torch_conv1d():
     import torch
@@ -148,7 +148,7 @@ def _hf_loss(hf, F, x):
 
 def test_hf_equality_float64():
     """Every weight random, float64: P and every gradient equal to HF's ≤ 1e-10 — the convolutions' included, so
-    this is also the check of V20's backward against PyTorch autograd. HF computes nothing of Whisper in float32
+    this is also the check of V22's backward against PyTorch autograd. HF computes nothing of Whisper in float32
     inside a float64 model (the sinusoids are a stored table, copied), so nothing is patched."""
     import torch
     import transformers

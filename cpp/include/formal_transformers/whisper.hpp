@@ -1,8 +1,8 @@
-// Listing V20 (docs/variants.md): Whisper's audio front-end (Radford et al. 2022, "Robust Speech Recognition via
+// Listing V22 (docs/variants.md): Whisper's audio front-end (Radford et al. 2022, "Robust Speech Recognition via
 // Large-Scale Weak Supervision", §2.2 and Figure 1; openai/whisper model.py AudioEncoder), forward and backward,
-// and Listing V21: Whisper, the encoder-decoder on a log-mel spectrogram.
+// and Listing V23: Whisper, the encoder-decoder on a log-mel spectrogram.
 //
-// Algorithm V20: Z ← AudioFrontEnd(F | W_c1, b_c1, W_c2, b_c2, W_sin)
+// Algorithm V22: Z ← AudioFrontEnd(F | W_c1, b_c1, W_c2, b_c2, W_sin)
 //   Input: F ∈ R^{n_mels×T}, a log-mel spectrogram (column t: frame t; F[:, 0] = F[:, T+1] = 0, the padding).
 //   Output: Z ∈ R^{d_e×ℓ_z}, ℓ_z = ⌈T/2⌉, the encoder's input.
 //   Parameters: W_c1 ∈ R^{d_e×3n_mels}, b_c1 ∈ R^{d_e}, W_c2 ∈ R^{d_e×3d_e}, b_c2 ∈ R^{d_e}; W_sin ∈ R^{d_e×ℓ_max} fixed.
@@ -16,8 +16,8 @@
 // Lines 1–4 are the two 1-D convolutions (torch.nn.Conv1d(n_mels, d_e, 3, padding=1) and
 // Conv1d(d_e, d_e, 3, stride=2, padding=1), weights flattened in (c, k) order) with exact GELU.
 //
-// Algorithm V21: P ← Whisper(F, x | θ)
-//   1  Z ← AudioFrontEnd(F | θ)                                               (V20)
+// Algorithm V23: P ← Whisper(F, x | θ)
+//   1  Z ← AudioFrontEnd(F | θ)                                               (V22)
 //   2  for l = 1..L_enc: Z ← pre-LN layer (Algorithm 10 lines 5–8, GELU) with Mask ≡ 1
 //   3  Z ← layer_norm(Z | γ_enc, β_enc)
 //   4  for t ∈ [ℓ_x]: e_t ← W_e[:, x[t]] + W_p[:, t];  X ← [e_1, …, e_ℓx]      (Algorithm 8 lines 10–12)
@@ -49,7 +49,7 @@ Seqs conv3_lengths(const Seqs& s_in, index_t stride);
 template <class T>
 Matrix<T> whisper_sinusoids(index_t n, index_t d);
 
-// Algorithm V20's lines 1–4 and their backward (the positions of line 5 are added by the model).
+// Algorithm V22's lines 1–4 and their backward (the positions of line 5 are added by the model).
 template <class T>
 class AudioFrontEnd {
 public:
@@ -70,7 +70,7 @@ public:
     VecParam b_c1, b_c2;
 };
 
-// V21 line 5: V18a's pre-norm cross layer (PreLNCrossDecoderBlock's three lines) with layer_norm, biases and the
+// V23 line 5: V18a's pre-norm cross layer (PreLNCrossDecoderBlock's three lines) with layer_norm, biases and the
 // MLP's activation GELU (T5's block is ReLU), layer l:
 //   1  X̃ ← layer_norm(X | γ_l¹, β_l¹);  X ← X + MHAttention(X̃ | W_l^dec, Mask[t, t'] = [[t ≤ t']])
 //   2  X̃ ← layer_norm(X | γ_l², β_l²);  X ← X + MHAttention(X̃, Z | W_l^e/d, Mask ≡ 1)
@@ -119,8 +119,8 @@ public:
     const WhisperConfig wc;
     const ModelConfig cfg;  // the layers' options: layer_norm, GELU (exact), biases, H, d_e, d_mlp
     ParamStore<T> store;
-    AudioFrontEnd<T> front;                                          // line 1 (V20 lines 1–4)
-    Matrix<T> W_sin;                                                 // line 1 (V20 line 5), [d_e, n_audio_ctx]: fixed
+    AudioFrontEnd<T> front;                                          // line 1 (V22 lines 1–4)
+    Matrix<T> W_sin;                                                 // line 1 (V22 line 5), [d_e, n_audio_ctx]: fixed
     std::vector<std::unique_ptr<PreLNDecoderBlock<T>>> enc;          // line 2
     std::unique_ptr<Norm<T>> norm_enc;                               // line 3
     TokenEmbedding<T> tok;                                           // line 4: W_e

@@ -1,5 +1,5 @@
-// Algorithm V20: Z ← AudioFrontEnd(F | W_c1, b_c1, W_c2, b_c2, W_sin) — Whisper's two 1-D convolutions with GELU
-// (whisper.hpp quotes the listing; docs/variants.md V20). Forward and backward side by side.
+// Algorithm V22: Z ← AudioFrontEnd(F | W_c1, b_c1, W_c2, b_c2, W_sin) — Whisper's two 1-D convolutions with GELU
+// (whisper.hpp quotes the listing; docs/variants.md V22). Forward and backward side by side.
 //   1  for t ∈ [T]: u_t ← [F[c, t−1], F[c, t], F[c, t+1]] for c = 1..n_mels
 //   2  H ← GELU(W_c1 U + b_c1 1ᵀ)
 //   3  for t ∈ [ℓ_z]: v_t ← [H[c, 2t−2], H[c, 2t−1], H[c, 2t]] for c = 1..d_e

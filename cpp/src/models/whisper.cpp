@@ -1,5 +1,5 @@
-// Listing V21: Whisper, the encoder-decoder on a log-mel spectrogram (whisper.hpp quotes the listing;
-// docs/variants.md V20, V21). The encoder's layer is Algorithm 10's pre-LN block of transformers.hpp, reused, with
+// Listing V23: Whisper, the encoder-decoder on a log-mel spectrogram (whisper.hpp quotes the listing;
+// docs/variants.md V22, V23). The encoder's layer is Algorithm 10's pre-LN block of transformers.hpp, reused, with
 // Mask ≡ 1 and GELU; the decoder's is V18a's pre-norm cross layer written out with GELU (WhisperDecoderLayer); both
 // with layer_norm and biases.
 #include "formal_transformers/whisper.hpp"
@@ -72,7 +72,7 @@ ModelConfig layer_config(const WhisperConfig& w) {
 }
 }  // namespace
 
-// ------------------------------ V21 line 5: the decoder layer ------------------------------------------------
+// ------------------------------ V23 line 5: the decoder layer ------------------------------------------------
 template <class T>
 WhisperDecoderLayer<T>::WhisperDecoderLayer(const ModelConfig& c, ParamStore<T>& store, const std::string& p)
     : norm1("layer", c.d_e, c.eps, store, p + "gamma1", p + "beta1"),
@@ -127,7 +127,7 @@ void WhisperDecoderLayer<T>::backward(ParamStore<T>& store, const Seqs& sx, CMat
     norm1.backward(store, dXt, a.norm_gamma1, dX);
 }
 
-// ------------------------------ V21: the model --------------------------------------------------------------
+// ------------------------------ V23: the model --------------------------------------------------------------
 template <class T>
 Whisper<T>::Whisper(const WhisperConfig& c)
     : wc(c), cfg(layer_config(c)), front(c.n_mels, c.d_e, store, "conv."), W_sin(whisper_sinusoids<T>(c.n_audio_ctx, c.d_e)),
@@ -168,11 +168,11 @@ void Whisper<T>::forward(const T* features, index_t B, index_t n_frames, const i
             for (index_t t = 0; t < n_frames; ++t) F(c, b * n_frames + t) = row[t];
         }
     sf_ = Seqs::from_lengths(std::vector<index_t>(std::size_t(B), n_frames));
-    front.forward(store, F, sf_, zstream_[0], front_acts_);  // line 1: V20 lines 1–4
+    front.forward(store, F, sf_, zstream_[0], front_acts_);  // line 1: V22 lines 1–4
     sz_ = front_acts_.s_out;
     const index_t lz = sz_.len(0), nz = sz_.total();
     MatView<T> Z0 = ensure(zstream_[0], d_e, nz);
-    for (index_t b = 0; b < B; ++b)  // V20 line 5: Z ← Z + W_sin[:, 1:ℓ_z]
+    for (index_t b = 0; b < B; ++b)  // V22 line 5: Z ← Z + W_sin[:, 1:ℓ_z]
         for (index_t t = 0; t < lz; ++t) {
             T* z = Z0.col(b * lz + t);
             const T* w = W_sin.data() + t * d_e;
@@ -266,7 +266,7 @@ void Whisper<T>::backward(MatView<T> dLogits, Matrix<T>* dF) {
         poll();
         enc[std::size_t(l)]->backward(store, sz_, enc_acts_[std::size_t(l)], work_);
     }
-    // d(line 1): W_sin is fixed; back through V20's lines 4–1
+    // d(line 1): W_sin is fixed; back through V22's lines 4–1
     if (dF) {
         MatView<T> df = zeros(*dF, wc.n_mels, sf_.total());
         front.backward(store, view(work_.dX), front_acts_, &df);

@@ -1,4 +1,4 @@
-"""WhisperForConditionalGeneration <-> ft.Whisper (listings V20, V21, docs/variants.md).
+"""WhisperForConditionalGeneration <-> ft.Whisper (listings V22, V23, docs/variants.md).
 
 Names: model.encoder.conv{1,2} -> conv.W_c{1,2}, b_c{1,2} (the Conv1d weight (d_e, C, 3) as (d_e, 3C));
 model.encoder.embed_positions (fixed) -> model.encoder_positions (not a parameter); encoder layer l: self_attn_layer_norm
