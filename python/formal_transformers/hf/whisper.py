@@ -227,5 +227,5 @@ class Whisper(Converter):
     def export_model(self, model):
         return whisper_export(model)
 
-    def to_hf(self, model):
+    def to_hf(self, model, hf_class=None):
         return hf_model(*whisper_export(model))
