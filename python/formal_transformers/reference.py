@@ -555,7 +555,7 @@ def geglu_mlp(X_tilde, W_gate, W_mlp1, W_mlp2) -> np.ndarray:
 
 def t5_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float = 1e-6, mlp: str = "relu",
                    relative_max_distance: int = 128, unembed_rescale: bool = True, logits: bool = False) -> np.ndarray:
-    """V18 (docs/variants.md): P ← EDTransformer(z, x | θ) with T5's choices — pre_norm=True, norm="rms",
+    """V18 (docs/variants.md): P ← EDTransformer(z, x | θ) with T5's choices — block="pre_ln", norm="rms",
     bias=False, positional="relative" (V11), scale_scores=False, mlp="relu" | "geglu" (| "swiglu"), unembed_rescale.
     Parameter names as ft's EDTransformer (enc.l.gamma1, …, enc.gamma, dec.l.gamma1–3, dec.gamma)."""
     z, x = np.asarray(z), np.asarray(x)

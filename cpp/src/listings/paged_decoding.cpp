@@ -239,42 +239,39 @@ void batched_step(const DTransformer<T>& m, PagePool<T>& pool, std::vector<Seque
     m.pos.forward(store, w.pos.data(), B, X, true);            //   + W_p[:, t_b] (none for RoPE, ALiBi)
     const int n_threads = blas_is_openmp() ? std::max(get_num_threads(), omp_get_max_threads()) : 1;
     w.S.resize(std::size_t(n_threads) * std::size_t(t_max + 1));
-    for (index_t l = 0; l < c.L; ++l) {  // line 7
-        const PreLNDecoderBlock<T>& blk = *m.layer[std::size_t(l)];
-        const MHAttention<T>& a = blk.attn;
-        const T* bq = a.var.bias ? store.v(a.b_q) : nullptr;
-        const T* bk = a.var.bias ? store.v(a.b_k) : nullptr;
-        const T* bv = a.var.bias ? store.v(a.b_v) : nullptr;
-        const T* bo = a.var.bias ? store.v(a.b_o) : nullptr;
-        blk.norm1.forward(store, X, Xt, w.d.norm);  // line 8
-        MatView<T> Q = ensure(w.Q, a.H * a.d_attn, B), Kn = ensure(w.Kn, pool.rows_k, B), Vn = ensure(w.Vn, pool.rows_v, B);
-        affine<T>(store.W(a.W_q), Xt, bq, Q);  // line 9, one gemm each over the batch
-        affine<T>(store.W(a.W_k), Xt, bk, Kn);
-        affine<T>(store.W(a.W_v), Xt, bv, Vn);
-        for (index_t b = 0; b < B; ++b) {
-            const index_t t = w.pos[std::size_t(b)];
-            if (a.position.qk) {  // RoPE (V1): keys and queries rotated at their positions
-                a.position.qk->forward(Kn.cols_range(b, 1), QKTransform<T>::Role::Key, a.H_kv, Seqs::single(1), t);
-                a.position.qk->forward(Q.cols_range(b, 1), QKTransform<T>::Role::Query, a.H, Seqs::single(1), t);
+    for (index_t l = 0; l < c.L; ++l) {  // line 7: the layer's block, its attention over the pages (lines 9–12)
+        m.layer[std::size_t(l)]->forward_cached(store, X, [&](const MHAttention<T>& a, CMatView<T> Xt, MatView<T> out) {
+            const T* bq = a.var.bias ? store.v(a.b_q) : nullptr;
+            const T* bk = a.var.bias ? store.v(a.b_k) : nullptr;
+            const T* bv = a.var.bias ? store.v(a.b_v) : nullptr;
+            const T* bo = a.var.bias ? store.v(a.b_o) : nullptr;
+            MatView<T> Q = ensure(w.Q, a.H * a.d_attn, B), Kn = ensure(w.Kn, pool.rows_k, B), Vn = ensure(w.Vn, pool.rows_v, B);
+            affine<T>(store.W(a.W_q), Xt, bq, Q);  // line 9, one gemm each over the batch
+            affine<T>(store.W(a.W_k), Xt, bk, Kn);
+            affine<T>(store.W(a.W_v), Xt, bv, Vn);
+            for (index_t b = 0; b < B; ++b) {
+                const index_t t = w.pos[std::size_t(b)];
+                if (a.position.qk) {  // RoPE (V1): keys and queries rotated at their positions
+                    a.position.qk->forward(Kn.cols_range(b, 1), QKTransform<T>::Role::Key, a.H_kv, Seqs::single(1), t);
+                    a.position.qk->forward(Q.cols_range(b, 1), QKTransform<T>::Role::Query, a.H, Seqs::single(1), t);
+                }
+                put(pool, *act[std::size_t(b)], l, t, Kn.col(b), Vn.col(b));  // line 10
             }
-            put(pool, *act[std::size_t(b)], l, t, Kn.col(b), Vn.col(b));  // line 10
-        }
-        MatView<T> Y = ensure(w.Y, a.H * a.d_mid, B);
-        const index_t n_blocks = B * a.H;
-        auto head = [&](index_t bh, int thread) {
-            const index_t b = bh / a.H, h = bh % a.H;
-            paged_head(a, store, pool, *act[std::size_t(b)], l, h, w.pos[std::size_t(b)], Q.col(b) + h * a.d_attn,
-                       w.S.data() + std::size_t(thread) * std::size_t(t_max + 1), Y.col(b) + h * a.d_mid);
-        };
-        if (n_threads > 1 && n_blocks > 1 && n_blocks * (t_max + 1) * a.d_attn >= 65536) {
+            MatView<T> Y = ensure(w.Y, a.H * a.d_mid, B);
+            const index_t n_blocks = B * a.H;
+            auto head = [&](index_t bh, int thread) {
+                const index_t b = bh / a.H, h = bh % a.H;
+                paged_head(a, store, pool, *act[std::size_t(b)], l, h, w.pos[std::size_t(b)], Q.col(b) + h * a.d_attn,
+                           w.S.data() + std::size_t(thread) * std::size_t(t_max + 1), Y.col(b) + h * a.d_mid);
+            };
+            if (n_threads > 1 && n_blocks > 1 && n_blocks * (t_max + 1) * a.d_attn >= 65536) {
 #pragma omp parallel for schedule(dynamic)
-            for (index_t bh = 0; bh < n_blocks; ++bh) head(bh, omp_get_thread_num());  // line 11 (gemv on the caller's thread)
-        } else {
-            for (index_t bh = 0; bh < n_blocks; ++bh) head(bh, 0);
-        }
-        affine_add<T>(store.W(a.W_o), Y, bo, X);     // line 12: X ← X + W_o Ỹ + b_o 1ᵀ
-        blk.norm2.forward(store, X, Xt, w.d.norm);   //   X̃ ← layer_norm(X | γ², β²)
-        blk.mlp.forward(store, Xt, X, w.d.mlp);      //   X ← X + MLP(X̃)
+                for (index_t bh = 0; bh < n_blocks; ++bh) head(bh, omp_get_thread_num());  // line 11 (gemv on the caller's thread)
+            } else {
+                for (index_t bh = 0; bh < n_blocks; ++bh) head(bh, 0);
+            }
+            affine_add<T>(store.W(a.W_o), Y, bo, out);  // line 12: X ← X + W_o Ỹ + b_o 1ᵀ
+        }, w.d);
         poll();
     }
     m.norm_f->forward(store, X, Xt, w.d.norm);                          // line 13: layer_norm(X | γ, β)
