@@ -1115,14 +1115,15 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
                           eps: float = 1e-5, positional: str = "learned", rope_theta: float = 10000.0,
                           mlp: str = "gelu", logits: bool = False, mask: str = "causal", prefix_len: int = 0,
                           sliding_window=None, qk_rope_head_dim=None, fixnorm: bool = False, attention: str = "softmax",
-                          features=None, mtp_depth: int = 0):
+                          features=None, mtp_depth: int = 0, block: str = "pre_ln"):
     """Algorithm V6: DTransformer with the variants. H_kv and bias=False are read off params (W_k's heads,
     absent b's); positional="rope" | "alibi" has no W_p (any length ℓ); mlp="swiglu" uses W_gate;
     mask="prefix" with prefix_len p (V7), sliding_window w (V8): line 6's Mask (decoder_mask);
     norm="scale": ScaleNorm (V12) with the scalar g stored as gamma1/gamma2/gamma; fixnorm: FixNorm's
     unit-norm token embedding (V13) at line 2; attention="performer" | "rfa" (V15): features[l] is layer l's Ω
     (ft.random_feature_matrix). mtp_depth = D > 0 (V16): returns (the logits W_u X, [the logits of module k,
-    (N_V, ℓ − k), for k = 1..D]) instead."""
+    (N_V, ℓ − k), for k = 1..D]) instead. block="parallel": every layer is parallel_block's (GPT-NeoX) in place of
+    lines 5–8 (the V16 modules keep lines 5–8)."""
     if norm not in ("layer", "rms", "scale"):
         raise ValueError(f"norm must be 'layer', 'rms' or 'scale', got {norm!r}")
     x = np.asarray(x)
@@ -1140,32 +1141,43 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
             return scale_norm_columns(X, params[g], eps)
         return rms_norm_columns(X, params[g], eps) if norm == "rms" else layer_norm_columns(X, params[g], params[b], eps)
 
-    def layer(X, p, Omega=None):  # lines 5–8 of the layer whose parameters are named p…
+    def attn(X_tilde, p, Omega=None):  # MHAttention(X̃ | W_l, Mask) of line 6, with the variants
         a = p + "attn."
         if a + "W_dkv" not in params:
             _check_H(params, a, H)
-        X_tilde = nrm(X, p + "gamma1", p + "beta1")  # line 5
         if a + "W_dkv" in params:  # line 6 with V10 (latent attention; qk_rope_head_dim: its d_R)
-            X = X + mla_attention(X_tilde, params[a + "W_o"], H=H, qk_rope_head_dim=qk_rope_head_dim, theta=rope_theta,
-                                  mask=decoder_mask(X.shape[1], mask=mask, prefix_len=prefix_len,
-                                                    sliding_window=sliding_window),
-                                  **{k: get(a + k) for k in ("W_dkv", "gamma_kv", "W_ukv", "W_dq", "gamma_q", "W_uq", "W_q")})
-        else:
-            X = X + gqa_mhattention(X_tilde, X_tilde, params[a + "W_q"], get(a + "b_q"), params[a + "W_k"],
-                                    get(a + "b_k"), params[a + "W_v"], get(a + "b_v"), params[a + "W_o"],
-                                    get(a + "b_o"), decoder_mask(X.shape[1], mask=mask, prefix_len=prefix_len,
-                                                                 sliding_window=sliding_window),
-                                    positional=pos_attn, theta=rope_theta, attention=attention, Omega=Omega)  # line 6
-        X_tilde = nrm(X, p + "gamma2", p + "beta2")  # line 7
-        if mlp == "swiglu":  # line 8 (V4)
-            return X + swiglu_mlp(X_tilde, params[p + "W_gate"], get(p + "b_gate"), params[p + "W_mlp1"],
-                                  get(p + "b_mlp1"), params[p + "W_mlp2"], get(p + "b_mlp2"))
+            return mla_attention(X_tilde, params[a + "W_o"], H=H, qk_rope_head_dim=qk_rope_head_dim, theta=rope_theta,
+                                 mask=decoder_mask(X_tilde.shape[1], mask=mask, prefix_len=prefix_len,
+                                                   sliding_window=sliding_window),
+                                 **{k: get(a + k) for k in ("W_dkv", "gamma_kv", "W_ukv", "W_dq", "gamma_q", "W_uq", "W_q")})
+        return gqa_mhattention(X_tilde, X_tilde, params[a + "W_q"], get(a + "b_q"), params[a + "W_k"],
+                               get(a + "b_k"), params[a + "W_v"], get(a + "b_v"), params[a + "W_o"],
+                               get(a + "b_o"), decoder_mask(X_tilde.shape[1], mask=mask, prefix_len=prefix_len,
+                                                            sliding_window=sliding_window),
+                               positional=pos_attn, theta=rope_theta, attention=attention, Omega=Omega)
+
+    def mlp_(X_tilde, p):  # the MLP of line 8
+        if mlp == "swiglu":  # V4
+            return swiglu_mlp(X_tilde, params[p + "W_gate"], get(p + "b_gate"), params[p + "W_mlp1"],
+                              get(p + "b_mlp1"), params[p + "W_mlp2"], get(p + "b_mlp2"))
         b1, b2 = get(p + "b_mlp1"), get(p + "b_mlp2")
-        return X + params[p + "W_mlp2"] @ _gelu_kind(params[p + "W_mlp1"] @ X_tilde + (0 if b1 is None else b1[:, None]),
-                                                      gelu) + (0 if b2 is None else b2[:, None])
+        return params[p + "W_mlp2"] @ _gelu_kind(params[p + "W_mlp1"] @ X_tilde + (0 if b1 is None else b1[:, None]),
+                                                  gelu) + (0 if b2 is None else b2[:, None])
+
+    def layer(X, p, Omega=None):  # lines 5–8 of the layer whose parameters are named p…
+        X = X + attn(nrm(X, p + "gamma1", p + "beta1"), p, Omega)  # lines 5, 6
+        return X + mlp_(nrm(X, p + "gamma2", p + "beta2"), p)      # lines 7, 8
+
+    def parallel(X, p, Omega=None):
+        return parallel_block(X, lambda Xt: attn(Xt, p, Omega), lambda Xt: mlp_(Xt, p),
+                              lambda Y: nrm(Y, p + "gamma1", p + "beta1"), lambda Y: nrm(Y, p + "gamma2", p + "beta2"))
+
+    if block not in ("pre_ln", "parallel"):
+        raise ValueError(f"block must be 'pre_ln' or 'parallel', got {block!r}")
+    trunk = parallel if block == "parallel" else layer
 
     for i in range(L):  # line 4
-        X = layer(X, f"layers.{i}.", None if features is None else features[i])  # lines 5–8
+        X = trunk(X, f"layers.{i}.", None if features is None else features[i])  # lines 5–8
     W_u = _unembedding_matrix(params)
     if mtp_depth:  # V16: H⁰ = X before line 10; module k's logits W_u layer_norm(H^k | γ, β) over ℓ − k columns
         out, Hk = [], X
@@ -1182,6 +1194,17 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
     if mtp_depth:
         return logits_, mtp_logits
     return logits_ if logits else softmax(logits_)  # line 11
+
+
+def parallel_block(X, attn, mlp, norm1, norm2) -> np.ndarray:
+    """GPT-NeoX's parallel residual (block='parallel', docs/variants.md V20), in place of Algorithm 10's lines 5–8:
+        1  X̃₁ ← norm(X | γ_l¹, β_l¹)
+        2  X̃₂ ← norm(X | γ_l², β_l²)
+        3  X ← X + MHAttention(X̃₁ | W_l, Mask) + MLP(X̃₂)
+    attn, mlp, norm1, norm2: the layer's sublayers as functions of a [d_e, ℓ] matrix."""
+    X1 = norm1(X)  # line 1
+    X2 = norm2(X)  # line 2
+    return X + attn(X1) + mlp(X2)  # line 3
 
 
 def d_mtp_loss(x, params, *, mtp_depth: int, mtp_weight: float = 0.3, terms: bool = False, **hp):

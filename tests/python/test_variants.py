@@ -28,8 +28,10 @@ OPTIONS = {
     "scalenorm": dict(norm="scale"),                                     # V12
     "fixnorm": dict(fixnorm=True),                                       # V13
     "scale_fix_tied": dict(norm="scale", fixnorm=True, tied=True, eps=0.0),  # V12 + V13, the paper's eps = 0
+    "parallel": dict(block="parallel"),                                  # V20 (GPT-NeoX's parallel residual)
+    "neox": dict(block="parallel", positional="rope", H_kv=2, gelu="tanh"),
 }
-REF_KEYS = ("norm", "positional", "rope_theta", "mlp", "fixnorm", "eps")
+REF_KEYS = ("norm", "positional", "rope_theta", "mlp", "fixnorm", "eps", "block", "gelu")
 BATCH = [[3, 1, 4, 1, 5, 9, 2, 6, 5], [8, 9, 7, 9, 3]]  # ragged: RoPE/ALiBi positions restart per sequence
 
 

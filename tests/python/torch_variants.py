@@ -91,7 +91,7 @@ def _lin(p, W, b, X):
 
 
 def d_logits(x, p, *, L, H, norm="layer", gelu="exact", eps=1e-5, positional="learned", rope_theta=10000.0,
-             mlp="gelu", fixnorm=False, attention="softmax", features=None):
+             mlp="gelu", fixnorm=False, attention="softmax", features=None, block="pre_ln"):
     ids = torch.as_tensor(np.asarray(x), dtype=torch.long)
     W_e = p["W_e"]
     if fixnorm:  # V13: every column of W_e scaled to unit length (eps inside the root)
@@ -108,16 +108,22 @@ def d_logits(x, p, *, L, H, norm="layer", gelu="exact", eps=1e-5, positional="le
                                                                              dtype=X.dtype)]), dim=0)
         return F.layer_norm(X.T, (X.shape[0],), p[g], p[b], eps).T
 
-    for l in range(L):
-        q = f"layers.{l}."
-        X = X + gqa(nrm(X, q + "gamma1", q + "beta1"), p, q + "attn.", H, positional, rope_theta, attention,
-                    None if features is None else torch.as_tensor(features[l], dtype=torch.float64))
-        Xt = nrm(X, q + "gamma2", q + "beta2")
+    def ffn(Xt, q):
         if mlp == "swiglu":
             A = F.silu(_lin(p, q + "W_gate", q + "b_gate", Xt)) * _lin(p, q + "W_mlp1", q + "b_mlp1", Xt)
         else:
             A = F.gelu(_lin(p, q + "W_mlp1", q + "b_mlp1", Xt), approximate="tanh" if gelu == "tanh" else "none")
-        X = X + _lin(p, q + "W_mlp2", q + "b_mlp2", A)
+        return _lin(p, q + "W_mlp2", q + "b_mlp2", A)
+
+    for l in range(L):
+        q = f"layers.{l}."
+        Om = None if features is None else torch.as_tensor(features[l], dtype=torch.float64)
+        if block == "parallel":  # GPT-NeoX's parallel residual: both sublayers read the layer's input
+            X = (X + gqa(nrm(X, q + "gamma1", q + "beta1"), p, q + "attn.", H, positional, rope_theta, attention, Om)
+                 + ffn(nrm(X, q + "gamma2", q + "beta2"), q))
+            continue
+        X = X + gqa(nrm(X, q + "gamma1", q + "beta1"), p, q + "attn.", H, positional, rope_theta, attention, Om)
+        X = X + ffn(nrm(X, q + "gamma2", q + "beta2"), q)
     X = nrm(X, "gamma", "beta")
     return (p["W_u"] if "W_u" in p else p["W_e"].T) @ X
 

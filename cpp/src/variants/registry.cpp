@@ -73,6 +73,9 @@ std::unique_ptr<CrossBlock<T>> make_post_ln_cross_block(const BlockSpec&, ParamS
 template <class T>
 std::unique_ptr<CrossBlock<T>> make_pre_ln_cross_block(const BlockSpec&, ParamStore<T>&,
                                                        const std::string&);  // variants/pre_ln_cross_block.cpp
+template <class T>
+std::unique_ptr<SelfBlock<T>> make_parallel_block(const BlockSpec&, ParamStore<T>&, const std::string&);  // variants/parallel_block.cpp
+const PartRow& parallel_block_row();                                                                     // variants/parallel_block.cpp
 
 namespace {
 template <class T>
@@ -172,6 +175,7 @@ const std::vector<Entry<BlockFactory<T>>>& blocks() {
     static const std::vector<Entry<BlockFactory<T>>> t = {
         {"pre_ln", {make_pre_ln_block<T>, make_pre_ln_cross_block<T>, true}, pre_ln_block_row},
         {"post_ln", {make_post_ln_block<T>, make_post_ln_cross_block<T>, false}, post_ln_block_row},
+        {"parallel", {make_parallel_block<T>, nullptr, false}, parallel_block_row},
     };
     return t;
 }
