@@ -539,7 +539,7 @@ class DTransformer(_HasParams):
         ...
     def __init__(self, *args, **kwargs) -> None:
         """
-        __init__(n_vocab, l_max, L, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', attention='softmax', n_features=None, feature_seed=0, mlp='gelu', rope_theta=10000.0, sliding_window=None, attention_chunk_size=None, kv_lora_rank=None, q_lora_rank=None, qk_rope_head_dim=None, mask='causal', mtp_depth=0, mtp_weight=0.3, block='pre_ln', fixnorm=False, dtype='float32')
+        __init__(n_vocab, l_max, L, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', attention='softmax', n_features=None, feature_seed=0, mlp='gelu', rope_theta=10000.0, sliding_window=None, attention_chunk_size=None, kv_lora_rank=None, q_lora_rank=None, qk_rope_head_dim=None, mask='causal', mtp_depth=0, mtp_weight=0.3, rotary_pct=1.0, block='pre_ln', fixnorm=False, dtype='float32')
         
         The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
         """

@@ -901,11 +901,15 @@ def speculative_inference(x, target, draft, *, l_gen: int, k: int, tau: float, r
 # V5 bias-free maps, V6 the DTransformer composed of them.
 
 
-def rope(X, p, theta: float = 10000.0, interleaved: bool = False) -> np.ndarray:
+def rope(X, p, theta: float = 10000.0, interleaved: bool = False, rotary_pct: float = 1.0) -> np.ndarray:
     """Algorithm V1: X′ ← RoPE(X, p | θ). X ∈ R^{d×ℓ} one head's queries or keys (d even), p the absolute
     position of each column. Rows i and i + d/2 form a pair (half-split, as HF LLaMA); interleaved=True
-    pairs rows 2i−1 and 2i (the RoPE paper)."""
+    pairs rows 2i−1 and 2i (the RoPE paper). rotary_pct < 1 (GPT-NeoX's partial rotary): the listing on the first
+    r = ⌊d · rotary_pct⌋ rows only (d = r in it), the others unchanged."""
     X = np.asarray(X, dtype=np.float64)
+    r = int(X.shape[0] * rotary_pct)
+    if r != X.shape[0]:
+        return np.concatenate([rope(X[:r], p, theta, interleaved), X[r:]], axis=0)
     d, l = X.shape
     p = np.asarray(p)
     omega = theta ** (-2.0 * np.arange(d // 2) / d)  # line 1: ω_i ← θ^{−2(i−1)/d}
@@ -934,7 +938,7 @@ def alibi_bias(l_z: int, l_x: int, q0: int = 0) -> np.ndarray:
 
 def variant_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, *, positional: str = "none",
                       theta: float = 10000.0, slope: float = 0.0, q0: int = 0, attention: str = "softmax",
-                      Omega=None) -> np.ndarray:
+                      Omega=None, rotary_pct: float = 1.0) -> np.ndarray:
     """Algorithm 4 with V1's lines 2a–2b (positional="rope") or V2's line 6′ (positional="alibi", slope m_h);
     b_* may be None (V5). attention="performer" | "rfa": lines 4–6 replaced by V15c with the projection Omega
     (the mask must be the bidirectional or the causal one)."""
@@ -943,8 +947,8 @@ def variant_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, *, positional: s
     Q = W_q @ X + (0 if b_q is None else b_q[:, None])  # line 1
     K = W_k @ Z + (0 if b_k is None else b_k[:, None])  # line 2
     if positional == "rope":
-        Q = rope(Q, q0 + np.arange(l_x), theta)  # line 2a
-        K = rope(K, np.arange(l_z), theta)  # line 2b
+        Q = rope(Q, q0 + np.arange(l_x), theta, rotary_pct=rotary_pct)  # line 2a
+        K = rope(K, np.arange(l_z), theta, rotary_pct=rotary_pct)  # line 2b
     V = W_v @ Z + (0 if b_v is None else b_v[:, None])  # line 3
     if attention != "softmax":  # V15c instead of lines 4–6
         mask = np.asarray(mask, dtype=bool)
@@ -1047,7 +1051,8 @@ def block_sparse_attention(Q, K, V, layout, b: int) -> np.ndarray:
 
 
 def gqa_mhattention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, mask, *, positional: str = "none",
-                    theta: float = 10000.0, q0: int = 0, attention: str = "softmax", Omega=None) -> np.ndarray:
+                    theta: float = 10000.0, q0: int = 0, attention: str = "softmax", Omega=None,
+                    rotary_pct: float = 1.0) -> np.ndarray:
     """Algorithm V3 (grouped-query attention): W_q (H, d_attn, d_x); W_k (H_kv, d_attn, d_z), W_v (H_kv, d_mid,
     d_z); b_* None with bias=False. With RoPE/ALiBi on every head (V1/V2). mask (ℓ_z, ℓ_x), or (H, ℓ_z, ℓ_x): one
     per query head (V17's per-head layouts)."""
@@ -1062,7 +1067,8 @@ def gqa_mhattention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, mask, *, posit
                                    None if b_k is None else b_k[g - 1], W_v[g - 1],
                                    None if b_v is None else b_v[g - 1], mask[h - 1] if np.ndim(mask) == 3 else mask,
                                    positional=positional, theta=theta,
-                                   slope=m[h - 1], q0=q0, attention=attention, Omega=Omega))  # line 3
+                                   slope=m[h - 1], q0=q0, attention=attention, Omega=Omega,
+                                   rotary_pct=rotary_pct))  # line 3
     Y = np.concatenate(Y, axis=0)  # line 4: Y ← [Y¹; …; Y^H]
     return W_o @ Y + (0 if b_o is None else b_o[:, None])  # line 5
 
@@ -1115,7 +1121,7 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
                           eps: float = 1e-5, positional: str = "learned", rope_theta: float = 10000.0,
                           mlp: str = "gelu", logits: bool = False, mask: str = "causal", prefix_len: int = 0,
                           sliding_window=None, qk_rope_head_dim=None, fixnorm: bool = False, attention: str = "softmax",
-                          features=None, mtp_depth: int = 0, block: str = "pre_ln"):
+                          features=None, mtp_depth: int = 0, block: str = "pre_ln", rotary_pct: float = 1.0):
     """Algorithm V6: DTransformer with the variants. H_kv and bias=False are read off params (W_k's heads,
     absent b's); positional="rope" | "alibi" has no W_p (any length ℓ); mlp="swiglu" uses W_gate;
     mask="prefix" with prefix_len p (V7), sliding_window w (V8): line 6's Mask (decoder_mask);
@@ -1123,7 +1129,7 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
     unit-norm token embedding (V13) at line 2; attention="performer" | "rfa" (V15): features[l] is layer l's Ω
     (ft.random_feature_matrix). mtp_depth = D > 0 (V16): returns (the logits W_u X, [the logits of module k,
     (N_V, ℓ − k), for k = 1..D]) instead. block="parallel": every layer is parallel_block's (GPT-NeoX) in place of
-    lines 5–8 (the V16 modules keep lines 5–8)."""
+    lines 5–8 (the V16 modules keep lines 5–8). rotary_pct: V1 on the first ⌊d_attn · rotary_pct⌋ rows of each head."""
     if norm not in ("layer", "rms", "scale"):
         raise ValueError(f"norm must be 'layer', 'rms' or 'scale', got {norm!r}")
     x = np.asarray(x)
@@ -1154,7 +1160,8 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
                                get(a + "b_k"), params[a + "W_v"], get(a + "b_v"), params[a + "W_o"],
                                get(a + "b_o"), decoder_mask(X_tilde.shape[1], mask=mask, prefix_len=prefix_len,
                                                             sliding_window=sliding_window),
-                               positional=pos_attn, theta=rope_theta, attention=attention, Omega=Omega)
+                               positional=pos_attn, theta=rope_theta, attention=attention, Omega=Omega,
+                               rotary_pct=rotary_pct)
 
     def mlp_(X_tilde, p):  # the MLP of line 8
         if mlp == "swiglu":  # V4

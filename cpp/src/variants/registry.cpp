@@ -26,6 +26,7 @@ const PartRow& relative_bias_row();                 // variants/relative_bias.cp
 Mask make_bigbird_mask_from_options(const MaskOptions&);  // variants/bigbird_mask.cpp
 template <class T>
 PositionPart<T> make_rope(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/rope.cpp
+const PartRow& rope_position_row();                                                // variants/rope.cpp
 template <class T>
 PositionPart<T> make_alibi(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/alibi.cpp
 template <class T>
@@ -127,7 +128,7 @@ template <class T>
 const std::vector<Entry<PositionFactory<T>>>& positions() {
     static const std::vector<Entry<PositionFactory<T>>> t = {
         {"none", make_no_position<T>},
-        {"rope", make_rope<T>},
+        {"rope", make_rope<T>, rope_position_row},
         {"alibi", make_alibi<T>},
         {"relative", make_relative_bias<T>, relative_bias_row},
     };
