@@ -322,10 +322,9 @@ std::vector<std::vector<index_t>> DInferenceBatch(DTransformer<T>& model, const 
         }
         return out;
     }
-    const bool full = o.context == SamplingOptions::Context::Full ||
-                      (o.context == SamplingOptions::Context::Auto && model.decodes_past_l_max());
+    const bool full = decodes_full_context(o, model);
     const MHAttention<T>& a0 = model.layer[0]->attn;
-    const index_t window = model.window();
+    const CacheKeep keep = a0.mask.cache_keep();  // what the pages keep is the mask's (V9: the window's)
     PagePool<T> pool(c.L, a0.H_kv * a0.d_attn, a0.H_kv * a0.d_mid);
     {  // the pages the first B_max sequences will hold (more are added as needed)
         index_t need = 0;
@@ -416,8 +415,8 @@ std::vector<std::vector<index_t>> DInferenceBatch(DTransformer<T>& model, const 
             for (std::size_t b = 0; b < batch.size(); ++b) {
                 Sequence<T>& s = *batch[b];
                 ++s.cached;
-                if (window > 0) {  // V9: the pages wholly before the window go back to the pool
-                    const index_t first = std::max<index_t>(0, index_t(s.x.size()) - window);
+                {  // the pages wholly before the first key a next query reads go back to the pool (V9)
+                    const index_t first = keep.oldest_needed(index_t(s.x.size()));
                     for (index_t k = 0; k < first / kPageTokens; ++k)
                         if (s.table[std::size_t(k)] >= 0) pool.free.push_back(s.table[std::size_t(k)]), s.table[std::size_t(k)] = -1;
                 }
