@@ -11,6 +11,19 @@
 #                    install what is missing (with JupyterLab), register this venv's kernel as
 #                    "formal-transformers", then open JupyterLab on notebooks/ (e.g. --no-browser --port 8890)
 #
+#   ./run.sh docs [--build-only] [--check]
+#                    build the documentation site into build/docs (Sphinx + MyST: one page per listing, the
+#                    notebooks with their outputs, the API reference; warnings are errors, internal links
+#                    checked), then serve it on 127.0.0.1 (FT_DOCS_PORT, default 8000) and print the URL.
+#                    --build-only: no server. --check (CI): also open it in headless Chromium (tools/check_site.py:
+#                    math typeset, code blocks equal to the current sources, notebook images, search) and keep
+#                    three screenshots in build/docs-check/
+#   ./run.sh wheel [--check]
+#                    the wheel (pip wheel through scikit-build-core, portable: no -march=native; repaired by
+#                    auditwheel to a manylinux tag with libgomp inside, OpenBLAS from its PyPI package) and the
+#                    sdist, into dist/. --check (CI): install the wheel into a fresh venv on a PATH with no
+#                    compiler and no cmake and run tests/wheel/test_smoke.py there
+#
 # Other verbs: setup (install only), bench (benchmarks), clean.
 # Works on a fresh Debian/Ubuntu machine: apt packages are installed with sudo when not root; Python
 # packages go into ./.venv. Environment knobs: PYTHON (interpreter for the venv, default python3),
@@ -33,8 +46,9 @@ VENV=${VENV:-.venv}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 APT_PACKAGES=(g++ cmake ninja-build pkg-config git
               libxtensor-dev libxsimd-dev libgtest-dev nlohmann-json3-dev robin-map-dev
-              python3-dev python3-venv)
+              python3-dev python3-venv libdnnl-dev)
 
+DOCS_CHECK_APT_PACKAGES=(chromium)  # ./run.sh docs --check: the headless browser
 log() { printf '\n== %s\n' "$*"; }
 
 install_apt() {
@@ -190,12 +204,92 @@ run_tests() {
   log "all tests passed"
 }
 
+docs() {
+  local serve=1 check=0 a
+  for a in "$@"; do
+    case "$a" in
+      --build-only) serve=0 ;;
+      --check) check=1; serve=0 ;;
+      *) echo "./run.sh docs: unknown option $a (--build-only, --check)"; exit 2 ;;
+    esac
+  done
+  [ "$check" = 1 ] && APT_PACKAGES+=("${DOCS_CHECK_APT_PACKAGES[@]}")
+  setup "docs,io"   # autodoc reads the installed package, the compiled module included
+  log "docs: building the site into build/docs (warnings are errors)"
+  local t0=$SECONDS
+  rm -rf build/docs build/docs-doctrees
+  "$VENV/bin/python" -m sphinx -W --keep-going -q -b html -d build/docs-doctrees docs build/docs
+  "$VENV/bin/python" tools/check_site.py links build/docs
+  log "docs: $(find build/docs -name '*.html' ! -path '*/_*' | wc -l) pages in $((SECONDS - t0)) s: build/docs/index.html"
+  if [ "$check" = 1 ]; then
+    log "docs: the site in headless Chromium"
+    "$VENV/bin/python" tools/check_site.py browser build/docs build/docs-check
+  fi
+  if [ "$serve" = 1 ]; then
+    local port=${FT_DOCS_PORT:-8000}
+    log "docs: serving build/docs at http://127.0.0.1:$port/ (Ctrl-C stops)"
+    exec "$VENV/bin/python" -m http.server --bind 127.0.0.1 --directory build/docs "$port"
+  fi
+}
+
+wheel() {
+  local check=0 a
+  for a in "$@"; do
+    case "$a" in
+      --check) check=1 ;;
+      *) echo "./run.sh wheel: unknown option $a (--check)"; exit 2 ;;
+    esac
+  done
+  install_apt
+  venv
+  local reqs req_list=()
+  reqs=$(missing_extra_requirements wheel "") || { echo "cannot read the wheel extra from pyproject.toml"; exit 1; }
+  mapfile -t req_list <<< "$reqs"
+  "$VENV/bin/python" -m pip install -q "${req_list[@]}"
+  local t0=$SECONDS
+  log "wheel: building (pip wheel, scikit-build-core; portable: FT_NATIVE=OFF)"
+  rm -rf build/wheel/raw dist
+  CMAKE_BUILD_PARALLEL_LEVEL=$JOBS "$VENV/bin/python" -m pip wheel . --no-deps -q -w build/wheel/raw \
+    -C cmake.define.FT_NATIVE=OFF -C "build-dir=build/wheel/{wheel_tag}"
+  log "wheel: auditwheel repair (libgomp inside the wheel; OpenBLAS is the scipy-openblas32 dependency)"
+  PATH="$(cd "$VENV" && pwd)/bin:$PATH" "$VENV/bin/auditwheel" repair --exclude libscipy_openblas.so \
+    -w dist build/wheel/raw/*.whl
+  "$VENV/bin/auditwheel" show dist/*.whl
+  log "wheel: the sdist"
+  "$VENV/bin/python" -m build --sdist --outdir dist . >/dev/null
+  "$VENV/bin/python" - dist/*.tar.gz <<'EOF'
+import sys, tarfile
+names = tarfile.open(sys.argv[1]).getnames()
+top = {n.split("/")[1] for n in names if n.count("/")}
+stray = sorted(top & {".venv", "build", "dist", "runs", ".git"})
+need = {"CMakeLists.txt", "pyproject.toml", "cpp", "python", "LICENSE", "README.md"}
+if stray or not need <= top:
+    sys.exit(f"the sdist holds {stray} or lacks {sorted(need - top)}")
+print(f"sdist: {len(names)} files")
+EOF
+  ls -l dist
+  log "wheel: built in $((SECONDS - t0)) s"
+  [ "$check" = 1 ] || return 0
+  log "wheel: installed into a fresh venv, smoke suite on a PATH without a compiler or cmake"
+  local sv whl
+  sv="$(pwd)/build/wheel/venv"
+  whl=$(ls dist/*.whl)
+  rm -rf "$sv" build/wheel/run
+  "$PYTHON" -m venv "$sv"
+  "$sv/bin/python" -m pip install -q --only-binary :all: "$whl[io]" "pytest>=7"
+  mkdir -p build/wheel/run
+  (cd build/wheel/run && PATH="$sv/bin" FT_REPO="$OLDPWD" "$sv/bin/python" -m pytest -q -p no:cacheprovider \
+    "$OLDPWD/tests/wheel/test_smoke.py")
+}
+
 case "${1:-}" in
   demo)  shift; setup "io"; "$VENV/bin/python" -m formal_transformers demo "$@" ;;
   test)  run_tests ;;
   notebooks) shift; notebooks "$@" ;;
   setup) setup "${2:-test,notebooks,io,lab}" ;;
+  docs) shift; docs "$@" ;;
+  wheel) shift; wheel "$@" ;;
   bench) setup "test,notebooks,io"; for b in bench/bench_*.py; do "$VENV/bin/python" "$b"; done ;;
   clean) rm -rf build "$VENV" ;;
-  *) sed -n '2,20p' "$0"; exit 2 ;;
+  *) sed -n '2,33p' "$0"; exit 2 ;;
 esac

@@ -25,7 +25,11 @@ and reads it after its timed steps: "peak RSS" is the process's peak during the 
 libraries included); "step +" is that peak above the resident set just before the steps (the step's own memory).
 
     python bench/bench_long_context.py [--lengths 512 1024 2048 4096 8192] [--rounds 3] [--steps 1] [--gpt2]
-        [--no-compile] [--threads N]
+        [--no-compile] [--threads N] [--bf16]
+
+--bf16 (docs/design.md "Mixed precision"): the sides in bf16 instead — ours tiled with precision="bf16-mixed",
+PyTorch and torch.compile under torch.autocast("cpu", dtype=torch.bfloat16) (passive), with ours tiled in float32
+and the bf16 gemm rate (our _gemm with precision="bf16-mixed") as the limit, in the same rounds.
 (with the package importable: installed, or PYTHONPATH=python FT_CORE_PATH=build/<dir> in a checkout).
 """
 from __future__ import annotations
@@ -80,12 +84,12 @@ def reset_peak():
 
 
 class Ours:
-    def __init__(self, cfg, impl, wdir, threads):
+    def __init__(self, cfg, impl, wdir, threads, precision="float32"):
         ft = import_ft(threads)
         rng = np.random.default_rng(0)
         self.batch = rng.integers(0, cfg["n_vocab"], (cfg["batch"], cfg["l"]))
         self.model = ft.DTransformer(cfg["n_vocab"], cfg["l"], cfg["L"], cfg["H"], cfg["d_e"], cfg["d_mlp"],
-                                     dtype="float32", seed=0, attention_impl=impl)
+                                     dtype="float32", seed=0, attention_impl=impl, precision=precision)
         self.opt = ft.Adam(3e-4, weight_decay=0.1)
         if not os.path.exists(os.path.join(wdir, "theta.npz")):  # the first of ours: θ and the batch for torch
             np.savez(os.path.join(wdir, "theta.npz"), __batch__=self.batch,
@@ -99,7 +103,7 @@ class Ours:
 
 
 class Torch:
-    def __init__(self, cfg, compile_, wdir, threads):
+    def __init__(self, cfg, compile_, wdir, threads, autocast=False):
         assert "formal_transformers" not in sys.modules
         import torch
 
@@ -116,12 +120,17 @@ class Torch:
         self.idx = torch.from_numpy(batch.astype(np.int64))
         self.opt = torch.optim.AdamW(self.tm.parameters(), lr=3e-4, weight_decay=0.1)
         self.fn = torch.compile(self.tm.loss) if compile_ else self.tm.loss
+        self.autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if autocast else None
         with torch.no_grad():
             self.loss = float(self.tm.loss(self.idx))
         self.info = dict(version=torch.__version__, threads=torch.get_num_threads())
 
     def step(self):
-        loss = self.fn(self.idx)
+        if self.autocast is not None:
+            with self.autocast():
+                loss = self.fn(self.idx)
+        else:
+            loss = self.fn(self.idx)
         loss.backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
@@ -133,10 +142,17 @@ def run_worker(args):
     cfg = dict(GPT2 if args.shape == "gpt2" else BABY, l=args.length)
     if args.worker in ("literal", "tiled"):
         side = Ours(cfg, args.worker, args.wdir, args.threads)
+    elif args.worker == "tiled-bf16":
+        side = Ours(cfg, "tiled", args.wdir, args.threads, precision="bf16-mixed")
     elif args.worker == "gemm":
         side = GemmSide(threads=args.threads)
+    elif args.worker == "gemm-bf16":
+        from bench_transformers import GemmBf16Side
+
+        side = GemmBf16Side(threads=args.threads)
     else:
-        side = Torch(cfg, args.worker == "compile", args.wdir, args.threads)
+        side = Torch(cfg, args.worker.startswith("compile"), args.wdir, args.threads,
+                     autocast=args.worker.endswith("-autocast"))
     t0 = time.perf_counter()
     for _ in range(args.warmup):
         side.step()
@@ -155,12 +171,19 @@ SIDES = [("ours literal", "literal", {}), ("ours tiled", "tiled", {}),
          ("gemm", "gemm", {})]
 
 
+# --bf16: the mixed-precision sides (the limit is the bf16 gemm rate; ours tiled in float32 beside them)
+SIDES_BF16 = [("ours tiled bf16", "tiled-bf16", {}), ("ours tiled float32", "tiled", {}),
+              ("PyTorch autocast", "passive-autocast", {"OMP_WAIT_POLICY": "passive"}),
+              ("compile autocast", "compile-autocast", {"OMP_WAIT_POLICY": "passive", "TORCHINDUCTOR_COMPILE_THREADS": "1"}),
+              ("gemm", "gemm-bf16", {})]
+
+
 def bench_length(shape, length, args):
     results = {}
     with tempfile.TemporaryDirectory() as wdir:
         workers = []
-        for label, kind, env in SIDES:
-            if kind == "compile" and args.no_compile:
+        for label, kind, env in (SIDES_BF16 if args.bf16 else SIDES):
+            if kind.startswith("compile") and args.no_compile:
                 continue
             if kind == "literal" and args.no_literal:
                 continue
@@ -204,6 +227,7 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--no-literal", action="store_true", help="skip the literal path (its ℓ² memory at 8192)")
+    ap.add_argument("--bf16", action="store_true", help="ours bf16-mixed vs PyTorch autocast bf16; the bf16 gemm rate")
     ap.add_argument("--worker")
     ap.add_argument("--shape", default="baby")
     ap.add_argument("--length", type=int)
@@ -211,7 +235,9 @@ def main():
     args = ap.parse_args()
     if args.worker:
         return run_worker(args)
-    print(f"CPU: {cpu_model()}")
+    from bench_transformers import cpu_bf16
+
+    print(f"CPU: {cpu_model()}; bf16 instructions: {cpu_bf16()}")
     print(f"load before: {os.getloadavg()}")
     runs = [("baby", l) for l in args.lengths] + ([("gpt2", 1024)] if args.gpt2 else [])
     first = True
@@ -241,7 +267,7 @@ def main():
             rate = 2.0 * PEAK_N**3 / gemm["median"] / 1e9
             roof = (gf + ga) / rate
             shares = ", ".join(f"{k} {100 * roof / v['median']:.0f}%" for k, v in res.items() if k != "ours literal")
-            print(f"  the limit: large gemm ({PEAK_N}³ float32, same rounds) {rate:.1f} GFLOP/s; the step's products "
+            print(f"  the limit: large gemm ({PEAK_N}³ {'bf16' if args.bf16 else 'float32'}, same rounds) {rate:.1f} GFLOP/s; the step's products "
                   f"{gf:.1f} dense + {ga:.1f} attention GFLOP take {roof * 1e3:.1f} ms at that rate")
             print(f"  share of the gemm rate over the step: {shares}")
             if torch_best:

@@ -51,6 +51,12 @@ two architectures are compared in one run. Flops: P_mm = L·(2·d_e² + 2·d_e²
 (with the package importable: installed, or PYTHONPATH=python FT_CORE_PATH=build/<dir> in a checkout).
 
     python bench/bench_transformers.py --dropout 0.1     # the cost of dropout per training step
+    python bench/bench_transformers.py --bf16 [--large]  # mixed precision: ours bf16-mixed vs PyTorch autocast
+
+--bf16 (docs/design.md "Mixed precision"): ours with precision="bf16-mixed" (bf16 products, float32 accumulation
+and master weights) against PyTorch under torch.autocast("cpu", dtype=torch.bfloat16) — eager and torch.compile
+(inductor), both OMP_WAIT_POLICY=passive — with ours in float32 and the gemm rates (float32 and bf16, through our
+_gemm: the limit of the products) in the same rounds. The CPU's bf16 features (AVX512_BF16, AMX) are printed.
 
 --dropout p (docs/regularisation.md): ours and both PyTorch workers drop at rate p at GPT-2's places (after the
 embedding sum, on the attention weights — PyTorch: scaled_dot_product_attention's dropout_p —, on each
@@ -77,6 +83,17 @@ GPT2 = dict(name="GPT-2 small", n_vocab=50257, l_max=1024, l=64, L=12, H=12, d_e
 LLAMA = dict(name="LLaMA-style baby", n_vocab=65, l_max=64, l=64, L=4, H=4, d_e=128, d_mlp=392, batch=12,
              variant=dict(positional="rope", H_kv=2, mlp="swiglu", bias=False, norm="rms"))
 SHAPES = {"baby": BABY, "gpt2": GPT2, "llama": LLAMA}
+
+
+def cpu_bf16() -> str:
+    """The CPU's bf16 features as the kernel reports them (/proc/cpuinfo flags)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+    except OSError:
+        return "unknown"
+    have = [n for n, flag in (("AVX512_BF16", "avx512_bf16"), ("AMX-BF16", "amx_bf16")) if flag in flags]
+    return ", ".join(have) if have else "none (bf16-mixed runs emulated: float32 products of rounded operands)"
 
 
 def step_flops(cfg) -> float:
@@ -271,7 +288,8 @@ class OursSide:
         self.batch = rng.integers(0, cfg["n_vocab"], (cfg["batch"], cfg["l"]))
         self.model = ft.DTransformer(cfg["n_vocab"], cfg["l_max"], cfg["L"], cfg["H"], cfg["d_e"], cfg["d_mlp"],
                                      tied=tied, dtype="float32", seed=0, **cfg.get("variant", {}),
-                                     **({"dropout": cfg["dropout"]} if cfg.get("dropout") else {}))
+                                     **({"dropout": cfg["dropout"]} if cfg.get("dropout") else {}),
+                                     precision=cfg.get("precision", "float32"))
         self.opt = ft.Adam(lr, weight_decay=0.1)
         P = {k: np.asarray(v) for k, v in self.model.params.items()}
         if wdir:
@@ -304,6 +322,10 @@ class TorchSide:
             batch = np.random.default_rng(0).integers(0, cfg["n_vocab"], (cfg["batch"], cfg["l"]))
         self.idx = torch.from_numpy(batch.astype(np.int64))
         self.opt = torch.optim.AdamW(self.tm.parameters(), lr=lr, weight_decay=0.1)
+        # --bf16: the forward under autocast (bf16 products, float32 weights), optionally compiled
+        self.autocast = cfg.get("autocast", False)
+        self.fn = torch.compile(self.tm.loss) if cfg.get("compile") else self.tm.loss
+        self.ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if self.autocast else None
         with torch.no_grad():
             self.tm.eval()  # the initial loss without dropout (ours: model.loss never drops)
             self.loss = float(self.tm.loss(self.idx))
@@ -312,14 +334,32 @@ class TorchSide:
                          omp_wait_policy=os.environ.get("OMP_WAIT_POLICY", "unset"))
 
     def step(self):
-        loss = self.tm.loss(self.idx)
+        if self.ctx is not None:
+            with self.ctx():
+                loss = self.fn(self.idx)
+        else:
+            loss = self.fn(self.idx)
         loss.backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
 
 
+class GemmBf16Side(GemmSide):
+    """The same product with precision="bf16-mixed": the bf16 gemm rate of this CPU (oneDNN where it has bf16)."""
+
+    def __init__(self, threads=0):
+        super().__init__(threads)
+        import formal_transformers as ft
+
+        self.info["bf16"] = ft.bf16_info()
+
+    def step(self):
+        self.gemm(self.A, self.B, precision="bf16-mixed")
+
+
 SIDES = {"ours": OursSide, "torch": TorchSide,
-         "gemm": lambda cfg, threads, tied, wdir: GemmSide(threads)}
+         "gemm": lambda cfg, threads, tied, wdir: GemmSide(threads),
+         "gemm-bf16": lambda cfg, threads, tied, wdir: GemmBf16Side(threads)}
 
 
 def run_worker(args) -> None:
@@ -328,7 +368,8 @@ def run_worker(args) -> None:
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    cfg = dict(SHAPES[args.shape], dropout=args.dropout)
+    cfg = dict(SHAPES[args.shape], dropout=args.dropout, precision=args.precision, autocast=args.autocast,
+               compile=args.compile)
     t0 = time.perf_counter()
     side = SIDES[args.worker](cfg, args.threads, args.tied, args.wdir)
     loss = side.loss  # the initial loss, before any step changes θ
@@ -339,11 +380,16 @@ def run_worker(args) -> None:
 
 
 class Worker(WorkerProcess):
-    def __init__(self, label, kind, args, shape, env_changes, wdir, threads, dropout=None):
+    def __init__(self, label, kind, args, shape, env_changes, wdir, threads, dropout=None, precision="float32",
+                 autocast=False, compile_=False):
         warmup = args.large_warmup if shape == "gpt2" else args.warmup
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--shape", shape,
-               "--threads", str(threads or 0), "--warmup", str(warmup), "--wdir", wdir,
-               "--dropout", str(args.dropout if dropout is None else dropout)]
+               "--threads", str(threads or 0), "--warmup", str(warmup + (2 if compile_ else 0)), "--wdir", wdir,
+               "--dropout", str(args.dropout if dropout is None else dropout), "--precision", precision]
+        if autocast:
+            cmd.append("--autocast")
+        if compile_:
+            cmd.append("--compile")
         if args.tied:
             cmd.append("--tied")
         super().__init__(label, cmd, env_changes)
@@ -442,6 +488,60 @@ def bench(cfg, shape, args, threads, rounds, steps):
     return med
 
 
+def bench_bf16(cfg, shape, args, threads, rounds, steps):
+    """--bf16: ours bf16-mixed vs PyTorch autocast bf16 (eager, compiled), with ours float32 and both gemm rates."""
+    passive = {"OMP_WAIT_POLICY": "passive"}
+    with tempfile.TemporaryDirectory(prefix="ft-bench-") as wdir:
+        workers = []
+        try:
+            ours = Worker("ours bf16-mixed", "ours", args, shape, {}, wdir, threads, precision="bf16-mixed")
+            workers.append(ours)
+            hello = ours.ready()
+            threads = hello["info"]["threads"]
+            workers.append(Worker("ours float32", "ours", args, shape, {}, wdir, threads))
+            workers.append(Worker("PyTorch autocast bf16", "torch", args, shape, passive, wdir, threads, autocast=True))
+            workers.append(Worker("torch.compile autocast", "torch", args, shape,
+                                  dict(passive, TORCHINDUCTOR_COMPILE_THREADS="1"), wdir, threads, autocast=True,
+                                  compile_=True))
+            workers.append(Worker(f"gemm {PEAK_N}³ float32", "gemm", args, shape, {}, wdir, threads))
+            workers.append(Worker(f"gemm {PEAK_N}³ bf16", "gemm-bf16", args, shape, {}, wdir, threads))
+            for w in workers:
+                w.ready()
+            for _ in range(rounds):
+                for w in workers:
+                    time.sleep(args.pause)
+                    w.run(steps if not w.kind.startswith("gemm") else args.gemm_steps)
+        finally:
+            for w in workers:
+                w.close()
+    info = ours.hello["info"]
+    tokens, flops = cfg["batch"] * cfg["l"], step_flops(cfg)
+    print(f"\n{cfg['name']} (--bf16): N_V {cfg['n_vocab']}, ℓ {cfg['l']}, L {cfg['L']}, H {cfg['H']}, d_e {cfg['d_e']}, "
+          f"d_mlp {cfg['d_mlp']}, batch {cfg['batch']}, {info['params'] / 1e6:.2f}M params, {threads} threads each")
+    print(f"  formal-transformers {info['version']}, BLAS: {info['blas']}; PyTorch {workers[2].hello['info']['version']}")
+    print(f"  {rounds} interleaved rounds × {steps} timed steps per side; medians")
+    l0 = workers[1].hello["loss"]
+    print("  initial loss: " + ", ".join(f"{w.label} {w.hello['loss']:.4f}" for w in workers[:4])
+          + f"  (float32 {l0:.4f}; bf16 sides differ by their rounding)")
+    print(f"  {'':26s}{'ms/step':>10s}{'min ms':>10s}{'tokens/s':>11s}{'GFLOP/s':>10s}")
+    med = {}
+    for w in workers[:4]:
+        m = med[w.label] = statistics.median(w.times)
+        print(f"  {w.label:26s}{1e3 * m:10.1f}{1e3 * min(w.times):10.1f}{tokens / m:11.0f}{flops / m / 1e9:10.1f}")
+    peaks = {}
+    for w in workers[4:]:
+        peaks[w.kind] = 2.0 * PEAK_N**3 / statistics.median(w.times) / 1e9
+        print(f"  {w.label:26s}{1e3 * statistics.median(w.times):10.1f}{'':21s}{peaks[w.kind]:10.1f}")
+    mo = med[ours.label]
+    best = min(med[workers[2].label], med[workers[3].label])
+    print(f"  speed ratio best PyTorch autocast / ours bf16-mixed: {best / mo:.2f}x   (eager {med[workers[2].label] / mo:.2f}x, "
+          f"compiled {med[workers[3].label] / mo:.2f}x; > 1: ours faster)")
+    print(f"  ours bf16-mixed / ours float32 step time: {mo / med[workers[1].label]:.2f}")
+    print(f"  ours bf16-mixed: {flops / mo / 1e9:.1f} GFLOP/s = {100 * flops / mo / 1e9 / peaks['gemm-bf16']:.0f}% of the "
+          f"bf16 gemm rate {peaks['gemm-bf16']:.1f} GFLOP/s (float32 gemm: {peaks['gemm']:.1f})")
+    return med
+
+
 def run_inprocess(args) -> None:
     """One side, flat out, in this process (for a profiler): --iters steps after the warm-up."""
     cfg = dict(GPT2 if args.large or args.only_large else LLAMA if args.variant == "llama" else BABY,
@@ -489,6 +589,11 @@ def main():
     ap.add_argument("--wdir", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--dropout", type=float, default=0.0, help="dropout rate of every side, with no-dropout twins of "
                     "ours and PyTorch (passive) in the same rounds: the cost of dropout per step")
+    ap.add_argument("--bf16", action="store_true", help="mixed precision: ours bf16-mixed vs PyTorch autocast bf16 "
+                    "(eager and compiled), with ours float32 and the float32 / bf16 gemm rates in the same rounds")
+    ap.add_argument("--precision", default="float32", help=argparse.SUPPRESS)  # internal: a worker's
+    ap.add_argument("--autocast", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--compile", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         return run_worker(args)
@@ -499,10 +604,15 @@ def main():
     if args.rounds * args.steps < 5 or args.large_rounds * args.large_steps < 5:
         ap.error("use at least 5 timed steps per side (rounds × steps)")
 
-    print(f"CPU: {cpu_model()}; os.cpu_count() = {os.cpu_count()}")
+    print(f"CPU: {cpu_model()}; os.cpu_count() = {os.cpu_count()}; bf16 instructions: {cpu_bf16()}")
     print("Each side in its own worker process; the parent imports neither formal_transformers nor torch.")
     if args.variant == "llama":
         return [bench(LLAMA, "llama", args, args.threads, args.rounds, args.steps)]
+    if args.bf16:
+        meds = [] if args.only_large else [bench_bf16(BABY, "baby", args, args.threads, args.rounds, args.steps)]
+        if args.large or args.only_large:
+            meds.append(bench_bf16(GPT2, "gpt2", args, args.threads, args.large_rounds, args.large_steps))
+        return meds
     meds = [] if args.only_large else [bench(BABY, "baby", args, args.threads, args.rounds, args.steps)]
     if args.large or args.only_large:
         meds.append(bench(GPT2, "gpt2", args, args.threads, args.large_rounds, args.large_steps))

@@ -7,6 +7,13 @@
 namespace ftpy {
 
 // ------------------------------------------------------------------------------------------------------
+ft::Precision parse_precision_arg(const py::handle& v) {
+    if (!py::isinstance<py::str>(v))
+        throw ft::TypeError("precision must be a str, 'float32' or 'bf16-mixed', got " +
+                            py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>());
+    return ft::parse_precision(v.cast<std::string>());
+}
+
 DType parse_dtype(const py::object& dtype) {
     py::dtype dt;
     try {

@@ -5,6 +5,8 @@
 //  * AnyDtype<Unit>: one Python object holding the float32 or the float64 instantiation of a unit.
 #pragma once
 
+#include <optional>
+
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -17,6 +19,7 @@
 #include <variant>
 #include <vector>
 
+#include "formal_transformers/precision.hpp"
 #include "formal_transformers/common.hpp"
 #include "formal_transformers/config.hpp"
 #include "formal_transformers/fpenv.hpp"
@@ -186,6 +189,38 @@ struct HasParams {
     std::recursive_mutex mutex;
 };
 
+// How a unit's products run (precision.hpp): a model with `precision` bf16-mixed opens a bf16 ProductScope
+// around every call made through AnyDtype::visit; any other unit leaves the caller's scope as it is.
+template <class U, class = void>
+struct has_precision : std::false_type {};
+template <class U>
+struct has_precision<U, std::void_t<decltype(std::declval<const U&>().precision)>> : std::true_type {};
+template <class U>
+ft::ProductContext products_of(const U& u) {
+    if constexpr (has_precision<U>::value && std::is_same_v<typename std::decay_t<decltype(u.store)>::value_type, float>)
+        return ft::ProductContext{u.precision == ft::Precision::BF16Mixed, nullptr};
+    else
+        return ft::product_context();
+}
+
+// A decoding call does not change θ: under bf16-mixed its products read one bf16 copy of θ made on entry
+// (the weights' bytes per token halved), instead of rounding the weights at every token.
+struct DecodeProducts {
+    ft::Bf16Weights weights;
+    std::optional<ft::ProductScope> scope;
+    template <class M>
+    explicit DecodeProducts(const M& m) {
+        if constexpr (std::is_same_v<typename std::decay_t<decltype(m.store)>::value_type, float>) {
+            if (m.precision != ft::Precision::BF16Mixed) return;
+            weights.refresh(m.store.theta(), m.store.size());
+            scope.emplace(ft::ProductContext{true, &weights});
+        }
+    }
+};
+
+// precision=: a str, "float32" or "bf16-mixed" (TypeError for another type, ValueError for another name)
+ft::Precision parse_precision_arg(const py::handle& v);
+
 // One Python object, two instantiations. `Unit<T>` owns its ParamStore as member `store`.
 // Register as py::class_<AnyDtype<Unit>, HasParams>.
 template <template <class> class Unit>
@@ -203,7 +238,10 @@ struct AnyDtype : HasParams {
     explicit AnyDtype(std::unique_ptr<Unit<T>> made) : u(std::move(made)) {}
     template <class F>
     decltype(auto) visit(F&& f) {
-        return std::visit([&](auto& p) -> decltype(auto) { return f(*p); }, u);
+        return std::visit([&](auto& p) -> decltype(auto) {
+            ft::ProductScope products(products_of(*p));  // the model's precision for this call
+            return f(*p);
+        }, u);
     }
     std::string dtype() const { return u.index() == 0 ? "float32" : "float64"; }
     StoreRef store_ref() override {
@@ -268,6 +306,22 @@ struct CallLock {
     }
     std::unique_lock<std::recursive_mutex> lock;
 };
+
+// model.precision (get and set) on a model class whose units have `precision` and `set_precision`.
+template <class PyClass>
+void def_precision(PyClass& cls) {
+    using D = typename PyClass::type;
+    cls.def_property(
+        "precision", [](D& d) { return d.visit([](auto& m) { return std::string(ft::precision_name(m.precision)); }); },
+        [](D& d, const py::handle& v) {
+            const ft::Precision p = parse_precision_arg(v);
+            CallLock lock(d.mutex);
+            d.visit([&](auto& m) { m.set_precision(p); });
+        },
+        "How the matrix products run: 'float32', or 'bf16-mixed' (float32 models only: every product of the "
+        "listings takes bf16-rounded operands and accumulates in float32; θ, Adam's moments, norms, softmax, the "
+        "loss and the gradient sums stay float32). ft.bf16_info() says what runs the bf16 products.");
+}
 
 // Lock two objects for one call (speculative decoding's target and draft), whatever order the caller names
 // them in: std::lock's deadlock avoidance, so f(a, b) in one thread and f(b, a) in another never wait for each

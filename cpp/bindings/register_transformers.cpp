@@ -28,14 +28,20 @@ std::unique_ptr<AnyDtype<Unit>> make_model(ft::Arch arch, const py::args& args, 
         positional.push_back(option_value(args[i], i < sizes.size() ? sizes[i] : "argument " + std::to_string(i + 1)));
     ft::Options keywords;
     DType dt = DType::F32;
+    ft::Precision precision = ft::Precision::Float32;
     for (auto kv : kwargs) {
         const std::string name = kv.first.cast<std::string>();
         if (name == "dtype") dt = parse_dtype(py::reinterpret_borrow<py::object>(kv.second));
+        else if (name == "precision") precision = parse_precision_arg(kv.second);
         else keywords.emplace_back(name, option_value(kv.second, name));
     }
+    if (precision == ft::Precision::BF16Mixed && dt != DType::F32)
+        throw ft::ValueError("precision 'bf16-mixed' is for float32 models: dtype float64 computes in float64");
     const ModelConfig c = ModelConfig::from_options(arch, keywords, positional);
     CoreCall nogil;
-    return std::make_unique<AnyDtype<Unit>>(dt, c);
+    auto made = std::make_unique<AnyDtype<Unit>>(dt, c);
+    made->visit([&](auto& m) { m.set_precision(precision); });
+    return made;
 }
 
 // "__init__(n_vocab, …, *, d_attn=None, …, dtype='float32')": the schema's options with their defaults.
@@ -43,7 +49,7 @@ const char* constructor_doc(ft::Arch arch) {
     static std::string docs[3];
     std::string& d = docs[int(arch)];
     d = "__init__(" + ModelConfig::signature(arch) +
-        ", dtype='float32')\n\nThe sizes positionally or by name, every other option by name (the class docstring "
+        ", dtype='float32', precision='float32')\n\nThe sizes positionally or by name, every other option by name (the class docstring "
         "says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a "
         "value out of range.";
     return d.c_str();
@@ -158,6 +164,7 @@ template <template <class> class Unit, class PyClass>
 void def_model_common(PyClass& cls) {
     using D = AnyDtype<Unit>;
     def_params_api<Unit>(cls);
+    def_precision(cls);
     cls.def_property_readonly("n_vocab", [](D& d) { return d.visit([](auto& m) { return m.cfg.n_vocab; }); })
         .def_property_readonly("l_max", [](D& d) { return d.visit([](auto& m) { return m.cfg.l_max; }); })
         .def_property_readonly("H", [](D& d) { return d.visit([](auto& m) { return m.cfg.H; }); })

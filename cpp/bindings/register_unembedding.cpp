@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "bind.hpp"
+#include "formal_transformers/precision.hpp"
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/units.hpp"
 
@@ -62,7 +63,7 @@ GemmOperand<T> gemm_operand(const py::handle& obj, const char* what) {
 }
 
 template <class T>
-py::array gemm_py(const py::handle& Ao, const py::handle& Bo, bool transA, bool transB) {
+py::array gemm_py(const py::handle& Ao, const py::handle& Bo, bool transA, bool transB, bool bf16) {
     GemmOperand<T> A = gemm_operand<T>(Ao, "A"), B = gemm_operand<T>(Bo, "B");
     const index_t m = transA ? A.cols : A.rows, k = transA ? A.rows : A.cols;
     const index_t kb = transB ? B.cols : B.rows, n = transB ? B.rows : B.cols;
@@ -74,6 +75,7 @@ py::array gemm_py(const py::handle& Ao, const py::handle& Bo, bool transA, bool 
     auto C = out_matrix<T>(m, n);
     {
         CoreCall nogil;
+        ft::ProductScope products(ft::ProductContext{bf16});
         ft::gemm<T>(opA, opB, T(1), A.M, B.M, T(0), ft::MatView<T>(C.mutable_data(), m, n));
     }
     return std::move(C);
@@ -121,16 +123,26 @@ void register_unembedding(py::module_& m) {
 
     m.def(
         "_gemm",
-        [](const py::handle& A, const py::handle& B, bool transA, bool transB) -> py::array {
+        [](const py::handle& A, const py::handle& B, bool transA, bool transB, const std::string& precision) -> py::array {
+            const bool bf16 = ft::parse_precision(precision) == ft::Precision::BF16Mixed;
             py::array a = py::isinstance<py::array>(A) ? py::reinterpret_borrow<py::array>(A)
                                                        : py::array(py::module_::import("numpy").attr("asarray")(A));
-            if (a.dtype().kind() == 'f' && a.dtype().itemsize() == 4) return gemm_py<float>(A, B, transA, transB);
-            return gemm_py<double>(A, B, transA, transB);
+            if (a.dtype().kind() == 'f' && a.dtype().itemsize() == 4) return gemm_py<float>(A, B, transA, transB, bf16);
+            if (bf16) throw ft::ValueError("precision 'bf16-mixed' takes float32 operands (float64 products stay float64)");
+            return gemm_py<double>(A, B, transA, transB, false);
         },
-        py::arg("A"), py::arg("B"), py::arg("transA") = false, py::arg("transB") = false,
+        py::arg("A"), py::arg("B"), py::arg("transA") = false, py::arg("transB") = false, py::kw_only(),
+        py::arg("precision") = "float32",
         "Private (benchmarks): C = op(A) op(B) by one call of the core's gemm (OpenBLAS), in A's precision "
         "(float32 stays float32, any other float is float64). C-contiguous inputs of that dtype are used "
-        "without a copy (as a transposed column-major matrix); other layouts are copied once.");
+        "without a copy (as a transposed column-major matrix); other layouts are copied once. precision='bf16-mixed' "
+        "(float32 only): the operands rounded to bfloat16, float32 accumulation (the bf16-mixed models' products).");
+    m.def("_bf16_allow_native", &ft::bf16_allow_native, py::arg("on"),
+          "Private (tests): False runs bf16-mixed products emulated (bf16-rounded operands, float32 products) even "
+          "where the CPU has bf16 instructions; True restores the default.");
+    m.def("bf16_info", &ft::bf16_info,
+          "The CPU's bfloat16 instructions (AVX512_BF16, AMX-BF16) and what runs precision='bf16-mixed' products: "
+          "oneDNN on those instructions, or emulated (bf16-rounded operands, float32 products through the BLAS).");
 }
 
 

@@ -82,7 +82,7 @@ Call: P = model(images) -> (n_classes, B). model.logits(images): W_c x + b_c. lo
     cls.def(py::init([](const py::object& image_size, const PyInt& patch_size, const PyInt& n_classes, const PyInt& L,
                         const PyInt& H, const PyInt& d_e, const PyInt& d_mlp, const PyInt& n_channels, double eps,
                         const py::object& seed,
-                        double init_std, const py::object& dtype) {
+                        double init_std, const py::object& dtype, const py::object& precision) {
                 ft::ViTConfig c;
                 if (PyIndex_Check(image_size.ptr()) && !py::isinstance<py::bool_>(image_size)) {
                     c.image_h = c.image_w = index_t(int_arg(image_size, "image_size"));
@@ -98,11 +98,14 @@ Call: P = model(images) -> (n_classes, B). model.logits(images): W_c x + b_c. lo
                 c.d_mlp = index_t(int_arg(d_mlp, "d_mlp")), c.n_channels = index_t(int_arg(n_channels, "n_channels"));
                 c.eps = eps, c.seed = seed_arg(seed), c.init_std = init_std;
                 ft::check(c);
-                return std::make_unique<DV>(parse_dtype(dtype), c);
+                const ft::Precision p = parse_precision_arg(precision);
+                auto made = std::make_unique<DV>(parse_dtype(dtype), c);
+                made->visit([&](auto& v) { v.set_precision(p); });
+                return made;
             }),
             py::arg("image_size"), py::arg("patch_size"), py::arg("n_classes"), py::arg("L"), py::arg("H"), py::arg("d_e"),
             py::arg("d_mlp"), py::kw_only(), py::arg("n_channels") = 3, py::arg("eps") = 1e-12, py::arg("seed") = 0,
-            py::arg("init_std") = 0.02, py::arg("dtype") = "float32")
+            py::arg("init_std") = 0.02, py::arg("dtype") = "float32", py::arg("precision") = "float32")
         .def("__call__",
              [](DV& d, const py::handle& images) {
                  CallLock lock(d.mutex);
@@ -173,6 +176,7 @@ Call: P = model(images) -> (n_classes, B). model.logits(images): W_c x + b_c. lo
             });
         });
     def_params_api<ViTModel>(cls);
+    def_precision(cls);
 }
 
 }  // namespace ftpy

@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'PromptCache', 'RMSNorm', 'SGD', 'SpeculativeInference', 'TokenEmbedding', 'Unembedding', 'ViT', 'WordTokenizer', 'bidirectional_mask', 'bigbird_layout', 'blas_info', 'blas_kernel', 'block_sparse_attention', 'block_sparse_attention_backward', 'chunk', 'gelu', 'get_num_threads', 'max_num_threads', 'random_feature_matrix', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
+__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'PromptCache', 'RMSNorm', 'SGD', 'SpeculativeInference', 'TokenEmbedding', 'Unembedding', 'ViT', 'WordTokenizer', 'bf16_info', 'bidirectional_mask', 'bigbird_layout', 'blas_info', 'blas_kernel', 'block_sparse_attention', 'block_sparse_attention_backward', 'chunk', 'gelu', 'get_num_threads', 'max_num_threads', 'random_feature_matrix', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
 class _HasParams:
     """
     Base of every object with parameters (params, grads).
@@ -539,7 +539,7 @@ class DTransformer(_HasParams):
         ...
     def __init__(self, *args, **kwargs) -> None:
         """
-        __init__(n_vocab, l_max, L, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', attention='softmax', n_features=None, feature_seed=0, mlp='gelu', rope_theta=10000.0, sliding_window=None, attention_chunk_size=None, kv_lora_rank=None, q_lora_rank=None, qk_rope_head_dim=None, mask='causal', mtp_depth=0, mtp_weight=0.3, rotary_pct=1.0, block='pre_ln', fixnorm=False, dtype='float32')
+        __init__(n_vocab, l_max, L, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', attention='softmax', n_features=None, feature_seed=0, mlp='gelu', rope_theta=10000.0, sliding_window=None, attention_chunk_size=None, kv_lora_rank=None, q_lora_rank=None, qk_rope_head_dim=None, qkv_bias=False, mask='causal', mtp_depth=0, mtp_weight=0.3, rotary_pct=1.0, block='pre_ln', fixnorm=False, dtype='float32', precision='float32')
         
         The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
         """
@@ -644,6 +644,14 @@ class DTransformer(_HasParams):
         """
         Parameters θ: name -> writable numpy view of the C++ storage (zero-copy). Assigning params[name] = array copies into the storage (shape must match).
         """
+    @property
+    def precision(self) -> str:
+        """
+        How the matrix products run: 'float32', or 'bf16-mixed' (float32 models only: every product of the listings takes bf16-rounded operands and accumulates in float32; θ, Adam's moments, norms, softmax, the loss and the gradient sums stay float32). ft.bf16_info() says what runs the bf16 products.
+        """
+    @precision.setter
+    def precision(self, arg1: typing.Any) -> None:
+        ...
 class ETransformer(_HasParams):
     """
     Algorithm 9: P ← ETransformer(x | θ) — BERT, an encoder-only transformer.
@@ -663,7 +671,7 @@ class ETransformer(_HasParams):
         ...
     def __init__(self, *args, **kwargs) -> None:
         """
-        __init__(n_vocab, l_max, L, H, d_e, d_mlp, d_f, *, d_attn=None, d_mid=None, positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', attention='softmax', n_features=None, feature_seed=0, block_size=None, window_blocks=3, n_global_blocks=1, n_random_blocks=3, layout_seed=0, bigbird_draw='per_head', block='post_ln', n_segments=0, embed_norm=False, unembed_bias=False, fixnorm=False, dtype='float32')
+        __init__(n_vocab, l_max, L, H, d_e, d_mlp, d_f, *, d_attn=None, d_mid=None, positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', attention='softmax', n_features=None, feature_seed=0, block_size=None, window_blocks=3, n_global_blocks=1, n_random_blocks=3, layout_seed=0, bigbird_draw='per_head', qkv_bias=False, block='post_ln', n_segments=0, embed_norm=False, unembed_bias=False, fixnorm=False, dtype='float32', precision='float32')
         
         The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
         """
@@ -801,6 +809,14 @@ class ETransformer(_HasParams):
         """
         Parameters θ: name -> writable numpy view of the C++ storage (zero-copy). Assigning params[name] = array copies into the storage (shape must match).
         """
+    @property
+    def precision(self) -> str:
+        """
+        How the matrix products run: 'float32', or 'bf16-mixed' (float32 models only: every product of the listings takes bf16-rounded operands and accumulates in float32; θ, Adam's moments, norms, softmax, the loss and the gradient sums stay float32). ft.bf16_info() says what runs the bf16 products.
+        """
+    @precision.setter
+    def precision(self, arg1: typing.Any) -> None:
+        ...
 class EDTransformer(_HasParams):
     """
     Algorithm 8: P ← EDTransformer(z, x | θ) — the original encoder-decoder transformer.
@@ -816,7 +832,7 @@ class EDTransformer(_HasParams):
         ...
     def __init__(self, *args, **kwargs) -> None:
         """
-        __init__(n_vocab, l_max, L_enc, L_dec, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', mlp='relu', relative_buckets=32, relative_max_distance=128, block='post_ln', scale_scores=True, unembed_rescale=False, bos_id=None, eos_id=None, fixnorm=False, dtype='float32')
+        __init__(n_vocab, l_max, L_enc, L_dec, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', mlp='relu', qkv_bias=False, relative_buckets=32, relative_max_distance=128, block='post_ln', scale_scores=True, unembed_rescale=False, bos_id=None, eos_id=None, forced_bos_id=None, forced_eos=False, embed_norm=False, unembed_bias=False, scale_embedding=False, separate_positions=False, fixnorm=False, dtype='float32', precision='float32')
         
         The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
         """
@@ -916,6 +932,14 @@ class EDTransformer(_HasParams):
         """
         Parameters θ: name -> writable numpy view of the C++ storage (zero-copy). Assigning params[name] = array copies into the storage (shape must match).
         """
+    @property
+    def precision(self) -> str:
+        """
+        How the matrix products run: 'float32', or 'bf16-mixed' (float32 models only: every product of the listings takes bf16-rounded operands and accumulates in float32; θ, Adam's moments, norms, softmax, the loss and the gradient sums stay float32). ft.bf16_info() says what runs the bf16 products.
+        """
+    @precision.setter
+    def precision(self, arg1: typing.Any) -> None:
+        ...
 class Adam:
     """
     Adam (Kingma & Ba 2015) with bias correction; one loop over the flat parameter buffer.
@@ -1474,7 +1498,7 @@ class ViT(_HasParams):
         """
         P (n_classes, B): softmax(W_c x + b_c) of every image (column b: image b).
         """
-    def __init__(self, image_size: typing.Any, patch_size: typing.SupportsIndex, n_classes: typing.SupportsIndex, L: typing.SupportsIndex, H: typing.SupportsIndex, d_e: typing.SupportsIndex, d_mlp: typing.SupportsIndex, *, n_channels: typing.SupportsIndex = 3, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-12, seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, dtype: typing.Any = 'float32') -> None:
+    def __init__(self, image_size: typing.Any, patch_size: typing.SupportsIndex, n_classes: typing.SupportsIndex, L: typing.SupportsIndex, H: typing.SupportsIndex, d_e: typing.SupportsIndex, d_mlp: typing.SupportsIndex, *, n_channels: typing.SupportsIndex = 3, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-12, seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, dtype: typing.Any = 'float32', precision: typing.Any = 'float32') -> None:
         ...
     def __repr__(self) -> str:
         ...
@@ -1508,6 +1532,18 @@ class ViT(_HasParams):
         """
         Parameters θ: name -> writable numpy view of the C++ storage (zero-copy). Assigning params[name] = array copies into the storage (shape must match).
         """
+    @property
+    def precision(self) -> str:
+        """
+        How the matrix products run: 'float32', or 'bf16-mixed' (float32 models only: every product of the listings takes bf16-rounded operands and accumulates in float32; θ, Adam's moments, norms, softmax, the loss and the gradient sums stay float32). ft.bf16_info() says what runs the bf16 products.
+        """
+    @precision.setter
+    def precision(self, arg1: typing.Any) -> None:
+        ...
+def _bf16_allow_native(on: bool) -> None:
+    """
+    Private (tests): False runs bf16-mixed products emulated (bf16-rounded operands, float32 products) even where the CPU has bf16 instructions; True restores the default.
+    """
 def _dtraining(model: typing.Any, x_data: typing.Any, options: _TrainOptions, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None, prefix_len: typing.Any = None, val_prefix_len: typing.Any = None) -> None:
     ...
 def _edtraining(model: typing.Any, z_data: typing.Any, x_data: typing.Any, options: _TrainOptions, optimizer: typing.Any, hook: typing.Any = None, z_val: typing.Any = None, x_val: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None) -> None:
@@ -1518,9 +1554,9 @@ def _flat_params(model: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typ
     """
     θ as one read-only 1-D array (no copy: the model's flat buffer, in parameter order), e.g. to fingerprint it.
     """
-def _gemm(A: typing.Any, B: typing.Any, transA: bool = False, transB: bool = False) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
+def _gemm(A: typing.Any, B: typing.Any, transA: bool = False, transB: bool = False, *, precision: str = 'float32') -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """
-    Private (benchmarks): C = op(A) op(B) by one call of the core's gemm (OpenBLAS), in A's precision (float32 stays float32, any other float is float64). C-contiguous inputs of that dtype are used without a copy (as a transposed column-major matrix); other layouts are copied once.
+    Private (benchmarks): C = op(A) op(B) by one call of the core's gemm (OpenBLAS), in A's precision (float32 stays float32, any other float is float64). C-contiguous inputs of that dtype are used without a copy (as a transposed column-major matrix); other layouts are copied once. precision='bf16-mixed' (float32 only): the operands rounded to bfloat16, float32 accumulation (the bf16-mixed models' products).
     """
 def _load_model(path: str, dtype: typing.Any = None) -> typing.Any:
     """
@@ -1545,6 +1581,10 @@ def _read_metadata(path: str) -> dict[str, str]:
 def _save_model(model: typing.Any, path: str, metadata: collections.abc.Mapping[str, str]) -> None:
     """
     ft.save (io.py): the core's writer of model files.
+    """
+def bf16_info() -> str:
+    """
+    The CPU's bfloat16 instructions (AVX512_BF16, AMX-BF16) and what runs precision='bf16-mixed' products: oneDNN on those instructions, or emulated (bf16-rounded operands, float32 products through the BLAS).
     """
 def bidirectional_mask(l_z: typing.SupportsIndex, l_x: typing.SupportsIndex | None = None) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """

@@ -401,6 +401,10 @@ _T5_OFF = {"block": "post_ln", "norm": "layer", "scale_scores": True, "mlp": "re
            "bias": True}
 
 
+# V22's options (BART): an EDTransformer with any of them on has no module here
+_BART_ON = ("embed_norm", "unembed_bias", "scale_embedding", "separate_positions", "forced_bos_id", "forced_eos")
+
+
 def _t5_module(model, cfg, t5) -> TorchT5:
     try:
         hf = _hf_registry.hf_model(*_hf_t5.T5().export(cfg, {k: np.asarray(v) for k, v in model.params.items()}))
@@ -423,6 +427,11 @@ def from_ft(model) -> FTModule:
         raise TypeError(f"ft.to_torch takes a DTransformer, ETransformer or EDTransformer, got {type(model).__name__}")
     cfg = dict(model.config)
     if arch == "EDTransformer":
+        bart = [f"{k}={cfg[k]!r}" for k in _BART_ON if cfg.get(k) not in (None, False)]
+        bart += ["mlp='gelu'"] if cfg.get("mlp") == "gelu" else []
+        if bart:  # V22: none of torch's layers nor T5 has them (embed_norm, unembed_bias are mapped for ETransformer)
+            raise ValueError(f"ft.to_torch (this version) has no equivalent of {bart[0]} in an EDTransformer (BART's "
+                             "options, docs/variants.md V22): ft.to_hf gives transformers' BartForConditionalGeneration")
         t5 = [f"{k}={cfg[k]!r}" for k, v in _T5_OFF.items() if cfg.get(k, v) != v]
         t5 += ["positional='relative'"] if cfg.get("positional") == "relative" else []
         if t5:

@@ -123,6 +123,7 @@ def train(args) -> pathlib.Path:
     if start is None:
         return out
     tok, model, state, done, early = start
+    _set_precision(model, args)
     ids = tok.encode(text, bos=False, eos=False)
     train_seqs, val_seqs = split_sequences(ids, model.l_max, args.val_frac)
     if not train_seqs:
@@ -337,6 +338,16 @@ def _read_tensors(path: pathlib.Path) -> dict:
         raise RunError(f"{path}: not a readable safetensors file ({type(e).__name__}: {e})") from None
 
 
+def _set_precision(model, args) -> None:
+    """--precision: how the model's products run (bf16-mixed: bf16 operands, float32 accumulation and θ)."""
+    precision = getattr(args, "precision", "float32")
+    if precision != "float32":
+        try:
+            model.precision = precision
+        except ValueError as e:  # a float64 run
+            raise RunError(f"--precision {precision}: {e}") from None
+
+
 def _load_run(run: pathlib.Path):
     """(tokenizer, model) of a run directory: a DTransformer whose vocabulary is the tokenizer's."""
     tok = _load_tokenizer(run)
@@ -411,6 +422,7 @@ def sample(args) -> list[str]:
     if args.threads:
         _core.set_num_threads(args.threads)
     tok, model = _load_run(run)
+    _set_precision(model, args)
     prompt = args.prompt if args.prompt is not None else "\n"
     ids = tok.encode(prompt, bos=False, eos=False)[-model.l_max :]
     if len(ids) == 0:
@@ -470,6 +482,14 @@ def _real_in(lo: float, hi: float = math.inf, *, lo_open: bool = False, hi_open:
     return parse
 
 
+def _precision_arg(p: argparse.ArgumentParser) -> None:
+    """--precision (train and sample; demo has both): how the model's matrix products run."""
+    if "--precision" not in p._option_string_actions:
+        p.add_argument("--precision", default="float32", choices=["float32", "bf16-mixed"],
+                       help="bf16-mixed: bf16 matrix products with float32 accumulation and float32 weights "
+                            "(float32 models; sampling reads a bf16 copy of the weights)")
+
+
 def _train_args(p: argparse.ArgumentParser, steps: int, lr: float = 1e-3):
     p.add_argument("--text", default="stdlib", help="a UTF-8 text file, or 'stdlib' (default): Python's own source")
     p.add_argument("--out", default=None, help="run directory (default runs/demo for demo)")
@@ -483,6 +503,7 @@ def _train_args(p: argparse.ArgumentParser, steps: int, lr: float = 1e-3):
     p.add_argument("--d-mlp", type=_int_at_least(1), default=512)
     p.add_argument("--batch", type=_int_at_least(1), default=12, help="sequences per step (split across data-parallel ranks)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="the model's number type")
+    _precision_arg(p)
     p.add_argument("--steps", type=_int_at_least(0), default=steps, help="total optimizer steps")
     p.add_argument("--lr", type=_real_in(0, lo_open=True), default=lr, help=f"peak learning rate (default {lr:g})")
     p.add_argument("--min-lr", type=_real_in(0), default=1e-4)
@@ -516,6 +537,7 @@ def _train_args(p: argparse.ArgumentParser, steps: int, lr: float = 1e-3):
 
 def _sample_args(p: argparse.ArgumentParser):
     p.add_argument("--prompt", default=None)
+    _precision_arg(p)
     p.add_argument("--tokens", type=_int_at_least(1), default=400)
     p.add_argument("--tau", type=_real_in(0, lo_open=True), default=0.8)
     p.add_argument("--top-k", type=_int_at_least(1), default=None)

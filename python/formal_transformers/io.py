@@ -105,8 +105,22 @@ def read_metadata(path: Union[str, os.PathLike]) -> dict:
     return _core._read_metadata(_existing(path))
 
 
-def load(path: Union[str, os.PathLike], *, dtype: str | None = None):
-    """Rebuild the model saved at `path` (optionally in another dtype) with its parameters."""
+def check_precision(precision, dtype=None) -> str:
+    """precision= of the models, ft.load and ft.from_hf: 'float32' or 'bf16-mixed' (bf16 products, float32
+    accumulation and master weights; float32 models only). TypeError / ValueError before anything is built."""
+    if not isinstance(precision, str):
+        raise TypeError(f"precision must be a str, 'float32' or 'bf16-mixed', got {type(precision).__name__}")
+    if precision not in ("float32", "bf16-mixed"):
+        raise ValueError(f"precision must be 'float32' or 'bf16-mixed', got {precision!r}")
+    if precision == "bf16-mixed" and dtype is not None and np.dtype(dtype) != np.float32:
+        raise ValueError("precision 'bf16-mixed' is for float32 models: dtype float64 computes in float64")
+    return precision
+
+
+def load(path: Union[str, os.PathLike], *, dtype: str | None = None, precision: str = "float32"):
+    """Rebuild the model saved at `path` (optionally in another dtype) with its parameters. precision: how the
+    rebuilt model's products run ('float32', or 'bf16-mixed' for a float32 model; not stored in the file: θ is
+    float32 either way)."""
     if dtype is not None:
         try:
             name = np.dtype(dtype).name
@@ -115,7 +129,11 @@ def load(path: Union[str, os.PathLike], *, dtype: str | None = None):
         if name not in ("float32", "float64"):
             raise ValueError(f"dtype must be float32 or float64 (or None: as saved), got {dtype!r}")
         dtype = name
-    return _core._load_model(_existing(path), dtype)
+    check_precision(precision, dtype)
+    model = _core._load_model(_existing(path), dtype)
+    if precision != "float32":
+        model.precision = precision  # ValueError for a float64 file loaded without dtype="float32"
+    return model
 
 
 def kv_cache_bytes_per_token(model) -> int:

@@ -537,6 +537,69 @@ def ed_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float =
     return logits_ if logits else softmax(logits_)  # line 21: return P = softmax(W_u X)
 
 
+def stack_embedding(ids, W_e, W_p, *, scale: float = 1.0, gamma=None, beta=None, eps: float = 1e-5) -> np.ndarray:
+    """V22 (BART): one stack's lines 2′–3′ — e_t ← s · W_e[:, x[t]] + W_p[:, t] for every t, then (gamma given)
+    X[:, t] ← layer_norm(X[:, t] | γ_e, β_e). W_p: the stack's table (BART's decoder has its own, dec.W_p)."""
+    X = np.stack([scale * token_embedding(v, W_e) + positional_embedding(t, W_p) for t, v in enumerate(ids)], axis=1)
+    return X if gamma is None else layer_norm_columns(X, gamma, beta, eps)
+
+
+def bart_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float = 1e-5, mlp: str = "gelu",
+                     scale_embedding: bool = False, pre_norm: bool = False, logits: bool = False) -> np.ndarray:
+    """V22 (docs/variants.md): P ← EDTransformer(z, x | θ) with BART's options — Algorithm 8's post-LN layers with
+    φ = GELU (mlp="gelu"; "relu": the listing's), each stack embedded by stack_embedding (√d_e scaling with
+    scale_embedding; the encoder's W_p and the decoder's dec.W_p when θ holds it; enc.gamma_e / dec.gamma_e when θ holds
+    them), P = softmax(W_u X + b_u 1ᵀ) when θ holds b_u. pre_norm (mBART): V18a's layers with layer_norm (γ and β) and
+    each stack's final norm (enc.gamma, enc.beta; dec.gamma, dec.beta). Parameter names as ft's EDTransformer."""
+    z, x = np.asarray(z), np.asarray(x)
+    W_e = params["W_e"]
+    s = math.sqrt(W_e.shape[0]) if scale_embedding else 1.0
+    phi = relu if mlp == "relu" else gelu
+
+    def emb(ids, stack, W_p):
+        return stack_embedding(ids, W_e, W_p, scale=s, gamma=params.get(stack + ".gamma_e"),
+                               beta=params.get(stack + ".beta_e"), eps=eps)
+
+    def ln(X, p, k):
+        return layer_norm_columns(X, params[f"{p}gamma{k}"], params[f"{p}beta{k}"], eps)
+
+    def ff(X, p, W1, b1, W2, b2):
+        return params[p + W2] @ phi(params[p + W1] @ X + params[p + b1][:, None]) + params[p + b2][:, None]
+
+    l_z, l_x = len(z), len(x)
+    Z = emb(z, "enc", params["W_p"])  # lines 2′–3′
+    X = emb(x, "dec", params.get("dec.W_p", params["W_p"]))  # lines 11′–12′
+    if pre_norm:  # mBART: V18a lines 4–17 with layer_norm
+        for i in range(L_enc):
+            p = f"enc.{i}."
+            Zt = ln(Z, p, 1)
+            Z = Z + mh_attention(Zt, Zt, *_W(params, p + "attn."), bidirectional_mask(l_z, l_z))
+            Z = Z + ff(ln(Z, p, 2), p, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2")
+        Z = layer_norm_columns(Z, params["enc.gamma"], params["enc.beta"], eps)
+        for i in range(L_dec):
+            p = f"dec.{i}."
+            Xt = ln(X, p, 1)
+            X = X + mh_attention(Xt, Xt, *_W(params, p + "attn."), unidirectional_mask(l_x, l_x))
+            X = X + mh_attention(ln(X, p, 2), Z, *_W(params, p + "cross_attn."), bidirectional_mask(l_z, l_x))
+            X = X + ff(ln(X, p, 3), p, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4")
+        X = layer_norm_columns(X, params["dec.gamma"], params["dec.beta"], eps)
+    else:  # Algorithm 8's post-LN layers
+        for i in range(L_enc):
+            p = f"enc.{i}."
+            _check_H(params, p + "attn.", H)
+            Z = ln(Z + mh_attention(Z, Z, *_W(params, p + "attn."), bidirectional_mask(l_z, l_z)), p, 1)  # lines 5–6
+            Z = ln(Z + ff(Z, p, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), p, 2)  # lines 7–8 (φ = GELU)
+        for i in range(L_dec):
+            p = f"dec.{i}."
+            X = ln(X + mh_attention(X, X, *_W(params, p + "attn."), unidirectional_mask(l_x, l_x)), p, 3)  # lines 14–15
+            X = ln(X + mh_attention(X, Z, *_W(params, p + "cross_attn."), bidirectional_mask(l_z, l_x)), p, 4)  # 16–17
+            X = ln(X + ff(X, p, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4"), p, 5)  # lines 18–19
+    logits_ = _unembedding_matrix(params) @ X
+    if "b_u" in params:
+        logits_ = logits_ + params["b_u"][:, None]
+    return logits_ if logits else softmax(logits_)  # line 21: P = softmax(W_u X + b_u 1ᵀ)
+
+
 def unscaled_mh_attention(X, Z, W_q, W_k, W_v, W_o, mask, bias=None) -> np.ndarray:
     """Algorithm 5 without biases (V5) whose heads run Algorithm 4 with V18's line 4: the scores are not
     scaled, A ← softmax(Kᵀ Q + B^h) (T5 folds 1/√d_attn into its initialisation). Heads as mh_attention."""
@@ -1123,7 +1186,8 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
                           sliding_window=None, qk_rope_head_dim=None, fixnorm: bool = False, attention: str = "softmax",
                           features=None, mtp_depth: int = 0, block: str = "pre_ln", rotary_pct: float = 1.0):
     """Algorithm V6: DTransformer with the variants. H_kv and bias=False are read off params (W_k's heads,
-    absent b's); positional="rope" | "alibi" has no W_p (any length ℓ); mlp="swiglu" uses W_gate;
+    absent b's; V20's qkv_bias: b_q, b_k, b_v present, b_o and the MLP's absent); positional="rope" | "alibi" has
+    no W_p (any length ℓ); mlp="swiglu" uses W_gate, mlp="relu" (V21) the MLP with φ = ReLU;
     mask="prefix" with prefix_len p (V7), sliding_window w (V8): line 6's Mask (decoder_mask);
     norm="scale": ScaleNorm (V12) with the scalar g stored as gamma1/gamma2/gamma; fixnorm: FixNorm's
     unit-norm token embedding (V13) at line 2; attention="performer" | "rfa" (V15): features[l] is layer l's Ω
@@ -1168,8 +1232,9 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
             return swiglu_mlp(X_tilde, params[p + "W_gate"], get(p + "b_gate"), params[p + "W_mlp1"],
                               get(p + "b_mlp1"), params[p + "W_mlp2"], get(p + "b_mlp2"))
         b1, b2 = get(p + "b_mlp1"), get(p + "b_mlp2")
-        return params[p + "W_mlp2"] @ _gelu_kind(params[p + "W_mlp1"] @ X_tilde + (0 if b1 is None else b1[:, None]),
-                                                  gelu) + (0 if b2 is None else b2[:, None])
+        H1 = params[p + "W_mlp1"] @ X_tilde + (0 if b1 is None else b1[:, None])
+        phi = relu(H1) if mlp == "relu" else _gelu_kind(H1, gelu)  # V21: mlp="relu" (OPT)
+        return params[p + "W_mlp2"] @ phi + (0 if b2 is None else b2[:, None])
 
     def layer(X, p, Omega=None):  # lines 5–8 of the layer whose parameters are named p…
         X = X + attn(nrm(X, p + "gamma1", p + "beta1"), p, Omega)  # lines 5, 6
@@ -1204,7 +1269,7 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
 
 
 def parallel_block(X, attn, mlp, norm1, norm2) -> np.ndarray:
-    """GPT-NeoX's parallel residual (block='parallel', docs/variants.md V20), in place of Algorithm 10's lines 5–8:
+    """GPT-NeoX's parallel residual (block='parallel', docs/variants.md V23), in place of Algorithm 10's lines 5–8:
         1  X̃₁ ← norm(X | γ_l¹, β_l¹)
         2  X̃₂ ← norm(X | γ_l², β_l²)
         3  X ← X + MHAttention(X̃₁ | W_l, Mask) + MLP(X̃₂)

@@ -158,6 +158,8 @@ TEST(Registry, NamesAndClearErrors) {
     EXPECT_TRUE(has(PartKind::Position, "rope"));
     EXPECT_TRUE(has(PartKind::Position, "alibi"));
     EXPECT_TRUE(has(PartKind::MLP, "swiglu"));
+    EXPECT_TRUE(has(PartKind::MLP, "relu"));              // V21 (variants/relu_mlp.cpp)
+    EXPECT_TRUE(has(PartKind::QKVSource, "qkv_bias"));    // V20 (variants/qkv_bias.cpp)
     EXPECT_TRUE(has(PartKind::Norm, "rms"));
     EXPECT_TRUE(has(PartKind::Norm, "scale"));
     EXPECT_NO_THROW(check_part_name(PartKind::Norm, "layer", "norm"));

@@ -51,11 +51,8 @@ def run_child(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
 T5_OPTIONS = [
     (dict(norm="bogus"), ValueError, "norm"),
     (dict(mlp="bogus"), ValueError, "mlp"),
-    # ED's standard MLP is Algorithm 8's ReLU one: "gelu" used to be accepted and silently built a ReLU MLP
-    (dict(mlp="gelu"), ValueError, "mlp='gelu' is the GELU MLP of Algorithms 9 and 10, not EDTransformer's: mlp must "
-                                   "be one of 'relu', 'swiglu', 'geglu'"),
-    # the allowed names are ED's own (they used to list 'gelu', which ED refuses, and not 'relu')
-    (dict(mlp="bogus"), ValueError, "mlp must be one of 'relu', 'swiglu', 'geglu', got 'bogus'"),
+    # the allowed names are ED's own: its standard MLP is Algorithm 8's ReLU one, "gelu" BART's (V22)
+    (dict(mlp="bogus"), ValueError, "mlp must be one of 'relu', 'gelu', 'swiglu', 'geglu', got 'bogus'"),
     (dict(bos_id=16), ValueError, "bos_id = 16 is out of range"),
     (dict(eos_id=-1), ValueError, "eos_id"),
     (dict(eos_id=2**63), ValueError, "eos_id"),
@@ -220,10 +217,12 @@ def test_mtp_options_refused(opts, exc, match):
 
 
 def test_decoder_mlp_relu_is_not_its_gelu():
-    # used to be accepted and silently built GPT-2's GELU MLP
-    with pytest.raises(ValueError, match="mlp='relu' is Algorithm 8's ReLU MLP, not DTransformer's: mlp must be one of "
-                                         "'gelu', 'swiglu', 'geglu'"):
-        dm(mlp="relu")
+    # it once was accepted and silently built GPT-2's GELU MLP; now it is V21's ReLU MLP (OPT)
+    relu, gelu = dm(mlp="relu"), dm(mlp="gelu")
+    for k, v in gelu.params.items():
+        relu.params[k] = v
+    x = np.array([1, 2, 3, 4])
+    assert relu.config["mlp"] == "relu" and not np.allclose(relu(x), gelu(x))
     assert dm(mlp="gelu").config["mlp"] == "gelu" and ed(mlp="relu").config["mlp"] == "relu"
 
 

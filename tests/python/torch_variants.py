@@ -115,6 +115,8 @@ def d_logits(x, p, *, L, H, norm="layer", gelu="exact", eps=1e-5, positional="le
     def ffn(Xt, q):
         if mlp == "swiglu":
             A = F.silu(_lin(p, q + "W_gate", q + "b_gate", Xt)) * _lin(p, q + "W_mlp1", q + "b_mlp1", Xt)
+        elif mlp == "relu":  # V21
+            A = F.relu(_lin(p, q + "W_mlp1", q + "b_mlp1", Xt))
         else:
             A = F.gelu(_lin(p, q + "W_mlp1", q + "b_mlp1", Xt), approximate="tanh" if gelu == "tanh" else "none")
         return _lin(p, q + "W_mlp2", q + "b_mlp2", A)

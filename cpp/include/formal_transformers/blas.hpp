@@ -1,11 +1,14 @@
 // Matrix products. Every product in the core is one call of `gemm` below, which is one BLAS gemm
 // (OpenBLAS; by default PyPI's scipy-openblas32, see blas.cpp) on the operands' own buffers: transposes
 // are flags, sub-blocks are leading dimensions, accumulation is beta = 1. No copies, no temporaries.
+// Under a bf16-mixed ProductScope (precision.hpp) a float32 product takes bf16-rounded operands instead
+// (oneDNN), accumulating in float32; a parallel region whose threads call gemm carries the caller's scope in.
 #pragma once
 
 #include <string>
 
 #include "formal_transformers/common.hpp"
+#include "formal_transformers/precision.hpp"
 
 namespace ft {
 

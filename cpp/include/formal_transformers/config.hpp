@@ -46,17 +46,23 @@ struct ModelConfig {
     // architectures reject them): segment (token-type) embeddings W_s [d_e, n_segments] added at line 2 for a
     // segment-id input (0 for every token when none is given); a layer_norm(· | γ_e, β_e) of X after line 3;
     // a bias b_u on the unembedding, P = softmax(W_u X + b_u 1ᵀ).
+    // embed_norm and unembed_bias are EDTransformer options too (BART, docs/variants.md V22: each stack's
+    // layer_norm(· | γ_e, β_e) after its embedding sum; the final_logits_bias as b_u).
     index_t n_segments = 0;
     bool embed_norm = false;
     bool unembed_bias = false;
+    // V22 (ED only; BART, stack_embedding.hpp): scale_embedding: e_t ← √d_e · W_e[:, x[t]] + W_p[:, t] in both
+    // stacks; separate_positions: the decoder's own table dec.W_p at lines 11–12 (the encoder keeps W_p).
+    bool scale_embedding = false, separate_positions = false;
     // Variants (docs/variants.md). positional = Rope | Alibi (D only) puts the position into attention;
     // H_kv: key/value heads (V3; 0: H); bias = false: V5; rope_theta: V1's θ.
     index_t H_kv = 0;
     bool bias = true;
     // mlp (D and ED; E: Standard only): Standard is the listing's MLP, GELU in D (Algorithm 10, named "gelu")
     // and Algorithm 8's ReLU in ED (named "relu"); SwiGLU: V4; GeGLU: V18's gated GELU (tanh form; T5 v1.1's
-    // "gated-gelu"). The names per architecture: config.cpp's kMlps.
-    enum class Mlp { Standard, SwiGLU, GeGLU } mlp = Mlp::Standard;
+    // "gated-gelu"); ReLU (D): Algorithm 8's φ in Algorithm 10's MLP (V21, OPT); Gelu (ED): GELU in Algorithm 8's
+    // MLP (V22, BART). The names per architecture: config.cpp's kMlps.
+    enum class Mlp { Standard, SwiGLU, GeGLU, ReLU, Gelu } mlp = Mlp::Standard;
     double rope_theta = 10000.0;
     // V7 (D only): the prefix-LM mask of line 6, Mask[t_z, t_x] = [[t_z < p_b or t_z ≤ t_x]] with the prefix length
     // p_b of each sequence given with the call (Tokens::prefix; none: p_b = 0, the causal mask). Causal: Algorithm 10.
@@ -71,6 +77,11 @@ struct ModelConfig {
     // bos_token = N_V − 2, eos_token = N_V − 1; T5: 0, 1).
     bool scale_scores = true, unembed_rescale = false;
     index_t bos_id = -1, eos_id = -1;
+    // V22 (ED only; BART's generation config): forced_bos_id: Algorithm 15's first generated token is this id
+    // (x̂ = [bos_token, forced_bos_id, …]; −1: None, sampled); forced_eos: a decoding that reaches max_len
+    // without eos_token ends with it (its last token is eos_token).
+    index_t forced_bos_id = -1;
+    bool forced_eos = false;
     // V13 FixNorm (Nguyen & Chiang 2018; Nguyen & Salazar 2019): Algorithm 1 returns the unit-norm column
     // e = W_e[:, v] / √(‖W_e[:, v]‖² + eps) (every architecture; W_u, tied or not, uses W_e as stored).
     bool fixnorm = false;

@@ -71,6 +71,8 @@
 #include "formal_transformers/functions.hpp"
 #include "formal_transformers/norm.hpp"
 #include "formal_transformers/params.hpp"
+#include "formal_transformers/precision.hpp"
+#include "formal_transformers/stack_embedding.hpp"
 #include "formal_transformers/unembedding.hpp"
 
 namespace ft {
@@ -272,6 +274,14 @@ public:
     TokenEmbedding<T> tok;
     PositionalEmbedding<T> pos;
     std::unique_ptr<Unembedding<T>> unemb;  // made last by each model: W_u follows the layers in θ
+    // How its matrix products run (precision.hpp): float32, or bf16-mixed — bf16 operands, float32
+    // accumulation, θ and everything else float32 — for a float32 model only (set_precision checks).
+    Precision precision = Precision::Float32;
+    void set_precision(Precision p) {
+        if (p == Precision::BF16Mixed && !std::is_same_v<T, float>)
+            throw ValueError("precision 'bf16-mixed' is for float32 models: this one is float64 (its products stay float64)");
+        precision = p;
+    }
 
     // the input of the listing's last line (softmax(W_u X)) in the last forward: [d, n]
     virtual CMatView<T> out() const = 0;
@@ -543,6 +553,7 @@ public:
         std::vector<KVCache<T>> self_kv, cross_kv;
         index_t len = 0;
         DecodeScratch<T> w;
+        typename StackEmbedding<T>::Cache emb;  // V22: the decoder's embedding of the new tokens
     };
     void encode(Decoder& d, const index_t* z, index_t l_z) const;
     void decode(Decoder& d, const index_t* ids, index_t n, T* logits_out) const;
@@ -551,6 +562,7 @@ public:
     std::vector<std::unique_ptr<CrossBlock<T>>> dec_layer;  // lines 14–19 of decoder layer l (the config's block)
     // each stack's final norm γ_enc, γ_dec when its block leaves the stream unnormalised (pre-LN: V18a's lines 7, 17)
     std::unique_ptr<Norm<T>> norm_enc, norm_dec;
+    std::unique_ptr<StackEmbedding<T>> emb_enc, emb_dec;  // lines 2–3 and 11–12 (V22: BART's options)
 
 private:
     // lines 1–9 into the given activations (the model's own for forward, a Decoder's for encode)
@@ -558,6 +570,7 @@ private:
     // (with γ_enc: Zf ← norm(Z | γ_enc)); returns Z
     CMatView<T> encoder_forward(const Tokens& z, std::vector<std::unique_ptr<BlockActs<T>>>& acts,
                                 std::vector<Matrix<T>>& stream, Matrix<T>& Zf, NormCache<T>& nc,
+                                typename StackEmbedding<T>::Cache& ec,
                                 const Dropout* drop = nullptr, DropoutMask* embed_mask = nullptr) const;
     // V18: X_L → Xf = s · norm(X_L | γ_dec) (with γ_dec; else X_L), s = d_e^−1/2 with unembed_rescale (else 1)
     bool head_input() const { return norm_dec || cfg.unembed_rescale; }
@@ -575,6 +588,7 @@ private:
     }
     Matrix<T> Zf_, Xf_;                  // V18: norm(Z | γ_enc); the head's input
     NormCache<T> norm_enc_c_, norm_dec_c_;
+    typename StackEmbedding<T>::Cache emb_z_c_, emb_x_c_;  // V22
     std::vector<std::unique_ptr<BlockActs<T>>> enc_acts_;
     std::vector<std::unique_ptr<CrossBlockActs<T>>> dec_acts_;
     std::vector<Matrix<T>> zstream_, xstream_;  // [L_enc+1], [L_dec+1]

@@ -52,6 +52,12 @@ public:
     const ViTConfig vc;
     const ModelConfig cfg;  // the encoder layers' options (pre-LN, layer_norm, GELU, biases)
     ParamStore<T> store;
+    Precision precision = Precision::Float32;  // as Model's (transformers.hpp)
+    void set_precision(Precision p) {
+        if (p == Precision::BF16Mixed && !std::is_same_v<T, float>)
+            throw ValueError("precision 'bf16-mixed' is for float32 models: this one is float64 (its products stay float64)");
+        precision = p;
+    }
     MatParam W_patch;      // line 3 [d_e, C·P²]
     VecParam b_patch;
     VecParam x_class;      // line 4

@@ -72,8 +72,12 @@ void for_blocks(index_t n_seqs, index_t H, index_t work_per_block, F&& f, bool t
     const index_t n = n_seqs * H;
     if (blas_is_openmp() && n > 1 && n * work_per_block >= 65536 &&
         (tiled || work_per_block < 4 * 65536 || n >= index_t(get_num_threads()))) {
+        const ProductContext products = product_context();  // the caller's precision, on every thread
 #pragma omp parallel for schedule(dynamic)
-        for (index_t bh = 0; bh < n; ++bh) f(bh / H, bh % H);
+        for (index_t bh = 0; bh < n; ++bh) {
+            ProductScope scope(products);
+            f(bh / H, bh % H);
+        }
     } else {
         for (index_t bh = 0; bh < n; ++bh) f(bh / H, bh % H);
     }

@@ -188,8 +188,10 @@ std::vector<index_t> EDInference(EDTransformer<T>& model, const index_t* z, inde
             SingleThreadScope one_thread;                          // one column of work per layer
             model.decode(dec, x_hat.data() + n - 1, 1, p.data());  // lines 4–5 for the newest token only
         }
-        y = sample_token(p.data(), c.n_vocab, o, rng, q, order);  // line 6
-        x_hat.push_back(y);                                        // line 7: x̂ ← [x̂, y]
+        if (c.forced_eos && n + 1 == max_len) y = c.eos_token();       // V22: the last place is eos_token's
+        else if (n == 1 && c.forced_bos_id >= 0) y = c.forced_bos_id;  // V22: the first generated token is forced
+        else y = sample_token(p.data(), c.n_vocab, o, rng, q, order);  // line 6
+        x_hat.push_back(y);                                             // line 7: x̂ ← [x̂, y]
     }
     return x_hat;  // line 9
 }

@@ -44,8 +44,13 @@ void PromptKV<T>::check(const DTransformer<T>& model) const {
 // Algorithm P's pages hold each head's keys and values, made by Algorithm 4's W_k, W_v: latent attention (V10,
 // whose cache is the latent) and random-feature attention (V15, whose state is a running sum) decode one prompt
 // at a time (DInference), not here yet.
-void check_paged_model(const ModelConfig& c, const char* what) {
-    if (const PartRow* s = chosen_part(c, PartKind::QKVSource))
+// A source that is the listing's projections (V20's qkv_bias: W_k, W_v with their biases) pages as the listing.
+template <class T>
+void check_paged_model(const DTransformer<T>& m, const char* what) {
+    const ModelConfig& c = m.cfg;
+    const PartRow* s = chosen_part(c, PartKind::QKVSource);
+    if (s && !m.layer.empty() && dynamic_cast<const Projections<T>*>(m.layer[0]->attn.source.get())) s = nullptr;
+    if (s)
         throw ValueError(std::string(what) + " of a model with the '" + s->name + "' Q/K/V source (" + s->options[0].name +
                          ") is not supported: decode each prompt with DInference(...)(x, model)");
     if (c.attention != AttnKernel::Softmax)
@@ -57,7 +62,7 @@ template <class T>
 PromptKV<T> prefill(const DTransformer<T>& model, const index_t* x, index_t l) {
     if (model.cfg.mask == ModelConfig::MaskKind::Prefix)
         throw ValueError("prompt caches of a prefix LM (mask='prefix') are not supported: decode it with prefix_len");
-    check_paged_model(model.cfg, "prompt caches");
+    check_paged_model(model, "prompt caches");
     const ModelConfig& c = model.cfg;
     validate(Tokens{x, Seqs::single(l)}, c.n_vocab, c.l_max, "x");  // 1 ≤ ℓ ≤ ℓ_max, ids in range
     PromptKV<T> r;
@@ -241,9 +246,9 @@ void batched_step(const DTransformer<T>& m, PagePool<T>& pool, std::vector<Seque
     w.S.resize(std::size_t(n_threads) * std::size_t(t_max + 1));
     for (index_t l = 0; l < c.L; ++l) {  // line 7: the layer's block, its attention over the pages (lines 9–12)
         m.layer[std::size_t(l)]->forward_cached(store, X, [&](const MHAttention<T>& a, CMatView<T> Xt, MatView<T> out) {
-            const T* bq = a.var.bias ? store.v(a.b_q) : nullptr;
-            const T* bk = a.var.bias ? store.v(a.b_k) : nullptr;
-            const T* bv = a.var.bias ? store.v(a.b_v) : nullptr;
+            const T* bq = a.b_q.size ? store.v(a.b_q) : nullptr;  // the source's biases (bias, or V20's qkv_bias)
+            const T* bk = a.b_k.size ? store.v(a.b_k) : nullptr;
+            const T* bv = a.b_v.size ? store.v(a.b_v) : nullptr;
             const T* bo = a.var.bias ? store.v(a.b_o) : nullptr;
             MatView<T> Q = ensure(w.Q, a.H * a.d_attn, B), Kn = ensure(w.Kn, pool.rows_k, B), Vn = ensure(w.Vn, pool.rows_v, B);
             affine<T>(store.W(a.W_q), Xt, bq, Q);  // line 9, one gemm each over the batch
@@ -265,8 +270,12 @@ void batched_step(const DTransformer<T>& m, PagePool<T>& pool, std::vector<Seque
                            w.S.data() + std::size_t(thread) * std::size_t(t_max + 1), Y.col(b) + h * a.d_mid);
             };
             if (n_threads > 1 && n_blocks > 1 && n_blocks * (t_max + 1) * a.d_attn >= 65536) {
+                const ProductContext products = product_context();  // the caller's precision, on every thread
 #pragma omp parallel for schedule(dynamic)
-                for (index_t bh = 0; bh < n_blocks; ++bh) head(bh, omp_get_thread_num());  // line 11 (gemv on the caller's thread)
+                for (index_t bh = 0; bh < n_blocks; ++bh) {
+                    ProductScope scope(products);
+                    head(bh, omp_get_thread_num());  // line 11 (gemv on the caller's thread)
+                }
             } else {
                 for (index_t bh = 0; bh < n_blocks; ++bh) head(bh, 0);
             }
@@ -293,7 +302,7 @@ std::vector<std::vector<index_t>> DInferenceBatch(DTransformer<T>& model, const 
     if (c.mask == ModelConfig::MaskKind::Prefix)
         throw ValueError("batched decoding of a prefix LM (mask='prefix') is not supported: decode each prompt with "
                          "DInference(...)(x, model, prefix_len=p)");
-    check_paged_model(c, "batched decoding");
+    check_paged_model(model, "batched decoding");
     if (index_t(rngs.size()) != S) throw ValueError("one random stream per prompt");
     for (index_t i = 0; i < S; ++i) {
         const PromptRef<T>& p = prompts[std::size_t(i)];

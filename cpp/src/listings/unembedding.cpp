@@ -86,8 +86,10 @@ void add_WuT_dZ(CMatView<T> W, bool tied, CMatView<T> dZ, MatView<T> dX) {
     const std::size_t part = std::size_t(dX.rows) * std::size_t(dX.cols);
     std::unique_ptr<T[]> sums(new T[part * std::size_t(team - 1)]);  // threads 1 … team−1 (written with β = 0 first)
     std::vector<char> used(std::size_t(team), 0);
+    const ProductContext products = product_context();  // the caller's precision, on every thread
 #pragma omp parallel num_threads(team)
     {
+        ProductScope scope(products);
         int t = 0;
 #ifdef _OPENMP
         t = omp_get_thread_num();

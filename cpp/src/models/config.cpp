@@ -48,9 +48,11 @@ const NameTable<Gelu> kGelus = {{"exact", Gelu::Exact}, {"tanh", Gelu::Tanh}, {"
 const NameTable<ModelConfig::Mlp> kMlps = {
     {"gelu", ModelConfig::Mlp::Standard, DE, "the GELU MLP of Algorithms 9 and 10"},
     {"relu", ModelConfig::Mlp::Standard, ED, "Algorithm 8's ReLU MLP"},
+    {"gelu", ModelConfig::Mlp::Gelu, ED, "Algorithm 8's MLP with GELU (BART, V22)"},
     {"swiglu", ModelConfig::Mlp::SwiGLU},
     {"geglu", ModelConfig::Mlp::GeGLU},
-    {"gated-gelu", ModelConfig::Mlp::GeGLU}};
+    {"gated-gelu", ModelConfig::Mlp::GeGLU},
+    {"relu", ModelConfig::Mlp::ReLU, D, "the ReLU MLP (V21) of DTransformer"}};
 const NameTable<ModelConfig::MaskKind> kMasks = {{"causal", ModelConfig::MaskKind::Causal},
                                                   {"unidirectional", ModelConfig::MaskKind::Causal},
                                                   {"prefix", ModelConfig::MaskKind::Prefix}};
@@ -164,9 +166,13 @@ const std::vector<OptionSpec> kSchema = {
     {"unembed_rescale", ED, Kind::Bool, &ModelConfig::unembed_rescale},
     {"bos_id", ED, Kind::AutoId, &ModelConfig::bos_id},
     {"eos_id", ED, Kind::AutoId, &ModelConfig::eos_id},
+    {"forced_bos_id", ED, Kind::AutoId, &ModelConfig::forced_bos_id},
+    {"forced_eos", ED, Kind::Bool, &ModelConfig::forced_eos},
     {"n_segments", E, Kind::Count, &ModelConfig::n_segments},
-    {"embed_norm", E, Kind::Bool, &ModelConfig::embed_norm},
-    {"unembed_bias", E, Kind::Bool, &ModelConfig::unembed_bias},
+    {"embed_norm", E | ED, Kind::Bool, &ModelConfig::embed_norm},
+    {"unembed_bias", E | ED, Kind::Bool, &ModelConfig::unembed_bias},
+    {"scale_embedding", ED, Kind::Bool, &ModelConfig::scale_embedding},
+    {"separate_positions", ED, Kind::Bool, &ModelConfig::separate_positions},
     {"fixnorm", ALL, Kind::Bool, &ModelConfig::fixnorm},
 };
 
@@ -723,12 +729,15 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
         throw ValueError("tied=True needs d_f == d_e: W_u = W_eᵀ is N_V × d_e, but ETransformer's W_u is N_V × d_f");
     if (arch == Arch::E && c.norm != NormKind::Layer)
         throw ValueError("norm='rms' and norm='scale' are DTransformer and EDTransformer options (Gopher, T5; ScaleNorm)");
-    for (const auto& [name, id] : {std::pair<const char*, index_t>{"bos_id", c.bos_id}, {"eos_id", c.eos_id}})
+    for (const auto& [name, id] : {std::pair<const char*, index_t>{"bos_id", c.bos_id}, {"eos_id", c.eos_id},
+                                   {"forced_bos_id", c.forced_bos_id}})
         if (id >= c.n_vocab)
             throw ValueError(std::string(name) + " = " + std::to_string(id) + " is out of range [0, n_vocab = " +
                              std::to_string(c.n_vocab) + ")");
-    if (arch != Arch::E && (c.n_segments > 0 || c.embed_norm || c.unembed_bias))
-        throw ValueError("n_segments, embed_norm and unembed_bias are ETransformer options (BERT)");
+    if (arch == Arch::D && (c.n_segments > 0 || c.embed_norm || c.unembed_bias))
+        throw ValueError("n_segments, embed_norm and unembed_bias are ETransformer (and, but n_segments, EDTransformer) options");
+    if (c.separate_positions && c.positional != Positional::Learned)  // V22
+        throw ValueError("separate_positions=True gives the decoder its own learned W_p: it needs positional='learned'");
     // the variants (docs/variants.md)
     if (c.H_kv == 0) c.H_kv = c.H;
     if (c.H_kv > c.H || c.H % c.H_kv != 0)
@@ -739,7 +748,7 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
     if (arch != Arch::ED && c.positional == Positional::Relative)
         throw ValueError("positional='relative' (T5's relative position bias, V11) is an EDTransformer option");
     if (arch == Arch::E && c.mlp != ModelConfig::Mlp::Standard)
-        throw ValueError("mlp='swiglu' and mlp='geglu' are DTransformer and EDTransformer options");
+        throw ValueError("mlp='swiglu' and mlp='geglu' are DTransformer and EDTransformer options (mlp='relu': DTransformer)");
     if (c.positional == Positional::Rope && !choose(c, PartKind::QKVSource) && c.d_attn % 2 != 0)
         throw ValueError("positional='rope' rotates pairs of rows: d_attn (the head size) must be even, got " +
                          std::to_string(c.d_attn));

@@ -66,7 +66,8 @@ void EDTransformer<T>::encode(Decoder& d, const index_t* z, index_t l_z) const {
     Tokens zt{z, Seqs::single(l_z)};
     validate(zt, cfg.n_vocab, cfg.l_max, "z");
     NormCache<T> nc;
-    CMatView<T> Z = encoder_forward(zt, d.enc_acts, d.zstream, d.Zf, nc);  // lines 1–9, once per context
+    typename StackEmbedding<T>::Cache ec;
+    CMatView<T> Z = encoder_forward(zt, d.enc_acts, d.zstream, d.Zf, nc, ec);  // lines 1–9, once per context
     d.self_kv.assign(std::size_t(cfg.L_dec), KVCache<T>());
     d.cross_kv.assign(std::size_t(cfg.L_dec), KVCache<T>());
     for (index_t l = 0; l < cfg.L_dec; ++l) dec_layer[std::size_t(l)]->cross_attn.append_kv(store, Z, d.cross_kv[std::size_t(l)]);
@@ -82,9 +83,8 @@ void EDTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* logi
     FT_CHECK(index_t(d.self_kv.size()) == cfg.L_dec, "EDTransformer::decode before encode()");
     for (index_t t = 0; t < n; ++t)
         if (ids[t] < 0 || ids[t] >= cfg.n_vocab) throw IndexError("token id " + std::to_string(ids[t]) + " out of range");
-    MatView<T> X = ensure(d.w.X, cfg.d_e, n);
-    this->tok.forward(store, ids, n, X);                       // line 11
-    this->pos.forward_seqs(store, Seqs::single(n), X, d.len);
+    emb_dec->forward(store, this->tok, this->pos, ids, Seqs::single(n), d.len, d.w.X, d.emb);  // line 11 (V22: 11′–12′)
+    MatView<T> X = view(d.w.X);
     for (index_t l = 0; l < cfg.L_dec; ++l) {
         const std::size_t i = std::size_t(l);
         dec_layer[i]->forward_cached(store, d.len, d.self_kv[i], d.cross_kv[i], d.w);  // lines 14–19

@@ -35,8 +35,13 @@ inline std::string layer_prefix(const char* group, index_t l) { return std::stri
 // The names of the parts a config chooses (parts.hpp's registry), from its fields.
 inline const char* norm_name(NormKind k) { return k == NormKind::RMS ? "rms" : k == NormKind::Scale ? "scale" : "layer"; }
 inline const char* mlp_name(ModelConfig::Mlp m) {
-    return m == ModelConfig::Mlp::SwiGLU ? "swiglu" : m == ModelConfig::Mlp::GeGLU ? "geglu" : "standard";
+    return m == ModelConfig::Mlp::SwiGLU  ? "swiglu"
+           : m == ModelConfig::Mlp::GeGLU ? "geglu"
+           : m == ModelConfig::Mlp::ReLU  ? "relu"
+                                          : "standard";
 }
+// The activation of Algorithm 8's MLPs: ReLU as printed, GELU with mlp="gelu" (V22, BART)
+inline Activation ed_activation(const ModelConfig& c) { return c.mlp == ModelConfig::Mlp::Gelu ? Activation::Gelu : Activation::Relu; }
 inline const char* position_name(Positional p) {
     return p == Positional::Rope ? "rope" : p == Positional::Alibi ? "alibi" : p == Positional::Relative ? "relative" : "none";
 }

@@ -12,6 +12,8 @@
 // for the element-wise kernels and the BLAS, as with OpenBLAS's own OpenMP build.
 #include "formal_transformers/blas.hpp"
 
+#include "formal_transformers/precision.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -171,6 +173,7 @@ std::string blas_info() {
     else
         s += " (the library's own pool)";
     s += "; symbols '" FT_STR(FT_BLAS_PREFIX) "'";
+    s += "; " + bf16_info();
     return s;
 }
 
@@ -250,6 +253,13 @@ void gemm(Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta, MatView
             for (index_t i = 0; i < m; ++i) C(i, j) = beta == T(0) ? T(0) : beta * C(i, j);
         return;
     }
+    if constexpr (std::is_same_v<T, float>) {
+        if (product_context().bf16) {  // mixed precision (precision.hpp): bf16 operands, float32 accumulation
+            gemm_bf16(opA == Op::N ? 0 : 1, opB == Op::N ? 0 : 1, m, n, k, alpha, A.data, std::max<index_t>(A.ld, 1),
+                      B.data, std::max<index_t>(B.ld, 1), beta, C.data, std::max<index_t>(C.ld, 1));
+            return;
+        }
+    }
     int team = 1;
 #ifdef _OPENMP
     // Our split needs the library at one thread (ours) and is pointless inside one of our parallel regions.
@@ -288,6 +298,13 @@ void gemm_unsplit(Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta,
     FT_CHECK(k == rows_of(opB, B.rows, B.cols) && C.rows == m && C.cols == cols_of(opB, B.rows, B.cols) && m > 0 &&
                  C.cols > 0 && k > 0,
              "gemm_unsplit shapes do not conform");
+    if constexpr (std::is_same_v<T, float>) {
+        if (product_context().bf16) {
+            gemm_bf16(opA == Op::N ? 0 : 1, opB == Op::N ? 0 : 1, m, C.cols, k, alpha, A.data, std::max<index_t>(A.ld, 1),
+                      B.data, std::max<index_t>(B.ld, 1), beta, C.data, std::max<index_t>(C.ld, 1));
+            return;
+        }
+    }
     blas_threads_are_ours();
     gemm_call<T>(opA, opB, m, C.cols, k, alpha, A, B, beta, C);
 }

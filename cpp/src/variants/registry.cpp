@@ -38,6 +38,10 @@ template <class T>
 std::shared_ptr<const QKVSource<T>> make_latent_source(const AttnPartSpec<T>&, ParamStore<T>&,
                                                        const std::string&);  // variants/latent_attention.cpp
 template <class T>
+std::shared_ptr<const QKVSource<T>> make_qkv_bias_source(const AttnPartSpec<T>&, ParamStore<T>&,
+                                                         const std::string&);  // variants/qkv_bias.cpp
+const PartRow& qkv_bias_row();                      // variants/qkv_bias.cpp
+template <class T>
 std::shared_ptr<const HeadKernel<T>> make_softmax_kernel(const AttnPartSpec<T>&, const std::string&);  // listings/attention.cpp
 template <class T>
 std::shared_ptr<const HeadKernel<T>> make_tiled_kernel(const AttnPartSpec<T>&, const std::string&);  // listings/tiled_attention.cpp
@@ -53,6 +57,8 @@ template <class T>
 std::shared_ptr<const MLPPart<T>> make_swiglu_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // variants/gated_mlp.cpp (φ = SiLU)
 template <class T>
 std::shared_ptr<const MLPPart<T>> make_geglu_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // variants/gated_mlp.cpp (φ = GELU_tanh)
+template <class T>
+std::shared_ptr<const MLPPart<T>> make_relu_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // variants/relu_mlp.cpp
 template <class T>
 std::shared_ptr<const NormPart<T>> make_layer_norm(index_t, double, ParamStore<T>&, const std::string&,
                                                    const std::string&);  // listings/norm.cpp
@@ -139,6 +145,7 @@ const std::vector<Entry<QKVSourceFactory<T>>>& qkv_sources() {
     static const std::vector<Entry<QKVSourceFactory<T>>> t = {
         {"projections", make_projections<T>},
         {"latent", make_latent_source<T>, latent_source_row},
+        {"qkv_bias", make_qkv_bias_source<T>, qkv_bias_row},
     };
     return t;
 }
@@ -159,6 +166,7 @@ const std::vector<Entry<MLPFactory<T>>>& mlps() {
         {"standard", make_standard_mlp<T>},
         {"swiglu", make_swiglu_mlp<T>},
         {"geglu", make_geglu_mlp<T>},
+        {"relu", make_relu_mlp<T>},
     };
     return t;
 }

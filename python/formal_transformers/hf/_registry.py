@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import _core
 from .._options import check_unmapped_at_defaults
-from ..io import build_model
+from ..io import build_model, check_precision
 from ._common import _config_class_names, _read_config_json, _shown, _torch_dtype
 
 _DTYPES = ("float32", "float64")
@@ -67,6 +67,10 @@ class Converter:
     def refuse_file(self, config: dict, cls_name: str, where: str) -> None:
         """ValueError for a directory load_hf cannot read alone (a family needing its HF code)."""
 
+    def file_config(self, config: dict, path: str) -> dict:
+        """The config load_hf maps: config.json's (a family may add what other files of the directory hold)."""
+        return config
+
     def from_model(self, hf_model, cls_name: str, dtype, **kw):
         """from_hf of an HF model object of one of self.classes."""
         if kw.get("bigbird_lengths"):
@@ -82,8 +86,8 @@ class Converter:
         """(HF class name, config.json dict, state dict of numpy arrays under the class's names)."""
         raise NotImplementedError
 
-    def to_hf(self, model):
-        return hf_model(*export(model))
+    def to_hf(self, model, hf_class=None):
+        return hf_model(*export(model, hf_class))
 
     def prepare_hf(self, hf, state: dict) -> None:
         """Changes to a freshly made HF model before the state is copied in."""
@@ -175,13 +179,17 @@ def build(cls_name: str, config: dict, T: dict, dtype, where: str):
 # ---------------------------------------------------------------------------------------------------
 # The public functions (ft.from_hf, ft.to_hf, ft.save_hf, ft.load_hf)
 
-def from_hf(hf_model, *, dtype=None, bigbird_lengths=()):
+def from_hf(hf_model, *, dtype=None, bigbird_lengths=(), precision="float32"):
     """The ft model computing the same function as a `transformers` model: GPT2LMHeadModel / GPT2Model ->
     DTransformer (tied unless the config unties it), BertForMaskedLM / BertModel -> ETransformer (with
     n_segments, embed_norm, unembed_bias), LlamaForCausalLM -> DTransformer(positional="rope", H_kv,
     mlp="swiglu", bias=False, norm="rms"), MistralForCausalLM -> the same with sliding_window (V8),
     DeepseekV3ForCausalLM (dense MLPs) -> DTransformer with latent attention (V10), T5ForConditionalGeneration ->
-    EDTransformer (V11, V18), ViTForImageClassification -> ViT (listing V14). dtype: float32 / float64 (default:
+    EDTransformer (V11, V18), BartForConditionalGeneration / BartModel -> EDTransformer with BART's options (V22),
+    DistilBertForMaskedLM / DistilBertModel -> ETransformer (n_segments=0, embed_norm, unembed_bias, eps=1e-12),
+    ViTForImageClassification -> ViT (listing V14), Qwen2ForCausalLM -> LLaMA's with
+    qkv_bias (V20), Phi3ForCausalLM -> LLaMA's (fused tensors split), OPTForCausalLM -> DTransformer(mlp="relu")
+    (V21), RobertaForMaskedLM / RobertaModel -> ETransformer as BERT (positions offset by pad_token_id + 1). dtype: float32 / float64 (default:
     the HF model's, float64 if its weights are float64). ValueError naming an unsupported configuration option.
     BigBirdModel / BigBirdForMaskedLM -> ETransformer as BERT, with attention="bigbird" (V17: w = 3, g = 1,
     r = num_random_blocks) when HF's attention_type is "block_sparse", and HF's own layouts (one per layer and
@@ -194,19 +202,37 @@ def from_hf(hf_model, *, dtype=None, bigbird_lengths=()):
     name = type(hf_model).__name__
     if name not in _CLASSES:
         raise ValueError(f"ft.from_hf supports {', '.join(_CLASSES)}; got {name}")
-    return _CLASSES[name].from_model(hf_model, name, dtype, bigbird_lengths=bigbird_lengths)
+    check_precision(precision, dtype)
+    return _with_precision(_CLASSES[name].from_model(hf_model, name, dtype, bigbird_lengths=bigbird_lengths),
+                           precision)
+
+
+def _with_precision(model, precision: str):
+    """precision= of from_hf / load_hf: how the model's products run (float32 models take 'bf16-mixed')."""
+    if precision != "float32":
+        model.precision = precision
+    return model
 
 
 def _check_model(model, fn: str, vit: bool = True) -> None:
     """to_hf / save_hf take an ft model (TypeError otherwise, as to_torch)."""
     kinds = (_core.DTransformer, _core.ETransformer, _core.EDTransformer) + ((_core.ViT,) if vit else ())
     if not isinstance(model, kinds):
-        raise TypeError(f"ft.{fn} takes a DTransformer or ETransformer (or an EDTransformer with T5's options"
+        raise TypeError(f"ft.{fn} takes a DTransformer or ETransformer (or an EDTransformer with T5's or BART's options"
                         f"{', or a ViT' if vit else ''}), got {type(model).__name__}")
 
 
-def _converter_of(model):
+def _converter_of(model, hf_class=None):
     cfg = dict(model.config)
+    if hf_class is not None:  # the family asked for (its export checks the options it maps)
+        if not isinstance(hf_class, str):
+            raise TypeError(f"hf_class must be a str (a transformers class name) or None, got {type(hf_class).__name__}")
+        if hf_class not in _CLASSES:
+            raise ValueError(f"hf_class must be one of {', '.join(_CLASSES)}; got {hf_class!r}")
+        conv = _CLASSES[hf_class]
+        if conv.arch != cfg.get("arch"):
+            raise ValueError(f"hf_class={hf_class!r} holds a {conv.arch}, not a {cfg.get('arch')}")
+        return conv, cfg
     for conv in _CONVERTERS:
         if conv.takes(model, cfg):
             return conv, cfg
@@ -215,27 +241,34 @@ def _converter_of(model):
                         else ""))
 
 
-def export(model):
-    """(HF class name, config.json dict, state dict of numpy arrays with the class's names) of an ft model."""
-    conv, cfg = _converter_of(model)
+def export(model, hf_class=None):
+    """(HF class name, config.json dict, state dict of numpy arrays with the class's names) of an ft model; hf_class:
+    the class to write (None: the one family whose `takes` holds the model)."""
+    conv, cfg = _converter_of(model, hf_class)
     if cfg.get("mtp_depth"):  # V16: no class here takes the modules (docs/variants.md V16)
         raise ValueError(f"mtp_depth = {cfg['mtp_depth']}: the multi-token-prediction modules have no place in the "
                          "exported Hugging Face model (they would be lost); export a model with mtp_depth=0")
     check_unmapped_at_defaults(cfg, conv.maps, conv.name)
-    return conv.export(cfg, {k: np.asarray(v) for k, v in model.params.items()})
+    out = conv.export(cfg, {k: np.asarray(v) for k, v in model.params.items()})
+    if hf_class is not None and out[0] != hf_class:
+        raise ValueError(f"hf_class={hf_class!r}: the {conv.name} export writes {out[0]} (ask for that class)")
+    return out
 
 
-def to_hf(model):
+def to_hf(model, *, hf_class=None):
     """The `transformers` model with the same function, in the model's dtype and eval mode: DTransformer ->
     GPT2LMHeadModel (LlamaForCausalLM when positional="rope", with mlp="swiglu", bias=False, norm="rms";
     MistralForCausalLM with a sliding_window; DeepseekV3ForCausalLM with kv_lora_rank), ETransformer (with
-    embed_norm, d_f = d_e) -> BertForMaskedLM, EDTransformer with T5's options -> T5ForConditionalGeneration,
+    embed_norm, d_f = d_e) -> BertForMaskedLM (DistilBertForMaskedLM without segments and with eps = 1e-12),
+    EDTransformer with T5's options -> T5ForConditionalGeneration, with BART's -> BartForConditionalGeneration,
     ViT -> ViTForImageClassification; the dropout rates mapped (GPT-2: embd_pdrop, attn_pdrop, resid_pdrop; BERT:
     hidden_dropout_prob = embed_dropout = resid_dropout, attention_probs_dropout_prob; LLaMA: attention_dropout)
     — from_hf maps them back. ValueError for options the class cannot express (every option the family does not
-    map must be at the core's default, ft.model_options)."""
+    map must be at the core's default, ft.model_options). hf_class: the transformers class to write when several
+    compute the model's function (a LLaMA-style model as "Phi3ForCausalLM", an ETransformer as
+    "RobertaForMaskedLM"); ValueError if that class cannot express the model."""
     _check_model(model, "to_hf")
-    return _converter_of(model)[0].to_hf(model)
+    return _converter_of(model, hf_class)[0].to_hf(model, hf_class)
 
 
 def hf_model(cls_name: str, hf_cfg: dict, state: dict):
@@ -267,7 +300,7 @@ def load_state(hf, state: dict) -> None:
             if k not in own:
                 raise ValueError(f"internal: {type(hf).__name__} has no tensor {k}")
             own[k].copy_(torch.from_numpy(np.ascontiguousarray(v)))
-def save_hf(model, path: Union[str, os.PathLike]) -> None:
+def save_hf(model, path: Union[str, os.PathLike], *, hf_class=None) -> None:
     """Write `path`/config.json and `path`/model.safetensors (tied tensors once, metadata format "pt") such
     that transformers.AutoModelForCausalLM / AutoModelForMaskedLM.from_pretrained(path) loads the matching
     class with equal outputs. Needs safetensors only (no transformers, no torch).
@@ -275,12 +308,12 @@ def save_hf(model, path: Union[str, os.PathLike]) -> None:
     Both files are first written completely to unique temporaries in `path` (so concurrent saves never share
     one); then model.safetensors is renamed into place and config.json last (config.json is what makes a
     folder a model: a new folder interrupted between the two renames has no config.json and load_hf says
-    so). A failure while writing leaves the old pair untouched; if the config's rename fails after the
+    so). hf_class: as to_hf's. A failure while writing leaves the old pair untouched; if the config's rename fails after the
     weights', the old weights are put back — the folder holds the old pair or the new pair."""
     _check_model(model, "save_hf", vit=False)
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-    cls_name, hf_cfg, state = export(model)
+    cls_name, hf_cfg, state = export(model, hf_class)
     from safetensors.numpy import save_file
 
     from ..io import _remove_quietly, _temp_beside
@@ -319,13 +352,14 @@ def save_hf(model, path: Union[str, os.PathLike]) -> None:
                 _remove_quietly(t)
 
 
-def load_hf(path: Union[str, os.PathLike], *, dtype=None):
+def load_hf(path: Union[str, os.PathLike], *, dtype=None, precision="float32"):
     """Read a Hugging Face model directory (config.json + model.safetensors: written by save_hf or by
     transformers' save_pretrained, e.g. a downloaded GPT-2, BERT or all-MiniLM-L6-v2) with safetensors
     alone. The class comes from config.json's "architectures" (or its model_type and whether the file
     holds an LM head). ValueError naming a missing or mismatched tensor; nothing is half-loaded."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    check_precision(precision, dtype)
     path = os.fspath(path)
     cfg_file, st_file = os.path.join(path, "config.json"), os.path.join(path, "model.safetensors")
     for f in (cfg_file, st_file):
@@ -347,4 +381,4 @@ def load_hf(path: Union[str, os.PathLike], *, dtype=None):
         raise ValueError(f"{cfg_file}: model_type {_shown(config.get('model_type'))} / architectures "
                          f"{_shown(class_names)} is not supported (supported: {', '.join(_CLASSES)})")
     _CLASSES[cls_name].refuse_file(config, cls_name, cfg_file)
-    return build(cls_name, config, T, dtype, path)
+    return _with_precision(build(cls_name, _CLASSES[cls_name].file_config(config, path), T, dtype, path), precision)

@@ -109,7 +109,9 @@ class BERT(Converter):
         return _table_to_ft(tensor_table(hp, head), T, hp)
 
     def takes(self, model, cfg):
-        return cfg.get("arch") == "ETransformer"
+        from .distilbert import is_distilbert  # without segments, with eps 1e-12: DistilBERT's
+
+        return cfg.get("arch") == "ETransformer" and not is_distilbert(cfg)
 
     def export(self, cfg, P):
         cfg, rates = _split_rates(cfg)

@@ -81,7 +81,8 @@ class GPT2(Converter):
         return p
 
     def takes(self, model, cfg):
-        return cfg.get("arch") == "DTransformer" and cfg.get("positional") != "rope" and not cfg.get("kv_lora_rank")
+        return (cfg.get("arch") == "DTransformer" and cfg.get("positional") != "rope" and not cfg.get("kv_lora_rank")
+                and cfg.get("mlp") != "relu")
 
     def export(self, cfg, P):
         cfg, rates = _split_rates(cfg)

@@ -22,13 +22,13 @@ LAYER = (  # (HF name in layers.l., ft name in layers.l., heads of the reshape: 
 )
 
 
-def rope_theta(c: dict) -> float:
+def rope_theta(c: dict, m: str = "LLaMA") -> float:
     """θ of V1's rotary embedding, read as transformers 5 reads a LLaMA config (RotaryEmbeddingConfigMixin):
     the RoPE parameters are "rope_scaling" when it is set (the older name wins), else "rope_parameters";
     their rope_type (or "type") must be "default" — scaled variants (linear, dynamic, yarn, llama3, …) change
     the angles in ways V1 does not express and are refused; θ is their "rope_theta", else the top-level
-    "rope_theta", else 10,000. (partial_rotary_factor is not read by LLaMA's default rotary embedding.)"""
-    m = "LLaMA"
+    "rope_theta", else 10,000. (partial_rotary_factor is not read by LLaMA's default rotary embedding.) m: the
+    family named in the messages."""
     key = "rope_scaling" if c.get("rope_scaling") else "rope_parameters"
     rp = c.get(key)
     if rp is None:
@@ -103,7 +103,8 @@ class Llama(Converter):
 
     def takes(self, model, cfg):
         return (cfg.get("arch") == "DTransformer" and cfg.get("positional") == "rope" and not cfg.get("kv_lora_rank")
-                and not cfg.get("sliding_window") and cfg.get("block") != "parallel")
+                and not cfg.get("sliding_window") and cfg.get("block") != "parallel" and not cfg.get("qkv_bias")
+                and not cfg.get("resid_dropout"))
 
     def export(self, cfg, P):
         cfg, rates = _split_rates(cfg)
@@ -148,7 +149,8 @@ class Mistral(Llama):
 
     def takes(self, model, cfg):
         return (cfg.get("arch") == "DTransformer" and cfg.get("positional") == "rope" and not cfg.get("kv_lora_rank")
-                and bool(cfg.get("sliding_window")) and cfg.get("block") != "parallel")
+                and bool(cfg.get("sliding_window")) and cfg.get("block") != "parallel" and not cfg.get("qkv_bias")
+                and not cfg.get("resid_dropout"))
 
     def export(self, cfg, P):
         """A LLaMA-style DTransformer with sliding_window=w -> MistralForCausalLM (LLaMA's tensors and names)."""

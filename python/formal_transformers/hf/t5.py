@@ -147,7 +147,10 @@ class T5(Converter):
         return _table_to_ft(tensor_table(hp, head), T, hp)
 
     def takes(self, model, cfg):
-        return cfg.get("arch") == "EDTransformer" and (cfg.get("block") == "pre_ln" or cfg.get("positional") == "relative")
+        from .bart import is_bart  # BART's options (V22) on: BART's or mBART's
+
+        return (cfg.get("arch") == "EDTransformer" and (cfg.get("block") == "pre_ln" or cfg.get("positional") == "relative")
+                and not is_bart(cfg))
 
     def export(self, cfg, P):
         """An EDTransformer with T5's options (V11, V18) -> T5ForConditionalGeneration."""

@@ -145,7 +145,7 @@ class ViT(Converter):
     def takes(self, model, cfg):
         return isinstance(model, _core.ViT)
 
-    def to_hf(self, model):
+    def to_hf(self, model, hf_class=None):
         return vit_to_hf(model)
 
     def refuse_file(self, config, cls_name, where):

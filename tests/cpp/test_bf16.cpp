@@ -1,0 +1,122 @@
+// bf16-mixed products (precision.hpp): gemm under a bf16 ProductScope equals the float64 product of the operands
+// rounded to bfloat16, with α, β, transposes and sub-blocks, on the native (oneDNN) and the emulated path, and
+// with θ's bf16 copy (Bf16Weights) standing in for an operand inside θ.
+#include "formal_transformers/blas.hpp"
+#include "formal_transformers/precision.hpp"
+#include "testing.hpp"
+
+#include <cmath>
+#include <vector>
+
+using namespace ft;
+using fttest::random_matrix;
+
+namespace {
+// max |C − α op(Ar) op(Br) − β C0| / (|α| |op(Ar)| |op(Br)| + |β C0|), the operands rounded, in float64
+double bf16_error(Op a, Op b, float alpha, CMatView<float> A, CMatView<float> B, float beta, CMatView<float> C0,
+                  CMatView<float> C) {
+    const index_t m = C.rows, n = C.cols, k = a == Op::N ? A.cols : A.rows;
+    double worst = 0;
+    for (index_t j = 0; j < n; ++j)
+        for (index_t i = 0; i < m; ++i) {
+            double s = 0, size = 0;
+            for (index_t p = 0; p < k; ++p) {
+                const double x = round_bf16(a == Op::N ? A(i, p) : A(p, i)), y = round_bf16(b == Op::N ? B(p, j) : B(j, p));
+                s += x * y;
+                size += std::abs(x * y);
+            }
+            const double want = alpha * s + (beta == 0 ? 0.0 : double(beta) * C0(i, j));
+            worst = std::max(worst, std::abs(C(i, j) - want) / (std::abs(alpha) * size + std::abs(beta * C0(i, j)) + 1e-30));
+        }
+    return worst;
+}
+
+void check(Op a, Op b, index_t m, index_t n, index_t k, float alpha, float beta, bool native) {
+    bf16_allow_native(native);
+    Rng rng(m * 7 + n * 3 + k);
+    // operands and result inside larger buffers (leading dimensions above the rows)
+    Matrix<float> Abig = a == Op::N ? random_matrix<float>(m + 3, k + 1, rng) : random_matrix<float>(k + 3, m + 1, rng);
+    Matrix<float> Bbig = b == Op::N ? random_matrix<float>(k + 2, n, rng) : random_matrix<float>(n + 2, k, rng);
+    Matrix<float> Cbig = random_matrix<float>(m + 5, n, rng);
+    CMatView<float> A = a == Op::N ? CMatView<float>(Abig.data() + 1, m, k, Abig.shape(0)) : CMatView<float>(Abig.data() + 1, k, m, Abig.shape(0));
+    CMatView<float> B = b == Op::N ? CMatView<float>(Bbig.data() + 2, k, n, Bbig.shape(0)) : CMatView<float>(Bbig.data() + 2, n, k, Bbig.shape(0));
+    MatView<float> C(Cbig.data() + 4, m, n, Cbig.shape(0));
+    std::vector<float> C0(std::size_t(m * n));
+    for (index_t j = 0; j < n; ++j)
+        for (index_t i = 0; i < m; ++i) C0[std::size_t(i + j * m)] = C(i, j);
+    {
+        ProductScope bf16(ProductContext{true});
+        gemm<float>(a, b, alpha, A, B, beta, C);
+    }
+    const double err = bf16_error(a, b, alpha, A, B, beta, CMatView<float>(C0.data(), m, n), C);
+    EXPECT_LT(err, 4.0 * double(k + 2) * std::ldexp(1.0, -24)) << "m " << m << " n " << n << " k " << k << " native " << native;
+    bf16_allow_native(true);
+}
+}  // namespace
+
+TEST(Bf16, GemmIsTheProductOfRoundedOperands) {
+    for (bool native : {true, false})
+        for (Op a : {Op::N, Op::T})
+            for (Op b : {Op::N, Op::T})
+                for (float beta : {0.0f, 1.0f, -0.5f}) {
+                    check(a, b, 33, 17, 65, 0.5f, beta, native);
+                    check(a, b, 70, 1, 40, 1.0f, beta, native);    // one column: a decoding step
+                    check(a, b, 1, 9, 130, -2.0f, beta, native);   // one row
+                    check(a, b, 130, 140, 150, 1.0f, beta, native);
+                }
+}
+
+TEST(Bf16, ScopesNestAndRestore) {
+    EXPECT_FALSE(product_context().bf16);
+    {
+        ProductScope on(ProductContext{true});
+        EXPECT_TRUE(product_context().bf16);
+        {
+            ProductScope off(ProductContext{});
+            EXPECT_FALSE(product_context().bf16);
+        }
+        EXPECT_TRUE(product_context().bf16);
+    }
+    EXPECT_FALSE(product_context().bf16);
+    EXPECT_THROW(parse_precision("bf16"), ValueError);
+    EXPECT_EQ(parse_precision("bf16-mixed"), Precision::BF16Mixed);
+}
+
+TEST(Bf16, ThetasCopyStandsInForTheWeights) {
+    // a weight inside θ times a few columns (decoding) reads θ's bf16 copy (few_columns, bf16.cpp): the same
+    // arithmetic — rounded operands, float32 accumulation — for either layout, α and β, large and small
+    Rng rng(5);
+    for (Op a : {Op::N, Op::T})
+        for (index_t m : {48, 1500})
+            for (index_t n : {1, 3, 8}) {
+                const index_t k = 40 + m / 100;
+                Matrix<float> theta = random_matrix<float>(m * k + 7, 1, rng);  // θ: the weight at offset 7
+                CMatView<float> W = a == Op::N ? CMatView<float>(theta.data() + 7, m, k) : CMatView<float>(theta.data() + 7, k, m);
+                Matrix<float> X = random_matrix<float>(k, n, rng), Y = random_matrix<float>(m, n, rng), Y0 = Y;
+                Bf16Weights copy;
+                copy.refresh(theta.data(), theta.size());
+                ASSERT_EQ(copy.find(W.data), copy.bits.data() + 7);
+                EXPECT_EQ(copy.find(X.data()), nullptr);
+                {
+                    ProductScope bf16(ProductContext{true, &copy});
+                    gemm<float>(a, Op::N, 0.5f, W, view(X), -1.0f, view(Y));
+                }
+                const double err = bf16_error(a, Op::N, 0.5f, W, view(X), -1.0f, view(Y0), view(Y));
+                EXPECT_LT(err, 4.0 * double(k + 2) * std::ldexp(1.0, -24)) << "m " << m << " n " << n;
+            }
+    // and it is the copy that the products read (its owner refreshes it when θ changes)
+    Matrix<float> W = random_matrix<float>(48, 40, rng), X = random_matrix<float>(40, 3, rng);
+    Matrix<float> Y1 = random_matrix<float>(48, 3, rng), Y2 = Y1;
+    Bf16Weights copy;
+    copy.refresh(W.data(), W.size());
+    {
+        ProductScope bf16(ProductContext{true, &copy});
+        gemm<float>(Op::N, Op::N, 1.0f, view(W), view(X), 0.0f, view(Y1));
+    }
+    copy.bits[0] = to_bf16(1000.0f);
+    {
+        ProductScope bf16(ProductContext{true, &copy});
+        gemm<float>(Op::N, Op::N, 1.0f, view(W), view(X), 0.0f, view(Y2));
+    }
+    EXPECT_GT(std::abs(Y2.data()[0] - Y1.data()[0]), 100.0f);
+}

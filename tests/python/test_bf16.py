@@ -1,0 +1,221 @@
+"""Mixed precision (precision="bf16-mixed", docs/design.md "Mixed precision"): every matrix product takes its
+operands rounded to bfloat16 and accumulates in float32; θ, the optimizer's moments, norms, softmax and the loss
+stay float32.
+
+Checked here, on any CPU (the emulated path — rounded operands, float32 BLAS products — runs everywhere; the
+native one, oneDNN on AVX512_BF16 / AMX, where the CPU has it):
+- one product equals the float64 product of the operands rounded to bfloat16 (round to nearest even), to
+  float32 accumulation's error, and is far from the unrounded product (so the rounding happened);
+- a model's P equals reference.py's Algorithm 10 run with every product's operands rounded the same way;
+- training in bf16-mixed follows float32 training on the baby shape, decoding with the bf16 copy of θ gives
+  the tokens of the per-call rounding, and bad precision values are refused before anything changes.
+"""
+import numpy as np
+import pytest
+
+import formal_transformers as ft
+from formal_transformers import _core, reference
+
+
+def bf16(x):
+    """x rounded to the nearest bfloat16 (ties to even) through float32, as float64."""
+    u = np.ascontiguousarray(np.asarray(x, dtype=np.float32)).view(np.uint32).astype(np.uint64)
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+@pytest.fixture(params=["native", "emulated"])
+def path(request):
+    """Both ways of running bf16 products (native falls back to emulated on a CPU without bf16)."""
+    _core._bf16_allow_native(request.param == "native")
+    yield request.param
+    _core._bf16_allow_native(True)
+
+
+def test_rounding_is_to_nearest_even():
+    one = np.float32(1.0)
+    ulp = np.float32(2.0 ** -7)  # bfloat16's spacing at 1
+    x = np.array([[one + ulp / 2], [one + 3 * ulp / 2], [one + ulp / 2 + ulp / 64], [-(one + ulp / 4)],
+                  [np.float32(3.0e38)], [-(one + 5 * ulp / 2)]], dtype=np.float32)
+    got = _core._gemm(x, np.ones((1, 1), np.float32), precision="bf16-mixed")
+    want = np.array([[1.0], [1.0 + 2 * float(ulp)], [1.0 + float(ulp)], [-1.0], [float(bf16(np.array([3.0e38]))[0])],
+                     [-(1.0 + 2 * float(ulp))]])
+    np.testing.assert_array_equal(got.astype(np.float64), want)
+
+
+@pytest.mark.parametrize("m,k,n,ta,tb", [(64, 48, 32, False, False), (300, 200, 150, True, False),
+                                         (256, 768, 129, False, True), (7, 5, 1, True, True), (1, 100, 64, False, False),
+                                         (96, 1000, 3, False, False)])
+def test_one_product_is_the_float64_product_of_rounded_operands(path, m, k, n, ta, tb):
+    rng = np.random.default_rng(m * 1000 + n)
+    A = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+    B = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+    C = _core._gemm(A, B, ta, tb, precision="bf16-mixed")
+    a, b = bf16(A), bf16(B)
+    a, b = (a.T if ta else a), (b.T if tb else b)
+    scale = np.abs(a) @ np.abs(b)  # the size of each sum's terms: float32 accumulation errs by ~k·2⁻²⁴ of it
+    err = np.max(np.abs(C - a @ b) / scale)
+    assert err <= 4 * k * 2.0 ** -24, err
+    a32, b32 = A.astype(np.float64), B.astype(np.float64)
+    unrounded = (a32.T if ta else a32) @ (b32.T if tb else b32)
+    assert np.max(np.abs(C - unrounded) / scale) > 1e-4  # the operands were rounded
+    C32 = _core._gemm(A, B, ta, tb)  # and float32 stays float32
+    assert np.max(np.abs(C32 - unrounded) / scale) <= 4 * k * 2.0 ** -24
+
+
+def test_precision_values_are_checked():
+    A = np.ones((2, 2), np.float32)
+    with pytest.raises(ValueError, match="precision"):
+        _core._gemm(A, A, precision="bf16")
+    with pytest.raises(ValueError, match="float32"):
+        _core._gemm(A.astype(np.float64), A, precision="bf16-mixed")
+    m = ft.DTransformer(11, 8, 1, 2, 8, 16, seed=0)
+    with pytest.raises(TypeError, match="str"):
+        m.precision = 16
+    with pytest.raises(ValueError, match="'float32' or 'bf16-mixed'"):
+        m.precision = "fp16"
+    assert m.precision == "float32"
+    with pytest.raises(ValueError, match="float64"):
+        ft.DTransformer(11, 8, 1, 2, 8, 16, dtype="float64", precision="bf16-mixed")
+    m64 = ft.DTransformer(11, 8, 1, 2, 8, 16, dtype="float64")
+    with pytest.raises(ValueError, match="float64"):
+        m64.precision = "bf16-mixed"
+    assert m64.precision == "float32"
+    with pytest.raises(ValueError, match="precision"):
+        ft.ETransformer(11, 8, 1, 2, 8, 16, precision="half")
+
+
+class _Rounded(np.ndarray):
+    """float64 arrays whose matrix products take their operands rounded to bfloat16 (the rest: float64)."""
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        plain = [np.asarray(i).view(np.ndarray) if isinstance(i, np.ndarray) else i for i in inputs]
+        if ufunc is np.matmul and method == "__call__":
+            plain = [bf16(p) for p in plain]
+        out = getattr(ufunc, method)(*plain, **kwargs)
+        return out.view(_Rounded) if isinstance(out, np.ndarray) else out
+
+
+def test_a_model_is_algorithm_10_with_rounded_operands(path):
+    m = ft.DTransformer(40, 24, 2, 2, 32, 64, seed=3, precision="bf16-mixed")
+    rng = np.random.default_rng(0)
+    for k in m.params:  # away from initialisation's small values, so products are not dominated by biases
+        m.params[k][...] = rng.standard_normal(m.params[k].shape) * 0.3
+    x = rng.integers(0, 40, 20)
+    P = m(x).astype(np.float64)
+    params = {k: np.asarray(v, np.float64).view(_Rounded) for k, v in m.params.items()}
+    want = np.asarray(reference.d_transformer(x, params, L=2, H=2))
+    plain = reference.d_transformer(x, {k: np.asarray(v, np.float64) for k, v in m.params.items()}, L=2, H=2)
+    err = np.max(np.abs(P - want)) / np.max(want)
+    assert err < 2e-4, err
+    assert np.max(np.abs(P - plain)) / np.max(plain) > 10 * err  # far closer to the rounded reference
+    m.precision = "float32"
+    assert np.max(np.abs(m(x) - plain)) / np.max(plain) < 1e-5
+
+
+def test_every_model_kind_takes_the_mode():
+    e = ft.ETransformer(30, 16, 1, 2, 16, 32, 16, seed=1)
+    ed = ft.EDTransformer(30, 16, 1, 1, 2, 16, 32, seed=1)
+    v = ft.ViT(8, 4, 3, 1, 2, 16, 32, seed=1)
+    z, x = np.arange(10) % 30, np.arange(7) % 30
+    img = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    for model, call in ((e, lambda mo: mo(x)), (ed, lambda mo: mo(z, x)), (v, lambda mo: mo(img))):
+        full = call(model)
+        model.precision = "bf16-mixed"
+        mixed = call(model)
+        d = np.max(np.abs(mixed - full))
+        assert 0 < d < 1e-2 * np.max(np.abs(full)), (type(model).__name__, d)
+        model.precision = "float32"
+        np.testing.assert_array_equal(call(model), full)
+
+
+def test_gradients_follow_float32():
+    m = ft.DTransformer(40, 24, 2, 2, 32, 64, seed=5)
+    x = np.random.default_rng(1).integers(0, 40, (3, 20))
+    loss32, g32 = m.loss_and_grad(x)
+    g32 = {k: np.array(v) for k, v in g32.items()}
+    m.precision = "bf16-mixed"
+    loss16, g16 = m.loss_and_grad(x)
+    assert loss16 != loss32 and abs(loss16 - loss32) < 1e-2 * abs(loss32)
+    for k in g32:
+        if k.endswith("b_k"):  # ∂loss/∂b_k is 0 (softmax ignores a shift shared by a query's scores): both are noise
+            assert np.max(np.abs(g16[k])) < 1e-2 * np.max(np.abs(g32[k.replace("b_k", "b_q")]))
+            continue
+        rel = np.linalg.norm(g16[k] - g32[k]) / max(np.linalg.norm(g32[k]), 1e-30)
+        assert rel < 5e-2, (k, rel)
+
+
+def test_training_reaches_the_float32_validation_loss():
+    rng = np.random.default_rng(7)
+    # a learnable stream: each token is the previous one plus a small random step (mod 32)
+    seqs = np.cumsum(rng.integers(0, 3, (96, 17)), axis=1) % 32
+    train, val = seqs[:80], seqs[80:]
+    out = {}
+    for precision in ("float32", "bf16-mixed"):
+        m = ft.DTransformer(32, 17, 2, 2, 32, 64, seed=11, precision=precision)
+        ft.DTraining(n_epochs=6, eta=3e-3, batch_size=8)(train, m)
+        assert m.precision == precision
+        out[precision] = m.loss(val)
+    first = ft.DTransformer(32, 17, 2, 2, 32, 64, seed=11).loss(val)
+    assert out["float32"] < 0.7 * first  # it learned
+    assert abs(out["bf16-mixed"] - out["float32"]) < 0.03 * out["float32"], out
+
+
+def test_decoding_with_the_bf16_copy_of_theta():
+    m = ft.DTransformer(50, 40, 2, 2, 32, 64, seed=2, precision="bf16-mixed")
+    rng = np.random.default_rng(3)
+    for k in m.params:
+        m.params[k][...] = rng.standard_normal(m.params[k].shape) * 0.3
+    prompt = rng.integers(0, 50, 6)
+    y = ft.DInference(12, 1.0, top_k=1, seed=0)(prompt, m)
+    # the same greedy tokens by whole forward calls (every product's weights rounded per call)
+    seq = list(prompt)
+    for _ in range(12):
+        seq.append(int(np.argmax(m(np.array(seq))[:, -1])))
+    np.testing.assert_array_equal(np.asarray(y)[-12:], np.array(seq[-12:]))
+
+
+def test_load_and_from_hf_take_precision(tmp_path):
+    m = ft.DTransformer(20, 8, 1, 2, 8, 16, seed=0)
+    ft.save(m, tmp_path / "m.safetensors")
+    b = ft.load(tmp_path / "m.safetensors", precision="bf16-mixed")
+    assert b.precision == "bf16-mixed" and ft.load(tmp_path / "m.safetensors").precision == "float32"
+    with pytest.raises(ValueError, match="float64"):
+        ft.load(tmp_path / "m.safetensors", dtype="float64", precision="bf16-mixed")
+    with pytest.raises(TypeError, match="precision"):
+        ft.load(tmp_path / "m.safetensors", precision=None)
+    transformers = pytest.importorskip("transformers")  # in the test extras: present in CI
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=20, n_positions=8, n_embd=8, n_layer=1,
+                                                              n_head=2)).eval()
+    g = ft.from_hf(hf, precision="bf16-mixed")
+    assert g.precision == "bf16-mixed"
+    with pytest.raises(ValueError, match="precision"):
+        ft.from_hf(hf, precision="int8")
+
+
+def test_blas_info_says_what_runs_bf16():
+    info = ft.bf16_info()
+    assert "AVX512_BF16" in info and "AMX-BF16" in info
+    assert "bf16-mixed products: " in info
+    assert info.split(" (")[0] in ft.blas_info()
+
+
+def test_cli_trains_and_samples_in_bf16_mixed(tmp_path, capsys):
+    from formal_transformers import cli
+
+    (tmp_path / "t.txt").write_text("abcdefgh " * 60 + "hgfedcba " * 10)
+    small = ["--text", str(tmp_path / "t.txt"), "--context", "8", "--layers", "1", "--heads", "2", "--d-e", "8",
+             "--d-mlp", "16", "--batch", "4", "--eval-every", "2", "--warmup", "1", "--quiet"]
+    assert cli.main(["train", *small, "--out", str(tmp_path / "run"), "--steps", "3", "--precision", "bf16-mixed"]) in (0, None)
+    assert cli.main(["sample", "--run", str(tmp_path / "run"), "--tokens", "5", "--samples", "1",
+                     "--precision", "bf16-mixed"]) in (0, None)
+    with pytest.raises(SystemExit):
+        cli.main(["train", *small, "--out", str(tmp_path / "r2"), "--precision", "bf16"])
+    assert "bf16-mixed" in capsys.readouterr().err
+    code = None
+    try:
+        code = cli.main(["train", *small, "--out", str(tmp_path / "r3"), "--steps", "1", "--dtype", "float64",
+                         "--precision", "bf16-mixed"])
+    except SystemExit as e:
+        code = e.code
+    assert code == 2 and "float64" in capsys.readouterr().err
