@@ -236,6 +236,14 @@ struct AnyDtype : HasParams {
     }
     template <class T>
     explicit AnyDtype(std::unique_ptr<Unit<T>> made) : u(std::move(made)) {}
+    // A unit replaced in place (ft.lora, merge_lora: θ gains or loses entries): the old one is kept, so that
+    // numpy views of its θ taken before stay valid memory (they no longer are this object's parameters).
+    std::vector<std::variant<std::unique_ptr<Unit<float>>, std::unique_ptr<Unit<double>>>> retired;
+    template <class T>
+    void replace(std::unique_ptr<Unit<T>> made) {
+        retired.push_back(std::move(u));
+        u = std::move(made);
+    }
     template <class F>
     decltype(auto) visit(F&& f) {
         return std::visit([&](auto& p) -> decltype(auto) {

@@ -98,11 +98,16 @@ step and belong to that object. Fixed parameters (sinusoidal W_p) are never chan
                                            {py::ssize_t(s->m.size())}, {}, s->m.data()).attr("copy")();
                         d["v"] = py::array(py::dtype::of<typename std::decay_t<decltype(*s)>::value_type>(),
                                            {py::ssize_t(s->v.size())}, {}, s->v.data()).attr("copy")();
+                        py::array_t<std::int64_t> r({py::ssize_t(s->ranges.size()), py::ssize_t(2)});
+                        for (std::size_t k = 0; k < s->ranges.size(); ++k)
+                            r.mutable_at(py::ssize_t(k), 0) = s->ranges[k].first, r.mutable_at(py::ssize_t(k), 1) = s->ranges[k].second;
+                        d["ranges"] = r;
                     }
                 }, a.state);
                 return d;
             },
-            "Steps taken and the moments m, v (flat, in parameter order): enough to resume.")
+            "Steps taken, the moments m, v of the trainable parameters (flat, in parameter order) and `ranges`, the "
+            "(k, 2) [begin, end) offsets of the flat θ they cover: enough to resume.")
         .def(
             "load_state_dict",
             [](AdamPy& a, const py::object& obj, const py::dict& d) {
@@ -117,16 +122,46 @@ step and belong to that object. Fixed parameters (sinusoidal W_p) are never chan
                     auto m = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(mo);
                     auto v = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(vo);
                     if (PyErr_Occurred()) PyErr_Clear();  // ensure() of None sets an error; handled below
-                    if (t > 0 && (!m || !v || m.size() != store->size() || v.size() != store->size()))
-                        throw ft::ValueError("state's moments do not match this object's " + std::to_string(store->size()) + " parameters");
+                    // the ranges of θ the moments cover: given (state_dict's), else every trainable parameter
+                    // (a state without them holds moments of the whole flat θ, or of the trainable ones)
+                    std::vector<std::pair<index_t, index_t>> ranges;
+                    if (d.contains("ranges")) {
+                        auto r = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(d["ranges"]);
+                        if (!r || r.ndim() != 2 || r.shape(1) != 2)
+                            throw ft::ValueError("state['ranges'] must be a (k, 2) integer array of [begin, end) offsets");
+                        index_t end = 0;
+                        for (py::ssize_t k = 0; k < r.shape(0); ++k) {
+                            const index_t b = index_t(r.at(k, 0)), e = index_t(r.at(k, 1));
+                            if (b < end || e <= b || e > store->size())
+                                throw ft::ValueError("state's moments do not fit: state['ranges'] must be increasing, non-empty ranges of this object's " +
+                                                     std::to_string(store->size()) + " parameters");
+                            ranges.emplace_back(b, e);
+                            end = e;
+                        }
+                    } else {
+                        ranges = store->trainable_ranges();
+                    }
+                    index_t n = 0;
+                    for (const auto& r : ranges) n += r.second - r.first;
+                    const bool whole = !d.contains("ranges") && m && v && index_t(m.size()) == store->size() &&
+                                       index_t(v.size()) == store->size() && n != store->size();
+                    if (t > 0 && !whole && (!m || !v || index_t(m.size()) != n || index_t(v.size()) != n))
+                        throw ft::ValueError("state's moments do not match this object's " + std::to_string(n) +
+                                             " trainable parameters");
                     a.state = std::monostate{};
                     ft::Adam<T>& opt = a.get(obj, *store);
                     opt.t = t;
                     if (t > 0) {
-                        opt.m = ft::Vector<T>::from_shape({std::size_t(store->size())});
-                        opt.v = ft::Vector<T>::from_shape({std::size_t(store->size())});
-                        std::copy(m.data(), m.data() + m.size(), opt.m.data());
-                        std::copy(v.data(), v.data() + v.size(), opt.v.data());
+                        opt.ranges = ranges;
+                        opt.m = ft::Vector<T>::from_shape({std::size_t(n)});
+                        opt.v = ft::Vector<T>::from_shape({std::size_t(n)});
+                        index_t at = 0;
+                        for (const auto& r : ranges) {  // whole: the trainable ranges' entries of the flat moments
+                            const index_t from = whole ? r.first : at, len = r.second - r.first;
+                            std::copy(m.data() + from, m.data() + from + len, opt.m.data() + at);
+                            std::copy(v.data() + from, v.data() + from + len, opt.v.data() + at);
+                            at += len;
+                        }
                     }
                 }, h.store_ref());
             },

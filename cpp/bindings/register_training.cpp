@@ -23,6 +23,29 @@ ft::Listing listing_of(const std::string& name) {
     throw ft::ValueError("listing must be 'DTraining', 'ETraining' or 'EDTraining', got '" + name + "'");
 }
 
+// trainable=: a name or pattern (str), or an iterable of them, as the schema's one string (one per line).
+ft::OptionValue patterns_value(const py::handle& v) {
+    std::vector<py::object> items;
+    if (py::isinstance<py::str>(v)) items.push_back(py::reinterpret_borrow<py::object>(v));
+    else if (py::hasattr(v, "__iter__") && !py::isinstance<py::bytes>(v) && !py::isinstance<py::dict>(v))
+        for (auto x : v) items.push_back(py::reinterpret_borrow<py::object>(x));
+    else
+        throw ft::TypeError("trainable must be a list of parameter names or glob patterns (or None), got " +
+                            py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>());
+    if (items.empty()) throw ft::ValueError("trainable is empty: nothing would train (None trains every parameter)");
+    std::string text;
+    for (std::size_t k = 0; k < items.size(); ++k) {
+        if (!py::isinstance<py::str>(items[k]))
+            throw ft::TypeError("trainable must hold str names or patterns, got " +
+                                py::str(py::type::handle_of(items[k]).attr("__name__")).cast<std::string>());
+        const std::string p = items[k].cast<std::string>();
+        if (p.find('\n') != std::string::npos) throw ft::ValueError("trainable: a pattern holds a newline: " + py::repr(items[k]).cast<std::string>());
+        if (p.empty()) throw ft::ValueError("trainable: an empty pattern matches no parameter");
+        text += (k ? "\n" : "") + p;
+    }
+    return text;
+}
+
 TrainOptionsPy parse_options(const std::string& listing, const py::dict& options, const py::object& optimizer) {
     TrainOptionsPy r{listing_of(listing), {}};
     ft::Options keywords;
@@ -35,6 +58,10 @@ TrainOptionsPy parse_options(const std::string& listing, const py::dict& options
                              py::str(py::type::handle_of(optimizer).attr("__name__")).cast<std::string>());
     for (auto kv : options) {
         const std::string name = kv.first.cast<std::string>();
+        if (name == "trainable" && !kv.second.is_none()) {
+            keywords.emplace_back(name, patterns_value(kv.second));
+            continue;
+        }
         keywords.emplace_back(name, option_value(kv.second, name));
     }
     r.o = ft::TrainOptions::from_options(r.listing, keywords, optimizer_lr);
@@ -246,6 +273,7 @@ void register_training(py::module_& m) {
             [](const TrainOptionsPy& t) {
                 py::dict d;
                 for (const auto& [name, v] : t.o.to_options(t.listing)) d[py::str(name)] = py_value(v);
+                if (!t.o.trainable.empty()) d["trainable"] = py::cast(t.o.trainable);  // a list, as given
                 return d;
             },
             "Every option of the listing with its value, in Python's notation (patience off: None).")
@@ -305,7 +333,7 @@ void register_training(py::module_& m) {
             [cls](const py::object& model, const py::handle& x_data, const TrainOptionsPy& options,
                   const py::object& optimizer, const py::object& hook, const py::handle& val, const py::object& sink,
                   const py::object& early, const py::object& replicas, const py::handle& prefix_len,
-                  const py::handle& val_prefix_len) {
+                  const py::handle& val_prefix_len, const py::handle& x_tilde) {
                 constexpr ft::Listing listing = decltype(listing_tag)::value;
                 if (!py::isinstance<Unit>(model))
                     throw ft::TypeError(std::string(ft::listing_name(listing)) + " trains a " + cls + ", got " +
@@ -320,6 +348,17 @@ void register_training(py::module_& m) {
                     if (!val.is_none()) vdata = dataset(val, "val_data");
                     data.prefix = prefix_lens(prefix_len, data.size());  // V7 (DTraining; checked by the core)
                     if (!val.is_none()) vdata.prefix = prefix_lens(val_prefix_len, vdata.size());
+                    if (!x_tilde.is_none()) {  // ETraining's fixed masks
+                        if (listing != ft::Listing::E) throw ft::TypeError("x_tilde is ETraining's (fixed masks)");
+                        ft::Dataset t = dataset(x_tilde, "x_tilde");
+                        if (t.s.count() != data.s.count() || t.ids.size() != data.ids.size())
+                            throw ft::ValueError("x_tilde must hold one masked sequence per sequence of x_data, of the same lengths");
+                        for (index_t n = 0; n < t.s.count(); ++n)
+                            if (t.s.len(n) != data.s.len(n))
+                                throw ft::ValueError("x_tilde[" + std::to_string(n) + "] has length " + std::to_string(t.s.len(n)) +
+                                                     ", x_data[" + std::to_string(n) + "] " + std::to_string(data.s.len(n)));
+                        data.tilde = std::move(t.ids);
+                    }
                     ReplicasArg<T> dp(replicas, model, mdl.store);
                     Recorder rec{sink, hook};
                     rec.warn_nonfinite = o.nonfinite == ft::TrainOptions::NonFinite::Warn;
@@ -334,7 +373,8 @@ void register_training(py::module_& m) {
             },
             py::arg("model"), py::arg("x_data"), py::arg("options"), py::arg("optimizer"), py::arg("hook") = py::none(),
             py::arg("val_data") = py::none(), py::arg("history") = py::none(), py::arg("early_stopping") = py::none(),
-            py::arg("replicas") = py::none(), py::arg("prefix_len") = py::none(), py::arg("val_prefix_len") = py::none());
+            py::arg("replicas") = py::none(), py::arg("prefix_len") = py::none(), py::arg("val_prefix_len") = py::none(),
+            py::arg("x_tilde") = py::none());
     };
     single_data("_dtraining", std::integral_constant<ft::Listing, ft::Listing::D>{},
                 type_tag<AnyDtype<ft::DTransformer>>{}, "DTransformer");

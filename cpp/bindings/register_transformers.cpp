@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "bind.hpp"
+#include "formal_transformers/lora.hpp"
 #include "formal_transformers/io.hpp"
 #include "../src/runtime/bounded_json.hpp"
 #include "formal_transformers/training.hpp"
@@ -160,6 +161,47 @@ py::dict masks_dict(const Model& m) {
 
 
 namespace {
+// LoRA (lora.hpp): the model rebuilt in place with the adapters `lora` (none: merged, W ← W + s·B·A). Everything
+// is checked (the new model is made) before the object changes; θ is copied by name, new A's drawn as peft
+// draws them (U(±1/√d_in), from the model's seed), new B's zero.
+template <template <class> class Unit>
+void relora(AnyDtype<Unit>& d, const ft::ModelConfig::Lora& lora) {
+    CallLock lock(d.mutex);
+    std::visit([&](auto& old) {
+        using T = typename std::decay_t<decltype(old->store)>::value_type;
+        Unit<T>& m = *old;
+        const bool merge = lora.targets.empty();
+        if (!merge && !m.cfg.lora.targets.empty())
+            throw ft::ValueError("lora: the model already has LoRA adapters (on " + std::to_string(m.store.adapters().size()) +
+                                 " matrices); merge_lora() first");
+        ft::ModelConfig c = m.cfg;
+        c.lora = lora;
+        std::unique_ptr<Unit<T>> made;
+        {
+            CoreCall nogil;
+            made = std::make_unique<Unit<T>>(c);
+            m.store.refresh_adapters();  // W' as θ holds it now (merge: W ← W')
+            ft::ParamStore<T>& to = made->store;
+            ft::Rng rng(c.seed ^ 0x4c6f5241ULL);
+            for (const ft::ParamInfo& e : to.entries()) {
+                T* dst = to.theta() + e.offset;
+                if (const ft::ParamInfo* src = m.store.find(e.name)) {
+                    const T* from = m.store.W(ft::MatParam{src->offset, 1, src->size}).data;  // W' when adapted
+                    std::copy(from, from + e.size, dst);
+                } else if (e.name.size() > 7 && e.name.compare(e.name.size() - 7, 7, ".lora_A") == 0) {
+                    const double bound = 1.0 / std::sqrt(double(e.shape.back()));  // kaiming_uniform_(a=√5)
+                    for (index_t i = 0; i < e.size; ++i) dst[i] = T(bound * (2.0 * rng.uniform() - 1.0));
+                } else {
+                    std::fill(dst, dst + e.size, T(0));  // B = 0
+                }
+            }
+            made->dropout_step = m.dropout_step;
+            made->dropout_seed = m.dropout_seed;
+        }
+        d.replace(std::move(made));
+    }, d.u);
+}
+
 template <template <class> class Unit, class PyClass>
 void def_model_common(PyClass& cls) {
     using D = AnyDtype<Unit>;
@@ -185,6 +227,43 @@ void def_model_common(PyClass& cls) {
                                    });
                                },
                                "Number of trainable scalars in θ.");
+    cls.def(
+           "_lora",
+           [](D& d, const std::vector<std::string>& targets, const PyInt& r, double alpha, double dropout) {
+               ft::ModelConfig::Lora l{targets, index_t(int_arg(r, "r")), alpha, dropout};
+               if (l.r < 1) throw ft::ValueError("lora: r must be >= 1, got " + std::to_string(l.r));
+               ft::check_lora(l);
+               relora(d, l);
+           },
+           py::arg("targets"), py::arg("r"), py::arg("alpha"), py::arg("dropout"), "ft.lora's core (lora.hpp).")
+        .def(
+            "merge_lora",
+            [](D& d) {
+                if (d.visit([](auto& m) { return m.cfg.lora.targets.empty(); }))
+                    throw ft::ValueError("merge_lora: the model has no LoRA adapters (ft.lora adds them)");
+                relora(d, ft::ModelConfig::Lora{});
+            },
+            "LoRA (docs/variants.md): W ← W + (α/r)·B·A on every adapted matrix, and the adapters leave θ (their "
+            "<name>.lora_A, .lora_B entries). The outputs stay those of the adapted model, bit for bit. Views of "
+            "params taken before are of the old θ.")
+        .def_property_readonly(
+            "lora",
+            [](D& d) -> py::object {
+                return d.visit([](auto& m) -> py::object {
+                    const auto& l = m.cfg.lora;
+                    if (l.targets.empty()) return py::none();
+                    py::dict r;
+                    r["targets"] = py::tuple(py::cast(l.targets));
+                    r["r"] = l.r;
+                    r["alpha"] = l.alpha;
+                    r["dropout"] = l.dropout;
+                    py::list adapted;
+                    for (const auto& a : m.store.adapters()) adapted.append(a.name);
+                    r["adapted"] = adapted;
+                    return r;
+                });
+            },
+            "The LoRA adapters (ft.lora): targets, r, alpha, dropout and the adapted matrices' names; None without.");
     // dropout's counter and seed: unsigned 64-bit fields of every model, settable (seed_arg's checks)
     const auto u64_field = [&cls](const char* name, auto field, const char* doc) {
         cls.def_property(

@@ -57,6 +57,7 @@ from .hf import from_hf, load_hf, save_hf, to_hf  # noqa: E402  (weights in and 
 from ._torch_api import from_torch, to_torch  # noqa: E402
 from ._options import model_options  # noqa: E402  (the core's option schema)
 from .training import DTraining, EDTraining, ETraining, History  # noqa: E402
+from .lora import lora  # noqa: E402  (LoRA adapters)
 
 _Mapping.register(_core.ParamDict)
 
@@ -65,6 +66,6 @@ __version__ = "0.1.0"
 __all__ = sorted(
     {name for name in dir(_core) if not name.startswith("_")}
     | {"DTraining", "ETraining", "EDTraining", "History", "save", "load", "reference", "datasets", "vision",
-       "build_model", "kv_cache_bytes_per_token"}
+       "build_model", "kv_cache_bytes_per_token", "lora"}
     | {"from_hf", "to_hf", "save_hf", "load_hf", "to_torch", "from_torch", "model_options"}
 )

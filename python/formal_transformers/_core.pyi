@@ -539,12 +539,16 @@ class DTransformer(_HasParams):
         ...
     def __init__(self, *args, **kwargs) -> None:
         """
-        __init__(n_vocab, l_max, L, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', attention='softmax', n_features=None, feature_seed=0, mlp='gelu', rope_theta=10000.0, sliding_window=None, attention_chunk_size=None, kv_lora_rank=None, q_lora_rank=None, qk_rope_head_dim=None, qkv_bias=False, mask='causal', mtp_depth=0, mtp_weight=0.3, rotary_pct=1.0, block='pre_ln', fixnorm=False, dtype='float32', precision='float32')
+        __init__(n_vocab, l_max, L, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', attention='softmax', n_features=None, feature_seed=0, attn_logit_softcapping=None, query_pre_attn_scalar=None, mlp='gelu', rope_theta=10000.0, sliding_window=None, sliding_window_pattern=None, rope_local_base_freq=None, attention_chunk_size=None, kv_lora_rank=None, q_lora_rank=None, qk_rope_head_dim=None, qkv_bias=False, qk_norm=False, mask='causal', mtp_depth=0, mtp_weight=0.3, rope_scaling_factor=None, rotary_pct=1.0, block='pre_ln', fixnorm=False, embed_scale=None, final_logit_softcapping=None, sandwich_norm=False, dtype='float32', precision='float32')
         
         The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
         """
     def __repr__(self) -> str:
         ...
+    def _lora(self, targets: collections.abc.Sequence[str], r: typing.SupportsIndex, alpha: typing.SupportsFloat | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        """
+        ft.lora's core (lora.hpp).
+        """
     def attention_weights(self, layer: typing.SupportsIndex, seq: typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
         """
         softmax(S/√d_attn) of every head of `layer` in the last forward call: (H, ℓ, ℓ); column t is how token t attends to the tokens of its sequence.
@@ -572,6 +576,10 @@ class DTransformer(_HasParams):
     def loss_terms(self) -> list[float]:
         """
         The terms of the last loss or loss_and_grad call: [L_main, L_1, …, L_D] (V16 lines 6 and 8, sums over the batch; [L_main] without mtp_depth; [] before any call).
+        """
+    def merge_lora(self) -> None:
+        """
+        LoRA (docs/variants.md): W ← W + (α/r)·B·A on every adapted matrix, and the adapters leave θ (their <name>.lora_A, .lora_B entries). The outputs stay those of the adapted model, bit for bit. Views of params taken before are of the old θ.
         """
     def zero_grad(self) -> None:
         ...
@@ -627,6 +635,11 @@ class DTransformer(_HasParams):
     def l_max(self) -> int:
         ...
     @property
+    def lora(self) -> typing.Any:
+        """
+        The LoRA adapters (ft.lora): targets, r, alpha, dropout and the adapted matrices' names; None without.
+        """
+    @property
     def mask_token(self) -> int:
         """
         N_V − 3 (paper §4, 0-based)
@@ -677,6 +690,10 @@ class ETransformer(_HasParams):
         """
     def __repr__(self) -> str:
         ...
+    def _lora(self, targets: collections.abc.Sequence[str], r: typing.SupportsIndex, alpha: typing.SupportsFloat | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        """
+        ft.lora's core (lora.hpp).
+        """
     def attention_weights(self, layer: typing.SupportsIndex, seq: typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
         """
         softmax(S/√d_attn) of every head of `layer` in the last forward call: (H, ℓ, ℓ); column t is how token t attends to the tokens of its sequence.
@@ -717,6 +734,10 @@ class ETransformer(_HasParams):
     def loss_and_grad(self, x_tilde: typing.Any, x: typing.Any, copy: bool = True, *, segments: typing.Any = None) -> tuple[float, typing.Any]:
         """
         Algorithm 12 line 9 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad; segments: segment ids shaped like x (n_segments > 0).
+        """
+    def merge_lora(self) -> None:
+        """
+        LoRA (docs/variants.md): W ← W + (α/r)·B·A on every adapted matrix, and the adapters leave θ (their <name>.lora_A, .lora_B entries). The outputs stay those of the adapted model, bit for bit. Views of params taken before are of the old θ.
         """
     def set_bigbird_layouts(self, layouts: typing.Any) -> None:
         """
@@ -792,6 +813,11 @@ class ETransformer(_HasParams):
     def l_max(self) -> int:
         ...
     @property
+    def lora(self) -> typing.Any:
+        """
+        The LoRA adapters (ft.lora): targets, r, alpha, dropout and the adapted matrices' names; None without.
+        """
+    @property
     def mask_token(self) -> int:
         """
         N_V − 3 (paper §4, 0-based)
@@ -838,6 +864,10 @@ class EDTransformer(_HasParams):
         """
     def __repr__(self) -> str:
         ...
+    def _lora(self, targets: collections.abc.Sequence[str], r: typing.SupportsIndex, alpha: typing.SupportsFloat | typing.SupportsIndex, dropout: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        """
+        ft.lora's core (lora.hpp).
+        """
     def attention_weights(self, kind: str, layer: typing.SupportsIndex, seq: typing.SupportsIndex = 0) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
         """
         Attention matrices of the last forward call: kind 'enc' (ℓ_z, ℓ_z), 'dec' (ℓ_x, ℓ_x) or 'cross' (ℓ_z, ℓ_x), for every head: (H, rows, columns).
@@ -857,6 +887,10 @@ class EDTransformer(_HasParams):
     def loss_and_grad(self, z: typing.Any, x: typing.Any, copy: bool = True) -> tuple[float, typing.Any]:
         """
         Algorithm 11 line 5 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad.
+        """
+    def merge_lora(self) -> None:
+        """
+        LoRA (docs/variants.md): W ← W + (α/r)·B·A on every adapted matrix, and the adapters leave θ (their <name>.lora_A, .lora_B entries). The outputs stay those of the adapted model, bit for bit. Views of params taken before are of the old θ.
         """
     def zero_grad(self) -> None:
         ...
@@ -915,6 +949,11 @@ class EDTransformer(_HasParams):
     def l_max(self) -> int:
         ...
     @property
+    def lora(self) -> typing.Any:
+        """
+        The LoRA adapters (ft.lora): targets, r, alpha, dropout and the adapted matrices' names; None without.
+        """
+    @property
     def mask_token(self) -> int:
         """
         N_V − 3 (paper §4, 0-based)
@@ -960,7 +999,7 @@ class Adam:
         """
     def state_dict(self) -> dict:
         """
-        Steps taken and the moments m, v (flat, in parameter order): enough to resume.
+        Steps taken, the moments m, v of the trainable parameters (flat, in parameter order) and `ranges`, the (k, 2) [begin, end) offsets of the flat θ they cover: enough to resume.
         """
     def step(self, obj: typing.Any, grads: typing.Any = None, lr: typing.Any = None) -> None:
         """
@@ -1544,11 +1583,11 @@ def _bf16_allow_native(on: bool) -> None:
     """
     Private (tests): False runs bf16-mixed products emulated (bf16-rounded operands, float32 products) even where the CPU has bf16 instructions; True restores the default.
     """
-def _dtraining(model: typing.Any, x_data: typing.Any, options: _TrainOptions, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None, prefix_len: typing.Any = None, val_prefix_len: typing.Any = None) -> None:
+def _dtraining(model: typing.Any, x_data: typing.Any, options: _TrainOptions, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None, prefix_len: typing.Any = None, val_prefix_len: typing.Any = None, x_tilde: typing.Any = None) -> None:
     ...
 def _edtraining(model: typing.Any, z_data: typing.Any, x_data: typing.Any, options: _TrainOptions, optimizer: typing.Any, hook: typing.Any = None, z_val: typing.Any = None, x_val: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None) -> None:
     ...
-def _etraining(model: typing.Any, x_data: typing.Any, options: _TrainOptions, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None, prefix_len: typing.Any = None, val_prefix_len: typing.Any = None) -> None:
+def _etraining(model: typing.Any, x_data: typing.Any, options: _TrainOptions, optimizer: typing.Any, hook: typing.Any = None, val_data: typing.Any = None, history: typing.Any = None, early_stopping: typing.Any = None, replicas: typing.Any = None, prefix_len: typing.Any = None, val_prefix_len: typing.Any = None, x_tilde: typing.Any = None) -> None:
     ...
 def _flat_params(model: typing.Any) -> numpy.ndarray[typing.Any, numpy.dtype[typing.Any]]:
     """

@@ -210,7 +210,7 @@ def _make_trainer(args, opt, train_seqs, val_seqs, done: int, steps_left: int, e
         clip=1.0, max_steps=steps_left, eval_every=args.eval_every, val_data=val_seqs[: args.val_seqs] or None,
         start_step=done, progress=not args.quiet, nonfinite=getattr(args, "nonfinite", "raise"),
         patience=args.patience, min_delta=args.min_delta, restore_best=args.restore_best,
-        dist_timeout=getattr(args, "dist_timeout", 300.0),
+        dist_timeout=getattr(args, "dist_timeout", 300.0), trainable=getattr(args, "trainable", None),
     )
     if early is not None:
         try:
@@ -263,7 +263,7 @@ def _save_run(out: pathlib.Path, model, tok, opt, state: dict, h, done: int, sou
     if sd["t"]:
         from safetensors.numpy import save_file
 
-        opt_state = {"t": np.array([sd["t"]], dtype=np.int64), "m": sd["m"], "v": sd["v"]}
+        opt_state = {"t": np.array([sd["t"]], dtype=np.int64), "m": sd["m"], "v": sd["v"], "ranges": sd["ranges"]}
         io._replace_atomically(out / "optimizer.safetensors", lambda tmp: save_file(opt_state, tmp))
     hist = state.get("history", {})
     for k in h.KEYS if hasattr(h, "KEYS") else h:  # steps numbered over the whole run, across resumptions
@@ -392,7 +392,10 @@ def _load_optimizer(path: pathlib.Path, opt, model) -> None:
         t = st["t"]
         if t.shape != (1,) or not np.issubdtype(t.dtype, np.integer):
             raise ValueError(f"t must hold one integer step count, got shape {t.shape}, dtype {t.dtype}")
-        opt.load_state_dict(model, {"t": int(t[0]), "m": st["m"], "v": st["v"]})
+        state = {"t": int(t[0]), "m": st["m"], "v": st["v"]}
+        if "ranges" in st:  # the parameters the moments cover (--trainable); older runs: every trainable one
+            state["ranges"] = st["ranges"]
+        opt.load_state_dict(model, state)
     except KeyError as e:
         raise RunError(f"{path}: no tensor {e} (an optimizer state holds t, m and v)") from None
     except (ValueError, TypeError, IndexError) as e:
@@ -524,6 +527,9 @@ def _train_args(p: argparse.ArgumentParser, steps: int, lr: float = 1e-3):
     p.add_argument("--val-seqs", type=_int_at_least(1), default=500,
                    help="validation sequences used per evaluation (the first of the held-out split; 500 × 64 "
                         "tokens keep the demo's six evaluations to about 3 s)")
+    p.add_argument("--trainable", nargs="+", default=None, metavar="PATTERN",
+                   help="train only these parameters (names or glob patterns, e.g. '*gamma*' W_e); the others stay "
+                        "frozen (default: all). Recorded in run.json's args")
     p.add_argument("--seed", type=_int_at_least(0), default=0)
     p.add_argument("--threads", type=_int_at_least(0), default=0, help="0: all cores")
     p.add_argument("--resume", action="store_true", help="continue the run in --out (with any number of ranks)")

@@ -1166,6 +1166,94 @@ def mla_attention(X, W_o, *, H: int, qk_rope_head_dim: int, theta: float, mask, 
     return W_o @ np.concatenate(Y, axis=0)  # Algorithm 5 lines 3–4
 
 
+def rms1p_norm_columns(E: np.ndarray, gamma: np.ndarray, eps: float = 0.0) -> np.ndarray:
+    """The (1 + γ) RMS norm (Gemma's; norm="rms1p") on every column: ê = e / √(Σ e[i]²/d + eps) ⊙ (1 + γ), γ the
+    stored offset of the gain from 1."""
+    return rms_norm_columns(E, 1.0 + np.asarray(gamma), eps)
+
+
+def qk_norm(M, gamma, eps: float = 0.0, norm: str = "rms") -> np.ndarray:
+    """Algorithm V24 lines 1′/2′ (QK-norm): M (heads, d_attn, ℓ), every head's columns normalised by the model's
+    RMS norm ("rms", or "rms1p": Gemma's (1 + γ)) with the one gain γ (d_attn,) of queries (or of keys)."""
+    if norm not in ("rms", "rms1p"):
+        raise ValueError(f"qk_norm normalises with an RMS norm: norm must be 'rms' or 'rms1p', got {norm!r}")
+    f = rms1p_norm_columns if norm == "rms1p" else rms_norm_columns
+    return np.stack([f(np.asarray(M[h], dtype=np.float64), gamma, eps) for h in range(len(M))])
+
+
+def soft_cap(S, cap) -> np.ndarray:
+    """Soft-capping (Gemma 2): c·tanh(S / c) element-wise; cap None or 0: S unchanged."""
+    return np.asarray(S, dtype=np.float64) if not cap else cap * np.tanh(np.asarray(S, dtype=np.float64) / cap)
+
+
+def capped_mhattention(X, W_q, W_k, W_v, W_o, mask, *, theta: float = 10000.0, q0: int = 0, gamma_q=None,
+                       gamma_k=None, eps: float = 0.0, norm: str = "rms", query_pre_attn_scalar=None,
+                       attn_logit_softcapping=None, rope_scaling_factor=None) -> np.ndarray:
+    """Algorithm 5 (self-attention, no biases, V3's H_kv heads, V1 RoPE at q0, q0+1, …) with V24's QK-norm (gamma_q,
+    gamma_k given) and the 'softcap' head kernel (V25): line 4's S ← Kᵀ Q / √s with s = query_pre_attn_scalar (None:
+    d_attn), then S ← c·tanh(S / c) with c = attn_logit_softcapping (None: no cap), then lines 5–6. RoPE at the
+    positions p / f with f = rope_scaling_factor (linear scaling; None: 1)."""
+    H, H_kv, d = W_q.shape[0], W_k.shape[0], W_q.shape[1]
+    l = X.shape[1]
+    p = (q0 + np.arange(l)) / (rope_scaling_factor or 1.0)
+    Q = np.stack([W_q[h] @ X for h in range(H)])  # line 1
+    K = np.stack([W_k[g] @ X for g in range(H_kv)])  # line 2
+    if gamma_q is not None:  # V24 lines 1′, 2′
+        Q, K = qk_norm(Q, gamma_q, eps, norm), qk_norm(K, gamma_k, eps, norm)
+    s = d if query_pre_attn_scalar is None else query_pre_attn_scalar
+    Y = []
+    for h in range(H):
+        g = h // (H // H_kv)
+        Kg = rope(K[g], p, theta)  # (self-attention: the keys at the same positions as the queries)
+        S = soft_cap(Kg.T @ rope(Q[h], p, theta) / math.sqrt(s), attn_logit_softcapping)  # line 4 (V25)
+        S = np.where(mask, S, -np.inf)  # line 5
+        Y.append(W_v[g] @ X @ softmax(S))  # line 6
+    return W_o @ np.concatenate(Y, axis=0)
+
+
+def gemma_layer_kinds(L: int, sliding_window=None, sliding_window_pattern=None) -> list:
+    """V26: which layers attend locally (a sliding window of w keys) and which globally (causal): with a window,
+    layer l (0-based) is global when (l + 1) is a multiple of the pattern p, local otherwise (p None: every layer
+    local); without a window every layer is global."""
+    if sliding_window is None:
+        return ["global"] * L
+    return ["global" if sliding_window_pattern and (l + 1) % sliding_window_pattern == 0 else "local" for l in range(L)]
+
+
+def gemma_transformer(x, params, *, L: int, H: int, eps: float = 1e-6, rope_theta: float = 10000.0,
+                      sliding_window=None, sliding_window_pattern=None, rope_local_base_freq=None,
+                      qk_norm: bool = False, query_pre_attn_scalar=None, attn_logit_softcapping=None,
+                      final_logit_softcapping=None, embed_scale=None, rope_scaling_factor=None,
+                      logits: bool = False) -> np.ndarray:
+    """Gemma 2 / Gemma 3 (text) as Algorithm 10 with their parts: the embedding times embed_scale (√d_e), norm
+    "rms1p" everywhere, sandwich layers (V27: X ← X + norm(MHAttention(norm(X | γ¹)) | γ¹′), then X ← X +
+    norm(GeGLU(norm(X | γ²)) | γ²′)), per-layer local/global attention (V26, gemma_layer_kinds) with RoPE θ =
+    rope_local_base_freq on the local layers, V24's QK-norm, V25's scale and soft-capping of the scores, and the
+    final logits soft-capped: P = softmax(c_f·tanh(W_u X / c_f)). rope_scaling_factor f: RoPE at positions p / f in the
+    layers with θ = rope_theta (a local layer with rope_local_base_freq is unscaled)."""
+    x = np.asarray(x)
+    l = len(x)
+    X = token_embedding(x, params["W_e"]) * (1.0 if embed_scale is None else embed_scale)  # lines 1–3
+    kinds = gemma_layer_kinds(L, sliding_window, sliding_window_pattern)
+    n = lambda A, g: rms1p_norm_columns(A, params[g], eps)
+    for i in range(L):  # line 4
+        pfx, a = f"layers.{i}.", f"layers.{i}.attn."
+        local = kinds[i] == "local"
+        mask = decoder_mask(l, sliding_window=sliding_window if local else None)
+        own = local and rope_local_base_freq is not None
+        theta = rope_local_base_freq if own else rope_theta
+        A = capped_mhattention(n(X, pfx + "gamma1"), params[a + "W_q"], params[a + "W_k"], params[a + "W_v"],
+                               params[a + "W_o"], mask, theta=theta, gamma_q=params.get(a + "gamma_q") if qk_norm else None,
+                               gamma_k=params.get(a + "gamma_k") if qk_norm else None, eps=eps, norm="rms1p",
+                               query_pre_attn_scalar=query_pre_attn_scalar, attn_logit_softcapping=attn_logit_softcapping,
+                               rope_scaling_factor=None if own else rope_scaling_factor)
+        X = X + n(A, pfx + "gamma1_post")  # lines 5–6 with the sandwich's second norm
+        M = geglu_mlp(n(X, pfx + "gamma2"), params[pfx + "W_gate"], params[pfx + "W_mlp1"], params[pfx + "W_mlp2"])
+        X = X + n(M, pfx + "gamma2_post")  # lines 7–8
+    Z = soft_cap(_unembedding_matrix(params) @ n(X, "gamma"), final_logit_softcapping)  # line 10, the logits
+    return Z if logits else softmax(Z)  # line 11
+
+
 def silu(x) -> np.ndarray:
     """SiLU(x) = x σ(x) = x / (1 + e^{−x}), element-wise."""
     x = np.asarray(x, dtype=np.float64)
@@ -1184,7 +1272,8 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
                           eps: float = 1e-5, positional: str = "learned", rope_theta: float = 10000.0,
                           mlp: str = "gelu", logits: bool = False, mask: str = "causal", prefix_len: int = 0,
                           sliding_window=None, qk_rope_head_dim=None, fixnorm: bool = False, attention: str = "softmax",
-                          features=None, mtp_depth: int = 0, block: str = "pre_ln", rotary_pct: float = 1.0):
+                          features=None, mtp_depth: int = 0, qk_norm: bool = False, block: str = "pre_ln",
+                          rotary_pct: float = 1.0):
     """Algorithm V6: DTransformer with the variants. H_kv and bias=False are read off params (W_k's heads,
     absent b's; V20's qkv_bias: b_q, b_k, b_v present, b_o and the MLP's absent); positional="rope" | "alibi" has
     no W_p (any length ℓ); mlp="swiglu" uses W_gate, mlp="relu" (V21) the MLP with φ = ReLU;
@@ -1192,10 +1281,11 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
     norm="scale": ScaleNorm (V12) with the scalar g stored as gamma1/gamma2/gamma; fixnorm: FixNorm's
     unit-norm token embedding (V13) at line 2; attention="performer" | "rfa" (V15): features[l] is layer l's Ω
     (ft.random_feature_matrix). mtp_depth = D > 0 (V16): returns (the logits W_u X, [the logits of module k,
-    (N_V, ℓ − k), for k = 1..D]) instead. block="parallel": every layer is parallel_block's (GPT-NeoX) in place of
-    lines 5–8 (the V16 modules keep lines 5–8). rotary_pct: V1 on the first ⌊d_attn · rotary_pct⌋ rows of each head."""
-    if norm not in ("layer", "rms", "scale"):
-        raise ValueError(f"norm must be 'layer', 'rms' or 'scale', got {norm!r}")
+    (N_V, ℓ − k), for k = 1..D]) instead. norm="rms1p": the (1 + γ) RMS norm; qk_norm: V24 (no biases) with each
+    layer's gamma_q, gamma_k. block="parallel": every layer is parallel_block's (GPT-NeoX) in place of lines 5–8 (the
+    V16 modules keep lines 5–8). rotary_pct: V1 on the first ⌊d_attn · rotary_pct⌋ rows of each head."""
+    if norm not in ("layer", "rms", "scale", "rms1p"):
+        raise ValueError(f"norm must be 'layer', 'rms', 'scale' or 'rms1p', got {norm!r}")
     x = np.asarray(x)
     get = params.get
     l = len(x)  # line 1
@@ -1209,6 +1299,8 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
     def nrm(X, g, b):
         if norm == "scale":
             return scale_norm_columns(X, params[g], eps)
+        if norm == "rms1p":
+            return rms1p_norm_columns(X, params[g], eps)
         return rms_norm_columns(X, params[g], eps) if norm == "rms" else layer_norm_columns(X, params[g], params[b], eps)
 
     def attn(X_tilde, p, Omega=None):  # MHAttention(X̃ | W_l, Mask) of line 6, with the variants
@@ -1220,6 +1312,14 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
                                  mask=decoder_mask(X_tilde.shape[1], mask=mask, prefix_len=prefix_len,
                                                    sliding_window=sliding_window),
                                  **{k: get(a + k) for k in ("W_dkv", "gamma_kv", "W_ukv", "W_dq", "gamma_q", "W_uq", "W_q")})
+        if qk_norm:  # line 6 with V24
+            if any(a + b in params for b in ("b_q", "b_k", "b_v", "b_o")):
+                raise ValueError("the reference's QK-norm attention has no biases (bias=False)")
+            return capped_mhattention(X_tilde, params[a + "W_q"], params[a + "W_k"], params[a + "W_v"], params[a + "W_o"],
+                                      decoder_mask(X_tilde.shape[1], mask=mask, prefix_len=prefix_len,
+                                                   sliding_window=sliding_window),
+                                      theta=rope_theta, gamma_q=params[a + "gamma_q"], gamma_k=params[a + "gamma_k"],
+                                      eps=eps, norm=norm)
         return gqa_mhattention(X_tilde, X_tilde, params[a + "W_q"], get(a + "b_q"), params[a + "W_k"],
                                get(a + "b_k"), params[a + "W_v"], get(a + "b_v"), params[a + "W_o"],
                                get(a + "b_o"), decoder_mask(X_tilde.shape[1], mask=mask, prefix_len=prefix_len,
@@ -1269,7 +1369,7 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
 
 
 def parallel_block(X, attn, mlp, norm1, norm2) -> np.ndarray:
-    """GPT-NeoX's parallel residual (block='parallel', docs/variants.md V23), in place of Algorithm 10's lines 5–8:
+    """GPT-NeoX's parallel residual (block='parallel', docs/variants.md V28), in place of Algorithm 10's lines 5–8:
         1  X̃₁ ← norm(X | γ_l¹, β_l¹)
         2  X̃₂ ← norm(X | γ_l², β_l²)
         3  X ← X + MHAttention(X̃₁ | W_l, Mask) + MLP(X̃₂)
@@ -1383,3 +1483,24 @@ def vit(images, params, *, H: int, patch_size: int, eps: float = 1e-12, gelu: st
         out.append(params["W_c"] @ x + params["b_c"])  # line 12: z ← W_c x + b_c
     Z = np.stack(out, axis=1)
     return Z if logits else softmax(Z)  # line 13: return P = softmax(z)
+
+
+# ---------------------------------------------------------------------------------------------------
+# LoRA (Hu et al. 2021; docs/variants.md "LoRA", cpp/src/variants/lora.cpp)
+
+def lora_weight(W, A, B, *, alpha: float, r: int) -> np.ndarray:
+    """Line 1 of the LoRA listing: W' = W + (α/r)·B·A. W is (d_out, d_in), or stacked heads (H, d, d_in) whose row
+    blocks make the (H·d, d_in) matrix; A (r, d_in), B (H·d or d_out, r). Returns W' in W's shape."""
+    W = np.asarray(W)
+    return W + (alpha / r) * (np.asarray(B) @ np.asarray(A)).reshape(W.shape)
+
+
+def lora_params(params: dict, *, alpha: float, r: int) -> dict:
+    """θ with every adapter folded in: each <name>.lora_A / <name>.lora_B pair replaced by W' = lora_weight(...)
+    at <name> (what the listings compute with, and what merge_lora stores)."""
+    out = {k: np.asarray(v) for k, v in params.items() if not k.endswith((".lora_A", ".lora_B"))}
+    for k in params:
+        if k.endswith(".lora_A"):
+            name = k[: -len(".lora_A")]
+            out[name] = lora_weight(params[name], params[k], params[name + ".lora_B"], alpha=alpha, r=r)
+    return out

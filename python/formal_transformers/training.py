@@ -343,8 +343,13 @@ class ETraining(_Trainer):
         self.val_data = val_data
         self._check_early_stopping()
 
-    def __call__(self, x_data, model):
-        return self._run(_core._etraining, (model, x_data), model, (x_data,), (self.val_data,), val_data=self.val_data)
+    def __call__(self, x_data, model, x_tilde=None):
+        """x_tilde (optional): fixed masks — the masked sequence x̃ of each sequence of x_data (same lengths, its
+        positions equal to mask_token scored), used at every visit instead of drawing lines 4–6 (a task whose
+        masked positions are given, e.g. a label slot)."""
+        extra = {} if x_tilde is None else {"x_tilde": x_tilde}
+        return self._run(_core._etraining, (model, x_data), model, (x_data,), (self.val_data,), val_data=self.val_data,
+                         **extra)
 
     def drawn_masks(self, x_data, model) -> list:
         """The masked sequences x̃ that lines 4–6 of this trainer draw when it runs on x_data: one list per step

@@ -185,12 +185,17 @@ TEST(ModelConfig, ReprAndSignature) {
                       0),
               0u)
         << r;
-    EXPECT_NE(r.find("attention='softmax', n_features=None, feature_seed=0, mlp='gelu', rope_theta=500000.0, "
-                     "sliding_window=None, attention_chunk_size=None, kv_lora_rank=None, q_lora_rank=None, "
-                     "qk_rope_head_dim=None, qkv_bias=False, mask='causal', "),
+    EXPECT_NE(r.find("attention='softmax', n_features=None, feature_seed=0, attn_logit_softcapping=None, "
+                     "query_pre_attn_scalar=None, mlp='gelu', rope_theta=500000.0, sliding_window=None, "
+                     "sliding_window_pattern=None, rope_local_base_freq=None, attention_chunk_size=None, "
+                     "kv_lora_rank=None, q_lora_rank=None, qk_rope_head_dim=None, qkv_bias=False, qk_norm=False, "
+                     "mask='causal', "),
               std::string::npos)
         << r;
-    EXPECT_NE(r.find(", fixnorm=False, dtype='float32')"), std::string::npos) << r;
+    EXPECT_NE(r.find(", fixnorm=False, embed_scale=None, final_logit_softcapping=None, sandwich_norm=False, "
+                     "dtype='float32')"),
+              std::string::npos)
+        << r;
     EXPECT_NE(ModelConfig::signature(Arch::D).find("rope_theta=10000.0, sliding_window=None"), std::string::npos);
     const std::string sig = ModelConfig::signature(Arch::E);
     EXPECT_EQ(sig.rfind("n_vocab, l_max, L, H, d_e, d_mlp, d_f, *, d_attn=None, d_mid=None, positional='learned', ", 0), 0u)

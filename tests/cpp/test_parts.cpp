@@ -162,6 +162,9 @@ TEST(Registry, NamesAndClearErrors) {
     EXPECT_TRUE(has(PartKind::QKVSource, "qkv_bias"));    // V20 (variants/qkv_bias.cpp)
     EXPECT_TRUE(has(PartKind::Norm, "rms"));
     EXPECT_TRUE(has(PartKind::Norm, "scale"));
+    EXPECT_TRUE(has(PartKind::Norm, "rms1p"));
+    EXPECT_TRUE(has(PartKind::QKVSource, "qk_norm"));
+    EXPECT_TRUE(has(PartKind::HeadKernel, "softcap"));
     EXPECT_NO_THROW(check_part_name(PartKind::Norm, "layer", "norm"));
     try {
         check_part_name(PartKind::Position, "xpos", "positional");

@@ -24,6 +24,25 @@ ModelConfig mistral_like(Positional pos, index_t l_max, index_t w) {
 }
 }  // namespace
 
+// V26: with sliding_window_pattern p, layer l is global (Algorithm 10's causal mask) when l + 1 is a multiple of p,
+// local (the window, with rope_local_base_freq as θ) otherwise; the model's window() is 0 when a layer reads every key
+TEST(SlidingWindow, LocalAndGlobalLayers) {
+    ModelConfig c = mistral_like(Positional::Rope, 8, 3);
+    c.L = 3;
+    c.part_options.set("sliding_window_pattern", std::int64_t(2));
+    c.part_options.set("rope_local_base_freq", 50.0);
+    const DTransformer<double> m(c);
+    EXPECT_EQ(m.layer[0]->attn.mask.window(), 3);
+    EXPECT_EQ(m.layer[1]->attn.mask.window(), 0);
+    EXPECT_EQ(m.layer[2]->attn.mask.window(), 3);
+    EXPECT_EQ(m.layer[0]->attn.var.rope_theta, 50.0);
+    EXPECT_EQ(m.layer[1]->attn.var.rope_theta, c.rope_theta);
+    EXPECT_EQ(m.window(), 0);
+    ModelConfig no_window = fttest::llama_like(Positional::Rope, 8);
+    no_window.part_options.set("sliding_window_pattern", std::int64_t(2));
+    EXPECT_THROW(resolve(no_window, Arch::D), ValueError);  // the pattern needs the window
+}
+
 TEST(SlidingWindow, MaskIsTheLastWKeys) {
     for (index_t w : {1, 2, 5}) {
         const Mask m = window_mask(std::int64_t(w));
@@ -114,8 +133,10 @@ TEST(SlidingWindow, ConfigChecks) {
 TEST(SlidingWindow, TheMaskPartOwnsItsOption) {
     const PartRow* row = find_part_row(PartKind::Mask, "sliding_window");
     ASSERT_NE(row, nullptr);
-    ASSERT_EQ(row->options.size(), 1u);
+    ASSERT_EQ(row->options.size(), 3u);  // the window, and V26's layer pattern and the local layers' RoPE θ
     EXPECT_STREQ(row->options[0].name, "sliding_window");
+    EXPECT_STREQ(row->options[1].name, "sliding_window_pattern");
+    EXPECT_STREQ(row->options[2].name, "rope_local_base_freq");
     EXPECT_EQ(part_row_of_option("sliding_window"), row);
     EXPECT_NE(ModelConfig::signature(Arch::D).find("sliding_window=None"), std::string::npos);
     EXPECT_EQ(ModelConfig::signature(Arch::E).find("sliding_window"), std::string::npos);  // a D option only

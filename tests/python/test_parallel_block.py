@@ -1,4 +1,4 @@
-"""GPT-NeoX's parallel residual (docs/variants.md V23), the worked example of a block added as one part
+"""GPT-NeoX's parallel residual (docs/variants.md V28), the worked example of a block added as one part
 (cpp/src/variants/parallel_block.cpp and its registry row): X ← X + MHAttention(LN₁(X)) + MLP(LN₂(X)) in place of
 Algorithm 10's lines 5–8. The core against reference.py (float64 ≤ 1e-12, float32 ≤ 1e-5) and its gradients
 against torch autograd are test_variants.py's "parallel" and "neox" rows; here: the definition, finite differences,
@@ -122,3 +122,10 @@ def test_only_a_decoder_takes_it():
         ft.EDTransformer(V, 16, 1, 1, 2, 8, 12, block="parallel")
     with pytest.raises(ValueError, match="block must be 'pre_ln', 'post_ln' or 'parallel', got 'neox'"):
         ft.DTransformer(V, 16, 1, 2, 8, 12, block="neox")
+
+
+def test_sandwich_norms_are_the_pre_ln_blocks():
+    # V27's second norms sit after each sublayer of the pre-LN block; the parallel block refuses them by name
+    with pytest.raises(ValueError, match="block='parallel' has no sandwich_norm"):
+        ft.DTransformer(V, 16, 1, 2, 8, 12, block="parallel", sandwich_norm=True)
+    assert ft.DTransformer(V, 16, 1, 2, 8, 12, sandwich_norm=True).config["block"] == "pre_ln"

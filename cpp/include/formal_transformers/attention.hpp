@@ -257,7 +257,7 @@ public:
 
 private:
     const T* bias(const ParamStore<T>& s, const VecParam& b) const { return has_bias ? s.v(b) : nullptr; }
-    T* dbias(ParamStore<T>& s, const VecParam& b) const { return has_bias ? s.dv(b) : nullptr; }
+    T* dbias(ParamStore<T>& s, const VecParam& b) const { return has_bias ? s.grad_if_trained(b) : nullptr; }
     index_t d_x = 0, Dq = 0, Dk = 0, Dv = 0;  // H·d_attn, H_kv·d_attn, H_kv·d_mid
     bool has_bias = true;
 };
@@ -336,7 +336,7 @@ public:
 
 private:
     const T* bias(const ParamStore<T>& s, const VecParam& b) const { return var.bias ? s.v(b) : nullptr; }
-    T* dbias(ParamStore<T>& s, const VecParam& b) const { return var.bias ? s.dv(b) : nullptr; }
+    T* dbias(ParamStore<T>& s, const VecParam& b) const { return var.bias ? s.grad_if_trained(b) : nullptr; }
     // Algorithm 5 lines 1–3: every (sequence, head) block through the call's kernel: Q, K, V (all heads) ->
     // Y = [Y¹; …; Y^H] (and what the kernel keeps in c); queries at q0 + …; cache: decoding's KV cache.
     void heads(const ParamStore<T>& store, CMatView<T> Q, const Seqs& sx, CMatView<T> K, CMatView<T> V,

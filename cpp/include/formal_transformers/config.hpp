@@ -111,9 +111,25 @@ struct ModelConfig {
     // every head of a layer shares head 0's draw, the rule before the heads had their own — the one a saved
     // BigBird config without bigbird_draw means (io.hpp, io.py: such files load with it and give their old outputs).
     enum class BigBirdDraw { PerHead, PerLayer } bigbird_draw = BigBirdDraw::PerHead;
+    // Gemma 2 and 3 (docs/variants.md V25, V27; D only): embed_scale s: line 1 returns s · W_e[:, v] (Gemma: √d_e in the
+    // model's dtype; 0: None, the listing); final_logit_softcapping c_f: the logits c_f·tanh(W_u X / c_f) (0: None);
+    // sandwich_norm: every sublayer's output normalised before its residual add, X ← X + norm(f(norm(X | γ)) | γ′).
+    double embed_scale = 0, final_logit_softcapping = 0;
+    bool sandwich_norm = false;
     // The options the parts own (their rows declare them: e.g. V8's window w, the sliding-window mask's); the
     // parts read them, unset ones have their declared defaults.
     PartOptionValues part_options;
+    // LoRA (docs/variants.md, lora.hpp): adapters W' = W + (α/r)·B·A on the matrices named by `targets` (empty:
+    // none). Not an option of the constructors: ft.lora adds them to a model, merge_lora removes them; ft.save
+    // writes them beside the config (io.cpp).
+    struct Lora {
+        std::vector<std::string> targets;
+        index_t r = 0;
+        double alpha = 0, dropout = 0;
+        bool operator==(const Lora& o) const {
+            return targets == o.targets && r == o.r && alpha == o.alpha && dropout == o.dropout;
+        }
+    } lora;
 
     index_t mask_token() const { return n_vocab - 3; }
     index_t bos_token() const { return bos_id >= 0 ? bos_id : n_vocab - 2; }

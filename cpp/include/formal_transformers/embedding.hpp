@@ -43,6 +43,7 @@ public:
     index_t n_vocab, d_e;
     bool fixnorm = false;
     double eps = 0.0;
+    double scale = 0.0;  // Gemma (embed_scale): line 1 returns scale · W_e[:, v]; 0: the listing
     MatParam W_e;
 };
 

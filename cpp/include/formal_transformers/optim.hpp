@@ -60,8 +60,10 @@ public:
     using value_type = T;
     Adam(double lr, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8, double weight_decay = 0.0,
          bool decoupled = true);
-    // One step with the flat gradient g (store.size() entries); the first step sizes m and v to the store.
-    // ValueError if later called with a store of another size.
+    // One step with the flat gradient g (store.size() entries) over the store's trainable ranges; the first
+    // step sizes m and v to those ranges (the parameters that train: a frozen one has no moments) and keeps
+    // them in `ranges`. ValueError if later called with other trainable ranges (another model, or another
+    // choice of trainable parameters).
     void step(ParamStore<T>& store, const T* g, double lr_now = -1);
     // One step of anything holding a ParamStore `store` (a model, a unit) with its own gradient (grads())
     template <class M>
@@ -73,7 +75,9 @@ public:
     double lr, beta1, beta2, eps, weight_decay;
     bool decoupled;
     index_t t = 0;          // steps taken
-    Vector<T> m, v;         // first and second moments, flat like θ
+    Vector<T> m, v;         // first and second moments of the trainable parameters only: the ranges of θ in
+                            // `ranges`, one after the other
+    std::vector<std::pair<index_t, index_t>> ranges;  // [begin, end) of θ that m and v cover (empty before a step)
 };
 
 // Adam's update of n entries (the loop of Adam::step), given the step's coefficients: a vectorised kernel

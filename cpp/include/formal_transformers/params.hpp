@@ -3,6 +3,7 @@
 // parameter as a zero-copy view. The buffers are allocated once and never move, so views stay valid.
 #pragma once
 
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -50,8 +51,21 @@ public:
     // Mark a declared parameter as fixed: it stays in θ (and in `params`) but optimizers skip it and no
     // backward writes its gradient (sinusoidal W_p).
     void freeze(index_t offset);
-    // The trainable part of the flat buffer as [begin, end) ranges (merged), for optimizers.
+    // The trainable part of the flat buffer as [begin, end) ranges (merged), for optimizers: the parameters
+    // neither fixed (freeze) nor left out of the current training run (train_only).
     std::vector<std::pair<index_t, index_t>> trainable_ranges() const;
+    // A training run on a subset of θ (the trainers' `trainable=`): train[k] says whether entries()[k] trains.
+    // Until clear_train_only(), the others are frozen as fixed ones are: the optimizers skip them and the
+    // backward passes that can leave a frozen weight's gradient out do (grad_if_trained: its gradient stays
+    // as zero_grad left it). θ, its names and the gradient buffer keep their layout.
+    void train_only(const std::vector<bool>& train);
+    void clear_train_only();
+    bool trains(const ParamInfo& e) const;  // e trains in the current run: not fixed and not left out
+    // The gradient of the parameter at `offset` when it trains in the current run, else null (a backward
+    // that receives null skips that gradient's product: affine_backward's dW, db).
+    T* grad_if_trained(index_t offset);
+    template <class P>
+    T* grad_if_trained(const P& p) { return grad_if_trained(p.offset); }
     // Tied weights (W_u = W_eᵀ) are not a second entry: the model uses W_e transposed (transformers.hpp).
 
     void allocate();  // zero-filled; once
@@ -67,13 +81,35 @@ public:
     T* grad() { return grad_.data(); }
     const T* grad() const { return grad_.data(); }
 
-    MatView<T> W(const MatParam& p) { return {theta_.data() + p.offset, p.rows, p.cols}; }
-    CMatView<T> W(const MatParam& p) const { return {theta_.data() + p.offset, p.rows, p.cols}; }
+    // The weight the listings compute with: θ's W, or W' = W + s·B·A when W carries a LoRA adapter (lora.cpp)
+    MatView<T> W(const MatParam& p) {
+        if (const T* e = adapted(p.offset)) return {const_cast<T*>(e), p.rows, p.cols};
+        return {theta_.data() + p.offset, p.rows, p.cols};
+    }
+    CMatView<T> W(const MatParam& p) const {
+        if (const T* e = adapted(p.offset)) return {e, p.rows, p.cols};
+        return {theta_.data() + p.offset, p.rows, p.cols};
+    }
     MatView<T> dW(const MatParam& p) { return {grad_.data() + p.offset, p.rows, p.cols}; }
     T* v(const VecParam& p) { return theta_.data() + p.offset; }
     const T* v(const VecParam& p) const { return theta_.data() + p.offset; }
     T* dv(const VecParam& p) { return grad_.data() + p.offset; }
 
+    // LoRA (docs/variants.md, lora.cpp): the matrix at W_offset [rows, cols] is used as W' = W + s·B·A, with
+    // A [r, cols] and B [rows, r] parameters of this store (declared before allocate()).
+    struct Adapter {
+        std::string name;  // W's
+        index_t W, A, B, rows, cols, r;
+        double scale;      // s = α / r
+        index_t at = 0;    // W' in the adapted buffer
+    };
+    void adapt(const Adapter& a);
+    const std::vector<Adapter>& adapters() const { return adapters_; }
+    // line 1 of the listing for every adapter whose W, A or B changed since its W' was computed (all of them
+    // after allocate()); called by every forward (TokenEmbedding::forward, the first line of each listing)
+    void refresh_adapters() const;
+    // the backward lines: ∂loss/∂A, ∂loss/∂B from ∂loss/∂W' (which the listings' backward left in W's gradient)
+    void adapters_backward();
     void zero_grad();
     // Initialisation helpers (seeded; see the init table in README.md).
     void fill(index_t offset, index_t n, T value);
@@ -84,6 +120,16 @@ private:
     std::vector<ParamInfo> entries_;
     std::unordered_map<std::string, std::size_t> index_;  // name -> position in entries_ (a scan made
                                                           // declaring L layers quadratic in L)
+    std::vector<bool> left_out_;
+    std::vector<Adapter> adapters_;
+    std::unordered_map<index_t, std::size_t> adapted_at_;  // W offset -> its adapter
+    mutable std::vector<T> eff_, seen_;                    // W' of each adapter; the W, A, B it was made from
+    mutable std::mutex adapters_mutex_;
+    const T* adapted(index_t offset) const {
+        if (adapted_at_.empty()) return nullptr;
+        const auto it = adapted_at_.find(offset);
+        return it == adapted_at_.end() ? nullptr : eff_.data() + adapters_[it->second].at;
+    }                          // train_only: per entry, frozen for this run (empty: none)
     index_t total_ = 0;
     bool allocated_ = false;
     Vector<T> theta_, grad_;

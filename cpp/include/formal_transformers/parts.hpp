@@ -21,6 +21,7 @@
 // is immutable afterwards (shared between copies of a model); its activations live in the caller's caches.
 #pragma once
 
+#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
@@ -97,6 +98,9 @@ struct AttnVariant {
     // lines 4–6 estimated with random features (V15, random_features.hpp; its options n_features, feature_seed in
     // `options`); Softmax: the listing
     AttnKernel kernel = AttnKernel::Softmax;
+    // the model's norm part and its eps (V24's QK-norm, variants/qk_norm.cpp, normalises each head with it)
+    std::string norm = "rms";
+    double eps = 1e-5;
 };
 // What a position part is made from: the attention's sizes and options.
 struct AttnSpec {
@@ -244,6 +248,10 @@ public:
     // dropout the block's entries of c.drop.keep): attention_weights on demand after a kernel that forms no A
     virtual void weights(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk,
                          const MHAttentionCache<T>& c, MatView<T> A) const = 0;
+    // Line 4's scores as the kernel forms them, for a decoder that forms one query's scores itself (paged decoding):
+    // S ← score_scale · Kᵀ q, then transform_scores on the candidates (the listing: 1/√d_attn, none; V25: 1/√s, c·tanh(·/c))
+    virtual T score_scale(index_t d_attn) const { return T(1) / std::sqrt(T(d_attn)); }
+    virtual void transform_scores(T* S, index_t n) const { (void)S, (void)n; }
     // Decoding: before new columns are appended to the cache (V15: the cached ones folded into its running
     // state, cache.state)
     virtual void before_append(KVCache<T>& cache, index_t H_kv, index_t d_attn, index_t d_mid) const {

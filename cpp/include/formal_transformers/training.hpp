@@ -113,6 +113,11 @@ struct TrainOptions {
     double weight_decay = 0.0, beta1 = 0.9, beta2 = 0.999;
     double dist_timeout = 300.0;
     index_t sync_check_every = 100;
+    // Which parameters train (names or glob patterns of θ's names, fnmatch's *, ?, [...]; empty: all). The
+    // others are frozen for the run: no update, no optimizer moments, no gradient product where a backward can
+    // leave it out (ParamStore::train_only); θ and its gradient buffer keep their layout. A pattern that matches
+    // no parameter is a ValueError naming it, before anything changes (resolve_trainable).
+    std::vector<std::string> trainable;
 
     void check() const;             // ValueError naming a bad value (the schema's ranges, then Adam's own check)
     // The options of `listing` from keyword arguments (OptionValue: config.hpp), checked: TypeError for an
@@ -125,6 +130,14 @@ struct TrainOptions {
     // One line per option of `listing`: "name=default  what it does" (the trainers' docstrings).
     static std::string doc(Listing listing);
 };
+
+// fnmatch's rule on a whole name: * any run of characters (dots too), ? one character, [abc] / [a-z] / [!abc] one
+// of a set; anything else itself.
+bool glob_match(const std::string& pattern, const std::string& name);
+// o.trainable against θ's names: per entry of store.entries(), whether it trains in the run (all of them when
+// o.trainable is empty). ValueError naming the first pattern that matches no parameter.
+template <class T>
+std::vector<bool> resolve_trainable(const TrainOptions& o, const ParamStore<T>& store);
 
 // NonFiniteError (optim.hpp): a step's loss or gradient norm is NaN or infinite, or its update would make θ
 // non-finite, and TrainOptions::nonfinite is Raise (Python: FloatingPointError). Thrown before that step's
@@ -209,6 +222,9 @@ struct Dataset {
     // V7 (DTraining of a model with mask = Prefix): the prefix length p_n of every sequence (empty: none). Only the
     // predictions after each prefix count (docs/variants.md V7, line 5′).
     std::vector<index_t> prefix;
+    // ETraining with fixed masks: x̃ of every sequence, laid out as ids (empty: lines 4–6 draw them each visit). A
+    // task whose masked positions are given (predict these tokens from those) instead of Algorithm 12's random ones.
+    std::vector<index_t> tilde;
     index_t size() const { return s.count(); }
 };
 

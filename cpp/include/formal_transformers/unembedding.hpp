@@ -45,6 +45,11 @@ public:
     void add_bias(ParamStore<T>& store, const std::string& name = "b_u");
     bool has_bias = false;
     VecParam b;
+
+    // Gemma 2's final soft-capping (final_logit_softcapping c > 0): logits (and forward) return c·tanh(Z / c) for Z =
+    // W_u X; softcap_backward takes ∂loss/∂ the capped logits Zc to ∂loss/∂Z in place: dZ ⊙ (1 − (Zc / c)²). 0: none.
+    double softcap = 0;
+    void softcap_backward(CMatView<T> Zc, MatView<T> dZ) const;
 };
 
 // Negative log-likelihood of targets under softmax of the logits, in one pass per column:

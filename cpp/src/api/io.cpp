@@ -1,5 +1,6 @@
 // ft::save / ft::load (io.hpp): the one reader and writer of model files (and, through them, prompt caches).
 #include "formal_transformers/io.hpp"
+#include "formal_transformers/lora.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -186,9 +187,40 @@ static std::string upgraded_config(const std::string& text) {
     return j.dump();
 }
 
+// LoRA's adapters (lora.hpp) beside the config: {"targets": [names], "r": r, "alpha": α, "dropout": p}; absent
+// in files without adapters (every file written before LoRA existed)
+constexpr const char* kLoraKey = "formal_transformers.lora";
+static std::string lora_json(const ModelConfig::Lora& l) {
+    Json j = Json::object();
+    j["targets"] = l.targets;
+    j["r"] = l.r;
+    j["alpha"] = l.alpha;
+    j["dropout"] = l.dropout;
+    return j.dump();
+}
+static ModelConfig::Lora lora_of_json(const std::string& text) {
+    const Json j = parse_bounded_json(text, "LoRA adapters");
+    if (!j.is_object() || !j.contains("targets") || !j["targets"].is_array() || !j.contains("r") ||
+        !j["r"].is_number_integer() || !j.contains("alpha") || !j["alpha"].is_number() || !j.contains("dropout") ||
+        !j["dropout"].is_number())
+        throw ValueError("LoRA adapters: an object with targets (a list of names), r, alpha and dropout");
+    ModelConfig::Lora l;
+    for (const Json& t : j["targets"]) {
+        if (!t.is_string()) throw ValueError("LoRA adapters: targets must be names");
+        l.targets.push_back(t.get<std::string>());
+    }
+    l.r = j["r"].get<index_t>();
+    l.alpha = j["alpha"].get<double>();
+    l.dropout = j["dropout"].get<double>();
+    check_lora(l);
+    return l;
+}
+
 ModelConfig SavedModel::config() const {
     try {
-        return ModelConfig::from_json(upgraded_config(metadata.at(kConfigKey)));
+        ModelConfig c = ModelConfig::from_json(upgraded_config(metadata.at(kConfigKey)));
+        if (metadata.count(kLoraKey)) c.lora = lora_of_json(metadata.at(kLoraKey));
+        return c;
     } catch (const ValueError& e) {
         damaged(path, std::string("damaged or unusable config in the metadata (") + e.what() + ")");
     }
@@ -412,6 +444,7 @@ void save_model(const ModelConfig& c, const ParamStore<T>& store, std::uint64_t 
         {kConfigKey, c.to_json(f64 ? "float64" : "float32")},
         {"formal_transformers.dropout_step", std::to_string(dropout_step)},
         {"formal_transformers.dropout_seed", std::to_string(dropout_seed)}};
+    if (!c.lora.targets.empty()) meta.emplace_back(kLoraKey, lora_json(c.lora));
     for (const auto& [k, v] : extra) {
         for (const auto& own : meta)
             if (own.first == k) throw ValueError(path + ": the metadata key " + k + " is the format's own");

@@ -27,6 +27,7 @@ void TokenEmbedding<T>::init(ParamStore<T>& store, Rng& rng, double stddev) cons
 template <class T>
 void TokenEmbedding<T>::forward(const ParamStore<T>& store, const index_t* ids, index_t n, MatView<T> E,
                                 bool accumulate) const {
+    store.refresh_adapters();  // every listing starts here: LoRA's W' = W + s·B·A of θ as it is now (lora.hpp line 1)
     CMatView<T> W = store.W(W_e);
 #pragma omp parallel for schedule(static) if (d_e * n > 65536)
     for (index_t t = 0; t < n; ++t) {
@@ -44,6 +45,9 @@ void TokenEmbedding<T>::forward(const ParamStore<T>& store, const index_t* ids, 
 #pragma omp simd
                 for (index_t i = 0; i < d_e; ++i) e[i] = w[i] * r;
             }
+        } else if (scale != 0) {  // Gemma's embed_scale s: e = s · W_e[:, v]
+            const T s = T(scale);
+            for (index_t i = 0; i < d_e; ++i) e[i] = (accumulate ? e[i] : T(0)) + s * w[i];
         } else if (accumulate) {
 #pragma omp simd
             for (index_t i = 0; i < d_e; ++i) e[i] += w[i];
@@ -76,9 +80,14 @@ void TokenEmbedding<T>::backward(ParamStore<T>& store, const index_t* ids, index
         }
         return;
     }
+    const T s = scale != 0 ? T(scale) : T(1);  // (Gemma's embed_scale: dW_e[:, v] += s dE[:, t])
     for (index_t t = 0; t < n; ++t) {  // serial: two columns may scatter into the same token
         T* g = dW.col(ids[t]);
         const T* d = dE.col(t);
+        if (scale != 0) {
+            for (index_t i = 0; i < d_e; ++i) g[i] += s * d[i];
+            continue;
+        }
 #pragma omp simd
         for (index_t i = 0; i < d_e; ++i) g[i] += d[i];
     }

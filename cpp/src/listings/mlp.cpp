@@ -39,14 +39,14 @@ public:
                   Matrix<T>& dH) const override {
         MatView<T> dh = ensure(dH, d_mlp, Xt.cols);
         std::fill(dh.data, dh.data + dh.size(), T(0));
-        affine_backward<T>(store.W(W_2), view(c.at(A_)), dOut, store.dW(W_2).data, db(store, b_2), dh.data);  // dA = W_mlp2ᵀ dOut
+        affine_backward<T>(store.W(W_2), view(c.at(A_)), dOut, store.grad_if_trained(W_2), db(store, b_2), dh.data);  // dA = W_mlp2ᵀ dOut
         activation_backward<T>(act, view(c.at(H_)), dh, dh);                                                 // dH = φ′(H) ⊙ dA
-        affine_backward<T>(store.W(W_1), Xt, dh, store.dW(W_1).data, db(store, b_1), dXt.data, dXt.ld);       // dX̃ += W_mlp1ᵀ dH
+        affine_backward<T>(store.W(W_1), Xt, dh, store.grad_if_trained(W_1), db(store, b_1), dXt.data, dXt.ld);       // dX̃ += W_mlp1ᵀ dH
     }
 
 private:
     const T* b(const ParamStore<T>& s, const VecParam& v) const { return bias ? s.v(v) : nullptr; }
-    T* db(ParamStore<T>& s, const VecParam& v) const { return bias ? s.dv(v) : nullptr; }
+    T* db(ParamStore<T>& s, const VecParam& v) const { return bias ? s.grad_if_trained(v) : nullptr; }
     index_t d_e, d_mlp;
     Activation act;
     bool bias;

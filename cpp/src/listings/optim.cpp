@@ -61,6 +61,7 @@ Adam<T>::Adam(double lr_, double b1, double b2, double eps_, double wd, bool dec
 template <class T>
 void Adam<T>::reset() {
     t = 0;
+    ranges.clear();
     m = Vector<T>();
     v = Vector<T>();
 }
@@ -71,16 +72,22 @@ bool adam_kernel(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g,
 
 template <class T>
 void Adam<T>::step(ParamStore<T>& store, const T* g, double lr_now) {
-    const index_t n = store.size();
+    auto now = store.trainable_ranges();
+    index_t n = 0;
+    for (const auto& r : now) n += r.second - r.first;
     if (t == 0) {
+        ranges = std::move(now);
         m = Vector<T>::from_shape({std::size_t(n)});
         v = Vector<T>::from_shape({std::size_t(n)});
         m.fill(T(0));
         v.fill(T(0));
-    } else if (index_t(m.size()) != n) {
-        throw ValueError("Adam: this optimizer holds moments for a model with " + std::to_string(m.size()) +
-                         " parameters; it cannot step a model with " + std::to_string(n) +
-                         " (use one optimizer per model)");
+    } else if (now != ranges || index_t(m.size()) != n) {
+        index_t held = 0;
+        for (const auto& r : ranges) held += r.second - r.first;
+        throw ValueError("Adam: this optimizer holds moments for " + std::to_string(held) +
+                         " trainable parameters; it cannot step a model whose trainable parameters are " +
+                         std::to_string(n) + (held == n ? " others" : "") +
+                         " (use one optimizer per model and per choice of trainable parameters)");
     }
     const double eta = lr_now >= 0 ? lr_now : lr;
     const index_t t_next = t + 1;
@@ -91,27 +98,29 @@ void Adam<T>::step(ParamStore<T>& store, const T* g, double lr_now) {
     c.shrink = T(1) - T(eta) * c.wd;
     c.coupled = !decoupled && weight_decay != 0;
     T* theta = store.theta();
-    const auto ranges = store.trainable_ranges();
-    // chunks of 16 K entries (64 KB of float32 per stream), split over the threads when the range is large
+    // chunks of 16 K entries (64 KB of float32 per stream), split over the threads when the range is large;
+    // range r's moments start at `at` (the sizes of the ranges before it)
     constexpr index_t chunk = 16384;
     // all or nothing: the updated θ computed (not written) and checked finite first
     int ok = 1;
-    for (const auto& r : ranges) {
+    for (index_t at = 0, k0 = 0; k0 < index_t(ranges.size()); at += ranges[std::size_t(k0)].second - ranges[std::size_t(k0)].first, ++k0) {
+        const auto r = ranges[std::size_t(k0)];
         const index_t n = r.second - r.first, n_chunks = (n + chunk - 1) / chunk;
 #pragma omp parallel for reduction(& : ok) schedule(static) if (n > 32768)
         for (index_t k = 0; k < n_chunks; ++k) {
-            const index_t i = r.first + k * chunk, w = std::min(chunk, r.second - i);
-            ok &= int(adam_kernel<false>(c, theta + i, m.data() + i, v.data() + i, g + i, w));  // nothing written
+            const index_t i = k * chunk, w = std::min(chunk, n - i);
+            ok &= int(adam_kernel<false>(c, theta + r.first + i, m.data() + at + i, v.data() + at + i, g + r.first + i, w));  // nothing written
         }
     }
     if (!ok) throw_nonfinite_update("Adam", eta);
     t = t_next;
-    for (const auto& r : ranges) {
+    for (index_t at = 0, k0 = 0; k0 < index_t(ranges.size()); at += ranges[std::size_t(k0)].second - ranges[std::size_t(k0)].first, ++k0) {
+        const auto r = ranges[std::size_t(k0)];
         const index_t n = r.second - r.first, n_chunks = (n + chunk - 1) / chunk;
 #pragma omp parallel for schedule(static) if (n > 32768)
         for (index_t k = 0; k < n_chunks; ++k) {
-            const index_t i = r.first + k * chunk, w = std::min(chunk, r.second - i);
-            adam_kernel<true>(c, theta + i, m.data() + i, v.data() + i, g + i, w);
+            const index_t i = k * chunk, w = std::min(chunk, n - i);
+            adam_kernel<true>(c, theta + r.first + i, m.data() + at + i, v.data() + at + i, g + r.first + i, w);
         }
     }
 }

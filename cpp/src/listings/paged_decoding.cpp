@@ -44,11 +44,13 @@ void PromptKV<T>::check(const DTransformer<T>& model) const {
 // Algorithm P's pages hold each head's keys and values, made by Algorithm 4's W_k, W_v: latent attention (V10,
 // whose cache is the latent) and random-feature attention (V15, whose state is a running sum) decode one prompt
 // at a time (DInference), not here yet.
-// A source that is the listing's projections (V20's qkv_bias: W_k, W_v with their biases) pages as the listing.
+// A source that is the listing's projections (V20's qkv_bias: W_k, W_v with their biases) pages as the listing; so
+// does V24's QK-norm (it keeps each head's normalised key: its pages are Algorithm 4's, made through the source).
 template <class T>
 void check_paged_model(const DTransformer<T>& m, const char* what) {
     const ModelConfig& c = m.cfg;
     const PartRow* s = chosen_part(c, PartKind::QKVSource);
+    if (s && std::string(s->name) == "qk_norm") s = nullptr;
     if (s && !m.layer.empty() && dynamic_cast<const Projections<T>*>(m.layer[0]->attn.source.get())) s = nullptr;
     if (s)
         throw ValueError(std::string(what) + " of a model with the '" + s->name + "' Q/K/V source (" + s->options[0].name +
@@ -191,7 +193,7 @@ void paged_head(const MHAttention<T>& a, const ParamStore<T>& store, PagePool<T>
     const index_t g = a.kv_head(h), lz = t + 1;
     KeyRange r = a.mask.keys(0, t, lz);
     r.begin = std::max<index_t>(r.begin, 0), r.end = std::min(r.end, lz);
-    const T scale = T(1) / std::sqrt(T(a.d_attn));
+    const T scale = a.kernel->score_scale(a.d_attn);  // the listing's 1/√d_attn (V25: 1/√s)
     for (index_t t0 = r.begin; t0 < r.end;) {  // Algorithm 4 line 4 page by page: S[t0:t1] ← K_pageᵀ q/√d_attn
         const index_t page = s.table[std::size_t(t0 / kPageTokens)], j0 = t0 % kPageTokens;
         const index_t t1 = std::min(r.end, t0 - j0 + kPageTokens);
@@ -199,6 +201,7 @@ void paged_head(const MHAttention<T>& a, const ParamStore<T>& store, PagePool<T>
         gemv<T>(Op::T, scale, Kp, q, T(0), S + t0);
         t0 = t1;
     }
+    a.kernel->transform_scores(S + r.begin, r.end - r.begin);  // (V25: c·tanh(S/c))
     if (a.position.bias)  // line 6: + B^h (ALiBi), on the candidates
         a.position.bias->add(store, a.mask, 0, h, t, MatView<T>(S, lz, 1));
     if (!r.dense)  // line 5
@@ -218,7 +221,8 @@ void paged_head(const MHAttention<T>& a, const ParamStore<T>& store, PagePool<T>
 
 template <class T>
 struct StepScratch {
-    Matrix<T> X, Xt, Q, Kn, Vn, Y, Z;
+    Matrix<T> X, Xt, Q, Kn, Vn, Y, Z, R;
+    MHAttentionCache<T> src;  // the Q/K/V source's scratch
     std::vector<T> S;  // per thread: t + 1 scores
     std::vector<index_t> ids, pos;
     DecodeScratch<T> d;
@@ -246,14 +250,12 @@ void batched_step(const DTransformer<T>& m, PagePool<T>& pool, std::vector<Seque
     w.S.resize(std::size_t(n_threads) * std::size_t(t_max + 1));
     for (index_t l = 0; l < c.L; ++l) {  // line 7: the layer's block, its attention over the pages (lines 9–12)
         m.layer[std::size_t(l)]->forward_cached(store, X, [&](const MHAttention<T>& a, CMatView<T> Xt, MatView<T> out) {
-            const T* bq = a.b_q.size ? store.v(a.b_q) : nullptr;  // the source's biases (bias, or V20's qkv_bias)
-            const T* bk = a.b_k.size ? store.v(a.b_k) : nullptr;
-            const T* bv = a.b_v.size ? store.v(a.b_v) : nullptr;
             const T* bo = a.var.bias ? store.v(a.b_o) : nullptr;
             MatView<T> Q = ensure(w.Q, a.H * a.d_attn, B), Kn = ensure(w.Kn, pool.rows_k, B), Vn = ensure(w.Vn, pool.rows_v, B);
-            affine<T>(store.W(a.W_q), Xt, bq, Q);  // line 9, one gemm each over the batch
-            affine<T>(store.W(a.W_k), Xt, bk, Kn);
-            affine<T>(store.W(a.W_v), Xt, bv, Vn);
+            // line 9 through the attention's Q/K/V source, one gemm each over the batch (the sources taken here place
+            // no positions themselves: the columns' positions differ and the position part rotates them below)
+            a.source->queries(store, Xt, 0, Q, w.src);
+            a.source->append(store, Xt, 0, Kn, Vn);
             for (index_t b = 0; b < B; ++b) {
                 const index_t t = w.pos[std::size_t(b)];
                 if (a.position.qk) {  // RoPE (V1): keys and queries rotated at their positions
@@ -333,7 +335,10 @@ std::vector<std::vector<index_t>> DInferenceBatch(DTransformer<T>& model, const 
     }
     const bool full = decodes_full_context(o, model);
     const MHAttention<T>& a0 = model.layer[0]->attn;
-    const CacheKeep keep = a0.mask.cache_keep();  // what the pages keep is the mask's (V9: the window's)
+    // what the pages keep is the masks' (V9: a window's): a page goes back only when no layer's mask reads it (V26:
+    // the global layers of a model with local ones read every key)
+    std::vector<CacheKeep> keeps;
+    for (const auto& blk : model.layer) keeps.push_back(blk->attn.mask.cache_keep());
     PagePool<T> pool(c.L, a0.H_kv * a0.d_attn, a0.H_kv * a0.d_mid);
     {  // the pages the first B_max sequences will hold (more are added as needed)
         index_t need = 0;
@@ -425,7 +430,8 @@ std::vector<std::vector<index_t>> DInferenceBatch(DTransformer<T>& model, const 
                 Sequence<T>& s = *batch[b];
                 ++s.cached;
                 {  // the pages wholly before the first key a next query reads go back to the pool (V9)
-                    const index_t first = keep.oldest_needed(index_t(s.x.size()));
+                    index_t first = index_t(s.x.size());
+                    for (const CacheKeep& keep : keeps) first = std::min(first, keep.oldest_needed(index_t(s.x.size())));
                     for (index_t k = 0; k < first / kPageTokens; ++k)
                         if (s.table[std::size_t(k)] >= 0) pool.free.push_back(s.table[std::size_t(k)]), s.table[std::size_t(k)] = -1;
                 }

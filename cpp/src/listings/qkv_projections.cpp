@@ -92,31 +92,40 @@ void Projections<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
         // dX += [W_q; W_k; W_v]ᵀ [dQ; dK; dV]
         ProjectionWork<T>& pw = w.source.template get<ProjectionWork<T>>();
         CMatView<T> dQKV = view(pw.dQKV);
-        MatView<T> dW = ensure(pw.dW_qkv, Dq + Dk + Dv, d_x);
-        gemm<T>(Op::N, Op::T, T(1), dQKV, X, T(0), dW);
-        MatView<T> dWq = store.dW(W_q), dWk = store.dW(W_k), dWv = store.dW(W_v);
-        for (index_t j = 0; j < d_x; ++j) {
-            const T* g = dW.col(j);
-            T *q = dWq.col(j), *k = dWk.col(j), *v = dWv.col(j);
+        // a weight frozen for the run (ParamStore::train_only) has no gradient; none trains: no product at all
+        T *gq = store.grad_if_trained(W_q), *gk = store.grad_if_trained(W_k), *gv = store.grad_if_trained(W_v);
+        if (gq || gk || gv) {
+            MatView<T> dW = ensure(pw.dW_qkv, Dq + Dk + Dv, d_x);
+            gemm<T>(Op::N, Op::T, T(1), dQKV, X, T(0), dW);
+            for (index_t j = 0; j < d_x; ++j) {
+                const T* g = dW.col(j);
+                T *q = gq ? gq + j * Dq : nullptr, *k = gk ? gk + j * Dk : nullptr, *v = gv ? gv + j * Dv : nullptr;
+                if (q) {
 #pragma omp simd
-            for (index_t i = 0; i < Dq; ++i) q[i] += g[i];
+                    for (index_t i = 0; i < Dq; ++i) q[i] += g[i];
+                }
+                if (k) {
 #pragma omp simd
-            for (index_t i = 0; i < Dk; ++i) k[i] += g[Dq + i];
+                    for (index_t i = 0; i < Dk; ++i) k[i] += g[Dq + i];
+                }
+                if (v) {
 #pragma omp simd
-            for (index_t i = 0; i < Dv; ++i) v[i] += g[Dq + Dk + i];
+                    for (index_t i = 0; i < Dv; ++i) v[i] += g[Dq + Dk + i];
+                }
+            }
         }
         if (has_bias) {
-            add_column_sum<T>(dQKV.rows_range(0, Dq), store.dv(b_q));
-            add_column_sum<T>(dQKV.rows_range(Dq, Dk), store.dv(b_k));
-            add_column_sum<T>(dQKV.rows_range(Dq + Dk, Dv), store.dv(b_v));
+            if (T* db = store.grad_if_trained(b_q)) add_column_sum<T>(dQKV.rows_range(0, Dq), db);
+            if (T* db = store.grad_if_trained(b_k)) add_column_sum<T>(dQKV.rows_range(Dq, Dk), db);
+            if (T* db = store.grad_if_trained(b_v)) add_column_sum<T>(dQKV.rows_range(Dq + Dk, Dv), db);
         }
         gemm<T>(Op::T, Op::N, T(1), view(st->W_qkv), dQKV, T(1), dX);
         return;
     }
     // lines 3, 2, 1 for all heads at once (stacked): parameter gradients, dZ, dX
-    affine_backward<T>(store.W(W_v), Z, dV, store.dW(W_v).data, dbias(store, b_v), dZ.data, dZ.ld);
-    affine_backward<T>(store.W(W_k), Z, dK, store.dW(W_k).data, dbias(store, b_k), dZ.data, dZ.ld);
-    affine_backward<T>(store.W(W_q), X, dQ, store.dW(W_q).data, dbias(store, b_q), dX.data, dX.ld);
+    affine_backward<T>(store.W(W_v), Z, dV, store.grad_if_trained(W_v), dbias(store, b_v), dZ.data, dZ.ld);
+    affine_backward<T>(store.W(W_k), Z, dK, store.grad_if_trained(W_k), dbias(store, b_k), dZ.data, dZ.ld);
+    affine_backward<T>(store.W(W_q), X, dQ, store.grad_if_trained(W_q), dbias(store, b_q), dX.data, dX.ld);
 }
 
 // Decoding: a token keeps its key and value (lines 2, 3); queries are line 1; the cached columns are K, V.

@@ -23,6 +23,7 @@ enum class Kind {
     Bool,     // True or False
     Seed,     // an integer in [0, 2^64)
     Enum,     // a string from the row's names
+    Patterns, // None (all), or names / glob patterns (the bindings pass a list as one string, one per line)
 };
 enum class Range { Any, AtLeast0, AtLeast1, FiniteAtLeast0, AtLeast0OrInf, Open01, FinitePositive };
 const char* range_text(Range r) {
@@ -49,7 +50,7 @@ bool in_range(Range r, double v) {
 
 using O = TrainOptions;
 using Field = std::variant<index_t O::*, double O::*, bool O::*, std::uint64_t O::*, O::Reduction O::*,
-                           O::Schedule O::*, O::NonFinite O::*, O::Optimizer O::*>;
+                           O::Schedule O::*, O::NonFinite O::*, O::Optimizer O::*, std::vector<std::string> O::*>;
 struct OptionSpec {
     const char* name;
     unsigned listings;
@@ -85,6 +86,7 @@ const std::vector<OptionSpec> kSchema = {
     {"patience", ALL, Kind::OffInt, &O::patience, Range::AtLeast1, {}, "early stopping: stop after this many evaluations without improving the best by more than min_delta (None: never)"},
     {"min_delta", ALL, Kind::Real, &O::min_delta, Range::FiniteAtLeast0, {}, "early stopping: the improvement that counts"},
     {"restore_best", ALL, Kind::Bool, &O::restore_best, Range::Any, {}, "at the end, give the model the parameters of the best evaluation (copied at each new best; an end by Ctrl-C or an exception restores nothing; needs val_data, as patience)"},
+    {"trainable", ALL, Kind::Patterns, &O::trainable, Range::Any, {}, "the parameters that train: a list of names or glob patterns of θ's names (e.g. ['*gamma*', 'W_e']); the others are frozen (no update, no Adam moments, no weight-gradient product); None: all. A pattern matching no parameter is a ValueError"},
     {"dist_timeout", ALL, Kind::Real, &O::dist_timeout, Range::FinitePositive, {}, "data parallel: seconds a rank waits for the others (a group the trainer initialises)"},
     {"sync_check_every", ALL, Kind::Int, &O::sync_check_every, Range::AtLeast0, {}, "data parallel: compare fingerprints of θ across the ranks every this many steps (0: at the start and the end only); a difference raises RuntimeError"},
 };
@@ -158,6 +160,22 @@ void set_option(O& o, const OptionSpec& s, const OptionValue& v) {
                 wrong("an int");
             }
             return;
+        case Kind::Patterns: {
+            std::vector<std::string>& x = o.*std::get<std::vector<std::string> O::*>(s.field);
+            x.clear();
+            if (none) return;
+            if (!std::holds_alternative<std::string>(v)) wrong("a list of parameter names or glob patterns, or None");
+            const std::string& text = std::get<std::string>(v);
+            std::size_t at = 0;
+            while (true) {  // one pattern per line
+                const std::size_t end = text.find('\n', at);
+                x.push_back(text.substr(at, end == std::string::npos ? std::string::npos : end - at));
+                if (x.back().empty()) throw ValueError(name + ": an empty pattern matches no parameter");
+                if (end == std::string::npos) break;
+                at = end + 1;
+            }
+            return;
+        }
         case Kind::Enum: {
             if (!std::holds_alternative<std::string>(v)) wrong("a string");
             const std::string& text = std::get<std::string>(v);
@@ -179,7 +197,12 @@ OptionValue value_of(const O& o, const OptionSpec& s) {
     return std::visit([&](auto member) -> OptionValue {
         const auto x = o.*member;
         using M = std::decay_t<decltype(x)>;
-        if constexpr (std::is_enum_v<M>) return std::string(s.names[std::size_t(x)]);
+        if constexpr (std::is_same_v<M, std::vector<std::string>>) {
+            if (x.empty()) return std::monostate{};
+            std::string r;
+            for (std::size_t k = 0; k < x.size(); ++k) r += (k ? "\n" : "") + x[k];
+            return r;
+        } else if constexpr (std::is_enum_v<M>) return std::string(s.names[std::size_t(x)]);
         else if constexpr (std::is_same_v<M, index_t>) {
             if (s.kind == Kind::OffInt && x == 0) return std::monostate{};
             return std::int64_t(x);
@@ -187,6 +210,72 @@ OptionValue value_of(const O& o, const OptionSpec& s) {
     }, s.field);
 }
 }  // namespace
+
+bool glob_match(const std::string& p, const std::string& s) {
+    // iterative matching with one backtrack point for the last '*'
+    std::size_t i = 0, j = 0, star = std::string::npos, mark = 0;
+    auto one = [&](std::size_t& pi, char c) -> bool {  // p[pi] matches c; advances pi past the item
+        if (p[pi] == '?') { ++pi; return true; }
+        if (p[pi] == '[') {
+            std::size_t k = pi + 1;
+            const bool negate = k < p.size() && p[k] == '!';
+            if (negate) ++k;
+            bool hit = false;
+            const std::size_t first = k;
+            for (; k < p.size() && (p[k] != ']' || k == first); ++k) {
+                if (k + 2 < p.size() && p[k + 1] == '-' && p[k + 2] != ']') {
+                    hit |= p[k] <= c && c <= p[k + 2];
+                    k += 2;
+                } else {
+                    hit |= p[k] == c;
+                }
+            }
+            if (k < p.size()) {  // a closed set
+                pi = k + 1;
+                return hit != negate;
+            }
+        }
+        return p[pi++] == c;  // a plain character (an unclosed '[' is itself)
+    };
+    while (j < s.size()) {
+        if (i < p.size() && p[i] == '*') {
+            star = i++;
+            mark = j;
+            continue;
+        }
+        std::size_t pi = i;
+        if (i < p.size() && one(pi, s[j])) {
+            i = pi;
+            ++j;
+            continue;
+        }
+        if (star == std::string::npos) return false;
+        i = star + 1;
+        j = ++mark;
+    }
+    while (i < p.size() && p[i] == '*') ++i;
+    return i == p.size();
+}
+
+template <class T>
+std::vector<bool> resolve_trainable(const TrainOptions& o, const ParamStore<T>& store) {
+    const auto& entries = store.entries();
+    std::vector<bool> train(entries.size(), o.trainable.empty());
+    for (const std::string& pattern : o.trainable) {
+        bool any = false;
+        for (std::size_t k = 0; k < entries.size(); ++k)
+            if (glob_match(pattern, entries[k].name)) train[k] = any = true;
+        if (!any) {
+            std::string some;
+            for (std::size_t k = 0; k < entries.size() && k < 4; ++k) some += (k ? ", " : "") + entries[k].name;
+            throw ValueError("trainable: the pattern '" + pattern + "' matches no parameter of the model (its names are " +
+                             "like " + some + (entries.size() > 4 ? ", …" : "") + "; model.params lists them)");
+        }
+    }
+    return train;
+}
+template std::vector<bool> resolve_trainable<float>(const TrainOptions&, const ParamStore<float>&);
+template std::vector<bool> resolve_trainable<double>(const TrainOptions&, const ParamStore<double>&);
 
 const char* listing_name(Listing l) { return l == Listing::D ? "DTraining" : l == Listing::E ? "ETraining" : "EDTraining"; }
 

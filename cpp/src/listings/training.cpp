@@ -227,7 +227,15 @@ template <class T, class Update, class Body, class Eval>
 void train_loop(ParamStore<T>& store, std::uint64_t& dropout_step, index_t N_data, const TrainOptions& o,
                 const Update& update, const StepHook& hook, Body&& body, Eval&& evaluate, bool has_val,
                 EarlyStopState<T>* state, const Replicas<T>* dp) {
+    // trainable= (checked before anything changes): the others frozen for this run, however it ends
+    struct TrainOnly {
+        ParamStore<T>& s;
+        ~TrainOnly() { s.clear_train_only(); }
+    };
+    const std::vector<bool> train = resolve_trainable(o, store);
     EarlyStopping<T> early(o, store, state, has_val);
+    TrainOnly train_only{store};
+    if (!o.trainable.empty()) store.train_only(train);
     const index_t rank = dp ? dp->rank : 0, world = dp ? dp->world : 1;
     StepPlan plan(o, N_data);
     DropoutCounter dropout{dropout_step};
@@ -377,9 +385,24 @@ void ETraining(ETransformer<T>& model, const Dataset& data, const TrainOptions& 
     Seqs s;
     std::vector<index_t> x_tilde, lens;
     std::vector<index_t> x;
+    if (!data.tilde.empty()) {  // fixed masks: x̃ laid out as x_data, its ids in [0, N_V)
+        if (data.tilde.size() != data.ids.size())
+            throw ValueError("x_tilde must hold one masked sequence per sequence of x_data, of the same lengths");
+        validate(Tokens{data.tilde.data(), data.s}, c.n_vocab, c.l_max, "x_tilde");
+    }
     auto body = [&](const std::vector<index_t>& batch, index_t lo, index_t hi, Rng& rng) {
         // lines 3–6 for the whole minibatch on every rank: the generator stays in step, the masks are one process's
-        draw_masks(data, batch, c.mask_token(), o.p_mask, rng, x, x_tilde);
+        if (data.tilde.empty()) {
+            draw_masks(data, batch, c.mask_token(), o.p_mask, rng, x, x_tilde);
+        } else {  // the given x̃ (fixed masks)
+            x.clear();
+            x_tilde.clear();
+            for (index_t n : batch) {
+                x.insert(x.end(), data.ids.begin() + data.s.begin(n), data.ids.begin() + data.s.begin(n) + data.s.len(n));
+                x_tilde.insert(x_tilde.end(), data.tilde.begin() + data.s.begin(n),
+                               data.tilde.begin() + data.s.begin(n) + data.s.len(n));
+            }
+        }
         index_t scored = 0;                      // line 7: |T̃|
         for (index_t v : x_tilde) scored += v == c.mask_token();
         if (lo == hi) return empty_slice(model, scored);

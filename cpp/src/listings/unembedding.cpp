@@ -43,6 +43,23 @@ void Unembedding<T>::logits(const ParamStore<T>& store, CMatView<T> X, MatView<T
             for (index_t i = 0; i < n_vocab; ++i) z[i] += bu[i];
         }
     }
+    if (softcap > 0) {  // Gemma 2: Z ← c·tanh(Z / c)
+        const T c = T(softcap);
+        for (index_t t = 0; t < Z.cols; ++t) {
+            T* z = Z.col(t);
+            for (index_t i = 0; i < n_vocab; ++i) z[i] = c * std::tanh(z[i] / c);
+        }
+    }
+}
+
+template <class T>
+void Unembedding<T>::softcap_backward(CMatView<T> Zc, MatView<T> dZ) const {
+    const T c = T(softcap);
+    for (index_t t = 0; t < dZ.cols; ++t) {
+        const T* z = Zc.col(t);
+        T* d = dZ.col(t);
+        for (index_t i = 0; i < dZ.rows; ++i) d[i] *= T(1) - (z[i] / c) * (z[i] / c);
+    }
 }
 
 template <class T>

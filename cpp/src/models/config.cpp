@@ -37,7 +37,7 @@ struct EnumName {
 };
 template <class En>
 using NameTable = std::vector<EnumName<En>>;
-const NameTable<NormKind> kNorms = {{"layer", NormKind::Layer}, {"rms", NormKind::RMS}, {"scale", NormKind::Scale}};
+const NameTable<NormKind> kNorms = {{"layer", NormKind::Layer}, {"rms", NormKind::RMS}, {"scale", NormKind::Scale}, {"rms1p", NormKind::RMS1p}};
 const NameTable<Positional> kPositionals = {{"learned", Positional::Learned},
                                             {"sinusoidal", Positional::Sinusoidal},
                                             {"rope", Positional::Rope},
@@ -174,6 +174,9 @@ const std::vector<OptionSpec> kSchema = {
     {"scale_embedding", ED, Kind::Bool, &ModelConfig::scale_embedding},
     {"separate_positions", ED, Kind::Bool, &ModelConfig::separate_positions},
     {"fixnorm", ALL, Kind::Bool, &ModelConfig::fixnorm},
+    {"embed_scale", D, Kind::AutoReal, &ModelConfig::embed_scale},
+    {"final_logit_softcapping", D, Kind::AutoReal, &ModelConfig::final_logit_softcapping},
+    {"sandwich_norm", D, Kind::Bool, &ModelConfig::sandwich_norm},
 };
 
 // kSchema with the parts' options in place of kPartsHere (each kind's, in the registry's order, each once)
@@ -673,7 +676,7 @@ std::string ModelConfig::to_string(const char* dtype) const {
 }
 
 bool operator==(const ModelConfig& a, const ModelConfig& b) {
-    if (a.arch != b.arch) return false;
+    if (a.arch != b.arch || !(a.lora == b.lora)) return false;
     for (const OptionSpec& o : schema()) {
         if (!(o.archs & bit(a.arch))) continue;  // another architecture's option is not part of this config
         const bool same = o.part ? a.part_options.get(o.name) == b.part_options.get(o.name)
@@ -794,7 +797,12 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
             throw ValueError("mtp_depth (multi-token prediction) does not combine with mask='prefix'");
         if (c.attention != AttnKernel::Softmax)
             throw ValueError("mtp_depth (multi-token prediction) needs attention='softmax' (its self-speculation takes back drafts)");
+        if (c.embed_scale > 0 || c.final_logit_softcapping > 0 || c.sandwich_norm)
+            throw ValueError("mtp_depth (multi-token prediction) does not combine with Gemma's embed_scale, "
+                             "final_logit_softcapping or sandwich_norm");
     }
+    if (c.fixnorm && c.embed_scale > 0)
+        throw ValueError("embed_scale (Gemma's scaled embedding) does not combine with fixnorm (unit-norm embeddings)");
     check_model_size(c, arch);  // sizes.hpp: overflow-safe, before any layer is declared
     return c;
 }

@@ -16,8 +16,10 @@ using namespace models;
 template <class T>
 DTransformer<T>::DTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::D)) {
     const Activation act = cfg.gelu == Gelu::Tanh ? Activation::GeluTanh : Activation::Gelu;
-    const BlockSpec spec{&cfg, act, decoder_mask(cfg), attn_variant(cfg, true), AttnVariant()};  // line 6's
-    for (index_t l = 0; l < cfg.L; ++l) layer.push_back(make_self_block<T>(cfg.block, spec, store, layer_prefix("layers", l)));
+    for (index_t l = 0; l < cfg.L; ++l) {  // the config's block; line 6's Mask and RoPE θ each layer's (V26)
+        const BlockSpec spec{&cfg, act, layer_mask(cfg, l), layer_variant(cfg, l), AttnVariant()};
+        layer.push_back(make_self_block<T>(cfg.block, spec, store, layer_prefix("layers", l)));
+    }
     norm_f = std::make_unique<Norm<T>>(norm_name(cfg.norm), cfg.d_e, cfg.eps, store, "gamma", "beta");
     for (index_t k = 0; k < cfg.mtp_depth; ++k)  // V16's modules (multi_token.hpp)
         mtp.push_back(std::make_shared<MTPModule<T>>(cfg, act, store, layer_prefix("mtp", k)));

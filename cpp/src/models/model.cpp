@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "formal_transformers/blas.hpp"
+#include "formal_transformers/lora.hpp"
 #include "shared.hpp"
 
 namespace ft {
@@ -49,6 +50,9 @@ Rng Model<T>::make_head_and_allocate(index_t d) {
     unemb = cfg.tied ? std::make_unique<Unembedding<T>>(cfg.n_vocab, d, tok.W_e)
                      : std::make_unique<Unembedding<T>>(cfg.n_vocab, d, store, "W_u");
     if (cfg.unembed_bias) unemb->add_bias(store, "b_u");  // BERT's option (0 at initialisation)
+    unemb->softcap = cfg.final_logit_softcapping;         // Gemma 2's c_f·tanh(W_u X / c_f) (0: none)
+    tok.scale = cfg.embed_scale;                          // Gemma's s · W_e[:, v] (0: none)
+    declare_lora(cfg.lora, store);  // LoRA's A and B (lora.hpp), after every other entry of θ
     store.allocate();
     Rng rng(cfg.seed);
     tok.init(store, rng, cfg.init_std);
@@ -94,8 +98,10 @@ double Model<T>::head_loss(CMatView<T> X, const std::vector<index_t>& cols, cons
     for (index_t k = 0; k < nt; ++k) std::copy(X.col(cols[std::size_t(k)]), X.col(cols[std::size_t(k)]) + X.rows, Xs.col(k));
     MatView<T> Z = ensure(w.logits, cfg.n_vocab, nt);
     unemb->logits(store, Xs, Z);                                              // W_u X at the scored columns
+    if (dX && unemb->softcap > 0) copy_into(w.capped, CMatView<T>(Z));  // the capped logits, for their backward
     const double loss = nll_and_grad<T>(Z, targets.data(), scale, n_correct);  // −Σ log softmax(·)[target]; Z ← scale ∂loss/∂Z
     if (dX) {
+        if (unemb->softcap > 0) unemb->softcap_backward(view(w.capped), Z);  // d(c·tanh(Z/c)) = 1 − (Z_c/c)²
         MatView<T> dXs = zeros(w.dXsel, X.rows, nt);
         unemb->backward_logits(store, Xs, Z, dXs);  // dW_u += dZ Xᵀ, dXs = W_uᵀ dZ
         for (index_t k = 0; k < nt; ++k) {
@@ -137,6 +143,7 @@ double Model<T>::run_loss(const Batch& in, bool grad, index_t* n_scored, index_t
     const double loss = head_loss(out(), w.cols, w.targets, &dHead, w, n_correct);
     const double aux = aux_loss(in, true, loss, w);  // V16: its parameters' gradients now, the trunk's in run_backward
     run_backward(in, w);
+    store.adapters_backward();  // LoRA (lora.hpp line d1): ∂loss/∂A, ∂loss/∂B from ∂loss/∂W'
     return loss + aux;
 }
 

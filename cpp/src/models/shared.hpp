@@ -33,7 +33,9 @@ MatView<T> copy_into(Matrix<T>& dst, CMatView<T> src) {
 }
 inline std::string layer_prefix(const char* group, index_t l) { return std::string(group) + "." + std::to_string(l) + "."; }
 // The names of the parts a config chooses (parts.hpp's registry), from its fields.
-inline const char* norm_name(NormKind k) { return k == NormKind::RMS ? "rms" : k == NormKind::Scale ? "scale" : "layer"; }
+inline const char* norm_name(NormKind k) {
+    return k == NormKind::RMS ? "rms" : k == NormKind::Scale ? "scale" : k == NormKind::RMS1p ? "rms1p" : "layer";
+}
 inline const char* mlp_name(ModelConfig::Mlp m) {
     return m == ModelConfig::Mlp::SwiGLU  ? "swiglu"
            : m == ModelConfig::Mlp::GeGLU ? "geglu"
@@ -53,6 +55,16 @@ inline Mask decoder_mask(const ModelConfig& c) {
     MaskOptions o;
     o.options = c.part_options;
     return make_mask(m->name, o);
+}
+// V26 (Gemma 2, 3; variants/sliding_window_mask.cpp): with sliding_window_pattern p, layer l (0-based) is global when
+// (l + 1) is a multiple of p — Algorithm 10's causal mask, RoPE θ = rope_theta — and local otherwise: the window,
+// RoPE θ = rope_local_base_freq when given. Without a pattern every layer has decoder_mask(c) and rope_theta.
+inline bool global_layer(const ModelConfig& c, index_t l) {
+    const index_t p = c.part_options.integer("sliding_window_pattern");
+    return p > 0 && (l + 1) % p == 0;
+}
+inline Mask layer_mask(const ModelConfig& c, index_t l) {
+    return global_layer(c, l) ? Mask::unidirectional() : decoder_mask(c);
 }
 // The Mask of an encoder's self-attention named p: Mask ≡ 1 (Algorithm 9), or with attention='bigbird' (V17)
 // BigBird's block layouts, drawn from layout_seed and the attention's name (each layer and head its own; bigbird_draw
@@ -76,6 +88,17 @@ inline AttnVariant attn_variant(const ModelConfig& c, bool positional) {
     v.options = c.part_options;  // the parts' own options (V10's latent source, V15's random features)
     v.scale_scores = c.scale_scores;  // V18
     v.kernel = c.attention;  // V15
+    v.norm = norm_name(c.norm), v.eps = c.eps;  // V24's QK-norm normalises with the model's norm
+    return v;
+}
+// Layer l's self-attention options: attn_variant(c, true) with V26's θ of a local layer
+inline AttnVariant layer_variant(const ModelConfig& c, index_t l) {
+    AttnVariant v = attn_variant(c, true);
+    const double local = c.part_options.real("rope_local_base_freq");
+    if (!global_layer(c, l) && local > 0) {  // (a local layer with its own θ: unscaled positions)
+        v.rope_theta = local;
+        v.options.set("rope_scaling_factor", 0.0);
+    }
     return v;
 }
 // ED's self-attentions with V11 (positional = Relative): T5's bias from the stack's one table (`table`: "enc.rel_bias",

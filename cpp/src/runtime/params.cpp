@@ -58,10 +58,40 @@ void ParamStore<T>::freeze(index_t offset) {
 }
 
 template <class T>
+void ParamStore<T>::train_only(const std::vector<bool>& train) {
+    FT_CHECK(train.size() == entries_.size(), "train_only: one flag per parameter");
+    left_out_.assign(train.size(), false);
+    for (std::size_t k = 0; k < train.size(); ++k) left_out_[k] = !train[k];
+}
+
+template <class T>
+void ParamStore<T>::clear_train_only() {
+    left_out_.clear();
+}
+
+template <class T>
+bool ParamStore<T>::trains(const ParamInfo& e) const {
+    if (!e.trainable) return false;
+    if (left_out_.empty()) return true;
+    return !left_out_[std::size_t(&e - entries_.data())];
+}
+
+template <class T>
+T* ParamStore<T>::grad_if_trained(index_t offset) {
+    if (left_out_.empty()) return grad_.data() + offset;
+    // entries_ are in offset order: the one starting at `offset`
+    const auto it = std::lower_bound(entries_.begin(), entries_.end(), offset,
+                                     [](const ParamInfo& e, index_t o) { return e.offset < o; });
+    FT_CHECK(it != entries_.end() && it->offset == offset, "grad_if_trained: no parameter at that offset");
+    // an adapted W's gradient is ∂loss/∂W', which its adapter's backward needs
+    return left_out_[std::size_t(it - entries_.begin())] && !adapted_at_.count(offset) ? nullptr : grad_.data() + offset;
+}
+
+template <class T>
 std::vector<std::pair<index_t, index_t>> ParamStore<T>::trainable_ranges() const {
     std::vector<std::pair<index_t, index_t>> r;
     for (const auto& e : entries_) {
-        if (!e.trainable) continue;
+        if (!trains(e)) continue;
         if (!r.empty() && r.back().second == e.offset)
             r.back().second = e.offset + e.size;
         else
@@ -78,6 +108,12 @@ void ParamStore<T>::allocate() {
     theta_.fill(T(0));
     grad_.fill(T(0));
     allocated_ = true;
+    if (!adapters_.empty()) {
+        index_t n = 0;
+        for (Adapter& ad : adapters_) ad.at = n, n += ad.rows * ad.cols;
+        eff_.assign(std::size_t(n), T(0));
+        seen_.clear();  // made at the first refresh
+    }
 }
 
 template <class T>

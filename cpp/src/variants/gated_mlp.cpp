@@ -109,7 +109,7 @@ public:
         MatView<T> dd = ensure(dH, 2 * d_mlp, n);  // [dA (then dU); dG]
         std::fill(dd.data, dd.data + dd.size(), T(0));
         MatView<T> dA = dd.rows_range(0, d_mlp), dG = dd.rows_range(d_mlp, d_mlp);
-        affine_backward<T>(store.W(W_2), view(c.at(A_)), dOut, store.dW(W_2).data, db(store, b_2), dA.data, dA.ld);  // d(line 4)
+        affine_backward<T>(store.W(W_2), view(c.at(A_)), dOut, store.grad_if_trained(W_2), db(store, b_2), dA.data, dA.ld);  // d(line 4)
         CMatView<T> G = view(c.at(G_)), U = view(c.at(U_));
 #pragma omp parallel for schedule(static) if (dA.size() > 16384)
         for (index_t j = 0; j < n; ++j) {  // d(line 3): dU = dA ⊙ φ(G) (in dA's place), dG = φ′(G) ⊙ (dA ⊙ U)
@@ -123,13 +123,13 @@ public:
             }
             phi.f_backward(g, dg, dg, d_mlp);
         }
-        affine_backward<T>(store.W(W_1), Xt, dA, store.dW(W_1).data, db(store, b_1), dXt.data, dXt.ld);  // d(line 2)
-        affine_backward<T>(store.W(W_g), Xt, dG, store.dW(W_g).data, db(store, b_g), dXt.data, dXt.ld);  // d(line 1)
+        affine_backward<T>(store.W(W_1), Xt, dA, store.grad_if_trained(W_1), db(store, b_1), dXt.data, dXt.ld);  // d(line 2)
+        affine_backward<T>(store.W(W_g), Xt, dG, store.grad_if_trained(W_g), db(store, b_g), dXt.data, dXt.ld);  // d(line 1)
     }
 
 private:
     const T* b(const ParamStore<T>& s, const VecParam& v) const { return bias ? s.v(v) : nullptr; }
-    T* db(ParamStore<T>& s, const VecParam& v) const { return bias ? s.dv(v) : nullptr; }
+    T* db(ParamStore<T>& s, const VecParam& v) const { return bias ? s.grad_if_trained(v) : nullptr; }
     index_t d_e, d_mlp;
     bool bias;
     Gate<T> phi;

@@ -248,6 +248,8 @@ void check_latent(const PartOptionValues& own, const ModelConfig* c) {
         throw ValueError("kv_lora_rank (latent attention) rotates its shared key part with RoPE: positional='rope'");
     if (c->H_kv != c->H) throw ValueError("kv_lora_rank (latent attention) makes every head's keys: H_kv must be H");
     if (c->bias) throw ValueError("kv_lora_rank (latent attention) has no biases (DeepSeek): pass bias=False");
+    if (c->part_options.real("rope_scaling_factor") > 0)
+        throw ValueError("kv_lora_rank (latent attention) rotates with V1's unscaled RoPE: not with rope_scaling_factor");
     if (const PartRow* m = chosen_part(*c, PartKind::Mask)) {
         MaskOptions o;
         o.options = c->part_options;

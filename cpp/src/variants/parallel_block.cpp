@@ -1,5 +1,5 @@
 // GPT-NeoX's parallel residual (Black et al. 2022; Hugging Face's use_parallel_residual=True), the block "parallel"
-// of a DTransformer (docs/variants.md V23): in place of Algorithm 10's lines 5–8, both sublayers read the layer's
+// of a DTransformer (docs/variants.md V28): in place of Algorithm 10's lines 5–8, both sublayers read the layer's
 // input X, each through its own norm, and both outputs are added to it at once:
 //    1  for t ∈ [ℓ]: X̃₁[:, t] ← layer_norm(X[:, t] | γ_l¹, β_l¹)
 //    2  for t ∈ [ℓ]: X̃₂[:, t] ← layer_norm(X[:, t] | γ_l², β_l²)
@@ -96,7 +96,12 @@ std::unique_ptr<SelfBlock<T>> make_parallel_block(const BlockSpec& spec, ParamSt
 }
 const PartRow& parallel_block_row() {
     static const PartRow row{PartKind::Block, "parallel", {},
-                             [](const PartOptionValues&, const ModelConfig* m) { check_block_archs("parallel", archs::D, m); }};
+                             [](const PartOptionValues&, const ModelConfig* m) {
+                                 check_block_archs("parallel", archs::D, m);
+                                 if (m && m->sandwich_norm)  // V27's second norms belong to the pre-LN block's sublayers
+                                     throw ValueError("block='parallel' has no sandwich_norm (V27: the pre-LN block's "
+                                                      "second norms); use block='pre_ln'");
+                             }};
     return row;
 }
 

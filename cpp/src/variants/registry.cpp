@@ -20,9 +20,11 @@ const PartRow& sliding_window_mask_row();           // variants/sliding_window_m
 Mask make_chunked_mask(const MaskOptions&);         // variants/chunked_mask.cpp
 const PartRow& chunked_mask_row();                  // variants/chunked_mask.cpp
 const PartRow& latent_source_row();                 // variants/latent_attention.cpp
+const PartRow& qk_norm_row();                       // variants/qk_norm.cpp
 const PartRow& performer_kernel_row();              // variants/random_features.cpp
 const PartRow& rfa_kernel_row();                    // variants/random_features.cpp
 const PartRow& relative_bias_row();                 // variants/relative_bias.cpp
+const PartRow& softcap_kernel_row();                // variants/softcap_attention.cpp
 Mask make_bigbird_mask_from_options(const MaskOptions&);  // variants/bigbird_mask.cpp
 template <class T>
 PositionPart<T> make_rope(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/rope.cpp
@@ -42,12 +44,17 @@ std::shared_ptr<const QKVSource<T>> make_qkv_bias_source(const AttnPartSpec<T>&,
                                                          const std::string&);  // variants/qkv_bias.cpp
 const PartRow& qkv_bias_row();                      // variants/qkv_bias.cpp
 template <class T>
+std::shared_ptr<const QKVSource<T>> make_qk_norm_source(const AttnPartSpec<T>&, ParamStore<T>&,
+                                                        const std::string&);  // variants/qk_norm.cpp
+template <class T>
 std::shared_ptr<const HeadKernel<T>> make_softmax_kernel(const AttnPartSpec<T>&, const std::string&);  // listings/attention.cpp
 template <class T>
 std::shared_ptr<const HeadKernel<T>> make_tiled_kernel(const AttnPartSpec<T>&, const std::string&);  // listings/tiled_attention.cpp
 template <class T>
 std::shared_ptr<const HeadKernel<T>> make_random_feature_kernel(const AttnPartSpec<T>&,
                                                                 const std::string&);  // variants/random_features.cpp
+template <class T>
+std::shared_ptr<const HeadKernel<T>> make_softcap_kernel(const AttnPartSpec<T>&, const std::string&);  // variants/softcap_attention.cpp
 template <class T>
 std::shared_ptr<const HeadKernel<T>> make_block_sparse_kernel(const AttnPartSpec<T>&,
                                                               const std::string&);  // variants/block_sparse.cpp
@@ -83,6 +90,9 @@ std::unique_ptr<CrossBlock<T>> make_pre_ln_cross_block(const BlockSpec&, ParamSt
 template <class T>
 std::unique_ptr<SelfBlock<T>> make_parallel_block(const BlockSpec&, ParamStore<T>&, const std::string&);  // variants/parallel_block.cpp
 const PartRow& parallel_block_row();                                                                     // variants/parallel_block.cpp
+template <class T>
+std::shared_ptr<const NormPart<T>> make_rms1p_norm(index_t, double, ParamStore<T>&, const std::string&,
+                                                   const std::string&);  // variants/rms1p_norm.cpp
 
 namespace {
 template <class T>
@@ -146,6 +156,7 @@ const std::vector<Entry<QKVSourceFactory<T>>>& qkv_sources() {
         {"projections", make_projections<T>},
         {"latent", make_latent_source<T>, latent_source_row},
         {"qkv_bias", make_qkv_bias_source<T>, qkv_bias_row},
+        {"qk_norm", make_qk_norm_source<T>, qk_norm_row},
     };
     return t;
 }
@@ -157,6 +168,7 @@ const std::vector<Entry<HeadKernelFactory<T>>>& head_kernels() {
         {"performer", make_random_feature_kernel<T>, performer_kernel_row},
         {"rfa", make_random_feature_kernel<T>, rfa_kernel_row},
         {"bigbird", make_block_sparse_kernel<T>},
+        {"softcap", make_softcap_kernel<T>, softcap_kernel_row},
     };
     return t;
 }
@@ -176,6 +188,7 @@ const std::vector<Entry<NormFactory<T>>>& norms() {
         {"layer", make_layer_norm<T>},
         {"rms", make_rms_norm<T>},
         {"scale", make_scale_norm<T>},
+        {"rms1p", make_rms1p_norm<T>},
     };
     return t;
 }
@@ -328,7 +341,10 @@ std::string head_kernel_name(const AttnVariant& v) {
         case AttnKernel::RFA: return "rfa";
         // V17: 'literal' and 'tiled' run the dense listings with the layout's mask (the definition)
         case AttnKernel::BigBird: return v.impl == AttnImpl::Auto ? "bigbird" : "softmax";
-        default: return "softmax";
+        default: {  // a kernel its own options choose (V25's softcap), else the listing's
+            const PartRow* r = row_chosen_by(PartKind::HeadKernel, v.options);
+            return r && r->chosen_by_options ? r->name : "softmax";
+        }
     }
 }
 template <class T>

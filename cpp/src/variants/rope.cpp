@@ -12,11 +12,26 @@
 namespace ft {
 
 // ===================================== Algorithm V1: RoPE =============================================
+namespace {
+// factor f (linear position scaling, rope_scaling_factor): line 1's ω_i divided by f, i.e. positions p/f; f = 1: V1
+template <class T>
+void rope_scaled(MatView<T> X, index_t n_heads, index_t d, const index_t* pos, double theta, double factor, bool inverse);
+}  // namespace
+
 template <class T>
 void rope(MatView<T> X, index_t n_heads, index_t d, const index_t* pos, double theta, bool inverse) {
+    rope_scaled(X, n_heads, d, pos, theta, 1.0, inverse);
+}
+
+namespace {
+template <class T>
+void rope_scaled(MatView<T> X, index_t n_heads, index_t d, const index_t* pos, double theta, double factor, bool inverse) {
     const index_t half = d / 2;
     std::vector<double> omega(static_cast<std::size_t>(half));
-    for (index_t i = 0; i < half; ++i) omega[std::size_t(i)] = std::pow(theta, -2.0 * double(i) / double(d));  // line 1
+    for (index_t i = 0; i < half; ++i) {
+        omega[std::size_t(i)] = std::pow(theta, -2.0 * double(i) / double(d));  // line 1
+        if (factor != 1.0) omega[std::size_t(i)] /= factor;
+    }
     // line 3's cos and sin, once per distinct position (a batch repeats positions 0, 1, … per sequence)
     index_t pmin = 0, pmax = -1;
     if (X.cols > 0) {
@@ -55,6 +70,7 @@ void rope(MatView<T> X, index_t n_heads, index_t d, const index_t* pos, double t
         }
     }
 }
+}  // namespace
 
 // ===================================== the part ========================================================
 namespace {
@@ -63,7 +79,7 @@ namespace {
 template <class T>
 class Rope final : public QKTransform<T> {
 public:
-    Rope(index_t d_attn, index_t r, double theta) : d_(d_attn), r_(r), theta_(theta) {}
+    Rope(index_t d_attn, index_t r, double theta, double factor) : d_(d_attn), r_(r), theta_(theta), factor_(factor) {}
     void forward(MatView<T> M, typename QKTransform<T>::Role, index_t n_heads, const Seqs& s, index_t q0) const override {
         rotate(M, n_heads, s, q0, false);
     }
@@ -76,11 +92,12 @@ private:
         std::vector<index_t> pos(std::size_t(M.cols));
         for (index_t b = 0; b < s.count(); ++b)
             for (index_t j = 0; j < s.len(b); ++j) pos[std::size_t(s.begin(b) + j)] = q0 + j;
-        if (r_ == d_) return rope<T>(M, n_heads, d_, pos.data(), theta_, inverse);
-        for (index_t h = 0; h < n_heads; ++h) rope<T>(M.rows_range(h * d_, r_), 1, r_, pos.data(), theta_, inverse);
+        if (r_ == d_) return rope_scaled<T>(M, n_heads, d_, pos.data(), theta_, factor_, inverse);
+        for (index_t h = 0; h < n_heads; ++h)
+            rope_scaled<T>(M.rows_range(h * d_, r_), 1, r_, pos.data(), theta_, factor_, inverse);
     }
     index_t d_, r_;
-    double theta_;
+    double theta_, factor_;
 };
 
 // the rows of a head RoPE rotates: ⌊d_attn · rotary_pct⌋ (Hugging Face's int(head_size * rotary_pct))
@@ -113,14 +130,22 @@ PositionPart<T> make_rope(const AttnSpec& spec, ParamStore<T>&, const std::strin
     if (r < 2 || r % 2 != 0)
         throw ValueError("rotary_pct rotates the first ⌊d_attn · rotary_pct⌋ = " + std::to_string(r) +
                          " rows of each head: RoPE needs an even number >= 2");
+    const double f = spec.v.options.real("rope_scaling_factor");
+    if (!(f >= 0) || !std::isfinite(f)) throw ValueError("rope_scaling_factor must be a finite number > 0 (or None)");
     PositionPart<T> p;
-    p.qk = std::make_shared<Rope<T>>(spec.d_attn, r, spec.v.rope_theta);
+    p.qk = std::make_shared<Rope<T>>(spec.d_attn, r, spec.v.rope_theta, f > 0 ? f : 1.0);
     return p;
 }
+// Linear position scaling (Gemma 3's global layers; Hugging Face's rope_type "linear"): every position p taken as
+// p / f, so line 1's ω_i ← θ^(−2(i−1)/d) / f. Given with positional='rope' only (the selector chooses the part).
+// rotary_pct (GPT-NeoX): the listing on the first ⌊d_attn · rotary_pct⌋ rows of each head.
 const PartRow& rope_position_row() {
     static const PartRow row{PartKind::Position,
                              "rope",
-                             {{"rotary_pct", archs::D, OptionKind::Real, 1.0, OptionCheck::Positive,
+                             {{"rope_scaling_factor", archs::D, OptionKind::AutoReal, 0.0, OptionCheck::None,
+                               "V1 with linear position scaling: positions p/f (Gemma 3's global layers; with V26's "
+                               "rope_local_base_freq, the local layers unscaled). None: f = 1"},
+                              {"rotary_pct", archs::D, OptionKind::Real, 1.0, OptionCheck::Positive,
                                "V1 with GPT-NeoX's partial rotary: RoPE rotates the first ⌊d_attn · rotary_pct⌋ rows of "
                                "each head (1.0: all)"}},
                              check_rope,
@@ -128,6 +153,7 @@ const PartRow& rope_position_row() {
                              false};
     return row;
 }
+
 
 template void rope<float>(MatView<float>, index_t, index_t, const index_t*, double, bool);
 template void rope<double>(MatView<double>, index_t, index_t, const index_t*, double, bool);

@@ -9,8 +9,14 @@
 // only, so it holds for a cache whose first column is not position 0. Its option: sliding_window = w (D only;
 // given, it chooses this mask for line 6 of Algorithm 10). Made by make_mask("sliding_window", o) with
 // o.options.set("sliding_window", w) (registry.cpp).
+//
+// V26, local and global layers (Gemma 2, Gemma 3): with sliding_window_pattern = p, layer l (0-based) is global when
+// (l + 1) is a multiple of p (Algorithm 10's causal mask) and local otherwise (this window); rope_local_base_freq
+// is the RoPE θ of the local layers (None: rope_theta, as the global ones). models/shared.hpp layer_mask and
+// layer_variant read them.
 #include <algorithm>
 
+#include "formal_transformers/config.hpp"
 #include "formal_transformers/parts.hpp"
 
 namespace ft {
@@ -32,11 +38,16 @@ private:
 };
 
 // sliding_window = w: an integer >= 1 (the factory's check and resolve's)
-void check_sliding_window(const PartOptionValues& own, const ModelConfig*) {
+void check_sliding_window(const PartOptionValues& own, const ModelConfig* c) {
     const index_t w = own.integer("sliding_window");
+    if (w < 1 && (own.integer("sliding_window_pattern") > 0 || own.real("rope_local_base_freq") > 0))
+        throw ValueError("sliding_window_pattern and rope_local_base_freq choose local layers (V26): they need "
+                         "sliding_window = w, the local layers' window");
     if (w < 1)
         throw ValueError("sliding_window must be an integer >= 1 (each query sees the last w keys), got " +
                          std::to_string(w));
+    if (c && own.real("rope_local_base_freq") > 0 && c->positional != Positional::Rope)
+        throw ValueError("rope_local_base_freq is the RoPE θ of the local layers: it needs positional='rope'");
 }
 }  // namespace
 
@@ -45,7 +56,12 @@ const PartRow& sliding_window_mask_row() {
                              "sliding_window",
                              {{"sliding_window", archs::D, OptionKind::AutoSize, std::int64_t(0), OptionCheck::None,
                                "V8: each query sees the last w keys (Mistral); decoding keeps a rolling cache of w "
-                               "columns per layer (V9). None: Algorithm 10's causal mask"}},
+                               "columns per layer (V9). None: Algorithm 10's causal mask"},
+                              {"sliding_window_pattern", archs::D, OptionKind::AutoSize, std::int64_t(0), OptionCheck::None,
+                               "V26: every p-th layer (l + 1 a multiple of p) global, the others local with the window "
+                               "(Gemma 2: 2, Gemma 3: 6). None: every layer local"},
+                              {"rope_local_base_freq", archs::D, OptionKind::AutoReal, 0.0, OptionCheck::None,
+                               "V26: the RoPE θ of the local layers (Gemma 3). None: rope_theta"}},
                              check_sliding_window};
     return row;
 }

@@ -157,6 +157,15 @@ inline index_t draft_buffers(index_t k, index_t l_gen, index_t N_V) {
     return k_buf;
 }
 
+// The smallest window of any layer (0: none): a rolling cache takes back at most that many − 1 tokens (V26's global
+// layers keep every column, their local ones still roll, so DTransformer::window(), 0 there, is not the bound)
+template <class T>
+index_t smallest_window(const DTransformer<T>& m) {
+    index_t w = 0;
+    for (const auto& b : m.layer)
+        if (const index_t v = b->attn.mask.window(); v > 0) w = w > 0 ? std::min(w, v) : v;
+    return w;
+}
 }  // namespace
 
 template <class T>
@@ -166,7 +175,7 @@ std::vector<index_t> SpeculativeInference(const DTransformer<T>& target, const D
     const ModelConfig& c = target.cfg;
     const index_t N_V = c.n_vocab;
     check_draft_k(k);
-    if (const index_t w = draft.window(); w > 0 && k >= w)
+    if (const index_t w = smallest_window(draft); w > 0 && k >= w)
         throw ValueError("k = " + std::to_string(k) + " must be < the draft's " + draft.layer[0]->attn.mask.name() +
                          " = " + std::to_string(w) +
                          ": its rolling cache (docs/variants.md V9) cannot take back more than w − 1 drafted tokens");
@@ -237,7 +246,7 @@ std::vector<index_t> SelfSpeculativeInference(const DTransformer<T>& model, cons
     if (k > D)
         throw ValueError("k = " + std::to_string(k) + " must be <= mtp_depth = " + std::to_string(D) +
                          ": module j drafts the j-th token (self-speculation)");
-    if (model.window() > 0)
+    if (smallest_window(model) > 0)
         throw ValueError("self-speculative decoding does not take back drafts from a rolling cache: not with the " +
                          model.layer[0]->attn.mask.name() + " mask");
     check_prompt(model, x_in, l, l_gen, tau);

@@ -5,7 +5,7 @@
     ft.save_hf(model, "dir")            # config.json + model.safetensors, for AutoModel*.from_pretrained("dir")
     model = ft.load_hf("dir")           # such a directory (or a downloaded HF one), with safetensors alone
 
-One module per family (gpt2, bert, distilbert, bigbird, llama with mistral, qwen2, phi3, opt, roberta, deepseek, t5, bart, vit), each a Converter registered
+One module per family (gpt2, bert, distilbert, bigbird, llama with mistral, qwen2, qwen3, phi3, gemma (2 and 3), opt, roberta, deepseek, t5, bart, vit), each a Converter registered
 under the HF class names it takes, with its name tables (HF tensor names <-> ft parameter names) as data and the
 mapping of each config key in its docstring; _registry holds the generic from_hf / to_hf / save_hf / load_hf and
 _common the config readers. Every module of this package not starting with "_" is imported here, so adding a

@@ -45,6 +45,13 @@ def rope_theta(c: dict, m: str = "LLaMA") -> float:
 
 
 
+def _other_family(cfg: dict) -> bool:
+    """A RoPE decoder another family exports: QK-norm (Qwen3, qwen3.py; Gemma 3), the (1 + γ) norm (Gemma, gemma.py),
+    biases on q/k/v only (Qwen2, qwen2.py) or a residual dropout (Phi-3, phi3.py)."""
+    return (bool(cfg.get("qk_norm")) or cfg.get("norm") == "rms1p" or bool(cfg.get("qkv_bias"))
+            or bool(cfg.get("resid_dropout")))
+
+
 def tensor_table(hp: dict, head: bool) -> list:
     rows = [("embed_tokens.weight", "W_e", "T"), ("norm.weight", "gamma", "")]
     for l in range(hp["L"]):
@@ -103,8 +110,7 @@ class Llama(Converter):
 
     def takes(self, model, cfg):
         return (cfg.get("arch") == "DTransformer" and cfg.get("positional") == "rope" and not cfg.get("kv_lora_rank")
-                and not cfg.get("sliding_window") and cfg.get("block") != "parallel" and not cfg.get("qkv_bias")
-                and not cfg.get("resid_dropout"))
+                and not cfg.get("sliding_window") and cfg.get("block") != "parallel" and not _other_family(cfg))
 
     def export(self, cfg, P):
         cfg, rates = _split_rates(cfg)
@@ -149,8 +155,7 @@ class Mistral(Llama):
 
     def takes(self, model, cfg):
         return (cfg.get("arch") == "DTransformer" and cfg.get("positional") == "rope" and not cfg.get("kv_lora_rank")
-                and bool(cfg.get("sliding_window")) and cfg.get("block") != "parallel" and not cfg.get("qkv_bias")
-                and not cfg.get("resid_dropout"))
+                and bool(cfg.get("sliding_window")) and cfg.get("block") != "parallel" and not _other_family(cfg))
 
     def export(self, cfg, P):
         """A LLaMA-style DTransformer with sliding_window=w -> MistralForCausalLM (LLaMA's tensors and names)."""

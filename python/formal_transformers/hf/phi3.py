@@ -107,7 +107,8 @@ class Phi3(Converter):
     def takes(self, model, cfg):
         # LLaMA and Mistral take the same function without dropout on the sublayers' outputs
         return (cfg.get("arch") == "DTransformer" and cfg.get("positional") == "rope" and not cfg.get("kv_lora_rank")
-                and not cfg.get("qkv_bias") and bool(cfg.get("resid_dropout")))
+                and not cfg.get("qkv_bias") and not cfg.get("qk_norm") and cfg.get("norm") != "rms1p"
+                and bool(cfg.get("resid_dropout")))
 
     def export(self, cfg, P):
         cfg, rates = _split_rates(cfg)

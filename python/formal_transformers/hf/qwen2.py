@@ -93,7 +93,7 @@ class Qwen2(Converter):
 
     def takes(self, model, cfg):
         return (cfg.get("arch") == "DTransformer" and cfg.get("positional") == "rope" and bool(cfg.get("qkv_bias"))
-                and not cfg.get("kv_lora_rank"))
+                and not cfg.get("kv_lora_rank") and not cfg.get("qk_norm") and cfg.get("norm") != "rms1p")
 
     def export(self, cfg, P):
         cfg, rates = _split_rates(cfg)
