@@ -46,7 +46,8 @@ VENV=${VENV:-.venv}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 APT_PACKAGES=(g++ cmake ninja-build pkg-config git
               libxtensor-dev libxsimd-dev libgtest-dev nlohmann-json3-dev robin-map-dev
-              python3-dev python3-venv libdnnl-dev)
+              python3-dev python3-venv libdnnl-dev
+              espeak-ng)  # libdnnl-dev: bf16-mixed products (docs/design.md); espeak-ng: notebook 18's synthesized speech (docs/data.md)
 
 DOCS_CHECK_APT_PACKAGES=(chromium)  # ./run.sh docs --check: the headless browser
 log() { printf '\n== %s\n' "$*"; }

@@ -1,7 +1,7 @@
 """Every listing of the site: where its pseudocode, its C++ and its numpy transcription live, and which
 tests check it. Anchors (ft_sources.py): ``path::Name`` (a definition), ``path#marker`` ([doc:marker]
 comments), ``path@start@end`` (lines between two patterns). ``pseudo`` is an anchor into a header's
-comments, or ``docs/FILE.md|## heading`` for a listing written in docs/."""
+comments, or ``docs/<name>.md|## heading`` (e.g. ``docs/variants.md|## Algorithm V8``) for a listing written in docs/."""
 
 H = "cpp/include/formal_transformers/"
 L = "cpp/src/listings/"

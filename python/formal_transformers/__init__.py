@@ -51,7 +51,7 @@ finally:
     for _k in _omp_defaults:
         del _os.environ[_k]
 from ._core import *  # noqa: E402,F401,F403
-from . import datasets, reference, vision  # noqa: E402,F401
+from . import datasets, reference, speech, vision  # noqa: E402,F401
 from .io import build_model, kv_cache_bytes_per_token, load, save  # noqa: E402
 from .hf import from_hf, load_hf, save_hf, to_hf  # noqa: E402  (weights in and out)
 from ._torch_api import from_torch, to_torch  # noqa: E402
@@ -65,7 +65,7 @@ __version__ = "0.1.0"
 
 __all__ = sorted(
     {name for name in dir(_core) if not name.startswith("_")}
-    | {"DTraining", "ETraining", "EDTraining", "History", "save", "load", "reference", "datasets", "vision",
+    | {"DTraining", "ETraining", "EDTraining", "History", "save", "load", "reference", "datasets", "speech", "vision",
        "build_model", "kv_cache_bytes_per_token", "lora"}
     | {"from_hf", "to_hf", "save_hf", "load_hf", "to_torch", "from_torch", "model_options"}
 )

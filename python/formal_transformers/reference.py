@@ -1369,7 +1369,7 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
 
 
 def parallel_block(X, attn, mlp, norm1, norm2) -> np.ndarray:
-    """GPT-NeoX's parallel residual (block='parallel', docs/variants.md V28), in place of Algorithm 10's lines 5–8:
+    """GPT-NeoX's parallel residual (block='parallel', docs/variants.md V30), in place of Algorithm 10's lines 5–8:
         1  X̃₁ ← norm(X | γ_l¹, β_l¹)
         2  X̃₂ ← norm(X | γ_l², β_l²)
         3  X ← X + MHAttention(X̃₁ | W_l, Mask) + MLP(X̃₂)
@@ -1504,3 +1504,84 @@ def lora_params(params: dict, *, alpha: float, r: int) -> dict:
             name = k[: -len(".lora_A")]
             out[name] = lora_weight(params[name], params[k], params[name + ".lora_B"], alpha=alpha, r=r)
     return out
+
+
+def conv3_columns(X, stride: int) -> np.ndarray:
+    """Listing V28 lines 1 and 3: the columns of a kernel-3, padding-1 convolution with stride s over X (C, T):
+    U (3C, ⌈T/s⌉), U[c·3 + k, t] = X[c, s·t + k − 1] (0-based; 0 outside [0, T))."""
+    X = np.asarray(X)
+    C, T = X.shape
+    P = np.concatenate([np.zeros((C, 1), X.dtype), X, np.zeros((C, 1), X.dtype)], axis=1)  # F[:, 0] = F[:, T+1] = 0
+    n = (T + stride - 1) // stride
+    U = np.empty((C, 3, n), dtype=X.dtype)
+    for k in range(3):
+        U[:, k, :] = P[:, k:k + stride * (n - 1) + 1:stride]
+    return U.reshape(3 * C, n)
+
+
+def whisper_sinusoids(n: int, d: int) -> np.ndarray:
+    """Listing V28 line 5's W_sin (d, n): openai/whisper's sinusoids(n, d) — sin(t τ_i) in the first d/2 rows,
+    cos(t τ_i) in the last d/2, τ_i = 10000^(−i/(d/2 − 1)), t = 0, …, n − 1."""
+    if d % 2 or d < 4:
+        raise ValueError(f"d must be even and >= 4, got {d}")
+    tau = np.exp(-np.log(10000.0) / (d // 2 - 1) * np.arange(d // 2))
+    a = np.arange(n)[None, :] * tau[:, None]
+    return np.concatenate([np.sin(a), np.cos(a)], axis=0)
+
+
+def audio_front_end(F, W_c1, b_c1, W_c2, b_c2, W_sin=None) -> np.ndarray:
+    """Listing V28: Z ← AudioFrontEnd(F | W_c1, b_c1, W_c2, b_c2, W_sin), Whisper's two convolutions with GELU.
+    F (n_mels, T) -> Z (d_e, ⌈T/2⌉); W_c1 (d_e, 3·n_mels), W_c2 (d_e, 3·d_e) in (c, k) column order (a Conv1d
+    weight (d_e, C, 3) reshaped to (d_e, 3C)). W_sin: None adds Whisper's sinusoids; an array, its first ⌈T/2⌉ columns."""
+    F = np.asarray(F, dtype=np.float64)
+    U = conv3_columns(F, 1)  # line 1
+    H_ = gelu(W_c1 @ U + b_c1[:, None])  # line 2: H ← GELU(W_c1 U + b_c1 1ᵀ)
+    V = conv3_columns(H_, 2)  # line 3
+    Z = gelu(W_c2 @ V + b_c2[:, None])  # line 4: Z ← GELU(W_c2 V + b_c2 1ᵀ)
+    if W_sin is None:
+        W_sin = whisper_sinusoids(Z.shape[1], Z.shape[0])
+    if W_sin.shape[1] < Z.shape[1]:
+        raise ValueError(f"the spectrogram gives {Z.shape[1]} positions, W_sin has {W_sin.shape[1]}")
+    return Z + W_sin[:, :Z.shape[1]]  # line 5: Z ← Z + W_sin[:, 1:ℓ_z]
+
+
+def whisper(features, x, params, *, H: int, eps: float = 1e-5, W_sin=None, logits: bool = False) -> np.ndarray:
+    """Listing V29: P ← Whisper(F, x | θ) for one spectrogram F (n_mels, T) and tokens x -> P (N_V, ℓ_x).
+    θ: ft.Whisper's names — conv.{W_c1, b_c1, W_c2, b_c2}; enc.l.{gamma1, beta1, attn.*, gamma2, beta2, W_mlp1,
+    b_mlp1, W_mlp2, b_mlp2}; enc.gamma, enc.beta; W_e (d_e, N_V), W_p (d_e, n_text_ctx); dec.l.{gamma1–3, beta1–3,
+    attn.*, cross_attn.*, W_mlp3, b_mlp3, W_mlp4, b_mlp4}; dec.gamma, dec.beta. W_sin: the encoder's table (None:
+    Whisper's sinusoids)."""
+    x = np.asarray(x)
+    layers = lambda g: 1 + max([int(k.split(".")[1]) for k in params if k.startswith(g + ".") and k.split(".")[1].isdigit()],
+                               default=-1)
+    Z = audio_front_end(features, params["conv.W_c1"], params["conv.b_c1"], params["conv.W_c2"], params["conv.b_c2"],
+                        W_sin)  # line 1
+    l_z, l_x = Z.shape[1], len(x)
+    for i in range(layers("enc")):  # line 2: pre-LN layers, Mask ≡ 1, GELU
+        p = f"enc.{i}."
+        _check_H(params, p + "attn.", H)
+        Zt = layer_norm_columns(Z, params[p + "gamma1"], params[p + "beta1"], eps)
+        Z = Z + mh_attention(Zt, Zt, *_W(params, p + "attn."), bidirectional_mask(l_z, l_z))
+        Zt = layer_norm_columns(Z, params[p + "gamma2"], params[p + "beta2"], eps)
+        Z = Z + params[p + "W_mlp2"] @ gelu(params[p + "W_mlp1"] @ Zt + params[p + "b_mlp1"][:, None]) + params[p + "b_mlp2"][:, None]
+    Z = layer_norm_columns(Z, params["enc.gamma"], params["enc.beta"], eps)  # line 3
+    W_e = params["W_e"]
+    X = W_e[:, x] + params["W_p"][:, :l_x]  # line 4: e_t ← W_e[:, x[t]] + W_p[:, t]
+    for i in range(layers("dec")):  # line 5: V18a's pre-norm cross layers with layer_norm, biases, GELU
+        p = f"dec.{i}."
+        Xt = layer_norm_columns(X, params[p + "gamma1"], params[p + "beta1"], eps)
+        X = X + mh_attention(Xt, Xt, *_W(params, p + "attn."), unidirectional_mask(l_x, l_x))
+        Xt = layer_norm_columns(X, params[p + "gamma2"], params[p + "beta2"], eps)
+        X = X + mh_attention(Xt, Z, *_W(params, p + "cross_attn."), bidirectional_mask(l_z, l_x))
+        Xt = layer_norm_columns(X, params[p + "gamma3"], params[p + "beta3"], eps)
+        X = X + params[p + "W_mlp4"] @ gelu(params[p + "W_mlp3"] @ Xt + params[p + "b_mlp3"][:, None]) + params[p + "b_mlp4"][:, None]
+    X = layer_norm_columns(X, params["dec.gamma"], params["dec.beta"], eps)  # line 6
+    Zl = W_e.T @ X  # line 7: P = softmax(W_eᵀ X)
+    return Zl if logits else softmax(Zl)
+
+
+def whisper_loss(features, x, params, **hp) -> float:
+    """Algorithm 11's loss of V29 for one spectrogram: −Σ_{t=1}^{ℓ−1} log P[x[t+1], t]."""
+    x = np.asarray(x)
+    logP = log_softmax(whisper(features, x, params, logits=True, **hp))
+    return float(-sum(logP[x[t + 1], t] for t in range(len(x) - 1)))

@@ -250,6 +250,8 @@ def test_bad_options_raise_naming_them():
         ft.DTransformer(9, 4, 1, 1, 4, 4, scale_embedding=True)
     with pytest.raises(TypeError, match="forced_eos"):
         ft.EDTransformer(**small, forced_eos=1)
+    with pytest.raises(ValueError, match="mlp must be one of 'relu', 'gelu'"):  # an activation BART does not have
+        ft.EDTransformer(**small, mlp="silu")
     # exports: BART's layers are layer_norm'd with eps 1e-5, one dropout for embeddings and sublayers; pre-norm is mBART
     for bad, match in [(dict(norm="rms"), "norm"), (dict(eps=1e-6), "eps"), (dict(embed_norm=False), "embed_norm"),
                        (dict(embed_dropout=0.1), "embed_dropout"), (dict(H_kv=1), "H_kv"),

@@ -1,5 +1,5 @@
 """GPT-NeoX (GPTNeoXForCausalLM) <-> DTransformer(block="parallel", positional="rope", rotary_pct=…): the parallel
-residual block (docs/variants.md V28) and the RoPE part's partial rotary (V1's rotary_pct) against transformers' own
+residual block (docs/variants.md V30) and the RoPE part's partial rotary (V1's rotary_pct) against transformers' own
 class — P and every gradient equal in float64 (≤ 1e-10) for randomised weights, ft → HF → ft exact, save_hf/load_hf,
 greedy generation token for token, batched decoding = one by one, and the refusals naming the option."""
 from __future__ import annotations

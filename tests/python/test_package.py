@@ -18,7 +18,7 @@ LISTING_NAMES = [
     "TokenEmbedding", "PositionalEmbedding", "BasicAttention", "Attention", "MHAttention", "LayerNorm", "RMSNorm",
     "Unembedding", "EDTransformer", "ETransformer", "DTransformer", "EDTraining", "ETraining", "DTraining",
     "DInference", "EDInference", "CharTokenizer", "WordTokenizer", "BPETokenizer", "chunk", "softmax", "gelu",
-    "relu", "bidirectional_mask", "unidirectional_mask", "Adam", "SGD", "ViT",
+    "relu", "bidirectional_mask", "unidirectional_mask", "Adam", "SGD", "ViT", "Whisper",
 ]
 
 

@@ -1,4 +1,4 @@
-"""GPT-NeoX's parallel residual (docs/variants.md V28), the worked example of a block added as one part
+"""GPT-NeoX's parallel residual (docs/variants.md V30), the worked example of a block added as one part
 (cpp/src/variants/parallel_block.cpp and its registry row): X ← X + MHAttention(LN₁(X)) + MLP(LN₂(X)) in place of
 Algorithm 10's lines 5–8. The core against reference.py (float64 ≤ 1e-12, float32 ≤ 1e-5) and its gradients
 against torch autograd are test_variants.py's "parallel" and "neox" rows; here: the definition, finite differences,

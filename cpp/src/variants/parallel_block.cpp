@@ -1,5 +1,5 @@
 // GPT-NeoX's parallel residual (Black et al. 2022; Hugging Face's use_parallel_residual=True), the block "parallel"
-// of a DTransformer (docs/variants.md V28): in place of Algorithm 10's lines 5–8, both sublayers read the layer's
+// of a DTransformer (docs/variants.md V30): in place of Algorithm 10's lines 5–8, both sublayers read the layer's
 // input X, each through its own norm, and both outputs are added to it at once:
 //    1  for t ∈ [ℓ]: X̃₁[:, t] ← layer_norm(X[:, t] | γ_l¹, β_l¹)
 //    2  for t ∈ [ℓ]: X̃₂[:, t] ← layer_norm(X[:, t] | γ_l², β_l²)

@@ -144,6 +144,8 @@ def state_arrays(hf_model) -> dict:
 def build(cls_name: str, config: dict, T: dict, dtype, where: str):
     """Check every tensor, then make the ft model and copy them in (nothing is made on a failed check)."""
     conv = _CLASSES[cls_name]
+    if hasattr(conv, "build"):  # a family with its own model class (Whisper) checks and builds itself
+        return conv.build(config, T, dtype, where)
     head, prefix = conv.classes[cls_name]
     hp = conv.hyper(config)
     T = conv.prepare(hp, _strip(T, prefix), head)
@@ -218,10 +220,10 @@ def _with_precision(model, precision: str):
 
 def _check_model(model, fn: str, vit: bool = True) -> None:
     """to_hf / save_hf take an ft model (TypeError otherwise, as to_torch)."""
-    kinds = (_core.DTransformer, _core.ETransformer, _core.EDTransformer) + ((_core.ViT,) if vit else ())
+    kinds = (_core.DTransformer, _core.ETransformer, _core.EDTransformer, _core.Whisper) + ((_core.ViT,) if vit else ())
     if not isinstance(model, kinds):
-        raise TypeError(f"ft.{fn} takes a DTransformer or ETransformer (or an EDTransformer with T5's or BART's options"
-                        f"{', or a ViT' if vit else ''}), got {type(model).__name__}")
+        raise TypeError(f"ft.{fn} takes a DTransformer or ETransformer (or an EDTransformer with T5's or BART's options, "
+                        f"a Whisper{', or a ViT' if vit else ''}), got {type(model).__name__}")
 
 
 def _converter_of(model, hf_class=None):
@@ -247,6 +249,8 @@ def export(model, hf_class=None):
     """(HF class name, config.json dict, state dict of numpy arrays with the class's names) of an ft model; hf_class:
     the class to write (None: the one family whose `takes` holds the model)."""
     conv, cfg = _converter_of(model, hf_class)
+    if hasattr(conv, "export_model"):  # a family with its own model class (Whisper)
+        return conv.export_model(model)
     if cfg.get("mtp_depth"):  # V16: no class here takes the modules (docs/variants.md V16)
         raise ValueError(f"mtp_depth = {cfg['mtp_depth']}: the multi-token-prediction modules have no place in the "
                          "exported Hugging Face model (they would be lost); export a model with mtp_depth=0")

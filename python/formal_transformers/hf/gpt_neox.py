@@ -1,5 +1,5 @@
 """GPT-NeoX (GPTNeoXForCausalLM / GPTNeoXModel; Black et al. 2022, Pythia) <-> DTransformer with the parallel
-residual block (block="parallel", docs/variants.md V28), V1 RoPE on the first ⌊head_size · rotary_pct⌋ rows of each
+residual block (block="parallel", docs/variants.md V30), V1 RoPE on the first ⌊head_size · rotary_pct⌋ rows of each
 head (rotary_pct; half-split pairs within them), layer_norm with biases, the GELU MLP, biases everywhere, untied W_u:
 
     embed_in = W_eᵀ; layers.l.input_layernorm = γ_l¹, β_l¹; post_attention_layernorm = γ_l², β_l²;
