@@ -67,11 +67,15 @@ struct ModelConfig {
     // V7 (D only): the prefix-LM mask of line 6, Mask[t_z, t_x] = [[t_z < p_b or t_z ≤ t_x]] with the prefix length
     // p_b of each sequence given with the call (Tokens::prefix; none: p_b = 0, the causal mask). Causal: Algorithm 10.
     enum class MaskKind { Causal, Prefix } mask = MaskKind::Causal;
-    // V18 (ED only; T5): pre_norm: both stacks made of pre-norm layers (Algorithm 10's lines 5–8, the decoder's
-    // with a cross-attention sublayer) and a final norm of each stack (γ_enc, γ_dec); scale_scores = false: no
-    // 1/√d_attn at Algorithm 4's line 4; unembed_rescale: P = softmax(W_u (d_e^−1/2 X)); bos_id, eos_id: the
-    // ids Algorithm 15 starts and stops with (−1: None, bos_token = N_V − 2, eos_token = N_V − 1; T5: 0, 1).
-    bool pre_norm = false, scale_scores = true, unembed_rescale = false;
+    // The layers of the stacks: a registered block's name (parts.hpp PartKind::Block; "": the architecture's
+    // listing's, default_block: "pre_ln" in D, "post_ln" in E and ED; resolve fills it). ED's "pre_ln" is V18a
+    // (T5): both stacks of pre-norm layers, each ending with a norm (γ_enc, γ_dec); files and keywords of earlier
+    // versions say pre_norm=True for it.
+    std::string block;
+    // V18 (ED only; T5): scale_scores = false: no 1/√d_attn at Algorithm 4's line 4; unembed_rescale:
+    // P = softmax(W_u (d_e^−1/2 X)); bos_id, eos_id: the ids Algorithm 15 starts and stops with (−1: None,
+    // bos_token = N_V − 2, eos_token = N_V − 1; T5: 0, 1).
+    bool scale_scores = true, unembed_rescale = false;
     index_t bos_id = -1, eos_id = -1;
     // V22 (ED only; BART's generation config): forced_bos_id: Algorithm 15's first generated token is this id
     // (x̂ = [bos_token, forced_bos_id, …]; −1: None, sampled); forced_eos: a decoding that reaches max_len

@@ -83,7 +83,7 @@ using Field = std::variant<std::nullptr_t, index_t ModelConfig::*, double ModelC
                            std::uint64_t ModelConfig::*, NormKind ModelConfig::*, Positional ModelConfig::*,
                            Gelu ModelConfig::*, ModelConfig::Mlp ModelConfig::*, AttnImpl ModelConfig::*,
                            ModelConfig::MaskKind ModelConfig::*, AttnKernel ModelConfig::*,
-                           ModelConfig::BigBirdDraw ModelConfig::*>;
+                           ModelConfig::BigBirdDraw ModelConfig::*, std::string ModelConfig::*>;
 
 struct OptionSpec {
     const char* name;
@@ -161,7 +161,7 @@ const std::vector<OptionSpec> kSchema = {
     {kPartsHere[3].name, 0, Kind::AllRates, nullptr},
     {kPartsHere[4].name, 0, Kind::AllRates, nullptr},
     {kPartsHere[5].name, 0, Kind::AllRates, nullptr},
-    {"pre_norm", ED, Kind::Bool, &ModelConfig::pre_norm},
+    {"block", ALL, Kind::Part, &ModelConfig::block},
     {"scale_scores", ED, Kind::Bool, &ModelConfig::scale_scores},
     {"unembed_rescale", ED, Kind::Bool, &ModelConfig::unembed_rescale},
     {"bos_id", ED, Kind::AutoId, &ModelConfig::bos_id},
@@ -368,6 +368,13 @@ void set_option(ModelConfig& c, const OptionSpec& o, const OptionValue& v) {
                 o.field);
             return;
         }
+        case Kind::Part: {  // a registered block's name (resolve checks that c.arch takes it)
+            const auto* s = std::get_if<std::string>(&v);
+            if (!s) wrong_type(o, v, "a str");
+            check_part_name(PartKind::Block, *s, o.name);
+            put(c, o, *s);
+            return;
+        }
         case Kind::AllRates: return;  // from_options applies it
     }
 }
@@ -404,6 +411,8 @@ Json json_of(const ModelConfig& c, const OptionSpec& o) {
                 } else if constexpr (std::is_same_v<V, double>) {
                     if (o.kind == Kind::AutoReal && v == 0) return nullptr;
                     return v;
+                } else if constexpr (std::is_same_v<V, std::string>) {
+                    return v.empty() ? std::string(default_block(c.arch)) : v;  // (unresolved: the listing's)
                 } else if constexpr (std::is_same_v<V, index_t>) {
                     if (o.kind == Kind::AutoSize && v == 0) return nullptr;  // None
                     if (o.kind == Kind::AutoId && v < 0) return nullptr;
@@ -472,6 +481,7 @@ std::pair<std::string, std::string> selector(const ModelConfig& c, PartKind kind
         const char* listing = c.positional == Positional::Sinusoidal ? "sinusoidal" : "learned";
         return {std::string("positional='") + (*n ? n : listing) + "'", n};
     }
+    if (kind == PartKind::Block) return {"block='" + c.block + "'", c.block};
     if (kind == PartKind::HeadKernel && c.arch != Arch::ED) {
         const char* n = c.attention == AttnKernel::Performer ? "performer"
                         : c.attention == AttnKernel::RFA     ? "rfa"
@@ -556,7 +566,8 @@ std::string ModelConfig::signature(Arch arch) {
 }
 
 std::vector<ModelConfig::OptionInfo> ModelConfig::option_infos(Arch arch) {
-    static const char* kinds[] = {"size", "auto_size", "count", "real", "auto_real", "bool", "seed", "enum", "rates", "auto_id"};
+    static const char* kinds[] = {"size", "auto_size", "count", "real", "auto_real", "bool", "seed", "enum", "rates", "auto_id",
+                                  "enum"};
     ModelConfig defaults;
     defaults.arch = arch;
     std::vector<OptionInfo> out;
@@ -584,7 +595,14 @@ ModelConfig build_config(Arch arch, const Options& keywords, const std::vector<O
     c.arch = arch;  // the enums' names are the architecture's (kMlps)
     std::vector<const OptionSpec*> given;
     const OptionValue* all_rates = nullptr;
-    auto take = [&](const std::string& name, const OptionValue& v) {
+    auto take = [&](const std::string& key, const OptionValue& v) {
+        std::string name = key;
+        OptionValue value = v;
+        if (key == "pre_norm" && arch == Arch::ED) {  // the name of earlier versions (files, keywords) for the block
+            const auto* b = std::get_if<bool>(&v);
+            if (!b) throw TypeError("pre_norm must be True or False, got " + std::string(type_name(v)));
+            name = "block", value = std::string(*b ? "pre_ln" : "post_ln");
+        }
         const OptionSpec* o = find_option(name);
         if (!o || !(o->archs & bit(arch))) throw TypeError(who + " got an unexpected keyword argument '" + name + "'");
         if (o->kind == Kind::Real && o->check == Check::Rate && std::holds_alternative<std::monostate>(v))
@@ -596,7 +614,7 @@ ModelConfig build_config(Arch arch, const Options& keywords, const std::vector<O
             check_real(*o, real_of(*o, v));
             all_rates = &v;
         } else {
-            set_option(c, *o, v);
+            set_option(c, *o, value);
         }
     };
     for (std::size_t i = 0; i < positional.size(); ++i) take(sizes[i], positional[i]);
@@ -738,8 +756,9 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
         throw ValueError("positional='rope' rotates pairs of rows: d_attn (the head size) must be even, got " +
                          std::to_string(c.d_attn));
     // the parts: the one of each kind c chooses, and its check (its options, what it needs of the rest)
+    if (c.block.empty()) c.block = default_block(arch);
     for (PartKind kind : {PartKind::Mask, PartKind::Position, PartKind::QKVSource, PartKind::HeadKernel, PartKind::MLP,
-                          PartKind::Norm}) {
+                          PartKind::Norm, PartKind::Block}) {
         const PartRow* row = choose(c, kind, from_file ? &c : nullptr);
         if (row && row->complete) row->complete(c.part_options, c);
         if (row && row->check) row->check(c.part_options, &c);
