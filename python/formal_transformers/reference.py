@@ -1283,7 +1283,8 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
     (ft.random_feature_matrix). mtp_depth = D > 0 (V16): returns (the logits W_u X, [the logits of module k,
     (N_V, ℓ − k), for k = 1..D]) instead. norm="rms1p": the (1 + γ) RMS norm; qk_norm: V24 (no biases) with each
     layer's gamma_q, gamma_k. block="parallel": every layer is parallel_block's (GPT-NeoX) in place of lines 5–8 (the
-    V16 modules keep lines 5–8). rotary_pct: V1 on the first ⌊d_attn · rotary_pct⌋ rows of each head."""
+    V16 modules keep lines 5–8); block="sandwich": sandwich_block's (V27, Gemma: each sublayer's output normalised
+    again with gamma1_post, gamma2_post). rotary_pct: V1 on the first ⌊d_attn · rotary_pct⌋ rows of each head."""
     if norm not in ("layer", "rms", "scale", "rms1p"):
         raise ValueError(f"norm must be 'layer', 'rms', 'scale' or 'rms1p', got {norm!r}")
     x = np.asarray(x)
@@ -1344,9 +1345,13 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
         return parallel_block(X, lambda Xt: attn(Xt, p, Omega), lambda Xt: mlp_(Xt, p),
                               lambda Y: nrm(Y, p + "gamma1", p + "beta1"), lambda Y: nrm(Y, p + "gamma2", p + "beta2"))
 
-    if block not in ("pre_ln", "parallel"):
-        raise ValueError(f"block must be 'pre_ln' or 'parallel', got {block!r}")
-    trunk = parallel if block == "parallel" else layer
+    def sandwich(X, p, Omega=None):
+        return sandwich_block(X, lambda Xt: attn(Xt, p, Omega), lambda Xt: mlp_(Xt, p),
+                              *(lambda Y, g=g: nrm(Y, p + "gamma" + g, p + "beta" + g) for g in ("1", "2", "1_post", "2_post")))
+
+    if block not in ("pre_ln", "parallel", "sandwich"):
+        raise ValueError(f"block must be 'pre_ln', 'parallel' or 'sandwich', got {block!r}")
+    trunk = {"parallel": parallel, "sandwich": sandwich}.get(block, layer)
 
     for i in range(L):  # line 4
         X = trunk(X, f"layers.{i}.", None if features is None else features[i])  # lines 5–8
@@ -1377,6 +1382,18 @@ def parallel_block(X, attn, mlp, norm1, norm2) -> np.ndarray:
     X1 = norm1(X)  # line 1
     X2 = norm2(X)  # line 2
     return X + attn(X1) + mlp(X2)  # line 3
+
+
+def sandwich_block(X, attn, mlp, norm1, norm2, post1, post2) -> np.ndarray:
+    """Gemma's sandwich layer (block='sandwich', docs/variants.md V27), Algorithm 10's lines 5–8 with each sublayer's
+    output normalised again before its residual add:
+        5  X̃ ← norm(X | γ_l¹)
+        6  X ← X + norm(MHAttention(X̃ | W_l, Mask) | γ_l¹′)
+        7  X̃ ← norm(X | γ_l²)
+        8  X ← X + norm(MLP(X̃) | γ_l²′)
+    attn, mlp, norm1, norm2, post1, post2: the layer's sublayers and norms as functions of a [d_e, ℓ] matrix."""
+    X = X + post1(attn(norm1(X)))  # lines 5, 6
+    return X + post2(mlp(norm2(X)))  # lines 7, 8
 
 
 def d_mtp_loss(x, params, *, mtp_depth: int, mtp_weight: float = 0.3, terms: bool = False, **hp):

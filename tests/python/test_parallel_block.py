@@ -120,12 +120,12 @@ def test_only_a_decoder_takes_it():
         ft.ETransformer(V, 16, 1, 2, 8, 12, 8, block="parallel")
     with pytest.raises(ValueError, match="block='parallel' is a layer of the DTransformer, not of the EDTransformer"):
         ft.EDTransformer(V, 16, 1, 1, 2, 8, 12, block="parallel")
-    with pytest.raises(ValueError, match="block must be 'pre_ln', 'post_ln' or 'parallel', got 'neox'"):
+    with pytest.raises(ValueError, match="block must be 'pre_ln', 'post_ln', 'parallel' or 'sandwich', got 'neox'"):
         ft.DTransformer(V, 16, 1, 2, 8, 12, block="neox")
 
 
-def test_sandwich_norms_are_the_pre_ln_blocks():
-    # V27's second norms sit after each sublayer of the pre-LN block; the parallel block refuses them by name
+def test_sandwich_norms_are_not_the_parallel_blocks():
+    # V27's second norms are the block 'sandwich' (the pre-LN layer's); sandwich_norm=True with block='parallel' is
+    # refused by name
     with pytest.raises(ValueError, match="block='parallel' has no sandwich_norm"):
         ft.DTransformer(V, 16, 1, 2, 8, 12, block="parallel", sandwich_norm=True)
-    assert ft.DTransformer(V, 16, 1, 2, 8, 12, sandwich_norm=True).config["block"] == "pre_ln"

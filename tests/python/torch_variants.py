@@ -129,6 +129,11 @@ def d_logits(x, p, *, L, H, norm="layer", gelu="exact", eps=1e-5, positional="le
                          rotary_pct=rotary_pct)
                  + ffn(nrm(X, q + "gamma2", q + "beta2"), q))
             continue
+        if block == "sandwich":  # V27 (Gemma): each sublayer's output normalised again before its residual add
+            X = X + nrm(gqa(nrm(X, q + "gamma1", q + "beta1"), p, q + "attn.", H, positional, rope_theta, attention, Om,
+                            rotary_pct=rotary_pct), q + "gamma1_post", q + "beta1_post")
+            X = X + nrm(ffn(nrm(X, q + "gamma2", q + "beta2"), q), q + "gamma2_post", q + "beta2_post")
+            continue
         X = X + gqa(nrm(X, q + "gamma1", q + "beta1"), p, q + "attn.", H, positional, rope_theta, attention, Om,
                     rotary_pct=rotary_pct)
         X = X + ffn(nrm(X, q + "gamma2", q + "beta2"), q)

@@ -70,7 +70,7 @@ struct ModelConfig {
     // The layers of the stacks: a registered block's name (parts.hpp PartKind::Block; "": the architecture's
     // listing's, default_block: "pre_ln" in D, "post_ln" in E and ED; resolve fills it). ED's "pre_ln" is V18a
     // (T5): both stacks of pre-norm layers, each ending with a norm (γ_enc, γ_dec); files and keywords of earlier
-    // versions say pre_norm=True for it.
+    // versions say pre_norm=True for it. D's "sandwich" is V27 (Gemma 2, 3), which they say sandwich_norm=True for.
     std::string block;
     // V18 (ED only; T5): scale_scores = false: no 1/√d_attn at Algorithm 4's line 4; unembed_rescale:
     // P = softmax(W_u (d_e^−1/2 X)); bos_id, eos_id: the ids Algorithm 15 starts and stops with (−1: None,
@@ -113,9 +113,8 @@ struct ModelConfig {
     enum class BigBirdDraw { PerHead, PerLayer } bigbird_draw = BigBirdDraw::PerHead;
     // Gemma 2 and 3 (docs/variants.md V25, V27; D only): embed_scale s: line 1 returns s · W_e[:, v] (Gemma: √d_e in the
     // model's dtype; 0: None, the listing); final_logit_softcapping c_f: the logits c_f·tanh(W_u X / c_f) (0: None);
-    // sandwich_norm: every sublayer's output normalised before its residual add, X ← X + norm(f(norm(X | γ)) | γ′).
+    // (Gemma's sandwich layers, each sublayer's output normalised before its residual add, are the block "sandwich".)
     double embed_scale = 0, final_logit_softcapping = 0;
-    bool sandwich_norm = false;
     // The options the parts own (their rows declare them: e.g. V8's window w, the sliding-window mask's); the
     // parts read them, unset ones have their declared defaults.
     PartOptionValues part_options;

@@ -98,7 +98,7 @@ struct BackwardWork {
     MHAttentionWork<T> attn;
     Matrix<T> Xsel, dXsel, logits;
     Matrix<T> capped;  // the soft-capped logits (final_logit_softcapping) for their backward
-    Matrix<T> dY;      // sandwich_norm: ∂loss/∂ a sublayer's output before its second norm
+    Matrix<T> dY;      // the block "sandwich" (V27): ∂loss/∂ a sublayer's output before its second norm
     std::vector<index_t> cols, targets;
 };
 
@@ -221,9 +221,6 @@ public:
         NormCache<T> norm_gamma2;  // line 7's layer_norm(· | γ², β²)
         Matrix<T> Xt_mlp;          // [d_e, n] line 7: X̃ ← layer_norm(X | γ², β²), the MLP's input
         MLPCache<T> mlp;           // line 8
-        // sandwich_norm (V27): the sublayers' outputs before their second norms, and those norms' caches
-        Matrix<T> Y_attn, Y_mlp;
-        NormCache<T> norm_post1, norm_post2;
     };
     PreLNDecoderBlock(const BlockSpec& spec, ParamStore<T>& store, const std::string& prefix);
     // Algorithm 10's: GELU (φ = act), line 6's Mask from the config's mask part, the position part in attention
@@ -245,12 +242,6 @@ public:
     MHAttention<T> attn_l;  // W_l, line 6's Mask (the block's attn)
     Norm<T> norm2;          // γ_l², β_l²
     MLP<T> mlp;             // W_mlp1^l, b_mlp1^l, W_mlp2^l, b_mlp2^l
-    // sandwich_norm (V27; Gemma 2, 3): the second norm of each sublayer, γ_l¹′ (after line 6's attention) and γ_l²′
-    // (after line 8's MLP); empty: Algorithm 10
-    std::shared_ptr<const Norm<T>> post1, post2;
-
-private:
-    void add_sandwich(const ModelConfig& c, ParamStore<T>& store, const std::string& prefix);
 };
 
 // ---------------------------------------------------------------------------------------------------

@@ -19,48 +19,11 @@ PreLNDecoderBlock<T>::PreLNDecoderBlock(const BlockSpec& b, ParamStore<T>& store
       norm1(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma1", p + "beta1"),
       attn_l(b.c->H, b.c->d_e, b.c->d_e, b.c->d_attn, b.c->d_mid, b.c->d_e, b.mask, store, p + "attn.", b.self),
       norm2(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma2", p + "beta2"),
-      mlp(mlp_name(b.c->mlp), mlp_spec(*b.c, b.act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p) {
-    add_sandwich(*b.c, store, p);
-}
+      mlp(mlp_name(b.c->mlp), mlp_spec(*b.c, b.act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p) {}
 
 template <class T>
 PreLNDecoderBlock<T>::PreLNDecoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& p)
     : PreLNDecoderBlock(BlockSpec{&c, act, decoder_mask(c), attn_variant(c, true), AttnVariant()}, store, p) {}
-
-// V27 (sandwich_norm; Gemma 2, 3): each sublayer's second norm, γ_l¹′ and γ_l²′, after the listing's parameters
-template <class T>
-void PreLNDecoderBlock<T>::add_sandwich(const ModelConfig& c, ParamStore<T>& store, const std::string& p) {
-    if (!c.sandwich_norm) return;
-    post1 = std::make_shared<const Norm<T>>(norm_name(c.norm), c.d_e, c.eps, store, p + "gamma1_post", p + "beta1_post");
-    post2 = std::make_shared<const Norm<T>>(norm_name(c.norm), c.d_e, c.eps, store, p + "gamma2_post", p + "beta2_post");
-}
-
-namespace {
-// f's output Y:[d_e,n] (computed into Y), with V27 normalised in place (norm(Y | γ′)), added into out
-template <class T, class F>
-void add_sublayer(const ParamStore<T>& store, const Norm<T>* post, Matrix<T>& Y, NormCache<T>& nc, MatView<T> out, F&& f) {
-    if (!post) {
-        f(out, true);  // the listing: X ← X + f(X̃), accumulated in place
-        return;
-    }
-    MatView<T> y = ensure(Y, out.rows, out.cols);
-    f(y, false);
-    post->forward(store, y, y, nc);
-    for (index_t j = 0; j < out.cols; ++j) {
-        T* o = out.col(j);
-        const T* v = y.col(j);
-        for (index_t i = 0; i < out.rows; ++i) o[i] += v[i];
-    }
-}
-// ∂loss/∂(f's output) from ∂loss/∂(what add_sublayer added), dOut: itself, or with V27 back through norm(· | γ′) into dY
-template <class T>
-CMatView<T> sublayer_grad(ParamStore<T>& store, const Norm<T>* post, const NormCache<T>& nc, CMatView<T> dOut, Matrix<T>& dY) {
-    if (!post) return dOut;
-    MatView<T> d = zeros(dY, dOut.rows, dOut.cols);
-    post->backward(store, dOut, nc, d);
-    return d;
-}
-}  // namespace
 
 template <class T>
 void PreLNDecoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double s_out) const {
@@ -68,7 +31,6 @@ void PreLNDecoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double
     attn_l.init(store, rng, s, s_out);
     norm2.init(store);
     mlp.init(store, rng, s, s_out);
-    if (post1) post1->init(store), post2->init(store);
 }
 
 template <class T>
@@ -80,19 +42,14 @@ void PreLNDecoderBlock<T>::forward(const ParamStore<T>& store, CMatView<T> X, co
     norm1.forward(store, X, Xt1, a.norm_gamma1);  // line 5: X̃ ← layer_norm(X | γ¹, β¹)
     MatView<T> Xa = copy_into(a.X_attn, X);
     add_dropped(drop, place.at(DropSite::SelfOut), Xa, a.R, a.drop_attn, [&](MatView<T> out) {
-        add_sublayer(store, post1.get(), a.Y_attn, a.norm_post1, out, [&](MatView<T> y, bool acc) {
-            attn_l.forward(store, Xt1, s, Xt1, s, y, a.attn, acc, drop, place.at(DropSite::SelfWeights), mask);
-        });
-    });  // line 6: X ← X + MHAttention(X̃ | W_l, Mask[t, t'] = [[t ≤ t']])   (V27: + norm(MHAttention(X̃) | γ¹′))
+        attn_l.forward(store, Xt1, s, Xt1, s, out, a.attn, /*accumulate=*/true, drop, place.at(DropSite::SelfWeights), mask);
+    });  // line 6: X ← X + MHAttention(X̃ | W_l, Mask[t, t'] = [[t ≤ t']])
     MatView<T> Xt2 = ensure(a.Xt_mlp, d_e, n);
     norm2.forward(store, Xa, Xt2, a.norm_gamma2);  // line 7: X̃ ← layer_norm(X | γ², β²)
     std::copy(Xa.data, Xa.data + Xa.size(), X_out.data);
     add_dropped(drop, place.at(DropSite::MlpOut), X_out, a.R, a.drop_mlp, [&](MatView<T> out) {
-        add_sublayer(store, post2.get(), a.Y_mlp, a.norm_post2, out, [&](MatView<T> y, bool acc) {
-            if (!acc) zero(y);
-            mlp.forward(store, Xt2, y, a.mlp);
-        });
-    });  // line 8: X ← X + W_mlp2 GELU(W_mlp1 X̃ + b_mlp1 1ᵀ) + b_mlp2 1ᵀ   (V27: + norm(MLP(X̃) | γ²′))
+        mlp.forward(store, Xt2, out, a.mlp);
+    });  // line 8: X ← X + W_mlp2 GELU(W_mlp1 X̃ + b_mlp1 1ᵀ) + b_mlp2 1ᵀ
 }
 
 template <class T>
@@ -102,14 +59,11 @@ void PreLNDecoderBlock<T>::backward(ParamStore<T>& store, CMatView<T>, const Seq
     MatView<T> dX = view(w.dX);
     // line 8: X_out = X_attn + MLP(X̃_mlp)  ->  ∂/∂X̃_mlp into dXt; ∂/∂X_attn = dX (+ line 7's part below)
     MatView<T> dXt = zeros(w.dXt, dX.rows, dX.cols);
-    mlp.backward(store, view(a.Xt_mlp), a.mlp,
-                 sublayer_grad(store, post2.get(), a.norm_post2, dropped_grad(a.drop_mlp, CMatView<T>(dX), w.dR), w.dY), dXt,
-                 w.dH);
+    mlp.backward(store, view(a.Xt_mlp), a.mlp, dropped_grad(a.drop_mlp, CMatView<T>(dX), w.dR), dXt, w.dH);
     norm2.backward(store, dXt, a.norm_gamma2, dX);  // line 7
     // line 6: X_attn = X + MHAttention(X̃_attn)  ->  ∂/∂X̃_attn (queries, keys and values alike) into dXt
     zero(dXt);
-    attn_l.backward(store, view(a.Xt_attn), s, view(a.Xt_attn), s, a.attn,
-                    sublayer_grad(store, post1.get(), a.norm_post1, dropped_grad(a.drop_attn, CMatView<T>(dX), w.dR), w.dY),
+    attn_l.backward(store, view(a.Xt_attn), s, view(a.Xt_attn), s, a.attn, dropped_grad(a.drop_attn, CMatView<T>(dX), w.dR),
                     dXt, dXt, w.attn);
     norm1.backward(store, dXt, a.norm_gamma1, dX);  // line 5
 }
@@ -120,23 +74,9 @@ void PreLNDecoderBlock<T>::forward_cached(const ParamStore<T>& store, MatView<T>
                                           const typename SelfBlock<T>::Attend& attend, DecodeScratch<T>& d) const {
     MatView<T> Xt = ensure(d.Xt, X.rows, X.cols);
     norm1.forward(store, X, Xt, d.norm);  // line 5
-    if (!post1) {
-        attend(attn_l, Xt, X);  // line 6
-    } else {  // V27: X ← X + norm(MHAttention(X̃) | γ¹′)
-        MatView<T> Y = zeros(d.tmp, X.rows, X.cols);
-        attend(attn_l, Xt, Y);
-        post1->forward(store, Y, Y, d.norm);
-        for (index_t i = 0; i < X.size(); ++i) X.data[i] += Y.data[i];
-    }
+    attend(attn_l, Xt, X);                // line 6
     norm2.forward(store, X, Xt, d.norm);  // line 7
-    if (!post2) {
-        mlp.forward(store, Xt, X, d.mlp);  // line 8
-    } else {  // V27: X ← X + norm(MLP(X̃) | γ²′)
-        MatView<T> Y = zeros(d.tmp, X.rows, X.cols);
-        mlp.forward(store, Xt, Y, d.mlp);
-        post2->forward(store, Y, Y, d.norm);
-        for (index_t i = 0; i < X.size(); ++i) X.data[i] += Y.data[i];
-    }
+    mlp.forward(store, Xt, X, d.mlp);     // line 8
 }
 
 template <class T>

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <type_traits>
 
 #include "formal_transformers/dropout.hpp"
@@ -176,7 +177,6 @@ const std::vector<OptionSpec> kSchema = {
     {"fixnorm", ALL, Kind::Bool, &ModelConfig::fixnorm},
     {"embed_scale", D, Kind::AutoReal, &ModelConfig::embed_scale},
     {"final_logit_softcapping", D, Kind::AutoReal, &ModelConfig::final_logit_softcapping},
-    {"sandwich_norm", D, Kind::Bool, &ModelConfig::sandwich_norm},
 };
 
 // kSchema with the parts' options in place of kPartsHere (each kind's, in the registry's order, each once)
@@ -595,6 +595,7 @@ ModelConfig build_config(Arch arch, const Options& keywords, const std::vector<O
     c.arch = arch;  // the enums' names are the architecture's (kMlps)
     std::vector<const OptionSpec*> given;
     const OptionValue* all_rates = nullptr;
+    std::optional<bool> sandwich;  // sandwich_norm, if given
     auto take = [&](const std::string& key, const OptionValue& v) {
         std::string name = key;
         OptionValue value = v;
@@ -602,6 +603,13 @@ ModelConfig build_config(Arch arch, const Options& keywords, const std::vector<O
             const auto* b = std::get_if<bool>(&v);
             if (!b) throw TypeError("pre_norm must be True or False, got " + std::string(type_name(v)));
             name = "block", value = std::string(*b ? "pre_ln" : "post_ln");
+        }
+        if (key == "sandwich_norm" && arch == Arch::D) {  // V27's option of earlier versions: the block "sandwich"
+            const auto* b = std::get_if<bool>(&v);
+            if (!b) throw TypeError("sandwich_norm must be True or False, got " + std::string(type_name(v)));
+            if (sandwich) throw TypeError(who + " got multiple values for argument 'sandwich_norm'");
+            sandwich = *b;
+            return;
         }
         const OptionSpec* o = find_option(name);
         if (!o || !(o->archs & bit(arch))) throw TypeError(who + " got an unexpected keyword argument '" + name + "'");
@@ -619,6 +627,15 @@ ModelConfig build_config(Arch arch, const Options& keywords, const std::vector<O
     };
     for (std::size_t i = 0; i < positional.size(); ++i) take(sizes[i], positional[i]);
     for (const auto& [name, v] : keywords) take(name, v);
+    if (sandwich) {  // sandwich_norm=True: the pre-LN layer with its second norms, the block "sandwich"
+        const std::string b = c.block.empty() ? default_block(arch) : c.block;
+        if (*sandwich && b == "pre_ln") c.block = "sandwich";
+        else if (*sandwich && b != "sandwich")
+            throw ValueError("block='" + b + "' has no sandwich_norm (V27: Gemma's second norm on each sublayer is the "
+                             "block 'sandwich', the pre-LN layer's)");
+        else if (!*sandwich && b == "sandwich")
+            throw ValueError("sandwich_norm=False contradicts block='sandwich' (V27: its sublayers' second norms)");
+    }
     for (const OptionSpec& o : schema()) {
         const bool is_given = std::find(given.begin(), given.end(), &o) != given.end();
         if (is_given || !(o.archs & bit(arch))) continue;
@@ -797,9 +814,9 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
             throw ValueError("mtp_depth (multi-token prediction) does not combine with mask='prefix'");
         if (c.attention != AttnKernel::Softmax)
             throw ValueError("mtp_depth (multi-token prediction) needs attention='softmax' (its self-speculation takes back drafts)");
-        if (c.embed_scale > 0 || c.final_logit_softcapping > 0 || c.sandwich_norm)
+        if (c.embed_scale > 0 || c.final_logit_softcapping > 0 || c.block == "sandwich")
             throw ValueError("mtp_depth (multi-token prediction) does not combine with Gemma's embed_scale, "
-                             "final_logit_softcapping or sandwich_norm");
+                             "final_logit_softcapping or block='sandwich' (sandwich_norm)");
     }
     if (c.fixnorm && c.embed_scale > 0)
         throw ValueError("embed_scale (Gemma's scaled embedding) does not combine with fixnorm (unit-norm embeddings)");

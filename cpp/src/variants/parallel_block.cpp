@@ -96,12 +96,7 @@ std::unique_ptr<SelfBlock<T>> make_parallel_block(const BlockSpec& spec, ParamSt
 }
 const PartRow& parallel_block_row() {
     static const PartRow row{PartKind::Block, "parallel", {},
-                             [](const PartOptionValues&, const ModelConfig* m) {
-                                 check_block_archs("parallel", archs::D, m);
-                                 if (m && m->sandwich_norm)  // V27's second norms belong to the pre-LN block's sublayers
-                                     throw ValueError("block='parallel' has no sandwich_norm (V27: the pre-LN block's "
-                                                      "second norms); use block='pre_ln'");
-                             }};
+                             [](const PartOptionValues&, const ModelConfig* m) { check_block_archs("parallel", archs::D, m); }};
     return row;
 }
 

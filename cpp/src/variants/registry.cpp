@@ -91,6 +91,9 @@ template <class T>
 std::unique_ptr<SelfBlock<T>> make_parallel_block(const BlockSpec&, ParamStore<T>&, const std::string&);  // variants/parallel_block.cpp
 const PartRow& parallel_block_row();                                                                     // variants/parallel_block.cpp
 template <class T>
+std::unique_ptr<SelfBlock<T>> make_sandwich_block(const BlockSpec&, ParamStore<T>&, const std::string&);  // variants/sandwich_block.cpp
+const PartRow& sandwich_block_row();                                                                     // variants/sandwich_block.cpp
+template <class T>
 std::shared_ptr<const NormPart<T>> make_rms1p_norm(index_t, double, ParamStore<T>&, const std::string&,
                                                    const std::string&);  // variants/rms1p_norm.cpp
 
@@ -198,6 +201,7 @@ const std::vector<Entry<BlockFactory<T>>>& blocks() {
         {"pre_ln", {make_pre_ln_block<T>, make_pre_ln_cross_block<T>, true}, pre_ln_block_row},
         {"post_ln", {make_post_ln_block<T>, make_post_ln_cross_block<T>, false}, post_ln_block_row},
         {"parallel", {make_parallel_block<T>, nullptr, false}, parallel_block_row},
+        {"sandwich", {make_sandwich_block<T>, nullptr, false}, sandwich_block_row},
     };
     return t;
 }
