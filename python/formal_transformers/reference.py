@@ -1338,7 +1338,8 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
         out, Hk = [], X
         for k in range(1, mtp_depth + 1):  # V16 line 2
             q = f"mtp.{k - 1}."
-            E = np.stack([tok(x[t + k]) for t in range(l - k)], axis=1)  # W_e[:, x[t+k]], t ∈ [ℓ − k]
+            E = stack_embedding(x[k:], params["W_e"], None, fixnorm=fixnorm, scale=1.0 if embed_scale is None else embed_scale,
+                            eps=eps)  # W_e[:, x[t+k]], t ∈ [ℓ − k] (Algorithm 1 with the steps on its column, no position)
             Hp = params[q + "W_m"] @ np.concatenate([nrm(Hk[:, :l - k], q + "gamma_h", q + "beta_h"),
                                                       nrm(E, q + "gamma_e", q + "beta_e")], axis=0)  # line 3
             Hk = layer(Hp, q)  # line 4
