@@ -623,7 +623,7 @@ def geglu_mlp(X_tilde, W_gate, W_mlp1, W_mlp2) -> np.ndarray:
 
 def t5_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float = 1e-6, mlp: str = "relu",
                    relative_max_distance: int = 128, unembed_rescale: bool = True, logits: bool = False) -> np.ndarray:
-    """V18 (docs/variants.md): P ← EDTransformer(z, x | θ) with T5's choices — pre_norm=True, norm="rms",
+    """V18 (docs/variants.md): P ← EDTransformer(z, x | θ) with T5's choices — block="pre_ln", norm="rms",
     bias=False, positional="relative" (V11), scale_scores=False, mlp="relu" | "geglu" (| "swiglu"), unembed_rescale.
     Parameter names as ft's EDTransformer (enc.l.gamma1, …, enc.gamma, dec.l.gamma1–3, dec.gamma)."""
     z, x = np.asarray(z), np.asarray(x)
@@ -969,11 +969,15 @@ def speculative_inference(x, target, draft, *, l_gen: int, k: int, tau: float, r
 # V5 bias-free maps, V6 the DTransformer composed of them.
 
 
-def rope(X, p, theta: float = 10000.0, interleaved: bool = False) -> np.ndarray:
+def rope(X, p, theta: float = 10000.0, interleaved: bool = False, rotary_pct: float = 1.0) -> np.ndarray:
     """Algorithm V1: X′ ← RoPE(X, p | θ). X ∈ R^{d×ℓ} one head's queries or keys (d even), p the absolute
     position of each column. Rows i and i + d/2 form a pair (half-split, as HF LLaMA); interleaved=True
-    pairs rows 2i−1 and 2i (the RoPE paper)."""
+    pairs rows 2i−1 and 2i (the RoPE paper). rotary_pct < 1 (GPT-NeoX's partial rotary): the listing on the first
+    r = ⌊d · rotary_pct⌋ rows only (d = r in it), the others unchanged."""
     X = np.asarray(X, dtype=np.float64)
+    r = int(X.shape[0] * rotary_pct)
+    if r != X.shape[0]:
+        return np.concatenate([rope(X[:r], p, theta, interleaved), X[r:]], axis=0)
     d, l = X.shape
     p = np.asarray(p)
     omega = theta ** (-2.0 * np.arange(d // 2) / d)  # line 1: ω_i ← θ^{−2(i−1)/d}
@@ -1002,7 +1006,7 @@ def alibi_bias(l_z: int, l_x: int, q0: int = 0) -> np.ndarray:
 
 def variant_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, *, positional: str = "none",
                       theta: float = 10000.0, slope: float = 0.0, q0: int = 0, attention: str = "softmax",
-                      Omega=None) -> np.ndarray:
+                      Omega=None, rotary_pct: float = 1.0) -> np.ndarray:
     """Algorithm 4 with V1's lines 2a–2b (positional="rope") or V2's line 6′ (positional="alibi", slope m_h);
     b_* may be None (V5). attention="performer" | "rfa": lines 4–6 replaced by V15c with the projection Omega
     (the mask must be the bidirectional or the causal one)."""
@@ -1011,8 +1015,8 @@ def variant_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, *, positional: s
     Q = W_q @ X + (0 if b_q is None else b_q[:, None])  # line 1
     K = W_k @ Z + (0 if b_k is None else b_k[:, None])  # line 2
     if positional == "rope":
-        Q = rope(Q, q0 + np.arange(l_x), theta)  # line 2a
-        K = rope(K, np.arange(l_z), theta)  # line 2b
+        Q = rope(Q, q0 + np.arange(l_x), theta, rotary_pct=rotary_pct)  # line 2a
+        K = rope(K, np.arange(l_z), theta, rotary_pct=rotary_pct)  # line 2b
     V = W_v @ Z + (0 if b_v is None else b_v[:, None])  # line 3
     if attention != "softmax":  # V15c instead of lines 4–6
         mask = np.asarray(mask, dtype=bool)
@@ -1115,7 +1119,8 @@ def block_sparse_attention(Q, K, V, layout, b: int) -> np.ndarray:
 
 
 def gqa_mhattention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, mask, *, positional: str = "none",
-                    theta: float = 10000.0, q0: int = 0, attention: str = "softmax", Omega=None) -> np.ndarray:
+                    theta: float = 10000.0, q0: int = 0, attention: str = "softmax", Omega=None,
+                    rotary_pct: float = 1.0) -> np.ndarray:
     """Algorithm V3 (grouped-query attention): W_q (H, d_attn, d_x); W_k (H_kv, d_attn, d_z), W_v (H_kv, d_mid,
     d_z); b_* None with bias=False. With RoPE/ALiBi on every head (V1/V2). mask (ℓ_z, ℓ_x), or (H, ℓ_z, ℓ_x): one
     per query head (V17's per-head layouts)."""
@@ -1130,7 +1135,8 @@ def gqa_mhattention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, mask, *, posit
                                    None if b_k is None else b_k[g - 1], W_v[g - 1],
                                    None if b_v is None else b_v[g - 1], mask[h - 1] if np.ndim(mask) == 3 else mask,
                                    positional=positional, theta=theta,
-                                   slope=m[h - 1], q0=q0, attention=attention, Omega=Omega))  # line 3
+                                   slope=m[h - 1], q0=q0, attention=attention, Omega=Omega,
+                                   rotary_pct=rotary_pct))  # line 3
     Y = np.concatenate(Y, axis=0)  # line 4: Y ← [Y¹; …; Y^H]
     return W_o @ Y + (0 if b_o is None else b_o[:, None])  # line 5
 
@@ -1271,7 +1277,8 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
                           eps: float = 1e-5, positional: str = "learned", rope_theta: float = 10000.0,
                           mlp: str = "gelu", logits: bool = False, mask: str = "causal", prefix_len: int = 0,
                           sliding_window=None, qk_rope_head_dim=None, fixnorm: bool = False, attention: str = "softmax",
-                          features=None, mtp_depth: int = 0, qk_norm: bool = False, embed_scale=None):
+                          features=None, mtp_depth: int = 0, qk_norm: bool = False, block: str = "pre_ln",
+                          rotary_pct: float = 1.0, embed_scale=None):
     """Algorithm V6: DTransformer with the variants. H_kv and bias=False are read off params (W_k's heads,
     absent b's; V20's qkv_bias: b_q, b_k, b_v present, b_o and the MLP's absent); positional="rope" | "alibi" has
     no W_p (any length ℓ); mlp="swiglu" uses W_gate, mlp="relu" (V21) the MLP with φ = ReLU;
@@ -1280,7 +1287,10 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
     unit-norm token embedding (V13) at line 2; attention="performer" | "rfa" (V15): features[l] is layer l's Ω
     (ft.random_feature_matrix). mtp_depth = D > 0 (V16): returns (the logits W_u X, [the logits of module k,
     (N_V, ℓ − k), for k = 1..D]) instead. norm="rms1p": the (1 + γ) RMS norm; qk_norm: V24 (no biases) with each
-    layer's gamma_q, gamma_k. embed_scale s: the embedding's scale step (V27), e ← s · W_e[:, v]."""
+    layer's gamma_q, gamma_k. block="parallel": every layer is parallel_block's (GPT-NeoX) in place of lines 5–8 (the
+    V16 modules keep lines 5–8); block="sandwich": sandwich_block's (V27, Gemma: each sublayer's output normalised
+    again with gamma1_post, gamma2_post). rotary_pct: V1 on the first ⌊d_attn · rotary_pct⌋ rows of each head. embed_scale s: the
+    embedding's scale step (V27), e ← s · W_e[:, v]."""
     if norm not in ("layer", "rms", "scale", "rms1p"):
         raise ValueError(f"norm must be 'layer', 'rms', 'scale' or 'rms1p', got {norm!r}")
     x = np.asarray(x)
@@ -1298,41 +1308,57 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
             return rms1p_norm_columns(X, params[g], eps)
         return rms_norm_columns(X, params[g], eps) if norm == "rms" else layer_norm_columns(X, params[g], params[b], eps)
 
-    def layer(X, p, Omega=None):  # lines 5–8 of the layer whose parameters are named p…
+    def attn(X_tilde, p, Omega=None):  # MHAttention(X̃ | W_l, Mask) of line 6, with the variants
         a = p + "attn."
         if a + "W_dkv" not in params:
             _check_H(params, a, H)
-        X_tilde = nrm(X, p + "gamma1", p + "beta1")  # line 5
         if a + "W_dkv" in params:  # line 6 with V10 (latent attention; qk_rope_head_dim: its d_R)
-            X = X + mla_attention(X_tilde, params[a + "W_o"], H=H, qk_rope_head_dim=qk_rope_head_dim, theta=rope_theta,
-                                  mask=decoder_mask(X.shape[1], mask=mask, prefix_len=prefix_len,
-                                                    sliding_window=sliding_window),
-                                  **{k: get(a + k) for k in ("W_dkv", "gamma_kv", "W_ukv", "W_dq", "gamma_q", "W_uq", "W_q")})
-        elif qk_norm:  # line 6 with V24
+            return mla_attention(X_tilde, params[a + "W_o"], H=H, qk_rope_head_dim=qk_rope_head_dim, theta=rope_theta,
+                                 mask=decoder_mask(X_tilde.shape[1], mask=mask, prefix_len=prefix_len,
+                                                   sliding_window=sliding_window),
+                                 **{k: get(a + k) for k in ("W_dkv", "gamma_kv", "W_ukv", "W_dq", "gamma_q", "W_uq", "W_q")})
+        if qk_norm:  # line 6 with V24
             if any(a + b in params for b in ("b_q", "b_k", "b_v", "b_o")):
                 raise ValueError("the reference's QK-norm attention has no biases (bias=False)")
-            X = X + capped_mhattention(X_tilde, params[a + "W_q"], params[a + "W_k"], params[a + "W_v"], params[a + "W_o"],
-                                       decoder_mask(X.shape[1], mask=mask, prefix_len=prefix_len,
-                                                    sliding_window=sliding_window),
-                                       theta=rope_theta, gamma_q=params[a + "gamma_q"], gamma_k=params[a + "gamma_k"],
-                                       eps=eps, norm=norm)
-        else:
-            X = X + gqa_mhattention(X_tilde, X_tilde, params[a + "W_q"], get(a + "b_q"), params[a + "W_k"],
-                                    get(a + "b_k"), params[a + "W_v"], get(a + "b_v"), params[a + "W_o"],
-                                    get(a + "b_o"), decoder_mask(X.shape[1], mask=mask, prefix_len=prefix_len,
-                                                                 sliding_window=sliding_window),
-                                    positional=pos_attn, theta=rope_theta, attention=attention, Omega=Omega)  # line 6
-        X_tilde = nrm(X, p + "gamma2", p + "beta2")  # line 7
-        if mlp == "swiglu":  # line 8 (V4)
-            return X + swiglu_mlp(X_tilde, params[p + "W_gate"], get(p + "b_gate"), params[p + "W_mlp1"],
-                                  get(p + "b_mlp1"), params[p + "W_mlp2"], get(p + "b_mlp2"))
+            return capped_mhattention(X_tilde, params[a + "W_q"], params[a + "W_k"], params[a + "W_v"], params[a + "W_o"],
+                                      decoder_mask(X_tilde.shape[1], mask=mask, prefix_len=prefix_len,
+                                                   sliding_window=sliding_window),
+                                      theta=rope_theta, gamma_q=params[a + "gamma_q"], gamma_k=params[a + "gamma_k"],
+                                      eps=eps, norm=norm)
+        return gqa_mhattention(X_tilde, X_tilde, params[a + "W_q"], get(a + "b_q"), params[a + "W_k"],
+                               get(a + "b_k"), params[a + "W_v"], get(a + "b_v"), params[a + "W_o"],
+                               get(a + "b_o"), decoder_mask(X_tilde.shape[1], mask=mask, prefix_len=prefix_len,
+                                                            sliding_window=sliding_window),
+                               positional=pos_attn, theta=rope_theta, attention=attention, Omega=Omega,
+                               rotary_pct=rotary_pct)
+
+    def mlp_(X_tilde, p):  # the MLP of line 8
+        if mlp == "swiglu":  # V4
+            return swiglu_mlp(X_tilde, params[p + "W_gate"], get(p + "b_gate"), params[p + "W_mlp1"],
+                              get(p + "b_mlp1"), params[p + "W_mlp2"], get(p + "b_mlp2"))
         b1, b2 = get(p + "b_mlp1"), get(p + "b_mlp2")
         H1 = params[p + "W_mlp1"] @ X_tilde + (0 if b1 is None else b1[:, None])
         phi = relu(H1) if mlp == "relu" else _gelu_kind(H1, gelu)  # V21: mlp="relu" (OPT)
-        return X + params[p + "W_mlp2"] @ phi + (0 if b2 is None else b2[:, None])
+        return params[p + "W_mlp2"] @ phi + (0 if b2 is None else b2[:, None])
+
+    def layer(X, p, Omega=None):  # lines 5–8 of the layer whose parameters are named p…
+        X = X + attn(nrm(X, p + "gamma1", p + "beta1"), p, Omega)  # lines 5, 6
+        return X + mlp_(nrm(X, p + "gamma2", p + "beta2"), p)      # lines 7, 8
+
+    def parallel(X, p, Omega=None):
+        return parallel_block(X, lambda Xt: attn(Xt, p, Omega), lambda Xt: mlp_(Xt, p),
+                              lambda Y: nrm(Y, p + "gamma1", p + "beta1"), lambda Y: nrm(Y, p + "gamma2", p + "beta2"))
+
+    def sandwich(X, p, Omega=None):
+        return sandwich_block(X, lambda Xt: attn(Xt, p, Omega), lambda Xt: mlp_(Xt, p),
+                              *(lambda Y, g=g: nrm(Y, p + "gamma" + g, p + "beta" + g) for g in ("1", "2", "1_post", "2_post")))
+
+    if block not in ("pre_ln", "parallel", "sandwich"):
+        raise ValueError(f"block must be 'pre_ln', 'parallel' or 'sandwich', got {block!r}")
+    trunk = {"parallel": parallel, "sandwich": sandwich}.get(block, layer)
 
     for i in range(L):  # line 4
-        X = layer(X, f"layers.{i}.", None if features is None else features[i])  # lines 5–8
+        X = trunk(X, f"layers.{i}.", None if features is None else features[i])  # lines 5–8
     W_u = _unembedding_matrix(params)
     if mtp_depth:  # V16: H⁰ = X before line 10; module k's logits W_u layer_norm(H^k | γ, β) over ℓ − k columns
         out, Hk = [], X
@@ -1350,6 +1376,29 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
     if mtp_depth:
         return logits_, mtp_logits
     return logits_ if logits else softmax(logits_)  # line 11
+
+
+def parallel_block(X, attn, mlp, norm1, norm2) -> np.ndarray:
+    """GPT-NeoX's parallel residual (block='parallel', docs/variants.md V30), in place of Algorithm 10's lines 5–8:
+        1  X̃₁ ← norm(X | γ_l¹, β_l¹)
+        2  X̃₂ ← norm(X | γ_l², β_l²)
+        3  X ← X + MHAttention(X̃₁ | W_l, Mask) + MLP(X̃₂)
+    attn, mlp, norm1, norm2: the layer's sublayers as functions of a [d_e, ℓ] matrix."""
+    X1 = norm1(X)  # line 1
+    X2 = norm2(X)  # line 2
+    return X + attn(X1) + mlp(X2)  # line 3
+
+
+def sandwich_block(X, attn, mlp, norm1, norm2, post1, post2) -> np.ndarray:
+    """Gemma's sandwich layer (block='sandwich', docs/variants.md V27), Algorithm 10's lines 5–8 with each sublayer's
+    output normalised again before its residual add:
+        5  X̃ ← norm(X | γ_l¹)
+        6  X ← X + norm(MHAttention(X̃ | W_l, Mask) | γ_l¹′)
+        7  X̃ ← norm(X | γ_l²)
+        8  X ← X + norm(MLP(X̃) | γ_l²′)
+    attn, mlp, norm1, norm2, post1, post2: the layer's sublayers and norms as functions of a [d_e, ℓ] matrix."""
+    X = X + post1(attn(norm1(X)))  # lines 5, 6
+    return X + post2(mlp(norm2(X)))  # lines 7, 8
 
 
 def d_mtp_loss(x, params, *, mtp_depth: int, mtp_weight: float = 0.3, terms: bool = False, **hp):

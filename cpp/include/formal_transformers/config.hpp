@@ -60,11 +60,15 @@ struct ModelConfig {
     // V7 (D only): the prefix-LM mask of line 6, Mask[t_z, t_x] = [[t_z < p_b or t_z ≤ t_x]] with the prefix length
     // p_b of each sequence given with the call (Tokens::prefix; none: p_b = 0, the causal mask). Causal: Algorithm 10.
     enum class MaskKind { Causal, Prefix } mask = MaskKind::Causal;
-    // V18 (ED only; T5): pre_norm: both stacks made of pre-norm layers (Algorithm 10's lines 5–8, the decoder's
-    // with a cross-attention sublayer) and a final norm of each stack (γ_enc, γ_dec); scale_scores = false: no
-    // 1/√d_attn at Algorithm 4's line 4; unembed_rescale: P = softmax(W_u (d_e^−1/2 X)); bos_id, eos_id: the
-    // ids Algorithm 15 starts and stops with (−1: None, bos_token = N_V − 2, eos_token = N_V − 1; T5: 0, 1).
-    bool pre_norm = false, scale_scores = true, unembed_rescale = false;
+    // The layers of the stacks: a registered block's name (parts.hpp PartKind::Block; "": the architecture's
+    // listing's, default_block: "pre_ln" in D, "post_ln" in E and ED; resolve fills it). ED's "pre_ln" is V18a
+    // (T5): both stacks of pre-norm layers, each ending with a norm (γ_enc, γ_dec); files and keywords of earlier
+    // versions say pre_norm=True for it. D's "sandwich" is V27 (Gemma 2, 3), which they say sandwich_norm=True for.
+    std::string block;
+    // V18 (ED only; T5): scale_scores = false: no 1/√d_attn at Algorithm 4's line 4; unembed_rescale:
+    // P = softmax(W_u (d_e^−1/2 X)); bos_id, eos_id: the ids Algorithm 15 starts and stops with (−1: None,
+    // bos_token = N_V − 2, eos_token = N_V − 1; T5: 0, 1).
+    bool scale_scores = true, unembed_rescale = false;
     index_t bos_id = -1, eos_id = -1;
     // V22 (ED only; BART's generation config): forced_bos_id: Algorithm 15's first generated token is this id
     // (x̂ = [bos_token, forced_bos_id, …]; −1: None, sampled); forced_eos: a decoding that reaches max_len
@@ -98,10 +102,9 @@ struct ModelConfig {
     // BigBird config without bigbird_draw means (io.hpp, io.py: such files load with it and give their old outputs).
     enum class BigBirdDraw { PerHead, PerLayer } bigbird_draw = BigBirdDraw::PerHead;
     // Gemma 2 and 3 (docs/variants.md V25, V27; D only): final_logit_softcapping c_f: the logits c_f·tanh(W_u X / c_f)
-    // (0: None); sandwich_norm: every sublayer's output normalised before its residual add,
-    // X ← X + norm(f(norm(X | γ)) | γ′).
+    // (0: None). (Gemma's sandwich layers, each sublayer's output normalised before its residual add, are the block
+    // "sandwich"; its embedding scale the embedding step "scale", stack_embedding.hpp.)
     double final_logit_softcapping = 0;
-    bool sandwich_norm = false;
     // The options the parts own (their rows declare them: e.g. V8's window w, the sliding-window mask's); the
     // parts read them, unset ones have their declared defaults.
     PartOptionValues part_options;

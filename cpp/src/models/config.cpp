@@ -9,6 +9,7 @@
 #include <limits>
 #include <stdexcept>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <type_traits>
 
 #include "formal_transformers/dropout.hpp"
@@ -85,7 +86,7 @@ using Field = std::variant<std::nullptr_t, index_t ModelConfig::*, double ModelC
                            std::uint64_t ModelConfig::*, NormKind ModelConfig::*, Positional ModelConfig::*,
                            Gelu ModelConfig::*, ModelConfig::Mlp ModelConfig::*, AttnImpl ModelConfig::*,
                            ModelConfig::MaskKind ModelConfig::*, AttnKernel ModelConfig::*,
-                           ModelConfig::BigBirdDraw ModelConfig::*>;
+                           ModelConfig::BigBirdDraw ModelConfig::*, std::string ModelConfig::*>;
 
 struct OptionSpec {
     const char* name;
@@ -164,7 +165,7 @@ const std::vector<OptionSpec> kSchema = {
     {kPartsHere[3].name, 0, Kind::AllRates, nullptr},
     {kPartsHere[4].name, 0, Kind::AllRates, nullptr},
     {kPartsHere[5].name, 0, Kind::AllRates, nullptr},
-    {"pre_norm", ED, Kind::Bool, &ModelConfig::pre_norm},
+    {"block", ALL, Kind::Part, &ModelConfig::block},
     {"scale_scores", ED, Kind::Bool, &ModelConfig::scale_scores},
     {"unembed_rescale", ED, Kind::Bool, &ModelConfig::unembed_rescale},
     {"bos_id", ED, Kind::AutoId, &ModelConfig::bos_id},
@@ -180,7 +181,6 @@ const std::vector<OptionSpec> kSchema = {
     {"embed_scale", 0, Kind::AllRates, nullptr},
     {kPartsHere[6].name, 0, Kind::AllRates, nullptr},
     {"final_logit_softcapping", D, Kind::AutoReal, &ModelConfig::final_logit_softcapping},
-    {"sandwich_norm", D, Kind::Bool, &ModelConfig::sandwich_norm},
 };
 
 // A line of kSchema naming a part's option (archs 0, no member): the option stands there, where it stood before it
@@ -390,6 +390,13 @@ void set_option(ModelConfig& c, const OptionSpec& o, const OptionValue& v) {
                 o.field);
             return;
         }
+        case Kind::Part: {  // a registered block's name (resolve checks that c.arch takes it)
+            const auto* s = std::get_if<std::string>(&v);
+            if (!s) wrong_type(o, v, "a str");
+            check_part_name(PartKind::Block, *s, o.name);
+            put(c, o, *s);
+            return;
+        }
         case Kind::AllRates: return;  // from_options applies it
     }
 }
@@ -426,6 +433,8 @@ Json json_of(const ModelConfig& c, const OptionSpec& o) {
                 } else if constexpr (std::is_same_v<V, double>) {
                     if (o.kind == Kind::AutoReal && v == 0) return nullptr;
                     return v;
+                } else if constexpr (std::is_same_v<V, std::string>) {
+                    return v.empty() ? std::string(default_block(c.arch)) : v;  // (unresolved: the listing's)
                 } else if constexpr (std::is_same_v<V, index_t>) {
                     if (o.kind == Kind::AutoSize && v == 0) return nullptr;  // None
                     if (o.kind == Kind::AutoId && v < 0) return nullptr;
@@ -494,6 +503,7 @@ std::pair<std::string, std::string> selector(const ModelConfig& c, PartKind kind
         const char* listing = c.positional == Positional::Sinusoidal ? "sinusoidal" : "learned";
         return {std::string("positional='") + (*n ? n : listing) + "'", n};
     }
+    if (kind == PartKind::Block) return {"block='" + c.block + "'", c.block};
     if (kind == PartKind::HeadKernel && c.arch != Arch::ED) {
         const char* n = c.attention == AttnKernel::Performer ? "performer"
                         : c.attention == AttnKernel::RFA     ? "rfa"
@@ -578,7 +588,8 @@ std::string ModelConfig::signature(Arch arch) {
 }
 
 std::vector<ModelConfig::OptionInfo> ModelConfig::option_infos(Arch arch) {
-    static const char* kinds[] = {"size", "auto_size", "count", "real", "auto_real", "bool", "seed", "enum", "rates", "auto_id"};
+    static const char* kinds[] = {"size", "auto_size", "count", "real", "auto_real", "bool", "seed", "enum", "rates", "auto_id",
+                                  "enum"};
     ModelConfig defaults;
     defaults.arch = arch;
     std::vector<OptionInfo> out;
@@ -606,7 +617,22 @@ ModelConfig build_config(Arch arch, const Options& keywords, const std::vector<O
     c.arch = arch;  // the enums' names are the architecture's (kMlps)
     std::vector<const OptionSpec*> given;
     const OptionValue* all_rates = nullptr;
-    auto take = [&](const std::string& name, const OptionValue& v) {
+    std::optional<bool> sandwich;  // sandwich_norm, if given
+    auto take = [&](const std::string& key, const OptionValue& v) {
+        std::string name = key;
+        OptionValue value = v;
+        if (key == "pre_norm" && arch == Arch::ED) {  // the name of earlier versions (files, keywords) for the block
+            const auto* b = std::get_if<bool>(&v);
+            if (!b) throw TypeError("pre_norm must be True or False, got " + std::string(type_name(v)));
+            name = "block", value = std::string(*b ? "pre_ln" : "post_ln");
+        }
+        if (key == "sandwich_norm" && arch == Arch::D) {  // V27's option of earlier versions: the block "sandwich"
+            const auto* b = std::get_if<bool>(&v);
+            if (!b) throw TypeError("sandwich_norm must be True or False, got " + std::string(type_name(v)));
+            if (sandwich) throw TypeError(who + " got multiple values for argument 'sandwich_norm'");
+            sandwich = *b;
+            return;
+        }
         const OptionSpec* o = find_option(name);
         if (!o || !(o->archs & bit(arch))) throw TypeError(who + " got an unexpected keyword argument '" + name + "'");
         if (o->kind == Kind::Real && o->check == Check::Rate && std::holds_alternative<std::monostate>(v))
@@ -618,11 +644,20 @@ ModelConfig build_config(Arch arch, const Options& keywords, const std::vector<O
             check_real(*o, real_of(*o, v));
             all_rates = &v;
         } else {
-            set_option(c, *o, v);
+            set_option(c, *o, value);
         }
     };
     for (std::size_t i = 0; i < positional.size(); ++i) take(sizes[i], positional[i]);
     for (const auto& [name, v] : keywords) take(name, v);
+    if (sandwich) {  // sandwich_norm=True: the pre-LN layer with its second norms, the block "sandwich"
+        const std::string b = c.block.empty() ? default_block(arch) : c.block;
+        if (*sandwich && b == "pre_ln") c.block = "sandwich";
+        else if (*sandwich && b != "sandwich")
+            throw ValueError("block='" + b + "' has no sandwich_norm (V27: Gemma's second norm on each sublayer is the "
+                             "block 'sandwich', the pre-LN layer's)");
+        else if (!*sandwich && b == "sandwich")
+            throw ValueError("sandwich_norm=False contradicts block='sandwich' (V27: its sublayers' second norms)");
+    }
     for (const OptionSpec& o : schema()) {
         const bool is_given = std::find(given.begin(), given.end(), &o) != given.end();
         if (is_given || !(o.archs & bit(arch))) continue;
@@ -757,8 +792,9 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
         throw ValueError("positional='rope' rotates pairs of rows: d_attn (the head size) must be even, got " +
                          std::to_string(c.d_attn));
     // the parts: the one of each kind c chooses, and its check (its options, what it needs of the rest)
+    if (c.block.empty()) c.block = default_block(arch);
     for (PartKind kind : {PartKind::Mask, PartKind::Position, PartKind::QKVSource, PartKind::HeadKernel, PartKind::MLP,
-                          PartKind::Norm}) {
+                          PartKind::Norm, PartKind::Block}) {
         const PartRow* row = choose(c, kind, from_file ? &c : nullptr);
         if (row && row->complete) row->complete(c.part_options, c);
         if (row && row->check) row->check(c.part_options, &c);
@@ -799,9 +835,9 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
             throw ValueError("mtp_depth (multi-token prediction) does not combine with mask='prefix'");
         if (c.attention != AttnKernel::Softmax)
             throw ValueError("mtp_depth (multi-token prediction) needs attention='softmax' (its self-speculation takes back drafts)");
-        if (c.part_options.real("embed_scale") > 0 || c.final_logit_softcapping > 0 || c.sandwich_norm)
+        if (c.part_options.real("embed_scale") > 0 || c.final_logit_softcapping > 0 || c.block == "sandwich")
             throw ValueError("mtp_depth (multi-token prediction) does not combine with Gemma's embed_scale, "
-                             "final_logit_softcapping or sandwich_norm");
+                             "final_logit_softcapping or block='sandwich' (sandwich_norm)");
     }
     check_model_size(c, arch);  // sizes.hpp: overflow-safe, before any layer is declared
     return c;

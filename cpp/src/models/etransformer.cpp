@@ -14,7 +14,11 @@ using namespace models;
 template <class T>
 ETransformer<T>::ETransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::E)) {
     this->emb = make_stack_embedding<T>("tokens", EmbeddingSpec{&cfg, ""}, store);  // its steps' parameters after W_e, W_p
-    for (index_t l = 0; l < cfg.L; ++l) layer.push_back(std::make_unique<PostLNEncoderBlock<T>>(cfg, gelu(), store, layer_prefix("layers", l)));
+    for (index_t l = 0; l < cfg.L; ++l) {  // line 5's Mask ≡ 1 (V17: each layer's BigBird layouts)
+        const std::string p = layer_prefix("layers", l);
+        const BlockSpec spec{&cfg, gelu(), encoder_mask(cfg, p + "attn."), attn_variant(cfg, false), AttnVariant()};
+        layer.push_back(make_self_block<T>(cfg.block, spec, store, p));
+    }
     W_f = store.matrix("W_f", cfg.d_f, cfg.d_e);
     b_f = store.vector("b_f", cfg.d_f);
     norm_f = std::make_unique<Norm<T>>("layer", cfg.d_f, cfg.eps, store, "gamma", "beta");
@@ -26,7 +30,7 @@ ETransformer<T>::ETransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::
     store.fill(b_f.offset, cfg.d_f, T(0));
     norm_f->init(store);
     this->unemb->init(store, rng, s);
-    acts_.resize(std::size_t(cfg.L));
+    for (auto& b : layer) acts_.push_back(b->make_acts());
     stream_.resize(std::size_t(cfg.L + 1));
 }
 
@@ -41,7 +45,7 @@ void ETransformer<T>::forward(const Tokens& x, const index_t* seg) {
     for (index_t l = 0; l < cfg.L; ++l) {  // line 4
         poll();
         const std::size_t i = std::size_t(l);
-        layer[i]->forward(store, view(stream_[i]), x.s, ensure(stream_[i + 1], d_e, n), acts_[i], this->train_,
+        layer[i]->forward(store, view(stream_[i]), x.s, ensure(stream_[i + 1], d_e, n), *acts_[i], this->train_,
                           DropPlace{DropGroup::Layers, std::uint64_t(l)});  // lines 5–8
     }
     MatView<T> F = ensure(F_, cfg.d_f, n), G = ensure(G_, cfg.d_f, n);
@@ -64,7 +68,7 @@ void ETransformer<T>::run_backward(const typename Model<T>::Batch& in, BackwardW
     for (index_t l = cfg.L - 1; l >= 0; --l) {
         poll();
         const std::size_t i = std::size_t(l);
-        layer[i]->backward(store, view(stream_[i]), x.s, acts_[i], w);  // lines 8–5
+        layer[i]->backward(store, view(stream_[i]), x.s, *acts_[i], w);  // lines 8–5
     }
     this->embed_dropout_backward(this->drop_embed_, view(w.dX));
     this->embed_backward(x, view(w.dX), in.segments);  // lines 3–1

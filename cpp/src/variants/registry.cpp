@@ -8,6 +8,7 @@
 
 #include "formal_transformers/parts.hpp"
 #include "formal_transformers/stack_embedding.hpp"
+#include "formal_transformers/transformers.hpp"
 
 namespace ft {
 
@@ -24,11 +25,11 @@ const PartRow& qk_norm_row();                       // variants/qk_norm.cpp
 const PartRow& performer_kernel_row();              // variants/random_features.cpp
 const PartRow& rfa_kernel_row();                    // variants/random_features.cpp
 const PartRow& relative_bias_row();                 // variants/relative_bias.cpp
-const PartRow& rope_row();                          // variants/rope.cpp
 const PartRow& softcap_kernel_row();                // variants/softcap_attention.cpp
 Mask make_bigbird_mask_from_options(const MaskOptions&);  // variants/bigbird_mask.cpp
 template <class T>
 PositionPart<T> make_rope(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/rope.cpp
+const PartRow& rope_position_row();                                                // variants/rope.cpp
 template <class T>
 PositionPart<T> make_alibi(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/alibi.cpp
 template <class T>
@@ -75,6 +76,24 @@ std::shared_ptr<const NormPart<T>> make_rms_norm(index_t, double, ParamStore<T>&
 template <class T>
 std::shared_ptr<const NormPart<T>> make_scale_norm(index_t, double, ParamStore<T>&, const std::string&,
                                                    const std::string&);  // variants/scale_norm.cpp
+template <class T>
+std::unique_ptr<SelfBlock<T>> make_pre_ln_block(const BlockSpec&, ParamStore<T>&, const std::string&);  // listings/pre_ln_block.cpp
+const PartRow& pre_ln_block_row();                                                                    // listings/pre_ln_block.cpp
+template <class T>
+std::unique_ptr<SelfBlock<T>> make_post_ln_block(const BlockSpec&, ParamStore<T>&, const std::string&);  // listings/post_ln_block.cpp
+const PartRow& post_ln_block_row();                                                                     // listings/post_ln_block.cpp
+template <class T>
+std::unique_ptr<CrossBlock<T>> make_post_ln_cross_block(const BlockSpec&, ParamStore<T>&,
+                                                        const std::string&);  // listings/post_ln_cross_block.cpp
+template <class T>
+std::unique_ptr<CrossBlock<T>> make_pre_ln_cross_block(const BlockSpec&, ParamStore<T>&,
+                                                       const std::string&);  // variants/pre_ln_cross_block.cpp
+template <class T>
+std::unique_ptr<SelfBlock<T>> make_parallel_block(const BlockSpec&, ParamStore<T>&, const std::string&);  // variants/parallel_block.cpp
+const PartRow& parallel_block_row();                                                                     // variants/parallel_block.cpp
+template <class T>
+std::unique_ptr<SelfBlock<T>> make_sandwich_block(const BlockSpec&, ParamStore<T>&, const std::string&);  // variants/sandwich_block.cpp
+const PartRow& sandwich_block_row();                                                                     // variants/sandwich_block.cpp
 template <class T>
 std::shared_ptr<const NormPart<T>> make_rms1p_norm(index_t, double, ParamStore<T>&, const std::string&,
                                                    const std::string&);  // variants/rms1p_norm.cpp
@@ -128,6 +147,14 @@ template <class T>
 using EmbeddingFactory = std::unique_ptr<const StackEmbedding<T>> (*)(const EmbeddingSpec&, ParamStore<T>&);
 template <class T>
 using EmbeddingStepFactory = std::shared_ptr<const EmbeddingStep<T>> (*)(const EmbeddingSpec&, ParamStore<T>&);
+// a block: its layer with one self-attention and (ED's decoder) with a cross-attention (null: none), and whether its
+// stacks end with a norm of their own (pre-LN)
+template <class T>
+struct BlockFactory {
+    std::unique_ptr<SelfBlock<T>> (*self)(const BlockSpec&, ParamStore<T>&, const std::string&);
+    std::unique_ptr<CrossBlock<T>> (*cross)(const BlockSpec&, ParamStore<T>&, const std::string&) = nullptr;
+    bool stack_norm = false;
+};
 
 const std::vector<Entry<MaskFactory>>& masks() {
     static const std::vector<Entry<MaskFactory>> t = {
@@ -144,7 +171,7 @@ template <class T>
 const std::vector<Entry<PositionFactory<T>>>& positions() {
     static const std::vector<Entry<PositionFactory<T>>> t = {
         {"none", make_no_position<T>},
-        {"rope", make_rope<T>, rope_row},
+        {"rope", make_rope<T>, rope_position_row},
         {"alibi", make_alibi<T>},
         {"relative", make_relative_bias<T>, relative_bias_row},
     };
@@ -212,6 +239,16 @@ const std::vector<Entry<EmbeddingStepFactory<T>>>& embedding_steps() {
     };
     return t;
 }
+template <class T>
+const std::vector<Entry<BlockFactory<T>>>& blocks() {
+    static const std::vector<Entry<BlockFactory<T>>> t = {
+        {"pre_ln", {make_pre_ln_block<T>, make_pre_ln_cross_block<T>, true}, pre_ln_block_row},
+        {"post_ln", {make_post_ln_block<T>, make_post_ln_cross_block<T>, false}, post_ln_block_row},
+        {"parallel", {make_parallel_block<T>, nullptr, false}, parallel_block_row},
+        {"sandwich", {make_sandwich_block<T>, nullptr, false}, sandwich_block_row},
+    };
+    return t;
+}
 // ---------------------------------------------------------------------------------------------------------------
 
 template <class E>
@@ -243,6 +280,7 @@ const char* kind_name(PartKind k) {
         case PartKind::HeadKernel: return "head kernel";
         case PartKind::Embedding: return "embedding";
         case PartKind::EmbeddingStep: return "embedding step";
+        case PartKind::Block: return "block";
         default: return "norm";
     }
 }
@@ -258,6 +296,7 @@ const std::vector<const PartRow*>& part_rows() {
         add_rows(r, norms<float>());
         add_rows(r, embeddings<float>());
         add_rows(r, embedding_steps<float>());
+        add_rows(r, blocks<float>());
         return r;
     }();
     return rows;
@@ -323,6 +362,7 @@ std::vector<std::string> part_names(PartKind kind) {
         case PartKind::HeadKernel: return names_of(head_kernels<float>());
         case PartKind::Embedding: return names_of(embeddings<float>());
         case PartKind::EmbeddingStep: return names_of(embedding_steps<float>());
+        case PartKind::Block: return names_of(blocks<float>());
         default: return names_of(norms<float>());
     }
 }
@@ -383,6 +423,30 @@ std::shared_ptr<const NormPart<T>> make_norm(const std::string& name, index_t d,
 }
 
 template <class T>
+std::unique_ptr<SelfBlock<T>> make_self_block(const std::string& name, const BlockSpec& spec, ParamStore<T>& store,
+                                              const std::string& prefix) {
+    const auto& e = find(blocks<T>(), name, PartKind::Block);
+    if (e.row && e.row().check) e.row().check(spec.c->part_options, spec.c);
+    return e.make.self(spec, store, prefix);
+}
+template <class T>
+std::unique_ptr<CrossBlock<T>> make_cross_block(const std::string& name, const BlockSpec& spec, ParamStore<T>& store,
+                                                const std::string& prefix) {
+    const auto& e = find(blocks<T>(), name, PartKind::Block);
+    if (!e.make.cross) throw ValueError("block='" + name + "' has no layer with cross-attention (an EDTransformer's decoder)");
+    if (e.row && e.row().check) e.row().check(spec.c->part_options, spec.c);
+    return e.make.cross(spec, store, prefix);
+}
+bool block_stack_norm(const std::string& name) { return find(blocks<float>(), name, PartKind::Block).make.stack_norm; }
+const char* default_block(Arch arch) { return arch == Arch::D ? "pre_ln" : "post_ln"; }
+void check_block_archs(const char* name, unsigned archs, const ModelConfig* model) {
+    if (!model || (archs & archs::bit(model->arch))) return;
+    std::string r;
+    for (Arch x : {Arch::D, Arch::E, Arch::ED})
+        if (archs & archs::bit(x)) r += std::string(r.empty() ? "" : " and ") + arch_name(x);
+    throw ValueError(std::string("block='") + name + "' is a layer of the " + r + ", not of the " + arch_name(model->arch));
+}
+template <class T>
 std::unique_ptr<const StackEmbedding<T>> make_stack_embedding(const std::string& name, const EmbeddingSpec& spec,
                                                               ParamStore<T>& store) {
     const auto& e = find(embeddings<T>(), name, PartKind::Embedding);
@@ -420,7 +484,11 @@ std::vector<const PartRow*> chosen_embedding_steps(const PartOptionValues& v) {
     template std::unique_ptr<const StackEmbedding<T>> make_stack_embedding<T>(const std::string&, const EmbeddingSpec&, \
                                                                               ParamStore<T>&);            \
     template std::shared_ptr<const EmbeddingStep<T>> make_embedding_step<T>(const std::string&, const EmbeddingSpec&, \
-                                                                             ParamStore<T>&);
+                                                                             ParamStore<T>&);     \
+    template std::unique_ptr<SelfBlock<T>> make_self_block<T>(const std::string&, const BlockSpec&, ParamStore<T>&, \
+                                                              const std::string&);                        \
+    template std::unique_ptr<CrossBlock<T>> make_cross_block<T>(const std::string&, const BlockSpec&, ParamStore<T>&, \
+                                                                const std::string&);
 FT_INSTANTIATE(float)
 FT_INSTANTIATE(double)
 #undef FT_INSTANTIATE
