@@ -271,9 +271,28 @@ def fixnorm_embedding(v, W_e: np.ndarray, eps: float = 0.0) -> np.ndarray:
     return w / np.sqrt(np.sum(w**2, axis=0) + eps)  # line 2: return e = w / √(‖w‖² + eps)
 
 
-def _tok(v, W_e, fixnorm: bool, eps: float):
-    """Algorithm 1, or with fixnorm V13's unit-norm column."""
-    return fixnorm_embedding(v, W_e, eps) if fixnorm else token_embedding(v, W_e)
+def stack_embedding(ids, W_e, W_p, *, fixnorm: bool = False, scale: float = 1.0, W_s=None, segments=None,
+                    gamma=None, beta=None, eps: float = 1e-5, p0: int = 0) -> np.ndarray:
+    """The embedding of one stack (stack_embedding.hpp): lines 1–3 of Algorithms 9 and 10 (Algorithm 8's 1–3 and
+    10–12), e_t ← W_e[:, x[t]] + W_p[:, p0 + t] for every t, X ← [e_1, …, e_ℓ], with the steps a config chooses at
+    their places: on W_e[:, x[t]] V13's unit-norm column (fixnorm, fixnorm_embedding) and then the embedding scale s
+    (Gemma's embed_scale, BART's √d_e); W_p the stack's table (BART's decoder: dec.W_p; None: positions in attention,
+    no table); W_s given: BERT's segment embeddings added at line 2 (segments None: segment 0); gamma given:
+    X[:, t] ← layer_norm(X[:, t] | γ_e, β_e) after line 3. With no step: Algorithms 1 + 2 as printed."""
+    ids = np.asarray(ids)
+    l = len(ids)  # line 1: ℓ ← length(x)
+
+    def tok(v):  # Algorithm 1 (and the steps on its column)
+        e = fixnorm_embedding(v, W_e, eps) if fixnorm else token_embedding(v, W_e)
+        return e if scale == 1.0 else scale * e
+
+    if W_s is None and segments is not None:
+        raise ValueError("segments given, but params has no W_s")
+    seg = np.zeros(l, dtype=np.int64) if segments is None else np.asarray(segments)
+    e = [tok(ids[t]) + (0.0 if W_p is None else positional_embedding(p0 + t, W_p))
+         + (0.0 if W_s is None else W_s[:, seg[t]]) for t in range(l)]  # line 2: e_t ← W_e[:, x[t]] + W_p[:, t]
+    X = np.stack(e, axis=1)  # line 3: X ← [e_1, e_2, …, e_ℓ]
+    return X if gamma is None else layer_norm_columns(X, gamma, beta, eps)
 
 
 def layer_norm_columns(E: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 0.0) -> np.ndarray:
@@ -404,17 +423,10 @@ def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float 
     (layouts[l] (n, n): every head's; (H, n, n): head h's mask from layouts[l][h])."""
     drop = _Drop(masks, rates)
     x = np.asarray(x)
-    W_e, W_p = params["W_e"], params["W_p"]
-    l = len(x)  # line 1: ℓ ← length(x)
-    e = [_tok(x[t], W_e, fixnorm, eps) + positional_embedding(t, W_p) for t in range(l)]  # line 2: e_t ← W_e[:, x[t]] + W_p[:, t]
-    if "W_s" in params:  # BERT: e_t += W_s[:, segments[t]]
-        seg = np.zeros(l, dtype=np.int64) if segments is None else np.asarray(segments)
-        e = [e[t] + params["W_s"][:, seg[t]] for t in range(l)]
-    elif segments is not None:
-        raise ValueError("segments given, but params has no W_s")
-    X = np.stack(e, axis=1)  # line 3: X ← [e_1, e_2, …, e_ℓ]
-    if "gamma_e" in params:  # BERT: X[:, t] ← layer_norm(X[:, t] | γ_e, β_e)
-        X = layer_norm_columns(X, params["gamma_e"], params["beta_e"], eps)
+    l = len(x)
+    # lines 1–3 (BERT's segment embeddings and layer_norm(· | γ_e, β_e) when θ holds them)
+    X = stack_embedding(x, params["W_e"], params["W_p"], fixnorm=fixnorm, W_s=params.get("W_s"), segments=segments,
+                        gamma=params.get("gamma_e"), beta=params.get("beta_e"), eps=eps)
     X = drop.out("embed", X, "embed")  # (training) X ← Dropout(X | p_embed, M)
     for i in range(L):  # line 4: for l = 1, 2, …, L do
         p = f"layers.{i}."
@@ -477,7 +489,7 @@ def relative_bias(l_z: int, l_x: int, table, *, bidirectional: bool, max_distanc
 
 def ed_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float = 1e-5,
                    logits: bool = False, masks=None, rates=None, positional: str = "learned",
-                   relative_max_distance: int = 128, fixnorm: bool = False) -> np.ndarray:
+                   relative_max_distance: int = 128, fixnorm: bool = False, scale_embedding: bool = False) -> np.ndarray:
     """Algorithm 8: P ← EDTransformer(z, x | θ), the original sequence-to-sequence transformer (post-LN,
     ReLU). z: 1-D source ids, x: 1-D target ids; one W_e, W_p embed both. Returns P ∈ (0,1)^{N_V×ℓ_x},
     P[:, t] = P̂(x[t+1] | x[:t+1], z) (`logits=True`: W_u X).
@@ -486,22 +498,22 @@ def ed_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float =
     masks, rates: dropout as d_transformer (after lines 3 and 12, on the weights of the three attentions,
     on the outputs of lines 5, 7, 14, 16, 18).
     positional="relative" (V11, T5): no W_p; the self-attentions add T5's relative position bias, the encoder's
-    bidirectional from the table enc.rel_bias, the decoder's causal from dec.rel_bias (each shared by its layers)."""
+    bidirectional from the table enc.rel_bias, the decoder's causal from dec.rel_bias (each shared by its layers).
+    The embedding's steps (stack_embedding): fixnorm, √d_e with scale_embedding (V22), and when θ holds them the
+    decoder's own dec.W_p and each stack's layer_norm(· | γ_e, β_e) (enc.gamma_e, dec.gamma_e)."""
     drop = _Drop(masks, rates)
     z, x = np.asarray(z), np.asarray(x)
     rel = positional == "relative"
     W_e = params["W_e"]
     W_p = None if rel else params["W_p"]
 
-    def pos(t):  # line 2's W_p[:, t] (none with V11)
-        return 0.0 if rel else positional_embedding(t, W_p)
-
     # Encoder
     l_z = len(z)  # line 1: ℓ_z ← length(z)
     B_enc = relative_bias(l_z, l_z, params["enc.rel_bias"], bidirectional=True,
                           max_distance=relative_max_distance) if rel else None
-    e = [_tok(z[t], W_e, fixnorm, eps) + pos(t) for t in range(l_z)]  # line 2: e_t ← W_e[:, z[t]] + W_p[:, t]
-    Z = np.stack(e, axis=1)  # line 3: Z ← [e_1, e_2, …, e_ℓz]
+    s = math.sqrt(W_e.shape[0]) if scale_embedding else 1.0
+    Z = stack_embedding(z, W_e, W_p, fixnorm=fixnorm, scale=s, gamma=params.get("enc.gamma_e"),
+                        beta=params.get("enc.beta_e"), eps=eps)  # lines 2–3: e_t ← W_e[:, z[t]] + W_p[:, t]; Z ← [e_1, …]
     Z = drop.out("embed.z", Z, "embed")  # (training) Z ← Dropout(Z | p_embed, M)
     for i in range(L_enc):  # line 4: for l = 1, 2, …, L_enc do
         p = f"enc.{i}."
@@ -517,8 +529,8 @@ def ed_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float =
     l_x = len(x)  # line 10: ℓ_x ← length(x)
     B_dec = relative_bias(l_x, l_x, params["dec.rel_bias"], bidirectional=False,
                           max_distance=relative_max_distance) if rel else None
-    e = [_tok(x[t], W_e, fixnorm, eps) + pos(t) for t in range(l_x)]  # line 11: e_t ← W_e[:, x[t]] + W_p[:, t]
-    X = np.stack(e, axis=1)  # line 12: X ← [e_1, e_2, …, e_ℓx]
+    X = stack_embedding(x, W_e, params.get("dec.W_p", W_p), fixnorm=fixnorm, scale=s, gamma=params.get("dec.gamma_e"),
+                        beta=params.get("dec.beta_e"), eps=eps)  # lines 11–12: e_t ← W_e[:, x[t]] + W_p[:, t]; X ← [e_1, …]
     X = drop.out("embed.x", X, "embed")  # (training) X ← Dropout(X | p_embed, M)
     for i in range(L_dec):  # line 13: for l = 1, 2, …, L_dec do (erratum: the listing writes "for i")
         p = f"dec.{i}."
@@ -535,13 +547,6 @@ def ed_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float =
     # line 20: end for
     logits_ = _unembedding_matrix(params) @ X
     return logits_ if logits else softmax(logits_)  # line 21: return P = softmax(W_u X)
-
-
-def stack_embedding(ids, W_e, W_p, *, scale: float = 1.0, gamma=None, beta=None, eps: float = 1e-5) -> np.ndarray:
-    """V22 (BART): one stack's lines 2′–3′ — e_t ← s · W_e[:, x[t]] + W_p[:, t] for every t, then (gamma given)
-    X[:, t] ← layer_norm(X[:, t] | γ_e, β_e). W_p: the stack's table (BART's decoder has its own, dec.W_p)."""
-    X = np.stack([scale * token_embedding(v, W_e) + positional_embedding(t, W_p) for t, v in enumerate(ids)], axis=1)
-    return X if gamma is None else layer_norm_columns(X, gamma, beta, eps)
 
 
 def bart_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float = 1e-5, mlp: str = "gelu",
@@ -1233,7 +1238,7 @@ def gemma_transformer(x, params, *, L: int, H: int, eps: float = 1e-6, rope_thet
     layers with θ = rope_theta (a local layer with rope_local_base_freq is unscaled)."""
     x = np.asarray(x)
     l = len(x)
-    X = token_embedding(x, params["W_e"]) * (1.0 if embed_scale is None else embed_scale)  # lines 1–3
+    X = stack_embedding(x, params["W_e"], None, scale=1.0 if embed_scale is None else embed_scale)  # lines 1–3
     kinds = gemma_layer_kinds(L, sliding_window, sliding_window_pattern)
     n = lambda A, g: rms1p_norm_columns(A, params[g], eps)
     for i in range(L):  # line 4
@@ -1273,7 +1278,7 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
                           mlp: str = "gelu", logits: bool = False, mask: str = "causal", prefix_len: int = 0,
                           sliding_window=None, qk_rope_head_dim=None, fixnorm: bool = False, attention: str = "softmax",
                           features=None, mtp_depth: int = 0, qk_norm: bool = False, block: str = "pre_ln",
-                          rotary_pct: float = 1.0):
+                          rotary_pct: float = 1.0, embed_scale=None):
     """Algorithm V6: DTransformer with the variants. H_kv and bias=False are read off params (W_k's heads,
     absent b's; V20's qkv_bias: b_q, b_k, b_v present, b_o and the MLP's absent); positional="rope" | "alibi" has
     no W_p (any length ℓ); mlp="swiglu" uses W_gate, mlp="relu" (V21) the MLP with φ = ReLU;
@@ -1284,17 +1289,16 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
     (N_V, ℓ − k), for k = 1..D]) instead. norm="rms1p": the (1 + γ) RMS norm; qk_norm: V24 (no biases) with each
     layer's gamma_q, gamma_k. block="parallel": every layer is parallel_block's (GPT-NeoX) in place of lines 5–8 (the
     V16 modules keep lines 5–8); block="sandwich": sandwich_block's (V27, Gemma: each sublayer's output normalised
-    again with gamma1_post, gamma2_post). rotary_pct: V1 on the first ⌊d_attn · rotary_pct⌋ rows of each head."""
+    again with gamma1_post, gamma2_post). rotary_pct: V1 on the first ⌊d_attn · rotary_pct⌋ rows of each head. embed_scale s: the
+    embedding's scale step (V27), e ← s · W_e[:, v]."""
     if norm not in ("layer", "rms", "scale", "rms1p"):
         raise ValueError(f"norm must be 'layer', 'rms', 'scale' or 'rms1p', got {norm!r}")
     x = np.asarray(x)
     get = params.get
     l = len(x)  # line 1
     has_Wp = positional in ("learned", "sinusoidal")
-    tok = (lambda v: fixnorm_embedding(v, params["W_e"], eps)) if fixnorm else (lambda v: token_embedding(v, params["W_e"]))
-    e = [tok(x[t]) + (positional_embedding(t, params["W_p"]) if has_Wp else 0.0)
-         for t in range(l)]  # line 2: e_t ← W_e[:, x[t]] (+ W_p[:, t])
-    X = np.stack(e, axis=1)  # line 3
+    X = stack_embedding(x, params["W_e"], params["W_p"] if has_Wp else None, fixnorm=fixnorm,
+                        scale=1.0 if embed_scale is None else embed_scale, eps=eps)  # lines 1–3
     pos_attn = positional if positional in ("rope", "alibi") else "none"
 
     def nrm(X, g, b):
@@ -1360,7 +1364,8 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
         out, Hk = [], X
         for k in range(1, mtp_depth + 1):  # V16 line 2
             q = f"mtp.{k - 1}."
-            E = np.stack([tok(x[t + k]) for t in range(l - k)], axis=1)  # W_e[:, x[t+k]], t ∈ [ℓ − k]
+            E = stack_embedding(x[k:], params["W_e"], None, fixnorm=fixnorm, scale=1.0 if embed_scale is None else embed_scale,
+                            eps=eps)  # W_e[:, x[t+k]], t ∈ [ℓ − k] (Algorithm 1 with the steps on its column, no position)
             Hp = params[q + "W_m"] @ np.concatenate([nrm(Hk[:, :l - k], q + "gamma_h", q + "beta_h"),
                                                       nrm(E, q + "gamma_e", q + "beta_e")], axis=0)  # line 3
             Hk = layer(Hp, q)  # line 4

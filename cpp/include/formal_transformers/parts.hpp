@@ -17,6 +17,7 @@
 //   DropSite      where dropout acts (dropout.hpp);
 //   MLPPart       the MLP of Algorithm 10 line 8 (and 9 line 7, 8 lines 7, 18): GELU/ReLU (the listing), SwiGLU (V4);
 //   NormPart      layer_norm (Algorithm 6) or RMSnorm, …
+//   StackEmbedding    a stack's lines 1–3 (Algorithms 1 and 2) with its EmbeddingSteps (stack_embedding.hpp)
 // A part registers its parameters in the model's ParamStore when it is made (in the listing's order) and
 // is immutable afterwards (shared between copies of a model); its activations live in the caller's caches.
 #pragma once
@@ -321,7 +322,9 @@ private:
 // One table per kind of part (cpp/src/variants/registry.cpp): name → factory. The model builder makes its
 // parts through these functions and an options parser checks names with check_part_name; adding a variant
 // is one file defining its factory plus one line in the table.
-enum class PartKind { Mask, Position, MLP, Norm, QKVSource, HeadKernel, Block };
+// Block: a stack's layers (transformers.hpp SelfBlock, CrossBlock). Embedding: a stack's embedding
+// (stack_embedding.hpp), one per stack; EmbeddingStep: its steps, each chosen by its own options, several at once.
+enum class PartKind { Mask, Position, MLP, Norm, QKVSource, HeadKernel, Block, Embedding, EmbeddingStep };
 const char* kind_name(PartKind kind);  // "mask", "position", …
 std::vector<std::string> part_names(PartKind kind);
 // ValueError "<option> must be one of 'a', 'b', …, got '<name>'" unless `name` is registered for `kind`

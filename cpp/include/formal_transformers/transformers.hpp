@@ -265,7 +265,7 @@ template <class T>
 class Model {
 public:
     explicit Model(const ModelConfig& c)
-        : cfg(c), tok(c.n_vocab, c.d_e, store, "W_e", c.fixnorm, c.eps), pos(c.l_max, c.d_e, c.positional, c.pos_base, store) {
+        : cfg(c), tok(c.n_vocab, c.d_e, store, "W_e"), pos(c.l_max, c.d_e, c.positional, c.pos_base, store) {
         dropout_seed = c.seed;
     }
     virtual ~Model() = default;
@@ -274,8 +274,11 @@ public:
 
     const ModelConfig cfg;
     ParamStore<T> store;  // θ (declared before every component, which registers into it)
-    TokenEmbedding<T> tok;
-    PositionalEmbedding<T> pos;
+    TokenEmbedding<T> tok;       // Algorithm 1's W_e (shared by the stacks and a tied W_u)
+    PositionalEmbedding<T> pos;  // Algorithm 2's W_p
+    // lines 1–3 (D, E): the stack's embedding part with the steps the config chooses (stack_embedding.hpp; ED: its
+    // two stacks' emb_enc, emb_dec)
+    std::unique_ptr<const StackEmbedding<T>> emb;
     std::unique_ptr<Unembedding<T>> unemb;  // made last by each model: W_u follows the layers in θ
     // How its matrix products run (precision.hpp): float32, or bf16-mixed — bf16 operands, float32
     // accumulation, θ and everything else float32 — for a float32 model only (set_precision checks).
@@ -331,7 +334,7 @@ protected:
         const Tokens* z = nullptr;
         const Tokens* x = nullptr;
         const index_t* x_orig = nullptr;
-        const index_t* segments = nullptr;  // E with n_segments > 0: the segment id of every token of x (null: 0)
+        const index_t* segments = nullptr;  // E with segment embeddings (n_segments > 0): the segment id of every token of x (null: 0)
     };
     // The losses of Algorithms 11–13, defined once: forward, −Σ log P[target, col] over the scored columns,
     // and with `grad` its gradient in store.grad() (zeroed first). n_scored: how many columns were scored;
@@ -351,9 +354,10 @@ protected:
     // W_u (N_V × d), or W_eᵀ when tied; then θ is complete: allocate it, initialise the embeddings and
     // return the random stream that initialises the rest (in θ's order)
     Rng make_head_and_allocate(index_t d);
-    // lines 1–3 of every listing: X[:, t] = W_e[:, x[t]] + W_p[:, t] per sequence
-    void embed(const Tokens& x, Matrix<T>& X) const;
-    void embed_backward(const Tokens& x, CMatView<T> dX);
+    // lines 1–3 (D, E) through emb: X[:, t] = W_e[:, x[t]] + W_p[:, t] per sequence, with the chosen steps (segments:
+    // BERT's segment ids, null: 0); the backward from dX (overwritten)
+    void embed(const Tokens& x, Matrix<T>& X, const index_t* segments = nullptr);
+    void embed_backward(const Tokens& x, MatView<T> dX, const index_t* segments = nullptr);
     // dropout after line 3 (training; else the mask is cleared) and its backward (D2 on dX in place)
     void embed_dropout(Matrix<T>& X, DropSite site, DropoutMask& m) const;
     void embed_dropout_backward(const DropoutMask& m, MatView<T> dX) const;
@@ -366,6 +370,7 @@ protected:
     LastForward last_;
     BackwardWork<T> work_;
     const Dropout* train_ = nullptr;  // set during loss_and_grad's forward when the model has a dropout rate
+    typename StackEmbedding<T>::Cache embed_c_;  // what emb's steps keep for the backward (D, E)
     DropoutMask drop_embed_;          // line 3's X (ED: the decoder's X of line 12)
 };
 
@@ -483,7 +488,7 @@ public:
     ETransformer(const ModelConfig& c, Restore&& restore) : ETransformer(c) { restore(*this); }
     using Model<T>::cfg;
     using Model<T>::store;
-    // lines 1–11; segments: with cfg.n_segments > 0, one segment id per token of x (null: all 0; BERT)
+    // lines 1–11; segments: with segment embeddings (n_segments > 0), one segment id per token of x (null: all 0; BERT)
     void forward(const Tokens& x, const index_t* segments = nullptr);
     CMatView<T> out() const override { return view(Xf_); }
     // X after line 9 of the last forward (BERT's "last hidden state"): [d_e, n]
@@ -509,8 +514,6 @@ public:
     MatParam W_f;                                               // line 10
     VecParam b_f;
     std::unique_ptr<Norm<T>> norm_f;                            // line 11: γ, β
-    MatParam W_s;                                               // BERT option: segment embeddings [d_e, n_segments]
-    std::unique_ptr<Norm<T>> norm_e;                            // BERT option: γ_e, β_e after line 3
 
 private:
     void run_forward(const typename Model<T>::Batch& in) override { forward(*in.x, in.segments); }
@@ -523,8 +526,6 @@ private:
     std::vector<Matrix<T>> stream_;  // [L+1]
     Matrix<T> F_, G_, Xf_;           // line 10: F = W_f X + b_f 1ᵀ, G = GELU(F); line 11: Xf = layer_norm(G)
     NormCache<T> norm_gamma_;        // line 11's layer_norm(· | γ, β)
-    Matrix<T> E_;                    // BERT options: line 3's X (with segment embeddings) before layer_norm(· | γ_e, β_e)
-    NormCache<T> norm_e_cache_;
 };
 
 // Algorithm 8.
@@ -574,7 +575,7 @@ public:
     std::vector<std::unique_ptr<CrossBlock<T>>> dec_layer;  // lines 14–19 of decoder layer l (the config's block)
     // each stack's final norm γ_enc, γ_dec when its block leaves the stream unnormalised (pre-LN: V18a's lines 7, 17)
     std::unique_ptr<Norm<T>> norm_enc, norm_dec;
-    std::unique_ptr<StackEmbedding<T>> emb_enc, emb_dec;  // lines 2–3 and 11–12 (V22: BART's options)
+    std::unique_ptr<const StackEmbedding<T>> emb_enc, emb_dec;  // lines 1–3 and 10–12 (stack_embedding.hpp)
 
 private:
     // lines 1–9 into the given activations (the model's own for forward, a Decoder's for encode)

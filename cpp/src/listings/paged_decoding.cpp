@@ -244,8 +244,8 @@ void batched_step(const DTransformer<T>& m, PagePool<T>& pool, std::vector<Seque
         t_max = std::max(t_max, w.pos[std::size_t(b)]);
     }
     MatView<T> X = ensure(w.X, c.d_e, B), Xt = ensure(w.Xt, c.d_e, B);
-    m.tok.forward(store, w.ids.data(), B, X);                  // line 6: W_e[:, x_b]
-    m.pos.forward(store, w.pos.data(), B, X, true);            //   + W_p[:, t_b] (none for RoPE, ALiBi)
+    m.emb->forward_at(store, EmbedInput<T>{m.tok, w.ids.data(), B}, m.pos, w.pos.data(), X);  // line 6: W_e[:, x_b]
+                                                                                             //   + W_p[:, t_b] (none for RoPE, ALiBi)
     const int n_threads = blas_is_openmp() ? std::max(get_num_threads(), omp_get_max_threads()) : 1;
     w.S.resize(std::size_t(n_threads) * std::size_t(t_max + 1));
     for (index_t l = 0; l < c.L; ++l) {  // line 7: the layer's block, its attention over the pages (lines 9–12)

@@ -7,12 +7,14 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <type_traits>
 
 #include "formal_transformers/dropout.hpp"
 #include "formal_transformers/parts.hpp"
+#include "formal_transformers/stack_embedding.hpp"
 #include "formal_transformers/sizes.hpp"
 #include "../runtime/bounded_json.hpp"
 #include "shared.hpp"
@@ -106,7 +108,8 @@ constexpr PartsHere kPartsHere[] = {{"(head kernels' options)", PartKind::HeadKe
                                     {"(Q/K/V sources' options)", PartKind::QKVSource},
                                     {"(positions' options)", PartKind::Position},
                                     {"(MLPs' options)", PartKind::MLP},
-                                    {"(norms' options)", PartKind::Norm}};
+                                    {"(norms' options)", PartKind::Norm},
+                                    {"(embedding steps' options)", PartKind::EmbeddingStep}};
 const PartsHere* parts_here(const char* name) {
     for (const PartsHere& h : kPartsHere)
         if (std::string(name) == h.name) return &h;
@@ -169,31 +172,50 @@ const std::vector<OptionSpec> kSchema = {
     {"eos_id", ED, Kind::AutoId, &ModelConfig::eos_id},
     {"forced_bos_id", ED, Kind::AutoId, &ModelConfig::forced_bos_id},
     {"forced_eos", ED, Kind::Bool, &ModelConfig::forced_eos},
-    {"n_segments", E, Kind::Count, &ModelConfig::n_segments},
-    {"embed_norm", E | ED, Kind::Bool, &ModelConfig::embed_norm},
+    {"n_segments", 0, Kind::AllRates, nullptr},  // (the embedding steps' options, each where it stood: pinned)
+    {"embed_norm", 0, Kind::AllRates, nullptr},
     {"unembed_bias", E | ED, Kind::Bool, &ModelConfig::unembed_bias},
-    {"scale_embedding", ED, Kind::Bool, &ModelConfig::scale_embedding},
-    {"separate_positions", ED, Kind::Bool, &ModelConfig::separate_positions},
-    {"fixnorm", ALL, Kind::Bool, &ModelConfig::fixnorm},
-    {"embed_scale", D, Kind::AutoReal, &ModelConfig::embed_scale},
+    {"scale_embedding", 0, Kind::AllRates, nullptr},
+    {"separate_positions", 0, Kind::AllRates, nullptr},
+    {"fixnorm", 0, Kind::AllRates, nullptr},
+    {"embed_scale", 0, Kind::AllRates, nullptr},
+    {kPartsHere[6].name, 0, Kind::AllRates, nullptr},
     {"final_logit_softcapping", D, Kind::AutoReal, &ModelConfig::final_logit_softcapping},
 };
 
-// kSchema with the parts' options in place of kPartsHere (each kind's, in the registry's order, each once)
+// A line of kSchema naming a part's option (archs 0, no member): the option stands there, where it stood before it
+// moved into its part, so that to_json writes the same text as before
+bool pinned(const OptionSpec& o) { return o.archs == 0 && !o.field.index() && !parts_here(o.name); }
+bool is_pinned(const char* name) {
+    return std::any_of(std::begin(kSchema), std::end(kSchema), [&](const OptionSpec& o) { return pinned(o) && name == std::string(o.name); });
+}
+
+// kSchema with the parts' options in place of kPartsHere (each kind's, in the registry's order, each once) and of
+// the pinned lines
 const std::vector<OptionSpec>& schema() {
     static const std::vector<OptionSpec> all = [] {
         std::vector<OptionSpec> r;
+        auto add = [&](const PartOption& p) {
+            const bool seen = std::any_of(r.begin(), r.end(), [&](const OptionSpec& q) { return q.name == std::string(p.name); });
+            if (!seen) r.push_back({p.name, p.archs, p.kind, nullptr, p.check, &p});
+        };
         for (const OptionSpec& o : kSchema) {
             const PartsHere* here = parts_here(o.name);
+            if (pinned(o)) {
+                const PartRow* row = part_row_of_option(o.name);
+                if (!row) throw std::logic_error(std::string("the schema pins '") + o.name + "', which no part declares");
+                for (const PartOption& p : row->options)
+                    if (o.name == std::string(p.name)) add(p);
+                continue;
+            }
             if (!here) {
                 r.push_back(o);
                 continue;
             }
             for (const PartRow* row : part_rows())
-                for (const PartOption& p : row->kind == here->kind ? row->options : std::vector<PartOption>{}) {
-                    const bool seen = std::any_of(r.begin(), r.end(), [&](const OptionSpec& q) { return q.name == std::string(p.name); });
-                    if (!seen) r.push_back({p.name, p.archs, p.kind, nullptr, p.check, &p});
-                }
+                if (row->kind == here->kind)
+                    for (const PartOption& p : row->options)
+                        if (!is_pinned(p.name)) add(p);
         }
         return r;
     }();
@@ -754,10 +776,7 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
         if (id >= c.n_vocab)
             throw ValueError(std::string(name) + " = " + std::to_string(id) + " is out of range [0, n_vocab = " +
                              std::to_string(c.n_vocab) + ")");
-    if (arch == Arch::D && (c.n_segments > 0 || c.embed_norm || c.unembed_bias))
-        throw ValueError("n_segments, embed_norm and unembed_bias are ETransformer (and, but n_segments, EDTransformer) options");
-    if (c.separate_positions && c.positional != Positional::Learned)  // V22
-        throw ValueError("separate_positions=True gives the decoder its own learned W_p: it needs positional='learned'");
+    if (arch == Arch::D && c.unembed_bias) throw ValueError("unembed_bias is an ETransformer and EDTransformer option");
     // the variants (docs/variants.md)
     if (c.H_kv == 0) c.H_kv = c.H;
     if (c.H_kv > c.H || c.H % c.H_kv != 0)
@@ -780,6 +799,8 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
         if (row && row->complete) row->complete(c.part_options, c);
         if (row && row->check) row->check(c.part_options, &c);
     }
+    for (const PartRow* row : chosen_embedding_steps(c.part_options))  // the embedding's steps: each its options chose
+        if (row->check) row->check(c.part_options, &c);
     if (c.attention == AttnKernel::BigBird) {  // V17 (block_sparse.hpp)
         if (arch != Arch::E)
             throw ValueError("attention='bigbird' is BigBird's bidirectional block layout: an ETransformer option");
@@ -814,12 +835,10 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
             throw ValueError("mtp_depth (multi-token prediction) does not combine with mask='prefix'");
         if (c.attention != AttnKernel::Softmax)
             throw ValueError("mtp_depth (multi-token prediction) needs attention='softmax' (its self-speculation takes back drafts)");
-        if (c.embed_scale > 0 || c.final_logit_softcapping > 0 || c.block == "sandwich")
+        if (c.part_options.real("embed_scale") > 0 || c.final_logit_softcapping > 0 || c.block == "sandwich")
             throw ValueError("mtp_depth (multi-token prediction) does not combine with Gemma's embed_scale, "
                              "final_logit_softcapping or block='sandwich' (sandwich_norm)");
     }
-    if (c.fixnorm && c.embed_scale > 0)
-        throw ValueError("embed_scale (Gemma's scaled embedding) does not combine with fixnorm (unit-norm embeddings)");
     check_model_size(c, arch);  // sizes.hpp: overflow-safe, before any layer is declared
     return c;
 }

@@ -51,8 +51,8 @@ void DTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* z) co
     }
     d.kv.resize(std::size_t(cfg.L));
     MatView<T> X = ensure(d.w.X, cfg.d_e, n);
-    this->tok.forward(store, ids, n, X);                       // line 2, new tokens only
-    this->pos.forward_seqs(store, Seqs::single(n), X, d.len);  //   at positions d.len, d.len+1, …
+    this->emb->forward(store, EmbedInput<T>{this->tok, ids, n}, this->pos, Seqs::single(n), d.len, X, nullptr);  // lines 1–3,
+                                                                     // new tokens only, at positions d.len, d.len+1, …
     for (index_t l = 0; l < cfg.L; ++l)
         layer[std::size_t(l)]->forward_cached(store, X, d.len, d.kv[std::size_t(l)], d.w, prefix ? &*prefix : nullptr);  // lines 5–8
     MatView<T> last = ensure(d.w.tmp, cfg.d_e, 1);
@@ -83,7 +83,8 @@ void EDTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* logi
     FT_CHECK(index_t(d.self_kv.size()) == cfg.L_dec, "EDTransformer::decode before encode()");
     for (index_t t = 0; t < n; ++t)
         if (ids[t] < 0 || ids[t] >= cfg.n_vocab) throw IndexError("token id " + std::to_string(ids[t]) + " out of range");
-    emb_dec->forward(store, this->tok, this->pos, ids, Seqs::single(n), d.len, d.w.X, d.emb);  // line 11 (V22: 11′–12′)
+    emb_dec->forward(store, EmbedInput<T>{this->tok, ids, n}, this->pos, Seqs::single(n), d.len, ensure(d.w.X, cfg.d_e, n),
+                     &d.emb);  // lines 10–12
     MatView<T> X = view(d.w.X);
     for (index_t l = 0; l < cfg.L_dec; ++l) {
         const std::size_t i = std::size_t(l);

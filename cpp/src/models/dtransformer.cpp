@@ -15,6 +15,7 @@ using namespace models;
 // ======================================== Algorithm 10 ================================================
 template <class T>
 DTransformer<T>::DTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::D)) {
+    this->emb = make_stack_embedding<T>("tokens", EmbeddingSpec{&cfg, ""}, store);  // lines 1–3 (its steps': none in θ)
     const Activation act = cfg.gelu == Gelu::Tanh ? Activation::GeluTanh : Activation::Gelu;
     for (index_t l = 0; l < cfg.L; ++l) {  // the config's block; line 6's Mask and RoPE θ each layer's (V26)
         const BlockSpec spec{&cfg, act, layer_mask(cfg, l), layer_variant(cfg, l), AttnVariant()};
@@ -25,6 +26,7 @@ DTransformer<T>::DTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::
         mtp.push_back(std::make_shared<MTPModule<T>>(cfg, act, store, layer_prefix("mtp", k)));
     Rng rng = this->make_head_and_allocate(cfg.d_e);
     const double s = cfg.init_std, s_out = cfg.init_std / std::sqrt(2.0 * double(cfg.L));
+    this->emb->init(store, rng, s);
     for (auto& b : layer) b->init(store, rng, s, s_out);
     norm_f->init(store);
     this->unemb->init(store, rng, s);

@@ -15,8 +15,8 @@ using namespace models;
 // (T5), whose stacks end with a norm of their own (γ_enc, γ_dec; block_stack_norm).
 template <class T>
 EDTransformer<T>::EDTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::ED)) {
-    emb_enc = std::make_unique<StackEmbedding<T>>(cfg, "enc", store);  // V22's parameters (if any) after W_e, W_p
-    emb_dec = std::make_unique<StackEmbedding<T>>(cfg, "dec", store);
+    emb_enc = make_stack_embedding<T>("tokens", EmbeddingSpec{&cfg, "enc."}, store);  // its steps' parameters after W_e, W_p
+    emb_dec = make_stack_embedding<T>("tokens", EmbeddingSpec{&cfg, "dec."}, store);
     const Activation act = ed_activation(cfg);  // ReLU (Algorithm 8), or V22's GELU
     // the encoder's Mask ≡ 1 and its stack's bias table (V11); the decoder's causal self-attention, its cross-attention
     const BlockSpec enc{&cfg, act, Mask::bidirectional(), relative_variant(cfg, "enc.rel_bias", true), AttnVariant()};
@@ -34,7 +34,7 @@ EDTransformer<T>::EDTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch
     for (auto& b : dec_layer) b->init(store, rng, s, s_out);
     if (norm_dec) norm_dec->init(store);
     this->unemb->init(store, rng, s);
-    emb_enc->init(store, rng, s);  // V22 last: its draws leave Algorithm 8's parameters as without it
+    emb_enc->init(store, rng, s);  // the steps' last: their draws leave Algorithm 8's parameters as without them
     emb_dec->init(store, rng, s);
     for (auto& b : enc_layer) enc_acts_.push_back(b->make_acts());
     for (auto& b : dec_layer) dec_acts_.push_back(b->make_acts());
@@ -54,7 +54,7 @@ CMatView<T> EDTransformer<T>::encoder_forward(const Tokens& z, std::vector<std::
         for (auto& b : enc_layer) acts.push_back(b->make_acts());
     }
     stream.resize(std::size_t(cfg.L_enc + 1));
-    emb_enc->forward(store, this->tok, this->pos, z.ids, z.s, 0, stream[0], ec);  // lines 1–3 (V22: 2′–3′)
+    emb_enc->forward(store, EmbedInput<T>{this->tok, z.ids, n}, this->pos, z.s, 0, ensure(stream[0], d_e, n), &ec);  // lines 1–3
     if (embed_mask) this->embed_dropout(stream[0], DropSite::EmbedZ, *embed_mask);  // (training) Z ← Dropout(Z)
     for (index_t l = 0; l < cfg.L_enc; ++l) {  // line 4
         poll();
@@ -90,7 +90,7 @@ void EDTransformer<T>::forward(const Tokens& z, const Tokens& x) {
     CMatView<T> Z = encoder_forward(z, enc_acts_, zstream_, Zf_, norm_enc_c_, emb_z_c_, this->train_,
                                     &drop_embed_z_);  // lines 1–9
     const index_t n = x.s.total(), d_e = cfg.d_e;
-    emb_dec->forward(store, this->tok, this->pos, x.ids, x.s, 0, xstream_[0], emb_x_c_);  // lines 10–12 (V22: 11′–12′)
+    emb_dec->forward(store, EmbedInput<T>{this->tok, x.ids, n}, this->pos, x.s, 0, ensure(xstream_[0], d_e, n), &emb_x_c_);  // lines 10–12
     this->embed_dropout(xstream_[0], DropSite::EmbedX, this->drop_embed_);  // (training) X ← Dropout(X)
     for (index_t l = 0; l < cfg.L_dec; ++l) {  // line 13 (erratum: the listing loops i, its body indexes l)
         poll();
@@ -126,7 +126,7 @@ void EDTransformer<T>::run_backward(const typename Model<T>::Batch& in, Backward
         dec_layer[i]->backward(store, view(xstream_[i]), x.s, Z, z.s, *dec_acts_[i], dZ, w);  // lines 19–14
     }
     this->embed_dropout_backward(this->drop_embed_, view(w.dX));
-    emb_dec->backward(store, this->tok, this->pos, x.ids, x.s, view(w.dX), emb_x_c_);  // line 11
+    emb_dec->backward(store, EmbedInput<T>{this->tok, x.ids, x.s.total()}, this->pos, x.s, view(w.dX), emb_x_c_);  // line 11
     // the encoder, from ∂/∂Z accumulated over every decoder layer's cross-attention (with γ_enc: back through it)
     if (norm_enc) norm_enc->backward(store, dZ, norm_enc_c_, zeros(w.dX, cfg.d_e, z.s.total()));
     else copy_into(w.dX, CMatView<T>(dZ));
@@ -136,7 +136,7 @@ void EDTransformer<T>::run_backward(const typename Model<T>::Batch& in, Backward
         enc_layer[i]->backward(store, view(zstream_[i]), z.s, *enc_acts_[i], w);  // lines 8–5
     }
     this->embed_dropout_backward(drop_embed_z_, view(w.dX));
-    emb_enc->backward(store, this->tok, this->pos, z.ids, z.s, view(w.dX), emb_z_c_);  // line 2
+    emb_enc->backward(store, EmbedInput<T>{this->tok, z.ids, z.s.total()}, this->pos, z.s, view(w.dX), emb_z_c_);  // line 2
 }
 
 // Algorithm 11 line 5: loss = −Σ_{t=1}^{ℓ−1} log P[x[t+1], t]

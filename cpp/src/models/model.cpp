@@ -51,7 +51,6 @@ Rng Model<T>::make_head_and_allocate(index_t d) {
                      : std::make_unique<Unembedding<T>>(cfg.n_vocab, d, store, "W_u");
     if (cfg.unembed_bias) unemb->add_bias(store, "b_u");  // BERT's option (0 at initialisation)
     unemb->softcap = cfg.final_logit_softcapping;         // Gemma 2's c_f·tanh(W_u X / c_f) (0: none)
-    tok.scale = cfg.embed_scale;                          // Gemma's s · W_e[:, v] (0: none)
     declare_lora(cfg.lora, store);  // LoRA's A and B (lora.hpp), after every other entry of θ
     store.allocate();
     Rng rng(cfg.seed);
@@ -61,10 +60,9 @@ Rng Model<T>::make_head_and_allocate(index_t d) {
 }
 
 template <class T>
-void Model<T>::embed(const Tokens& x, Matrix<T>& X) const {
-    MatView<T> E = ensure(X, cfg.d_e, x.s.total());
-    tok.forward(store, x.ids, x.s.total(), E);  // line 2: e_t ← W_e[:, x[t]] …
-    pos.forward_seqs(store, x.s, E);            //          … + W_p[:, t]   (line 3: X ← [e_1, …, e_ℓ])
+void Model<T>::embed(const Tokens& x, Matrix<T>& X, const index_t* segments) {
+    const EmbedInput<T> in{tok, x.ids, x.s.total(), segments};
+    emb->forward(store, in, pos, x.s, 0, ensure(X, cfg.d_e, x.s.total()), &embed_c_);  // lines 1–3
 }
 
 // Dropout after the embedding sum (line 3): X ← Dropout(X | p_embed, M) in training; the mask is cleared otherwise
@@ -83,9 +81,8 @@ void Model<T>::embed_dropout_backward(const DropoutMask& m, MatView<T> dX) const
 }
 
 template <class T>
-void Model<T>::embed_backward(const Tokens& x, CMatView<T> dX) {
-    tok.backward(store, x.ids, x.s.total(), dX);
-    pos.backward_seqs(store, x.s, dX);
+void Model<T>::embed_backward(const Tokens& x, MatView<T> dX, const index_t* segments) {
+    emb->backward(store, EmbedInput<T>{tok, x.ids, x.s.total(), segments}, pos, x.s, dX, embed_c_);
 }
 
 template <class T>
