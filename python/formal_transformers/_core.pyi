@@ -539,7 +539,7 @@ class DTransformer(_HasParams):
         ...
     def __init__(self, *args, **kwargs) -> None:
         """
-        __init__(n_vocab, l_max, L, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', attention='softmax', n_features=None, feature_seed=0, attn_logit_softcapping=None, query_pre_attn_scalar=None, mlp='gelu', rope_theta=10000.0, sliding_window=None, sliding_window_pattern=None, rope_local_base_freq=None, attention_chunk_size=None, kv_lora_rank=None, q_lora_rank=None, qk_rope_head_dim=None, qkv_bias=False, qk_norm=False, mask='causal', mtp_depth=0, mtp_weight=0.3, rope_scaling_factor=None, fixnorm=False, embed_scale=None, final_logit_softcapping=None, sandwich_norm=False, dtype='float32', precision='float32')
+        __init__(n_vocab, l_max, L, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', attention='softmax', n_features=None, feature_seed=0, attn_logit_softcapping=None, query_pre_attn_scalar=None, mlp='gelu', rope_theta=10000.0, sliding_window=None, sliding_window_pattern=None, rope_local_base_freq=None, attention_chunk_size=None, kv_lora_rank=None, q_lora_rank=None, qk_rope_head_dim=None, qkv_bias=False, qk_norm=False, mask='causal', mtp_depth=0, mtp_weight=0.3, rope_scaling_factor=None, rotary_pct=1.0, block='pre_ln', fixnorm=False, embed_scale=None, final_logit_softcapping=None, dtype='float32', precision='float32')
         
         The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
         """
@@ -684,7 +684,7 @@ class ETransformer(_HasParams):
         ...
     def __init__(self, *args, **kwargs) -> None:
         """
-        __init__(n_vocab, l_max, L, H, d_e, d_mlp, d_f, *, d_attn=None, d_mid=None, positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', attention='softmax', n_features=None, feature_seed=0, block_size=None, window_blocks=3, n_global_blocks=1, n_random_blocks=3, layout_seed=0, bigbird_draw='per_head', qkv_bias=False, n_segments=0, embed_norm=False, unembed_bias=False, fixnorm=False, dtype='float32', precision='float32')
+        __init__(n_vocab, l_max, L, H, d_e, d_mlp, d_f, *, d_attn=None, d_mid=None, positional='learned', base=None, tied=False, gelu='exact', eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', attention='softmax', n_features=None, feature_seed=0, block_size=None, window_blocks=3, n_global_blocks=1, n_random_blocks=3, layout_seed=0, bigbird_draw='per_head', qkv_bias=False, block='post_ln', n_segments=0, embed_norm=False, unembed_bias=False, fixnorm=False, dtype='float32', precision='float32')
         
         The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
         """
@@ -858,7 +858,7 @@ class EDTransformer(_HasParams):
         ...
     def __init__(self, *args, **kwargs) -> None:
         """
-        __init__(n_vocab, l_max, L_enc, L_dec, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', mlp='relu', qkv_bias=False, relative_buckets=32, relative_max_distance=128, pre_norm=False, scale_scores=True, unembed_rescale=False, bos_id=None, eos_id=None, forced_bos_id=None, forced_eos=False, embed_norm=False, unembed_bias=False, scale_embedding=False, separate_positions=False, fixnorm=False, dtype='float32', precision='float32')
+        __init__(n_vocab, l_max, L_enc, L_dec, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', mlp='relu', qkv_bias=False, relative_buckets=32, relative_max_distance=128, block='post_ln', scale_scores=True, unembed_rescale=False, bos_id=None, eos_id=None, forced_bos_id=None, forced_eos=False, embed_norm=False, unembed_bias=False, scale_embedding=False, separate_positions=False, fixnorm=False, dtype='float32', precision='float32')
         
         The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
         """

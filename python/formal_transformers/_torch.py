@@ -373,7 +373,7 @@ class TorchEDTransformer(_EncoderDecoder):
 
 
 class TorchT5(_EncoderDecoder):
-    """An EDTransformer with T5's options (V11 relative position bias, V18: pre_norm, norm="rms", bias=False,
+    """An EDTransformer with T5's options (V11 relative position bias, V18: block="pre_ln", norm="rms", bias=False,
     scale_scores=False, mlp="relu"|"geglu", unembed_rescale) as transformers' own T5ForConditionalGeneration,
     the model ft.to_hf makes (dropout 0); its tensors under ft's names through hf/t5.py's name table."""
 
@@ -397,7 +397,7 @@ _CLASSES = {"DTransformer": TorchDTransformer, "ETransformer": TorchETransformer
 
 # Algorithm 8's values of the options T5 changes (V18; V11 is positional="relative"): an EDTransformer with any
 # other value runs as T5
-_T5_OFF = {"pre_norm": False, "norm": "layer", "scale_scores": True, "mlp": "relu", "unembed_rescale": False,
+_T5_OFF = {"block": "post_ln", "norm": "layer", "scale_scores": True, "mlp": "relu", "unembed_rescale": False,
            "bias": True}
 
 

@@ -271,9 +271,28 @@ def fixnorm_embedding(v, W_e: np.ndarray, eps: float = 0.0) -> np.ndarray:
     return w / np.sqrt(np.sum(w**2, axis=0) + eps)  # line 2: return e = w / √(‖w‖² + eps)
 
 
-def _tok(v, W_e, fixnorm: bool, eps: float):
-    """Algorithm 1, or with fixnorm V13's unit-norm column."""
-    return fixnorm_embedding(v, W_e, eps) if fixnorm else token_embedding(v, W_e)
+def stack_embedding(ids, W_e, W_p, *, fixnorm: bool = False, scale: float = 1.0, W_s=None, segments=None,
+                    gamma=None, beta=None, eps: float = 1e-5, p0: int = 0) -> np.ndarray:
+    """The embedding of one stack (stack_embedding.hpp): lines 1–3 of Algorithms 9 and 10 (Algorithm 8's 1–3 and
+    10–12), e_t ← W_e[:, x[t]] + W_p[:, p0 + t] for every t, X ← [e_1, …, e_ℓ], with the steps a config chooses at
+    their places: on W_e[:, x[t]] V13's unit-norm column (fixnorm, fixnorm_embedding) and then the embedding scale s
+    (Gemma's embed_scale, BART's √d_e); W_p the stack's table (BART's decoder: dec.W_p; None: positions in attention,
+    no table); W_s given: BERT's segment embeddings added at line 2 (segments None: segment 0); gamma given:
+    X[:, t] ← layer_norm(X[:, t] | γ_e, β_e) after line 3. With no step: Algorithms 1 + 2 as printed."""
+    ids = np.asarray(ids)
+    l = len(ids)  # line 1: ℓ ← length(x)
+
+    def tok(v):  # Algorithm 1 (and the steps on its column)
+        e = fixnorm_embedding(v, W_e, eps) if fixnorm else token_embedding(v, W_e)
+        return e if scale == 1.0 else scale * e
+
+    if W_s is None and segments is not None:
+        raise ValueError("segments given, but params has no W_s")
+    seg = np.zeros(l, dtype=np.int64) if segments is None else np.asarray(segments)
+    e = [tok(ids[t]) + (0.0 if W_p is None else positional_embedding(p0 + t, W_p))
+         + (0.0 if W_s is None else W_s[:, seg[t]]) for t in range(l)]  # line 2: e_t ← W_e[:, x[t]] + W_p[:, t]
+    X = np.stack(e, axis=1)  # line 3: X ← [e_1, e_2, …, e_ℓ]
+    return X if gamma is None else layer_norm_columns(X, gamma, beta, eps)
 
 
 def layer_norm_columns(E: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 0.0) -> np.ndarray:
@@ -404,17 +423,10 @@ def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float 
     (layouts[l] (n, n): every head's; (H, n, n): head h's mask from layouts[l][h])."""
     drop = _Drop(masks, rates)
     x = np.asarray(x)
-    W_e, W_p = params["W_e"], params["W_p"]
-    l = len(x)  # line 1: ℓ ← length(x)
-    e = [_tok(x[t], W_e, fixnorm, eps) + positional_embedding(t, W_p) for t in range(l)]  # line 2: e_t ← W_e[:, x[t]] + W_p[:, t]
-    if "W_s" in params:  # BERT: e_t += W_s[:, segments[t]]
-        seg = np.zeros(l, dtype=np.int64) if segments is None else np.asarray(segments)
-        e = [e[t] + params["W_s"][:, seg[t]] for t in range(l)]
-    elif segments is not None:
-        raise ValueError("segments given, but params has no W_s")
-    X = np.stack(e, axis=1)  # line 3: X ← [e_1, e_2, …, e_ℓ]
-    if "gamma_e" in params:  # BERT: X[:, t] ← layer_norm(X[:, t] | γ_e, β_e)
-        X = layer_norm_columns(X, params["gamma_e"], params["beta_e"], eps)
+    l = len(x)
+    # lines 1–3 (BERT's segment embeddings and layer_norm(· | γ_e, β_e) when θ holds them)
+    X = stack_embedding(x, params["W_e"], params["W_p"], fixnorm=fixnorm, W_s=params.get("W_s"), segments=segments,
+                        gamma=params.get("gamma_e"), beta=params.get("beta_e"), eps=eps)
     X = drop.out("embed", X, "embed")  # (training) X ← Dropout(X | p_embed, M)
     for i in range(L):  # line 4: for l = 1, 2, …, L do
         p = f"layers.{i}."
@@ -477,7 +489,7 @@ def relative_bias(l_z: int, l_x: int, table, *, bidirectional: bool, max_distanc
 
 def ed_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float = 1e-5,
                    logits: bool = False, masks=None, rates=None, positional: str = "learned",
-                   relative_max_distance: int = 128, fixnorm: bool = False) -> np.ndarray:
+                   relative_max_distance: int = 128, fixnorm: bool = False, scale_embedding: bool = False) -> np.ndarray:
     """Algorithm 8: P ← EDTransformer(z, x | θ), the original sequence-to-sequence transformer (post-LN,
     ReLU). z: 1-D source ids, x: 1-D target ids; one W_e, W_p embed both. Returns P ∈ (0,1)^{N_V×ℓ_x},
     P[:, t] = P̂(x[t+1] | x[:t+1], z) (`logits=True`: W_u X).
@@ -486,22 +498,22 @@ def ed_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float =
     masks, rates: dropout as d_transformer (after lines 3 and 12, on the weights of the three attentions,
     on the outputs of lines 5, 7, 14, 16, 18).
     positional="relative" (V11, T5): no W_p; the self-attentions add T5's relative position bias, the encoder's
-    bidirectional from the table enc.rel_bias, the decoder's causal from dec.rel_bias (each shared by its layers)."""
+    bidirectional from the table enc.rel_bias, the decoder's causal from dec.rel_bias (each shared by its layers).
+    The embedding's steps (stack_embedding): fixnorm, √d_e with scale_embedding (V22), and when θ holds them the
+    decoder's own dec.W_p and each stack's layer_norm(· | γ_e, β_e) (enc.gamma_e, dec.gamma_e)."""
     drop = _Drop(masks, rates)
     z, x = np.asarray(z), np.asarray(x)
     rel = positional == "relative"
     W_e = params["W_e"]
     W_p = None if rel else params["W_p"]
 
-    def pos(t):  # line 2's W_p[:, t] (none with V11)
-        return 0.0 if rel else positional_embedding(t, W_p)
-
     # Encoder
     l_z = len(z)  # line 1: ℓ_z ← length(z)
     B_enc = relative_bias(l_z, l_z, params["enc.rel_bias"], bidirectional=True,
                           max_distance=relative_max_distance) if rel else None
-    e = [_tok(z[t], W_e, fixnorm, eps) + pos(t) for t in range(l_z)]  # line 2: e_t ← W_e[:, z[t]] + W_p[:, t]
-    Z = np.stack(e, axis=1)  # line 3: Z ← [e_1, e_2, …, e_ℓz]
+    s = math.sqrt(W_e.shape[0]) if scale_embedding else 1.0
+    Z = stack_embedding(z, W_e, W_p, fixnorm=fixnorm, scale=s, gamma=params.get("enc.gamma_e"),
+                        beta=params.get("enc.beta_e"), eps=eps)  # lines 2–3: e_t ← W_e[:, z[t]] + W_p[:, t]; Z ← [e_1, …]
     Z = drop.out("embed.z", Z, "embed")  # (training) Z ← Dropout(Z | p_embed, M)
     for i in range(L_enc):  # line 4: for l = 1, 2, …, L_enc do
         p = f"enc.{i}."
@@ -517,8 +529,8 @@ def ed_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float =
     l_x = len(x)  # line 10: ℓ_x ← length(x)
     B_dec = relative_bias(l_x, l_x, params["dec.rel_bias"], bidirectional=False,
                           max_distance=relative_max_distance) if rel else None
-    e = [_tok(x[t], W_e, fixnorm, eps) + pos(t) for t in range(l_x)]  # line 11: e_t ← W_e[:, x[t]] + W_p[:, t]
-    X = np.stack(e, axis=1)  # line 12: X ← [e_1, e_2, …, e_ℓx]
+    X = stack_embedding(x, W_e, params.get("dec.W_p", W_p), fixnorm=fixnorm, scale=s, gamma=params.get("dec.gamma_e"),
+                        beta=params.get("dec.beta_e"), eps=eps)  # lines 11–12: e_t ← W_e[:, x[t]] + W_p[:, t]; X ← [e_1, …]
     X = drop.out("embed.x", X, "embed")  # (training) X ← Dropout(X | p_embed, M)
     for i in range(L_dec):  # line 13: for l = 1, 2, …, L_dec do (erratum: the listing writes "for i")
         p = f"dec.{i}."
@@ -535,13 +547,6 @@ def ed_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float =
     # line 20: end for
     logits_ = _unembedding_matrix(params) @ X
     return logits_ if logits else softmax(logits_)  # line 21: return P = softmax(W_u X)
-
-
-def stack_embedding(ids, W_e, W_p, *, scale: float = 1.0, gamma=None, beta=None, eps: float = 1e-5) -> np.ndarray:
-    """V22 (BART): one stack's lines 2′–3′ — e_t ← s · W_e[:, x[t]] + W_p[:, t] for every t, then (gamma given)
-    X[:, t] ← layer_norm(X[:, t] | γ_e, β_e). W_p: the stack's table (BART's decoder has its own, dec.W_p)."""
-    X = np.stack([scale * token_embedding(v, W_e) + positional_embedding(t, W_p) for t, v in enumerate(ids)], axis=1)
-    return X if gamma is None else layer_norm_columns(X, gamma, beta, eps)
 
 
 def bart_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float = 1e-5, mlp: str = "gelu",
@@ -618,7 +623,7 @@ def geglu_mlp(X_tilde, W_gate, W_mlp1, W_mlp2) -> np.ndarray:
 
 def t5_transformer(z, x, params, *, L_enc: int, L_dec: int, H: int, eps: float = 1e-6, mlp: str = "relu",
                    relative_max_distance: int = 128, unembed_rescale: bool = True, logits: bool = False) -> np.ndarray:
-    """V18 (docs/variants.md): P ← EDTransformer(z, x | θ) with T5's choices — pre_norm=True, norm="rms",
+    """V18 (docs/variants.md): P ← EDTransformer(z, x | θ) with T5's choices — block="pre_ln", norm="rms",
     bias=False, positional="relative" (V11), scale_scores=False, mlp="relu" | "geglu" (| "swiglu"), unembed_rescale.
     Parameter names as ft's EDTransformer (enc.l.gamma1, …, enc.gamma, dec.l.gamma1–3, dec.gamma)."""
     z, x = np.asarray(z), np.asarray(x)
@@ -964,11 +969,15 @@ def speculative_inference(x, target, draft, *, l_gen: int, k: int, tau: float, r
 # V5 bias-free maps, V6 the DTransformer composed of them.
 
 
-def rope(X, p, theta: float = 10000.0, interleaved: bool = False) -> np.ndarray:
+def rope(X, p, theta: float = 10000.0, interleaved: bool = False, rotary_pct: float = 1.0) -> np.ndarray:
     """Algorithm V1: X′ ← RoPE(X, p | θ). X ∈ R^{d×ℓ} one head's queries or keys (d even), p the absolute
     position of each column. Rows i and i + d/2 form a pair (half-split, as HF LLaMA); interleaved=True
-    pairs rows 2i−1 and 2i (the RoPE paper)."""
+    pairs rows 2i−1 and 2i (the RoPE paper). rotary_pct < 1 (GPT-NeoX's partial rotary): the listing on the first
+    r = ⌊d · rotary_pct⌋ rows only (d = r in it), the others unchanged."""
     X = np.asarray(X, dtype=np.float64)
+    r = int(X.shape[0] * rotary_pct)
+    if r != X.shape[0]:
+        return np.concatenate([rope(X[:r], p, theta, interleaved), X[r:]], axis=0)
     d, l = X.shape
     p = np.asarray(p)
     omega = theta ** (-2.0 * np.arange(d // 2) / d)  # line 1: ω_i ← θ^{−2(i−1)/d}
@@ -997,7 +1006,7 @@ def alibi_bias(l_z: int, l_x: int, q0: int = 0) -> np.ndarray:
 
 def variant_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, *, positional: str = "none",
                       theta: float = 10000.0, slope: float = 0.0, q0: int = 0, attention: str = "softmax",
-                      Omega=None) -> np.ndarray:
+                      Omega=None, rotary_pct: float = 1.0) -> np.ndarray:
     """Algorithm 4 with V1's lines 2a–2b (positional="rope") or V2's line 6′ (positional="alibi", slope m_h);
     b_* may be None (V5). attention="performer" | "rfa": lines 4–6 replaced by V15c with the projection Omega
     (the mask must be the bidirectional or the causal one)."""
@@ -1006,8 +1015,8 @@ def variant_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, *, positional: s
     Q = W_q @ X + (0 if b_q is None else b_q[:, None])  # line 1
     K = W_k @ Z + (0 if b_k is None else b_k[:, None])  # line 2
     if positional == "rope":
-        Q = rope(Q, q0 + np.arange(l_x), theta)  # line 2a
-        K = rope(K, np.arange(l_z), theta)  # line 2b
+        Q = rope(Q, q0 + np.arange(l_x), theta, rotary_pct=rotary_pct)  # line 2a
+        K = rope(K, np.arange(l_z), theta, rotary_pct=rotary_pct)  # line 2b
     V = W_v @ Z + (0 if b_v is None else b_v[:, None])  # line 3
     if attention != "softmax":  # V15c instead of lines 4–6
         mask = np.asarray(mask, dtype=bool)
@@ -1110,7 +1119,8 @@ def block_sparse_attention(Q, K, V, layout, b: int) -> np.ndarray:
 
 
 def gqa_mhattention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, mask, *, positional: str = "none",
-                    theta: float = 10000.0, q0: int = 0, attention: str = "softmax", Omega=None) -> np.ndarray:
+                    theta: float = 10000.0, q0: int = 0, attention: str = "softmax", Omega=None,
+                    rotary_pct: float = 1.0) -> np.ndarray:
     """Algorithm V3 (grouped-query attention): W_q (H, d_attn, d_x); W_k (H_kv, d_attn, d_z), W_v (H_kv, d_mid,
     d_z); b_* None with bias=False. With RoPE/ALiBi on every head (V1/V2). mask (ℓ_z, ℓ_x), or (H, ℓ_z, ℓ_x): one
     per query head (V17's per-head layouts)."""
@@ -1125,7 +1135,8 @@ def gqa_mhattention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, W_o, b_o, mask, *, posit
                                    None if b_k is None else b_k[g - 1], W_v[g - 1],
                                    None if b_v is None else b_v[g - 1], mask[h - 1] if np.ndim(mask) == 3 else mask,
                                    positional=positional, theta=theta,
-                                   slope=m[h - 1], q0=q0, attention=attention, Omega=Omega))  # line 3
+                                   slope=m[h - 1], q0=q0, attention=attention, Omega=Omega,
+                                   rotary_pct=rotary_pct))  # line 3
     Y = np.concatenate(Y, axis=0)  # line 4: Y ← [Y¹; …; Y^H]
     return W_o @ Y + (0 if b_o is None else b_o[:, None])  # line 5
 
@@ -1227,7 +1238,7 @@ def gemma_transformer(x, params, *, L: int, H: int, eps: float = 1e-6, rope_thet
     layers with θ = rope_theta (a local layer with rope_local_base_freq is unscaled)."""
     x = np.asarray(x)
     l = len(x)
-    X = token_embedding(x, params["W_e"]) * (1.0 if embed_scale is None else embed_scale)  # lines 1–3
+    X = stack_embedding(x, params["W_e"], None, scale=1.0 if embed_scale is None else embed_scale)  # lines 1–3
     kinds = gemma_layer_kinds(L, sliding_window, sliding_window_pattern)
     n = lambda A, g: rms1p_norm_columns(A, params[g], eps)
     for i in range(L):  # line 4
@@ -1266,7 +1277,8 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
                           eps: float = 1e-5, positional: str = "learned", rope_theta: float = 10000.0,
                           mlp: str = "gelu", logits: bool = False, mask: str = "causal", prefix_len: int = 0,
                           sliding_window=None, qk_rope_head_dim=None, fixnorm: bool = False, attention: str = "softmax",
-                          features=None, mtp_depth: int = 0, qk_norm: bool = False):
+                          features=None, mtp_depth: int = 0, qk_norm: bool = False, block: str = "pre_ln",
+                          rotary_pct: float = 1.0, embed_scale=None):
     """Algorithm V6: DTransformer with the variants. H_kv and bias=False are read off params (W_k's heads,
     absent b's; V20's qkv_bias: b_q, b_k, b_v present, b_o and the MLP's absent); positional="rope" | "alibi" has
     no W_p (any length ℓ); mlp="swiglu" uses W_gate, mlp="relu" (V21) the MLP with φ = ReLU;
@@ -1275,17 +1287,18 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
     unit-norm token embedding (V13) at line 2; attention="performer" | "rfa" (V15): features[l] is layer l's Ω
     (ft.random_feature_matrix). mtp_depth = D > 0 (V16): returns (the logits W_u X, [the logits of module k,
     (N_V, ℓ − k), for k = 1..D]) instead. norm="rms1p": the (1 + γ) RMS norm; qk_norm: V24 (no biases) with each
-    layer's gamma_q, gamma_k."""
+    layer's gamma_q, gamma_k. block="parallel": every layer is parallel_block's (GPT-NeoX) in place of lines 5–8 (the
+    V16 modules keep lines 5–8); block="sandwich": sandwich_block's (V27, Gemma: each sublayer's output normalised
+    again with gamma1_post, gamma2_post). rotary_pct: V1 on the first ⌊d_attn · rotary_pct⌋ rows of each head. embed_scale s: the
+    embedding's scale step (V27), e ← s · W_e[:, v]."""
     if norm not in ("layer", "rms", "scale", "rms1p"):
         raise ValueError(f"norm must be 'layer', 'rms', 'scale' or 'rms1p', got {norm!r}")
     x = np.asarray(x)
     get = params.get
     l = len(x)  # line 1
     has_Wp = positional in ("learned", "sinusoidal")
-    tok = (lambda v: fixnorm_embedding(v, params["W_e"], eps)) if fixnorm else (lambda v: token_embedding(v, params["W_e"]))
-    e = [tok(x[t]) + (positional_embedding(t, params["W_p"]) if has_Wp else 0.0)
-         for t in range(l)]  # line 2: e_t ← W_e[:, x[t]] (+ W_p[:, t])
-    X = np.stack(e, axis=1)  # line 3
+    X = stack_embedding(x, params["W_e"], params["W_p"] if has_Wp else None, fixnorm=fixnorm,
+                        scale=1.0 if embed_scale is None else embed_scale, eps=eps)  # lines 1–3
     pos_attn = positional if positional in ("rope", "alibi") else "none"
 
     def nrm(X, g, b):
@@ -1295,47 +1308,64 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
             return rms1p_norm_columns(X, params[g], eps)
         return rms_norm_columns(X, params[g], eps) if norm == "rms" else layer_norm_columns(X, params[g], params[b], eps)
 
-    def layer(X, p, Omega=None):  # lines 5–8 of the layer whose parameters are named p…
+    def attn(X_tilde, p, Omega=None):  # MHAttention(X̃ | W_l, Mask) of line 6, with the variants
         a = p + "attn."
         if a + "W_dkv" not in params:
             _check_H(params, a, H)
-        X_tilde = nrm(X, p + "gamma1", p + "beta1")  # line 5
         if a + "W_dkv" in params:  # line 6 with V10 (latent attention; qk_rope_head_dim: its d_R)
-            X = X + mla_attention(X_tilde, params[a + "W_o"], H=H, qk_rope_head_dim=qk_rope_head_dim, theta=rope_theta,
-                                  mask=decoder_mask(X.shape[1], mask=mask, prefix_len=prefix_len,
-                                                    sliding_window=sliding_window),
-                                  **{k: get(a + k) for k in ("W_dkv", "gamma_kv", "W_ukv", "W_dq", "gamma_q", "W_uq", "W_q")})
-        elif qk_norm:  # line 6 with V24
+            return mla_attention(X_tilde, params[a + "W_o"], H=H, qk_rope_head_dim=qk_rope_head_dim, theta=rope_theta,
+                                 mask=decoder_mask(X_tilde.shape[1], mask=mask, prefix_len=prefix_len,
+                                                   sliding_window=sliding_window),
+                                 **{k: get(a + k) for k in ("W_dkv", "gamma_kv", "W_ukv", "W_dq", "gamma_q", "W_uq", "W_q")})
+        if qk_norm:  # line 6 with V24
             if any(a + b in params for b in ("b_q", "b_k", "b_v", "b_o")):
                 raise ValueError("the reference's QK-norm attention has no biases (bias=False)")
-            X = X + capped_mhattention(X_tilde, params[a + "W_q"], params[a + "W_k"], params[a + "W_v"], params[a + "W_o"],
-                                       decoder_mask(X.shape[1], mask=mask, prefix_len=prefix_len,
-                                                    sliding_window=sliding_window),
-                                       theta=rope_theta, gamma_q=params[a + "gamma_q"], gamma_k=params[a + "gamma_k"],
-                                       eps=eps, norm=norm)
-        else:
-            X = X + gqa_mhattention(X_tilde, X_tilde, params[a + "W_q"], get(a + "b_q"), params[a + "W_k"],
-                                    get(a + "b_k"), params[a + "W_v"], get(a + "b_v"), params[a + "W_o"],
-                                    get(a + "b_o"), decoder_mask(X.shape[1], mask=mask, prefix_len=prefix_len,
-                                                                 sliding_window=sliding_window),
-                                    positional=pos_attn, theta=rope_theta, attention=attention, Omega=Omega)  # line 6
-        X_tilde = nrm(X, p + "gamma2", p + "beta2")  # line 7
-        if mlp == "swiglu":  # line 8 (V4)
-            return X + swiglu_mlp(X_tilde, params[p + "W_gate"], get(p + "b_gate"), params[p + "W_mlp1"],
-                                  get(p + "b_mlp1"), params[p + "W_mlp2"], get(p + "b_mlp2"))
+            return capped_mhattention(X_tilde, params[a + "W_q"], params[a + "W_k"], params[a + "W_v"], params[a + "W_o"],
+                                      decoder_mask(X_tilde.shape[1], mask=mask, prefix_len=prefix_len,
+                                                   sliding_window=sliding_window),
+                                      theta=rope_theta, gamma_q=params[a + "gamma_q"], gamma_k=params[a + "gamma_k"],
+                                      eps=eps, norm=norm)
+        return gqa_mhattention(X_tilde, X_tilde, params[a + "W_q"], get(a + "b_q"), params[a + "W_k"],
+                               get(a + "b_k"), params[a + "W_v"], get(a + "b_v"), params[a + "W_o"],
+                               get(a + "b_o"), decoder_mask(X_tilde.shape[1], mask=mask, prefix_len=prefix_len,
+                                                            sliding_window=sliding_window),
+                               positional=pos_attn, theta=rope_theta, attention=attention, Omega=Omega,
+                               rotary_pct=rotary_pct)
+
+    def mlp_(X_tilde, p):  # the MLP of line 8
+        if mlp == "swiglu":  # V4
+            return swiglu_mlp(X_tilde, params[p + "W_gate"], get(p + "b_gate"), params[p + "W_mlp1"],
+                              get(p + "b_mlp1"), params[p + "W_mlp2"], get(p + "b_mlp2"))
         b1, b2 = get(p + "b_mlp1"), get(p + "b_mlp2")
         H1 = params[p + "W_mlp1"] @ X_tilde + (0 if b1 is None else b1[:, None])
         phi = relu(H1) if mlp == "relu" else _gelu_kind(H1, gelu)  # V21: mlp="relu" (OPT)
-        return X + params[p + "W_mlp2"] @ phi + (0 if b2 is None else b2[:, None])
+        return params[p + "W_mlp2"] @ phi + (0 if b2 is None else b2[:, None])
+
+    def layer(X, p, Omega=None):  # lines 5–8 of the layer whose parameters are named p…
+        X = X + attn(nrm(X, p + "gamma1", p + "beta1"), p, Omega)  # lines 5, 6
+        return X + mlp_(nrm(X, p + "gamma2", p + "beta2"), p)      # lines 7, 8
+
+    def parallel(X, p, Omega=None):
+        return parallel_block(X, lambda Xt: attn(Xt, p, Omega), lambda Xt: mlp_(Xt, p),
+                              lambda Y: nrm(Y, p + "gamma1", p + "beta1"), lambda Y: nrm(Y, p + "gamma2", p + "beta2"))
+
+    def sandwich(X, p, Omega=None):
+        return sandwich_block(X, lambda Xt: attn(Xt, p, Omega), lambda Xt: mlp_(Xt, p),
+                              *(lambda Y, g=g: nrm(Y, p + "gamma" + g, p + "beta" + g) for g in ("1", "2", "1_post", "2_post")))
+
+    if block not in ("pre_ln", "parallel", "sandwich"):
+        raise ValueError(f"block must be 'pre_ln', 'parallel' or 'sandwich', got {block!r}")
+    trunk = {"parallel": parallel, "sandwich": sandwich}.get(block, layer)
 
     for i in range(L):  # line 4
-        X = layer(X, f"layers.{i}.", None if features is None else features[i])  # lines 5–8
+        X = trunk(X, f"layers.{i}.", None if features is None else features[i])  # lines 5–8
     W_u = _unembedding_matrix(params)
     if mtp_depth:  # V16: H⁰ = X before line 10; module k's logits W_u layer_norm(H^k | γ, β) over ℓ − k columns
         out, Hk = [], X
         for k in range(1, mtp_depth + 1):  # V16 line 2
             q = f"mtp.{k - 1}."
-            E = np.stack([tok(x[t + k]) for t in range(l - k)], axis=1)  # W_e[:, x[t+k]], t ∈ [ℓ − k]
+            E = stack_embedding(x[k:], params["W_e"], None, fixnorm=fixnorm, scale=1.0 if embed_scale is None else embed_scale,
+                            eps=eps)  # W_e[:, x[t+k]], t ∈ [ℓ − k] (Algorithm 1 with the steps on its column, no position)
             Hp = params[q + "W_m"] @ np.concatenate([nrm(Hk[:, :l - k], q + "gamma_h", q + "beta_h"),
                                                       nrm(E, q + "gamma_e", q + "beta_e")], axis=0)  # line 3
             Hk = layer(Hp, q)  # line 4
@@ -1346,6 +1376,29 @@ def d_transformer_variant(x, params, *, L: int, H: int, norm: str = "layer", gel
     if mtp_depth:
         return logits_, mtp_logits
     return logits_ if logits else softmax(logits_)  # line 11
+
+
+def parallel_block(X, attn, mlp, norm1, norm2) -> np.ndarray:
+    """GPT-NeoX's parallel residual (block='parallel', docs/variants.md V30), in place of Algorithm 10's lines 5–8:
+        1  X̃₁ ← norm(X | γ_l¹, β_l¹)
+        2  X̃₂ ← norm(X | γ_l², β_l²)
+        3  X ← X + MHAttention(X̃₁ | W_l, Mask) + MLP(X̃₂)
+    attn, mlp, norm1, norm2: the layer's sublayers as functions of a [d_e, ℓ] matrix."""
+    X1 = norm1(X)  # line 1
+    X2 = norm2(X)  # line 2
+    return X + attn(X1) + mlp(X2)  # line 3
+
+
+def sandwich_block(X, attn, mlp, norm1, norm2, post1, post2) -> np.ndarray:
+    """Gemma's sandwich layer (block='sandwich', docs/variants.md V27), Algorithm 10's lines 5–8 with each sublayer's
+    output normalised again before its residual add:
+        5  X̃ ← norm(X | γ_l¹)
+        6  X ← X + norm(MHAttention(X̃ | W_l, Mask) | γ_l¹′)
+        7  X̃ ← norm(X | γ_l²)
+        8  X ← X + norm(MLP(X̃) | γ_l²′)
+    attn, mlp, norm1, norm2, post1, post2: the layer's sublayers and norms as functions of a [d_e, ℓ] matrix."""
+    X = X + post1(attn(norm1(X)))  # lines 5, 6
+    return X + post2(mlp(norm2(X)))  # lines 7, 8
 
 
 def d_mtp_loss(x, params, *, mtp_depth: int, mtp_weight: float = 0.3, terms: bool = False, **hp):
@@ -1464,14 +1517,40 @@ def lora_weight(W, A, B, *, alpha: float, r: int) -> np.ndarray:
     return W + (alpha / r) * (np.asarray(B) @ np.asarray(A)).reshape(W.shape)
 
 
-def lora_params(params: dict, *, alpha: float, r: int) -> dict:
+class LoraDropped:
+    """Lines 2′–3′ of the LoRA listing as the operand of the listing's product, for a training forward whose adapter
+    input drops: `self @ X` = W X + s·B (A X̃), X̃ = Dropout(X | p, M) (line 2′ with the mask M given: the model's
+    dropout_masks()[<name>.lora_dropout] of one sequence). W (d_out, d_in) or stacked heads (H, d, d_in): indexing
+    gives head h's rows of W and of B (the same A and M: one dropout on the matrix's input)."""
+
+    def __init__(self, W, A, B, s: float, M, p: float):
+        self.W, self.A, self.B, self.s, self.M, self.p = np.asarray(W), np.asarray(A), np.asarray(B), s, M, p
+        self.shape = self.W.shape
+
+    def __getitem__(self, h):
+        d = self.W.shape[1]
+        return LoraDropped(self.W[h], self.A, self.B.reshape(self.W.shape[0], d, -1)[h], self.s, self.M, self.p)
+
+    def __matmul__(self, X):
+        X_tilde = dropout(X, self.M, self.p)  # line 2′: X̃ ← Dropout(X | p, M)
+        return self.W @ X + self.s * (self.B @ (self.A @ X_tilde))  # line 3′: W X + s·B (A X̃)
+
+
+def lora_params(params: dict, *, alpha: float, r: int, masks=None, dropout: float = 0.0) -> dict:
     """θ with every adapter folded in: each <name>.lora_A / <name>.lora_B pair replaced by W' = lora_weight(...)
-    at <name> (what the listings compute with, and what merge_lora stores)."""
+    at <name> (what the listings compute with, and what merge_lora stores). With masks (model.dropout_masks() of
+    one training forward on one sequence) and the rate `dropout`, an adapter whose <name>.lora_dropout mask is there
+    is LoraDropped instead (lines 2′–3′)."""
+    masks = masks or {}
     out = {k: np.asarray(v) for k, v in params.items() if not k.endswith((".lora_A", ".lora_B"))}
     for k in params:
         if k.endswith(".lora_A"):
             name = k[: -len(".lora_A")]
-            out[name] = lora_weight(params[name], params[k], params[name + ".lora_B"], alpha=alpha, r=r)
+            A, B = params[k], params[name + ".lora_B"]
+            if name + ".lora_dropout" in masks:
+                out[name] = LoraDropped(params[name], A, B, alpha / r, masks[name + ".lora_dropout"], dropout)
+            else:
+                out[name] = lora_weight(params[name], A, B, alpha=alpha, r=r)
     return out
 
 

@@ -192,7 +192,7 @@ TEST(ModelConfig, ReprAndSignature) {
                      "mask='causal', "),
               std::string::npos)
         << r;
-    EXPECT_NE(r.find(", fixnorm=False, embed_scale=None, final_logit_softcapping=None, sandwich_norm=False, "
+    EXPECT_NE(r.find(", fixnorm=False, embed_scale=None, final_logit_softcapping=None, "
                      "dtype='float32')"),
               std::string::npos)
         << r;

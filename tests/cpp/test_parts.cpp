@@ -165,6 +165,8 @@ TEST(Registry, NamesAndClearErrors) {
     EXPECT_TRUE(has(PartKind::Norm, "rms1p"));
     EXPECT_TRUE(has(PartKind::QKVSource, "qk_norm"));
     EXPECT_TRUE(has(PartKind::HeadKernel, "softcap"));
+    EXPECT_TRUE(has(PartKind::Block, "parallel"));        // V30 (variants/parallel_block.cpp)
+    EXPECT_TRUE(has(PartKind::Block, "sandwich"));        // V27 (variants/sandwich_block.cpp)
     EXPECT_NO_THROW(check_part_name(PartKind::Norm, "layer", "norm"));
     try {
         check_part_name(PartKind::Position, "xpos", "positional");

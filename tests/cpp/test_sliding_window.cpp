@@ -168,3 +168,30 @@ TEST(SlidingWindow, TheMaskPartOwnsItsOption) {
         EXPECT_NE(what.find("mask='prefix' chooses the 'prefix' mask"), std::string::npos) << what;
     }
 }
+
+// What a KV cache keeps is the mask's (CacheKeep): every key for the causal and chunked masks; a rolling cache of the
+// last w − 1 keys for the sliding window (rolled when a new token would pass 2w), its capacity at most 2w and shrunk
+// back after a long prompt; paged decoding frees the pages before the first key a next query reads.
+TEST(SlidingWindow, WhatTheCacheKeepsIsTheMasks) {
+    MaskOptions chunks;
+    chunks.options.set("attention_chunk_size", std::int64_t(4));
+    for (const Mask& all : {Mask::unidirectional(), make_mask("chunked", chunks)}) {
+        const CacheKeep k = all.cache_keep();
+        EXPECT_EQ(k.window, 0) << all.name();
+        EXPECT_EQ(k.drop(1000, 1), 0);
+        EXPECT_EQ(k.oldest_needed(1000), 0);
+        EXPECT_EQ(k.capacity(5, 8), 8);  // fits: no reallocation
+        EXPECT_EQ(k.capacity(9, 8), 16);  // doubles
+        EXPECT_EQ(k.capacity(3, 1000), 1000);  // never shrinks
+    }
+    const CacheKeep k = window_mask(std::int64_t(4)).cache_keep();
+    EXPECT_EQ(k.window, 4);
+    EXPECT_EQ(k.drop(3, 5), 0);  // only the last w − 1 = 3 are kept, and there are no more
+    EXPECT_EQ(k.drop(7, 1), 0);  // 8 columns fit 2w
+    EXPECT_EQ(k.drop(8, 1), 5);  // the 9th would not: the last 3 stay
+    EXPECT_EQ(k.oldest_needed(3), 0);
+    EXPECT_EQ(k.oldest_needed(10), 6);
+    EXPECT_EQ(k.capacity(9, 8), 9);  // min(doubling, 2w), at least what is needed
+    EXPECT_EQ(k.capacity(5, 4), 8);
+    EXPECT_EQ(k.capacity(4, 100), 8);  // after a long prompt: back to 2w
+}

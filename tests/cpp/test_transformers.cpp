@@ -244,8 +244,8 @@ TEST(Transformers, AttentionWeightsAreCheckedAgainstTheLastForward) {
 TEST(ETransformer, BertOptionsGradientsMatchFiniteDifferences) {
     for (bool tied : {false, true}) {
         ModelConfig c = tiny(Arch::E);
-        c.n_segments = 3;
-        c.embed_norm = true;
+        c.part_options.set("n_segments", std::int64_t(3));
+        c.part_options.set("embed_norm", true);
         c.unembed_bias = true;
         c.tied = tied;
         if (tied) c.d_f = c.d_e;
@@ -268,7 +268,7 @@ TEST(ETransformer, BertOptionsGradientsMatchFiniteDifferences) {
         EXPECT_THROW(m.loss(xtl, x.data(), nullptr, nullptr, bad.data()), IndexError);
     }
     ModelConfig d = tiny(Arch::D);
-    d.n_segments = 2;
+    d.part_options.set("n_segments", std::int64_t(2));
     EXPECT_THROW(DTransformer<float>{d}, ValueError);  // ETransformer options only
 }
 
@@ -315,8 +315,8 @@ TEST(Dropout, GradientsOfEveryParameterMatchFiniteDifferencesWithReplayedMasks) 
     {
         ModelConfig c = tiny(Arch::E);
         c.embed_dropout = c.attn_dropout = c.resid_dropout = 0.3;
-        c.n_segments = 2;
-        c.embed_norm = true;
+        c.part_options.set("n_segments", std::int64_t(2));
+        c.part_options.set("embed_norm", true);
         ETransformer<double> m(c);
         Rng rng(2);
         fttest::randomize(m.store, rng, 0.4);

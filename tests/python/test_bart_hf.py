@@ -65,7 +65,8 @@ def test_from_hf_probabilities_and_every_gradient_equal_hugging_face(family, act
     pre = family == "MBart"  # mBART: the same parts with pre-norm layers and each stack's final norm (V18a)
     assert (c["mlp"], c["tied"], c["scale_embedding"], c["embed_norm"], c["separate_positions"], c["unembed_bias"]) == \
         (act, tied, scale, True, True, True)
-    assert (c["pre_norm"], c["eps"], c["bos_id"], c["eos_id"], c["forced_eos"], c["l_max"]) == (pre, 1e-5, 2, 2, True, 16)
+    assert (c["block"] == "pre_ln", c["eps"], c["bos_id"], c["eos_id"], c["forced_eos"], c["l_max"]) == \
+        (pre, 1e-5, 2, 2, True, 16)
     assert ("enc.gamma" in model.params) == pre
     z, x = torch.as_tensor(Z)[None], torch.as_tensor(X)[None]
     logits = hf(input_ids=z, decoder_input_ids=x).logits[0]
@@ -194,7 +195,7 @@ def test_core_equals_the_listing(dtype, kw):
     theta = {k: np.array(v, dtype=np.float64) for k, v in m.params.items()}
     z, x = np.array([4, 5, 6, 7, 1, 2, 3, 8, 9, 11]), np.array([2, 3, 17, 9, 4, 4, 5, 13])
     P = ref.bart_transformer(z, x, theta, L_enc=2, L_dec=2, H=2, mlp=m.config["mlp"],
-                             scale_embedding=m.config["scale_embedding"], pre_norm=m.config["pre_norm"])
+                             scale_embedding=m.config["scale_embedding"], pre_norm=m.config["block"] == "pre_ln")
     assert rel_err(m(z, x), P) <= TOL[dtype]
 
 

@@ -206,7 +206,7 @@ def test_an_ed_file_older_than_its_mlp_option_loads(tmp_path):
     Algorithm 8's ReLU MLP, written back as mlp='relu'."""
     m = ft.EDTransformer(V, 9, 1, 1, 2, 8, 12, seed=6, dtype="float64")
     old = {k: v for k, v in m.config.items() if k not in {"mlp", "relative_buckets", "relative_max_distance",
-                                                          "pre_norm", "scale_scores", "unembed_rescale", "bos_id",
+                                                          "block", "scale_scores", "unembed_rescale", "bos_id",
                                                           "eos_id", "fixnorm", "attention_impl"}}
     save_with_config(m, old, tmp_path / "old.safetensors")
     for got in (ft.load(tmp_path / "old.safetensors"), ft.load(tmp_path / "old.safetensors", dtype="float64")):

@@ -18,7 +18,7 @@ from conftest import TOL, assert_grads_match_fd, hf_random_float64, randomize_th
 
 V = 19
 GEMMA = dict(positional="rope", rope_theta=500.0, H_kv=2, mlp="geglu", bias=False, norm="rms1p", eps=1e-6,
-             sandwich_norm=True, embed_scale=4.0, sliding_window=3, sliding_window_pattern=2,
+             block="sandwich", embed_scale=4.0, sliding_window=3, sliding_window_pattern=2,
              query_pre_attn_scalar=6.0, attn_logit_softcapping=2.0, final_logit_softcapping=3.0)
 REF_KEYS = ("eps", "rope_theta", "sliding_window", "sliding_window_pattern", "rope_local_base_freq", "rope_scaling_factor", "qk_norm",
             "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping", "embed_scale")
@@ -61,7 +61,7 @@ def test_forward_and_loss_match_the_reference(opts, dtype):
         assert abs(model.loss(x) - want_loss) <= 1e-12 * abs(want_loss)
 
 
-@pytest.mark.parametrize("change", [dict(sandwich_norm=False), dict(embed_scale=None), dict(sliding_window_pattern=None),
+@pytest.mark.parametrize("change", [dict(block="pre_ln"), dict(embed_scale=None), dict(sliding_window_pattern=None),
                                     dict(query_pre_attn_scalar=None), dict(attn_logit_softcapping=None),
                                     dict(final_logit_softcapping=None), dict(norm="rms"), dict(rope_scaling_factor=2.0)])
 def test_each_part_matters(change):
@@ -143,7 +143,7 @@ def test_the_options_round_trip(tmp_path):
     for k in ("embed_scale", "final_logit_softcapping", "attn_logit_softcapping", "query_pre_attn_scalar",
               "sliding_window_pattern", "rope_local_base_freq"):
         assert plain[k] is None, k
-    assert plain["sandwich_norm"] is False
+    assert plain["block"] == "pre_ln" and "sandwich_norm" not in plain
 
 
 @pytest.mark.parametrize("kwargs, exc, match", [
@@ -157,6 +157,7 @@ def test_the_options_round_trip(tmp_path):
     (dict(positional="alibi"), ValueError, "alibi"),
     (dict(embed_scale=0), ValueError, "embed_scale"),
     (dict(sandwich_norm=1), TypeError, "sandwich_norm"),
+    (dict(sandwich_norm=False), ValueError, "sandwich_norm=False contradicts block='sandwich'"),
     (dict(mtp_depth=1), ValueError, "mtp_depth"),
 ])
 def test_bad_options_name_themselves(kwargs, exc, match):
@@ -253,7 +254,7 @@ def test_gemma_probabilities_and_every_gradient(monkeypatch, gemma3, tied):
     torch, hf = _gemma(gemma3, tied)
     model = ft.from_hf(hf)
     c = model.config
-    assert (c["norm"], c["mlp"], c["sandwich_norm"], c["qk_norm"], c["tied"]) == ("rms1p", "geglu", True, gemma3, tied)
+    assert (c["norm"], c["mlp"], c["block"], c["qk_norm"], c["tied"]) == ("rms1p", "geglu", "sandwich", gemma3, tied)
     assert c["sliding_window"] == 3 and c["sliding_window_pattern"] == (3 if gemma3 else 2)
     assert c["query_pre_attn_scalar"] == 10.0 and c["embed_scale"] == math.sqrt(24)
     if gemma3:
@@ -360,7 +361,7 @@ def test_exports_go_to_their_family():
     assert type(ft.to_hf(make(**GEMMA3))).__name__ == "Gemma3ForCausalLM"
     with pytest.raises(ValueError, match="embed_scale"):
         ft.to_hf(make(embed_scale=2.0))
-    with pytest.raises(ValueError, match="sandwich_norm"):
-        ft.to_hf(make(sandwich_norm=False))
+    with pytest.raises(ValueError, match="block='pre_ln'"):
+        ft.to_hf(make(block="pre_ln"))
     with pytest.raises(ValueError, match="query_pre_attn_scalar"):
         ft.to_hf(make(query_pre_attn_scalar=6.5))

@@ -1,4 +1,4 @@
-"""T5 in full (docs/variants.md V18, issue 23.2): EDTransformer's T5 options (pre_norm, norm="rms", bias=False,
+"""T5 in full (docs/variants.md V18, issue 23.2): EDTransformer's T5 options (block="pre_ln", norm="rms", bias=False,
 scale_scores=False, mlp="relu" | "geglu", tied, unembed_rescale, bos_id / eos_id) against reference.t5_transformer
 (float64 ≤ 1e-12, float32 ≤ 1e-5) and finite differences; ft.from_hf(T5ForConditionalGeneration) against Hugging
 Face's model with every weight random (P ≤ 1e-12, every gradient ≤ 1e-10, float64), the round trips ft → HF → ft
@@ -70,7 +70,7 @@ def test_from_hf_probabilities_and_every_gradient_equal_hugging_face(monkeypatch
     model = ft.from_hf(hf)
     c = model.config
     assert (c["mlp"], c["tied"], c["unembed_rescale"]) == ("geglu" if ff == "gated-gelu" else "relu", tied, scale)
-    assert (c["pre_norm"], c["norm"], c["bias"], c["scale_scores"], c["positional"]) == (True, "rms", False, False,
+    assert (c["block"], c["norm"], c["bias"], c["scale_scores"], c["positional"]) == ("pre_ln", "rms", False, False,
                                                                                         "relative")
     assert (c["bos_id"], c["eos_id"], c["d_attn"], c["L_dec"]) == (0, 1, 6, 3)
     z, x = torch.as_tensor(Z)[None], torch.as_tensor(X)[None]
@@ -161,7 +161,7 @@ def test_round_trips_are_exact(tmp_path):
 # ---------------------------------------------------------------------------------------------------
 # The options on their own: the core against the listing, finite differences, decoding, bad values
 
-T5_OPTS = dict(n_vocab=19, l_max=14, L_enc=2, L_dec=2, H=2, d_e=10, d_mlp=12, d_attn=4, d_mid=6, pre_norm=True,
+T5_OPTS = dict(n_vocab=19, l_max=14, L_enc=2, L_dec=2, H=2, d_e=10, d_mlp=12, d_attn=4, d_mid=6, block="pre_ln",
                norm="rms", bias=False, positional="relative", relative_buckets=6, relative_max_distance=9,
                scale_scores=False, eps=1e-6)
 
@@ -191,7 +191,7 @@ def test_every_gradient_equals_finite_differences(scale_scores, unembed_rescale,
 
 
 def test_post_norm_ed_takes_the_new_parts_too():
-    """norm='rms' and mlp='geglu' also in Algorithm 8's post-LN layers (pre_norm=False): against finite differences."""
+    """norm='rms' and mlp='geglu' also in Algorithm 8's post-LN layers (block="post_ln"): against finite differences."""
     m = ft.EDTransformer(n_vocab=15, l_max=10, L_enc=1, L_dec=1, H=2, d_e=8, d_mlp=10, norm="rms", mlp="geglu",
                          scale_scores=False, dtype="float64", seed=1)
     assert "dec.0.W_gate" in m.params and "enc.0.beta1" not in m.params
@@ -254,7 +254,7 @@ def test_hf_values_we_do_not_express_raise(tmp_path):
         (d / "config.json").write_text(json.dumps({**cfg, key: value}))
         with pytest.raises(ValueError, match=match):
             ft.load_hf(d)
-    for bad, match in [(dict(pre_norm=False), "pre_norm"), (dict(scale_scores=True), "scale_scores"),
+    for bad, match in [(dict(block="post_ln"), "block='post_ln'"), (dict(scale_scores=True), "scale_scores"),
                        (dict(resid_dropout=0.1), "resid_dropout"), (dict(d_mid=5), "d_attn = d_mid")]:
         with pytest.raises(ValueError, match=match):
             ft.to_hf(ft.EDTransformer(**{**T5_OPTS, **bad}, seed=1))
@@ -324,9 +324,9 @@ def test_to_torch_is_t5_with_equal_probabilities_and_gradients(monkeypatch, ff, 
 
 
 TO_TORCH_REFUSED = [  # each T5 option alone is not T5: the refusal names the model's options and T5's missing one
-    (dict(pre_norm=True), "with pre_norm=True \\(beyond Algorithm 8\\).*T5 has no equivalent of norm='layer'"),
-    (dict(scale_scores=False), "with scale_scores=False .*T5 has no equivalent of pre_norm=False"),
-    (dict(mlp="geglu"), "with mlp='geglu' .*T5 has no equivalent of pre_norm=False"),
+    (dict(block="pre_ln"), "with block='pre_ln' \\(beyond Algorithm 8\\).*T5 has no equivalent of norm='layer'"),
+    (dict(scale_scores=False), "with scale_scores=False .*T5 has no equivalent of block='post_ln'"),
+    (dict(mlp="geglu"), "with mlp='geglu' .*T5 has no equivalent of block='post_ln'"),
     (dict(T5_OPTS, mlp="swiglu"), "T5 has no equivalent of mlp='swiglu'"),
     (dict(T5_OPTS), "T5 needs d_attn = d_mid"),  # T5_OPTS: d_attn 4, d_mid 6
     (dict(T5_OPTS, dropout=0.1), "T5 has no equivalent of embed_dropout=0.1"),
@@ -337,7 +337,7 @@ TO_TORCH_REFUSED = [  # each T5 option alone is not T5: the refusal names the mo
 def test_to_torch_refuses_what_t5_cannot_express_naming_it(opts, match):
     torch_or_skip()
     # positional='learned': the relative bias's options back at their defaults (an option of a part not chosen)
-    m = ft.EDTransformer(**{**T5_OPTS, "pre_norm": False, "norm": "layer", "bias": True, "positional": "learned",
+    m = ft.EDTransformer(**{**T5_OPTS, "block": "post_ln", "norm": "layer", "bias": True, "positional": "learned",
                             "relative_buckets": 32, "relative_max_distance": 128, "scale_scores": True, **opts},
                          dtype="float64")
     with pytest.raises(ValueError, match=match):

@@ -28,8 +28,12 @@ OPTIONS = {
     "scalenorm": dict(norm="scale"),                                     # V12
     "fixnorm": dict(fixnorm=True),                                       # V13
     "scale_fix_tied": dict(norm="scale", fixnorm=True, tied=True, eps=0.0),  # V12 + V13, the paper's eps = 0
+    "parallel": dict(block="parallel"),                                  # V30 (GPT-NeoX's parallel residual)
+    "neox": dict(block="parallel", positional="rope", H_kv=2, gelu="tanh", rotary_pct=0.67),  # V1 on 4 of 6 rows
+    "rope_partial": dict(positional="rope", rotary_pct=0.34),            # ⌊6 · 0.34⌋ = 2 of d_attn = 6 rows
+    "sandwich": dict(block="sandwich"),                                  # V27 (Gemma's sandwich layers, layer_norm's β′)
 }
-REF_KEYS = ("norm", "positional", "rope_theta", "mlp", "fixnorm", "eps")
+REF_KEYS = ("norm", "positional", "rope_theta", "mlp", "fixnorm", "eps", "block", "gelu", "rotary_pct")
 BATCH = [[3, 1, 4, 1, 5, 9, 2, 6, 5], [8, 9, 7, 9, 3]]  # ragged: RoPE/ALiBi positions restart per sequence
 
 

@@ -288,6 +288,16 @@ def test_attention_weights_columns_sum_to_one():
         m.attention_weights("cross", 2)
 
 
+def test_layers_are_the_pre_ln_block_of_an_edtransformer():
+    """Lines 2 and 5 are the registered block "pre_ln" with mlp="gelu": every layer parameter (and the two stack
+    norms) of ft.Whisper is the EDTransformer's of that block, same name, same shape, in the same order."""
+    w = tiny()
+    e = ft.EDTransformer(n_vocab=11, l_max=7, L_enc=2, L_dec=2, H=2, d_e=8, d_mlp=12, block="pre_ln", mlp="gelu",
+                         dtype="float64")
+    layers = lambda m: [(k, m.params[k].shape) for k in m.params if k.startswith(("enc.", "dec."))]
+    assert layers(w) == layers(e)
+    assert len(layers(w)) == 2 * 16 + 2 * 26 + 4  # per layer: 4 + 8 + 4 (enc), 6 + 16 + 4 (dec); γ, β of each stack
+
 # ---------------------------------------------------------------------------------------------------------
 # speech helpers
 

@@ -64,9 +64,23 @@ def _mask_full(l_z, l_x):
     return torch.ones((l_z, l_x), dtype=torch.bool)
 
 
-def _embed(ids, p):
+def _embed(ids, p, stack="", *, fixnorm=False, scale=1.0, eps=1e-5, segments=None):
+    """A stack's embedding (stack_embedding.hpp): e_t ← W_e[:, x[t]] + W_p[:, t] for every t, with the steps its
+    options and θ hold: V13's unit-length column (fixnorm), the scale s, the decoder's own dec.W_p, BERT's W_s[:, s_t]
+    (segments None: 0), the embedding's layer_norm(· | γ_e, β_e) (θ's <stack>gamma_e)."""
     ids = torch.as_tensor(np.asarray(ids), dtype=torch.long)
-    return p["W_e"][:, ids] + p["W_p"][:, : len(ids)]  # e_t ← W_e[:, x[t]] + W_p[:, t] for every t
+    E = p["W_e"][:, ids]
+    if fixnorm:
+        E = E / torch.sqrt((E * E).sum(0, keepdim=True) + eps)
+    if scale != 1.0:
+        E = scale * E
+    E = E + p.get(stack + "W_p", p["W_p"])[:, : len(ids)]
+    if stack + "W_s" in p:
+        seg = torch.zeros(len(ids), dtype=torch.long) if segments is None else torch.as_tensor(np.asarray(segments))
+        E = E + p[stack + "W_s"][:, seg]
+    if stack + "gamma_e" in p:
+        E = layer_norm(E, p[stack + "gamma_e"], p[stack + "beta_e"], eps)
+    return E
 
 
 def _W_u(p):
@@ -101,11 +115,11 @@ class Drop:
 
 
 # --- Algorithm 10: DTransformer (GPT, pre-LN) -----------------------------------------------------------
-def d_logits(x, p, *, L, norm="layer", gelu="exact", eps=1e-5, drop=None):
+def d_logits(x, p, *, L, norm="layer", gelu="exact", eps=1e-5, drop=None, emb=None):
     approx = "tanh" if gelu == "tanh" else "none"
     nrm = (lambda X, g, b: rms_norm(X, p[g], eps)) if norm == "rms" else (lambda X, g, b: layer_norm(X, p[g], p[b], eps))
     d = drop or Drop()
-    X = d.out("embed", _embed(x, p), "embed")  # lines 1–3 (then dropout)
+    X = d.out("embed", _embed(x, p, eps=eps, **(emb or {})), "embed")  # lines 1–3 (then dropout)
     mask = _mask_causal(X.shape[1])
     for l in range(L):  # line 4
         q = f"layers.{l}."
@@ -119,10 +133,10 @@ def d_logits(x, p, *, L, norm="layer", gelu="exact", eps=1e-5, drop=None):
 
 
 # --- Algorithm 9: ETransformer (BERT, post-LN) ------------------------------------------------------------
-def e_logits(x, p, *, L, gelu="exact", eps=1e-5, drop=None):
+def e_logits(x, p, *, L, gelu="exact", eps=1e-5, drop=None, emb=None):
     approx = "tanh" if gelu == "tanh" else "none"
     d = drop or Drop()
-    X = d.out("embed", _embed(x, p), "embed")  # lines 1–3 (then dropout)
+    X = d.out("embed", _embed(x, p, eps=eps, **(emb or {})), "embed")  # lines 1–3 (then dropout)
     mask = _mask_full(X.shape[1], X.shape[1])
     for l in range(L):  # line 4
         q = f"layers.{l}."
@@ -137,9 +151,9 @@ def e_logits(x, p, *, L, gelu="exact", eps=1e-5, drop=None):
 
 
 # --- Algorithm 8: EDTransformer (seq2seq, post-LN, ReLU) --------------------------------------------------
-def ed_logits(z, x, p, *, L_enc, L_dec, eps=1e-5, drop=None):
+def ed_logits(z, x, p, *, L_enc, L_dec, eps=1e-5, drop=None, emb=None):
     d = drop or Drop()
-    Z = d.out("embed.z", _embed(z, p), "embed")  # lines 1–3 (then dropout)
+    Z = d.out("embed.z", _embed(z, p, "enc.", eps=eps, **(emb or {})), "embed")  # lines 1–3 (then dropout)
     l_z = Z.shape[1]
     for l in range(L_enc):  # line 4
         q = f"enc.{l}."
@@ -147,7 +161,7 @@ def ed_logits(z, x, p, *, L_enc, L_dec, eps=1e-5, drop=None):
         Z = layer_norm(Z, p[q + "gamma1"], p[q + "beta1"], eps)  # line 6
         Z = Z + d.out(q + "mlp.out", p[q + "W_mlp2"] @ torch.relu(p[q + "W_mlp1"] @ Z + p[q + "b_mlp1"][:, None]) + p[q + "b_mlp2"][:, None])  # line 7
         Z = layer_norm(Z, p[q + "gamma2"], p[q + "beta2"], eps)  # line 8
-    X = d.out("embed.x", _embed(x, p), "embed")  # lines 10–12 (then dropout)
+    X = d.out("embed.x", _embed(x, p, "dec.", eps=eps, **(emb or {})), "embed")  # lines 10–12 (then dropout)
     l_x = X.shape[1]
     for l in range(L_dec):  # line 13
         q = f"dec.{l}."

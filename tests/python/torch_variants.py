@@ -18,8 +18,12 @@ import torch.nn.functional as F
 torch.set_num_threads(1)
 
 
-def rope(X, pos, theta):
-    """X (n_heads, d, ℓ), pos (ℓ,) -> rotated, pairs (i, i + d/2)."""
+def rope(X, pos, theta, rotary_pct=1.0):
+    """X (n_heads, d, ℓ), pos (ℓ,) -> rotated, pairs (i, i + d/2); rotary_pct < 1: the first int(d·rotary_pct) rows
+    only (GPT-NeoX's rotate_half on q[..., :rotary_ndims])."""
+    r = int(X.shape[1] * rotary_pct)
+    if r != X.shape[1]:
+        return torch.cat([rope(X[:, :r], pos, theta), X[:, r:]], dim=1)
     d = X.shape[1]
     inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))  # (d/2,)
     ang = pos.to(torch.float64)[None, :] * inv[:, None]  # (d/2, ℓ)
@@ -51,7 +55,7 @@ def features(X, Omega, kind):
     return torch.cat([torch.sin(U), torch.cos(U)], 1) * torch.exp(sq) / math.sqrt(D)
 
 
-def gqa(X, p, a, H, positional, theta, attention="softmax", Omega=None, causal_mask=True):
+def gqa(X, p, a, H, positional, theta, attention="softmax", Omega=None, causal_mask=True, rotary_pct=1.0):
     """Causal self-attention with H query heads and H_kv = W_k's heads; X (d, ℓ). attention="performer" |
     "rfa": the random-feature estimate in its quadratic form, A = Mask ⊙ φ(K)ᵀφ(Q) normalised per column."""
     W_q, W_k, W_v = p[a + "W_q"], p[a + "W_k"], p[a + "W_v"]
@@ -64,7 +68,7 @@ def gqa(X, p, a, H, positional, theta, attention="softmax", Omega=None, causal_m
     Q, K, V = proj(W_q, a + "b_q"), proj(W_k, a + "b_k"), proj(W_v, a + "b_v")  # (heads, d, ℓ)
     pos = torch.arange(l)
     if positional == "rope":
-        Q, K = rope(Q, pos, theta), rope(K, pos, theta)
+        Q, K = rope(Q, pos, theta, rotary_pct), rope(K, pos, theta, rotary_pct)
     K = K.repeat_interleave(H // H_kv, dim=0)  # each key/value head serves H/H_kv consecutive query heads
     V = V.repeat_interleave(H // H_kv, dim=0)
     causal = pos[:, None] <= pos[None, :]
@@ -91,7 +95,7 @@ def _lin(p, W, b, X):
 
 
 def d_logits(x, p, *, L, H, norm="layer", gelu="exact", eps=1e-5, positional="learned", rope_theta=10000.0,
-             mlp="gelu", fixnorm=False, attention="softmax", features=None):
+             mlp="gelu", fixnorm=False, attention="softmax", features=None, block="pre_ln", rotary_pct=1.0):
     ids = torch.as_tensor(np.asarray(x), dtype=torch.long)
     W_e = p["W_e"]
     if fixnorm:  # V13: every column of W_e scaled to unit length (eps inside the root)
@@ -108,18 +112,31 @@ def d_logits(x, p, *, L, H, norm="layer", gelu="exact", eps=1e-5, positional="le
                                                                              dtype=X.dtype)]), dim=0)
         return F.layer_norm(X.T, (X.shape[0],), p[g], p[b], eps).T
 
-    for l in range(L):
-        q = f"layers.{l}."
-        X = X + gqa(nrm(X, q + "gamma1", q + "beta1"), p, q + "attn.", H, positional, rope_theta, attention,
-                    None if features is None else torch.as_tensor(features[l], dtype=torch.float64))
-        Xt = nrm(X, q + "gamma2", q + "beta2")
+    def ffn(Xt, q):
         if mlp == "swiglu":
             A = F.silu(_lin(p, q + "W_gate", q + "b_gate", Xt)) * _lin(p, q + "W_mlp1", q + "b_mlp1", Xt)
         elif mlp == "relu":  # V21
             A = F.relu(_lin(p, q + "W_mlp1", q + "b_mlp1", Xt))
         else:
             A = F.gelu(_lin(p, q + "W_mlp1", q + "b_mlp1", Xt), approximate="tanh" if gelu == "tanh" else "none")
-        X = X + _lin(p, q + "W_mlp2", q + "b_mlp2", A)
+        return _lin(p, q + "W_mlp2", q + "b_mlp2", A)
+
+    for l in range(L):
+        q = f"layers.{l}."
+        Om = None if features is None else torch.as_tensor(features[l], dtype=torch.float64)
+        if block == "parallel":  # GPT-NeoX's parallel residual: both sublayers read the layer's input
+            X = (X + gqa(nrm(X, q + "gamma1", q + "beta1"), p, q + "attn.", H, positional, rope_theta, attention, Om,
+                         rotary_pct=rotary_pct)
+                 + ffn(nrm(X, q + "gamma2", q + "beta2"), q))
+            continue
+        if block == "sandwich":  # V27 (Gemma): each sublayer's output normalised again before its residual add
+            X = X + nrm(gqa(nrm(X, q + "gamma1", q + "beta1"), p, q + "attn.", H, positional, rope_theta, attention, Om,
+                            rotary_pct=rotary_pct), q + "gamma1_post", q + "beta1_post")
+            X = X + nrm(ffn(nrm(X, q + "gamma2", q + "beta2"), q), q + "gamma2_post", q + "beta2_post")
+            continue
+        X = X + gqa(nrm(X, q + "gamma1", q + "beta1"), p, q + "attn.", H, positional, rope_theta, attention, Om,
+                    rotary_pct=rotary_pct)
+        X = X + ffn(nrm(X, q + "gamma2", q + "beta2"), q)
     X = nrm(X, "gamma", "beta")
     return (p["W_u"] if "W_u" in p else p["W_e"].T) @ X
 

@@ -42,18 +42,11 @@ struct ModelConfig {
     double eps = 1e-5;
     std::uint64_t seed = 0;
     double init_std = 0.02;
-    // BERT's options of ETransformer, beyond Algorithm 9 (the defaults keep the listing bit for bit; other
-    // architectures reject them): segment (token-type) embeddings W_s [d_e, n_segments] added at line 2 for a
-    // segment-id input (0 for every token when none is given); a layer_norm(· | γ_e, β_e) of X after line 3;
-    // a bias b_u on the unembedding, P = softmax(W_u X + b_u 1ᵀ).
-    // embed_norm and unembed_bias are EDTransformer options too (BART, docs/variants.md V22: each stack's
-    // layer_norm(· | γ_e, β_e) after its embedding sum; the final_logits_bias as b_u).
-    index_t n_segments = 0;
-    bool embed_norm = false;
+    // unembed_bias (ETransformer: BERT; EDTransformer: BART's final_logits_bias, V22): a bias b_u on the
+    // unembedding, P = softmax(W_u X + b_u 1ᵀ). (The embedding's options — BERT's n_segments, embed_norm; BART's
+    // scale_embedding, separate_positions; V13's fixnorm; Gemma's embed_scale — are its steps' rows', in
+    // part_options: stack_embedding.hpp.)
     bool unembed_bias = false;
-    // V22 (ED only; BART, stack_embedding.hpp): scale_embedding: e_t ← √d_e · W_e[:, x[t]] + W_p[:, t] in both
-    // stacks; separate_positions: the decoder's own table dec.W_p at lines 11–12 (the encoder keeps W_p).
-    bool scale_embedding = false, separate_positions = false;
     // Variants (docs/variants.md). positional = Rope | Alibi (D only) puts the position into attention;
     // H_kv: key/value heads (V3; 0: H); bias = false: V5; rope_theta: V1's θ.
     index_t H_kv = 0;
@@ -67,20 +60,21 @@ struct ModelConfig {
     // V7 (D only): the prefix-LM mask of line 6, Mask[t_z, t_x] = [[t_z < p_b or t_z ≤ t_x]] with the prefix length
     // p_b of each sequence given with the call (Tokens::prefix; none: p_b = 0, the causal mask). Causal: Algorithm 10.
     enum class MaskKind { Causal, Prefix } mask = MaskKind::Causal;
-    // V18 (ED only; T5): pre_norm: both stacks made of pre-norm layers (Algorithm 10's lines 5–8, the decoder's
-    // with a cross-attention sublayer) and a final norm of each stack (γ_enc, γ_dec); scale_scores = false: no
-    // 1/√d_attn at Algorithm 4's line 4; unembed_rescale: P = softmax(W_u (d_e^−1/2 X)); bos_id, eos_id: the
-    // ids Algorithm 15 starts and stops with (−1: None, bos_token = N_V − 2, eos_token = N_V − 1; T5: 0, 1).
-    bool pre_norm = false, scale_scores = true, unembed_rescale = false;
+    // The layers of the stacks: a registered block's name (parts.hpp PartKind::Block; "": the architecture's
+    // listing's, default_block: "pre_ln" in D, "post_ln" in E and ED; resolve fills it). ED's "pre_ln" is V18a
+    // (T5): both stacks of pre-norm layers, each ending with a norm (γ_enc, γ_dec); files and keywords of earlier
+    // versions say pre_norm=True for it. D's "sandwich" is V27 (Gemma 2, 3), which they say sandwich_norm=True for.
+    std::string block;
+    // V18 (ED only; T5): scale_scores = false: no 1/√d_attn at Algorithm 4's line 4; unembed_rescale:
+    // P = softmax(W_u (d_e^−1/2 X)); bos_id, eos_id: the ids Algorithm 15 starts and stops with (−1: None,
+    // bos_token = N_V − 2, eos_token = N_V − 1; T5: 0, 1).
+    bool scale_scores = true, unembed_rescale = false;
     index_t bos_id = -1, eos_id = -1;
     // V22 (ED only; BART's generation config): forced_bos_id: Algorithm 15's first generated token is this id
     // (x̂ = [bos_token, forced_bos_id, …]; −1: None, sampled); forced_eos: a decoding that reaches max_len
     // without eos_token ends with it (its last token is eos_token).
     index_t forced_bos_id = -1;
     bool forced_eos = false;
-    // V13 FixNorm (Nguyen & Chiang 2018; Nguyen & Salazar 2019): Algorithm 1 returns the unit-norm column
-    // e = W_e[:, v] / √(‖W_e[:, v]‖² + eps) (every architecture; W_u, tied or not, uses W_e as stored).
-    bool fixnorm = false;
     // Dropout (docs/regularisation.md; training only): rates after the embedding sum (line 3; Alg 8 lines 3
     // and 12; after BERT's embedding layer_norm), on the attention weights (Alg 4 line 6, after the softmax)
     // and on each sublayer's output before the residual add. 0: the listings bit for bit.
@@ -107,11 +101,10 @@ struct ModelConfig {
     // every head of a layer shares head 0's draw, the rule before the heads had their own — the one a saved
     // BigBird config without bigbird_draw means (io.hpp, io.py: such files load with it and give their old outputs).
     enum class BigBirdDraw { PerHead, PerLayer } bigbird_draw = BigBirdDraw::PerHead;
-    // Gemma 2 and 3 (docs/variants.md V25, V27; D only): embed_scale s: line 1 returns s · W_e[:, v] (Gemma: √d_e in the
-    // model's dtype; 0: None, the listing); final_logit_softcapping c_f: the logits c_f·tanh(W_u X / c_f) (0: None);
-    // sandwich_norm: every sublayer's output normalised before its residual add, X ← X + norm(f(norm(X | γ)) | γ′).
-    double embed_scale = 0, final_logit_softcapping = 0;
-    bool sandwich_norm = false;
+    // Gemma 2 and 3 (docs/variants.md V25, V27; D only): final_logit_softcapping c_f: the logits c_f·tanh(W_u X / c_f)
+    // (0: None). (Gemma's sandwich layers, each sublayer's output normalised before its residual add, are the block
+    // "sandwich"; its embedding scale the embedding step "scale", stack_embedding.hpp.)
+    double final_logit_softcapping = 0;
     // The options the parts own (their rows declare them: e.g. V8's window w, the sliding-window mask's); the
     // parts read them, unset ones have their declared defaults.
     PartOptionValues part_options;

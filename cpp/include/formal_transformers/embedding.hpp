@@ -29,21 +29,15 @@ namespace ft {
 template <class T>
 class TokenEmbedding {
 public:
-    // fixnorm (V13 FixNorm, docs/variants.md): line 1 returns W_e[:, v] / √(‖W_e[:, v]‖² + eps)
-    TokenEmbedding(index_t n_vocab, index_t d_e, ParamStore<T>& store, const std::string& name = "W_e",
-                   bool fixnorm = false, double eps = 0.0);
+    TokenEmbedding(index_t n_vocab, index_t d_e, ParamStore<T>& store, const std::string& name = "W_e");
     void init(ParamStore<T>& store, Rng& rng, double stddev) const;  // W_e ~ N(0, stddev²)
 
     // ids[0:n) -> E:[d_e,n], E[:, t] (+)= W_e[:, ids[t]]   (line 1 for every t; accumulate adds into E)
     void forward(const ParamStore<T>& store, const index_t* ids, index_t n, MatView<T> E, bool accumulate = false) const;
-    // dW_e[:, ids[t]] += dE[:, t] for every t (a scatter-add: a token used twice gets both gradients);
-    // FixNorm: dW_e[:, v] += r (dE[:, t] − ê (ê·dE[:, t])), ê = r W_e[:, v], r = 1/√(‖W_e[:, v]‖² + eps)
+    // dW_e[:, ids[t]] += dE[:, t] for every t (a scatter-add: a token used twice gets both gradients)
     void backward(ParamStore<T>& store, const index_t* ids, index_t n, CMatView<T> dE) const;
 
     index_t n_vocab, d_e;
-    bool fixnorm = false;
-    double eps = 0.0;
-    double scale = 0.0;  // Gemma (embed_scale): line 1 returns scale · W_e[:, v]; 0: the listing
     MatParam W_e;
 };
 

@@ -63,6 +63,15 @@ template <class T>
 index_t sample_token(const T* logits, index_t n_vocab, const SamplingOptions& o, Rng& rng, std::vector<double>& scratch,
                      std::vector<index_t>& order);
 
+// Algorithm 14's context past ℓ_max for a model: the whole sequence (context 'full', or 'auto' where the model's
+// parts decode past it: ALiBi, a mask with a window and positions in attention; DTransformer::decodes_past_l_max)
+// or a window of ℓ_max tokens. The one rule cached, batched and paged decoding follow.
+template <class T>
+bool decodes_full_context(const SamplingOptions& o, const DTransformer<T>& model) {
+    return o.context == SamplingOptions::Context::Full ||
+           (o.context == SamplingOptions::Context::Auto && model.decodes_past_l_max());
+}
+
 // ℓ_gen of Algorithm 14: ValueError unless 0 <= l_gen and ℓ + ℓ_gen ids fit the allocation bound (sizes.hpp)
 // — the check DInference runs, callable before a model or prompt exists (the Python constructor).
 void check_l_gen(index_t l_gen, index_t l_prompt = 0);

@@ -30,6 +30,7 @@ struct KeyRange {
     bool dense = true;
 };
 
+struct CacheKeep;  // below
 class MaskRule {
 public:
     virtual ~MaskRule() = default;
@@ -59,6 +60,23 @@ public:
     // w > 0: a query at t_x never reads a key before t_x − w + 1, and the rule depends on t_x − t_z only (a KV
     // cache may drop older keys and index the rest from any start: docs/variants.md V9). 0: no such bound.
     virtual index_t window() const { return 0; }
+    // What a KV cache keeps of this rule's keys when decoding (CacheKeep); default: by window()
+    virtual CacheKeep cache_keep() const;
+};
+
+// What a KV cache keeps of a mask's keys (MHAttention::append_kv, paged decoding ask the mask): every key, or with a
+// window w > 0 (V9) a rolling cache — before a new query at t_x only the keys from t_x − w + 1 on are read again.
+struct CacheKeep {
+    index_t window = 0;  // 0: every key
+    // before n new columns join a cache of len: how many of its oldest columns to drop (the last w − 1 stay; at
+    // most every w tokens, so O(1) copies per token)
+    index_t drop(index_t len, index_t n) const;
+    // the capacity a cache holding `have` columns takes for `need`: `have` while it fits (no reallocation), else
+    // doubling; a window's at most 2w, and shrunk back to it after a long prompt
+    index_t capacity(index_t need, index_t have) const;
+    // of a sequence of len tokens, the first whose key a next query still reads (paged decoding frees the pages
+    // wholly before it)
+    index_t oldest_needed(index_t len) const { return window > 0 && len > window ? len - window : 0; }
 };
 
 // A mask as a value (cheap to copy: the rule is shared and immutable).
@@ -86,6 +104,7 @@ public:
     std::vector<std::uint8_t> matrix(index_t l_z = -1, index_t l_x = -1, index_t b = 0) const;
     const MaskRule& rule() const { return *rule_; }
     index_t window() const { return rule_->window(); }
+    CacheKeep cache_keep() const { return rule_->cache_keep(); }
 
 private:
     std::shared_ptr<const MaskRule> rule_;

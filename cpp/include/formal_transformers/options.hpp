@@ -40,6 +40,7 @@ enum class OptionKind {
     Enum,      // a string from the option's name table
     AllRates,  // "dropout": the default of the three rates, not stored
     AutoId,    // a token id >= 0, or None: −1 (bos_id, eos_id; resolve checks it against n_vocab)
+    Part,      // a registered part's name (block: the registry's blocks; resolve runs the chosen one's check)
 };
 enum class OptionCheck { None, Positive, NonNegative, Rate };
 

@@ -17,6 +17,7 @@
 //   DropSite      where dropout acts (dropout.hpp);
 //   MLPPart       the MLP of Algorithm 10 line 8 (and 9 line 7, 8 lines 7, 18): GELU/ReLU (the listing), SwiGLU (V4);
 //   NormPart      layer_norm (Algorithm 6) or RMSnorm, …
+//   StackEmbedding    a stack's lines 1–3 (Algorithms 1 and 2) with its EmbeddingSteps (stack_embedding.hpp)
 // A part registers its parameters in the model's ParamStore when it is made (in the listing's order) and
 // is immutable afterwards (shared between copies of a model); its activations live in the caller's caches.
 #pragma once
@@ -321,7 +322,9 @@ private:
 // One table per kind of part (cpp/src/variants/registry.cpp): name → factory. The model builder makes its
 // parts through these functions and an options parser checks names with check_part_name; adding a variant
 // is one file defining its factory plus one line in the table.
-enum class PartKind { Mask, Position, MLP, Norm, QKVSource, HeadKernel };
+// Block: a stack's layers (transformers.hpp SelfBlock, CrossBlock). Embedding: a stack's embedding
+// (stack_embedding.hpp), one per stack; EmbeddingStep: its steps, each chosen by its own options, several at once.
+enum class PartKind { Mask, Position, MLP, Norm, QKVSource, HeadKernel, Block, Embedding, EmbeddingStep };
 const char* kind_name(PartKind kind);  // "mask", "position", …
 std::vector<std::string> part_names(PartKind kind);
 // ValueError "<option> must be one of 'a', 'b', …, got '<name>'" unless `name` is registered for `kind`
@@ -383,6 +386,28 @@ std::shared_ptr<const MLPPart<T>> make_mlp(const std::string& name, const MLPSpe
 template <class T>
 std::shared_ptr<const NormPart<T>> make_norm(const std::string& name, index_t d, double eps, ParamStore<T>& store,
                                              const std::string& gamma, const std::string& beta);
+
+// Blocks (transformers.hpp SelfBlock, CrossBlock): the layers a stack is made of, chosen by the config's `block`.
+// A block's row checks the architectures that take it (check_block_archs). make_self_block: a layer with one
+// self-attention (D, E, ED's encoder); make_cross_block: ED's decoder layer (ValueError: the block has none).
+struct BlockSpec;
+template <class T>
+class SelfBlock;
+template <class T>
+class CrossBlock;
+template <class T>
+std::unique_ptr<SelfBlock<T>> make_self_block(const std::string& name, const BlockSpec& spec, ParamStore<T>& store,
+                                              const std::string& prefix);
+template <class T>
+std::unique_ptr<CrossBlock<T>> make_cross_block(const std::string& name, const BlockSpec& spec, ParamStore<T>& store,
+                                                const std::string& prefix);
+// whether a stack of block `name` ends with a norm of its own (ED's γ_enc, γ_dec: a pre-LN layer leaves the stream
+// unnormalised; Algorithm 10's line 10 is D's own)
+bool block_stack_norm(const std::string& name);
+// the block of `arch`'s listing: "pre_ln" (Algorithm 10), "post_ln" (Algorithms 8, 9)
+const char* default_block(Arch arch);
+// A block row's check: ValueError "block='<name>' is a … option" unless model (null: the factory) is of `archs`
+void check_block_archs(const char* name, unsigned archs, const ModelConfig* model);
 
 // ------------------------------------ handles the blocks hold ---------------------------------------------
 // A norm part chosen by name ("layer": Algorithm 6; "rms": RMSnorm), as the listings' layer_norm(· | γ, β).

@@ -59,6 +59,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -97,7 +98,7 @@ struct BackwardWork {
     MHAttentionWork<T> attn;
     Matrix<T> Xsel, dXsel, logits;
     Matrix<T> capped;  // the soft-capped logits (final_logit_softcapping) for their backward
-    Matrix<T> dY;      // sandwich_norm: ∂loss/∂ a sublayer's output before its second norm
+    Matrix<T> dY;      // the block "sandwich" (V27): ∂loss/∂ a sublayer's output before its second norm
     std::vector<index_t> cols, targets;
 };
 
@@ -111,159 +112,136 @@ struct DecodeScratch {
 };
 
 // ---------------------------------------------------------------------------------------------------
-// The layers of the listings as blocks. A block registers its parameters (in the listing's order), runs its
-// lines forward (keeping its activations, named after the lines that make them) and backward, and for the
-// decoders also forward over cached keys and values. The listing's function calls it inside its layer loop.
+// The layers of the listings as parts ("blocks"; parts.hpp's registry, PartKind::Block). A stack chooses its
+// block once by name (the config's `block`: Algorithm 10's "pre_ln" in D, Algorithm 9's "post_ln" in E,
+// Algorithm 8's "post_ln" layers or T5's "pre_ln" ones in ED; docs/design.md "Adding a block"). A block
+// registers its parameters (in its listing's order), runs its lines forward (keeping its activations, named
+// after the lines that make them) and backward, and a decoder's block also forward over cached keys and values.
+// The model's listing calls it inside its layer loop; the stack decides the block's attention (its Mask and
+// options: BlockSpec), the block how its sublayers are arranged.
 
-// Algorithm 10 lines 5–8: the pre-LN decoder layer of GPT-2 (Gopher with norm = RMSnorm), layer l.
+// What every block with one self-attention keeps of a forward (its model reads these: attention weights,
+// dropout masks); each block adds its own activations in a struct derived from it (make_acts).
 template <class T>
-class PreLNDecoderBlock {
+struct BlockActs {
+    virtual ~BlockActs() = default;
+    MHAttentionCache<T> attn;         // the self-attention sublayer
+    DropoutMask drop_attn, drop_mlp;  // dropout (training): the outputs of the attention and MLP sublayers
+    Matrix<T> R;                      // scratch: a sublayer's output before its dropout
+};
+// The same for a block with a cross-attention to an encoded context Z (Algorithm 8's decoder layers).
+template <class T>
+struct CrossBlockActs {
+    virtual ~CrossBlockActs() = default;
+    MHAttentionCache<T> self_attn, cross_attn;
+    DropoutMask drop_self, drop_cross, drop_mlp;
+    Matrix<T> R;
+};
+
+// What a block is made from: the model's resolved config (sizes, norm and MLP parts, V5's bias), the MLP's φ
+// (GELU in Algorithms 9–10, ReLU in Algorithm 8), the stack's self-attention (its Mask: [[t ≤ t']] or ≡ 1 or
+// the config's mask part; its options: position part, T5's bias table, …) and a cross block's cross-attention.
+struct BlockSpec {
+    const ModelConfig* c = nullptr;
+    Activation act = Activation::Gelu;
+    Mask mask;
+    AttnVariant self, cross;
+};
+
+// A layer with one self-attention (D's layers, E's, ED's encoder's). attn is the block's self-attention (its
+// mask is the stack's: bigbird layouts and decoding read it).
+template <class T>
+class SelfBlock {
 public:
-    struct Acts {                  // of one forward, for backward; n = columns of the batch
+    // Decoding: out += MHAttention(X̃) for the new columns X̃ of the block's attention `a` over the caller's cache
+    // of keys and values (a KVCache, a paged one): the cache's own lines, the block's other lines unchanged.
+    using Attend = std::function<void(const MHAttention<T>& a, CMatView<T> Xt, MatView<T> out)>;
+    virtual ~SelfBlock() = default;
+    SelfBlock(const SelfBlock&) = delete;
+    SelfBlock& operator=(const SelfBlock&) = delete;
+    virtual std::unique_ptr<BlockActs<T>> make_acts() const = 0;
+    virtual void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const = 0;
+    // X:[d_e,n] (sequences s) -> X_out:[d_e,n] (the next layer's X), activations into a (made by make_acts).
+    // drop (training): dropout on the attention weights and on the sublayers' outputs before their residual adds,
+    // keyed by place.at(site). mask: the attention's Mask for this call (V7's prefix mask of the batch); null: its own
+    virtual void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, BlockActs<T>& a,
+                         const Dropout* drop = nullptr, DropPlace place = DropPlace(), const Mask* mask = nullptr) const = 0;
+    // X: the block's input of that forward; from w.dX = ∂loss/∂X_out, leaves w.dX = ∂loss/∂X; parameter gradients +=
+    virtual void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s, const BlockActs<T>& a,
+                          BackwardWork<T>& w) const = 0;
+    // the block's lines for the columns of X (in place), its attention through `attend` (ValueError: a block of
+    // an encoder only, which never decodes)
+    virtual void forward_cached(const ParamStore<T>& store, MatView<T> X, const Attend& attend, DecodeScratch<T>& d) const;
+    // the same over a KVCache, the columns at positions q0, q0+1, …: the new keys and values appended, then attended
+    void forward_cached(const ParamStore<T>& store, MatView<T> X, index_t q0, KVCache<T>& kv, DecodeScratch<T>& d,
+                        const Mask* mask = nullptr) const;
+
+    MHAttention<T>& attn;
+
+protected:
+    explicit SelfBlock(MHAttention<T>& a) : attn(a) {}
+};
+
+// A layer with a self-attention and a cross-attention to the encoded context Z (ED's decoder).
+template <class T>
+class CrossBlock {
+public:
+    virtual ~CrossBlock() = default;
+    CrossBlock(const CrossBlock&) = delete;
+    CrossBlock& operator=(const CrossBlock&) = delete;
+    virtual std::unique_ptr<CrossBlockActs<T>> make_acts() const = 0;
+    virtual void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const = 0;
+    // X:[d_e,n_x] (sequences sx), the encoded context Z:[d_e,n_z] (sequences sz) -> X_out
+    virtual void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
+                         MatView<T> X_out, CrossBlockActs<T>& a, const Dropout* drop = nullptr,
+                         DropPlace place = DropPlace()) const = 0;
+    // from w.dX = ∂loss/∂X_out, leaves w.dX = ∂loss/∂X and adds ∂loss/∂Z into dZ
+    virtual void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
+                          const CrossBlockActs<T>& a, MatView<T> dZ, BackwardWork<T>& w) const = 0;
+    // the block's lines for the columns of d.X (in place) at positions q0, …, over the cached keys and values
+    virtual void forward_cached(const ParamStore<T>& store, index_t q0, KVCache<T>& self_kv, const KVCache<T>& cross_kv,
+                                DecodeScratch<T>& d) const = 0;
+
+    MHAttention<T>& self_attn;   // causal
+    MHAttention<T>& cross_attn;  // Mask ≡ 1, keys and values from Z
+
+protected:
+    CrossBlock(MHAttention<T>& s, MHAttention<T>& x) : self_attn(s), cross_attn(x) {}
+};
+
+// Algorithm 10 lines 5–8: the pre-LN decoder layer of GPT-2 (Gopher with norm = RMSnorm), layer l; the block
+// "pre_ln" (listings/pre_ln_block.cpp). Also V18a's encoder layer (T5, Mask ≡ 1), ViT's layer and V16's modules.
+template <class T>
+class PreLNDecoderBlock final : public SelfBlock<T> {
+public:
+    struct Acts : BlockActs<T> {   // of one forward, for backward; n = columns of the batch
         NormCache<T> norm_gamma1;  // line 5's layer_norm(· | γ¹, β¹)
         Matrix<T> Xt_attn;         // [d_e, n] line 5: X̃ ← layer_norm(X | γ¹, β¹), the attention's input
-        MHAttentionCache<T> attn;  // line 6
         Matrix<T> X_attn;          // [d_e, n] line 6: X ← X + MHAttention(X̃ | W_l, Mask[t, t'] = [[t ≤ t']])
         NormCache<T> norm_gamma2;  // line 7's layer_norm(· | γ², β²)
         Matrix<T> Xt_mlp;          // [d_e, n] line 7: X̃ ← layer_norm(X | γ², β²), the MLP's input
         MLPCache<T> mlp;           // line 8
-        // dropout (training): masks of the sublayer outputs of lines 6 and 8; R: scratch of a sublayer's output
-        DropoutMask drop_attn, drop_mlp;
-        Matrix<T> R;
-        // sandwich_norm (V27): the sublayers' outputs before their second norms, and those norms' caches
-        Matrix<T> Y_attn, Y_mlp;
-        NormCache<T> norm_post1, norm_post2;
     };
+    PreLNDecoderBlock(const BlockSpec& spec, ParamStore<T>& store, const std::string& prefix);
+    // Algorithm 10's: GELU (φ = act), line 6's Mask from the config's mask part, the position part in attention
     PreLNDecoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& prefix);
-    // with line 6's Mask and attention options given (V18: T5's encoder layer, Mask ≡ 1 and the stack's bias table)
-    PreLNDecoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& prefix,
-                      const Mask& mask, const AttnVariant& v);
-    void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
-    // lines 5–8: X:[d_e,n] (sequences s) -> X_out:[d_e,n] (the next layer's X). drop (training): dropout on the
-    // attention weights and on the outputs of lines 6 and 8 before their residual adds, keyed by place.at(site).
-    // mask: line 6's Mask for this call (V7's prefix mask of the batch); null: the block's own
-    void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a,
-                 const Dropout* drop = nullptr, DropPlace place = DropPlace(), const Mask* mask = nullptr) const;
-    // from w.dX = ∂loss/∂X_out, leaves w.dX = ∂loss/∂X; parameter gradients +=
-    void backward(ParamStore<T>& store, const Seqs& s, const Acts& a, BackwardWork<T>& w) const;
-    // lines 5–8 for the columns of X (in place) at positions q0, q0+1, … over the keys and values in kv
-    void forward_cached(const ParamStore<T>& store, MatView<T> X, index_t q0, KVCache<T>& kv, DecodeScratch<T>& d,
-                        const Mask* mask = nullptr) const;
+    std::unique_ptr<BlockActs<T>> make_acts() const override { return std::make_unique<Acts>(); }
+    void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const override;
+    void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, BlockActs<T>& a,
+                 const Dropout* drop = nullptr, DropPlace place = DropPlace(), const Mask* mask = nullptr) const override;
+    void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s, const BlockActs<T>& a,
+                  BackwardWork<T>& w) const override;
+    void backward(ParamStore<T>& store, const Seqs& s, const BlockActs<T>& a, BackwardWork<T>& w) const {
+        backward(store, CMatView<T>(), s, a, w);  // (lines 5–8 need only their activations)
+    }
+    using SelfBlock<T>::forward_cached;
+    void forward_cached(const ParamStore<T>& store, MatView<T> X, const typename SelfBlock<T>::Attend& attend,
+                        DecodeScratch<T>& d) const override;
 
-    Norm<T> norm1;         // γ_l¹, β_l¹
-    MHAttention<T> attn;   // W_l, causal
-    Norm<T> norm2;         // γ_l², β_l²
-    MLP<T> mlp;            // W_mlp1^l, b_mlp1^l, W_mlp2^l, b_mlp2^l
-    // sandwich_norm (V27; Gemma 2, 3): the second norm of each sublayer, γ_l¹′ (after line 6's attention) and γ_l²′
-    // (after line 8's MLP); empty: Algorithm 10
-    std::shared_ptr<const Norm<T>> post1, post2;
-
-private:
-    void add_sandwich(const ModelConfig& c, ParamStore<T>& store, const std::string& prefix);
-};
-
-// Algorithm 9 lines 5–8 = Algorithm 8 lines 5–8: the post-LN encoder layer of BERT and of the original
-// transformer's encoder, layer l (the listings write X and Z for its stream; here X).
-template <class T>
-class PostLNEncoderBlock {
-public:
-    struct Acts {
-        MHAttentionCache<T> attn;  // line 5
-        Matrix<T> X_attn;          // [d_e, n] line 5: X ← X + MHAttention(X | W_l, Mask ≡ 1)
-        NormCache<T> norm_gamma1;  // line 6's layer_norm(· | γ_l¹, β_l¹)
-        Matrix<T> X_1;             // [d_e, n] line 6: X ← layer_norm(X | γ_l¹, β_l¹), the MLP's input
-        MLPCache<T> mlp;           // line 7
-        Matrix<T> X_mlp;           // [d_e, n] line 7: X ← X + W_mlp2 φ(W_mlp1 X + b_mlp1 1ᵀ) + b_mlp2 1ᵀ
-        NormCache<T> norm_gamma2;  // line 8's layer_norm(· | γ_l², β_l²)
-        DropoutMask drop_attn, drop_mlp;  // dropout (training): the outputs of lines 5 and 7
-        Matrix<T> R;
-    };
-    PostLNEncoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& prefix);
-    void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
-    // lines 5–8: X:[d_e,n] -> X_out (drop as PreLNDecoderBlock)
-    void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, Acts& a,
-                 const Dropout* drop = nullptr, DropPlace place = DropPlace()) const;
-    // X: the block's input of that forward; from w.dX = ∂loss/∂X_out, leaves w.dX = ∂loss/∂X
-    void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s, const Acts& a, BackwardWork<T>& w) const;
-
-    MHAttention<T> attn;  // W_l (W_l^enc), bidirectional
-    Norm<T> norm1;        // γ_l¹, β_l¹
-    MLP<T> mlp;           // W_mlp1^l, b_mlp1^l, W_mlp2^l, b_mlp2^l (GELU in Alg 9, ReLU in Alg 8)
-    Norm<T> norm2;        // γ_l², β_l²
-};
-
-// Algorithm 8 lines 14–19: the post-LN decoder layer with cross-attention of the original transformer.
-template <class T>
-class PostLNDecoderBlock {
-public:
-    struct Acts {
-        MHAttentionCache<T> self_attn;   // line 14
-        Matrix<T> X_self;                // [d_e, n_x] line 14: X ← X + MHAttention(X | W_l^dec, Mask[t, t'] = [[t ≤ t']])
-        NormCache<T> norm_gamma3;        // line 15's layer_norm(· | γ_l³, β_l³)
-        Matrix<T> X_3;                   // [d_e, n_x] line 15: X ← layer_norm(X | γ_l³, β_l³)
-        MHAttentionCache<T> cross_attn;  // line 16
-        Matrix<T> X_cross;               // [d_e, n_x] line 16: X ← X + MHAttention(X, Z | W_l^e/d, Mask ≡ 1)
-        NormCache<T> norm_gamma4;        // line 17's layer_norm(· | γ_l⁴, β_l⁴)
-        Matrix<T> X_4;                   // [d_e, n_x] line 17: X ← layer_norm(X | γ_l⁴, β_l⁴), the MLP's input
-        MLPCache<T> mlp;                 // line 18
-        Matrix<T> X_mlp;                 // [d_e, n_x] line 18: X ← X + W_mlp4 ReLU(W_mlp3 X + b_mlp3 1ᵀ) + b_mlp4 1ᵀ
-        NormCache<T> norm_gamma5;        // line 19's layer_norm(· | γ_l⁵, β_l⁵)
-        DropoutMask drop_self, drop_cross, drop_mlp;  // dropout (training): the outputs of lines 14, 16, 18
-        Matrix<T> R;
-    };
-    PostLNDecoderBlock(const ModelConfig& c, ParamStore<T>& store, const std::string& prefix);
-    void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
-    // lines 14–19: X:[d_e,n_x] (sequences sx), the encoded context Z:[d_e,n_z] (sequences sz) -> X_out
-    void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
-                 MatView<T> X_out, Acts& a, const Dropout* drop = nullptr, DropPlace place = DropPlace()) const;
-    // from w.dX = ∂loss/∂X_out, leaves w.dX = ∂loss/∂X and adds ∂loss/∂Z into dZ
-    void backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz, const Acts& a,
-                  MatView<T> dZ, BackwardWork<T>& w) const;
-    // lines 14–19 for the columns of d.X (in place) at positions q0, …, over the cached keys and values
-    void forward_cached(const ParamStore<T>& store, index_t q0, KVCache<T>& self_kv, const KVCache<T>& cross_kv,
-                        DecodeScratch<T>& d) const;
-
-    MHAttention<T> self_attn;   // W_l^dec, causal
-    Norm<T> norm3;              // γ_l³, β_l³
-    MHAttention<T> cross_attn;  // W_l^e/d, bidirectional
-    Norm<T> norm4;              // γ_l⁴, β_l⁴
-    MLP<T> mlp;                 // W_mlp3^l, b_mlp3^l, W_mlp4^l, b_mlp4^l
-    Norm<T> norm5;              // γ_l⁵, β_l⁵
-};
-
-// V18 (T5): the pre-norm decoder layer with cross-attention, layer l (docs/variants.md V18a):
-//   1  X̃ ← norm(X | γ_l¹);  X ← X + MHAttention(X̃ | W_l^dec, Mask[t, t'] = [[t ≤ t']])
-//   2  X̃ ← norm(X | γ_l²);  X ← X + MHAttention(X̃, Z | W_l^e/d, Mask ≡ 1)
-//   3  X̃ ← norm(X | γ_l³);  X ← X + MLP(X̃ | W_mlp3^l, W_mlp4^l)
-template <class T>
-class PreLNCrossDecoderBlock {
-public:
-    struct Acts {
-        NormCache<T> norm_gamma1, norm_gamma2, norm_gamma3;
-        Matrix<T> Xt_self, Xt_cross, Xt_mlp;  // [d_e, n_x] the sublayers' normed inputs (lines 1, 2, 3)
-        MHAttentionCache<T> self_attn, cross_attn;
-        Matrix<T> X_self, X_cross;            // [d_e, n_x] the stream after lines 1 and 2
-        MLPCache<T> mlp;
-        DropoutMask drop_self, drop_cross, drop_mlp;  // dropout (training): the sublayers' outputs
-        Matrix<T> R;
-    };
-    PreLNCrossDecoderBlock(const ModelConfig& c, ParamStore<T>& store, const std::string& prefix);
-    void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
-    void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
-                 MatView<T> X_out, Acts& a, const Dropout* drop = nullptr, DropPlace place = DropPlace()) const;
-    // from w.dX = ∂loss/∂X_out, leaves w.dX = ∂loss/∂X and adds ∂loss/∂Z into dZ
-    void backward(ParamStore<T>& store, const Seqs& sx, CMatView<T> Z, const Seqs& sz, const Acts& a, MatView<T> dZ,
-                  BackwardWork<T>& w) const;
-    // lines 1–3 for the columns of d.X (in place) at positions q0, …, over the cached keys and values
-    void forward_cached(const ParamStore<T>& store, index_t q0, KVCache<T>& self_kv, const KVCache<T>& cross_kv,
-                        DecodeScratch<T>& d) const;
-
-    Norm<T> norm1;              // γ_l¹
-    MHAttention<T> self_attn;   // W_l^dec, causal
-    Norm<T> norm2;              // γ_l²
-    MHAttention<T> cross_attn;  // W_l^e/d, bidirectional
-    Norm<T> norm3;              // γ_l³
-    MLP<T> mlp;                 // W_mlp3^l, W_mlp4^l (and W_gate with mlp = GeGLU)
+    Norm<T> norm1;          // γ_l¹, β_l¹
+    MHAttention<T> attn_l;  // W_l, line 6's Mask (the block's attn)
+    Norm<T> norm2;          // γ_l², β_l²
+    MLP<T> mlp;             // W_mlp1^l, b_mlp1^l, W_mlp2^l, b_mlp2^l
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -287,7 +265,7 @@ template <class T>
 class Model {
 public:
     explicit Model(const ModelConfig& c)
-        : cfg(c), tok(c.n_vocab, c.d_e, store, "W_e", c.fixnorm, c.eps), pos(c.l_max, c.d_e, c.positional, c.pos_base, store) {
+        : cfg(c), tok(c.n_vocab, c.d_e, store, "W_e"), pos(c.l_max, c.d_e, c.positional, c.pos_base, store) {
         dropout_seed = c.seed;
     }
     virtual ~Model() = default;
@@ -296,8 +274,11 @@ public:
 
     const ModelConfig cfg;
     ParamStore<T> store;  // θ (declared before every component, which registers into it)
-    TokenEmbedding<T> tok;
-    PositionalEmbedding<T> pos;
+    TokenEmbedding<T> tok;       // Algorithm 1's W_e (shared by the stacks and a tied W_u)
+    PositionalEmbedding<T> pos;  // Algorithm 2's W_p
+    // lines 1–3 (D, E): the stack's embedding part with the steps the config chooses (stack_embedding.hpp; ED: its
+    // two stacks' emb_enc, emb_dec)
+    std::unique_ptr<const StackEmbedding<T>> emb;
     std::unique_ptr<Unembedding<T>> unemb;  // made last by each model: W_u follows the layers in θ
     // How its matrix products run (precision.hpp): float32, or bf16-mixed — bf16 operands, float32
     // accumulation, θ and everything else float32 — for a float32 model only (set_precision checks).
@@ -353,7 +334,7 @@ protected:
         const Tokens* z = nullptr;
         const Tokens* x = nullptr;
         const index_t* x_orig = nullptr;
-        const index_t* segments = nullptr;  // E with n_segments > 0: the segment id of every token of x (null: 0)
+        const index_t* segments = nullptr;  // E with segment embeddings (n_segments > 0): the segment id of every token of x (null: 0)
     };
     // The losses of Algorithms 11–13, defined once: forward, −Σ log P[target, col] over the scored columns,
     // and with `grad` its gradient in store.grad() (zeroed first). n_scored: how many columns were scored;
@@ -373,9 +354,10 @@ protected:
     // W_u (N_V × d), or W_eᵀ when tied; then θ is complete: allocate it, initialise the embeddings and
     // return the random stream that initialises the rest (in θ's order)
     Rng make_head_and_allocate(index_t d);
-    // lines 1–3 of every listing: X[:, t] = W_e[:, x[t]] + W_p[:, t] per sequence
-    void embed(const Tokens& x, Matrix<T>& X) const;
-    void embed_backward(const Tokens& x, CMatView<T> dX);
+    // lines 1–3 (D, E) through emb: X[:, t] = W_e[:, x[t]] + W_p[:, t] per sequence, with the chosen steps (segments:
+    // BERT's segment ids, null: 0); the backward from dX (overwritten)
+    void embed(const Tokens& x, Matrix<T>& X, const index_t* segments = nullptr);
+    void embed_backward(const Tokens& x, MatView<T> dX, const index_t* segments = nullptr);
     // dropout after line 3 (training; else the mask is cleared) and its backward (D2 on dX in place)
     void embed_dropout(Matrix<T>& X, DropSite site, DropoutMask& m) const;
     void embed_dropout_backward(const DropoutMask& m, MatView<T> dX) const;
@@ -388,6 +370,7 @@ protected:
     LastForward last_;
     BackwardWork<T> work_;
     const Dropout* train_ = nullptr;  // set during loss_and_grad's forward when the model has a dropout rate
+    typename StackEmbedding<T>::Cache embed_c_;  // what emb's steps keep for the backward (D, E)
     DropoutMask drop_embed_;          // line 3's X (ED: the decoder's X of line 12)
 };
 
@@ -471,7 +454,7 @@ public:
     // drafted tokens in one call; defined in speculative.cpp).
     void decode_all(Decoder& d, const index_t* ids, index_t n, MatView<T> Z) const;
 
-    std::vector<std::unique_ptr<PreLNDecoderBlock<T>>> layer;  // lines 5–8 of layer l
+    std::vector<std::unique_ptr<SelfBlock<T>>> layer;  // lines 5–8 of layer l (the config's block)
     std::unique_ptr<Norm<T>> norm_f;                           // line 10: γ, β
     // V16 (multi_token.hpp; mtp_depth = D > 0): the sequential MTP modules k = 1..D (mtp[k−1]), trained with the
     // loss L_main + (λ/D) Σ_k L_k and used as the draft of self-speculative decoding. Empty: Algorithm 10.
@@ -487,9 +470,9 @@ private:
     std::vector<double> loss_terms_;
     void run_backward(const typename Model<T>::Batch& in, BackwardWork<T>& w) override;
     void score(const typename Model<T>::Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const override;
-    const MHAttentionCache<T>& attention_cache(AttentionKind, index_t l) const override { return acts_[std::size_t(l)].attn; }
+    const MHAttentionCache<T>& attention_cache(AttentionKind, index_t l) const override { return acts_[std::size_t(l)]->attn; }
     std::vector<typename Model<T>::MaskRef> dropout_masks() const override;
-    std::vector<typename PreLNDecoderBlock<T>::Acts> acts_;
+    std::vector<std::unique_ptr<BlockActs<T>>> acts_;
     std::vector<Matrix<T>> stream_;  // [L+1] residual stream between layers
     Matrix<T> Xf_;                   // line 10's output
     NormCache<T> norm_gamma_;        // line 10's layer_norm(· | γ, β)
@@ -505,7 +488,7 @@ public:
     ETransformer(const ModelConfig& c, Restore&& restore) : ETransformer(c) { restore(*this); }
     using Model<T>::cfg;
     using Model<T>::store;
-    // lines 1–11; segments: with cfg.n_segments > 0, one segment id per token of x (null: all 0; BERT)
+    // lines 1–11; segments: with segment embeddings (n_segments > 0), one segment id per token of x (null: all 0; BERT)
     void forward(const Tokens& x, const index_t* segments = nullptr);
     CMatView<T> out() const override { return view(Xf_); }
     // X after line 9 of the last forward (BERT's "last hidden state"): [d_e, n]
@@ -527,26 +510,22 @@ public:
     index_t layers(AttentionKind kind) const override { return kind == self_attention ? cfg.L : 0; }
     const char* arch_name() const override { return "ETransformer"; }
 
-    std::vector<std::unique_ptr<PostLNEncoderBlock<T>>> layer;  // lines 5–8 of layer l
+    std::vector<std::unique_ptr<SelfBlock<T>>> layer;           // lines 5–8 of layer l (the config's block)
     MatParam W_f;                                               // line 10
     VecParam b_f;
     std::unique_ptr<Norm<T>> norm_f;                            // line 11: γ, β
-    MatParam W_s;                                               // BERT option: segment embeddings [d_e, n_segments]
-    std::unique_ptr<Norm<T>> norm_e;                            // BERT option: γ_e, β_e after line 3
 
 private:
     void run_forward(const typename Model<T>::Batch& in) override { forward(*in.x, in.segments); }
     void run_backward(const typename Model<T>::Batch& in, BackwardWork<T>& w) override;
     void score(const typename Model<T>::Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const override;
-    const MHAttentionCache<T>& attention_cache(AttentionKind, index_t l) const override { return acts_[std::size_t(l)].attn; }
+    const MHAttentionCache<T>& attention_cache(AttentionKind, index_t l) const override { return acts_[std::size_t(l)]->attn; }
     std::vector<typename Model<T>::MaskRef> dropout_masks() const override;
     Activation gelu() const { return cfg.gelu == Gelu::Tanh ? Activation::GeluTanh : Activation::Gelu; }
-    std::vector<typename PostLNEncoderBlock<T>::Acts> acts_;
+    std::vector<std::unique_ptr<BlockActs<T>>> acts_;
     std::vector<Matrix<T>> stream_;  // [L+1]
     Matrix<T> F_, G_, Xf_;           // line 10: F = W_f X + b_f 1ᵀ, G = GELU(F); line 11: Xf = layer_norm(G)
     NormCache<T> norm_gamma_;        // line 11's layer_norm(· | γ, β)
-    Matrix<T> E_;                    // BERT options: line 3's X (with segment embeddings) before layer_norm(· | γ_e, β_e)
-    NormCache<T> norm_e_cache_;
 };
 
 // Algorithm 8.
@@ -563,7 +542,7 @@ public:
     void forward(const Tokens& z, const Tokens& x);  // lines 1–20
     // (V18: the decoder's final norm and d_e^−1/2 applied, Xf_)
     CMatView<T> out() const override { return head_input() ? view(Xf_) : view(xstream_.back()); }
-    CMatView<T> encoded() const { return cfg.pre_norm ? view(Zf_) : view(zstream_.back()); }
+    CMatView<T> encoded() const { return norm_enc ? view(Zf_) : view(zstream_.back()); }
     // Algorithm 11 line 5 summed over the batch (z and x: the same number of sequences)
     double loss_and_grad(const Tokens& z, const Tokens& x) { return this->run_loss({&z, &x, nullptr}, true, nullptr, nullptr); }
     double loss(const Tokens& z, const Tokens& x, index_t* n_scored = nullptr, index_t* n_correct = nullptr) {
@@ -581,9 +560,8 @@ public:
     // Decoding with caches (Algorithm 15): `encode` runs lines 1–9 once for one context z and fills the
     // cross-attention caches; `decode` feeds n tokens of x̂ and writes the logits of the last to z:[N_V].
     struct Decoder {
-        std::vector<typename PostLNEncoderBlock<T>::Acts> enc_acts;  // the encoder's (the last forward's stay)
-        std::vector<typename PreLNDecoderBlock<T>::Acts> enc_pre_acts;  // (V18: pre_norm)
-        std::vector<Matrix<T>> zstream;                              // [L_enc+1]
+        std::vector<std::unique_ptr<BlockActs<T>>> enc_acts;  // the encoder's (the last forward's stay)
+        std::vector<Matrix<T>> zstream;                       // [L_enc+1]
         Matrix<T> Zf;                                                // V18: norm(Z | γ_enc)
         std::vector<KVCache<T>> self_kv, cross_kv;
         index_t len = 0;
@@ -593,24 +571,22 @@ public:
     void encode(Decoder& d, const index_t* z, index_t l_z) const;
     void decode(Decoder& d, const index_t* ids, index_t n, T* logits_out) const;
 
-    std::vector<std::unique_ptr<PostLNEncoderBlock<T>>> enc_layer;  // lines 5–8 of encoder layer l
-    std::vector<std::unique_ptr<PostLNDecoderBlock<T>>> dec_layer;  // lines 14–19 of decoder layer l
-    // V18 (pre_norm, T5): the layers instead of enc_layer and dec_layer, and each stack's final norm
-    std::vector<std::unique_ptr<PreLNDecoderBlock<T>>> enc_pre;
-    std::vector<std::unique_ptr<PreLNCrossDecoderBlock<T>>> dec_pre;
-    std::unique_ptr<Norm<T>> norm_enc, norm_dec;  // γ_enc, γ_dec
-    std::unique_ptr<StackEmbedding<T>> emb_enc, emb_dec;  // lines 2–3 and 11–12 (V22: BART's options)
+    std::vector<std::unique_ptr<SelfBlock<T>>> enc_layer;   // lines 5–8 of encoder layer l (the config's block)
+    std::vector<std::unique_ptr<CrossBlock<T>>> dec_layer;  // lines 14–19 of decoder layer l (the config's block)
+    // each stack's final norm γ_enc, γ_dec when its block leaves the stream unnormalised (pre-LN: V18a's lines 7, 17)
+    std::unique_ptr<Norm<T>> norm_enc, norm_dec;
+    std::unique_ptr<const StackEmbedding<T>> emb_enc, emb_dec;  // lines 1–3 and 10–12 (stack_embedding.hpp)
 
 private:
     // lines 1–9 into the given activations (the model's own for forward, a Decoder's for encode)
     // drop (training): dropout after line 3 into embed_mask and in every layer
-    // (V18, pre_norm: pre_acts, and Zf ← norm(Z | γ_enc)); returns Z
-    CMatView<T> encoder_forward(const Tokens& z, std::vector<typename PostLNEncoderBlock<T>::Acts>& acts,
-                                std::vector<typename PreLNDecoderBlock<T>::Acts>& pre_acts, std::vector<Matrix<T>>& stream,
-                                Matrix<T>& Zf, NormCache<T>& nc, typename StackEmbedding<T>::Cache& ec,
+    // (with γ_enc: Zf ← norm(Z | γ_enc)); returns Z
+    CMatView<T> encoder_forward(const Tokens& z, std::vector<std::unique_ptr<BlockActs<T>>>& acts,
+                                std::vector<Matrix<T>>& stream, Matrix<T>& Zf, NormCache<T>& nc,
+                                typename StackEmbedding<T>::Cache& ec,
                                 const Dropout* drop = nullptr, DropoutMask* embed_mask = nullptr) const;
-    // V18: X_L → Xf = s · norm(X_L | γ_dec) (pre_norm; else X_L), s = d_e^−1/2 with unembed_rescale (else 1)
-    bool head_input() const { return cfg.pre_norm || cfg.unembed_rescale; }
+    // V18: X_L → Xf = s · norm(X_L | γ_dec) (with γ_dec; else X_L), s = d_e^−1/2 with unembed_rescale (else 1)
+    bool head_input() const { return norm_dec || cfg.unembed_rescale; }
     void head_forward(CMatView<T> X, MatView<T> Xf, NormCache<T>& nc) const;
     std::vector<typename Model<T>::MaskRef> dropout_masks() const override;
     DropoutMask drop_embed_z_;  // line 3's Z
@@ -619,21 +595,15 @@ private:
     void score(const typename Model<T>::Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const override;
     const MHAttentionCache<T>& attention_cache(AttentionKind kind, index_t l) const override {
         const std::size_t i = std::size_t(l);
-        if (cfg.pre_norm)
-            return kind == AttentionKind::Encoder ? enc_pre_acts_[i].attn
-                 : kind == AttentionKind::Decoder ? dec_pre_acts_[i].self_attn
-                                                  : dec_pre_acts_[i].cross_attn;
-        return kind == AttentionKind::Encoder ? enc_acts_[i].attn
-             : kind == AttentionKind::Decoder ? dec_acts_[i].self_attn
-                                              : dec_acts_[i].cross_attn;
+        return kind == AttentionKind::Encoder ? enc_acts_[i]->attn
+             : kind == AttentionKind::Decoder ? dec_acts_[i]->self_attn
+                                              : dec_acts_[i]->cross_attn;
     }
-    std::vector<typename PreLNDecoderBlock<T>::Acts> enc_pre_acts_;
-    std::vector<typename PreLNCrossDecoderBlock<T>::Acts> dec_pre_acts_;
     Matrix<T> Zf_, Xf_;                  // V18: norm(Z | γ_enc); the head's input
     NormCache<T> norm_enc_c_, norm_dec_c_;
     typename StackEmbedding<T>::Cache emb_z_c_, emb_x_c_;  // V22
-    std::vector<typename PostLNEncoderBlock<T>::Acts> enc_acts_;
-    std::vector<typename PostLNDecoderBlock<T>::Acts> dec_acts_;
+    std::vector<std::unique_ptr<BlockActs<T>>> enc_acts_;
+    std::vector<std::unique_ptr<CrossBlockActs<T>>> dec_acts_;
     std::vector<Matrix<T>> zstream_, xstream_;  // [L_enc+1], [L_dec+1]
 };
 

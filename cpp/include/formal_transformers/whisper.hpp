@@ -18,10 +18,10 @@
 //
 // Algorithm V29: P ← Whisper(F, x | θ)
 //   1  Z ← AudioFrontEnd(F | θ)                                               (V28)
-//   2  for l = 1..L_enc: Z ← pre-LN layer (Algorithm 10 lines 5–8, GELU) with Mask ≡ 1
+//   2  for l = 1..L_enc: Z ← pre-LN layer (Algorithm 10 lines 5–8, GELU) with Mask ≡ 1     (the block "pre_ln")
 //   3  Z ← layer_norm(Z | γ_enc, β_enc)
 //   4  for t ∈ [ℓ_x]: e_t ← W_e[:, x[t]] + W_p[:, t];  X ← [e_1, …, e_ℓx]      (Algorithm 8 lines 10–12)
-//   5  for l = 1..L_dec: X ← pre-LN cross layer (V18a, GELU) over Z
+//   5  for l = 1..L_dec: X ← pre-LN cross layer (V18a, GELU) over Z                  (the block "pre_ln")
 //   6  X ← layer_norm(X | γ_dec, β_dec)
 //   7  return P = softmax(W_eᵀ X)                                              (tied unembedding)
 // Every attention has biases b_q, b_k, b_v, b_o; Whisper's key projection has none, which is b_k = 0: b_k adds a
@@ -70,31 +70,6 @@ public:
     VecParam b_c1, b_c2;
 };
 
-// V29 line 5: V18a's pre-norm cross layer (PreLNCrossDecoderBlock's three lines) with layer_norm, biases and the
-// MLP's activation GELU (T5's block is ReLU), layer l:
-//   1  X̃ ← layer_norm(X | γ_l¹, β_l¹);  X ← X + MHAttention(X̃ | W_l^dec, Mask[t, t'] = [[t ≤ t']])
-//   2  X̃ ← layer_norm(X | γ_l², β_l²);  X ← X + MHAttention(X̃, Z | W_l^e/d, Mask ≡ 1)
-//   3  X̃ ← layer_norm(X | γ_l³, β_l³);  X ← X + W_mlp4^l GELU(W_mlp3^l X̃ + b_mlp3^l 1ᵀ) + b_mlp4^l 1ᵀ
-template <class T>
-class WhisperDecoderLayer {
-public:
-    using Acts = typename PreLNCrossDecoderBlock<T>::Acts;
-    WhisperDecoderLayer(const ModelConfig& c, ParamStore<T>& store, const std::string& prefix);
-    void init(ParamStore<T>& store, Rng& rng, double stddev, double out_stddev) const;
-    void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
-                 MatView<T> X_out, Acts& a) const;
-    // from w.dX = ∂loss/∂X_out, leaves w.dX = ∂loss/∂X and adds ∂loss/∂Z into dZ
-    void backward(ParamStore<T>& store, const Seqs& sx, CMatView<T> Z, const Seqs& sz, const Acts& a, MatView<T> dZ,
-                  BackwardWork<T>& w) const;
-
-    Norm<T> norm1;              // γ_l¹, β_l¹
-    MHAttention<T> self_attn;   // W_l^dec, causal
-    Norm<T> norm2;              // γ_l², β_l²
-    MHAttention<T> cross_attn;  // W_l^e/d
-    Norm<T> norm3;              // γ_l³, β_l³
-    MLP<T> mlp;                 // W_mlp3^l, b_mlp3^l, W_mlp4^l, b_mlp4^l
-};
-
 struct WhisperConfig {
     index_t n_mels = 0, n_audio_ctx = 0;   // num_mel_bins; max_source_positions (ℓ_z ≤ it: T ≤ 2·n_audio_ctx)
     index_t n_vocab = 0, n_text_ctx = 0;   // vocab_size; max_target_positions (ℓ_x ≤ it)
@@ -117,15 +92,17 @@ public:
     Whisper& operator=(const Whisper&) = delete;
 
     const WhisperConfig wc;
-    const ModelConfig cfg;  // the layers' options: layer_norm, GELU (exact), biases, H, d_e, d_mlp
+    // the layers' options: ED's block "pre_ln" (Algorithm 10's layer, V18a's cross layer), layer_norm, mlp = GELU
+    // (exact), biases, H, d_e, d_mlp
+    const ModelConfig cfg;
     ParamStore<T> store;
     AudioFrontEnd<T> front;                                          // line 1 (V28 lines 1–4)
     Matrix<T> W_sin;                                                 // line 1 (V28 line 5), [d_e, n_audio_ctx]: fixed
-    std::vector<std::unique_ptr<PreLNDecoderBlock<T>>> enc;          // line 2
+    std::vector<std::unique_ptr<SelfBlock<T>>> enc;                  // line 2: the block "pre_ln", Mask ≡ 1
     std::unique_ptr<Norm<T>> norm_enc;                               // line 3
     TokenEmbedding<T> tok;                                           // line 4: W_e
     MatParam W_p;                                                    // line 4 [d_e, n_text_ctx]
-    std::vector<std::unique_ptr<WhisperDecoderLayer<T>>> dec;        // line 5
+    std::vector<std::unique_ptr<CrossBlock<T>>> dec;                 // line 5: the block "pre_ln" (V18a's cross layer)
     std::unique_ptr<Norm<T>> norm_dec;                               // line 6
 
     // features: B spectrograms of n_mels·T values each, (n_mels, T) row-major (numpy's (B, n_mels, T)); x: the
@@ -154,8 +131,8 @@ private:
     Matrix<T> F_;                              // the features in column layout [n_mels, B·T]
     typename AudioFrontEnd<T>::Acts front_acts_;
     std::vector<Matrix<T>> zstream_, xstream_;  // [L_enc+1], [L_dec+1]
-    std::vector<typename PreLNDecoderBlock<T>::Acts> enc_acts_;
-    std::vector<typename WhisperDecoderLayer<T>::Acts> dec_acts_;
+    std::vector<std::unique_ptr<BlockActs<T>>> enc_acts_;
+    std::vector<std::unique_ptr<CrossBlockActs<T>>> dec_acts_;
     Matrix<T> Zf_, Xf_, Zl_, dXf_;
     NormCache<T> norm_enc_c_, norm_dec_c_;
     BackwardWork<T> work_;

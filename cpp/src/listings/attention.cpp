@@ -6,6 +6,7 @@
 
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/functions.hpp"
+#include "formal_transformers/lora.hpp"
 
 namespace ft {
 
@@ -368,9 +369,9 @@ void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Se
     MatView<T> Y = ensure(c.Y, H * d_mid, X.cols);
     heads(store, Q, sx, K, V, sz, 0, c, Y, drop, place);  // lines 1–3: Y = [Y¹; …; Y^H]
     if (accumulate)
-        affine_add<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // line 4, added to the caller's residual stream
+        affine_add<T>(store, W_o, Y, bias(store, b_o), Vt);  // line 4, added to the caller's residual stream
     else
-        affine<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // line 4: Ṽ = W_o Y + b_o 1ᵀ
+        affine<T>(store, W_o, Y, bias(store, b_o), Vt);  // line 4: Ṽ = W_o Y + b_o 1ᵀ
 }
 
 template <class T>
@@ -421,7 +422,7 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
     source->gradients(c, dX.data == dZ.data && dX.ld == dZ.ld, X.cols, Z.cols, w, dQ, dK, dV);
     std::fill(dY.data, dY.data + dY.size(), T(0));
     // d(line 4): dW_o += dṼ Yᵀ, db_o += dṼ 1, dY = W_oᵀ dṼ
-    affine_backward<T>(store.W(W_o), view(c.Y), dVt, store.grad_if_trained(W_o), dbias(store, b_o), dY.data);
+    affine_backward<T>(store, W_o, view(c.Y), dVt, store.grad_if_trained(W_o), dbias(store, b_o), dY.data);
     CMatView<T> Q = c.Qv, K = c.Kv, V = c.Vv, Y = view(c.Y);
     // d(lines 1–3): Algorithm 4's lines 6, 5, 4 backward per (sequence, key/value head g) block; the query
     // heads of a group run in turn, so dK^g and dV^g sum their contributions (V3) without a race
@@ -452,28 +453,19 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
 
 template <class T>
 void MHAttention<T>::append_kv(const ParamStore<T>& store, CMatView<T> Z, KVCache<T>& cache) const {
-    const index_t w = mask.window(), big = std::numeric_limits<index_t>::max();
-    const index_t w2 = w > big / 2 ? big : 2 * w;  // 2w (saturating: a window wider than memory is never reached)
+    const CacheKeep keep = mask.cache_keep();  // what the cache keeps is the mask's (all; V9: a rolling window)
     const index_t rows_k = source->key_rows(), rows_v = source->value_rows();
     kernel->before_append(cache, H_kv, d_attn, d_mid);  // (V15: the cached columns folded into its state)
-    if (w > 0 && cache.len > w - 1 && cache.len + Z.cols > w2) {
-        // V9, the rolling cache of a sliding window: the first new query (position start + len) reads keys
-        // from position start + len − w + 1 on, so only the last w − 1 columns are kept (moved to the front;
-        // at most every w tokens: O(1) copies per token). Memory stays O(w) however long the sequence.
-        const index_t drop = cache.len - (w - 1);
+    if (const index_t drop = keep.drop(cache.len, Z.cols); drop > 0) {  // the oldest columns moved out of the front
         std::copy(cache.K.data() + rows_k * drop, cache.K.data() + rows_k * cache.len, cache.K.data());
         std::copy(cache.V.data() + rows_v * drop, cache.V.data() + rows_v * cache.len, cache.V.data());
         cache.start += drop;
-        cache.len = w - 1;
+        cache.len -= drop;
     }
     const index_t need = checked_add(cache.len, Z.cols, "the KV cache"), have = index_t(cache.K.shape(1));
-    const bool shrink = w > 0 && have / 4 > std::max<index_t>(need, w2);  // after a long prompt
-    if (have < need || shrink) {
-        // The one place a cache's size is decided: grow by doubling, keeping the cached columns; a window's cache
-        // at most to 2w (rolled above), so it follows what the sequence uses, O(min(ℓ, w)), never the whole
-        // window of a w wider than any sequence
-        index_t cap = std::max<index_t>(need, have > big / 2 ? big : 2 * have);
-        if (w > 0) cap = std::max<index_t>(need, std::min(cap, w2));
+    if (const index_t cap = keep.capacity(need, have); cap != have) {
+        // The one place a cache's size is decided (the mask's CacheKeep: doubling; a window's O(min(ℓ, w)));
+        // the cached columns kept
         checked_elements({std::max(rows_k, rows_v), cap}, sizeof(T), "the KV cache");
         Matrix<T> K2 = Matrix<T>::from_shape({std::size_t(rows_k), std::size_t(cap)});
         Matrix<T> V2 = Matrix<T>::from_shape({std::size_t(rows_v), std::size_t(cap)});

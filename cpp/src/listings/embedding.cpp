@@ -8,13 +8,10 @@ namespace ft {
 
 // ===================================== Algorithm 1 ====================================================
 template <class T>
-TokenEmbedding<T>::TokenEmbedding(index_t n_vocab_, index_t d_e_, ParamStore<T>& store, const std::string& name,
-                                  bool fixnorm_, double eps_)
-    : n_vocab(n_vocab_), d_e(d_e_), fixnorm(fixnorm_), eps(eps_) {
+TokenEmbedding<T>::TokenEmbedding(index_t n_vocab_, index_t d_e_, ParamStore<T>& store, const std::string& name)
+    : n_vocab(n_vocab_), d_e(d_e_) {
     if (n_vocab <= 0) throw ValueError("TokenEmbedding: n_vocab must be positive");
     if (d_e <= 0) throw ValueError("TokenEmbedding: d_e must be positive");
-    if (!(eps >= 0) || !std::isfinite(eps))
-        throw ValueError("TokenEmbedding: eps must be a finite number >= 0, got " + std::to_string(eps));
     W_e = store.matrix(name, d_e, n_vocab);
 }
 
@@ -33,22 +30,7 @@ void TokenEmbedding<T>::forward(const ParamStore<T>& store, const index_t* ids, 
     for (index_t t = 0; t < n; ++t) {
         const T* w = W.col(ids[t]);  // line 1: e = W_e[:, v]
         T* e = E.col(t);
-        if (fixnorm) {  // V13 FixNorm: e = W_e[:, v] / √(‖W_e[:, v]‖² + eps)
-            double s = 0;
-#pragma omp simd reduction(+ : s)
-            for (index_t i = 0; i < d_e; ++i) s += double(w[i]) * w[i];
-            const T r = T(1.0 / std::sqrt(s + eps));
-            if (accumulate) {
-#pragma omp simd
-                for (index_t i = 0; i < d_e; ++i) e[i] += w[i] * r;
-            } else {
-#pragma omp simd
-                for (index_t i = 0; i < d_e; ++i) e[i] = w[i] * r;
-            }
-        } else if (scale != 0) {  // Gemma's embed_scale s: e = s · W_e[:, v]
-            const T s = T(scale);
-            for (index_t i = 0; i < d_e; ++i) e[i] = (accumulate ? e[i] : T(0)) + s * w[i];
-        } else if (accumulate) {
+        if (accumulate) {
 #pragma omp simd
             for (index_t i = 0; i < d_e; ++i) e[i] += w[i];
         } else {
@@ -61,33 +43,9 @@ void TokenEmbedding<T>::forward(const ParamStore<T>& store, const index_t* ids, 
 template <class T>
 void TokenEmbedding<T>::backward(ParamStore<T>& store, const index_t* ids, index_t n, CMatView<T> dE) const {
     MatView<T> dW = store.dW(W_e);
-    if (fixnorm) {  // d(V13): dW_e[:, v] += r (de − ê (ê·de)), ê = r W_e[:, v], r = 1/√(‖W_e[:, v]‖² + eps)
-        CMatView<T> W = store.W(W_e);
-        for (index_t t = 0; t < n; ++t) {
-            const T* w = W.col(ids[t]);
-            const T* d = dE.col(t);
-            T* g = dW.col(ids[t]);
-            double s = 0, wd = 0;
-#pragma omp simd reduction(+ : s, wd)
-            for (index_t i = 0; i < d_e; ++i) {
-                s += double(w[i]) * w[i];
-                wd += double(w[i]) * d[i];
-            }
-            const double r = 1.0 / std::sqrt(s + eps);
-            const T rt = T(r), c = T(r * r * r * wd);  // r·de − r³ (w·de) w
-#pragma omp simd
-            for (index_t i = 0; i < d_e; ++i) g[i] += rt * d[i] - c * w[i];
-        }
-        return;
-    }
-    const T s = scale != 0 ? T(scale) : T(1);  // (Gemma's embed_scale: dW_e[:, v] += s dE[:, t])
     for (index_t t = 0; t < n; ++t) {  // serial: two columns may scatter into the same token
         T* g = dW.col(ids[t]);
         const T* d = dE.col(t);
-        if (scale != 0) {
-            for (index_t i = 0; i < d_e; ++i) g[i] += s * d[i];
-            continue;
-        }
 #pragma omp simd
         for (index_t i = 0; i < d_e; ++i) g[i] += d[i];
     }

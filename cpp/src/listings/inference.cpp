@@ -89,9 +89,7 @@ std::vector<index_t> dinference(DTransformer<T>& model, const index_t* x_in, ind
     if (o.context == SamplingOptions::Context::Full && !in_attention(c.positional))
         throw ValueError("context='full' (past l_max) needs positions without a table (positional='rope' or "
                          "'alibi'); this model's positions are a table of l_max columns");
-    // auto: the model's parts say (ALiBi; a sliding window with RoPE)
-    const bool full = o.context == SamplingOptions::Context::Full ||
-                      (o.context == SamplingOptions::Context::Auto && model.decodes_past_l_max());
+    const bool full = decodes_full_context(o, model);  // auto: the model's parts say (ALiBi; a window with RoPE)
     std::vector<index_t> x(x_in, x_in + l);                             // line 1: ℓ ← length(x)
     x.reserve(std::size_t(l + std::min<index_t>(l_gen, index_t(1) << 16)));
     std::vector<T> z(std::size_t(c.n_vocab));

@@ -2,6 +2,7 @@
 #include "formal_transformers/mask.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "formal_transformers/parts.hpp"
 #include "formal_transformers/sizes.hpp"
@@ -51,6 +52,25 @@ Mask::Mask() : rule_(std::make_shared<BidirectionalMask>()) {}
 Mask::Mask(std::shared_ptr<const MaskRule> rule) : rule_(std::move(rule)) {
     FT_CHECK(rule_ != nullptr, "Mask: null rule");
 }
+CacheKeep MaskRule::cache_keep() const { return CacheKeep{window()}; }
+namespace {
+index_t twice(index_t w) {  // 2w, saturating: a window wider than memory is never reached
+    const index_t big = std::numeric_limits<index_t>::max();
+    return w > big / 2 ? big : 2 * w;
+}
+}  // namespace
+index_t CacheKeep::drop(index_t len, index_t n) const {
+    return window > 0 && len > window - 1 && len + n > twice(window) ? len - (window - 1) : 0;
+}
+index_t CacheKeep::capacity(index_t need, index_t have) const {
+    const index_t w2 = twice(window);
+    const bool shrink = window > 0 && have / 4 > std::max<index_t>(need, w2);  // after a long prompt
+    if (have >= need && !shrink) return have;
+    index_t cap = std::max<index_t>(need, twice(have));
+    if (window > 0) cap = std::max<index_t>(need, std::min(cap, w2));
+    return cap;
+}
+
 Mask Mask::bidirectional() { return Mask(std::make_shared<BidirectionalMask>()); }
 Mask Mask::unidirectional() { return Mask(std::make_shared<UnidirectionalMask>()); }
 

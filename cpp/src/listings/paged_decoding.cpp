@@ -244,63 +244,45 @@ void batched_step(const DTransformer<T>& m, PagePool<T>& pool, std::vector<Seque
         t_max = std::max(t_max, w.pos[std::size_t(b)]);
     }
     MatView<T> X = ensure(w.X, c.d_e, B), Xt = ensure(w.Xt, c.d_e, B);
-    m.tok.forward(store, w.ids.data(), B, X);                  // line 6: W_e[:, x_b]
-    m.pos.forward(store, w.pos.data(), B, X, true);            //   + W_p[:, t_b] (none for RoPE, ALiBi)
+    m.emb->forward_at(store, EmbedInput<T>{m.tok, w.ids.data(), B}, m.pos, w.pos.data(), X);  // line 6: W_e[:, x_b]
+                                                                                             //   + W_p[:, t_b] (none for RoPE, ALiBi)
     const int n_threads = blas_is_openmp() ? std::max(get_num_threads(), omp_get_max_threads()) : 1;
     w.S.resize(std::size_t(n_threads) * std::size_t(t_max + 1));
-    for (index_t l = 0; l < c.L; ++l) {  // line 7
-        const PreLNDecoderBlock<T>& blk = *m.layer[std::size_t(l)];
-        const MHAttention<T>& a = blk.attn;
-        const T* bo = a.var.bias ? store.v(a.b_o) : nullptr;
-        blk.norm1.forward(store, X, Xt, w.d.norm);  // line 8
-        MatView<T> Q = ensure(w.Q, a.H * a.d_attn, B), Kn = ensure(w.Kn, pool.rows_k, B), Vn = ensure(w.Vn, pool.rows_v, B);
-        // line 9 through the attention's Q/K/V source, one gemm each over the batch (the sources taken here place
-        // no positions themselves: the columns' positions differ and the position part rotates them below)
-        a.source->queries(store, Xt, 0, Q, w.src);
-        a.source->append(store, Xt, 0, Kn, Vn);
-        for (index_t b = 0; b < B; ++b) {
-            const index_t t = w.pos[std::size_t(b)];
-            if (a.position.qk) {  // RoPE (V1): keys and queries rotated at their positions
-                a.position.qk->forward(Kn.cols_range(b, 1), QKTransform<T>::Role::Key, a.H_kv, Seqs::single(1), t);
-                a.position.qk->forward(Q.cols_range(b, 1), QKTransform<T>::Role::Query, a.H, Seqs::single(1), t);
+    for (index_t l = 0; l < c.L; ++l) {  // line 7: the layer's block, its attention over the pages (lines 9–12)
+        m.layer[std::size_t(l)]->forward_cached(store, X, [&](const MHAttention<T>& a, CMatView<T> Xt, MatView<T> out) {
+            const T* bo = a.var.bias ? store.v(a.b_o) : nullptr;
+            MatView<T> Q = ensure(w.Q, a.H * a.d_attn, B), Kn = ensure(w.Kn, pool.rows_k, B), Vn = ensure(w.Vn, pool.rows_v, B);
+            // line 9 through the attention's Q/K/V source, one gemm each over the batch (the sources taken here place
+            // no positions themselves: the columns' positions differ and the position part rotates them below)
+            a.source->queries(store, Xt, 0, Q, w.src);
+            a.source->append(store, Xt, 0, Kn, Vn);
+            for (index_t b = 0; b < B; ++b) {
+                const index_t t = w.pos[std::size_t(b)];
+                if (a.position.qk) {  // RoPE (V1): keys and queries rotated at their positions
+                    a.position.qk->forward(Kn.cols_range(b, 1), QKTransform<T>::Role::Key, a.H_kv, Seqs::single(1), t);
+                    a.position.qk->forward(Q.cols_range(b, 1), QKTransform<T>::Role::Query, a.H, Seqs::single(1), t);
+                }
+                put(pool, *act[std::size_t(b)], l, t, Kn.col(b), Vn.col(b));  // line 10
             }
-            put(pool, *act[std::size_t(b)], l, t, Kn.col(b), Vn.col(b));  // line 10
-        }
-        MatView<T> Y = ensure(w.Y, a.H * a.d_mid, B);
-        const index_t n_blocks = B * a.H;
-        auto head = [&](index_t bh, int thread) {
-            const index_t b = bh / a.H, h = bh % a.H;
-            paged_head(a, store, pool, *act[std::size_t(b)], l, h, w.pos[std::size_t(b)], Q.col(b) + h * a.d_attn,
-                       w.S.data() + std::size_t(thread) * std::size_t(t_max + 1), Y.col(b) + h * a.d_mid);
-        };
-        if (n_threads > 1 && n_blocks > 1 && n_blocks * (t_max + 1) * a.d_attn >= 65536) {
-            const ProductContext products = product_context();  // the caller's precision, on every thread
+            MatView<T> Y = ensure(w.Y, a.H * a.d_mid, B);
+            const index_t n_blocks = B * a.H;
+            auto head = [&](index_t bh, int thread) {
+                const index_t b = bh / a.H, h = bh % a.H;
+                paged_head(a, store, pool, *act[std::size_t(b)], l, h, w.pos[std::size_t(b)], Q.col(b) + h * a.d_attn,
+                           w.S.data() + std::size_t(thread) * std::size_t(t_max + 1), Y.col(b) + h * a.d_mid);
+            };
+            if (n_threads > 1 && n_blocks > 1 && n_blocks * (t_max + 1) * a.d_attn >= 65536) {
+                const ProductContext products = product_context();  // the caller's precision, on every thread
 #pragma omp parallel for schedule(dynamic)
-            for (index_t bh = 0; bh < n_blocks; ++bh) {
-                ProductScope scope(products);
-                head(bh, omp_get_thread_num());  // line 11 (gemv on the caller's thread)
+                for (index_t bh = 0; bh < n_blocks; ++bh) {
+                    ProductScope scope(products);
+                    head(bh, omp_get_thread_num());  // line 11 (gemv on the caller's thread)
+                }
+            } else {
+                for (index_t bh = 0; bh < n_blocks; ++bh) head(bh, 0);
             }
-        } else {
-            for (index_t bh = 0; bh < n_blocks; ++bh) head(bh, 0);
-        }
-        if (!blk.post1) {
-            affine_add<T>(store.W(a.W_o), Y, bo, X);     // line 12: X ← X + W_o Ỹ + b_o 1ᵀ
-        } else {  // V27: X ← X + norm(W_o Ỹ + b_o 1ᵀ | γ¹′)
-            MatView<T> R = ensure(w.R, c.d_e, B);
-            affine<T>(store.W(a.W_o), Y, bo, R);
-            blk.post1->forward(store, R, R, w.d.norm);
-            for (index_t i = 0; i < X.size(); ++i) X.data[i] += R.data[i];
-        }
-        blk.norm2.forward(store, X, Xt, w.d.norm);   //   X̃ ← layer_norm(X | γ², β²)
-        if (!blk.post2) {
-            blk.mlp.forward(store, Xt, X, w.d.mlp);  //   X ← X + MLP(X̃)
-        } else {  // V27: X ← X + norm(MLP(X̃) | γ²′)
-            MatView<T> R = ensure(w.R, c.d_e, B);
-            std::fill(R.data, R.data + R.size(), T(0));
-            blk.mlp.forward(store, Xt, R, w.d.mlp);
-            blk.post2->forward(store, R, R, w.d.norm);
-            for (index_t i = 0; i < X.size(); ++i) X.data[i] += R.data[i];
-        }
+            affine_add<T>(store.W(a.W_o), Y, bo, out);  // line 12: X ← X + W_o Ỹ + b_o 1ᵀ
+        }, w.d);
         poll();
     }
     m.norm_f->forward(store, X, Xt, w.d.norm);                          // line 13: layer_norm(X | γ, β)
@@ -351,10 +333,12 @@ std::vector<std::vector<index_t>> DInferenceBatch(DTransformer<T>& model, const 
         }
         return out;
     }
-    const bool full = o.context == SamplingOptions::Context::Full ||
-                      (o.context == SamplingOptions::Context::Auto && model.decodes_past_l_max());
+    const bool full = decodes_full_context(o, model);
     const MHAttention<T>& a0 = model.layer[0]->attn;
-    const index_t window = model.window();
+    // what the pages keep is the masks' (V9: a window's): a page goes back only when no layer's mask reads it (V26:
+    // the global layers of a model with local ones read every key)
+    std::vector<CacheKeep> keeps;
+    for (const auto& blk : model.layer) keeps.push_back(blk->attn.mask.cache_keep());
     PagePool<T> pool(c.L, a0.H_kv * a0.d_attn, a0.H_kv * a0.d_mid);
     {  // the pages the first B_max sequences will hold (more are added as needed)
         index_t need = 0;
@@ -445,8 +429,9 @@ std::vector<std::vector<index_t>> DInferenceBatch(DTransformer<T>& model, const 
             for (std::size_t b = 0; b < batch.size(); ++b) {
                 Sequence<T>& s = *batch[b];
                 ++s.cached;
-                if (window > 0) {  // V9: the pages wholly before the window go back to the pool
-                    const index_t first = std::max<index_t>(0, index_t(s.x.size()) - window);
+                {  // the pages wholly before the first key a next query reads go back to the pool (V9)
+                    index_t first = index_t(s.x.size());
+                    for (const CacheKeep& keep : keeps) first = std::min(first, keep.oldest_needed(index_t(s.x.size())));
                     for (index_t k = 0; k < first / kPageTokens; ++k)
                         if (s.table[std::size_t(k)] >= 0) pool.free.push_back(s.table[std::size_t(k)]), s.table[std::size_t(k)] = -1;
                 }

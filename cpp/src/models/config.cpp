@@ -7,11 +7,14 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <type_traits>
 
 #include "formal_transformers/dropout.hpp"
 #include "formal_transformers/parts.hpp"
+#include "formal_transformers/stack_embedding.hpp"
 #include "formal_transformers/sizes.hpp"
 #include "../runtime/bounded_json.hpp"
 #include "shared.hpp"
@@ -83,7 +86,7 @@ using Field = std::variant<std::nullptr_t, index_t ModelConfig::*, double ModelC
                            std::uint64_t ModelConfig::*, NormKind ModelConfig::*, Positional ModelConfig::*,
                            Gelu ModelConfig::*, ModelConfig::Mlp ModelConfig::*, AttnImpl ModelConfig::*,
                            ModelConfig::MaskKind ModelConfig::*, AttnKernel ModelConfig::*,
-                           ModelConfig::BigBirdDraw ModelConfig::*>;
+                           ModelConfig::BigBirdDraw ModelConfig::*, std::string ModelConfig::*>;
 
 struct OptionSpec {
     const char* name;
@@ -105,7 +108,8 @@ constexpr PartsHere kPartsHere[] = {{"(head kernels' options)", PartKind::HeadKe
                                     {"(Q/K/V sources' options)", PartKind::QKVSource},
                                     {"(positions' options)", PartKind::Position},
                                     {"(MLPs' options)", PartKind::MLP},
-                                    {"(norms' options)", PartKind::Norm}};
+                                    {"(norms' options)", PartKind::Norm},
+                                    {"(embedding steps' options)", PartKind::EmbeddingStep}};
 const PartsHere* parts_here(const char* name) {
     for (const PartsHere& h : kPartsHere)
         if (std::string(name) == h.name) return &h;
@@ -161,39 +165,57 @@ const std::vector<OptionSpec> kSchema = {
     {kPartsHere[3].name, 0, Kind::AllRates, nullptr},
     {kPartsHere[4].name, 0, Kind::AllRates, nullptr},
     {kPartsHere[5].name, 0, Kind::AllRates, nullptr},
-    {"pre_norm", ED, Kind::Bool, &ModelConfig::pre_norm},
+    {"block", ALL, Kind::Part, &ModelConfig::block},
     {"scale_scores", ED, Kind::Bool, &ModelConfig::scale_scores},
     {"unembed_rescale", ED, Kind::Bool, &ModelConfig::unembed_rescale},
     {"bos_id", ED, Kind::AutoId, &ModelConfig::bos_id},
     {"eos_id", ED, Kind::AutoId, &ModelConfig::eos_id},
     {"forced_bos_id", ED, Kind::AutoId, &ModelConfig::forced_bos_id},
     {"forced_eos", ED, Kind::Bool, &ModelConfig::forced_eos},
-    {"n_segments", E, Kind::Count, &ModelConfig::n_segments},
-    {"embed_norm", E | ED, Kind::Bool, &ModelConfig::embed_norm},
+    {"n_segments", 0, Kind::AllRates, nullptr},  // (the embedding steps' options, each where it stood: pinned)
+    {"embed_norm", 0, Kind::AllRates, nullptr},
     {"unembed_bias", E | ED, Kind::Bool, &ModelConfig::unembed_bias},
-    {"scale_embedding", ED, Kind::Bool, &ModelConfig::scale_embedding},
-    {"separate_positions", ED, Kind::Bool, &ModelConfig::separate_positions},
-    {"fixnorm", ALL, Kind::Bool, &ModelConfig::fixnorm},
-    {"embed_scale", D, Kind::AutoReal, &ModelConfig::embed_scale},
+    {"scale_embedding", 0, Kind::AllRates, nullptr},
+    {"separate_positions", 0, Kind::AllRates, nullptr},
+    {"fixnorm", 0, Kind::AllRates, nullptr},
+    {"embed_scale", 0, Kind::AllRates, nullptr},
+    {kPartsHere[6].name, 0, Kind::AllRates, nullptr},
     {"final_logit_softcapping", D, Kind::AutoReal, &ModelConfig::final_logit_softcapping},
-    {"sandwich_norm", D, Kind::Bool, &ModelConfig::sandwich_norm},
 };
 
-// kSchema with the parts' options in place of kPartsHere (each kind's, in the registry's order, each once)
+// A line of kSchema naming a part's option (archs 0, no member): the option stands there, where it stood before it
+// moved into its part, so that to_json writes the same text as before
+bool pinned(const OptionSpec& o) { return o.archs == 0 && !o.field.index() && !parts_here(o.name); }
+bool is_pinned(const char* name) {
+    return std::any_of(std::begin(kSchema), std::end(kSchema), [&](const OptionSpec& o) { return pinned(o) && name == std::string(o.name); });
+}
+
+// kSchema with the parts' options in place of kPartsHere (each kind's, in the registry's order, each once) and of
+// the pinned lines
 const std::vector<OptionSpec>& schema() {
     static const std::vector<OptionSpec> all = [] {
         std::vector<OptionSpec> r;
+        auto add = [&](const PartOption& p) {
+            const bool seen = std::any_of(r.begin(), r.end(), [&](const OptionSpec& q) { return q.name == std::string(p.name); });
+            if (!seen) r.push_back({p.name, p.archs, p.kind, nullptr, p.check, &p});
+        };
         for (const OptionSpec& o : kSchema) {
             const PartsHere* here = parts_here(o.name);
+            if (pinned(o)) {
+                const PartRow* row = part_row_of_option(o.name);
+                if (!row) throw std::logic_error(std::string("the schema pins '") + o.name + "', which no part declares");
+                for (const PartOption& p : row->options)
+                    if (o.name == std::string(p.name)) add(p);
+                continue;
+            }
             if (!here) {
                 r.push_back(o);
                 continue;
             }
             for (const PartRow* row : part_rows())
-                for (const PartOption& p : row->kind == here->kind ? row->options : std::vector<PartOption>{}) {
-                    const bool seen = std::any_of(r.begin(), r.end(), [&](const OptionSpec& q) { return q.name == std::string(p.name); });
-                    if (!seen) r.push_back({p.name, p.archs, p.kind, nullptr, p.check, &p});
-                }
+                if (row->kind == here->kind)
+                    for (const PartOption& p : row->options)
+                        if (!is_pinned(p.name)) add(p);
         }
         return r;
     }();
@@ -368,6 +390,13 @@ void set_option(ModelConfig& c, const OptionSpec& o, const OptionValue& v) {
                 o.field);
             return;
         }
+        case Kind::Part: {  // a registered block's name (resolve checks that c.arch takes it)
+            const auto* s = std::get_if<std::string>(&v);
+            if (!s) wrong_type(o, v, "a str");
+            check_part_name(PartKind::Block, *s, o.name);
+            put(c, o, *s);
+            return;
+        }
         case Kind::AllRates: return;  // from_options applies it
     }
 }
@@ -404,6 +433,8 @@ Json json_of(const ModelConfig& c, const OptionSpec& o) {
                 } else if constexpr (std::is_same_v<V, double>) {
                     if (o.kind == Kind::AutoReal && v == 0) return nullptr;
                     return v;
+                } else if constexpr (std::is_same_v<V, std::string>) {
+                    return v.empty() ? std::string(default_block(c.arch)) : v;  // (unresolved: the listing's)
                 } else if constexpr (std::is_same_v<V, index_t>) {
                     if (o.kind == Kind::AutoSize && v == 0) return nullptr;  // None
                     if (o.kind == Kind::AutoId && v < 0) return nullptr;
@@ -472,6 +503,7 @@ std::pair<std::string, std::string> selector(const ModelConfig& c, PartKind kind
         const char* listing = c.positional == Positional::Sinusoidal ? "sinusoidal" : "learned";
         return {std::string("positional='") + (*n ? n : listing) + "'", n};
     }
+    if (kind == PartKind::Block) return {"block='" + c.block + "'", c.block};
     if (kind == PartKind::HeadKernel && c.arch != Arch::ED) {
         const char* n = c.attention == AttnKernel::Performer ? "performer"
                         : c.attention == AttnKernel::RFA     ? "rfa"
@@ -556,7 +588,8 @@ std::string ModelConfig::signature(Arch arch) {
 }
 
 std::vector<ModelConfig::OptionInfo> ModelConfig::option_infos(Arch arch) {
-    static const char* kinds[] = {"size", "auto_size", "count", "real", "auto_real", "bool", "seed", "enum", "rates", "auto_id"};
+    static const char* kinds[] = {"size", "auto_size", "count", "real", "auto_real", "bool", "seed", "enum", "rates", "auto_id",
+                                  "enum"};
     ModelConfig defaults;
     defaults.arch = arch;
     std::vector<OptionInfo> out;
@@ -584,7 +617,22 @@ ModelConfig build_config(Arch arch, const Options& keywords, const std::vector<O
     c.arch = arch;  // the enums' names are the architecture's (kMlps)
     std::vector<const OptionSpec*> given;
     const OptionValue* all_rates = nullptr;
-    auto take = [&](const std::string& name, const OptionValue& v) {
+    std::optional<bool> sandwich;  // sandwich_norm, if given
+    auto take = [&](const std::string& key, const OptionValue& v) {
+        std::string name = key;
+        OptionValue value = v;
+        if (key == "pre_norm" && arch == Arch::ED) {  // the name of earlier versions (files, keywords) for the block
+            const auto* b = std::get_if<bool>(&v);
+            if (!b) throw TypeError("pre_norm must be True or False, got " + std::string(type_name(v)));
+            name = "block", value = std::string(*b ? "pre_ln" : "post_ln");
+        }
+        if (key == "sandwich_norm" && arch == Arch::D) {  // V27's option of earlier versions: the block "sandwich"
+            const auto* b = std::get_if<bool>(&v);
+            if (!b) throw TypeError("sandwich_norm must be True or False, got " + std::string(type_name(v)));
+            if (sandwich) throw TypeError(who + " got multiple values for argument 'sandwich_norm'");
+            sandwich = *b;
+            return;
+        }
         const OptionSpec* o = find_option(name);
         if (!o || !(o->archs & bit(arch))) throw TypeError(who + " got an unexpected keyword argument '" + name + "'");
         if (o->kind == Kind::Real && o->check == Check::Rate && std::holds_alternative<std::monostate>(v))
@@ -596,11 +644,20 @@ ModelConfig build_config(Arch arch, const Options& keywords, const std::vector<O
             check_real(*o, real_of(*o, v));
             all_rates = &v;
         } else {
-            set_option(c, *o, v);
+            set_option(c, *o, value);
         }
     };
     for (std::size_t i = 0; i < positional.size(); ++i) take(sizes[i], positional[i]);
     for (const auto& [name, v] : keywords) take(name, v);
+    if (sandwich) {  // sandwich_norm=True: the pre-LN layer with its second norms, the block "sandwich"
+        const std::string b = c.block.empty() ? default_block(arch) : c.block;
+        if (*sandwich && b == "pre_ln") c.block = "sandwich";
+        else if (*sandwich && b != "sandwich")
+            throw ValueError("block='" + b + "' has no sandwich_norm (V27: Gemma's second norm on each sublayer is the "
+                             "block 'sandwich', the pre-LN layer's)");
+        else if (!*sandwich && b == "sandwich")
+            throw ValueError("sandwich_norm=False contradicts block='sandwich' (V27: its sublayers' second norms)");
+    }
     for (const OptionSpec& o : schema()) {
         const bool is_given = std::find(given.begin(), given.end(), &o) != given.end();
         if (is_given || !(o.archs & bit(arch))) continue;
@@ -719,10 +776,7 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
         if (id >= c.n_vocab)
             throw ValueError(std::string(name) + " = " + std::to_string(id) + " is out of range [0, n_vocab = " +
                              std::to_string(c.n_vocab) + ")");
-    if (arch == Arch::D && (c.n_segments > 0 || c.embed_norm || c.unembed_bias))
-        throw ValueError("n_segments, embed_norm and unembed_bias are ETransformer (and, but n_segments, EDTransformer) options");
-    if (c.separate_positions && c.positional != Positional::Learned)  // V22
-        throw ValueError("separate_positions=True gives the decoder its own learned W_p: it needs positional='learned'");
+    if (arch == Arch::D && c.unembed_bias) throw ValueError("unembed_bias is an ETransformer and EDTransformer option");
     // the variants (docs/variants.md)
     if (c.H_kv == 0) c.H_kv = c.H;
     if (c.H_kv > c.H || c.H % c.H_kv != 0)
@@ -738,12 +792,15 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
         throw ValueError("positional='rope' rotates pairs of rows: d_attn (the head size) must be even, got " +
                          std::to_string(c.d_attn));
     // the parts: the one of each kind c chooses, and its check (its options, what it needs of the rest)
+    if (c.block.empty()) c.block = default_block(arch);
     for (PartKind kind : {PartKind::Mask, PartKind::Position, PartKind::QKVSource, PartKind::HeadKernel, PartKind::MLP,
-                          PartKind::Norm}) {
+                          PartKind::Norm, PartKind::Block}) {
         const PartRow* row = choose(c, kind, from_file ? &c : nullptr);
         if (row && row->complete) row->complete(c.part_options, c);
         if (row && row->check) row->check(c.part_options, &c);
     }
+    for (const PartRow* row : chosen_embedding_steps(c.part_options))  // the embedding's steps: each its options chose
+        if (row->check) row->check(c.part_options, &c);
     if (c.attention == AttnKernel::BigBird) {  // V17 (block_sparse.hpp)
         if (arch != Arch::E)
             throw ValueError("attention='bigbird' is BigBird's bidirectional block layout: an ETransformer option");
@@ -778,12 +835,10 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
             throw ValueError("mtp_depth (multi-token prediction) does not combine with mask='prefix'");
         if (c.attention != AttnKernel::Softmax)
             throw ValueError("mtp_depth (multi-token prediction) needs attention='softmax' (its self-speculation takes back drafts)");
-        if (c.embed_scale > 0 || c.final_logit_softcapping > 0 || c.sandwich_norm)
+        if (c.part_options.real("embed_scale") > 0 || c.final_logit_softcapping > 0 || c.block == "sandwich")
             throw ValueError("mtp_depth (multi-token prediction) does not combine with Gemma's embed_scale, "
-                             "final_logit_softcapping or sandwich_norm");
+                             "final_logit_softcapping or block='sandwich' (sandwich_norm)");
     }
-    if (c.fixnorm && c.embed_scale > 0)
-        throw ValueError("embed_scale (Gemma's scaled embedding) does not combine with fixnorm (unit-norm embeddings)");
     check_model_size(c, arch);  // sizes.hpp: overflow-safe, before any layer is declared
     return c;
 }

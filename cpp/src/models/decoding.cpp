@@ -1,6 +1,6 @@
-// Decoding with caches (Algorithms 14, 15 call these): the decoder layers over cached keys and values, and the
-// models' decode steps. A block's forward_cached runs its listing lines for the new columns only; the keys and
-// values of earlier tokens come from the KV cache (MHAttention::append_kv, attend_cached).
+// Decoding with caches (Algorithms 14, 15 call these): a block's cached step over a KVCache, and the models'
+// decode steps. A block's forward_cached runs its lines for the new columns only; the keys and values of earlier
+// tokens come from the KV cache (MHAttention::append_kv, attend_cached).
 #include "formal_transformers/transformers.hpp"
 
 #include <cmath>
@@ -13,59 +13,19 @@
 namespace ft {
 using namespace models;
 
+// A block of an encoder only never decodes; a decoder's block runs its lines with `attend` for its attention.
 template <class T>
-void PreLNDecoderBlock<T>::forward_cached(const ParamStore<T>& store, MatView<T> X, index_t q0, KVCache<T>& kv,
-                                          DecodeScratch<T>& d, const Mask* mask) const {
-    MatView<T> Xt = ensure(d.Xt, X.rows, X.cols);
-    norm1.forward(store, X, Xt, d.norm);                          // line 5
-    attn.append_kv(store, Xt, kv);                                // keys/values of the new tokens
-    if (!post1) {
-        attn.attend_cached(store, Xt, q0, kv, X, d.attn, true, mask);  // line 6
-    } else {  // V27: X ← X + norm(MHAttention(X̃) | γ¹′)
-        MatView<T> Y = ensure(d.tmp, X.rows, X.cols);
-        attn.attend_cached(store, Xt, q0, kv, Y, d.attn, false, mask);
-        post1->forward(store, Y, Y, d.norm);
-        for (index_t i = 0; i < X.size(); ++i) X.data[i] += Y.data[i];
-    }
-    norm2.forward(store, X, Xt, d.norm);                      // line 7
-    if (!post2) {
-        mlp.forward(store, Xt, X, d.mlp);                     // line 8
-    } else {  // V27: X ← X + norm(MLP(X̃) | γ²′)
-        MatView<T> Y = zeros(d.tmp, X.rows, X.cols);
-        mlp.forward(store, Xt, Y, d.mlp);
-        post2->forward(store, Y, Y, d.norm);
-        for (index_t i = 0; i < X.size(); ++i) X.data[i] += Y.data[i];
-    }
+void SelfBlock<T>::forward_cached(const ParamStore<T>&, MatView<T>, const Attend&, DecodeScratch<T>&) const {
+    throw ValueError("this block is an encoder's layer: it has no decoding with a cache");
 }
-
+// over a KVCache: the new columns' keys and values appended, then attended at positions q0, q0+1, …
 template <class T>
-void PostLNDecoderBlock<T>::forward_cached(const ParamStore<T>& store, index_t q0, KVCache<T>& self_kv,
-                                           const KVCache<T>& cross_kv, DecodeScratch<T>& d) const {
-    MatView<T> X = view(d.X), R = ensure(d.tmp, X.rows, X.cols);
-    std::copy(X.data, X.data + X.size(), R.data);
-    self_attn.append_kv(store, X, self_kv);
-    self_attn.attend_cached(store, X, q0, self_kv, R, d.attn, true);  // line 14
-    norm3.forward(store, R, X, d.norm);                               // line 15
-    std::copy(X.data, X.data + X.size(), R.data);
-    cross_attn.attend_cached(store, X, q0, cross_kv, R, d.attn, true);  // line 16
-    norm4.forward(store, R, X, d.norm);                                 // line 17
-    std::copy(X.data, X.data + X.size(), R.data);
-    mlp.forward(store, X, R, d.mlp);                                    // line 18
-    norm5.forward(store, R, X, d.norm);                                 // line 19
-}
-
-// V18 lines 1–3 (T5's decoder layer) over the cached keys and values
-template <class T>
-void PreLNCrossDecoderBlock<T>::forward_cached(const ParamStore<T>& store, index_t q0, KVCache<T>& self_kv,
-                                               const KVCache<T>& cross_kv, DecodeScratch<T>& d) const {
-    MatView<T> X = view(d.X), Xt = ensure(d.Xt, X.rows, X.cols);
-    norm1.forward(store, X, Xt, d.norm);                                // line 1
-    self_attn.append_kv(store, Xt, self_kv);
-    self_attn.attend_cached(store, Xt, q0, self_kv, X, d.attn, true);
-    norm2.forward(store, X, Xt, d.norm);                                // line 2
-    cross_attn.attend_cached(store, Xt, q0, cross_kv, X, d.attn, true);
-    norm3.forward(store, X, Xt, d.norm);                                // line 3
-    mlp.forward(store, Xt, X, d.mlp);
+void SelfBlock<T>::forward_cached(const ParamStore<T>& store, MatView<T> X, index_t q0, KVCache<T>& kv,
+                                  DecodeScratch<T>& d, const Mask* mask) const {
+    forward_cached(store, X, [&](const MHAttention<T>& a, CMatView<T> Xt, MatView<T> out) {
+        a.append_kv(store, Xt, kv);
+        a.attend_cached(store, Xt, q0, kv, out, d.attn, true, mask);
+    }, d);
 }
 
 // Algorithm 10 for n new tokens at positions d.len, …, with the keys and values of the earlier tokens
@@ -91,8 +51,8 @@ void DTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* z) co
     }
     d.kv.resize(std::size_t(cfg.L));
     MatView<T> X = ensure(d.w.X, cfg.d_e, n);
-    this->tok.forward(store, ids, n, X);                       // line 2, new tokens only
-    this->pos.forward_seqs(store, Seqs::single(n), X, d.len);  //   at positions d.len, d.len+1, …
+    this->emb->forward(store, EmbedInput<T>{this->tok, ids, n}, this->pos, Seqs::single(n), d.len, X, nullptr);  // lines 1–3,
+                                                                     // new tokens only, at positions d.len, d.len+1, …
     for (index_t l = 0; l < cfg.L; ++l)
         layer[std::size_t(l)]->forward_cached(store, X, d.len, d.kv[std::size_t(l)], d.w, prefix ? &*prefix : nullptr);  // lines 5–8
     MatView<T> last = ensure(d.w.tmp, cfg.d_e, 1);
@@ -107,13 +67,10 @@ void EDTransformer<T>::encode(Decoder& d, const index_t* z, index_t l_z) const {
     validate(zt, cfg.n_vocab, cfg.l_max, "z");
     NormCache<T> nc;
     typename StackEmbedding<T>::Cache ec;
-    CMatView<T> Z = encoder_forward(zt, d.enc_acts, d.enc_pre_acts, d.zstream, d.Zf, nc, ec);  // lines 1–9, once per context
+    CMatView<T> Z = encoder_forward(zt, d.enc_acts, d.zstream, d.Zf, nc, ec);  // lines 1–9, once per context
     d.self_kv.assign(std::size_t(cfg.L_dec), KVCache<T>());
     d.cross_kv.assign(std::size_t(cfg.L_dec), KVCache<T>());
-    for (index_t l = 0; l < cfg.L_dec; ++l) {
-        const MHAttention<T>& cross = cfg.pre_norm ? dec_pre[std::size_t(l)]->cross_attn : dec_layer[std::size_t(l)]->cross_attn;
-        cross.append_kv(store, Z, d.cross_kv[std::size_t(l)]);
-    }
+    for (index_t l = 0; l < cfg.L_dec; ++l) dec_layer[std::size_t(l)]->cross_attn.append_kv(store, Z, d.cross_kv[std::size_t(l)]);
     d.len = 0;
 }
 
@@ -126,12 +83,12 @@ void EDTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* logi
     FT_CHECK(index_t(d.self_kv.size()) == cfg.L_dec, "EDTransformer::decode before encode()");
     for (index_t t = 0; t < n; ++t)
         if (ids[t] < 0 || ids[t] >= cfg.n_vocab) throw IndexError("token id " + std::to_string(ids[t]) + " out of range");
-    emb_dec->forward(store, this->tok, this->pos, ids, Seqs::single(n), d.len, d.w.X, d.emb);  // line 11 (V22: 11′–12′)
+    emb_dec->forward(store, EmbedInput<T>{this->tok, ids, n}, this->pos, Seqs::single(n), d.len, ensure(d.w.X, cfg.d_e, n),
+                     &d.emb);  // lines 10–12
     MatView<T> X = view(d.w.X);
     for (index_t l = 0; l < cfg.L_dec; ++l) {
         const std::size_t i = std::size_t(l);
-        if (cfg.pre_norm) dec_pre[i]->forward_cached(store, d.len, d.self_kv[i], d.cross_kv[i], d.w);  // V18 lines 1–3
-        else dec_layer[i]->forward_cached(store, d.len, d.self_kv[i], d.cross_kv[i], d.w);  // lines 14–19
+        dec_layer[i]->forward_cached(store, d.len, d.self_kv[i], d.cross_kv[i], d.w);  // lines 14–19
     }
     CMatView<T> last = X.cols_range(n - 1, 1);
     if (head_input()) {  // V18: s · norm(X | γ_dec)
@@ -143,17 +100,11 @@ void EDTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* logi
     d.len += n;
 }
 
-template void PreLNDecoderBlock<float>::forward_cached(const ParamStore<float>&, MatView<float>, index_t, KVCache<float>&,
-                                                  DecodeScratch<float>&, const Mask*) const;
-template void PostLNDecoderBlock<float>::forward_cached(const ParamStore<float>&, index_t, KVCache<float>&, const KVCache<float>&,
-                                                   DecodeScratch<float>&) const;
+template class SelfBlock<float>;
+template class SelfBlock<double>;
 template void DTransformer<float>::decode(Decoder&, const index_t*, index_t, float*) const;
 template void EDTransformer<float>::encode(Decoder&, const index_t*, index_t) const;
 template void EDTransformer<float>::decode(Decoder&, const index_t*, index_t, float*) const;
-template void PreLNDecoderBlock<double>::forward_cached(const ParamStore<double>&, MatView<double>, index_t, KVCache<double>&,
-                                                  DecodeScratch<double>&, const Mask*) const;
-template void PostLNDecoderBlock<double>::forward_cached(const ParamStore<double>&, index_t, KVCache<double>&, const KVCache<double>&,
-                                                   DecodeScratch<double>&) const;
 template void DTransformer<double>::decode(Decoder&, const index_t*, index_t, double*) const;
 template void EDTransformer<double>::encode(Decoder&, const index_t*, index_t) const;
 template void EDTransformer<double>::decode(Decoder&, const index_t*, index_t, double*) const;

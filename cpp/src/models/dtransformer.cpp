@@ -15,20 +15,23 @@ using namespace models;
 // ======================================== Algorithm 10 ================================================
 template <class T>
 DTransformer<T>::DTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::D)) {
+    this->emb = make_stack_embedding<T>("tokens", EmbeddingSpec{&cfg, ""}, store);  // lines 1–3 (its steps': none in θ)
     const Activation act = cfg.gelu == Gelu::Tanh ? Activation::GeluTanh : Activation::Gelu;
-    for (index_t l = 0; l < cfg.L; ++l)  // (V26: each layer's mask and RoPE θ)
-        layer.push_back(std::make_unique<PreLNDecoderBlock<T>>(cfg, act, store, layer_prefix("layers", l), layer_mask(cfg, l),
-                                                               layer_variant(cfg, l)));
+    for (index_t l = 0; l < cfg.L; ++l) {  // the config's block; line 6's Mask and RoPE θ each layer's (V26)
+        const BlockSpec spec{&cfg, act, layer_mask(cfg, l), layer_variant(cfg, l), AttnVariant()};
+        layer.push_back(make_self_block<T>(cfg.block, spec, store, layer_prefix("layers", l)));
+    }
     norm_f = std::make_unique<Norm<T>>(norm_name(cfg.norm), cfg.d_e, cfg.eps, store, "gamma", "beta");
     for (index_t k = 0; k < cfg.mtp_depth; ++k)  // V16's modules (multi_token.hpp)
         mtp.push_back(std::make_shared<MTPModule<T>>(cfg, act, store, layer_prefix("mtp", k)));
     Rng rng = this->make_head_and_allocate(cfg.d_e);
     const double s = cfg.init_std, s_out = cfg.init_std / std::sqrt(2.0 * double(cfg.L));
+    this->emb->init(store, rng, s);
     for (auto& b : layer) b->init(store, rng, s, s_out);
     norm_f->init(store);
     this->unemb->init(store, rng, s);
     for (auto& m : mtp) m->init(store, rng, s, s_out);  // after θ of Algorithm 10: its initial values unchanged
-    acts_.resize(std::size_t(cfg.L));
+    for (auto& b : layer) acts_.push_back(b->make_acts());
     stream_.resize(std::size_t(cfg.L + 1));
 }
 
@@ -48,7 +51,7 @@ void DTransformer<T>::forward(const Tokens& x) {
     for (index_t l = 0; l < cfg.L; ++l) {  // line 4
         poll();
         const std::size_t i = std::size_t(l);
-        layer[i]->forward(store, view(stream_[i]), x.s, ensure(stream_[i + 1], d_e, n), acts_[i], this->train_,
+        layer[i]->forward(store, view(stream_[i]), x.s, ensure(stream_[i + 1], d_e, n), *acts_[i], this->train_,
                           DropPlace{DropGroup::Layers, std::uint64_t(l)}, prefix ? &*prefix : nullptr);  // lines 5–8
     }
     norm_f->forward(store, view(stream_[std::size_t(cfg.L)]), ensure(Xf_, d_e, n), norm_gamma_);  // line 10: X ← layer_norm(X | γ, β)
@@ -66,7 +69,7 @@ void DTransformer<T>::run_backward(const typename Model<T>::Batch& in, BackwardW
     }
     for (index_t l = cfg.L - 1; l >= 0; --l) {
         poll();
-        layer[std::size_t(l)]->backward(store, in.x->s, acts_[std::size_t(l)], w);  // lines 8–5
+        layer[std::size_t(l)]->backward(store, view(stream_[std::size_t(l)]), in.x->s, *acts_[std::size_t(l)], w);  // lines 8–5
     }
     this->embed_dropout_backward(this->drop_embed_, view(w.dX));
     this->embed_backward(*in.x, view(w.dX));  // line 2

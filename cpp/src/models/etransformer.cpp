@@ -13,22 +13,24 @@ using namespace models;
 // ======================================== Algorithm 9 =================================================
 template <class T>
 ETransformer<T>::ETransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::E)) {
-    if (cfg.n_segments > 0) W_s = store.matrix("W_s", cfg.d_e, cfg.n_segments);  // BERT options, after W_e, W_p
-    if (cfg.embed_norm) norm_e = std::make_unique<Norm<T>>("layer", cfg.d_e, cfg.eps, store, "gamma_e", "beta_e");
-    for (index_t l = 0; l < cfg.L; ++l) layer.push_back(std::make_unique<PostLNEncoderBlock<T>>(cfg, gelu(), store, layer_prefix("layers", l)));
+    this->emb = make_stack_embedding<T>("tokens", EmbeddingSpec{&cfg, ""}, store);  // its steps' parameters after W_e, W_p
+    for (index_t l = 0; l < cfg.L; ++l) {  // line 5's Mask ≡ 1 (V17: each layer's BigBird layouts)
+        const std::string p = layer_prefix("layers", l);
+        const BlockSpec spec{&cfg, gelu(), encoder_mask(cfg, p + "attn."), attn_variant(cfg, false), AttnVariant()};
+        layer.push_back(make_self_block<T>(cfg.block, spec, store, p));
+    }
     W_f = store.matrix("W_f", cfg.d_f, cfg.d_e);
     b_f = store.vector("b_f", cfg.d_f);
     norm_f = std::make_unique<Norm<T>>("layer", cfg.d_f, cfg.eps, store, "gamma", "beta");
     Rng rng = this->make_head_and_allocate(cfg.d_f);
     const double s = cfg.init_std, s_out = cfg.init_std / std::sqrt(2.0 * double(cfg.L));
-    if (cfg.n_segments > 0) store.normal(W_s.offset, cfg.d_e * cfg.n_segments, s, rng);  // as W_e, W_p
-    if (norm_e) norm_e->init(store);
+    this->emb->init(store, rng, s);  // (BERT's W_s drawn as W_e, W_p)
     for (auto& b : layer) b->init(store, rng, s, s_out);
     store.normal(W_f.offset, cfg.d_f * cfg.d_e, s, rng);
     store.fill(b_f.offset, cfg.d_f, T(0));
     norm_f->init(store);
     this->unemb->init(store, rng, s);
-    acts_.resize(std::size_t(cfg.L));
+    for (auto& b : layer) acts_.push_back(b->make_acts());
     stream_.resize(std::size_t(cfg.L + 1));
 }
 
@@ -36,34 +38,14 @@ template <class T>
 void ETransformer<T>::forward(const Tokens& x, const index_t* seg) {
     validate(x, cfg, "x");
     const index_t n = x.s.total(), d_e = cfg.d_e;
-    if (seg && cfg.n_segments <= 0) throw ValueError("segment ids given, but the model has no segment embeddings (n_segments = 0)");
-    if (seg)
-        for (index_t t = 0; t < n; ++t)
-            if (seg[t] < 0 || seg[t] >= cfg.n_segments)
-                throw IndexError("segment id " + std::to_string(seg[t]) + " at column " + std::to_string(t) +
-                                 " is out of range [0, " + std::to_string(cfg.n_segments) + ")");
+    this->emb->check(EmbedInput<T>{this->tok, x.ids, n, seg});  // (BERT's segment ids)
     this->last_.done = false;
-    const bool bert_embed = cfg.n_segments > 0 || cfg.embed_norm;
-    Matrix<T>& E = cfg.embed_norm ? E_ : stream_[0];
-    this->embed(x, E);  // lines 1–3
-    if (bert_embed) {
-        MatView<T> Ev = view(E);
-        if (cfg.n_segments > 0) {  // BERT: e_t += W_s[:, seg[t]]  (beyond the listing's line 2)
-            CMatView<T> Ws = store.W(W_s);
-            for (index_t t = 0; t < n; ++t) {
-                const T* w = Ws.col(seg ? seg[t] : 0);
-                T* e = Ev.col(t);
-                for (index_t i = 0; i < d_e; ++i) e[i] += w[i];
-            }
-        }
-        if (cfg.embed_norm)  // BERT: X[:, t] ← layer_norm(X[:, t] | γ_e, β_e)  (after line 3)
-            norm_e->forward(store, view(E_), ensure(stream_[0], d_e, n), norm_e_cache_);
-    }
+    this->embed(x, stream_[0], seg);  // lines 1–3
     this->embed_dropout(stream_[0], DropSite::EmbedX, this->drop_embed_);  // (training) X ← Dropout(X), after BERT's norm
     for (index_t l = 0; l < cfg.L; ++l) {  // line 4
         poll();
         const std::size_t i = std::size_t(l);
-        layer[i]->forward(store, view(stream_[i]), x.s, ensure(stream_[i + 1], d_e, n), acts_[i], this->train_,
+        layer[i]->forward(store, view(stream_[i]), x.s, ensure(stream_[i + 1], d_e, n), *acts_[i], this->train_,
                           DropPlace{DropGroup::Layers, std::uint64_t(l)});  // lines 5–8
     }
     MatView<T> F = ensure(F_, cfg.d_f, n), G = ensure(G_, cfg.d_f, n);
@@ -86,24 +68,10 @@ void ETransformer<T>::run_backward(const typename Model<T>::Batch& in, BackwardW
     for (index_t l = cfg.L - 1; l >= 0; --l) {
         poll();
         const std::size_t i = std::size_t(l);
-        layer[i]->backward(store, view(stream_[i]), x.s, acts_[i], w);  // lines 8–5
+        layer[i]->backward(store, view(stream_[i]), x.s, *acts_[i], w);  // lines 8–5
     }
     this->embed_dropout_backward(this->drop_embed_, view(w.dX));
-    CMatView<T> dE = view(w.dX);
-    if (cfg.embed_norm) {  // BERT: layer_norm(· | γ_e, β_e) after line 3
-        MatView<T> dEn = zeros(w.dXt, cfg.d_e, n);
-        norm_e->backward(store, view(w.dX), norm_e_cache_, dEn);
-        dE = dEn;
-    }
-    if (cfg.n_segments > 0) {  // BERT: dW_s[:, seg[t]] += dE[:, t]
-        MatView<T> dWs = store.dW(W_s);
-        for (index_t t = 0; t < n; ++t) {
-            T* g = dWs.col(in.segments ? in.segments[t] : 0);
-            const T* d = dE.col(t);
-            for (index_t i = 0; i < cfg.d_e; ++i) g[i] += d[i];
-        }
-    }
-    this->embed_backward(x, dE);  // line 2
+    this->embed_backward(x, view(w.dX), in.segments);  // lines 3–1
 }
 
 // Algorithm 12 line 9: loss = −Σ_{t∈T̃} log P[x[t], t],  T̃ = {t : x̃[t] = mask_token}

@@ -51,7 +51,6 @@ Rng Model<T>::make_head_and_allocate(index_t d) {
                      : std::make_unique<Unembedding<T>>(cfg.n_vocab, d, store, "W_u");
     if (cfg.unembed_bias) unemb->add_bias(store, "b_u");  // BERT's option (0 at initialisation)
     unemb->softcap = cfg.final_logit_softcapping;         // Gemma 2's c_f·tanh(W_u X / c_f) (0: none)
-    tok.scale = cfg.embed_scale;                          // Gemma's s · W_e[:, v] (0: none)
     declare_lora(cfg.lora, store);  // LoRA's A and B (lora.hpp), after every other entry of θ
     store.allocate();
     Rng rng(cfg.seed);
@@ -61,10 +60,9 @@ Rng Model<T>::make_head_and_allocate(index_t d) {
 }
 
 template <class T>
-void Model<T>::embed(const Tokens& x, Matrix<T>& X) const {
-    MatView<T> E = ensure(X, cfg.d_e, x.s.total());
-    tok.forward(store, x.ids, x.s.total(), E);  // line 2: e_t ← W_e[:, x[t]] …
-    pos.forward_seqs(store, x.s, E);            //          … + W_p[:, t]   (line 3: X ← [e_1, …, e_ℓ])
+void Model<T>::embed(const Tokens& x, Matrix<T>& X, const index_t* segments) {
+    const EmbedInput<T> in{tok, x.ids, x.s.total(), segments};
+    emb->forward(store, in, pos, x.s, 0, ensure(X, cfg.d_e, x.s.total()), &embed_c_);  // lines 1–3
 }
 
 // Dropout after the embedding sum (line 3): X ← Dropout(X | p_embed, M) in training; the mask is cleared otherwise
@@ -83,9 +81,8 @@ void Model<T>::embed_dropout_backward(const DropoutMask& m, MatView<T> dX) const
 }
 
 template <class T>
-void Model<T>::embed_backward(const Tokens& x, CMatView<T> dX) {
-    tok.backward(store, x.ids, x.s.total(), dX);
-    pos.backward_seqs(store, x.s, dX);
+void Model<T>::embed_backward(const Tokens& x, MatView<T> dX, const index_t* segments) {
+    emb->backward(store, EmbedInput<T>{tok, x.ids, x.s.total(), segments}, pos, x.s, dX, embed_c_);
 }
 
 template <class T>
@@ -121,9 +118,11 @@ double Model<T>::run_loss(const Batch& in, bool grad, index_t* n_scored, index_t
     Dropout d{cfg.embed_dropout, cfg.attn_dropout, cfg.resid_dropout, dropout_seed, dropout_step};
     struct Reset {
         const Dropout*& p;
-        ~Reset() { p = nullptr; }
-    } reset{train_};
+        ParamStore<T>& store;
+        ~Reset() { p = nullptr, store.lora_training(false); }
+    } reset{train_, store};
     train_ = grad && cfg.has_dropout() ? &d : nullptr;
+    store.lora_training(grad, dropout_seed, dropout_step);  // LoRA's adapters drop their inputs (lora.hpp line 2′)
     run_forward(in);
     train_ = nullptr;
     if (grad) ++dropout_step;
@@ -144,6 +143,7 @@ double Model<T>::run_loss(const Batch& in, bool grad, index_t* n_scored, index_t
     const double aux = aux_loss(in, true, loss, w);  // V16: its parameters' gradients now, the trunk's in run_backward
     run_backward(in, w);
     store.adapters_backward();  // LoRA (lora.hpp line d1): ∂loss/∂A, ∂loss/∂B from ∂loss/∂W'
+    store.lora_training(false);
     return loss + aux;
 }
 

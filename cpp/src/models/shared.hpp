@@ -200,12 +200,17 @@ void add_weights_mask(std::vector<typename Model<T>::MaskRef>& out, const std::s
     add_mask<T>(out, name, c.drop, true, kind, l, c.A.data());
 }
 
+// a block's activations, held by value (ViT) or through the block's make_acts
+template <class A>
+const A& deref(const A& a) { return a; }
+template <class A>
+const A& deref(const std::unique_ptr<A>& a) { return *a; }
 // the masks of blocks with one self-attention (D, E, ED's encoder), their layers named prefix.l.
 template <class T, class Acts>
 void self_block_masks(std::vector<typename Model<T>::MaskRef>& r, const char* prefix, const std::vector<Acts>& acts,
                       AttentionKind kind) {
     for (index_t l = 0; l < index_t(acts.size()); ++l) {
-        const auto& a = acts[std::size_t(l)];
+        const auto& a = deref(acts[std::size_t(l)]);
         const std::string p = layer_prefix(prefix, l);
         add_weights_mask<T>(r, p + "attn.weights", a.attn, kind, l);
         add_mask<T>(r, p + "attn.out", a.drop_attn);

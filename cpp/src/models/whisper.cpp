@@ -1,7 +1,7 @@
 // Listing V29: Whisper, the encoder-decoder on a log-mel spectrogram (whisper.hpp quotes the listing;
-// docs/variants.md V28, V29). The encoder's layer is Algorithm 10's pre-LN block of transformers.hpp, reused, with
-// Mask ≡ 1 and GELU; the decoder's is V18a's pre-norm cross layer written out with GELU (WhisperDecoderLayer); both
-// with layer_norm and biases.
+// docs/variants.md V28, V29). Its layers are the registered block "pre_ln" of an EDTransformer's stacks (parts.hpp
+// PartKind::Block): the encoder's Algorithm 10's pre-LN layer with Mask ≡ 1, the decoder's V18a's pre-norm cross
+// layer; both with layer_norm, biases and the MLP's GELU (the config's mlp = GELU, as BART's V22).
 #include "formal_transformers/whisper.hpp"
 
 #include <algorithm>
@@ -60,6 +60,8 @@ ModelConfig layer_config(const WhisperConfig& w) {
     check(w);
     ModelConfig c;  // the layers' options: layer_norm, exact GELU, biases, attention as Algorithm 4 prints it
     c.arch = Arch::ED;
+    c.block = "pre_ln";            // V18a's layers (Algorithm 10's with Mask ≡ 1 in the encoder)
+    c.mlp = ModelConfig::Mlp::Gelu;  // the MLPs' φ: GELU (Algorithm 8's is ReLU)
     c.n_vocab = w.n_vocab;
     c.l_max = w.n_text_ctx;
     c.L_enc = w.L_enc, c.L_dec = w.L_dec, c.H = w.H, c.d_e = w.d_e, c.d_mlp = w.d_mlp;
@@ -72,73 +74,20 @@ ModelConfig layer_config(const WhisperConfig& w) {
 }
 }  // namespace
 
-// ------------------------------ V29 line 5: the decoder layer ------------------------------------------------
-template <class T>
-WhisperDecoderLayer<T>::WhisperDecoderLayer(const ModelConfig& c, ParamStore<T>& store, const std::string& p)
-    : norm1("layer", c.d_e, c.eps, store, p + "gamma1", p + "beta1"),
-      self_attn(c.H, c.d_e, c.d_e, c.d_attn, c.d_mid, c.d_e, Mask::unidirectional(), store, p + "attn.",
-                attn_variant(c, false)),
-      norm2("layer", c.d_e, c.eps, store, p + "gamma2", p + "beta2"),
-      cross_attn(c.H, c.d_e, c.d_e, c.d_attn, c.d_mid, c.d_e, Mask::bidirectional(), store, p + "cross_attn.",
-                 attn_variant(c, false)),
-      norm3("layer", c.d_e, c.eps, store, p + "gamma3", p + "beta3"),
-      mlp("standard", mlp_spec(c, Activation::Gelu, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4"), store, p) {}
-
-template <class T>
-void WhisperDecoderLayer<T>::init(ParamStore<T>& store, Rng& rng, double s, double s_out) const {
-    norm1.init(store);
-    self_attn.init(store, rng, s, s_out);
-    norm2.init(store);
-    cross_attn.init(store, rng, s, s_out);
-    norm3.init(store);
-    mlp.init(store, rng, s, s_out);
-}
-
-template <class T>
-void WhisperDecoderLayer<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z,
-                                     const Seqs& sz, MatView<T> X_out, Acts& a) const {
-    const index_t d_e = X.rows, n = X.cols;
-    MatView<T> Xt1 = ensure(a.Xt_self, d_e, n);
-    norm1.forward(store, X, Xt1, a.norm_gamma1);  // line 1: X̃ ← layer_norm(X | γ¹, β¹)
-    MatView<T> Xs = copy_into(a.X_self, X);
-    self_attn.forward(store, Xt1, sx, Xt1, sx, Xs, a.self_attn, /*accumulate=*/true);  // line 1: X ← X + MHAttention(X̃)
-    MatView<T> Xt2 = ensure(a.Xt_cross, d_e, n);
-    norm2.forward(store, Xs, Xt2, a.norm_gamma2);  // line 2: X̃ ← layer_norm(X | γ², β²)
-    MatView<T> Xc = copy_into(a.X_cross, CMatView<T>(Xs));
-    cross_attn.forward(store, Xt2, sx, Z, sz, Xc, a.cross_attn, true);  // line 2: X ← X + MHAttention(X̃, Z | Mask ≡ 1)
-    MatView<T> Xt3 = ensure(a.Xt_mlp, d_e, n);
-    norm3.forward(store, Xc, Xt3, a.norm_gamma3);  // line 3: X̃ ← layer_norm(X | γ³, β³)
-    std::copy(Xc.data, Xc.data + Xc.size(), X_out.data);
-    mlp.forward(store, Xt3, X_out, a.mlp);  // line 3: X ← X + W_mlp4 GELU(W_mlp3 X̃ + b_mlp3 1ᵀ) + b_mlp4 1ᵀ
-}
-
-template <class T>
-void WhisperDecoderLayer<T>::backward(ParamStore<T>& store, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
-                                      const Acts& a, MatView<T> dZ, BackwardWork<T>& w) const {
-    MatView<T> dX = view(w.dX);
-    MatView<T> dXt = zeros(w.dXt, dX.rows, dX.cols);  // d(line 3): X_out = X_cross + MLP(X̃_mlp)
-    mlp.backward(store, view(a.Xt_mlp), a.mlp, CMatView<T>(dX), dXt, w.dH);
-    norm3.backward(store, dXt, a.norm_gamma3, dX);
-    zero(dXt);  // d(line 2): X_cross = X_self + MHAttention(X̃_cross, Z): the context gets ∂/∂Z too
-    cross_attn.backward(store, view(a.Xt_cross), sx, Z, sz, a.cross_attn, CMatView<T>(dX), dXt, dZ, w.attn);
-    norm2.backward(store, dXt, a.norm_gamma2, dX);
-    zero(dXt);  // d(line 1): X_self = X + MHAttention(X̃_self)
-    self_attn.backward(store, view(a.Xt_self), sx, view(a.Xt_self), sx, a.self_attn, CMatView<T>(dX), dXt, dXt, w.attn);
-    norm1.backward(store, dXt, a.norm_gamma1, dX);
-}
-
 // ------------------------------ V29: the model --------------------------------------------------------------
 template <class T>
 Whisper<T>::Whisper(const WhisperConfig& c)
     : wc(c), cfg(layer_config(c)), front(c.n_mels, c.d_e, store, "conv."), W_sin(whisper_sinusoids<T>(c.n_audio_ctx, c.d_e)),
       tok(c.n_vocab, c.d_e, store, "W_e") {
+    const Activation act = ed_activation(cfg);  // GELU
+    const BlockSpec enc_spec{&cfg, act, Mask::bidirectional(), attn_variant(cfg, false), AttnVariant()};
+    const BlockSpec dec_spec{&cfg, act, Mask::unidirectional(), attn_variant(cfg, false), attn_variant(cfg, false)};
     for (index_t l = 0; l < c.L_enc; ++l)  // line 2: pre-LN layers with Mask ≡ 1
-        enc.push_back(std::make_unique<PreLNDecoderBlock<T>>(cfg, Activation::Gelu, store, layer_prefix("enc", l),
-                                                             Mask::bidirectional(), attn_variant(cfg, false)));
+        enc.push_back(make_self_block<T>(cfg.block, enc_spec, store, layer_prefix("enc", l)));
     norm_enc = std::make_unique<Norm<T>>("layer", c.d_e, c.eps, store, "enc.gamma", "enc.beta");  // line 3
     W_p = store.matrix("W_p", c.d_e, c.n_text_ctx);                                                // line 4
     for (index_t l = 0; l < c.L_dec; ++l)                                                            // line 5
-        dec.push_back(std::make_unique<WhisperDecoderLayer<T>>(cfg, store, layer_prefix("dec", l)));
+        dec.push_back(make_cross_block<T>(cfg.block, dec_spec, store, layer_prefix("dec", l)));
     norm_dec = std::make_unique<Norm<T>>("layer", c.d_e, c.eps, store, "dec.gamma", "dec.beta");  // line 6
     store.allocate();
     Rng rng(c.seed);  // N(0, init_std²) weights and embeddings, residual projections / √(2 layers), biases 0, γ = 1
@@ -150,8 +99,8 @@ Whisper<T>::Whisper(const WhisperConfig& c)
     norm_enc->init(store);
     for (auto& b : dec) b->init(store, rng, s, s_out);
     norm_dec->init(store);
-    enc_acts_.resize(std::size_t(c.L_enc));
-    dec_acts_.resize(std::size_t(c.L_dec));
+    for (auto& b : enc) enc_acts_.push_back(b->make_acts());
+    for (auto& b : dec) dec_acts_.push_back(b->make_acts());
     zstream_.resize(std::size_t(c.L_enc + 1));
     xstream_.resize(std::size_t(c.L_dec + 1));
 }
@@ -181,7 +130,7 @@ void Whisper<T>::forward(const T* features, index_t B, index_t n_frames, const i
     for (index_t l = 0; l < wc.L_enc; ++l) {  // line 2
         poll();
         const std::size_t i = std::size_t(l);
-        enc[i]->forward(store, view(zstream_[i]), sz_, ensure(zstream_[i + 1], d_e, nz), enc_acts_[i]);
+        enc[i]->forward(store, view(zstream_[i]), sz_, ensure(zstream_[i + 1], d_e, nz), *enc_acts_[i]);
     }
     norm_enc->forward(store, view(zstream_.back()), ensure(Zf_, d_e, nz), norm_enc_c_);  // line 3
     const index_t nx = sx.total();
@@ -197,7 +146,7 @@ void Whisper<T>::forward(const T* features, index_t B, index_t n_frames, const i
     for (index_t l = 0; l < wc.L_dec; ++l) {  // line 5
         poll();
         const std::size_t i = std::size_t(l);
-        dec[i]->forward(store, view(xstream_[i]), sx, view(Zf_), sz_, ensure(xstream_[i + 1], d_e, nx), dec_acts_[i]);
+        dec[i]->forward(store, view(xstream_[i]), sx, view(Zf_), sz_, ensure(xstream_[i + 1], d_e, nx), *dec_acts_[i]);
     }
     MatView<T> Xf = ensure(Xf_, d_e, nx);
     norm_dec->forward(store, view(xstream_.back()), Xf, norm_dec_c_);  // line 6
@@ -249,7 +198,8 @@ void Whisper<T>::backward(MatView<T> dLogits, Matrix<T>* dF) {
     MatView<T> dZ = zeros(work_.dZ, d_e, nz);
     for (index_t l = wc.L_dec - 1; l >= 0; --l) {                                  // d(line 5)
         poll();
-        dec[std::size_t(l)]->backward(store, sx_, view(Zf_), sz_, dec_acts_[std::size_t(l)], dZ, work_);
+        const std::size_t i = std::size_t(l);
+        dec[i]->backward(store, view(xstream_[i]), sx_, view(Zf_), sz_, *dec_acts_[i], dZ, work_);
     }
     CMatView<T> dX0 = view(work_.dX);                                              // d(line 4)
     MatView<T> dWp = store.dW(W_p);
@@ -264,7 +214,8 @@ void Whisper<T>::backward(MatView<T> dLogits, Matrix<T>* dF) {
     norm_enc->backward(store, view(work_.dZ), norm_enc_c_, dZ0);                   // d(line 3)
     for (index_t l = wc.L_enc - 1; l >= 0; --l) {                                  // d(line 2)
         poll();
-        enc[std::size_t(l)]->backward(store, sz_, enc_acts_[std::size_t(l)], work_);
+        const std::size_t i = std::size_t(l);
+        enc[i]->backward(store, view(zstream_[i]), sz_, *enc_acts_[i], work_);
     }
     // d(line 1): W_sin is fixed; back through V28's lines 4–1
     if (dF) {
@@ -278,17 +229,15 @@ void Whisper<T>::backward(MatView<T> dLogits, Matrix<T>* dF) {
 template <class T>
 CMatView<T> Whisper<T>::attention_weights(AttentionKind kind, index_t l, index_t b, index_t h) const {
     FT_CHECK(done_, "Whisper::attention_weights before a forward");
-    const MHAttentionCache<T>& c = kind == AttentionKind::Encoder ? enc_acts_[std::size_t(l)].attn
-                                 : kind == AttentionKind::Decoder ? dec_acts_[std::size_t(l)].self_attn
-                                                                  : dec_acts_[std::size_t(l)].cross_attn;
+    const MHAttentionCache<T>& c = kind == AttentionKind::Encoder ? enc_acts_[std::size_t(l)]->attn
+                                 : kind == AttentionKind::Decoder ? dec_acts_[std::size_t(l)]->self_attn
+                                                                  : dec_acts_[std::size_t(l)]->cross_attn;
     c.ensure_weights();
     const index_t rows = kind == AttentionKind::Decoder ? sx_.len(b) : sz_.len(b);
     const index_t cols = kind == AttentionKind::Encoder ? sz_.len(b) : sx_.len(b);
     return {c.A.data() + c.A_off[std::size_t(b * wc.H + h)], rows, cols};
 }
 
-template class WhisperDecoderLayer<float>;
-template class WhisperDecoderLayer<double>;
 template class Whisper<float>;
 template class Whisper<double>;
 

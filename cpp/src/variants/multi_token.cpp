@@ -92,7 +92,7 @@ void DTransformer<T>::mtp_forward(const Tokens& x) {
                 a.ids[std::size_t(a.s.begin(b) + t)] = x.ids[x.s.begin(b) + t + k];  // x[t+k]
             }
         MatView<T> E = ensure(a.E, d_e, n);
-        this->tok.forward(store, a.ids.data(), n, E);  // W_e[:, x[t+k]] (Algorithm 1; FixNorm's when fixnorm)
+        this->emb->tokens(store, EmbedInput<T>{this->tok, a.ids.data(), n}, E);  // W_e[:, x[t+k]] (Algorithm 1 and its Token steps)
         MatView<T> Hp = ensure(a.Hp, d_e, n);
         m.combine(store, H_in, E, ensure(a.Nh, d_e, n), ensure(a.Ne, d_e, n), a.norm_h, a.norm_e, Hp);  // line 3
         m.block.forward(store, Hp, a.s, ensure(a.H, d_e, n), a.block, this->train_,
@@ -140,7 +140,7 @@ double DTransformer<T>::aux_loss(const typename Model<T>::Batch& in, bool grad, 
         MatView<T> dH_in = zeros(a.dH_in, d_e, n), dE = zeros(a.dE, d_e, n);
         m.combine_backward(store, view(w.dX), view(a.Nh), view(a.Ne), a.norm_h, a.norm_e, zeros(a.dNh, d_e, n),
                            zeros(a.dNe, d_e, n), dH_in, dE);  // line 3
-        this->tok.backward(store, a.ids.data(), n, dE);       //   dW_e[:, x[t+k]] += …
+        this->emb->tokens_backward(store, EmbedInput<T>{this->tok, a.ids.data(), n}, dE);  //   dW_e[:, x[t+k]] += …
         const Seqs& s_prev = k == 1 ? x.s : mtp[std::size_t(k - 2)]->acts.s;
         MatView<T> dPrev = k == 1 ? dH0 : view(mtp[std::size_t(k - 2)]->acts.dH);
         for (index_t b = 0; b < B; ++b)
@@ -163,7 +163,7 @@ void mtp_decode(const DTransformer<T>& model, MTPDecoder<T>& d, index_t k, const
     const MTPModule<T>& m = *model.mtp[std::size_t(k - 1)];
     d.ids.assign(x + t0 + k, x + t1 + k);  // x[t+k]
     MatView<T> E = ensure(d.E, d_e, n);
-    model.tok.forward(model.store, d.ids.data(), n, E);
+    model.emb->tokens(model.store, EmbedInput<T>{model.tok, d.ids.data(), n}, E);
     CMatView<T> Hprev = view(d.H[std::size_t(k - 1)]);
     FT_CHECK(Hprev.cols >= t1, "mtp_decode: H^{k−1} not computed up to t1");
     CMatView<T> H_in{Hprev.data + t0 * d_e, d_e, n};

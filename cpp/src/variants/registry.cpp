@@ -7,6 +7,8 @@
 #include <stdexcept>
 
 #include "formal_transformers/parts.hpp"
+#include "formal_transformers/stack_embedding.hpp"
+#include "formal_transformers/transformers.hpp"
 
 namespace ft {
 
@@ -23,11 +25,11 @@ const PartRow& qk_norm_row();                       // variants/qk_norm.cpp
 const PartRow& performer_kernel_row();              // variants/random_features.cpp
 const PartRow& rfa_kernel_row();                    // variants/random_features.cpp
 const PartRow& relative_bias_row();                 // variants/relative_bias.cpp
-const PartRow& rope_row();                          // variants/rope.cpp
 const PartRow& softcap_kernel_row();                // variants/softcap_attention.cpp
 Mask make_bigbird_mask_from_options(const MaskOptions&);  // variants/bigbird_mask.cpp
 template <class T>
 PositionPart<T> make_rope(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/rope.cpp
+const PartRow& rope_position_row();                                                // variants/rope.cpp
 template <class T>
 PositionPart<T> make_alibi(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/alibi.cpp
 template <class T>
@@ -75,8 +77,45 @@ template <class T>
 std::shared_ptr<const NormPart<T>> make_scale_norm(index_t, double, ParamStore<T>&, const std::string&,
                                                    const std::string&);  // variants/scale_norm.cpp
 template <class T>
+std::unique_ptr<SelfBlock<T>> make_pre_ln_block(const BlockSpec&, ParamStore<T>&, const std::string&);  // listings/pre_ln_block.cpp
+const PartRow& pre_ln_block_row();                                                                    // listings/pre_ln_block.cpp
+template <class T>
+std::unique_ptr<SelfBlock<T>> make_post_ln_block(const BlockSpec&, ParamStore<T>&, const std::string&);  // listings/post_ln_block.cpp
+const PartRow& post_ln_block_row();                                                                     // listings/post_ln_block.cpp
+template <class T>
+std::unique_ptr<CrossBlock<T>> make_post_ln_cross_block(const BlockSpec&, ParamStore<T>&,
+                                                        const std::string&);  // listings/post_ln_cross_block.cpp
+template <class T>
+std::unique_ptr<CrossBlock<T>> make_pre_ln_cross_block(const BlockSpec&, ParamStore<T>&,
+                                                       const std::string&);  // variants/pre_ln_cross_block.cpp
+template <class T>
+std::unique_ptr<SelfBlock<T>> make_parallel_block(const BlockSpec&, ParamStore<T>&, const std::string&);  // variants/parallel_block.cpp
+const PartRow& parallel_block_row();                                                                     // variants/parallel_block.cpp
+template <class T>
+std::unique_ptr<SelfBlock<T>> make_sandwich_block(const BlockSpec&, ParamStore<T>&, const std::string&);  // variants/sandwich_block.cpp
+const PartRow& sandwich_block_row();                                                                     // variants/sandwich_block.cpp
+template <class T>
 std::shared_ptr<const NormPart<T>> make_rms1p_norm(index_t, double, ParamStore<T>&, const std::string&,
                                                    const std::string&);  // variants/rms1p_norm.cpp
+template <class T>
+std::unique_ptr<const StackEmbedding<T>> make_token_stack_embedding(const EmbeddingSpec&, ParamStore<T>&);  // listings/stack_embedding.cpp
+template <class T>
+std::shared_ptr<const EmbeddingStep<T>> make_fixnorm(const EmbeddingSpec&, ParamStore<T>&);  // variants/fixnorm.cpp
+const PartRow& fixnorm_row();                                                               // variants/fixnorm.cpp
+template <class T>
+std::shared_ptr<const EmbeddingStep<T>> make_embed_scale(const EmbeddingSpec&, ParamStore<T>&);  // variants/embed_scale.cpp
+const PartRow& embed_scale_row();                                                               // variants/embed_scale.cpp
+template <class T>
+std::shared_ptr<const EmbeddingStep<T>> make_separate_positions(const EmbeddingSpec&,
+                                                                ParamStore<T>&);  // variants/separate_positions.cpp
+const PartRow& separate_positions_row();                                          // variants/separate_positions.cpp
+template <class T>
+std::shared_ptr<const EmbeddingStep<T>> make_segment_embedding(const EmbeddingSpec&,
+                                                               ParamStore<T>&);  // variants/segment_embedding.cpp
+const PartRow& segment_embedding_row();                                          // variants/segment_embedding.cpp
+template <class T>
+std::shared_ptr<const EmbeddingStep<T>> make_embed_norm(const EmbeddingSpec&, ParamStore<T>&);  // variants/embed_norm.cpp
+const PartRow& embed_norm_row();                                                               // variants/embed_norm.cpp
 
 namespace {
 template <class T>
@@ -104,6 +143,18 @@ using MLPFactory = std::shared_ptr<const MLPPart<T>> (*)(const MLPSpec&, ParamSt
 template <class T>
 using NormFactory = std::shared_ptr<const NormPart<T>> (*)(index_t, double, ParamStore<T>&, const std::string&,
                                                            const std::string&);
+template <class T>
+using EmbeddingFactory = std::unique_ptr<const StackEmbedding<T>> (*)(const EmbeddingSpec&, ParamStore<T>&);
+template <class T>
+using EmbeddingStepFactory = std::shared_ptr<const EmbeddingStep<T>> (*)(const EmbeddingSpec&, ParamStore<T>&);
+// a block: its layer with one self-attention and (ED's decoder) with a cross-attention (null: none), and whether its
+// stacks end with a norm of their own (pre-LN)
+template <class T>
+struct BlockFactory {
+    std::unique_ptr<SelfBlock<T>> (*self)(const BlockSpec&, ParamStore<T>&, const std::string&);
+    std::unique_ptr<CrossBlock<T>> (*cross)(const BlockSpec&, ParamStore<T>&, const std::string&) = nullptr;
+    bool stack_norm = false;
+};
 
 const std::vector<Entry<MaskFactory>>& masks() {
     static const std::vector<Entry<MaskFactory>> t = {
@@ -120,7 +171,7 @@ template <class T>
 const std::vector<Entry<PositionFactory<T>>>& positions() {
     static const std::vector<Entry<PositionFactory<T>>> t = {
         {"none", make_no_position<T>},
-        {"rope", make_rope<T>, rope_row},
+        {"rope", make_rope<T>, rope_position_row},
         {"alibi", make_alibi<T>},
         {"relative", make_relative_bias<T>, relative_bias_row},
     };
@@ -168,6 +219,36 @@ const std::vector<Entry<NormFactory<T>>>& norms() {
     };
     return t;
 }
+// a stack's embedding (stack_embedding.hpp): one chosen per stack
+template <class T>
+const std::vector<Entry<EmbeddingFactory<T>>>& embeddings() {
+    static const std::vector<Entry<EmbeddingFactory<T>>> t = {
+        {"tokens", make_token_stack_embedding<T>},
+    };
+    return t;
+}
+// its steps, each chosen by its own options (several at once; they act in this order at each place)
+template <class T>
+const std::vector<Entry<EmbeddingStepFactory<T>>>& embedding_steps() {
+    static const std::vector<Entry<EmbeddingStepFactory<T>>> t = {
+        {"fixnorm", make_fixnorm<T>, fixnorm_row},
+        {"scale", make_embed_scale<T>, embed_scale_row},
+        {"separate_positions", make_separate_positions<T>, separate_positions_row},
+        {"segments", make_segment_embedding<T>, segment_embedding_row},
+        {"embed_norm", make_embed_norm<T>, embed_norm_row},
+    };
+    return t;
+}
+template <class T>
+const std::vector<Entry<BlockFactory<T>>>& blocks() {
+    static const std::vector<Entry<BlockFactory<T>>> t = {
+        {"pre_ln", {make_pre_ln_block<T>, make_pre_ln_cross_block<T>, true}, pre_ln_block_row},
+        {"post_ln", {make_post_ln_block<T>, make_post_ln_cross_block<T>, false}, post_ln_block_row},
+        {"parallel", {make_parallel_block<T>, nullptr, false}, parallel_block_row},
+        {"sandwich", {make_sandwich_block<T>, nullptr, false}, sandwich_block_row},
+    };
+    return t;
+}
 // ---------------------------------------------------------------------------------------------------------------
 
 template <class E>
@@ -197,6 +278,9 @@ const char* kind_name(PartKind k) {
         case PartKind::MLP: return "mlp";
         case PartKind::QKVSource: return "qkv source";
         case PartKind::HeadKernel: return "head kernel";
+        case PartKind::Embedding: return "embedding";
+        case PartKind::EmbeddingStep: return "embedding step";
+        case PartKind::Block: return "block";
         default: return "norm";
     }
 }
@@ -210,6 +294,9 @@ const std::vector<const PartRow*>& part_rows() {
         add_rows(r, head_kernels<float>());
         add_rows(r, mlps<float>());
         add_rows(r, norms<float>());
+        add_rows(r, embeddings<float>());
+        add_rows(r, embedding_steps<float>());
+        add_rows(r, blocks<float>());
         return r;
     }();
     return rows;
@@ -273,6 +360,9 @@ std::vector<std::string> part_names(PartKind kind) {
         case PartKind::MLP: return names_of(mlps<float>());
         case PartKind::QKVSource: return names_of(qkv_sources<float>());
         case PartKind::HeadKernel: return names_of(head_kernels<float>());
+        case PartKind::Embedding: return names_of(embeddings<float>());
+        case PartKind::EmbeddingStep: return names_of(embedding_steps<float>());
+        case PartKind::Block: return names_of(blocks<float>());
         default: return names_of(norms<float>());
     }
 }
@@ -332,6 +422,54 @@ std::shared_ptr<const NormPart<T>> make_norm(const std::string& name, index_t d,
     return find(norms<T>(), name, PartKind::Norm).make(d, eps, store, gamma, beta);
 }
 
+template <class T>
+std::unique_ptr<SelfBlock<T>> make_self_block(const std::string& name, const BlockSpec& spec, ParamStore<T>& store,
+                                              const std::string& prefix) {
+    const auto& e = find(blocks<T>(), name, PartKind::Block);
+    if (e.row && e.row().check) e.row().check(spec.c->part_options, spec.c);
+    return e.make.self(spec, store, prefix);
+}
+template <class T>
+std::unique_ptr<CrossBlock<T>> make_cross_block(const std::string& name, const BlockSpec& spec, ParamStore<T>& store,
+                                                const std::string& prefix) {
+    const auto& e = find(blocks<T>(), name, PartKind::Block);
+    if (!e.make.cross) throw ValueError("block='" + name + "' has no layer with cross-attention (an EDTransformer's decoder)");
+    if (e.row && e.row().check) e.row().check(spec.c->part_options, spec.c);
+    return e.make.cross(spec, store, prefix);
+}
+bool block_stack_norm(const std::string& name) { return find(blocks<float>(), name, PartKind::Block).make.stack_norm; }
+const char* default_block(Arch arch) { return arch == Arch::D ? "pre_ln" : "post_ln"; }
+void check_block_archs(const char* name, unsigned archs, const ModelConfig* model) {
+    if (!model || (archs & archs::bit(model->arch))) return;
+    std::string r;
+    for (Arch x : {Arch::D, Arch::E, Arch::ED})
+        if (archs & archs::bit(x)) r += std::string(r.empty() ? "" : " and ") + arch_name(x);
+    throw ValueError(std::string("block='") + name + "' is a layer of the " + r + ", not of the " + arch_name(model->arch));
+}
+template <class T>
+std::unique_ptr<const StackEmbedding<T>> make_stack_embedding(const std::string& name, const EmbeddingSpec& spec,
+                                                              ParamStore<T>& store) {
+    const auto& e = find(embeddings<T>(), name, PartKind::Embedding);
+    if (e.row && e.row().check) e.row().check(spec.c->part_options, spec.c);
+    return e.make(spec, store);
+}
+template <class T>
+std::shared_ptr<const EmbeddingStep<T>> make_embedding_step(const std::string& name, const EmbeddingSpec& spec,
+                                                             ParamStore<T>& store) {
+    const auto& e = find(embedding_steps<T>(), name, PartKind::EmbeddingStep);
+    if (e.row && e.row().check) e.row().check(spec.c->part_options, spec.c);
+    return e.make(spec, store);
+}
+std::vector<const PartRow*> chosen_embedding_steps(const PartOptionValues& v) {
+    std::vector<const PartRow*> r;
+    for (const auto& e : embedding_steps<float>()) {
+        const PartRow& row = e.row();
+        if (std::any_of(row.options.begin(), row.options.end(), [&](const PartOption& o) { return !v.at_default(o.name); }))
+            r.push_back(&row);
+    }
+    return r;
+}
+
 #define FT_INSTANTIATE(T)                                                                                        \
     template std::shared_ptr<const QKVSource<T>> make_qkv_source<T>(const std::string&, const AttnPartSpec<T>&,   \
                                                                     ParamStore<T>&, const std::string&);        \
@@ -342,7 +480,15 @@ std::shared_ptr<const NormPart<T>> make_norm(const std::string& name, index_t d,
     template std::shared_ptr<const MLPPart<T>> make_mlp<T>(const std::string&, const MLPSpec&, ParamStore<T>&,  \
                                                            const std::string&);                                 \
     template std::shared_ptr<const NormPart<T>> make_norm<T>(const std::string&, index_t, double, ParamStore<T>&, \
-                                                             const std::string&, const std::string&);
+                                                             const std::string&, const std::string&);     \
+    template std::unique_ptr<const StackEmbedding<T>> make_stack_embedding<T>(const std::string&, const EmbeddingSpec&, \
+                                                                              ParamStore<T>&);            \
+    template std::shared_ptr<const EmbeddingStep<T>> make_embedding_step<T>(const std::string&, const EmbeddingSpec&, \
+                                                                             ParamStore<T>&);     \
+    template std::unique_ptr<SelfBlock<T>> make_self_block<T>(const std::string&, const BlockSpec&, ParamStore<T>&, \
+                                                              const std::string&);                        \
+    template std::unique_ptr<CrossBlock<T>> make_cross_block<T>(const std::string&, const BlockSpec&, ParamStore<T>&, \
+                                                                const std::string&);
 FT_INSTANTIATE(float)
 FT_INSTANTIATE(double)
 #undef FT_INSTANTIATE

@@ -1,8 +1,11 @@
 // Algorithm V1: RoPE (Su et al. 2021, "RoFormer"), variants.hpp quotes the listing; here its kernel and the
-// query/key transform part that puts it into Algorithm 4 after line 2 (registered as position "rope").
+// query/key transform part that puts it into Algorithm 4 after line 2 (registered as position "rope"). Its option
+// rotary_pct (GPT-NeoX's partial rotary): the listing on the first r = ⌊d_attn · rotary_pct⌋ rows of each head
+// (d = r in its lines 1–5), the other d_attn − r rows unchanged; 1.0: every row, the listing.
 #include <algorithm>
 #include <cmath>
 
+#include "formal_transformers/config.hpp"
 #include "formal_transformers/parts.hpp"
 #include "formal_transformers/variants.hpp"
 
@@ -76,7 +79,7 @@ namespace {
 template <class T>
 class Rope final : public QKTransform<T> {
 public:
-    Rope(index_t d_attn, double theta, double factor) : d_(d_attn), theta_(theta), factor_(factor) {}
+    Rope(index_t d_attn, index_t r, double theta, double factor) : d_(d_attn), r_(r), theta_(theta), factor_(factor) {}
     void forward(MatView<T> M, typename QKTransform<T>::Role, index_t n_heads, const Seqs& s, index_t q0) const override {
         rotate(M, n_heads, s, q0, false);
     }
@@ -89,11 +92,32 @@ private:
         std::vector<index_t> pos(std::size_t(M.cols));
         for (index_t b = 0; b < s.count(); ++b)
             for (index_t j = 0; j < s.len(b); ++j) pos[std::size_t(s.begin(b) + j)] = q0 + j;
-        rope_scaled<T>(M, n_heads, d_, pos.data(), theta_, factor_, inverse);
+        if (r_ == d_) return rope_scaled<T>(M, n_heads, d_, pos.data(), theta_, factor_, inverse);
+        for (index_t h = 0; h < n_heads; ++h)
+            rope_scaled<T>(M.rows_range(h * d_, r_), 1, r_, pos.data(), theta_, factor_, inverse);
     }
-    index_t d_;
+    index_t d_, r_;
     double theta_, factor_;
 };
+
+// the rows of a head RoPE rotates: ⌊d_attn · rotary_pct⌋ (Hugging Face's int(head_size * rotary_pct))
+index_t rotary_dims(index_t d_attn, double pct) { return index_t(double(d_attn) * pct); }
+// rotary_pct in (0, 1]; given the model, r even and >= 2, and not with V10's latent source (its own d_R rows)
+void check_rope(const PartOptionValues& own, const ModelConfig* model) {
+    const double p = own.real("rotary_pct");
+    if (!(p > 0 && p <= 1)) throw ValueError("rotary_pct must be in (0, 1] (the share of each head's rows RoPE rotates)");
+    if (!model) return;
+    if (model->part_options.integer("kv_lora_rank") > 0) {  // V10 rotates its own qk_rope_head_dim rows
+        if (p != 1.0)
+            throw ValueError("rotary_pct is not an option of the latent Q/K/V source (kv_lora_rank): it rotates its "
+                             "qk_rope_head_dim rows");
+        return;
+    }
+    const index_t r = rotary_dims(model->d_attn, p);
+    if (r < 2 || r % 2 != 0)
+        throw ValueError("rotary_pct rotates the first ⌊d_attn · rotary_pct⌋ = " + std::to_string(r) +
+                         " rows of each head (d_attn = " + std::to_string(model->d_attn) + "): RoPE needs an even number >= 2");
+}
 }  // namespace
 
 template <class T>
@@ -101,26 +125,35 @@ PositionPart<T> make_rope(const AttnSpec& spec, ParamStore<T>&, const std::strin
     if (spec.d_attn % 2 != 0)
         throw ValueError("RoPE rotates pairs of rows: d_attn (the head size) must be even, got " + std::to_string(spec.d_attn));
     if (!(spec.v.rope_theta > 0) || !std::isfinite(spec.v.rope_theta)) throw ValueError("rope_theta must be a finite number > 0");
+    check_rope(spec.v.options, nullptr);
+    const index_t r = rotary_dims(spec.d_attn, spec.v.options.real("rotary_pct"));
+    if (r < 2 || r % 2 != 0)
+        throw ValueError("rotary_pct rotates the first ⌊d_attn · rotary_pct⌋ = " + std::to_string(r) +
+                         " rows of each head: RoPE needs an even number >= 2");
     const double f = spec.v.options.real("rope_scaling_factor");
     if (!(f >= 0) || !std::isfinite(f)) throw ValueError("rope_scaling_factor must be a finite number > 0 (or None)");
     PositionPart<T> p;
-    p.qk = std::make_shared<Rope<T>>(spec.d_attn, spec.v.rope_theta, f > 0 ? f : 1.0);
+    p.qk = std::make_shared<Rope<T>>(spec.d_attn, r, spec.v.rope_theta, f > 0 ? f : 1.0);
     return p;
 }
-
 // Linear position scaling (Gemma 3's global layers; Hugging Face's rope_type "linear"): every position p taken as
 // p / f, so line 1's ω_i ← θ^(−2(i−1)/d) / f. Given with positional='rope' only (the selector chooses the part).
-const PartRow& rope_row() {
+// rotary_pct (GPT-NeoX): the listing on the first ⌊d_attn · rotary_pct⌋ rows of each head.
+const PartRow& rope_position_row() {
     static const PartRow row{PartKind::Position,
                              "rope",
                              {{"rope_scaling_factor", archs::D, OptionKind::AutoReal, 0.0, OptionCheck::None,
                                "V1 with linear position scaling: positions p/f (Gemma 3's global layers; with V26's "
-                               "rope_local_base_freq, the local layers unscaled). None: f = 1"}},
-                             nullptr,
+                               "rope_local_base_freq, the local layers unscaled). None: f = 1"},
+                              {"rotary_pct", archs::D, OptionKind::Real, 1.0, OptionCheck::Positive,
+                               "V1 with GPT-NeoX's partial rotary: RoPE rotates the first ⌊d_attn · rotary_pct⌋ rows of "
+                               "each head (1.0: all)"}},
+                             check_rope,
                              nullptr,
                              false};
     return row;
 }
+
 
 template void rope<float>(MatView<float>, index_t, index_t, const index_t*, double, bool);
 template void rope<double>(MatView<double>, index_t, index_t, const index_t*, double, bool);

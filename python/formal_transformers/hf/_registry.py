@@ -187,7 +187,7 @@ def from_hf(hf_model, *, dtype=None, bigbird_lengths=(), precision="float32"):
     n_segments, embed_norm, unembed_bias), LlamaForCausalLM -> DTransformer(positional="rope", H_kv,
     mlp="swiglu", bias=False, norm="rms"), MistralForCausalLM -> the same with sliding_window (V8),
     Qwen3ForCausalLM -> the LLaMA mapping with qk_norm (V24), Gemma2ForCausalLM / Gemma3ForCausalLM -> DTransformer
-    with norm="rms1p", sandwich_norm, embed_scale and V24–V26 (docs/interop.md),
+    with norm="rms1p", block="sandwich", embed_scale and V24–V26 (docs/interop.md),
     DeepseekV3ForCausalLM (dense MLPs) -> DTransformer with latent attention (V10), T5ForConditionalGeneration ->
     EDTransformer (V11, V18), BartForConditionalGeneration / BartModel -> EDTransformer with BART's options (V22),
     DistilBertForMaskedLM / DistilBertModel -> ETransformer (n_segments=0, embed_norm, unembed_bias, eps=1e-12),

@@ -65,7 +65,7 @@ def tensor_table(hp: dict, head: bool) -> list:
          ("decoder.embed_positions.weight", "dec.W_p", "P")]
     r += _pair("encoder.layernorm_embedding", "enc.gamma_e", "enc.beta_e")
     r += _pair("decoder.layernorm_embedding", "dec.gamma_e", "dec.beta_e")
-    pre = bool(hp.get("pre_norm"))  # mBART: pre-norm layers (V18a's, with β) and each stack's final norm
+    pre = hp.get("block") == "pre_ln"  # mBART: pre-norm layers (V18a's, with β) and each stack's final norm
     if pre:
         r += _pair("encoder.layer_norm", "enc.gamma", "enc.beta") + _pair("decoder.layer_norm", "dec.gamma", "dec.beta")
     g_self, g_cross, g_mlp = (1, 2, 3) if pre else (3, 4, 5)  # the decoder layer's norms: V18a's or lines 15, 17, 19
@@ -92,7 +92,7 @@ def tensor_table(hp: dict, head: bool) -> list:
 
 
 def is_bart(cfg: dict) -> bool:
-    """An EDTransformer with one of BART's options on (exports as BART, or as mBART with pre_norm)."""
+    """An EDTransformer with one of BART's options on (exports as BART, or as mBART with block="pre_ln")."""
     return cfg.get("arch") == "EDTransformer" and bool(cfg.get("separate_positions") or cfg.get("embed_norm")
                                                        or cfg.get("scale_embedding") or cfg.get("mlp") == "gelu")
 
@@ -131,9 +131,9 @@ class BART(Converter):
     model_type = "bart"
     cls = "BartForConditionalGeneration"  # the class export writes
     embedding = "shared.weight"
-    pre_norm = False  # mBART: True
+    block = "post_ln"  # mBART: "pre_ln"
     fairseq = _FAIRSEQ
-    maps = frozenset({"n_vocab", "l_max", "L_enc", "L_dec", "H", "d_e", "d_mlp", "d_attn", "d_mid", "norm", "pre_norm",
+    maps = frozenset({"n_vocab", "l_max", "L_enc", "L_dec", "H", "d_e", "d_mlp", "d_attn", "d_mid", "norm", "block",
                       "bias", "positional", "scale_scores", "mlp", "eps", "bos_id", "eos_id", "forced_bos_id",
                       "forced_eos", "tied", "H_kv", "seed", "init_std", "attention_impl", "fixnorm", "embed_norm",
                       "unembed_bias", "scale_embedding", "separate_positions", "embed_dropout", "attn_dropout",
@@ -170,7 +170,7 @@ class BART(Converter):
         return dict(n_vocab=_cfg_int(c, m, "vocab_size"), l_max=_cfg_int(c, m, "max_position_embeddings"),
                     L_enc=_cfg_int(c, m, "encoder_layers"), L_dec=_cfg_int(c, m, "decoder_layers"), H=H, d_e=d,
                     d_mlp=d_mlp, mlp=_MLP_OF_ACT[act], eps=1e-5, embed_norm=True, separate_positions=True,
-                    pre_norm=self.pre_norm,
+                    block=self.block,
                     scale_embedding=_cfg_bool(c, m, "scale_embedding", False), unembed_bias=True,
                     bos_id=start, eos_id=eos, forced_bos_id=forced_bos, forced_eos=forced_eos is not None,
                     tied=_cfg_bool(c, m, "tie_word_embeddings", True),
@@ -234,12 +234,12 @@ class BART(Converter):
         return out
 
     def takes(self, model, cfg):
-        return is_bart(cfg) and bool(cfg.get("pre_norm")) == self.pre_norm
+        return is_bart(cfg) and (cfg.get("block") == "pre_ln") == (self.block == "pre_ln")
 
     def export(self, cfg, P):
         """An EDTransformer with BART's options (V22) -> BartForConditionalGeneration."""
         cfg, rates = _split_rates(cfg)
-        want = {"embed_norm": True, "separate_positions": True, "pre_norm": self.pre_norm, "norm": "layer", "bias": True,
+        want = {"embed_norm": True, "separate_positions": True, "block": self.block, "norm": "layer", "bias": True,
                 "positional": "learned", "scale_scores": True, "fixnorm": False}
         for k, w in want.items():
             if cfg.get(k) != w:
@@ -309,12 +309,12 @@ class BART(Converter):
 @register
 class MBART(BART):
     """mBART (MBartForConditionalGeneration / MBartModel, Liu et al. 2020): BART's parts with pre-norm layers — one
-    option, pre_norm=True (V18a's layers with LayerNorm's β, each stack's final norm = encoder/decoder.layer_norm ->
+    option, block="pre_ln" (V18a's layers with LayerNorm's β, each stack's final norm = encoder/decoder.layer_norm ->
     enc.γ, enc.β, dec.γ, dec.β; the decoder layer's self_attn_layer_norm, encoder_attn_layer_norm, final_layer_norm ->
     γ¹, γ², γ³). Every other tensor and key as BART's."""
     name = "mBART"
     classes = {"MBartForConditionalGeneration": (True, "model."), "MBartModel": (False, "")}
     model_type = "mbart"
     cls = "MBartForConditionalGeneration"
-    pre_norm = True
+    block = "pre_ln"
     fairseq = _FAIRSEQ_MBART

@@ -1,9 +1,9 @@
 """Gemma 2 (Gemma2ForCausalLM) and Gemma 3 text (Gemma3ForCausalLM) <-> DTransformer: Algorithm 10 with V1 RoPE, V3
 grouped-query attention, V5 no biases, V18's GeGLU MLP (gelu_pytorch_tanh), the (1 + γ) RMS norm (norm="rms1p": the
-checkpoint's weight is θ's γ), the embedding times √d_e (embed_scale), sandwich layers (V27: each sublayer's output
-normalised again before its residual add), local (sliding-window) and global layers (V26), and V25's attention
-scale 1/√query_pre_attn_scalar and soft-capping; Gemma 2 caps the final logits too; Gemma 3 adds V24's QK-norm and a
-RoPE θ of its own for the local layers.
+checkpoint's weight is θ's γ), the embedding times √d_e (embed_scale), sandwich layers (V27, block="sandwich":
+each sublayer's output normalised again before its residual add), local (sliding-window) and global layers (V26),
+and V25's attention scale 1/√query_pre_attn_scalar and soft-capping; Gemma 2 caps the final logits too; Gemma 3 adds
+V24's QK-norm and a RoPE θ of its own for the local layers.
 
     embed_tokens = W_eᵀ; layers.l.self_attn.{q,k,v}_proj = W_q (H blocks), W_k, W_v (H_kv blocks of head_dim rows);
     o_proj = W_o; self_attn.q_norm, k_norm = γ_q, γ_k (Gemma 3); mlp.gate_proj, up_proj, down_proj = W_gate, W_mlp1,
@@ -115,7 +115,7 @@ class _Gemma(Converter):
     embedding = "embed_tokens.weight"
     maps = frozenset({"n_vocab", "l_max", "L", "H", "d_e", "d_mlp", "d_attn", "d_mid", "H_kv", "positional",
                       "rope_theta", "mlp", "bias", "norm", "eps", "tied", "seed", "init_std", "attention_impl", "mask",
-                      "embed_dropout", "attn_dropout", "resid_dropout", "embed_scale", "sandwich_norm",
+                      "embed_dropout", "attn_dropout", "resid_dropout", "embed_scale", "block",
                       "final_logit_softcapping", "attn_logit_softcapping", "query_pre_attn_scalar", "sliding_window",
                       "sliding_window_pattern", "rope_local_base_freq", "qk_norm", "rope_scaling_factor"})
 
@@ -155,7 +155,7 @@ class _Gemma(Converter):
                   d_e=d, d_mlp=_cfg_int(c, m, "intermediate_size"), d_attn=d_h, d_mid=d_h, H_kv=H_kv,
                   positional="rope", rope_theta=theta, mlp="geglu", bias=False, norm="rms1p",
                   eps=_cfg_float(c, m, "rms_norm_eps", 1e-6), tied=_cfg_bool(c, m, "tie_word_embeddings", True),
-                  attn_dropout=drop, embed_scale=math.sqrt(d), sandwich_norm=True,
+                  attn_dropout=drop, embed_scale=math.sqrt(d), block="sandwich",
                   final_logit_softcapping=final, attn_logit_softcapping=cap,
                   query_pre_attn_scalar=None if s == d_h else s, sliding_window=w, sliding_window_pattern=p)
         if self.gemma3:
@@ -188,7 +188,7 @@ class _Gemma(Converter):
         for k in ("embed_dropout", "resid_dropout"):
             if rates[k]:
                 raise ValueError(f"{m} has no equivalent of {k}={rates[k]!r} (it drops only attention weights)")
-        want = dict(positional="rope", mlp="geglu", bias=False, sandwich_norm=True, mask="causal")
+        want = dict(positional="rope", mlp="geglu", bias=False, block="sandwich", mask="causal")
         for k, v in want.items():
             if cfg.get(k, v) != v:
                 raise ValueError(f"{m} has no equivalent of {k}={cfg.get(k)!r} ({self.classes and next(iter(self.classes))}: "

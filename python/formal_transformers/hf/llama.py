@@ -110,7 +110,7 @@ class Llama(Converter):
 
     def takes(self, model, cfg):
         return (cfg.get("arch") == "DTransformer" and cfg.get("positional") == "rope" and not cfg.get("kv_lora_rank")
-                and not cfg.get("sliding_window") and not _other_family(cfg))
+                and not cfg.get("sliding_window") and cfg.get("block") != "parallel" and not _other_family(cfg))
 
     def export(self, cfg, P):
         cfg, rates = _split_rates(cfg)
@@ -155,7 +155,7 @@ class Mistral(Llama):
 
     def takes(self, model, cfg):
         return (cfg.get("arch") == "DTransformer" and cfg.get("positional") == "rope" and not cfg.get("kv_lora_rank")
-                and bool(cfg.get("sliding_window")) and not _other_family(cfg))
+                and bool(cfg.get("sliding_window")) and cfg.get("block") != "parallel" and not _other_family(cfg))
 
     def export(self, cfg, P):
         """A LLaMA-style DTransformer with sliding_window=w -> MistralForCausalLM (LLaMA's tensors and names)."""

@@ -1,5 +1,5 @@
 """T5 (T5ForConditionalGeneration, Raffel et al. 2020) <-> EDTransformer with docs/variants.md's V11 relative
-position bias and V18 (pre_norm=True, norm="rms", bias=False, scale_scores=False, mlp="relu" | "geglu",
+position bias and V18 (block="pre_ln", norm="rms", bias=False, scale_scores=False, mlp="relu" | "geglu",
 unembed_rescale, bos_id = decoder_start_token_id, eos_id = eos_token_id; no W_p):
 
     shared = W_eᵀ; encoder.block.l.layer.0.SelfAttention.{q,k,v} = W_q, W_k, W_v (H blocks of d_kv rows), o = W_o,
@@ -88,7 +88,7 @@ class T5(Converter):
     classes = {"T5ForConditionalGeneration": (True, "")}
     model_type = "t5"
     embedding = "shared.weight"
-    maps = frozenset({"n_vocab", "l_max", "L_enc", "L_dec", "H", "d_e", "d_mlp", "d_attn", "d_mid", "norm", "pre_norm",
+    maps = frozenset({"n_vocab", "l_max", "L_enc", "L_dec", "H", "d_e", "d_mlp", "d_attn", "d_mid", "norm", "block",
                       "bias", "positional", "relative_buckets", "relative_max_distance", "scale_scores", "mlp",
                       "unembed_rescale", "eps", "bos_id", "eos_id", "tied", "H_kv", "seed", "init_std", "attention_impl",
                       "fixnorm", "embed_dropout", "attn_dropout", "resid_dropout"})
@@ -114,7 +114,7 @@ class T5(Converter):
         return dict(n_vocab=_cfg_int(c, m, "vocab_size"), l_max=_cfg_int(c, m, "n_positions", 512), L_enc=L,
                     L_dec=_cfg_int(c, m, "num_decoder_layers") if L_dec is not None else L,
                     H=_cfg_int(c, m, "num_heads"), d_e=_cfg_int(c, m, "d_model"), d_mlp=_cfg_int(c, m, "d_ff"),
-                    d_attn=d_kv, d_mid=d_kv, norm="rms", pre_norm=True, bias=False, positional="relative",
+                    d_attn=d_kv, d_mid=d_kv, norm="rms", block="pre_ln", bias=False, positional="relative",
                     relative_buckets=_cfg_int(c, m, "relative_attention_num_buckets", 32, lo=0),
                     relative_max_distance=_cfg_int(c, m, "relative_attention_max_distance", 128, lo=0),
                     scale_scores=False, mlp=mlp, unembed_rescale=bool(scale),
@@ -149,7 +149,7 @@ class T5(Converter):
     def takes(self, model, cfg):
         from .bart import is_bart  # BART's options (V22) on: BART's or mBART's
 
-        return (cfg.get("arch") == "EDTransformer" and bool(cfg.get("pre_norm") or cfg.get("positional") == "relative")
+        return (cfg.get("arch") == "EDTransformer" and (cfg.get("block") == "pre_ln" or cfg.get("positional") == "relative")
                 and not is_bart(cfg))
 
     def export(self, cfg, P):
@@ -159,7 +159,7 @@ class T5(Converter):
             if v:
                 raise ValueError(f"T5 has no equivalent of {k}={v!r}: it drops inside its MLP and after the final "
                                  "norms (set the rates to 0 to export)")
-        want = {"pre_norm": True, "norm": "rms", "bias": False, "positional": "relative", "scale_scores": False,
+        want = {"block": "pre_ln", "norm": "rms", "bias": False, "positional": "relative", "scale_scores": False,
                 "fixnorm": False}
         for k, w in want.items():
             if cfg.get(k) != w:

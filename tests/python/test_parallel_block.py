@@ -1,0 +1,131 @@
+"""GPT-NeoX's parallel residual (docs/variants.md V30), the worked example of a block added as one part
+(cpp/src/variants/parallel_block.cpp and its registry row): X ← X + MHAttention(LN₁(X)) + MLP(LN₂(X)) in place of
+Algorithm 10's lines 5–8. The core against reference.py (float64 ≤ 1e-12, float32 ≤ 1e-5) and its gradients
+against torch autograd are test_variants.py's "parallel" and "neox" rows; here: the definition, finite differences,
+dropout, cached, batched and paged decoding against the literal listing, saving, and the block's refusals."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import formal_transformers as ft
+from formal_transformers import reference as ref
+from conftest import TOL, assert_grads_match_fd, randomize_theta, rel_err
+
+V = 13
+
+
+def make(dtype="float64", **extra):
+    return ft.DTransformer(V, 16, 2, 2, 8, 12, dtype=dtype, seed=2, block="parallel", **extra)
+
+
+def test_the_block_is_its_definition():
+    """reference.parallel_block: X + attn(norm₁(X)) + mlp(norm₂(X)), both sublayers reading the layer's input."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((4, 5))
+    got = ref.parallel_block(X, lambda A: 2 * A, lambda A: A ** 2, lambda Y: Y + 1, lambda Y: -Y)
+    assert np.array_equal(got, X + 2 * (X + 1) + X ** 2)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_forward_matches_the_reference_and_differs_from_algorithm_10(dtype):
+    model = make(dtype)
+    theta = randomize_theta(model, np.random.default_rng(1))
+    x = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8])
+    want = ref.d_transformer_variant(x, theta, L=2, H=2, block="parallel")
+    assert rel_err(model(x), want) <= TOL[dtype]
+    assert rel_err(want, ref.d_transformer_variant(x, theta, L=2, H=2)) > 1e-3  # not the pre-LN layer
+    same = ft.DTransformer(V, 16, 2, 2, 8, 12, dtype=dtype, seed=2)  # same parameters, names and order
+    assert list(same.params) == list(model.params)
+
+
+@pytest.mark.parametrize("extra", [{}, dict(positional="rope", H_kv=1, bias=False, norm="rms", mlp="swiglu")])
+def test_gradients_match_finite_differences(extra):
+    model = make(**extra)
+    randomize_theta(model, np.random.default_rng(2))
+    x = [np.array([3, 1, 4, 1, 5, 9, 2, 6]), np.array([7, 0, 2])]
+    loss, grads = model.loss_and_grad(x)
+    assert abs(loss - model.loss(x)) <= 1e-12 * abs(loss)
+    assert_grads_match_fd(model, grads, lambda: model.loss(x), b_k_zero=extra.get("positional") != "rope")
+
+
+def test_dropout_masks_replay_through_the_reference():
+    """With dropout, the block drops each sublayer's output before the residual add (the sites of the pre-LN
+    layer): replaying the model's masks in a numpy transcription of the block gives its loss."""
+    model = make(resid_dropout=0.3, attn_dropout=0.2)
+    theta = randomize_theta(model, np.random.default_rng(4))
+    x = np.array([3, 1, 4, 1, 5, 9, 2])
+    model.loss_and_grad(x)
+    masks = model.dropout_masks()
+    assert {"layers.0.attn.out", "layers.0.mlp.out", "layers.1.attn.weights"} <= set(masks)
+    p = dict(theta)
+    l = len(x)
+    X = p["W_e"][:, x] + p["W_p"][:, :l]
+    for i in range(2):
+        q = f"layers.{i}."
+        a = q + "attn."
+        W = masks[a + "weights"][0]
+
+        def attn(Xt):
+            M = ref.unidirectional_mask(l, l)
+            heads = []
+            for h in range(2):
+                Qh = p[a + "W_q"][h] @ Xt + p[a + "b_q"][h][:, None]
+                Kh = p[a + "W_k"][h] @ Xt + p[a + "b_k"][h][:, None]
+                Vh = p[a + "W_v"][h] @ Xt + p[a + "b_v"][h][:, None]
+                S = np.where(M, Kh.T @ Qh / np.sqrt(Qh.shape[0]), -np.inf)
+                A = ref.dropout(ref.softmax(S), W[h], 0.2)
+                heads.append(Vh @ A)
+            return p[a + "W_o"] @ np.concatenate(heads) + p[a + "b_o"][:, None]
+
+        def mlp(Xt):
+            return p[q + "W_mlp2"] @ ref.gelu(p[q + "W_mlp1"] @ Xt + p[q + "b_mlp1"][:, None]) + p[q + "b_mlp2"][:, None]
+
+        X = ref.parallel_block(
+            X, lambda Xt: ref.dropout(attn(Xt), masks[a + "out"], 0.3),
+            lambda Xt: ref.dropout(mlp(Xt), masks[q + "mlp.out"], 0.3),
+            lambda Y: ref.layer_norm_columns(Y, p[q + "gamma1"], p[q + "beta1"], 1e-5),
+            lambda Y: ref.layer_norm_columns(Y, p[q + "gamma2"], p[q + "beta2"], 1e-5))
+    logP = ref.log_softmax(p["W_u"] @ ref.layer_norm_columns(X, p["gamma"], p["beta"], 1e-5))
+    model.dropout_step -= 1
+    assert rel_err(model.loss_and_grad(x)[0], -sum(logP[x[t + 1], t] for t in range(l - 1))) <= 1e-12
+
+
+@pytest.mark.parametrize("positional", ["learned", "rope"])
+def test_cached_batched_and_paged_decoding_equal_the_literal_listing(positional):
+    model = make(positional=positional)
+    randomize_theta(model, np.random.default_rng(3))
+    prompts = [np.array([1, 2, 3, 4]), np.array([5]), np.array([7, 8, 9, 10, 11, 0, 1])]
+    literal = [ft.DInference(8, 0.0, cache=False)(p, model) for p in prompts]
+    for p, want in zip(prompts, literal):
+        assert np.array_equal(ft.DInference(8, 0.0)(p, model), want)
+    assert all(np.array_equal(b, w) for b, w in zip(ft.DInference(8, 0.0)(prompts, model), literal))
+    for p, want in zip(prompts, literal):  # the full forward's argmax at every step
+        P = model(np.concatenate([p, want[:-1]]))
+        assert np.array_equal(np.argmax(P[:, len(p) - 1:], axis=0), want)
+
+
+def test_saved_and_loaded(tmp_path):
+    model = make()
+    randomize_theta(model, np.random.default_rng(5))
+    ft.save(model, tmp_path / "m.safetensors")
+    got = ft.load(tmp_path / "m.safetensors")
+    assert got.config == model.config and got.config["block"] == "parallel"
+    x = np.array([1, 2, 3, 4, 5])
+    assert np.array_equal(got(x), model(x))
+
+
+def test_only_a_decoder_takes_it():
+    with pytest.raises(ValueError, match="block='parallel' is a layer of the DTransformer, not of the ETransformer"):
+        ft.ETransformer(V, 16, 1, 2, 8, 12, 8, block="parallel")
+    with pytest.raises(ValueError, match="block='parallel' is a layer of the DTransformer, not of the EDTransformer"):
+        ft.EDTransformer(V, 16, 1, 1, 2, 8, 12, block="parallel")
+    with pytest.raises(ValueError, match="block must be 'pre_ln', 'post_ln', 'parallel' or 'sandwich', got 'neox'"):
+        ft.DTransformer(V, 16, 1, 2, 8, 12, block="neox")
+
+
+def test_sandwich_norms_are_not_the_parallel_blocks():
+    # V27's second norms are the block 'sandwich' (the pre-LN layer's); sandwich_norm=True with block='parallel' is
+    # refused by name
+    with pytest.raises(ValueError, match="block='parallel' has no sandwich_norm"):
+        ft.DTransformer(V, 16, 1, 2, 8, 12, block="parallel", sandwich_norm=True)
