@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <string>
 
 #include "formal_transformers/blas.hpp"
+#include "formal_transformers/paged.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -42,7 +44,34 @@ ProductContext product_context() { return tl_context; }
 ProductScope::ProductScope(ProductContext c) : saved_(tl_context) { tl_context = c; }
 ProductScope::~ProductScope() { tl_context = saved_; }
 
+namespace {
+std::atomic<std::uint64_t> copies{0};
+
+// θ's digest: bytes_digest (paged.hpp) of fixed chunks in parallel, then of the chunks' digests
+std::uint64_t theta_bytes_digest(const float* x, index_t n) {
+    constexpr index_t kChunk = index_t(1) << 18;
+    const index_t chunks = (n + kChunk - 1) / kChunk;
+    std::vector<std::uint64_t> h(std::size_t(chunks) + 1, std::uint64_t(n));
+#pragma omp parallel for schedule(static) if (chunks > 1 && !omp_in_parallel())
+    for (index_t c = 0; c < chunks; ++c)
+        h[std::size_t(c)] = bytes_digest(x + c * kChunk, std::size_t(std::min(kChunk, n - c * kChunk)) * sizeof(float));
+    return bytes_digest(h.data(), h.size() * sizeof(std::uint64_t));
+}
+}  // namespace
+
+std::uint64_t bf16_theta_copies() { return copies.load(); }
+
+bool Bf16Weights::update(const float* theta, index_t size) {
+    const std::uint64_t d = theta_bytes_digest(theta, size);
+    if (theta == begin && size == n && d == digest && index_t(bits.size()) == size) return false;
+    refresh(theta, size);
+    digest = d;
+    return true;
+}
+
 void Bf16Weights::refresh(const float* theta, index_t size) {
+    ++copies;
+    digest = 0;
     begin = theta;
     n = size;
     bits.resize(std::size_t(size));
