@@ -548,7 +548,7 @@ def bench_bf16(cfg, shape, args, threads, rounds, steps):
 def run_inprocess(args) -> None:
     """One side, flat out, in this process (for a profiler): --iters steps after the warm-up."""
     cfg = dict(GPT2 if args.large or args.only_large else LLAMA if args.variant == "llama" else BABY,
-               dropout=args.dropout)
+               dropout=args.dropout, precision=args.precision)  # --precision bf16-mixed: ours in bf16
     side = SIDES[args.inprocess](cfg, args.threads, args.tied, None)
     for _ in range(args.warmup):
         side.step()

@@ -81,11 +81,16 @@ void Bf16Weights::refresh(const float* theta, index_t size) {
 }
 
 // ------------------------------------------------------------------------------------------------ the CPU
+// CPUID once per process: in a virtual machine each CPUID traps to the hypervisor (microseconds), and gemm asks
+// on every product (it was 18% of the baby GPT's bf16 step before these were cached)
 bool cpu_has_avx512_bf16() {
 #if defined(__x86_64__) || defined(__i386__)
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
-    return (a >> 5) & 1u;  // CPUID.(EAX=7, ECX=1):EAX[5]
+    static const bool has = [] {
+        unsigned a, b, c, d;
+        if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+        return bool((a >> 5) & 1u);  // CPUID.(EAX=7, ECX=1):EAX[5]
+    }();
+    return has;
 #else
     return false;
 #endif
@@ -93,9 +98,12 @@ bool cpu_has_avx512_bf16() {
 
 bool cpu_has_amx_bf16() {
 #if defined(__x86_64__) || defined(__i386__)
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    return (d >> 22) & 1u;  // CPUID.(EAX=7, ECX=0):EDX[22]
+    static const bool has = [] {
+        unsigned a, b, c, d;
+        if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+        return bool((d >> 22) & 1u);  // CPUID.(EAX=7, ECX=0):EDX[22]
+    }();
+    return has;
 #else
     return false;
 #endif
