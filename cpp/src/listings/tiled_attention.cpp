@@ -13,8 +13,16 @@
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/functions.hpp"
 #include "tile_kernels.hpp"
+#include "../runtime/cpu_level.hpp"
 
 namespace ft {
+// The kernels (compiled once per CPU level in the portable build: cpu_level.hpp), with functions.cpp's copy of
+// the same level
+namespace FT_CPU_NS {
+template <class T>
+T column_max(const T* a, index_t n);
+template <class T>
+T exp_shift(T* a, index_t n, T m);
 
 namespace {
 template <class T>
@@ -353,6 +361,48 @@ void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, 
     dense_out<T>(dQc, dQ), dense_out<T>(dKc, dK), dense_out<T>(dVc, dV);
 }
 
+#define FT_INSTANTIATE(T)                                                                                      \
+    template void tiled_attention_head<T>(CMatView<T>, CMatView<T>, CMatView<T>, const HeadBlock<T>&, MatView<T>, \
+                                          T*, TileSizes);                                                       \
+    template void tiled_attention_head_backward<T>(CMatView<T>, CMatView<T>, CMatView<T>, CMatView<T>, const T*,   \
+                                                   CMatView<T>, const HeadBlock<T>&, MatView<T>, MatView<T>,       \
+                                                   MatView<T>, TileSizes);
+FT_INSTANTIATE(float)
+FT_INSTANTIATE(double)
+#undef FT_INSTANTIATE
+}  // namespace FT_CPU_NS
+
+#ifndef FT_CPU_LEVEL_ONLY
+// The public entry points (tiled_attention.hpp): the copy of the level cpu_level() chose
+#define FT_DECLARE                                                                                               \
+    template <class T>                                                                                           \
+    void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MatView<T> Vt, \
+                              T* lse, TileSizes tiles);                                                          \
+    template <class T>                                                                                           \
+    void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Vt, const T* lse,  \
+                                       CMatView<T> dVt, const HeadBlock<T>& blk, MatView<T> dQ, MatView<T> dK,     \
+                                       MatView<T> dV, TileSizes tiles);
+#if defined(FT_CPU_DISPATCH)
+namespace cpu_v3 {
+FT_DECLARE
+}
+namespace cpu_v4 {
+FT_DECLARE
+}
+#endif
+#undef FT_DECLARE
+template <class T>
+void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MatView<T> Vt, T* lse,
+                          TileSizes tiles) {
+    FT_CPU_CALL(tiled_attention_head<T>(Q, K, V, blk, Vt, lse, tiles))
+}
+template <class T>
+void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Vt, const T* lse,
+                                   CMatView<T> dVt, const HeadBlock<T>& blk, MatView<T> dQ, MatView<T> dK,
+                                   MatView<T> dV, TileSizes tiles) {
+    FT_CPU_CALL(tiled_attention_head_backward<T>(Q, K, V, Vt, lse, dVt, blk, dQ, dK, dV, tiles))
+}
+
 // ------------------------------------ the head kernel "tiled" ---------------------------------------------------
 namespace {
 // Algorithm T on every block (the tiled form of "softmax", chosen per call by attention_impl): Y^h and λ (in
@@ -428,5 +478,6 @@ template std::shared_ptr<const HeadKernel<double>> make_tiled_kernel<double>(con
 FT_INSTANTIATE(float)
 FT_INSTANTIATE(double)
 #undef FT_INSTANTIATE
+#endif  // FT_CPU_LEVEL_ONLY
 
 }  // namespace ft

@@ -13,6 +13,7 @@
 #include "formal_transformers/blas.hpp"
 
 #include "formal_transformers/precision.hpp"
+#include "cpu_level.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -174,6 +175,7 @@ std::string blas_info() {
         s += " (the library's own pool)";
     s += "; symbols '" FT_STR(FT_BLAS_PREFIX) "'";
     s += "; " + bf16_info();
+    s += std::string("; our kernels ") + cpu_level_info();
     return s;
 }
 
