@@ -80,6 +80,6 @@ __version__ = "0.1.0"
 __all__ = sorted(
     {name for name in dir(_core) if not name.startswith("_")}
     | {"DTraining", "ETraining", "EDTraining", "History", "save", "load", "reference", "datasets", "speech", "vision",
-       "build_model", "kv_cache_bytes_per_token", "lora"}
+       "build_model", "kv_cache_bytes_per_token", "lora", "Whisper"}
     | {"from_hf", "to_hf", "save_hf", "load_hf", "to_torch", "from_torch", "model_options"}
 )
