@@ -154,6 +154,16 @@ py::dict masks_dict(const Model& m) {
         }
         out[py::str(r.name)] = seqs;
     }
+    // LoRA's adapter inputs (lora.hpp line 2′): <W's name>.lora_dropout, (d_in, n) over the batch's columns
+    const auto& adapters = m.store.adapters();
+    for (std::size_t k = 0; k < adapters.size(); ++k) {
+        const ft::DropoutMask& mask = m.store.adapter_run(index_t(k)).mask;
+        if (!mask.active()) continue;
+        const py::ssize_t d = adapters[k].cols, n = py::ssize_t(mask.keep.size()) / d;
+        py::array_t<bool, py::array::f_style> a({d, n});
+        std::copy(mask.keep.begin(), mask.keep.end(), a.mutable_data());
+        out[py::str(adapters[k].name + ".lora_dropout")] = a;
+    }
     return out;
 }
 

@@ -1517,14 +1517,40 @@ def lora_weight(W, A, B, *, alpha: float, r: int) -> np.ndarray:
     return W + (alpha / r) * (np.asarray(B) @ np.asarray(A)).reshape(W.shape)
 
 
-def lora_params(params: dict, *, alpha: float, r: int) -> dict:
+class LoraDropped:
+    """Lines 2′–3′ of the LoRA listing as the operand of the listing's product, for a training forward whose adapter
+    input drops: `self @ X` = W X + s·B (A X̃), X̃ = Dropout(X | p, M) (line 2′ with the mask M given: the model's
+    dropout_masks()[<name>.lora_dropout] of one sequence). W (d_out, d_in) or stacked heads (H, d, d_in): indexing
+    gives head h's rows of W and of B (the same A and M: one dropout on the matrix's input)."""
+
+    def __init__(self, W, A, B, s: float, M, p: float):
+        self.W, self.A, self.B, self.s, self.M, self.p = np.asarray(W), np.asarray(A), np.asarray(B), s, M, p
+        self.shape = self.W.shape
+
+    def __getitem__(self, h):
+        d = self.W.shape[1]
+        return LoraDropped(self.W[h], self.A, self.B.reshape(self.W.shape[0], d, -1)[h], self.s, self.M, self.p)
+
+    def __matmul__(self, X):
+        X_tilde = dropout(X, self.M, self.p)  # line 2′: X̃ ← Dropout(X | p, M)
+        return self.W @ X + self.s * (self.B @ (self.A @ X_tilde))  # line 3′: W X + s·B (A X̃)
+
+
+def lora_params(params: dict, *, alpha: float, r: int, masks=None, dropout: float = 0.0) -> dict:
     """θ with every adapter folded in: each <name>.lora_A / <name>.lora_B pair replaced by W' = lora_weight(...)
-    at <name> (what the listings compute with, and what merge_lora stores)."""
+    at <name> (what the listings compute with, and what merge_lora stores). With masks (model.dropout_masks() of
+    one training forward on one sequence) and the rate `dropout`, an adapter whose <name>.lora_dropout mask is there
+    is LoraDropped instead (lines 2′–3′)."""
+    masks = masks or {}
     out = {k: np.asarray(v) for k, v in params.items() if not k.endswith((".lora_A", ".lora_B"))}
     for k in params:
         if k.endswith(".lora_A"):
             name = k[: -len(".lora_A")]
-            out[name] = lora_weight(params[name], params[k], params[name + ".lora_B"], alpha=alpha, r=r)
+            A, B = params[k], params[name + ".lora_B"]
+            if name + ".lora_dropout" in masks:
+                out[name] = LoraDropped(params[name], A, B, alpha / r, masks[name + ".lora_dropout"], dropout)
+            else:
+                out[name] = lora_weight(params[name], A, B, alpha=alpha, r=r)
     return out
 
 

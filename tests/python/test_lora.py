@@ -10,16 +10,16 @@ import pytest
 import formal_transformers as ft
 from formal_transformers import reference as R
 from formal_transformers.lora import LORA_PATTERNS
-from conftest import TOL, numeric_grad, rel_err
+from conftest import TOL, kind_inputs, numeric_grad, rel_err
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 
 
-def _adapted(dtype="float64", targets=("W_q", "W_v", "W_o", "W_mlp1", "W_mlp2"), r=2, alpha=3.0, seed=0):
+def _adapted(dtype="float64", targets=("W_q", "W_v", "W_o", "W_mlp1", "W_mlp2"), r=2, alpha=3.0, seed=0, dropout=0.0):
     m = ft.DTransformer(23, 16, 2, 2, 8, 12, dtype=dtype, seed=seed)
-    ft.lora(m, targets=targets, r=r, alpha=alpha)
+    ft.lora(m, targets=targets, r=r, alpha=alpha, dropout=dropout)
     rng = np.random.default_rng(seed + 1)
     for k in m.params:
         if k.endswith(".lora_B"):
@@ -89,7 +89,10 @@ def test_save_and_load_keep_the_adapters(tmp_path):
     (dict(targets=["W_e"]), "W_e, which is not an attention or MLP matrix"),
     (dict(targets=["W_q", "W_nothing"]), "'W_nothing' matches no parameter"),
     (dict(alpha=0.0), "alpha"),
-    (dict(dropout=0.1), "dropout"),
+    (dict(dropout=-0.1), "dropout must be in \\[0, 1\\)"),
+    (dict(dropout=1.0), "dropout must be in \\[0, 1\\)"),
+    (dict(dropout=float("nan")), "dropout must be in \\[0, 1\\)"),
+    (dict(dropout=float("inf")), "dropout must be in \\[0, 1\\)"),
     (dict(targets=[]), "targets is empty"),
 ])
 def test_bad_input_is_a_value_error_before_anything_changes(kw, words):
@@ -107,6 +110,10 @@ def test_type_errors_and_twice():
         ft.lora(m, r=2.5)
     with pytest.raises(TypeError):
         ft.lora("model")
+    for bad in ("0.1", None, True):
+        with pytest.raises(TypeError, match="dropout"):
+            ft.lora(m, r=1, dropout=bad)
+    assert m.lora is None
     with pytest.raises(ValueError, match="no LoRA adapters"):
         m.merge_lora()
     ft.lora(m, r=1)
@@ -137,8 +144,8 @@ def _random(module, seed=0):
     return module
 
 
-def _peft(hf, targets, r, alpha, fan_in_fan_out):
-    cfg = peft.LoraConfig(r=r, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0,
+def _peft(hf, targets, r, alpha, fan_in_fan_out, dropout=0.0):
+    cfg = peft.LoraConfig(r=r, lora_alpha=alpha, target_modules=targets, lora_dropout=dropout,
                           fan_in_fan_out=fan_in_fan_out, init_lora_weights=True)
     pm = peft.get_peft_model(hf, cfg)
     g = torch.Generator().manual_seed(5)
@@ -232,3 +239,182 @@ def test_equal_to_peft_on_bert():
     assert {k for k in compared if k.endswith(ADAPTED)} and len(compared) >= len(ours) - 2
     for k in compared:
         assert rel_err(ours[k].numpy(), merged.state_dict()[k].numpy()) <= 1e-10, k
+
+
+# ---------------------------------------------------------------------------------------------------
+# Dropout on the adapter's input (lines 2′–3′): a training forward computes W x + s·B·A·Dropout(x), with the
+# model's dropout masks (dropout_masks()[<W>.lora_dropout], keyed by dropout_step: a step replays)
+
+P = 0.3
+
+
+def _loss_at(m, inp, step):
+    m.dropout_step = step
+    return m.loss_and_grad(*inp, copy=True)[0]
+
+
+def _directional_fd(m, inp, step, g, rng, h=1e-6, tol=1e-6):
+    """Every parameter's gradient against the central difference of the replayed loss along a random direction."""
+    for name, p in m.params.items():
+        v = rng.normal(size=p.shape)
+        base = np.array(p)
+        p[...] = base + h * v
+        lp = _loss_at(m, inp, step)
+        p[...] = base - h * v
+        lm = _loss_at(m, inp, step)
+        p[...] = base
+        fd, an = (lp - lm) / (2 * h), float(np.sum(g[name] * v))
+        assert abs(fd - an) <= tol * max(1.0, abs(an)), (name, fd, an)
+
+
+def test_dropout_training_equals_the_reference_with_the_same_masks():
+    m = _adapted(dropout=P)
+    x1, x2 = _seqs(2)
+    loss, _ = m.loss_and_grad([x1, x2])
+    masks = m.dropout_masks()
+    assert sorted(masks) == sorted(n + ".lora_dropout" for n in m.lora["adapted"])
+    params = {k: np.asarray(v) for k, v in m.params.items()}
+    for name in m.lora["adapted"]:  # (d_in, n) over the batch's columns
+        assert masks[name + ".lora_dropout"].shape == (params[name].shape[-1], len(x1) + len(x2))
+    total = 0.0
+    for x, cols in ((x1, slice(0, len(x1))), (x2, slice(len(x1), None))):
+        theta = R.lora_params(params, alpha=3.0, r=2, masks={k: M[:, cols] for k, M in masks.items()}, dropout=P)
+        assert isinstance(theta["layers.0.attn.W_q"], R.LoraDropped)
+        total += R.d_loss(x, theta, L=2, H=2)
+    assert abs(loss - total) <= 1e-12 * abs(total)
+    kept = np.concatenate([M.ravel() for M in masks.values()])
+    assert 0.55 < kept.mean() < 0.85  # a fraction p dropped (3 binomial σ of 728 entries: ±0.05)
+    # line 2 (no dropout, W') gives another loss: the evaluating one
+    assert abs(m.loss([x1, x2]) - loss) > 1e-6
+    assert abs(R.d_loss(x1, R.lora_params(params, alpha=3.0, r=2), L=2, H=2)
+               + R.d_loss(x2, R.lora_params(params, alpha=3.0, r=2), L=2, H=2) - loss) > 1e-6
+
+
+def test_dropout_gradients_match_finite_differences_on_the_same_masks():
+    m = _adapted(dropout=P)
+    x = _seqs(2)
+    step = m.dropout_step
+    _, g = m.loss_and_grad(x, copy=True)
+    assert m.dropout_step == step + 1
+    # A and B entry by entry, every parameter along a random direction (the base W: ∂loss/∂W, no longer ∂loss/∂W';
+    # upstream ones: ∂loss/∂X through D2)
+    for k in ("layers.0.attn.W_q.lora_A", "layers.0.attn.W_q.lora_B", "layers.1.W_mlp2.lora_A", "layers.1.W_mlp2.lora_B"):
+        fd = numeric_grad(lambda: _loss_at(m, [x], step), m.params[k], h=1e-5)
+        assert rel_err(g[k], fd) <= 1e-6, k
+    _directional_fd(m, [x], step, g, np.random.default_rng(7))
+    # d1 (∂loss/∂A = s·Bᵀ ∂loss/∂W') no longer holds: A saw the dropped input
+    B, dW = m.params["layers.0.attn.W_v.lora_B"], g["layers.0.attn.W_v"].reshape(-1, 8)
+    assert rel_err(g["layers.0.attn.W_v.lora_A"], 1.5 * B.T @ dW) > 1e-3
+
+
+@pytest.mark.parametrize("kind, make, targets", [
+    ("d", lambda: ft.DTransformer(23, 16, 1, 2, 8, 12, dtype="float64", seed=0, mlp="swiglu", bias=False, norm="rms"),
+     ("W_q", "W_k", "W_v", "W_o", "W_gate", "W_mlp1", "W_mlp2")),
+    ("d", lambda: ft.DTransformer(23, 16, 1, 2, 16, 12, dtype="float64", seed=0, positional="rope", bias=False,
+                                  kv_lora_rank=8, qk_rope_head_dim=4), ("W_q", "W_o", "W_mlp1")),
+    ("e", lambda: ft.ETransformer(23, 16, 1, 2, 8, 12, 8, dtype="float64", seed=0), ("W_k", "W_o", "W_mlp2")),
+    ("ed", lambda: ft.EDTransformer(23, 16, 1, 1, 2, 8, 12, dtype="float64", seed=0),
+     ("W_q", "W_k", "W_v", "W_o", "W_mlp1", "W_mlp2", "W_mlp3", "W_mlp4")),
+])
+def test_every_adaptable_matrix_drops_its_input(kind, make, targets):
+    """The gated MLP's W_gate, latent attention's W_q, an encoder's, the decoder's cross-attention and W_mlp3/4."""
+    m = make()
+    ft.lora(m, targets=targets, r=2, alpha=3.0, dropout=0.4)
+    rng = np.random.default_rng(3)
+    for k in m.params:
+        if k.endswith(".lora_B"):
+            m.params[k] = 0.3 * rng.standard_normal(m.params[k].shape)
+    inp = kind_inputs(kind, rng, 20, 7, 5, masked=(1, 4))
+    step = m.dropout_step
+    _, g = m.loss_and_grad(*inp, copy=True)
+    assert sorted(m.dropout_masks()) == sorted(n + ".lora_dropout" for n in m.lora["adapted"])
+    _directional_fd(m, inp, step, g, rng)
+
+
+def test_inference_ignores_the_adapters_dropout_and_p_0_is_line_2():
+    a, b = _adapted(dropout=0.4), _adapted(dropout=0.0)  # the same θ
+    assert all(np.array_equal(a.params[k], b.params[k]) for k in a.params)
+    x = _seqs(2)
+    assert np.array_equal(a(x[0]), b(x[0])) and a.loss(x) == b.loss(x)
+    # p = 0: no mask, the training forward is line 2 (W'), bit for bit the evaluating loss, and d1 holds
+    loss_b, gb = b.loss_and_grad(x, copy=True)
+    assert b.dropout_masks() == {} and loss_b == b.loss(x)
+    B, dW = b.params["layers.0.attn.W_v.lora_B"], gb["layers.0.attn.W_v"].reshape(-1, 8)
+    assert rel_err(gb["layers.0.attn.W_v.lora_A"], 1.5 * B.T @ dW) <= 1e-12
+    # p > 0 drops in training only; an evaluating forward afterwards is line 2 again and forgets the masks
+    loss_a, _ = a.loss_and_grad(x, copy=True)
+    assert a.dropout_masks() and loss_a != loss_b
+    assert np.array_equal(a(x[0]), b(x[0])) and a.dropout_masks() == {}
+
+
+def test_training_with_adapter_dropout_is_reproducible_and_saved(tmp_path):
+    def run(p):
+        m = _adapted(targets=("W_q", "W_v"), dropout=p)
+        ft.DTraining(2, 1e-2, trainable=list(LORA_PATTERNS), progress=False)(_seqs(3), m)
+        return m
+
+    a, b, c = run(P), run(P), run(0.0)
+    assert all(np.array_equal(a.params[k], b.params[k]) for k in a.params)
+    assert not np.array_equal(a.params["layers.0.attn.W_q.lora_B"], c.params["layers.0.attn.W_q.lora_B"])
+    ft.save(a, tmp_path / "a.safetensors")
+    back = ft.load(tmp_path / "a.safetensors")
+    assert back.lora == a.lora and back.lora["dropout"] == P
+    x = _seqs(2)
+    back.dropout_step, back.dropout_seed = a.dropout_step, a.dropout_seed
+    la, lb = a.loss_and_grad(x, copy=True)[0], back.loss_and_grad(x, copy=True)[0]
+    assert la == lb and a.dropout_masks().keys() == back.dropout_masks().keys()
+    assert all(np.array_equal(a.dropout_masks()[k], back.dropout_masks()[k]) for k in a.dropout_masks())
+
+
+class _FixedDropout(torch.nn.Module):
+    """peft's lora_dropout (nn.Dropout on the adapter's input) with our mask M (d_in, ℓ): x ⊙ Mᵀ / (1 − p)."""
+
+    def __init__(self, M, p):
+        super().__init__()
+        self.M, self.p = torch.tensor(np.asarray(M).T[None], dtype=torch.float64), p
+
+    def forward(self, x):
+        return x * self.M / (1 - self.p)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "bert"])
+def test_dropout_gradients_equal_torch_autograd_through_peft_on_the_same_masks(arch):
+    V = 40
+    if arch == "gpt2":
+        hf = _random(transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            vocab_size=V, n_embd=8, n_layer=2, n_head=2, n_positions=16, n_inner=12, resid_pdrop=0.0, embd_pdrop=0.0,
+            attn_pdrop=0.0)).to(torch.float64)).eval()
+        targets, hf_targets, alpha, fan = ("W_o", "W_mlp1", "W_mlp2"), ["attn.c_proj", "mlp.c_fc", "mlp.c_proj"], 3, True
+        names = [("attn.c_proj", "attn.W_o"), ("mlp.c_fc", "W_mlp1"), ("mlp.c_proj", "W_mlp2")]
+    else:
+        hf = _random(transformers.BertForMaskedLM(transformers.BertConfig(
+            vocab_size=V, hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=12,
+            max_position_embeddings=16, type_vocab_size=2, hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0)).to(torch.float64)).eval()
+        targets, hf_targets, alpha, fan = ("W_q", "W_v"), ["query", "value"], 5, False
+        names = [("attention.self.query", "attn.W_q"), ("attention.self.value", "attn.W_v")]
+    model = ft.from_hf(hf)
+    ft.lora(model, targets=targets, r=2, alpha=alpha, dropout=P)
+    pm = _peft(hf, hf_targets, 2, alpha, fan, dropout=P)
+    pairs = _copy_adapters(pm, model, names)
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, V - 3, size=9)
+    if arch == "gpt2":
+        loss, grads = model.loss_and_grad(x)
+        inp, scored, target = x, slice(0, -1), torch.tensor(x[1:])
+    else:
+        xt = x.copy()
+        xt[[1, 4, 6]] = model.mask_token
+        loss, grads = model.loss_and_grad(xt, x)
+        inp, scored, target = xt, torch.tensor(xt == model.mask_token), torch.tensor(x)[torch.tensor(xt == model.mask_token)]
+    masks = model.dropout_masks()
+    assert len(masks) == len(pairs)
+    for (a, _), ours in pairs.items():  # peft's dropout module of that adapter, on our mask
+        pm.get_submodule(a.split(".lora_A")[0]).lora_dropout["default"] = _FixedDropout(masks[ours + ".lora_dropout"], P)
+    logits = pm(input_ids=torch.tensor(inp[None])).logits[0]
+    loss_hf = torch.nn.functional.cross_entropy(logits[scored], target, reduction="sum")
+    loss_hf.backward()
+    assert abs(loss - loss_hf.item()) <= 1e-10 * abs(loss)
+    _check_grads(pm, model, pairs, grads)
+    # peft without the masks (evaluation) is our evaluating forward: the loss differs from the training one
+    assert abs(model.loss(*([x] if arch == "gpt2" else [xt, x])) - loss) > 1e-6

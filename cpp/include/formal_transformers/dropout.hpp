@@ -36,7 +36,8 @@ struct DropoutKey {
 };
 // Places: which matrix of which layer a mask belongs to. A place is (group, layer, site): the group of
 // layers, the layer's index in it, and the site inside the layer (the embeddings are group Embeddings, layer 0).
-enum class DropGroup : std::uint64_t { Embeddings = 0, Layers = 1, DecoderLayers = 2 };  // Layers: D's and E's, ED's encoder
+// Layers: D's and E's, ED's encoder; Lora: LoRA's adapter inputs (lora.hpp), "layer" the adapter's index, site 0
+enum class DropGroup : std::uint64_t { Embeddings = 0, Layers = 1, DecoderLayers = 2, Lora = 3 };
 enum class DropSite : std::uint64_t { EmbedX = 0, EmbedZ = 1, SelfWeights = 2, SelfOut = 3, CrossWeights = 4, CrossOut = 5, MlpOut = 6 };
 // A layer's places (the blocks key their masks by place.at(site)).
 struct DropPlace {

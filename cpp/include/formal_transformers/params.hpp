@@ -11,6 +11,7 @@
 #include <xtensor/xadapt.hpp>
 
 #include "formal_transformers/common.hpp"
+#include "formal_transformers/dropout.hpp"
 
 namespace ft {
 
@@ -102,14 +103,37 @@ public:
         index_t W, A, B, rows, cols, r;
         double scale;      // s = α / r
         index_t at = 0;    // W' in the adapted buffer
+        double dropout = 0;  // p of the dropout on the adapter's input (training forwards only; lora.hpp lines 2′–3′)
+    };
+    // What a training forward keeps of an adapter whose input drops (lines 2′–3′), for its backward and for
+    // dropout_masks(): the mask M, X̃ = Dropout(X | p, M) and A X̃; `used`: line 3′ ran in this forward.
+    struct AdapterRun {
+        DropoutMask mask;
+        Matrix<T> Xt, AXt, G, dXt;  // X̃, A X̃; the backward's Bᵀ ∂Y and s Aᵀ Bᵀ ∂Y
+        bool used = false;
     };
     void adapt(const Adapter& a);
     const std::vector<Adapter>& adapters() const { return adapters_; }
     // line 1 of the listing for every adapter whose W, A or B changed since its W' was computed (all of them
-    // after allocate()); called by every forward (TokenEmbedding::forward, the first line of each listing)
+    // after allocate()); called by every forward (TokenEmbedding::forward, the first line of each listing).
+    // It also forgets the adapters' dropout masks of the last forward.
     void refresh_adapters() const;
-    // the backward lines: ∂loss/∂A, ∂loss/∂B from ∂loss/∂W' (which the listings' backward left in W's gradient)
+    // the backward lines: ∂loss/∂A, ∂loss/∂B from ∂loss/∂W' (which the listings' backward left in W's gradient),
+    // for the adapters that were used as W' (line 2); the dropping ones (line 3′) have theirs already
     void adapters_backward();
+    // LoRA's dropout (lora.hpp lines 2′–3′): between lora_training(true, seed, step) and lora_training(false) (a
+    // training forward and its backward, Model::run_loss) the adapters with p > 0 drop their input, with masks
+    // keyed by (seed, step, the adapter). lora_drops(W): W carries such an adapter in such a run (its index, else -1).
+    void lora_training(bool on, std::uint64_t seed = 0, std::uint64_t step = 0);
+    index_t lora_drops(const MatParam& p) const {
+        if (!lora_run_on_ || adapted_at_.empty()) return -1;
+        const auto it = adapted_at_.find(p.offset);
+        return it == adapted_at_.end() || !(adapters_[it->second].dropout > 0) ? -1 : index_t(it->second);
+    }
+    DropoutKey lora_key(index_t k) const {
+        return {lora_seed_, lora_step_, DropPlace{DropGroup::Lora, std::uint64_t(k)}.at(DropSite::EmbedX)};
+    }
+    AdapterRun& adapter_run(index_t k) const { return runs_[std::size_t(k)]; }
     void zero_grad();
     // Initialisation helpers (seeded; see the init table in README.md).
     void fill(index_t offset, index_t n, T value);
@@ -125,6 +149,9 @@ private:
     std::unordered_map<index_t, std::size_t> adapted_at_;  // W offset -> its adapter
     mutable std::vector<T> eff_, seen_;                    // W' of each adapter; the W, A, B it was made from
     mutable std::mutex adapters_mutex_;
+    mutable std::vector<AdapterRun> runs_;  // per adapter (lora_training)
+    bool lora_run_on_ = false;
+    std::uint64_t lora_seed_ = 0, lora_step_ = 0;
     const T* adapted(index_t offset) const {
         if (adapted_at_.empty()) return nullptr;
         const auto it = adapted_at_.find(offset);

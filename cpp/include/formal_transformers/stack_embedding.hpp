@@ -101,7 +101,8 @@ public:
     // the same for columns at the given positions, one per column (a batch of decoders, paged decoding)
     virtual void forward_at(const ParamStore<T>& store, const EmbedInput<T>& in, const PositionalEmbedding<T>& pos,
                             const index_t* positions, MatView<T> X) const = 0;
-    // from dX = ∂loss/∂X of forward (overwritten: scratch): the gradients of W_e, the table and the steps' parameters
+    // from dX = ∂loss/∂X of a forward at offset 0 (training; overwritten: scratch): the gradients of W_e, the table
+    // and the steps' parameters
     virtual void backward(ParamStore<T>& store, const EmbedInput<T>& in, const PositionalEmbedding<T>& pos,
                           const Seqs& s, MatView<T> dX, const Cache& c) const = 0;
     // Algorithm 1 with the Token steps, no position (V16's W_e[:, x[t+k]]): E:[d_e, n]; its backward (dE overwritten)

@@ -6,6 +6,7 @@
 
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/functions.hpp"
+#include "formal_transformers/lora.hpp"
 
 namespace ft {
 
@@ -368,9 +369,9 @@ void MHAttention<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Se
     MatView<T> Y = ensure(c.Y, H * d_mid, X.cols);
     heads(store, Q, sx, K, V, sz, 0, c, Y, drop, place);  // lines 1–3: Y = [Y¹; …; Y^H]
     if (accumulate)
-        affine_add<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // line 4, added to the caller's residual stream
+        affine_add<T>(store, W_o, Y, bias(store, b_o), Vt);  // line 4, added to the caller's residual stream
     else
-        affine<T>(store.W(W_o), Y, bias(store, b_o), Vt);  // line 4: Ṽ = W_o Y + b_o 1ᵀ
+        affine<T>(store, W_o, Y, bias(store, b_o), Vt);  // line 4: Ṽ = W_o Y + b_o 1ᵀ
 }
 
 template <class T>
@@ -421,7 +422,7 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
     source->gradients(c, dX.data == dZ.data && dX.ld == dZ.ld, X.cols, Z.cols, w, dQ, dK, dV);
     std::fill(dY.data, dY.data + dY.size(), T(0));
     // d(line 4): dW_o += dṼ Yᵀ, db_o += dṼ 1, dY = W_oᵀ dṼ
-    affine_backward<T>(store.W(W_o), view(c.Y), dVt, store.grad_if_trained(W_o), dbias(store, b_o), dY.data);
+    affine_backward<T>(store, W_o, view(c.Y), dVt, store.grad_if_trained(W_o), dbias(store, b_o), dY.data);
     CMatView<T> Q = c.Qv, K = c.Kv, V = c.Vv, Y = view(c.Y);
     // d(lines 1–3): Algorithm 4's lines 6, 5, 4 backward per (sequence, key/value head g) block; the query
     // heads of a group run in turn, so dK^g and dV^g sum their contributions (V3) without a race

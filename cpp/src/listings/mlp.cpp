@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "formal_transformers/blas.hpp"
+#include "formal_transformers/lora.hpp"
 #include "formal_transformers/parts.hpp"
 
 namespace ft {
@@ -31,17 +32,17 @@ public:
     // Out += W_mlp2 φ(W_mlp1 X̃ + b_mlp1 1ᵀ) + b_mlp2 1ᵀ
     void forward(const ParamStore<T>& store, CMatView<T> Xt, MatView<T> Out, MLPCache<T>& c) const override {
         MatView<T> H = ensure(c.at(H_), d_mlp, Xt.cols), A = ensure(c.at(A_), d_mlp, Xt.cols);
-        affine<T>(store.W(W_1), Xt, b(store, b_1), H);      // W_mlp1 X̃ + b_mlp1 1ᵀ
+        affine<T>(store, W_1, Xt, b(store, b_1), H);      // W_mlp1 X̃ + b_mlp1 1ᵀ
         activation_forward<T>(act, H, A);                   // φ: GELU or ReLU
-        affine_add<T>(store.W(W_2), A, b(store, b_2), Out);  // X + W_mlp2 (…) + b_mlp2 1ᵀ
+        affine_add<T>(store, W_2, A, b(store, b_2), Out);  // X + W_mlp2 (…) + b_mlp2 1ᵀ
     }
     void backward(ParamStore<T>& store, CMatView<T> Xt, const MLPCache<T>& c, CMatView<T> dOut, MatView<T> dXt,
                   Matrix<T>& dH) const override {
         MatView<T> dh = ensure(dH, d_mlp, Xt.cols);
         std::fill(dh.data, dh.data + dh.size(), T(0));
-        affine_backward<T>(store.W(W_2), view(c.at(A_)), dOut, store.grad_if_trained(W_2), db(store, b_2), dh.data);  // dA = W_mlp2ᵀ dOut
+        affine_backward<T>(store, W_2, view(c.at(A_)), dOut, store.grad_if_trained(W_2), db(store, b_2), dh.data);  // dA = W_mlp2ᵀ dOut
         activation_backward<T>(act, view(c.at(H_)), dh, dh);                                                 // dH = φ′(H) ⊙ dA
-        affine_backward<T>(store.W(W_1), Xt, dh, store.grad_if_trained(W_1), db(store, b_1), dXt.data, dXt.ld);       // dX̃ += W_mlp1ᵀ dH
+        affine_backward<T>(store, W_1, Xt, dh, store.grad_if_trained(W_1), db(store, b_1), dXt.data, dXt.ld);       // dX̃ += W_mlp1ᵀ dH
     }
 
 private:

@@ -10,6 +10,7 @@
 #include "formal_transformers/attention.hpp"
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/functions.hpp"
+#include "formal_transformers/lora.hpp"
 
 namespace ft {
 
@@ -36,12 +37,14 @@ template <class T>
 void Projections<T>::forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
                              MHAttentionCache<T>& c, MatView<T>& Q, MatView<T>& K, MatView<T>& V) const {
     ProjectionState<T>& st = c.source.template get<ProjectionState<T>>();
-    st.fused = X.data == Z.data && X.rows == Z.rows && X.cols == Z.cols && X.ld == Z.ld && sx.off == sz.off;
+    // (not when a LoRA adapter of W_q, W_k or W_v drops its input: lora.hpp lines 2′–3′ are per matrix)
+    st.fused = X.data == Z.data && X.rows == Z.rows && X.cols == Z.cols && X.ld == Z.ld && sx.off == sz.off &&
+               store.lora_drops(W_q) < 0 && store.lora_drops(W_k) < 0 && store.lora_drops(W_v) < 0;
     if (!st.fused) {
         Q = ensure(c.Q, Dq, X.cols), K = ensure(c.K, Dk, Z.cols), V = ensure(c.V, Dv, Z.cols);
-        affine<T>(store.W(W_q), X, bias(store, b_q), Q);  // line 1: Q^h ← W_q^h X + b_q^h 1ᵀ
-        affine<T>(store.W(W_k), Z, bias(store, b_k), K);  // line 2: K^g ← W_k^g Z + b_k^g 1ᵀ  (g ∈ [H_kv])
-        affine<T>(store.W(W_v), Z, bias(store, b_v), V);  // line 3: V^g ← W_v^g Z + b_v^g 1ᵀ
+        affine<T>(store, W_q, X, bias(store, b_q), Q);  // line 1: Q^h ← W_q^h X + b_q^h 1ᵀ
+        affine<T>(store, W_k, Z, bias(store, b_k), K);  // line 2: K^g ← W_k^g Z + b_k^g 1ᵀ  (g ∈ [H_kv])
+        affine<T>(store, W_v, Z, bias(store, b_v), V);  // line 3: V^g ← W_v^g Z + b_v^g 1ᵀ
         return;
     }
     MatView<T> W = ensure(st.W_qkv, Dq + Dk + Dv, d_x);
@@ -123,9 +126,9 @@ void Projections<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
         return;
     }
     // lines 3, 2, 1 for all heads at once (stacked): parameter gradients, dZ, dX
-    affine_backward<T>(store.W(W_v), Z, dV, store.grad_if_trained(W_v), dbias(store, b_v), dZ.data, dZ.ld);
-    affine_backward<T>(store.W(W_k), Z, dK, store.grad_if_trained(W_k), dbias(store, b_k), dZ.data, dZ.ld);
-    affine_backward<T>(store.W(W_q), X, dQ, store.grad_if_trained(W_q), dbias(store, b_q), dX.data, dX.ld);
+    affine_backward<T>(store, W_v, Z, dV, store.grad_if_trained(W_v), dbias(store, b_v), dZ.data, dZ.ld);
+    affine_backward<T>(store, W_k, Z, dK, store.grad_if_trained(W_k), dbias(store, b_k), dZ.data, dZ.ld);
+    affine_backward<T>(store, W_q, X, dQ, store.grad_if_trained(W_q), dbias(store, b_q), dX.data, dX.ld);
 }
 
 // Decoding: a token keeps its key and value (lines 2, 3); queries are line 1; the cached columns are K, V.

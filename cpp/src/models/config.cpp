@@ -173,7 +173,7 @@ const std::vector<OptionSpec> kSchema = {
     {"eos_id", ED, Kind::AutoId, &ModelConfig::eos_id},
     {"forced_bos_id", ED, Kind::AutoId, &ModelConfig::forced_bos_id},
     {"forced_eos", ED, Kind::Bool, &ModelConfig::forced_eos},
-    {"n_segments", 0, Kind::AllRates, nullptr},  // (a part's option standing where it stood: pinned below)
+    {"n_segments", 0, Kind::AllRates, nullptr},  // (the embedding steps' options, each where it stood: pinned)
     {"embed_norm", 0, Kind::AllRates, nullptr},
     {"unembed_bias", E | ED, Kind::Bool, &ModelConfig::unembed_bias},
     {"scale_embedding", 0, Kind::AllRates, nullptr},

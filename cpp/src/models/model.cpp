@@ -118,9 +118,11 @@ double Model<T>::run_loss(const Batch& in, bool grad, index_t* n_scored, index_t
     Dropout d{cfg.embed_dropout, cfg.attn_dropout, cfg.resid_dropout, dropout_seed, dropout_step};
     struct Reset {
         const Dropout*& p;
-        ~Reset() { p = nullptr; }
-    } reset{train_};
+        ParamStore<T>& store;
+        ~Reset() { p = nullptr, store.lora_training(false); }
+    } reset{train_, store};
     train_ = grad && cfg.has_dropout() ? &d : nullptr;
+    store.lora_training(grad, dropout_seed, dropout_step);  // LoRA's adapters drop their inputs (lora.hpp line 2′)
     run_forward(in);
     train_ = nullptr;
     if (grad) ++dropout_step;
@@ -141,6 +143,7 @@ double Model<T>::run_loss(const Batch& in, bool grad, index_t* n_scored, index_t
     const double aux = aux_loss(in, true, loss, w);  // V16: its parameters' gradients now, the trunk's in run_backward
     run_backward(in, w);
     store.adapters_backward();  // LoRA (lora.hpp line d1): ∂loss/∂A, ∂loss/∂B from ∂loss/∂W'
+    store.lora_training(false);
     return loss + aux;
 }
 

@@ -16,6 +16,7 @@
 
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/functions.hpp"
+#include "formal_transformers/lora.hpp"
 #include "formal_transformers/parts.hpp"
 #include "formal_transformers/variants.hpp"
 
@@ -92,8 +93,8 @@ public:
     void forward(const ParamStore<T>& store, CMatView<T> Xt, MatView<T> Out, MLPCache<T>& c) const override {
         const index_t n = Xt.cols;
         MatView<T> G = ensure(c.at(G_), d_mlp, n), U = ensure(c.at(U_), d_mlp, n), A = ensure(c.at(A_), d_mlp, n);
-        affine<T>(store.W(W_g), Xt, b(store, b_g), G);  // line 1: G ← W_gate X̃ + b_gate 1ᵀ
-        affine<T>(store.W(W_1), Xt, b(store, b_1), U);  // line 2: U ← W_mlp1 X̃ + b_mlp1 1ᵀ
+        affine<T>(store, W_g, Xt, b(store, b_g), G);  // line 1: G ← W_gate X̃ + b_gate 1ᵀ
+        affine<T>(store, W_1, Xt, b(store, b_1), U);  // line 2: U ← W_mlp1 X̃ + b_mlp1 1ᵀ
 #pragma omp parallel for schedule(static) if (A.size() > 16384)
         for (index_t j = 0; j < n; ++j) {  // line 3: A ← φ(G) ⊙ U
             const T* u = U.col(j);
@@ -101,7 +102,7 @@ public:
             phi.f(G.col(j), a, d_mlp);
             for (index_t i = 0; i < d_mlp; ++i) a[i] *= u[i];
         }
-        affine_add<T>(store.W(W_2), A, b(store, b_2), Out);  // line 4, into the stream: X + W_mlp2 A + b_mlp2 1ᵀ
+        affine_add<T>(store, W_2, A, b(store, b_2), Out);  // line 4, into the stream: X + W_mlp2 A + b_mlp2 1ᵀ
     }
     void backward(ParamStore<T>& store, CMatView<T> Xt, const MLPCache<T>& c, CMatView<T> dOut, MatView<T> dXt,
                   Matrix<T>& dH) const override {
@@ -109,7 +110,7 @@ public:
         MatView<T> dd = ensure(dH, 2 * d_mlp, n);  // [dA (then dU); dG]
         std::fill(dd.data, dd.data + dd.size(), T(0));
         MatView<T> dA = dd.rows_range(0, d_mlp), dG = dd.rows_range(d_mlp, d_mlp);
-        affine_backward<T>(store.W(W_2), view(c.at(A_)), dOut, store.grad_if_trained(W_2), db(store, b_2), dA.data, dA.ld);  // d(line 4)
+        affine_backward<T>(store, W_2, view(c.at(A_)), dOut, store.grad_if_trained(W_2), db(store, b_2), dA.data, dA.ld);  // d(line 4)
         CMatView<T> G = view(c.at(G_)), U = view(c.at(U_));
 #pragma omp parallel for schedule(static) if (dA.size() > 16384)
         for (index_t j = 0; j < n; ++j) {  // d(line 3): dU = dA ⊙ φ(G) (in dA's place), dG = φ′(G) ⊙ (dA ⊙ U)
@@ -123,8 +124,8 @@ public:
             }
             phi.f_backward(g, dg, dg, d_mlp);
         }
-        affine_backward<T>(store.W(W_1), Xt, dA, store.grad_if_trained(W_1), db(store, b_1), dXt.data, dXt.ld);  // d(line 2)
-        affine_backward<T>(store.W(W_g), Xt, dG, store.grad_if_trained(W_g), db(store, b_g), dXt.data, dXt.ld);  // d(line 1)
+        affine_backward<T>(store, W_1, Xt, dA, store.grad_if_trained(W_1), db(store, b_1), dXt.data, dXt.ld);  // d(line 2)
+        affine_backward<T>(store, W_g, Xt, dG, store.grad_if_trained(W_g), db(store, b_g), dXt.data, dXt.ld);  // d(line 1)
     }
 
 private:

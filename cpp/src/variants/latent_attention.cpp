@@ -10,6 +10,7 @@
 #include "formal_transformers/attention.hpp"
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/config.hpp"
+#include "formal_transformers/lora.hpp"
 #include "formal_transformers/variants.hpp"
 
 namespace ft {
@@ -55,7 +56,7 @@ void LatentQKV<T>::init(ParamStore<T>& store, Rng& rng, double stddev) const {
 template <class T>
 void LatentQKV<T>::query_part(const ParamStore<T>& store, CMatView<T> X, MatView<T> Q, LatentCache<T>& c) const {
     if (s_.d_cq == 0) {
-        affine<T>(store.W(W_q), X, nullptr, Q);  // line 2 (d_c′ = 0)
+        affine<T>(store, W_q, X, nullptr, Q);  // line 2 (d_c′ = 0)
         return;
     }
     MatView<T> CQ = ensure(c.CQ, s_.d_cq, X.cols), CQh = ensure(c.CQh, s_.d_cq, X.cols);
@@ -137,7 +138,7 @@ void LatentQKV<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s, 
     // d(line 3): dW_DKV += d[C_KV; K̃_R] Xᵀ, dX += W_DKVᵀ d[C_KV; K̃_R]
     affine_backward<T>(store.W(W_dkv), X, dCKR, store.dW(W_dkv).data, nullptr, dX.data, dX.ld);
     if (s_.d_cq == 0) {  // d(line 2, no query latent): dW_Q += dQ Xᵀ, dX += W_Qᵀ dQ
-        affine_backward<T>(store.W(W_q), X, dQ, store.dW(W_q).data, nullptr, dX.data, dX.ld);
+        affine_backward<T>(store, W_q, X, dQ, store.dW(W_q).data, nullptr, dX.data, dX.ld);
         return;
     }
     // d(line 2): dW_UQ += dQ rms_norm(C_Q)ᵀ, d rms_norm(C_Q) = W_UQᵀ dQ, dC_Q = rms_norm′ᵀ …
