@@ -3,9 +3,10 @@
 #
 #   ./run.sh demo    install what is missing, then the main job: train a small GPT (DTransformer) on a
 #                    text and sample from it (python -m formal_transformers demo; see README.md)
-#   ./run.sh test    install what is missing, then every test: GoogleTest (release build, and again
-#                    under AddressSanitizer + UndefinedBehaviorSanitizer), pytest (vs the numpy reference,
-#                    finite differences and PyTorch autograd) and the notebooks, all through ctest
+#   ./run.sh test    install what is missing, then every test, through ctest in the wheel's own CMake tree:
+#                    GoogleTest, the C++ CMake package, pytest (vs the numpy reference, finite differences and
+#                    PyTorch autograd) and the notebooks against the wheel installed in the venv; then GoogleTest
+#                    again in a separate build under AddressSanitizer + UndefinedBehaviorSanitizer
 #
 #   ./run.sh notebooks [jupyter lab options]
 #                    install what is missing (with JupyterLab), register this venv's kernel as
@@ -19,9 +20,8 @@
 #                    math typeset, code blocks equal to the current sources, notebook images, search) and keep
 #                    three screenshots in build/docs-check/
 #   ./run.sh wheel [--check]
-#                    the wheel (pip wheel through scikit-build-core, portable: no -march=native; repaired by
-#                    auditwheel to a manylinux tag with libgomp inside, OpenBLAS from its PyPI package) and the
-#                    sdist, into dist/. --check (CI): install the wheel into a fresh venv on a PATH with no
+#                    the wheel and the sdist in dist/: the wheel is the one every verb builds and installs (below),
+#                    reused when up to date. --check (CI): install the wheel into a fresh venv on a PATH with no
 #                    compiler and no cmake and run tests/wheel/test_smoke.py there
 #
 # Other verbs: setup (install only), bench (benchmarks), clean.
@@ -31,13 +31,18 @@
 # https://download.pytorch.org/whl/cpu" to fetch the small CPU build of torch instead of PyPI's default),
 # FT_APT=0 (never look at apt packages), FT_REBUILD=1 (rebuild the package even when it is up to date).
 #
-# One build for every verb: the package is built and installed into the venv once; the venv keeps a stamp
+# One build for every verb: the wheel users get. pip wheel through scikit-build-core, portable (FT_NATIVE=OFF:
+# no -march=native), in a persistent CMake tree build/wheel/<tag> (no build isolation: the build requirements
+# are installed into the venv, so a rebuild is incremental); repaired by auditwheel into dist/ (a manylinux tag,
+# libgomp and oneDNN inside, OpenBLAS from its PyPI package scipy-openblas32); then that wheel is installed
+# into the venv. `./run.sh test` builds the GoogleTest suites in the same tree (the same object files of the
+# core as the module's) and runs ctest there, pytest importing the installed wheel. The venv keeps a stamp
 # beside the install ($VENV/formal-transformers.stamp): a hash of the source files that go into the wheel
 # (cpp/, cmake/, python/formal_transformers/ and the top-level build files; git's tracked and untracked,
 # not ignored files), the build options (CMAKE_ARGS, SKBUILD_*, CXX, CXXFLAGS, ...), the compiler,
-# the venv's Python and the CPU (FT_NATIVE compiles for it); then the extras installed and the installed
-# extension file. A verb whose stamp matches prints "up to date" and starts its work at once; a changed
-# source, option or compiler rebuilds; a new extra installs only that extra's dependencies.
+# the venv's Python and the CPU; then the extras installed, the installed extension file, the wheel in
+# dist/ and whether the tree has the tests. A verb whose stamp matches prints "up to date" and starts its work
+# at once; a changed source, option or compiler rebuilds; a new extra installs only that extra's dependencies.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -139,17 +144,77 @@ install_torch() {  # torch first, pinned, so nothing pulls another build (PIP_TO
     "$VENV/bin/python" -m pip install -q ${PIP_TORCH_ARGS:-} "torch==2.13.0"
 }
 
-# $1: extras, e.g. "io" or "test,notebooks,io". Builds and installs the package unless the stamp says the
-# installed one was built from these sources, options and toolchain, and has these extras.
+# The requirements named in pyproject.toml: [build-system] requires and the extras given, one a line. tomllib
+# (Python 3.11+), else tomli, installed for the purpose.
+pyproject_requirements() {
+  "$VENV/bin/python" -c "import tomllib" 2>/dev/null || "$VENV/bin/python" -c "import tomli" 2>/dev/null ||
+    "$VENV/bin/python" -m pip install -q tomli
+  "$VENV/bin/python" - "$@" <<'EOF'
+import sys
+try:
+    import tomllib
+except ImportError:
+    import tomli as tomllib
+with open("pyproject.toml", "rb") as f:
+    project = tomllib.load(f)
+reqs = list(project["build-system"]["requires"])
+for extra in sys.argv[1:]:
+    reqs += project["project"]["optional-dependencies"][extra]
+print("\n".join(sorted(set(reqs))))
+EOF
+}
+
+# The wheel (run.sh's header "One build for every verb"), into dist/; with $1 = tests, the GoogleTest suites and
+# ctest's pytest entry in its CMake tree too (they change nothing in the wheel: same core, same flags).
+build_wheel() {
+  local reqs req_list=() py defs=(-C cmake.define.FT_NATIVE=OFF)
+  reqs=$(pyproject_requirements wheel) || { echo "cannot read the build requirements from pyproject.toml"; exit 1; }
+  mapfile -t req_list <<< "$reqs"
+  "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
+  "$VENV/bin/python" -m pip install -q "${req_list[@]}"
+  py="$(cd "$VENV" && pwd)/bin/python"
+  [ "${1:-}" = tests ] && defs+=(-C cmake.define.FT_BUILD_TESTS=ON -C cmake.define.FT_PYTEST=ON
+                                 -C "cmake.define.FT_PYTHON=$py")
+  local t0=$SECONDS
+  log "wheel: building (pip wheel, scikit-build-core, portable: FT_NATIVE=OFF; CMake tree build/wheel/<tag>${1:+, with the GoogleTest suites})"
+  rm -rf build/wheel/raw dist
+  CMAKE_BUILD_PARALLEL_LEVEL=$JOBS "$VENV/bin/python" -m pip wheel . --no-deps --no-build-isolation -q \
+    -w build/wheel/raw -C "build-dir=build/wheel/{wheel_tag}" "${defs[@]}"
+  log "wheel: auditwheel repair (libgomp and oneDNN inside the wheel; OpenBLAS is the scipy-openblas32 dependency)"
+  PATH="$(cd "$VENV" && pwd)/bin:$PATH" "$VENV/bin/auditwheel" repair --exclude libscipy_openblas.so \
+    -w dist build/wheel/raw/*.whl
+  log "wheel: built in $((SECONDS - t0)) s"
+}
+
+# The wheel in dist/ and its hash; fails when there is not exactly one.
+dist_wheel() {
+  local w=(dist/*.whl)
+  [ ${#w[@]} -eq 1 ] && [ -f "${w[0]}" ] && sha256sum "${w[0]}"
+}
+
+# The CMake tree the wheel was built in: build/wheel/<the raw wheel's tag>.
+wheel_tree() {
+  local w=(build/wheel/raw/*.whl) tag
+  [ -f "${w[0]}" ] || return 1
+  tag=$(basename "${w[0]}" .whl | cut -d - -f 3-)
+  printf 'build/wheel/%s' "$tag"
+}
+
+# $1: extras, e.g. "io" or "test,notebooks,io"; FT_WANT_TESTS=1: the wheel's tree must hold the GoogleTest suites.
+# Builds the wheel and installs it unless the stamp says the installed package is the wheel in dist/, built from
+# these sources, options and toolchain (and with the tests in its tree when they are wanted), and has these extras.
 install_package() {
-  local key core stamp_key="" stamp_extras="" stamp_core="" merged reqs
+  local key core whl tree="" stamp_key="" stamp_extras="" stamp_core="" stamp_whl="" stamp_tree="" merged reqs
+  local want_tests=${FT_WANT_TESTS:-0}
   key=$(build_key)
-  if [ -f "$STAMP_FILE" ] && [ "${FT_REBUILD:-0}" != 1 ] && core=$(installed_core); then
-    { IFS= read -r stamp_key; IFS= read -r stamp_extras; IFS= read -r stamp_core; } < "$STAMP_FILE" || true
-    if [ "$stamp_key" = "$key" ] && [ "$stamp_core" = "$core" ]; then
+  if [ -f "$STAMP_FILE" ] && [ "${FT_REBUILD:-0}" != 1 ] && core=$(installed_core) && whl=$(dist_wheel); then
+    { IFS= read -r stamp_key; IFS= read -r stamp_extras; IFS= read -r stamp_core; IFS= read -r stamp_whl
+      IFS= read -r stamp_tree; } < "$STAMP_FILE" || true
+    if [ "$stamp_key" = "$key" ] && [ "$stamp_core" = "$core" ] && [ "$stamp_whl" = "$whl" ] &&
+       { [ "$want_tests" != 1 ] || { [ -n "$stamp_tree" ] && [ -x "$stamp_tree/ft_tests" ]; }; }; then
       merged=$(extras_union "$stamp_extras" "$1")
       if [ "$merged" = "$stamp_extras" ]; then
-        log "python: formal-transformers in $VENV is up to date (same sources, options and compiler; extras $stamp_extras)"
+        log "python: formal-transformers in $VENV is up to date (the wheel in dist/; same sources, options and compiler; extras $stamp_extras)"
         return 0
       fi
       if reqs=$(missing_extra_requirements "$1" "$stamp_extras"); then
@@ -158,18 +223,21 @@ install_package() {
         local req_list=()
         mapfile -t req_list <<< "$reqs"
         [ -z "$reqs" ] || "$VENV/bin/python" -m pip install -q "${req_list[@]}"
-        printf '%s\n%s\n%s\n' "$key" "$merged" "$core" > "$STAMP_FILE"
+        printf '%s\n%s\n%s\n%s\n%s\n' "$key" "$merged" "$core" "$whl" "$stamp_tree" > "$STAMP_FILE"
         return 0
       fi
     fi
   fi
   [[ "$1" == *test* ]] && install_torch
-  log "python: building and installing formal-transformers[$1]"
   rm -f "$STAMP_FILE"
-  "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-  CMAKE_BUILD_PARALLEL_LEVEL=$JOBS "$VENV/bin/python" -m pip install -q ".[$1]"
-  core=$(installed_core) || { echo "the build installed no formal_transformers/_core module into $VENV"; exit 1; }
-  printf '%s\n%s\n%s\n' "$key" "$(extras_union "$1")" "$core" > "$STAMP_FILE"
+  if [ "$want_tests" = 1 ]; then build_wheel tests; else build_wheel; fi
+  whl=$(dist_wheel) || { echo "the build left no single wheel in dist/"; exit 1; }
+  [ "$want_tests" = 1 ] && tree=$(wheel_tree)
+  log "python: installing ${whl##* }[$1] into $VENV"
+  "$VENV/bin/python" -m pip install -q --force-reinstall --no-deps "${whl##* }"
+  "$VENV/bin/python" -m pip install -q "${whl##* }[$1]"
+  core=$(installed_core) || { echo "the wheel installed no formal_transformers/_core module into $VENV"; exit 1; }
+  printf '%s\n%s\n%s\n%s\n%s\n' "$key" "$(extras_union "$1")" "$core" "$whl" "$tree" > "$STAMP_FILE"
 }
 
 setup() {
@@ -189,19 +257,25 @@ notebooks() {
 }
 
 run_tests() {
-  setup "test,notebooks,io,lab"
-  local py; py="$(cd "$VENV" && pwd)/bin/python"
-  log "tests: release build (GoogleTest + pytest + notebooks through ctest)"
-  cmake -S . -B build/tests -G Ninja -DCMAKE_BUILD_TYPE=Release -DFT_BUILD_TESTS=ON -DFT_PYTEST=ON \
-        -DFT_PYTHON="$py" >/dev/null
-  cmake --build build/tests -j "$JOBS"
-  ctest --test-dir build/tests --output-on-failure -j 1
-  log "tests: GoogleTest under AddressSanitizer + UndefinedBehaviorSanitizer"
+  FT_WANT_TESTS=1 setup "test,notebooks,io,lab"
+  local py tree t0=$SECONDS
+  py="$(cd "$VENV" && pwd)/bin/python"
+  local whl
+  { IFS= read -r _; IFS= read -r _; IFS= read -r _; IFS= read -r whl; IFS= read -r tree; } < "$STAMP_FILE"
+  whl="$(pwd)/${whl##* }"
+  log "tests: ctest in the wheel's tree $tree (GoogleTest, the C++ package; pytest and the notebooks against the installed wheel)"
+  # FT_TESTED_WHEEL: tests/python/test_package.py checks that the module under test is this wheel's
+  FT_TESTED_WHEEL="$whl" ctest --test-dir "$tree" --output-on-failure -j 1
+  log "tests: release tests done in $((SECONDS - t0)) s"
+  # a build of its own by nature: the instrumented core (and xtensor's assertions) is not the one users get
+  log "tests: GoogleTest under AddressSanitizer + UndefinedBehaviorSanitizer (a separate, instrumented build)"
+  t0=$SECONDS
   cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFT_BUILD_TESTS=ON -DFT_SANITIZE=ON \
         -DFT_PYTHON="$py" >/dev/null
   cmake --build build/asan -j "$JOBS"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build/asan --output-on-failure -L cpp -j 1
+  log "tests: sanitizer build and tests done in $((SECONDS - t0)) s"
   log "all tests passed"
 }
 
@@ -241,23 +315,14 @@ wheel() {
       *) echo "./run.sh wheel: unknown option $a (--check)"; exit 2 ;;
     esac
   done
-  install_apt
-  venv
-  local reqs req_list=()
-  reqs=$(missing_extra_requirements wheel "") || { echo "cannot read the wheel extra from pyproject.toml"; exit 1; }
-  mapfile -t req_list <<< "$reqs"
-  "$VENV/bin/python" -m pip install -q "${req_list[@]}"
-  local t0=$SECONDS
-  log "wheel: building (pip wheel, scikit-build-core; portable: FT_NATIVE=OFF)"
-  rm -rf build/wheel/raw dist
-  CMAKE_BUILD_PARALLEL_LEVEL=$JOBS "$VENV/bin/python" -m pip wheel . --no-deps -q -w build/wheel/raw \
-    -C cmake.define.FT_NATIVE=OFF -C "build-dir=build/wheel/{wheel_tag}"
-  log "wheel: auditwheel repair (libgomp inside the wheel; OpenBLAS is the scipy-openblas32 dependency)"
-  PATH="$(cd "$VENV" && pwd)/bin:$PATH" "$VENV/bin/auditwheel" repair --exclude libscipy_openblas.so \
-    -w dist build/wheel/raw/*.whl
-  "$VENV/bin/auditwheel" show dist/*.whl
+  setup "io"   # the wheel every verb builds and installs; up to date (reused) after ./run.sh test
+  local whl t0=$SECONDS
+  whl=$(dist_wheel) && whl=${whl##* } || { echo "no single wheel in dist/"; exit 1; }
+  log "wheel: $whl ($(du -k "$whl" | cut -f 1) KiB)"
+  "$VENV/bin/auditwheel" show "$whl"
   log "wheel: the sdist"
-  "$VENV/bin/python" -m build --sdist --outdir dist . >/dev/null
+  rm -f dist/*.tar.gz
+  "$VENV/bin/python" -m build --sdist --no-isolation --outdir dist . >/dev/null
   "$VENV/bin/python" - dist/*.tar.gz <<'EOF'
 import sys, tarfile
 names = tarfile.open(sys.argv[1]).getnames()
@@ -269,18 +334,19 @@ if stray or not need <= top:
 print(f"sdist: {len(names)} files")
 EOF
   ls -l dist
-  log "wheel: built in $((SECONDS - t0)) s"
+  log "wheel: sdist in $((SECONDS - t0)) s"
   [ "$check" = 1 ] || return 0
   log "wheel: installed into a fresh venv, smoke suite on a PATH without a compiler or cmake"
-  local sv whl
+  t0=$SECONDS
+  local sv
   sv="$(pwd)/build/wheel/venv"
-  whl=$(ls dist/*.whl)
   rm -rf "$sv" build/wheel/run
   "$PYTHON" -m venv "$sv"
   "$sv/bin/python" -m pip install -q --only-binary :all: "$whl[io]" "pytest>=7"
   mkdir -p build/wheel/run
   (cd build/wheel/run && PATH="$sv/bin" FT_REPO="$OLDPWD" "$sv/bin/python" -m pytest -q -p no:cacheprovider \
     "$OLDPWD/tests/wheel/test_smoke.py")
+  log "wheel: smoke suite in $((SECONDS - t0)) s"
 }
 
 case "${1:-}" in

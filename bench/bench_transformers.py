@@ -392,6 +392,9 @@ class Worker(WorkerProcess):
             cmd.append("--compile")
         if args.tied:
             cmd.append("--tied")
+        for opt in ("ell", "batch"):
+            if getattr(args, opt):
+                cmd += ["--" + opt, str(getattr(args, opt))]
         super().__init__(label, cmd, env_changes)
         self.kind, self.times, self.hello = kind, [], None
 
@@ -545,7 +548,7 @@ def bench_bf16(cfg, shape, args, threads, rounds, steps):
 def run_inprocess(args) -> None:
     """One side, flat out, in this process (for a profiler): --iters steps after the warm-up."""
     cfg = dict(GPT2 if args.large or args.only_large else LLAMA if args.variant == "llama" else BABY,
-               dropout=args.dropout)
+               dropout=args.dropout, precision=args.precision)  # --precision bf16-mixed: ours in bf16
     side = SIDES[args.inprocess](cfg, args.threads, args.tied, None)
     for _ in range(args.warmup):
         side.step()
@@ -591,10 +594,18 @@ def main():
                     "ours and PyTorch (passive) in the same rounds: the cost of dropout per step")
     ap.add_argument("--bf16", action="store_true", help="mixed precision: ours bf16-mixed vs PyTorch autocast bf16 "
                     "(eager and compiled), with ours float32 and the float32 / bf16 gemm rates in the same rounds")
+    ap.add_argument("--ell", type=int, default=None, help="ℓ, the sequence length of every shape (l_max raised to it; "
+                    "the issue's GPT-2-small targets: 64 with batch 4, 1024 with --batch 1)")
+    ap.add_argument("--batch", type=int, default=None, help="sequences per step of every shape")
     ap.add_argument("--precision", default="float32", help=argparse.SUPPRESS)  # internal: a worker's
     ap.add_argument("--autocast", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--compile", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    for c in SHAPES.values():  # --ell, --batch: the same shapes in the parent and every worker
+        if args.ell:
+            c["l"], c["l_max"] = args.ell, max(c["l_max"], args.ell)
+        if args.batch:
+            c["batch"] = args.batch
     if args.worker:
         return run_worker(args)
     if args.inprocess:

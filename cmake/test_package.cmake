@@ -1,4 +1,4 @@
-# ctest's cmake_package test: install the core from the build tree BUILD into a prefix and move the prefix
+# ctest's cmake_package test: install the core (component cpp) from the build tree BUILD into a prefix and move the prefix
 # elsewhere (the package is relocatable: no installed file may name the install prefix or the build's Python
 # environment), then configure, build and run tests/cmake_package against it with
 # find_package(formal_transformers CONFIG); then the same for examples/cpp (the baby GPT trained and sampled
@@ -11,7 +11,7 @@ set(text "${BUILD}/package_test/text.txt")
 file(REMOVE_RECURSE "${BUILD}/package_test")
 string(REPEAT "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" 12 words)
 file(WRITE "${text}" "${words}")
-execute_process(COMMAND "${CMAKE_COMMAND}" --install "${BUILD}" --prefix "${staged}" RESULT_VARIABLE rc)
+execute_process(COMMAND "${CMAKE_COMMAND}" --install "${BUILD}" --component cpp --prefix "${staged}" RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "cmake_package: cmake --install failed (${rc})")
 endif()

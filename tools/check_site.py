@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 
 LISTING_PAGES = ["listings/alg4.html", "listings/alg5.html", "listings/alg10.html", "listings/v1.html",
-                 "listings/s8.html"]
+                 "listings/s8.html", "listings/v29.html"]
 NOTEBOOK_PAGE = "notebooks/02_components.html"
 SCREENSHOTS = {"listing-alg4.png": "listings/alg4.html", "notebook-02-components.png": NOTEBOOK_PAGE,
                "listings-index.png": "listings/index.html"}

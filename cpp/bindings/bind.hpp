@@ -189,6 +189,8 @@ struct HasParams {
     // together). Recursive: a training hook runs between steps on the training thread and may use the
     // model being trained (evaluate it, sample from it); its activations are free at that point.
     std::recursive_mutex mutex;
+    // bf16-mixed decoding's bf16 copy of θ, kept between calls (DecodeProducts checks it against θ at each)
+    std::unique_ptr<ft::Bf16Weights> bf16_theta;
 };
 
 // How a unit's products run (precision.hpp): a model with `precision` bf16-mixed opens a bf16 ProductScope
@@ -205,17 +207,22 @@ ft::ProductContext products_of(const U& u) {
         return ft::product_context();
 }
 
-// A decoding call does not change θ: under bf16-mixed its products read one bf16 copy of θ made on entry
-// (the weights' bytes per token halved), instead of rounding the weights at every token.
+// A decoding call does not change θ: under bf16-mixed its products read a bf16 copy of θ (the weights' bytes per
+// token halved) instead of rounding the weights at every token. The copy lives on the model between calls; each
+// call first checks it against θ's digest (Bf16Weights::update), so whatever changed θ since — an optimizer step,
+// a trainer, a write through a numpy view of params, a load — makes it again. A float32 model drops it.
 struct DecodeProducts {
-    ft::Bf16Weights weights;
     std::optional<ft::ProductScope> scope;
     template <class M>
-    explicit DecodeProducts(const M& m) {
+    DecodeProducts(HasParams& owner, const M& m) {
         if constexpr (std::is_same_v<typename std::decay_t<decltype(m.store)>::value_type, float>) {
-            if (m.precision != ft::Precision::BF16Mixed) return;
-            weights.refresh(m.store.theta(), m.store.size());
-            scope.emplace(ft::ProductContext{true, &weights});
+            if (m.precision != ft::Precision::BF16Mixed) {
+                owner.bf16_theta.reset();
+                return;
+            }
+            if (!owner.bf16_theta) owner.bf16_theta = std::make_unique<ft::Bf16Weights>();
+            owner.bf16_theta->update(m.store.theta(), m.store.size());
+            scope.emplace(ft::ProductContext{true, owner.bf16_theta.get()});
         }
     }
 };
@@ -327,6 +334,7 @@ void def_precision(PyClass& cls) {
             const ft::Precision p = parse_precision_arg(v);
             CallLock lock(d.mutex);
             d.visit([&](auto& m) { m.set_precision(p); });
+            if (p != ft::Precision::BF16Mixed) d.bf16_theta.reset();  // decoding's bf16 copy of θ: no longer used
         },
         "How the matrix products run: 'float32', or 'bf16-mixed' (float32 models only: every product of the "
         "listings takes bf16-rounded operands and accumulates in float32; θ, Adam's moments, norms, softmax, the "

@@ -261,7 +261,7 @@ the prefix (bidirectional over them, causal after); None (default): the whole pr
                         std::vector<index_t> y;
                         {
                             LongCoreCall nogil;
-                            DecodeProducts products(mdl);  // bf16-mixed: one bf16 copy of θ for the whole call
+                            DecodeProducts products(d, mdl);  // bf16-mixed: θ's bf16 copy, checked against θ
                             y = ft::DInference(mdl, kv, index_t(self.l_gen), self.o, rng);
                         }
                         return to_array(y);
@@ -292,7 +292,7 @@ the prefix (bidirectional over them, causal after); None (default): the whole pr
                         std::vector<std::vector<index_t>> ys;
                         {
                             LongCoreCall nogil;
-                            DecodeProducts products(mdl);  // bf16-mixed: one bf16 copy of θ for the whole call
+                            DecodeProducts products(d, mdl);  // bf16-mixed: θ's bf16 copy, checked against θ
                             ys = ft::DInferenceBatch(mdl, refs, index_t(self.l_gen), self.o, rngs, index_t(self.max_batch));
                         }
                         py::list out;
@@ -312,7 +312,7 @@ the prefix (bidirectional over them, causal after); None (default): the whole pr
                     std::vector<index_t> y;
                     {
                         LongCoreCall nogil;
-                        DecodeProducts products(mdl);  // bf16-mixed: one bf16 copy of θ for the whole call
+                        DecodeProducts products(d, mdl);  // bf16-mixed: θ's bf16 copy, checked against θ
                         y = ft::DInference(mdl, prompt.ids.data(), index_t(prompt.ids.size()), self.l_gen, self.o, rng, p);
                     }
                     return to_array(y);
@@ -334,7 +334,7 @@ the prefix (bidirectional over them, causal after); None (default): the whole pr
                     pc.config_hash = sha256_hex(pc.config_json);
                     {
                         LongCoreCall nogil;
-                        DecodeProducts products(mdl);  // bf16-mixed: one bf16 copy of θ for the whole call
+                        DecodeProducts products(d, mdl);  // bf16-mixed: θ's bf16 copy, checked against θ
                         pc.kv = ft::prefill(mdl, prompt.ids.data(), index_t(prompt.ids.size()));
                         pc.theta = hex64(ft::theta_digest(mdl.store));
                     }
@@ -399,7 +399,7 @@ values; cache=False runs the listing literally. Sampling as DInference.)doc")
                     std::vector<index_t> x;
                     {
                         LongCoreCall nogil;
-                        DecodeProducts products(mdl);  // bf16-mixed: one bf16 copy of θ for the whole call
+                        DecodeProducts products(d, mdl);  // bf16-mixed: θ's bf16 copy, checked against θ
                         x = ft::EDInference(mdl, zi.ids.data(), index_t(zi.ids.size()), self.o, rng, self.max_len);
                     }
                     return to_array(x);
@@ -463,7 +463,7 @@ nothing.)doc")
                         std::vector<index_t> out;
                         {
                             LongCoreCall nogil;
-                            DecodeProducts products(mt);  // bf16-mixed: one bf16 copy of θ for the whole call
+                            DecodeProducts products(dt, mt);  // bf16-mixed: θ's bf16 copy, checked against θ
                             out = ft::SelfSpeculativeInference(mt, prompt.ids.data(), index_t(prompt.ids.size()), index_t(self.l_gen),
                                                                index_t(self.k), self.o.tau, rng, &st);
                         }
@@ -492,7 +492,7 @@ nothing.)doc")
                     std::vector<index_t> out;
                     {
                         LongCoreCall nogil;
-                        DecodeProducts products(mt);  // bf16-mixed: one bf16 copy of θ for the whole call
+                        DecodeProducts products(dt, mt);  // bf16-mixed: θ's bf16 copy, checked against θ
                         out = ft::SpeculativeInference(mt, md, prompt.ids.data(), index_t(prompt.ids.size()), index_t(self.l_gen),
                                                        index_t(self.k), self.o.tau, rng, &st);
                     }

@@ -140,6 +140,9 @@ void register_unembedding(py::module_& m) {
     m.def("_bf16_allow_native", &ft::bf16_allow_native, py::arg("on"),
           "Private (tests): False runs bf16-mixed products emulated (bf16-rounded operands, float32 products) even "
           "where the CPU has bf16 instructions; True restores the default.");
+    m.def("_bf16_theta_copies", &ft::bf16_theta_copies,
+          "Private (tests): how many bf16 copies of θ decoding calls in bf16-mixed have made in this process (a call "
+          "on an unchanged θ makes none).");
     m.def("bf16_info", &ft::bf16_info,
           "The CPU's bfloat16 instructions (AVX512_BF16, AMX-BF16) and what runs precision='bf16-mixed' products: "
           "oneDNN on those instructions, or emulated (bf16-rounded operands, float32 products through the BLAS).");

@@ -82,27 +82,52 @@ TEST(Bf16, ScopesNestAndRestore) {
     EXPECT_EQ(parse_precision("bf16-mixed"), Precision::BF16Mixed);
 }
 
+namespace {
+// op(W) X with W inside θ (at offset 7, leading dimension ld ≥ its rows) read from θ's bf16 copy, against the float64
+// product of the rounded operands; X transposed when b = T, C inside a larger buffer
+void check_copy(Op a, Op b, index_t m, index_t n, index_t k, index_t pad, float alpha, float beta, bool native, Rng& rng) {
+    bf16_allow_native(native);
+    const index_t rows = a == Op::N ? m : k, cols = a == Op::N ? k : m, ld = rows + pad;
+    Matrix<float> theta = random_matrix<float>(ld * cols + 7, 1, rng);
+    CMatView<float> W(theta.data() + 7, rows, cols, ld);
+    Matrix<float> Xs = b == Op::N ? random_matrix<float>(k + 1, n, rng) : random_matrix<float>(n + 2, k, rng);
+    CMatView<float> X = b == Op::N ? CMatView<float>(Xs.data(), k, n, k + 1) : CMatView<float>(Xs.data() + 1, n, k, n + 2);
+    Matrix<float> Cs = random_matrix<float>(m + 3, n, rng), C0 = Cs;
+    MatView<float> C(Cs.data() + 2, m, n, m + 3);
+    Bf16Weights copy;
+    copy.refresh(theta.data(), theta.size());
+    ASSERT_EQ(copy.find(W.data), copy.bits.data() + 7);
+    EXPECT_EQ(copy.find(X.data), nullptr);
+    {
+        ProductScope bf16(ProductContext{true, &copy});
+        gemm<float>(a, b, alpha, W, X, beta, C);
+    }
+    const double err = bf16_error(a, b, alpha, W, X, beta, CMatView<float>(C0.data() + 2, m, n, m + 3), C);
+    EXPECT_LT(err, 4.0 * double(k + 2) * std::ldexp(1.0, -24))
+        << "m " << m << " n " << n << " k " << k << " ld " << ld << " native " << native;
+    for (index_t j = 0; j < n; ++j) {  // the rows around C untouched
+        EXPECT_EQ(Cs(0, j), C0(0, j));
+        EXPECT_EQ(Cs(m + 2, j), C0(m + 2, j));
+    }
+    bf16_allow_native(true);
+}
+}  // namespace
+
 TEST(Bf16, ThetasCopyStandsInForTheWeights) {
     // a weight inside θ times a few columns (decoding) reads θ's bf16 copy (few_columns, bf16.cpp): the same
-    // arithmetic — rounded operands, float32 accumulation — for either layout, α and β, large and small
+    // arithmetic — rounded operands, float32 accumulation — on the AVX512_BF16 kernel (where the CPU has it) and
+    // the portable loop, for either layout, α and β, odd sizes (rows not a multiple of 32, k odd, one row, k
+    // below a vector), strides, every n up to 8 and one above, small and above the threads' threshold
     Rng rng(5);
-    for (Op a : {Op::N, Op::T})
-        for (index_t m : {48, 1500})
-            for (index_t n : {1, 3, 8}) {
-                const index_t k = 40 + m / 100;
-                Matrix<float> theta = random_matrix<float>(m * k + 7, 1, rng);  // θ: the weight at offset 7
-                CMatView<float> W = a == Op::N ? CMatView<float>(theta.data() + 7, m, k) : CMatView<float>(theta.data() + 7, k, m);
-                Matrix<float> X = random_matrix<float>(k, n, rng), Y = random_matrix<float>(m, n, rng), Y0 = Y;
-                Bf16Weights copy;
-                copy.refresh(theta.data(), theta.size());
-                ASSERT_EQ(copy.find(W.data), copy.bits.data() + 7);
-                EXPECT_EQ(copy.find(X.data()), nullptr);
-                {
-                    ProductScope bf16(ProductContext{true, &copy});
-                    gemm<float>(a, Op::N, 0.5f, W, view(X), -1.0f, view(Y));
-                }
-                const double err = bf16_error(a, Op::N, 0.5f, W, view(X), -1.0f, view(Y0), view(Y));
-                EXPECT_LT(err, 4.0 * double(k + 2) * std::ldexp(1.0, -24)) << "m " << m << " n " << n;
+    for (bool native : {true, false})
+        for (Op a : {Op::N, Op::T})
+            for (Op b : {Op::N, Op::T}) {
+                for (index_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9}) check_copy(a, b, 45, n, 37, 3, 0.5f, -1.0f, native, rng);
+                for (index_t k : {1, 2, 3, 5, 31, 32, 33, 64, 67}) check_copy(a, b, 33, 2, k, 1, 1.0f, 0.0f, native, rng);
+                for (index_t m : {1, 2, 31, 32, 63, 65, 97}) check_copy(a, b, m, 1, 70, 0, -2.0f, 0.5f, native, rng);
+                check_copy(a, b, 1500, 3, 200, 5, 1.0f, 1.0f, native, rng);  // m k > 2^18: in parallel
+                check_copy(a, b, 5000, 1, 60, 0, 1.0f, 0.0f, native, rng);   // several row tiles
+                check_copy(a, b, 700, 8, 129, 2, 1.0f, 0.0f, native, rng);
             }
     // and it is the copy that the products read (its owner refreshes it when θ changes)
     Matrix<float> W = random_matrix<float>(48, 40, rng), X = random_matrix<float>(40, 3, rng);

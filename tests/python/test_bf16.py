@@ -175,6 +175,98 @@ def test_decoding_with_the_bf16_copy_of_theta():
     np.testing.assert_array_equal(np.asarray(y)[-12:], np.array(seq[-12:]))
 
 
+def _greedy_by_forward_calls(m, prompt, n):
+    """n greedy tokens by whole forward calls (every product's weights rounded per call: no copy of θ)"""
+    seq = list(prompt)
+    for _ in range(n):
+        seq.append(int(np.argmax(m(np.array(seq))[:, -1])))
+    return np.array(seq[-n:])
+
+
+def _bf16_decoder(seed=2):
+    m = ft.DTransformer(50, 40, 2, 2, 32, 64, seed=seed, precision="bf16-mixed")
+    rng = np.random.default_rng(seed + 1)
+    m.params.update({k: rng.standard_normal(v.shape) * 0.3 for k, v in m.params.items()})
+    return m
+
+
+def _change_by_view(m):  # in place through a numpy view of params, kept from before the decoding call
+    m.params["W_u"][...] *= -1.0
+
+
+def _change_by_assignment(m):
+    m.params["W_u"] = -np.asarray(m.params["W_u"])
+
+
+def _change_by_update(m):
+    rng = np.random.default_rng(7)
+    m.params.update({k: rng.standard_normal(v.shape) * 0.3 for k, v in m.params.items()})
+
+
+def _change_by_optimizer(m):
+    loss, G = m.loss_and_grad(np.arange(20) % 50)
+    ft.Adam(0.5).step(m, G)
+
+
+def _change_by_trainer(m):
+    ft.DTraining(1, 0.5, batch_size=2, seed=0, progress=False)([np.arange(12) % 50, np.arange(5, 17) % 50], m)
+
+
+def _change_by_merge_lora(m):
+    ft.lora(m, r=2, alpha=16)
+    rng = np.random.default_rng(8)
+    for k in m.params:
+        if k.endswith("lora_B"):
+            m.params[k] = rng.standard_normal(m.params[k].shape)
+    m.merge_lora()
+
+
+def _change_by_precision(m):  # θ changed while the model computes in float32, then back to bf16-mixed
+    m.precision = "float32"
+    _change_by_view(m)
+    m.precision = "bf16-mixed"
+
+
+@pytest.mark.parametrize("change", [_change_by_view, _change_by_assignment, _change_by_update, _change_by_optimizer,
+                                    _change_by_trainer, _change_by_merge_lora, _change_by_precision])
+def test_decoding_follows_theta_after_every_kind_of_change(change):
+    # decoding keeps θ's bf16 copy between calls: whatever changes θ in between, the next call decodes with the new θ
+    m = _bf16_decoder()
+    prompt = np.random.default_rng(3).integers(0, 50, 6)
+    decode = ft.DInference(10, 1.0, top_k=1, seed=0)
+    before = np.asarray(decode(prompt, m))[-10:]
+    view = m.params["W_u"]  # a view alive across the calls
+    change(m)
+    after = np.asarray(decode(prompt, m))[-10:]
+    np.testing.assert_array_equal(after, _greedy_by_forward_calls(m, prompt, 10))
+    assert not np.array_equal(after, before)  # the change mattered: a stale copy would have failed above
+    assert view.shape == m.params["W_u"].shape
+
+
+def test_the_bf16_copy_is_kept_while_theta_is_unchanged(tmp_path):
+    m = _bf16_decoder()
+    prompt = np.arange(5)
+    decode = ft.DInference(4, 1.0, top_k=1, seed=0)
+    decode(prompt, m)
+    n = _core._bf16_theta_copies()
+    y = [np.asarray(decode(prompt, m)) for _ in range(3)]
+    ft.DInference.prefill(prompt, m)
+    assert _core._bf16_theta_copies() == n  # no copy while θ is unchanged
+    m.params["W_u"][0, 0] += 1.0
+    decode(prompt, m)
+    assert _core._bf16_theta_copies() == n + 1  # a new one after a change
+    np.testing.assert_array_equal(y[0], y[2])
+    # a loaded model decodes with its own θ
+    ft.save(m, tmp_path / "m.safetensors")
+    other = _bf16_decoder(seed=5)
+    decode(prompt, other)
+    loaded = ft.load(tmp_path / "m.safetensors", precision="bf16-mixed")
+    np.testing.assert_array_equal(np.asarray(decode(prompt, loaded))[-4:], _greedy_by_forward_calls(m, prompt, 4))
+    m32 = ft.DTransformer(50, 40, 2, 2, 32, 64, seed=2)
+    decode(prompt, m32)
+    assert _core._bf16_theta_copies() == n + 3  # float32 decoding makes none
+
+
 def test_load_and_from_hf_take_precision(tmp_path):
     m = ft.DTransformer(20, 8, 1, 2, 8, 16, seed=0)
     ft.save(m, tmp_path / "m.safetensors")

@@ -64,6 +64,32 @@ def test_stub_is_what_stubgen_makes_of_the_module(tmp_path):
     assert made == (PKG / "_core.pyi").read_text(), "python/formal_transformers/_core.pyi is out of date: regenerate it (docs/DEVELOPING.md)"
 
 
+def test_the_tests_run_the_wheel_users_get():
+    """`./run.sh test` (CI) names the wheel it built, repaired and installed in FT_TESTED_WHEEL: the module every test
+    imports is that wheel's file byte for byte, from site-packages (not a build tree), and the wheel is the portable
+    one (a manylinux tag, OpenMP's runtime inside). Elsewhere the module is the developer's build tree's when
+    FT_CORE_PATH names one (docs/DEVELOPING.md), else the installed package's own."""
+    import zipfile
+
+    core = pathlib.Path(ft._core.__file__).resolve()
+    wheel = os.environ.get("FT_TESTED_WHEEL")
+    if not wheel:
+        where = pathlib.Path(os.environ["FT_CORE_PATH"]).resolve() if os.environ.get("FT_CORE_PATH") else PKG.resolve()
+        assert core.parent == where, (core, where)
+        return
+    assert not os.environ.get("FT_CORE_PATH"), "FT_TESTED_WHEEL and FT_CORE_PATH: which module is under test?"
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        module = [n for n in names if n.startswith("formal_transformers/_core") and n.endswith(".so")]
+        assert len(module) == 1, module
+        assert z.read(module[0]) == core.read_bytes(), f"the module under test ({core}) is not {wheel}'s"
+        assert any(n.startswith("formal_transformers.libs/libgomp") for n in names), names
+        meta = z.read(next(n for n in names if n.endswith(".dist-info/WHEEL"))).decode()
+    tags = [l.split(":", 1)[1].strip() for l in meta.splitlines() if l.startswith("Tag:")]
+    assert tags and all("manylinux" in t for t in tags), tags
+    assert "site-packages" in core.parts and core.parent == PKG.resolve(), core
+
+
 def test_threads_and_blas():
     n = ft.get_num_threads()
     assert n >= 1

@@ -109,7 +109,11 @@ def test_one_int_prefix_for_a_batch_and_a_2d_batch(monkeypatch):
     for x, Pb in zip(X, P):
         assert rel_err(Pb, by_hand(x, theta, 3, {}, monkeypatch)) <= 1e-12
     assert rel_err(model(X, prefix_len=np.array([3, 3])), P) == 0.0
-    assert rel_err(model(X[0], prefix_len=np.int64(3)), P[0]) == 0.0
+    one = model(X[0], prefix_len=3)
+    assert rel_err(model(X[0], prefix_len=np.int64(3)), one) == 0.0  # a numpy integer is the int
+    # alone and in the batch: the same up to rounding (bit for bit in a -march=native build; the portable wheel's
+    # core rounds a sequence alone and in a batch differently, 9e-17)
+    assert rel_err(one, P[0]) <= 1e-15
 
 
 def test_prefix_lm_with_dropout_matches_the_reference():

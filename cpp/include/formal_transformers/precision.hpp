@@ -48,13 +48,18 @@ inline float from_bf16(std::uint16_t b) {
 // x rounded to the nearest bfloat16, as a float32
 inline float round_bf16(float x) { return from_bf16(to_bf16(x)); }
 
-// A bf16 copy of a parameter store's θ, made once at the start of a call that does not change θ (decoding:
-// every token's products read half the bytes). Products whose operand lies inside θ read it from here.
+// A bf16 copy of a parameter store's θ for calls that do not change θ (decoding: every token's products read half
+// the bytes). Products whose operand lies inside θ read it from here. Its owner keeps it between calls and calls
+// `update` at the start of each: θ's digest (one read of θ, in parallel) decides whether the copy still holds —
+// whatever changed θ in between (an optimizer, a trainer, a write through a numpy view, a load).
 struct Bf16Weights {
     const float* begin = nullptr;
     index_t n = 0;
+    std::uint64_t digest = 0;  // θ's digest when the copy was made (by update)
     std::vector<std::uint16_t> bits;
     void refresh(const float* theta, index_t size);
+    // the copy made again unless θ (address, size and digest) is what it was made from; true when it was
+    bool update(const float* theta, index_t size);
     // the copy of the float at p, or null when p is not inside θ
     const std::uint16_t* find(const float* p) const {
         return begin && p >= begin && p < begin + n ? bits.data() + (p - begin) : nullptr;
@@ -92,6 +97,9 @@ bool cpu_has_avx512_bf16();
 bool cpu_has_amx_bf16();
 // True when bf16 products run on bf16 instructions through oneDNN (else: rounded operands, float32 products).
 bool bf16_native();
+// How many copies of θ Bf16Weights::refresh has made in this process (tests: a decoding call on an unchanged θ
+// makes none)
+std::uint64_t bf16_theta_copies();
 // Tests: off runs the emulated path even where bf16 instructions exist (on again restores the default).
 void bf16_allow_native(bool on);
 

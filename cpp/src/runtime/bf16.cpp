@@ -4,17 +4,22 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <string>
 
 #include "formal_transformers/blas.hpp"
+#include "formal_transformers/paged.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
 #endif
 #ifdef FT_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.hpp>
@@ -39,7 +44,34 @@ ProductContext product_context() { return tl_context; }
 ProductScope::ProductScope(ProductContext c) : saved_(tl_context) { tl_context = c; }
 ProductScope::~ProductScope() { tl_context = saved_; }
 
+namespace {
+std::atomic<std::uint64_t> copies{0};
+
+// θ's digest: bytes_digest (paged.hpp) of fixed chunks in parallel, then of the chunks' digests
+std::uint64_t theta_bytes_digest(const float* x, index_t n) {
+    constexpr index_t kChunk = index_t(1) << 18;
+    const index_t chunks = (n + kChunk - 1) / kChunk;
+    std::vector<std::uint64_t> h(std::size_t(chunks) + 1, std::uint64_t(n));
+#pragma omp parallel for schedule(static) if (chunks > 1 && !omp_in_parallel())
+    for (index_t c = 0; c < chunks; ++c)
+        h[std::size_t(c)] = bytes_digest(x + c * kChunk, std::size_t(std::min(kChunk, n - c * kChunk)) * sizeof(float));
+    return bytes_digest(h.data(), h.size() * sizeof(std::uint64_t));
+}
+}  // namespace
+
+std::uint64_t bf16_theta_copies() { return copies.load(); }
+
+bool Bf16Weights::update(const float* theta, index_t size) {
+    const std::uint64_t d = theta_bytes_digest(theta, size);
+    if (theta == begin && size == n && d == digest && index_t(bits.size()) == size) return false;
+    refresh(theta, size);
+    digest = d;
+    return true;
+}
+
 void Bf16Weights::refresh(const float* theta, index_t size) {
+    ++copies;
+    digest = 0;
     begin = theta;
     n = size;
     bits.resize(std::size_t(size));
@@ -49,11 +81,16 @@ void Bf16Weights::refresh(const float* theta, index_t size) {
 }
 
 // ------------------------------------------------------------------------------------------------ the CPU
+// CPUID once per process: in a virtual machine each CPUID traps to the hypervisor (microseconds), and gemm asks
+// on every product (it was 18% of the baby GPT's bf16 step before these were cached)
 bool cpu_has_avx512_bf16() {
 #if defined(__x86_64__) || defined(__i386__)
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
-    return (a >> 5) & 1u;  // CPUID.(EAX=7, ECX=1):EAX[5]
+    static const bool has = [] {
+        unsigned a, b, c, d;
+        if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+        return bool((a >> 5) & 1u);  // CPUID.(EAX=7, ECX=1):EAX[5]
+    }();
+    return has;
 #else
     return false;
 #endif
@@ -61,9 +98,12 @@ bool cpu_has_avx512_bf16() {
 
 bool cpu_has_amx_bf16() {
 #if defined(__x86_64__) || defined(__i386__)
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    return (d >> 22) & 1u;  // CPUID.(EAX=7, ECX=0):EDX[22]
+    static const bool has = [] {
+        unsigned a, b, c, d;
+        if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+        return bool((d >> 22) & 1u);  // CPUID.(EAX=7, ECX=0):EDX[22]
+    }();
+    return has;
 #else
     return false;
 #endif
@@ -208,57 +248,69 @@ const std::uint16_t* bf16_operand(const float* X, index_t rows, index_t cols, in
 
 // A weight from θ's bf16 copy times a few columns (decoding: one token per sequence, n ≤ kBf16FewColumns). oneDNN's
 // matmul is tuned for many columns: with one it is no faster than float32 gemv, and it makes a new primitive for
-// every new shape. Decoding is bound by reading the weights, so this loop reads their bf16 copy once (half the
-// bytes of float32) and converts in registers; float32 accumulation, the columns of op(B) rounded to bf16.
-//   op(A) = A (A: m × k, column p contiguous): C[:, j] = α Σ_p A[:, p] b_pj + β C[:, j], in row blocks kept in L1
-//   op(A) = Aᵀ (A: k × m, column i contiguous): C[i, j] = α dot(A[:, i], B[:, j]) + β C[i, j], 16 lanes of partials
-constexpr index_t kBf16FewColumns = 8, kRowBlock = 512;
+// every new shape. Decoding is bound by reading the weights, so these loops read their bf16 copy once (half the
+// bytes of float32); float32 accumulation, the columns of op(B) rounded to bf16. Two bodies: the AVX512_BF16 one
+// for op(A) = A (VDPBF16PS: two bf16 products added into each float32 lane, the next columns prefetched into L2),
+// chosen at run time where the CPU has it, and a portable one (bf16 widened to float32 in registers). Both read A
+// in row tiles of up to kTileWork / n rows whose accumulators stay in L1.
+//   op(A) = A (A: m × k, column p contiguous): C[:, j] = α Σ_p A[:, p] b_pj + β C[:, j]
+//   op(A) = Aᵀ (A: k × m, column i contiguous): C[i, j] = α dot(A[:, i], B[:, j]) + β C[i, j]
+constexpr index_t kBf16FewColumns = 8, kTileWork = 4096;
 
-void few_columns(int ta, index_t m, index_t n, index_t k, float alpha, const std::uint16_t* A, index_t lda,
-                 const float* Bq, float beta, float* C, index_t ldc) {  // Bq: op(B) rounded, k × n, ld = k
+// C[i0 + i, j] = α acc + β C (β = 0: C is not read)
+inline void store_column(float* c, const float* acc, index_t w, float alpha, float beta) {
+    for (index_t i = 0; i < w; ++i) c[i] = alpha * acc[i] + (beta == 0.0f ? 0.0f : beta * c[i]);
+}
+
+// How the rows of op(A) are cut into tiles: as few as the tile size allows, but one per thread when the product
+// is large enough to run in parallel (kFewParallel multiply-adds)
+constexpr double kFewParallel = double(1 << 18);
+index_t row_tile(index_t m, index_t n, index_t k) {
+    index_t w = std::max<index_t>(32, kTileWork / n / 32 * 32);
+#ifdef _OPENMP
+    if (double(m) * double(k) > kFewParallel && !omp_in_parallel()) {
+        const index_t t = omp_get_max_threads();
+        w = std::min(w, std::max<index_t>(32, (m + t - 1) / t + 31) / 32 * 32);
+    }
+#endif
+    return w;
+}
+
+void few_columns_portable(int ta, index_t m, index_t n, index_t k, float alpha, const std::uint16_t* A, index_t lda,
+                          const float* Bq, float beta, float* C, index_t ldc) {  // Bq: op(B) rounded, k × n, ld = k
     if (ta == 0) {
-        // row tiles of kRowBlock (parallel); in each, 8 columns of A at a time (8 contiguous streams), every
-        // column of C accumulated in an L1-resident tile
-        const index_t tiles = (m + kRowBlock - 1) / kRowBlock;
-#pragma omp parallel for schedule(static) if (m * k > (index_t(1) << 18) && !omp_in_parallel())
+        const index_t W = row_tile(m, n, k), tiles = (m + W - 1) / W;
+#pragma omp parallel for schedule(static) if (double(m) * double(k) > kFewParallel && !omp_in_parallel())
         for (index_t it = 0; it < tiles; ++it) {
-            const index_t i0 = it * kRowBlock, w = std::min(kRowBlock, m - i0);
-            float acc[kBf16FewColumns][kRowBlock];
-            for (index_t j = 0; j < n; ++j)
-                for (index_t i = 0; i < w; ++i) acc[j][i] = 0.0f;
+            const index_t i0 = it * W, w = std::min(W, m - i0);
+            std::vector<float> tile(std::size_t(W * n), 0.0f);  // n accumulator columns of W rows
             index_t p = 0;
-            for (; p + 8 <= k; p += 8) {
+            for (; p + 4 <= k; p += 4) {  // four columns of A at a time: four contiguous streams
                 const std::uint16_t* a0 = A + i0 + p * lda;
-                const std::uint16_t *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda, *a4 = a3 + lda, *a5 = a4 + lda,
-                                    *a6 = a5 + lda, *a7 = a6 + lda;
+                const std::uint16_t *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
                 for (index_t j = 0; j < n; ++j) {
                     const float* b = Bq + p + j * k;
-                    float* s = acc[j];
+                    float* s = tile.data() + j * W;
 #pragma omp simd
                     for (index_t i = 0; i < w; ++i)
                         s[i] += from_bf16(a0[i]) * b[0] + from_bf16(a1[i]) * b[1] + from_bf16(a2[i]) * b[2] +
-                                from_bf16(a3[i]) * b[3] + from_bf16(a4[i]) * b[4] + from_bf16(a5[i]) * b[5] +
-                                from_bf16(a6[i]) * b[6] + from_bf16(a7[i]) * b[7];
+                                from_bf16(a3[i]) * b[3];
                 }
             }
             for (; p < k; ++p) {
                 const std::uint16_t* a = A + i0 + p * lda;
                 for (index_t j = 0; j < n; ++j) {
                     const float b = Bq[p + j * k];
-                    float* s = acc[j];
+                    float* s = tile.data() + j * W;
 #pragma omp simd
                     for (index_t i = 0; i < w; ++i) s[i] += from_bf16(a[i]) * b;
                 }
             }
-            for (index_t j = 0; j < n; ++j)
-                for (index_t i = 0; i < w; ++i) {
-                    float& c = C[i0 + i + j * ldc];
-                    c = alpha * acc[j][i] + (beta == 0.0f ? 0.0f : beta * c);
-                }
+            for (index_t j = 0; j < n; ++j) store_column(C + i0 + j * ldc, tile.data() + j * W, w, alpha, beta);
         }
         return;
     }
-#pragma omp parallel for schedule(static) if (m * k > (index_t(1) << 18) && !omp_in_parallel())
+#pragma omp parallel for schedule(static) if (double(m) * double(k) > kFewParallel && !omp_in_parallel())
     for (index_t i = 0; i < m; ++i) {
         const std::uint16_t* a = A + i * lda;
         for (index_t j = 0; j < n; ++j) {
@@ -271,10 +323,139 @@ void few_columns(int ta, index_t m, index_t n, index_t k, float alpha, const std
             float s = 0.0f;
             for (index_t l = 0; l < 16; ++l) s += part[l];
             for (; p < k; ++p) s += from_bf16(a[p]) * b[p];
-            float& c = C[i + j * ldc];
-            c = alpha * s + (beta == 0.0f ? 0.0f : beta * c);
+            float acc = s;
+            store_column(C + i + j * ldc, &acc, 1, alpha, beta);
         }
     }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define FT_BF16_KERNEL 1
+#define FT_TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+// The AVX512_BF16 body (op(A) = A). Bb: op(B)'s columns as bf16 bits, k padded with zeros to a multiple of 4 (kp).
+// op(A) = A: per 32 rows, columns p and p+1 of A interleaved (unpacklo/hi of 16-bit words: the pairs of rows
+// {0-3, 8-11, 16-19, 24-27} and {4-7, 12-15, 20-23, 28-31}) meet the pair (b_p, b_{p+1}) broadcast: one
+// VDPBF16PS adds both products into each row's float32 sum. The tile keeps the sums in that order; the store
+// puts them back in row order.
+// (one tile: rows i0 … i0 + w − 1; the parallel loops stay outside the functions compiled for AVX-512)
+template <int N>
+FT_TARGET_BF16 void few_n_tile(index_t i0, index_t w, index_t k, index_t kp, float alpha, const std::uint16_t* A,
+                               index_t lda, const std::uint16_t* Bb, float beta, float* C, index_t ldc) {
+    const index_t chunks = (w + 31) / 32;
+    alignas(64) float tile[kTileWork];  // N columns × chunks × 32 sums (W·N ≤ kTileWork, W a multiple of 32)
+    for (index_t q = 0; q < N * chunks * 32; ++q) tile[q] = 0.0f;
+    const __m512i zero = _mm512_setzero_si512();
+    index_t p = 0;
+    for (; p < k; p += 4) {  // columns p … p+3 (zeros past k: Bb is zero there, A's column is not read)
+        __m512i bp[N][2];
+        for (int j = 0; j < N; ++j) {
+            std::uint32_t w0, w1;
+            std::memcpy(&w0, Bb + j * kp + p, 4);
+            std::memcpy(&w1, Bb + j * kp + p + 2, 4);
+            bp[j][0] = _mm512_set1_epi32(int(w0));
+            bp[j][1] = _mm512_set1_epi32(int(w1));
+        }
+        const std::uint16_t* a0 = A + i0 + p * lda;
+        const std::uint16_t* a1 = p + 1 < k ? a0 + lda : nullptr;
+        const std::uint16_t* a2 = p + 2 < k ? a0 + 2 * lda : nullptr;
+        const std::uint16_t* a3 = p + 3 < k ? a0 + 3 * lda : nullptr;
+        for (index_t c = 0; c < chunks; ++c) {
+            const index_t left = w - c * 32;
+            const __mmask32 mask = left >= 32 ? ~__mmask32(0) : (__mmask32(1) << left) - 1;
+            // the next four columns' lines of this chunk into L2 (one core's bandwidth is bound by the lines in flight:
+            // the hardware prefetchers alone keep too few, and L1's miss buffers are fewer than L2's)
+            if (p + 4 < k) {
+                const std::uint16_t* next = a0 + 4 * lda + c * 32;
+                _mm_prefetch(reinterpret_cast<const char*>(next), _MM_HINT_T1);
+                if (p + 5 < k) _mm_prefetch(reinterpret_cast<const char*>(next + lda), _MM_HINT_T1);
+                if (p + 6 < k) _mm_prefetch(reinterpret_cast<const char*>(next + 2 * lda), _MM_HINT_T1);
+                if (p + 7 < k) _mm_prefetch(reinterpret_cast<const char*>(next + 3 * lda), _MM_HINT_T1);
+            }
+            const __m512i x0 = _mm512_maskz_loadu_epi16(mask, a0 + c * 32);
+            const __m512i x1 = a1 ? _mm512_maskz_loadu_epi16(mask, a1 + c * 32) : zero;
+            const __m512i x2 = a2 ? _mm512_maskz_loadu_epi16(mask, a2 + c * 32) : zero;
+            const __m512i x3 = a3 ? _mm512_maskz_loadu_epi16(mask, a3 + c * 32) : zero;
+            const __m512bh lo01 = (__m512bh)_mm512_unpacklo_epi16(x0, x1), hi01 = (__m512bh)_mm512_unpackhi_epi16(x0, x1);
+            const __m512bh lo23 = (__m512bh)_mm512_unpacklo_epi16(x2, x3), hi23 = (__m512bh)_mm512_unpackhi_epi16(x2, x3);
+            for (int j = 0; j < N; ++j) {
+                float* t = tile + (j * chunks + c) * 32;
+                __m512 lo = _mm512_load_ps(t), hi = _mm512_load_ps(t + 16);
+                lo = _mm512_dpbf16_ps(lo, lo01, (__m512bh)bp[j][0]);
+                hi = _mm512_dpbf16_ps(hi, hi01, (__m512bh)bp[j][0]);
+                lo = _mm512_dpbf16_ps(lo, lo23, (__m512bh)bp[j][1]);
+                hi = _mm512_dpbf16_ps(hi, hi23, (__m512bh)bp[j][1]);
+                _mm512_store_ps(t, lo);
+                _mm512_store_ps(t + 16, hi);
+            }
+        }
+    }
+    // row order back: row r of a chunk sits in group g = r / 4 — even groups in lo (lane g / 2), odd in hi
+    alignas(64) float col[kTileWork];
+    for (int j = 0; j < N; ++j) {
+        for (index_t c = 0; c < chunks; ++c) {
+            const float* t = tile + (j * chunks + c) * 32;
+            for (index_t r = 0; r < 32; ++r) {
+                const index_t g = r / 4;
+                col[c * 32 + r] = t[(g & 1) * 16 + (g >> 1) * 4 + r % 4];
+            }
+        }
+        store_column(C + i0 + j * ldc, col, w, alpha, beta);
+    }
+}
+
+template <int N>
+void few_avx512(index_t m, index_t k, index_t kp, float alpha, const std::uint16_t* A, index_t lda,
+                const std::uint16_t* Bb, float beta, float* C, index_t ldc) {
+    const index_t W = row_tile(m, N, k), tiles = (m + W - 1) / W;
+#pragma omp parallel for schedule(static) if (double(m) * double(k) > kFewParallel && !omp_in_parallel())
+    for (index_t it = 0; it < tiles; ++it) {
+        const index_t i0 = it * W, w = std::min(W, m - i0);
+        few_n_tile<N>(i0, w, k, kp, alpha, A, lda, Bb, beta, C, ldc);
+    }
+}
+
+// AVX512_BF16 and the AVX-512 state enabled by the OS (XCR0: opmask, ZMM halves, upper ZMM registers)
+bool cpu_runs_avx512_bf16() {
+    static const bool ok = [] {
+        unsigned a, b, c, d;
+        if (!__get_cpuid_count(1, 0, &a, &b, &c, &d) || !((c >> 27) & 1u)) return false;  // OSXSAVE
+        unsigned lo, hi;
+        __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+        if ((lo & 0xe6u) != 0xe6u) return false;
+        if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+        const bool f = (b >> 16) & 1u, bw = (b >> 30) & 1u, vl = (b >> 31) & 1u, dq = (b >> 17) & 1u;
+        return f && bw && vl && dq && cpu_has_avx512_bf16();
+    }();
+    return ok;
+}
+#endif
+
+void few_columns(int ta, int tb, index_t m, index_t n, index_t k, float alpha, const std::uint16_t* A, index_t lda,
+                 const float* B, index_t ldb, float beta, float* C, index_t ldc) {
+    auto b_at = [&](index_t p, index_t j) { return tb == 0 ? B[p + j * ldb] : B[j + p * ldb]; };
+#ifdef FT_BF16_KERNEL
+    // op(A) = A on AVX512_BF16; op(A) = Aᵀ (each row of C one contiguous dot product) runs faster in the
+    // portable loop, whose single stream the hardware prefetchers follow (docs/benchmarks.md)
+    if (ta == 0 && native_allowed() && cpu_runs_avx512_bf16()) {
+        const index_t kp = (k + 3) / 4 * 4;
+        thread_local std::vector<std::uint16_t> bb;  // op(B) as bf16, k × n, ld = kp, zeros past k (to a multiple of 4)
+        bb.assign(std::size_t(kp * n), 0);
+        for (index_t j = 0; j < n; ++j)
+            for (index_t p = 0; p < k; ++p) bb[std::size_t(p + j * kp)] = to_bf16(b_at(p, j));
+        using F = void (*)(index_t, index_t, index_t, float, const std::uint16_t*, index_t, const std::uint16_t*, float,
+                           float*, index_t);
+        static constexpr F kernels[kBf16FewColumns] = {few_avx512<1>, few_avx512<2>, few_avx512<3>, few_avx512<4>,
+                                                       few_avx512<5>, few_avx512<6>, few_avx512<7>, few_avx512<8>};
+        kernels[n - 1](m, k, kp, alpha, A, lda, bb.data(), beta, C, ldc);
+        return;
+    }
+#endif
+    thread_local std::vector<float> bq;  // op(B) rounded, k × n
+    bq.resize(std::size_t(k * n));
+    for (index_t j = 0; j < n; ++j)
+        for (index_t p = 0; p < k; ++p) bq[std::size_t(p + j * k)] = round_bf16(b_at(p, j));
+    few_columns_portable(ta, m, n, k, alpha, A, lda, bq.data(), beta, C, ldc);
 }
 
 // the emulated path: X rounded to bf16, kept as float32 (column-major, ld = rows)
@@ -297,11 +478,7 @@ void gemm_bf16(int ta, int tb, index_t m, index_t n, index_t k, float alpha, con
     const index_t br = tb == 0 ? k : n, bc = tb == 0 ? n : k;
     const ProductContext ctx = product_context();
     if (ctx.weights && n <= kBf16FewColumns && ctx.weights->find(A) && ctx.weights->find(A + (ac - 1) * lda + ar - 1)) {
-        thread_local std::vector<float> bq;  // op(B) rounded, k × n
-        bq.resize(std::size_t(k * n));
-        for (index_t j = 0; j < n; ++j)
-            for (index_t p = 0; p < k; ++p) bq[std::size_t(p + j * k)] = round_bf16(tb == 0 ? B[p + j * ldb] : B[j + p * ldb]);
-        few_columns(ta, m, n, k, alpha, ctx.weights->find(A), lda, bq.data(), beta, C, ldc);
+        few_columns(ta, tb, m, n, k, alpha, ctx.weights->find(A), lda, B, ldb, beta, C, ldc);
         return;
     }
 #ifdef FT_HAVE_ONEDNN
