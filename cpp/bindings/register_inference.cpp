@@ -389,7 +389,7 @@ values; cache=False runs the listing literally. Sampling as DInference.)doc")
                         std::vector<index_t> x;
                         {
                             LongCoreCall nogil;
-                            DecodeProducts products(mdl);
+                            DecodeProducts products(d, mdl);  // bf16-mixed: θ's bf16 copy, checked against θ
                             x = ft::EDInference(mdl, f.features(), self.o, rng, self.max_len);
                         }
                         return to_array(x);
