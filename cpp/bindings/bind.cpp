@@ -170,6 +170,10 @@ std::vector<index_t> prefix_lens(const py::handle& obj, index_t n) {
     return p;
 }
 
+bool is_float_array(const py::handle& obj) {
+    return py::isinstance<py::array>(obj) && py::reinterpret_borrow<py::array>(obj).dtype().kind() == 'f';
+}
+
 InBatch in_batch(const py::handle& obj, const char* what) {
     InBatch r;
     auto add = [&](const py::handle& seq, index_t b) {

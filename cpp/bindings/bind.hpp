@@ -12,6 +12,7 @@
 #include <pybind11/stl.h>
 
 #include <climits>
+#include <cmath>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -22,6 +23,7 @@
 #include "formal_transformers/precision.hpp"
 #include "formal_transformers/common.hpp"
 #include "formal_transformers/config.hpp"
+#include "formal_transformers/stack_embedding.hpp"
 #include "formal_transformers/fpenv.hpp"
 #include "formal_transformers/params.hpp"
 #include "formal_transformers/variants.hpp"
@@ -394,6 +396,44 @@ void register_optim(py::module_& m);
 void register_tokenizer(py::module_& m);
 void register_training(py::module_& m);
 void register_inference(py::module_& m);
+
+// The audio encoder's input (the embedding "audio", V28): a floating-point array (n_mels, T) — one spectrogram —
+// or (B, n_mels, T), converted to the model's dtype and laid out as the core's F:[n_mels, Σ T_b]. Refused here: not
+// floats (TypeError), another rank, an empty batch, no frames, NaN or infinities (ValueError); n_mels and T against
+// the model, and whether the model has an audio encoder at all: the core's check (EDTransformer::check_encoder_input).
+bool is_float_array(const py::handle& obj);
+template <class T>
+struct InAudio {
+    ft::Matrix<T> F;
+    ft::Seqs s;
+    bool single = false;
+    ft::Features<T> features() const { return ft::Features<T>{ft::view(F), s}; }
+};
+template <class T>
+InAudio<T> in_audio(const py::handle& obj) {
+    py::array a = py::array::ensure(obj);
+    if (!a || a.dtype().kind() != 'f')
+        throw ft::TypeError("features must be a floating-point numpy array (n_mels, T) or (B, n_mels, T)");
+    if (a.ndim() != 2 && a.ndim() != 3)
+        throw ft::ValueError("features must be 2-D (n_mels, T) or 3-D (B, n_mels, T), got " + std::to_string(a.ndim()) + "-D");
+    auto c = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(a);
+    InAudio<T> r;
+    r.single = a.ndim() == 2;
+    const py::ssize_t o = r.single ? 0 : 1;
+    const index_t B = r.single ? 1 : index_t(a.shape(0)), M = index_t(a.shape(o)), Tn = index_t(a.shape(o + 1));
+    if (B < 1) throw ft::ValueError("features is an empty batch (B = 0)");
+    if (Tn < 1) throw ft::ValueError("features has no frames (T = 0)");
+    if (M < 1) throw ft::ValueError("features has no mel rows (n_mels = 0)");
+    const T* p = c.data();
+    for (py::ssize_t i = 0; i < c.size(); ++i)
+        if (!std::isfinite(double(p[i]))) throw ft::ValueError("features contain NaN or infinite values");
+    ft::MatView<T> F = ft::ensure(r.F, M, B * Tn);  // column j: frame j
+    for (index_t b = 0; b < B; ++b)
+        for (index_t m = 0; m < M; ++m)
+            for (index_t t = 0; t < Tn; ++t) F(m, b * Tn + t) = p[(b * M + m) * Tn + t];
+    r.s = ft::Seqs::from_lengths(std::vector<index_t>(std::size_t(B), Tn));
+    return r;
+}
 
 }  // namespace ftpy
 

@@ -102,7 +102,6 @@ void register_common(py::module_& m) {
 }
 
 void register_vit(py::module_& m);  // register_vit.cpp
-void register_whisper(py::module_& m);  // register_whisper.cpp
 }  // namespace ftpy
 
 PYBIND11_MODULE(_core, m) {
@@ -124,5 +123,4 @@ PYBIND11_MODULE(_core, m) {
     ftpy::register_training(m);      // Algorithms 11, 12, 13
     ftpy::register_inference(m);     // Algorithms 14, 15
     ftpy::register_vit(m);           // listing V14: the vision transformer
-    ftpy::register_whisper(m);       // listings V28, V29: Whisper's audio front-end and Whisper
 }

@@ -381,6 +381,19 @@ values; cache=False runs the listing literally. Sampling as DInference.)doc")
                 auto& d = model.cast<AnyDtype<ft::EDTransformer>&>();
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& mdl) {
+                    using T = typename std::decay_t<decltype(mdl.store)>::value_type;
+                    if (is_float_array(z)) {  // the audio encoder (V28): one spectrogram (n_mels, T)
+                        InAudio<T> f = in_audio<T>(z);
+                        if (!f.single) throw ft::ValueError("EDInference decodes one spectrogram (n_mels, T) at a time");
+                        ft::Rng rng(self.next_seed());
+                        std::vector<index_t> x;
+                        {
+                            LongCoreCall nogil;
+                            DecodeProducts products(d, mdl);  // bf16-mixed: θ's bf16 copy, checked against θ
+                            x = ft::EDInference(mdl, f.features(), self.o, rng, self.max_len);
+                        }
+                        return to_array(x);
+                    }
                     InIds zi = in_ids(z, "z", mdl.cfg.n_vocab, false);  // z's length and max_len: the listing's checks
                     ft::Rng rng(self.next_seed());
                     std::vector<index_t> x;

@@ -76,6 +76,52 @@ py::object py_value(const ft::OptionValue& v) {
     }, v);
 }
 
+// z_data of EDTraining with the audio encoder (V28): N spectrograms (N, n_mels, T) of floats, or a list of (n_mels, T_n)
+// arrays with one n_mels; frames laid out one after the other (Dataset::features). NaN or infinities: ValueError.
+ft::Dataset audio_dataset(const py::handle& obj, const char* what) {
+    std::vector<py::array_t<double, py::array::c_style | py::array::forcecast>> specs;
+    const bool is_array = py::isinstance<py::array>(obj);
+    if (is_array && py::reinterpret_borrow<py::array>(obj).ndim() == 3) {
+        py::array whole = py::reinterpret_borrow<py::array>(obj);
+        for (py::ssize_t n = 0; n < whole.shape(0); ++n)
+            specs.push_back(py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(whole[py::int_(n)]));
+    } else if (!is_array) {
+        for (const py::handle& a : obj) specs.push_back(py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(a));
+    } else {
+        throw ft::ValueError(std::string(what) + ": spectrograms must be (N, n_mels, T) or a list of (n_mels, T) arrays");
+    }
+    ft::Dataset d;
+    std::vector<index_t> lens;
+    for (const auto& a : specs) {
+        if (!a || a.ndim() != 2)
+            throw ft::ValueError(std::string(what) + ": each spectrogram must be a 2-D array (n_mels, T) of floats");
+        const index_t M = index_t(a.shape(0)), Tn = index_t(a.shape(1));
+        if (d.n_mels == 0) d.n_mels = M;
+        if (M != d.n_mels || M < 1 || Tn < 1)
+            throw ft::ValueError(std::string(what) + ": the spectrograms must share n_mels and have frames, got (" +
+                                 std::to_string(M) + ", " + std::to_string(Tn) + ")");
+        const double* p = a.data();
+        for (index_t t = 0; t < Tn; ++t)
+            for (index_t m = 0; m < M; ++m) {
+                const double v = p[m * Tn + t];
+                if (!std::isfinite(v)) throw ft::ValueError(std::string(what) + " contains NaN or infinite values");
+                d.features.push_back(v);
+            }
+        lens.push_back(Tn);
+    }
+    d.s = ft::Seqs::from_lengths(lens);
+    return d;
+}
+// the context z of EDTraining: token sequences, or spectrograms (floats: the audio encoder)
+bool is_spectrograms(const py::handle& obj) {
+    if (is_float_array(obj)) return true;
+    if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
+        py::sequence q = py::reinterpret_borrow<py::sequence>(obj);
+        return py::len(q) > 0 && is_float_array(q[0]) && py::reinterpret_borrow<py::array>(q[0]).ndim() == 2;
+    }
+    return false;
+}
+
 ft::Dataset dataset(const py::handle& obj, const char* what) {
     InBatch b = in_batch(obj, what);
     ft::Dataset d;
@@ -394,11 +440,11 @@ void register_training(py::module_& m) {
             CallLock lock(d.mutex);
             d.visit([&](auto& mdl) {
                 using T = typename std::decay_t<decltype(mdl.store)>::value_type;
-                ft::Dataset zd = dataset(z_data, "z_data");
+                ft::Dataset zd = is_spectrograms(z_data) ? audio_dataset(z_data, "z_data") : dataset(z_data, "z_data");
                 ft::Dataset xd = dataset(x_data, "x_data");
                 ft::Dataset zv, xv;
                 if (!z_val.is_none()) {
-                    zv = dataset(z_val, "z_val");
+                    zv = is_spectrograms(z_val) ? audio_dataset(z_val, "z_val") : dataset(z_val, "z_val");
                     xv = dataset(x_val, "x_val");
                 }
                 ReplicasArg<T> dp(replicas, model, mdl.store);

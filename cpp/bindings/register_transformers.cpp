@@ -325,6 +325,13 @@ py::object ed_output(D& d, const py::handle& z, const py::handle& x, Last last) 
     CallLock lock(d.mutex);
     return d.visit([&](auto& m) -> py::object {
         using T = typename std::decay_t<decltype(m.store)>::value_type;
+        if (is_float_array(z)) {  // the audio encoder's spectrograms (V28)
+            InAudio<T> f = in_audio<T>(z);
+            InBatch xb = in_batch(x, "x");
+            return shaped_output<T>(
+                m.cfg.n_vocab, xb, is_2d(x), [&] { m.forward(f.features(), Tokens{xb.ids.data(), seqs_of(xb)}); },
+                [&](ft::MatView<T> out) { last(m, out); });
+        }
         InBatch zb = in_batch(z, "z");
         InBatch xb = in_batch(x, "x");
         return shaped_output<T>(
@@ -753,12 +760,56 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
                 return ed_output(d, z, x, [](auto& m, auto Z) { m.logits(Z); });  // W_u X
             },
             py::arg("z"), py::arg("x"));
-    def_pair_losses<ft::EDTransformer>(
-        edcls, "z", "x", ed_pair,
-        [](const InBatch& zb, const InBatch& xb) {
-            return std::make_tuple(Tokens{zb.ids.data(), seqs_of(zb)}, Tokens{xb.ids.data(), seqs_of(xb)});
-        },
-        "Algorithm 11 line 5 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad.");
+    // z: token ids, or (the audio encoder, V28) a floating-point array of spectrograms — dispatched on its dtype
+    edcls.def(
+             "loss_and_grad",
+             [](py::object self, const py::handle& z, const py::handle& x, bool copy) {
+                 DED& d = self.cast<DED&>();
+                 CallLock lock(d.mutex);
+                 return d.visit([&](auto& m) {
+                     using T = typename std::decay_t<decltype(m.store)>::value_type;
+                     double loss;
+                     if (is_float_array(z)) {
+                         InAudio<T> f = in_audio<T>(z);
+                         InBatch xb = in_batch(x, "x");
+                         CoreCall nogil;
+                         loss = m.loss_and_grad(f.features(), Tokens{xb.ids.data(), seqs_of(xb)});
+                     } else {
+                         InBatch zb = in_batch(z, "z");
+                         InBatch xb = in_batch(x, "x");
+                         CoreCall nogil;
+                         loss = m.loss_and_grad(Tokens{zb.ids.data(), seqs_of(zb)}, Tokens{xb.ids.data(), seqs_of(xb)});
+                     }
+                     return py::make_tuple(loss, grads_out(self, m.store, copy));
+                 });
+             },
+             py::arg("z"), py::arg("x"), py::arg("copy") = true,
+             "Algorithm 11 line 5 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad. z: token ids, or "
+             "with the audio encoder (n_mels) the log-mel features (n_mels, T) or (B, n_mels, T).")
+        .def(
+            "loss",
+            [](DED& d, const py::handle& z, const py::handle& x, const std::string& reduction) {
+                CallLock lock(d.mutex);
+                return d.visit([&](auto& m) {
+                    using T = typename std::decay_t<decltype(m.store)>::value_type;
+                    const auto red = ft::parse_reduction(reduction);
+                    index_t scored = 0;
+                    double loss;
+                    if (is_float_array(z)) {
+                        InAudio<T> f = in_audio<T>(z);
+                        InBatch xb = in_batch(x, "x");
+                        CoreCall nogil;
+                        loss = m.loss(f.features(), Tokens{xb.ids.data(), seqs_of(xb)}, &scored);
+                    } else {
+                        InBatch zb = in_batch(z, "z");
+                        InBatch xb = in_batch(x, "x");
+                        CoreCall nogil;
+                        loss = m.loss(Tokens{zb.ids.data(), seqs_of(zb)}, Tokens{xb.ids.data(), seqs_of(xb)}, &scored);
+                    }
+                    return ft::reduce_loss(loss, scored, red);
+                });
+            },
+            py::arg("z"), py::arg("x"), py::arg("reduction") = "sum");
     edcls.def(
             "attention_weights",
             [](DED& d, const std::string& kind, const PyInt& layer_arg, const PyInt& seq_arg) {

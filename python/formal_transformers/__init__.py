@@ -59,6 +59,20 @@ from ._options import model_options  # noqa: E402  (the core's option schema)
 from .training import DTraining, EDTraining, ETraining, History  # noqa: E402
 from .lora import lora  # noqa: E402  (LoRA adapters)
 
+
+def Whisper(n_mels, n_audio_ctx, n_vocab, n_text_ctx, L_enc, L_dec, H, d_e, d_mlp, *, eps=1e-5, seed=0, init_std=0.02,
+            start_id=None, eos_id=None, dtype="float32"):
+    """Deprecated: Whisper (listings V28, V29) is an EDTransformer whose encoder reads log-mel features. This builds
+    EDTransformer(n_vocab, l_max=n_text_ctx, L_enc, L_dec, H, d_e, d_mlp, n_mels=, n_audio_ctx=, block="pre_ln",
+    mlp="gelu", tied=True, eps=, seed=, init_std=, bos_id=start_id, eos_id=eos_id, dtype=) — call that instead."""
+    import warnings
+
+    warnings.warn("ft.Whisper is deprecated: Whisper is ft.EDTransformer(..., n_mels=, n_audio_ctx=, block='pre_ln', "
+                  "mlp='gelu', tied=True), which this returns", DeprecationWarning, stacklevel=2)
+    return EDTransformer(n_vocab=n_vocab, l_max=n_text_ctx, L_enc=L_enc, L_dec=L_dec, H=H, d_e=d_e, d_mlp=d_mlp,  # noqa: F405
+                         n_mels=n_mels, n_audio_ctx=n_audio_ctx, block="pre_ln", mlp="gelu", tied=True, eps=eps,
+                         seed=seed, init_std=init_std, bos_id=start_id, eos_id=eos_id, dtype=dtype)
+
 _Mapping.register(_core.ParamDict)
 
 __version__ = "0.1.0"
@@ -66,6 +80,6 @@ __version__ = "0.1.0"
 __all__ = sorted(
     {name for name in dir(_core) if not name.startswith("_")}
     | {"DTraining", "ETraining", "EDTraining", "History", "save", "load", "reference", "datasets", "speech", "vision",
-       "build_model", "kv_cache_bytes_per_token", "lora"}
+       "build_model", "kv_cache_bytes_per_token", "lora", "Whisper"}
     | {"from_hf", "to_hf", "save_hf", "load_hf", "to_torch", "from_torch", "model_options"}
 )

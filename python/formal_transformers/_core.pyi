@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'PromptCache', 'RMSNorm', 'SGD', 'SpeculativeInference', 'TokenEmbedding', 'Unembedding', 'ViT', 'Whisper', 'WordTokenizer', 'bf16_info', 'bidirectional_mask', 'bigbird_layout', 'blas_info', 'blas_kernel', 'block_sparse_attention', 'block_sparse_attention_backward', 'chunk', 'gelu', 'get_num_threads', 'max_num_threads', 'random_feature_matrix', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
+__all__: list[str] = ['Adam', 'Attention', 'BPETokenizer', 'BasicAttention', 'CharTokenizer', 'DInference', 'DTransformer', 'EDInference', 'EDTransformer', 'ETransformer', 'LayerNorm', 'MHAttention', 'ParamDict', 'PositionalEmbedding', 'PromptCache', 'RMSNorm', 'SGD', 'SpeculativeInference', 'TokenEmbedding', 'Unembedding', 'ViT', 'WordTokenizer', 'bf16_info', 'bidirectional_mask', 'bigbird_layout', 'blas_info', 'blas_kernel', 'block_sparse_attention', 'block_sparse_attention_backward', 'chunk', 'gelu', 'get_num_threads', 'max_num_threads', 'random_feature_matrix', 'relu', 'set_num_threads', 'softmax', 'unidirectional_mask']
 class _HasParams:
     """
     Base of every object with parameters (params, grads).
@@ -858,7 +858,7 @@ class EDTransformer(_HasParams):
         ...
     def __init__(self, *args, **kwargs) -> None:
         """
-        __init__(n_vocab, l_max, L_enc, L_dec, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', mlp='relu', qkv_bias=False, relative_buckets=32, relative_max_distance=128, block='post_ln', scale_scores=True, unembed_rescale=False, bos_id=None, eos_id=None, forced_bos_id=None, forced_eos=False, embed_norm=False, unembed_bias=False, scale_embedding=False, separate_positions=False, fixnorm=False, dtype='float32', precision='float32')
+        __init__(n_vocab, l_max, L_enc, L_dec, H, d_e, d_mlp, *, d_attn=None, d_mid=None, norm='layer', positional='learned', base=None, tied=False, eps=1e-05, seed=0, init_std=0.02, H_kv=None, bias=True, dropout=0.0, embed_dropout=None, attn_dropout=None, resid_dropout=None, attention_impl='auto', mlp='relu', qkv_bias=False, relative_buckets=32, relative_max_distance=128, block='post_ln', scale_scores=True, unembed_rescale=False, bos_id=None, eos_id=None, forced_bos_id=None, forced_eos=False, embed_norm=False, unembed_bias=False, scale_embedding=False, separate_positions=False, fixnorm=False, n_mels=None, n_audio_ctx=None, dtype='float32', precision='float32')
         
         The sizes positionally or by name, every other option by name (the class docstring says what each means). TypeError for an unknown option or a value of the wrong type, ValueError for a value out of range.
         """
@@ -886,7 +886,7 @@ class EDTransformer(_HasParams):
         ...
     def loss_and_grad(self, z: typing.Any, x: typing.Any, copy: bool = True) -> tuple[float, typing.Any]:
         """
-        Algorithm 11 line 5 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad.
+        Algorithm 11 line 5 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad. z: token ids, or with the audio encoder (n_mels) the log-mel features (n_mels, T) or (B, n_mels, T).
         """
     def merge_lora(self) -> None:
         """
@@ -1579,74 +1579,6 @@ class ViT(_HasParams):
     @precision.setter
     def precision(self, arg1: typing.Any) -> None:
         ...
-class Whisper(_HasParams):
-    """
-    Listings V28 and V29: P ← Whisper(F, x | θ) — the encoder-decoder on a
-    log-mel spectrogram (Radford et al. 2022).
-    
-    V28, the audio front-end: two 1-D convolutions with GELU over the spectrogram F (n_mels, T) — kernel 3, padding 1,
-    the second with stride 2 — and Whisper's fixed sinusoids added: ⌈T/2⌉ columns of width d_e. V29: L_enc pre-LN
-    encoder layers (Algorithm 10's layer, Mask ≡ 1, GELU), a final layer_norm; the decoder's learned positions W_p,
-    L_dec pre-LN layers with cross-attention (V18a, GELU), a final layer_norm, and the tied unembedding
-    P = softmax(W_eᵀ X). Every attention has biases; Whisper's key projection has none (b_k = 0, whose gradient is
-    exactly 0). Hugging Face's WhisperForConditionalGeneration is this model (ft.from_hf).
-    Sizes: n_mels, n_audio_ctx (max_source_positions: ⌈T/2⌉ ≤ it), n_vocab, n_text_ctx (max_target_positions), L_enc,
-    L_dec, H, d_e, d_mlp; options eps=1e-5, seed, init_std=0.02, start_id and eos_id (the tokens greedy decoding,
-    ft.speech.transcribe, starts with and stops at: HF's decoder_start_token_id and eos_token_id), dtype.
-    Call: P = model(features, x): features (n_mels, T) and one token sequence -> (n_vocab, ℓ_x); features
-    (B, n_mels, T) and B sequences -> a list of B such arrays. model.logits(...): W_eᵀ X.
-    loss_and_grad(features, x): Algorithm 11's −Σ_t log P[x[t+1], t] summed over the batch, and every gradient.
-    """
-    def __call__(self, features: typing.Any, x: typing.Any) -> typing.Any:
-        """
-        P = softmax(W_eᵀ X) (n_vocab, ℓ_x) per sequence.
-        """
-    def __init__(self, n_mels: typing.SupportsIndex, n_audio_ctx: typing.SupportsIndex, n_vocab: typing.SupportsIndex, n_text_ctx: typing.SupportsIndex, L_enc: typing.SupportsIndex, L_dec: typing.SupportsIndex, H: typing.SupportsIndex, d_e: typing.SupportsIndex, d_mlp: typing.SupportsIndex, *, eps: typing.SupportsFloat | typing.SupportsIndex = 1e-05, seed: typing.Any = 0, init_std: typing.SupportsFloat | typing.SupportsIndex = 0.02, start_id: typing.Any = None, eos_id: typing.Any = None, dtype: typing.Any = 'float32') -> None:
-        ...
-    def __repr__(self) -> str:
-        ...
-    def attention_weights(self, kind: str, layer: typing.SupportsIndex, seq: typing.SupportsIndex = 0, head: typing.SupportsIndex = 0) -> typing.Any:
-        """
-        softmax(S/√d_attn) of the last forward: kind 'enc' (ℓ_z, ℓ_z), 'dec' (ℓ_x, ℓ_x) or 'cross' (ℓ_z keys, ℓ_x queries), for one layer, sequence and head.
-        """
-    def logits(self, features: typing.Any, x: typing.Any) -> typing.Any:
-        """
-        W_eᵀ X (n_vocab, ℓ_x) per sequence, before the softmax.
-        """
-    def loss(self, features: typing.Any, x: typing.Any, reduction: str = 'sum') -> float:
-        """
-        The loss of loss_and_grad without gradients (reduction='mean': per predicted token).
-        """
-    def loss_and_grad(self, features: typing.Any, x: typing.Any, *, features_grad: bool = False) -> typing.Any:
-        """
-        (loss, grads): Algorithm 11's loss summed over the batch and every parameter's gradient; with features_grad=True also ∂loss/∂features in the features' shape.
-        """
-    def zero_grad(self) -> None:
-        ...
-    @property
-    def config(self) -> dict:
-        ...
-    @property
-    def dtype(self) -> str:
-        ...
-    @property
-    def encoder_positions(self) -> typing.Any:
-        """
-        W_sin (d_e, n_audio_ctx): V28 line 5's fixed table (Whisper's sinusoids; not a parameter, no gradient). Settable: a checkpoint's stored table (ft.from_hf copies it).
-        """
-    @encoder_positions.setter
-    def encoder_positions(self, arg1: typing.Any) -> None:
-        ...
-    @property
-    def grads(self) -> ParamDict:
-        """
-        Gradients, same keys as params, accumulated by backward(), cleared by zero_grad().
-        """
-    @property
-    def params(self) -> ParamDict:
-        """
-        Parameters θ: name -> writable numpy view of the C++ storage (zero-copy). Assigning params[name] = array copies into the storage (shape must match).
-        """
 def _bf16_allow_native(on: bool) -> None:
     """
     Private (tests): False runs bf16-mixed products emulated (bf16-rounded operands, float32 products) even where the CPU has bf16 instructions; True restores the default.

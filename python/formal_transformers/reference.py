@@ -1595,8 +1595,8 @@ def audio_front_end(F, W_c1, b_c1, W_c2, b_c2, W_sin=None) -> np.ndarray:
 
 def whisper(features, x, params, *, H: int, eps: float = 1e-5, W_sin=None, logits: bool = False) -> np.ndarray:
     """Listing V29: P ← Whisper(F, x | θ) for one spectrogram F (n_mels, T) and tokens x -> P (N_V, ℓ_x).
-    θ: ft.Whisper's names — conv.{W_c1, b_c1, W_c2, b_c2}; enc.l.{gamma1, beta1, attn.*, gamma2, beta2, W_mlp1,
-    b_mlp1, W_mlp2, b_mlp2}; enc.gamma, enc.beta; W_e (d_e, N_V), W_p (d_e, n_text_ctx); dec.l.{gamma1–3, beta1–3,
+    θ: the names of the EDTransformer with the audio encoder — conv.{W_c1, b_c1, W_c2, b_c2}; enc.l.{gamma1, beta1,
+    attn.*, gamma2, beta2, W_mlp1, b_mlp1, W_mlp2, b_mlp2}; enc.gamma, enc.beta; W_e (d_e, N_V), W_p (d_e, n_text_ctx); dec.l.{gamma1–3, beta1–3,
     attn.*, cross_attn.*, W_mlp3, b_mlp3, W_mlp4, b_mlp4}; dec.gamma, dec.beta. W_sin: the encoder's table (None:
     Whisper's sinusoids)."""
     x = np.asarray(x)

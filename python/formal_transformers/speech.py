@@ -1,7 +1,8 @@
-"""Speech for ft.Whisper (listings V28, V29, docs/variants.md): Whisper's log-mel spectrogram in numpy, greedy
+"""Speech for Whisper — an EDTransformer whose encoder reads log-mel features (the embedding "audio", listings V28,
+V29, docs/variants.md): Whisper's log-mel spectrogram in numpy, greedy
 transcription, the character error rate, and a small synthesized-speech data set made on the machine with espeak-ng
 (docs/data.md "Synthesized speech") with the baselines of notebooks/18_whisper_speech.ipynb (trained there by
-ft.EDTraining, which takes an ft.Whisper with spectrograms as its z_data)."""
+ft.EDTraining, which takes spectrograms as such a model's z_data)."""
 from __future__ import annotations
 
 import hashlib
@@ -85,40 +86,21 @@ def log_mel_spectrogram(audio, n_mels: int = 80, *, n_samples: int | None = None
 # --------------------------------------------------------------------------------------------------------
 # Greedy transcription (Algorithm 15 with τ → 0) and the character error rate
 
-def transcribe(model, features, *, max_len: int | None = None, start=None, eos=None) -> list:
-    """Greedy decoding of an ft.Whisper for each spectrogram of features (B, n_mels, T) (or one (n_mels, T)):
-    x ← [start…]; repeat x ← [x, argmax P[:, last]] until eos or max_len tokens (default n_text_ctx). start: a
-    token or a list of tokens (default: the model's start_id); eos: default the model's eos_id. This is what
+def transcribe(model, features, *, max_len: int | None = None) -> list:
+    """Greedy decoding (Algorithm 15 with τ = 0, ft.EDInference with its KV caches) of an EDTransformer with the audio
+    encoder (n_mels; Whisper) for each spectrogram of features (B, n_mels, T) (or one (n_mels, T)): x̂ ← [bos_token];
+    x̂ ← [x̂, argmax P[:, last]] until eos_token or max_len tokens (default l_max). bos_token, eos_token: the model's
+    bos_id, eos_id (ft.from_hf: decoder_start_token_id, eos_token_id). This is what
     WhisperForConditionalGeneration.generate does with a plain config (decoder_start_token_id alone, greedy, to
-    eos_token_id). Returns the token lists, start tokens included (the eos too, when reached)."""
-    if not isinstance(model, _core.Whisper):
-        raise TypeError(f"transcribe takes an ft.Whisper, got {type(model).__name__}")
-    c = model.config
-    start = c["start_id"] if start is None else start
-    eos = c["eos_id"] if eos is None else eos
-    if start is None:
-        raise ValueError("start: the model has no start_id (decoder_start_token_id); pass start=")
-    prompt = [int(start)] if np.ndim(start) == 0 else [int(s) for s in start]
-    max_len = c["n_text_ctx"] if max_len is None else int(max_len)
-    if not 1 <= len(prompt) <= max_len <= c["n_text_ctx"]:
-        raise ValueError(f"need 1 <= len(start) = {len(prompt)} <= max_len = {max_len} <= n_text_ctx = {c['n_text_ctx']}")
+    eos_token_id). Returns the token lists, the start token included (the eos too, when reached)."""
+    if not isinstance(model, _core.EDTransformer) or model.config.get("n_mels") is None:
+        raise TypeError(f"transcribe takes an EDTransformer with the audio encoder (n_mels), got {type(model).__name__}")
     F = np.asarray(features)
-    single = F.ndim == 2
-    F = F[None] if single else F
-    xs = [list(prompt) for _ in range(len(F))]
-    done = [False] * len(F)
-    while not all(done) and len(xs[0]) < max_len:
-        P = model.logits(F, xs)
-        for b, z in enumerate(P):
-            nxt = int(np.argmax(z[:, -1]))
-            xs[b].append(nxt if not done[b] else (eos if eos is not None else nxt))
-            done[b] = done[b] or (eos is not None and nxt == eos)
-    out = []
-    for b, x in enumerate(xs):  # cut after the first eos
-        if eos is not None and eos in x[len(prompt):]:
-            x = x[:len(prompt) + x[len(prompt):].index(eos) + 1]
-        out.append(x)
-    return out[0] if single else out
+    if F.ndim not in (2, 3):
+        raise ValueError(f"features must be (n_mels, T) or (B, n_mels, T), got shape {F.shape}")
+    dec = _core.EDInference(0.0, max_len=max_len)
+    out = [dec(f, model).tolist() for f in (F[None] if F.ndim == 2 else F)]
+    return out[0] if F.ndim == 2 else out
 
 
 def edit_distance(a, b) -> int:

@@ -364,8 +364,9 @@ class EDTraining(_Trainer):
     """Algorithm 11: θ̂ ← EDTraining(z_{1:N_data}, x_{1:N_data}, θ) — seq2seq training of an EDTransformer.
 
     EDTraining(n_epochs, eta, **opts)(z_data, x_data, model) -> model; z_data and x_data are sequences of
-    the same count (pairs). Validation: val_data=(z_val, x_val). Options as DTraining. An ft.Whisper (listing V29)
-    takes spectrograms (N, n_mels, T) as z_data (see _whisper for the options it takes)."""
+    the same count (pairs). Validation: val_data=(z_val, x_val). Options as DTraining. An EDTransformer with the audio
+    encoder (n_mels: Whisper, listings V28, V29) takes spectrograms as z_data: (N, n_mels, T), or a list of
+    (n_mels, T_n) arrays; its loop is the same core loop."""
 
     _listing = "EDTraining"
 
@@ -377,58 +378,9 @@ class EDTraining(_Trainer):
         self._check_early_stopping()
 
     def __call__(self, z_data, x_data, model):
-        if isinstance(model, _core.Whisper):
-            return self._whisper(z_data, x_data, model)
         zv, xv = self.val_data if self.val_data is not None else (None, None)
         return self._run(_core._edtraining, (model, z_data, x_data), model, (z_data, x_data), (zv, xv), z_val=zv,
                          x_val=xv)
-
-    def _whisper(self, z_data, x_data, model):
-        """Algorithm 11 for an ft.Whisper (listing V29), the context z a spectrogram: z_data (N, n_mels, T) (or a
-        list of (n_mels, T) arrays of one T), x_data N token sequences. The core's plan of the run (the seeded
-        minibatches, warm-up and schedule: `plan`) walked here, one `loss_and_grad` and one optimizer step per
-        minibatch, with reduction, clip and nonfinite='raise' as for the EDTransformer. The other options (validation,
-        early stopping, callbacks, data parallel, nonfinite 'warn'/'skip') are a ValueError naming them."""
-        import time
-
-        o = self.options
-        refused = [k for k, bad in (("val_data", self.val_data is not None), ("eval_every", o["eval_every"]),
-                                    ("patience", o["patience"] is not None), ("restore_best", o["restore_best"]),
-                                    ("callback", self.callback is not None),
-                                    ("process_group", self.process_group not in (None, False)),
-                                    ("nonfinite", o["nonfinite"] != "raise")) if bad]
-        if refused:
-            raise ValueError(f"EDTraining of an ft.Whisper does not take {', '.join(refused)} (its loop is the plan's "
-                             "minibatches, the schedule, reduction, clip and nonfinite='raise')")
-        F = np.asarray(z_data)
-        if F.ndim != 3 or len(F) != len(x_data):
-            raise ValueError(f"z_data must be N spectrograms (N, n_mels, T) for the N sequences of x_data, got shape "
-                             f"{F.shape} and {len(x_data)} sequences")
-        opt = self._optimizer_for(model)
-        h = self.history
-        step0 = h["step"][-1] if h["step"] else 0
-        time0 = h["time"][-1] if h["time"] else 0.0
-        t0 = time.perf_counter()
-        for st in self.plan(x_data):
-            idx = np.asarray(st["sequences"])
-            xb = [x_data[i] for i in idx]
-            n_tok = sum(len(x) - 1 for x in xb)
-            loss, grads = model.loss_and_grad(F[idx], xb)  # −Σ log P over the minibatch's predicted tokens
-            div = n_tok if o["reduction"] == "mean" else len(idx)
-            grads = {k: g / div for k, g in grads.items()}
-            norm = float(np.sqrt(sum(float(np.sum(np.square(g, dtype=np.float64))) for g in grads.values())))
-            if not (np.isfinite(loss) and np.isfinite(norm)):
-                raise FloatingPointError(f"step {step0 + st['step']}: the loss or the gradient norm is not finite; "
-                                         "the model holds the parameters of the step before")
-            if o["clip"] > 0 and norm > o["clip"]:
-                grads = {k: g * (o["clip"] / norm) for k, g in grads.items()}
-            opt.lr = st["lr"]
-            opt.step(model, grads)
-            for k, v in (("step", step0 + st["step"]), ("epoch", st["epoch"]), ("loss", loss / max(n_tok, 1)),
-                         ("lr", st["lr"]), ("grad_norm", norm), ("tokens", n_tok), ("skipped", False),
-                         ("time", time0 + time.perf_counter() - t0)):
-                h[k].append(v)
-        return model
 
 
 for _trainer in (DTraining, ETraining, EDTraining):  # the schema's options, with their defaults

@@ -195,7 +195,7 @@ TEST(StackEmbedding, EachStepsRowOwnsItsOptions) {
         EXPECT_EQ(r->kind, PartKind::EmbeddingStep);
         EXPECT_STREQ(r->name, step);
     }
-    EXPECT_EQ(part_names(PartKind::Embedding), std::vector<std::string>{"tokens"});
+    EXPECT_EQ(part_names(PartKind::Embedding), (std::vector<std::string>{"tokens", "audio"}));
     // chosen by their options, several at once, in the registry's order
     const ModelConfig c = config_of(cases()[5]);
     std::vector<std::string> chosen;
@@ -230,7 +230,7 @@ TEST(StackEmbedding, RefusalsNameTheOption) {
     ParamStore<double> store;
     EXPECT_THROW(make_embedding_step<double>("scale", EmbeddingSpec{&c, ""}, store), ValueError);
     EXPECT_THROW(make_stack_embedding<double>("tokens", EmbeddingSpec{&c, ""}, store), ValueError);
-    EXPECT_THROW(make_stack_embedding<double>("audio", EmbeddingSpec{&c, ""}, store), ValueError);  // not registered
+    EXPECT_THROW(make_stack_embedding<double>("speech", EmbeddingSpec{&c, ""}, store), ValueError);  // not registered
     // an option of another architecture's step: TypeError for the keyword, ValueError in a C++ config
     EXPECT_THROW(config_of({Arch::D, {{"n_segments", std::int64_t(2)}}, ""}), TypeError);
     ModelConfig d = config_of({Arch::D, {}, ""});

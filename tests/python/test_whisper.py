@@ -1,6 +1,7 @@
-"""Listings V28 (Whisper's audio front-end) and V29 (Whisper): the log-mel spectrogram against transformers'
-WhisperFeatureExtractor, the core against reference.py, finite differences and PyTorch autograd, and equality with
-WhisperForConditionalGeneration (P, every gradient, greedy decoding, ft → HF → ft, save_hf / load_hf)."""
+"""Listings V28 (Whisper's audio front-end) and V29 (Whisper: an EDTransformer whose encoder's embedding is the part
+"audio"): the log-mel spectrogram against transformers' WhisperFeatureExtractor, the core against reference.py, finite
+differences and PyTorch autograd, and equality with WhisperForConditionalGeneration (P, every gradient, greedy decoding
+with the KV caches, ft → HF → ft, save_hf / load_hf, ft.save / ft.load); EDTraining's core loop on spectrograms."""
 import numpy as np
 import pytest
 
@@ -10,11 +11,24 @@ from formal_transformers import speech
 
 from conftest import assert_grads_match_fd, hf_random_float64, randomize_theta, rel_err
 
-TINY = dict(n_mels=6, n_audio_ctx=5, n_vocab=11, n_text_ctx=7, L_enc=2, L_dec=2, H=2, d_e=8, d_mlp=12)
+TINY = dict(n_mels=6, n_audio_ctx=5, n_vocab=11, l_max=7, L_enc=2, L_dec=2, H=2, d_e=8, d_mlp=12, block="pre_ln",
+            mlp="gelu", tied=True, bos_id=9, eos_id=10)
 
 
 def tiny(dtype="float64", **kw):
-    return ft.Whisper(**{**TINY, **kw}, dtype=dtype)
+    return ft.EDTransformer(**{**TINY, **kw}, dtype=dtype)
+
+
+def exact_sinusoids(hf):
+    """HF's encoder table set to Whisper's sinusoids in float64 (hf_random_float64 randomised it; HF computes them in
+    float32 — the audio encoder's W_sin is the exact table, fixed)."""
+    import torch
+
+    c = hf.config
+    with torch.no_grad():
+        hf.model.encoder.embed_positions.weight.copy_(
+            torch.tensor(R.whisper_sinusoids(c.max_source_positions, c.d_model).T))
+    return hf
 
 
 def hf_config(**kw):
@@ -83,8 +97,6 @@ def test_sinusoids_equal_hf():
     from transformers.models.whisper.modeling_whisper import sinusoids
 
     assert rel_err(R.whisper_sinusoids(12, 16), sinusoids(12, 16).double().numpy().T) <= 1e-6  # HF's are float32
-    m = tiny()
-    assert rel_err(m.encoder_positions, R.whisper_sinusoids(5, 8)) <= 1e-15
 
 
 @pytest.mark.parametrize("T", [10, 9, 1])
@@ -121,17 +133,32 @@ def test_batch_equals_single_sequences():
 
 
 def test_gradients_match_finite_differences():
-    m = ft.Whisper(n_mels=3, n_audio_ctx=3, n_vocab=7, n_text_ctx=4, L_enc=1, L_dec=1, H=2, d_e=4, d_mlp=6,
-                   dtype="float64")
+    """Every parameter's gradient through the ED model, the convolutions' included, against finite differences."""
+    m = ft.EDTransformer(n_mels=3, n_audio_ctx=3, n_vocab=7, l_max=4, L_enc=1, L_dec=1, H=2, d_e=4, d_mlp=6,
+                         block="pre_ln", mlp="gelu", tied=True, dtype="float64")
     randomize_theta(m, np.random.default_rng(5), unit=("W_e", "W_p"))
     F = np.random.default_rng(6).standard_normal((2, 3, 5))
     xs = [[5, 1, 2], [5, 3]]
-    loss, g, dF = m.loss_and_grad(F, xs, features_grad=True)
+    loss, g = m.loss_and_grad(F, xs)
+    assert {"conv.W_c1", "conv.b_c1", "conv.W_c2", "conv.b_c2"} <= set(g)  # the front-end's, checked below
     assert abs(loss - sum(R.whisper_loss(F[b], xs[b], theta(m), H=2) for b in range(2))) <= 1e-12 * loss
+    assert abs(m.loss(F, xs) - loss) <= 1e-13 * loss
     assert_grads_match_fd(m, g, lambda: m.loss(F, xs))
-    from conftest import numeric_grad
 
-    assert rel_err(dF, numeric_grad(lambda: m.loss(F, xs), F)) <= 1e-6
+
+def test_audio_options_are_an_embedding_part():
+    """n_mels, n_audio_ctx: the options of the registered embedding part "audio" (EDTransformer only), kept by the
+    config (JSON, build_model) and checked before anything is built."""
+    m = tiny()
+    assert m.config["n_mels"] == 6 and m.config["n_audio_ctx"] == 5
+    assert ft.build_model(m.config).config == m.config
+    assert ft.EDTransformer(n_vocab=11, l_max=7, L_enc=1, L_dec=1, H=2, d_e=8, d_mlp=12).config["n_mels"] is None
+    with pytest.raises(ValueError, match="n_audio_ctx"):
+        ft.EDTransformer(**{**TINY, "n_audio_ctx": None})
+    with pytest.raises(ValueError, match="d_e even"):
+        ft.EDTransformer(**{**TINY, "d_e": 9, "H": 3})
+    with pytest.raises(TypeError, match="n_mels"):
+        ft.DTransformer(n_vocab=11, l_max=7, L=1, H=2, d_e=8, d_mlp=12, n_mels=6, n_audio_ctx=5)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -148,15 +175,15 @@ def _hf_loss(hf, F, x):
 
 def test_hf_equality_float64():
     """Every weight random, float64: P and every gradient equal to HF's ≤ 1e-10 — the convolutions' included, so
-    this is also the check of V28's backward against PyTorch autograd. HF computes nothing of Whisper in float32
-    inside a float64 model (the sinusoids are a stored table, copied), so nothing is patched."""
+    this is also the check of V28's backward against PyTorch autograd. HF's stored encoder table is patched to the
+    float64 sinusoids (HF computes them in float32; ours are exact and fixed)."""
     import torch
     import transformers
 
-    hf = hf_random_float64(transformers.WhisperForConditionalGeneration, hf_config()).eval()
+    hf = exact_sinusoids(hf_random_float64(transformers.WhisperForConditionalGeneration, hf_config())).eval()
     m = ft.from_hf(hf)
-    assert isinstance(m, ft.Whisper) and m.config["dtype"] == "float64"
-    assert m.config["start_id"] == 9 and m.config["eos_id"] == 10
+    assert isinstance(m, ft.EDTransformer) and m.config["dtype"] == "float64"
+    assert m.config["bos_id"] == 9 and m.config["eos_id"] == 10 and m.config["n_mels"] == 6
     F = np.random.default_rng(10).standard_normal((6, 10))
     x = [9, 1, 4, 2, 8]
     loss_hf, logits = _hf_loss(hf, F, x)
@@ -194,18 +221,21 @@ def test_hf_equality_float64():
 def test_hf_roundtrip_and_save_load(tmp_path):
     import transformers
 
-    hf = hf_random_float64(transformers.WhisperForConditionalGeneration, hf_config()).eval()
+    hf = exact_sinusoids(hf_random_float64(transformers.WhisperForConditionalGeneration, hf_config())).eval()
     m = ft.from_hf(hf)
     back = ft.from_hf(ft.to_hf(m))
     for k, v in m.params.items():
         assert np.array_equal(back.params[k], v), k
-    assert np.array_equal(back.encoder_positions, m.encoder_positions)
     assert back.config == m.config
     ft.save_hf(m, tmp_path / "w")
     loaded = ft.load_hf(tmp_path / "w")
     for k, v in m.params.items():
         assert np.array_equal(loaded.params[k], v), k
-    assert np.array_equal(loaded.encoder_positions, m.encoder_positions)
+    ft.save(m, tmp_path / "m.safetensors")  # the core's file: the audio part's options in its config
+    again_ft = ft.load(tmp_path / "m.safetensors")
+    assert isinstance(again_ft, ft.EDTransformer) and again_ft.config == m.config
+    F0 = np.random.default_rng(15).standard_normal((6, 9))
+    assert np.array_equal(again_ft(F0, [9, 2, 3]), m(F0, [9, 2, 3]))
     again = transformers.WhisperForConditionalGeneration.from_pretrained(tmp_path / "w")
     F = np.random.default_rng(11).standard_normal((6, 10))
     import torch
@@ -221,11 +251,13 @@ def test_greedy_decoding_equals_hf_generate():
     import torch
     import transformers
 
-    hf = hf_random_float64(transformers.WhisperForConditionalGeneration, hf_config(max_target_positions=12),
-                           scale=2.0).eval()
+    hf = exact_sinusoids(hf_random_float64(transformers.WhisperForConditionalGeneration,
+                                           hf_config(max_target_positions=12), scale=2.0)).eval()
     m = ft.from_hf(hf)
     F = np.random.default_rng(12).standard_normal((4, 6, 10))
-    ours = speech.transcribe(m, F)
+    ours = speech.transcribe(m, F)  # EDInference(τ = 0) with its KV caches
+    literal = [ft.EDInference(0.0, cache=False)(F[b], m).tolist() for b in range(4)]
+    assert ours == literal
     lengths = set()
     for b in range(4):
         with torch.no_grad():
@@ -247,12 +279,36 @@ def test_refusals_name_the_option():
         hf = transformers.WhisperForConditionalGeneration(hf_config(**kw))
         with pytest.raises(ValueError, match=name):
             ft.from_hf(hf)
+    hf = hf_random_float64(transformers.WhisperForConditionalGeneration, hf_config())  # a table not the sinusoids
+    with pytest.raises(ValueError, match="embed_positions"):
+        ft.from_hf(hf)
     m = tiny()
     with pytest.raises(ValueError, match="n_audio_ctx"):  # ⌈11/2⌉ = 6 positions, the table has 5
         m(np.zeros((6, 11)), [9])
     m.params["enc.0.attn.b_k"][0, 0] = 0.5
     with pytest.raises(ValueError, match="b_k"):
         ft.to_hf(m)
+    with pytest.raises(ValueError, match="mlp='gelu'"):
+        ft.to_hf(tiny(mlp="relu"))
+
+
+def test_inputs_of_the_other_kind_are_refused():
+    """Token ids to the audio encoder, spectrograms to a token encoder: a TypeError naming the problem, in every call."""
+    a = tiny()
+    ed = ft.EDTransformer(n_vocab=11, l_max=7, L_enc=1, L_dec=1, H=2, d_e=8, d_mlp=12, dtype="float64")
+    F = np.zeros((6, 10))
+    for call in (lambda: a([1, 2], [9]), lambda: a.loss([1, 2], [9, 1]), lambda: a.loss_and_grad([1, 2], [9, 1]),
+                 lambda: ft.EDInference(0.0)([1, 2], a)):
+        with pytest.raises(TypeError, match="log-mel features"):
+            call()
+    for call in (lambda: ed(F, [9]), lambda: ed.loss(F, [9, 1]), lambda: ed.loss_and_grad(F, [9, 1]),
+                 lambda: ft.EDInference(0.0)(F, ed)):
+        with pytest.raises(TypeError, match="token ids"):
+            call()
+    with pytest.raises(TypeError, match="log-mel features"):
+        ft.EDTraining(1, 1e-2, progress=False)([[1, 2]], [[9, 1]], a)
+    with pytest.raises(TypeError, match="token ids"):
+        ft.EDTraining(1, 1e-2, progress=False)(np.zeros((1, 6, 10)), [[9, 1]], ed)
 
 
 def test_bad_input():
@@ -261,18 +317,18 @@ def test_bad_input():
         m(np.zeros((5, 10)), [9])
     with pytest.raises(ValueError, match="NaN"):
         m(np.full((6, 10), np.nan), [9])
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError):  # integers: token ids, which this encoder does not take
         m(np.zeros((6, 10), dtype=np.int64), [9])
     with pytest.raises(IndexError):
         m(np.zeros((6, 10)), [11])
-    with pytest.raises(ValueError, match="n_text_ctx"):
+    with pytest.raises(ValueError, match="l_max"):
         m(np.zeros((6, 10)), [1] * 8)
-    with pytest.raises(ValueError, match="one token sequence per spectrogram"):
+    with pytest.raises(ValueError, match="same number of sequences"):
         m(np.zeros((2, 6, 10)), [[1]])
-    with pytest.raises(ValueError, match="d_e must be even"):
-        ft.Whisper(6, 5, 11, 7, 1, 1, 1, 7, 12)
-    with pytest.raises(ValueError, match="start_id"):
-        ft.Whisper(**TINY, start_id=11)
+    with pytest.raises(ValueError, match="2-D"):
+        m(np.zeros((1, 2, 6, 10)), [1])
+    with pytest.raises(ValueError, match="one spectrogram"):
+        ft.EDInference(0.0)(np.zeros((2, 6, 10)), m)
     with pytest.raises(ValueError, match="attention_weights|forward"):
         tiny().attention_weights("cross", 0)
 
@@ -280,23 +336,36 @@ def test_bad_input():
 def test_attention_weights_columns_sum_to_one():
     m = tiny()
     m(np.random.default_rng(13).standard_normal((6, 10)), [9, 1, 2])
-    A = m.attention_weights("cross", 1, 0, 1)
-    assert A.shape == (5, 3)
-    assert np.allclose(A.sum(axis=0), 1.0)
-    assert m.attention_weights("enc", 0).shape == (5, 5)
+    A = m.attention_weights("cross", 1, 0)  # (H, ℓ_z keys, ℓ_x queries)
+    assert A.shape == (2, 5, 3)
+    assert np.allclose(A.sum(axis=1), 1.0)
+    assert m.attention_weights("enc", 0).shape == (2, 5, 5)
     with pytest.raises(IndexError):
         m.attention_weights("cross", 2)
 
 
-def test_layers_are_the_pre_ln_block_of_an_edtransformer():
-    """Lines 2 and 5 are the registered block "pre_ln" with mlp="gelu": every layer parameter (and the two stack
-    norms) of ft.Whisper is the EDTransformer's of that block, same name, same shape, in the same order."""
-    w = tiny()
-    e = ft.EDTransformer(n_vocab=11, l_max=7, L_enc=2, L_dec=2, H=2, d_e=8, d_mlp=12, block="pre_ln", mlp="gelu",
-                         dtype="float64")
-    layers = lambda m: [(k, m.params[k].shape) for k in m.params if k.startswith(("enc.", "dec."))]
-    assert layers(w) == layers(e)
-    assert len(layers(w)) == 2 * 16 + 2 * 26 + 4  # per layer: 4 + 8 + 4 (enc), 6 + 16 + 4 (dec); γ, β of each stack
+def test_whisper_alias_builds_the_edtransformer():
+    """ft.Whisper (deprecated) builds the same EDTransformer: the same θ, names and shapes, for the same seed."""
+    with pytest.warns(DeprecationWarning, match="EDTransformer"):
+        w = ft.Whisper(6, 5, 11, 7, 2, 2, 2, 8, 12, start_id=9, eos_id=10, dtype="float64", seed=3)
+    e = tiny(seed=3)
+    assert isinstance(w, ft.EDTransformer) and w.config == e.config
+    assert list(w.params) == list(e.params)
+    for k in e.params:
+        assert np.array_equal(w.params[k], e.params[k]), k
+
+
+def test_bf16_mixed_precision():
+    """precision='bf16-mixed' (float32 model): the layers' products in bf16; P close to float32's, gradients finite."""
+    m32 = tiny("float32", seed=4)
+    m16 = tiny("float32", seed=4, precision="bf16-mixed")
+    F = np.random.default_rng(16).standard_normal((2, 6, 10)).astype(np.float32)
+    xs = [[9, 1, 2], [9, 3]]
+    for a, b in zip(m16(F, xs), m32(F, xs)):
+        assert np.abs(a - b).max() <= 2e-2
+    loss, g = m16.loss_and_grad(F, xs)
+    assert np.isfinite(loss) and all(np.all(np.isfinite(v)) for v in g.values())
+
 
 # ---------------------------------------------------------------------------------------------------------
 # speech helpers
@@ -319,26 +388,32 @@ def test_espeak_synthesis(tmp_path):
     assert d["features"].shape == (1, 40, 100) and d["text"] == ["yes"]
 
 
-def test_edtraining_trains_whisper_as_its_plan_says():
-    """ft.EDTraining on an ft.Whisper: the plan's minibatches and learning rates, one Adam step each with the
-    gradient averaged per sequence (reduction 'sum') — equal to the same loop written out; and the loss falls."""
+def test_edtraining_trains_on_spectrograms_as_its_plan_says():
+    """ft.EDTraining on the audio encoder: the core's loop over the plan's minibatches and learning rates, one SGD
+    step each with the gradient averaged per sequence (reduction 'sum') — equal to the same loop written out; a list
+    of spectrograms is the same data; validation on spectrograms; and the loss falls."""
     rng = np.random.default_rng(14)
     F = rng.standard_normal((5, 6, 10))
     xs = [[9] + list(rng.integers(0, 9, size=3)) + [10] for _ in range(5)]
-    a, b = tiny(seed=2), tiny(seed=2)
-    tr = ft.EDTraining(3, 1e-2, batch_size=2, schedule="cosine", warmup=1, progress=False)
+    a, b, c = tiny(seed=2), tiny(seed=2), tiny(seed=2)
+    opts = dict(optimizer="sgd", batch_size=2, schedule="cosine", warmup=1, seed=1, progress=False)
+    tr = ft.EDTraining(3, 0.5, **opts)
     tr(F, xs, a)
-    opt = ft.Adam(lr=1e-2)
     for st in tr.plan(xs):
         idx = st["sequences"]
         _, g = b.loss_and_grad(F[idx], [xs[i] for i in idx])
-        opt.lr = st["lr"]
-        opt.step(b, {k: v / len(idx) for k, v in g.items()})
+        for k, v in g.items():
+            b.params[k][...] -= st["lr"] * v / len(idx)
+    scale = max(np.abs(v).max() for v in b.params.values())  # (b_k: rounding noise of order 1e-24, compared to θ)
     for k in a.params:
-        assert np.array_equal(a.params[k], b.params[k]), k
+        assert np.abs(a.params[k] - b.params[k]).max() <= 1e-12 * scale, k
     h = tr.history
-    assert len(h["step"]) == 9 and h["loss"][-1] < h["loss"][0]
-    with pytest.raises(ValueError, match="val_data"):
-        ft.EDTraining(1, 1e-2, val_data=(F, xs), progress=False)(F, xs, tiny())
+    assert len(h["step"]) == 9 and a.loss(F, xs) < tiny(seed=2).loss(F, xs)
+    ft.EDTraining(3, 0.5, **opts)(list(F), xs, c)
+    for k in a.params:
+        assert np.array_equal(a.params[k], c.params[k]), k
+    tv = ft.EDTraining(1, 1e-2, batch_size=2, val_data=(F[:2], xs[:2]), eval_every=1, progress=False)
+    tv(F, xs, tiny())
+    assert all(v is not None and np.isfinite(v) for v in tv.history["val_loss"])
     with pytest.raises(ValueError, match="z_data"):
-        ft.EDTraining(1, 1e-2, progress=False)(F[0], xs, tiny())
+        ft.EDTraining(1, 1e-2, progress=False)(F[:2], xs, tiny())

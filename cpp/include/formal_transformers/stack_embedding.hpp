@@ -30,13 +30,23 @@
 
 namespace ft {
 
+// The audio input of an encoder's stack (the embedding "audio", V28): B log-mel spectrograms side by side,
+// F:[n_mels, Σ T_b] (column Σ_{b'<b} T_b' + t: frame t of spectrogram b), s: their frames T_b.
+template <class T>
+struct Features {
+    CMatView<T> F;
+    Seqs s;
+};
+
 // The columns one call embeds: n token ids, Algorithm 1's W_e, and (BERT) their segment ids (null: segment 0).
+// An audio stack embeds `features` instead (ids null; n: its ⌈T_b/2⌉ columns in all).
 template <class T>
 struct EmbedInput {
     const TokenEmbedding<T>& tok;
     const index_t* ids = nullptr;
     index_t n = 0;
     const index_t* segments = nullptr;
+    const Features<T>* features = nullptr;
 };
 
 // What a stack's embedding part and its steps are made from: the resolved config (sizes, eps, the steps' options
@@ -74,7 +84,11 @@ class StackEmbedding {
 public:
     struct Cache {
         std::vector<PartSlot> steps;  // one per step
+        PartSlot own;                 // the part's own (the audio front-end's activations)
     };
+    // the audio stack's n_mels (0: a stack of token ids) and the columns it makes of spectrograms of T_b frames
+    virtual index_t n_mels() const { return 0; }
+    virtual Seqs columns(const Seqs& frames) const { return frames; }
     virtual ~StackEmbedding() = default;
     // its own parameters (the steps'), after the model's W_e and W_p
     virtual void init(ParamStore<T>& store, Rng& rng, double stddev) const = 0;

@@ -335,6 +335,7 @@ protected:
         const Tokens* x = nullptr;
         const index_t* x_orig = nullptr;
         const index_t* segments = nullptr;  // E with segment embeddings (n_segments > 0): the segment id of every token of x (null: 0)
+        const Features<T>* f = nullptr;     // ED with the audio encoder (V28): the spectrograms (z: their columns, no ids)
     };
     // The losses of Algorithms 11–13, defined once: forward, −Σ log P[target, col] over the scored columns,
     // and with `grad` its gradient in store.grad() (zeroed first). n_scored: how many columns were scored;
@@ -540,6 +541,18 @@ public:
     using Model<T>::store;
 
     void forward(const Tokens& z, const Tokens& x);  // lines 1–20
+    // The audio encoder (the embedding "audio", V28: n_mels > 0): lines 1–3 are V28 on the spectrograms f, one per
+    // sequence of x. A model of one kind refuses the other's input (TypeError naming it).
+    void forward(const Features<T>& f, const Tokens& x);
+    bool audio() const { return emb_enc->n_mels() > 0; }
+    double loss_and_grad(const Features<T>& f, const Tokens& x) {
+        const Tokens z = audio_columns(f);
+        return this->run_loss({&z, &x, nullptr, nullptr, &f}, true, nullptr, nullptr);
+    }
+    double loss(const Features<T>& f, const Tokens& x, index_t* n_scored = nullptr, index_t* n_correct = nullptr) {
+        const Tokens z = audio_columns(f);
+        return this->run_loss({&z, &x, nullptr, nullptr, &f}, false, n_scored, n_correct);
+    }
     // (V18: the decoder's final norm and d_e^−1/2 applied, Xf_)
     CMatView<T> out() const override { return head_input() ? view(Xf_) : view(xstream_.back()); }
     CMatView<T> encoded() const { return norm_enc ? view(Zf_) : view(zstream_.back()); }
@@ -569,6 +582,7 @@ public:
         typename StackEmbedding<T>::Cache emb;  // V22: the decoder's embedding of the new tokens
     };
     void encode(Decoder& d, const index_t* z, index_t l_z) const;
+    void encode(Decoder& d, const Features<T>& f) const;  // the audio encoder: one spectrogram (f.s: one sequence)
     void decode(Decoder& d, const index_t* ids, index_t n, T* logits_out) const;
 
     std::vector<std::unique_ptr<SelfBlock<T>>> enc_layer;   // lines 5–8 of encoder layer l (the config's block)
@@ -581,7 +595,7 @@ private:
     // lines 1–9 into the given activations (the model's own for forward, a Decoder's for encode)
     // drop (training): dropout after line 3 into embed_mask and in every layer
     // (with γ_enc: Zf ← norm(Z | γ_enc)); returns Z
-    CMatView<T> encoder_forward(const Tokens& z, std::vector<std::unique_ptr<BlockActs<T>>>& acts,
+    CMatView<T> encoder_forward(const Tokens& z, const Features<T>* f, std::vector<std::unique_ptr<BlockActs<T>>>& acts,
                                 std::vector<Matrix<T>>& stream, Matrix<T>& Zf, NormCache<T>& nc,
                                 typename StackEmbedding<T>::Cache& ec,
                                 const Dropout* drop = nullptr, DropoutMask* embed_mask = nullptr) const;
@@ -590,7 +604,16 @@ private:
     void head_forward(CMatView<T> X, MatView<T> Xf, NormCache<T>& nc) const;
     std::vector<typename Model<T>::MaskRef> dropout_masks() const override;
     DropoutMask drop_embed_z_;  // line 3's Z
-    void run_forward(const typename Model<T>::Batch& in) override { forward(*in.z, *in.x); }
+    // the encoder's input checked against its kind (TypeError: token ids to an audio encoder, features to a token one)
+    void check_encoder_input(const Features<T>* f) const;
+    // the spectrograms' columns after V28 (⌈T_b/2⌉ each), as the encoder's sequences (no ids)
+    Tokens audio_columns(const Features<T>& f) const {
+        check_encoder_input(&f);
+        return Tokens{nullptr, emb_enc->columns(f.s)};
+    }
+    void forward_impl(const Tokens& z, const Features<T>* f, const Tokens& x);
+    void start_decoding(Decoder& d, CMatView<T> Z) const;  // encode's end: the cross-attention caches of Z
+    void run_forward(const typename Model<T>::Batch& in) override { forward_impl(*in.z, in.f, *in.x); }
     void run_backward(const typename Model<T>::Batch& in, BackwardWork<T>& w) override;
     void score(const typename Model<T>::Batch& in, std::vector<index_t>& cols, std::vector<index_t>& targets) const override;
     const MHAttentionCache<T>& attention_cache(AttentionKind kind, index_t l) const override {

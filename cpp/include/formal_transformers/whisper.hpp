@@ -16,7 +16,8 @@
 // Lines 1–4 are the two 1-D convolutions (torch.nn.Conv1d(n_mels, d_e, 3, padding=1) and
 // Conv1d(d_e, d_e, 3, stride=2, padding=1), weights flattened in (c, k) order) with exact GELU.
 //
-// Algorithm V29: P ← Whisper(F, x | θ)
+// Algorithm V29: P ← Whisper(F, x | θ) — an EDTransformer (Algorithm 8) whose encoder's embedding is V28 (the part
+// "audio", variants/audio_embedding.cpp: options n_mels, n_audio_ctx), with block = "pre_ln", mlp = "gelu", tied:
 //   1  Z ← AudioFrontEnd(F | θ)                                               (V28)
 //   2  for l = 1..L_enc: Z ← pre-LN layer (Algorithm 10 lines 5–8, GELU) with Mask ≡ 1     (the block "pre_ln")
 //   3  Z ← layer_norm(Z | γ_enc, β_enc)
@@ -68,74 +69,6 @@ public:
     index_t n_mels, d_e;
     MatParam W_c1, W_c2;
     VecParam b_c1, b_c2;
-};
-
-struct WhisperConfig {
-    index_t n_mels = 0, n_audio_ctx = 0;   // num_mel_bins; max_source_positions (ℓ_z ≤ it: T ≤ 2·n_audio_ctx)
-    index_t n_vocab = 0, n_text_ctx = 0;   // vocab_size; max_target_positions (ℓ_x ≤ it)
-    index_t L_enc = 0, L_dec = 0, H = 0, d_e = 0, d_mlp = 0;
-    double eps = 1e-5;                     // torch.nn.LayerNorm's default, what Whisper uses
-    // the token greedy decoding starts with (decoder_start_token_id) and stops at (eos_token_id); −1: none
-    index_t start_id = -1, eos_id = -1;
-    std::uint64_t seed = 0;
-    double init_std = 0.02;
-};
-// ValueError naming the option unless every size is positive, H divides d_e, d_e is even and ≥ 4 (the sinusoids),
-// eps ≥ 0, init_std > 0 and start_id, eos_id in [−1, n_vocab); ValueError when the model exceeds sizes.hpp's bound.
-void check(const WhisperConfig& c);
-
-template <class T>
-class Whisper {
-public:
-    explicit Whisper(const WhisperConfig& c);
-    Whisper(const Whisper&) = delete;
-    Whisper& operator=(const Whisper&) = delete;
-
-    const WhisperConfig wc;
-    // the layers' options: ED's block "pre_ln" (Algorithm 10's layer, V18a's cross layer), layer_norm, mlp = GELU
-    // (exact), biases, H, d_e, d_mlp
-    const ModelConfig cfg;
-    ParamStore<T> store;
-    AudioFrontEnd<T> front;                                          // line 1 (V28 lines 1–4)
-    Matrix<T> W_sin;                                                 // line 1 (V28 line 5), [d_e, n_audio_ctx]: fixed
-    std::vector<std::unique_ptr<SelfBlock<T>>> enc;                  // line 2: the block "pre_ln", Mask ≡ 1
-    std::unique_ptr<Norm<T>> norm_enc;                               // line 3
-    TokenEmbedding<T> tok;                                           // line 4: W_e
-    MatParam W_p;                                                    // line 4 [d_e, n_text_ctx]
-    std::vector<std::unique_ptr<CrossBlock<T>>> dec;                 // line 5: the block "pre_ln" (V18a's cross layer)
-    std::unique_ptr<Norm<T>> norm_dec;                               // line 6
-
-    // features: B spectrograms of n_mels·T values each, (n_mels, T) row-major (numpy's (B, n_mels, T)); x: the
-    // decoder's tokens (sequences sx, one per spectrogram); both checked by the caller (T ≤ 2·n_audio_ctx,
-    // ℓ_x ≤ n_text_ctx, ids in range). Lines 1–6; the logits W_eᵀ X -> logits() [N_V, Σ ℓ_x].
-    void forward(const T* features, index_t B, index_t n_frames, const index_t* x, const Seqs& sx);
-    CMatView<T> logits() const { return view(Zl_); }
-    CMatView<T> encoded() const { return view(Zf_); }  // line 3's Z of the last forward [d_e, B·ℓ_z]
-    // Algorithm 11's loss summed over the batch; grad: its gradient in store.grad() (zeroed first);
-    // dF (optional, [n_mels, B·T] in the model's column layout): ∂loss/∂F; n_scored / n_correct (optional)
-    double loss(const T* features, index_t B, index_t n_frames, const index_t* x, const Seqs& sx, bool grad,
-                index_t* n_scored = nullptr, index_t* n_correct = nullptr, Matrix<T>* dF = nullptr);
-    // the attention weights of the last forward: kind Encoder (ℓ_z × ℓ_z), Decoder (ℓ_x × ℓ_x) or Cross
-    // (ℓ_z keys × ℓ_x queries), layer l, sequence b, head h (checked by the caller)
-    CMatView<T> attention_weights(AttentionKind kind, index_t l, index_t b, index_t h) const;
-    bool has_forward() const { return done_; }
-    const Seqs& last_z() const { return sz_; }
-    const Seqs& last_x() const { return sx_; }
-
-private:
-    void backward(MatView<T> dLogits, Matrix<T>* dF);
-    bool done_ = false;
-    index_t B_ = 0, T_ = 0;
-    Seqs sf_, sz_, sx_;
-    std::vector<index_t> x_;
-    Matrix<T> F_;                              // the features in column layout [n_mels, B·T]
-    typename AudioFrontEnd<T>::Acts front_acts_;
-    std::vector<Matrix<T>> zstream_, xstream_;  // [L_enc+1], [L_dec+1]
-    std::vector<std::unique_ptr<BlockActs<T>>> enc_acts_;
-    std::vector<std::unique_ptr<CrossBlockActs<T>>> dec_acts_;
-    Matrix<T> Zf_, Xf_, Zl_, dXf_;
-    NormCache<T> norm_enc_c_, norm_dec_c_;
-    BackwardWork<T> work_;
 };
 
 }  // namespace ft

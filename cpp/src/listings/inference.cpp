@@ -160,15 +160,25 @@ std::vector<index_t> DInference(DTransformer<T>& model, const PromptKV<T>& cache
 }
 
 // ======================================== Algorithm 15 ================================================
+// z: token ids (l_z of them), or f: one spectrogram (the audio encoder, V28): the context the encoder reads
 template <class T>
-std::vector<index_t> EDInference(EDTransformer<T>& model, const index_t* z, index_t l_z, const SamplingOptions& o,
-                                 Rng& rng, index_t max_len) {
+static std::vector<index_t> edinference(EDTransformer<T>& model, const index_t* z, index_t l_z, const Features<T>* f,
+                                        const SamplingOptions& o, Rng& rng, index_t max_len) {
     o.check();
     const ModelConfig& c = model.cfg;
     if (max_len < 0 || max_len > c.l_max)
         throw ValueError("max_len must be in [1, l_max = " + std::to_string(c.l_max) + "], got " + std::to_string(max_len));
     if (max_len == 0) max_len = c.l_max;
-    validate(Tokens{z, Seqs::single(l_z)}, c.n_vocab, c.l_max, "z");
+    Tokens zt{z, Seqs::single(l_z)};
+    if (f) {
+        if (f->s.count() != 1) throw ValueError("EDInference decodes one spectrogram (n_mels, T) at a time");
+        zt = Tokens{nullptr, Seqs::single(0)};  // (its columns: the model's)
+    } else {
+        if (model.audio())
+            throw TypeError("this EDTransformer's encoder takes log-mel features (n_mels, T) (its embedding 'audio'), "
+                            "not token ids z");
+        validate(zt, c.n_vocab, c.l_max, "z");
+    }
     std::vector<index_t> x_hat = {c.bos_token()};  // line 1: x̂ ← [bos_token]
     index_t y = -1;  // line 2: y ← 0, "no token yet" — never eos_token, whatever its id (eos_id = 0, or = bos_id as BART's)
     std::vector<T> p(std::size_t(c.n_vocab));
@@ -176,12 +186,16 @@ std::vector<index_t> EDInference(EDTransformer<T>& model, const index_t* z, inde
     std::vector<index_t> order;
     Matrix<T> zcol;
     typename EDTransformer<T>::Decoder dec;
-    if (o.cache) model.encode(dec, z, l_z);  // the encoder (lines 1–9 of Algorithm 8) runs once per z
+    if (o.cache) {  // the encoder (lines 1–9 of Algorithm 8) runs once per z
+        if (f) model.encode(dec, *f);
+        else model.encode(dec, z, l_z);
+    }
     while (y != c.eos_token() && index_t(x_hat.size()) < max_len) {  // line 3 (and the length cap)
         poll();
         const index_t n = index_t(x_hat.size());
         if (!o.cache) {
-            model.forward(Tokens{z, Seqs::single(l_z)}, Tokens{x_hat.data(), Seqs::single(n)});  // line 4
+            if (f) model.forward(*f, Tokens{x_hat.data(), Seqs::single(n)});  // line 4
+            else model.forward(zt, Tokens{x_hat.data(), Seqs::single(n)});
             model.unemb->logits(model.store, model.out().cols_range(n - 1, 1), ensure(zcol, c.n_vocab, 1));  // line 5
             std::copy(zcol.data(), zcol.data() + c.n_vocab, p.begin());
         } else {
@@ -196,6 +210,17 @@ std::vector<index_t> EDInference(EDTransformer<T>& model, const index_t* z, inde
     return x_hat;  // line 9
 }
 
+template <class T>
+std::vector<index_t> EDInference(EDTransformer<T>& model, const index_t* z, index_t l_z, const SamplingOptions& o,
+                                 Rng& rng, index_t max_len) {
+    return edinference<T>(model, z, l_z, nullptr, o, rng, max_len);
+}
+template <class T>
+std::vector<index_t> EDInference(EDTransformer<T>& model, const Features<T>& f, const SamplingOptions& o, Rng& rng,
+                                 index_t max_len) {
+    return edinference<T>(model, nullptr, 0, &f, o, rng, max_len);
+}
+
 template index_t sample_token<float>(const float*, index_t, const SamplingOptions&, Rng&, std::vector<double>&, std::vector<index_t>&);
 template index_t sample_token<double>(const double*, index_t, const SamplingOptions&, Rng&, std::vector<double>&, std::vector<index_t>&);
 template std::vector<index_t> DInference<float>(DTransformer<float>&, const index_t*, index_t, index_t, const SamplingOptions&, Rng&, index_t);
@@ -204,5 +229,7 @@ template std::vector<index_t> DInference<float>(DTransformer<float>&, const Prom
 template std::vector<index_t> DInference<double>(DTransformer<double>&, const PromptKV<double>&, index_t, const SamplingOptions&, Rng&);
 template std::vector<index_t> EDInference<float>(EDTransformer<float>&, const index_t*, index_t, const SamplingOptions&, Rng&, index_t);
 template std::vector<index_t> EDInference<double>(EDTransformer<double>&, const index_t*, index_t, const SamplingOptions&, Rng&, index_t);
+template std::vector<index_t> EDInference<float>(EDTransformer<float>&, const Features<float>&, const SamplingOptions&, Rng&, index_t);
+template std::vector<index_t> EDInference<double>(EDTransformer<double>&, const Features<double>&, const SamplingOptions&, Rng&, index_t);
 
 }  // namespace ft

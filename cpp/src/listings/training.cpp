@@ -447,14 +447,40 @@ void EDTraining(EDTransformer<T>& model, const Dataset& z_data, const Dataset& x
     if ((z_val == nullptr) != (x_val == nullptr) || (z_val && z_val->size() != x_val->size()))
         throw ValueError("validation data must be pairs (z, x) of the same length");
     const ModelConfig& c = model.cfg;
-    validate(Tokens{z_data.ids.data(), z_data.s}, c.n_vocab, c.l_max, "z_data");
+    // the context: token ids, or (the audio encoder, V28) spectrograms
+    const bool audio = model.audio();
+    for (const Dataset* z : {&z_data, z_val})
+        if (z && (z->n_mels > 0) != audio)
+            throw TypeError(audio ? "this EDTransformer's encoder takes log-mel features: z_data must be spectrograms "
+                                    "(N, n_mels, T), not token ids"
+                                  : "this EDTransformer's encoder takes token ids: z_data must be token sequences, not "
+                                    "spectrograms (it has no audio encoder: n_mels = None)");
+    if (!audio) validate(Tokens{z_data.ids.data(), z_data.s}, c.n_vocab, c.l_max, "z_data");
     validate(Tokens{x_data.ids.data(), x_data.s}, c.n_vocab, c.l_max, "x_data");
     if (z_val) {  // checked now, as the training data, not at the first evaluation
-        validate(Tokens{z_val->ids.data(), z_val->s}, c.n_vocab, c.l_max, "validation z");
+        if (!audio) validate(Tokens{z_val->ids.data(), z_val->s}, c.n_vocab, c.l_max, "validation z");
         validate(Tokens{x_val->ids.data(), x_val->s}, c.n_vocab, c.l_max, "validation x");
     }
     Batch bz, bx;
     Seqs sz, sx;
+    // the spectrograms of the sequences taken (audio): F [n_mels, Σ T_n] in the model's dtype
+    Matrix<T> Fb;
+    std::vector<index_t> frames;
+    auto spectrograms = [&](const Dataset& d, const std::vector<index_t>& ns) {
+        frames.clear();
+        index_t total = 0;
+        for (index_t n : ns) total += d.s.len(n), frames.push_back(d.s.len(n));
+        MatView<T> F = ensure(Fb, d.n_mels, total);
+        index_t j = 0;
+        for (index_t n : ns)
+            for (index_t t = 0; t < d.s.len(n); ++t, ++j) {
+                const double* src = d.features.data() + (d.s.begin(n) + t) * d.n_mels;
+                T* dst = F.col(j);
+                for (index_t m = 0; m < d.n_mels; ++m) dst[m] = T(src[m]);
+            }
+        return Features<T>{view(Fb), Seqs::from_lengths(frames)};
+    };
+    std::vector<index_t> taken;
     auto body = [&](const std::vector<index_t>& batch, index_t lo, index_t hi, Rng&) {
         bz.clear();
         bx.clear();
@@ -462,12 +488,17 @@ void EDTraining(EDTransformer<T>& model, const Dataset& z_data, const Dataset& x
         for (index_t i = 0; i < index_t(batch.size()); ++i) {
             const index_t n = batch[std::size_t(i)];
             if (i >= lo && i < hi) {
-                bz.add(z_data, n);
+                if (!audio) bz.add(z_data, n);
                 bx.add(x_data, n);  // line 3: ℓ ← length(x_n)
             }
             scored += std::max<index_t>(0, x_data.s.len(n) - 1);
         }
         if (lo == hi) return empty_slice(model, scored);
+        if (audio) {
+            taken.assign(batch.begin() + lo, batch.begin() + hi);
+            const double loss = model.loss_and_grad(spectrograms(z_data, taken), bx.tokens(sx));  // lines 4–5 and ∇loss
+            return std::make_pair(loss, scored);
+        }
         const double loss = model.loss_and_grad(bz.tokens(sz), bx.tokens(sx));  // lines 4–5 and ∇loss
         return std::make_pair(loss, scored);
     };
@@ -477,10 +508,13 @@ void EDTraining(EDTransformer<T>& model, const Dataset& z_data, const Dataset& x
             if (!mine) return 0.0;
             bz.clear();
             bx.clear();
+            taken.clear();
             for (index_t n = k0; n < k1; ++n) {
-                bz.add(*z_val, n);
+                if (!audio) bz.add(*z_val, n);
                 bx.add(*x_val, n);
+                taken.push_back(n);
             }
+            if (audio) return model.loss(spectrograms(*z_val, taken), bx.tokens(sx), &sc, &co);
             return model.loss(bz.tokens(sz), bx.tokens(sx), &sc, &co);
         });
     };

@@ -109,7 +109,8 @@ constexpr PartsHere kPartsHere[] = {{"(head kernels' options)", PartKind::HeadKe
                                     {"(positions' options)", PartKind::Position},
                                     {"(MLPs' options)", PartKind::MLP},
                                     {"(norms' options)", PartKind::Norm},
-                                    {"(embedding steps' options)", PartKind::EmbeddingStep}};
+                                    {"(embedding steps' options)", PartKind::EmbeddingStep},
+                                    {"(embeddings' options)", PartKind::Embedding}};
 const PartsHere* parts_here(const char* name) {
     for (const PartsHere& h : kPartsHere)
         if (std::string(name) == h.name) return &h;
@@ -181,6 +182,7 @@ const std::vector<OptionSpec> kSchema = {
     {"embed_scale", 0, Kind::AllRates, nullptr},
     {kPartsHere[6].name, 0, Kind::AllRates, nullptr},
     {"final_logit_softcapping", D, Kind::AutoReal, &ModelConfig::final_logit_softcapping},
+    {kPartsHere[7].name, 0, Kind::AllRates, nullptr},  // (V28's audio encoder: n_mels, n_audio_ctx)
 };
 
 // A line of kSchema naming a part's option (archs 0, no member): the option stands there, where it stood before it
@@ -800,6 +802,8 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
         if (row && row->check) row->check(c.part_options, &c);
     }
     for (const PartRow* row : chosen_embedding_steps(c.part_options))  // the embedding's steps: each its options chose
+        if (row->check) row->check(c.part_options, &c);
+    if (const PartRow* row = row_chosen_by(PartKind::Embedding, c.part_options))  // an encoder's embedding (V28's audio)
         if (row->check) row->check(c.part_options, &c);
     if (c.attention == AttnKernel::BigBird) {  // V17 (block_sparse.hpp)
         if (arch != Arch::E)

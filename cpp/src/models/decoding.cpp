@@ -63,11 +63,25 @@ void DTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* z) co
 
 template <class T>
 void EDTransformer<T>::encode(Decoder& d, const index_t* z, index_t l_z) const {
+    check_encoder_input(nullptr);
     Tokens zt{z, Seqs::single(l_z)};
     validate(zt, cfg.n_vocab, cfg.l_max, "z");
     NormCache<T> nc;
     typename StackEmbedding<T>::Cache ec;
-    CMatView<T> Z = encoder_forward(zt, d.enc_acts, d.zstream, d.Zf, nc, ec);  // lines 1–9, once per context
+    CMatView<T> Z = encoder_forward(zt, nullptr, d.enc_acts, d.zstream, d.Zf, nc, ec);  // lines 1–9, once per context
+    start_decoding(d, Z);
+}
+template <class T>
+void EDTransformer<T>::encode(Decoder& d, const Features<T>& f) const {
+    FT_CHECK(f.s.count() == 1, "EDTransformer::encode: one spectrogram");
+    const Tokens zt = audio_columns(f);
+    NormCache<T> nc;
+    typename StackEmbedding<T>::Cache ec;
+    CMatView<T> Z = encoder_forward(zt, &f, d.enc_acts, d.zstream, d.Zf, nc, ec);  // V28 and lines 4–9, once
+    start_decoding(d, Z);
+}
+template <class T>
+void EDTransformer<T>::start_decoding(Decoder& d, CMatView<T> Z) const {
     d.self_kv.assign(std::size_t(cfg.L_dec), KVCache<T>());
     d.cross_kv.assign(std::size_t(cfg.L_dec), KVCache<T>());
     for (index_t l = 0; l < cfg.L_dec; ++l) dec_layer[std::size_t(l)]->cross_attn.append_kv(store, Z, d.cross_kv[std::size_t(l)]);
@@ -104,9 +118,13 @@ template class SelfBlock<float>;
 template class SelfBlock<double>;
 template void DTransformer<float>::decode(Decoder&, const index_t*, index_t, float*) const;
 template void EDTransformer<float>::encode(Decoder&, const index_t*, index_t) const;
+template void EDTransformer<float>::encode(Decoder&, const Features<float>&) const;
+template void EDTransformer<float>::start_decoding(Decoder&, CMatView<float>) const;
 template void EDTransformer<float>::decode(Decoder&, const index_t*, index_t, float*) const;
 template void DTransformer<double>::decode(Decoder&, const index_t*, index_t, double*) const;
 template void EDTransformer<double>::encode(Decoder&, const index_t*, index_t) const;
+template void EDTransformer<double>::encode(Decoder&, const Features<double>&) const;
+template void EDTransformer<double>::start_decoding(Decoder&, CMatView<double>) const;
 template void EDTransformer<double>::decode(Decoder&, const index_t*, index_t, double*) const;
 
 }  // namespace ft

@@ -15,7 +15,9 @@ using namespace models;
 // (T5), whose stacks end with a norm of their own (γ_enc, γ_dec; block_stack_norm).
 template <class T>
 EDTransformer<T>::EDTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::ED)) {
-    emb_enc = make_stack_embedding<T>("tokens", EmbeddingSpec{&cfg, "enc."}, store);  // its steps' parameters after W_e, W_p
+    // the encoder's: "tokens", or the part its options choose (V28's "audio": n_mels, n_audio_ctx)
+    const PartRow* enc_input = row_chosen_by(PartKind::Embedding, cfg.part_options);
+    emb_enc = make_stack_embedding<T>(enc_input ? enc_input->name : "tokens", EmbeddingSpec{&cfg, "enc."}, store);  // its steps' parameters after W_e, W_p
     emb_dec = make_stack_embedding<T>("tokens", EmbeddingSpec{&cfg, "dec."}, store);
     const Activation act = ed_activation(cfg);  // ReLU (Algorithm 8), or V22's GELU
     // the encoder's Mask ≡ 1 and its stack's bias table (V11); the decoder's causal self-attention, its cross-attention
@@ -44,7 +46,18 @@ EDTransformer<T>::EDTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch
 
 // lines 1–9: z -> Z (stream[L_enc]; with γ_enc: Zf = norm(stream[L_enc] | γ_enc), V18a line 7)
 template <class T>
-CMatView<T> EDTransformer<T>::encoder_forward(const Tokens& z, std::vector<std::unique_ptr<BlockActs<T>>>& acts,
+void EDTransformer<T>::check_encoder_input(const Features<T>* f) const {
+    if (audio() && !f)
+        throw TypeError("this EDTransformer's encoder takes log-mel features (n_mels, T) (its embedding 'audio', n_mels = " +
+                        std::to_string(emb_enc->n_mels()) + "), not token ids z");
+    if (!audio() && f)
+        throw TypeError("this EDTransformer's encoder takes token ids z, not log-mel features (it has no audio encoder: "
+                        "n_mels = None)");
+    if (f) emb_enc->check(EmbedInput<T>{this->tok, nullptr, 0, nullptr, f});
+}
+
+template <class T>
+CMatView<T> EDTransformer<T>::encoder_forward(const Tokens& z, const Features<T>* f, std::vector<std::unique_ptr<BlockActs<T>>>& acts,
                                               std::vector<Matrix<T>>& stream, Matrix<T>& Zf, NormCache<T>& nc,
                                               typename StackEmbedding<T>::Cache& ec, const Dropout* drop,
                                               DropoutMask* embed_mask) const {
@@ -54,7 +67,8 @@ CMatView<T> EDTransformer<T>::encoder_forward(const Tokens& z, std::vector<std::
         for (auto& b : enc_layer) acts.push_back(b->make_acts());
     }
     stream.resize(std::size_t(cfg.L_enc + 1));
-    emb_enc->forward(store, EmbedInput<T>{this->tok, z.ids, n}, this->pos, z.s, 0, ensure(stream[0], d_e, n), &ec);  // lines 1–3
+    emb_enc->forward(store, EmbedInput<T>{this->tok, z.ids, n, nullptr, f}, this->pos, z.s, 0, ensure(stream[0], d_e, n),
+                     &ec);  // lines 1–3 (V28 on the spectrograms f)
     if (embed_mask) this->embed_dropout(stream[0], DropSite::EmbedZ, *embed_mask);  // (training) Z ← Dropout(Z)
     for (index_t l = 0; l < cfg.L_enc; ++l) {  // line 4
         poll();
@@ -81,13 +95,24 @@ void EDTransformer<T>::head_forward(CMatView<T> X, MatView<T> Xf, NormCache<T>& 
 
 template <class T>
 void EDTransformer<T>::forward(const Tokens& z, const Tokens& x) {
-    validate(z, cfg.n_vocab, cfg.l_max, "z");
+    forward_impl(z, nullptr, x);
+}
+template <class T>
+void EDTransformer<T>::forward(const Features<T>& f, const Tokens& x) {
+    const Tokens z = audio_columns(f);
+    forward_impl(z, &f, x);
+}
+
+template <class T>
+void EDTransformer<T>::forward_impl(const Tokens& z, const Features<T>* f, const Tokens& x) {
+    check_encoder_input(f);
+    if (!f) validate(z, cfg.n_vocab, cfg.l_max, "z");
     validate(x, cfg, "x");
     if (z.s.count() != x.s.count())
         throw ValueError("z and x must hold the same number of sequences, got " + std::to_string(z.s.count()) + " and " +
                          std::to_string(x.s.count()));
     this->last_.done = false;
-    CMatView<T> Z = encoder_forward(z, enc_acts_, zstream_, Zf_, norm_enc_c_, emb_z_c_, this->train_,
+    CMatView<T> Z = encoder_forward(z, f, enc_acts_, zstream_, Zf_, norm_enc_c_, emb_z_c_, this->train_,
                                     &drop_embed_z_);  // lines 1–9
     const index_t n = x.s.total(), d_e = cfg.d_e;
     emb_dec->forward(store, EmbedInput<T>{this->tok, x.ids, n}, this->pos, x.s, 0, ensure(xstream_[0], d_e, n), &emb_x_c_);  // lines 10–12
@@ -136,7 +161,8 @@ void EDTransformer<T>::run_backward(const typename Model<T>::Batch& in, Backward
         enc_layer[i]->backward(store, view(zstream_[i]), z.s, *enc_acts_[i], w);  // lines 8–5
     }
     this->embed_dropout_backward(drop_embed_z_, view(w.dX));
-    emb_enc->backward(store, EmbedInput<T>{this->tok, z.ids, z.s.total()}, this->pos, z.s, view(w.dX), emb_z_c_);  // line 2
+    emb_enc->backward(store, EmbedInput<T>{this->tok, z.ids, z.s.total(), nullptr, in.f}, this->pos, z.s, view(w.dX),
+                      emb_z_c_);  // line 2 (V28's backward)
 }
 
 // Algorithm 11 line 5: loss = −Σ_{t=1}^{ℓ−1} log P[x[t+1], t]

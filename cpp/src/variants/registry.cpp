@@ -100,6 +100,9 @@ std::shared_ptr<const NormPart<T>> make_rms1p_norm(index_t, double, ParamStore<T
 template <class T>
 std::unique_ptr<const StackEmbedding<T>> make_token_stack_embedding(const EmbeddingSpec&, ParamStore<T>&);  // listings/stack_embedding.cpp
 template <class T>
+std::unique_ptr<const StackEmbedding<T>> make_audio_stack_embedding(const EmbeddingSpec&, ParamStore<T>&);  // variants/audio_embedding.cpp
+const PartRow& audio_embedding_row();                                                                       // variants/audio_embedding.cpp
+template <class T>
 std::shared_ptr<const EmbeddingStep<T>> make_fixnorm(const EmbeddingSpec&, ParamStore<T>&);  // variants/fixnorm.cpp
 const PartRow& fixnorm_row();                                                               // variants/fixnorm.cpp
 template <class T>
@@ -224,6 +227,7 @@ template <class T>
 const std::vector<Entry<EmbeddingFactory<T>>>& embeddings() {
     static const std::vector<Entry<EmbeddingFactory<T>>> t = {
         {"tokens", make_token_stack_embedding<T>},
+        {"audio", make_audio_stack_embedding<T>, audio_embedding_row},
     };
     return t;
 }

@@ -220,10 +220,10 @@ def _with_precision(model, precision: str):
 
 def _check_model(model, fn: str, vit: bool = True) -> None:
     """to_hf / save_hf take an ft model (TypeError otherwise, as to_torch)."""
-    kinds = (_core.DTransformer, _core.ETransformer, _core.EDTransformer, _core.Whisper) + ((_core.ViT,) if vit else ())
+    kinds = (_core.DTransformer, _core.ETransformer, _core.EDTransformer) + ((_core.ViT,) if vit else ())
     if not isinstance(model, kinds):
-        raise TypeError(f"ft.{fn} takes a DTransformer or ETransformer (or an EDTransformer with T5's or BART's options, "
-                        f"a Whisper{', or a ViT' if vit else ''}), got {type(model).__name__}")
+        raise TypeError(f"ft.{fn} takes a DTransformer or ETransformer (or an EDTransformer with T5's, BART's or "
+                        f"Whisper's options{', or a ViT' if vit else ''}), got {type(model).__name__}")
 
 
 def _converter_of(model, hf_class=None):

@@ -93,8 +93,9 @@ def tensor_table(hp: dict, head: bool) -> list:
 
 def is_bart(cfg: dict) -> bool:
     """An EDTransformer with one of BART's options on (exports as BART, or as mBART with block="pre_ln")."""
-    return cfg.get("arch") == "EDTransformer" and bool(cfg.get("separate_positions") or cfg.get("embed_norm")
-                                                       or cfg.get("scale_embedding") or cfg.get("mlp") == "gelu")
+    return (cfg.get("arch") == "EDTransformer" and not cfg.get("n_mels")  # (the audio encoder: Whisper's)
+            and bool(cfg.get("separate_positions") or cfg.get("embed_norm") or cfg.get("scale_embedding")
+                     or cfg.get("mlp") == "gelu"))
 
 
 _GENERATION = ("decoder_start_token_id", "eos_token_id", "forced_bos_token_id", "forced_eos_token_id")

@@ -150,7 +150,7 @@ class T5(Converter):
         from .bart import is_bart  # BART's options (V22) on: BART's or mBART's
 
         return (cfg.get("arch") == "EDTransformer" and (cfg.get("block") == "pre_ln" or cfg.get("positional") == "relative")
-                and not is_bart(cfg))
+                and not is_bart(cfg) and not cfg.get("n_mels"))  # (the audio encoder: Whisper's)
 
     def export(self, cfg, P):
         """An EDTransformer with T5's options (V11, V18) -> T5ForConditionalGeneration."""

@@ -1,7 +1,11 @@
-"""WhisperForConditionalGeneration <-> ft.Whisper (listings V28, V29, docs/variants.md).
+"""WhisperForConditionalGeneration <-> an ft.EDTransformer whose encoder reads log-mel features (listings V28, V29,
+docs/variants.md): the embedding "audio" (n_mels, n_audio_ctx), block="pre_ln", mlp="gelu", tied, bos_id / eos_id
+= decoder_start_token_id / eos_token_id.
 
 Names: model.encoder.conv{1,2} -> conv.W_c{1,2}, b_c{1,2} (the Conv1d weight (d_e, C, 3) as (d_e, 3C));
-model.encoder.embed_positions (fixed) -> model.encoder_positions (not a parameter); encoder layer l: self_attn_layer_norm
+model.encoder.embed_positions: not a parameter here (V28 line 5's fixed table W_sin, Whisper's sinusoids computed
+exactly): from_hf checks the checkpoint's table is those sinusoids (within 1e-3: HF computes them in float32) and
+to_hf writes them; encoder layer l: self_attn_layer_norm
 -> gamma1/beta1, self_attn -> attn.*, final_layer_norm -> gamma2/beta2, fc1/fc2 -> W_mlp1/W_mlp2; model.encoder.layer_norm
 -> enc.gamma/beta; decoder embed_tokens -> W_e (transposed), embed_positions -> W_p (transposed); decoder layer l:
 self_attn_layer_norm, self_attn, encoder_attn_layer_norm, encoder_attn, final_layer_norm, fc1, fc2 -> gamma1, attn.*,
@@ -9,7 +13,7 @@ gamma2, cross_attn.*, gamma3, W_mlp3, W_mlp4; model.decoder.layer_norm -> dec.ga
 Whisper's k_proj has no bias: b_k = 0 here (its gradient is exactly 0), and to_hf refuses a model whose b_k is not 0.
 
 Decoding: with a plain config (no forced language/task tokens), WhisperForConditionalGeneration.generate starts
-from decoder_start_token_id alone and decodes greedily to eos_token_id; ft.Whisper keeps both (start_id, eos_id) and
+from decoder_start_token_id alone and decodes greedily to eos_token_id; the EDTransformer keeps both (bos_id, eos_id) and
 ft.speech.transcribe does the same (tests/python/test_whisper.py: token for token)."""
 from __future__ import annotations
 
@@ -63,29 +67,29 @@ def _plain(c: dict) -> list:
 
 
 def whisper_hyper(c: dict) -> dict:
-    """ft.Whisper's options of a WhisperConfig (dict): ValueError naming every option it cannot express, before
+    """the EDTransformer's options of a WhisperConfig (dict): ValueError naming every option it cannot express, before
     anything is built."""
     def get(k, default=None):
         return c.get(k, default)
 
     if get("apply_spec_augment", False):
         raise ValueError("apply_spec_augment=True: SpecAugment's masking of the features at training has no equivalent "
-                         "in ft.Whisper (set apply_spec_augment=False)")
+                         "in the EDTransformer (set apply_spec_augment=False)")
     if get("activation_function", "gelu") != "gelu":
-        raise ValueError(f"activation_function={get('activation_function')!r}: ft.Whisper's layers use the exact GELU "
+        raise ValueError(f"activation_function={get('activation_function')!r}: the EDTransformer's layers use the exact GELU "
                          "('gelu') only")
     if get("scale_embedding", False):
-        raise ValueError("scale_embedding=True: ft.Whisper does not scale the token embedding by √d_model")
+        raise ValueError("scale_embedding=True: the EDTransformer does not scale the token embedding by √d_model")
     if get("encoder_attention_heads") != get("decoder_attention_heads"):
         raise ValueError(f"encoder_attention_heads = {get('encoder_attention_heads')} and decoder_attention_heads = "
-                         f"{get('decoder_attention_heads')}: ft.Whisper takes one H for both stacks")
+                         f"{get('decoder_attention_heads')}: the EDTransformer takes one H for both stacks")
     if get("encoder_ffn_dim") != get("decoder_ffn_dim"):
         raise ValueError(f"encoder_ffn_dim = {get('encoder_ffn_dim')} and decoder_ffn_dim = {get('decoder_ffn_dim')}: "
-                         "ft.Whisper takes one d_mlp for both stacks")
+                         "the EDTransformer takes one d_mlp for both stacks")
     if not get("tie_word_embeddings", True):
-        raise ValueError("tie_word_embeddings=False: ft.Whisper's unembedding is W_eᵀ (proj_out tied to embed_tokens)")
+        raise ValueError("tie_word_embeddings=False: the EDTransformer's unembedding is W_eᵀ (proj_out tied to embed_tokens)")
     if get("use_weighted_layer_sum", False):
-        raise ValueError("use_weighted_layer_sum=True (audio classification) has no equivalent in ft.Whisper")
+        raise ValueError("use_weighted_layer_sum=True (audio classification) has no equivalent in the EDTransformer")
     d = get("d_model")
     if d is None or d % 2 or d < 4:
         raise ValueError(f"d_model must be even and >= 4 (the encoder's sinusoids), got {d}")
@@ -99,6 +103,19 @@ def whisper_hyper(c: dict) -> dict:
                 n_text_ctx=get("max_target_positions"), L_enc=get("encoder_layers"), L_dec=get("decoder_layers"),
                 H=get("encoder_attention_heads"), d_e=d, d_mlp=get("encoder_ffn_dim"),
                 start_id=tok("decoder_start_token_id"), eos_id=tok("eos_token_id"))
+
+
+def ed_options(hp: dict) -> dict:
+    """The EDTransformer's options of whisper_hyper's sizes: Whisper as Algorithm 8 with the audio encoder (V28),
+    V18a's pre-LN layers with GELU and biases, learned decoder positions W_p (l_max = n_text_ctx), tied W_eᵀ."""
+    return dict(n_vocab=hp["n_vocab"], l_max=hp["n_text_ctx"], L_enc=hp["L_enc"], L_dec=hp["L_dec"], H=hp["H"],
+                d_e=hp["d_e"], d_mlp=hp["d_mlp"], block="pre_ln", mlp="gelu", tied=True, bias=True, eps=1e-5,
+                n_mels=hp["n_mels"], n_audio_ctx=hp["n_audio_ctx"], bos_id=hp["start_id"], eos_id=hp["eos_id"])
+
+
+def _is_whisper(model) -> bool:
+    """An EDTransformer with the audio encoder (what this converter writes)."""
+    return isinstance(model, _core.EDTransformer) and model.config.get("n_mels") is not None
 
 
 def _expected(c: dict, hp: dict) -> dict:
@@ -119,12 +136,12 @@ def _expected(c: dict, hp: dict) -> dict:
 
 
 def whisper_from_state(config: dict, T: dict, dtype=None, where: str = _CLS):
-    """ft.Whisper from a WhisperConfig dict and the state dict (numpy, HF names): every tensor checked first."""
+    """the EDTransformer from a WhisperConfig dict and the state dict (numpy, HF names): every tensor checked first."""
     hp = whisper_hyper(config)
     T = dict(T)
     if "proj_out.weight" in T:  # the tied head: W_eᵀ
         if not np.array_equal(T["proj_out.weight"], T.get("model.decoder.embed_tokens.weight")):
-            raise ValueError(f"{where}: proj_out.weight differs from model.decoder.embed_tokens.weight: ft.Whisper's "
+            raise ValueError(f"{where}: proj_out.weight differs from model.decoder.embed_tokens.weight: the EDTransformer's "
                              "unembedding is tied")
         T.pop("proj_out.weight")
     exp = _expected(config, hp)
@@ -142,7 +159,12 @@ def whisper_from_state(config: dict, T: dict, dtype=None, where: str = _CLS):
     if dtype is None:
         dtype = "float64" if any(T[k].dtype == np.float64 for k in exp) else "float32"
     H, d = hp["H"], hp["d_e"]
-    m = _core.Whisper(**hp, dtype=dtype)
+    table = T["model.encoder.embed_positions.weight"]
+    exact = _sinusoids(hp["n_audio_ctx"], d)
+    if np.abs(np.asarray(table, dtype=np.float64) - exact.T).max() > 1e-3:
+        raise ValueError(f"{where}: model.encoder.embed_positions.weight is not Whisper's sinusoids: the audio encoder's "
+                         "table W_sin is fixed (V28 line 5), not a parameter")
+    m = _core.EDTransformer(**ed_options(hp), dtype=dtype)
     P = m.params
     P["conv.W_c1"][...] = T["model.encoder.conv1.weight"].reshape(d, -1)
     P["conv.W_c2"][...] = T["model.encoder.conv2.weight"].reshape(d, -1)
@@ -159,13 +181,24 @@ def whisper_from_state(config: dict, T: dict, dtype=None, where: str = _CLS):
                 P[ours + f"b_{o}"][...] = T[p + h + ".bias"].reshape(H, d // H)
         P[ours + "W_o"][...] = T[p + "out_proj.weight"]
         P[ours + "b_o"][...] = T[p + "out_proj.bias"]
-    m.encoder_positions = np.ascontiguousarray(T["model.encoder.embed_positions.weight"].T)
     return m
 
 
+def _sinusoids(n, d):
+    from ..reference import whisper_sinusoids
+
+    return whisper_sinusoids(n, d)
+
+
 def whisper_export(model):
-    """(class name, config.json dict, state dict) of an ft.Whisper: ValueError when a key bias b_k is not 0."""
+    """(class name, config.json dict, state dict) of an the EDTransformer: ValueError when a key bias b_k is not 0."""
+    if not _is_whisper(model):
+        raise TypeError("WhisperForConditionalGeneration is an EDTransformer with the audio encoder (n_mels)")
     c = model.config
+    if not (c.get("block") == "pre_ln" and c.get("mlp") == "gelu" and c.get("tied") and c.get("bias", True)
+            and c.get("positional", "learned") == "learned"):
+        raise ValueError("to_hf: WhisperForConditionalGeneration is the EDTransformer with block='pre_ln', mlp='gelu', "
+                         "tied=True, bias=True and learned positions; this one differs")
     P = {k: np.asarray(v) for k, v in model.params.items()}
     d, H = c["d_e"], c["H"]
     for k, v in P.items():
@@ -174,12 +207,12 @@ def whisper_export(model):
                              "stays 0 in training)")
     V = c["n_vocab"]
     # HF's config needs token ids: a model without them exports 0 (from_hf reads them back as ids)
-    start = c["start_id"] if c["start_id"] is not None else 0
-    eos = c["eos_id"] if c["eos_id"] is not None else start
+    start = c["bos_id"] if c.get("bos_id") is not None else V - 2  # Algorithm 15's bos_token, eos_token
+    eos = c["eos_id"] if c.get("eos_id") is not None else V - 1
     cfg = dict(model_type="whisper", architectures=[_CLS], dtype=c["dtype"], vocab_size=V, num_mel_bins=c["n_mels"],
                encoder_layers=c["L_enc"], decoder_layers=c["L_dec"], encoder_attention_heads=H,
                decoder_attention_heads=H, encoder_ffn_dim=c["d_mlp"], decoder_ffn_dim=c["d_mlp"], d_model=d,
-               max_source_positions=c["n_audio_ctx"], max_target_positions=c["n_text_ctx"],
+               max_source_positions=c["n_audio_ctx"], max_target_positions=c["l_max"],
                activation_function="gelu", scale_embedding=False, apply_spec_augment=False, dropout=0.0,
                attention_dropout=0.0, activation_dropout=0.0, encoder_layerdrop=0.0, decoder_layerdrop=0.0,
                tie_word_embeddings=True, decoder_start_token_id=start, bos_token_id=start, eos_token_id=eos,
@@ -187,7 +220,7 @@ def whisper_export(model):
     cl = {"n_mels": c["n_mels"], "d": d}
     S = {"model.encoder.conv1.weight": P["conv.W_c1"].reshape(d, cl["n_mels"], 3),
          "model.encoder.conv2.weight": P["conv.W_c2"].reshape(d, d, 3),
-         "model.encoder.embed_positions.weight": np.asarray(model.encoder_positions).T,
+         "model.encoder.embed_positions.weight": _sinusoids(c["n_audio_ctx"], d).T.astype(P["W_e"].dtype),
          "model.decoder.embed_tokens.weight": P["W_e"].T, "model.decoder.embed_positions.weight": P["W_p"].T}
     for ours, hf in _plain(cfg):
         S[hf] = P[ours]
@@ -204,7 +237,7 @@ def whisper_export(model):
 @register
 class Whisper(Converter):
     name = "Whisper"
-    arch = "Whisper"
+    arch = "EDTransformer"
     classes = {_CLS: (True, "")}
     model_type = "whisper"
 
@@ -222,7 +255,7 @@ class Whisper(Converter):
         return whisper_from_state(config, T, dtype, where)
 
     def takes(self, model, cfg):
-        return isinstance(model, _core.Whisper)
+        return _is_whisper(model)
 
     def export_model(self, model):
         return whisper_export(model)
