@@ -399,8 +399,10 @@ void register_inference(py::module_& m);
 
 // The audio encoder's input (the embedding "audio", V28): a floating-point array (n_mels, T) — one spectrogram —
 // or (B, n_mels, T), converted to the model's dtype and laid out as the core's F:[n_mels, Σ T_b]. Refused here: not
-// floats (TypeError), another rank, an empty batch, no frames, NaN or infinities (ValueError); n_mels and T against
-// the model, and whether the model has an audio encoder at all: the core's check (EDTransformer::check_encoder_input).
+// floats (TypeError: token ids to an audio encoder), another rank, an empty batch, no frames, NaN or infinities
+// (ValueError); n_mels and T against the model: the core's check (EDTransformer::check_encoder_input). The calls take
+// this path when the model has an audio encoder (EDTransformer::audio()), whatever z is, so floats given to a token
+// encoder meet the token ids' own TypeError.
 bool is_float_array(const py::handle& obj);
 template <class T>
 struct InAudio {
@@ -413,7 +415,8 @@ template <class T>
 InAudio<T> in_audio(const py::handle& obj) {
     py::array a = py::array::ensure(obj);
     if (!a || a.dtype().kind() != 'f')
-        throw ft::TypeError("features must be a floating-point numpy array (n_mels, T) or (B, n_mels, T)");
+        throw ft::TypeError("this EDTransformer's encoder takes log-mel features, a floating-point numpy array (n_mels, T) "
+                            "or (B, n_mels, T), not token ids");
     if (a.ndim() != 2 && a.ndim() != 3)
         throw ft::ValueError("features must be 2-D (n_mels, T) or 3-D (B, n_mels, T), got " + std::to_string(a.ndim()) + "-D");
     auto c = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(a);

@@ -382,7 +382,7 @@ values; cache=False runs the listing literally. Sampling as DInference.)doc")
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& mdl) {
                     using T = typename std::decay_t<decltype(mdl.store)>::value_type;
-                    if (is_float_array(z)) {  // the audio encoder (V28): one spectrogram (n_mels, T)
+                    if (mdl.audio()) {  // the audio encoder (V28): one spectrogram (n_mels, T)
                         InAudio<T> f = in_audio<T>(z);
                         if (!f.single) throw ft::ValueError("EDInference decodes one spectrogram (n_mels, T) at a time");
                         ft::Rng rng(self.next_seed());
@@ -394,6 +394,9 @@ values; cache=False runs the listing literally. Sampling as DInference.)doc")
                         }
                         return to_array(x);
                     }
+                    if (is_float_array(z))  // a spectrogram given to a token encoder: name it before its shape
+                        throw ft::TypeError("z must hold integer token ids, not floats: this EDTransformer's encoder "
+                                            "takes token ids (it has no audio encoder: n_mels = None)");
                     InIds zi = in_ids(z, "z", mdl.cfg.n_vocab, false);  // z's length and max_len: the listing's checks
                     ft::Rng rng(self.next_seed());
                     std::vector<index_t> x;

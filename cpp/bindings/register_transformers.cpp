@@ -325,7 +325,7 @@ py::object ed_output(D& d, const py::handle& z, const py::handle& x, Last last) 
     CallLock lock(d.mutex);
     return d.visit([&](auto& m) -> py::object {
         using T = typename std::decay_t<decltype(m.store)>::value_type;
-        if (is_float_array(z)) {  // the audio encoder's spectrograms (V28)
+        if (m.audio()) {  // the audio encoder's spectrograms (V28)
             InAudio<T> f = in_audio<T>(z);
             InBatch xb = in_batch(x, "x");
             return shaped_output<T>(
@@ -769,7 +769,7 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
                  return d.visit([&](auto& m) {
                      using T = typename std::decay_t<decltype(m.store)>::value_type;
                      double loss;
-                     if (is_float_array(z)) {
+                     if (m.audio()) {
                          InAudio<T> f = in_audio<T>(z);
                          InBatch xb = in_batch(x, "x");
                          CoreCall nogil;
@@ -795,7 +795,7 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
                     const auto red = ft::parse_reduction(reduction);
                     index_t scored = 0;
                     double loss;
-                    if (is_float_array(z)) {
+                    if (m.audio()) {
                         InAudio<T> f = in_audio<T>(z);
                         InBatch xb = in_batch(x, "x");
                         CoreCall nogil;
