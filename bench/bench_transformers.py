@@ -293,7 +293,11 @@ class OursSide:
         self.opt = ft.Adam(lr, weight_decay=0.1)
         P = {k: np.asarray(v) for k, v in self.model.params.items()}
         if wdir:
-            np.savez(os.path.join(wdir, "theta.npz"), __batch__=self.batch, **P)
+            # atomically: two of our workers (bf16-mixed and float32) write the same θ while PyTorch's read it
+            tmp = os.path.join(wdir, f"theta.{os.getpid()}.tmp")
+            with open(tmp, "wb") as f:
+                np.savez(f, __batch__=self.batch, **P)
+            os.replace(tmp, os.path.join(wdir, "theta.npz"))
         self.loss = float(self.model.loss(self.batch))
         self.info = dict(version=ft.__version__, blas=ft.blas_info(), threads=ft.get_num_threads(),
                          params=sum(int(v.size) for k, v in P.items() if not (tied and k == "W_u")),
