@@ -34,8 +34,9 @@ def worker(args):
     rng = np.random.default_rng(0)
     n_v, L, H, d_e = (50257, 12, 12, 768) if args.shape == "gpt2" else (65, 4, 4, 128)
     batch = rng.integers(0, n_v, (args.batch, args.length))
-    model = ft.DTransformer(n_v, args.length, L, H, d_e, 4 * d_e, dtype="float32", seed=0,
-                            attention_impl=args.impl)
+    # "auto" is the default: not passed, so that builds from before attention_impl existed run too
+    impl = {} if args.impl == "auto" else dict(attention_impl=args.impl)
+    model = ft.DTransformer(n_v, args.length, L, H, d_e, 4 * d_e, dtype="float32", seed=0, **impl)
     opt = ft.Adam(3e-4, weight_decay=0.1)
     for _ in range(args.warmup):
         model.loss_and_grad(batch, copy=False)
