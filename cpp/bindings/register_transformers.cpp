@@ -763,29 +763,50 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
     // z: token ids, or (the audio encoder, V28) a floating-point array of spectrograms — dispatched on its dtype
     edcls.def(
              "loss_and_grad",
-             [](py::object self, const py::handle& z, const py::handle& x, bool copy) {
+             [](py::object self, const py::handle& z, const py::handle& x, bool copy, bool features_grad) {
                  DED& d = self.cast<DED&>();
                  CallLock lock(d.mutex);
-                 return d.visit([&](auto& m) {
+                 return d.visit([&](auto& m) -> py::tuple {
                      using T = typename std::decay_t<decltype(m.store)>::value_type;
                      double loss;
                      if (m.audio()) {
                          InAudio<T> f = in_audio<T>(z);
                          InBatch xb = in_batch(x, "x");
-                         CoreCall nogil;
-                         loss = m.loss_and_grad(f.features(), Tokens{xb.ids.data(), seqs_of(xb)});
-                     } else {
-                         InBatch zb = in_batch(z, "z");
-                         InBatch xb = in_batch(x, "x");
+                         ft::Matrix<T> dF;
+                         {
+                             CoreCall nogil;
+                             loss = m.loss_and_grad(f.features(), Tokens{xb.ids.data(), seqs_of(xb)},
+                                                    features_grad ? &dF : nullptr);
+                         }
+                         if (!features_grad) return py::make_tuple(loss, grads_out(self, m.store, copy));
+                         // ∂loss/∂features in the features' layout: (B, rows, T), or (rows, T) for one
+                         const index_t rows = index_t(f.F.shape(0)), B = f.s.count(), Tn = f.s.len(0);
+                         py::array_t<T> g({py::ssize_t(B), py::ssize_t(rows), py::ssize_t(Tn)});
+                         T* p = g.mutable_data();
+                         const ft::CMatView<T> v = ft::view(dF);
+                         for (index_t b = 0; b < B; ++b)
+                             for (index_t r = 0; r < rows; ++r)
+                                 for (index_t t = 0; t < Tn; ++t) p[(b * rows + r) * Tn + t] = v(r, b * Tn + t);
+                         py::object gf = f.single ? py::object(g[py::int_(0)]) : py::object(g);
+                         return py::make_tuple(loss, grads_out(self, m.store, copy), gf);
+                     }
+                     if (features_grad)
+                         throw ft::TypeError("features_grad=True: this EDTransformer's encoder takes token ids, which have "
+                                             "no gradient (∂loss/∂features needs an encoder that takes features: the "
+                                             "audio encoder)");
+                     InBatch zb = in_batch(z, "z");
+                     InBatch xb = in_batch(x, "x");
+                     {
                          CoreCall nogil;
                          loss = m.loss_and_grad(Tokens{zb.ids.data(), seqs_of(zb)}, Tokens{xb.ids.data(), seqs_of(xb)});
                      }
                      return py::make_tuple(loss, grads_out(self, m.store, copy));
                  });
              },
-             py::arg("z"), py::arg("x"), py::arg("copy") = true,
+             py::arg("z"), py::arg("x"), py::arg("copy") = true, py::kw_only(), py::arg("features_grad") = false,
              "Algorithm 11 line 5 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad. z: token ids, or "
-             "with the audio encoder (n_mels) the log-mel features (n_mels, T) or (B, n_mels, T).")
+             "with the audio encoder (n_mels) the log-mel features (n_mels, T) or (B, n_mels, T); with the audio encoder, "
+             "features_grad=True returns (loss, grads, dF): also ∂loss/∂features in the features' shape.")
         .def(
             "loss",
             [](DED& d, const py::handle& z, const py::handle& x, const std::string& reduction) {

@@ -884,9 +884,9 @@ class EDTransformer(_HasParams):
         ...
     def loss(self, z: typing.Any, x: typing.Any, reduction: str = 'sum') -> float:
         ...
-    def loss_and_grad(self, z: typing.Any, x: typing.Any, copy: bool = True) -> tuple[float, typing.Any]:
+    def loss_and_grad(self, z: typing.Any, x: typing.Any, copy: bool = True, *, features_grad: bool = False) -> tuple:
         """
-        Algorithm 11 line 5 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad. z: token ids, or with the audio encoder (n_mels) the log-mel features (n_mels, T) or (B, n_mels, T).
+        Algorithm 11 line 5 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad. z: token ids, or with the audio encoder (n_mels) the log-mel features (n_mels, T) or (B, n_mels, T); with the audio encoder, features_grad=True returns (loss, grads, dF): also ∂loss/∂features in the features' shape.
         """
     def merge_lora(self) -> None:
         """

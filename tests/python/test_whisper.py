@@ -146,6 +146,31 @@ def test_gradients_match_finite_differences():
     assert_grads_match_fd(m, g, lambda: m.loss(F, xs))
 
 
+def test_features_grad_matches_finite_differences():
+    """loss_and_grad(features, x, features_grad=True) -> (loss, grads, dF): ∂loss/∂features in the features' shape
+    ((B, n_mels, T), or (n_mels, T) for one), against central differences in float64; the loss and θ's gradients are
+    those of the call without it."""
+    m = ft.EDTransformer(n_mels=3, n_audio_ctx=3, n_vocab=7, l_max=4, L_enc=1, L_dec=1, H=2, d_e=4, d_mlp=6,
+                         block="pre_ln", mlp="gelu", tied=True, dtype="float64")
+    randomize_theta(m, np.random.default_rng(5), unit=("W_e", "W_p"))
+    F = np.random.default_rng(6).standard_normal((2, 3, 5))
+    xs = [[5, 1, 2], [5, 3]]
+    loss0, g0 = m.loss_and_grad(F, xs)
+    loss, g, dF = m.loss_and_grad(F, xs, features_grad=True)
+    assert loss == loss0 and all(np.array_equal(g[k], g0[k]) for k in g0)
+    assert dF.shape == F.shape and dF.dtype == np.float64
+    from conftest import numeric_grad
+
+    fd = numeric_grad(lambda: m.loss(F, xs), F)
+    assert rel_err(dF, fd) <= 1e-7
+    l1, _, d1 = m.loss_and_grad(F[1], xs[1], features_grad=True)  # one spectrogram: (n_mels, T); the batch's sum
+    assert d1.shape == F[1].shape and rel_err(d1, dF[1]) <= 1e-12
+    assert abs(l1 - m.loss(F[1], xs[1])) <= 1e-13 * l1
+    with pytest.raises(TypeError, match="features_grad"):  # a token encoder: its input has no gradient
+        ft.EDTransformer(n_vocab=7, l_max=4, L_enc=1, L_dec=1, H=2, d_e=4, d_mlp=6).loss_and_grad([1, 2], [3, 4],
+                                                                                                 features_grad=True)
+
+
 def test_audio_options_are_an_embedding_part():
     """n_mels, n_audio_ctx: the options of the registered embedding part "audio" (EDTransformer only), kept by the
     config (JSON, build_model) and checked before anything is built."""
@@ -216,6 +241,27 @@ def test_hf_equality_float64():
     scale = max(np.abs(v).max() for v in g.values())
     for k in b_k:
         assert np.abs(g[k]).max() <= 1e-12 * scale  # b_k adds a constant to each query's scores: exactly 0
+
+
+def test_features_grad_equals_hf_input_features_grad():
+    """∂loss/∂features equals PyTorch autograd's input_features.grad through WhisperForConditionalGeneration on the
+    same weights (float64, a batch of two spectrograms, each its own decoder input), ≤ 1e-10."""
+    import torch
+    import transformers
+
+    hf = exact_sinusoids(hf_random_float64(transformers.WhisperForConditionalGeneration, hf_config())).eval()
+    m = ft.from_hf(hf)
+    F = np.random.default_rng(12).standard_normal((2, 6, 10))
+    xs = [[9, 1, 4, 2], [9, 3, 5, 7]]
+    f = torch.tensor(F, requires_grad=True)
+    out = hf(input_features=f, decoder_input_ids=torch.tensor(xs))
+    lp = torch.log_softmax(out.logits, dim=-1)
+    t = torch.tensor(xs)[:, 1:]
+    loss_hf = -torch.gather(lp[:, :-1], 2, t[..., None]).sum()
+    loss_hf.backward()
+    loss, _, dF = m.loss_and_grad(F, xs, features_grad=True)
+    assert abs(loss - loss_hf.item()) <= 1e-10 * abs(loss)
+    assert rel_err(dF, f.grad.numpy()) <= 1e-10
 
 
 def test_hf_roundtrip_and_save_load(tmp_path):

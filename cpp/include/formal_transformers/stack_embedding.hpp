@@ -36,6 +36,7 @@ template <class T>
 struct Features {
     CMatView<T> F;
     Seqs s;
+    MatView<T>* dF = nullptr;  // the backward's ∂loss/∂F, F's shape, written by the part (null: not asked)
 };
 
 // The columns one call embeds: n token ids, Algorithm 1's W_e, and (BERT) their segment ids (null: segment 0).

@@ -545,9 +545,16 @@ public:
     // sequence of x. A model of one kind refuses the other's input (TypeError naming it).
     void forward(const Features<T>& f, const Tokens& x);
     bool audio() const { return emb_enc->n_mels() > 0; }
-    double loss_and_grad(const Features<T>& f, const Tokens& x) {
+    // dF (not null): also ∂loss/∂F of the features, F's shape [rows, Σ T_b] (sized here)
+    double loss_and_grad(const Features<T>& f, const Tokens& x, Matrix<T>* dF = nullptr) {
         const Tokens z = audio_columns(f);
-        return this->run_loss({&z, &x, nullptr, nullptr, &f}, true, nullptr, nullptr);
+        Features<T> g = f;
+        MatView<T> v;
+        if (dF) {
+            v = ensure(*dF, f.F.rows, f.F.cols);
+            g.dF = &v;
+        }
+        return this->run_loss({&z, &x, nullptr, nullptr, &g}, true, nullptr, nullptr);
     }
     double loss(const Features<T>& f, const Tokens& x, index_t* n_scored = nullptr, index_t* n_correct = nullptr) {
         const Tokens z = audio_columns(f);

@@ -66,12 +66,17 @@ public:
                     MatView<T>) const override {
         throw ValueError("the audio embedding is an encoder's: it embeds whole spectrograms, never decoded tokens");
     }
-    void backward(ParamStore<T>& store, const EmbedInput<T>&, const PositionalEmbedding<T>&, const Seqs&, MatView<T> dX,
+    void backward(ParamStore<T>& store, const EmbedInput<T>& in, const PositionalEmbedding<T>&, const Seqs&, MatView<T> dX,
                   const Cache& c) const override {
         const AudioState<T>* st = c.own.template find<AudioState<T>>();
         FT_CHECK(st, "the audio embedding's backward without its forward");
-        // d(line 5): W_sin is fixed; d(lines 4–1) through the front-end
-        front_.backward(store, CMatView<T>(dX), st->acts);
+        // d(line 5): W_sin is fixed; d(lines 4–1) through the front-end, and ∂loss/∂F when asked (accumulated: zeroed)
+        MatView<T>* dF = in.features ? in.features->dF : nullptr;
+        if (dF) {
+            FT_CHECK(dF->rows == front_.n_mels && dF->cols == st->acts.s_in.total(), "∂loss/∂F has F's shape");
+            std::fill(dF->data, dF->data + dF->size(), T(0));
+        }
+        front_.backward(store, CMatView<T>(dX), st->acts, dF);
     }
     void tokens(const ParamStore<T>&, const EmbedInput<T>&, MatView<T>) const override {
         throw ValueError("the audio embedding has no token embedding");
