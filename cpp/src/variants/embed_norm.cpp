@@ -27,8 +27,7 @@ public:
     void backward(ParamStore<T>& store, const EmbedInput<T>&, MatView<T> dX, const PartSlot& state) const override {
         const State* st = state.find<State>();
         FT_CHECK(st, "embed_norm: backward without a forward");
-        Matrix<T> d;
-        MatView<T> dE = ensure(d, dX.rows, dX.cols);
+        MatView<T> dE = ensure(st->dE, dX.rows, dX.cols);  // the state's scratch: sized once, kept between calls
         std::fill(dE.data, dE.data + dE.size(), T(0));
         norm_.backward(store, dX, st->norm, dE);
         std::copy(dE.data, dE.data + dE.size(), dX.data);
@@ -37,6 +36,7 @@ public:
 private:
     struct State : PartStateOf<State> {
         NormCache<T> norm;
+        mutable Matrix<T> dE;  // backward's scratch
     };
     Norm<T> norm_;
 };
