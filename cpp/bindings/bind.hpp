@@ -397,12 +397,12 @@ void register_tokenizer(py::module_& m);
 void register_training(py::module_& m);
 void register_inference(py::module_& m);
 
-// The audio encoder's input (the embedding "audio", V28): a floating-point array (n_mels, T) — one spectrogram —
-// or (B, n_mels, T), converted to the model's dtype and laid out as the core's F:[n_mels, Σ T_b]. Refused here: not
-// floats (TypeError: token ids to an audio encoder), another rank, an empty batch, no frames, NaN or infinities
-// (ValueError); n_mels and T against the model: the core's check (EDTransformer::check_encoder_input). The calls take
-// this path when the model has an audio encoder (EDTransformer::audio()), whatever z is, so floats given to a token
-// encoder meet the token ids' own TypeError.
+// The features an encoder's part takes instead of token ids (EDTransformer::encoder_input(); the audio encoder, V28:
+// spectrograms): a floating-point array (rows, T) — one matrix — or (B, rows, T), converted to the model's dtype and
+// laid out as the core's F:[rows, Σ T_b]. Refused here: not floats (TypeError: token ids to such an encoder), another
+// rank, an empty batch, no columns, NaN or infinities (ValueError); the rows and T against the model: the part's check
+// (EDTransformer::check_encoder_input). The calls take this path when the model's encoder takes features
+// (EDTransformer::audio()), whatever z is, so floats given to a token encoder meet the token ids' own TypeError.
 bool is_float_array(const py::handle& obj);
 template <class T>
 struct InAudio {
@@ -412,13 +412,13 @@ struct InAudio {
     ft::Features<T> features() const { return ft::Features<T>{ft::view(F), s}; }
 };
 template <class T>
-InAudio<T> in_audio(const py::handle& obj) {
+InAudio<T> in_audio(const py::handle& obj, const std::string& what) {
     py::array a = py::array::ensure(obj);
     if (!a || a.dtype().kind() != 'f')
-        throw ft::TypeError("this EDTransformer's encoder takes log-mel features, a floating-point numpy array (n_mels, T) "
-                            "or (B, n_mels, T), not token ids");
+        throw ft::TypeError("this EDTransformer's encoder takes " + what + ": a floating-point numpy array (rows, T) or "
+                            "(B, rows, T), not token ids");
     if (a.ndim() != 2 && a.ndim() != 3)
-        throw ft::ValueError("features must be 2-D (n_mels, T) or 3-D (B, n_mels, T), got " + std::to_string(a.ndim()) + "-D");
+        throw ft::ValueError("features must be 2-D (rows, T) or 3-D (B, rows, T), got " + std::to_string(a.ndim()) + "-D");
     auto c = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(a);
     InAudio<T> r;
     r.single = a.ndim() == 2;
@@ -426,7 +426,7 @@ InAudio<T> in_audio(const py::handle& obj) {
     const index_t B = r.single ? 1 : index_t(a.shape(0)), M = index_t(a.shape(o)), Tn = index_t(a.shape(o + 1));
     if (B < 1) throw ft::ValueError("features is an empty batch (B = 0)");
     if (Tn < 1) throw ft::ValueError("features has no frames (T = 0)");
-    if (M < 1) throw ft::ValueError("features has no mel rows (n_mels = 0)");
+    if (M < 1) throw ft::ValueError("features has no rows");
     const T* p = c.data();
     for (py::ssize_t i = 0; i < c.size(); ++i)
         if (!std::isfinite(double(p[i]))) throw ft::ValueError("features contain NaN or infinite values");

@@ -382,9 +382,11 @@ values; cache=False runs the listing literally. Sampling as DInference.)doc")
                 CallLock lock(d.mutex);
                 return d.visit([&](auto& mdl) {
                     using T = typename std::decay_t<decltype(mdl.store)>::value_type;
-                    if (mdl.audio()) {  // the audio encoder (V28): one spectrogram (n_mels, T)
-                        InAudio<T> f = in_audio<T>(z);
-                        if (!f.single) throw ft::ValueError("EDInference decodes one spectrogram (n_mels, T) at a time");
+                    if (mdl.audio()) {  // an encoder that takes features (the audio encoder, V28): one matrix
+                        InAudio<T> f = in_audio<T>(z, mdl.encoder_input().what);
+                        if (!f.single)
+                            throw ft::ValueError("EDInference decodes one feature matrix at a time: " +
+                                                 mdl.encoder_input().what);
                         ft::Rng rng(self.next_seed());
                         std::vector<index_t> x;
                         {
@@ -396,7 +398,7 @@ values; cache=False runs the listing literally. Sampling as DInference.)doc")
                     }
                     if (is_float_array(z))  // a spectrogram given to a token encoder: name it before its shape
                         throw ft::TypeError("z must hold integer token ids, not floats: this EDTransformer's encoder "
-                                            "takes token ids (it has no audio encoder: n_mels = None)");
+                                            "takes token ids (its embedding is 'tokens': no audio encoder)");
                     InIds zi = in_ids(z, "z", mdl.cfg.n_vocab, false);  // z's length and max_len: the listing's checks
                     ft::Rng rng(self.next_seed());
                     std::vector<index_t> x;

@@ -76,8 +76,9 @@ py::object py_value(const ft::OptionValue& v) {
     }, v);
 }
 
-// z_data of EDTraining with the audio encoder (V28): N spectrograms (N, n_mels, T) of floats, or a list of (n_mels, T_n)
-// arrays with one n_mels; frames laid out one after the other (Dataset::features). NaN or infinities: ValueError.
+// z_data of EDTraining whose encoder takes features (the audio encoder, V28: spectrograms): N matrices (N, rows, T) of
+// floats, or a list of (rows, T_n) arrays with one row count; columns laid out one after the other (Dataset::features).
+// NaN or infinities: ValueError; the rows against the model: the part's check.
 ft::Dataset audio_dataset(const py::handle& obj, const char* what) {
     std::vector<py::array_t<double, py::array::c_style | py::array::forcecast>> specs;
     const bool is_array = py::isinstance<py::array>(obj);
@@ -88,17 +89,17 @@ ft::Dataset audio_dataset(const py::handle& obj, const char* what) {
     } else if (!is_array) {
         for (const py::handle& a : obj) specs.push_back(py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(a));
     } else {
-        throw ft::ValueError(std::string(what) + ": spectrograms must be (N, n_mels, T) or a list of (n_mels, T) arrays");
+        throw ft::ValueError(std::string(what) + ": features must be (N, rows, T) or a list of (rows, T) arrays");
     }
     ft::Dataset d;
     std::vector<index_t> lens;
     for (const auto& a : specs) {
         if (!a || a.ndim() != 2)
-            throw ft::ValueError(std::string(what) + ": each spectrogram must be a 2-D array (n_mels, T) of floats");
+            throw ft::ValueError(std::string(what) + ": each feature matrix must be a 2-D array (rows, T) of floats");
         const index_t M = index_t(a.shape(0)), Tn = index_t(a.shape(1));
-        if (d.n_mels == 0) d.n_mels = M;
-        if (M != d.n_mels || M < 1 || Tn < 1)
-            throw ft::ValueError(std::string(what) + ": the spectrograms must share n_mels and have frames, got (" +
+        if (d.feature_rows == 0) d.feature_rows = M;
+        if (M != d.feature_rows || M < 1 || Tn < 1)
+            throw ft::ValueError(std::string(what) + ": the feature matrices must share their rows and have columns, got (" +
                                  std::to_string(M) + ", " + std::to_string(Tn) + ")");
         const double* p = a.data();
         for (index_t t = 0; t < Tn; ++t)
@@ -112,7 +113,7 @@ ft::Dataset audio_dataset(const py::handle& obj, const char* what) {
     d.s = ft::Seqs::from_lengths(lens);
     return d;
 }
-// the context z of EDTraining: token sequences, or spectrograms (floats: the audio encoder)
+// the context z of EDTraining: token sequences, or features (floats: an encoder that takes them, the audio encoder)
 bool is_spectrograms(const py::handle& obj) {
     if (is_float_array(obj)) return true;
     if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {

@@ -325,8 +325,8 @@ py::object ed_output(D& d, const py::handle& z, const py::handle& x, Last last) 
     CallLock lock(d.mutex);
     return d.visit([&](auto& m) -> py::object {
         using T = typename std::decay_t<decltype(m.store)>::value_type;
-        if (m.audio()) {  // the audio encoder's spectrograms (V28)
-            InAudio<T> f = in_audio<T>(z);
+        if (m.audio()) {  // the features the encoder's part takes (the audio encoder's spectrograms, V28)
+            InAudio<T> f = in_audio<T>(z, m.encoder_input().what);
             InBatch xb = in_batch(x, "x");
             return shaped_output<T>(
                 m.cfg.n_vocab, xb, is_2d(x), [&] { m.forward(f.features(), Tokens{xb.ids.data(), seqs_of(xb)}); },
@@ -770,7 +770,7 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
                      using T = typename std::decay_t<decltype(m.store)>::value_type;
                      double loss;
                      if (m.audio()) {
-                         InAudio<T> f = in_audio<T>(z);
+                         InAudio<T> f = in_audio<T>(z, m.encoder_input().what);
                          InBatch xb = in_batch(x, "x");
                          ft::Matrix<T> dF;
                          {
@@ -805,8 +805,8 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
              },
              py::arg("z"), py::arg("x"), py::arg("copy") = true, py::kw_only(), py::arg("features_grad") = false,
              "Algorithm 11 line 5 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad. z: token ids, or "
-             "with the audio encoder (n_mels) the log-mel features (n_mels, T) or (B, n_mels, T); with the audio encoder, "
-             "features_grad=True returns (loss, grads, dF): also ∂loss/∂features in the features' shape.")
+             "the features the encoder takes (the audio encoder: log-mel spectrograms (rows, T) or (B, rows, T)); for "
+             "such an encoder, features_grad=True returns (loss, grads, dF): also ∂loss/∂features in their shape.")
         .def(
             "loss",
             [](DED& d, const py::handle& z, const py::handle& x, const std::string& reduction) {
@@ -817,7 +817,7 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
                     index_t scored = 0;
                     double loss;
                     if (m.audio()) {
-                        InAudio<T> f = in_audio<T>(z);
+                        InAudio<T> f = in_audio<T>(z, m.encoder_input().what);
                         InBatch xb = in_batch(x, "x");
                         CoreCall nogil;
                         loss = m.loss(f.features(), Tokens{xb.ids.data(), seqs_of(xb)}, &scored);
@@ -846,6 +846,21 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
             py::arg("kind"), py::arg("layer"), py::arg("seq") = 0,
             "Attention matrices of the last forward call: kind 'enc' (ℓ_z, ℓ_z), 'dec' (ℓ_x, ℓ_x) or 'cross' "
             "(ℓ_z, ℓ_x), for every head: (H, rows, columns).")
+        .def_property_readonly(
+            "encoder_input",
+            [](DED& d) {
+                return d.visit([](auto& m) {
+                    const ft::StackInput in = m.encoder_input();
+                    py::dict r;
+                    r["kind"] = in.features() ? "features" : "tokens";
+                    r["rows"] = in.features() ? py::object(py::int_(in.rows)) : py::object(py::none());
+                    r["what"] = in.what;
+                    return r;
+                });
+            },
+            "What the encoder's embedding part takes, as the part reports it: {'kind': 'tokens' (token ids) or "
+            "'features' (floating-point matrices, e.g. the audio encoder's log-mel spectrograms), 'rows': their row "
+            "count (None for tokens), 'what': its description}.")
         .def_property_readonly("L_enc", [](DED& d) { return d.visit([](auto& m) { return m.cfg.L_enc; }); })
         .def_property_readonly("L_dec", [](DED& d) { return d.visit([](auto& m) { return m.cfg.L_dec; }); })
         .def_property_readonly("config", &config_of<DED>,

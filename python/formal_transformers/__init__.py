@@ -58,20 +58,7 @@ from ._torch_api import from_torch, to_torch  # noqa: E402
 from ._options import model_options  # noqa: E402  (the core's option schema)
 from .training import DTraining, EDTraining, ETraining, History  # noqa: E402
 from .lora import lora  # noqa: E402  (LoRA adapters)
-
-
-def Whisper(n_mels, n_audio_ctx, n_vocab, n_text_ctx, L_enc, L_dec, H, d_e, d_mlp, *, eps=1e-5, seed=0, init_std=0.02,
-            start_id=None, eos_id=None, dtype="float32"):
-    """Deprecated: Whisper (listings V28, V29) is an EDTransformer whose encoder reads log-mel features. This builds
-    EDTransformer(n_vocab, l_max=n_text_ctx, L_enc, L_dec, H, d_e, d_mlp, n_mels=, n_audio_ctx=, block="pre_ln",
-    mlp="gelu", tied=True, eps=, seed=, init_std=, bos_id=start_id, eos_id=eos_id, dtype=) — call that instead."""
-    import warnings
-
-    warnings.warn("ft.Whisper is deprecated: Whisper is ft.EDTransformer(..., n_mels=, n_audio_ctx=, block='pre_ln', "
-                  "mlp='gelu', tied=True), which this returns", DeprecationWarning, stacklevel=2)
-    return EDTransformer(n_vocab=n_vocab, l_max=n_text_ctx, L_enc=L_enc, L_dec=L_dec, H=H, d_e=d_e, d_mlp=d_mlp,  # noqa: F405
-                         n_mels=n_mels, n_audio_ctx=n_audio_ctx, block="pre_ln", mlp="gelu", tied=True, eps=eps,
-                         seed=seed, init_std=init_std, bos_id=start_id, eos_id=eos_id, dtype=dtype)
+from .speech import Whisper  # noqa: E402  (deprecated: the EDTransformer with the audio encoder)
 
 _Mapping.register(_core.ParamDict)
 

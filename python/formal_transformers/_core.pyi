@@ -886,7 +886,7 @@ class EDTransformer(_HasParams):
         ...
     def loss_and_grad(self, z: typing.Any, x: typing.Any, copy: bool = True, *, features_grad: bool = False) -> tuple:
         """
-        Algorithm 11 line 5 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad. z: token ids, or with the audio encoder (n_mels) the log-mel features (n_mels, T) or (B, n_mels, T); with the audio encoder, features_grad=True returns (loss, grads, dF): also ∂loss/∂features in the features' shape.
+        Algorithm 11 line 5 and its gradient: (loss, grads); copy as DTransformer.loss_and_grad. z: token ids, or the features the encoder takes (the audio encoder: log-mel spectrograms (rows, T) or (B, rows, T)); for such an encoder, features_grad=True returns (loss, grads, dF): also ∂loss/∂features in their shape.
         """
     def merge_lora(self) -> None:
         """
@@ -935,6 +935,11 @@ class EDTransformer(_HasParams):
     @property
     def dtype(self) -> str:
         ...
+    @property
+    def encoder_input(self) -> dict:
+        """
+        What the encoder's embedding part takes, as the part reports it: {'kind': 'tokens' (token ids) or 'features' (floating-point matrices, e.g. the audio encoder's log-mel spectrograms), 'rows': their row count (None for tokens), 'what': its description}.
+        """
     @property
     def eos_token(self) -> int:
         """

@@ -233,3 +233,20 @@ def nearest_neighbour_baseline(train_features, train_text, test_features, *, fra
     A, B = embed(train_features), embed(test_features)
     d = (B ** 2).sum(1)[:, None] - 2 * B @ A.T + (A ** 2).sum(1)[None, :]
     return [train_text[i] for i in np.argmin(d, axis=1)]
+
+
+# --------------------------------------------------------------------------------------------------------
+# The former class (ft.Whisper)
+
+def Whisper(n_mels, n_audio_ctx, n_vocab, n_text_ctx, L_enc, L_dec, H, d_e, d_mlp, *, eps=1e-5, seed=0, init_std=0.02,
+            start_id=None, eos_id=None, dtype="float32"):
+    """Deprecated: Whisper (listings V28, V29) is an EDTransformer whose encoder reads log-mel features. This builds
+    EDTransformer(n_vocab, l_max=n_text_ctx, L_enc, L_dec, H, d_e, d_mlp, n_mels=, n_audio_ctx=, block="pre_ln",
+    mlp="gelu", tied=True, eps=, seed=, init_std=, bos_id=start_id, eos_id=eos_id, dtype=) — call that instead."""
+    import warnings
+
+    warnings.warn("ft.Whisper is deprecated: Whisper is ft.EDTransformer(..., n_mels=, n_audio_ctx=, block='pre_ln', "
+                  "mlp='gelu', tied=True), which this returns", DeprecationWarning, stacklevel=2)
+    return _core.EDTransformer(n_vocab=n_vocab, l_max=n_text_ctx, L_enc=L_enc, L_dec=L_dec, H=H, d_e=d_e, d_mlp=d_mlp,
+                               n_mels=n_mels, n_audio_ctx=n_audio_ctx, block="pre_ln", mlp="gelu", tied=True, eps=eps,
+                               seed=seed, init_std=init_std, bos_id=start_id, eos_id=eos_id, dtype=dtype)

@@ -364,9 +364,9 @@ class EDTraining(_Trainer):
     """Algorithm 11: θ̂ ← EDTraining(z_{1:N_data}, x_{1:N_data}, θ) — seq2seq training of an EDTransformer.
 
     EDTraining(n_epochs, eta, **opts)(z_data, x_data, model) -> model; z_data and x_data are sequences of
-    the same count (pairs). Validation: val_data=(z_val, x_val). Options as DTraining. An EDTransformer with the audio
-    encoder (n_mels: Whisper, listings V28, V29) takes spectrograms as z_data: (N, n_mels, T), or a list of
-    (n_mels, T_n) arrays; its loop is the same core loop."""
+    the same count (pairs). Validation: val_data=(z_val, x_val). Options as DTraining. An EDTransformer whose encoder takes
+    features (model.encoder_input; Whisper's log-mel spectrograms, listings V28, V29) takes them as z_data: (N, rows, T),
+    or a list of (rows, T_n) arrays; its loop is the same core loop."""
 
     _listing = "EDTraining"
 

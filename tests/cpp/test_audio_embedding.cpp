@@ -48,6 +48,9 @@ TEST(AudioEmbedding, RowOwnsItsOptions) {
 TEST(AudioEmbedding, GradientsMatchFiniteDifferencesAndDecodingTheForward) {
     EDTransformer<double> m(audio_config());
     ASSERT_TRUE(m.audio());
+    EXPECT_EQ(m.encoder_input().rows, 3);  // the part reports what it takes: features of n_mels rows
+    EXPECT_NE(m.encoder_input().what.find("n_mels = 3"), std::string::npos);
+    EXPECT_FALSE(EDTransformer<double>(audio_config(false)).encoder_input().features());  // token ids
     randomize(m.store);
     const Matrix<double> F = spectrogram(3, 7);
     const Features<double> f{view(F), Seqs::single(7)};

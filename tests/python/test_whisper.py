@@ -186,6 +186,24 @@ def test_audio_options_are_an_embedding_part():
         ft.DTransformer(n_vocab=11, l_max=7, L=1, H=2, d_e=8, d_mlp=12, n_mels=6, n_audio_ctx=5)
 
 
+def test_encoder_input_is_the_parts():
+    """model.encoder_input: what the encoder's embedding part takes, as the part reports it (the model, inference,
+    training and binding layers ask it and name none of its options): the audio part's log-mel features of n_mels rows,
+    or token ids. The converters of token encoders (BART, T5) leave the audio encoder to Whisper's by it."""
+    from formal_transformers.hf._registry import _converter_of
+
+    a = tiny()
+    assert a.encoder_input == {"kind": "features", "rows": 6,
+                               "what": "log-mel features (n_mels, T) (its embedding 'audio', n_mels = 6)"}
+    t = ft.EDTransformer(n_vocab=11, l_max=7, L_enc=1, L_dec=1, H=2, d_e=8, d_mlp=12, block="pre_ln", mlp="gelu",
+                         tied=True)  # the audio model's options but its encoder's: BART's (mBART's) export takes it
+    assert t.encoder_input == {"kind": "tokens", "rows": None, "what": "token ids"}
+    assert type(_converter_of(a)[0]).__name__ == "Whisper"
+    assert type(_converter_of(t)[0]).__name__ != "Whisper"
+    with pytest.raises(TypeError, match=r"takes log-mel features \(n_mels, T\) \(its embedding 'audio', n_mels = 6\)"):
+        a.loss([1, 2], [9, 1])
+
+
 # ---------------------------------------------------------------------------------------------------------
 # WhisperForConditionalGeneration
 
@@ -373,7 +391,7 @@ def test_bad_input():
         m(np.zeros((2, 6, 10)), [[1]])
     with pytest.raises(ValueError, match="2-D"):
         m(np.zeros((1, 2, 6, 10)), [1])
-    with pytest.raises(ValueError, match="one spectrogram"):
+    with pytest.raises(ValueError, match="one feature matrix at a time: log-mel features"):
         ft.EDInference(0.0)(np.zeros((2, 6, 10)), m)
     with pytest.raises(ValueError, match="attention_weights|forward"):
         tiny().attention_weights("cross", 0)

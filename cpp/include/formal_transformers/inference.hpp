@@ -92,7 +92,8 @@ std::vector<index_t> DInference(DTransformer<T>& model, const index_t* x, index_
 template <class T>
 std::vector<index_t> EDInference(EDTransformer<T>& model, const index_t* z, index_t l_z, const SamplingOptions& o,
                                  Rng& rng, index_t max_len = 0);
-// the same from one spectrogram f (an EDTransformer with the audio encoder, V28: n_mels > 0); TypeError for the other kind
+// the same from one feature matrix f (an EDTransformer whose encoder's part takes features: the audio encoder, V28,
+// a spectrogram); TypeError for the other kind
 template <class T>
 std::vector<index_t> EDInference(EDTransformer<T>& model, const Features<T>& f, const SamplingOptions& o, Rng& rng,
                                  index_t max_len = 0);

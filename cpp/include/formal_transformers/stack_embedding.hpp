@@ -30,8 +30,9 @@
 
 namespace ft {
 
-// The audio input of an encoder's stack (the embedding "audio", V28): B log-mel spectrograms side by side,
-// F:[n_mels, Σ T_b] (column Σ_{b'<b} T_b' + t: frame t of spectrogram b), s: their frames T_b.
+// The features an encoder's stack may take instead of token ids (its part says so: StackInput; the embedding "audio",
+// V28, takes log-mel spectrograms): B matrices side by side, F:[rows, Σ T_b] (column Σ_{b'<b} T_b' + t: column t of
+// matrix b), s: their columns T_b.
 template <class T>
 struct Features {
     CMatView<T> F;
@@ -55,6 +56,14 @@ struct EmbedInput {
 struct EmbeddingSpec {
     const ModelConfig* c = nullptr;
     std::string prefix;
+};
+
+// The input a stack's embedding part takes, as the part reports it: token ids (rows = 0), or feature matrices of
+// `rows` rows (the audio part: log-mel spectrograms). `what` names it for messages.
+struct StackInput {
+    index_t rows = 0;
+    std::string what = "token ids";
+    bool features() const { return rows > 0; }
 };
 
 // One step of the embedding (above): forward transforms X:[d_e, n] in place at its place, keeping in `state` what
@@ -87,8 +96,8 @@ public:
         std::vector<PartSlot> steps;  // one per step
         PartSlot own;                 // the part's own (the audio front-end's activations)
     };
-    // the audio stack's n_mels (0: a stack of token ids) and the columns it makes of spectrograms of T_b frames
-    virtual index_t n_mels() const { return 0; }
+    // the input it takes (token ids, unless the part says otherwise) and the columns it makes of features of T_b columns
+    virtual StackInput input() const { return {}; }
     virtual Seqs columns(const Seqs& frames) const { return frames; }
     virtual ~StackEmbedding() = default;
     // its own parameters (the steps'), after the model's W_e and W_p

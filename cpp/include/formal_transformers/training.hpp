@@ -225,10 +225,11 @@ struct Dataset {
     // ETraining with fixed masks: x̃ of every sequence, laid out as ids (empty: lines 4–6 draw them each visit). A
     // task whose masked positions are given (predict these tokens from those) instead of Algorithm 12's random ones.
     std::vector<index_t> tilde;
-    // EDTraining of an EDTransformer with the audio encoder (V28): z_data as spectrograms, n_mels values per frame
-    // (frame j of the data: features[n_mels·j, n_mels·(j+1)); s: the frames of each spectrogram; ids empty)
+    // EDTraining of an EDTransformer whose encoder takes features (the audio encoder, V28: spectrograms): z_data as
+    // feature matrices of feature_rows rows (column j of the data: features[rows·j, rows·(j+1)); s: the columns of
+    // each matrix; ids empty)
     std::vector<double> features;
-    index_t n_mels = 0;
+    index_t feature_rows = 0;
     index_t size() const { return s.count(); }
 };
 

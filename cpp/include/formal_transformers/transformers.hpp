@@ -541,10 +541,12 @@ public:
     using Model<T>::store;
 
     void forward(const Tokens& z, const Tokens& x);  // lines 1–20
-    // The audio encoder (the embedding "audio", V28: n_mels > 0): lines 1–3 are V28 on the spectrograms f, one per
-    // sequence of x. A model of one kind refuses the other's input (TypeError naming it).
+    // An encoder whose embedding part takes features (the embedding "audio", V28: spectrograms): lines 1–3 are the
+    // part's on the features f, one matrix per sequence of x. A model of one kind refuses the other's input (TypeError
+    // naming it).
     void forward(const Features<T>& f, const Tokens& x);
-    bool audio() const { return emb_enc->n_mels() > 0; }
+    StackInput encoder_input() const { return emb_enc->input(); }  // what the encoder's embedding part takes
+    bool audio() const { return encoder_input().features(); }      // it takes features, not token ids
     // dF (not null): also ∂loss/∂F of the features, F's shape [rows, Σ T_b] (sized here)
     double loss_and_grad(const Features<T>& f, const Tokens& x, Matrix<T>* dF = nullptr) {
         const Tokens z = audio_columns(f);

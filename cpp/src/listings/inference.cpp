@@ -171,12 +171,12 @@ static std::vector<index_t> edinference(EDTransformer<T>& model, const index_t* 
     if (max_len == 0) max_len = c.l_max;
     Tokens zt{z, Seqs::single(l_z)};
     if (f) {
-        if (f->s.count() != 1) throw ValueError("EDInference decodes one spectrogram (n_mels, T) at a time");
+        if (f->s.count() != 1)
+            throw ValueError("EDInference decodes one feature matrix at a time: " + model.encoder_input().what);
         zt = Tokens{nullptr, Seqs::single(0)};  // (its columns: the model's)
     } else {
         if (model.audio())
-            throw TypeError("this EDTransformer's encoder takes log-mel features (n_mels, T) (its embedding 'audio'), "
-                            "not token ids z");
+            throw TypeError("this EDTransformer's encoder takes " + model.encoder_input().what + ", not token ids z");
         validate(zt, c.n_vocab, c.l_max, "z");
     }
     std::vector<index_t> x_hat = {c.bos_token()};  // line 1: x̂ ← [bos_token]

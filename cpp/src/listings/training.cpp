@@ -447,14 +447,14 @@ void EDTraining(EDTransformer<T>& model, const Dataset& z_data, const Dataset& x
     if ((z_val == nullptr) != (x_val == nullptr) || (z_val && z_val->size() != x_val->size()))
         throw ValueError("validation data must be pairs (z, x) of the same length");
     const ModelConfig& c = model.cfg;
-    // the context: token ids, or (the audio encoder, V28) spectrograms
+    // the context: token ids, or the features the encoder's part takes (the audio encoder, V28: spectrograms)
     const bool audio = model.audio();
     for (const Dataset* z : {&z_data, z_val})
-        if (z && (z->n_mels > 0) != audio)
-            throw TypeError(audio ? "this EDTransformer's encoder takes log-mel features: z_data must be spectrograms "
-                                    "(N, n_mels, T), not token ids"
-                                  : "this EDTransformer's encoder takes token ids: z_data must be token sequences, not "
-                                    "spectrograms (it has no audio encoder: n_mels = None)");
+        if (z && (z->feature_rows > 0) != audio)
+            throw TypeError(audio ? "this EDTransformer's encoder takes " + model.encoder_input().what +
+                                        ": z_data must be such features, not token ids"
+                                  : std::string("this EDTransformer's encoder takes token ids: z_data must be token "
+                                                "sequences, not features (its embedding is 'tokens': no audio encoder)"));
     if (!audio) validate(Tokens{z_data.ids.data(), z_data.s}, c.n_vocab, c.l_max, "z_data");
     validate(Tokens{x_data.ids.data(), x_data.s}, c.n_vocab, c.l_max, "x_data");
     if (z_val) {  // checked now, as the training data, not at the first evaluation
@@ -463,20 +463,21 @@ void EDTraining(EDTransformer<T>& model, const Dataset& z_data, const Dataset& x
     }
     Batch bz, bx;
     Seqs sz, sx;
-    // the spectrograms of the sequences taken (audio): F [n_mels, Σ T_n] in the model's dtype
+    // the features of the sequences taken (audio): F [rows, Σ T_n] in the model's dtype
     Matrix<T> Fb;
     std::vector<index_t> frames;
     auto spectrograms = [&](const Dataset& d, const std::vector<index_t>& ns) {
         frames.clear();
         index_t total = 0;
         for (index_t n : ns) total += d.s.len(n), frames.push_back(d.s.len(n));
-        MatView<T> F = ensure(Fb, d.n_mels, total);
+        const index_t rows = d.feature_rows;
+        MatView<T> F = ensure(Fb, rows, total);
         index_t j = 0;
         for (index_t n : ns)
             for (index_t t = 0; t < d.s.len(n); ++t, ++j) {
-                const double* src = d.features.data() + (d.s.begin(n) + t) * d.n_mels;
+                const double* src = d.features.data() + (d.s.begin(n) + t) * rows;
                 T* dst = F.col(j);
-                for (index_t m = 0; m < d.n_mels; ++m) dst[m] = T(src[m]);
+                for (index_t m = 0; m < rows; ++m) dst[m] = T(src[m]);
             }
         return Features<T>{view(Fb), Seqs::from_lengths(frames)};
     };

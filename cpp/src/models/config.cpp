@@ -182,7 +182,7 @@ const std::vector<OptionSpec> kSchema = {
     {"embed_scale", 0, Kind::AllRates, nullptr},
     {kPartsHere[6].name, 0, Kind::AllRates, nullptr},
     {"final_logit_softcapping", D, Kind::AutoReal, &ModelConfig::final_logit_softcapping},
-    {kPartsHere[7].name, 0, Kind::AllRates, nullptr},  // (V28's audio encoder: n_mels, n_audio_ctx)
+    {kPartsHere[7].name, 0, Kind::AllRates, nullptr},  // (an encoder's embedding part's options: V28's audio encoder)
 };
 
 // A line of kSchema naming a part's option (archs 0, no member): the option stands there, where it stood before it

@@ -15,7 +15,7 @@ using namespace models;
 // (T5), whose stacks end with a norm of their own (γ_enc, γ_dec; block_stack_norm).
 template <class T>
 EDTransformer<T>::EDTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::ED)) {
-    // the encoder's: "tokens", or the part its options choose (V28's "audio": n_mels, n_audio_ctx)
+    // the encoder's: "tokens", or the part its options choose (V28's "audio")
     const PartRow* enc_input = row_chosen_by(PartKind::Embedding, cfg.part_options);
     emb_enc = make_stack_embedding<T>(enc_input ? enc_input->name : "tokens", EmbeddingSpec{&cfg, "enc."}, store);  // its steps' parameters after W_e, W_p
     emb_dec = make_stack_embedding<T>("tokens", EmbeddingSpec{&cfg, "dec."}, store);
@@ -47,12 +47,10 @@ EDTransformer<T>::EDTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch
 // lines 1–9: z -> Z (stream[L_enc]; with γ_enc: Zf = norm(stream[L_enc] | γ_enc), V18a line 7)
 template <class T>
 void EDTransformer<T>::check_encoder_input(const Features<T>* f) const {
-    if (audio() && !f)
-        throw TypeError("this EDTransformer's encoder takes log-mel features (n_mels, T) (its embedding 'audio', n_mels = " +
-                        std::to_string(emb_enc->n_mels()) + "), not token ids z");
+    if (audio() && !f) throw TypeError("this EDTransformer's encoder takes " + encoder_input().what + ", not token ids z");
     if (!audio() && f)
-        throw TypeError("this EDTransformer's encoder takes token ids z, not log-mel features (it has no audio encoder: "
-                        "n_mels = None)");
+        throw TypeError("this EDTransformer's encoder takes token ids z, not features (its embedding is 'tokens': no "
+                        "audio encoder)");
     if (f) emb_enc->check(EmbedInput<T>{this->tok, nullptr, 0, nullptr, f});
 }
 

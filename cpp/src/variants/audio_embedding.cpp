@@ -27,7 +27,9 @@ public:
         : front_(index_t(c.part_options.integer("n_mels")), c.d_e, store, "conv."),
           W_sin_(whisper_sinusoids<T>(index_t(c.part_options.integer("n_audio_ctx")), c.d_e)),
           n_ctx_(index_t(c.part_options.integer("n_audio_ctx"))) {}
-    index_t n_mels() const override { return front_.n_mels; }
+    StackInput input() const override {
+        return {front_.n_mels, "log-mel features (n_mels, T) (its embedding 'audio', n_mels = " + std::to_string(front_.n_mels) + ")"};
+    }
     Seqs columns(const Seqs& frames) const override { return conv3_lengths(frames, 2); }
     void init(ParamStore<T>& store, Rng& rng, double stddev) const override { front_.init(store, rng, stddev); }
     void check(const EmbedInput<T>& in) const override {

@@ -104,6 +104,12 @@ def register(cls):
     return cls
 
 
+def encoder_takes_tokens(model) -> bool:
+    """Whether the EDTransformer's encoder takes token ids, as its embedding part reports (model.encoder_input): a
+    family of token encoders (BART, T5) leaves the others (Whisper's log-mel features) to their own converter."""
+    return model.encoder_input["kind"] == "tokens"
+
+
 def supported() -> list:
     return list(_CLASSES)
 

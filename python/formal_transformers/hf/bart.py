@@ -31,7 +31,7 @@ import numpy as np
 
 from ._common import (_read_config_json, _cfg_bool, _cfg_float, _cfg_get, _cfg_int, _cfg_rate, _split_rates, _unsupported,
                       _width_and_heads)
-from ._registry import Converter, build, check_layer_count, export, hf_model, register, state_arrays
+from ._registry import Converter, build, check_layer_count, encoder_takes_tokens, export, hf_model, register, state_arrays
 
 OFFSET = 2  # BartLearnedPositionalEmbedding's rows before position 0
 _ATTN = (("q_proj", "W_q", "b_q"), ("k_proj", "W_k", "b_k"), ("v_proj", "W_v", "b_v"))
@@ -93,7 +93,7 @@ def tensor_table(hp: dict, head: bool) -> list:
 
 def is_bart(cfg: dict) -> bool:
     """An EDTransformer with one of BART's options on (exports as BART, or as mBART with block="pre_ln")."""
-    return (cfg.get("arch") == "EDTransformer" and not cfg.get("n_mels")  # (the audio encoder: Whisper's)
+    return (cfg.get("arch") == "EDTransformer"
             and bool(cfg.get("separate_positions") or cfg.get("embed_norm") or cfg.get("scale_embedding")
                      or cfg.get("mlp") == "gelu"))
 
@@ -235,7 +235,8 @@ class BART(Converter):
         return out
 
     def takes(self, model, cfg):
-        return is_bart(cfg) and (cfg.get("block") == "pre_ln") == (self.block == "pre_ln")
+        return (is_bart(cfg) and (cfg.get("block") == "pre_ln") == (self.block == "pre_ln")
+                and encoder_takes_tokens(model))  # (not Whisper's log-mel features)
 
     def export(self, cfg, P):
         """An EDTransformer with BART's options (V22) -> BartForConditionalGeneration."""

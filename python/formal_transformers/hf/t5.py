@@ -22,7 +22,7 @@ import numpy as np
 
 from ._common import _bad_value, _cfg_bool, _cfg_float, _cfg_int, _cfg_str, _require, _split_rates, _table_from_ft, \
     _table_to_ft, _unsupported
-from ._registry import Converter, check_layer_count, register
+from ._registry import Converter, check_layer_count, encoder_takes_tokens, register
 
 # (is_gated_act, dense_act_fn) -> ft's mlp
 _MLPS = {(False, "relu"): "relu", (True, "gelu_new"): "geglu", (True, "gelu_pytorch_tanh"): "geglu"}
@@ -150,7 +150,7 @@ class T5(Converter):
         from .bart import is_bart  # BART's options (V22) on: BART's or mBART's
 
         return (cfg.get("arch") == "EDTransformer" and (cfg.get("block") == "pre_ln" or cfg.get("positional") == "relative")
-                and not is_bart(cfg) and not cfg.get("n_mels"))  # (the audio encoder: Whisper's)
+                and not is_bart(cfg) and encoder_takes_tokens(model))  # (not Whisper's log-mel features)
 
     def export(self, cfg, P):
         """An EDTransformer with T5's options (V11, V18) -> T5ForConditionalGeneration."""
