@@ -7,9 +7,11 @@ import numpy as np
 
 import formal_transformers as ft
 from formal_transformers import reference as ref
-from conftest import assert_grads_match_fd, rel_err
+from conftest import assert_grads_match_fd, randomize_theta, rel_err
 
 PROMPTS = (np.array([1, 2, 3, 4]), np.array([5]), np.array([7, 8, 9, 10, 11, 0, 1]))
+# the options a block's gradients are checked with: Algorithm 10's, and LLaMA's (RoPE, V3, no biases, RMSnorm, V4)
+BLOCK_GRADIENT_OPTIONS = [{}, dict(positional="rope", H_kv=1, bias=False, norm="rms", mlp="swiglu")]
 
 
 def assert_gradients_match_fd(model, x, b_k_zero=True):
@@ -17,6 +19,24 @@ def assert_gradients_match_fd(model, x, b_k_zero=True):
     loss, grads = model.loss_and_grad(x)
     assert abs(loss - model.loss(x)) <= 1e-12 * abs(loss)
     assert_grads_match_fd(model, grads, lambda: model.loss(x), b_k_zero=b_k_zero)
+
+
+def block_gradients_match_fd(model, extra: dict):
+    """θ random; on two sequences, every gradient of a model made with one of BLOCK_GRADIENT_OPTIONS (extra) matches
+    central differences."""
+    randomize_theta(model, np.random.default_rng(2))
+    x = [np.array([3, 1, 4, 1, 5, 9, 2, 6]), np.array([7, 0, 2])]
+    assert_gradients_match_fd(model, x, b_k_zero=extra.get("positional") != "rope")
+
+
+def dropped_run(model, x):
+    """θ random, then one loss_and_grad of x with dropout: (θ as a dict, the model's dropout masks (the sublayers'
+    outputs and the attention weights among them), the first layer's input W_e[:, x] + W_p[:, :ℓ])."""
+    p = dict(randomize_theta(model, np.random.default_rng(4)))
+    model.loss_and_grad(x)
+    masks = model.dropout_masks()
+    assert {"layers.0.attn.out", "layers.0.mlp.out", "layers.1.attn.weights"} <= set(masks)
+    return p, masks, p["W_e"][:, x] + p["W_p"][:, :len(x)]
 
 
 def dropped_sublayers(p: dict, masks: dict, l: int, q: str, H: int = 2, attn_p: float = 0.2):

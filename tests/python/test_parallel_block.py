@@ -11,8 +11,8 @@ import pytest
 import formal_transformers as ft
 from formal_transformers import reference as ref
 from conftest import TOL, randomize_theta, rel_err
-from decoder_checks import (assert_decoding_equals_literal, assert_gradients_match_fd, assert_replayed_loss,
-                            dropped_sublayers)
+from decoder_checks import (BLOCK_GRADIENT_OPTIONS, assert_decoding_equals_literal, assert_replayed_loss,
+                            block_gradients_match_fd, dropped_run, dropped_sublayers)
 
 V = 13
 
@@ -41,26 +41,18 @@ def test_forward_matches_the_reference_and_differs_from_algorithm_10(dtype):
     assert list(same.params) == list(model.params)
 
 
-@pytest.mark.parametrize("extra", [{}, dict(positional="rope", H_kv=1, bias=False, norm="rms", mlp="swiglu")])
+@pytest.mark.parametrize("extra", BLOCK_GRADIENT_OPTIONS)
 def test_gradients_match_finite_differences(extra):
-    model = make(**extra)
-    randomize_theta(model, np.random.default_rng(2))
-    x = [np.array([3, 1, 4, 1, 5, 9, 2, 6]), np.array([7, 0, 2])]
-    assert_gradients_match_fd(model, x, b_k_zero=extra.get("positional") != "rope")
+    block_gradients_match_fd(make(**extra), extra)
 
 
 def test_dropout_masks_replay_through_the_reference():
     """With dropout, the block drops each sublayer's output before the residual add (the sites of the pre-LN
     layer): replaying the model's masks in a numpy transcription of the block gives its loss."""
     model = make(resid_dropout=0.3, attn_dropout=0.2)
-    theta = randomize_theta(model, np.random.default_rng(4))
     x = np.array([3, 1, 4, 1, 5, 9, 2])
-    model.loss_and_grad(x)
-    masks = model.dropout_masks()
-    assert {"layers.0.attn.out", "layers.0.mlp.out", "layers.1.attn.weights"} <= set(masks)
-    p = dict(theta)
+    p, masks, X = dropped_run(model, x)
     l = len(x)
-    X = p["W_e"][:, x] + p["W_p"][:, :l]
     for i in range(2):
         q = f"layers.{i}."
         attn, mlp = dropped_sublayers(p, masks, l, q)

@@ -13,8 +13,8 @@ import pytest
 import formal_transformers as ft
 from formal_transformers import reference as ref
 from conftest import TOL, randomize_theta, rel_err
-from decoder_checks import (assert_decoding_equals_literal, assert_gradients_match_fd, assert_replayed_loss,
-                            dropped_sublayers)
+from decoder_checks import (BLOCK_GRADIENT_OPTIONS, assert_decoding_equals_literal, assert_replayed_loss,
+                            block_gradients_match_fd, dropped_run, dropped_sublayers)
 from test_config import outputs, save_with_config
 
 V = 13
@@ -52,26 +52,18 @@ def test_forward_matches_the_reference_and_the_parameters_follow_algorithm_10s(d
     assert (fresh.params["layers.1.gamma2_post"] == 1).all() and (fresh.params["layers.1.beta2_post"] == 0).all()
 
 
-@pytest.mark.parametrize("extra", [{}, dict(positional="rope", H_kv=1, bias=False, norm="rms", mlp="swiglu")])
+@pytest.mark.parametrize("extra", BLOCK_GRADIENT_OPTIONS)
 def test_gradients_match_finite_differences(extra):
-    model = make(**extra)
-    randomize_theta(model, np.random.default_rng(2))
-    x = [np.array([3, 1, 4, 1, 5, 9, 2, 6]), np.array([7, 0, 2])]
-    assert_gradients_match_fd(model, x, b_k_zero=extra.get("positional") != "rope")
+    block_gradients_match_fd(make(**extra), extra)
 
 
 def test_dropout_masks_replay_through_the_reference():
     """With dropout, the block drops each sublayer's normalised output before the residual add (the pre-LN layer's
     sites): replaying the model's masks in a numpy transcription of the block gives its loss."""
     model = make(resid_dropout=0.3, attn_dropout=0.2)
-    theta = randomize_theta(model, np.random.default_rng(4))
     x = np.array([3, 1, 4, 1, 5, 9, 2])
-    model.loss_and_grad(x)
-    masks = model.dropout_masks()
-    assert {"layers.0.attn.out", "layers.0.mlp.out", "layers.1.attn.weights"} <= set(masks)
-    p = dict(theta)
+    p, masks, X = dropped_run(model, x)
     l = len(x)
-    X = p["W_e"][:, x] + p["W_p"][:, :l]
     for i in range(2):
         q = f"layers.{i}."
         attn, mlp = dropped_sublayers(p, masks, l, q)
