@@ -159,13 +159,7 @@ def round_trips_exactly(hf, tmp_path, class_name, same_keys=False):
     for k, v in s1.items():
         if k in s2:
             assert torch.equal(v, s2[k]), k
-    back = ft.from_hf(hf2)
-    assert back.config == model.config
-    for k, v in model.params.items():
-        assert np.array_equal(back.params[k], v), k
+    assert_same_params(model, ft.from_hf(hf2))
     ft.save_hf(model, tmp_path / "m")
-    again = ft.load_hf(tmp_path / "m")
-    assert again.config == model.config
-    for k, v in model.params.items():
-        assert np.array_equal(again.params[k], v), k
+    assert_same_params(model, ft.load_hf(tmp_path / "m"))
     return model, hf2
