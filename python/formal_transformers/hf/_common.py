@@ -188,6 +188,18 @@ def _table_from_ft(rows, P: dict) -> dict:
     return {hf: (P[ft].T if how == "T" else _flat(P[ft]) if how else P[ft]) for hf, ft, how in rows}
 
 
+def _drop_stack_embeddings(T: dict, model: str, shared: str = "shared.weight") -> None:
+    """An encoder-decoder's stack embeddings (encoder./decoder.embed_tokens.weight) dropped from T as aliases of the
+    shared one: ValueError when one differs (transformers embeds that stack's tokens with it; ft's two stacks share
+    one W_e)."""
+    for k in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"):
+        if k in T:
+            if shared in T and not np.array_equal(T[k], T[shared]):
+                raise ValueError(f"{model}: tensor {k} differs from {shared}: transformers embeds that stack's "
+                                 "tokens with it, and ft's encoder and decoder share one W_e (no equivalent)")
+            T.pop(k)
+
+
 def _layered_table(hp: dict, body, layer_at: str, layer, head=(), untied=None) -> list:
     """A name table of a whole model, rows (HF name, ft name, how): the body's rows (embeddings, final norm), layer
     l's rows with the HF name under layer_at.format(l) and ft's under layers.l., the head's rows, and W_u under the

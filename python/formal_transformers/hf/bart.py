@@ -29,9 +29,9 @@ import os
 
 import numpy as np
 
-from ._common import (_cfg_bool, _cfg_float, _cfg_get, _cfg_int, _cfg_rate, _export_all_kv_heads,
-                      _export_heads_split_d_e, _export_requires, _read_config_json, _split_rates, _unsupported,
-                      _width_and_heads)
+from ._common import (_cfg_bool, _cfg_float, _cfg_get, _cfg_int, _cfg_rate, _drop_stack_embeddings,
+                      _export_all_kv_heads, _export_heads_split_d_e, _export_requires, _read_config_json, _split_rates,
+                      _unsupported, _width_and_heads)
 from ._registry import Converter, build, check_layer_count, export, hf_model, register, state_arrays
 
 OFFSET = 2  # BartLearnedPositionalEmbedding's rows before position 0
@@ -201,12 +201,7 @@ class BART(Converter):
         if not head:
             hp["unembed_bias"] = False
             hp["tied"] = True  # BartModel has no head: the unembedding is W_eᵀ
-        for k in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"):
-            if k in T:
-                if self.embedding in T and not np.array_equal(T[k], T[self.embedding]):
-                    raise ValueError(f"BART: tensor {k} differs from shared.weight: transformers embeds that stack's "
-                                     "tokens with it, and ft's encoder and decoder share one W_e (no equivalent)")
-                T.pop(k)
+        _drop_stack_embeddings(T, "BART", self.embedding)
         return T
 
     def check_layers(self, hp, T, where, cls_name):

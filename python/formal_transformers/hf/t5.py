@@ -18,10 +18,9 @@ HF's T5LayerNorm computes its mean square in float32 even for a float64 model (t
 that costs and how the test runs it in float64). The relative buckets are checked by the core (resolve)."""
 from __future__ import annotations
 
-import numpy as np
-
-from ._common import (_bad_value, _cfg_bool, _cfg_float, _cfg_int, _cfg_str, _export_all_kv_heads, _export_head_dim,
-                      _export_requires, _require, _split_rates, _table_from_ft, _table_to_ft, _unsupported)
+from ._common import (_bad_value, _cfg_bool, _cfg_float, _cfg_int, _cfg_str, _drop_stack_embeddings,
+                      _export_all_kv_heads, _export_head_dim, _export_requires, _require, _split_rates, _table_from_ft,
+                      _table_to_ft, _unsupported)
 from ._registry import Converter, check_layer_count, register
 
 # (is_gated_act, dense_act_fn) -> ft's mlp
@@ -123,12 +122,7 @@ class T5(Converter):
 
     def prepare(self, hp, T, head):
         T = super().prepare(hp, T, head)
-        for k in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"):
-            if k in T:
-                if self.embedding in T and not np.array_equal(T[k], T[self.embedding]):
-                    raise ValueError(f"T5: tensor {k} differs from shared.weight: transformers embeds that stack's "
-                                     "tokens with it, and ft's encoder and decoder share one W_e (no equivalent)")
-                T.pop(k)
+        _drop_stack_embeddings(T, "T5", self.embedding)
         return T
 
     def check_layers(self, hp, T, where, cls_name):
