@@ -123,8 +123,8 @@ TEST(SlidingWindow, ConfigChecks) {
     EXPECT_NO_THROW(resolve(c, Arch::D));
     ModelConfig e = c;
     e.positional = Positional::Learned;
-    e.mlp = ModelConfig::Mlp::Standard;
-    e.norm = NormKind::Layer;
+    e.mlp = "";  // the listing's
+    e.norm = "layer";
     EXPECT_THROW(resolve(e, Arch::E), ValueError);
 }
 

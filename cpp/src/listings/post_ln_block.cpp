@@ -28,9 +28,9 @@ public:
     PostLNEncoderBlock(const BlockSpec& b, ParamStore<T>& store, const std::string& p)
         : SelfBlock<T>(attn_l),
           attn_l(b.c->H, b.c->d_e, b.c->d_e, b.c->d_attn, b.c->d_mid, b.c->d_e, b.mask, store, p + "attn.", b.self),
-          norm1(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma1", p + "beta1"),
-          mlp(mlp_name(b.c->mlp), mlp_spec(*b.c, b.act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p),
-          norm2(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma2", p + "beta2") {}
+          norm1(b.c->norm, b.c->d_e, b.c->eps, store, p + "gamma1", p + "beta1"),
+          mlp(b.c->mlp, mlp_spec(*b.c, b.act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p),
+          norm2(b.c->norm, b.c->d_e, b.c->eps, store, p + "gamma2", p + "beta2") {}
     std::unique_ptr<BlockActs<T>> make_acts() const override { return std::make_unique<Acts>(); }
 
     void init(ParamStore<T>& store, Rng& rng, double s, double s_out) const override {

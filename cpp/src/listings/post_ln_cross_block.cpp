@@ -31,12 +31,12 @@ public:
     PostLNDecoderBlock(const BlockSpec& b, ParamStore<T>& store, const std::string& p)
         : CrossBlock<T>(self_l, cross_l),
           self_l(b.c->H, b.c->d_e, b.c->d_e, b.c->d_attn, b.c->d_mid, b.c->d_e, b.mask, store, p + "attn.", b.self),
-          norm3(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma3", p + "beta3"),
+          norm3(b.c->norm, b.c->d_e, b.c->eps, store, p + "gamma3", p + "beta3"),
           cross_l(b.c->H, b.c->d_e, b.c->d_e, b.c->d_attn, b.c->d_mid, b.c->d_e, Mask::bidirectional(), store,
                   p + "cross_attn.", b.cross),
-          norm4(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma4", p + "beta4"),
-          mlp(mlp_name(b.c->mlp), mlp_spec(*b.c, b.act, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4"), store, p),
-          norm5(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma5", p + "beta5") {}
+          norm4(b.c->norm, b.c->d_e, b.c->eps, store, p + "gamma4", p + "beta4"),
+          mlp(b.c->mlp, mlp_spec(*b.c, b.act, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4"), store, p),
+          norm5(b.c->norm, b.c->d_e, b.c->eps, store, p + "gamma5", p + "beta5") {}
     std::unique_ptr<CrossBlockActs<T>> make_acts() const override { return std::make_unique<Acts>(); }
 
     void init(ParamStore<T>& store, Rng& rng, double s, double s_out) const override {

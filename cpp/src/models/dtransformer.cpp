@@ -21,7 +21,7 @@ DTransformer<T>::DTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::
         const BlockSpec spec{&cfg, act, layer_mask(cfg, l), layer_variant(cfg, l), AttnVariant()};
         layer.push_back(make_self_block<T>(cfg.block, spec, store, layer_prefix("layers", l)));
     }
-    norm_f = std::make_unique<Norm<T>>(norm_name(cfg.norm), cfg.d_e, cfg.eps, store, "gamma", "beta");
+    norm_f = std::make_unique<Norm<T>>(cfg.norm, cfg.d_e, cfg.eps, store, "gamma", "beta");
     for (index_t k = 0; k < cfg.mtp_depth; ++k)  // V16's modules (multi_token.hpp)
         mtp.push_back(std::make_shared<MTPModule<T>>(cfg, act, store, layer_prefix("mtp", k)));
     Rng rng = this->make_head_and_allocate(cfg.d_e);

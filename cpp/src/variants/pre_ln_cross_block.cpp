@@ -23,13 +23,13 @@ public:
     };
     PreLNCrossDecoderBlock(const BlockSpec& b, ParamStore<T>& store, const std::string& p)
         : CrossBlock<T>(self_l, cross_l),
-          norm1(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma1", p + "beta1"),
+          norm1(b.c->norm, b.c->d_e, b.c->eps, store, p + "gamma1", p + "beta1"),
           self_l(b.c->H, b.c->d_e, b.c->d_e, b.c->d_attn, b.c->d_mid, b.c->d_e, b.mask, store, p + "attn.", b.self),
-          norm2(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma2", p + "beta2"),
+          norm2(b.c->norm, b.c->d_e, b.c->eps, store, p + "gamma2", p + "beta2"),
           cross_l(b.c->H, b.c->d_e, b.c->d_e, b.c->d_attn, b.c->d_mid, b.c->d_e, Mask::bidirectional(), store,
                   p + "cross_attn.", b.cross),
-          norm3(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma3", p + "beta3"),
-          mlp(mlp_name(b.c->mlp), mlp_spec(*b.c, b.act, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4"), store, p) {}
+          norm3(b.c->norm, b.c->d_e, b.c->eps, store, p + "gamma3", p + "beta3"),
+          mlp(b.c->mlp, mlp_spec(*b.c, b.act, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4"), store, p) {}
     std::unique_ptr<CrossBlockActs<T>> make_acts() const override { return std::make_unique<Acts>(); }
 
     void init(ParamStore<T>& store, Rng& rng, double s, double s_out) const override {

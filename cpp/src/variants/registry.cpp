@@ -132,6 +132,7 @@ struct Entry {
     const char* name;
     F make;
     const PartRow& (*row)() = nullptr;  // the part's options and check (none: it has neither)
+    const char* alias = nullptr;        // another name its kind's selector takes for it (mlp='gated-gelu')
 };
 using MaskFactory = Mask (*)(const MaskOptions&);
 template <class T>
@@ -205,9 +206,9 @@ const std::vector<Entry<HeadKernelFactory<T>>>& head_kernels() {
 template <class T>
 const std::vector<Entry<MLPFactory<T>>>& mlps() {
     static const std::vector<Entry<MLPFactory<T>>> t = {
-        {"standard", make_standard_mlp<T>},
+        {"gelu", make_standard_mlp<T>},  // the listing's MLP with the model's GELU (Algorithms 9, 10; V22 in 8)
         {"swiglu", make_swiglu_mlp<T>},
-        {"geglu", make_geglu_mlp<T>},
+        {"geglu", make_geglu_mlp<T>, nullptr, "gated-gelu"},
         {"relu", make_relu_mlp<T>},
     };
     return t;
@@ -259,6 +260,12 @@ template <class E>
 std::vector<std::string> names_of(const std::vector<E>& t) {
     std::vector<std::string> n;
     for (const E& e : t) n.push_back(e.name);
+    return n;
+}
+template <class E>
+std::vector<SelectorName> selector_names_of(const std::vector<E>& t) {
+    std::vector<SelectorName> n;
+    for (const E& e : t) n.push_back({e.name, e.alias});
     return n;
 }
 template <class E>
@@ -369,6 +376,39 @@ std::vector<std::string> part_names(PartKind kind) {
         case PartKind::Block: return names_of(blocks<float>());
         default: return names_of(norms<float>());
     }
+}
+
+std::vector<SelectorName> selector_names(PartKind kind) {
+    switch (kind) {
+        case PartKind::MLP: return selector_names_of(mlps<float>());
+        case PartKind::Norm: return selector_names_of(norms<float>());
+        default: {
+            std::vector<SelectorName> n;
+            for (const std::string& s : part_names(kind)) n.push_back({s, nullptr});
+            return n;
+        }
+    }
+}
+
+const char* default_part(PartKind kind, Arch arch) {
+    switch (kind) {
+        case PartKind::Norm: return "layer";                         // Algorithm 6
+        case PartKind::MLP: return arch == Arch::ED ? "relu" : "gelu";  // Algorithm 8's φ = ReLU; 9, 10: GELU
+        case PartKind::Block: return default_block(arch);
+        default: return "";
+    }
+}
+
+std::string selected_part(PartKind kind, const std::string& given, Arch arch, const char* option) {
+    const std::vector<SelectorName> names = selector_names(kind);
+    for (const SelectorName& n : names)
+        if (given == n.name || (n.alias && given == n.alias)) return n.name;
+    // the names it takes: the architecture's listing's part first, then the registry's order
+    const std::string first = default_part(kind, arch);
+    std::string list = first.empty() ? "" : "'" + first + "'";
+    for (const SelectorName& n : names)
+        if (n.name != first) list += (list.empty() ? "'" : ", '") + n.name + "'";
+    throw ValueError(std::string(option) + " must be one of " + list + ", got '" + given + "'");
 }
 
 void check_part_name(PartKind kind, const std::string& name, const char* option) {

@@ -45,12 +45,12 @@ public:
     };
     SandwichBlock(const BlockSpec& b, ParamStore<T>& store, const std::string& p)
         : SelfBlock<T>(attn_l),
-          norm1(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma1", p + "beta1"),
+          norm1(b.c->norm, b.c->d_e, b.c->eps, store, p + "gamma1", p + "beta1"),
           attn_l(b.c->H, b.c->d_e, b.c->d_e, b.c->d_attn, b.c->d_mid, b.c->d_e, b.mask, store, p + "attn.", b.self),
-          norm2(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma2", p + "beta2"),
-          mlp(mlp_name(b.c->mlp), mlp_spec(*b.c, b.act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p),
-          post1(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma1_post", p + "beta1_post"),
-          post2(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma2_post", p + "beta2_post") {}
+          norm2(b.c->norm, b.c->d_e, b.c->eps, store, p + "gamma2", p + "beta2"),
+          mlp(b.c->mlp, mlp_spec(*b.c, b.act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p),
+          post1(b.c->norm, b.c->d_e, b.c->eps, store, p + "gamma1_post", p + "beta1_post"),
+          post2(b.c->norm, b.c->d_e, b.c->eps, store, p + "gamma2_post", p + "beta2_post") {}
     std::unique_ptr<BlockActs<T>> make_acts() const override { return std::make_unique<Acts>(); }
 
     void init(ParamStore<T>& store, Rng& rng, double s, double s_out) const override {
