@@ -158,7 +158,7 @@ TEST(SlidingWindow, TheMaskPartOwnsItsOption) {
 
     // an option of a part that is not chosen must be at its default: the error names the option and the parts
     ModelConfig p = c;
-    p.mask = ModelConfig::MaskKind::Prefix;
+    p.mask = "prefix";
     try {
         resolve(p, Arch::D);
         ADD_FAILURE() << "mask='prefix' with sliding_window resolved";

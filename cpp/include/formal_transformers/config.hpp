@@ -60,7 +60,9 @@ struct ModelConfig {
     double rope_theta = 10000.0;
     // V7 (D only): the prefix-LM mask of line 6, Mask[t_z, t_x] = [[t_z < p_b or t_z ≤ t_x]] with the prefix length
     // p_b of each sequence given with the call (Tokens::prefix; none: p_b = 0, the causal mask). Causal: Algorithm 10.
-    enum class MaskKind { Causal, Prefix } mask = MaskKind::Causal;
+    // mask (D only): a registered mask's name or alias (parts.hpp PartKind::Mask; "causal", alias "unidirectional":
+    // Algorithm 10's; "prefix": V7's, per_call_mask); "": the architecture's listing's (default_part; resolve fills it).
+    std::string mask;
     // The layers of the stacks: a registered block's name (parts.hpp PartKind::Block; "": the architecture's
     // listing's, default_block: "pre_ln" in D, "post_ln" in E and ED; resolve fills it). ED's "pre_ln" is V18a
     // (T5): both stacks of pre-norm layers, each ending with a norm (γ_enc, γ_dec); files and keywords of earlier

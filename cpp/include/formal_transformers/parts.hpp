@@ -338,12 +338,15 @@ struct SelectorName {
     std::string name;
     const char* alias;
 };
-std::vector<SelectorName> selector_names(PartKind kind);
+std::vector<SelectorName> selector_names(PartKind kind, Arch arch);  // (a part its own options choose: not named)
 std::string selected_part(PartKind kind, const std::string& given, Arch arch, const char* option);
 // The part of `kind` an architecture's listing has, chosen when its option is not given: norm "layer"
-// (Algorithm 6); MLP "gelu" (Algorithms 9, 10) or, in EDTransformer, "relu" (Algorithm 8); the block
-// default_block(arch); "" for the kinds no option names this way.
+// (Algorithm 6); MLP "gelu" (Algorithms 9, 10) or, in EDTransformer, "relu" (Algorithm 8); mask "causal" in
+// DTransformer (Algorithm 10), "bidirectional" in ETransformer; the block default_block(arch); "" for the others.
 const char* default_part(PartKind kind, Arch arch);
+// Whether the mask `name` is made per call from the batch's per-sequence values (V7's "prefix", from the prefix
+// lengths p_b: Tokens::prefix, prefix_len): its registry line says so. A model with such a mask takes prefix_len.
+bool per_call_mask(const std::string& name);
 
 // What a part declares of itself (defined in the part's own file, listed with its factory in registry.cpp):
 // the options it owns (the model config's schema takes them as its own: keywords, JSON, repr) and its one

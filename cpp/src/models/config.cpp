@@ -46,9 +46,6 @@ const NameTable<Positional> kPositionals = {{"learned", Positional::Learned},
                                             {"alibi", Positional::Alibi},
                                             {"relative", Positional::Relative}};
 const NameTable<Gelu> kGelus = {{"exact", Gelu::Exact}, {"tanh", Gelu::Tanh}, {"none", Gelu::Exact}};
-const NameTable<ModelConfig::MaskKind> kMasks = {{"causal", ModelConfig::MaskKind::Causal},
-                                                  {"unidirectional", ModelConfig::MaskKind::Causal},
-                                                  {"prefix", ModelConfig::MaskKind::Prefix}};
 const NameTable<AttnImpl> kAttnImpls = {{"auto", AttnImpl::Auto}, {"literal", AttnImpl::Literal}, {"tiled", AttnImpl::Tiled}};
 const NameTable<AttnKernel> kAttnKernels = {
     {"softmax", AttnKernel::Softmax}, {"performer", AttnKernel::Performer}, {"rfa", AttnKernel::RFA},
@@ -61,7 +58,6 @@ const NameTable<En>& names_of(En ModelConfig::*);
 template <> const NameTable<Positional>& names_of(Positional ModelConfig::*) { return kPositionals; }
 template <> const NameTable<Gelu>& names_of(Gelu ModelConfig::*) { return kGelus; }
 template <> const NameTable<AttnImpl>& names_of(AttnImpl ModelConfig::*) { return kAttnImpls; }
-template <> const NameTable<ModelConfig::MaskKind>& names_of(ModelConfig::MaskKind ModelConfig::*) { return kMasks; }
 template <> const NameTable<AttnKernel>& names_of(AttnKernel ModelConfig::*) { return kAttnKernels; }
 template <> const NameTable<ModelConfig::BigBirdDraw>& names_of(ModelConfig::BigBirdDraw ModelConfig::*) { return kBigBirdDraws; }
 
@@ -73,7 +69,7 @@ constexpr bool is_enum_member<En ModelConfig::*> = std::is_enum_v<En>;
 using Field = std::variant<std::nullptr_t, index_t ModelConfig::*, double ModelConfig::*, bool ModelConfig::*,
                            std::uint64_t ModelConfig::*, Positional ModelConfig::*,
                            Gelu ModelConfig::*, AttnImpl ModelConfig::*,
-                           ModelConfig::MaskKind ModelConfig::*, AttnKernel ModelConfig::*,
+                           AttnKernel ModelConfig::*,
                            ModelConfig::BigBirdDraw ModelConfig::*, std::string ModelConfig::*>;
 
 struct OptionSpec {
@@ -149,7 +145,7 @@ const std::vector<OptionSpec> kSchema = {
     {"rope_theta", D, Kind::Real, &ModelConfig::rope_theta, Check::Positive},
     {kPartsHere[1].name, 0, Kind::AllRates, nullptr},
     {kPartsHere[2].name, 0, Kind::AllRates, nullptr},
-    {"mask", D, Kind::Enum, &ModelConfig::mask},
+    {"mask", D, Kind::Part, &ModelConfig::mask, Check::None, nullptr, PartKind::Mask},
     {"mtp_depth", D, Kind::Count, &ModelConfig::mtp_depth},
     {"mtp_weight", D, Kind::Real, &ModelConfig::mtp_weight, Check::NonNegative},
     {kPartsHere[3].name, 0, Kind::AllRates, nullptr},
@@ -487,9 +483,8 @@ std::string archs_text(unsigned a) {
 // architecture) and the registered part its value names ("": the listing's own part). V7's mask='prefix' names the
 // prefix mask, made per call with the batch's p_b; attention='bigbird' the block layout (mask and kernel).
 std::pair<std::string, std::string> selector(const ModelConfig& c, PartKind kind) {
-    if (kind == PartKind::Mask && c.arch == Arch::D)
-        return c.mask == ModelConfig::MaskKind::Prefix ? std::pair<std::string, std::string>{"mask='prefix'", "prefix"}
-                                                       : std::pair<std::string, std::string>{"mask='causal'", ""};
+    if (kind == PartKind::Mask && c.arch == Arch::D)  // (the listing's "causal": a mask its options choose may replace it)
+        return {"mask='" + c.mask + "'", c.mask == default_part(kind, c.arch) ? "" : c.mask};
     if (kind == PartKind::Position) {
         const char* n = c.positional == Positional::Rope       ? "rope"
                         : c.positional == Positional::Alibi    ? "alibi"
@@ -837,8 +832,8 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
             throw ValueError("mtp_depth = " + std::to_string(c.mtp_depth) + " has no room in l_max = " + std::to_string(c.l_max) +
                              ": module D predicts x[t+D+1], so a training sequence needs at least D + 2 tokens (l_max >= " +
                              std::to_string(c.mtp_depth + 2) + ")");
-        if (c.mask == ModelConfig::MaskKind::Prefix)
-            throw ValueError("mtp_depth (multi-token prediction) does not combine with mask='prefix'");
+        if (per_call_mask(c.mask))
+            throw ValueError("mtp_depth (multi-token prediction) does not combine with mask='" + c.mask + "'");
         if (c.attention != AttnKernel::Softmax)
             throw ValueError("mtp_depth (multi-token prediction) needs attention='softmax' (its self-speculation takes back drafts)");
         if (c.part_options.real("embed_scale") > 0 || c.final_logit_softcapping > 0 || c.block == "sandwich")
@@ -875,9 +870,9 @@ index_t max_input_length(const ModelConfig& c) {
 void validate(const Tokens& x, const ModelConfig& c, const char* what) {
     validate(x, c.n_vocab, max_input_length(c), what);
     if (!x.prefix) return;
-    if (c.arch != Arch::D || c.mask != ModelConfig::MaskKind::Prefix)
+    if (!per_call_mask(c.mask))
         throw ValueError(std::string("prefix_len is given to a model without mask='prefix' (") + arch_name(c.arch) +
-                         (c.arch == Arch::D ? " with mask='causal')" : ")"));
+                         (c.arch == Arch::D ? " with mask='" + c.mask + "')" : ")"));
     for (index_t b = 0; b < x.s.count(); ++b) {
         const index_t p = x.prefix[b], l = x.s.len(b);
         const std::string of = x.s.count() == 1 ? "" : " of sequence " + std::to_string(b);

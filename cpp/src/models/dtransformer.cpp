@@ -47,7 +47,7 @@ void DTransformer<T>::forward(const Tokens& x) {
     this->embed_dropout(stream_[0], DropSite::EmbedX, this->drop_embed_);  // (training) X ← Dropout(X)
     // V7: line 6's Mask[t_z, t_x] = [[t_z < p_b or t_z ≤ t_x]] with this batch's prefix lengths (none: causal)
     std::optional<Mask> prefix;
-    if (x.prefix) prefix = make_mask("prefix", MaskOptions{std::vector<index_t>(x.prefix, x.prefix + x.s.count()), {}, {}});
+    if (x.prefix) prefix = make_mask(cfg.mask, MaskOptions{std::vector<index_t>(x.prefix, x.prefix + x.s.count()), {}, {}});
     for (index_t l = 0; l < cfg.L; ++l) {  // line 4
         poll();
         const std::size_t i = std::size_t(l);
