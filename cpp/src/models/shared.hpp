@@ -32,18 +32,6 @@ MatView<T> copy_into(Matrix<T>& dst, CMatView<T> src) {
     return v;
 }
 inline std::string layer_prefix(const char* group, index_t l) { return std::string(group) + "." + std::to_string(l) + "."; }
-// The names of the parts a config chooses (parts.hpp's registry), from its fields.
-inline const char* norm_name(NormKind k) {
-    return k == NormKind::RMS ? "rms" : k == NormKind::Scale ? "scale" : k == NormKind::RMS1p ? "rms1p" : "layer";
-}
-inline const char* mlp_name(ModelConfig::Mlp m) {
-    return m == ModelConfig::Mlp::SwiGLU  ? "swiglu"
-           : m == ModelConfig::Mlp::GeGLU ? "geglu"
-           : m == ModelConfig::Mlp::ReLU  ? "relu"
-                                          : "standard";
-}
-// The activation of Algorithm 8's MLPs: ReLU as printed, GELU with mlp="gelu" (V22, BART)
-inline Activation ed_activation(const ModelConfig& c) { return c.mlp == ModelConfig::Mlp::Gelu ? Activation::Gelu : Activation::Relu; }
 inline const char* position_name(Positional p) {
     return p == Positional::Rope ? "rope" : p == Positional::Alibi ? "alibi" : p == Positional::Relative ? "relative" : "none";
 }
@@ -88,7 +76,7 @@ inline AttnVariant attn_variant(const ModelConfig& c, bool positional) {
     v.options = c.part_options;  // the parts' own options (V10's latent source, V15's random features)
     v.scale_scores = c.scale_scores;  // V18
     v.kernel = c.attention;  // V15
-    v.norm = norm_name(c.norm), v.eps = c.eps;  // V24's QK-norm normalises with the model's norm
+    v.norm = c.norm, v.eps = c.eps;  // V24's QK-norm normalises with the model's norm
     return v;
 }
 // Layer l's self-attention options: attn_variant(c, true) with V26's θ of a local layer
@@ -125,7 +113,7 @@ inline MLPSpec mlp_spec(const ModelConfig& c, Activation act, const char* W1, co
 // norm k: γ_l^k (β_l^k) named gamma<k>, beta<k>
 template <class T>
 Norm<T> block_norm(const BlockSpec& b, ParamStore<T>& store, const std::string& p, const char* k) {
-    return Norm<T>(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma" + k, p + "beta" + k);
+    return Norm<T>(b.c->norm, b.c->d_e, b.c->eps, store, p + "gamma" + k, p + "beta" + k);
 }
 // the self-attention W_l ("attn."): the stack's Mask and options
 template <class T>
@@ -144,7 +132,7 @@ MHAttention<T> cross_attention(const BlockSpec& b, ParamStore<T>& store, const s
 template <class T>
 MLP<T> block_mlp(const BlockSpec& b, ParamStore<T>& store, const std::string& p, const char* W1, const char* b1,
                  const char* W2, const char* b2) {
-    return MLP<T>(mlp_name(b.c->mlp), mlp_spec(*b.c, b.act, W1, b1, W2, b2), store, p);
+    return MLP<T>(b.c->mlp, mlp_spec(*b.c, b.act, W1, b1, W2, b2), store, p);
 }
 // A block's init: each of its parts in the order given (norms γ = 1, β = 0; attentions and MLPs drawn from rng)
 template <class T>
