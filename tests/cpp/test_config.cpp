@@ -8,6 +8,7 @@
 
 #include "formal_transformers/config.hpp"
 #include "formal_transformers/parts.hpp"
+#include "formal_transformers/transformers.hpp"
 
 namespace {
 
@@ -39,7 +40,7 @@ TEST(ModelConfig, FromOptionsFillsMembersAndDefaults) {
     EXPECT_EQ(c.d_mid, 3);  // resolved: d_e / H
     EXPECT_EQ(c.H_kv, 1);
     EXPECT_EQ(c.positional, ft::Positional::Rope);
-    EXPECT_EQ(c.norm, ft::NormKind::RMS);
+    EXPECT_EQ(c.norm, "rms");
     EXPECT_EQ(c.seed, 18446744073709551615ull);
     EXPECT_EQ(c.embed_dropout, 0.25);  // dropout: the rates not given
     EXPECT_EQ(c.resid_dropout, 0.25);
@@ -241,8 +242,52 @@ TEST(ModelConfig, MlpNamesArePerArchitecture) {
         R"({"arch": "EDTransformer", "n_vocab": 12, "l_max": 6, "L_enc": 1, "L_dec": 1, "H": 2, "d_e": 4, "d_mlp": 8,
             "d_attn": 2, "d_mid": 2, "norm": "layer", "positional": "learned", "base": null, "tied": false,
             "eps": 1e-05, "seed": 3, "init_std": 0.02})");
-    EXPECT_EQ(old_ed.mlp, ModelConfig::Mlp::Standard);
+    EXPECT_EQ(old_ed.mlp, "relu");  // Algorithm 8's
     EXPECT_NE(old_ed.to_json().find("\"mlp\":\"relu\""), std::string::npos);
+}
+
+// norm, mlp and mask take the registry's names (parts.hpp selected_part): every registered norm and MLP, and every
+// mask of DTransformer's not chosen by its own options, is accepted by its name with no other edit (a new one is its
+// file and its registry line), written back by it, and builds; an unknown name's error lists exactly those names,
+// the architecture's listing's first.
+TEST(ModelConfig, PartSelectorsTakeTheRegistrysNames) {
+    for (const auto& [kind, option] : {std::pair{ft::PartKind::Norm, "norm"}, std::pair{ft::PartKind::MLP, "mlp"},
+                                       std::pair{ft::PartKind::Mask, "mask"}}) {
+        std::vector<std::string> names;  // (a mask its own options choose, V8's sliding window, is not named by `mask`)
+        for (const ft::SelectorName& n : ft::selector_names(kind, Arch::D)) names.push_back(n.name);
+        ASSERT_GE(names.size(), 2u);
+        if (kind != ft::PartKind::Mask) EXPECT_EQ(names, ft::part_names(kind));
+        std::string list = std::string("'") + ft::default_part(kind, Arch::D) + "'";
+        for (const std::string& name : names) {
+            if (name != ft::default_part(kind, Arch::D)) list += ", '" + name + "'";
+            Options o = sizes_d();
+            o.emplace_back(option, name);
+            const ModelConfig c = ModelConfig::from_options(Arch::D, o);
+            EXPECT_EQ(kind == ft::PartKind::Norm ? c.norm : kind == ft::PartKind::MLP ? c.mlp : c.mask, name);
+            EXPECT_NE(c.to_json().find("\"" + std::string(option) + "\":\"" + name + "\""), std::string::npos);
+            EXPECT_NO_THROW(ft::DTransformer<double>{c}) << option << "=" << name;
+        }
+        Options o = sizes_d();
+        o.emplace_back(option, std::string("bogus"));
+        try {
+            ModelConfig::from_options(Arch::D, o);
+            ADD_FAILURE() << "no error";
+        } catch (const ft::ValueError& e) {
+            EXPECT_EQ(std::string(e.what()), std::string(option) + " must be one of " + list + ", got 'bogus'");
+        }
+    }
+    // a config built in C++ with a name of neither kind: resolve's ValueError; ETransformer's MLP and norm are the listing's
+    ModelConfig c = ModelConfig::from_options(Arch::D, sizes_d());
+    c.norm = "batch";
+    EXPECT_THROW(ft::resolve(c, Arch::D), ft::ValueError);
+    c.norm = "rms", c.d_f = 6;
+    try {
+        ft::resolve(c, Arch::E);
+        ADD_FAILURE() << "no error";
+    } catch (const ft::ValueError& e) {
+        EXPECT_EQ(std::string(e.what()).rfind("norm='rms': norm is an option of the DTransformer and EDTransformer", 0), 0u)
+            << e.what();
+    }
 }
 
 // mtp_depth, mtp_weight (V16, D only): two schema lines; the checks between options name mtp_depth; JSON round trip.

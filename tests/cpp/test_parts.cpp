@@ -154,7 +154,7 @@ TEST(Registry, NamesAndClearErrors) {
         return std::find(n.begin(), n.end(), name) != n.end();
     };
     EXPECT_TRUE(has(PartKind::Mask, "prefix"));
-    EXPECT_TRUE(has(PartKind::Mask, "unidirectional"));
+    EXPECT_TRUE(has(PartKind::Mask, "causal"));  // (make_mask also takes its alias "unidirectional")
     EXPECT_TRUE(has(PartKind::Position, "rope"));
     EXPECT_TRUE(has(PartKind::Position, "alibi"));
     EXPECT_TRUE(has(PartKind::MLP, "swiglu"));

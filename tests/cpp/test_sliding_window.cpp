@@ -123,8 +123,8 @@ TEST(SlidingWindow, ConfigChecks) {
     EXPECT_NO_THROW(resolve(c, Arch::D));
     ModelConfig e = c;
     e.positional = Positional::Learned;
-    e.mlp = ModelConfig::Mlp::Standard;
-    e.norm = NormKind::Layer;
+    e.mlp = "";  // the listing's
+    e.norm = "layer";
     EXPECT_THROW(resolve(e, Arch::E), ValueError);
 }
 
@@ -158,7 +158,7 @@ TEST(SlidingWindow, TheMaskPartOwnsItsOption) {
 
     // an option of a part that is not chosen must be at its default: the error names the option and the parts
     ModelConfig p = c;
-    p.mask = ModelConfig::MaskKind::Prefix;
+    p.mask = "prefix";
     try {
         resolve(p, Arch::D);
         ADD_FAILURE() << "mask='prefix' with sliding_window resolved";

@@ -110,9 +110,9 @@ inline ft::ModelConfig small_decoder(index_t l_max) {
 inline ft::ModelConfig llama_like(ft::Positional pos, index_t l_max) {
     ft::ModelConfig c = small_decoder(l_max);
     c.positional = pos;
-    c.mlp = ft::ModelConfig::Mlp::SwiGLU;
+    c.mlp = "swiglu";
     c.bias = false;
-    c.norm = ft::NormKind::RMS;
+    c.norm = "rms";
     return c;
 }
 

@@ -79,6 +79,29 @@ def assert_grads_match_fd(model, grads, loss, *, b_k_zero=True, label=None):
         assert rel_err(grads[k], num) <= 1e-6, (label, k)
 
 
+def replayed_loss(model, inp, step):
+    """The loss of model(*inp) with the dropout masks of step `step` (dropout_step set back to it: a replay)."""
+    model.dropout_step = step
+    return model.loss_and_grad(*inp, copy=True)[0]
+
+
+def assert_directional_fd(model, inp, step, grads, rng, *, h=1e-6, tol=1e-6, skip=()):
+    """Every parameter's gradient (but those named in skip) against the central difference of the replayed loss
+    (masks of step `step`) along a random direction of that parameter, ≤ tol · max(1, |analytic|)."""
+    for name, p in model.params.items():
+        if name in skip:
+            continue
+        v = rng.normal(size=p.shape)  # a random direction in this parameter
+        base = np.array(p)
+        p[...] = base + h * v
+        lp = replayed_loss(model, inp, step)
+        p[...] = base - h * v
+        lm = replayed_loss(model, inp, step)
+        p[...] = base
+        fd, an = (lp - lm) / (2 * h), float(np.sum(grads[name] * v))
+        assert abs(fd - an) <= tol * max(1.0, abs(an)), (name, fd, an)
+
+
 def kind_inputs(kind, rng, n_vocab, l, l_z, masked):
     """One sequence's inputs for a model kind, ids below the three special tokens (< n_vocab − 3): (x,) for "d";
     (x̃, x) for "e", x̃ = x with the positions `masked` set to the mask token n_vocab − 3; (z, x) for "ed"."""

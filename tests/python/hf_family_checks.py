@@ -108,3 +108,58 @@ def batched_equals_one_by_one(m, prompts, n):
     alone = [ft.DInference(n, 0.0)(np.asarray(p), m) for p in prompts]
     batched = ft.DInference(n, 0.0)([np.asarray(p) for p in prompts], m)
     assert all(np.array_equal(b, a) for b, a in zip(batched, alone))
+
+
+def hf_float64_errors_within(hf, m, x, to_hf_grads, tol_grad=1e-10):
+    """In float64 on one sequence x: ft's P equals the HF causal LM's softmax and its summed next-token loss HF's
+    cross-entropy (both ≤ 1e-12), and every HF parameter's gradient ≤ tol_grad from ft's gradients put under HF's
+    names by to_hf_grads (the converter's own from_ft; exactly HF's parameter names)."""
+    import torch
+
+    ids = torch.as_tensor(np.asarray(x))[None]
+    logits = hf(ids).logits[0]
+    assert rel_err(m(np.asarray(x)), torch.softmax(logits, dim=-1).detach().numpy().T) <= 1e-12
+    loss_hf = torch.nn.functional.cross_entropy(logits[:-1], ids[0, 1:], reduction="sum")
+    hf.zero_grad()
+    loss_hf.backward()
+    loss, grads = m.loss_and_grad(np.asarray(x))
+    assert abs(loss - loss_hf.item()) <= 1e-12 * abs(loss_hf.item())
+    hf_grads = {k: p.grad.numpy() for k, p in hf.named_parameters()}
+    back = to_hf_grads(grads)
+    assert set(back) == set(hf_grads)
+    errs = {k: rel_err(back[k], g) for k, g in hf_grads.items()}
+    assert max(errs.values()) <= tol_grad, errs
+
+
+def greedy_and_batched_equal_hf(hf, m, prompts, n):
+    """HF's greedy generation of n tokens after each prompt: ft's with and without the cache, one prompt at a
+    time, and batched."""
+    import torch
+
+    want = [hf.generate(torch.as_tensor(p)[None], max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                        eos_token_id=None, pad_token_id=0)[0, len(p):].numpy() for p in prompts]
+    for p, w in zip(prompts, want):
+        for cache in (True, False):
+            assert list(ft.DInference(n, 0.0, cache=cache)(p, m)) == list(w), cache
+    assert [list(b) for b in ft.DInference(n, 0.0)(prompts, m)] == [list(w) for w in want]
+
+
+def round_trips_exactly(hf, tmp_path, class_name, same_keys=False):
+    """from_hf(hf), then to_hf: a class_name whose every tensor hf also has is equal to hf's (with same_keys, the
+    two have the same tensors), ft → HF → ft gives the config and θ again, save_hf → load_hf too. Returns (the ft
+    model, the exported HF model)."""
+    import torch
+
+    model = ft.from_hf(hf)
+    hf2 = ft.to_hf(model)
+    assert type(hf2).__name__ == class_name
+    s1, s2 = hf.state_dict(), hf2.state_dict()
+    if same_keys:
+        assert set(s1) == set(s2)
+    for k, v in s1.items():
+        if k in s2:
+            assert torch.equal(v, s2[k]), k
+    assert_same_params(model, ft.from_hf(hf2))
+    ft.save_hf(model, tmp_path / "m")
+    assert_same_params(model, ft.load_hf(tmp_path / "m"))
+    return model, hf2

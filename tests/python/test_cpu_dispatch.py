@@ -1,6 +1,7 @@
 """Run-time CPU dispatch of our kernels (docs/design.md "CPU dispatch in the portable build"): ft.blas_info() names
-the level, FT_CPU_LEVEL=baseline (or x86-64-v3) gives the same results as the level chosen on this machine (float64 training step
-through the tiled attention, softmax and GELU kernels), and an unknown FT_CPU_LEVEL is a ValueError. Each level is
+the level, FT_CPU_LEVEL=baseline (or x86-64-v3) gives the same results as the level chosen on this machine (float64
+training steps through the tiled attention, softmax, GELU, layer norm and RMSnorm kernels, then Adam's kernel: AdamW and
+L2-coupled steps), and an unknown FT_CPU_LEVEL is a ValueError. Each level is
 chosen once per process: every case runs in a child."""
 from __future__ import annotations
 
@@ -18,10 +19,19 @@ import json, sys
 import numpy as np
 import formal_transformers as ft
 info = ft.blas_info()
-model = ft.DTransformer(11, 40, 2, 2, 16, 32, dtype="float64", seed=3, attention_impl="tiled")
 x = np.random.default_rng(0).integers(0, 11, (2, 40))
-loss, g = model.loss_and_grad(x)
-print(json.dumps(dict(info=info, loss=float(loss), grads={k: np.asarray(v).ravel().tolist() for k, v in g.items()})))
+out = dict(info=info)
+for norm, decoupled in (("layer", True), ("rms", False)):
+    model = ft.DTransformer(11, 40, 2, 2, 16, 32, dtype="float64", seed=3, attention_impl="tiled", norm=norm)
+    loss, g = model.loss_and_grad(x)
+    out[norm] = dict(loss=float(loss), grads={k: np.asarray(v).ravel().tolist() for k, v in g.items()})
+    opt = ft.Adam(1e-2, weight_decay=0.1, decoupled=decoupled)
+    for _ in range(2):  # Adam's kernel: θ, m, v after two steps
+        opt.step(model, model.loss_and_grad(x)[1])
+    st = opt.state_dict()
+    out[norm]["after_adam"] = dict({k: np.asarray(v).ravel().tolist() for k, v in model.params.items()},
+                                   m=np.asarray(st["m"]).tolist(), v=np.asarray(st["v"]).tolist())
+print(json.dumps(out))
 """
 
 
@@ -43,13 +53,22 @@ def test_forced_level_gives_the_dispatched_results(level):
     if "run-time choice" in a["info"]:  # the portable build: the forced level's copy ran in the child
         name = "baseline x86-64" if level == "baseline" or "baseline x86-64" in a["info"] else level  # (≤ the CPU's)
         assert f"our kernels {name} (run-time choice)" in b["info"], b["info"]
-    assert abs(a["loss"] - b["loss"]) <= 1e-12 * abs(a["loss"])
-    assert a["grads"].keys() == b["grads"].keys() and a["grads"]
-    # relative to the gradient's largest entry (b_k's is zero in exact arithmetic: rounding noise on either side)
-    scale = max(np.max(np.abs(v)) for v in a["grads"].values())
-    for k in a["grads"]:
-        ga, gb = np.array(a["grads"][k]), np.array(b["grads"][k])
-        assert np.max(np.abs(ga - gb)) <= 1e-12 * scale, k
+    for norm in ("layer", "rms"):
+        ra, rb = a[norm], b[norm]
+        assert abs(ra["loss"] - rb["loss"]) <= 1e-12 * abs(ra["loss"]), norm
+        for what in ("grads", "after_adam"):
+            assert ra[what].keys() == rb[what].keys() and ra[what], (norm, what)
+            # relative to the largest entry of any gradient or parameter (b_k's gradient is zero in exact
+            # arithmetic: rounding noise on either side); Adam's flat m, v to their own. b_k after Adam is left out:
+            # Adam's step divides that noise by its own root mean square (amplified up to ~1e-8 here)
+            top = max(np.max(np.abs(v)) for k, v in ra[what].items() if k not in ("m", "v"))
+            for k in ra[what]:
+                if what == "after_adam" and k.endswith(".b_k"):
+                    continue
+                va, vb = np.array(ra[what][k]), np.array(rb[what][k])
+                assert va.shape == vb.shape and va.size, (norm, what, k)
+                scale = np.max(np.abs(va)) if k in ("m", "v") else top
+                assert scale > 0 and np.max(np.abs(va - vb)) <= 1e-12 * scale, (norm, what, k)
 
 
 def test_unknown_cpu_level_is_a_value_error():

@@ -18,7 +18,7 @@ import pytest
 import formal_transformers as ft
 from formal_transformers import reference as ref
 
-from conftest import child_env, kind_inputs, rel_err, torch_or_skip
+from conftest import assert_directional_fd, child_env, kind_inputs, rel_err, replayed_loss, torch_or_skip
 
 V, LMAX = 11, 12
 
@@ -155,11 +155,6 @@ def test_trainer_validation_does_not_drop():
 # Gradients with the masks replayed
 
 
-def _loss_at(model, inp, step):
-    model.dropout_step = step
-    return model.loss_and_grad(*inp, copy=True)[0]
-
-
 OPTIONS = {  # dropout composes with the variants and BERT's options
     "d": [dict(dropout=0.3), dict(dropout=0.25, positional="rope", H_kv=1, mlp="swiglu", bias=False, norm="rms"),
           dict(embed_dropout=0.2, attn_dropout=0.4, resid_dropout=0.1, positional="alibi", tied=True)],
@@ -180,21 +175,8 @@ def test_every_gradient_matches_finite_differences_with_replayed_masks(kind, i):
     loss, g = m.loss_and_grad(*inp)
     assert m.dropout_step == step + 1
     assert m.dropout_masks()  # something was dropped
-    assert _loss_at(m, inp, step) == loss  # replayed: the same masks, the same loss
-    h = 1e-6
-    for name, p in m.params.items():
-        if name == "W_p" and m.config["positional"] == "sinusoidal":
-            continue
-        v = rng.normal(size=p.shape)  # a random direction in this parameter
-        base = np.array(p)
-        p[...] = base + h * v
-        lp = _loss_at(m, inp, step)
-        p[...] = base - h * v
-        lm = _loss_at(m, inp, step)
-        p[...] = base
-        fd = (lp - lm) / (2 * h)
-        an = float(np.sum(g[name] * v))
-        assert abs(fd - an) <= 1e-6 * max(1.0, abs(an)), (name, fd, an)
+    assert replayed_loss(m, inp, step) == loss  # replayed: the same masks, the same loss
+    assert_directional_fd(m, inp, step, g, rng, skip=("W_p",) if m.config["positional"] == "sinusoidal" else ())
 
 
 def _torch_hp(kind, model):

@@ -15,6 +15,8 @@ import pytest
 import formal_transformers as ft
 from formal_transformers import reference as ref
 from conftest import TOL, assert_grads_match_fd, hf_random_float64, randomize_theta, rel_err, torch_or_skip
+from decoder_checks import assert_decoding_equals_literal
+from hf_family_checks import greedy_and_batched_equal_hf, hf_float64_errors_within, round_trips_exactly
 
 V = 19
 GEMMA = dict(positional="rope", rope_theta=500.0, H_kv=2, mlp="geglu", bias=False, norm="rms1p", eps=1e-6,
@@ -99,12 +101,7 @@ def test_gradients_match_finite_differences(opts):
 def test_cached_and_batched_decoding_equal_the_literal_listing(opts):
     model = make(**opts)
     randomize_theta(model, np.random.default_rng(3))
-    prompts = [np.array([1, 2, 3, 4]), np.array([5]), np.array([7, 8, 9, 10, 11, 0, 1])]
-    literal = [ft.DInference(8, 0.0, cache=False)(p, model) for p in prompts]
-    for p, want in zip(prompts, literal):
-        assert np.array_equal(ft.DInference(8, 0.0)(p, model), want)
-    batched = ft.DInference(8, 0.0)(prompts, model)
-    assert all(np.array_equal(b, w) for b, w in zip(batched, literal))
+    assert_decoding_equals_literal(model)
 
 
 def test_batched_decoding_past_the_pages_of_the_window_keeps_the_global_layers_keys():
@@ -267,56 +264,22 @@ def test_gemma_probabilities_and_every_gradient(monkeypatch, gemma3, tied):
     P_hf32 = torch.softmax(hf(ids).logits[0], dim=-1).detach().numpy().T
     assert rel_err(model(x), P_hf32) <= 1e-5  # unpatched: HF's float32 steps
     _float64_gemma(monkeypatch, hf, gemma3)
-    logits = hf(ids).logits[0]
-    P_err = rel_err(model(x), torch.softmax(logits, dim=-1).detach().numpy().T)
-    assert P_err <= 1e-12
-    loss_hf = torch.nn.functional.cross_entropy(logits[:-1], ids[0, 1:], reduction="sum")
-    hf.zero_grad()
-    loss_hf.backward()
-    loss, grads = model.loss_and_grad(x)
-    assert abs(loss - loss_hf.item()) <= 1e-12 * abs(loss_hf.item())
-    hf_grads = {k: p.grad.numpy() for k, p in hf.named_parameters()}
-    back = ft.hf.gemma.from_ft(grads, c)
-    assert set(back) == set(hf_grads)
-    errs = {k: rel_err(back[k], g) for k, g in hf_grads.items()}
-    assert max(errs.values()) <= 1e-10, errs
+    hf_float64_errors_within(hf, model, x, lambda grads: ft.hf.gemma.from_ft(grads, c))
 
 
 @pytest.mark.parametrize("gemma3", [False, True], ids=["gemma2", "gemma3"])
 def test_gemma_greedy_generation_and_batched_decoding_equal_hugging_face(monkeypatch, gemma3):
-    torch, hf = _gemma(gemma3)
+    _, hf = _gemma(gemma3)
     _float64_gemma(monkeypatch, hf, gemma3)
     model = ft.from_hf(hf)
-    prompts = [[5, 17, 2, 9], [3], [8, 8, 1, 20, 4, 6]]
-    l_gen = 10
-    want = [hf.generate(torch.as_tensor(p)[None], max_new_tokens=l_gen, min_new_tokens=l_gen, do_sample=False,
-                        eos_token_id=None, pad_token_id=0)[0, len(p):].numpy() for p in prompts]
-    for p, w in zip(prompts, want):
-        for cache in (True, False):
-            assert list(ft.DInference(l_gen, 0.0, cache=cache)(p, model)) == list(w), cache
-    assert [list(b) for b in ft.DInference(l_gen, 0.0)(prompts, model)] == [list(w) for w in want]
+    greedy_and_batched_equal_hf(hf, model, [[5, 17, 2, 9], [3], [8, 8, 1, 20, 4, 6]], 10)
 
 
 @pytest.mark.parametrize("gemma3", [False, True], ids=["gemma2", "gemma3"])
 @pytest.mark.parametrize("tied", [True, False])
 def test_gemma_round_trips_exactly(tmp_path, gemma3, tied):
-    torch, hf = _gemma(gemma3, tied)
-    model = ft.from_hf(hf)
-    hf2 = ft.to_hf(model)
-    assert type(hf2).__name__ == type(hf).__name__
-    s1, s2 = hf.state_dict(), hf2.state_dict()
-    for k, v in s1.items():
-        if k in s2:
-            assert torch.equal(v, s2[k]), k
-    back = ft.from_hf(hf2)
-    assert back.config == model.config
-    for k, v in model.params.items():
-        assert np.array_equal(back.params[k], v), k
-    ft.save_hf(model, tmp_path / "m")
-    again = ft.load_hf(tmp_path / "m")
-    assert again.config == model.config
-    for k, v in model.params.items():
-        assert np.array_equal(again.params[k], v), k
+    _, hf = _gemma(gemma3, tied)
+    round_trips_exactly(hf, tmp_path, type(hf).__name__)
 
 
 @pytest.mark.parametrize("gemma3, kw, option", [

@@ -110,6 +110,16 @@ def test_unsupported_hf_options_are_named(kw, option, tmp_path):
         ft.load_hf(tmp_path)
 
 
+@pytest.mark.parametrize("bad", [[], 0, "", False])
+def test_rope_parameters_that_are_no_object_are_named(bad, tmp_path):
+    """rope_parameters read as LLaMA reads them (hf/_common.py's one reader): only an object (or null) is taken."""
+    ft.save_hf(ft.from_hf(_neox()), tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "rope_parameters": bad}))
+    with pytest.raises(ValueError, match="rope_parameters = .* is not an object of RoPE parameters"):
+        ft.load_hf(tmp_path)
+
+
 def test_a_rotary_share_ft_cannot_rotate_is_named():
     hf = _neox(rotary_pct=0.1)  # ⌊8 · 0.1⌋ = 0 rows
     with pytest.raises(ValueError, match="rotary_pct"):

@@ -10,7 +10,7 @@ import pytest
 import formal_transformers as ft
 from formal_transformers import reference as R
 from formal_transformers.lora import LORA_PATTERNS
-from conftest import TOL, kind_inputs, numeric_grad, rel_err
+from conftest import TOL, assert_directional_fd, kind_inputs, numeric_grad, rel_err, replayed_loss
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -248,25 +248,6 @@ def test_equal_to_peft_on_bert():
 P = 0.3
 
 
-def _loss_at(m, inp, step):
-    m.dropout_step = step
-    return m.loss_and_grad(*inp, copy=True)[0]
-
-
-def _directional_fd(m, inp, step, g, rng, h=1e-6, tol=1e-6):
-    """Every parameter's gradient against the central difference of the replayed loss along a random direction."""
-    for name, p in m.params.items():
-        v = rng.normal(size=p.shape)
-        base = np.array(p)
-        p[...] = base + h * v
-        lp = _loss_at(m, inp, step)
-        p[...] = base - h * v
-        lm = _loss_at(m, inp, step)
-        p[...] = base
-        fd, an = (lp - lm) / (2 * h), float(np.sum(g[name] * v))
-        assert abs(fd - an) <= tol * max(1.0, abs(an)), (name, fd, an)
-
-
 def test_dropout_training_equals_the_reference_with_the_same_masks():
     m = _adapted(dropout=P)
     x1, x2 = _seqs(2)
@@ -299,9 +280,9 @@ def test_dropout_gradients_match_finite_differences_on_the_same_masks():
     # A and B entry by entry, every parameter along a random direction (the base W: ∂loss/∂W, no longer ∂loss/∂W';
     # upstream ones: ∂loss/∂X through D2)
     for k in ("layers.0.attn.W_q.lora_A", "layers.0.attn.W_q.lora_B", "layers.1.W_mlp2.lora_A", "layers.1.W_mlp2.lora_B"):
-        fd = numeric_grad(lambda: _loss_at(m, [x], step), m.params[k], h=1e-5)
+        fd = numeric_grad(lambda: replayed_loss(m, [x], step), m.params[k], h=1e-5)
         assert rel_err(g[k], fd) <= 1e-6, k
-    _directional_fd(m, [x], step, g, np.random.default_rng(7))
+    assert_directional_fd(m, [x], step, g, np.random.default_rng(7))
     # d1 (∂loss/∂A = s·Bᵀ ∂loss/∂W') no longer holds: A saw the dropped input
     B, dW = m.params["layers.0.attn.W_v.lora_B"], g["layers.0.attn.W_v"].reshape(-1, 8)
     assert rel_err(g["layers.0.attn.W_v.lora_A"], 1.5 * B.T @ dW) > 1e-3
@@ -328,7 +309,7 @@ def test_every_adaptable_matrix_drops_its_input(kind, make, targets):
     step = m.dropout_step
     _, g = m.loss_and_grad(*inp, copy=True)
     assert sorted(m.dropout_masks()) == sorted(n + ".lora_dropout" for n in m.lora["adapted"])
-    _directional_fd(m, inp, step, g, rng)
+    assert_directional_fd(m, inp, step, g, rng)
 
 
 def test_inference_ignores_the_adapters_dropout_and_p_0_is_line_2():

@@ -10,7 +10,9 @@ import pytest
 
 import formal_transformers as ft
 from formal_transformers import reference as ref
-from conftest import TOL, assert_grads_match_fd, randomize_theta, rel_err
+from conftest import TOL, randomize_theta, rel_err
+from decoder_checks import (BLOCK_GRADIENT_OPTIONS, assert_decoding_equals_literal, assert_replayed_loss,
+                            block_gradients_match_fd, dropped_run, dropped_sublayers)
 
 V = 13
 
@@ -39,70 +41,34 @@ def test_forward_matches_the_reference_and_differs_from_algorithm_10(dtype):
     assert list(same.params) == list(model.params)
 
 
-@pytest.mark.parametrize("extra", [{}, dict(positional="rope", H_kv=1, bias=False, norm="rms", mlp="swiglu")])
+@pytest.mark.parametrize("extra", BLOCK_GRADIENT_OPTIONS)
 def test_gradients_match_finite_differences(extra):
-    model = make(**extra)
-    randomize_theta(model, np.random.default_rng(2))
-    x = [np.array([3, 1, 4, 1, 5, 9, 2, 6]), np.array([7, 0, 2])]
-    loss, grads = model.loss_and_grad(x)
-    assert abs(loss - model.loss(x)) <= 1e-12 * abs(loss)
-    assert_grads_match_fd(model, grads, lambda: model.loss(x), b_k_zero=extra.get("positional") != "rope")
+    block_gradients_match_fd(make(**extra), extra)
 
 
 def test_dropout_masks_replay_through_the_reference():
     """With dropout, the block drops each sublayer's output before the residual add (the sites of the pre-LN
     layer): replaying the model's masks in a numpy transcription of the block gives its loss."""
     model = make(resid_dropout=0.3, attn_dropout=0.2)
-    theta = randomize_theta(model, np.random.default_rng(4))
     x = np.array([3, 1, 4, 1, 5, 9, 2])
-    model.loss_and_grad(x)
-    masks = model.dropout_masks()
-    assert {"layers.0.attn.out", "layers.0.mlp.out", "layers.1.attn.weights"} <= set(masks)
-    p = dict(theta)
+    p, masks, X = dropped_run(model, x)
     l = len(x)
-    X = p["W_e"][:, x] + p["W_p"][:, :l]
     for i in range(2):
         q = f"layers.{i}."
-        a = q + "attn."
-        W = masks[a + "weights"][0]
-
-        def attn(Xt):
-            M = ref.unidirectional_mask(l, l)
-            heads = []
-            for h in range(2):
-                Qh = p[a + "W_q"][h] @ Xt + p[a + "b_q"][h][:, None]
-                Kh = p[a + "W_k"][h] @ Xt + p[a + "b_k"][h][:, None]
-                Vh = p[a + "W_v"][h] @ Xt + p[a + "b_v"][h][:, None]
-                S = np.where(M, Kh.T @ Qh / np.sqrt(Qh.shape[0]), -np.inf)
-                A = ref.dropout(ref.softmax(S), W[h], 0.2)
-                heads.append(Vh @ A)
-            return p[a + "W_o"] @ np.concatenate(heads) + p[a + "b_o"][:, None]
-
-        def mlp(Xt):
-            return p[q + "W_mlp2"] @ ref.gelu(p[q + "W_mlp1"] @ Xt + p[q + "b_mlp1"][:, None]) + p[q + "b_mlp2"][:, None]
-
+        attn, mlp = dropped_sublayers(p, masks, l, q)
         X = ref.parallel_block(
-            X, lambda Xt: ref.dropout(attn(Xt), masks[a + "out"], 0.3),
+            X, lambda Xt: ref.dropout(attn(Xt), masks[q + "attn.out"], 0.3),
             lambda Xt: ref.dropout(mlp(Xt), masks[q + "mlp.out"], 0.3),
             lambda Y: ref.layer_norm_columns(Y, p[q + "gamma1"], p[q + "beta1"], 1e-5),
             lambda Y: ref.layer_norm_columns(Y, p[q + "gamma2"], p[q + "beta2"], 1e-5))
-    logP = ref.log_softmax(p["W_u"] @ ref.layer_norm_columns(X, p["gamma"], p["beta"], 1e-5))
-    model.dropout_step -= 1
-    assert rel_err(model.loss_and_grad(x)[0], -sum(logP[x[t + 1], t] for t in range(l - 1))) <= 1e-12
+    assert_replayed_loss(model, p, X, x)
 
 
 @pytest.mark.parametrize("positional", ["learned", "rope"])
 def test_cached_batched_and_paged_decoding_equal_the_literal_listing(positional):
     model = make(positional=positional)
     randomize_theta(model, np.random.default_rng(3))
-    prompts = [np.array([1, 2, 3, 4]), np.array([5]), np.array([7, 8, 9, 10, 11, 0, 1])]
-    literal = [ft.DInference(8, 0.0, cache=False)(p, model) for p in prompts]
-    for p, want in zip(prompts, literal):
-        assert np.array_equal(ft.DInference(8, 0.0)(p, model), want)
-    assert all(np.array_equal(b, w) for b, w in zip(ft.DInference(8, 0.0)(prompts, model), literal))
-    for p, want in zip(prompts, literal):  # the full forward's argmax at every step
-        P = model(np.concatenate([p, want[:-1]]))
-        assert np.array_equal(np.argmax(P[:, len(p) - 1:], axis=0), want)
+    assert_decoding_equals_literal(model, full_forward=True)  # and the full forward's argmax at every step
 
 
 def test_saved_and_loaded(tmp_path):

@@ -13,6 +13,7 @@ import formal_transformers as ft
 from formal_transformers import reference as ref
 from conftest import (TOL, assert_grads_match_fd, hf_float64, hf_random_float64, make_decoder, randomize_theta,
                       reference_hp, rel_err, torch_or_skip)
+from hf_family_checks import round_trips_exactly
 
 # ---------------------------------------------------------------------------------------------------
 # The masks of reference.py
@@ -270,23 +271,9 @@ def test_mistral_greedy_generation_past_the_window_equals_hugging_face(monkeypat
 
 
 def test_mistral_round_trips_exactly(tmp_path):
-    torch, hf = _mistral(w=5)
-    model = ft.from_hf(hf)
-    hf2 = ft.to_hf(model)
-    assert type(hf2).__name__ == "MistralForCausalLM" and hf2.config.sliding_window == 5
-    s1, s2 = hf.state_dict(), hf2.state_dict()
-    for k, v in s1.items():
-        if k in s2:
-            assert torch.equal(v, s2[k]), k
-    back = ft.from_hf(hf2)
-    assert back.config == model.config
-    for k, v in model.params.items():
-        assert np.array_equal(back.params[k], v), k
-    ft.save_hf(model, tmp_path / "m")
-    again = ft.load_hf(tmp_path / "m")
-    assert again.config["sliding_window"] == 5
-    for k, v in model.params.items():
-        assert np.array_equal(again.params[k], v), k
+    _, hf = _mistral(w=5)
+    model, hf2 = round_trips_exactly(hf, tmp_path, "MistralForCausalLM")
+    assert hf2.config.sliding_window == 5 and model.config["sliding_window"] == 5
     # a window our model cannot hold → ValueError naming it, before anything is built
     hf.config.sliding_window = 0
     with pytest.raises(ValueError, match="sliding_window"):

@@ -12,7 +12,9 @@ import pytest
 
 import formal_transformers as ft
 from formal_transformers import reference as ref
-from conftest import TOL, assert_grads_match_fd, randomize_theta, rel_err
+from conftest import TOL, randomize_theta, rel_err
+from decoder_checks import (BLOCK_GRADIENT_OPTIONS, assert_decoding_equals_literal, assert_replayed_loss,
+                            block_gradients_match_fd, dropped_run, dropped_sublayers)
 from test_config import outputs, save_with_config
 
 V = 13
@@ -50,70 +52,36 @@ def test_forward_matches_the_reference_and_the_parameters_follow_algorithm_10s(d
     assert (fresh.params["layers.1.gamma2_post"] == 1).all() and (fresh.params["layers.1.beta2_post"] == 0).all()
 
 
-@pytest.mark.parametrize("extra", [{}, dict(positional="rope", H_kv=1, bias=False, norm="rms", mlp="swiglu")])
+@pytest.mark.parametrize("extra", BLOCK_GRADIENT_OPTIONS)
 def test_gradients_match_finite_differences(extra):
-    model = make(**extra)
-    randomize_theta(model, np.random.default_rng(2))
-    x = [np.array([3, 1, 4, 1, 5, 9, 2, 6]), np.array([7, 0, 2])]
-    loss, grads = model.loss_and_grad(x)
-    assert abs(loss - model.loss(x)) <= 1e-12 * abs(loss)
-    assert_grads_match_fd(model, grads, lambda: model.loss(x), b_k_zero=extra.get("positional") != "rope")
+    block_gradients_match_fd(make(**extra), extra)
 
 
 def test_dropout_masks_replay_through_the_reference():
     """With dropout, the block drops each sublayer's normalised output before the residual add (the pre-LN layer's
     sites): replaying the model's masks in a numpy transcription of the block gives its loss."""
     model = make(resid_dropout=0.3, attn_dropout=0.2)
-    theta = randomize_theta(model, np.random.default_rng(4))
     x = np.array([3, 1, 4, 1, 5, 9, 2])
-    model.loss_and_grad(x)
-    masks = model.dropout_masks()
-    assert {"layers.0.attn.out", "layers.0.mlp.out", "layers.1.attn.weights"} <= set(masks)
-    p = dict(theta)
+    p, masks, X = dropped_run(model, x)
     l = len(x)
-    X = p["W_e"][:, x] + p["W_p"][:, :l]
     for i in range(2):
         q = f"layers.{i}."
-        a = q + "attn."
-        W = masks[a + "weights"][0]
-
-        def attn(Xt):
-            M = ref.unidirectional_mask(l, l)
-            heads = []
-            for h in range(2):
-                Qh = p[a + "W_q"][h] @ Xt + p[a + "b_q"][h][:, None]
-                Kh = p[a + "W_k"][h] @ Xt + p[a + "b_k"][h][:, None]
-                Vh = p[a + "W_v"][h] @ Xt + p[a + "b_v"][h][:, None]
-                S = np.where(M, Kh.T @ Qh / np.sqrt(Qh.shape[0]), -np.inf)
-                heads.append(Vh @ ref.dropout(ref.softmax(S), W[h], 0.2))
-            return p[a + "W_o"] @ np.concatenate(heads) + p[a + "b_o"][:, None]
-
-        def mlp(Xt):
-            return p[q + "W_mlp2"] @ ref.gelu(p[q + "W_mlp1"] @ Xt + p[q + "b_mlp1"][:, None]) + p[q + "b_mlp2"][:, None]
+        attn, mlp = dropped_sublayers(p, masks, l, q)
 
         def norm(g):
             return lambda Y: ref.layer_norm_columns(Y, p[q + "gamma" + g], p[q + "beta" + g], 1e-5)
 
         X = ref.sandwich_block(X, attn, mlp, norm("1"), norm("2"),
-                               lambda Y: ref.dropout(norm("1_post")(Y), masks[a + "out"], 0.3),
+                               lambda Y: ref.dropout(norm("1_post")(Y), masks[q + "attn.out"], 0.3),
                                lambda Y: ref.dropout(norm("2_post")(Y), masks[q + "mlp.out"], 0.3))
-    logP = ref.log_softmax(p["W_u"] @ ref.layer_norm_columns(X, p["gamma"], p["beta"], 1e-5))
-    model.dropout_step -= 1
-    assert rel_err(model.loss_and_grad(x)[0], -sum(logP[x[t + 1], t] for t in range(l - 1))) <= 1e-12
+    assert_replayed_loss(model, p, X, x)
 
 
 @pytest.mark.parametrize("positional", ["learned", "rope"])
 def test_cached_and_batched_decoding_equal_the_literal_listing(positional):
     model = make(positional=positional)
     randomize_theta(model, np.random.default_rng(3))
-    prompts = [np.array([1, 2, 3, 4]), np.array([5]), np.array([7, 8, 9, 10, 11, 0, 1])]
-    literal = [ft.DInference(8, 0.0, cache=False)(p, model) for p in prompts]
-    for p, want in zip(prompts, literal):
-        assert np.array_equal(ft.DInference(8, 0.0)(p, model), want)
-    assert all(np.array_equal(b, w) for b, w in zip(ft.DInference(8, 0.0)(prompts, model), literal))
-    for p, want in zip(prompts, literal):  # the full forward's argmax at every step
-        P = model(np.concatenate([p, want[:-1]]))
-        assert np.array_equal(np.argmax(P[:, len(p) - 1:], axis=0), want)
+    assert_decoding_equals_literal(model, full_forward=True)  # and the full forward's argmax at every step
 
 
 def test_sandwich_norm_reads_as_the_block(tmp_path):

@@ -34,7 +34,8 @@ struct ModelConfig {
     index_t H = 0, d_e = 0, d_mlp = 0;
     index_t d_f = 0;                // E: the final projection's width
     index_t d_attn = 0, d_mid = 0;  // 0: d_e / H (then d_e must be divisible by H)
-    NormKind norm = NormKind::Layer;
+    // norm (D and ED): a registered norm part's name (parts.hpp PartKind::Norm; "layer": Algorithm 6). resolve checks it.
+    std::string norm = "layer";
     Positional positional = Positional::Learned;
     double pos_base = 0;            // sinusoidal base; 0: ℓ_max as the paper prints it
     bool tied = false;              // W_u = W_eᵀ
@@ -51,15 +52,17 @@ struct ModelConfig {
     // H_kv: key/value heads (V3; 0: H); bias = false: V5; rope_theta: V1's θ.
     index_t H_kv = 0;
     bool bias = true;
-    // mlp (D and ED; E: Standard only): Standard is the listing's MLP, GELU in D (Algorithm 10, named "gelu")
-    // and Algorithm 8's ReLU in ED (named "relu"); SwiGLU: V4; GeGLU: V18's gated GELU (tanh form; T5 v1.1's
-    // "gated-gelu"); ReLU (D): Algorithm 8's φ in Algorithm 10's MLP (V21, OPT); Gelu (ED): GELU in Algorithm 8's
-    // MLP (V22, BART). The names per architecture: config.cpp's kMlps.
-    enum class Mlp { Standard, SwiGLU, GeGLU, ReLU, Gelu } mlp = Mlp::Standard;
+    // mlp (D and ED; E: the listing's only): a registered MLP part's name or alias (parts.hpp PartKind::MLP): "gelu",
+    // the listing's MLP with the model's GELU (Algorithms 9, 10; in ED V22's, BART); "relu", with Algorithm 8's ReLU
+    // (V21, OPT, in D); "swiglu": V4; "geglu" (alias "gated-gelu", T5 v1.1's): V18's gated GELU (tanh form). "": the
+    // architecture's listing's (default_part: "gelu" in D and E, "relu" in ED; resolve fills it).
+    std::string mlp;
     double rope_theta = 10000.0;
     // V7 (D only): the prefix-LM mask of line 6, Mask[t_z, t_x] = [[t_z < p_b or t_z ≤ t_x]] with the prefix length
     // p_b of each sequence given with the call (Tokens::prefix; none: p_b = 0, the causal mask). Causal: Algorithm 10.
-    enum class MaskKind { Causal, Prefix } mask = MaskKind::Causal;
+    // mask (D only): a registered mask's name or alias (parts.hpp PartKind::Mask; "causal", alias "unidirectional":
+    // Algorithm 10's; "prefix": V7's, per_call_mask); "": the architecture's listing's (default_part; resolve fills it).
+    std::string mask;
     // The layers of the stacks: a registered block's name (parts.hpp PartKind::Block; "": the architecture's
     // listing's, default_block: "pre_ln" in D, "post_ln" in E and ED; resolve fills it). ED's "pre_ln" is V18a
     // (T5): both stacks of pre-norm layers, each ending with a norm (γ_enc, γ_dec); files and keywords of earlier

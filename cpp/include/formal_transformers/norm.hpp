@@ -59,8 +59,4 @@ public:
     VecParam gamma;
 };
 
-// A norm chosen at run time (DTransformer's norm="layer"|"rms"|"scale"|"rms1p"; ScaleNorm: variants/scale_norm.cpp,
-// V12; RMS1p, the (1 + γ) RMS norm: variants/rms1p_norm.cpp).
-enum class NormKind { Layer, RMS, Scale, RMS1p };
-
 }  // namespace ft

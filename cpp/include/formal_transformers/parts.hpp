@@ -330,6 +330,24 @@ std::vector<std::string> part_names(PartKind kind);
 // ValueError "<option> must be one of 'a', 'b', …, got '<name>'" unless `name` is registered for `kind`
 void check_part_name(PartKind kind, const std::string& name, const char* option);
 
+// A model option that chooses a part of `kind` by name (norm='rms', mlp='swiglu'; config.cpp's schema, kind Part)
+// takes the kind's registered names and their aliases (a registry line may give its part a second name, as
+// mlp='gated-gelu' for "geglu"). selected_part: the registered name `given` stands for; ValueError "<option> must
+// be one of 'a', 'b', …, got '<given>'" (the architecture's listing's part first, then the registry's order).
+struct SelectorName {
+    std::string name;
+    const char* alias;
+};
+std::vector<SelectorName> selector_names(PartKind kind, Arch arch);  // (a part its own options choose: not named)
+std::string selected_part(PartKind kind, const std::string& given, Arch arch, const char* option);
+// The part of `kind` an architecture's listing has, chosen when its option is not given: norm "layer"
+// (Algorithm 6); MLP "gelu" (Algorithms 9, 10) or, in EDTransformer, "relu" (Algorithm 8); mask "causal" in
+// DTransformer (Algorithm 10), "bidirectional" in ETransformer; the block default_block(arch); "" for the others.
+const char* default_part(PartKind kind, Arch arch);
+// Whether the mask `name` is made per call from the batch's per-sequence values (V7's "prefix", from the prefix
+// lengths p_b: Tokens::prefix, prefix_len): its registry line says so. A model with such a mask takes prefix_len.
+bool per_call_mask(const std::string& name);
+
 // What a part declares of itself (defined in the part's own file, listed with its factory in registry.cpp):
 // the options it owns (the model config's schema takes them as its own: keywords, JSON, repr) and its one
 // check. A part is chosen by its kind's selector option (mask='prefix') or by one of its own options given
@@ -429,7 +447,7 @@ private:
     std::shared_ptr<const NormPart<T>> part_;
 };
 
-// An MLP part chosen by name ("standard": the listings' W_mlp2 φ(W_mlp1 X̃ + b_mlp1 1ᵀ) + b_mlp2 1ᵀ; "swiglu": V4).
+// An MLP part chosen by name ("gelu": the listings' W_mlp2 φ(W_mlp1 X̃ + b_mlp1 1ᵀ) + b_mlp2 1ᵀ, "relu" it with ReLU; "swiglu": V4).
 template <class T>
 class MLP {
 public:

@@ -9,6 +9,27 @@
 
 #include "../runtime/cpu_level.hpp"
 
+// Every function of this file, once, as X(return type, name, (parameters), (arguments)) over the element type T:
+// each level's copy is instantiated from it for float and double, and (below) the public functions are declared,
+// defined and instantiated from it too. A new function is one row here.
+#define FT_FUNCTIONS(X, T)                                                                                     \
+    X(void, exp_values, (const T* x, T* y, index_t n), (x, y, n))                                              \
+    X(T, column_max, (const T* a, index_t n), (a, n))                                                          \
+    X(T, exp_shift, (T* a, index_t n, T m), (a, n, m))                                                         \
+    X(void, softmax_column, (T* a, index_t n), (a, n))                                                         \
+    X(double, softmax_column_lse, (T* a, index_t n), (a, n))                                                   \
+    X(void, softmax_columns, (MatView<T> A), (A))                                                              \
+    X(void, softmax_column_backward, (const T* p, T* dp, index_t n), (p, dp, n))                               \
+    X(void, softmax_columns_backward, (CMatView<T> P, MatView<T> dP), (P, dP))                                 \
+    X(void, gelu, (const T* x, T* y, index_t n, Gelu kind), (x, y, n, kind))                                   \
+    X(void, gelu_backward, (const T* x, const T* dy, T* dx, index_t n, Gelu kind), (x, dy, dx, n, kind))       \
+    X(void, relu, (const T* x, T* y, index_t n), (x, y, n))                                                    \
+    X(void, relu_backward, (const T* x, const T* dy, T* dx, index_t n), (x, dy, dx, n))                        \
+    X(void, activation_forward, (Activation a, CMatView<T> X, MatView<T> Y), (a, X, Y))                        \
+    X(void, activation_backward, (Activation a, CMatView<T> X, CMatView<T> dY, MatView<T> dX), (a, X, dY, dX))
+// the explicit instantiation of a row (its template argument deduced from the parameters' T = float, double)
+#define FT_INSTANTIATE(RET, NAME, PARAMS, ARGS) template RET NAME PARAMS;
+
 namespace ft {
 // (compiled once per CPU level in the portable build: cpu_level.hpp)
 namespace FT_CPU_NS {
@@ -214,43 +235,12 @@ void activation_backward(Activation a, CMatView<T> X, CMatView<T> dY, MatView<T>
     }
 }
 
-#define FT_INSTANTIATE(T)                                                          \
-    template void exp_values<T>(const T*, T*, index_t);                            \
-    template T column_max<T>(const T*, index_t);                                   \
-    template T exp_shift<T>(T*, index_t, T);                                       \
-    template void softmax_column<T>(T*, index_t);                                  \
-    template double softmax_column_lse<T>(T*, index_t);                            \
-    template void softmax_columns<T>(MatView<T>);                                  \
-    template void softmax_column_backward<T>(const T*, T*, index_t);               \
-    template void softmax_columns_backward<T>(CMatView<T>, MatView<T>);            \
-    template void gelu<T>(const T*, T*, index_t, Gelu);                            \
-    template void gelu_backward<T>(const T*, const T*, T*, index_t, Gelu);         \
-    template void relu<T>(const T*, T*, index_t);                                  \
-    template void relu_backward<T>(const T*, const T*, T*, index_t);               \
-    template void activation_forward<T>(Activation, CMatView<T>, MatView<T>);      \
-    template void activation_backward<T>(Activation, CMatView<T>, CMatView<T>, MatView<T>);
-FT_INSTANTIATE(float)
-FT_INSTANTIATE(double)
-#undef FT_INSTANTIATE
+FT_FUNCTIONS(FT_INSTANTIATE, float)
+FT_FUNCTIONS(FT_INSTANTIATE, double)
 }  // namespace FT_CPU_NS
 
 #ifndef FT_CPU_LEVEL_ONLY
 // The public functions (functions.hpp): the copy of the level cpu_level() chose
-#define FT_FUNCTIONS(X)                                                                                      \
-    X(void, exp_values, (const T* x, T* y, index_t n), (x, y, n))                                            \
-    X(T, column_max, (const T* a, index_t n), (a, n))                                                        \
-    X(T, exp_shift, (T* a, index_t n, T m), (a, n, m))                                                       \
-    X(void, softmax_column, (T* a, index_t n), (a, n))                                                       \
-    X(double, softmax_column_lse, (T* a, index_t n), (a, n))                                                 \
-    X(void, softmax_columns, (MatView<T> A), (A))                                                            \
-    X(void, softmax_column_backward, (const T* p, T* dp, index_t n), (p, dp, n))                             \
-    X(void, softmax_columns_backward, (CMatView<T> P, MatView<T> dP), (P, dP))                               \
-    X(void, gelu, (const T* x, T* y, index_t n, Gelu kind), (x, y, n, kind))                                 \
-    X(void, gelu_backward, (const T* x, const T* dy, T* dx, index_t n, Gelu kind), (x, dy, dx, n, kind))     \
-    X(void, relu, (const T* x, T* y, index_t n), (x, y, n))                                                  \
-    X(void, relu_backward, (const T* x, const T* dy, T* dx, index_t n), (x, dy, dx, n))                      \
-    X(void, activation_forward, (Activation a, CMatView<T> X, MatView<T> Y), (a, X, Y))                      \
-    X(void, activation_backward, (Activation a, CMatView<T> X, CMatView<T> dY, MatView<T> dX), (a, X, dY, dX))
 #define FT_DECLARE(RET, NAME, PARAMS, ARGS) \
     template <class T>                      \
     RET NAME PARAMS;
@@ -261,35 +251,20 @@ FT_INSTANTIATE(double)
     }
 #if defined(FT_CPU_DISPATCH)
 namespace cpu_v3 {
-FT_FUNCTIONS(FT_DECLARE)
+FT_FUNCTIONS(FT_DECLARE, T)
 }
 namespace cpu_v4 {
-FT_FUNCTIONS(FT_DECLARE)
+FT_FUNCTIONS(FT_DECLARE, T)
 }
 #endif
-FT_FUNCTIONS(FT_FORWARD)
+FT_FUNCTIONS(FT_FORWARD, T)
 #undef FT_DECLARE
 #undef FT_FORWARD
-#undef FT_FUNCTIONS
 
-#define FT_INSTANTIATE(T)                                                          \
-    template void exp_values<T>(const T*, T*, index_t);                            \
-    template T column_max<T>(const T*, index_t);                                   \
-    template T exp_shift<T>(T*, index_t, T);                                       \
-    template void softmax_column<T>(T*, index_t);                                  \
-    template double softmax_column_lse<T>(T*, index_t);                            \
-    template void softmax_columns<T>(MatView<T>);                                  \
-    template void softmax_column_backward<T>(const T*, T*, index_t);               \
-    template void softmax_columns_backward<T>(CMatView<T>, MatView<T>);            \
-    template void gelu<T>(const T*, T*, index_t, Gelu);                            \
-    template void gelu_backward<T>(const T*, const T*, T*, index_t, Gelu);         \
-    template void relu<T>(const T*, T*, index_t);                                  \
-    template void relu_backward<T>(const T*, const T*, T*, index_t);               \
-    template void activation_forward<T>(Activation, CMatView<T>, MatView<T>);      \
-    template void activation_backward<T>(Activation, CMatView<T>, CMatView<T>, MatView<T>);
-FT_INSTANTIATE(float)
-FT_INSTANTIATE(double)
-#undef FT_INSTANTIATE
+FT_FUNCTIONS(FT_INSTANTIATE, float)
+FT_FUNCTIONS(FT_INSTANTIATE, double)
 #endif
+#undef FT_INSTANTIATE
+#undef FT_FUNCTIONS
 
 }  // namespace ft

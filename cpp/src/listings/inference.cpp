@@ -82,7 +82,7 @@ std::vector<index_t> dinference(DTransformer<T>& model, const index_t* x_in, ind
     check_l_gen(l_gen);
     validate(Tokens{x_in, Seqs::single(l)}, c.n_vocab, c.l_max, "x");  // the prompt fits ℓ_max
     // V7: the prompt's prefix (default: all of it for a prefix LM, none otherwise), checked as a call's prefix_len
-    const bool prefix_lm = c.mask == ModelConfig::MaskKind::Prefix;
+    const bool prefix_lm = per_call_mask(c.mask);
     const index_t p = prefix_len == kDefaultPrefix ? (prefix_lm ? l : 0) : prefix_len;
     if (prefix_len != kDefaultPrefix) validate(Tokens{x_in, Seqs::single(l), &p}, c, "x");
     check_l_gen(l_gen, l);  // x grows to ℓ + ℓ_gen ids (reserved below only up to what a few steps need)
@@ -153,7 +153,7 @@ std::vector<index_t> DInference(DTransformer<T>& model, const PromptKV<T>& cache
                                 const SamplingOptions& o, Rng& rng) {
     cache.check(model);
     // literal path (cache = false): the listing recomputes everything from the ids anyway
-    if (model.cfg.mask == ModelConfig::MaskKind::Prefix)
+    if (per_call_mask(model.cfg.mask))
         throw ValueError("prompt caches of a prefix LM (mask='prefix') are not supported: decode it with prefix_len");
     return dinference(model, cache.ids.data(), index_t(cache.ids.size()), l_gen, o, rng, o.cache ? &cache : nullptr,
                       kDefaultPrefix);

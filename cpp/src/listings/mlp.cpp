@@ -1,4 +1,5 @@
-// The MLP of the architectures' residual updates, as the listings print it (registered as MLP "standard"):
+// The MLP of the architectures' residual updates, as the listings print it (registered as MLP "gelu"; the
+// "relu" MLP, variants/relu_mlp.cpp, is it with φ = ReLU):
 //   Algorithm 10 line 8:   X ← X + W_mlp2 GELU(W_mlp1 X̃ + b_mlp1 1ᵀ) + b_mlp2 1ᵀ
 //   Algorithm 9 line 7 (GELU), Algorithm 8 lines 7 and 18 (ReLU; the decoder's W_mlp3, b_mlp3, W_mlp4, b_mlp4).
 // φ is the spec's activation; V5 (bias = false) drops b_mlp1 and b_mlp2 (each W X + b 1ᵀ becomes W X).

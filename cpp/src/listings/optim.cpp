@@ -6,8 +6,11 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include "../runtime/cpu_level.hpp"
+
 namespace ft {
 
+#ifndef FT_CPU_LEVEL_ONLY
 namespace {
 void check_rate(double lr, const char* what) {
     if (!(lr >= 0) || !std::isfinite(lr)) throw ValueError(std::string(what) + ": learning rate must be finite and >= 0");
@@ -125,6 +128,10 @@ void Adam<T>::step(ParamStore<T>& store, const T* g, double lr_now) {
     }
 }
 
+#endif  // FT_CPU_LEVEL_ONLY
+
+// Adam's kernel, compiled once per CPU level in the portable build (cpu_level.hpp)
+namespace FT_CPU_NS {
 // One element of Adam's update (the loop body of Adam::step), term by term as the header comment says. With
 // Apply false nothing is written (the all-or-nothing check); returns whether the new θ_i is finite.
 template <bool Apply, class T>
@@ -171,6 +178,29 @@ bool adam_kernel(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g,
     return ok;
 }
 
+template bool adam_kernel<false, float>(const AdamCoefficients<float>&, float*, float*, float*, const float*, index_t);
+template bool adam_kernel<true, float>(const AdamCoefficients<float>&, float*, float*, float*, const float*, index_t);
+template bool adam_kernel<false, double>(const AdamCoefficients<double>&, double*, double*, double*, const double*, index_t);
+template bool adam_kernel<true, double>(const AdamCoefficients<double>&, double*, double*, double*, const double*, index_t);
+}  // namespace FT_CPU_NS
+
+#ifndef FT_CPU_LEVEL_ONLY
+#if defined(FT_CPU_DISPATCH)
+namespace cpu_v3 {
+template <bool Apply, class T>
+bool adam_kernel(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n);
+}
+namespace cpu_v4 {
+template <bool Apply, class T>
+bool adam_kernel(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n);
+}
+#endif
+// the copy of the level cpu_level() chose
+template <bool Apply, class T>
+bool adam_kernel(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n) {
+    FT_CPU_CALL(adam_kernel<Apply, T>(c, theta, M, V, g, n))
+}
+
 template <class T>
 void adam_update(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n) {
     adam_kernel<true>(c, theta, M, V, g, n);
@@ -210,5 +240,7 @@ template double grad_norm<float>(const ParamStore<float>&, const float*);
 template double grad_norm<double>(const ParamStore<double>&, const double*);
 template void scale<float>(float*, index_t, float);
 template void scale<double>(double*, index_t, double);
+
+#endif  // FT_CPU_LEVEL_ONLY
 
 }  // namespace ft

@@ -62,7 +62,7 @@ void check_paged_model(const DTransformer<T>& m, const char* what) {
 
 template <class T>
 PromptKV<T> prefill(const DTransformer<T>& model, const index_t* x, index_t l) {
-    if (model.cfg.mask == ModelConfig::MaskKind::Prefix)
+    if (per_call_mask(model.cfg.mask))
         throw ValueError("prompt caches of a prefix LM (mask='prefix') are not supported: decode it with prefix_len");
     check_paged_model(model, "prompt caches");
     const ModelConfig& c = model.cfg;
@@ -301,7 +301,7 @@ std::vector<std::vector<index_t>> DInferenceBatch(DTransformer<T>& model, const 
     // every check before anything runs
     check_l_gen(l_gen);
     if (max_batch < 1) throw ValueError("max_batch must be >= 1, got " + std::to_string(max_batch));
-    if (c.mask == ModelConfig::MaskKind::Prefix)
+    if (per_call_mask(c.mask))
         throw ValueError("batched decoding of a prefix LM (mask='prefix') is not supported: decode each prompt with "
                          "DInference(...)(x, model, prefix_len=p)");
     check_paged_model(model, "batched decoding");

@@ -27,17 +27,14 @@ public:
     };
     PostLNEncoderBlock(const BlockSpec& b, ParamStore<T>& store, const std::string& p)
         : SelfBlock<T>(attn_l),
-          attn_l(b.c->H, b.c->d_e, b.c->d_e, b.c->d_attn, b.c->d_mid, b.c->d_e, b.mask, store, p + "attn.", b.self),
-          norm1(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma1", p + "beta1"),
-          mlp(mlp_name(b.c->mlp), mlp_spec(*b.c, b.act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p),
-          norm2(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma2", p + "beta2") {}
+          attn_l(self_attention(b, store, p)),
+          norm1(block_norm(b, store, p, "1")),
+          mlp(block_mlp(b, store, p, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2")),
+          norm2(block_norm(b, store, p, "2")) {}
     std::unique_ptr<BlockActs<T>> make_acts() const override { return std::make_unique<Acts>(); }
 
     void init(ParamStore<T>& store, Rng& rng, double s, double s_out) const override {
-        attn_l.init(store, rng, s, s_out);
-        norm1.init(store);
-        mlp.init(store, rng, s, s_out);
-        norm2.init(store);
+        init_parts(store, rng, s, s_out, attn_l, norm1, mlp, norm2);
     }
 
     void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, BlockActs<T>& acts,
@@ -78,17 +75,7 @@ public:
 
 }  // namespace
 
-template <class T>
-std::unique_ptr<SelfBlock<T>> make_post_ln_block(const BlockSpec& spec, ParamStore<T>& store, const std::string& prefix) {
-    return std::make_unique<PostLNEncoderBlock<T>>(spec, store, prefix);
-}
-const PartRow& post_ln_block_row() {
-    static const PartRow row{PartKind::Block, "post_ln", {},
-                             [](const PartOptionValues&, const ModelConfig* m) { check_block_archs("post_ln", archs::E | archs::ED, m); }};
-    return row;
-}
-
-template std::unique_ptr<SelfBlock<float>> make_post_ln_block(const BlockSpec&, ParamStore<float>&, const std::string&);
-template std::unique_ptr<SelfBlock<double>> make_post_ln_block(const BlockSpec&, ParamStore<double>&, const std::string&);
+FT_BLOCK_FACTORY(make_post_ln_block, PostLNEncoderBlock, SelfBlock)
+FT_BLOCK_ROW(post_ln_block_row, "post_ln", archs::E | archs::ED)
 
 }  // namespace ft

@@ -30,22 +30,16 @@ public:
     };
     PostLNDecoderBlock(const BlockSpec& b, ParamStore<T>& store, const std::string& p)
         : CrossBlock<T>(self_l, cross_l),
-          self_l(b.c->H, b.c->d_e, b.c->d_e, b.c->d_attn, b.c->d_mid, b.c->d_e, b.mask, store, p + "attn.", b.self),
-          norm3(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma3", p + "beta3"),
-          cross_l(b.c->H, b.c->d_e, b.c->d_e, b.c->d_attn, b.c->d_mid, b.c->d_e, Mask::bidirectional(), store,
-                  p + "cross_attn.", b.cross),
-          norm4(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma4", p + "beta4"),
-          mlp(mlp_name(b.c->mlp), mlp_spec(*b.c, b.act, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4"), store, p),
-          norm5(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma5", p + "beta5") {}
+          self_l(self_attention(b, store, p)),
+          norm3(block_norm(b, store, p, "3")),
+          cross_l(cross_attention(b, store, p)),
+          norm4(block_norm(b, store, p, "4")),
+          mlp(block_mlp(b, store, p, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4")),
+          norm5(block_norm(b, store, p, "5")) {}
     std::unique_ptr<CrossBlockActs<T>> make_acts() const override { return std::make_unique<Acts>(); }
 
     void init(ParamStore<T>& store, Rng& rng, double s, double s_out) const override {
-        self_l.init(store, rng, s, s_out);
-        norm3.init(store);
-        cross_l.init(store, rng, s, s_out);
-        norm4.init(store);
-        mlp.init(store, rng, s, s_out);
-        norm5.init(store);
+        init_parts(store, rng, s, s_out, self_l, norm3, cross_l, norm4, mlp, norm5);
     }
 
     void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
@@ -115,13 +109,6 @@ public:
 
 }  // namespace
 
-template <class T>
-std::unique_ptr<CrossBlock<T>> make_post_ln_cross_block(const BlockSpec& spec, ParamStore<T>& store,
-                                                         const std::string& prefix) {
-    return std::make_unique<PostLNDecoderBlock<T>>(spec, store, prefix);
-}
-template std::unique_ptr<CrossBlock<float>> make_post_ln_cross_block(const BlockSpec&, ParamStore<float>&, const std::string&);
-template std::unique_ptr<CrossBlock<double>> make_post_ln_cross_block(const BlockSpec&, ParamStore<double>&,
-                                                                      const std::string&);
+FT_BLOCK_FACTORY(make_post_ln_cross_block, PostLNDecoderBlock, CrossBlock)
 
 }  // namespace ft

@@ -16,10 +16,10 @@ using namespace models;
 template <class T>
 PreLNDecoderBlock<T>::PreLNDecoderBlock(const BlockSpec& b, ParamStore<T>& store, const std::string& p)
     : SelfBlock<T>(attn_l),
-      norm1(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma1", p + "beta1"),
-      attn_l(b.c->H, b.c->d_e, b.c->d_e, b.c->d_attn, b.c->d_mid, b.c->d_e, b.mask, store, p + "attn.", b.self),
-      norm2(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma2", p + "beta2"),
-      mlp(mlp_name(b.c->mlp), mlp_spec(*b.c, b.act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p) {}
+      norm1(block_norm(b, store, p, "1")),
+      attn_l(self_attention(b, store, p)),
+      norm2(block_norm(b, store, p, "2")),
+      mlp(block_mlp(b, store, p, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2")) {}
 
 template <class T>
 PreLNDecoderBlock<T>::PreLNDecoderBlock(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& p)
@@ -27,10 +27,7 @@ PreLNDecoderBlock<T>::PreLNDecoderBlock(const ModelConfig& c, Activation act, Pa
 
 template <class T>
 void PreLNDecoderBlock<T>::init(ParamStore<T>& store, Rng& rng, double s, double s_out) const {
-    norm1.init(store);
-    attn_l.init(store, rng, s, s_out);
-    norm2.init(store);
-    mlp.init(store, rng, s, s_out);
+    init_parts(store, rng, s, s_out, norm1, attn_l, norm2, mlp);
 }
 
 template <class T>
@@ -79,19 +76,9 @@ void PreLNDecoderBlock<T>::forward_cached(const ParamStore<T>& store, MatView<T>
     mlp.forward(store, Xt, X, d.mlp);     // line 8
 }
 
-template <class T>
-std::unique_ptr<SelfBlock<T>> make_pre_ln_block(const BlockSpec& spec, ParamStore<T>& store, const std::string& prefix) {
-    return std::make_unique<PreLNDecoderBlock<T>>(spec, store, prefix);
-}
-const PartRow& pre_ln_block_row() {
-    static const PartRow row{PartKind::Block, "pre_ln", {},
-                             [](const PartOptionValues&, const ModelConfig* m) { check_block_archs("pre_ln", archs::D | archs::ED, m); }};
-    return row;
-}
-
 template class PreLNDecoderBlock<float>;
 template class PreLNDecoderBlock<double>;
-template std::unique_ptr<SelfBlock<float>> make_pre_ln_block(const BlockSpec&, ParamStore<float>&, const std::string&);
-template std::unique_ptr<SelfBlock<double>> make_pre_ln_block(const BlockSpec&, ParamStore<double>&, const std::string&);
+FT_BLOCK_FACTORY(make_pre_ln_block, PreLNDecoderBlock, SelfBlock)
+FT_BLOCK_ROW(pre_ln_block_row, "pre_ln", archs::D | archs::ED)
 
 }  // namespace ft

@@ -28,9 +28,9 @@ using namespace archs;  // D, E, ED, DE, ALL; bit(arch)
 using Kind = OptionKind;  // an option's type, and with it the check of one value (in resolve) and its JSON form
 using Check = OptionCheck;
 
-// The name tables of the enums: a name, its value, and the architectures it is a name for (all, unless the
-// same value has another name in another architecture, as the standard MLP: "gelu" in D/E, "relu" in ED). The
-// first name of a value in an architecture is the one written; later ones are aliases.
+// The name tables of the enums: a name, its value, and the architectures it is a name for. The first name of a
+// value in an architecture is the one written; later ones are aliases. (The options that choose a part — norm,
+// mlp, block — take the registry's names: kind Part.)
 template <class En>
 struct EnumName {
     const char* name;
@@ -40,25 +40,12 @@ struct EnumName {
 };
 template <class En>
 using NameTable = std::vector<EnumName<En>>;
-const NameTable<NormKind> kNorms = {{"layer", NormKind::Layer}, {"rms", NormKind::RMS}, {"scale", NormKind::Scale}, {"rms1p", NormKind::RMS1p}};
 const NameTable<Positional> kPositionals = {{"learned", Positional::Learned},
                                             {"sinusoidal", Positional::Sinusoidal},
                                             {"rope", Positional::Rope},
                                             {"alibi", Positional::Alibi},
                                             {"relative", Positional::Relative}};
 const NameTable<Gelu> kGelus = {{"exact", Gelu::Exact}, {"tanh", Gelu::Tanh}, {"none", Gelu::Exact}};
-// The standard MLP is the listing's: GELU in Algorithms 9-10 (D, E), Algorithm 8's ReLU in ED.
-const NameTable<ModelConfig::Mlp> kMlps = {
-    {"gelu", ModelConfig::Mlp::Standard, DE, "the GELU MLP of Algorithms 9 and 10"},
-    {"relu", ModelConfig::Mlp::Standard, ED, "Algorithm 8's ReLU MLP"},
-    {"gelu", ModelConfig::Mlp::Gelu, ED, "Algorithm 8's MLP with GELU (BART, V22)"},
-    {"swiglu", ModelConfig::Mlp::SwiGLU},
-    {"geglu", ModelConfig::Mlp::GeGLU},
-    {"gated-gelu", ModelConfig::Mlp::GeGLU},
-    {"relu", ModelConfig::Mlp::ReLU, D, "the ReLU MLP (V21) of DTransformer"}};
-const NameTable<ModelConfig::MaskKind> kMasks = {{"causal", ModelConfig::MaskKind::Causal},
-                                                  {"unidirectional", ModelConfig::MaskKind::Causal},
-                                                  {"prefix", ModelConfig::MaskKind::Prefix}};
 const NameTable<AttnImpl> kAttnImpls = {{"auto", AttnImpl::Auto}, {"literal", AttnImpl::Literal}, {"tiled", AttnImpl::Tiled}};
 const NameTable<AttnKernel> kAttnKernels = {
     {"softmax", AttnKernel::Softmax}, {"performer", AttnKernel::Performer}, {"rfa", AttnKernel::RFA},
@@ -68,12 +55,9 @@ const NameTable<ModelConfig::BigBirdDraw> kBigBirdDraws = {{"per_head", ModelCon
 
 template <class En>
 const NameTable<En>& names_of(En ModelConfig::*);
-template <> const NameTable<NormKind>& names_of(NormKind ModelConfig::*) { return kNorms; }
 template <> const NameTable<Positional>& names_of(Positional ModelConfig::*) { return kPositionals; }
 template <> const NameTable<Gelu>& names_of(Gelu ModelConfig::*) { return kGelus; }
-template <> const NameTable<ModelConfig::Mlp>& names_of(ModelConfig::Mlp ModelConfig::*) { return kMlps; }
 template <> const NameTable<AttnImpl>& names_of(AttnImpl ModelConfig::*) { return kAttnImpls; }
-template <> const NameTable<ModelConfig::MaskKind>& names_of(ModelConfig::MaskKind ModelConfig::*) { return kMasks; }
 template <> const NameTable<AttnKernel>& names_of(AttnKernel ModelConfig::*) { return kAttnKernels; }
 template <> const NameTable<ModelConfig::BigBirdDraw>& names_of(ModelConfig::BigBirdDraw ModelConfig::*) { return kBigBirdDraws; }
 
@@ -83,9 +67,9 @@ template <class En>
 constexpr bool is_enum_member<En ModelConfig::*> = std::is_enum_v<En>;
 
 using Field = std::variant<std::nullptr_t, index_t ModelConfig::*, double ModelConfig::*, bool ModelConfig::*,
-                           std::uint64_t ModelConfig::*, NormKind ModelConfig::*, Positional ModelConfig::*,
-                           Gelu ModelConfig::*, ModelConfig::Mlp ModelConfig::*, AttnImpl ModelConfig::*,
-                           ModelConfig::MaskKind ModelConfig::*, AttnKernel ModelConfig::*,
+                           std::uint64_t ModelConfig::*, Positional ModelConfig::*,
+                           Gelu ModelConfig::*, AttnImpl ModelConfig::*,
+                           AttnKernel ModelConfig::*,
                            ModelConfig::BigBirdDraw ModelConfig::*, std::string ModelConfig::*>;
 
 struct OptionSpec {
@@ -95,6 +79,7 @@ struct OptionSpec {
     Field field;  // the member (its initialiser in config.hpp is the default); nullptr: not stored, or a part's
     Check check = Check::None;
     const PartOption* part = nullptr;  // a part's option (its value in ModelConfig::part_options)
+    PartKind selects = PartKind::Block;  // kind Part: the kind of part it names
 };
 // Where the options of the parts' rows go, by kind of part (in the registry's order within a kind): the places
 // the options had before they moved into their parts, so that to_json writes the same text for the same model
@@ -133,7 +118,7 @@ const std::vector<OptionSpec> kSchema = {
     {"d_f", E, Kind::Size, &ModelConfig::d_f},
     {"d_attn", ALL, Kind::AutoSize, &ModelConfig::d_attn},
     {"d_mid", ALL, Kind::AutoSize, &ModelConfig::d_mid},
-    {"norm", D | ED, Kind::Enum, &ModelConfig::norm},
+    {"norm", D | ED, Kind::Part, &ModelConfig::norm, Check::None, nullptr, PartKind::Norm},
     {"positional", ALL, Kind::Enum, &ModelConfig::positional},
     {"base", ALL, Kind::AutoReal, &ModelConfig::pos_base},
     {"tied", ALL, Kind::Bool, &ModelConfig::tied},
@@ -156,11 +141,11 @@ const std::vector<OptionSpec> kSchema = {
     {"n_random_blocks", E, Kind::Count, &ModelConfig::n_random_blocks},
     {"layout_seed", E, Kind::Seed, &ModelConfig::layout_seed},
     {"bigbird_draw", E, Kind::Enum, &ModelConfig::bigbird_draw},
-    {"mlp", D | ED, Kind::Enum, &ModelConfig::mlp},
+    {"mlp", D | ED, Kind::Part, &ModelConfig::mlp, Check::None, nullptr, PartKind::MLP},
     {"rope_theta", D, Kind::Real, &ModelConfig::rope_theta, Check::Positive},
     {kPartsHere[1].name, 0, Kind::AllRates, nullptr},
     {kPartsHere[2].name, 0, Kind::AllRates, nullptr},
-    {"mask", D, Kind::Enum, &ModelConfig::mask},
+    {"mask", D, Kind::Part, &ModelConfig::mask, Check::None, nullptr, PartKind::Mask},
     {"mtp_depth", D, Kind::Count, &ModelConfig::mtp_depth},
     {"mtp_weight", D, Kind::Real, &ModelConfig::mtp_weight, Check::NonNegative},
     {kPartsHere[3].name, 0, Kind::AllRates, nullptr},
@@ -392,11 +377,15 @@ void set_option(ModelConfig& c, const OptionSpec& o, const OptionValue& v) {
                 o.field);
             return;
         }
-        case Kind::Part: {  // a registered block's name (resolve checks that c.arch takes it)
+        case Kind::Part: {  // a registered part's name or alias (a block's: resolve checks that c.arch takes it)
             const auto* s = std::get_if<std::string>(&v);
             if (!s) wrong_type(o, v, "a str");
-            check_part_name(PartKind::Block, *s, o.name);
-            put(c, o, *s);
+            if (o.selects == PartKind::Block) {
+                check_part_name(PartKind::Block, *s, o.name);
+                put(c, o, *s);
+            } else {
+                put(c, o, selected_part(o.selects, *s, c.arch, o.name));
+            }
             return;
         }
         case Kind::AllRates: return;  // from_options applies it
@@ -436,7 +425,7 @@ Json json_of(const ModelConfig& c, const OptionSpec& o) {
                     if (o.kind == Kind::AutoReal && v == 0) return nullptr;
                     return v;
                 } else if constexpr (std::is_same_v<V, std::string>) {
-                    return v.empty() ? std::string(default_block(c.arch)) : v;  // (unresolved: the listing's)
+                    return v.empty() ? std::string(default_part(o.selects, c.arch)) : v;  // (unresolved: the listing's)
                 } else if constexpr (std::is_same_v<V, index_t>) {
                     if (o.kind == Kind::AutoSize && v == 0) return nullptr;  // None
                     if (o.kind == Kind::AutoId && v < 0) return nullptr;
@@ -494,9 +483,8 @@ std::string archs_text(unsigned a) {
 // architecture) and the registered part its value names ("": the listing's own part). V7's mask='prefix' names the
 // prefix mask, made per call with the batch's p_b; attention='bigbird' the block layout (mask and kernel).
 std::pair<std::string, std::string> selector(const ModelConfig& c, PartKind kind) {
-    if (kind == PartKind::Mask && c.arch == Arch::D)
-        return c.mask == ModelConfig::MaskKind::Prefix ? std::pair<std::string, std::string>{"mask='prefix'", "prefix"}
-                                                       : std::pair<std::string, std::string>{"mask='causal'", ""};
+    if (kind == PartKind::Mask && c.arch == Arch::D)  // (the listing's "causal": a mask its options choose may replace it)
+        return {"mask='" + c.mask + "'", c.mask == default_part(kind, c.arch) ? "" : c.mask};
     if (kind == PartKind::Position) {
         const char* n = c.positional == Positional::Rope       ? "rope"
                         : c.positional == Positional::Alibi    ? "alibi"
@@ -506,6 +494,8 @@ std::pair<std::string, std::string> selector(const ModelConfig& c, PartKind kind
         return {std::string("positional='") + (*n ? n : listing) + "'", n};
     }
     if (kind == PartKind::Block) return {"block='" + c.block + "'", c.block};
+    if (kind == PartKind::Norm) return {"norm='" + c.norm + "'", c.norm};
+    if (kind == PartKind::MLP) return {"mlp='" + c.mlp + "'", c.mlp};
     if (kind == PartKind::HeadKernel && c.arch != Arch::ED) {
         const char* n = c.attention == AttnKernel::Performer ? "performer"
                         : c.attention == AttnKernel::RFA     ? "rfa"
@@ -616,7 +606,7 @@ ModelConfig build_config(Arch arch, const Options& keywords, const std::vector<O
         throw TypeError(who + " takes " + std::to_string(sizes.size()) + " positional arguments (the sizes) but " +
                         std::to_string(positional.size()) + " were given");
     ModelConfig c;
-    c.arch = arch;  // the enums' names are the architecture's (kMlps)
+    c.arch = arch;  // (the names of mlp's parts are the architecture's: default_part)
     std::vector<const OptionSpec*> given;
     const OptionValue* all_rates = nullptr;
     std::optional<bool> sandwich;  // sandwich_norm, if given
@@ -771,8 +761,17 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
     if (c.d_mid <= 0) c.d_mid = c.d_e / c.H;
     if (arch == Arch::E && c.tied && c.d_f != c.d_e)
         throw ValueError("tied=True needs d_f == d_e: W_u = W_eᵀ is N_V × d_e, but ETransformer's W_u is N_V × d_f");
-    if (arch == Arch::E && c.norm != NormKind::Layer)
-        throw ValueError("norm='rms' and norm='scale' are DTransformer and EDTransformer options (Gopher, T5; ScaleNorm)");
+    // the options that name a part (norm, mlp): empty, the listing's; a name or alias, the registered part's
+    for (const OptionSpec& o : schema())
+        if (o.kind == Kind::Part && o.selects != PartKind::Block) {
+            std::string& name = c.*std::get<std::string ModelConfig::*>(o.field);
+            const char* listing = default_part(o.selects, arch);
+            if (name.empty()) name = listing;
+            else if (o.archs & bit(arch)) name = selected_part(o.selects, name, arch, o.name);
+            else if (name != listing)  // (a config built in C++; from_options refuses the keyword)
+                throw ValueError(std::string(o.name) + "='" + name + "': " + o.name + " is an option of " + archs_text(o.archs) +
+                                 "; " + arch_name(arch) + "'s is the listing's, '" + listing + "'");
+        }
     for (const auto& [name, id] : {std::pair<const char*, index_t>{"bos_id", c.bos_id}, {"eos_id", c.eos_id},
                                    {"forced_bos_id", c.forced_bos_id}})
         if (id >= c.n_vocab)
@@ -788,8 +787,6 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
     if (arch != Arch::D && rope_alibi) throw ValueError("positional='rope' and 'alibi' are DTransformer options");
     if (arch != Arch::ED && c.positional == Positional::Relative)
         throw ValueError("positional='relative' (T5's relative position bias, V11) is an EDTransformer option");
-    if (arch == Arch::E && c.mlp != ModelConfig::Mlp::Standard)
-        throw ValueError("mlp='swiglu' and mlp='geglu' are DTransformer and EDTransformer options (mlp='relu': DTransformer)");
     if (c.positional == Positional::Rope && !choose(c, PartKind::QKVSource) && c.d_attn % 2 != 0)
         throw ValueError("positional='rope' rotates pairs of rows: d_attn (the head size) must be even, got " +
                          std::to_string(c.d_attn));
@@ -835,8 +832,8 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
             throw ValueError("mtp_depth = " + std::to_string(c.mtp_depth) + " has no room in l_max = " + std::to_string(c.l_max) +
                              ": module D predicts x[t+D+1], so a training sequence needs at least D + 2 tokens (l_max >= " +
                              std::to_string(c.mtp_depth + 2) + ")");
-        if (c.mask == ModelConfig::MaskKind::Prefix)
-            throw ValueError("mtp_depth (multi-token prediction) does not combine with mask='prefix'");
+        if (per_call_mask(c.mask))
+            throw ValueError("mtp_depth (multi-token prediction) does not combine with mask='" + c.mask + "'");
         if (c.attention != AttnKernel::Softmax)
             throw ValueError("mtp_depth (multi-token prediction) needs attention='softmax' (its self-speculation takes back drafts)");
         if (c.part_options.real("embed_scale") > 0 || c.final_logit_softcapping > 0 || c.block == "sandwich")
@@ -873,9 +870,9 @@ index_t max_input_length(const ModelConfig& c) {
 void validate(const Tokens& x, const ModelConfig& c, const char* what) {
     validate(x, c.n_vocab, max_input_length(c), what);
     if (!x.prefix) return;
-    if (c.arch != Arch::D || c.mask != ModelConfig::MaskKind::Prefix)
+    if (!per_call_mask(c.mask))
         throw ValueError(std::string("prefix_len is given to a model without mask='prefix' (") + arch_name(c.arch) +
-                         (c.arch == Arch::D ? " with mask='causal')" : ")"));
+                         (c.arch == Arch::D ? " with mask='" + c.mask + "')" : ")"));
     for (index_t b = 0; b < x.s.count(); ++b) {
         const index_t p = x.prefix[b], l = x.s.len(b);
         const std::string of = x.s.count() == 1 ? "" : " of sequence " + std::to_string(b);

@@ -41,13 +41,13 @@ void DTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* z) co
     // V7: the prefix mask of this sequence (p = d.prefix); the call feeding position 0 must hold the whole prefix
     std::optional<Mask> prefix;
     if (d.prefix != 0) {
-        if (cfg.mask != ModelConfig::MaskKind::Prefix)
+        if (!per_call_mask(cfg.mask))
             throw ValueError("prefix_len is given to a model without mask='prefix'");
         if (d.prefix < 0) throw ValueError("prefix_len must be >= 0, got " + std::to_string(d.prefix));
         if (d.len < d.prefix && d.len + n < d.prefix)
             throw ValueError("prefix_len = " + std::to_string(d.prefix) + " exceeds the " + std::to_string(d.len + n) +
                              " tokens fed: feed the whole prefix in the first call");
-        prefix = make_mask("prefix", MaskOptions{{d.prefix}, {}, {}});
+        prefix = make_mask(cfg.mask, MaskOptions{{d.prefix}, {}, {}});
     }
     d.kv.resize(std::size_t(cfg.L));
     MatView<T> X = ensure(d.w.X, cfg.d_e, n);

@@ -21,7 +21,7 @@ DTransformer<T>::DTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::
         const BlockSpec spec{&cfg, act, layer_mask(cfg, l), layer_variant(cfg, l), AttnVariant()};
         layer.push_back(make_self_block<T>(cfg.block, spec, store, layer_prefix("layers", l)));
     }
-    norm_f = std::make_unique<Norm<T>>(norm_name(cfg.norm), cfg.d_e, cfg.eps, store, "gamma", "beta");
+    norm_f = std::make_unique<Norm<T>>(cfg.norm, cfg.d_e, cfg.eps, store, "gamma", "beta");
     for (index_t k = 0; k < cfg.mtp_depth; ++k)  // V16's modules (multi_token.hpp)
         mtp.push_back(std::make_shared<MTPModule<T>>(cfg, act, store, layer_prefix("mtp", k)));
     Rng rng = this->make_head_and_allocate(cfg.d_e);
@@ -47,7 +47,7 @@ void DTransformer<T>::forward(const Tokens& x) {
     this->embed_dropout(stream_[0], DropSite::EmbedX, this->drop_embed_);  // (training) X ← Dropout(X)
     // V7: line 6's Mask[t_z, t_x] = [[t_z < p_b or t_z ≤ t_x]] with this batch's prefix lengths (none: causal)
     std::optional<Mask> prefix;
-    if (x.prefix) prefix = make_mask("prefix", MaskOptions{std::vector<index_t>(x.prefix, x.prefix + x.s.count()), {}, {}});
+    if (x.prefix) prefix = make_mask(cfg.mask, MaskOptions{std::vector<index_t>(x.prefix, x.prefix + x.s.count()), {}, {}});
     for (index_t l = 0; l < cfg.L; ++l) {  // line 4
         poll();
         const std::size_t i = std::size_t(l);

@@ -19,16 +19,17 @@ EDTransformer<T>::EDTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch
     const PartRow* enc_input = row_chosen_by(PartKind::Embedding, cfg.part_options);
     emb_enc = make_stack_embedding<T>(enc_input ? enc_input->name : "tokens", EmbeddingSpec{&cfg, "enc."}, store);  // its steps' parameters after W_e, W_p
     emb_dec = make_stack_embedding<T>("tokens", EmbeddingSpec{&cfg, "dec."}, store);
-    const Activation act = ed_activation(cfg);  // ReLU (Algorithm 8), or V22's GELU
+    // the φ of the "gelu" MLP (V22, BART); Algorithm 8's own, the "relu" MLP, has its ReLU
+    const Activation act = Activation::Gelu;
     // the encoder's Mask ≡ 1 and its stack's bias table (V11); the decoder's causal self-attention, its cross-attention
     const BlockSpec enc{&cfg, act, Mask::bidirectional(), relative_variant(cfg, "enc.rel_bias", true), AttnVariant()};
     const BlockSpec dec{&cfg, act, Mask::unidirectional(), relative_variant(cfg, "dec.rel_bias", false),
                         attn_variant(cfg, false)};
     const bool stack_norm = block_stack_norm(cfg.block);
     for (index_t l = 0; l < cfg.L_enc; ++l) enc_layer.push_back(make_self_block<T>(cfg.block, enc, store, layer_prefix("enc", l)));
-    if (stack_norm) norm_enc = std::make_unique<Norm<T>>(norm_name(cfg.norm), cfg.d_e, cfg.eps, store, "enc.gamma", "enc.beta");
+    if (stack_norm) norm_enc = std::make_unique<Norm<T>>(cfg.norm, cfg.d_e, cfg.eps, store, "enc.gamma", "enc.beta");
     for (index_t l = 0; l < cfg.L_dec; ++l) dec_layer.push_back(make_cross_block<T>(cfg.block, dec, store, layer_prefix("dec", l)));
-    if (stack_norm) norm_dec = std::make_unique<Norm<T>>(norm_name(cfg.norm), cfg.d_e, cfg.eps, store, "dec.gamma", "dec.beta");
+    if (stack_norm) norm_dec = std::make_unique<Norm<T>>(cfg.norm, cfg.d_e, cfg.eps, store, "dec.gamma", "dec.beta");
     Rng rng = this->make_head_and_allocate(cfg.d_e);
     const double s = cfg.init_std, s_out = cfg.init_std / std::sqrt(2.0 * double(cfg.L_enc + cfg.L_dec));
     for (auto& b : enc_layer) b->init(store, rng, s, s_out);

@@ -32,18 +32,6 @@ MatView<T> copy_into(Matrix<T>& dst, CMatView<T> src) {
     return v;
 }
 inline std::string layer_prefix(const char* group, index_t l) { return std::string(group) + "." + std::to_string(l) + "."; }
-// The names of the parts a config chooses (parts.hpp's registry), from its fields.
-inline const char* norm_name(NormKind k) {
-    return k == NormKind::RMS ? "rms" : k == NormKind::Scale ? "scale" : k == NormKind::RMS1p ? "rms1p" : "layer";
-}
-inline const char* mlp_name(ModelConfig::Mlp m) {
-    return m == ModelConfig::Mlp::SwiGLU  ? "swiglu"
-           : m == ModelConfig::Mlp::GeGLU ? "geglu"
-           : m == ModelConfig::Mlp::ReLU  ? "relu"
-                                          : "standard";
-}
-// The activation of Algorithm 8's MLPs: ReLU as printed, GELU with mlp="gelu" (V22, BART)
-inline Activation ed_activation(const ModelConfig& c) { return c.mlp == ModelConfig::Mlp::Gelu ? Activation::Gelu : Activation::Relu; }
 inline const char* position_name(Positional p) {
     return p == Positional::Rope ? "rope" : p == Positional::Alibi ? "alibi" : p == Positional::Relative ? "relative" : "none";
 }
@@ -88,7 +76,7 @@ inline AttnVariant attn_variant(const ModelConfig& c, bool positional) {
     v.options = c.part_options;  // the parts' own options (V10's latent source, V15's random features)
     v.scale_scores = c.scale_scores;  // V18
     v.kernel = c.attention;  // V15
-    v.norm = norm_name(c.norm), v.eps = c.eps;  // V24's QK-norm normalises with the model's norm
+    v.norm = c.norm, v.eps = c.eps;  // V24's QK-norm normalises with the model's norm
     return v;
 }
 // Layer l's self-attention options: attn_variant(c, true) with V26's θ of a local layer
@@ -119,6 +107,62 @@ inline MLPSpec mlp_spec(const ModelConfig& c, Activation act, const char* W1, co
     s.W1 = W1, s.b1 = b1, s.W2 = W2, s.b2 = b2;
     return s;
 }
+
+// The parts of a block (variants/registry.cpp's blocks), made from its BlockSpec under the layer's prefix p, in the
+// order the block's constructor lists them (the order its parameters are registered in):
+// norm k: γ_l^k (β_l^k) named gamma<k>, beta<k>
+template <class T>
+Norm<T> block_norm(const BlockSpec& b, ParamStore<T>& store, const std::string& p, const char* k) {
+    return Norm<T>(b.c->norm, b.c->d_e, b.c->eps, store, p + "gamma" + k, p + "beta" + k);
+}
+// the self-attention W_l ("attn."): the stack's Mask and options
+template <class T>
+MHAttention<T> self_attention(const BlockSpec& b, ParamStore<T>& store, const std::string& p) {
+    const ModelConfig& c = *b.c;
+    return MHAttention<T>(c.H, c.d_e, c.d_e, c.d_attn, c.d_mid, c.d_e, b.mask, store, p + "attn.", b.self);
+}
+// a decoder layer's cross-attention W_l^e/d ("cross_attn."): Mask ≡ 1, keys and values from Z
+template <class T>
+MHAttention<T> cross_attention(const BlockSpec& b, ParamStore<T>& store, const std::string& p) {
+    const ModelConfig& c = *b.c;
+    return MHAttention<T>(c.H, c.d_e, c.d_e, c.d_attn, c.d_mid, c.d_e, Mask::bidirectional(), store, p + "cross_attn.",
+                          b.cross);
+}
+// the MLP: φ = b.act, its parameters named W1, b1, W2, b2 (W_mlp1^l, … in Algorithms 9, 10; W_mlp3^l, … in 8)
+template <class T>
+MLP<T> block_mlp(const BlockSpec& b, ParamStore<T>& store, const std::string& p, const char* W1, const char* b1,
+                 const char* W2, const char* b2) {
+    return MLP<T>(b.c->mlp, mlp_spec(*b.c, b.act, W1, b1, W2, b2), store, p);
+}
+// A block's init: each of its parts in the order given (norms γ = 1, β = 0; attentions and MLPs drawn from rng)
+template <class T>
+void init_part(const Norm<T>& n, ParamStore<T>& store, Rng&, double, double) {
+    n.init(store);
+}
+template <class T, class Part>
+void init_part(const Part& part, ParamStore<T>& store, Rng& rng, double s, double s_out) {
+    part.init(store, rng, s, s_out);
+}
+template <class T, class... Parts>
+void init_parts(ParamStore<T>& store, Rng& rng, double s, double s_out, const Parts&... parts) {
+    (init_part(parts, store, rng, s, s_out), ...);
+}
+// A block file's factory for registry.cpp's table (BASE: SelfBlock or CrossBlock), for float and double
+#define FT_BLOCK_FACTORY(NAME, BLOCK, BASE)                                                                   \
+    template <class T>                                                                                        \
+    std::unique_ptr<BASE<T>> NAME(const BlockSpec& spec, ParamStore<T>& store, const std::string& prefix) {   \
+        return std::make_unique<BLOCK<T>>(spec, store, prefix);                                               \
+    }                                                                                                         \
+    template std::unique_ptr<BASE<float>> NAME(const BlockSpec&, ParamStore<float>&, const std::string&);     \
+    template std::unique_ptr<BASE<double>> NAME(const BlockSpec&, ParamStore<double>&, const std::string&);
+// A block's registry row: its name and the architectures that take it (check_block_archs)
+#define FT_BLOCK_ROW(FUNCTION, NAME, ARCHS)                                                                   \
+    const PartRow& FUNCTION() {                                                                               \
+        static const PartRow row{PartKind::Block, NAME, {}, [](const PartOptionValues&, const ModelConfig* m) { \
+                                     check_block_archs(NAME, ARCHS, m);                                       \
+                                 }};                                                                          \
+        return row;                                                                                           \
+    }
 
 // Dropout on a sublayer's output before the residual add (docs/regularisation.md): X ← X + Dropout(f(X̃) | p, M)
 // with p = drop->resid, where f accumulates into its argument (f(X) is the listing's X ← X + f(X̃), in place).

@@ -52,6 +52,7 @@ namespace {
 ModelConfig encoder_config(const ViTConfig& v) {
     check(v);
     ModelConfig c;  // Algorithm 10's layer options at their defaults: layer_norm, GELU (exact), biases
+    c.mlp = "gelu";
     c.arch = Arch::D;
     c.n_vocab = v.n_classes;
     c.l_max = v.n_patches() + 1;

@@ -1,7 +1,8 @@
 // Run-time CPU dispatch of the portable build (docs/design.md "CPU dispatch in the portable build").
 //
 // A build without -march=native (FT_NATIVE=OFF: the distributable wheel) compiles our hand-written kernels
-// (listings/functions.cpp, listings/tiled_attention.cpp) three times: for baseline x86-64 into the namespace
+// (listings/functions.cpp, listings/tiled_attention.cpp, listings/norm.cpp, Adam's kernel in listings/optim.cpp)
+// three times: for baseline x86-64 into the namespace
 // ft::cpu_base, and again (CMakeLists.txt: a wrapper that defines FT_CPU_NS and includes the source, with
 // -march=x86-64-v3 or -v4 and -fno-weak, so that none of its inline functions can stand in for the baseline's)
 // into ft::cpu_v3 and ft::cpu_v4. The public functions call the level cpu_level() chose once, from the CPU's
@@ -26,14 +27,15 @@ const char* cpu_level_info();
 #define FT_CPU_NS cpu_base
 #endif
 
-// `return cpu_<level>::CALL;` for the chosen level (CALL: a function of the kernel source and its arguments)
+// `return cpu_<level>::CALL;` for the chosen level (CALL: a function of the kernel source and its arguments; it may
+// hold commas, e.g. template arguments)
 #if defined(FT_CPU_DISPATCH)
-#define FT_CPU_CALL(CALL)                                  \
+#define FT_CPU_CALL(...)                                   \
     switch (::ft::cpu_level()) {                           \
-        case ::ft::CpuLevel::V4: return cpu_v4::CALL;      \
-        case ::ft::CpuLevel::V3: return cpu_v3::CALL;      \
-        default: return cpu_base::CALL;                    \
+        case ::ft::CpuLevel::V4: return cpu_v4::__VA_ARGS__; \
+        case ::ft::CpuLevel::V3: return cpu_v3::__VA_ARGS__; \
+        default: return cpu_base::__VA_ARGS__;             \
     }
 #else
-#define FT_CPU_CALL(CALL) return cpu_base::CALL;
+#define FT_CPU_CALL(...) return cpu_base::__VA_ARGS__;
 #endif

@@ -14,8 +14,8 @@ using namespace models;
 
 template <class T>
 MTPModule<T>::MTPModule(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& p)
-    : norm_h(norm_name(c.norm), c.d_e, c.eps, store, p + "gamma_h", p + "beta_h"),
-      norm_e(norm_name(c.norm), c.d_e, c.eps, store, p + "gamma_e", p + "beta_e"),
+    : norm_h(c.norm, c.d_e, c.eps, store, p + "gamma_h", p + "beta_h"),
+      norm_e(c.norm, c.d_e, c.eps, store, p + "gamma_e", p + "beta_e"),
       W_m(store.matrix(p + "W_m", c.d_e, 2 * c.d_e)),
       block(c, act, store, p) {}
 

@@ -23,22 +23,16 @@ public:
     };
     PreLNCrossDecoderBlock(const BlockSpec& b, ParamStore<T>& store, const std::string& p)
         : CrossBlock<T>(self_l, cross_l),
-          norm1(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma1", p + "beta1"),
-          self_l(b.c->H, b.c->d_e, b.c->d_e, b.c->d_attn, b.c->d_mid, b.c->d_e, b.mask, store, p + "attn.", b.self),
-          norm2(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma2", p + "beta2"),
-          cross_l(b.c->H, b.c->d_e, b.c->d_e, b.c->d_attn, b.c->d_mid, b.c->d_e, Mask::bidirectional(), store,
-                  p + "cross_attn.", b.cross),
-          norm3(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma3", p + "beta3"),
-          mlp(mlp_name(b.c->mlp), mlp_spec(*b.c, b.act, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4"), store, p) {}
+          norm1(block_norm(b, store, p, "1")),
+          self_l(self_attention(b, store, p)),
+          norm2(block_norm(b, store, p, "2")),
+          cross_l(cross_attention(b, store, p)),
+          norm3(block_norm(b, store, p, "3")),
+          mlp(block_mlp(b, store, p, "W_mlp3", "b_mlp3", "W_mlp4", "b_mlp4")) {}
     std::unique_ptr<CrossBlockActs<T>> make_acts() const override { return std::make_unique<Acts>(); }
 
     void init(ParamStore<T>& store, Rng& rng, double s, double s_out) const override {
-        norm1.init(store);
-        self_l.init(store, rng, s, s_out);
-        norm2.init(store);
-        cross_l.init(store, rng, s, s_out);
-        norm3.init(store);
-        mlp.init(store, rng, s, s_out);
+        init_parts(store, rng, s, s_out, norm1, self_l, norm2, cross_l, norm3, mlp);
     }
 
     void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,
@@ -108,13 +102,6 @@ public:
 
 }  // namespace
 
-template <class T>
-std::unique_ptr<CrossBlock<T>> make_pre_ln_cross_block(const BlockSpec& spec, ParamStore<T>& store,
-                                                       const std::string& prefix) {
-    return std::make_unique<PreLNCrossDecoderBlock<T>>(spec, store, prefix);
-}
-template std::unique_ptr<CrossBlock<float>> make_pre_ln_cross_block(const BlockSpec&, ParamStore<float>&, const std::string&);
-template std::unique_ptr<CrossBlock<double>> make_pre_ln_cross_block(const BlockSpec&, ParamStore<double>&,
-                                                                     const std::string&);
+FT_BLOCK_FACTORY(make_pre_ln_cross_block, PreLNCrossDecoderBlock, CrossBlock)
 
 }  // namespace ft

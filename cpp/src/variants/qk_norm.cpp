@@ -118,8 +118,7 @@ void check_qk_norm_norm(const std::string& norm) {
 void check_qk_norm(const PartOptionValues& own, const ModelConfig* c) {
     if (!own.flag("qk_norm")) throw ValueError("qk_norm: the source is chosen by qk_norm=True");
     if (!c) return;
-    check_qk_norm_norm(c->norm == NormKind::RMS ? "rms" : c->norm == NormKind::RMS1p ? "rms1p"
-                       : c->norm == NormKind::Scale ? "scale" : "layer");
+    check_qk_norm_norm(c->norm);
 }
 }  // namespace
 

@@ -468,8 +468,8 @@ void check_features(const PartOptionValues& own, const ModelConfig* c) {
     if (const PartRow* source = chosen_part(*c, PartKind::QKVSource))
         throw ValueError("attention=" + k + " does not combine with the '" + source->name + "' Q/K/V source (" +
                          source->options[0].name + ")");
-    if (c->arch == Arch::D && c->mask == ModelConfig::MaskKind::Prefix)
-        throw ValueError("attention=" + k + " has the causal or the bidirectional mask only: not with mask='prefix'");
+    if (per_call_mask(c->mask))
+        throw ValueError("attention=" + k + " has the causal or the bidirectional mask only: not with mask='" + c->mask + "'");
     if (c->attention_impl == AttnImpl::Tiled)
         throw ValueError("attention_impl='tiled' computes attention='softmax'; attention=" + k + " has its own kernel");
 }

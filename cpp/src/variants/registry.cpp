@@ -132,6 +132,9 @@ struct Entry {
     const char* name;
     F make;
     const PartRow& (*row)() = nullptr;  // the part's options and check (none: it has neither)
+    const char* alias = nullptr;        // another name its kind's selector takes for it (mlp='gated-gelu')
+    unsigned archs = archs::ALL;        // the architectures whose selector option may name it
+    bool per_call = false;              // a mask made per call from the batch's per-sequence values (V7's p_b)
 };
 using MaskFactory = Mask (*)(const MaskOptions&);
 template <class T>
@@ -161,12 +164,12 @@ struct BlockFactory {
 
 const std::vector<Entry<MaskFactory>>& masks() {
     static const std::vector<Entry<MaskFactory>> t = {
-        {"bidirectional", make_bidirectional_mask},
-        {"unidirectional", make_unidirectional_mask},
-        {"prefix", make_prefix_mask},
+        {"bidirectional", make_bidirectional_mask, nullptr, nullptr, archs::E},  // Algorithm 9's (mask ≡ 1)
+        {"causal", make_unidirectional_mask, nullptr, "unidirectional", archs::D},  // Algorithm 10's [[t_z ≤ t_x]]
+        {"prefix", make_prefix_mask, nullptr, nullptr, archs::D, true},
         {"sliding_window", make_sliding_window_mask, sliding_window_mask_row},
         {"chunked", make_chunked_mask, chunked_mask_row},
-        {"bigbird", make_bigbird_mask_from_options},
+        {"bigbird", make_bigbird_mask_from_options, nullptr, nullptr, archs::E},  // chosen by attention='bigbird'
     };
     return t;
 }
@@ -205,9 +208,9 @@ const std::vector<Entry<HeadKernelFactory<T>>>& head_kernels() {
 template <class T>
 const std::vector<Entry<MLPFactory<T>>>& mlps() {
     static const std::vector<Entry<MLPFactory<T>>> t = {
-        {"standard", make_standard_mlp<T>},
+        {"gelu", make_standard_mlp<T>},  // the listing's MLP with the model's GELU (Algorithms 9, 10; V22 in 8)
         {"swiglu", make_swiglu_mlp<T>},
-        {"geglu", make_geglu_mlp<T>},
+        {"geglu", make_geglu_mlp<T>, nullptr, "gated-gelu"},
         {"relu", make_relu_mlp<T>},
     };
     return t;
@@ -261,6 +264,16 @@ std::vector<std::string> names_of(const std::vector<E>& t) {
     for (const E& e : t) n.push_back(e.name);
     return n;
 }
+// the names a selector option of `arch` takes: not a part its own options choose (V8's sliding window: the option
+// sliding_window=w names it)
+template <class E>
+std::vector<SelectorName> selector_names_of(const std::vector<E>& t, Arch arch) {
+    std::vector<SelectorName> n;
+    for (const E& e : t)
+        if ((e.archs & archs::bit(arch)) && !(e.row && e.row().chosen_by_options && !e.row().options.empty()))
+            n.push_back({e.name, e.alias});
+    return n;
+}
 template <class E>
 void add_rows(std::vector<const PartRow*>& rows, const std::vector<E>& t) {
     for (const E& e : t)
@@ -269,7 +282,7 @@ void add_rows(std::vector<const PartRow*>& rows, const std::vector<E>& t) {
 template <class E>
 const E& find(const std::vector<E>& t, const std::string& name, PartKind kind) {
     for (const E& e : t)
-        if (name == e.name) return e;
+        if (name == e.name || (e.alias && name == e.alias)) return e;
     check_part_name(kind, name, kind_name(kind));  // throws the ValueError listing the names
     throw ValueError(std::string("unknown ") + kind_name(kind) + " '" + name + "'");
 }
@@ -369,6 +382,47 @@ std::vector<std::string> part_names(PartKind kind) {
         case PartKind::Block: return names_of(blocks<float>());
         default: return names_of(norms<float>());
     }
+}
+
+std::vector<SelectorName> selector_names(PartKind kind, Arch arch) {
+    switch (kind) {
+        case PartKind::Mask: return selector_names_of(masks(), arch);
+        case PartKind::Position: return selector_names_of(positions<float>(), arch);
+        case PartKind::MLP: return selector_names_of(mlps<float>(), arch);
+        case PartKind::QKVSource: return selector_names_of(qkv_sources<float>(), arch);
+        case PartKind::HeadKernel: return selector_names_of(head_kernels<float>(), arch);
+        case PartKind::Embedding: return selector_names_of(embeddings<float>(), arch);
+        case PartKind::EmbeddingStep: return selector_names_of(embedding_steps<float>(), arch);
+        case PartKind::Block: return selector_names_of(blocks<float>(), arch);
+        default: return selector_names_of(norms<float>(), arch);
+    }
+}
+bool per_call_mask(const std::string& name) {
+    for (const auto& e : masks())
+        if (name == e.name) return e.per_call;
+    return false;
+}
+
+const char* default_part(PartKind kind, Arch arch) {
+    switch (kind) {
+        case PartKind::Norm: return "layer";                         // Algorithm 6
+        case PartKind::MLP: return arch == Arch::ED ? "relu" : "gelu";  // Algorithm 8's φ = ReLU; 9, 10: GELU
+        case PartKind::Mask: return arch == Arch::D ? "causal" : arch == Arch::E ? "bidirectional" : "";  // (ED: both)
+        case PartKind::Block: return default_block(arch);
+        default: return "";
+    }
+}
+
+std::string selected_part(PartKind kind, const std::string& given, Arch arch, const char* option) {
+    const std::vector<SelectorName> names = selector_names(kind, arch);
+    for (const SelectorName& n : names)
+        if (given == n.name || (n.alias && given == n.alias)) return n.name;
+    // the names it takes: the architecture's listing's part first, then the registry's order
+    const std::string first = default_part(kind, arch);
+    std::string list = first.empty() ? "" : "'" + first + "'";
+    for (const SelectorName& n : names)
+        if (n.name != first) list += (list.empty() ? "'" : ", '") + n.name + "'";
+    throw ValueError(std::string(option) + " must be one of " + list + ", got '" + given + "'");
 }
 
 void check_part_name(PartKind kind, const std::string& name, const char* option) {

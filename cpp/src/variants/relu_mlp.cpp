@@ -2,8 +2,8 @@
 // Algorithm 8's φ,
 //   8  X ← X + W_mlp2 ReLU(W_mlp1 X̃ + b_mlp1 1ᵀ) + b_mlp2 1ᵀ,     ReLU(x) = max(0, x)
 // Forward and backward are the listing's MLP (listings/mlp.cpp: dH = [[H > 0]] ⊙ W_mlp2ᵀ dOut beside
-// the forward) with φ = ReLU. Chosen by mlp='relu' in a DTransformer (EDTransformer's standard MLP is ReLU
-// already). Made by make_mlp("relu", …) (registry.cpp).
+// the forward) with φ = ReLU. Chosen by mlp='relu' in a DTransformer; an EDTransformer's default MLP (Algorithm
+// 8's, default_part). Made by make_mlp("relu", …) (registry.cpp).
 #include "formal_transformers/parts.hpp"
 
 namespace ft {

@@ -45,21 +45,16 @@ public:
     };
     SandwichBlock(const BlockSpec& b, ParamStore<T>& store, const std::string& p)
         : SelfBlock<T>(attn_l),
-          norm1(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma1", p + "beta1"),
-          attn_l(b.c->H, b.c->d_e, b.c->d_e, b.c->d_attn, b.c->d_mid, b.c->d_e, b.mask, store, p + "attn.", b.self),
-          norm2(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma2", p + "beta2"),
-          mlp(mlp_name(b.c->mlp), mlp_spec(*b.c, b.act, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2"), store, p),
-          post1(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma1_post", p + "beta1_post"),
-          post2(norm_name(b.c->norm), b.c->d_e, b.c->eps, store, p + "gamma2_post", p + "beta2_post") {}
+          norm1(block_norm(b, store, p, "1")),
+          attn_l(self_attention(b, store, p)),
+          norm2(block_norm(b, store, p, "2")),
+          mlp(block_mlp(b, store, p, "W_mlp1", "b_mlp1", "W_mlp2", "b_mlp2")),
+          post1(block_norm(b, store, p, "1_post")),
+          post2(block_norm(b, store, p, "2_post")) {}
     std::unique_ptr<BlockActs<T>> make_acts() const override { return std::make_unique<Acts>(); }
 
     void init(ParamStore<T>& store, Rng& rng, double s, double s_out) const override {
-        norm1.init(store);
-        attn_l.init(store, rng, s, s_out);
-        norm2.init(store);
-        mlp.init(store, rng, s, s_out);
-        post1.init(store);
-        post2.init(store);
+        init_parts(store, rng, s, s_out, norm1, attn_l, norm2, mlp, post1, post2);
     }
 
     void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& s, MatView<T> X_out, BlockActs<T>& acts,
@@ -124,17 +119,7 @@ public:
 
 }  // namespace
 
-template <class T>
-std::unique_ptr<SelfBlock<T>> make_sandwich_block(const BlockSpec& spec, ParamStore<T>& store, const std::string& prefix) {
-    return std::make_unique<SandwichBlock<T>>(spec, store, prefix);
-}
-const PartRow& sandwich_block_row() {
-    static const PartRow row{PartKind::Block, "sandwich", {},
-                             [](const PartOptionValues&, const ModelConfig* m) { check_block_archs("sandwich", archs::D, m); }};
-    return row;
-}
-
-template std::unique_ptr<SelfBlock<float>> make_sandwich_block(const BlockSpec&, ParamStore<float>&, const std::string&);
-template std::unique_ptr<SelfBlock<double>> make_sandwich_block(const BlockSpec&, ParamStore<double>&, const std::string&);
+FT_BLOCK_FACTORY(make_sandwich_block, SandwichBlock, SelfBlock)
+FT_BLOCK_ROW(sandwich_block_row, "sandwich", archs::D)
 
 }  // namespace ft

@@ -8,7 +8,9 @@
 One module per family (gpt2, bert, distilbert, bigbird, llama with mistral, qwen2, qwen3, phi3, gemma (2 and 3), opt, roberta, deepseek, t5, bart, vit), each a Converter registered
 under the HF class names it takes, with its name tables (HF tensor names <-> ft parameter names) as data and the
 mapping of each config key in its docstring; _registry holds the generic from_hf / to_hf / save_hf / load_hf and
-_common the config readers. Every module of this package not starting with "_" is imported here, so adding a
+_common what the families share (the config readers, RoPE's parameters, name tables, an export's checks); a family
+that is another's with more tensors in its layers builds on that one's table (distilbert and roberta on bert; qwen2,
+qwen3 and gemma on llama). Every module of this package not starting with "_" is imported here, so adding a
 family is one new module with its @register. Everything works over the zero-copy `params` views, in float32 and
 float64; nothing touches the network. Unsupported configurations raise ValueError naming the option; nothing is
 half-loaded (every tensor is checked before a model is made).

@@ -1,6 +1,7 @@
 """What every converter of formal_transformers.hf uses: reading HF config values (every value a mapping uses has
 its type and range checked first: ValueError naming the key, never a ZeroDivisionError, OverflowError or KeyError
-from a hostile config.json), the head-split reshapes, the dropout rates of an export."""
+from a hostile config.json; RoPE's parameters), the head-split reshapes and name tables, the dropout rates and the
+checks of an export."""
 from __future__ import annotations
 
 import json
@@ -139,6 +140,31 @@ def _gelu_of(model: str, option: str, act) -> str:
     return _GELU_OF_HF[act]
 
 
+def _rope_parameters(c: dict, model: str) -> tuple:
+    """(key, parameters) of V1's rotary embedding as transformers 5 reads a config (RotaryEmbeddingConfigMixin):
+    "rope_scaling" when it is set (the older name wins), else "rope_parameters" (absent: {}). Their rope_type (or
+    "type") must be "default": scaled variants (linear, dynamic, yarn, llama3, …) change the angles in ways V1 does
+    not express and are refused."""
+    key = "rope_scaling" if c.get("rope_scaling") else "rope_parameters"
+    rp = c.get(key)
+    if rp is None:
+        rp = {}
+    if not isinstance(rp, dict):
+        raise _bad_value(model, key, rp, "an object of RoPE parameters")
+    kind = rp.get("rope_type", rp.get("type", "default"))
+    if kind != "default":
+        raise _unsupported(model, f"{key}.rope_type", kind, "only the plain rotary embedding of V1 (no scaling)")
+    return key, rp
+
+
+def _rope_float(c: dict, model: str, key: str, rp: dict, name: str, top: str, default: float, **bounds) -> float:
+    """A RoPE number: rp[name] when given (named key.name, as the file nests it), else the config's top-level
+    option `top`, else default; bounds as _cfg_float's."""
+    if rp.get(name) is not None:
+        nested = f"{key}.{name}"
+        return _cfg_float({nested: rp[name]}, model, nested, **bounds)
+    return _cfg_float(c, model, top, default, **bounds)
+
 
 # ---------------------------------------------------------------------------------------------------
 # Tensors
@@ -162,6 +188,42 @@ def _table_from_ft(rows, P: dict) -> dict:
     return {hf: (P[ft].T if how == "T" else _flat(P[ft]) if how else P[ft]) for hf, ft, how in rows}
 
 
+def _drop_stack_embeddings(T: dict, model: str, shared: str = "shared.weight") -> None:
+    """An encoder-decoder's stack embeddings (encoder./decoder.embed_tokens.weight) dropped from T as aliases of the
+    shared one: ValueError when one differs (transformers embeds that stack's tokens with it; ft's two stacks share
+    one W_e)."""
+    for k in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"):
+        if k in T:
+            if shared in T and not np.array_equal(T[k], T[shared]):
+                raise ValueError(f"{model}: tensor {k} differs from {shared}: transformers embeds that stack's "
+                                 "tokens with it, and ft's encoder and decoder share one W_e (no equivalent)")
+            T.pop(k)
+
+
+def _layered_table(hp: dict, body, layer_at: str, layer, head=(), untied=None) -> list:
+    """A name table of a whole model, rows (HF name, ft name, how): the body's rows (embeddings, final norm), layer
+    l's rows with the HF name under layer_at.format(l) and ft's under layers.l., the head's rows, and W_u under the
+    HF name `untied` when the model is not tied."""
+    rows = list(body)
+    for l in range(hp["L"]):
+        rows += [(layer_at.format(l) + a, f"layers.{l}." + b, k) for a, b, k in layer]
+    rows += list(head)
+    if untied and not hp["tied"]:
+        rows.append((untied, "W_u", ""))
+    return rows
+
+
+def _encoder_shapes(hp: dict, rows) -> dict:
+    """The shape of each HF tensor of an Algorithm 9 encoder's name table (BERT's names on ft's side; d_attn = d_mid
+    = d_e / H): {HF name: shape}."""
+    d, V, m = hp["d_e"], hp["n_vocab"], hp["d_mlp"]
+    shape = {"W_e": (V, d), "W_p": (hp["l_max"], d), "W_s": (hp.get("n_segments", 0), d), "W_f": (d, d),
+             "b_u": (V,), "W_u": (V, d)}
+    layer = {"attn.W_q": (d, d), "attn.W_k": (d, d), "attn.W_v": (d, d), "attn.W_o": (d, d), "W_mlp1": (m, d),
+             "b_mlp1": (m,), "W_mlp2": (d, m)}
+    return {a: shape.get(b) or layer.get(b.split(".", 2)[-1], (d,)) for a, b, _ in rows}
+
+
 _RATES = ("embed_dropout", "attn_dropout", "resid_dropout")
 
 
@@ -176,6 +238,41 @@ def _only_attention_dropout(model: str, rates: dict) -> None:
         if rates[k]:
             raise ValueError(f"{model} has no equivalent of {k}={rates[k]!r}: it drops only its attention weights "
                              "(attention_dropout = attn_dropout)")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Exports: ValueError naming an option of ft's config the HF class cannot express
+
+def _export_requires(model: str, cfg: dict, want: dict, cls: str = "", note: str = "", absent_ok: bool = False) -> None:
+    """Each option of `want` at its value (absent_ok: an option the config leaves out counts as at it), else
+    "<model> has no equivalent of k=v<note> (<cls>: a='…', b=…)"."""
+    for k, w in want.items():
+        if (cfg.get(k, w) if absent_ok else cfg.get(k)) != w:
+            wants = ", ".join(f"{a}={b!r}" for a, b in want.items())
+            raise ValueError(f"{model} has no equivalent of {k}={cfg.get(k)!r}{note} ({cls + ': ' if cls else ''}{wants})")
+
+
+def _export_causal(model: str, cfg: dict, has: str = "has") -> None:
+    if cfg.get("mask", "causal") != "causal":
+        raise ValueError(f"{model} {has} no equivalent of mask={cfg['mask']!r} (causal attention only)")
+
+
+def _export_heads_split_d_e(model: str, cfg: dict) -> None:
+    """One head width d_attn = d_mid = d_e / H (the HF class splits its width into the heads)."""
+    if cfg["d_attn"] * cfg["H"] != cfg["d_e"] or cfg["d_mid"] * cfg["H"] != cfg["d_e"]:
+        raise ValueError(f"{model} needs d_attn = d_mid = d_e / H, got d_attn={cfg['d_attn']}, d_mid={cfg['d_mid']}")
+
+
+def _export_head_dim(model: str, cfg: dict, name: str = "head_dim") -> None:
+    """One head width d_attn = d_mid (the HF config's `name`)."""
+    if cfg["d_attn"] != cfg["d_mid"]:
+        raise ValueError(f"{model} needs d_attn = d_mid (its {name}), got d_attn={cfg['d_attn']}, d_mid={cfg['d_mid']}")
+
+
+def _export_all_kv_heads(model: str, cfg: dict) -> None:
+    """H_kv = H: the HF class has no grouped-query attention (V3)."""
+    if cfg.get("H_kv") not in (None, cfg["H"]):
+        raise ValueError(f"{model} has no equivalent of the option H_kv={cfg['H_kv']!r} (grouped-query attention)")
 
 
 def _torch_dtype(name):

@@ -29,8 +29,9 @@ import os
 
 import numpy as np
 
-from ._common import (_read_config_json, _cfg_bool, _cfg_float, _cfg_get, _cfg_int, _cfg_rate, _split_rates, _unsupported,
-                      _width_and_heads)
+from ._common import (_cfg_bool, _cfg_float, _cfg_get, _cfg_int, _cfg_rate, _drop_stack_embeddings,
+                      _export_all_kv_heads, _export_heads_split_d_e, _export_requires, _read_config_json, _split_rates,
+                      _unsupported, _width_and_heads)
 from ._registry import Converter, build, check_layer_count, encoder_takes_tokens, export, hf_model, register, state_arrays
 
 OFFSET = 2  # BartLearnedPositionalEmbedding's rows before position 0
@@ -200,12 +201,7 @@ class BART(Converter):
         if not head:
             hp["unembed_bias"] = False
             hp["tied"] = True  # BartModel has no head: the unembedding is W_eᵀ
-        for k in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"):
-            if k in T:
-                if self.embedding in T and not np.array_equal(T[k], T[self.embedding]):
-                    raise ValueError(f"BART: tensor {k} differs from shared.weight: transformers embeds that stack's "
-                                     "tokens with it, and ft's encoder and decoder share one W_e (no equivalent)")
-                T.pop(k)
+        _drop_stack_embeddings(T, "BART", self.embedding)
         return T
 
     def check_layers(self, hp, T, where, cls_name):
@@ -241,18 +237,12 @@ class BART(Converter):
     def export(self, cfg, P):
         """An EDTransformer with BART's options (V22) -> BartForConditionalGeneration."""
         cfg, rates = _split_rates(cfg)
-        want = {"embed_norm": True, "separate_positions": True, "block": self.block, "norm": "layer", "bias": True,
-                "positional": "learned", "scale_scores": True, "fixnorm": False}
-        for k, w in want.items():
-            if cfg.get(k) != w:
-                raise ValueError(f"{self.name} has no equivalent of {k}={cfg.get(k)!r} ({self.cls}: "
-                                 + ", ".join(f"{a}={b!r}" for a, b in want.items()) + ")")
+        _export_requires(self.name, cfg, dict(embed_norm=True, separate_positions=True, block=self.block, norm="layer",
+                                              bias=True, positional="learned", scale_scores=True, fixnorm=False), self.cls)
         if cfg.get("mlp") not in _MLP_OF_ACT.values():
             raise ValueError(f"BART has no equivalent of mlp={cfg.get('mlp')!r} ('gelu' or 'relu')")
-        if cfg.get("H_kv") not in (None, cfg["H"]):
-            raise ValueError(f"BART has no equivalent of the option H_kv={cfg['H_kv']!r} (grouped-query attention)")
-        if cfg["d_attn"] * cfg["H"] != cfg["d_e"] or cfg["d_mid"] * cfg["H"] != cfg["d_e"]:
-            raise ValueError(f"BART needs d_attn = d_mid = d_e / H, got d_attn={cfg['d_attn']}, d_mid={cfg['d_mid']}")
+        _export_all_kv_heads("BART", cfg)
+        _export_heads_split_d_e("BART", cfg)
         if cfg["eps"] != 1e-5:
             raise ValueError(f"BART has no equivalent of eps={cfg['eps']!r}: its layer norms use 1e-5")
         if rates["embed_dropout"] != rates["resid_dropout"]:

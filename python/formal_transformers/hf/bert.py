@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import (_HF_OF_GELU, _cfg_bool, _cfg_float, _cfg_get, _cfg_int, _cfg_rate, _gelu_of, _require,
-                      _split_rates, _table_from_ft, _table_to_ft, _unsupported, _width_and_heads)
+from ._common import (_HF_OF_GELU, _cfg_bool, _cfg_float, _cfg_get, _cfg_int, _cfg_rate, _encoder_shapes,
+                      _export_all_kv_heads, _export_heads_split_d_e, _gelu_of, _layered_table, _require, _split_rates,
+                      _table_from_ft, _table_to_ft, _unsupported, _width_and_heads)
 from ._registry import Converter, register
 
 LAYER = (  # (HF name in encoder.layer.l., ft name in layers.l., how: "H" split into heads, "T" transposed)
@@ -40,14 +41,8 @@ HEAD = (("cls.predictions.transform.dense.weight", "W_f", ""), ("cls.predictions
 
 def tensor_table(hp: dict, head: bool) -> list:
     """(HF name, ft name, how) of every tensor of the body (and the MLM head)."""
-    rows = list(EMB)
-    for l in range(hp["L"]):
-        rows += [(f"encoder.layer.{l}." + a, f"layers.{l}." + b, k) for a, b, k in LAYER]
-    if head:
-        rows += list(HEAD)
-        if not hp["tied"]:
-            rows.append(("cls.predictions.decoder.weight", "W_u", ""))
-    return rows
+    return _layered_table(hp, EMB, "encoder.layer.{}.", LAYER, HEAD if head else (),
+                          "cls.predictions.decoder.weight" if head else None)
 
 
 @register
@@ -98,12 +93,7 @@ class BERT(Converter):
         return T
 
     def expected(self, hp, head):
-        d, V, m = hp["d_e"], hp["n_vocab"], hp["d_mlp"]
-        shape = {"W_e": (V, d), "W_p": (hp["l_max"], d), "W_s": (hp["n_segments"], d), "gamma_e": (d,),
-                 "beta_e": (d,), "W_f": (d, d), "b_f": (d,), "gamma": (d,), "beta": (d,), "b_u": (V,), "W_u": (V, d)}
-        layer = {"attn.W_q": (d, d), "attn.W_k": (d, d), "attn.W_v": (d, d), "attn.W_o": (d, d), "W_mlp1": (m, d),
-                 "b_mlp1": (m,), "W_mlp2": (d, m)}
-        return {a: shape.get(b) or layer.get(b.split(".", 2)[-1], (d,)) for a, b, _ in tensor_table(hp, head)}
+        return _encoder_shapes(hp, tensor_table(hp, head))
 
     def to_ft(self, hp, T, head):
         return _table_to_ft(tensor_table(hp, head), T, hp)
@@ -117,10 +107,8 @@ class BERT(Converter):
         cfg, rates = _split_rates(cfg)
         if cfg.get("positional") != "learned":
             raise ValueError(f"BERT has no equivalent of positional={cfg.get('positional')!r} (learned positions only)")
-        if cfg["d_attn"] * cfg["H"] != cfg["d_e"] or cfg["d_mid"] * cfg["H"] != cfg["d_e"]:
-            raise ValueError(f"BERT needs d_attn = d_mid = d_e / H, got d_attn={cfg['d_attn']}, d_mid={cfg['d_mid']}")
-        if cfg.get("H_kv") not in (None, cfg["H"]):
-            raise ValueError(f"BERT has no equivalent of the option H_kv={cfg['H_kv']!r} (grouped-query attention)")
+        _export_heads_split_d_e("BERT", cfg)
+        _export_all_kv_heads("BERT", cfg)
         if not cfg.get("embed_norm"):
             raise ValueError("BERT has no equivalent of embed_norm=False: it always normalises its embeddings")
         if cfg["d_f"] != cfg["d_e"]:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import (_cfg_bool, _cfg_float, _cfg_int, _cfg_rate, _flat, _only_attention_dropout, _require,
-                      _split_heads, _split_rates, _swiglu_unsplit, _unsupported)
+from ._common import (_cfg_bool, _cfg_float, _cfg_int, _cfg_rate, _export_requires, _flat, _only_attention_dropout,
+                      _require, _split_heads, _split_rates, _swiglu_unsplit, _unsupported)
 from ._registry import Converter, register
 from .llama import rope_theta
 
@@ -117,10 +117,7 @@ class DeepseekV3(Converter):
         with dense MLPs (first_k_dense_replace = L) and rope_interleave=True (DeepSeek's layout)."""
         cfg, rates = _split_rates(cfg)
         _only_attention_dropout(self.name, rates)
-        for k, want in (("mlp", "swiglu"), ("norm", "rms"), ("bias", False)):
-            if cfg.get(k) != want:
-                raise ValueError(f"DeepSeek-V3 has no equivalent of {k}={cfg.get(k)!r} (mlp='swiglu', norm='rms', "
-                                 "bias=False)")
+        _export_requires("DeepSeek-V3", cfg, dict(mlp="swiglu", norm="rms", bias=False))
         if cfg.get("H_kv") not in (None, cfg["H"]):
             raise ValueError(f"DeepSeek-V3 has no equivalent of H_kv={cfg['H_kv']!r}: latent attention makes every "
                              "head's keys")

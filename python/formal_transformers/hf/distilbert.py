@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import (_HF_OF_GELU, _cfg_bool, _cfg_get, _cfg_int, _cfg_rate, _gelu_of, _split_rates,
-                      _table_from_ft, _table_to_ft, _unsupported, _width_and_heads)
+from ._common import (_HF_OF_GELU, _cfg_bool, _cfg_get, _cfg_int, _cfg_rate, _encoder_shapes, _export_all_kv_heads,
+                      _export_heads_split_d_e, _gelu_of, _layered_table, _split_rates, _table_from_ft, _table_to_ft,
+                      _unsupported, _width_and_heads)
 from ._registry import Converter, register
+from .bert import BERT
 
 LAYER = (  # (HF name in transformer.layer.l., ft name in layers.l., how: "H" split into heads)
     ("attention.q_lin.weight", "attn.W_q", "H"), ("attention.q_lin.bias", "attn.b_q", "H"),
@@ -48,14 +50,8 @@ def is_distilbert(cfg: dict) -> bool:
 
 def tensor_table(hp: dict, head: bool) -> list:
     """(HF name, ft name, how) of every tensor of the body (under distilbert.) and the MLM head."""
-    rows = [("distilbert." + a, b, k) for a, b, k in EMB]
-    for l in range(hp["L"]):
-        rows += [(f"distilbert.transformer.layer.{l}." + a, f"layers.{l}." + b, k) for a, b, k in LAYER]
-    if head:
-        rows += list(HEAD)
-        if not hp["tied"]:
-            rows.append(("vocab_projector.weight", "W_u", ""))
-    return rows
+    return _layered_table(hp, [("distilbert." + a, b, k) for a, b, k in EMB], "distilbert.transformer.layer.{}.", LAYER,
+                          HEAD if head else (), "vocab_projector.weight" if head else None)
 
 
 @register
@@ -67,9 +63,7 @@ class DistilBERT(Converter):
     layers = ("distilbert.transformer.layer.", "n_layers")
     embedding = "distilbert.embeddings.word_embeddings.weight"
     head = "vocab_projector.weight"
-    maps = frozenset({"n_vocab", "l_max", "L", "H", "d_e", "d_mlp", "d_f", "d_attn", "d_mid", "positional", "gelu",
-                      "eps", "tied", "n_segments", "embed_norm", "unembed_bias", "H_kv", "seed", "init_std",
-                      "attention_impl", "embed_dropout", "attn_dropout", "resid_dropout"})
+    maps = BERT.maps  # BERT's options (DistilBERT's are BERT's without segments)
 
     def hyper(self, c):
         m = self.name
@@ -89,11 +83,7 @@ class DistilBERT(Converter):
         return super().prepare(hp, T, head)
 
     def expected(self, hp, head):
-        d, V, m = hp["d_e"], hp["n_vocab"], hp["d_mlp"]
-        shape = {"W_e": (V, d), "W_p": (hp["l_max"], d), "W_f": (d, d), "b_u": (V,), "W_u": (V, d)}
-        layer = {"attn.W_q": (d, d), "attn.W_k": (d, d), "attn.W_v": (d, d), "attn.W_o": (d, d), "W_mlp1": (m, d),
-                 "b_mlp1": (m,), "W_mlp2": (d, m)}
-        return {a: shape.get(b) or layer.get(b.split(".", 2)[-1], (d,)) for a, b, _ in tensor_table(hp, head)}
+        return _encoder_shapes(hp, tensor_table(hp, head))
 
     def to_ft(self, hp, T, head):
         return _table_to_ft(tensor_table(hp, head), T, hp)
@@ -105,10 +95,8 @@ class DistilBERT(Converter):
         cfg, rates = _split_rates(cfg)
         if cfg.get("positional") != "learned":
             raise ValueError(f"DistilBERT has no equivalent of positional={cfg.get('positional')!r} (learned only)")
-        if cfg["d_attn"] * cfg["H"] != cfg["d_e"] or cfg["d_mid"] * cfg["H"] != cfg["d_e"]:
-            raise ValueError(f"DistilBERT needs d_attn = d_mid = d_e / H, got d_attn={cfg['d_attn']}, d_mid={cfg['d_mid']}")
-        if cfg.get("H_kv") not in (None, cfg["H"]):
-            raise ValueError(f"DistilBERT has no equivalent of the option H_kv={cfg['H_kv']!r} (grouped-query attention)")
+        _export_heads_split_d_e("DistilBERT", cfg)
+        _export_all_kv_heads("DistilBERT", cfg)
         if cfg["d_f"] != cfg["d_e"]:
             raise ValueError(f"DistilBERT needs d_f = d_e (vocab_transform is dim × dim), got d_f={cfg['d_f']}")
         if rates["resid_dropout"]:

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import math
 
-from ._common import (_bad_value, _cfg_bool, _cfg_float, _cfg_get, _cfg_int, _cfg_rate, _split_heads, _split_rates,
-                      _table_from_ft, _unsupported)
+from ._common import (_bad_value, _cfg_bool, _cfg_float, _cfg_get, _cfg_int, _cfg_rate, _export_head_dim,
+                      _export_requires, _split_rates, _table_to_ft, _unsupported)
 from ._registry import Converter, register
+from .llama import decoder_shapes, hf_state, tensor_table as llama_table
 
 LAYER = (  # (HF name in layers.l., ft name in layers.l., heads of the reshape)
     ("self_attn.q_proj.weight", "attn.W_q", "H"), ("self_attn.k_proj.weight", "attn.W_k", "H_kv"),
@@ -41,19 +42,12 @@ QK = (("self_attn.q_norm.weight", "attn.gamma_q", ""), ("self_attn.k_norm.weight
 
 
 def tensor_table(hp: dict, head: bool) -> list:
-    rows = [("embed_tokens.weight", "W_e", "T"), ("norm.weight", "gamma", "")]
-    per_layer = LAYER + (QK if hp.get("qk_norm") else ())
-    for l in range(hp["L"]):
-        rows += [(f"layers.{l}.{a}", f"layers.{l}.{b}", k) for a, b, k in per_layer]
-    if head and not hp["tied"]:
-        rows.append(("lm_head.weight", "W_u", ""))
-    return rows
+    return llama_table(hp, head, LAYER + (QK if hp.get("qk_norm") else ()))
 
 
 def from_ft(P: dict, cfg: dict) -> dict:
     """ft params of a Gemma-style DTransformer (or their gradients) -> Gemma{2,3}ForCausalLM's state (full names)."""
-    return {("" if a == "lm_head.weight" else "model.") + a: v
-            for a, v in _table_from_ft(tensor_table(cfg, True), P).items()}
+    return hf_state(tensor_table(cfg, True), P)
 
 
 def layer_pattern(c: dict, m: str, L: int):
@@ -167,16 +161,10 @@ class _Gemma(Converter):
         return hp
 
     def expected(self, hp, head):
-        d, V, m, H, H_kv, d_h = hp["d_e"], hp["n_vocab"], hp["d_mlp"], hp["H"], hp["H_kv"], hp["d_attn"]
-        shapes = {"attn.W_q": (H * d_h, d), "attn.W_k": (H_kv * d_h, d), "attn.W_v": (H_kv * d_h, d),
-                  "attn.W_o": (d, H * d_h), "attn.gamma_q": (d_h,), "attn.gamma_k": (d_h,), "W_gate": (m, d),
-                  "W_mlp1": (m, d), "W_mlp2": (d, m), "gamma1": (d,), "gamma1_post": (d,), "gamma2": (d,),
-                  "gamma2_post": (d,), "W_e": (V, d), "gamma": (d,), "W_u": (V, d)}
-        return {a: shapes[b.split(".", 2)[-1] if b.startswith("layers.") else b] for a, b, _ in tensor_table(hp, head)}
+        return decoder_shapes(hp, tensor_table(hp, head))
 
     def to_ft(self, hp, T, head):
-        return {b: (T[a].T if k == "T" else _split_heads(T[a], hp[k]) if k else T[a])
-                for a, b, k in tensor_table(hp, head)}
+        return _table_to_ft(tensor_table(hp, head), T, hp)
 
     def takes(self, model, cfg):
         return (cfg.get("arch") == "DTransformer" and cfg.get("norm") == "rms1p"
@@ -188,16 +176,12 @@ class _Gemma(Converter):
         for k in ("embed_dropout", "resid_dropout"):
             if rates[k]:
                 raise ValueError(f"{m} has no equivalent of {k}={rates[k]!r} (it drops only attention weights)")
-        want = dict(positional="rope", mlp="geglu", bias=False, block="sandwich", mask="causal")
-        for k, v in want.items():
-            if cfg.get(k, v) != v:
-                raise ValueError(f"{m} has no equivalent of {k}={cfg.get(k)!r} ({self.classes and next(iter(self.classes))}: "
-                                 + ", ".join(f"{a}={b!r}" for a, b in want.items()) + ")")
+        _export_requires(m, cfg, dict(positional="rope", mlp="geglu", bias=False, block="sandwich", mask="causal"),
+                         next(iter(self.classes)), absent_ok=True)
         if cfg.get("embed_scale") is None or abs(cfg["embed_scale"] - math.sqrt(cfg["d_e"])) > 1e-12 * math.sqrt(cfg["d_e"]):
             raise ValueError(f"{m} scales the embedding by √hidden_size: embed_scale must be √d_e = "
                              f"{math.sqrt(cfg['d_e'])!r}, got {cfg.get('embed_scale')!r}")
-        if cfg["d_attn"] != cfg["d_mid"]:
-            raise ValueError(f"{m} needs d_attn = d_mid (its head_dim), got d_attn={cfg['d_attn']}, d_mid={cfg['d_mid']}")
+        _export_head_dim(m, cfg)
         if not self.gemma3 and (cfg.get("rope_local_base_freq") is not None or cfg.get("rope_scaling_factor")):
             raise ValueError("Gemma 2 has one unscaled RoPE: rope_local_base_freq and rope_scaling_factor are Gemma 3's "
                              "(qk_norm=True)")

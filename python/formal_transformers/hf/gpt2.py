@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import (_HF_OF_GELU, _MAX_SIZE, _cfg_bool, _cfg_float, _cfg_get, _cfg_int, _cfg_rate, _flat, _gelu_of,
-                      _require, _split_heads, _split_rates, _width_and_heads)
+from ._common import (_HF_OF_GELU, _MAX_SIZE, _cfg_bool, _cfg_float, _cfg_get, _cfg_int, _cfg_rate,
+                      _export_all_kv_heads, _export_heads_split_d_e, _flat, _gelu_of, _require, _split_heads,
+                      _split_rates, _width_and_heads)
 from ._registry import Converter, register
 
 # (HF name in h.l., ft name in layers.l., "T": HF holds the transpose) — c_attn is the three of W_q, W_k, W_v
@@ -88,10 +89,8 @@ class GPT2(Converter):
         cfg, rates = _split_rates(cfg)
         if cfg.get("positional") != "learned":
             raise ValueError(f"GPT-2 has no equivalent of positional={cfg.get('positional')!r} (learned positions only)")
-        if cfg["d_attn"] * cfg["H"] != cfg["d_e"] or cfg["d_mid"] * cfg["H"] != cfg["d_e"]:
-            raise ValueError(f"GPT-2 needs d_attn = d_mid = d_e / H, got d_attn={cfg['d_attn']}, d_mid={cfg['d_mid']}")
-        if cfg.get("H_kv") not in (None, cfg["H"]):
-            raise ValueError(f"GPT-2 has no equivalent of the option H_kv={cfg['H_kv']!r} (grouped-query attention)")
+        _export_heads_split_d_e("GPT-2", cfg)
+        _export_all_kv_heads("GPT-2", cfg)
         if cfg["norm"] != "layer":
             raise ValueError(f"GPT-2 has no equivalent of norm={cfg['norm']!r} (layer_norm only)")
         hf = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": cfg["n_vocab"],

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import (_HF_OF_GELU, _bad_value, _cfg_bool, _cfg_float, _cfg_get, _cfg_int, _cfg_rate, _gelu_of, _require,
-                      _split_rates, _unsupported, _width_and_heads)
+from ._common import (_HF_OF_GELU, _cfg_bool, _cfg_float, _cfg_get, _cfg_int, _cfg_rate, _export_all_kv_heads,
+                      _export_heads_split_d_e, _export_requires, _gelu_of, _require, _rope_float, _rope_parameters,
+                      _split_rates, _width_and_heads)
 from ._registry import Converter, register
 
 # (HF name in layers.l., ft name in layers.l.) — query_key_value holds W_q, W_k, W_v (and their biases) fused
@@ -32,18 +33,9 @@ def rope_of(c: dict, m: str) -> tuple:
     """(θ, rotary_pct) as transformers 5 reads a GPT-NeoX config: "rope_scaling" when set, else "rope_parameters",
     of rope_type "default" (scaled variants are refused); θ its rope_theta, else rotary_emb_base, else 10,000; the
     share its partial_rotary_factor, else rotary_pct, else 0.25."""
-    key = "rope_scaling" if c.get("rope_scaling") else "rope_parameters"
-    rp = c.get(key) or {}
-    if not isinstance(rp, dict):
-        raise _bad_value(m, key, rp, "an object of RoPE parameters")
-    kind = rp.get("rope_type", rp.get("type", "default"))
-    if kind != "default":
-        raise _unsupported(m, f"{key}.rope_type", kind, "only the plain rotary embedding of V1 (no scaling)")
-    theta = (_cfg_float({f"{key}.rope_theta": rp["rope_theta"]}, m, f"{key}.rope_theta", lo=0.0, lo_open=True)
-             if rp.get("rope_theta") is not None else _cfg_float(c, m, "rotary_emb_base", 10000.0, lo=0.0, lo_open=True))
-    pct = (_cfg_float({f"{key}.partial_rotary_factor": rp["partial_rotary_factor"]}, m, f"{key}.partial_rotary_factor",
-                      lo=0.0, hi=1.0, lo_open=True)
-           if rp.get("partial_rotary_factor") is not None else _cfg_float(c, m, "rotary_pct", 0.25, lo=0.0, hi=1.0, lo_open=True))
+    key, rp = _rope_parameters(c, m)
+    theta = _rope_float(c, m, key, rp, "rope_theta", "rotary_emb_base", 10000.0, lo=0.0, lo_open=True)
+    pct = _rope_float(c, m, key, rp, "partial_rotary_factor", "rotary_pct", 0.25, lo=0.0, hi=1.0, lo_open=True)
     return theta, pct
 
 
@@ -120,15 +112,10 @@ class GPTNeoX(Converter):
     def export(self, cfg, P):
         """A DTransformer with block='parallel' and GPT-NeoX's options -> GPTNeoXForCausalLM."""
         cfg, rates = _split_rates(cfg)
-        want = {"positional": "rope", "norm": "layer", "mlp": "gelu", "bias": True}
-        for k, w in want.items():
-            if cfg.get(k) != w:
-                raise ValueError(f"GPT-NeoX has no equivalent of {k}={cfg.get(k)!r} with block='parallel' "
-                                 "(GPTNeoXForCausalLM: " + ", ".join(f"{a}={b!r}" for a, b in want.items()) + ")")
-        if cfg.get("H_kv") not in (None, cfg["H"]):
-            raise ValueError(f"GPT-NeoX has no equivalent of the option H_kv={cfg['H_kv']!r} (grouped-query attention)")
-        if cfg["d_attn"] * cfg["H"] != cfg["d_e"] or cfg["d_mid"] * cfg["H"] != cfg["d_e"]:
-            raise ValueError(f"GPT-NeoX needs d_attn = d_mid = d_e / H, got d_attn={cfg['d_attn']}, d_mid={cfg['d_mid']}")
+        _export_requires("GPT-NeoX", cfg, dict(positional="rope", norm="layer", mlp="gelu", bias=True),
+                         "GPTNeoXForCausalLM", note=" with block='parallel'")
+        _export_all_kv_heads("GPT-NeoX", cfg)
+        _export_heads_split_d_e("GPT-NeoX", cfg)
         if rates["embed_dropout"] != rates["resid_dropout"]:
             raise ValueError(f"GPT-NeoX has one hidden_dropout for embed_dropout={rates['embed_dropout']!r} and "
                              f"resid_dropout={rates['resid_dropout']!r}: set them equal to export")

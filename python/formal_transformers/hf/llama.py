@@ -10,8 +10,9 @@ HF computes RMSnorm and the RoPE angles in float32 even for a float64 model, so 
 float32 accuracy unless those two run in float64 (tests/python/test_variants.py shows how)."""
 from __future__ import annotations
 
-from ._common import (_bad_value, _cfg_bool, _cfg_float, _cfg_int, _cfg_rate, _only_attention_dropout, _require,
-                      _split_heads, _split_rates, _swiglu_unsplit, _table_from_ft, _unsupported)
+from ._common import (_cfg_bool, _cfg_float, _cfg_int, _cfg_rate, _export_causal, _export_head_dim, _export_requires,
+                      _layered_table, _only_attention_dropout, _require, _rope_float, _rope_parameters, _split_rates,
+                      _swiglu_unsplit, _table_from_ft, _table_to_ft, _unsupported)
 from ._registry import Converter, register
 
 LAYER = (  # (HF name in layers.l., ft name in layers.l., heads of the reshape: "H", "H_kv" or "")
@@ -29,19 +30,8 @@ def rope_theta(c: dict, m: str = "LLaMA") -> float:
     the angles in ways V1 does not express and are refused; θ is their "rope_theta", else the top-level
     "rope_theta", else 10,000. (partial_rotary_factor is not read by LLaMA's default rotary embedding.) m: the
     family named in the messages."""
-    key = "rope_scaling" if c.get("rope_scaling") else "rope_parameters"
-    rp = c.get(key)
-    if rp is None:
-        rp = {}
-    if not isinstance(rp, dict):
-        raise _bad_value(m, key, rp, "an object of RoPE parameters")
-    kind = rp.get("rope_type", rp.get("type", "default"))
-    if kind != "default":
-        raise _unsupported(m, f"{key}.rope_type", kind, "only the plain rotary embedding of V1 (no scaling)")
-    if rp.get("rope_theta") is not None:
-        name = f"{key}.rope_theta"  # named as the file nests it
-        return _cfg_float({name: rp["rope_theta"]}, m, name, lo=0.0, lo_open=True)
-    return _cfg_float(c, m, "rope_theta", 10000.0, lo=0.0, lo_open=True)
+    key, rp = _rope_parameters(c, m)
+    return _rope_float(c, m, key, rp, "rope_theta", "rope_theta", 10000.0, lo=0.0, lo_open=True)
 
 
 
@@ -52,19 +42,35 @@ def _other_family(cfg: dict) -> bool:
             or bool(cfg.get("resid_dropout")))
 
 
-def tensor_table(hp: dict, head: bool) -> list:
-    rows = [("embed_tokens.weight", "W_e", "T"), ("norm.weight", "gamma", "")]
-    for l in range(hp["L"]):
-        rows += [(f"layers.{l}.{a}", f"layers.{l}.{b}", k) for a, b, k in LAYER]
-    if head and not hp["tied"]:
-        rows.append(("lm_head.weight", "W_u", ""))
-    return rows
+BODY = (("embed_tokens.weight", "W_e", "T"), ("norm.weight", "gamma", ""))
+
+
+def tensor_table(hp: dict, head: bool, layer=LAYER) -> list:
+    """(HF name in the body (or lm_head.weight), ft name, how) of a LLaMA-style model whose layers have the rows
+    `layer` (LLaMA's; a family with other tensors in its layers passes its own)."""
+    return _layered_table(hp, BODY, "layers.{}.", layer, (), "lm_head.weight" if head else None)
+
+
+def hf_state(rows, P: dict) -> dict:
+    """ft params (or their gradients) under a LLaMA-style table's full HF names (the body's under model.)."""
+    return {("" if a == "lm_head.weight" else "model.") + a: v for a, v in _table_from_ft(rows, P).items()}
 
 
 def from_ft(P: dict, cfg: dict) -> dict:
     """ft params of a LLaMA-style DTransformer -> LlamaForCausalLM's state (full names)."""
-    return {("" if a == "lm_head.weight" else "model.") + a: v
-            for a, v in _table_from_ft(tensor_table(cfg, True), P).items()}
+    return hf_state(tensor_table(cfg, True), P)
+
+
+def decoder_shapes(hp: dict, rows) -> dict:
+    """The shape of each HF tensor of a LLaMA-style table (a family's own layer tensors included: q/k/v biases,
+    QK-norm gains, sandwich norms): {HF name: shape}."""
+    d, V, m, H, H_kv, d_h = hp["d_e"], hp["n_vocab"], hp["d_mlp"], hp["H"], hp["H_kv"], hp["d_attn"]
+    shapes = {"attn.W_q": (H * d_h, d), "attn.W_k": (H_kv * d_h, d), "attn.W_v": (H_kv * d_h, d),
+              "attn.b_q": (H * d_h,), "attn.b_k": (H_kv * d_h,), "attn.b_v": (H_kv * d_h,), "attn.W_o": (d, H * d_h),
+              "attn.gamma_q": (d_h,), "attn.gamma_k": (d_h,), "W_gate": (m, d), "W_mlp1": (m, d), "W_mlp2": (d, m),
+              "gamma1": (d,), "gamma1_post": (d,), "gamma2": (d,), "gamma2_post": (d,), "W_e": (V, d), "gamma": (d,),
+              "W_u": (V, d)}
+    return {a: shapes[b.split(".", 2)[-1] if b.startswith("layers.") else b] for a, b, _ in rows}
 
 
 @register
@@ -76,6 +82,8 @@ class Llama(Converter):
     maps = frozenset({"n_vocab", "l_max", "L", "H", "d_e", "d_mlp", "d_attn", "d_mid", "H_kv", "positional",
                       "rope_theta", "mlp", "bias", "norm", "eps", "tied", "seed", "init_std", "attention_impl",
                       "mask", "embed_dropout", "attn_dropout", "resid_dropout"})
+
+    layer = LAYER  # a layer's name table (a family with more tensors in its layers: its own)
 
     def class_of(self, config, T, class_names):
         return next(iter(self.classes)) if config.get("model_type") == self.model_type else None
@@ -98,15 +106,10 @@ class Llama(Converter):
                     attn_dropout=_cfg_rate(c, m, "attention_dropout", 0.0))  # LLaMA drops only its attention weights
 
     def expected(self, hp, head):
-        d, V, m, H, H_kv, d_h = hp["d_e"], hp["n_vocab"], hp["d_mlp"], hp["H"], hp["H_kv"], hp["d_attn"]
-        shapes = {"attn.W_q": (H * d_h, d), "attn.W_k": (H_kv * d_h, d), "attn.W_v": (H_kv * d_h, d),
-                  "attn.W_o": (d, H * d_h), "W_gate": (m, d), "W_mlp1": (m, d), "W_mlp2": (d, m), "gamma1": (d,),
-                  "gamma2": (d,), "W_e": (V, d), "gamma": (d,), "W_u": (V, d)}
-        return {a: shapes[b.split(".", 2)[-1] if b.startswith("layers.") else b] for a, b, _ in tensor_table(hp, head)}
+        return decoder_shapes(hp, tensor_table(hp, head, self.layer))
 
     def to_ft(self, hp, T, head):
-        return {b: (T[a].T if k == "T" else _split_heads(T[a], hp[k]) if k else T[a])
-                for a, b, k in tensor_table(hp, head)}
+        return _table_to_ft(tensor_table(hp, head, self.layer), T, hp)
 
     def takes(self, model, cfg):
         return (cfg.get("arch") == "DTransformer" and cfg.get("positional") == "rope" and not cfg.get("kv_lora_rank")
@@ -114,15 +117,11 @@ class Llama(Converter):
 
     def export(self, cfg, P):
         cfg, rates = _split_rates(cfg)
-        if cfg.get("mask", "causal") != "causal":
-            raise ValueError(f"LLaMA and Mistral have no equivalent of mask={cfg['mask']!r} (causal attention only)")
+        _export_causal("LLaMA and Mistral", cfg, has="have")
         _only_attention_dropout("LLaMA", rates)
-        for k, want in (("mlp", "swiglu"), ("bias", False), ("norm", "rms")):
-            if cfg.get(k) != want:
-                raise ValueError(f"LLaMA has no equivalent of {k}={cfg.get(k)!r} with positional='rope' "
-                                 f"(LlamaForCausalLM: mlp='swiglu', bias=False, norm='rms')")
-        if cfg["d_attn"] != cfg["d_mid"]:
-            raise ValueError(f"LLaMA needs d_attn = d_mid (its head_dim), got d_attn={cfg['d_attn']}, d_mid={cfg['d_mid']}")
+        _export_requires("LLaMA", cfg, dict(mlp="swiglu", bias=False, norm="rms"), "LlamaForCausalLM",
+                         note=" with positional='rope'")
+        _export_head_dim("LLaMA", cfg)
         hf = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": cfg["n_vocab"],
               "hidden_size": cfg["d_e"], "intermediate_size": cfg["d_mlp"], "num_hidden_layers": cfg["L"],
               "num_attention_heads": cfg["H"], "num_key_value_heads": cfg["H_kv"], "head_dim": cfg["d_attn"],

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import (_cfg_bool, _cfg_float, _cfg_get, _cfg_int, _cfg_rate, _require, _split_rates, _table_from_ft,
-                      _table_to_ft, _unsupported, _width_and_heads)
+from ._common import (_cfg_bool, _cfg_float, _cfg_get, _cfg_int, _cfg_rate, _export_all_kv_heads,
+                      _export_heads_split_d_e, _export_requires, _require, _split_rates, _table_from_ft, _table_to_ft,
+                      _unsupported, _width_and_heads)
 from ._registry import Converter, register
 
 OFFSET = 2  # OPTLearnedPositionalEmbedding.offset
@@ -107,14 +108,9 @@ class OPT(Converter):
         if rates["embed_dropout"]:
             raise ValueError(f"OPT has no equivalent of embed_dropout={rates['embed_dropout']!r} (it drops no "
                              "embeddings; dropout = resid_dropout)")
-        for k, want in (("positional", "learned"), ("norm", "layer"), ("mlp", "relu")):
-            if cfg.get(k) != want:
-                raise ValueError(f"OPT has no equivalent of {k}={cfg.get(k)!r} (OPTForCausalLM: positional='learned', "
-                                 "norm='layer', mlp='relu')")
-        if cfg["d_attn"] * cfg["H"] != cfg["d_e"] or cfg["d_mid"] * cfg["H"] != cfg["d_e"]:
-            raise ValueError(f"OPT needs d_attn = d_mid = d_e / H, got d_attn={cfg['d_attn']}, d_mid={cfg['d_mid']}")
-        if cfg.get("H_kv") not in (None, cfg["H"]):
-            raise ValueError(f"OPT has no equivalent of the option H_kv={cfg['H_kv']!r} (grouped-query attention)")
+        _export_requires("OPT", cfg, dict(positional="learned", norm="layer", mlp="relu"), "OPTForCausalLM")
+        _export_heads_split_d_e("OPT", cfg)
+        _export_all_kv_heads("OPT", cfg)
         if cfg["eps"] != 1e-5:
             raise ValueError(f"OPT has no equivalent of eps={cfg['eps']!r} (its layer_norms use 1e-5)")
         hf = {"model_type": "opt", "architectures": ["OPTForCausalLM"], "vocab_size": cfg["n_vocab"],

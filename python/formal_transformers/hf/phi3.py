@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import (_bad_value, _cfg_bool, _cfg_float, _cfg_int, _cfg_rate, _flat, _split_heads, _split_rates,
-                      _swiglu_unsplit, _unsupported)
+from ._common import (_bad_value, _cfg_bool, _cfg_float, _cfg_int, _cfg_rate, _export_causal, _export_head_dim,
+                      _export_requires, _flat, _split_heads, _split_rates, _swiglu_unsplit, _unsupported)
 from ._registry import Converter, register
 from .llama import rope_theta
 
@@ -115,14 +115,9 @@ class Phi3(Converter):
         if rates["embed_dropout"]:
             raise ValueError(f"Phi-3 has no equivalent of embed_dropout={rates['embed_dropout']!r} (transformers' "
                              "Phi3Model applies no dropout to its embeddings)")
-        if cfg.get("mask", "causal") != "causal":
-            raise ValueError(f"Phi-3 has no equivalent of mask={cfg['mask']!r} (causal attention only)")
-        for k, want in (("positional", "rope"), ("mlp", "swiglu"), ("bias", False), ("norm", "rms")):
-            if cfg.get(k) != want:
-                raise ValueError(f"Phi-3 has no equivalent of {k}={cfg.get(k)!r} (Phi3ForCausalLM: positional='rope', "
-                                 "mlp='swiglu', bias=False, norm='rms')")
-        if cfg["d_attn"] != cfg["d_mid"]:
-            raise ValueError(f"Phi-3 needs d_attn = d_mid (its head_dim), got d_attn={cfg['d_attn']}, d_mid={cfg['d_mid']}")
+        _export_causal("Phi-3", cfg)
+        _export_requires("Phi-3", cfg, dict(positional="rope", mlp="swiglu", bias=False, norm="rms"), "Phi3ForCausalLM")
+        _export_head_dim("Phi-3", cfg)
         w = cfg.get("sliding_window")
         hf = {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], "vocab_size": cfg["n_vocab"],
               "hidden_size": cfg["d_e"], "intermediate_size": cfg["d_mlp"], "num_hidden_layers": cfg["L"],

@@ -10,22 +10,17 @@ when every layer slides, that is V8 with w = sliding_window; a mix of sliding an
 HF computes RMSnorm and the RoPE angles in float32 even in a float64 model (see llama.py)."""
 from __future__ import annotations
 
-from ._common import (_cfg_bool, _cfg_float, _cfg_int, _cfg_rate, _only_attention_dropout, _split_rates,
-                      _swiglu_unsplit, _table_from_ft, _table_to_ft, _unsupported)
+from ._common import (_cfg_bool, _cfg_float, _cfg_int, _cfg_rate, _export_causal, _export_head_dim, _export_requires,
+                      _only_attention_dropout, _split_rates, _swiglu_unsplit, _table_to_ft, _unsupported)
 from ._registry import Converter, register
-from .llama import LAYER, rope_theta
+from .llama import LAYER, decoder_shapes, hf_state, rope_theta, tensor_table as llama_table
 
 BIASES = (("self_attn.q_proj.bias", "attn.b_q", "H"), ("self_attn.k_proj.bias", "attn.b_k", "H_kv"),
           ("self_attn.v_proj.bias", "attn.b_v", "H_kv"))
 
 
 def tensor_table(hp: dict, head: bool) -> list:
-    rows = [("embed_tokens.weight", "W_e", "T"), ("norm.weight", "gamma", "")]
-    for l in range(hp["L"]):
-        rows += [(f"layers.{l}.{a}", f"layers.{l}.{b}", k) for a, b, k in LAYER + BIASES]
-    if head and not hp["tied"]:
-        rows.append(("lm_head.weight", "W_u", ""))
-    return rows
+    return llama_table(hp, head, LAYER + BIASES)
 
 
 def sliding_window(c: dict, m: str, L: int):
@@ -81,12 +76,7 @@ class Qwen2(Converter):
         return hp
 
     def expected(self, hp, head):
-        d, V, m, H, H_kv, d_h = hp["d_e"], hp["n_vocab"], hp["d_mlp"], hp["H"], hp["H_kv"], hp["d_attn"]
-        shapes = {"attn.W_q": (H * d_h, d), "attn.W_k": (H_kv * d_h, d), "attn.W_v": (H_kv * d_h, d),
-                  "attn.b_q": (H * d_h,), "attn.b_k": (H_kv * d_h,), "attn.b_v": (H_kv * d_h,),
-                  "attn.W_o": (d, H * d_h), "W_gate": (m, d), "W_mlp1": (m, d), "W_mlp2": (d, m), "gamma1": (d,),
-                  "gamma2": (d,), "W_e": (V, d), "gamma": (d,), "W_u": (V, d)}
-        return {a: shapes[b.split(".", 2)[-1] if b.startswith("layers.") else b] for a, b, _ in tensor_table(hp, head)}
+        return decoder_shapes(hp, tensor_table(hp, head))
 
     def to_ft(self, hp, T, head):
         return _table_to_ft(tensor_table(hp, head), T, hp)
@@ -97,16 +87,11 @@ class Qwen2(Converter):
 
     def export(self, cfg, P):
         cfg, rates = _split_rates(cfg)
-        if cfg.get("mask", "causal") != "causal":
-            raise ValueError(f"Qwen2 has no equivalent of mask={cfg['mask']!r} (causal attention only)")
+        _export_causal("Qwen2", cfg)
         _only_attention_dropout("Qwen2", rates)
-        for k, want in (("mlp", "swiglu"), ("bias", False), ("qkv_bias", True), ("norm", "rms"),
-                        ("positional", "rope")):
-            if cfg.get(k) != want:
-                raise ValueError(f"Qwen2 has no equivalent of {k}={cfg.get(k)!r} (Qwen2ForCausalLM: mlp='swiglu', "
-                                 "bias=False, qkv_bias=True, norm='rms', positional='rope')")
-        if cfg["d_attn"] != cfg["d_mid"]:
-            raise ValueError(f"Qwen2 needs d_attn = d_mid (its head_dim), got d_attn={cfg['d_attn']}, d_mid={cfg['d_mid']}")
+        _export_requires("Qwen2", cfg, dict(mlp="swiglu", bias=False, qkv_bias=True, norm="rms", positional="rope"),
+                         "Qwen2ForCausalLM")
+        _export_head_dim("Qwen2", cfg)
         w = cfg.get("sliding_window")
         hf = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "vocab_size": cfg["n_vocab"],
               "hidden_size": cfg["d_e"], "intermediate_size": cfg["d_mlp"], "num_hidden_layers": cfg["L"],
@@ -118,6 +103,4 @@ class Qwen2(Converter):
               "attention_dropout": rates["attn_dropout"], "tie_word_embeddings": cfg["tied"],
               "initializer_range": cfg["init_std"], "bos_token_id": cfg["n_vocab"] - 2,
               "eos_token_id": cfg["n_vocab"] - 1, "use_cache": True, "dtype": cfg["dtype"]}
-        state = {("" if a == "lm_head.weight" else "model.") + a: v
-                 for a, v in _table_from_ft(tensor_table(cfg, True), P).items()}
-        return "Qwen2ForCausalLM", hf, state
+        return "Qwen2ForCausalLM", hf, hf_state(tensor_table(cfg, True), P)

@@ -10,26 +10,14 @@ from __future__ import annotations
 
 from ._common import _cfg_bool, _unsupported
 from ._registry import register
-from .llama import LAYER, Llama, from_ft as _llama_from_ft
+from .llama import LAYER, Llama, hf_state, tensor_table as llama_table
 
 QK = (("self_attn.q_norm.weight", "attn.gamma_q", ""), ("self_attn.k_norm.weight", "attn.gamma_k", ""))
 
 
-def tensor_table(hp: dict, head: bool) -> list:
-    rows = [("embed_tokens.weight", "W_e", "T"), ("norm.weight", "gamma", "")]
-    for l in range(hp["L"]):
-        rows += [(f"layers.{l}.{a}", f"layers.{l}.{b}", k) for a, b, k in LAYER + QK]
-    if head and not hp["tied"]:
-        rows.append(("lm_head.weight", "W_u", ""))
-    return rows
-
-
 def from_ft(P: dict, cfg: dict) -> dict:
     """ft params of a Qwen3-style DTransformer (or their gradients) -> Qwen3ForCausalLM's state (full names)."""
-    from ._common import _table_from_ft
-
-    return {("" if a == "lm_head.weight" else "model.") + a: v
-            for a, v in _table_from_ft(tensor_table(cfg, True), P).items()}
+    return hf_state(llama_table(cfg, True, LAYER + QK), P)
 
 
 def check_layer_types(c: dict, m: str) -> None:
@@ -47,27 +35,13 @@ class Qwen3(Llama):
     classes = {"Qwen3ForCausalLM": (True, "model.")}
     model_type = "qwen3"
     maps = Llama.maps | {"qk_norm"}
+    layer = LAYER + QK
 
     def hyper(self, c):
         check_layer_types(c, "Qwen3")
         hp = super().hyper({k: v for k, v in c.items() if k != "sliding_window"})  # (read only with the window)
         hp["qk_norm"] = True
         return hp
-
-    def expected(self, hp, head):
-        d_h = hp["d_attn"]
-        base = super().expected(hp, head)
-        for l in range(hp["L"]):
-            for a, _, _ in QK:
-                base[f"layers.{l}.{a}"] = (d_h,)
-        return base
-
-    def to_ft(self, hp, T, head):
-        P = super().to_ft(hp, T, head)
-        for l in range(hp["L"]):
-            for a, b, _ in QK:
-                P[f"layers.{l}.{b}"] = T[f"layers.{l}.{a}"]
-        return P
 
     def takes(self, model, cfg):
         return (cfg.get("arch") == "DTransformer" and cfg.get("positional") == "rope" and bool(cfg.get("qk_norm"))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import _cfg_get, _cfg_int, _table_from_ft, _table_to_ft, _unsupported
+from ._common import _cfg_get, _cfg_int, _layered_table, _table_from_ft, _table_to_ft, _unsupported
 from ._registry import register
 from .bert import BERT, EMB, LAYER
 
@@ -27,14 +27,8 @@ _NOT_POS = tuple(r for r in EMB if r[1] != "W_p")
 
 def tensor_table(hp: dict, head: bool) -> list:
     """(HF name, ft name, how) of every tensor but the position table (which to_ft / export slice)."""
-    rows = list(_NOT_POS)
-    for l in range(hp["L"]):
-        rows += [(f"encoder.layer.{l}." + a, f"layers.{l}." + b, k) for a, b, k in LAYER]
-    if head:
-        rows += list(HEAD)
-        if not hp["tied"]:
-            rows.append(("lm_head.decoder.weight", "W_u", ""))
-    return rows
+    return _layered_table(hp, _NOT_POS, "encoder.layer.{}.", LAYER, HEAD if head else (),
+                          "lm_head.decoder.weight" if head else None)
 
 
 @register

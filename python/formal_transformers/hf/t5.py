@@ -18,10 +18,9 @@ HF's T5LayerNorm computes its mean square in float32 even for a float64 model (t
 that costs and how the test runs it in float64). The relative buckets are checked by the core (resolve)."""
 from __future__ import annotations
 
-import numpy as np
-
-from ._common import _bad_value, _cfg_bool, _cfg_float, _cfg_int, _cfg_str, _require, _split_rates, _table_from_ft, \
-    _table_to_ft, _unsupported
+from ._common import (_bad_value, _cfg_bool, _cfg_float, _cfg_int, _cfg_str, _drop_stack_embeddings,
+                      _export_all_kv_heads, _export_head_dim, _export_requires, _require, _split_rates, _table_from_ft,
+                      _table_to_ft, _unsupported)
 from ._registry import Converter, check_layer_count, encoder_takes_tokens, register
 
 # (is_gated_act, dense_act_fn) -> ft's mlp
@@ -123,12 +122,7 @@ class T5(Converter):
 
     def prepare(self, hp, T, head):
         T = super().prepare(hp, T, head)
-        for k in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"):
-            if k in T:
-                if self.embedding in T and not np.array_equal(T[k], T[self.embedding]):
-                    raise ValueError(f"T5: tensor {k} differs from shared.weight: transformers embeds that stack's "
-                                     "tokens with it, and ft's encoder and decoder share one W_e (no equivalent)")
-                T.pop(k)
+        _drop_stack_embeddings(T, "T5", self.embedding)
         return T
 
     def check_layers(self, hp, T, where, cls_name):
@@ -159,18 +153,12 @@ class T5(Converter):
             if v:
                 raise ValueError(f"T5 has no equivalent of {k}={v!r}: it drops inside its MLP and after the final "
                                  "norms (set the rates to 0 to export)")
-        want = {"block": "pre_ln", "norm": "rms", "bias": False, "positional": "relative", "scale_scores": False,
-                "fixnorm": False}
-        for k, w in want.items():
-            if cfg.get(k) != w:
-                raise ValueError(f"T5 has no equivalent of {k}={cfg.get(k)!r} (T5ForConditionalGeneration: "
-                                 + ", ".join(f"{a}={b!r}" for a, b in want.items()) + ")")
+        _export_requires("T5", cfg, dict(block="pre_ln", norm="rms", bias=False, positional="relative",
+                                         scale_scores=False, fixnorm=False), "T5ForConditionalGeneration")
         if cfg.get("mlp") not in ("relu", "geglu"):
             raise ValueError(f"T5 has no equivalent of mlp={cfg.get('mlp')!r} ('relu' or 'geglu')")
-        if cfg.get("H_kv") not in (None, cfg["H"]):
-            raise ValueError(f"T5 has no equivalent of the option H_kv={cfg['H_kv']!r} (grouped-query attention)")
-        if cfg["d_attn"] != cfg["d_mid"]:
-            raise ValueError(f"T5 needs d_attn = d_mid (its d_kv), got d_attn={cfg['d_attn']}, d_mid={cfg['d_mid']}")
+        _export_all_kv_heads("T5", cfg)
+        _export_head_dim("T5", cfg, "d_kv")
         bos = cfg["bos_id"] if cfg.get("bos_id") is not None else cfg["n_vocab"] - 2
         eos = cfg["eos_id"] if cfg.get("eos_id") is not None else cfg["n_vocab"] - 1
         hf = {"model_type": "t5", "architectures": ["T5ForConditionalGeneration"], "vocab_size": cfg["n_vocab"],
