@@ -101,8 +101,8 @@ void attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock
 // Backward of line 6's product: dV += dṼ Aᵀ, dA = Vᵀ dṼ
 template <class T>
 void attention_mix_backward(CMatView<T> V, CMatView<T> A, CMatView<T> dVt, MatView<T> dV, MatView<T> dA) {
-    gemm<T>(Op::N, Op::T, T(1), dVt, A, T(1), dV);
-    gemm<T>(Op::T, Op::N, T(1), V, dVt, T(0), dA);
+    gemm<T>(Op::N, Op::T, T(1), dVt, A, T(1), dV);  // line 6: dV += dṼ Aᵀ
+    gemm<T>(Op::T, Op::N, T(1), V, dVt, T(0), dA);  // line 6: dA = Vᵀ dṼ
 }
 // Backward of lines 6 (the softmax), 5, 4: dA ← dS, dQ, dK
 template <class T>
