@@ -44,7 +44,7 @@ TEST(ModelConfig, FromOptionsFillsMembersAndDefaults) {
     EXPECT_EQ(c.seed, 18446744073709551615ull);
     EXPECT_EQ(c.embed_dropout, 0.25);  // dropout: the rates not given
     EXPECT_EQ(c.resid_dropout, 0.25);
-    EXPECT_EQ(c.attn_dropout, 0.0);
+    EXPECT_EQ(c.part_options.real("attn_dropout"), 0.0);
     EXPECT_EQ(c.eps, 1e-5);  // a default
     EXPECT_FALSE(c.tied);
 }

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "formal_transformers/attention.hpp"
+#include "formal_transformers/attention_dropout.hpp"
 #include "formal_transformers/parts.hpp"
 #include "formal_transformers/tiled_attention.hpp"
 #include "testing.hpp"
@@ -111,22 +112,30 @@ void check(const Case& c, index_t group, double tol) {
     const DropoutKey key{7, 3, 99};
     const SlopeBias<T> bias(c.slope);
     ParamStore<T> store;
-    auto block = [&](index_t h, const HeadDropout<T>* hd) {
+    auto block = [&](index_t h) {
         HeadBlock<T> blk;
         blk.mask = &mask, blk.b = 0, blk.h = h, blk.q0 = c.q0;
         blk.bias = c.slope != 0 ? &bias : nullptr, blk.store = &store;
-        blk.drop = c.p > 0 ? hd : nullptr;
         return blk;
+    };
+    // the head's dropout (null: none), at its place in a layer's weights
+    auto dropout = [&](index_t h, WeightsDropout& wd) -> const WeightsDropout* {
+        wd = {c.p, key, std::uint64_t(h) * AA + 17};
+        return c.p > 0 ? &wd : nullptr;
     };
     for (index_t h = 0; h < group; ++h) {
         CMatView<T> Q = view(Qs).rows_range(3 + h * d, d);
-        const std::uint64_t i0 = std::uint64_t(h) * AA + 17;  // the head's place in a layer's weights
-        HeadDropout<T> hd{c.p, key, i0, Ad.data() + h * AA, keep.data() + h * AA};
-        attention_head<T>(Q, K, V, block(h, &hd), MatView<T>(A.data() + h * AA, l_z, l_x),
-                          view(Y_lit).rows_range(h * d_v, d_v));
-        HeadDropout<T> td{c.p, key, i0, nullptr, nullptr};  // the tiles draw the mask themselves
-        tiled_attention_head<T>(Q, K, V, block(h, &td), view(Y_til).rows_range(h * d_v, d_v), lse.data() + h * l_x,
-                                c.tiles);
+        WeightsDropout wd;
+        const WeightsDropout* drop = dropout(h, wd);
+        MatView<T> Ah(A.data() + h * AA, l_z, l_x), Yh = view(Y_lit).rows_range(h * d_v, d_v);
+        if (drop)  // the attention-dropout part on the listing's kernel
+            attention_dropout_head<T>(Q, K, V, block(h), *drop, Ah, MatView<T>(Ad.data() + h * AA, l_z, l_x),
+                                      keep.data() + h * AA, Yh);
+        else
+            attention_head<T>(Q, K, V, block(h), Ah, Yh);
+        // the tiles draw the mask themselves
+        tiled_attention_head<T>(Q, K, V, block(h), view(Y_til).rows_range(h * d_v, d_v), lse.data() + h * l_x,
+                                c.tiles, drop);
         const std::vector<double> lref = literal_lse<T>(Q, K, mask, c.q0, c.slope);
         EXPECT_LE(fttest::rel_error(lse.data() + h * l_x, lref.data(), std::size_t(l_x)), tol) << "lse, head " << h;
     }
@@ -134,14 +143,19 @@ void check(const Case& c, index_t group, double tol) {
     for (index_t h = 0; h < group; ++h) {  // the group's heads in turn, dK and dV summed (V3)
         CMatView<T> Q = view(Qs).rows_range(3 + h * d, d);
         CMatView<T> dYh = CMatView<T>(view(dY)).rows_range(h * d_v, d_v);
-        attention_head_backward<T>(Q, K, V, CMatView<T>(A.data() + h * AA, l_z, l_x), dYh,
-                                   view(dQ_lit).rows_range(h * d, d), view(dK_lit), view(dV_lit),
-                                   MatView<T>(dA.data(), l_z, l_x), c.p > 0 ? Ad.data() + h * AA : nullptr,
-                                   c.p > 0 ? keep.data() + h * AA : nullptr, c.p);
-        HeadDropout<T> td{c.p, key, std::uint64_t(h) * AA + 17, nullptr, nullptr};
+        CMatView<T> Ah(A.data() + h * AA, l_z, l_x);
+        WeightsDropout wd;
+        const WeightsDropout* drop = dropout(h, wd);
+        if (drop)
+            attention_dropout_head_backward<T>(Q, K, V, Ah, CMatView<T>(Ad.data() + h * AA, l_z, l_x), keep.data() + h * AA,
+                                               c.p, dYh, view(dQ_lit).rows_range(h * d, d), view(dK_lit), view(dV_lit),
+                                               MatView<T>(dA.data(), l_z, l_x));
+        else
+            attention_head_backward<T>(Q, K, V, Ah, dYh, view(dQ_lit).rows_range(h * d, d), view(dK_lit), view(dV_lit),
+                                       MatView<T>(dA.data(), l_z, l_x));
         tiled_attention_head_backward<T>(Q, K, V, CMatView<T>(view(Y_til)).rows_range(h * d_v, d_v),
-                                         lse.data() + h * l_x, dYh, block(h, &td), view(dQ_til).rows_range(h * d, d),
-                                         view(dK_til), view(dV_til), c.tiles);
+                                         lse.data() + h * l_x, dYh, block(h), view(dQ_til).rows_range(h * d, d),
+                                         view(dK_til), view(dV_til), c.tiles, drop);
     }
     EXPECT_LE(fttest::rel_error(dQ_til.data(), dQ_lit.data(), dQ_lit.size()), tol) << "dQ";
     EXPECT_LE(fttest::rel_error(dK_til.data(), dK_lit.data(), dK_lit.size()), tol) << "dK";

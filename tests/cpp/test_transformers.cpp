@@ -295,7 +295,8 @@ void check_dropout_gradients(M& m, Call&& loss_and_grad) {
 TEST(Dropout, GradientsOfEveryParameterMatchFiniteDifferencesWithReplayedMasks) {
     for (int variant = 0; variant < 2; ++variant) {
         ModelConfig c = tiny(Arch::D);
-        c.embed_dropout = 0.2, c.attn_dropout = 0.3, c.resid_dropout = 0.25;
+        c.embed_dropout = 0.2, c.resid_dropout = 0.25;
+        c.part_options.set("attn_dropout", 0.3);
         if (variant == 1) {  // RoPE, grouped-query attention, SwiGLU, no biases, RMSnorm
             c.positional = Positional::Rope;
             c.d_attn = 2;
@@ -314,7 +315,8 @@ TEST(Dropout, GradientsOfEveryParameterMatchFiniteDifferencesWithReplayedMasks) 
     }
     {
         ModelConfig c = tiny(Arch::E);
-        c.embed_dropout = c.attn_dropout = c.resid_dropout = 0.3;
+        c.embed_dropout = c.resid_dropout = 0.3;
+        c.part_options.set("attn_dropout", 0.3);
         c.part_options.set("n_segments", std::int64_t(2));
         c.part_options.set("embed_norm", true);
         ETransformer<double> m(c);
@@ -327,7 +329,8 @@ TEST(Dropout, GradientsOfEveryParameterMatchFiniteDifferencesWithReplayedMasks) 
     }
     {
         ModelConfig c = tiny(Arch::ED);
-        c.embed_dropout = c.attn_dropout = c.resid_dropout = 0.3;
+        c.embed_dropout = c.resid_dropout = 0.3;
+        c.part_options.set("attn_dropout", 0.3);
         EDTransformer<double> m(c);
         Rng rng(3);
         fttest::randomize(m.store, rng, 0.4);
@@ -340,7 +343,8 @@ TEST(Dropout, GradientsOfEveryParameterMatchFiniteDifferencesWithReplayedMasks) 
 TEST(Dropout, RateZeroIsTheListingBitForBit) {
     ModelConfig c = tiny(Arch::D);
     DTransformer<float> plain(c);
-    c.embed_dropout = c.attn_dropout = c.resid_dropout = 0.0;
+    c.embed_dropout = c.resid_dropout = 0.0;
+    c.part_options.set("attn_dropout", 0.0);
     DTransformer<float> zero(c);
     std::vector<index_t> ids = {1, 3, 3, 0, 6};
     Tokens x{ids.data(), Seqs::single(5)};

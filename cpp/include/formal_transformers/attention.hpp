@@ -35,7 +35,8 @@
 //    into its rows of Y (line 3 costs nothing).
 //  * The other variants are parts too, each at the place of the listing it changes: the Mask of line 5
 //    (mask.hpp), a query/key transform after line 2 (V1 RoPE), a score bias in line 6 (V2 ALiBi), fewer
-//    key/value heads in Algorithm 5 line 2 (V3, kv_head), dropout on line 6's weights (dropout.hpp).
+//    key/value heads in Algorithm 5 line 2 (V3, kv_head), dropout on line 6's weights (a part wrapping the head
+//    kernel, variants/attention_dropout.cpp).
 //  * Batches: X holds several sequences side by side (Seqs); attention never crosses sequences. The
 //    1/√d_attn of line 6 is folded into the gemm of line 4. Masked scores are −∞ (probability exactly 0);
 //    keys outside a column's candidate range (Mask::keys; the causal mask's future) are skipped, not computed.
@@ -52,32 +53,18 @@
 
 namespace ft {
 
-// Dropout on one head's attention weights (docs/regularisation.md): line 6 becomes Ṽ ← V · Dropout(A | p, M),
-// the mask drawn from `key` at entries i0, i0+1, … (the head's block of the layer's weights); Ad: [l_z,l_x]
-// receives A ⊙ M / (1 − p) (A keeps the softmax itself, for inspection and for the backward pass).
-template <class T>
-struct HeadDropout {
-    double p = 0;
-    DropoutKey key;
-    std::uint64_t i0 = 0;
-    T* Ad = nullptr;
-    std::uint8_t* keep = nullptr;
-};
-
 // Where one head's block of Algorithm 4's lines 4–6 sits and what acts on it: the mask, sequence b of the batch
 // (per-sequence masks), head h (per-head biases) and its key/value head g (V3), the absolute position q0 of its
 // first query (0, or the cache's length when decoding), the score bias (null: none) with the store holding its
-// parameters, and dropout on the weights (null: none, the listing). A head kernel (parts.hpp HeadKernel;
-// attention_head, the tiled listing) takes it whole; off is the block's first entry in the layer's weights A
-// (c.A_off[b·H + h]), j0 the column of its first query in the batch of n_x, cache the KV cache decoded from
-// (null: none).
+// parameters. A head kernel (parts.hpp HeadKernel; attention_head, the tiled listing) takes it whole; off is the
+// block's first entry in the layer's weights A (c.A_off[b·H + h]), j0 the column of its first query in the batch
+// of n_x, cache the KV cache decoded from (null: none).
 template <class T>
 struct HeadBlock {
     const Mask* mask = nullptr;
     index_t b = 0, h = 0, q0 = 0;
     const ScoreBias<T>* bias = nullptr;
     const ParamStore<T>* store = nullptr;
-    const HeadDropout<T>* drop = nullptr;
     index_t g = 0, off = 0, j0 = 0, n_x = 0;
     const KVCache<T>* cache = nullptr;
     bool unscaled = false;  // V18 (T5): line 4 without 1/√d_attn
@@ -85,18 +72,32 @@ struct HeadBlock {
 
 // Algorithm 4, lines 4–6, for one head of one sequence:
 //   S ← Kᵀ Q / √d_attn (line 4, scaled); + B^h (a score bias, line 6); masked S ← −∞ (line 5);
-//   A ← softmax(S) and Ṽ ← V A (line 6, with dropout: V · Dropout(A)).
+//   A ← softmax(S) and Ṽ ← V A (line 6).
 // Q:[d_attn,l_x], K:[d_attn,l_z], V:[d_v,l_z] -> A:[l_z,l_x] (kept for backward), Vt:[d_v,l_x].
 template <class T>
 void attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MatView<T> A, MatView<T> Vt);
 // Backward of attention_head, given dṼ:[d_v,l_x]. Accumulates dQ += K dS/√d, dK += Q dSᵀ/√d,
 // dV += dṼ Aᵀ, with dS = softmax'(A)(Vᵀ dṼ) per column. dA:[l_z,l_x] receives dS (∂loss/∂ of line 6's
 // S/√d_attn + B: a score bias's gradient).
-// With dropout (keep non-null): Ad = A ⊙ M/(1−p) replaces A in dV, and Vᵀ dṼ passes D2 before softmax'.
 template <class T>
 void attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> A, CMatView<T> dVt,
-                             MatView<T> dQ, MatView<T> dK, MatView<T> dV, MatView<T> dA, const T* Ad = nullptr,
-                             const std::uint8_t* keep = nullptr, double p = 0, bool unscaled = false);
+                             MatView<T> dQ, MatView<T> dK, MatView<T> dV, MatView<T> dA, bool unscaled = false);
+// The same lines in the two steps a part acting on the weights A goes between (attention dropout,
+// variants/attention_dropout.cpp: line 6 as Ṽ = V · Dropout(A)):
+//   attention_head_weights: lines 4, 5 and line 6's softmax, A = softmax(S/√d_attn + B^h);
+//   attention_mix: line 6's product Ṽ = V A;
+//   attention_mix_backward: its backward, dV += dṼ Aᵀ and dA = Vᵀ dṼ (dA:[l_z,l_x] overwritten);
+//   attention_head_weights_backward: from dA back through the softmax (dA ← dS in place), dQ += K dS/√d,
+//   dK += Q dSᵀ/√d.
+template <class T>
+void attention_head_weights(CMatView<T> Q, CMatView<T> K, const HeadBlock<T>& blk, MatView<T> A);
+template <class T>
+void attention_mix(CMatView<T> V, CMatView<T> A, MatView<T> Vt);
+template <class T>
+void attention_mix_backward(CMatView<T> V, CMatView<T> A, CMatView<T> dVt, MatView<T> dV, MatView<T> dA);
+template <class T>
+void attention_head_weights_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> A, MatView<T> dA, MatView<T> dQ,
+                                     MatView<T> dK, bool unscaled = false);
 
 // ---------------------------------------------------------------------------------------------------
 // Algorithm 3.
@@ -170,11 +171,14 @@ struct MHAttentionCache {
     // after a kernel that forms no A)
     mutable std::vector<T> A;
     std::vector<index_t> A_off;
-    // Dropout on the weights (training only; docs/regularisation.md): the mask of every entry of A and
-    // Ad = A ⊙ M / (1 − p), the weights line 6 multiplied V with. A stays softmax(S/√d_attn).
+    // Dropout on the weights (training only; docs/regularisation.md; the attention-dropout part and the tiled
+    // kernel keep them): the mask of every entry of A and Ad = A ⊙ M / (1 − p), the weights line 6 multiplied V
+    // with. A stays softmax(S/√d_attn). training: this forward trains, its masks keyed drop_key (entry i of A:
+    // DropoutStream(p, drop_key).keep(i)).
     mutable DropoutMask drop;
     std::vector<T> Ad;
-    DropoutKey drop_key;  // the key of the weights' masks (entry i of A: DropoutStream(p, drop_key).keep(i))
+    bool training = false;
+    DropoutKey drop_key;
     // A kernel that forms no A (tiled: Algorithm T; V15's random features) keeps a number per head and query
     // column instead: lse[h·n_x + j] (tiled: λ, the log-sum-exp; random features: the normaliser n), and Y^h is
     // its saved Ṽ
@@ -275,7 +279,7 @@ public:
 
     // X:[d_x,n_x] (sequences sx), Z:[d_z,n_z] (sequences sz, same count) -> Vt:[d_out,n_x]
     // accumulate: Vt += Ṽ (the residual update X ← X + MHAttention(…) of the architectures, in place)
-    // drop (training): dropout at rate drop->attn on every head's weights, keyed drop->key(place)
+    // drop (training): the forward trains, and a dropout part of the kernel keys its masks drop->key(place)
     // call_mask: this call's Mask instead of the attention's own (V7: a prefix mask with this batch's p_b); kept
     // in c for the backward pass
     void forward(const ParamStore<T>& store, CMatView<T> X, const Seqs& sx, CMatView<T> Z, const Seqs& sz,

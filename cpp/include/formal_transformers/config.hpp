@@ -79,10 +79,11 @@ struct ModelConfig {
     index_t forced_bos_id = -1;
     bool forced_eos = false;
     // Dropout (docs/regularisation.md; training only): rates after the embedding sum (line 3; Alg 8 lines 3
-    // and 12; after BERT's embedding layer_norm), on the attention weights (Alg 4 line 6, after the softmax)
-    // and on each sublayer's output before the residual add. 0: the listings bit for bit.
-    double embed_dropout = 0, attn_dropout = 0, resid_dropout = 0;
-    bool has_dropout() const { return embed_dropout > 0 || attn_dropout > 0 || resid_dropout > 0; }
+    // and 12; after BERT's embedding layer_norm) and on each sublayer's output before the residual add. 0: the
+    // listings bit for bit. The rate on the attention weights (Alg 4 line 6, after the softmax) is the option
+    // attn_dropout of a part, the attention-dropout kernel wrapper (variants/attention_dropout.cpp), in part_options.
+    double embed_dropout = 0, resid_dropout = 0;
+    bool has_dropout() const;  // some rate > 0
     // How every attention computes Algorithm 4's lines 4–6 (docs/api.md attention_impl; variants.hpp AttnImpl):
     // the listing as printed, the tiled listing (tiled_attention.hpp), or Auto (tiled from kTiledFromLength on).
     AttnImpl attention_impl = AttnImpl::Auto;

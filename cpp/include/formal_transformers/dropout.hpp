@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "formal_transformers/common.hpp"
+#include "formal_transformers/options.hpp"
 
 namespace ft {
 
@@ -87,9 +88,22 @@ void dropout_forward(double p, const DropoutKey& k, std::uint64_t i0, T* y, inde
 template <class T>
 void dropout_backward(double p, const std::uint8_t* keep, T* dy, index_t n);
 
-// The rates of one training forward and the key of its masks; null (no Dropout) in evaluation.
+// Dropout on one head's attention weights A:[ℓ_z, ℓ_x] (the attention-dropout part, attention_dropout.hpp, and the
+// tiled kernel): rate p, the layer's key, and the index i0 of the head's first entry in the layer's weights (entry
+// (t_z, t_x) of the head's A is entry i0 + t_z + t_x ℓ_z of the keyed matrix).
+struct WeightsDropout {
+    double p = 0;
+    DropoutKey key;
+    std::uint64_t i0 = 0;
+};
+// The rate on the attention weights a model's options choose: the option attn_dropout of the attention-dropout
+// part's row (variants/attention_dropout.cpp); 0: none
+double attention_dropout_rate(const PartOptionValues& options);
+
+// The rates of one training forward and the key of its masks; null (no Dropout) in evaluation. (The attention
+// weights' rate is the attention-dropout part's own: attention_dropout_rate.)
 struct Dropout {
-    double embed = 0, attn = 0, resid = 0;  // after the embedding sum; on attention weights; on sublayer outputs
+    double embed = 0, resid = 0;  // after the embedding sum; on sublayer outputs
     std::uint64_t seed = 0, step = 0;
     DropoutKey key(std::uint64_t place) const { return {seed, step, place}; }
     // Line 1–2 on a whole matrix m (contiguous), keeping the mask in `mask`; p = 0 leaves m and clears mask.

@@ -8,6 +8,8 @@
 //                 "latent" (V10);
 //   HeadKernel    Algorithm 4 lines 4–6 for one (sequence, head) block: "softmax" (attention_head, the listing),
 //                 "tiled" (Algorithm T, its tiled form), "performer" and "rfa" (V15);
+//   KernelWrapper a part around a head kernel that forms the weights A, acting on them between the softmax and
+//                 line 6's product: "dropout" (line 6 as Ṽ = V · Dropout(A), variants/attention_dropout.cpp);
 //   Mask          Algorithm 4 line 5: which keys a query may see (mask.hpp; bidirectional, unidirectional,
 //                 explicit; variants: prefix);
 //   QKTransform   between Algorithm 4's lines 2 and 4: queries and keys transformed at their positions (V1 RoPE);
@@ -25,6 +27,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -226,9 +229,8 @@ public:
     virtual const char* tiled_form() const { return ""; }
     // true: every block's products are one-thread BLAS calls, so the blocks always run in parallel
     virtual bool one_thread_blocks() const { return false; }
-    // Before a call's blocks (c.A_off, c.sx, c.sz, c.q0, c.drop.p, c.drop_key set; H heads, n_x query columns):
-    // size what the call keeps in c; ValueError for what the kernel cannot do (e.g. dropout on weights it never
-    // forms)
+    // Before a call's blocks (c.A_off, c.sx, c.sz, c.q0, c.training, c.drop_key set; H heads, n_x query columns):
+    // size what the call keeps in c
     virtual void begin(MHAttentionCache<T>& c, index_t H, index_t n_x) const = 0;
     // lines 4–6 for one block -> Y^h:[d_mid, l_x]
     virtual void forward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MHAttentionCache<T>& c,
@@ -249,6 +251,16 @@ public:
     // dropout the block's entries of c.drop.keep): attention_weights on demand after a kernel that forms no A
     virtual void weights(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk,
                          const MHAttentionCache<T>& c, MatView<T> A) const = 0;
+    // A kernel that forms the weights A before line 6's product (its registry line says so: head_kernel_forms_weights)
+    // is split there for a part acting on A (KernelWrapper): weights() writes the block's A at c.A + blk.off (begin()
+    // sized it), the part does line 6; in the backward the part leaves ∂loss/∂A at w.dA + blk.off (begin_backward
+    // sized it) and weights_backward() takes it back through the softmax (w.dA ← dS, for end_backward) to
+    // dQ += …, dK += ….
+    virtual void weights_backward(CMatView<T> Q, CMatView<T> K, const HeadBlock<T>& blk, const MHAttentionCache<T>& c,
+                                  MHAttentionWork<T>& w, MatView<T> dQ, MatView<T> dK) const {
+        (void)Q, (void)K, (void)blk, (void)c, (void)w, (void)dQ, (void)dK;
+        throw std::logic_error(std::string("the head kernel '") + name() + "' forms no weights to act on");
+    }
     // Line 4's scores as the kernel forms them, for a decoder that forms one query's scores itself (paged decoding):
     // S ← score_scale · Kᵀ q, then transform_scores on the candidates (the listing: 1/√d_attn, none; V25: 1/√s, c·tanh(·/c))
     virtual T score_scale(index_t d_attn) const { return T(1) / std::sqrt(T(d_attn)); }
@@ -324,7 +336,8 @@ private:
 // is one file defining its factory plus one line in the table.
 // Block: a stack's layers (transformers.hpp SelfBlock, CrossBlock). Embedding: a stack's embedding
 // (stack_embedding.hpp), one per stack; EmbeddingStep: its steps, each chosen by its own options, several at once.
-enum class PartKind { Mask, Position, MLP, Norm, QKVSource, HeadKernel, Block, Embedding, EmbeddingStep };
+// KernelWrapper: a part around the head kernel, chosen by its own options (several would wrap in the registry's order).
+enum class PartKind { Mask, Position, MLP, Norm, QKVSource, HeadKernel, Block, Embedding, EmbeddingStep, KernelWrapper };
 const char* kind_name(PartKind kind);  // "mask", "position", …
 std::vector<std::string> part_names(PartKind kind);
 // ValueError "<option> must be one of 'a', 'b', …, got '<name>'" unless `name` is registered for `kind`
@@ -398,6 +411,15 @@ std::shared_ptr<const QKVSource<T>> make_qkv_source(const std::string& name, con
 template <class T>
 std::shared_ptr<const HeadKernel<T>> make_head_kernel(const std::string& name, const AttnPartSpec<T>& spec,
                                                       const std::string& prefix);
+// The head kernel a model's config chooses (its attention options as attn_variant copies them)
+std::string head_kernel_name(const ModelConfig& c);
+// Whether the registered head kernel `name` forms the weights A before line 6's product (HeadKernel::weights_backward;
+// a KernelWrapper can wrap it), and the names of those that do ("'softmax'"), for the messages
+bool head_kernel_forms_weights(const std::string& name);
+std::string kernels_forming_weights();
+// The kernel wrapped in every KernelWrapper part spec.v.options choose (each the one before), or `kernel` itself
+template <class T>
+std::shared_ptr<const HeadKernel<T>> wrap_head_kernel(std::shared_ptr<const HeadKernel<T>> kernel, const AttnPartSpec<T>& spec);
 template <class T>
 std::shared_ptr<const MLPPart<T>> make_mlp(const std::string& name, const MLPSpec& spec, ParamStore<T>& store,
                                            const std::string& prefix);

@@ -62,18 +62,20 @@ struct TileSizes {
 // blk: the same block as attention_head takes (attention.hpp HeadBlock): the mask part (its candidate ranges
 // skip whole tiles, allows() the entries of a non-dense range), the sequence b, the head h, q0 the absolute
 // position of Q's first column (cached decoding), the score bias part (added tile by tile: it must have a
-// tiled form, ScoreBias::tiles()), and dropout on the weights (p, key, i0 of HeadDropout; its Ad and keep are
-// not used: the tiles draw the mask entry by entry). Runs on the calling thread (its products: one-thread
-// BLAS calls, gemm_unsplit), so callers run heads in parallel. Every column must keep a context token.
+// tiled form, ScoreBias::tiles()). drop (null: none): dropout on the weights (dropout.hpp WeightsDropout: the
+// rate, key and first entry i0 of attention_dropout.hpp's part; the tiles draw the same mask entry by entry). Runs
+// on the calling thread (its products: one-thread BLAS calls, gemm_unsplit), so callers run heads in parallel.
+// Every column must keep a context token.
 template <class T>
 void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MatView<T> Vt, T* lse,
-                          TileSizes tiles = {});
+                          TileSizes tiles = {}, const WeightsDropout* drop = nullptr);
 
 // T2: given the forward's Vt (Ṽ) and lse and dṼ:[d_v,l_x], accumulates dQ += …, dK += …, dV += … (the same
-// gradients as attention_head_backward). Same block and threading as the forward.
+// gradients as attention_head_backward, with dropout attention_dropout_head_backward's). Same block, dropout and
+// threading as the forward.
 template <class T>
 void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Vt, const T* lse,
                                    CMatView<T> dVt, const HeadBlock<T>& blk, MatView<T> dQ, MatView<T> dK,
-                                   MatView<T> dV, TileSizes tiles = {});
+                                   MatView<T> dV, TileSizes tiles = {}, const WeightsDropout* drop = nullptr);
 
 }  // namespace ft

@@ -52,12 +52,6 @@ void mask_softmax(const Mask& mask, index_t b, index_t h, index_t q0, MatView<T>
     for (index_t j = 0; j < S.cols; ++j) mask_softmax_column(mask, b, h, q0 + j, S.col(j), S.rows);
 }
 
-// line 6: Ṽ ← V A
-template <class T>
-void mix(CMatView<T> V, CMatView<T> A, MatView<T> Vt) {
-    gemm<T>(Op::N, Op::N, T(1), V, A, T(0), Vt);
-}
-
 // Run f(b, h) for every (sequence b, head h) block of a batch. The blocks run in parallel, one block per
 // thread at a time, each block's products on its thread (a gemm called inside one of our parallel regions
 // runs on the calling thread, blas.cpp, so the pools never compete) — unless there are fewer blocks than
@@ -85,36 +79,47 @@ void for_blocks(index_t n_seqs, index_t H, index_t work_per_block, F&& f, bool t
 }
 }  // namespace
 
+// lines 4, 5 and line 6's softmax: the weights A of one head
+template <class T>
+void attention_head_weights(CMatView<T> Q, CMatView<T> K, const HeadBlock<T>& blk, MatView<T> A) {
+    scores<T>(Q, K, A, blk.unscaled);  // line 4: S ← Kᵀ Q (and line 6's 1/√d_attn)
+    if (blk.bias) blk.bias->add(*blk.store, *blk.mask, blk.b, blk.h, blk.q0, A);  // line 6: S/√d_attn + B^h (e.g. V2)
+    mask_softmax<T>(*blk.mask, blk.b, blk.h, blk.q0, A);  // line 5: masked S ← −∞; line 6: A = softmax(S/√d_attn)
+}
+// line 6: Ṽ ← V A
+template <class T>
+void attention_mix(CMatView<T> V, CMatView<T> A, MatView<T> Vt) {
+    gemm<T>(Op::N, Op::N, T(1), V, A, T(0), Vt);
+}
+
 template <class T>
 void attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MatView<T> A, MatView<T> Vt) {
-    scores<T>(Q, K, A, blk.unscaled);  // line 4
-    if (blk.bias) blk.bias->add(*blk.store, *blk.mask, blk.b, blk.h, blk.q0, A);  // line 6: S/√d_attn + B^h (e.g. V2)
-    mask_softmax<T>(*blk.mask, blk.b, blk.h, blk.q0, A);  // lines 5, 6: A = softmax(S/√d_attn)
-    if (!blk.drop) {
-        mix<T>(V, A, Vt);  // line 6: Ṽ = V A
-        return;
-    }
-    // training with dropout (docs/regularisation.md): line 6 as Ṽ = V · Dropout(A | p, M)
-    const HeadDropout<T>& drop = *blk.drop;
-    MatView<T> Ad(drop.Ad, A.rows, A.cols);
-    std::copy(A.data, A.data + A.size(), Ad.data);
-    dropout_forward<T>(drop.p, drop.key, drop.i0, Ad.data, Ad.size(), drop.keep);  // D1 lines 1–2
-    mix<T>(V, Ad, Vt);
+    attention_head_weights<T>(Q, K, blk, A);  // lines 4, 5, 6: A = softmax(S/√d_attn), S = Kᵀ Q masked
+    attention_mix<T>(V, A, Vt);               // line 6: Ṽ = V A
+}
+
+// Backward of line 6's product: dV += dṼ Aᵀ, dA = Vᵀ dṼ
+template <class T>
+void attention_mix_backward(CMatView<T> V, CMatView<T> A, CMatView<T> dVt, MatView<T> dV, MatView<T> dA) {
+    gemm<T>(Op::N, Op::T, T(1), dVt, A, T(1), dV);  // line 6: dV += dṼ Aᵀ
+    gemm<T>(Op::T, Op::N, T(1), V, dVt, T(0), dA);  // line 6: dA = Vᵀ dṼ
+}
+// Backward of lines 6 (the softmax), 5, 4: dA ← dS, dQ, dK
+template <class T>
+void attention_head_weights_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> A, MatView<T> dA, MatView<T> dQ,
+                                     MatView<T> dK, bool unscaled) {
+    const T scale = unscaled ? T(1) : T(1) / std::sqrt(T(Q.rows));
+    softmax_columns_backward<T>(A, dA);             // line 6: dS = A ⊙ (dA − 1(1ᵀ(A ⊙ dA)));  line 5: A = 0 so dS = 0
+    gemm<T>(Op::N, Op::N, scale, K, dA, T(1), dQ);  // line 4: dQ += K dS / √d_attn
+    gemm<T>(Op::N, Op::T, scale, Q, dA, T(1), dK);  // line 4: dK += Q dSᵀ / √d_attn
 }
 
 // Backward of lines 4–6: d(line 6) gives dV and dA; the softmax derivative gives dS; d(line 4) gives dQ, dK.
 template <class T>
 void attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> A, CMatView<T> dVt,
-                             MatView<T> dQ, MatView<T> dK, MatView<T> dV, MatView<T> dA, const T* Ad,
-                             const std::uint8_t* keep, double p, bool unscaled) {
-    const T scale = unscaled ? T(1) : T(1) / std::sqrt(T(Q.rows));
-    // line 6: dV += dṼ Aᵀ (with dropout: the dropped weights Ad the forward multiplied V with)
-    gemm<T>(Op::N, Op::T, T(1), dVt, keep ? CMatView<T>(Ad, A.rows, A.cols) : A, T(1), dV);
-    gemm<T>(Op::T, Op::N, T(1), V, dVt, T(0), dA);  // line 6: dA = Vᵀ dṼ
-    if (keep) dropout_backward<T>(p, keep, dA.data, dA.size());  // D2: back through Dropout(A | p, M)
-    softmax_columns_backward<T>(A, dA);              // dS = A ⊙ (dA − 1(1ᵀ(A ⊙ dA)));  masked: A = 0 so dS = 0
-    gemm<T>(Op::N, Op::N, scale, K, dA, T(1), dQ);   // line 4: dQ += K dS / √d_attn
-    gemm<T>(Op::N, Op::T, scale, Q, dA, T(1), dK);   // line 4: dK += Q dSᵀ / √d_attn
+                             MatView<T> dQ, MatView<T> dK, MatView<T> dV, MatView<T> dA, bool unscaled) {
+    attention_mix_backward<T>(V, A, dVt, dV, dA);                         // line 6: dV += dṼ Aᵀ, dA = Vᵀ dṼ
+    attention_head_weights_backward<T>(Q, K, A, dA, dQ, dK, unscaled);  // lines 6, 5, 4: dS, dQ, dK
 }
 
 // ===================================== Algorithm 3 ====================================================
@@ -239,8 +244,9 @@ void Attention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx,
 
 // ============================ the head kernel "softmax": Algorithm 4's lines 4–6 as printed ==================
 namespace {
-// attention_head on every block: the weights A kept (at the block's offset in c.A, with dropout the masks and
-// Ad = A ⊙ M/(1 − p) beside them), the backward from them, a score bias's parameter gradients from every dS.
+// attention_head on every block: the weights A kept (at the block's offset in c.A), the backward from them, a score
+// bias's parameter gradients from every dS. It forms A before V A (its registry line says so), so a part acting on
+// the weights can wrap it: weights() and weights_backward() are the two steps around line 6's product.
 template <class T>
 class SoftmaxKernel final : public HeadKernel<T> {
 public:
@@ -251,32 +257,18 @@ public:
         c.weights_ready = true;
         c.lse.clear();
         c.A.resize(std::size_t(c.A_off.back()));
-        if (c.drop.active()) {
-            c.drop.keep.resize(std::size_t(check_bytes(c.A_off.back(), 1, "dropout mask")));
-            c.Ad.resize(c.A.size());
-        } else {
-            c.drop.keep.clear();
-        }
     }
     void forward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MHAttentionCache<T>& c,
                  MatView<T> Y) const override {
-        HeadBlock<T> b = blk;
-        HeadDropout<T> hd;
-        if (c.drop.active()) {
-            hd = {c.drop.p, c.drop_key, std::uint64_t(blk.off), c.Ad.data() + blk.off, c.drop.keep.data() + blk.off};
-            b.drop = &hd;
-        }
-        attention_head<T>(Q, K, V, b, MatView<T>(c.A.data() + blk.off, K.cols, Q.cols), Y);
+        attention_head<T>(Q, K, V, blk, MatView<T>(c.A.data() + blk.off, K.cols, Q.cols), Y);
     }
     void begin_backward(const MHAttentionCache<T>& c, MHAttentionWork<T>& w) const override { w.dA.resize(c.A.size()); }
     void backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Y, CMatView<T> dY, const HeadBlock<T>& blk,
                   const MHAttentionCache<T>& c, MHAttentionWork<T>& w, MatView<T> dQ, MatView<T> dK,
                   MatView<T> dV) const override {
         (void)Y;
-        const bool drop = c.drop.active();
         attention_head_backward<T>(Q, K, V, CMatView<T>(c.A.data() + blk.off, K.cols, Q.cols), dY, dQ, dK, dV,
-                                   MatView<T>(w.dA.data() + blk.off, K.cols, Q.cols), drop ? c.Ad.data() + blk.off : nullptr,
-                                   drop ? c.drop.keep.data() + blk.off : nullptr, c.drop.p, blk.unscaled);
+                                   MatView<T>(w.dA.data() + blk.off, K.cols, Q.cols), blk.unscaled);
     }
     // d(line 6's + B^h): the bias's parameter gradients from every block's dS, one block at a time
     void end_backward(ParamStore<T>& store, const ScoreBias<T>* bias, index_t H, const MHAttentionCache<T>& c,
@@ -290,11 +282,13 @@ public:
     }
     void weights(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, const MHAttentionCache<T>& c,
                  MatView<T> A) const override {
-        (void)c;
-        std::vector<T> scratch(std::size_t(V.rows * Q.cols));
-        HeadBlock<T> b = blk;
-        b.drop = nullptr;
-        attention_head<T>(Q, K, V, b, A, MatView<T>(scratch.data(), V.rows, Q.cols));
+        (void)V, (void)c;
+        attention_head_weights<T>(Q, K, blk, A);
+    }
+    void weights_backward(CMatView<T> Q, CMatView<T> K, const HeadBlock<T>& blk, const MHAttentionCache<T>& c,
+                          MHAttentionWork<T>& w, MatView<T> dQ, MatView<T> dK) const override {
+        attention_head_weights_backward<T>(Q, K, CMatView<T>(c.A.data() + blk.off, K.cols, Q.cols),
+                                           MatView<T>(w.dA.data() + blk.off, K.cols, Q.cols), dQ, dK, blk.unscaled);
     }
 };
 }  // namespace
@@ -335,7 +329,7 @@ MHAttention<T>::MHAttention(index_t H_, index_t d_x_, index_t d_z_, index_t d_at
     if (!source->places_positions())  // "none": no part (Algorithm 5)
         position = make_position<T>(var.position, AttnSpec{H, d_attn, var}, store, p);
     spec.position = &position;
-    kernel = make_head_kernel<T>(head_kernel_name(var), spec, p);  // lines 4–6
+    kernel = wrap_head_kernel<T>(make_head_kernel<T>(head_kernel_name(var), spec, p), spec);  // lines 4–6 (and parts around)
     if (*kernel->tiled_form()) tiled = make_head_kernel<T>(kernel->tiled_form(), spec, p);
     if (var.impl == AttnImpl::Tiled && !tiled)
         throw ValueError(std::string("attention_impl 'tiled': attention='") + kernel->name() + "' has no tiled form");
@@ -387,15 +381,13 @@ HeadBlock<T> MHAttention<T>::block(const MHAttentionCache<T>& c, index_t b, inde
 
 // Algorithm 5 lines 1–3: for h ∈ [H]: Y^h ← Attention(X, Z | W^h_qkv, Mask), i.e. Algorithm 4's lines 4–6 (the
 // head kernel) on head h's rows of Q and key/value head kv_head(h)'s rows of K, V (V3), for every sequence b,
-// writing Y^h into its rows of Y (line 3 is the layout). Block (b, h)'s weights sit at c.A_off[b·H + h]; with
-// dropout (training) a mask for every entry of A, keyed by its index in A.
+// writing Y^h into its rows of Y (line 3 is the layout). Block (b, h)'s weights sit at c.A_off[b·H + h].
 template <class T>
 void MHAttention<T>::heads(const ParamStore<T>& store, CMatView<T> Q, const Seqs& sx, CMatView<T> K, CMatView<T> V,
                            const Seqs& sz, index_t q0, MHAttentionCache<T>& c, MatView<T> Y, const Dropout* drop,
                            std::uint64_t place, const KVCache<T>* cache) const {
     weight_offsets(sx, sz, H, sizeof(T), c.A_off);  // (checked again for the callers that come here directly)
-    c.drop.p = drop ? drop->attn : 0.0;
-    c.drop_key = drop ? drop->key(place) : DropoutKey{};
+    c.training = drop != nullptr, c.drop_key = drop ? drop->key(place) : DropoutKey{};  // (a dropout part's masks)
     c.sx = sx, c.sz = sz, c.q0 = q0, c.store = &store, c.unit = this;
     const HeadKernel<T>& k = kernel_for(sz.max_len());
     c.kernel = &k;
@@ -512,7 +504,6 @@ void MHAttention<T>::materialize_weights(const MHAttentionCache<T>& c) const {
     FT_CHECK(c.kernel && index_t(c.A_off.size()) == c.sx.count() * H + 1, "attention weights: no forward to rebuild");
     const Seqs &sx = c.sx, &sz = c.sz;
     c.A.resize(std::size_t(check_bytes(c.A_off.back(), sizeof(T), "attention weights")));
-    if (c.drop.active()) c.drop.keep.resize(std::size_t(c.A_off.back()));
     for (index_t b = 0; b < sx.count(); ++b)
         for (index_t h = 0; h < H; ++h) {  // the weights of each block, on the saved Q, K, V
             const index_t g = kv_head(h);
@@ -545,15 +536,17 @@ template class Attention<float>;
 template class Attention<double>;
 template class MHAttention<float>;
 template class MHAttention<double>;
-template void attention_head<float>(CMatView<float>, CMatView<float>, CMatView<float>, const HeadBlock<float>&,
-                                    MatView<float>, MatView<float>);
-template void attention_head<double>(CMatView<double>, CMatView<double>, CMatView<double>, const HeadBlock<double>&,
-                                     MatView<double>, MatView<double>);
-template void attention_head_backward<float>(CMatView<float>, CMatView<float>, CMatView<float>, CMatView<float>, CMatView<float>,
-                                             MatView<float>, MatView<float>, MatView<float>, MatView<float>, const float*,
-                                             const std::uint8_t*, double, bool);
-template void attention_head_backward<double>(CMatView<double>, CMatView<double>, CMatView<double>, CMatView<double>,
-                                              CMatView<double>, MatView<double>, MatView<double>, MatView<double>,
-                                              MatView<double>, const double*, const std::uint8_t*, double, bool);
+#define FT_INSTANTIATE(T)                                                                                        \
+    template void attention_head<T>(CMatView<T>, CMatView<T>, CMatView<T>, const HeadBlock<T>&, MatView<T>, MatView<T>); \
+    template void attention_head_backward<T>(CMatView<T>, CMatView<T>, CMatView<T>, CMatView<T>, CMatView<T>,       \
+                                             MatView<T>, MatView<T>, MatView<T>, MatView<T>, bool);                  \
+    template void attention_head_weights<T>(CMatView<T>, CMatView<T>, const HeadBlock<T>&, MatView<T>);             \
+    template void attention_mix<T>(CMatView<T>, CMatView<T>, MatView<T>);                                            \
+    template void attention_mix_backward<T>(CMatView<T>, CMatView<T>, CMatView<T>, MatView<T>, MatView<T>);          \
+    template void attention_head_weights_backward<T>(CMatView<T>, CMatView<T>, CMatView<T>, MatView<T>, MatView<T>,  \
+                                                     MatView<T>, bool);
+FT_INSTANTIATE(float)
+FT_INSTANTIATE(double)
+#undef FT_INSTANTIATE
 
 }  // namespace ft

@@ -191,7 +191,7 @@ void dense_out(CMatView<T> copy, MatView<T> X) {
 // (on the views as given: tiled_attention_head below copies strided ones first where tiles are re-read)
 template <class T>
 static void tiled_head_dense(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MatView<T> Vt, T* lse,
-                             TileSizes tiles) {
+                             TileSizes tiles, const WeightsDropout* drop) {
     const index_t l_x = Q.cols, l_z = K.cols, d_v = V.rows, Bq = tiles.B_q, Bk = tiles.B_k;
     FT_CHECK(Bq > 0 && Bk > 0 && K.rows == Q.rows && V.cols == l_z && Vt.rows == d_v && Vt.cols == l_x && l_z > 0,
              "tiled_attention_head: shapes do not conform");
@@ -204,7 +204,6 @@ static void tiled_head_dense(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const 
     T* Ks = blocked ? sized(w.Ks, padded * K.rows) : nullptr;
     if (blocked) tile::pack_strips<T>(K, Ks);  // K's columns in strips, once per head (line 4's K_Iᵀ for every J)
     FT_CHECK(blk.mask && (!blk.bias || (blk.bias->tiles() && blk.store)), "tiled attention: no mask, or a score bias with no tiled form");
-    const HeadDropout<T>* drop = blk.drop;
     const bool dropping = drop && drop->p > 0;
     const DropoutStream ds(dropping ? drop->p : 0.0, dropping ? drop->key : DropoutKey{});
     const T inv_keep = dropping ? T(1.0 / (1.0 - drop->p)) : T(1);
@@ -255,11 +254,11 @@ static void tiled_head_dense(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const 
 // Algorithm T1 on the head's views: strided ones (a layer's heads, dense_in) copied into dense scratch first
 template <class T>
 void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MatView<T> Vt, T* lse,
-                          TileSizes tiles) {
-    if (Q.cols <= tiles.B_q) return tiled_head_dense<T>(Q, K, V, blk, Vt, lse, tiles);  // one query block: no copies
+                          TileSizes tiles, const WeightsDropout* drop) {
+    if (Q.cols <= tiles.B_q) return tiled_head_dense<T>(Q, K, V, blk, Vt, lse, tiles, drop);  // one query block: no copies
     Scratch<T>& w = scratch<T>();
     const MatView<T> Yc = dense_in<T>(Vt, w.Yc, false);
-    tiled_head_dense<T>(dense_in<T>(Q, w.Qc), dense_in<T>(K, w.Kc), dense_in<T>(V, w.Vc), blk, Yc, lse, tiles);
+    tiled_head_dense<T>(dense_in<T>(Q, w.Qc), dense_in<T>(K, w.Kc), dense_in<T>(V, w.Vc), blk, Yc, lse, tiles, drop);
     dense_out<T>(Yc, Vt);
 }
 
@@ -268,13 +267,12 @@ void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const Hea
 template <class T>
 static void tiled_head_backward_dense(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Vt, const T* lse,
                                       CMatView<T> dVt, const HeadBlock<T>& blk, MatView<T> dQ, MatView<T> dK,
-                                      MatView<T> dV, TileSizes tiles) {
+                                      MatView<T> dV, TileSizes tiles, const WeightsDropout* drop) {
     const index_t l_x = Q.cols, l_z = K.cols, d_v = V.rows, Bq = tiles.B_q, Bk = tiles.B_k;
     FT_CHECK(Bq > 0 && Bk > 0 && K.rows == Q.rows && V.cols == l_z && Vt.rows == d_v && Vt.cols == l_x &&
                  dVt.rows == d_v && dVt.cols == l_x && l_z > 0,
              "tiled_attention_head_backward: shapes do not conform");
     FT_CHECK(blk.mask && (!blk.bias || (blk.bias->tiles() && blk.store)), "tiled attention: no mask, or a score bias with no tiled form");
-    const HeadDropout<T>* drop = blk.drop;
     const T scale = blk.unscaled ? T(1) : T(1) / std::sqrt(T(Q.rows));  // (V18: unscaled)
     Scratch<T>& w = scratch<T>();
     T* Sb = sized(w.S, Bk * Bq);
@@ -351,22 +349,22 @@ static void tiled_head_backward_dense(CMatView<T> Q, CMatView<T> K, CMatView<T> 
 template <class T>
 void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Vt, const T* lse,
                                    CMatView<T> dVt, const HeadBlock<T>& blk, MatView<T> dQ, MatView<T> dK,
-                                   MatView<T> dV, TileSizes tiles) {
+                                   MatView<T> dV, TileSizes tiles, const WeightsDropout* drop) {
     if (Q.cols <= tiles.B_q)  // one query block: no copies
-        return tiled_head_backward_dense<T>(Q, K, V, Vt, lse, dVt, blk, dQ, dK, dV, tiles);
+        return tiled_head_backward_dense<T>(Q, K, V, Vt, lse, dVt, blk, dQ, dK, dV, tiles, drop);
     Scratch<T>& w = scratch<T>();
     const MatView<T> dQc = dense_in<T>(dQ, w.dQc), dKc = dense_in<T>(dK, w.dKc), dVc = dense_in<T>(dV, w.dVc);
     tiled_head_backward_dense<T>(dense_in<T>(Q, w.Qc), dense_in<T>(K, w.Kc), dense_in<T>(V, w.Vc), Vt, lse,
-                                 dense_in<T>(dVt, w.dYc), blk, dQc, dKc, dVc, tiles);
+                                 dense_in<T>(dVt, w.dYc), blk, dQc, dKc, dVc, tiles, drop);
     dense_out<T>(dQc, dQ), dense_out<T>(dKc, dK), dense_out<T>(dVc, dV);
 }
 
 #define FT_INSTANTIATE(T)                                                                                      \
     template void tiled_attention_head<T>(CMatView<T>, CMatView<T>, CMatView<T>, const HeadBlock<T>&, MatView<T>, \
-                                          T*, TileSizes);                                                       \
+                                          T*, TileSizes, const WeightsDropout*);                                \
     template void tiled_attention_head_backward<T>(CMatView<T>, CMatView<T>, CMatView<T>, CMatView<T>, const T*,   \
                                                    CMatView<T>, const HeadBlock<T>&, MatView<T>, MatView<T>,       \
-                                                   MatView<T>, TileSizes);
+                                                   MatView<T>, TileSizes, const WeightsDropout*);
 FT_INSTANTIATE(float)
 FT_INSTANTIATE(double)
 #undef FT_INSTANTIATE
@@ -377,11 +375,11 @@ FT_INSTANTIATE(double)
 #define FT_DECLARE                                                                                               \
     template <class T>                                                                                           \
     void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MatView<T> Vt, \
-                              T* lse, TileSizes tiles);                                                          \
+                              T* lse, TileSizes tiles, const WeightsDropout* drop);                              \
     template <class T>                                                                                           \
     void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Vt, const T* lse,  \
                                        CMatView<T> dVt, const HeadBlock<T>& blk, MatView<T> dQ, MatView<T> dK,     \
-                                       MatView<T> dV, TileSizes tiles);
+                                       MatView<T> dV, TileSizes tiles, const WeightsDropout* drop);
 #if defined(FT_CPU_DISPATCH)
 namespace cpu_v3 {
 FT_DECLARE
@@ -393,33 +391,36 @@ FT_DECLARE
 #undef FT_DECLARE
 template <class T>
 void tiled_attention_head(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MatView<T> Vt, T* lse,
-                          TileSizes tiles) {
-    FT_CPU_CALL(tiled_attention_head<T>(Q, K, V, blk, Vt, lse, tiles))
+                          TileSizes tiles, const WeightsDropout* drop) {
+    FT_CPU_CALL(tiled_attention_head<T>(Q, K, V, blk, Vt, lse, tiles, drop))
 }
 template <class T>
 void tiled_attention_head_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Vt, const T* lse,
                                    CMatView<T> dVt, const HeadBlock<T>& blk, MatView<T> dQ, MatView<T> dK,
-                                   MatView<T> dV, TileSizes tiles) {
-    FT_CPU_CALL(tiled_attention_head_backward<T>(Q, K, V, Vt, lse, dVt, blk, dQ, dK, dV, tiles))
+                                   MatView<T> dV, TileSizes tiles, const WeightsDropout* drop) {
+    FT_CPU_CALL(tiled_attention_head_backward<T>(Q, K, V, Vt, lse, dVt, blk, dQ, dK, dV, tiles, drop))
 }
 
 // ------------------------------------ the head kernel "tiled" ---------------------------------------------------
 namespace {
 // Algorithm T on every block (the tiled form of "softmax", chosen per call by attention_impl): Y^h and λ (in
-// c.lse), no ℓ_z×ℓ_x matrix; the same parts (mask, score bias) tile by tile; dropout draws the entries of the same
-// masks as the literal listing (keyed by the entry's index in A), redrawn in the backward.
+// c.lse), no ℓ_z×ℓ_x matrix; the same parts (mask, score bias) tile by tile. Dropout on the weights is part of
+// Algorithm T (T1 line 6, T2 line 4): at the rate of the attention-dropout part's option (attn_dropout), the tiles
+// draw the entries of the same masks as that part (keyed by the entry's index in A), redrawn in the backward.
 template <class T>
 class TiledKernel final : public HeadKernel<T> {
 public:
+    explicit TiledKernel(double p) : p_(p) {}
     const char* name() const override { return "tiled"; }
     bool one_thread_blocks() const override { return true; }  // one-thread BLAS calls on tiles
     void begin(MHAttentionCache<T>& c, index_t H, index_t n_x) const override {
         c.keep_lse_only(H, n_x, "attention log-sum-exp");  // no A: λ only (dropout masks redrawn from their keys)
+        c.drop.p = c.training ? p_ : 0.0;
     }
     void forward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MHAttentionCache<T>& c,
                  MatView<T> Y) const override {
-        HeadDropout<T> hd;
-        tiled_attention_head<T>(Q, K, V, with_dropout(blk, c, hd), Y, c.lse.data() + blk.h * blk.n_x + blk.j0);
+        const WeightsDropout d{c.drop.p, c.drop_key, std::uint64_t(blk.off)};
+        tiled_attention_head<T>(Q, K, V, blk, Y, c.lse.data() + blk.h * blk.n_x + blk.j0, {}, c.drop.active() ? &d : nullptr);
     }
     // Algorithm T2: the weights recomputed tile by tile from λ (a tiled score bias has no parameters: nothing for
     // its backward)
@@ -427,32 +428,24 @@ public:
                   const MHAttentionCache<T>& c, MHAttentionWork<T>& w, MatView<T> dQ, MatView<T> dK,
                   MatView<T> dV) const override {
         (void)w;
-        HeadDropout<T> hd;
-        tiled_attention_head_backward<T>(Q, K, V, Y, c.lse.data() + blk.h * blk.n_x + blk.j0, dY,
-                                         with_dropout(blk, c, hd), dQ, dK, dV);
+        const WeightsDropout d{c.drop.p, c.drop_key, std::uint64_t(blk.off)};
+        tiled_attention_head_backward<T>(Q, K, V, Y, c.lse.data() + blk.h * blk.n_x + blk.j0, dY, blk, dQ, dK, dV, {},
+                                         c.drop.active() ? &d : nullptr);
     }
-    // lines 4–6 as printed on the saved Q, K, V (Ṽ discarded), and the masks the tiles drew: entry i of A keyed
+    // lines 4–6 as printed on the saved Q, K, V (up to the softmax), and the masks the tiles drew: entry i of A keyed
     // by c.drop_key (DropoutStream)
     void weights(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, const MHAttentionCache<T>& c,
                  MatView<T> A) const override {
-        std::vector<T> scratch(std::size_t(V.rows * Q.cols));
-        HeadBlock<T> b = blk;
-        b.drop = nullptr;
-        attention_head<T>(Q, K, V, b, A, MatView<T>(scratch.data(), V.rows, Q.cols));
+        (void)V;
+        attention_head_weights<T>(Q, K, blk, A);
         if (!c.drop.active()) return;
+        if (c.drop.keep.size() != c.A.size()) c.drop.keep.resize(c.A.size());  // (materialize_weights: one block at a time)
         const DropoutStream ds(c.drop.p, c.drop_key);
         for (index_t i = blk.off; i < blk.off + A.size(); ++i) c.drop.keep[std::size_t(i)] = ds.keep(std::uint64_t(i));
     }
 
 private:
-    static HeadBlock<T> with_dropout(const HeadBlock<T>& blk, const MHAttentionCache<T>& c, HeadDropout<T>& hd) {
-        HeadBlock<T> b = blk;
-        if (c.drop.active()) {
-            hd = {c.drop.p, c.drop_key, std::uint64_t(blk.off), nullptr, nullptr};
-            b.drop = &hd;
-        }
-        return b;
-    }
+    double p_;  // the rate on the weights in a training forward
 };
 }  // namespace
 
@@ -464,17 +457,17 @@ std::shared_ptr<const HeadKernel<T>> make_tiled_kernel(const AttnPartSpec<T>& sp
     if (spec.v.impl == AttnImpl::Tiled && spec.position && spec.position->bias && !spec.position->bias->tiles())
         throw ValueError("attention_impl 'tiled': the position part '" + spec.v.position +
                          "' has no tiled form (its score bias must be added tile by tile); use 'literal' or 'auto'");
-    return std::make_shared<const TiledKernel<T>>();
+    return std::make_shared<const TiledKernel<T>>(attention_dropout_rate(spec.v.options));
 }
 template std::shared_ptr<const HeadKernel<float>> make_tiled_kernel<float>(const AttnPartSpec<float>&, const std::string&);
 template std::shared_ptr<const HeadKernel<double>> make_tiled_kernel<double>(const AttnPartSpec<double>&, const std::string&);
 
 #define FT_INSTANTIATE(T)                                                                                      \
     template void tiled_attention_head<T>(CMatView<T>, CMatView<T>, CMatView<T>, const HeadBlock<T>&, MatView<T>, \
-                                          T*, TileSizes);                                                       \
+                                          T*, TileSizes, const WeightsDropout*);                                \
     template void tiled_attention_head_backward<T>(CMatView<T>, CMatView<T>, CMatView<T>, CMatView<T>, const T*,   \
                                                    CMatView<T>, const HeadBlock<T>&, MatView<T>, MatView<T>,       \
-                                                   MatView<T>, TileSizes);
+                                                   MatView<T>, TileSizes, const WeightsDropout*);
 FT_INSTANTIATE(float)
 FT_INSTANTIATE(double)
 #undef FT_INSTANTIATE

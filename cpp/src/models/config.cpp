@@ -89,6 +89,7 @@ struct PartsHere {
     PartKind kind;
 };
 constexpr PartsHere kPartsHere[] = {{"(head kernels' options)", PartKind::HeadKernel},
+                                    {"(kernel wrappers' options)", PartKind::KernelWrapper},
                                     {"(masks' options)", PartKind::Mask},
                                     {"(Q/K/V sources' options)", PartKind::QKVSource},
                                     {"(positions' options)", PartKind::Position},
@@ -130,11 +131,12 @@ const std::vector<OptionSpec> kSchema = {
     {"bias", ALL, Kind::Bool, &ModelConfig::bias},
     {"dropout", ALL, Kind::AllRates, nullptr, Check::Rate},
     {"embed_dropout", ALL, Kind::Real, &ModelConfig::embed_dropout, Check::Rate},
-    {"attn_dropout", ALL, Kind::Real, &ModelConfig::attn_dropout, Check::Rate},
+    {"attn_dropout", 0, Kind::AllRates, nullptr},  // (the attention-dropout part's option, where it stood: pinned)
     {"resid_dropout", ALL, Kind::Real, &ModelConfig::resid_dropout, Check::Rate},
     {"attention_impl", ALL, Kind::Enum, &ModelConfig::attention_impl},
     {"attention", DE, Kind::Enum, &ModelConfig::attention},
     {kPartsHere[0].name, 0, Kind::AllRates, nullptr},
+    {kPartsHere[1].name, 0, Kind::AllRates, nullptr},
     {"block_size", E, Kind::AutoSize, &ModelConfig::block_size},
     {"window_blocks", E, Kind::Count, &ModelConfig::window_blocks},
     {"n_global_blocks", E, Kind::Count, &ModelConfig::n_global_blocks},
@@ -143,14 +145,14 @@ const std::vector<OptionSpec> kSchema = {
     {"bigbird_draw", E, Kind::Enum, &ModelConfig::bigbird_draw},
     {"mlp", D | ED, Kind::Part, &ModelConfig::mlp, Check::None, nullptr, PartKind::MLP},
     {"rope_theta", D, Kind::Real, &ModelConfig::rope_theta, Check::Positive},
-    {kPartsHere[1].name, 0, Kind::AllRates, nullptr},
     {kPartsHere[2].name, 0, Kind::AllRates, nullptr},
+    {kPartsHere[3].name, 0, Kind::AllRates, nullptr},
     {"mask", D, Kind::Part, &ModelConfig::mask, Check::None, nullptr, PartKind::Mask},
     {"mtp_depth", D, Kind::Count, &ModelConfig::mtp_depth},
     {"mtp_weight", D, Kind::Real, &ModelConfig::mtp_weight, Check::NonNegative},
-    {kPartsHere[3].name, 0, Kind::AllRates, nullptr},
     {kPartsHere[4].name, 0, Kind::AllRates, nullptr},
     {kPartsHere[5].name, 0, Kind::AllRates, nullptr},
+    {kPartsHere[6].name, 0, Kind::AllRates, nullptr},
     {"block", ALL, Kind::Part, &ModelConfig::block},
     {"scale_scores", ED, Kind::Bool, &ModelConfig::scale_scores},
     {"unembed_rescale", ED, Kind::Bool, &ModelConfig::unembed_rescale},
@@ -165,9 +167,9 @@ const std::vector<OptionSpec> kSchema = {
     {"separate_positions", 0, Kind::AllRates, nullptr},
     {"fixnorm", 0, Kind::AllRates, nullptr},
     {"embed_scale", 0, Kind::AllRates, nullptr},
-    {kPartsHere[6].name, 0, Kind::AllRates, nullptr},
+    {kPartsHere[7].name, 0, Kind::AllRates, nullptr},
     {"final_logit_softcapping", D, Kind::AutoReal, &ModelConfig::final_logit_softcapping},
-    {kPartsHere[7].name, 0, Kind::AllRates, nullptr},  // (an encoder's embedding part's options: V28's audio encoder)
+    {kPartsHere[8].name, 0, Kind::AllRates, nullptr},  // (an encoder's embedding part's options: V28's audio encoder)
 };
 
 // A line of kSchema naming a part's option (archs 0, no member): the option stands there, where it stood before it
@@ -560,6 +562,10 @@ std::vector<std::string> ModelConfig::positional_names(Arch arch) {
     return names;
 }
 
+bool ModelConfig::has_dropout() const {
+    return embed_dropout > 0 || attention_dropout_rate(part_options) > 0 || resid_dropout > 0;
+}
+
 std::string ModelConfig::signature(Arch arch) {
     ModelConfig defaults;
     defaults.arch = arch;  // (json_of writes the architecture's names: ED's standard MLP is "relu")
@@ -792,8 +798,8 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
                          std::to_string(c.d_attn));
     // the parts: the one of each kind c chooses, and its check (its options, what it needs of the rest)
     if (c.block.empty()) c.block = default_block(arch);
-    for (PartKind kind : {PartKind::Mask, PartKind::Position, PartKind::QKVSource, PartKind::HeadKernel, PartKind::MLP,
-                          PartKind::Norm, PartKind::Block}) {
+    for (PartKind kind : {PartKind::Mask, PartKind::Position, PartKind::QKVSource, PartKind::HeadKernel,
+                          PartKind::KernelWrapper, PartKind::MLP, PartKind::Norm, PartKind::Block}) {
         const PartRow* row = choose(c, kind, from_file ? &c : nullptr);
         if (row && row->complete) row->complete(c.part_options, c);
         if (row && row->check) row->check(c.part_options, &c);
@@ -811,9 +817,6 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
                              " must be odd and >= 1 (the sliding key blocks centred on the query block; BigBird: 3)");
         if (c.positional == Positional::Alibi || c.positional == Positional::Relative)
             throw ValueError("attention='bigbird' adds no score bias: use positional='learned', 'sinusoidal' or 'rope'");
-        if (c.attn_dropout > 0 && c.attention_impl != AttnImpl::Literal)
-            throw ValueError("attention='bigbird': attn_dropout > 0 needs attention_impl='literal' (the block-sparse "
-                             "kernel drops no weights)");
         // a sequence needs at least 2g + w + r blocks of block_size tokens: refuse a layout no input can meet
         using u128 = unsigned __int128;
         const u128 shortest = (2 * u128(c.n_global_blocks) + u128(c.window_blocks) + u128(c.n_random_blocks)) * u128(c.block_size);

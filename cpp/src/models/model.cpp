@@ -115,7 +115,7 @@ double Model<T>::run_loss(const Batch& in, bool grad, index_t* n_scored, index_t
     // training (grad) with a dropout rate: the forward drops, keyed by (dropout_seed, dropout_step); evaluation never
     // the originals of x̃ (E) are targets: checked like x, before anything runs
     if (in.x_orig) validate(Tokens{in.x_orig, in.x->s}, cfg, "x");
-    Dropout d{cfg.embed_dropout, cfg.attn_dropout, cfg.resid_dropout, dropout_seed, dropout_step};
+    Dropout d{cfg.embed_dropout, cfg.resid_dropout, dropout_seed, dropout_step};
     struct Reset {
         const Dropout*& p;
         ParamStore<T>& store;

@@ -176,7 +176,6 @@ public:
     const char* name() const override { return "bigbird"; }
     bool one_thread_blocks() const override { return true; }  // one-thread BLAS calls on blocks
     void begin(MHAttentionCache<T>& c, index_t H, index_t n_x) const override {
-        if (c.drop.active()) throw ValueError("attn_dropout: the block-sparse kernel drops no weights (attention_impl='literal')");
         c.keep_lse_only(H, n_x, "attention log-sum-exp");
     }
     void forward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MHAttentionCache<T>& c,

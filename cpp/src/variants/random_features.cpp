@@ -391,7 +391,6 @@ public:
     const char* name() const override { return f_.kind == AttnKernel::Performer ? "performer" : "rfa"; }
     bool one_thread_blocks() const override { return true; }  // runs on the calling thread
     void begin(MHAttentionCache<T>& c, index_t H, index_t n_x) const override {
-        if (c.drop.active()) throw ValueError("attn_dropout: random-feature attention has no weights to drop");
         c.keep_lse_only(H, n_x, "attention normalisers");
     }
     void forward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MHAttentionCache<T>& c,
@@ -445,7 +444,7 @@ private:
 namespace {
 // V15's options (the rows of 'performer' and 'rfa'): n_features = D >= 1 (None: resolve's ⌈d_attn ln d_attn⌉, at
 // least d_attn: Performer's D = Θ(d log d)), Ω drawn from feature_seed; and what the kernel needs of a model: no
-// score bias (ALiBi), the causal or the bidirectional mask, no weights to drop, Algorithm 4's Q, K, V, its own kernel
+// score bias (ALiBi), the causal or the bidirectional mask, Algorithm 4's Q, K, V, its own kernel
 void check_features(const PartOptionValues& own, const ModelConfig* c) {
     const index_t D = own.integer("n_features");
     if (!c) {  // (made directly: the factory names the kernel)
@@ -464,7 +463,6 @@ void check_features(const PartOptionValues& own, const ModelConfig* c) {
             throw ValueError("attention=" + k + " needs the causal mask (prefix sums over all keys): not with the " + m->name +
                              " mask");
     }
-    if (c->attn_dropout > 0) throw ValueError("attention=" + k + " forms no attention weights to drop: attn_dropout must be 0");
     if (const PartRow* source = chosen_part(*c, PartKind::QKVSource))
         throw ValueError("attention=" + k + " does not combine with the '" + source->name + "' Q/K/V source (" +
                          source->options[0].name + ")");

@@ -60,6 +60,10 @@ template <class T>
 std::shared_ptr<const HeadKernel<T>> make_block_sparse_kernel(const AttnPartSpec<T>&,
                                                               const std::string&);  // variants/block_sparse.cpp
 template <class T>
+std::shared_ptr<const HeadKernel<T>> make_attention_dropout(std::shared_ptr<const HeadKernel<T>>,
+                                                            const AttnPartSpec<T>&);  // variants/attention_dropout.cpp
+const PartRow& attention_dropout_row();                                              // variants/attention_dropout.cpp
+template <class T>
 std::shared_ptr<const MLPPart<T>> make_standard_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // listings/mlp.cpp
 template <class T>
 std::shared_ptr<const MLPPart<T>> make_swiglu_mlp(const MLPSpec&, ParamStore<T>&, const std::string&);  // variants/gated_mlp.cpp (φ = SiLU)
@@ -142,8 +146,15 @@ using PositionFactory = PositionPart<T> (*)(const AttnSpec&, ParamStore<T>&, con
 template <class T>
 using QKVSourceFactory = std::shared_ptr<const QKVSource<T>> (*)(const AttnPartSpec<T>&, ParamStore<T>&,
                                                                  const std::string&);
+// a head kernel, and whether it forms the weights A before line 6's product (a KernelWrapper can wrap it)
 template <class T>
-using HeadKernelFactory = std::shared_ptr<const HeadKernel<T>> (*)(const AttnPartSpec<T>&, const std::string&);
+struct HeadKernelFactory {
+    std::shared_ptr<const HeadKernel<T>> (*make)(const AttnPartSpec<T>&, const std::string&);
+    bool forms_weights = false;
+};
+template <class T>
+using KernelWrapperFactory = std::shared_ptr<const HeadKernel<T>> (*)(std::shared_ptr<const HeadKernel<T>>,
+                                                                      const AttnPartSpec<T>&);
 template <class T>
 using MLPFactory = std::shared_ptr<const MLPPart<T>> (*)(const MLPSpec&, ParamStore<T>&, const std::string&);
 template <class T>
@@ -196,12 +207,20 @@ const std::vector<Entry<QKVSourceFactory<T>>>& qkv_sources() {
 template <class T>
 const std::vector<Entry<HeadKernelFactory<T>>>& head_kernels() {
     static const std::vector<Entry<HeadKernelFactory<T>>> t = {
-        {"softmax", make_softmax_kernel<T>},
-        {"tiled", make_tiled_kernel<T>},
-        {"performer", make_random_feature_kernel<T>, performer_kernel_row},
-        {"rfa", make_random_feature_kernel<T>, rfa_kernel_row},
-        {"bigbird", make_block_sparse_kernel<T>},
-        {"softcap", make_softcap_kernel<T>, softcap_kernel_row},
+        {"softmax", {make_softmax_kernel<T>, true}},
+        {"tiled", {make_tiled_kernel<T>}},  // (drops the weights itself, tile by tile: Algorithm T)
+        {"performer", {make_random_feature_kernel<T>}, performer_kernel_row},
+        {"rfa", {make_random_feature_kernel<T>}, rfa_kernel_row},
+        {"bigbird", {make_block_sparse_kernel<T>}},
+        {"softcap", {make_softcap_kernel<T>}, softcap_kernel_row},
+    };
+    return t;
+}
+// parts around the head kernel, each chosen by its own options
+template <class T>
+const std::vector<Entry<KernelWrapperFactory<T>>>& kernel_wrappers() {
+    static const std::vector<Entry<KernelWrapperFactory<T>>> t = {
+        {"dropout", make_attention_dropout<T>, attention_dropout_row},
     };
     return t;
 }
@@ -298,6 +317,7 @@ const char* kind_name(PartKind k) {
         case PartKind::Embedding: return "embedding";
         case PartKind::EmbeddingStep: return "embedding step";
         case PartKind::Block: return "block";
+        case PartKind::KernelWrapper: return "kernel wrapper";
         default: return "norm";
     }
 }
@@ -314,6 +334,7 @@ const std::vector<const PartRow*>& part_rows() {
         add_rows(r, embeddings<float>());
         add_rows(r, embedding_steps<float>());
         add_rows(r, blocks<float>());
+        add_rows(r, kernel_wrappers<float>());
         return r;
     }();
     return rows;
@@ -380,6 +401,7 @@ std::vector<std::string> part_names(PartKind kind) {
         case PartKind::Embedding: return names_of(embeddings<float>());
         case PartKind::EmbeddingStep: return names_of(embedding_steps<float>());
         case PartKind::Block: return names_of(blocks<float>());
+        case PartKind::KernelWrapper: return names_of(kernel_wrappers<float>());
         default: return names_of(norms<float>());
     }
 }
@@ -467,7 +489,30 @@ std::shared_ptr<const QKVSource<T>> make_qkv_source(const std::string& name, con
 template <class T>
 std::shared_ptr<const HeadKernel<T>> make_head_kernel(const std::string& name, const AttnPartSpec<T>& spec,
                                                       const std::string& prefix) {
-    return find(head_kernels<T>(), name, PartKind::HeadKernel).make(spec, prefix);
+    return find(head_kernels<T>(), name, PartKind::HeadKernel).make.make(spec, prefix);
+}
+std::string head_kernel_name(const ModelConfig& c) {
+    AttnVariant v;  // (the fields models/shared.hpp attn_variant copies that name the kernel)
+    v.kernel = c.attention, v.impl = c.attention_impl, v.options = c.part_options;
+    return head_kernel_name(v);
+}
+bool head_kernel_forms_weights(const std::string& name) {
+    return find(head_kernels<float>(), name, PartKind::HeadKernel).make.forms_weights;
+}
+std::string kernels_forming_weights() {
+    std::string r;
+    for (const auto& e : head_kernels<float>())
+        if (e.make.forms_weights) r += std::string(r.empty() ? "'" : ", '") + e.name + "'";
+    return r;
+}
+template <class T>
+std::shared_ptr<const HeadKernel<T>> wrap_head_kernel(std::shared_ptr<const HeadKernel<T>> kernel, const AttnPartSpec<T>& spec) {
+    for (const auto& e : kernel_wrappers<T>()) {
+        const PartRow& row = e.row();
+        if (std::any_of(row.options.begin(), row.options.end(), [&](const PartOption& o) { return !spec.v.options.at_default(o.name); }))
+            kernel = e.make(std::move(kernel), spec);
+    }
+    return kernel;
 }
 template <class T>
 std::shared_ptr<const MLPPart<T>> make_mlp(const std::string& name, const MLPSpec& spec, ParamStore<T>& store,
@@ -533,6 +578,8 @@ std::vector<const PartRow*> chosen_embedding_steps(const PartOptionValues& v) {
                                                                     ParamStore<T>&, const std::string&);        \
     template std::shared_ptr<const HeadKernel<T>> make_head_kernel<T>(const std::string&, const AttnPartSpec<T>&, \
                                                                       const std::string&);                      \
+    template std::shared_ptr<const HeadKernel<T>> wrap_head_kernel<T>(std::shared_ptr<const HeadKernel<T>>,      \
+                                                                      const AttnPartSpec<T>&);                  \
     template PositionPart<T> make_position<T>(const std::string&, const AttnSpec&, ParamStore<T>&,              \
                                               const std::string&);                                              \
     template std::shared_ptr<const MLPPart<T>> make_mlp<T>(const std::string&, const MLPSpec&, ParamStore<T>&,  \

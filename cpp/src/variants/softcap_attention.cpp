@@ -7,7 +7,8 @@
 //   6  return Ṽ = V · softmax(S)
 // Backward (A = softmax(S), U = Kᵀ Q / √s recomputed): dV += dṼ Aᵀ; dS = softmax'(A)(Vᵀ dṼ); line 4′: dU = dS ⊙
 // (1 − tanh²(U / c)); line 4: dQ += K dU / √s, dK += Q dUᵀ / √s. The weights A are kept (as the listing's kernel);
-// it has no tiled form (attention_impl 'auto' runs it as printed), no score bias, no dropout on the weights.
+// it has no tiled form (attention_impl 'auto' runs it as printed), no score bias, and its registry line does not
+// offer its weights to a kernel wrapper (no attn_dropout).
 // Either option given chooses it.
 #include <algorithm>
 #include <cmath>
@@ -29,12 +30,8 @@ public:
     const char* name() const override { return "softcap"; }
     void begin(MHAttentionCache<T>& c, index_t H, index_t n_x) const override {
         (void)H, (void)n_x;
-        if (c.drop.active())
-            throw ValueError("attn_dropout: the 'softcap' head kernel (attn_logit_softcapping, query_pre_attn_scalar) "
-                             "drops no attention weights");
         c.weights_ready = true;
         c.lse.clear();
-        c.drop.keep.clear();
         c.A.resize(std::size_t(c.A_off.back()));
     }
     void forward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MHAttentionCache<T>& c,
@@ -105,7 +102,7 @@ private:
 };
 
 // attn_logit_softcapping = c, query_pre_attn_scalar = s: numbers > 0 (None: no cap, s = d_attn); no score bias
-// (ALiBi, T5's buckets) and no dropout on the weights
+// (ALiBi, T5's buckets)
 void check_softcap(const PartOptionValues& own, const ModelConfig* c) {
     for (const char* o : {"attn_logit_softcapping", "query_pre_attn_scalar"}) {
         const double v = own.real(o);
@@ -115,9 +112,6 @@ void check_softcap(const PartOptionValues& own, const ModelConfig* c) {
     if (c->positional == Positional::Alibi)
         throw ValueError("attn_logit_softcapping / query_pre_attn_scalar (the 'softcap' head kernel) take no score bias: "
                          "not with positional='alibi'");
-    if (c->attn_dropout > 0)
-        throw ValueError("attn_dropout: the 'softcap' head kernel (attn_logit_softcapping, query_pre_attn_scalar) drops "
-                         "no attention weights");
     if (c->attention_impl == AttnImpl::Tiled)
         throw ValueError("attention_impl 'tiled': the 'softcap' head kernel (attn_logit_softcapping) has no tiled form");
 }
