@@ -76,8 +76,59 @@ void Bf16Weights::refresh(const float* theta, index_t size) {
     n = size;
     bits.resize(std::size_t(size));
     std::uint16_t* out = bits.data();
-#pragma omp parallel for schedule(static) if (size > (index_t(1) << 18))
+#pragma omp parallel for schedule(static) if (size > (index_t(1) << 18) && !omp_in_parallel())
     for (index_t i = 0; i < size; ++i) out[i] = to_bf16(theta[i]);
+}
+
+namespace {
+// to_bf16 without a branch (the loops below vectorise)
+inline std::uint16_t bf16_bits(float x) {
+    std::uint32_t u;
+    std::memcpy(&u, &x, 4);
+    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u;
+    return std::uint16_t((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+bool& theta_copy_allowed() {
+    static bool on = true;
+    return on;
+}
+}  // namespace
+
+void bf16_allow_theta_copy(bool on) { theta_copy_allowed() = on; }
+bool bf16_theta_copy_allowed() { return theta_copy_allowed(); }
+
+bool Bf16Weights::write(const float* theta, index_t size, index_t i0, index_t i1) {
+    if (theta != begin || size != n || index_t(bits.size()) != size) return false;
+    std::uint16_t* out = bits.data();
+#pragma omp simd
+    for (index_t i = i0; i < i1; ++i) out[i] = bf16_bits(theta[i]);
+    return true;
+}
+
+bool Bf16Weights::sync(const float* theta, index_t size) {
+    if (theta != begin || size != n || index_t(bits.size()) != size) {
+        refresh(theta, size);
+        return true;
+    }
+    // chunks of 16 K entries: compared (read only), rewritten only where one differs
+    constexpr index_t kChunk = index_t(1) << 14;
+    const index_t chunks = (size + kChunk - 1) / kChunk;
+    std::uint16_t* out = bits.data();
+    int changed = 0;
+#pragma omp parallel for schedule(static) reduction(| : changed) if (chunks > 4 && !omp_in_parallel())
+    for (index_t c = 0; c < chunks; ++c) {
+        const index_t i0 = c * kChunk, i1 = std::min(size, i0 + kChunk);
+        int diff = 0;
+#pragma omp simd reduction(| : diff)
+        for (index_t i = i0; i < i1; ++i) diff |= int(bf16_bits(theta[i]) != out[i]);
+        if (!diff) continue;
+        changed = 1;
+#pragma omp simd
+        for (index_t i = i0; i < i1; ++i) out[i] = bf16_bits(theta[i]);
+    }
+    digest = 0;
+    if (changed) ++copies;
+    return changed != 0;
 }
 
 // ------------------------------------------------------------------------------------------------ the CPU
@@ -477,7 +528,7 @@ void gemm_bf16(int ta, int tb, index_t m, index_t n, index_t k, float alpha, con
     const index_t ar = ta == 0 ? m : k, ac = ta == 0 ? k : m;
     const index_t br = tb == 0 ? k : n, bc = tb == 0 ? n : k;
     const ProductContext ctx = product_context();
-    if (ctx.weights && n <= kBf16FewColumns && ctx.weights->find(A) && ctx.weights->find(A + (ac - 1) * lda + ar - 1)) {
+    if (ctx.weights && !ctx.training && n <= kBf16FewColumns && ctx.weights->find(A) && ctx.weights->find(A + (ac - 1) * lda + ar - 1)) {
         few_columns(ta, tb, m, n, k, alpha, ctx.weights->find(A), lda, B, ldb, beta, C, ldc);
         return;
     }
