@@ -241,7 +241,10 @@ struct TrainProducts {
                 owner.bf16_theta.reset();
                 return;
             }
-            if (!ft::bf16_theta_copy_allowed()) return;
+            if (!ft::bf16_theta_copy_allowed()) {
+                scope.emplace(ft::ProductContext{true, nullptr, true});
+                return;
+            }
             if (!owner.bf16_theta) owner.bf16_theta = std::make_unique<ft::Bf16Weights>();
             copy = owner.bf16_theta.get();
             copy->sync(m.store.theta(), m.store.size());

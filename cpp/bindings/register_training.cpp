@@ -264,7 +264,8 @@ void run_training(Recorder& rec, const py::object& early, const ft::ParamStore<T
 
 // bf16-mixed training with Adam: θ's bf16 copy for the whole run (TrainProducts), which Adam's steps keep up to date
 // as they write θ, brought up to date again after each call of the Python hook (it may change θ). Another update
-// rule: no copy (each product rounds θ's operands).
+// rule: no copy (each product rounds θ's operands). Either way the products are a training run's
+// (ProductContext::training).
 template <class M, class Update, class F>
 void with_train_products(HasParams& owner, M& mdl, const Update& update, Recorder& rec, F&& run) {
     if constexpr (std::is_same_v<Update, ft::AdamRule<float>>) {
@@ -282,6 +283,10 @@ void with_train_products(HasParams& owner, M& mdl, const Update& update, Recorde
         }
         run();
     } else {
+        // no copy, but the products of a training run (ProductContext::training: the small ones through oneDNN)
+        std::optional<ft::ProductScope> scope;
+        if constexpr (std::is_same_v<typename std::decay_t<decltype(mdl.store)>::value_type, float>)
+            if (mdl.precision == ft::Precision::BF16Mixed) scope.emplace(ft::ProductContext{true, nullptr, true});
         run();
     }
 }

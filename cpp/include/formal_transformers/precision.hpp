@@ -78,9 +78,10 @@ struct Bf16Weights {
 struct ProductContext {
     bool bf16 = false;
     const Bf16Weights* weights = nullptr;  // optional bf16 copy of θ, up to date (decoding, training)
-    // training: the copy only stands in for the rounding of θ's operands, each product taking the route it takes
-    // without it (so the results are those of rounding at every product); else (decoding) products of a weight
-    // with a few columns run the few-columns kernel on the copy
+    // training (loss_and_grad, the trainers): the copy only stands in for the rounding of θ's operands (the same
+    // results as rounding at every product), and the products below the size worth a oneDNN primitive run through
+    // oneDNN too (a training run's shapes repeat: their primitives are made once). Else (decoding, with the copy)
+    // products of a weight with a few columns run the few-columns kernel, and the small products are emulated.
     bool training = false;
 };
 ProductContext product_context();

@@ -180,6 +180,7 @@ struct Prim {
     dnnl::matmul mm;
     dnnl::memory::desc src, wei, dst;
     std::string impl;
+    dnnl::memory ms, mw, md;  // made once, their data handles set at each call (small products: less overhead)
 };
 
 // C (column-major m × n, ldc) = α op(A) op(B) + β C computed as its transpose, row-major n × m:
@@ -201,7 +202,8 @@ Prim make_prim(const Key& key) {
         attr.set_post_ops(po);
     }
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), attr, engine());
-    return Prim{dnnl::matmul(pd), src, wei, dst, pd.impl_info_str()};
+    return Prim{dnnl::matmul(pd), src, wei, dst, pd.impl_info_str(), dnnl::memory(src, engine(), nullptr),
+                dnnl::memory(wei, engine(), nullptr), dnnl::memory(dst, engine(), nullptr)};
 }
 
 std::string& last_impl() {
@@ -235,10 +237,10 @@ void run_onednn(int ta, int tb, index_t m, index_t n, index_t k, float alpha, co
         last_impl() = it->second.impl;
     }
     Prim& p = it->second;
-    dnnl::memory ms(p.src, engine(), const_cast<std::uint16_t*>(b));
-    dnnl::memory mw(p.wei, engine(), const_cast<std::uint16_t*>(a));
-    dnnl::memory md(p.dst, engine(), C);
-    p.mm.execute(stream, {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md}});
+    p.ms.set_data_handle(const_cast<std::uint16_t*>(b));
+    p.mw.set_data_handle(const_cast<std::uint16_t*>(a));
+    p.md.set_data_handle(C);
+    p.mm.execute(stream, {{DNNL_ARG_SRC, p.ms}, {DNNL_ARG_WEIGHTS, p.mw}, {DNNL_ARG_DST, p.md}});
     stream.wait();
 }
 }  // namespace
@@ -534,8 +536,10 @@ void gemm_bf16(int ta, int tb, index_t m, index_t n, index_t k, float alpha, con
     }
 #ifdef FT_HAVE_ONEDNN
     // oneDNN for products worth a primitive; the small ones (decoding's per-head products over a growing cache,
-    // a new shape at every token) emulated, without making a primitive for each
-    if (bf16_native() && double(m) * double(n) * double(k) >= double(1 << 18)) {
+    // a new shape at every token) emulated, without making a primitive for each, except in training
+    // (training: the shapes repeat at every step, so the small products' primitives are made once; there they run
+    // faster through oneDNN than emulated — docs/benchmarks.md)
+    if (bf16_native() && (double(m) * double(n) * double(k) >= double(1 << 18) || ctx.training)) {
         thread_local std::vector<std::uint16_t> sa, sb;
         const std::uint16_t* a = bf16_operand(A, ar, ac, lda, sa);
         const std::uint16_t* b = bf16_operand(B, br, bc, ldb, sb);
