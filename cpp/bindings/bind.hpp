@@ -209,8 +209,9 @@ ft::ProductContext products_of(const U& u) {
 
 // A decoding call does not change θ: under bf16-mixed its products read a bf16 copy of θ (the weights' bytes per
 // token halved) instead of rounding the weights at every token. The copy lives on the model between calls; each
-// call first brings it up to date with θ (Bf16Weights::sync: exact, one read of θ and the copy), so whatever changed θ since — an optimizer step,
-// a trainer, a write through a numpy view of params, a load — makes it again. A float32 model drops it.
+// call first brings it up to date with θ (Bf16Weights::sync: exact, one read of θ and of the copy), so whatever
+// changed θ since — an optimizer step, a trainer, a write through a numpy view of params, a load — is seen. A
+// float32 model drops it.
 struct DecodeProducts {
     std::optional<ft::ProductScope> scope;
     template <class M>
