@@ -9,7 +9,7 @@ rounds of each side and the ratio A/B (> 1: B faster), with `uptime`'s load befo
 machine only such interleaved ratios mean anything.
 
     python bench/ab_step.py A_BUILD B_BUILD [--lengths 512 2048] [--rounds 5] [--steps 5] [--impl auto]
-        [--shape baby|gpt2] [--batch 1]
+        [--shape baby|gpt2] [--batch 1] [--precision float32|bf16-mixed]
         [--pythonpath-a DIR] [--pythonpath-b DIR]
 (e.g. A = /work/wt/after/build/rel with python path /work/wt/after/python, B = build/rel with python/)
 """
@@ -36,6 +36,8 @@ def worker(args):
     batch = rng.integers(0, n_v, (args.batch, args.length))
     # "auto" is the default: not passed, so that builds from before attention_impl existed run too
     impl = {} if args.impl == "auto" else dict(attention_impl=args.impl)
+    if args.precision != "float32":  # likewise: builds from before precision existed run float32
+        impl["precision"] = args.precision
     model = ft.DTransformer(n_v, args.length, L, H, d_e, 4 * d_e, dtype="float32", seed=0, **impl)
     opt = ft.Adam(3e-4, weight_decay=0.1)
     for _ in range(args.warmup):
@@ -71,6 +73,8 @@ def main():
     p.add_argument("--shape", choices=("baby", "gpt2"), default="baby",
                    help="gpt2: GPT-2 small (N_V 50257, L 12, H 12, d_e 768, d_mlp 3072)")
     p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--precision", choices=("float32", "bf16-mixed"), default="float32",
+                   help="the models' precision (bf16-mixed: bf16 products, float32 master weights)")
     args = p.parse_args()
     if args.worker:
         worker(args)
@@ -85,12 +89,12 @@ def main():
                 env = dict(os.environ, FT_CORE_PATH=os.path.abspath(core), PYTHONPATH=os.path.abspath(pp))
                 out = subprocess.run([sys.executable, __file__, "--worker", "--length", str(l), "--steps",
                                       str(args.steps), "--warmup", str(args.warmup), "--impl", args.impl,
-                                      "--shape", args.shape, "--batch", str(args.batch)],
+                                      "--shape", args.shape, "--batch", str(args.batch), "--precision", args.precision],
                                      env=env, capture_output=True, text=True, check=True)
                 res[s].append(json.loads(out.stdout.strip().splitlines()[-1]))
         med = {s: {k: statistics.median(x[k] for x in res[s]) for k in ("wall", "cpu")} for s in res}
         losses = {s: res[s][0]["loss"] for s in res}
-        print(f"{args.shape} batch {args.batch} l {l} impl {args.impl}: A wall {med['A']['wall']*1e3:.1f} ms cpu {med['A']['cpu']*1e3:.1f} | "
+        print(f"{args.shape} batch {args.batch} l {l} impl {args.impl} {args.precision}: A wall {med['A']['wall']*1e3:.1f} ms cpu {med['A']['cpu']*1e3:.1f} | "
               f"B wall {med['B']['wall']*1e3:.1f} ms cpu {med['B']['cpu']*1e3:.1f} | A/B wall "
               f"{med['A']['wall']/med['B']['wall']:.3f} cpu {med['A']['cpu']/med['B']['cpu']:.3f} | "
               f"loss A {losses['A']:.6f} B {losses['B']:.6f} | load {load0} -> {load()} | rounds "

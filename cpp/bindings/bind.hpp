@@ -209,8 +209,9 @@ ft::ProductContext products_of(const U& u) {
 
 // A decoding call does not change θ: under bf16-mixed its products read a bf16 copy of θ (the weights' bytes per
 // token halved) instead of rounding the weights at every token. The copy lives on the model between calls; each
-// call first checks it against θ's digest (Bf16Weights::update), so whatever changed θ since — an optimizer step,
-// a trainer, a write through a numpy view of params, a load — makes it again. A float32 model drops it.
+// call first brings it up to date with θ (Bf16Weights::sync: exact, one read of θ and of the copy), so whatever
+// changed θ since — an optimizer step, a trainer, a write through a numpy view of params, a load — is seen. A
+// float32 model drops it.
 struct DecodeProducts {
     std::optional<ft::ProductScope> scope;
     template <class M>
@@ -221,8 +222,34 @@ struct DecodeProducts {
                 return;
             }
             if (!owner.bf16_theta) owner.bf16_theta = std::make_unique<ft::Bf16Weights>();
-            owner.bf16_theta->update(m.store.theta(), m.store.size());
+            owner.bf16_theta->sync(m.store.theta(), m.store.size());
             scope.emplace(ft::ProductContext{true, owner.bf16_theta.get()});
+        }
+    }
+};
+
+// A training call (loss_and_grad, the trainers) under bf16-mixed: θ's operands read from θ's bf16 copy, brought up
+// to date once at the start of the call (Bf16Weights::sync: exact, so whatever changed θ since is seen; after an
+// Adam step, which writes the copy with θ, it only reads), instead of being rounded at every product. The
+// products take the routes they take without the copy (ProductContext::training): the same results.
+struct TrainProducts {
+    std::optional<ft::ProductScope> scope;
+    ft::Bf16Weights* copy = nullptr;  // the copy in use (null: none)
+    template <class M>
+    TrainProducts(HasParams& owner, const M& m) {
+        if constexpr (std::is_same_v<typename std::decay_t<decltype(m.store)>::value_type, float>) {
+            if (m.precision != ft::Precision::BF16Mixed) {
+                owner.bf16_theta.reset();
+                return;
+            }
+            if (!ft::bf16_theta_copy_allowed()) {
+                scope.emplace(ft::ProductContext{true, nullptr, true});
+                return;
+            }
+            if (!owner.bf16_theta) owner.bf16_theta = std::make_unique<ft::Bf16Weights>();
+            copy = owner.bf16_theta.get();
+            copy->sync(m.store.theta(), m.store.size());
+            scope.emplace(ft::ProductContext{true, copy, true});
         }
     }
 };

@@ -80,6 +80,12 @@ step and belong to that object. Fixed parameters (sinusoidal W_p) are never chan
                     ft::Adam<T>& opt = a.get(obj, *store);
                     const T* g = gradient_buffer(*store, grads);
                     CoreCall nogil;
+                    // bf16-mixed: θ's bf16 copy (TrainProducts) written with θ, so the next call only reads it
+                    if constexpr (std::is_same_v<T, float>) opt.bf16_copy = h.bf16_theta.get();
+                    struct Detach {
+                        ft::Adam<T>& o;
+                        ~Detach() { o.bf16_copy = nullptr; }
+                    } detach{opt};
                     opt.step(*store, g, lr_now);
                 }, h.store_ref());
             },

@@ -176,9 +176,11 @@ struct Recorder {
             py::gil_scoped_acquire gil;
             if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // Ctrl-C between steps
             py::object r = hook(step_dict(s));
+            if (after_hook) after_hook();
             return r.is_none() || r.cast<bool>();
         };
     }
+    std::function<void()> after_hook;  // after each call of the Python hook (which may have changed θ)
     void flush() {  // with the GIL
         if (sink.is_none()) return;
         for (std::size_t i = 0; i < steps.size(); ++i) {
@@ -259,6 +261,35 @@ void run_training(Recorder& rec, const py::object& early, const ft::ParamStore<T
     }
     rec.flush();
     write_early(early, es, store);
+}
+
+// bf16-mixed training with Adam: θ's bf16 copy for the whole run (TrainProducts), which Adam's steps keep up to date
+// as they write θ, brought up to date again after each call of the Python hook (it may change θ). Another update
+// rule: no copy (each product rounds θ's operands). Either way the products are a training run's
+// (ProductContext::training).
+template <class M, class Update, class F>
+void with_train_products(HasParams& owner, M& mdl, const Update& update, Recorder& rec, F&& run) {
+    if constexpr (std::is_same_v<Update, ft::AdamRule<float>>) {
+        TrainProducts products(owner, mdl);
+        if (products.copy) {
+            struct Detach {
+                ft::Adam<float>& adam;
+                Recorder& rec;
+                ~Detach() { adam.bf16_copy = nullptr, rec.after_hook = nullptr; }
+            } detach{*update.adam, rec};
+            update.adam->bf16_copy = products.copy;
+            rec.after_hook = [&] { products.copy->sync(mdl.store.theta(), mdl.store.size()); };
+            run();
+            return;
+        }
+        run();
+    } else {
+        // no copy, but the products of a training run (ProductContext::training: the small ones through oneDNN)
+        std::optional<ft::ProductScope> scope;
+        if constexpr (std::is_same_v<typename std::decay_t<decltype(mdl.store)>::value_type, float>)
+            if (mdl.precision == ft::Precision::BF16Mixed) scope.emplace(ft::ProductContext{true, nullptr, true});
+        run();
+    }
 }
 
 // Data parallelism (training.hpp's Replicas) from the Python object training.py makes (distributed.py):
@@ -410,10 +441,12 @@ void register_training(py::module_& m) {
                     Recorder rec{sink, hook};
                     rec.warn_nonfinite = o.nonfinite == ft::TrainOptions::NonFinite::Warn;
                     with_update_rule(optimizer, model, mdl.store, o, [&](const auto& update) {
-                        run_training(rec, early, mdl.store, [&](const ft::StepHook& h, ft::EarlyStopState<T>* es) {
-                            const ft::Dataset* v = val.is_none() ? nullptr : &vdata;
-                            if constexpr (listing == ft::Listing::D) ft::DTraining(mdl, data, o, update, h, v, es, dp.get());
-                            else ft::ETraining(mdl, data, o, update, h, v, es, dp.get());
+                        with_train_products(d, mdl, update, rec, [&] {
+                            run_training(rec, early, mdl.store, [&](const ft::StepHook& h, ft::EarlyStopState<T>* es) {
+                                const ft::Dataset* v = val.is_none() ? nullptr : &vdata;
+                                if constexpr (listing == ft::Listing::D) ft::DTraining(mdl, data, o, update, h, v, es, dp.get());
+                                else ft::ETraining(mdl, data, o, update, h, v, es, dp.get());
+                            });
                         });
                     });
                 });
@@ -452,9 +485,11 @@ void register_training(py::module_& m) {
                 Recorder rec{sink, hook};
                 rec.warn_nonfinite = o.nonfinite == ft::TrainOptions::NonFinite::Warn;
                 with_update_rule(optimizer, model, mdl.store, o, [&](const auto& update) {
-                    run_training(rec, early, mdl.store, [&](const ft::StepHook& h, ft::EarlyStopState<T>* es) {
-                        ft::EDTraining(mdl, zd, xd, o, update, h, z_val.is_none() ? nullptr : &zv,
-                                       x_val.is_none() ? nullptr : &xv, es, dp.get());
+                    with_train_products(d, mdl, update, rec, [&] {
+                        run_training(rec, early, mdl.store, [&](const ft::StepHook& h, ft::EarlyStopState<T>* es) {
+                            ft::EDTraining(mdl, zd, xd, o, update, h, z_val.is_none() ? nullptr : &zv,
+                                           x_val.is_none() ? nullptr : &xv, es, dp.get());
+                        });
                     });
                 });
             });

@@ -388,6 +388,7 @@ void def_pair_losses(PyClass& cls, const char* a, const char* b, Pair pair, Core
                    double loss;
                    {
                        CoreCall nogil;
+                       TrainProducts products(d, m);  // bf16-mixed: θ's bf16 copy, brought up to date
                        loss = std::apply([&](auto&&... args) { return m.loss_and_grad(args...); }, core_args(p, q));
                    }
                    return py::make_tuple(loss, grads_out(self, m.store, copy));
@@ -476,6 +477,7 @@ void def_segment_inputs(PyClass& cls) {
                    double loss;
                    {
                        CoreCall nogil;
+                       TrainProducts products(d, m);  // bf16-mixed: θ's bf16 copy, brought up to date
                        loss = m.loss_and_grad(Tokens{xt.ids.data(), seqs_of(xt)}, xo.ids.data(), ptr_or_null(seg));
                    }
                    return py::make_tuple(loss, grads_out(self, m.store, copy));
@@ -661,6 +663,7 @@ only; SpeculativeInference(…)(x, model) drafts with the modules (self-speculat
                     double loss;
                     {
                         CoreCall nogil;
+                        TrainProducts products(d, m);  // bf16-mixed: θ's bf16 copy, brought up to date
                         loss = m.loss_and_grad(Tokens{in.ids.data(), seqs_of(in), p.empty() ? nullptr : p.data()});
                     }
                     return py::make_tuple(loss, grads_out(self, m.store, copy));
@@ -775,6 +778,7 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
                          ft::Matrix<T> dF;
                          {
                              CoreCall nogil;
+                             TrainProducts products(d, m);  // bf16-mixed: θ's bf16 copy, brought up to date
                              loss = m.loss_and_grad(f.features(), Tokens{xb.ids.data(), seqs_of(xb)},
                                                     features_grad ? &dF : nullptr);
                          }
@@ -798,6 +802,7 @@ Call: P = model(z, x) -> (N_V, ℓ_x). loss_and_grad(z, x): Algorithm 11 line 5,
                      InBatch xb = in_batch(x, "x");
                      {
                          CoreCall nogil;
+                         TrainProducts products(d, m);  // bf16-mixed: θ's bf16 copy, brought up to date
                          loss = m.loss_and_grad(Tokens{zb.ids.data(), seqs_of(zb)}, Tokens{xb.ids.data(), seqs_of(xb)});
                      }
                      return py::make_tuple(loss, grads_out(self, m.store, copy));

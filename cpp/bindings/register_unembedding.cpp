@@ -140,6 +140,9 @@ void register_unembedding(py::module_& m) {
     m.def("_bf16_allow_native", &ft::bf16_allow_native, py::arg("on"),
           "Private (tests): False runs bf16-mixed products emulated (bf16-rounded operands, float32 products) even "
           "where the CPU has bf16 instructions; True restores the default.");
+    m.def("_bf16_allow_theta_copy", &ft::bf16_allow_theta_copy, py::arg("on"),
+          "Private (tests): False makes bf16-mixed training calls round θ's operands at every product instead of "
+          "reading θ's bf16 copy (the same results); True restores the default.");
     m.def("_bf16_theta_copies", &ft::bf16_theta_copies,
           "Private (tests): how many bf16 copies of θ decoding calls in bf16-mixed have made in this process (a call "
           "on an unchanged θ makes none).");

@@ -311,3 +311,72 @@ def test_cli_trains_and_samples_in_bf16_mixed(tmp_path, capsys):
     except SystemExit as e:
         code = e.code
     assert code == 2 and "float64" in capsys.readouterr().err
+
+
+def _steps_with_copy(copy, change=None, n=4):
+    """n Adam steps of a bf16-mixed model through loss_and_grad (θ's bf16 copy on or off): the losses and θ after.
+    change(m, step) runs before each step (a write to θ by the user)"""
+    _core._bf16_allow_theta_copy(copy)
+    try:
+        m = ft.DTransformer(40, 24, 2, 2, 32, 64, seed=5, precision="bf16-mixed")
+        opt = ft.Adam(1e-2, weight_decay=0.1)
+        x = np.random.default_rng(1).integers(0, 40, (3, 20))
+        losses = []
+        for s in range(n):
+            if change:
+                change(m, s)
+            loss, _ = m.loss_and_grad(x, copy=False)
+            losses.append(loss)
+            opt.step(m, m.grads)
+        return losses, {k: np.array(v) for k, v in m.params.items()}
+    finally:
+        _core._bf16_allow_theta_copy(True)
+
+
+def _write_through_view(m, step):
+    if step == 2:
+        m.params["layers.0.W_mlp1"][...] *= -1.0
+
+
+@pytest.mark.parametrize("change", [None, _write_through_view])
+def test_training_with_the_bf16_copy_of_theta_is_bit_identical(path, change):
+    # training calls read θ's operands from its bf16 copy (made once, then kept up to date by Adam) instead of
+    # rounding them at every product: the same rounding of the same values, so the same bits — also after a write
+    # to θ through a numpy view between steps (the copy is brought up to date at every call)
+    n = _core._bf16_theta_copies()
+    with_copy = _steps_with_copy(True, change)
+    made = _core._bf16_theta_copies() - n
+    assert made == (1 if change is None else 2)  # once, then Adam writes it with θ; again after the user's write
+    without = _steps_with_copy(False, change)
+    assert _core._bf16_theta_copies() - n == made  # none without
+    assert with_copy[0] == without[0]
+    for k in with_copy[1]:
+        np.testing.assert_array_equal(with_copy[1][k], without[1][k], err_msg=k)
+
+
+def test_trainer_with_the_bf16_copy_of_theta_is_bit_identical():
+    # the trainer keeps the copy for the run (Adam writes it with θ) and brings it up to date after each hook call,
+    # which may change θ; SGD keeps no copy
+    rng = np.random.default_rng(3)
+    data = [rng.integers(0, 40, 12) for _ in range(6)]
+
+    def hook(m):
+        def h(info):
+            if info["step"] == 2:
+                m.params["W_u"][...] *= -1.0
+        return h
+
+    for optimizer in ("adam", "sgd"):
+        runs = []
+        for copy in (True, False):
+            _core._bf16_allow_theta_copy(copy)
+            try:
+                m = ft.DTransformer(40, 24, 2, 2, 32, 64, seed=5, precision="bf16-mixed")
+                tr = ft.DTraining(1, 1e-2, batch_size=2, seed=0, optimizer=optimizer, progress=False, callback=hook(m))
+                tr(data, m)
+                runs.append((list(tr.history["loss"]), {k: np.array(v) for k, v in m.params.items()}))
+            finally:
+                _core._bf16_allow_theta_copy(True)
+        assert len(runs[0][0]) == 3 and runs[0][0] == runs[1][0], optimizer
+        for k in runs[0][1]:
+            np.testing.assert_array_equal(runs[0][1][k], runs[1][1][k], err_msg=k)

@@ -23,6 +23,7 @@
 #include <stdexcept>
 
 #include "formal_transformers/params.hpp"
+#include "formal_transformers/precision.hpp"
 
 namespace ft {
 
@@ -78,6 +79,9 @@ public:
     Vector<T> m, v;         // first and second moments of the trainable parameters only: the ranges of θ in
                             // `ranges`, one after the other
     std::vector<std::pair<index_t, index_t>> ranges;  // [begin, end) of θ that m and v cover (empty before a step)
+    // Optional (float32, bf16-mixed): θ's bf16 copy (precision.hpp), kept up to date by each step as it writes θ
+    // (the rounding of each updated θ_i written in the same pass). Ignored when it is a copy of another θ.
+    Bf16Weights* bf16_copy = nullptr;
 };
 
 // Adam's update of n entries (the loop of Adam::step), given the step's coefficients: a vectorised kernel

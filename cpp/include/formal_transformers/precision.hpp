@@ -48,10 +48,13 @@ inline float from_bf16(std::uint16_t b) {
 // x rounded to the nearest bfloat16, as a float32
 inline float round_bf16(float x) { return from_bf16(to_bf16(x)); }
 
-// A bf16 copy of a parameter store's θ for calls that do not change θ (decoding: every token's products read half
-// the bytes). Products whose operand lies inside θ read it from here. Its owner keeps it between calls and calls
-// `update` at the start of each: θ's digest (one read of θ, in parallel) decides whether the copy still holds —
-// whatever changed θ in between (an optimizer, a trainer, a write through a numpy view, a load).
+// A bf16 copy of a parameter store's θ: products whose operand lies inside θ read it from here instead of rounding
+// the weights at every product. Its owner keeps it between calls and brings it up to date at the start of each:
+//  * sync (training, and decoding): exact — each θ_i's rounding compared with the copy (one read of θ and of the
+//    copy, in parallel) and rewritten where it differs, so that whatever changed θ in between (an optimizer, a
+//    trainer, a write through a numpy view, a load) is seen; a copy kept up to date is only read.
+//  * Adam keeps it up to date as it writes θ (optim.hpp: the rounding written in the same pass).
+//  * update: the same decided by θ's digest (kept for callers that hold no copy up to date).
 struct Bf16Weights {
     const float* begin = nullptr;
     index_t n = 0;
@@ -60,16 +63,26 @@ struct Bf16Weights {
     void refresh(const float* theta, index_t size);
     // the copy made again unless θ (address, size and digest) is what it was made from; true when it was
     bool update(const float* theta, index_t size);
+    // the copy brought up to date with θ, exactly (a new θ address or size: made again); true when anything changed
+    bool sync(const float* theta, index_t size);
     // the copy of the float at p, or null when p is not inside θ
     const std::uint16_t* find(const float* p) const {
         return begin && p >= begin && p < begin + n ? bits.data() + (p - begin) : nullptr;
     }
+    // the copy's entries for θ[i0, i1) written from θ (the caller has just written them); false when the copy is
+    // not one of this θ (another address or size: nothing written, the next sync makes it again)
+    bool write(const float* theta, index_t size, index_t i0, index_t i1);
 };
 
 // The products' precision on this thread.
 struct ProductContext {
     bool bf16 = false;
-    const Bf16Weights* weights = nullptr;  // optional bf16 copy of θ (decoding)
+    const Bf16Weights* weights = nullptr;  // optional bf16 copy of θ, up to date (decoding, training)
+    // training (loss_and_grad, the trainers): the copy only stands in for the rounding of θ's operands (the same
+    // results as rounding at every product), and the products below the size worth a oneDNN primitive run through
+    // oneDNN too (a training run's shapes repeat: their primitives are made once). Else (decoding, with the copy)
+    // products of a weight with a few columns run the few-columns kernel, and the small products are emulated.
+    bool training = false;
 };
 ProductContext product_context();
 
@@ -100,6 +113,10 @@ bool bf16_native();
 // How many copies of θ Bf16Weights::refresh has made in this process (tests: a decoding call on an unchanged θ
 // makes none)
 std::uint64_t bf16_theta_copies();
+// Tests: off makes training calls round θ's operands at every product instead of reading θ's bf16 copy (the
+// results are the same).
+void bf16_allow_theta_copy(bool on);
+bool bf16_theta_copy_allowed();
 // Tests: off runs the emulated path even where bf16 instructions exist (on again restores the default).
 void bf16_allow_native(bool on);
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include <xsimd/xsimd.hpp>
 
@@ -117,6 +118,10 @@ void Adam<T>::step(ParamStore<T>& store, const T* g, double lr_now) {
     }
     if (!ok) throw_nonfinite_update("Adam", eta);
     t = t_next;
+    // θ's bf16 copy written with θ (float32): each chunk's rounding while the chunk is in cache
+    Bf16Weights* copy = nullptr;
+    if constexpr (std::is_same_v<T, float>)
+        if (bf16_copy && bf16_copy->begin == theta && bf16_copy->n == store.size()) copy = bf16_copy;
     for (index_t at = 0, k0 = 0; k0 < index_t(ranges.size()); at += ranges[std::size_t(k0)].second - ranges[std::size_t(k0)].first, ++k0) {
         const auto r = ranges[std::size_t(k0)];
         const index_t n = r.second - r.first, n_chunks = (n + chunk - 1) / chunk;
@@ -124,6 +129,8 @@ void Adam<T>::step(ParamStore<T>& store, const T* g, double lr_now) {
         for (index_t k = 0; k < n_chunks; ++k) {
             const index_t i = k * chunk, w = std::min(chunk, n - i);
             adam_kernel<true>(c, theta + r.first + i, m.data() + at + i, v.data() + at + i, g + r.first + i, w);
+            if constexpr (std::is_same_v<T, float>)
+                if (copy) copy->write(theta, store.size(), r.first + i, r.first + i + w);
         }
     }
 }

@@ -76,8 +76,59 @@ void Bf16Weights::refresh(const float* theta, index_t size) {
     n = size;
     bits.resize(std::size_t(size));
     std::uint16_t* out = bits.data();
-#pragma omp parallel for schedule(static) if (size > (index_t(1) << 18))
+#pragma omp parallel for schedule(static) if (size > (index_t(1) << 18) && !omp_in_parallel())
     for (index_t i = 0; i < size; ++i) out[i] = to_bf16(theta[i]);
+}
+
+namespace {
+// to_bf16 without a branch (the loops below vectorise)
+inline std::uint16_t bf16_bits(float x) {
+    std::uint32_t u;
+    std::memcpy(&u, &x, 4);
+    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u;
+    return std::uint16_t((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+bool& theta_copy_allowed() {
+    static bool on = true;
+    return on;
+}
+}  // namespace
+
+void bf16_allow_theta_copy(bool on) { theta_copy_allowed() = on; }
+bool bf16_theta_copy_allowed() { return theta_copy_allowed(); }
+
+bool Bf16Weights::write(const float* theta, index_t size, index_t i0, index_t i1) {
+    if (theta != begin || size != n || index_t(bits.size()) != size) return false;
+    std::uint16_t* out = bits.data();
+#pragma omp simd
+    for (index_t i = i0; i < i1; ++i) out[i] = bf16_bits(theta[i]);
+    return true;
+}
+
+bool Bf16Weights::sync(const float* theta, index_t size) {
+    if (theta != begin || size != n || index_t(bits.size()) != size) {
+        refresh(theta, size);
+        return true;
+    }
+    // chunks of 16 K entries: compared (read only), rewritten only where one differs
+    constexpr index_t kChunk = index_t(1) << 14;
+    const index_t chunks = (size + kChunk - 1) / kChunk;
+    std::uint16_t* out = bits.data();
+    int changed = 0;
+#pragma omp parallel for schedule(static) reduction(| : changed) if (chunks > 4 && !omp_in_parallel())
+    for (index_t c = 0; c < chunks; ++c) {
+        const index_t i0 = c * kChunk, i1 = std::min(size, i0 + kChunk);
+        int diff = 0;
+#pragma omp simd reduction(| : diff)
+        for (index_t i = i0; i < i1; ++i) diff |= int(bf16_bits(theta[i]) != out[i]);
+        if (!diff) continue;
+        changed = 1;
+#pragma omp simd
+        for (index_t i = i0; i < i1; ++i) out[i] = bf16_bits(theta[i]);
+    }
+    digest = 0;
+    if (changed) ++copies;
+    return changed != 0;
 }
 
 // ------------------------------------------------------------------------------------------------ the CPU
@@ -129,6 +180,7 @@ struct Prim {
     dnnl::matmul mm;
     dnnl::memory::desc src, wei, dst;
     std::string impl;
+    dnnl::memory ms, mw, md;  // made once, their data handles set at each call (small products: less overhead)
 };
 
 // C (column-major m × n, ldc) = α op(A) op(B) + β C computed as its transpose, row-major n × m:
@@ -150,7 +202,8 @@ Prim make_prim(const Key& key) {
         attr.set_post_ops(po);
     }
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), attr, engine());
-    return Prim{dnnl::matmul(pd), src, wei, dst, pd.impl_info_str()};
+    return Prim{dnnl::matmul(pd), src, wei, dst, pd.impl_info_str(), dnnl::memory(src, engine(), nullptr),
+                dnnl::memory(wei, engine(), nullptr), dnnl::memory(dst, engine(), nullptr)};
 }
 
 std::string& last_impl() {
@@ -184,10 +237,10 @@ void run_onednn(int ta, int tb, index_t m, index_t n, index_t k, float alpha, co
         last_impl() = it->second.impl;
     }
     Prim& p = it->second;
-    dnnl::memory ms(p.src, engine(), const_cast<std::uint16_t*>(b));
-    dnnl::memory mw(p.wei, engine(), const_cast<std::uint16_t*>(a));
-    dnnl::memory md(p.dst, engine(), C);
-    p.mm.execute(stream, {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md}});
+    p.ms.set_data_handle(const_cast<std::uint16_t*>(b));
+    p.mw.set_data_handle(const_cast<std::uint16_t*>(a));
+    p.md.set_data_handle(C);
+    p.mm.execute(stream, {{DNNL_ARG_SRC, p.ms}, {DNNL_ARG_WEIGHTS, p.mw}, {DNNL_ARG_DST, p.md}});
     stream.wait();
 }
 }  // namespace
@@ -477,14 +530,16 @@ void gemm_bf16(int ta, int tb, index_t m, index_t n, index_t k, float alpha, con
     const index_t ar = ta == 0 ? m : k, ac = ta == 0 ? k : m;
     const index_t br = tb == 0 ? k : n, bc = tb == 0 ? n : k;
     const ProductContext ctx = product_context();
-    if (ctx.weights && n <= kBf16FewColumns && ctx.weights->find(A) && ctx.weights->find(A + (ac - 1) * lda + ar - 1)) {
+    if (ctx.weights && !ctx.training && n <= kBf16FewColumns && ctx.weights->find(A) && ctx.weights->find(A + (ac - 1) * lda + ar - 1)) {
         few_columns(ta, tb, m, n, k, alpha, ctx.weights->find(A), lda, B, ldb, beta, C, ldc);
         return;
     }
 #ifdef FT_HAVE_ONEDNN
     // oneDNN for products worth a primitive; the small ones (decoding's per-head products over a growing cache,
-    // a new shape at every token) emulated, without making a primitive for each
-    if (bf16_native() && double(m) * double(n) * double(k) >= double(1 << 18)) {
+    // a new shape at every token) emulated, without making a primitive for each, except in training
+    // (training: the shapes repeat at every step, so the small products' primitives are made once; there they run
+    // faster through oneDNN than emulated — docs/benchmarks.md)
+    if (bf16_native() && (double(m) * double(n) * double(k) >= double(1 << 18) || ctx.training)) {
         thread_local std::vector<std::uint16_t> sa, sb;
         const std::uint16_t* a = bf16_operand(A, ar, ac, lda, sa);
         const std::uint16_t* b = bf16_operand(B, br, bc, ldb, sb);
