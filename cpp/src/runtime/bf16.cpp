@@ -180,7 +180,8 @@ struct Prim {
     dnnl::matmul mm;
     dnnl::memory::desc src, wei, dst;
     std::string impl;
-    dnnl::memory ms, mw, md;  // made once, their data handles set at each call (small products: less overhead)
+    // made once, their data handles set at each call (small products: less overhead)
+    dnnl::memory src_mem, wei_mem, dst_mem;
 };
 
 // C (column-major m × n, ldc) = α op(A) op(B) + β C computed as its transpose, row-major n × m:
@@ -237,10 +238,10 @@ void run_onednn(int ta, int tb, index_t m, index_t n, index_t k, float alpha, co
         last_impl() = it->second.impl;
     }
     Prim& p = it->second;
-    p.ms.set_data_handle(const_cast<std::uint16_t*>(b));
-    p.mw.set_data_handle(const_cast<std::uint16_t*>(a));
-    p.md.set_data_handle(C);
-    p.mm.execute(stream, {{DNNL_ARG_SRC, p.ms}, {DNNL_ARG_WEIGHTS, p.mw}, {DNNL_ARG_DST, p.md}});
+    p.src_mem.set_data_handle(const_cast<std::uint16_t*>(b));
+    p.wei_mem.set_data_handle(const_cast<std::uint16_t*>(a));
+    p.dst_mem.set_data_handle(C);
+    p.mm.execute(stream, {{DNNL_ARG_SRC, p.src_mem}, {DNNL_ARG_WEIGHTS, p.wei_mem}, {DNNL_ARG_DST, p.dst_mem}});
     stream.wait();
 }
 }  // namespace
