@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -1000,11 +1001,17 @@ def test_ctrl_c_by_signal_leaves_the_model_and_history_of_the_same_step(validati
     validation set evaluated after every step, most signals land inside an evaluation (after the update)."""
     data = [(np.arange(16) + p) % 5 for p in range(5)]
     val = dict(val_data=[(np.arange(16) + p) % 5 for p in range(400)], eval_every=1) if validating else {}
+    # The signal must come after the first recorded step; on a loaded machine that takes longer than on a quiet
+    # one, so the delay is measured here: three times the time of two steps (validation included), at least 0.15 s.
+    t0 = time.perf_counter()
+    probe = ft.DTransformer(N_V, 16, 2, 2, 32, 64, dtype="float64", seed=1)
+    ft.DTraining(100_000, 1e-3, **quiet(seed=0, max_steps=2), **val)(data, probe)
+    delay = max(0.15, 3 * (time.perf_counter() - t0))
     mismatches = []
     for trial in range(5):
         m = ft.DTransformer(N_V, 16, 2, 2, 32, 64, dtype="float64", seed=1)
         tr = ft.DTraining(100_000, 1e-3, **quiet(seed=0), **val)
-        timer = threading.Timer(0.15 + 0.013 * trial, lambda: os.kill(os.getpid(), signal.SIGINT))
+        timer = threading.Timer(delay * (1 + 0.09 * trial), lambda: os.kill(os.getpid(), signal.SIGINT))
         timer.start()
         try:
             with pytest.raises(KeyboardInterrupt):
