@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -173,4 +174,255 @@ TEST(Optim, ZeroGradientRowsStayFinite) {
     EXPECT_FALSE(adam_update_finite<float>(c, th.data(), m.data(), v.data(), g.data(), 100));
     c.eps = 1e-8f;
     EXPECT_TRUE(adam_update_finite<float>(c, th.data(), m.data(), v.data(), g.data(), 100));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The all-or-nothing check from θ and g against the bounds of the last writing pass (optim.cpp): the bounds are
+// what the moments hold, a chunk the bounds cannot clear falls back to the update computed and not written, and
+// the bound test never passes a non-finite update.
+namespace {
+// Adam(lr, β 0.9/0.999, ε 1e-8, λ wd, decoupled) on a store of n trainable entries θ_i = 0.5 / 0 (fill_store),
+// stepped once with g = 0.01 so that m and v are not zero and the bounds are the writing pass's
+template <class T>
+struct Stepped {
+    ParamStore<T> s;
+    Adam<T> adam;
+    std::vector<T> g;
+    Stepped(index_t n, double lr, double wd = 0.1, bool decoupled = true)
+        : adam(lr, 0.9, 0.999, 1e-8, wd, decoupled), g(std::size_t(n), T(0.01)) {
+        fill_store(s, n);
+        adam.step(s, g.data());
+    }
+    // θ, m, v, t as they are now
+    struct State {
+        std::vector<T> theta, m, v;
+        index_t t;
+        bool operator==(const State& o) const { return bits(theta, o.theta) && bits(m, o.m) && bits(v, o.v) && t == o.t; }
+        static bool bits(const std::vector<T>& a, const std::vector<T>& b) {
+            return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+        }
+    };
+    State state() const {
+        return {std::vector<T>(s.theta(), s.theta() + s.size()), std::vector<T>(adam.m.begin(), adam.m.end()),
+                std::vector<T>(adam.v.begin(), adam.v.end()), adam.t};
+    }
+    // the state one step with g would give: adam_update (the same kernel) on copies
+    State expected(double lr_now = -1) const {
+        State e = state();
+        const double eta = lr_now >= 0 ? lr_now : adam.lr;
+        const index_t t1 = adam.t + 1;
+        AdamCoefficients<T> c;
+        c.b1 = T(adam.beta1), c.b2 = T(adam.beta2), c.eps = T(adam.eps), c.wd = T(adam.weight_decay);
+        c.bc2_sqrt = T(std::sqrt(1.0 - std::pow(adam.beta2, double(t1))));
+        c.step_size = T(eta) / (T(1) - T(std::pow(adam.beta1, double(t1))));
+        c.shrink = T(1) - T(eta) * c.wd;
+        c.coupled = !adam.decoupled && adam.weight_decay != 0;
+        adam_update<T>(c, e.theta.data(), e.m.data(), e.v.data(), g.data(), s.size());
+        e.t = t1;
+        return e;
+    }
+};
+
+template <class T>
+T max_abs(const Vector<T>& x) {
+    T r = T(0);
+    for (T a : x) r = std::max(r, std::abs(a));
+    return r;
+}
+}  // namespace
+
+// The writing pass's bounds are max |m_i| exactly and "every m_i, v_i finite, v_i >= 0", over the vector body
+// and the scalar tail, one chunk or several over the threads; reset() and moments_changed() drop them.
+template <class T>
+void check_bounds_gathered() {
+    for (index_t n : {index_t(7), index_t(33), index_t(70001)}) {
+        Stepped<T> a(n, 1e-2);
+        Rng rng(5);
+        for (auto& x : a.g) x = T(rng.normal());
+        a.g[std::size_t(n - 1)] = T(40);  // the largest |m| in the scalar tail
+        a.adam.step(a.s, a.g.data());
+        ASSERT_TRUE(a.adam.bounds.valid) << n;
+        EXPECT_EQ(a.adam.bounds.m_max, max_abs(a.adam.m)) << n;
+        EXPECT_EQ(a.adam.bounds.m_max, std::abs(a.adam.m[std::size_t(n - 1)])) << n;
+        EXPECT_EQ(a.adam.bounds.m_at, a.adam.m.data());
+        a.g[std::size_t(n / 2)] = T(-80);  // now in the middle (a vector, or a middle chunk)
+        a.adam.step(a.s, a.g.data());
+        EXPECT_EQ(a.adam.bounds.m_max, max_abs(a.adam.m)) << n;
+        EXPECT_EQ(a.adam.bounds.m_max, std::abs(a.adam.m[std::size_t(n / 2)])) << n;
+        a.adam.moments_changed();
+        EXPECT_FALSE(a.adam.bounds.valid);
+        a.adam.step(a.s, a.g.data());
+        EXPECT_TRUE(a.adam.bounds.valid);
+        a.adam.reset();
+        EXPECT_FALSE(a.adam.bounds.valid);
+        a.adam.step(a.s, a.g.data());  // a first step again: zero moments, bounded, then the pass's
+        EXPECT_TRUE(a.adam.bounds.valid);
+        EXPECT_EQ(a.adam.bounds.m_max, max_abs(a.adam.m)) << n;
+    }
+    // a v_i of +inf (g² overflows; θ_i still finite: m/∞ = 0) leaves the moments unbounded
+    Stepped<T> a(40, 1e-2);
+    a.g[39] = std::sqrt(std::numeric_limits<T>::max()) * T(1e3);
+    a.adam.step(a.s, a.g.data());
+    EXPECT_TRUE(std::isinf(a.adam.v[39]));
+    EXPECT_FALSE(a.adam.bounds.valid);
+    a.g[39] = T(0.01);
+    const auto e = a.expected();
+    a.adam.step(a.s, a.g.data());  // the exact check: θ_39 stays finite
+    EXPECT_TRUE(a.state() == e);
+}
+TEST(Optim, AdamBoundsAreWhatTheMomentsHold) {
+    check_bounds_gathered<float>();
+    check_bounds_gathered<double>();
+}
+
+// A chunk whose bound test fails while its update is finite: the exact check clears it and the step applies,
+// the same bits as the kernel on copies. θ near the largest finite value (|θ| > max/4), in the scalar tail, a
+// vector, and the last entry of 70001; L2 and decoupled decay.
+template <class T>
+void check_fallback_updates() {
+    const T big = std::numeric_limits<T>::max() * T(0.99);
+    for (bool decoupled : {true, false})
+        for (index_t n : {index_t(7), index_t(64), index_t(70001)}) {
+            Stepped<T> a(n, 1e-2, decoupled ? 0.1 : 1e-30, decoupled);
+            ASSERT_TRUE(a.adam.bounds.valid);
+            a.s.theta()[n - 1] = big;
+            a.s.theta()[0] = -big;
+            EXPECT_FALSE(adam_update_bounded<T>(AdamCoefficients<T>{T(0.9), T(0.999), T(1e-8), T(0.1), T(1), T(0.1), T(1), false},
+                                                a.adam.bounds.m_max, a.s.theta(), a.g.data(), n));
+            const auto e = a.expected();
+            ASSERT_TRUE(std::isfinite(e.theta[std::size_t(n - 1)]));
+            a.adam.step(a.s, a.g.data());
+            EXPECT_TRUE(a.state() == e) << n << " decoupled " << decoupled;
+        }
+}
+TEST(Optim, AdamFallsBackToTheExactCheckWhereTheBoundFails) {
+    check_fallback_updates<float>();
+    check_fallback_updates<double>();
+}
+
+// Non-finite updates are refused with the bounds in use: a NaN or inf in the last gradient entry (the scalar tail,
+// the last chunk), θ near the largest finite value pushed over it by the step, and moments written from outside
+// (moments_changed(), or a new buffer) that the old bounds would have cleared. θ, m, v, t and θ's bf16 copy
+// stay as they were; a good step then applies.
+template <class T>
+void check_refusals() {
+    const T inf = std::numeric_limits<T>::infinity(), nan = std::numeric_limits<T>::quiet_NaN(),
+            top = std::numeric_limits<T>::max();
+    for (index_t n : {index_t(7), index_t(33), index_t(70001)}) {
+        for (T bad : {nan, inf, -inf}) {
+            Stepped<T> a(n, 1e-2);
+            Bf16Weights copy;
+            if constexpr (std::is_same_v<T, float>) {
+                copy.refresh(a.s.theta(), a.s.size());
+                a.adam.bf16_copy = &copy;
+            }
+            const auto bits = copy.bits;
+            ASSERT_TRUE(a.adam.bounds.valid);
+            const auto before = a.state();
+            a.g[std::size_t(n - 1)] = bad;
+            EXPECT_THROW(a.adam.step(a.s, a.g.data()), NonFiniteUpdate) << n;
+            EXPECT_TRUE(a.state() == before) << n;
+            EXPECT_EQ(copy.bits, bits);
+            a.g[std::size_t(n - 1)] = T(0.01);
+            const auto e = a.expected();
+            a.adam.step(a.s, a.g.data());
+            EXPECT_TRUE(a.state() == e) << n;
+        }
+        // θ_i near the largest value and the step pushes it over (η̂ m̂/(√v̂ + ε) ≈ −1 at the first step): refused;
+        // the other way the step applies (the fallback)
+        for (T sign : {T(1), T(-1)}) {
+            ParamStore<T> s;
+            fill_store(s, n);
+            s.theta()[n - 1] = top * T(0.99);
+            std::vector<T> g(std::size_t(n), T(0));
+            g[std::size_t(n - 1)] = sign;
+            Adam<T> adam(double(top) * 0.05);
+            const std::vector<T> theta0(s.theta(), s.theta() + n);
+            if (sign < 0) {
+                EXPECT_THROW(adam.step(s, g.data()), NonFiniteUpdate) << n;
+                EXPECT_TRUE(std::equal(theta0.begin(), theta0.end(), s.theta()));
+                EXPECT_EQ(adam.t, 0);
+            } else {
+                adam.step(s, g.data());
+                EXPECT_EQ(adam.t, 1);
+                EXPECT_TRUE(std::isfinite(s.theta()[n - 1]));
+                EXPECT_LT(s.theta()[n - 1], theta0[std::size_t(n - 1)]);
+            }
+        }
+        // moments written from outside: m_k = max/10, v_k = 0 with g = 0 make η̂ m/ε overflow; the bounds of the
+        // writing pass (a small max |m|) would clear it
+        for (bool replace : {false, true}) {
+            Stepped<T> a(n, 1e-2);
+            std::fill(a.g.begin(), a.g.end(), T(0));
+            ASSERT_TRUE(a.adam.bounds.valid);
+            ASSERT_LT(a.adam.bounds.m_max, T(1));
+            const index_t k = n / 2;
+            if (replace) {
+                Vector<T> m2 = Vector<T>::from_shape({std::size_t(n)});
+                std::copy(a.adam.m.begin(), a.adam.m.end(), m2.begin());
+                m2[std::size_t(k)] = top / 10;
+                a.adam.m = std::move(m2);  // another buffer: the old bounds are not its
+            } else {
+                a.adam.m[std::size_t(k)] = top / 10;
+                a.adam.moments_changed();
+            }
+            a.adam.v[std::size_t(k)] = T(0);
+            const auto before = a.state();
+            EXPECT_THROW(a.adam.step(a.s, a.g.data()), NonFiniteUpdate) << n << " replace " << replace;
+            EXPECT_TRUE(a.state() == before);
+            a.adam.m[std::size_t(k)] = T(0);
+            const auto e = a.expected();
+            a.adam.step(a.s, a.g.data());
+            EXPECT_TRUE(a.state() == e);
+            EXPECT_TRUE(a.adam.bounds.valid);
+        }
+    }
+}
+TEST(Optim, AdamRefusesNonFiniteUpdatesWithBounds) {
+    check_refusals<float>();
+    check_refusals<double>();
+}
+
+// The bound test is sound: wherever it passes, the exact kernel finds every updated θ_i finite for moments at the
+// bound (m_i = ±m_max, v_i from 0 to the largest finite value). Random θ, g, m_max and coefficients around the
+// test's limits (max/4, ε·max/4), both decays, η̂ from 0 to huge.
+template <class T>
+void check_bound_is_sound() {
+    const T top = std::numeric_limits<T>::max();
+    Rng rng(11);
+    auto around = [&](T x) { return x * T(std::exp2(6 * rng.uniform() - 3)); };  // x · [1/8, 8)
+    int passed = 0;
+    for (int trial = 0; trial < 4000; ++trial) {
+        AdamCoefficients<T> c;
+        c.b1 = T(rng.uniform() < 0.2 ? 0.0 : 0.9 + 0.0999 * rng.uniform());
+        c.b2 = T(rng.uniform() < 0.2 ? 0.0 : 0.999);
+        c.eps = T(std::exp2(44 * rng.uniform() - 40));
+        c.wd = T(rng.uniform() < 0.5 ? 0.0 : std::exp2(20 * rng.uniform() - 10));
+        c.coupled = rng.uniform() < 0.5;
+        c.step_size = T(rng.uniform() < 0.1 ? 0.0 : around(T(std::exp2(60 * rng.uniform() - 30))));
+        c.shrink = T(1) - c.step_size * c.wd;
+        c.bc2_sqrt = T(std::sqrt(1 - std::pow(double(c.b2), 1 + rng.below(5))));
+        // m_max and |g| around the test's limit ε·max/(4 max(η̂, ε, 1))
+        const T scale = c.eps * (top / 4) / std::max(std::max(c.step_size, c.eps), T(1));
+        const T m_max = rng.uniform() < 0.2 ? T(0) : around(scale);
+        const index_t n = 37;
+        std::vector<T> th(static_cast<std::size_t>(n)), g(static_cast<std::size_t>(n));
+        for (index_t i = 0; i < n; ++i) th[std::size_t(i)] = T(rng.normal()), g[std::size_t(i)] = T(rng.normal());
+        const std::size_t p = std::size_t(rng.below(std::uint64_t(n)));  // one entry near the limits (a vector or the tail)
+        th[p] = (rng.uniform() < 0.5 ? T(-1) : T(1)) * (rng.uniform() < 0.5 ? around(top / 4) : T(1));
+        g[p] = (rng.uniform() < 0.5 ? T(-1) : T(1)) * (rng.uniform() < 0.7 ? around(scale) : T(1));
+        if (!adam_update_bounded<T>(c, m_max, th.data(), g.data(), n)) continue;
+        ++passed;
+        for (T ms : {m_max, -m_max})
+            for (T vv : {T(0), T(1e-30), top}) {
+                std::vector<T> m(static_cast<std::size_t>(n), ms), v(static_cast<std::size_t>(n), vv);
+                ASSERT_TRUE(adam_update_finite<T>(c, th.data(), m.data(), v.data(), g.data(), n))
+                    << "trial " << trial << " m " << ms << " v " << vv;
+            }
+    }
+    EXPECT_GT(passed, 400);  // the trials reach the limits from both sides
+}
+TEST(Optim, AdamBoundTestNeverPassesANonFiniteUpdate) {
+    check_bound_is_sound<float>();
+    check_bound_is_sound<double>();
 }

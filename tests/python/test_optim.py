@@ -277,3 +277,83 @@ def test_bad_gradient_shape_raises_and_changes_nothing(torch):
 def test_bad_optimizer_hyperparameters_are_value_errors(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+# ---------------------------------------------------------------------------------------------------
+# The all-or-nothing check reads θ and g against bounds on m and v from Adam's own last step; moments it did
+# not write itself are checked in full
+
+
+def _state(model, opt):
+    sd = opt.state_dict()
+    return {k: np.array(v, copy=True) for k, v in model.params.items()}, sd["t"], sd["m"], sd["v"]
+
+
+def _assert_same(a, b):
+    pa, ta, ma, va = a
+    pb, tb, mb, vb = b
+    assert ta == tb
+    np.testing.assert_array_equal(ma, mb)
+    np.testing.assert_array_equal(va, vb)
+    for k in pa:
+        np.testing.assert_array_equal(pa[k], pb[k], err_msg=k)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_adam_checks_loaded_moments_in_full(dtype):
+    """A state whose m would overflow the next update (m_k = max/10 with v_k = 0 and g = 0: η̂ m/ε = inf) is
+    refused after load_state_dict, although θ, g and the moments of the optimizer's own last step are small."""
+    model = make("d", dtype)
+    opt = ft.Adam(1e-2)
+    for G in random_grads(model, np.random.default_rng(20), n=2):
+        opt.step(model, G)
+    sd = opt.state_dict()
+    k = sd["m"].size // 2
+    sd["m"][k] = np.finfo(dtype).max / 10
+    sd["v"][k] = 0.0
+    loaded = ft.Adam(1e-2)
+    loaded.load_state_dict(model, sd)
+    zeros = {name: np.zeros_like(v) for name, v in model.params.items()}
+    before = _state(model, loaded)
+    with pytest.raises(FloatingPointError, match="nothing was changed"):
+        loaded.step(model, zeros)
+    _assert_same(_state(model, loaded), before)
+    # a copy of the model with the optimizer's own moments steps as the original does
+    other = make("d", dtype)
+    for name in model.params.keys():
+        other.params[name][...] = model.params[name]
+    again = ft.Adam(1e-2)
+    again.load_state_dict(other, opt.state_dict())
+    again.step(other, zeros)
+    opt.step(model, zeros)
+    _assert_same(_state(other, again), _state(model, opt))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_adam_refuses_a_non_finite_last_gradient_entry(dtype, bad):
+    model = make("d", dtype)
+    opt = ft.Adam(1e-2, weight_decay=0.1)
+    opt.step(model, random_grads(model, np.random.default_rng(21), n=1)[0])
+    G = random_grads(model, np.random.default_rng(22), n=1)[0]
+    last = list(model.params.keys())[-1]
+    G[last][(-1,) * G[last].ndim] = bad
+    before = _state(model, opt)
+    with pytest.raises(FloatingPointError, match="nothing was changed"):
+        opt.step(model, G)
+    _assert_same(_state(model, opt), before)
+
+
+def test_adam_state_dict_arrays_are_copies():
+    """Python cannot write Adam's moments in place: state_dict gives copies (only load_state_dict sets them)."""
+    a, b = make("d"), make("d")
+    oa, ob = ft.Adam(1e-2), ft.Adam(1e-2)
+    G = random_grads(a, np.random.default_rng(23), n=2)
+    oa.step(a, G[0])
+    ob.step(b, G[0])
+    sd = oa.state_dict()
+    sd["m"][:] = 1e300
+    sd["v"][:] = -1.0
+    oa.step(a, G[1])
+    ob.step(b, G[1])
+    _assert_same(_state(a, oa), _state(b, ob))

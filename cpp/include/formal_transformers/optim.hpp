@@ -13,9 +13,13 @@
 // Both are one loop over the flat parameter buffer (params.hpp), parallel over elements, skipping
 // frozen parameters (sinusoidal W_p). Gradient-norm clipping helpers live here too.
 //
-// A step is all or nothing: it first computes every updated θ_i without writing it (the same arithmetic,
-// one read pass) and, if any would be NaN or ±inf, throws NonFiniteUpdate with θ (and Adam's m, v, t)
-// unchanged; a trainer then keeps the last good θ (training.hpp "nonfinite"). The hyperparameters are
+// A step is all or nothing: it first makes sure every updated θ_i is finite without writing anything and, if
+// any would be NaN or ±inf, throws NonFiniteUpdate with θ (and Adam's m, v, t) unchanged; a trainer then keeps
+// the last good θ (training.hpp "nonfinite"). SGD computes each θ_i − η g_i (a read of θ and g). Adam reads θ and
+// g only, against bounds on m and v that its own last writing pass gathered (max |m_i|; every m_i, v_i finite,
+// v_i >= 0): where those bounds cannot show every new θ_i finite (a chunk of 16 K entries at a time), or when the
+// bounds are not known (after load_state_dict, reset, a write to m or v), it computes the update itself for that
+// chunk without writing it (the same arithmetic as the writing pass, reading θ, m, v and g) — optim.cpp. The hyperparameters are
 // checked when the optimizer is made: η and λ finite and >= 0, β₁, β₂ in [0, 1), ε finite and > 0 (ε = 0
 // divides 0 by 0 wherever a gradient entry and its moments are zero).
 #pragma once
@@ -72,13 +76,27 @@ public:
         step(model.store, model.store.grad());
     }
     void reset();
+    // Whoever writes m or v other than through step() and reset() (a checkpoint's moments) calls this after:
+    // the next step's check then reads m and v too (and its writing pass gathers the bounds again).
+    void moments_changed() { bounds = MomentBounds{}; }
 
     double lr, beta1, beta2, eps, weight_decay;
     bool decoupled;
     index_t t = 0;          // steps taken
     Vector<T> m, v;         // first and second moments of the trainable parameters only: the ranges of θ in
-                            // `ranges`, one after the other
+                            // `ranges`, one after the other. Written by step() and reset(); anything else that
+                            // writes them calls moments_changed().
     std::vector<std::pair<index_t, index_t>> ranges;  // [begin, end) of θ that m and v cover (empty before a step)
+    // What the last writing pass (or the first step's zeros) left in m and v, for the all-or-nothing check:
+    // valid when every m_i and v_i is finite and v_i >= 0, m_max = max |m_i|; m_at, v_at: m.data(), v.data()
+    // then (moments in another buffer are not these). Invalid until the first step, after reset() and
+    // moments_changed().
+    struct MomentBounds {
+        bool valid = false;
+        T m_max = T(0);
+        const T* m_at = nullptr;
+        const T* v_at = nullptr;
+    } bounds;
     // Optional (float32, bf16-mixed): θ's bf16 copy (precision.hpp), kept up to date by each step as it writes θ
     // (the rounding of each updated θ_i written in the same pass). Ignored when it is a copy of another θ.
     Bf16Weights* bf16_copy = nullptr;
@@ -99,6 +117,10 @@ void adam_update(const AdamCoefficients<T>& c, T* theta, T* m, T* v, const T* g,
 // The same arithmetic without writing: true when every updated θ_i would be finite.
 template <class T>
 bool adam_update_finite(const AdamCoefficients<T>& c, const T* theta, const T* m, const T* v, const T* g, index_t n);
+// The check from θ and g alone: true only when every updated θ_i is finite for any moments with |m_i| <= m_max
+// and v_i finite and >= 0 (false may still be a finite update: then adam_update_finite decides).
+template <class T>
+bool adam_update_bounded(const AdamCoefficients<T>& c, T m_max, const T* theta, const T* g, index_t n);
 
 // √(Σ g²) over the trainable ranges (accumulated in double)
 template <class T>

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include <xsimd/xsimd.hpp>
@@ -68,11 +69,17 @@ void Adam<T>::reset() {
     ranges.clear();
     m = Vector<T>();
     v = Vector<T>();
+    bounds = MomentBounds{};
 }
 
-// The update of n entries (below); Apply false: nothing written, the result says whether every new θ_i is finite.
+// The update of n entries (below). Apply false: nothing written, the result says whether every new θ_i is finite.
+// Apply true: written, *m_max = max |m_i| written and the result says whether every m_i and v_i written is finite
+// with v_i >= 0 (the bounds of the next step's check).
 template <bool Apply, class T>
-bool adam_kernel(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n);
+bool adam_kernel(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n, T* m_max);
+// The check's bound test on n entries (adam_update_bounded)
+template <class T>
+bool adam_bound_kernel(const AdamCoefficients<T>& c, T m_max, const T* theta, const T* g, index_t n);
 
 template <class T>
 void Adam<T>::step(ParamStore<T>& store, const T* g, double lr_now) {
@@ -85,6 +92,7 @@ void Adam<T>::step(ParamStore<T>& store, const T* g, double lr_now) {
         v = Vector<T>::from_shape({std::size_t(n)});
         m.fill(T(0));
         v.fill(T(0));
+        bounds = MomentBounds{true, T(0), m.data(), v.data()};
     } else if (now != ranges || index_t(m.size()) != n) {
         index_t held = 0;
         for (const auto& r : ranges) held += r.second - r.first;
@@ -105,7 +113,11 @@ void Adam<T>::step(ParamStore<T>& store, const T* g, double lr_now) {
     // chunks of 16 K entries (64 KB of float32 per stream), split over the threads when the range is large;
     // range r's moments start at `at` (the sizes of the ranges before it)
     constexpr index_t chunk = 16384;
-    // all or nothing: the updated θ computed (not written) and checked finite first
+    // all or nothing, nothing written until every updated θ_i is known finite: from θ and g against the bounds the
+    // last writing pass left on m and v (half the memory traffic), else (no bounds, or a chunk they cannot clear)
+    // from the update itself computed and not written
+    const bool bounded = bounds.valid && bounds.m_at == m.data() && bounds.v_at == v.data();
+    const T m_max = bounds.m_max;
     int ok = 1;
     for (index_t at = 0, k0 = 0; k0 < index_t(ranges.size()); at += ranges[std::size_t(k0)].second - ranges[std::size_t(k0)].first, ++k0) {
         const auto r = ranges[std::size_t(k0)];
@@ -113,7 +125,8 @@ void Adam<T>::step(ParamStore<T>& store, const T* g, double lr_now) {
 #pragma omp parallel for reduction(& : ok) schedule(static) if (n > 32768)
         for (index_t k = 0; k < n_chunks; ++k) {
             const index_t i = k * chunk, w = std::min(chunk, n - i);
-            ok &= int(adam_kernel<false>(c, theta + r.first + i, m.data() + at + i, v.data() + at + i, g + r.first + i, w));  // nothing written
+            ok &= int((bounded && adam_bound_kernel(c, m_max, theta + r.first + i, g + r.first + i, w)) ||
+                      adam_kernel<false>(c, theta + r.first + i, m.data() + at + i, v.data() + at + i, g + r.first + i, w, static_cast<T*>(nullptr)));
         }
     }
     if (!ok) throw_nonfinite_update("Adam", eta);
@@ -122,17 +135,23 @@ void Adam<T>::step(ParamStore<T>& store, const T* g, double lr_now) {
     Bf16Weights* copy = nullptr;
     if constexpr (std::is_same_v<T, float>)
         if (bf16_copy && bf16_copy->begin == theta && bf16_copy->n == store.size()) copy = bf16_copy;
+    // the writing pass, gathering the next check's bounds: max |m_i| and whether every m_i, v_i is finite, v_i >= 0
+    T m_new = T(0);
+    int m_v_finite = 1;
     for (index_t at = 0, k0 = 0; k0 < index_t(ranges.size()); at += ranges[std::size_t(k0)].second - ranges[std::size_t(k0)].first, ++k0) {
         const auto r = ranges[std::size_t(k0)];
         const index_t n = r.second - r.first, n_chunks = (n + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static) if (n > 32768)
+#pragma omp parallel for reduction(max : m_new) reduction(& : m_v_finite) schedule(static) if (n > 32768)
         for (index_t k = 0; k < n_chunks; ++k) {
             const index_t i = k * chunk, w = std::min(chunk, n - i);
-            adam_kernel<true>(c, theta + r.first + i, m.data() + at + i, v.data() + at + i, g + r.first + i, w);
+            T chunk_max = T(0);
+            m_v_finite &= int(adam_kernel<true>(c, theta + r.first + i, m.data() + at + i, v.data() + at + i, g + r.first + i, w, &chunk_max));
+            m_new = std::max(m_new, chunk_max);
             if constexpr (std::is_same_v<T, float>)
                 if (copy) copy->write(theta, store.size(), r.first + i, r.first + i + w);
         }
     }
+    bounds = MomentBounds{m_v_finite != 0, m_new, m.data(), v.data()};
 }
 
 #endif  // FT_CPU_LEVEL_ONLY
@@ -155,14 +174,17 @@ inline bool adam_element(const AdamCoefficients<T>& c, T* theta, T* M, T* V, con
 }
 
 // The same terms on xsimd batches (the scalar loop did not vectorise: std::sqrt's errno path). Apply false:
-// nothing written, the result is whether every new θ_i is finite.
+// nothing written, the result is whether every new θ_i is finite. Apply true: *m_max = max |m_i| written, the
+// result is whether every m_i and v_i written is finite with v_i >= 0 (comparisons false on NaN).
 template <bool Apply, class T>
-bool adam_kernel(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n) {
+bool adam_kernel(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n, T* m_max) {
     using B = xsimd::batch<T>;
     constexpr index_t W = index_t(B::size);
+    constexpr T top = std::numeric_limits<T>::max();
     const B b1(c.b1), b2(c.b2), a1(T(1) - c.b1), a2(T(1) - c.b2), e(c.eps), wd(c.wd), shrink(c.shrink),
-        step(c.step_size), bc2(c.bc2_sqrt);
-    auto finite = xsimd::batch_bool<T>(true);
+        step(c.step_size), bc2(c.bc2_sqrt), zero(T(0)), limit(top);
+    auto finite = xsimd::batch_bool<T>(true), bounded = xsimd::batch_bool<T>(true);
+    B mm(T(0));
     index_t i = 0;
     for (; i + W <= n; i += W) {
         B th = B::load_unaligned(theta + i), gi = B::load_unaligned(g + i);
@@ -176,47 +198,119 @@ bool adam_kernel(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g,
             m.store_unaligned(M + i);
             v.store_unaligned(V + i);
             th.store_unaligned(theta + i);
+            const B am = xsimd::abs(m);
+            mm = xsimd::max(mm, am);
+            bounded = bounded && (am <= limit) && (v >= zero) && (v <= limit);
         } else {
             finite = finite && xsimd::isfinite(th);
         }
     }
-    bool ok = xsimd::all(finite);
-    for (; i < n; ++i) ok = adam_element<Apply>(c, theta, M, V, g, i) && ok;
+    bool ok = xsimd::all(Apply ? bounded : finite);
+    T top_m = T(0);
+    if (Apply) {
+        alignas(64) T lanes[W];
+        mm.store_aligned(lanes);
+        for (index_t k = 0; k < W; ++k) top_m = std::max(top_m, lanes[k]);
+    }
+    for (; i < n; ++i) {
+        const bool fin = adam_element<Apply>(c, theta, M, V, g, i);
+        if (Apply) {
+            const T am = std::abs(M[i]);
+            top_m = std::max(top_m, am);
+            ok = ok && am <= top && V[i] >= T(0) && V[i] <= top;
+        } else {
+            ok = fin && ok;
+        }
+    }
+    if (Apply) *m_max = top_m;
     return ok;
 }
 
-template bool adam_kernel<false, float>(const AdamCoefficients<float>&, float*, float*, float*, const float*, index_t);
-template bool adam_kernel<true, float>(const AdamCoefficients<float>&, float*, float*, float*, const float*, index_t);
-template bool adam_kernel<false, double>(const AdamCoefficients<double>&, double*, double*, double*, const double*, index_t);
-template bool adam_kernel<true, double>(const AdamCoefficients<double>&, double*, double*, double*, const double*, index_t);
+// The bound test of the all-or-nothing check: reads θ and g only, and is true only when every updated θ_i of
+// adam_element is finite for any m_i with |m_i| <= m_max and any finite v_i >= 0. With v_i >= 0 and g_i finite,
+// √v̂ + ε >= ε (v + (1−β₂)g² may be +inf: then m/(√v̂ + ε) is 0), so with |m_new| <= C = β₁ m_max + (1 − β₁)|g|
+// (L2: g + λθ, bounded by |g| + λ|θ|) up to a few roundings, m_new, m_new/(√v̂ + ε) and η̂ m_new/(√v̂ + ε) are
+// finite when C, C/ε and η̂ C/ε are below max/4, and |θ_new| <= |θ(1 − ηλ)| + η̂ C/ε. The test asks
+// |θ(1 − ηλ)| < max/4, |g| < max/4 and max(η̂, ε, 1)·C < ε·max/4: then |θ_new| < max/2 (1 + a few ulps)
+// whatever the roundings (or a fused multiply-add) of the update. Every comparison is false on NaN, so a NaN or
+// ±inf anywhere in θ, g or the coefficients fails it (then the exact test decides). A denormal ε (0 when
+// denormals are flushed) or a negative η̂ fails it too.
+template <class T>
+bool adam_bound_kernel(const AdamCoefficients<T>& c, T m_max, const T* theta, const T* g, index_t n) {
+    using B = xsimd::batch<T>;
+    constexpr index_t W = index_t(B::size);
+    constexpr T quarter = std::numeric_limits<T>::max() / 4;
+    if (!(c.eps >= std::numeric_limits<T>::min()) || !(c.step_size >= T(0))) return false;
+    const T k = std::max(std::max(c.step_size, c.eps), T(1)), a1 = T(1) - c.b1, mb = c.b1 * m_max, r = c.eps * quarter;
+    const B K(k), A1(a1), MB(mb), R(r), Q(quarter), wd(c.wd), shrink(c.shrink);
+    auto ok = xsimd::batch_bool<T>(true);
+    index_t i = 0;
+    for (; i + W <= n; i += W) {
+        const B th = B::load_unaligned(theta + i), ga = xsimd::abs(B::load_unaligned(g + i));
+        B p, G;
+        if (c.coupled) p = xsimd::abs(th), G = ga + wd * p;  // |g + λθ| <= |g| + λ|θ|
+        else p = xsimd::abs(th * shrink), G = ga;
+        ok = ok && (p < Q) && (G < Q) && (K * (MB + A1 * G) < R);
+    }
+    bool all = xsimd::all(ok);
+    for (; i < n; ++i) {
+        const T ga = std::abs(g[i]);
+        T p, G;
+        if (c.coupled) p = std::abs(theta[i]), G = ga + c.wd * p;
+        else p = std::abs(theta[i] * c.shrink), G = ga;
+        all = all && p < quarter && G < quarter && k * (mb + a1 * G) < r;
+    }
+    return all;
+}
+
+template bool adam_kernel<false, float>(const AdamCoefficients<float>&, float*, float*, float*, const float*, index_t, float*);
+template bool adam_kernel<true, float>(const AdamCoefficients<float>&, float*, float*, float*, const float*, index_t, float*);
+template bool adam_kernel<false, double>(const AdamCoefficients<double>&, double*, double*, double*, const double*, index_t, double*);
+template bool adam_kernel<true, double>(const AdamCoefficients<double>&, double*, double*, double*, const double*, index_t, double*);
+template bool adam_bound_kernel<float>(const AdamCoefficients<float>&, float, const float*, const float*, index_t);
+template bool adam_bound_kernel<double>(const AdamCoefficients<double>&, double, const double*, const double*, index_t);
 }  // namespace FT_CPU_NS
 
 #ifndef FT_CPU_LEVEL_ONLY
 #if defined(FT_CPU_DISPATCH)
 namespace cpu_v3 {
 template <bool Apply, class T>
-bool adam_kernel(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n);
+bool adam_kernel(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n, T* m_max);
+template <class T>
+bool adam_bound_kernel(const AdamCoefficients<T>& c, T m_max, const T* theta, const T* g, index_t n);
 }
 namespace cpu_v4 {
 template <bool Apply, class T>
-bool adam_kernel(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n);
+bool adam_kernel(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n, T* m_max);
+template <class T>
+bool adam_bound_kernel(const AdamCoefficients<T>& c, T m_max, const T* theta, const T* g, index_t n);
 }
 #endif
-// the copy of the level cpu_level() chose
+// the copies of the level cpu_level() chose
 template <bool Apply, class T>
-bool adam_kernel(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n) {
-    FT_CPU_CALL(adam_kernel<Apply, T>(c, theta, M, V, g, n))
+bool adam_kernel(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n, T* m_max) {
+    FT_CPU_CALL(adam_kernel<Apply, T>(c, theta, M, V, g, n, m_max))
+}
+template <class T>
+bool adam_bound_kernel(const AdamCoefficients<T>& c, T m_max, const T* theta, const T* g, index_t n) {
+    FT_CPU_CALL(adam_bound_kernel<T>(c, m_max, theta, g, n))
 }
 
 template <class T>
 void adam_update(const AdamCoefficients<T>& c, T* theta, T* M, T* V, const T* g, index_t n) {
-    adam_kernel<true>(c, theta, M, V, g, n);
+    T m_max;
+    adam_kernel<true>(c, theta, M, V, g, n, &m_max);
 }
 
 template <class T>
 bool adam_update_finite(const AdamCoefficients<T>& c, const T* theta, const T* M, const T* V, const T* g, index_t n) {
     // Apply = false never writes through these pointers
-    return adam_kernel<false>(c, const_cast<T*>(theta), const_cast<T*>(M), const_cast<T*>(V), g, n);
+    return adam_kernel<false>(c, const_cast<T*>(theta), const_cast<T*>(M), const_cast<T*>(V), g, n, static_cast<T*>(nullptr));
+}
+
+template <class T>
+bool adam_update_bounded(const AdamCoefficients<T>& c, T m_max, const T* theta, const T* g, index_t n) {
+    return adam_bound_kernel(c, m_max, theta, g, n);
 }
 
 template <class T>
@@ -243,6 +337,8 @@ template void adam_update<float>(const AdamCoefficients<float>&, float*, float*,
 template void adam_update<double>(const AdamCoefficients<double>&, double*, double*, double*, const double*, index_t);
 template bool adam_update_finite<float>(const AdamCoefficients<float>&, const float*, const float*, const float*, const float*, index_t);
 template bool adam_update_finite<double>(const AdamCoefficients<double>&, const double*, const double*, const double*, const double*, index_t);
+template bool adam_update_bounded<float>(const AdamCoefficients<float>&, float, const float*, const float*, index_t);
+template bool adam_update_bounded<double>(const AdamCoefficients<double>&, double, const double*, const double*, index_t);
 template double grad_norm<float>(const ParamStore<float>&, const float*);
 template double grad_norm<double>(const ParamStore<double>&, const double*);
 template void scale<float>(float*, index_t, float);
