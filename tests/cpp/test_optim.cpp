@@ -232,9 +232,16 @@ T max_abs(const Vector<T>& x) {
 }  // namespace
 
 // The writing pass's bounds are max |m_i| exactly and "every m_i, v_i finite, v_i >= 0", over the vector body
-// and the scalar tail, one chunk or several over the threads; reset() and moments_changed() drop them.
+// and the scalar tail, one chunk or several (above 32768 entries: over the threads; 1 and 2 threads); reset() and
+// moments_changed() drop them.
 template <class T>
-void check_bounds_gathered() {
+void check_bounds_gathered(int threads) {
+    const int saved = get_num_threads();
+    set_num_threads(threads);
+    struct Restore {
+        int n;
+        ~Restore() { set_num_threads(n); }
+    } restore{saved};
     for (index_t n : {index_t(7), index_t(33), index_t(70001)}) {
         Stepped<T> a(n, 1e-2);
         Rng rng(5);
@@ -271,8 +278,10 @@ void check_bounds_gathered() {
     EXPECT_TRUE(a.state() == e);
 }
 TEST(Optim, AdamBoundsAreWhatTheMomentsHold) {
-    check_bounds_gathered<float>();
-    check_bounds_gathered<double>();
+    for (int threads : {1, 2}) {
+        check_bounds_gathered<float>(threads);
+        check_bounds_gathered<double>(threads);
+    }
 }
 
 // A chunk whose bound test fails while its update is finite: the exact check clears it and the step applies,
