@@ -111,7 +111,7 @@ TEST(AttentionDropout, OneRuleRefusesEveryKernelThatFormsNoWeights) {
     // the factory: the same rule on the kernel it is given
     ParamStore<double> store;
     AttnVariant v;
-    v.kernel = AttnKernel::Performer;
+    v.kernel = "performer";
     v.options.set("n_features", std::int64_t(4));
     v.options.set("attn_dropout", 0.1);
     const std::string e = error_of([&] { MHAttention<double>(2, 8, 8, 4, 4, 8, Mask::unidirectional(), store, "", v); });
