@@ -61,6 +61,9 @@ template <class T>
 std::shared_ptr<const HeadKernel<T>> make_block_sparse_kernel(const AttnPartSpec<T>&,
                                                               const std::string&);  // variants/block_sparse.cpp
 template <class T>
+std::shared_ptr<const HeadKernel<T>> make_sigmoid_kernel(const AttnPartSpec<T>&, const std::string&);  // variants/sigmoid_attention.cpp
+const PartRow& sigmoid_kernel_row();                                                                    // variants/sigmoid_attention.cpp
+template <class T>
 std::shared_ptr<const HeadKernel<T>> make_attention_dropout(std::shared_ptr<const HeadKernel<T>>,
                                                             const AttnPartSpec<T>&);  // variants/attention_dropout.cpp
 const PartRow& attention_dropout_row();                                              // variants/attention_dropout.cpp
@@ -223,6 +226,7 @@ const std::vector<Entry<HeadKernelFactory<T>>>& head_kernels() {
         {"rfa", {make_rfa_kernel<T>}, rfa_kernel_row},
         {"bigbird", {make_block_sparse_kernel<T>, BlockLayouts, "softmax"}},
         {"softcap", {make_softcap_kernel<T>, KeepsKeys | ScoreSoftmax}, softcap_kernel_row},
+        {"sigmoid", {make_sigmoid_kernel<T>, FormsWeights}, sigmoid_kernel_row},
     };
     return t;
 }
