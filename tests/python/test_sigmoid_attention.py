@@ -163,3 +163,16 @@ def test_cached_decoding_equals_the_literal_generation():
 def test_what_it_refuses(kwargs, match):
     with pytest.raises(ValueError, match=match):
         d_model(**kwargs)
+
+
+def test_speculative_decoding_refuses_it_by_name():
+    """b counts the keys of each call, so a verify call over k drafted tokens differs from k single steps: speculative
+    decoding is refused with a ValueError naming the kernel, in either seat, and the models are unchanged."""
+    sig = d_model(l_max=40)
+    exact = ft.DTransformer(19, 40, 1, 2, 8, 12, dtype="float64", seed=3)
+    before = {k: np.array(v) for k, v in sig.params.items()}
+    for target, draft, seat in ((exact, sig, "draft"), (sig, exact, "target")):
+        with pytest.raises(ValueError, match=f"the {seat}'s attention='sigmoid' does not keep"):
+            ft.SpeculativeInference(5, 2, 0.0)([1, 2, 3], target, draft)
+    for k, v in sig.params.items():
+        np.testing.assert_array_equal(v, before[k])

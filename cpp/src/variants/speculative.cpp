@@ -182,9 +182,10 @@ std::vector<index_t> SpeculativeInference(const DTransformer<T>& target, const D
     const bool draft_keeps = head_kernel_has(draft.cfg.attention, HeadKernelProperty::KeepsKeys);
     if (!draft_keeps || !head_kernel_has(target.cfg.attention, HeadKernelProperty::KeepsKeys))
         throw ValueError(std::string("speculative decoding takes back rejected drafts from the caches; the ") +
-                         (!draft_keeps ? "draft" : "target") +
-                         "'s attention='performer'/'rfa' folds its past tokens into a state (docs/variants.md V15) that "
-                         "cannot forget them");
+                         (!draft_keeps ? "draft" : "target") + "'s attention='" +
+                         (!draft_keeps ? draft.cfg.attention : target.cfg.attention) +
+                         "' does not keep its past keys apart (its state or its weights depend on all of them: "
+                         "docs/variants.md), so it cannot take them back");
     if (!(tau >= 0) || !std::isfinite(tau)) throw ValueError("tau must be a finite number >= 0 (0 = argmax), got " + std::to_string(tau));
     check_l_gen(l_gen);
     if (draft.cfg.n_vocab != N_V)
