@@ -10,6 +10,7 @@
 // pool. OpenBLAS (0.3.27+) lets the application run its parallel work instead: we install
 // `run_blas_jobs` below, so every multi-threaded BLAS call runs its jobs on our OpenMP threads — one pool
 // for the element-wise kernels and the BLAS, as with OpenBLAS's own OpenMP build.
+#include "formal_transformers/bf16_reuse.hpp"
 #include "formal_transformers/blas.hpp"
 
 #include "formal_transformers/precision.hpp"
@@ -364,6 +365,7 @@ void add_column_sum(CMatView<T> dY, T* db) {
 
 template <class T>
 void affine_backward(CMatView<T> W, CMatView<T> X, CMatView<T> dY, T* dW, T* db, T* dX, index_t ld_dX) {
+    Bf16OperandReuse once;  // bf16-mixed: dY rounded once for both products
     if (dW) gemm<T>(Op::N, Op::T, T(1), dY, X, T(1), MatView<T>(dW, W.rows, W.cols, W.ld));
     if (db) add_column_sum<T>(dY, db);
     if (dX)
