@@ -10,7 +10,7 @@
 #include <mutex>
 #include <string>
 
-#include "formal_transformers/bf16_reuse.hpp"
+#include "formal_transformers/bf16_products.hpp"
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/paged.hpp"
 
@@ -177,13 +177,13 @@ dnnl::engine& engine() {
 }
 
 // One matmul per shape, layout, α and β, made on first use (thread-local: no lock on the hot path).
-using Key = std::array<std::int64_t, 10>;
+using Key = std::array<std::int64_t, 11>;  // … key[10]: 1 with a bias (b 1ᵀ added)
 struct Prim {
     dnnl::matmul mm;
     dnnl::memory::desc src, wei, dst;
     std::string impl;
     // made once, their data handles set at each call (small products: less overhead)
-    dnnl::memory src_mem, wei_mem, dst_mem;
+    dnnl::memory src_mem, wei_mem, dst_mem, bias_mem;
 };
 
 // C (column-major m × n, ldc) = α op(A) op(B) + β C computed as its transpose, row-major n × m:
@@ -204,9 +204,13 @@ Prim make_prim(const Key& key) {
         po.append_sum(beta);
         attr.set_post_ops(po);
     }
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), attr, engine());
+    // the bias of C's rows, b 1ᵀ: in the transposed problem one row [1, m] broadcast over dst's n rows
+    dnnl::memory::desc bias({1, m}, dt::f32, {m, 1});
+    dnnl::matmul::primitive_desc pd(key[10] ? dnnl::matmul::desc(src, wei, bias, dst) : dnnl::matmul::desc(src, wei, dst),
+                                    attr, engine());
     return Prim{dnnl::matmul(pd), src, wei, dst, pd.impl_info_str(), dnnl::memory(src, engine(), nullptr),
-                dnnl::memory(wei, engine(), nullptr), dnnl::memory(dst, engine(), nullptr)};
+                dnnl::memory(wei, engine(), nullptr), dnnl::memory(dst, engine(), nullptr),
+                dnnl::memory(bias, engine(), nullptr)};
 }
 
 std::string& last_impl() {
@@ -215,7 +219,7 @@ std::string& last_impl() {
 }
 
 void run_onednn(int ta, int tb, index_t m, index_t n, index_t k, float alpha, const std::uint16_t* a, index_t lda,
-                const std::uint16_t* b, index_t ldb, float beta, float* C, index_t ldc) {
+                const std::uint16_t* b, index_t ldb, float beta, float* C, index_t ldc, const float* bias = nullptr) {
     thread_local std::map<Key, Prim> cache;
     thread_local dnnl::stream stream(engine());
     Key key{};
@@ -231,6 +235,7 @@ void run_onednn(int ta, int tb, index_t m, index_t n, index_t k, float alpha, co
     std::memcpy(&ab, &alpha, 4);
     std::memcpy(&bb, &beta, 4);
     key[8] = ab, key[9] = bb;
+    key[10] = bias != nullptr;
     auto it = cache.find(key);
     if (it == cache.end()) {
         if (cache.size() > 4096) cache.clear();  // shapes of a long session of different models
@@ -244,9 +249,10 @@ void run_onednn(int ta, int tb, index_t m, index_t n, index_t k, float alpha, co
     p.wei_mem.set_data_handle(const_cast<std::uint16_t*>(a));
     p.dst_mem.set_data_handle(C);
     // the C API's execute: an array of arguments (the C++ one builds a hash map of them at every call)
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, p.src_mem.get()}, {DNNL_ARG_WEIGHTS, p.wei_mem.get()},
-                               {DNNL_ARG_DST, p.dst_mem.get()}};
-    dnnl::error::wrap_c_api(dnnl_primitive_execute(p.mm.get(), stream.get(), 3, args), "oneDNN matmul");
+    if (bias) p.bias_mem.set_data_handle(const_cast<float*>(bias));
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, p.src_mem.get()}, {DNNL_ARG_WEIGHTS, p.wei_mem.get()},
+                               {DNNL_ARG_DST, p.dst_mem.get()}, {DNNL_ARG_BIAS, p.bias_mem.get()}};
+    dnnl::error::wrap_c_api(dnnl_primitive_execute(p.mm.get(), stream.get(), bias ? 4 : 3, args), "oneDNN matmul");
     stream.wait();
 }
 }  // namespace
@@ -669,6 +675,25 @@ void gemm_bf16(int ta, int tb, index_t m, index_t n, index_t k, float alpha, con
     ProductScope f32(ProductContext{});  // the products themselves in float32
     gemm<float>(ta == 0 ? Op::N : Op::T, tb == 0 ? Op::N : Op::T, alpha, CMatView<float>(a, ar, ac, lda),
                 CMatView<float>(b, br, bc, ldb), beta, MatView<float>(C, m, n, ldc));
+}
+
+bool affine_bf16(index_t m, index_t n, index_t k, const float* W, index_t ldw, const float* X, index_t ldx,
+                 const float* b, float* Y, index_t ldy) {
+#ifdef FT_HAVE_ONEDNN
+    const ProductContext ctx = product_context();
+    if (!ctx.bf16 || !bf16_native() || (double(m) * double(n) * double(k) < double(1 << 18) && !ctx.training) ||
+        (ctx.weights && !ctx.training && n <= kBf16FewColumns))
+        return false;
+    thread_local Bf16Buffer sa, sb;
+    const std::uint16_t* a = bf16_operand(ctx, W, m, k, ldw, sa);
+    const std::uint16_t* x = bf16_operand(ctx, X, k, n, ldx, sb);
+    run_onednn(0, 0, m, n, k, 1.0f, a, ldw, x, ldx, 0.0f, Y, ldy, b);
+    if (reuse_cache().depth > 0) reuse_cache().written(Y, m, n, ldy);
+    return true;
+#else
+    (void)m, (void)n, (void)k, (void)W, (void)ldw, (void)X, (void)ldx, (void)b, (void)Y, (void)ldy;
+    return false;
+#endif
 }
 
 }  // namespace ft

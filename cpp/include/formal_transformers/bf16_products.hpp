@@ -1,7 +1,15 @@
-// Mixed precision (precision.hpp): an operand read by several bf16 products rounded once.
+// Mixed precision (precision.hpp): what the product layer (blas.cpp) asks of bf16.cpp beyond gemm_bf16.
 #pragma once
 
+#include "formal_transformers/common.hpp"
+
 namespace ft {
+
+// Y <- W X + b 1ᵀ (all column-major; Y: m × n, W: m × k, X: k × n) in one bf16 product with b added to its float32
+// sums as they are stored, when the product runs on bf16 instructions: the value of b broadcast into Y and the
+// product added with β = 1, without writing Y first. False when it would not run that way (the caller does it).
+bool affine_bf16(index_t m, index_t n, index_t k, const float* W, index_t ldw, const float* X, index_t ldx,
+                 const float* b, float* Y, index_t ldy);
 
 // Declares that, until its end, the operands of this thread's bf16 products are written by nothing but those
 // products themselves: an operand read by several of them (the same address and shape) is rounded to bf16 once
