@@ -1,6 +1,8 @@
 // Mixed precision (precision.hpp): what the product layer (blas.cpp) asks of bf16.cpp beyond gemm_bf16.
 #pragma once
 
+#include <cstdint>
+
 #include "formal_transformers/common.hpp"
 
 namespace ft {
@@ -22,5 +24,9 @@ public:
     Bf16OperandReuse(const Bf16OperandReuse&) = delete;
     Bf16OperandReuse& operator=(const Bf16OperandReuse&) = delete;
 };
+
+// How many operands the products on bf16 instructions have rounded to bf16 in this process (tests: an operand
+// kept by a Bf16OperandReuse scope is rounded once)
+std::uint64_t bf16_operands_rounded();
 
 }  // namespace ft

@@ -307,7 +307,9 @@ struct Bf16Buffer {
 // products of attention, ~2 K entries) on the calling thread without entering a parallel region, and one flat
 // loop where X is contiguous.
 constexpr index_t kParallelRound = index_t(1) << 16;
+std::atomic<std::uint64_t> operands_rounded{0};
 void round_into(const float* X, index_t rows, index_t cols, index_t ld, std::uint16_t* out) {
+    operands_rounded.fetch_add(1, std::memory_order_relaxed);
     const bool flat = ld == rows || cols == 1;
     if (rows * cols > kParallelRound) {
         if (flat) {
@@ -405,6 +407,8 @@ const std::uint16_t* bf16_operand(const ProductContext& c, const float* X, index
     return out;
 }
 }  // namespace
+
+std::uint64_t bf16_operands_rounded() { return operands_rounded.load(); }
 
 Bf16OperandReuse::Bf16OperandReuse() { ++reuse_cache().depth; }
 Bf16OperandReuse::~Bf16OperandReuse() {
