@@ -206,8 +206,9 @@ TEST(Bf16, OperandReuseDropsWhatAProductOverwrites) {
 // affine under bf16-mixed adds b in the product (oneDNN's bias where the product runs on bf16 instructions): bit for
 // bit the value of b broadcast into Y and the product added with β = 1.
 TEST(Bf16, AffineBiasEqualsBroadcastAndAccumulate) {
+    const std::vector<std::array<index_t, 3>> shapes{{384, 128, 768}, {512, 128, 768}, {37, 29, 53}, {8, 5, 3}};
     for (bool training : {true, false})
-        for (auto [m, k, n] : std::vector<std::array<index_t, 3>>{{384, 128, 768}, {512, 128, 768}, {37, 29, 53}, {8, 5, 3}}) {
+        for (auto [m, k, n] : shapes) {
             Rng rng(m + k + n);
             Matrix<float> W = random_matrix<float>(m, k, rng), X = random_matrix<float>(k, n, rng);
             Matrix<float> b = random_matrix<float>(m, 1, rng);

@@ -206,8 +206,8 @@ Prim make_prim(const Key& key) {
     }
     // the bias of C's rows, b 1ᵀ: in the transposed problem one row [1, m] broadcast over dst's n rows
     dnnl::memory::desc bias({1, m}, dt::f32, {m, 1});
-    dnnl::matmul::primitive_desc pd(key[10] ? dnnl::matmul::desc(src, wei, bias, dst) : dnnl::matmul::desc(src, wei, dst),
-                                    attr, engine());
+    const dnnl::matmul::desc d = key[10] ? dnnl::matmul::desc(src, wei, bias, dst) : dnnl::matmul::desc(src, wei, dst);
+    dnnl::matmul::primitive_desc pd(d, attr, engine());
     return Prim{dnnl::matmul(pd), src, wei, dst, pd.impl_info_str(), dnnl::memory(src, engine(), nullptr),
                 dnnl::memory(wei, engine(), nullptr), dnnl::memory(dst, engine(), nullptr),
                 dnnl::memory(bias, engine(), nullptr)};
@@ -392,8 +392,8 @@ ReuseCache& reuse_cache() {
 // op's operand X (rows × cols, column-major, ld) as bf16: θ's copy when the context has one and X lies in
 // θ, else its rounding (column-major, ld = rows): kept for the next products inside a Bf16OperandReuse scope,
 // else in `scratch`
-const std::uint16_t* bf16_operand(const ProductContext& c, const float* X, index_t rows, index_t cols, index_t& ld,
-                                  Bf16Buffer& scratch) {
+[[maybe_unused]] const std::uint16_t* bf16_operand(const ProductContext& c, const float* X, index_t rows,
+                                                   index_t cols, index_t& ld, Bf16Buffer& scratch) {
     if (c.weights) {
         const std::uint16_t* first = c.weights->find(X);
         if (first && c.weights->find(X + (cols - 1) * ld + rows - 1)) return first;
