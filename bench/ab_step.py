@@ -4,8 +4,9 @@ sides in alternating processes.
 
 Each round starts one process per side (A first in odd rounds, B first in even ones), each with its own
 FT_CORE_PATH (a build directory holding _core), the same θ and batch (seed 0); after set-up and --warmup steps
-it times --steps steps and prints their median wall and process-CPU times. The report is the median over the
-rounds of each side and the ratio A/B (> 1: B faster), with `uptime`'s load before and after: on a shared
+it times --steps steps and prints their median wall and process-CPU times, and the main thread's CPU time
+(time.thread_time: on a busy machine it leaves out the time the thread waited for a core, and other threads'
+spinning). The report is the median over the rounds of each side and the ratio A/B (> 1: B faster), with `uptime`'s load before and after: on a shared
 machine only such interleaved ratios mean anything.
 
     python bench/ab_step.py A_BUILD B_BUILD [--lengths 512 2048] [--rounds 5] [--steps 5] [--impl auto]
@@ -43,14 +44,16 @@ def worker(args):
     for _ in range(args.warmup):
         model.loss_and_grad(batch, copy=False)
         opt.step(model, model.grads)
-    wall, cpu = [], []
+    wall, cpu, thread = [], [], []
     for _ in range(args.steps):
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0, c0, h0 = time.perf_counter(), time.process_time(), time.thread_time()
         loss, _ = model.loss_and_grad(batch, copy=False)
         opt.step(model, model.grads)
         wall.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
-    print(json.dumps(dict(wall=statistics.median(wall), cpu=statistics.median(cpu), loss=float(loss))))
+        thread.append(time.thread_time() - h0)
+    print(json.dumps(dict(wall=statistics.median(wall), cpu=statistics.median(cpu), thread=statistics.median(thread),
+                          loss=float(loss))))
 
 
 def load():
@@ -92,11 +95,12 @@ def main():
                                       "--shape", args.shape, "--batch", str(args.batch), "--precision", args.precision],
                                      env=env, capture_output=True, text=True, check=True)
                 res[s].append(json.loads(out.stdout.strip().splitlines()[-1]))
-        med = {s: {k: statistics.median(x[k] for x in res[s]) for k in ("wall", "cpu")} for s in res}
+        med = {s: {k: statistics.median(x[k] for x in res[s]) for k in ("wall", "cpu", "thread")} for s in res}
         losses = {s: res[s][0]["loss"] for s in res}
         print(f"{args.shape} batch {args.batch} l {l} impl {args.impl} {args.precision}: A wall {med['A']['wall']*1e3:.1f} ms cpu {med['A']['cpu']*1e3:.1f} | "
               f"B wall {med['B']['wall']*1e3:.1f} ms cpu {med['B']['cpu']*1e3:.1f} | A/B wall "
-              f"{med['A']['wall']/med['B']['wall']:.3f} cpu {med['A']['cpu']/med['B']['cpu']:.3f} | "
+              f"{med['A']['wall']/med['B']['wall']:.3f} cpu {med['A']['cpu']/med['B']['cpu']:.3f} | main thread's cpu A "
+              f"{med['A']['thread']*1e3:.1f} B {med['B']['thread']*1e3:.1f} ms, A/B {med['A']['thread']/med['B']['thread']:.3f} | "
               f"loss A {losses['A']:.6f} B {losses['B']:.6f} | load {load0} -> {load()} | rounds "
               + " ".join(f"{a['wall']*1e3:.0f}/{b['wall']*1e3:.0f}" for a, b in zip(res["A"], res["B"])),
               flush=True)

@@ -252,7 +252,7 @@ void def_bigbird_layouts(py::class_<AnyDtype<ft::ETransformer>, HasParams>& c) {
             CallLock lock(d.mutex);
             d.visit([&](auto& m) {
                 const index_t b = m.cfg.block_size;
-                if (m.cfg.attention != ft::AttnKernel::BigBird)  // (no block_size to convert with)
+                if (!ft::head_kernel_has(m.cfg.attention, ft::HeadKernelProperty::BlockLayouts))  // (no block_size to convert with)
                     throw ft::ValueError("set_bigbird_layouts: the model's attention is not 'bigbird'");
                 // numpy -> C++ only: every check is the core's (check_bigbird_layouts)
                 py::array a = py::module_::import("numpy").attr("asarray")(layouts);
@@ -315,7 +315,7 @@ void def_bigbird_layouts(py::class_<AnyDtype<ft::ETransformer>, HasParams>& c) {
             CallLock lock(d.mutex);
             return d.visit([&](auto& m) {
                 const ft::ModelConfig& cfg = m.cfg;
-                if (cfg.attention != ft::AttnKernel::BigBird)
+                if (!ft::head_kernel_has(cfg.attention, ft::HeadKernelProperty::BlockLayouts))
                     throw ft::ValueError("bigbird_layouts: the model's attention is not 'bigbird'");
                 const index_t n = positive(n_blocks, "n_blocks");
                 const ft::Mask& m0 = m.layer[0]->attn.mask;
@@ -369,10 +369,7 @@ void register_attention(py::module_& m) {
         "random_feature_matrix",
         [](const std::string& attention, const PyInt& n_features, const PyInt& d_attn, const py::object& seed,
            const std::string& name) {
-            ft::AttnKernel k;
-            if (attention == "performer") k = ft::AttnKernel::Performer;
-            else if (attention == "rfa") k = ft::AttnKernel::RFA;
-            else throw ft::ValueError("attention must be 'performer' or 'rfa', got '" + attention + "'");
+            const ft::FeatureKind k = ft::feature_kind(attention, "attention");
             const index_t D = positive(n_features, "n_features (the number D of random features)");
             const index_t d = positive(d_attn, "d_attn");
             const ft::RandomFeatures<double> f = ft::draw_random_features<double>(k, D, d, seed_arg(seed), name);

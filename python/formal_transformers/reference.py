@@ -418,7 +418,8 @@ def e_transformer(x, params, *, L: int, H: int, gelu: str = "exact", eps: float 
     W_s[:, segments[t]] to e_t (segments None: all 0); `gamma_e`, `beta_e`: X ← layer_norm(X | γ_e, β_e)
     after line 3; `b_u`: P = softmax(W_u X + b_u 1ᵀ). hidden=True returns X after line 9.
     masks, rates: dropout as d_transformer (after line 3, or after BERT's embedding layer_norm).
-    attention="performer" | "rfa" (V15): line 5's attention by random features, features[l] layer l's Ω.
+    attention="performer" | "rfa" (V15): line 5's attention by random features, features[l] layer l's Ω;
+    attention="sigmoid": by sigmoid attention (sigmoid_weights; features: None per layer).
     attention="bigbird" (V17): line 5's Mask is BigBird's, bigbird_mask(layouts[l], block_size) in layer l
     (layouts[l] (n, n): every head's; (H, n, n): head h's mask from layouts[l][h])."""
     drop = _Drop(masks, rates)
@@ -1009,7 +1010,8 @@ def variant_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, *, positional: s
                       Omega=None, rotary_pct: float = 1.0) -> np.ndarray:
     """Algorithm 4 with V1's lines 2a–2b (positional="rope") or V2's line 6′ (positional="alibi", slope m_h);
     b_* may be None (V5). attention="performer" | "rfa": lines 4–6 replaced by V15c with the projection Omega
-    (the mask must be the bidirectional or the causal one)."""
+    (the mask must be the bidirectional or the causal one); attention="sigmoid": line 6's softmax replaced by
+    sigmoid_weights."""
     d_attn = W_q.shape[0]
     l_x, l_z = X.shape[1], Z.shape[1]
     Q = W_q @ X + (0 if b_q is None else b_q[:, None])  # line 1
@@ -1018,6 +1020,9 @@ def variant_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, *, positional: s
         Q = rope(Q, q0 + np.arange(l_x), theta, rotary_pct=rotary_pct)  # line 2a
         K = rope(K, np.arange(l_z), theta, rotary_pct=rotary_pct)  # line 2b
     V = W_v @ Z + (0 if b_v is None else b_v[:, None])  # line 3
+    B = -slope * alibi_bias(l_z, l_x, q0) if positional == "alibi" else 0.0
+    if attention == "sigmoid":  # lines 4–6 with σ(· − log ℓ_z) for the softmax
+        return V @ sigmoid_weights(K.T @ Q / math.sqrt(d_attn) + B, mask)
     if attention != "softmax":  # V15c instead of lines 4–6
         mask = np.asarray(mask, dtype=bool)
         if mask.all():
@@ -1028,8 +1033,16 @@ def variant_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, *, positional: s
         raise ValueError("random-feature attention takes the bidirectional or the causal mask")
     S = K.T @ Q  # line 4
     S = np.where(mask, S, -np.inf)  # line 5
-    B = -slope * alibi_bias(l_z, l_x, q0) if positional == "alibi" else 0.0
     return V @ softmax(S / math.sqrt(d_attn) + B + multiplicity_bias(mask))  # line 6 (6′ with ALiBi)
+
+
+def sigmoid_weights(S, mask) -> np.ndarray:
+    """Sigmoid attention's weights (Ramapuram et al. 2024, arXiv 2409.04431; attention="sigmoid"): S (ℓ_z, ℓ_x) line
+    4's scaled scores (with a score bias), then line 5: A[t_z, t_x] ← 0 where ¬Mask, and line 6: A ← σ(S + b) elsewhere,
+    b = −log ℓ_z (the paper's bias; ℓ_z the keys); no normalisation over the keys."""
+    S = np.asarray(S, dtype=np.float64)
+    b = -math.log(S.shape[0])
+    return np.where(np.asarray(mask, dtype=bool), 0.5 * (1.0 + np.tanh(0.5 * (S + b))), 0.0)  # σ(x) = ½(1 + tanh(x/2))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -79,9 +79,9 @@ TEST(AttentionDropout, ThePartOwnsItsOption) {
 // One rule, the part's: the head kernel it wraps must form the weights (its registry line) — the same message from the
 // config (resolve) and from the factory (an MHAttention made directly), for every kernel that forms none
 TEST(AttentionDropout, OneRuleRefusesEveryKernelThatFormsNoWeights) {
-    EXPECT_TRUE(head_kernel_forms_weights("softmax"));
+    for (const char* k : {"softmax", "sigmoid"}) EXPECT_TRUE(head_kernel_forms_weights(k)) << k;
     for (const char* k : {"tiled", "performer", "rfa", "bigbird", "softcap"}) EXPECT_FALSE(head_kernel_forms_weights(k)) << k;
-    EXPECT_EQ(kernels_forming_weights(), "'softmax'");
+    EXPECT_EQ(kernels_forming_weights(), "'softmax', 'sigmoid'");
     const std::string rule = "attn_dropout = 0.1 drops attention weights, which the '";
     struct Case {
         Arch arch;
@@ -99,7 +99,7 @@ TEST(AttentionDropout, OneRuleRefusesEveryKernelThatFormsNoWeights) {
         Options o = c.o;
         o.emplace_back("attn_dropout", 0.1);
         const std::string e = error_of([&] { config(c.arch, o); });
-        EXPECT_NE(e.find(rule + c.kernel + "' head kernel does not form (kernels that do: 'softmax')"), std::string::npos)
+        EXPECT_NE(e.find(rule + c.kernel + "' head kernel does not form (kernels that do: 'softmax', 'sigmoid')"), std::string::npos)
             << c.kernel << ": " << e;
         config(c.arch, c.o);  // (the kernel itself is fine)
     }
@@ -111,7 +111,7 @@ TEST(AttentionDropout, OneRuleRefusesEveryKernelThatFormsNoWeights) {
     // the factory: the same rule on the kernel it is given
     ParamStore<double> store;
     AttnVariant v;
-    v.kernel = AttnKernel::Performer;
+    v.kernel = "performer";
     v.options.set("n_features", std::int64_t(4));
     v.options.set("attn_dropout", 0.1);
     const std::string e = error_of([&] { MHAttention<double>(2, 8, 8, 4, 4, 8, Mask::unidirectional(), store, "", v); });

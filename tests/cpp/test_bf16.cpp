@@ -1,11 +1,14 @@
 // bf16-mixed products (precision.hpp): gemm under a bf16 ProductScope equals the float64 product of the operands
 // rounded to bfloat16, with α, β, transposes and sub-blocks, on the native (oneDNN) and the emulated path, and
 // with θ's bf16 copy (Bf16Weights) standing in for an operand inside θ.
+#include "formal_transformers/bf16_products.hpp"
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/precision.hpp"
 #include "testing.hpp"
 
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 using namespace ft;
@@ -144,4 +147,77 @@ TEST(Bf16, ThetasCopyStandsInForTheWeights) {
         gemm<float>(Op::N, Op::N, 1.0f, view(W), view(X), 0.0f, view(Y2));
     }
     EXPECT_GT(std::abs(Y2.data()[0] - Y1.data()[0]), 100.0f);
+}
+
+namespace {
+bool same_bits(const Matrix<float>& a, const Matrix<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+}  // namespace
+
+// affine_backward reads dY in two products (dW += dY Xᵀ, dX += Wᵀ dY): under bf16-mixed it is rounded once, and the
+// results are those of rounding at every product (bit for bit), on both paths.
+TEST(Bf16, AffineBackwardRoundsItsGradientOnce) {
+    for (bool native : {true, false}) {
+        bf16_allow_native(native);
+        Rng rng(11);
+        const index_t m = 96, k = 80, n = 70;
+        Matrix<float> W = random_matrix<float>(m, k, rng), X = random_matrix<float>(k, n, rng),
+                      dY = random_matrix<float>(m, n, rng);
+        Matrix<float> dW0 = random_matrix<float>(m, k, rng), dX0 = random_matrix<float>(k, n, rng);
+        Matrix<float> dW = dW0, dX = dX0, dWs = dW0, dXs = dX0;
+        ProductScope bf16(ProductContext{true, nullptr, true});
+        const std::uint64_t before = bf16_operands_rounded();
+        affine_backward<float>(view(W), view(X), view(dY), dW.data(), nullptr, dX.data());
+        const std::uint64_t rounded = bf16_operands_rounded() - before;
+        // the same two products one at a time: each rounds both its operands
+        gemm<float>(Op::N, Op::T, 1.0f, view(dY), view(X), 1.0f, MatView<float>(dWs.data(), m, k, m));
+        gemm<float>(Op::T, Op::N, 1.0f, view(W), view(dY), 1.0f, MatView<float>(dXs.data(), k, n, k));
+        EXPECT_TRUE(same_bits(dW, dWs)) << "native " << native;
+        EXPECT_TRUE(same_bits(dX, dXs)) << "native " << native;
+        if (bf16_native()) EXPECT_EQ(rounded, 3u) << "dY, X, W: dY once";  // (W is not in a θ copy here)
+        else EXPECT_EQ(rounded, 0u);                                        // emulated: float32 buffers
+    }
+    bf16_allow_native(true);
+}
+
+// Inside a Bf16OperandReuse scope a product that writes over a kept operand drops it: the next product reading that
+// buffer rounds its new values.
+TEST(Bf16, OperandReuseDropsWhatAProductOverwrites) {
+    for (bool native : {true, false}) {
+        bf16_allow_native(native);
+        Rng rng(12);
+        const index_t n = 64;
+        Matrix<float> A = random_matrix<float>(n, n, rng), B = random_matrix<float>(n, n, rng);
+        Matrix<float> C1 = Matrix<float>::from_shape({std::size_t(n), std::size_t(n)}), C3 = C1, want = C1;
+        ProductScope bf16(ProductContext{true, nullptr, true});
+        {
+            Bf16OperandReuse once;
+            gemm<float>(Op::N, Op::N, 1.0f, view(A), view(B), 0.0f, view(C1));      // B kept
+            gemm<float>(Op::N, Op::N, 1.0f, view(A), view(C1), 0.0f, view(B));      // B overwritten by a product
+            gemm<float>(Op::N, Op::T, 0.5f, view(A), view(B), 0.0f, view(C3));      // reads the new B
+        }
+        gemm<float>(Op::N, Op::T, 0.5f, view(A), view(B), 0.0f, view(want));        // no scope
+        EXPECT_TRUE(same_bits(C3, want)) << "native " << native;
+    }
+    bf16_allow_native(true);
+}
+
+// affine under bf16-mixed adds b in the product (oneDNN's bias where the product runs on bf16 instructions): bit for
+// bit the value of b broadcast into Y and the product added with β = 1.
+TEST(Bf16, AffineBiasEqualsBroadcastAndAccumulate) {
+    const std::vector<std::array<index_t, 3>> shapes{{384, 128, 768}, {512, 128, 768}, {37, 29, 53}, {8, 5, 3}};
+    for (bool training : {true, false})
+        for (auto [m, k, n] : shapes) {
+            Rng rng(m + k + n);
+            Matrix<float> W = random_matrix<float>(m, k, rng), X = random_matrix<float>(k, n, rng);
+            Matrix<float> b = random_matrix<float>(m, 1, rng);
+            Matrix<float> Y = Matrix<float>::from_shape({std::size_t(m), std::size_t(n)}), want = Y;
+            ProductScope bf16(ProductContext{true, nullptr, training});
+            affine<float>(view(W), view(X), b.data(), view(Y));
+            for (index_t j = 0; j < n; ++j)
+                for (index_t i = 0; i < m; ++i) want(i, j) = b(i, 0);
+            gemm<float>(Op::N, Op::N, 1.0f, view(W), view(X), 1.0f, view(want));
+            EXPECT_TRUE(same_bits(Y, want)) << m << " x " << k << " x " << n << " training " << training;
+        }
 }

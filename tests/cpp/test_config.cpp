@@ -2,6 +2,7 @@
 // naming the option.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -246,31 +247,45 @@ TEST(ModelConfig, MlpNamesArePerArchitecture) {
     EXPECT_NE(old_ed.to_json().find("\"mlp\":\"relu\""), std::string::npos);
 }
 
-// norm, mlp and mask take the registry's names (parts.hpp selected_part): every registered norm and MLP, and every
-// mask of DTransformer's not chosen by its own options, is accepted by its name with no other edit (a new one is its
-// file and its registry line), written back by it, and builds; an unknown name's error lists exactly those names,
-// the architecture's listing's first.
+// norm, mlp, mask and attention take the registry's names (parts.hpp selected_part): every registered norm and MLP,
+// every mask of DTransformer's and every head kernel of ETransformer's not chosen by its own options (nor, the tiled
+// kernel, by attention_impl), is accepted by its name with no other edit (a new one is its file and its registry
+// line), written back by it, and builds; an unknown name's error lists exactly those names, the architecture's
+// listing's first.
 TEST(ModelConfig, PartSelectorsTakeTheRegistrysNames) {
-    for (const auto& [kind, option] : {std::pair{ft::PartKind::Norm, "norm"}, std::pair{ft::PartKind::MLP, "mlp"},
-                                       std::pair{ft::PartKind::Mask, "mask"}}) {
+    for (const auto& [kind, option, arch] :
+         {std::tuple{ft::PartKind::Norm, "norm", Arch::D}, std::tuple{ft::PartKind::MLP, "mlp", Arch::D},
+          std::tuple{ft::PartKind::Mask, "mask", Arch::D}, std::tuple{ft::PartKind::HeadKernel, "attention", Arch::E}}) {
+        Options sizes = sizes_d();
+        if (arch == Arch::E) sizes.emplace_back("d_f", std::int64_t(6));
         std::vector<std::string> names;  // (a mask its own options choose, V8's sliding window, is not named by `mask`)
-        for (const ft::SelectorName& n : ft::selector_names(kind, Arch::D)) names.push_back(n.name);
+        for (const ft::SelectorName& n : ft::selector_names(kind, arch)) names.push_back(n.name);
         ASSERT_GE(names.size(), 2u);
-        if (kind != ft::PartKind::Mask) EXPECT_EQ(names, ft::part_names(kind));
-        std::string list = std::string("'") + ft::default_part(kind, Arch::D) + "'";
+        if (kind == ft::PartKind::Norm || kind == ft::PartKind::MLP) EXPECT_EQ(names, ft::part_names(kind));
+        if (kind == ft::PartKind::HeadKernel)  // (V25's softcap: its option chooses it; tiled: attention_impl's)
+            for (const char* other : {"tiled", "softcap"}) EXPECT_EQ(std::count(names.begin(), names.end(), other), 0) << other;
+        std::string list = std::string("'") + ft::default_part(kind, arch) + "'";
         for (const std::string& name : names) {
-            if (name != ft::default_part(kind, Arch::D)) list += ", '" + name + "'";
-            Options o = sizes_d();
+            if (name != ft::default_part(kind, arch)) list += ", '" + name + "'";
+            Options o = sizes;
             o.emplace_back(option, name);
-            const ModelConfig c = ModelConfig::from_options(Arch::D, o);
-            EXPECT_EQ(kind == ft::PartKind::Norm ? c.norm : kind == ft::PartKind::MLP ? c.mlp : c.mask, name);
+            if (kind == ft::PartKind::HeadKernel && ft::head_kernel_has(name, ft::HeadKernelProperty::BlockLayouts))
+                o.emplace_back("block_size", std::int64_t(1));  // (V17's layouts: blocks of one token)
+            const ModelConfig c = ModelConfig::from_options(arch, o);
+            EXPECT_EQ(kind == ft::PartKind::Norm  ? c.norm
+                      : kind == ft::PartKind::MLP ? c.mlp
+                      : kind == ft::PartKind::Mask ? c.mask
+                                                   : c.attention,
+                      name);
             EXPECT_NE(c.to_json().find("\"" + std::string(option) + "\":\"" + name + "\""), std::string::npos);
-            EXPECT_NO_THROW(ft::DTransformer<double>{c}) << option << "=" << name;
+            EXPECT_TRUE(ModelConfig::from_json(c.to_json()) == c) << option << "=" << name;
+            if (arch == Arch::D) EXPECT_NO_THROW(ft::DTransformer<double>{c}) << option << "=" << name;
+            else EXPECT_NO_THROW(ft::ETransformer<double>{c}) << option << "=" << name;
         }
-        Options o = sizes_d();
+        Options o = sizes;
         o.emplace_back(option, std::string("bogus"));
         try {
-            ModelConfig::from_options(Arch::D, o);
+            ModelConfig::from_options(arch, o);
             ADD_FAILURE() << "no error";
         } catch (const ft::ValueError& e) {
             EXPECT_EQ(std::string(e.what()), std::string(option) + " must be one of " + list + ", got 'bogus'");
@@ -288,6 +303,30 @@ TEST(ModelConfig, PartSelectorsTakeTheRegistrysNames) {
         EXPECT_EQ(std::string(e.what()).rfind("norm='rms': norm is an option of the DTransformer and EDTransformer", 0), 0u)
             << e.what();
     }
+}
+
+// What the code asks of a head kernel is its registry line's (parts.hpp HeadKernelProperty), asked by name: the
+// listing's forms its weights, keeps its keys and is the softmax paged decoding forms; V15's fold the keys into a
+// state; V17's block layouts are BigBird's alone.
+TEST(ModelConfig, HeadKernelsDeclareWhatTheCodeAsks) {
+    using P = ft::HeadKernelProperty;
+    for (P p : {P::FormsWeights, P::KeepsKeys, P::ScoreSoftmax}) EXPECT_TRUE(ft::head_kernel_has("softmax", p));
+    EXPECT_FALSE(ft::head_kernel_has("softmax", P::BlockLayouts));
+    for (const char* k : {"performer", "rfa"})
+        for (P p : {P::FormsWeights, P::KeepsKeys, P::ScoreSoftmax, P::BlockLayouts}) EXPECT_FALSE(ft::head_kernel_has(k, p)) << k;
+    EXPECT_TRUE(ft::head_kernel_has("bigbird", P::BlockLayouts));
+    EXPECT_FALSE(ft::head_kernel_has("bigbird", P::FormsWeights));
+    EXPECT_THROW(ft::head_kernel_has("bogus", P::KeepsKeys), ft::ValueError);
+    // attention_impl 'literal' and 'tiled' run BigBird's dense form, the listing with the layout's mask
+    ft::AttnVariant v;
+    v.kernel = "bigbird";
+    EXPECT_EQ(ft::head_kernel_name(v), "bigbird");
+    for (ft::AttnImpl impl : {ft::AttnImpl::Literal, ft::AttnImpl::Tiled}) {
+        v.impl = impl;
+        EXPECT_EQ(ft::head_kernel_name(v), "softmax");
+    }
+    v.kernel = "performer";
+    EXPECT_EQ(ft::head_kernel_name(v), "performer");
 }
 
 // mtp_depth, mtp_weight (V16, D only): two schema lines; the checks between options name mtp_depth; JSON round trip.

@@ -12,27 +12,27 @@ using namespace ft;
 
 // ------------------------------------------------------------------------------------------- V15: n_features
 TEST(HostileSizes, NFeaturesOneRuleForTheConfigThePartAndTheDraw) {
-    EXPECT_EQ(check_n_features(AttnKernel::Performer, 6, 4, 2, sizeof(float)), 6);
-    EXPECT_EQ(check_n_features(AttnKernel::RFA, 6, 4, 2, sizeof(float)), 12);  // M = 2D: sin and cos
-    EXPECT_THROW(check_n_features(AttnKernel::RFA, 0, 4, 1, sizeof(float)), ValueError);
+    EXPECT_EQ(check_n_features(FeatureKind::Performer, 6, 4, 2, sizeof(float)), 6);
+    EXPECT_EQ(check_n_features(FeatureKind::RFA, 6, 4, 2, sizeof(float)), 12);  // M = 2D: sin and cos
+    EXPECT_THROW(check_n_features(FeatureKind::RFA, 0, 4, 1, sizeof(float)), ValueError);
     for (index_t D : {index_t(1) << 40, index_t(1) << 61, index_t(1) << 62, std::numeric_limits<index_t>::max()}) {
         // D·d wrapped (2^61, 2^62: a memset past a small buffer) or exceeds memory (2^40: std::bad_alloc)
-        EXPECT_THROW(check_n_features(AttnKernel::RFA, D, 4, 1, sizeof(double)), ValueError) << D;
-        EXPECT_THROW(draw_random_features<double>(AttnKernel::Performer, D, 4, 0, ""), ValueError) << D;
+        EXPECT_THROW(check_n_features(FeatureKind::RFA, D, 4, 1, sizeof(double)), ValueError) << D;
+        EXPECT_THROW(draw_random_features<double>(FeatureKind::Performer, D, 4, 0, ""), ValueError) << D;
         ModelConfig c = fttest::small_decoder(8);
-        c.attention = AttnKernel::Performer;
+        c.attention = "performer";
         c.part_options.set("n_features", std::int64_t(D));
         EXPECT_THROW(resolve(c, Arch::D), ValueError) << D;  // the config: before any layer
         AttnVariant v;
-        v.kernel = AttnKernel::RFA;
+        v.kernel = "rfa";
         v.options.set("n_features", std::int64_t(D));
         ParamStore<float> s;
         EXPECT_THROW(MHAttention<float>(2, 8, 8, 4, 4, 8, Mask::unidirectional(), s, "", v), ValueError) << D;  // the part
     }
     // the bound is on every layer's Ω: a D one attention could hold is refused for 2^20 of them
     const index_t D = index_t(max_alloc_bytes() / (4 * (sizeof(float) + sizeof(double)))) / 2;
-    EXPECT_NO_THROW(check_n_features(AttnKernel::Performer, D, 4, 1, sizeof(float)));
-    EXPECT_THROW(check_n_features(AttnKernel::Performer, D, 4, index_t(1) << 20, sizeof(float)), ValueError);
+    EXPECT_NO_THROW(check_n_features(FeatureKind::Performer, D, 4, 1, sizeof(float)));
+    EXPECT_THROW(check_n_features(FeatureKind::Performer, D, 4, index_t(1) << 20, sizeof(float)), ValueError);
 }
 
 // ------------------------------------------------------------------------------------------------ V11: buckets

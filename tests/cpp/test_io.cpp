@@ -124,7 +124,7 @@ namespace {
 ModelConfig bigbird_config() {
     ModelConfig c;
     c.n_vocab = 9, c.l_max = 16, c.L = 2, c.H = 3, c.d_e = 6, c.d_mlp = 4, c.d_f = 4, c.seed = 5;
-    c.attention = AttnKernel::BigBird, c.block_size = 2, c.n_random_blocks = 2, c.layout_seed = 3;
+    c.attention = "bigbird", c.block_size = 2, c.n_random_blocks = 2, c.layout_seed = 3;
     return resolve(c, Arch::E);
 }
 double bigbird_loss(ETransformer<double>& m, index_t l) {

@@ -12,7 +12,7 @@ using namespace ft;
 
 namespace {
 using fttest::perturb;
-ModelConfig performer_like(AttnKernel kind, Positional pos, index_t l_max) {
+ModelConfig performer_like(const char* kind, Positional pos, index_t l_max) {
     ModelConfig c = fttest::small_decoder(l_max);
     c.d_e = 16;
     c.d_mlp = 12;
@@ -26,7 +26,7 @@ ModelConfig performer_like(AttnKernel kind, Positional pos, index_t l_max) {
 
 TEST(RandomFeatures, DecodingStateEqualsTheFullForwardAndHoldsNoPastColumns) {
     const index_t n = 150, prompt = 70;  // > 64: the chunks of the causal kernel
-    for (AttnKernel kind : {AttnKernel::Performer, AttnKernel::RFA})
+    for (const char* kind : {"performer", "rfa"})
         for (Positional pos : {Positional::Learned, Positional::Rope}) {
             DTransformer<double> m(performer_like(kind, pos, n));
             perturb(m.store);
@@ -36,7 +36,7 @@ TEST(RandomFeatures, DecodingStateEqualsTheFullForwardAndHoldsNoPastColumns) {
             std::vector<double> z(11);
             m.decode(d, ids.data(), prompt, z.data());
             for (index_t v = 0; v < 11; ++v) EXPECT_NEAR(z[std::size_t(v)], Z(v, prompt - 1), 1e-12);
-            const index_t M = kind == AttnKernel::RFA ? 18 : 9, d_attn = 4;
+            const index_t M = std::string(kind) == "rfa" ? 18 : 9, d_attn = 4;
             for (index_t t = prompt; t < n; ++t) {
                 m.decode(d, ids.data() + t, 1, z.data());
                 // two summation orders of the same prefix sums (one column folded at a time here, chunks of 64 in
@@ -57,7 +57,7 @@ TEST(RandomFeatures, DecodingStateEqualsTheFullForwardAndHoldsNoPastColumns) {
 
 TEST(RandomFeatures, FeatureMapIsItsFormula) {
     const index_t d = 4, D = 6, n = 3;
-    for (AttnKernel kind : {AttnKernel::Performer, AttnKernel::RFA}) {
+    for (FeatureKind kind : {FeatureKind::Performer, FeatureKind::RFA}) {
         const RandomFeatures<double> f = draw_random_features<double>(kind, D, d, 7, "x");
         Matrix<double> X = Matrix<double>::from_shape({std::size_t(d), std::size_t(n)});
         for (index_t i = 0; i < d * n; ++i) X.data()[i] = std::cos(1.3 * double(i));
@@ -71,7 +71,7 @@ TEST(RandomFeatures, FeatureMapIsItsFormula) {
                 double u = 0;
                 for (index_t k = 0; k < d; ++k) u += f.Omega(std::size_t(i), std::size_t(k)) * X(std::size_t(k), std::size_t(j));
                 u *= s;
-                if (kind == AttnKernel::Performer) {
+                if (kind == FeatureKind::Performer) {
                     EXPECT_NEAR(P(std::size_t(i), std::size_t(j)), std::exp(u - 0.5 * s * s * sq) / std::sqrt(double(D)), 1e-14);
                 } else {
                     const double h = std::exp(0.5 * s * s * sq) / std::sqrt(double(D));
@@ -81,17 +81,18 @@ TEST(RandomFeatures, FeatureMapIsItsFormula) {
             }
         }
     }
-    EXPECT_THROW(draw_random_features<double>(AttnKernel::Performer, 0, 4, 0, ""), ValueError);
-    EXPECT_THROW(draw_random_features<double>(AttnKernel::Softmax, 4, 4, 0, ""), ValueError);
+    EXPECT_THROW(draw_random_features<double>(FeatureKind::Performer, 0, 4, 0, ""), ValueError);
+    EXPECT_EQ(feature_kind("rfa", "attention"), FeatureKind::RFA);
+    EXPECT_THROW(feature_kind("softmax", "attention"), ValueError);  // (ft.random_feature_matrix's names)
 }
 
 TEST(RandomFeatures, ConfigChecks) {
-    ModelConfig c = performer_like(AttnKernel::Performer, Positional::Alibi, 8);
+    ModelConfig c = performer_like("performer", Positional::Alibi, 8);
     EXPECT_THROW(resolve(c, Arch::D), ValueError);  // ALiBi: no scores to bias
-    c = performer_like(AttnKernel::Performer, Positional::Learned, 8);
+    c = performer_like("performer", Positional::Learned, 8);
     c.part_options.set("sliding_window", std::int64_t(3));
     EXPECT_THROW(resolve(c, Arch::D), ValueError);
-    c = performer_like(AttnKernel::Softmax, Positional::Learned, 8);
+    c = performer_like("softmax", Positional::Learned, 8);
     EXPECT_THROW(resolve(c, Arch::D), ValueError);  // n_features without random features
     c.part_options.set("n_features", std::int64_t(0));
     EXPECT_THROW(resolve(c, Arch::D), ValueError);  // feature_seed too: an option of a part not chosen
@@ -116,7 +117,7 @@ TEST(RandomFeatures, ConfigChecks) {
                 << e.what();
         }
     }
-    c = performer_like(AttnKernel::RFA, Positional::Learned, 8);
+    c = performer_like("rfa", Positional::Learned, 8);
     c.part_options.set("n_features", std::int64_t(0));  // None: ⌈d_attn ln d_attn⌉ = ⌈4 ln 4⌉ = 6
     EXPECT_EQ(resolve(c, Arch::D).part_options.integer("n_features"), 6);
 }

@@ -23,7 +23,7 @@ def test_one_rule_refuses_every_kernel_that_forms_no_weights(kind, kwargs):
     sizes = (V, 96, 1, 2, 8, 12, 8) if kind == "bigbird" else (V, 96, 1, 2, 8, 12)
     make(*sizes, **kwargs)  # the kernel alone is fine
     msg = (f"attn_dropout = 0.1 drops attention weights, which the '{kind}' head kernel does not form "
-           r"\(kernels that do: 'softmax'\): attn_dropout must be 0")
+           r"\(kernels that do: 'softmax', 'sigmoid'\): attn_dropout must be 0")
     with pytest.raises(ValueError, match=msg):
         make(*sizes, attn_dropout=0.1, **kwargs)
     with pytest.raises(ValueError, match=msg):  # `dropout` sets the weights' rate too

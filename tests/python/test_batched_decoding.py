@@ -268,7 +268,8 @@ def test_prompt_cache_bad_input(tmp_path):
 @pytest.mark.parametrize("opts, match", [
     (dict(mask="prefix"), "prefix LM"),
     (dict(positional="rope", bias=False, kv_lora_rank=8, qk_rope_head_dim=4), "kv_lora_rank"),
-    (dict(attention="performer", n_features=8), "random-feature"),
+    (dict(attention="performer", n_features=8), "attention='performer' has no"),
+    (dict(attention="sigmoid"), "attention='sigmoid' has no"),
 ])
 def test_models_without_pages_are_refused(opts, match):
     m = ft.DTransformer(20, 16, 1, 2, 16, 32, dtype="float64", **opts)

@@ -57,7 +57,8 @@ def features(X, Omega, kind):
 
 def gqa(X, p, a, H, positional, theta, attention="softmax", Omega=None, causal_mask=True, rotary_pct=1.0):
     """Causal self-attention with H query heads and H_kv = W_k's heads; X (d, ℓ). attention="performer" |
-    "rfa": the random-feature estimate in its quadratic form, A = Mask ⊙ φ(K)ᵀφ(Q) normalised per column."""
+    "rfa": the random-feature estimate in its quadratic form, A = Mask ⊙ φ(K)ᵀφ(Q) normalised per column;
+    attention="sigmoid": A = Mask ⊙ σ(S − log ℓ)."""
     W_q, W_k, W_v = p[a + "W_q"], p[a + "W_k"], p[a + "W_v"]
     H_kv, d_attn, l = W_k.shape[0], W_q.shape[1], X.shape[1]
 
@@ -72,7 +73,7 @@ def gqa(X, p, a, H, positional, theta, attention="softmax", Omega=None, causal_m
     K = K.repeat_interleave(H // H_kv, dim=0)  # each key/value head serves H/H_kv consecutive query heads
     V = V.repeat_interleave(H // H_kv, dim=0)
     causal = pos[:, None] <= pos[None, :]
-    if attention != "softmax":
+    if attention in ("performer", "rfa"):
         A = torch.einsum("hmz,hmx->hzx", features(K, Omega, attention), features(Q, Omega, attention))
         if causal_mask:
             A = A * causal.to(torch.float64)
@@ -83,8 +84,11 @@ def gqa(X, p, a, H, positional, theta, attention="softmax", Omega=None, causal_m
     if positional == "alibi":
         dist = (pos[None, :] - pos[:, None]).abs().to(torch.float64)  # |t_x − t_z|
         S = S - torch.tensor(alibi_slopes(H), dtype=torch.float64)[:, None, None] * dist
-    S = S.masked_fill(~causal, float("-inf"))
-    Y = torch.einsum("hdz,hzx->hdx", V, torch.softmax(S, dim=1)).reshape(-1, l)
+    if attention == "sigmoid":  # Ramapuram et al. 2024: σ(S − log ℓ) on the causal entries, 0 above, no normalisation
+        A = torch.sigmoid(S - math.log(l)).masked_fill(~causal, 0.0)
+    else:
+        A = torch.softmax(S.masked_fill(~causal, float("-inf")), dim=1)
+    Y = torch.einsum("hdz,hzx->hdx", V, A).reshape(-1, l)
     out = p[a + "W_o"] @ Y
     return out if (a + "b_o") not in p else out + p[a + "b_o"][:, None]
 

@@ -87,15 +87,17 @@ struct ModelConfig {
     // How every attention computes Algorithm 4's lines 4–6 (docs/api.md attention_impl; variants.hpp AttnImpl):
     // the listing as printed, the tiled listing (tiled_attention.hpp), or Auto (tiled from kTiledFromLength on).
     AttnImpl attention_impl = AttnImpl::Auto;
-    // V15 (D, E; random_features.hpp): every attention's lines 4–6 estimated with random features (the options of
-    // the 'performer' and 'rfa' head kernels' rows); Softmax: the listing.
-    AttnKernel attention = AttnKernel::Softmax;
+    // attention (D, E): a registered head kernel's name (parts.hpp PartKind::HeadKernel), how every attention
+    // computes lines 4–6: "softmax", the listing (literal or tiled: attention_impl); V15's "performer" and "rfa"
+    // (random features, random_features.hpp; their rows' options); V17's "bigbird" (E: block layouts). What the rest
+    // of the code asks of it, its registry line says (head_kernel_has). resolve checks it.
+    std::string attention = "softmax";
     // V16 (D only; multi_token.hpp): mtp_depth = D sequential multi-token-prediction modules (DeepSeek-V3 §2.2);
     // module k predicts x[t+k+1] from the previous depth's hidden state and the embedding of x[t+k], through the
     // shared final norm and unembedding. The loss is L_main + (λ/D) Σ_k L_k with λ = mtp_weight. 0: Algorithm 10.
     index_t mtp_depth = 0;
     double mtp_weight = 0.3;
-    // V17 (E only, attention = BigBird; block_sparse.hpp): every self-attention's Mask is BigBird's block layout,
+    // V17 (E only, attention = "bigbird"; block_sparse.hpp): every self-attention's Mask is BigBird's block layout,
     // blocks of block_size tokens (0: None, required then), window_blocks sliding blocks, n_global_blocks at
     // each end, n_random_blocks drawn from layout_seed per layer; attention_impl literal: Algorithm 4 with that
     // mask (dense), auto: the block-sparse kernel.

@@ -99,9 +99,9 @@ struct AttnVariant {
     bool rel_bidirectional = true;
     double rel_init_std = 0.02;
     bool scale_scores = true;  // false: V18 (T5), line 4's S ← Kᵀ Q without 1/√d_attn
-    // lines 4–6 estimated with random features (V15, random_features.hpp; its options n_features, feature_seed in
-    // `options`); Softmax: the listing
-    AttnKernel kernel = AttnKernel::Softmax;
+    // the registered head kernel the model's `attention` names ("softmax": the listing; V15's "performer", "rfa",
+    // their options n_features, feature_seed in `options`); head_kernel_name combines it with impl
+    std::string kernel = "softmax";
     // the model's norm part and its eps (V24's QK-norm, variants/qk_norm.cpp, normalises each head with it)
     std::string norm = "rms";
     double eps = 1e-5;
@@ -355,11 +355,28 @@ std::vector<SelectorName> selector_names(PartKind kind, Arch arch);  // (a part 
 std::string selected_part(PartKind kind, const std::string& given, Arch arch, const char* option);
 // The part of `kind` an architecture's listing has, chosen when its option is not given: norm "layer"
 // (Algorithm 6); MLP "gelu" (Algorithms 9, 10) or, in EDTransformer, "relu" (Algorithm 8); mask "causal" in
-// DTransformer (Algorithm 10), "bidirectional" in ETransformer; the block default_block(arch); "" for the others.
+// DTransformer (Algorithm 10), "bidirectional" in ETransformer; head kernel "softmax" (Algorithm 4's lines 4–6); the
+// block default_block(arch); "" for the others.
 const char* default_part(PartKind kind, Arch arch);
 // Whether the mask `name` is made per call from the batch's per-sequence values (V7's "prefix", from the prefix
 // lengths p_b: Tokens::prefix, prefix_len): its registry line says so. A model with such a mask takes prefix_len.
 bool per_call_mask(const std::string& name);
+// What the rest of the code asks of a head kernel, as its registry line declares it (head_kernel_has(name, p)): a
+// new kernel is its file and its line, with no compare of its name anywhere else.
+enum class HeadKernelProperty : unsigned {
+    // it forms the weights A before line 6's product: a KernelWrapper (attention dropout) can wrap it
+    FormsWeights = 1,
+    // decoding keeps every past key and value in the KV cache, none folded into a running state, and a call over n
+    // new tokens gives what n calls of one give: the caches can take drafted tokens back and check several at once
+    // (speculative decoding, V16's self-speculation). V15's random features fold the keys into a state.
+    KeepsKeys = 2,
+    // its weights are the softmax of its scores as score_scale and transform_scores form them, which paged decoding
+    // (PagePool, DInferenceBatch) forms itself from the pages
+    ScoreSoftmax = 4,
+    // its mask is the config's block layout (V17: block_size, window_blocks, …, layout_seed; the layouts a file keeps)
+    BlockLayouts = 8,
+};
+bool head_kernel_has(const std::string& name, HeadKernelProperty p);
 
 // What a part declares of itself (defined in the part's own file, listed with its factory in registry.cpp):
 // the options it owns (the model config's schema takes them as its own: keywords, JSON, repr) and its one
@@ -401,8 +418,9 @@ template <class T>
 PositionPart<T> make_position(const std::string& name, const AttnSpec& spec, ParamStore<T>& store,
                               const std::string& prefix);
 // The registered names an attention's options choose (registry.cpp): the Q/K/V source whose options are given
-// (V10's kv_lora_rank → "latent"), else "projections"; AttnKernel → "softmax", "performer", "rfa", "bigbird" (V17
-// with attention_impl auto)
+// (V10's kv_lora_rank → "latent"), else "projections"; the head kernel v.kernel names, combined with v.impl (a kernel
+// whose line gives a dense form, V17's "bigbird", runs it under attention_impl 'literal' and 'tiled') and, for the
+// listing's "softmax", replaced by a kernel its own options choose (V25's "softcap")
 std::string qkv_source_name(const AttnVariant& v);
 std::string head_kernel_name(const AttnVariant& v);
 template <class T>
@@ -414,7 +432,8 @@ std::shared_ptr<const HeadKernel<T>> make_head_kernel(const std::string& name, c
 // The head kernel a model's config chooses (its attention options as attn_variant copies them)
 std::string head_kernel_name(const ModelConfig& c);
 // Whether the registered head kernel `name` forms the weights A before line 6's product (HeadKernel::weights_backward;
-// a KernelWrapper can wrap it), and the names of those that do ("'softmax'"), for the messages
+// a KernelWrapper can wrap it: HeadKernelProperty::FormsWeights), and the names of those that do ("'softmax'"), for
+// the messages
 bool head_kernel_forms_weights(const std::string& name);
 std::string kernels_forming_weights();
 // The kernel wrapped in every KernelWrapper part spec.v.options choose (each the one before), or `kernel` itself

@@ -51,26 +51,32 @@
 
 namespace ft {
 
+// The kind of V15's features, the head kernels "performer" (positive orthogonal features, FAVOR+) and "rfa"
+// (trigonometric features): Algorithm V15a's and V15b's `kind`.
+enum class FeatureKind { Performer, RFA };
+// "performer" or "rfa" -> its kind; ValueError naming `option` for another name
+FeatureKind feature_kind(const std::string& name, const char* option);
+
 // The fixed random projection Ω of one attention: D rows of dimension d (Algorithm V15a).
 template <class T>
 struct RandomFeatures {
-    AttnKernel kind = AttnKernel::Performer;
+    FeatureKind kind = FeatureKind::Performer;
     index_t D = 0, d = 0;
     Matrix<T> Omega;  // [D, d]
     // rows of φ(x): D (performer) or 2D (rfa: sin and cos); check_n_features bounds 2D
-    index_t M() const { return kind == AttnKernel::RFA ? 2 * D : D; }
+    index_t M() const { return kind == FeatureKind::RFA ? 2 * D : D; }
 };
 
 // V15's one rule for n_features, called by the config's resolve and by the part's factory (and by the draw)
 // before anything is drawn: D >= 1, d_attn >= 1, and Ω of `attentions` attentions (D × d_attn elements of
 // elem_size bytes each) with the draw's D × d_attn doubles within sizes.hpp's bound (overflow-checked). ValueError
 // naming n_features. Returns M, the rows of φ(x): D (performer) or 2D (rfa).
-index_t check_n_features(AttnKernel kind, index_t D, index_t d_attn, index_t attentions, std::size_t elem_size);
+index_t check_n_features(FeatureKind kind, index_t D, index_t d_attn, index_t attentions, std::size_t elem_size);
 
 // V15a: Ω drawn from `seed` and the attention's name (its parameter prefix, e.g. "layers.0.attn."), so every
-// layer draws its own features and the same seed redraws the same ones. ValueError: D < 1, d < 1, kind Softmax.
+// layer draws its own features and the same seed redraws the same ones. ValueError: D < 1, d < 1.
 template <class T>
-RandomFeatures<T> draw_random_features(AttnKernel kind, index_t D, index_t d, std::uint64_t seed,
+RandomFeatures<T> draw_random_features(FeatureKind kind, index_t D, index_t d, std::uint64_t seed,
                                        const std::string& name);
 
 // V15b on the columns of X:[d, n] -> Phi:[M, n]; query = true applies the queries' stabiliser (see above).

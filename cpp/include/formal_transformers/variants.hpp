@@ -48,12 +48,6 @@ enum class AttnImpl { Auto, Literal, Tiled };
 // Auto's threshold: the longest key sequence of a call at which the tiled listing becomes the faster one
 // (measured on the baby GPT shape's training step, docs/benchmarks.md "Tiled attention").
 constexpr index_t kTiledFromLength = 256;
-// What Algorithm 4's lines 4–6 compute (docs/api.md `attention`): Softmax, the listing (exactly, literal or tiled);
-// Performer or RFA, V15's estimate of it with random features (random_features.hpp: positive orthogonal
-// features, FAVOR+; trigonometric features, RFA), linear in ℓ.
-// How lines 4–6 compute the weights: the listing's softmax, random features (V15: Performer, RFA), or BigBird's
-// block-sparse layout (V17, block_sparse.hpp: the softmax over the live blocks of its mask only).
-enum class AttnKernel { Softmax, Performer, RFA, BigBird };
 
 // Algorithm V1 on every head of X:[n_heads·d, n] in place, column j at absolute position pos[j];
 // inverse = true applies R(p)ᵀ (the backward). d even.

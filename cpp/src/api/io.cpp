@@ -325,7 +325,7 @@ std::string bigbird_layouts_json(const ETransformer<T>& m) {
 
 template <class T>
 void set_bigbird_layouts_json(ETransformer<T>& m, const std::string& text) {
-    if (m.cfg.attention != AttnKernel::BigBird) throw ValueError("bigbird layouts: the model's attention is not 'bigbird'");
+    if (!head_kernel_has(m.cfg.attention, HeadKernelProperty::BlockLayouts)) throw ValueError("bigbird layouts: the model's attention is not 'bigbird'");
     const Json j = parse_bounded_json(text, "bigbird layouts", JsonBounds{8});
     if (!j.is_object()) throw ValueError("bigbird layouts: not a JSON object {\"n\": layers, …}");
     std::vector<std::vector<std::vector<BlockLayout>>> all;  // every length read and checked before any is installed

@@ -55,9 +55,10 @@ void check_paged_model(const DTransformer<T>& m, const char* what) {
     if (s)
         throw ValueError(std::string(what) + " of a model with the '" + s->name + "' Q/K/V source (" + s->options[0].name +
                          ") is not supported: decode each prompt with DInference(...)(x, model)");
-    if (c.attention != AttnKernel::Softmax)
-        throw ValueError(std::string(what) + " of a random-feature-attention model (attention='performer'/'rfa') is not "
-                         "supported: decode each prompt with DInference(...)(x, model)");
+    if (!head_kernel_has(c.attention, HeadKernelProperty::ScoreSoftmax))  // (it forms the softmax itself, page by page)
+        throw ValueError("attention='" + c.attention + "' has no " + what +
+                         " (its weights are not a softmax of scores that can be formed page by page): decode each "
+                         "prompt with DInference(...)(x, model)");
 }
 
 template <class T>

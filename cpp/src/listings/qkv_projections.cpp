@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "formal_transformers/attention.hpp"
+#include "formal_transformers/bf16_products.hpp"
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/functions.hpp"
 #include "formal_transformers/lora.hpp"
@@ -95,6 +96,7 @@ void Projections<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
         // dX += [W_q; W_k; W_v]ᵀ [dQ; dK; dV]
         ProjectionWork<T>& pw = w.source.template get<ProjectionWork<T>>();
         CMatView<T> dQKV = view(pw.dQKV);
+        Bf16OperandReuse once;  // bf16-mixed: dQKV rounded once for dW and dX
         // a weight frozen for the run (ParamStore::train_only) has no gradient; none trains: no product at all
         T *gq = store.grad_if_trained(W_q), *gk = store.grad_if_trained(W_k), *gv = store.grad_if_trained(W_v);
         if (gq || gk || gv) {

@@ -47,9 +47,6 @@ const NameTable<Positional> kPositionals = {{"learned", Positional::Learned},
                                             {"relative", Positional::Relative}};
 const NameTable<Gelu> kGelus = {{"exact", Gelu::Exact}, {"tanh", Gelu::Tanh}, {"none", Gelu::Exact}};
 const NameTable<AttnImpl> kAttnImpls = {{"auto", AttnImpl::Auto}, {"literal", AttnImpl::Literal}, {"tiled", AttnImpl::Tiled}};
-const NameTable<AttnKernel> kAttnKernels = {
-    {"softmax", AttnKernel::Softmax}, {"performer", AttnKernel::Performer}, {"rfa", AttnKernel::RFA},
-    {"bigbird", AttnKernel::BigBird}};
 const NameTable<ModelConfig::BigBirdDraw> kBigBirdDraws = {{"per_head", ModelConfig::BigBirdDraw::PerHead},
                                                             {"per_layer", ModelConfig::BigBirdDraw::PerLayer}};
 
@@ -58,7 +55,6 @@ const NameTable<En>& names_of(En ModelConfig::*);
 template <> const NameTable<Positional>& names_of(Positional ModelConfig::*) { return kPositionals; }
 template <> const NameTable<Gelu>& names_of(Gelu ModelConfig::*) { return kGelus; }
 template <> const NameTable<AttnImpl>& names_of(AttnImpl ModelConfig::*) { return kAttnImpls; }
-template <> const NameTable<AttnKernel>& names_of(AttnKernel ModelConfig::*) { return kAttnKernels; }
 template <> const NameTable<ModelConfig::BigBirdDraw>& names_of(ModelConfig::BigBirdDraw ModelConfig::*) { return kBigBirdDraws; }
 
 template <class P>
@@ -69,7 +65,6 @@ constexpr bool is_enum_member<En ModelConfig::*> = std::is_enum_v<En>;
 using Field = std::variant<std::nullptr_t, index_t ModelConfig::*, double ModelConfig::*, bool ModelConfig::*,
                            std::uint64_t ModelConfig::*, Positional ModelConfig::*,
                            Gelu ModelConfig::*, AttnImpl ModelConfig::*,
-                           AttnKernel ModelConfig::*,
                            ModelConfig::BigBirdDraw ModelConfig::*, std::string ModelConfig::*>;
 
 struct OptionSpec {
@@ -134,7 +129,7 @@ const std::vector<OptionSpec> kSchema = {
     {"attn_dropout", 0, Kind::AllRates, nullptr},  // (the attention-dropout part's option, where it stood: pinned)
     {"resid_dropout", ALL, Kind::Real, &ModelConfig::resid_dropout, Check::Rate},
     {"attention_impl", ALL, Kind::Enum, &ModelConfig::attention_impl},
-    {"attention", DE, Kind::Enum, &ModelConfig::attention},
+    {"attention", DE, Kind::Part, &ModelConfig::attention, Check::None, nullptr, PartKind::HeadKernel},
     {kPartsHere[0].name, 0, Kind::AllRates, nullptr},
     {kPartsHere[1].name, 0, Kind::AllRates, nullptr},
     {"block_size", E, Kind::AutoSize, &ModelConfig::block_size},
@@ -498,13 +493,8 @@ std::pair<std::string, std::string> selector(const ModelConfig& c, PartKind kind
     if (kind == PartKind::Block) return {"block='" + c.block + "'", c.block};
     if (kind == PartKind::Norm) return {"norm='" + c.norm + "'", c.norm};
     if (kind == PartKind::MLP) return {"mlp='" + c.mlp + "'", c.mlp};
-    if (kind == PartKind::HeadKernel && c.arch != Arch::ED) {
-        const char* n = c.attention == AttnKernel::Performer ? "performer"
-                        : c.attention == AttnKernel::RFA     ? "rfa"
-                        : c.attention == AttnKernel::BigBird ? "bigbird"
-                                                             : "";
-        return {std::string("attention='") + (*n ? n : "softmax") + "'", n};
-    }
+    if (kind == PartKind::HeadKernel && c.arch != Arch::ED)  // (the listing's "softmax": a kernel its options choose may replace it)
+        return {"attention='" + c.attention + "'", c.attention == default_part(kind, c.arch) ? "" : c.attention};
     return {"", ""};
 }
 // The part of `kind` c chooses (its row; null: none with a row), by the selector or by one of the part's own options
@@ -808,7 +798,7 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
         if (row->check) row->check(c.part_options, &c);
     if (const PartRow* row = row_chosen_by(PartKind::Embedding, c.part_options))  // an encoder's embedding (V28's audio)
         if (row->check) row->check(c.part_options, &c);
-    if (c.attention == AttnKernel::BigBird) {  // V17 (block_sparse.hpp)
+    if (head_kernel_has(c.attention, HeadKernelProperty::BlockLayouts)) {  // V17 (block_sparse.hpp)
         if (arch != Arch::E)
             throw ValueError("attention='bigbird' is BigBird's bidirectional block layout: an ETransformer option");
         if (c.block_size == 0) throw ValueError("attention='bigbird' needs block_size (the tokens per block)");
@@ -837,7 +827,7 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
                              std::to_string(c.mtp_depth + 2) + ")");
         if (per_call_mask(c.mask))
             throw ValueError("mtp_depth (multi-token prediction) does not combine with mask='" + c.mask + "'");
-        if (c.attention != AttnKernel::Softmax)
+        if (!head_kernel_has(c.attention, HeadKernelProperty::KeepsKeys))
             throw ValueError("mtp_depth (multi-token prediction) needs attention='softmax' (its self-speculation takes back drafts)");
         if (c.part_options.real("embed_scale") > 0 || c.final_logit_softcapping > 0 || c.block == "sandwich")
             throw ValueError("mtp_depth (multi-token prediction) does not combine with Gemma's embed_scale, "

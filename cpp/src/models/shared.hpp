@@ -58,7 +58,7 @@ inline Mask layer_mask(const ModelConfig& c, index_t l) {
 // BigBird's block layouts, drawn from layout_seed and the attention's name (each layer and head its own; bigbird_draw
 // "per_layer": each layer's one, head 0's)
 inline Mask encoder_mask(const ModelConfig& c, const std::string& p) {
-    if (c.attention != AttnKernel::BigBird) return Mask::bidirectional();
+    if (!head_kernel_has(c.attention, HeadKernelProperty::BlockLayouts)) return Mask::bidirectional();
     BigBirdSpec s;
     s.block = c.block_size, s.window = c.window_blocks, s.global = c.n_global_blocks, s.random = c.n_random_blocks;
     s.seed = c.layout_seed, s.name = p, s.heads = c.H;

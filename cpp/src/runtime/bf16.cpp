@@ -6,9 +6,11 @@
 #include <array>
 #include <atomic>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
+#include "formal_transformers/bf16_products.hpp"
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/paged.hpp"
 
@@ -175,13 +177,13 @@ dnnl::engine& engine() {
 }
 
 // One matmul per shape, layout, α and β, made on first use (thread-local: no lock on the hot path).
-using Key = std::array<std::int64_t, 10>;
+using Key = std::array<std::int64_t, 11>;  // … key[10]: 1 with a bias (b 1ᵀ added)
 struct Prim {
     dnnl::matmul mm;
     dnnl::memory::desc src, wei, dst;
     std::string impl;
     // made once, their data handles set at each call (small products: less overhead)
-    dnnl::memory src_mem, wei_mem, dst_mem;
+    dnnl::memory src_mem, wei_mem, dst_mem, bias_mem;
 };
 
 // C (column-major m × n, ldc) = α op(A) op(B) + β C computed as its transpose, row-major n × m:
@@ -202,9 +204,13 @@ Prim make_prim(const Key& key) {
         po.append_sum(beta);
         attr.set_post_ops(po);
     }
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), attr, engine());
+    // the bias of C's rows, b 1ᵀ: in the transposed problem one row [1, m] broadcast over dst's n rows
+    dnnl::memory::desc bias({1, m}, dt::f32, {m, 1});
+    const dnnl::matmul::desc d = key[10] ? dnnl::matmul::desc(src, wei, bias, dst) : dnnl::matmul::desc(src, wei, dst);
+    dnnl::matmul::primitive_desc pd(d, attr, engine());
     return Prim{dnnl::matmul(pd), src, wei, dst, pd.impl_info_str(), dnnl::memory(src, engine(), nullptr),
-                dnnl::memory(wei, engine(), nullptr), dnnl::memory(dst, engine(), nullptr)};
+                dnnl::memory(wei, engine(), nullptr), dnnl::memory(dst, engine(), nullptr),
+                dnnl::memory(bias, engine(), nullptr)};
 }
 
 std::string& last_impl() {
@@ -213,7 +219,7 @@ std::string& last_impl() {
 }
 
 void run_onednn(int ta, int tb, index_t m, index_t n, index_t k, float alpha, const std::uint16_t* a, index_t lda,
-                const std::uint16_t* b, index_t ldb, float beta, float* C, index_t ldc) {
+                const std::uint16_t* b, index_t ldb, float beta, float* C, index_t ldc, const float* bias = nullptr) {
     thread_local std::map<Key, Prim> cache;
     thread_local dnnl::stream stream(engine());
     Key key{};
@@ -229,6 +235,7 @@ void run_onednn(int ta, int tb, index_t m, index_t n, index_t k, float alpha, co
     std::memcpy(&ab, &alpha, 4);
     std::memcpy(&bb, &beta, 4);
     key[8] = ab, key[9] = bb;
+    key[10] = bias != nullptr;
     auto it = cache.find(key);
     if (it == cache.end()) {
         if (cache.size() > 4096) cache.clear();  // shapes of a long session of different models
@@ -241,7 +248,11 @@ void run_onednn(int ta, int tb, index_t m, index_t n, index_t k, float alpha, co
     p.src_mem.set_data_handle(const_cast<std::uint16_t*>(b));
     p.wei_mem.set_data_handle(const_cast<std::uint16_t*>(a));
     p.dst_mem.set_data_handle(C);
-    p.mm.execute(stream, {{DNNL_ARG_SRC, p.src_mem}, {DNNL_ARG_WEIGHTS, p.wei_mem}, {DNNL_ARG_DST, p.dst_mem}});
+    // the C API's execute: an array of arguments (the C++ one builds a hash map of them at every call)
+    if (bias) p.bias_mem.set_data_handle(const_cast<float*>(bias));
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, p.src_mem.get()}, {DNNL_ARG_WEIGHTS, p.wei_mem.get()},
+                               {DNNL_ARG_DST, p.dst_mem.get()}, {DNNL_ARG_BIAS, p.bias_mem.get()}};
+    dnnl::error::wrap_c_api(dnnl_primitive_execute(p.mm.get(), stream.get(), bias ? 4 : 3, args), "oneDNN matmul");
     stream.wait();
 }
 }  // namespace
@@ -281,25 +292,131 @@ std::string bf16_info() {
 }
 
 namespace {
+// A buffer that grows without writing its new entries (each use writes what it then reads): a resize of a
+// std::vector zero-filled the growth at every product whose operand was larger than the previous one
+struct Bf16Buffer {
+    std::unique_ptr<std::uint16_t[]> p;
+    std::size_t cap = 0;
+    std::uint16_t* get(std::size_t n) {
+        if (n > cap) p.reset(new std::uint16_t[n]), cap = n;
+        return p.get();
+    }
+};
+
+// X (rows × cols, column-major, ld) rounded into out (column-major, ld = rows). Small operands (the per-head
+// products of attention, ~2 K entries) on the calling thread without entering a parallel region, and one flat
+// loop where X is contiguous.
+constexpr index_t kParallelRound = index_t(1) << 16;
+std::atomic<std::uint64_t> operands_rounded{0};
+void round_into(const float* X, index_t rows, index_t cols, index_t ld, std::uint16_t* out) {
+    operands_rounded.fetch_add(1, std::memory_order_relaxed);
+    const bool flat = ld == rows || cols == 1;
+    if (rows * cols > kParallelRound) {
+        if (flat) {
+            const index_t n = rows * cols, chunk = index_t(1) << 14, chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (!omp_in_parallel())
+            for (index_t c = 0; c < chunks; ++c) {
+                const index_t i1 = std::min(n, (c + 1) * chunk);
+#pragma omp simd
+                for (index_t i = c * chunk; i < i1; ++i) out[i] = bf16_bits(X[i]);
+            }
+            return;
+        }
+#pragma omp parallel for schedule(static) if (!omp_in_parallel())
+        for (index_t j = 0; j < cols; ++j) {
+            const float* x = X + j * ld;
+            std::uint16_t* o = out + j * rows;
+#pragma omp simd
+            for (index_t i = 0; i < rows; ++i) o[i] = bf16_bits(x[i]);
+        }
+        return;
+    }
+    if (flat) {
+        const index_t n = rows * cols;
+#pragma omp simd
+        for (index_t i = 0; i < n; ++i) out[i] = bf16_bits(X[i]);
+        return;
+    }
+    for (index_t j = 0; j < cols; ++j) {
+        const float* x = X + j * ld;
+        std::uint16_t* o = out + j * rows;
+#pragma omp simd
+        for (index_t i = 0; i < rows; ++i) o[i] = bf16_bits(x[i]);
+    }
+}
+
+// Operands rounded once for several products (Bf16OperandReuse): a few entries, each the rounding of one operand
+// (its address and shape) in a buffer of its own, valid until a product's result overlaps it or the outermost
+// scope ends.
+struct ReuseEntry {
+    const float* x = nullptr;
+    index_t rows = 0, cols = 0, ld = 0;
+    Bf16Buffer buf;
+    std::uint64_t used = 0;
+};
+struct ReuseCache {
+    int depth = 0;
+    std::uint64_t clock = 0;
+    std::array<ReuseEntry, 4> e;
+    void clear() {
+        for (ReuseEntry& r : e) r.x = nullptr;
+    }
+    // the entry of X, rounded now unless it already was
+    const std::uint16_t* get(const float* X, index_t rows, index_t cols, index_t ld) {
+        ReuseEntry* slot = &e[0];
+        for (ReuseEntry& r : e) {
+            if (r.x == X && r.rows == rows && r.cols == cols && r.ld == ld) {
+                r.used = ++clock;
+                return r.buf.p.get();
+            }
+            if (!r.x) slot = &r;
+            else if (slot->x && r.used < slot->used) slot = &r;
+        }
+        std::uint16_t* out = slot->buf.get(std::size_t(rows * cols));
+        round_into(X, rows, cols, ld, out);
+        slot->x = X, slot->rows = rows, slot->cols = cols, slot->ld = ld, slot->used = ++clock;
+        return out;
+    }
+    // a product has written C (m × n, ldc): the entries it overlaps are stale
+    void written(const float* C, index_t m, index_t n, index_t ldc) {
+        const float* c1 = C + (n - 1) * ldc + m;
+        for (ReuseEntry& r : e)
+            if (r.x && r.x < c1 && C < r.x + (r.cols - 1) * r.ld + r.rows) r.x = nullptr;
+    }
+};
+ReuseCache& reuse_cache() {
+    thread_local ReuseCache c;
+    return c;
+}
+
 // op's operand X (rows × cols, column-major, ld) as bf16: θ's copy when the context has one and X lies in
-// θ, else rounded into `scratch` (column-major, ld = rows)
-const std::uint16_t* bf16_operand(const float* X, index_t rows, index_t cols, index_t& ld,
-                                  std::vector<std::uint16_t>& scratch) {
-    const ProductContext c = product_context();
+// θ, else its rounding (column-major, ld = rows): kept for the next products inside a Bf16OperandReuse scope,
+// else in `scratch`
+[[maybe_unused]] const std::uint16_t* bf16_operand(const ProductContext& c, const float* X, index_t rows,
+                                                   index_t cols, index_t& ld, Bf16Buffer& scratch) {
     if (c.weights) {
         const std::uint16_t* first = c.weights->find(X);
         if (first && c.weights->find(X + (cols - 1) * ld + rows - 1)) return first;
     }
-    scratch.resize(std::size_t(rows * cols));
-    std::uint16_t* out = scratch.data();
+    ReuseCache& rc = reuse_cache();
     const index_t ldx = ld;
-#pragma omp parallel for schedule(static) if (rows * cols > (index_t(1) << 16) && !omp_in_parallel())
-    for (index_t j = 0; j < cols; ++j)
-        for (index_t i = 0; i < rows; ++i) out[i + j * rows] = to_bf16(X[i + j * ldx]);
     ld = rows;
+    if (rc.depth > 0) return rc.get(X, rows, cols, ldx);
+    std::uint16_t* out = scratch.get(std::size_t(rows * cols));
+    round_into(X, rows, cols, ldx, out);
     return out;
 }
+}  // namespace
 
+std::uint64_t bf16_operands_rounded() { return operands_rounded.load(); }
+
+Bf16OperandReuse::Bf16OperandReuse() { ++reuse_cache().depth; }
+Bf16OperandReuse::~Bf16OperandReuse() {
+    ReuseCache& rc = reuse_cache();
+    if (--rc.depth == 0) rc.clear();
+}
+
+namespace {
 // A weight from θ's bf16 copy times a few columns (decoding: one token per sequence, n ≤ kBf16FewColumns). oneDNN's
 // matmul is tuned for many columns: with one it is no faster than float32 gemv, and it makes a new primitive for
 // every new shape. Decoding is bound by reading the weights, so these loops read their bf16 copy once (half the
@@ -531,6 +648,14 @@ void gemm_bf16(int ta, int tb, index_t m, index_t n, index_t k, float alpha, con
     const index_t ar = ta == 0 ? m : k, ac = ta == 0 ? k : m;
     const index_t br = tb == 0 ? k : n, bc = tb == 0 ? n : k;
     const ProductContext ctx = product_context();
+    // inside a Bf16OperandReuse scope, whichever path runs: the kept roundings that C overlaps are dropped after
+    struct Written {
+        const float* C;
+        index_t m, n, ldc;
+        ~Written() {
+            if (reuse_cache().depth > 0) reuse_cache().written(C, m, n, ldc);
+        }
+    } written{C, m, n, ldc};
     if (ctx.weights && !ctx.training && n <= kBf16FewColumns && ctx.weights->find(A) && ctx.weights->find(A + (ac - 1) * lda + ar - 1)) {
         few_columns(ta, tb, m, n, k, alpha, ctx.weights->find(A), lda, B, ldb, beta, C, ldc);
         return;
@@ -541,9 +666,9 @@ void gemm_bf16(int ta, int tb, index_t m, index_t n, index_t k, float alpha, con
     // (training: the shapes repeat at every step, so the small products' primitives are made once; there they run
     // faster through oneDNN than emulated — docs/benchmarks.md)
     if (bf16_native() && (double(m) * double(n) * double(k) >= double(1 << 18) || ctx.training)) {
-        thread_local std::vector<std::uint16_t> sa, sb;
-        const std::uint16_t* a = bf16_operand(A, ar, ac, lda, sa);
-        const std::uint16_t* b = bf16_operand(B, br, bc, ldb, sb);
+        thread_local Bf16Buffer sa, sb;
+        const std::uint16_t* a = bf16_operand(ctx, A, ar, ac, lda, sa);
+        const std::uint16_t* b = bf16_operand(ctx, B, br, bc, ldb, sb);
         run_onednn(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, C, ldc);
         return;
     }
@@ -554,6 +679,25 @@ void gemm_bf16(int ta, int tb, index_t m, index_t n, index_t k, float alpha, con
     ProductScope f32(ProductContext{});  // the products themselves in float32
     gemm<float>(ta == 0 ? Op::N : Op::T, tb == 0 ? Op::N : Op::T, alpha, CMatView<float>(a, ar, ac, lda),
                 CMatView<float>(b, br, bc, ldb), beta, MatView<float>(C, m, n, ldc));
+}
+
+bool affine_bf16(index_t m, index_t n, index_t k, const float* W, index_t ldw, const float* X, index_t ldx,
+                 const float* b, float* Y, index_t ldy) {
+#ifdef FT_HAVE_ONEDNN
+    const ProductContext ctx = product_context();
+    if (!ctx.bf16 || !bf16_native() || (double(m) * double(n) * double(k) < double(1 << 18) && !ctx.training) ||
+        (ctx.weights && !ctx.training && n <= kBf16FewColumns))
+        return false;
+    thread_local Bf16Buffer sa, sb;
+    const std::uint16_t* a = bf16_operand(ctx, W, m, k, ldw, sa);
+    const std::uint16_t* x = bf16_operand(ctx, X, k, n, ldx, sb);
+    run_onednn(0, 0, m, n, k, 1.0f, a, ldw, x, ldx, 0.0f, Y, ldy, b);
+    if (reuse_cache().depth > 0) reuse_cache().written(Y, m, n, ldy);
+    return true;
+#else
+    (void)m, (void)n, (void)k, (void)W, (void)ldw, (void)X, (void)ldx, (void)b, (void)Y, (void)ldy;
+    return false;
+#endif
 }
 
 }  // namespace ft

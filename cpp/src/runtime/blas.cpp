@@ -10,6 +10,7 @@
 // pool. OpenBLAS (0.3.27+) lets the application run its parallel work instead: we install
 // `run_blas_jobs` below, so every multi-threaded BLAS call runs its jobs on our OpenMP threads — one pool
 // for the element-wise kernels and the BLAS, as with OpenBLAS's own OpenMP build.
+#include "formal_transformers/bf16_products.hpp"
 #include "formal_transformers/blas.hpp"
 
 #include "formal_transformers/precision.hpp"
@@ -334,6 +335,12 @@ void gemm_naive(Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta, M
 
 template <class T>
 void affine(CMatView<T> W, CMatView<T> X, const T* b, MatView<T> Y) {
+    if constexpr (std::is_same_v<T, float>) {  // bf16-mixed on bf16 instructions: b added as the sums are stored
+        if (b && W.rows > 0 && X.cols > 0 && W.cols > 0 && W.cols == X.rows && Y.rows == W.rows && Y.cols == X.cols &&
+            affine_bf16(W.rows, X.cols, W.cols, W.data, std::max<index_t>(W.ld, 1), X.data, std::max<index_t>(X.ld, 1),
+                        b, Y.data, std::max<index_t>(Y.ld, 1)))
+            return;
+    }
     if (b) {  // Y <- b 1^T, then Y += W X
         for (index_t j = 0; j < Y.cols; ++j) std::copy(b, b + Y.rows, Y.col(j));
         gemm<T>(Op::N, Op::N, T(1), W, X, T(1), Y);
@@ -364,6 +371,7 @@ void add_column_sum(CMatView<T> dY, T* db) {
 
 template <class T>
 void affine_backward(CMatView<T> W, CMatView<T> X, CMatView<T> dY, T* dW, T* db, T* dX, index_t ld_dX) {
+    Bf16OperandReuse once;  // bf16-mixed: dY rounded once for both products
     if (dW) gemm<T>(Op::N, Op::T, T(1), dY, X, T(1), MatView<T>(dW, W.rows, W.cols, W.ld));
     if (db) add_column_sum<T>(dY, db);
     if (dX)

@@ -279,7 +279,7 @@ std::map<index_t, std::vector<BlockLayout>> given_bigbird_layouts(const Mask& m)
 }
 
 void check_bigbird_layouts(const ModelConfig& c, const std::vector<std::vector<BlockLayout>>& layouts) {
-    if (c.attention != AttnKernel::BigBird) throw ValueError("bigbird layouts: the model's attention is not 'bigbird'");
+    if (!head_kernel_has(c.attention, HeadKernelProperty::BlockLayouts)) throw ValueError("bigbird layouts: the model's attention is not 'bigbird'");
     const std::string shape = "(the shape (L, H, n, n) = (" + std::to_string(c.L) + ", " + std::to_string(c.H) +
                               ", n, n), or (L, n, n): one per layer for all its heads)";
     if (index_t(layouts.size()) != c.L)
@@ -316,7 +316,7 @@ void set_bigbird_layouts(ETransformer<T>& model, std::vector<std::vector<BlockLa
 template <class T>
 std::map<index_t, std::vector<std::vector<BlockLayout>>> given_bigbird_layouts(const ETransformer<T>& model) {
     std::map<index_t, std::vector<std::vector<BlockLayout>>> r;
-    if (model.cfg.attention != AttnKernel::BigBird) return r;
+    if (!head_kernel_has(model.cfg.attention, HeadKernelProperty::BlockLayouts)) return r;
     for (index_t l = 0; l < model.cfg.L; ++l)
         for (auto& [n, hl] : given_bigbird_layouts(model.layer[std::size_t(l)]->attn.mask)) {
             auto& layers = r[n];

@@ -65,10 +65,16 @@ T* zeroed(std::vector<T>& v, index_t n) {
     std::fill(v.data(), v.data() + n, T(0));
     return v.data();
 }
-const char* kernel_name(AttnKernel kind) { return kind == AttnKernel::Performer ? "performer" : "rfa"; }
+const char* kernel_name(FeatureKind kind) { return kind == FeatureKind::Performer ? "performer" : "rfa"; }
 }  // namespace
 
-index_t check_n_features(AttnKernel kind, index_t D, index_t d_attn, index_t attentions, std::size_t elem_size) {
+FeatureKind feature_kind(const std::string& name, const char* option) {
+    if (name == "performer") return FeatureKind::Performer;
+    if (name == "rfa") return FeatureKind::RFA;
+    throw ValueError(std::string(option) + " must be 'performer' or 'rfa', got '" + name + "'");
+}
+
+index_t check_n_features(FeatureKind kind, index_t D, index_t d_attn, index_t attentions, std::size_t elem_size) {
     const std::string k = kernel_name(kind);
     if (D < 1)
         throw ValueError("n_features = " + std::to_string(D) + " must be >= 1 (the number D of random features of attention='" +
@@ -81,14 +87,13 @@ index_t check_n_features(AttnKernel kind, index_t D, index_t d_attn, index_t att
     const index_t bytes = checked_mul(per, checked_add(checked_mul(attentions, index_t(elem_size), what.c_str()),
                                                        index_t(sizeof(double)), what.c_str()), what.c_str());  // + the draw
     check_bytes(bytes, 1, what.c_str());
-    return kind == AttnKernel::RFA ? checked_mul(2, D, what.c_str()) : D;
+    return kind == FeatureKind::RFA ? checked_mul(2, D, what.c_str()) : D;
 }
 
 // ===================================== Algorithm V15a ==================================================
 template <class T>
-RandomFeatures<T> draw_random_features(AttnKernel kind, index_t D, index_t d, std::uint64_t seed,
+RandomFeatures<T> draw_random_features(FeatureKind kind, index_t D, index_t d, std::uint64_t seed,
                                        const std::string& name) {
-    if (kind == AttnKernel::Softmax) throw ValueError("random features: attention 'softmax' has none");
     check_n_features(kind, D, d, 1, sizeof(T));  // sizes before the draw: D·d may not wrap
     Rng rng(named_seed(seed, name));
     std::vector<double> W(std::size_t(D * d));  // row-major: ω_i = W[i·d …]
@@ -96,7 +101,7 @@ RandomFeatures<T> draw_random_features(AttnKernel kind, index_t D, index_t d, st
     for (index_t i0 = 0; i0 < D; i0 += d) {  // line 1: blocks of d rows
         const index_t nb = std::min(d, D - i0);
         for (double& g : G) g = rng.normal();  // G ~ N(0, 1)^{d×d}
-        if (kind == AttnKernel::Performer)     // Gram–Schmidt (modified) on the rows of G
+        if (kind == FeatureKind::Performer)     // Gram–Schmidt (modified) on the rows of G
             for (index_t r = 0; r < d; ++r) {
                 double* gr = G.data() + r * d;
                 for (index_t p = 0; p < r; ++p) {
@@ -112,7 +117,7 @@ RandomFeatures<T> draw_random_features(AttnKernel kind, index_t D, index_t d, st
             }
         std::copy(G.begin(), G.begin() + nb * d, W.begin() + i0 * d);
     }
-    if (kind == AttnKernel::Performer)  // line 2: ω_i ← B[i, :] ‖g_i‖, g_i ~ N(0, I_d)
+    if (kind == FeatureKind::Performer)  // line 2: ω_i ← B[i, :] ‖g_i‖, g_i ~ N(0, I_d)
         for (index_t i = 0; i < D; ++i) {
             double nrm = 0;
             for (index_t k = 0; k < d; ++k) {
@@ -141,7 +146,7 @@ void random_feature_map(const RandomFeatures<T>& f, CMatView<T> X, bool query, M
     for (index_t j = 0; j < n; ++j) {
         const T half_sq = T(0.5) * s * s * dot(X.col(j), X.col(j), X.rows);  // ½ s² ‖x‖²
         T* u = Phi.col(j);
-        if (f.kind == AttnKernel::Performer) {  // exp(U − ½ s² ‖x‖²)/√D (queries: minus their max)
+        if (f.kind == FeatureKind::Performer) {  // exp(U − ½ s² ‖x‖²)/√D (queries: minus their max)
             T m = half_sq;
             if (query) {
                 m = u[0];
@@ -170,7 +175,7 @@ void random_feature_map_backward(const RandomFeatures<T>& f, CMatView<T> X, CMat
     for (index_t j = 0; j < n; ++j) {
         const T *p = Phi.col(j), *g = dPhi.col(j);
         T* du = dU.col(j);
-        if (f.kind == AttnKernel::Performer) {  // dU = dΦ ⊙ Φ;  the −½ s² ‖x‖² term: −s² x (1ᵀ dU)
+        if (f.kind == FeatureKind::Performer) {  // dU = dΦ ⊙ Φ;  the −½ s² ‖x‖² term: −s² x (1ᵀ dU)
             T sum = 0;
             for (index_t i = 0; i < D; ++i) {
                 du[i] = g[i] * p[i];
@@ -388,7 +393,7 @@ template <class T>
 class RandomFeatureKernel final : public HeadKernel<T> {
 public:
     RandomFeatureKernel(RandomFeatures<T> f, bool causal) : f_(std::move(f)), causal_(causal) {}
-    const char* name() const override { return f_.kind == AttnKernel::Performer ? "performer" : "rfa"; }
+    const char* name() const override { return kernel_name(f_.kind); }
     bool one_thread_blocks() const override { return true; }  // runs on the calling thread
     void begin(MHAttentionCache<T>& c, index_t H, index_t n_x) const override {
         c.keep_lse_only(H, n_x, "attention normalisers");
@@ -445,14 +450,15 @@ namespace {
 // V15's options (the rows of 'performer' and 'rfa'): n_features = D >= 1 (None: resolve's ⌈d_attn ln d_attn⌉, at
 // least d_attn: Performer's D = Θ(d log d)), Ω drawn from feature_seed; and what the kernel needs of a model: no
 // score bias (ALiBi), the causal or the bidirectional mask, Algorithm 4's Q, K, V, its own kernel
+template <FeatureKind kind>
 void check_features(const PartOptionValues& own, const ModelConfig* c) {
     const index_t D = own.integer("n_features");
     if (!c) {  // (made directly: the factory names the kernel)
         if (D < 1) throw ValueError("n_features = " + std::to_string(D) + " must be >= 1 (the number D of random features)");
         return;
     }
-    const std::string k = c->attention == AttnKernel::Performer ? "'performer'" : "'rfa'";
-    check_n_features(c->attention, D, c->d_attn, c->L, sizeof(float));  // V15's sizes: every layer's Ω, before a draw
+    const std::string k = std::string("'") + kernel_name(kind) + "'";
+    check_n_features(kind, D, c->d_attn, c->L, sizeof(float));  // V15's sizes: every layer's Ω, before a draw
     if (c->positional == Positional::Alibi)
         throw ValueError("attention=" + k + " cannot add ALiBi's score bias (random features have no scores): "
                          "use positional='rope', 'learned' or 'sinusoidal'");
@@ -488,23 +494,27 @@ const std::vector<PartOption>& feature_options() {
 
 // The rows of the two kernels (attention='performer', 'rfa' chooses them; they share their options)
 const PartRow& performer_kernel_row() {
-    static const PartRow row{PartKind::HeadKernel, "performer", feature_options(), check_features, complete_features, false};
+    static const PartRow row{PartKind::HeadKernel, "performer", feature_options(), check_features<FeatureKind::Performer>,
+                             complete_features, false};
     return row;
 }
 const PartRow& rfa_kernel_row() {
-    static const PartRow row{PartKind::HeadKernel, "rfa", feature_options(), check_features, complete_features, false};
+    static const PartRow row{PartKind::HeadKernel, "rfa", feature_options(), check_features<FeatureKind::RFA>,
+                             complete_features, false};
     return row;
 }
 
-// The registry's factory (registry.cpp) for "performer" and "rfa": the rows' check, then what the attention's other
-// parts must be; Ω drawn from feature_seed and the attention's name.
+namespace {
+// The kernels' factory: the rows' check, then what the attention's other parts must be; Ω drawn from feature_seed
+// and the attention's name.
 template <class T>
-std::shared_ptr<const HeadKernel<T>> make_random_feature_kernel(const AttnPartSpec<T>& spec, const std::string& prefix) {
+std::shared_ptr<const HeadKernel<T>> make_random_feature_kernel(FeatureKind kind, const AttnPartSpec<T>& spec,
+                                                                const std::string& prefix) {
     const AttnVariant& v = spec.v;
-    const std::string kname = kernel_name(v.kernel);
+    const std::string kname = kernel_name(kind);
     const index_t D = v.options.integer("n_features");
-    check_n_features(v.kernel, D, spec.d_attn, 1, sizeof(T));  // V15's sizes: one rule
-    check_features(v.options, nullptr);
+    check_n_features(kind, D, spec.d_attn, 1, sizeof(T));  // V15's sizes: one rule
+    check_features<FeatureKind::Performer>(v.options, nullptr);  // (its own options: the same for both kinds)
     const std::string mn = spec.mask ? spec.mask->name() : "";
     if (mn != "bidirectional" && mn != "unidirectional")
         throw ValueError("attention='" + kname + "' needs the bidirectional or the causal mask (prefix sums), got '" + mn + "'");
@@ -514,16 +524,25 @@ std::shared_ptr<const HeadKernel<T>> make_random_feature_kernel(const AttnPartSp
     if (v.impl == AttnImpl::Tiled)
         throw ValueError("attention_impl 'tiled' computes attention='softmax'; attention='" + kname + "' has its own kernel");
     return std::make_shared<const RandomFeatureKernel<T>>(
-        draw_random_features<T>(v.kernel, D, spec.d_attn, v.options.seed("feature_seed"), prefix), mn == "unidirectional");
+        draw_random_features<T>(kind, D, spec.d_attn, v.options.seed("feature_seed"), prefix), mn == "unidirectional");
 }
-template std::shared_ptr<const HeadKernel<float>> make_random_feature_kernel<float>(const AttnPartSpec<float>&,
-                                                                                    const std::string&);
-template std::shared_ptr<const HeadKernel<double>> make_random_feature_kernel<double>(const AttnPartSpec<double>&,
-                                                                                      const std::string&);
+}  // namespace
+
+// The registry's factories (registry.cpp) of "performer" and "rfa"
+template <class T>
+std::shared_ptr<const HeadKernel<T>> make_performer_kernel(const AttnPartSpec<T>& spec, const std::string& prefix) {
+    return make_random_feature_kernel<T>(FeatureKind::Performer, spec, prefix);
+}
+template <class T>
+std::shared_ptr<const HeadKernel<T>> make_rfa_kernel(const AttnPartSpec<T>& spec, const std::string& prefix) {
+    return make_random_feature_kernel<T>(FeatureKind::RFA, spec, prefix);
+}
 
 #define FT_INSTANTIATE(T)                                                                                        \
-    template RandomFeatures<T> draw_random_features<T>(AttnKernel, index_t, index_t, std::uint64_t,              \
+    template RandomFeatures<T> draw_random_features<T>(FeatureKind, index_t, index_t, std::uint64_t,             \
                                                        const std::string&);                                      \
+    template std::shared_ptr<const HeadKernel<T>> make_performer_kernel<T>(const AttnPartSpec<T>&, const std::string&); \
+    template std::shared_ptr<const HeadKernel<T>> make_rfa_kernel<T>(const AttnPartSpec<T>&, const std::string&); \
     template void random_feature_map<T>(const RandomFeatures<T>&, CMatView<T>, bool, MatView<T>);                \
     template void random_feature_map_backward<T>(const RandomFeatures<T>&, CMatView<T>, CMatView<T>, CMatView<T>, \
                                                  bool, MatView<T>);                                              \

@@ -52,13 +52,17 @@ std::shared_ptr<const HeadKernel<T>> make_softmax_kernel(const AttnPartSpec<T>&,
 template <class T>
 std::shared_ptr<const HeadKernel<T>> make_tiled_kernel(const AttnPartSpec<T>&, const std::string&);  // listings/tiled_attention.cpp
 template <class T>
-std::shared_ptr<const HeadKernel<T>> make_random_feature_kernel(const AttnPartSpec<T>&,
-                                                                const std::string&);  // variants/random_features.cpp
+std::shared_ptr<const HeadKernel<T>> make_performer_kernel(const AttnPartSpec<T>&, const std::string&);  // variants/random_features.cpp
+template <class T>
+std::shared_ptr<const HeadKernel<T>> make_rfa_kernel(const AttnPartSpec<T>&, const std::string&);  // variants/random_features.cpp
 template <class T>
 std::shared_ptr<const HeadKernel<T>> make_softcap_kernel(const AttnPartSpec<T>&, const std::string&);  // variants/softcap_attention.cpp
 template <class T>
 std::shared_ptr<const HeadKernel<T>> make_block_sparse_kernel(const AttnPartSpec<T>&,
                                                               const std::string&);  // variants/block_sparse.cpp
+template <class T>
+std::shared_ptr<const HeadKernel<T>> make_sigmoid_kernel(const AttnPartSpec<T>&, const std::string&);  // variants/sigmoid_attention.cpp
+const PartRow& sigmoid_kernel_row();                                                                    // variants/sigmoid_attention.cpp
 template <class T>
 std::shared_ptr<const HeadKernel<T>> make_attention_dropout(std::shared_ptr<const HeadKernel<T>>,
                                                             const AttnPartSpec<T>&);  // variants/attention_dropout.cpp
@@ -146,12 +150,19 @@ using PositionFactory = PositionPart<T> (*)(const AttnSpec&, ParamStore<T>&, con
 template <class T>
 using QKVSourceFactory = std::shared_ptr<const QKVSource<T>> (*)(const AttnPartSpec<T>&, ParamStore<T>&,
                                                                  const std::string&);
-// a head kernel, and whether it forms the weights A before line 6's product (a KernelWrapper can wrap it)
+// a head kernel, what its line declares of it (parts.hpp HeadKernelProperty: the bits below), and the kernel that
+// attention_impl 'literal' and 'tiled' run in its place (null: itself; V17's "bigbird": the dense listing, "softmax",
+// with the same mask, the definition)
 template <class T>
 struct HeadKernelFactory {
     std::shared_ptr<const HeadKernel<T>> (*make)(const AttnPartSpec<T>&, const std::string&);
-    bool forms_weights = false;
+    unsigned properties = 0;
+    const char* dense = nullptr;
 };
+constexpr unsigned FormsWeights = unsigned(HeadKernelProperty::FormsWeights);
+constexpr unsigned KeepsKeys = unsigned(HeadKernelProperty::KeepsKeys);
+constexpr unsigned ScoreSoftmax = unsigned(HeadKernelProperty::ScoreSoftmax);
+constexpr unsigned BlockLayouts = unsigned(HeadKernelProperty::BlockLayouts);
 template <class T>
 using KernelWrapperFactory = std::shared_ptr<const HeadKernel<T>> (*)(std::shared_ptr<const HeadKernel<T>>,
                                                                       const AttnPartSpec<T>&);
@@ -207,12 +218,15 @@ const std::vector<Entry<QKVSourceFactory<T>>>& qkv_sources() {
 template <class T>
 const std::vector<Entry<HeadKernelFactory<T>>>& head_kernels() {
     static const std::vector<Entry<HeadKernelFactory<T>>> t = {
-        {"softmax", {make_softmax_kernel<T>, true}},
-        {"tiled", {make_tiled_kernel<T>}},  // (drops the weights itself, tile by tile: Algorithm T)
-        {"performer", {make_random_feature_kernel<T>}, performer_kernel_row},
-        {"rfa", {make_random_feature_kernel<T>}, rfa_kernel_row},
-        {"bigbird", {make_block_sparse_kernel<T>}},
-        {"softcap", {make_softcap_kernel<T>}, softcap_kernel_row},
+        {"softmax", {make_softmax_kernel<T>, FormsWeights | KeepsKeys | ScoreSoftmax}},
+        // softmax's tiled form, chosen by attention_impl (no `attention` names it); it drops the weights itself,
+        // tile by tile (Algorithm T)
+        {"tiled", {make_tiled_kernel<T>, KeepsKeys | ScoreSoftmax}, nullptr, nullptr, 0},
+        {"performer", {make_performer_kernel<T>}, performer_kernel_row},  // (V15: folds the keys into a state)
+        {"rfa", {make_rfa_kernel<T>}, rfa_kernel_row},
+        {"bigbird", {make_block_sparse_kernel<T>, BlockLayouts, "softmax"}},
+        {"softcap", {make_softcap_kernel<T>, KeepsKeys | ScoreSoftmax}, softcap_kernel_row},
+        {"sigmoid", {make_sigmoid_kernel<T>, FormsWeights}, sigmoid_kernel_row},
     };
     return t;
 }
@@ -430,6 +444,7 @@ const char* default_part(PartKind kind, Arch arch) {
         case PartKind::Norm: return "layer";                         // Algorithm 6
         case PartKind::MLP: return arch == Arch::ED ? "relu" : "gelu";  // Algorithm 8's φ = ReLU; 9, 10: GELU
         case PartKind::Mask: return arch == Arch::D ? "causal" : arch == Arch::E ? "bidirectional" : "";  // (ED: both)
+        case PartKind::HeadKernel: return "softmax";                 // Algorithm 4's lines 4–6
         case PartKind::Block: return default_block(arch);
         default: return "";
     }
@@ -464,22 +479,20 @@ PositionPart<T> make_position(const std::string& name, const AttnSpec& spec, Par
     return find(positions<T>(), name, PartKind::Position).make(spec, store, prefix);
 }
 // The options that name an attention's two kinds of Algorithm 4's lines: a Q/K/V source's own options given choose
-// it (V10's latent source); `attention` (AttnKernel) names the head kernel.
+// it (V10's latent source); `attention` names the head kernel.
 std::string qkv_source_name(const AttnVariant& v) {
     const PartRow* r = row_chosen_by(PartKind::QKVSource, v.options);
     return r ? r->name : "projections";
 }
 std::string head_kernel_name(const AttnVariant& v) {
-    switch (v.kernel) {
-        case AttnKernel::Performer: return "performer";
-        case AttnKernel::RFA: return "rfa";
-        // V17: 'literal' and 'tiled' run the dense listings with the layout's mask (the definition)
-        case AttnKernel::BigBird: return v.impl == AttnImpl::Auto ? "bigbird" : "softmax";
-        default: {  // a kernel its own options choose (V25's softcap), else the listing's
-            const PartRow* r = row_chosen_by(PartKind::HeadKernel, v.options);
-            return r && r->chosen_by_options ? r->name : "softmax";
-        }
+    const auto& e = find(head_kernels<float>(), v.kernel, PartKind::HeadKernel);
+    // V17: 'literal' and 'tiled' run the dense listings with the layout's mask (the definition)
+    if (e.make.dense && v.impl != AttnImpl::Auto) return e.make.dense;
+    if (v.kernel == default_part(PartKind::HeadKernel, Arch::D)) {  // the listing's: a kernel its own options choose
+        const PartRow* r = row_chosen_by(PartKind::HeadKernel, v.options);  // (V25's softcap) replaces it
+        if (r && r->chosen_by_options) return r->name;
     }
+    return e.name;
 }
 template <class T>
 std::shared_ptr<const QKVSource<T>> make_qkv_source(const std::string& name, const AttnPartSpec<T>& spec,
@@ -496,13 +509,14 @@ std::string head_kernel_name(const ModelConfig& c) {
     v.kernel = c.attention, v.impl = c.attention_impl, v.options = c.part_options;
     return head_kernel_name(v);
 }
-bool head_kernel_forms_weights(const std::string& name) {
-    return find(head_kernels<float>(), name, PartKind::HeadKernel).make.forms_weights;
+bool head_kernel_has(const std::string& name, HeadKernelProperty p) {
+    return (find(head_kernels<float>(), name, PartKind::HeadKernel).make.properties & unsigned(p)) != 0;
 }
+bool head_kernel_forms_weights(const std::string& name) { return head_kernel_has(name, HeadKernelProperty::FormsWeights); }
 std::string kernels_forming_weights() {
     std::string r;
     for (const auto& e : head_kernels<float>())
-        if (e.make.forms_weights) r += std::string(r.empty() ? "'" : ", '") + e.name + "'";
+        if (e.make.properties & FormsWeights) r += std::string(r.empty() ? "'" : ", '") + e.name + "'";
     return r;
 }
 template <class T>

@@ -179,11 +179,13 @@ std::vector<index_t> SpeculativeInference(const DTransformer<T>& target, const D
         throw ValueError("k = " + std::to_string(k) + " must be < the draft's " + draft.layer[0]->attn.mask.name() +
                          " = " + std::to_string(w) +
                          ": its rolling cache (docs/variants.md V9) cannot take back more than w − 1 drafted tokens");
-    if (draft.cfg.attention != AttnKernel::Softmax || target.cfg.attention != AttnKernel::Softmax)
+    const bool draft_keeps = head_kernel_has(draft.cfg.attention, HeadKernelProperty::KeepsKeys);
+    if (!draft_keeps || !head_kernel_has(target.cfg.attention, HeadKernelProperty::KeepsKeys))
         throw ValueError(std::string("speculative decoding takes back rejected drafts from the caches; the ") +
-                         (draft.cfg.attention != AttnKernel::Softmax ? "draft" : "target") +
-                         "'s attention='performer'/'rfa' folds its past tokens into a state (docs/variants.md V15) that "
-                         "cannot forget them");
+                         (!draft_keeps ? "draft" : "target") + "'s attention='" +
+                         (!draft_keeps ? draft.cfg.attention : target.cfg.attention) +
+                         "' does not keep its past keys apart (its state or its weights depend on all of them: "
+                         "docs/variants.md), so it cannot take them back");
     if (!(tau >= 0) || !std::isfinite(tau)) throw ValueError("tau must be a finite number >= 0 (0 = argmax), got " + std::to_string(tau));
     check_l_gen(l_gen);
     if (draft.cfg.n_vocab != N_V)

@@ -1,0 +1,32 @@
+// Mixed precision (precision.hpp): what the product layer (blas.cpp) asks of bf16.cpp beyond gemm_bf16.
+#pragma once
+
+#include <cstdint>
+
+#include "formal_transformers/common.hpp"
+
+namespace ft {
+
+// Y <- W X + b 1ᵀ (all column-major; Y: m × n, W: m × k, X: k × n) in one bf16 product with b added to its float32
+// sums as they are stored, when the product runs on bf16 instructions: the value of b broadcast into Y and the
+// product added with β = 1, without writing Y first. False when it would not run that way (the caller does it).
+bool affine_bf16(index_t m, index_t n, index_t k, const float* W, index_t ldw, const float* X, index_t ldx,
+                 const float* b, float* Y, index_t ldy);
+
+// Declares that, until its end, the operands of this thread's bf16 products are written by nothing but those
+// products themselves: an operand read by several of them (the same address and shape) is rounded to bf16 once
+// and the rounding kept; a product whose result overlaps a kept rounding drops it. The results are those of
+// rounding at every product. Scopes nest; the outermost one's end drops what was kept.
+class Bf16OperandReuse {
+public:
+    Bf16OperandReuse();
+    ~Bf16OperandReuse();
+    Bf16OperandReuse(const Bf16OperandReuse&) = delete;
+    Bf16OperandReuse& operator=(const Bf16OperandReuse&) = delete;
+};
+
+// How many operands the products on bf16 instructions have rounded to bf16 in this process (tests: an operand
+// kept by a Bf16OperandReuse scope is rounded once)
+std::uint64_t bf16_operands_rounded();
+
+}  // namespace ft
