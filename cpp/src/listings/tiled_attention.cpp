@@ -12,6 +12,7 @@
 #include "formal_transformers/attention.hpp"
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/functions.hpp"
+#include "formal_transformers/precision.hpp"
 #include "tile_kernels.hpp"
 #include "../runtime/cpu_level.hpp"
 
@@ -420,7 +421,8 @@ public:
     void forward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MHAttentionCache<T>& c,
                  MatView<T> Y) const override {
         const WeightsDropout d{c.drop.p, c.drop_key, std::uint64_t(blk.off)};
-        tiled_attention_head<T>(Q, K, V, blk, Y, c.lse.data() + blk.h * blk.n_x + blk.j0, {}, c.drop.active() ? &d : nullptr);
+        tiled_attention_head<T>(Q, K, V, blk, Y, c.lse.data() + blk.h * blk.n_x + blk.j0, tile_sizes(),
+                                c.drop.active() ? &d : nullptr);
     }
     // Algorithm T2: the weights recomputed tile by tile from λ (a tiled score bias has no parameters: nothing for
     // its backward)
@@ -429,8 +431,8 @@ public:
                   MatView<T> dV) const override {
         (void)w;
         const WeightsDropout d{c.drop.p, c.drop_key, std::uint64_t(blk.off)};
-        tiled_attention_head_backward<T>(Q, K, V, Y, c.lse.data() + blk.h * blk.n_x + blk.j0, dY, blk, dQ, dK, dV, {},
-                                         c.drop.active() ? &d : nullptr);
+        tiled_attention_head_backward<T>(Q, K, V, Y, c.lse.data() + blk.h * blk.n_x + blk.j0, dY, blk, dQ, dK, dV,
+                                         tile_sizes(), c.drop.active() ? &d : nullptr);
     }
     // lines 4–6 as printed on the saved Q, K, V (up to the softmax), and the masks the tiles drew: entry i of A keyed
     // by c.drop_key (DropoutStream)
@@ -445,6 +447,14 @@ public:
     }
 
 private:
+    // Under bf16-mixed products (precision.hpp) the tiles are products like any other: one call each (gemm_unsplit),
+    // on operands rounded to bf16 — P and dS rounded tile by tile — through the library's bf16 kernel; float32: our
+    // register-blocked kernels
+    static TileSizes tile_sizes() {
+        TileSizes t;
+        if (std::is_same_v<T, float> && product_context().bf16) t.kernel = TileKernel::Blas;
+        return t;
+    }
     double p_;  // the rate on the weights in a training forward
 };
 }  // namespace
