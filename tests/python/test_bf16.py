@@ -10,6 +10,8 @@ native one, oneDNN on AVX512_BF16 / AMX, where the CPU has it):
 - training in bf16-mixed follows float32 training on the baby shape, decoding with the bf16 copy of θ gives
   the tokens of the per-call rounding, and bad precision values are refused before anything changes.
 """
+import math
+
 import numpy as np
 import pytest
 
@@ -380,3 +382,74 @@ def test_trainer_with_the_bf16_copy_of_theta_is_bit_identical():
         assert len(runs[0][0]) == 3 and runs[0][0] == runs[1][0], optimizer
         for k in runs[0][1]:
             np.testing.assert_array_equal(runs[0][1][k], runs[1][1][k], err_msg=k)
+
+
+def _tiled_rounded_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, drop=None, bias=None, Bq=64, Bk=128):
+    """Algorithm 4 as the tiled listing computes it under bf16-mixed (Algorithm T1, docs/tiled_attention.md): per
+    query block J and key block I, S = K_Iᵀ Q_J / √d_attn and Ṽ_J += V_I P from operands rounded to bfloat16 —
+    P = exp(S − m′) rounded tile by tile, before the normalisation by l — the rest in float64."""
+    assert drop is None and bias is None
+    d_attn = W_q.shape[0]
+    plain = [np.asarray(a).view(np.ndarray) for a in (X, Z, W_q, b_q, W_k, b_k, W_v, b_v)]
+    X, Z, W_q, b_q, W_k, b_k, W_v, b_v = plain
+    Q, K, V = (bf16(W) @ bf16(E) + b[:, None] for W, E, b in ((W_q, X, b_q), (W_k, Z, b_k), (W_v, Z, b_v)))
+    l_z, l_x = mask.shape
+    Vt = np.zeros((V.shape[0], l_x))
+    for j0 in range(0, l_x, Bq):
+        J = slice(j0, min(j0 + Bq, l_x))
+        m = np.full(J.stop - j0, -np.inf)
+        s = np.zeros(J.stop - j0)
+        for t0 in range(0, l_z, Bk):
+            I = slice(t0, min(t0 + Bk, l_z))
+            if not mask[I, J].any():
+                continue
+            S = np.where(mask[I, J], bf16(K[:, I]).T @ bf16(Q[:, J]) / math.sqrt(d_attn), -np.inf)
+            m_new = np.maximum(m, S.max(axis=0))
+            corr = np.exp(m - m_new)
+            P = np.exp(S - m_new)
+            s = corr * s + P.sum(axis=0)
+            Vt[:, J] = Vt[:, J] * corr + bf16(V[:, I]) @ bf16(P)
+            m = m_new
+        Vt[:, J] /= s
+    return Vt.view(_Rounded)
+
+
+def test_tiled_attention_rounds_its_tiles(path, monkeypatch):
+    """The tiled listing's products under bf16-mixed round their operands too, the weights P tile by tile: the model
+    is Algorithm 10 with every product rounded and attention as Algorithm T1 on rounded tiles (several query and key
+    blocks, the causal diagonal inside them), closer to that than to the literal listing's rounding of A."""
+    m = ft.DTransformer(40, 200, 1, 2, 32, 64, seed=3, precision="bf16-mixed", attention_impl="tiled")
+    rng = np.random.default_rng(0)
+    for k in m.params:
+        m.params[k][...] = rng.standard_normal(m.params[k].shape) * 0.3
+    x = rng.integers(0, 40, 200)
+    P = m(x).astype(np.float64)
+    params = {k: np.asarray(v, np.float64).view(_Rounded) for k, v in m.params.items()}
+    literal = np.asarray(reference.d_transformer(x, params, L=1, H=2))
+    monkeypatch.setattr(reference, "attention", _tiled_rounded_attention)
+    want = np.asarray(reference.d_transformer(x, params, L=1, H=2))
+    err = np.max(np.abs(P - want)) / np.max(want)
+    assert err < 2e-4, err
+    assert np.max(np.abs(P - literal)) / np.max(literal) > 3 * err
+    m.precision = "float32"  # float32: the tiles' own kernels again, as the literal listing to float32's rounding
+    monkeypatch.undo()
+    plain = reference.d_transformer(x, {k: np.asarray(v, np.float64) for k, v in m.params.items()}, L=1, H=2)
+    assert np.max(np.abs(m(x) - plain)) / np.max(plain) < 1e-5
+
+
+def test_tiled_gradients_under_bf16_follow_the_literal_listing():
+    """The tiled backward (Algorithm T2) under bf16-mixed: its products rounded too, the gradients those of the
+    literal listing in bf16-mixed up to the different rounding of P and dS (and far from zero)."""
+    kw = dict(seed=4, precision="bf16-mixed")
+    a = ft.DTransformer(40, 200, 1, 2, 32, 64, attention_impl="tiled", **kw)
+    b = ft.DTransformer(40, 200, 1, 2, 32, 64, attention_impl="literal", **kw)
+    x = np.random.default_rng(1).integers(0, 40, (2, 200))
+    la, ga = a.loss_and_grad(x)
+    lb, gb = b.loss_and_grad(x)
+    assert abs(la - lb) < 1e-3 * abs(lb)
+    for k in gb:
+        if k.endswith("attn.b_k"):  # zero in exact arithmetic (the softmax does not see a shift of the scores)
+            continue
+        scale = np.max(np.abs(gb[k]))
+        assert scale > 0, k
+        assert np.max(np.abs(ga[k] - gb[k])) < 3e-2 * scale, (k, np.max(np.abs(ga[k] - gb[k])) / scale)
