@@ -48,7 +48,8 @@ namespace ft {
 // How the products on tiles are computed: one single-thread BLAS call each (gemm_unsplit); our own
 // register-blocked kernels (Blocked: K and V packed once per head, nothing packed per tile, T2's pointwise lines
 // done in the score kernel where no mask, bias or dropout intervenes); or our own loops (vectorised axpy/dot
-// loops, no blocking; the naive side the tests hold the other two to).
+// loops, no blocking; the naive side the tests hold the other two to). The model's kernel ("tiled") takes Blocked,
+// and Blas when the calling thread's products are bf16 (precision.hpp): then every tile product is rounded to bf16.
 enum class TileKernel { Blas, Loops, Blocked };
 // Block sizes of the tiles: B_q query columns × B_k key rows (a B_k×B_q block of S, P, dP in the cache), and
 // the kernel of their products (bench/bench_tiles.cpp and bench/ab_step.py measured them: docs/benchmarks.md
