@@ -450,10 +450,11 @@ public:
 private:
     // Under bf16-mixed products (precision.hpp) the tiles are products like any other: one call each (gemm_unsplit),
     // on operands rounded to bf16 — P and dS rounded tile by tile — through the library's bf16 kernel; float32: our
-    // register-blocked kernels
+    // register-blocked kernels. Larger tiles there (128 queries × 256 keys): fewer library calls, each with its own
+    // dispatch and packing (docs/benchmarks.md "The tiled attention's tiles in bf16")
     static TileSizes tile_sizes() {
         TileSizes t;
-        if (std::is_same_v<T, float> && product_context().bf16) t.kernel = TileKernel::Blas;
+        if (std::is_same_v<T, float> && product_context().bf16) t.kernel = TileKernel::Blas, t.B_q = 128, t.B_k = 256;
         return t;
     }
     double p_;  // the rate on the weights in a training forward
