@@ -453,3 +453,41 @@ def test_tiled_gradients_under_bf16_follow_the_literal_listing():
         scale = np.max(np.abs(gb[k]))
         assert scale > 0, k
         assert np.max(np.abs(ga[k] - gb[k])) < 3e-2 * scale, (k, np.max(np.abs(ga[k] - gb[k])) / scale)
+
+
+_TILED_CHILD = r"""
+import json, sys
+import numpy as np
+import formal_transformers as ft
+from formal_transformers import _core
+_core._bf16_allow_native(sys.argv[1] == "native")
+m = ft.DTransformer(40, 300, 1, 2, 32, 64, seed=5, precision="bf16-mixed", attention_impl="tiled")
+x = np.random.default_rng(2).integers(0, 40, 300)
+print(json.dumps(dict(info=ft.blas_info(), P=np.asarray(m(x), np.float64).ravel().tolist())))
+"""
+
+
+@pytest.mark.parametrize("native", ["native", "emulated"])
+def test_tiled_attention_in_bf16_at_the_baseline_cpu_level(native):
+    """The tiled listing in bf16-mixed with our kernels forced to the baseline level (a CPU without AVX-512; each
+    level is chosen once per process, so in a child) gives this process's results, both ways of running bf16 products."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import child_env
+
+    env = child_env()
+    env["FT_CPU_LEVEL"] = "baseline"
+    r = subprocess.run([sys.executable, "-c", _TILED_CHILD, native], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.splitlines()[-1])
+    _core._bf16_allow_native(native == "native")
+    try:
+        m = ft.DTransformer(40, 300, 1, 2, 32, 64, seed=5, precision="bf16-mixed", attention_impl="tiled")
+        want = np.asarray(m(np.random.default_rng(2).integers(0, 40, 300)), np.float64).ravel()
+    finally:
+        _core._bf16_allow_native(True)
+    P = np.array(got["P"])
+    assert P.shape == want.shape
+    assert np.max(np.abs(P - want)) <= 1e-5 * np.max(np.abs(want))
