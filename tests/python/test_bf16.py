@@ -470,7 +470,8 @@ print(json.dumps(dict(info=ft.blas_info(), P=np.asarray(m(x), np.float64).ravel(
 @pytest.mark.parametrize("native", ["native", "emulated"])
 def test_tiled_attention_in_bf16_at_the_baseline_cpu_level(native):
     """The tiled listing in bf16-mixed with our kernels forced to the baseline level (a CPU without AVX-512; each
-    level is chosen once per process, so in a child) gives this process's results, both ways of running bf16 products."""
+    level is chosen once per process, so in a child) gives this process's results, both ways of running bf16
+    products."""
     import json
     import subprocess
     import sys
@@ -479,7 +480,8 @@ def test_tiled_attention_in_bf16_at_the_baseline_cpu_level(native):
 
     env = child_env()
     env["FT_CPU_LEVEL"] = "baseline"
-    r = subprocess.run([sys.executable, "-c", _TILED_CHILD, native], env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-c", _TILED_CHILD, native], env=env, capture_output=True, text=True,
+                       timeout=300)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout.splitlines()[-1])
     _core._bf16_allow_native(native == "native")
