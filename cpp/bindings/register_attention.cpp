@@ -555,9 +555,6 @@ void register_attention(py::module_& m) {
                if (!py::isinstance<py::bool_>(bias)) throw py::type_error("bias must be True or False");
                v.bias = bias.cast<bool>();
                ft::check_part_name(ft::PartKind::Position, positional, "positional");
-               if (ft::position_table(positional) != ft::Positional::None)  // (Algorithm 2's tables are the model's)
-                   throw ft::ValueError("positional='" + positional + "' is a table of a model's embedding (Algorithm 2), "
-                                        "not a position part of an attention: 'none' has none");
                v.position = positional;
                v.rope_theta = rope_theta;
                v.impl = parse_attention_impl(attention_impl);

@@ -421,7 +421,12 @@ std::uint64_t PartOptionValues::seed(const std::string& name) const { return typ
 std::vector<std::string> part_names(PartKind kind) {
     switch (kind) {
         case PartKind::Mask: return names_of(masks());
-        case PartKind::Position: return names_of(positions<float>());
+        case PartKind::Position: {  // an attention's position parts (Algorithm 2's tables are the embedding's)
+            std::vector<std::string> n;
+            for (const auto& e : positions<float>())
+                if (e.make.table == Positional::None) n.push_back(e.name);
+            return n;
+        }
         case PartKind::MLP: return names_of(mlps<float>());
         case PartKind::QKVSource: return names_of(qkv_sources<float>());
         case PartKind::HeadKernel: return names_of(head_kernels<float>());
