@@ -40,7 +40,7 @@ TEST(ModelConfig, FromOptionsFillsMembersAndDefaults) {
     EXPECT_EQ(c.d_attn, 2);
     EXPECT_EQ(c.d_mid, 3);  // resolved: d_e / H
     EXPECT_EQ(c.H_kv, 1);
-    EXPECT_EQ(c.positional, ft::Positional::Rope);
+    EXPECT_EQ(c.positional, "rope");
     EXPECT_EQ(c.norm, "rms");
     EXPECT_EQ(c.seed, 18446744073709551615ull);
     EXPECT_EQ(c.embed_dropout, 0.25);  // dropout: the rates not given
@@ -291,6 +291,34 @@ TEST(ModelConfig, PartSelectorsTakeTheRegistrysNames) {
             EXPECT_EQ(std::string(e.what()), std::string(option) + " must be one of " + list + ", got 'bogus'");
         }
     }
+    // positional: every registered position's name, each in the architecture its line puts it in (D's layers, ED's
+    // stacks; a table of Algorithm 2's, any); "none", an attention's own, is named by no option
+    std::vector<std::string> names;
+    for (const ft::SelectorName& n : ft::selector_names(ft::PartKind::Position, Arch::D)) names.push_back(n.name);
+    EXPECT_EQ(names, (std::vector<std::string>{"learned", "sinusoidal", "rope", "alibi", "relative"}));
+    for (const std::string& name : names) {
+        const bool ed = ft::position_has(name, ft::PositionProperty::StackTables);
+        Options o = sizes_d();
+        if (ed) o = {{"n_vocab", std::int64_t(11)}, {"l_max", std::int64_t(8)}, {"L_enc", std::int64_t(1)},
+                     {"L_dec", std::int64_t(1)},    {"H", std::int64_t(2)},    {"d_e", std::int64_t(6)},
+                     {"d_mlp", std::int64_t(10)}};
+        o.emplace_back("positional", name);
+        o.emplace_back("d_attn", std::int64_t(2));  // (RoPE rotates pairs of rows)
+        const ModelConfig c = ModelConfig::from_options(ed ? Arch::ED : Arch::D, o);
+        EXPECT_EQ(c.positional, name);
+        EXPECT_NE(c.to_json().find("\"positional\":\"" + name + "\""), std::string::npos);
+        EXPECT_TRUE(ModelConfig::from_json(c.to_json()) == c) << name;
+        if (ed) EXPECT_NO_THROW(ft::EDTransformer<double>{c}) << name;
+        else EXPECT_NO_THROW(ft::DTransformer<double>{c}) << name;
+    }
+    Options bogus = sizes_d();
+    bogus.emplace_back("positional", std::string("none"));
+    try {
+        ModelConfig::from_options(Arch::D, bogus);
+        ADD_FAILURE() << "no error";
+    } catch (const ft::ValueError& e) {
+        EXPECT_EQ(std::string(e.what()), "positional must be one of 'learned', 'sinusoidal', 'rope', 'alibi', 'relative', got 'none'");
+    }
     // a config built in C++ with a name of neither kind: resolve's ValueError; ETransformer's MLP and norm are the listing's
     ModelConfig c = ModelConfig::from_options(Arch::D, sizes_d());
     c.norm = "batch";
@@ -303,6 +331,40 @@ TEST(ModelConfig, PartSelectorsTakeTheRegistrysNames) {
         EXPECT_EQ(std::string(e.what()).rfind("norm='rms': norm is an option of the DTransformer and EDTransformer", 0), 0u)
             << e.what();
     }
+}
+
+// What the code asks of a position part is its registry line's (parts.hpp PositionProperty, position_table), asked by
+// name: Algorithm 2's two tables, RoPE and ALiBi in D's layers (no l_max bound; ALiBi's bias extrapolates), T5's bias
+// tables per ED stack; no table for the parts in attention.
+TEST(ModelConfig, PositionsDeclareWhatTheCodeAsks) {
+    using P = ft::PositionProperty;
+    EXPECT_EQ(ft::position_table("learned"), ft::Positional::Learned);
+    EXPECT_EQ(ft::position_table("sinusoidal"), ft::Positional::Sinusoidal);
+    for (const char* n : {"none", "rope", "alibi", "relative"}) EXPECT_EQ(ft::position_table(n), ft::Positional::None) << n;
+    for (const char* n : {"none", "learned", "sinusoidal"})
+        for (P p : {P::Layers, P::StackTables, P::ScoreBias, P::PastLMax, P::Extrapolates})
+            EXPECT_FALSE(ft::position_has(n, p)) << n;
+    for (P p : {P::Layers, P::PastLMax}) EXPECT_TRUE(ft::position_has("rope", p) && ft::position_has("alibi", p));
+    EXPECT_FALSE(ft::position_has("rope", P::ScoreBias) || ft::position_has("rope", P::Extrapolates));
+    EXPECT_TRUE(ft::position_has("alibi", P::ScoreBias) && ft::position_has("alibi", P::Extrapolates));
+    EXPECT_TRUE(ft::position_has("relative", P::StackTables) && ft::position_has("relative", P::ScoreBias));
+    EXPECT_FALSE(ft::position_has("relative", P::Layers) || ft::position_has("relative", P::PastLMax));
+    EXPECT_EQ(ft::positions_with(P::Layers), "'rope' and 'alibi'");
+    EXPECT_THROW(ft::position_has("bogus", P::Layers), ft::ValueError);
+    // the messages of resolve's placement rule, from the lines
+    ModelConfig c = ModelConfig::from_options(Arch::D, sizes_d());
+    c.positional = "alibi", c.d_f = 6, c.mask.clear();  // (E: its listing's mask)
+    try {
+        ft::resolve(c, Arch::E);
+        ADD_FAILURE() << "no error";
+    } catch (const ft::ValueError& e) {
+        EXPECT_EQ(std::string(e.what()), "positional='rope' and 'alibi' are DTransformer options");
+    }
+    c.positional = "relative";
+    EXPECT_THROW(ft::resolve(c, Arch::D), ft::ValueError);
+    EXPECT_EQ(ft::max_input_length(ft::resolve(c = ModelConfig::from_options(Arch::D, sizes_d()), Arch::D)), 8);
+    c.positional = "alibi";
+    EXPECT_GT(ft::max_input_length(ft::resolve(c, Arch::D)), 8);
 }
 
 // What the code asks of a head kernel is its registry line's (parts.hpp HeadKernelProperty), asked by name: the

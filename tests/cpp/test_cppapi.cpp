@@ -291,7 +291,7 @@ TEST(CppApiUnits, StateAndInputChecks) {
     EXPECT_THROW(te.backward(Matrix<float>(xt::zeros<float>({2, 1}))), ValueError);
     unit::PositionalEmbedding<double> pe(4, 2, Positional::Sinusoidal);
     EXPECT_THROW(pe(TokenIds{4}), IndexError);
-    EXPECT_THROW(unit::PositionalEmbedding<double>(4, 2, Positional::Rope), ValueError);
+    EXPECT_THROW(unit::PositionalEmbedding<double>(4, 2, Positional::None), ValueError);
     unit::Attention<double> at(2, 2, 2, 2, Mask::unidirectional());
     EXPECT_FALSE(at.weights().has_value());
     EXPECT_THROW(at.backward(Matrix<double>(xt::zeros<double>({2, 2}))), ValueError);

@@ -62,7 +62,7 @@ TEST(HostileSizes, RelativeBucketsOneRuleForTheConfigAndThePart) {
     // the config: the encoder's rule and the decoder's (one N_b and d_max for both stacks)
     ModelConfig c;
     c.n_vocab = 17, c.l_max = 12, c.L_enc = c.L_dec = 1, c.H = 2, c.d_e = 8, c.d_mlp = 8;
-    c.positional = Positional::Relative;
+    c.positional = "relative";
     c.part_options.set("relative_buckets", std::int64_t(8));
     c.part_options.set("relative_max_distance", std::int64_t(4));  // the encoder's m = 2, the decoder's m = 4
     EXPECT_THROW(resolve(c, Arch::ED), ValueError);

@@ -29,7 +29,7 @@ ModelConfig sized(Arch arch) {
     c.d_attn = 3;  // stacked heads: row-major copies of (H, d_attn, d_e) must keep each head's block
     c.seed = 11;
     if (arch == Arch::E) c.part_options.set("n_segments", std::int64_t(2));
-    if (arch == Arch::D) c.positional = Positional::Sinusoidal;  // a fixed (frozen) entry in θ
+    if (arch == Arch::D) c.positional = "sinusoidal";  // a fixed (frozen) entry in θ
     c.resid_dropout = 0.1;
     return c;
 }

@@ -14,7 +14,7 @@ using namespace ft;
 namespace {
 using fttest::perturb;
 ModelConfig deepseek_like(index_t l_max, index_t q_rank) {
-    ModelConfig c = fttest::llama_like(Positional::Rope, l_max);
+    ModelConfig c = fttest::llama_like("rope", l_max);
     c.H = 3;
     c.H_kv = 0;
     c.d_attn = 5;  // d_N 3 + d_R 2
@@ -101,7 +101,7 @@ TEST(LatentAttention, ConfigChecks) {
     c.H_kv = 1;
     EXPECT_THROW(resolve(c, Arch::D), ValueError);
     c = deepseek_like(8, 0);
-    c.positional = Positional::Alibi;
+    c.positional = "alibi";
     EXPECT_THROW(resolve(c, Arch::D), ValueError);
     c = deepseek_like(8, 0);
     c.part_options.set("kv_lora_rank", std::int64_t(0));  // a query latent without the KV latent
@@ -125,7 +125,7 @@ TEST(LatentAttention, ConfigChecks) {
     EXPECT_EQ(part_row_of_option("q_lora_rank"), row);
     const ModelConfig r = resolve(deepseek_like(8, 2), Arch::D);
     EXPECT_EQ(chosen_part(r, PartKind::QKVSource), row);
-    EXPECT_EQ(chosen_part(resolve(fttest::llama_like(Positional::Rope, 8), Arch::D), PartKind::QKVSource), nullptr);
+    EXPECT_EQ(chosen_part(resolve(fttest::llama_like("rope", 8), Arch::D), PartKind::QKVSource), nullptr);
     EXPECT_EQ(qkv_source_name(latent_variant(0)), "latent");
     EXPECT_EQ(qkv_source_name(AttnVariant()), "projections");
 }

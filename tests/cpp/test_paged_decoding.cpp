@@ -24,7 +24,7 @@ ModelConfig small(bool variants) {
     c.seed = 5;
     c.init_std = 0.5;  // spread-out outputs
     if (variants) {
-        c.positional = Positional::Rope;
+        c.positional = "rope";
         c.H_kv = 2;
         c.part_options.set("sliding_window", std::int64_t(5));
     }

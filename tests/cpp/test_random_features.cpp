@@ -12,7 +12,7 @@ using namespace ft;
 
 namespace {
 using fttest::perturb;
-ModelConfig performer_like(const char* kind, Positional pos, index_t l_max) {
+ModelConfig performer_like(const char* kind, const std::string& pos, index_t l_max) {
     ModelConfig c = fttest::small_decoder(l_max);
     c.d_e = 16;
     c.d_mlp = 12;
@@ -27,7 +27,7 @@ ModelConfig performer_like(const char* kind, Positional pos, index_t l_max) {
 TEST(RandomFeatures, DecodingStateEqualsTheFullForwardAndHoldsNoPastColumns) {
     const index_t n = 150, prompt = 70;  // > 64: the chunks of the causal kernel
     for (const char* kind : {"performer", "rfa"})
-        for (Positional pos : {Positional::Learned, Positional::Rope}) {
+        for (const char* pos : {"learned", "rope"}) {
             DTransformer<double> m(performer_like(kind, pos, n));
             perturb(m.store);
             const std::vector<index_t> ids = fttest::cycling_ids(n);
@@ -87,12 +87,12 @@ TEST(RandomFeatures, FeatureMapIsItsFormula) {
 }
 
 TEST(RandomFeatures, ConfigChecks) {
-    ModelConfig c = performer_like("performer", Positional::Alibi, 8);
+    ModelConfig c = performer_like("performer", "alibi", 8);
     EXPECT_THROW(resolve(c, Arch::D), ValueError);  // ALiBi: no scores to bias
-    c = performer_like("performer", Positional::Learned, 8);
+    c = performer_like("performer", "learned", 8);
     c.part_options.set("sliding_window", std::int64_t(3));
     EXPECT_THROW(resolve(c, Arch::D), ValueError);
-    c = performer_like("softmax", Positional::Learned, 8);
+    c = performer_like("softmax", "learned", 8);
     EXPECT_THROW(resolve(c, Arch::D), ValueError);  // n_features without random features
     c.part_options.set("n_features", std::int64_t(0));
     EXPECT_THROW(resolve(c, Arch::D), ValueError);  // feature_seed too: an option of a part not chosen
@@ -117,7 +117,7 @@ TEST(RandomFeatures, ConfigChecks) {
                 << e.what();
         }
     }
-    c = performer_like("rfa", Positional::Learned, 8);
+    c = performer_like("rfa", "learned", 8);
     c.part_options.set("n_features", std::int64_t(0));  // None: ⌈d_attn ln d_attn⌉ = ⌈4 ln 4⌉ = 6
     EXPECT_EQ(resolve(c, Arch::D).part_options.integer("n_features"), 6);
 }

@@ -17,7 +17,7 @@ Mask window_mask(OptionValue w) {
     return make_mask("sliding_window", o);
 }
 using fttest::perturb;
-ModelConfig mistral_like(Positional pos, index_t l_max, index_t w) {
+ModelConfig mistral_like(const std::string& pos, index_t l_max, index_t w) {
     ModelConfig c = fttest::llama_like(pos, l_max);
     c.part_options.set("sliding_window", std::int64_t(w));
     return c;
@@ -27,7 +27,7 @@ ModelConfig mistral_like(Positional pos, index_t l_max, index_t w) {
 // V26: with sliding_window_pattern p, layer l is global (Algorithm 10's causal mask) when l + 1 is a multiple of p,
 // local (the window, with rope_local_base_freq as θ) otherwise; the model's window() is 0 when a layer reads every key
 TEST(SlidingWindow, LocalAndGlobalLayers) {
-    ModelConfig c = mistral_like(Positional::Rope, 8, 3);
+    ModelConfig c = mistral_like("rope", 8, 3);
     c.L = 3;
     c.part_options.set("sliding_window_pattern", std::int64_t(2));
     c.part_options.set("rope_local_base_freq", 50.0);
@@ -38,7 +38,7 @@ TEST(SlidingWindow, LocalAndGlobalLayers) {
     EXPECT_EQ(m.layer[0]->attn.var.rope_theta, 50.0);
     EXPECT_EQ(m.layer[1]->attn.var.rope_theta, c.rope_theta);
     EXPECT_EQ(m.window(), 0);
-    ModelConfig no_window = fttest::llama_like(Positional::Rope, 8);
+    ModelConfig no_window = fttest::llama_like("rope", 8);
     no_window.part_options.set("sliding_window_pattern", std::int64_t(2));
     EXPECT_THROW(resolve(no_window, Arch::D), ValueError);  // the pattern needs the window
 }
@@ -64,7 +64,7 @@ TEST(SlidingWindow, MaskIsTheLastWKeys) {
 
 TEST(SlidingWindow, RollingCacheDecodingEqualsTheFullForwardAndStaysOfOrderW) {
     const index_t w = 3, n = 40;
-    for (Positional pos : {Positional::Rope, Positional::Alibi}) {
+    for (const char* pos : {"rope", "alibi"}) {
         // the same θ with ℓ_max 4 (decoding) and ℓ_max n (the full forward): no W_p, so ℓ_max does not change θ
         DTransformer<double> small(mistral_like(pos, 4, w)), big(mistral_like(pos, n, w));
         ASSERT_EQ(small.store.size(), big.store.size());
@@ -100,7 +100,7 @@ TEST(SlidingWindow, RollingCacheDecodingEqualsTheFullForwardAndStaysOfOrderW) {
 
 TEST(SlidingWindow, RollbackWithinTheCacheKeepsDecodingExact) {
     const index_t w = 4, n = 30;
-    DTransformer<double> m(mistral_like(Positional::Rope, n, w));
+    DTransformer<double> m(mistral_like("rope", n, w));
     perturb(m.store);
     const std::vector<index_t> ids = fttest::cycling_ids(n, 5, 1);
     const Matrix<double> Z = fttest::full_logits(m, ids);
@@ -117,12 +117,12 @@ TEST(SlidingWindow, RollbackWithinTheCacheKeepsDecodingExact) {
 }
 
 TEST(SlidingWindow, ConfigChecks) {
-    ModelConfig c = mistral_like(Positional::Rope, 8, -1);
+    ModelConfig c = mistral_like("rope", 8, -1);
     EXPECT_THROW(resolve(c, Arch::D), ValueError);
     c.part_options.set("sliding_window", std::int64_t(2));
     EXPECT_NO_THROW(resolve(c, Arch::D));
     ModelConfig e = c;
-    e.positional = Positional::Learned;
+    e.positional = "learned";
     e.mlp = "";  // the listing's
     e.norm = "layer";
     EXPECT_THROW(resolve(e, Arch::E), ValueError);
@@ -141,7 +141,7 @@ TEST(SlidingWindow, TheMaskPartOwnsItsOption) {
     EXPECT_NE(ModelConfig::signature(Arch::D).find("sliding_window=None"), std::string::npos);
     EXPECT_EQ(ModelConfig::signature(Arch::E).find("sliding_window"), std::string::npos);  // a D option only
 
-    ModelConfig c = resolve(mistral_like(Positional::Rope, 8, 3), Arch::D);
+    ModelConfig c = resolve(mistral_like("rope", 8, 3), Arch::D);
     EXPECT_EQ(chosen_part(c, PartKind::Mask), row);
     EXPECT_NE(c.to_string().find("sliding_window=3"), std::string::npos) << c.to_string();
     EXPECT_EQ(ModelConfig::from_json(c.to_json()), c);
@@ -152,7 +152,7 @@ TEST(SlidingWindow, TheMaskPartOwnsItsOption) {
     EXPECT_EQ(m.window(), 3);
     EXPECT_EQ(m.layer[0]->attn.mask.name(), "sliding_window");
     EXPECT_TRUE(m.decodes_past_l_max());  // RoPE with a window: context='auto' decodes past ℓ_max
-    const DTransformer<double> causal(fttest::llama_like(Positional::Rope, 8));
+    const DTransformer<double> causal(fttest::llama_like("rope", 8));
     EXPECT_EQ(causal.window(), 0);
     EXPECT_FALSE(causal.decodes_past_l_max());
 

@@ -227,7 +227,7 @@ TEST(Inference, DInferenceCachedEqualsLiteral) {
         ModelConfig c = small_d(11, 10);
         c.L = 2;
         c.init_std = 0.5;  // spread-out distributions, so sampling differences would show
-        if (sinusoidal) c.positional = Positional::Sinusoidal;
+        if (sinusoidal) c.positional = "sinusoidal";
         DTransformer<double> m(c);
         const std::vector<index_t> prompt = {1, 4, 2};
         for (std::uint64_t seed : {0ULL, 1ULL, 2ULL}) {

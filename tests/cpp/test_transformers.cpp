@@ -153,7 +153,7 @@ TEST(DTransformer, IsCausal) {
 
 TEST(DTransformer, CachedDecodingEqualsTheFullForward) {
     ModelConfig c = tiny(Arch::D);
-    c.positional = Positional::Sinusoidal;
+    c.positional = "sinusoidal";
     DTransformer<double> m(c);
     std::vector<index_t> ids = {1, 2, 3, 4, 5, 6};
     m.forward(Tokens{ids.data(), Seqs::single(6)});
@@ -298,7 +298,7 @@ TEST(Dropout, GradientsOfEveryParameterMatchFiniteDifferencesWithReplayedMasks) 
         c.embed_dropout = 0.2, c.resid_dropout = 0.25;
         c.part_options.set("attn_dropout", 0.3);
         if (variant == 1) {  // RoPE, grouped-query attention, SwiGLU, no biases, RMSnorm
-            c.positional = Positional::Rope;
+            c.positional = "rope";
             c.d_attn = 2;
             c.H_kv = 1;
             c.mlp = "swiglu";

@@ -107,7 +107,7 @@ inline ft::ModelConfig small_decoder(index_t l_max) {
     return c;
 }
 // ... with LLaMA's parts: the position part pos, SwiGLU, no biases, RMSnorm.
-inline ft::ModelConfig llama_like(ft::Positional pos, index_t l_max) {
+inline ft::ModelConfig llama_like(const std::string& pos, index_t l_max) {
     ft::ModelConfig c = small_decoder(l_max);
     c.positional = pos;
     c.mlp = "swiglu";

@@ -36,7 +36,10 @@ struct ModelConfig {
     index_t d_attn = 0, d_mid = 0;  // 0: d_e / H (then d_e must be divisible by H)
     // norm (D and ED): a registered norm part's name (parts.hpp PartKind::Norm; "layer": Algorithm 6). resolve checks it.
     std::string norm = "layer";
-    Positional positional = Positional::Learned;
+    // positional: a registered position part's name (parts.hpp PartKind::Position): "learned" and "sinusoidal",
+    // Algorithm 2's tables; "rope" (V1), "alibi" (V2), D only, and "relative" (V11), ED only, put the position into
+    // attention. What the rest of the code asks of it, its registry line says (position_table, position_has).
+    std::string positional = "learned";
     double pos_base = 0;            // sinusoidal base; 0: ℓ_max as the paper prints it
     bool tied = false;              // W_u = W_eᵀ
     Gelu gelu = Gelu::Exact;
@@ -48,8 +51,7 @@ struct ModelConfig {
     // scale_embedding, separate_positions; V13's fixnorm; Gemma's embed_scale — are its steps' rows', in
     // part_options: stack_embedding.hpp.)
     bool unembed_bias = false;
-    // Variants (docs/variants.md). positional = Rope | Alibi (D only) puts the position into attention;
-    // H_kv: key/value heads (V3; 0: H); bias = false: V5; rope_theta: V1's θ.
+    // Variants (docs/variants.md). H_kv: key/value heads (V3; 0: H); bias = false: V5; rope_theta: V1's θ.
     index_t H_kv = 0;
     bool bias = true;
     // mlp (D and ED; E: the listing's only): a registered MLP part's name or alias (parts.hpp PartKind::MLP): "gelu",

@@ -41,12 +41,10 @@ public:
     MatParam W_e;
 };
 
-// Rope, Alibi, Relative (docs/variants.md, V1/V2/V11): the position enters attention instead; there is no W_p
-// (the embedding registers nothing and adds nothing).
-enum class Positional { Learned, Sinusoidal, Rope, Alibi, Relative };
-// RoPE, ALiBi and T5's relative bias (docs/variants.md V1, V2, V11) put the position into attention: no table W_p
-// (RoPE and ALiBi: so no bound ℓ_max; config.cpp max_input_length)
-inline bool in_attention(Positional p) { return p == Positional::Rope || p == Positional::Alibi || p == Positional::Relative; }
+// Algorithm 2's table W_p: learned, or the sinusoids (frozen). None: the position enters attention instead (a
+// position part's registry line says which table it implies, parts.hpp position_table: RoPE, ALiBi, T5's relative
+// bias, docs/variants.md V1/V2/V11); there is no W_p (the embedding registers nothing and adds nothing).
+enum class Positional { Learned, Sinusoidal, None };
 
 template <class T>
 class PositionalEmbedding {

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "formal_transformers/embedding.hpp"
 #include "formal_transformers/functions.hpp"
 #include "formal_transformers/mask.hpp"
 #include "formal_transformers/norm.hpp"
@@ -355,8 +356,8 @@ std::vector<SelectorName> selector_names(PartKind kind, Arch arch);  // (a part 
 std::string selected_part(PartKind kind, const std::string& given, Arch arch, const char* option);
 // The part of `kind` an architecture's listing has, chosen when its option is not given: norm "layer"
 // (Algorithm 6); MLP "gelu" (Algorithms 9, 10) or, in EDTransformer, "relu" (Algorithm 8); mask "causal" in
-// DTransformer (Algorithm 10), "bidirectional" in ETransformer; head kernel "softmax" (Algorithm 4's lines 4–6); the
-// block default_block(arch); "" for the others.
+// DTransformer (Algorithm 10), "bidirectional" in ETransformer; position "learned" (Algorithm 2's table); head kernel
+// "softmax" (Algorithm 4's lines 4–6); the block default_block(arch); "" for the others.
 const char* default_part(PartKind kind, Arch arch);
 // Whether the mask `name` is made per call from the batch's per-sequence values (V7's "prefix", from the prefix
 // lengths p_b: Tokens::prefix, prefix_len): its registry line says so. A model with such a mask takes prefix_len.
@@ -377,6 +378,26 @@ enum class HeadKernelProperty : unsigned {
     BlockLayouts = 8,
 };
 bool head_kernel_has(const std::string& name, HeadKernelProperty p);
+// What the rest of the code asks of a position part, as its registry line declares it (position_has(name, p)), and
+// the table W_p of Algorithm 2 it implies (position_table: Learned, Sinusoidal, or None, the position in attention):
+// a new position is its file and its line(s), with no compare of its name anywhere else. (The line "none", no
+// position part, is an attention's own and named by no model option.)
+enum class PositionProperty : unsigned {
+    // each self-attention of DTransformer's layers makes it (V1's RoPE, V2's ALiBi): a DTransformer option
+    Layers = 1,
+    // EDTransformer's self-attentions: one table per stack, shared by its layers (V11's T5 bias): an ED option
+    StackTables = 2,
+    // it adds a score bias B^h to line 6's S (ALiBi, T5's): a kernel without scores cannot take it
+    ScoreBias = 4,
+    // inputs longer than l_max are taken (no table of positions bounds them: RoPE, ALiBi; max_input_length)
+    PastLMax = 8,
+    // decoding runs past l_max without a window's bound (ALiBi's bias extrapolates; DTransformer::decodes_past_l_max)
+    Extrapolates = 16,
+};
+bool position_has(const std::string& name, PositionProperty p);
+Positional position_table(const std::string& name);
+// The names of the position parts whose lines have p ("'rope' and 'alibi'"), for the messages
+std::string positions_with(PositionProperty p);
 
 // What a part declares of itself (defined in the part's own file, listed with its factory in registry.cpp):
 // the options it owns (the model config's schema takes them as its own: keywords, JSON, repr) and its one

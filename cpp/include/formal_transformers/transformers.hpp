@@ -265,7 +265,7 @@ template <class T>
 class Model {
 public:
     explicit Model(const ModelConfig& c)
-        : cfg(c), tok(c.n_vocab, c.d_e, store, "W_e"), pos(c.l_max, c.d_e, c.positional, c.pos_base, store) {
+        : cfg(c), tok(c.n_vocab, c.d_e, store, "W_e"), pos(c.l_max, c.d_e, position_table(c.positional), c.pos_base, store) {
         dropout_seed = c.seed;
     }
     virtual ~Model() = default;
@@ -449,7 +449,8 @@ public:
         return w;
     }
     bool decodes_past_l_max() const {
-        return cfg.positional == Positional::Alibi || (window() > 0 && in_attention(cfg.positional));
+        return position_has(cfg.positional, PositionProperty::Extrapolates) ||
+               (window() > 0 && position_table(cfg.positional) == Positional::None);
     }
     // The same, writing the logits of ALL n fed tokens to Z:[N_V, n] (speculative decoding verifies the
     // drafted tokens in one call; defined in speculative.cpp).

@@ -235,7 +235,7 @@ ModelConfig SavedModel::model_config() const {
                           (c.mtp_depth ? " (MTP modules included)" : "") + ", the file only " + std::to_string(tensors.size()) + " tensors");
     // a lower bound on the parameter count, against the numbers the file holds (long double: no wrap)
     const long double d = (long double)c.d_e;
-    const long double table = in_attention(c.positional) ? 0.0L : (long double)c.l_max * d;  // W_p
+    const long double table = position_table(c.positional) == Positional::None ? 0.0L : (long double)c.l_max * d;  // W_p
     const long double per_layer = (long double)c.H * c.d_mid * d + 2.0L * c.d_mlp * d;     // W_o, the MLP
     const long double need = (long double)c.n_vocab * d + table + layers * per_layer;
     std::size_t have = 0;

@@ -58,7 +58,7 @@ PositionalEmbedding<T>::PositionalEmbedding(index_t l_max_, index_t d_e_, Positi
     : l_max(l_max_), d_e(d_e_), kind(kind_), base(base_ > 0 ? base_ : double(l_max_)) {
     if (l_max <= 0) throw ValueError("PositionalEmbedding: l_max must be positive");
     if (d_e <= 0) throw ValueError("PositionalEmbedding: d_e must be positive");
-    if (in_attention(kind)) return;  // no W_p (V1, V2)
+    if (kind == Positional::None) return;  // no W_p (V1, V2)
     W_p = store.matrix(name, d_e, l_max);
     if (kind == Positional::Sinusoidal) store.freeze(W_p.offset);
 }

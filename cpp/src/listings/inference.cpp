@@ -86,7 +86,7 @@ std::vector<index_t> dinference(DTransformer<T>& model, const index_t* x_in, ind
     const index_t p = prefix_len == kDefaultPrefix ? (prefix_lm ? l : 0) : prefix_len;
     if (prefix_len != kDefaultPrefix) validate(Tokens{x_in, Seqs::single(l), &p}, c, "x");
     check_l_gen(l_gen, l);  // x grows to ℓ + ℓ_gen ids (reserved below only up to what a few steps need)
-    if (o.context == SamplingOptions::Context::Full && !in_attention(c.positional))
+    if (o.context == SamplingOptions::Context::Full && position_table(c.positional) != Positional::None)
         throw ValueError("context='full' (past l_max) needs positions without a table (positional='rope' or "
                          "'alibi'); this model's positions are a table of l_max columns");
     const bool full = decodes_full_context(o, model);  // auto: the model's parts say (ALiBi; a window with RoPE)

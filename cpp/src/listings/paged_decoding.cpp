@@ -321,7 +321,7 @@ std::vector<std::vector<index_t>> DInferenceBatch(DTransformer<T>& model, const 
         check_bytes(checked_add(p.cache ? index_t(p.cache->ids.size()) : p.len, l_gen, "l_gen (the tokens to generate)"),
                     sizeof(index_t), "l_gen (the tokens to generate)");
     }
-    if (o.context == SamplingOptions::Context::Full && !in_attention(c.positional))
+    if (o.context == SamplingOptions::Context::Full && position_table(c.positional) != Positional::None)
         throw ValueError("context='full' (past l_max) needs positions without a table (positional='rope' or "
                          "'alibi'); this model's positions are a table of l_max columns");
     std::vector<std::vector<index_t>> out(static_cast<std::size_t>(S));

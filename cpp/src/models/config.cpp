@@ -40,11 +40,6 @@ struct EnumName {
 };
 template <class En>
 using NameTable = std::vector<EnumName<En>>;
-const NameTable<Positional> kPositionals = {{"learned", Positional::Learned},
-                                            {"sinusoidal", Positional::Sinusoidal},
-                                            {"rope", Positional::Rope},
-                                            {"alibi", Positional::Alibi},
-                                            {"relative", Positional::Relative}};
 const NameTable<Gelu> kGelus = {{"exact", Gelu::Exact}, {"tanh", Gelu::Tanh}, {"none", Gelu::Exact}};
 const NameTable<AttnImpl> kAttnImpls = {{"auto", AttnImpl::Auto}, {"literal", AttnImpl::Literal}, {"tiled", AttnImpl::Tiled}};
 const NameTable<ModelConfig::BigBirdDraw> kBigBirdDraws = {{"per_head", ModelConfig::BigBirdDraw::PerHead},
@@ -52,7 +47,6 @@ const NameTable<ModelConfig::BigBirdDraw> kBigBirdDraws = {{"per_head", ModelCon
 
 template <class En>
 const NameTable<En>& names_of(En ModelConfig::*);
-template <> const NameTable<Positional>& names_of(Positional ModelConfig::*) { return kPositionals; }
 template <> const NameTable<Gelu>& names_of(Gelu ModelConfig::*) { return kGelus; }
 template <> const NameTable<AttnImpl>& names_of(AttnImpl ModelConfig::*) { return kAttnImpls; }
 template <> const NameTable<ModelConfig::BigBirdDraw>& names_of(ModelConfig::BigBirdDraw ModelConfig::*) { return kBigBirdDraws; }
@@ -63,8 +57,7 @@ template <class En>
 constexpr bool is_enum_member<En ModelConfig::*> = std::is_enum_v<En>;
 
 using Field = std::variant<std::nullptr_t, index_t ModelConfig::*, double ModelConfig::*, bool ModelConfig::*,
-                           std::uint64_t ModelConfig::*, Positional ModelConfig::*,
-                           Gelu ModelConfig::*, AttnImpl ModelConfig::*,
+                           std::uint64_t ModelConfig::*, Gelu ModelConfig::*, AttnImpl ModelConfig::*,
                            ModelConfig::BigBirdDraw ModelConfig::*, std::string ModelConfig::*>;
 
 struct OptionSpec {
@@ -115,7 +108,7 @@ const std::vector<OptionSpec> kSchema = {
     {"d_attn", ALL, Kind::AutoSize, &ModelConfig::d_attn},
     {"d_mid", ALL, Kind::AutoSize, &ModelConfig::d_mid},
     {"norm", D | ED, Kind::Part, &ModelConfig::norm, Check::None, nullptr, PartKind::Norm},
-    {"positional", ALL, Kind::Enum, &ModelConfig::positional},
+    {"positional", ALL, Kind::Part, &ModelConfig::positional, Check::None, nullptr, PartKind::Position},
     {"base", ALL, Kind::AutoReal, &ModelConfig::pos_base},
     {"tied", ALL, Kind::Bool, &ModelConfig::tied},
     {"gelu", DE, Kind::Enum, &ModelConfig::gelu},
@@ -482,14 +475,8 @@ std::string archs_text(unsigned a) {
 std::pair<std::string, std::string> selector(const ModelConfig& c, PartKind kind) {
     if (kind == PartKind::Mask && c.arch == Arch::D)  // (the listing's "causal": a mask its options choose may replace it)
         return {"mask='" + c.mask + "'", c.mask == default_part(kind, c.arch) ? "" : c.mask};
-    if (kind == PartKind::Position) {
-        const char* n = c.positional == Positional::Rope       ? "rope"
-                        : c.positional == Positional::Alibi    ? "alibi"
-                        : c.positional == Positional::Relative ? "relative"
-                                                               : "";
-        const char* listing = c.positional == Positional::Sinusoidal ? "sinusoidal" : "learned";
-        return {std::string("positional='") + (*n ? n : listing) + "'", n};
-    }
+    if (kind == PartKind::Position)  // (a table of Algorithm 2's, "learned" or "sinusoidal": the listing's position)
+        return {"positional='" + c.positional + "'", position_table(c.positional) == Positional::None ? c.positional : ""};
     if (kind == PartKind::Block) return {"block='" + c.block + "'", c.block};
     if (kind == PartKind::Norm) return {"norm='" + c.norm + "'", c.norm};
     if (kind == PartKind::MLP) return {"mlp='" + c.mlp + "'", c.mlp};
@@ -779,13 +766,11 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
     if (c.H_kv > c.H || c.H % c.H_kv != 0)
         throw ValueError("H_kv = " + std::to_string(c.H_kv) + " must divide H = " + std::to_string(c.H) +
                          " (grouped-query attention: groups of H/H_kv query heads share a key/value head)");
-    const bool rope_alibi = c.positional == Positional::Rope || c.positional == Positional::Alibi;
-    if (arch != Arch::D && rope_alibi) throw ValueError("positional='rope' and 'alibi' are DTransformer options");
-    if (arch != Arch::ED && c.positional == Positional::Relative)
-        throw ValueError("positional='relative' (T5's relative position bias, V11) is an EDTransformer option");
-    if (c.positional == Positional::Rope && !choose(c, PartKind::QKVSource) && c.d_attn % 2 != 0)
-        throw ValueError("positional='rope' rotates pairs of rows: d_attn (the head size) must be even, got " +
-                         std::to_string(c.d_attn));
+    // where a position part in attention goes, its line says: D's layers, or ED's stacks (one table each)
+    if (arch != Arch::D && position_has(c.positional, PositionProperty::Layers))
+        throw ValueError("positional=" + positions_with(PositionProperty::Layers) + " are DTransformer options");
+    if (arch != Arch::ED && position_has(c.positional, PositionProperty::StackTables))
+        throw ValueError("positional='" + c.positional + "' (a bias table per stack, as T5's V11) is an EDTransformer option");
     // the parts: the one of each kind c chooses, and its check (its options, what it needs of the rest)
     if (c.block.empty()) c.block = default_block(arch);
     for (PartKind kind : {PartKind::Mask, PartKind::Position, PartKind::QKVSource, PartKind::HeadKernel,
@@ -805,12 +790,12 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
         if (c.window_blocks % 2 == 0)
             throw ValueError("window_blocks = " + std::to_string(c.window_blocks) +
                              " must be odd and >= 1 (the sliding key blocks centred on the query block; BigBird: 3)");
-        if (c.positional == Positional::Alibi || c.positional == Positional::Relative)
+        if (position_has(c.positional, PositionProperty::ScoreBias))
             throw ValueError("attention='bigbird' adds no score bias: use positional='learned', 'sinusoidal' or 'rope'");
         // a sequence needs at least 2g + w + r blocks of block_size tokens: refuse a layout no input can meet
         using u128 = unsigned __int128;
         const u128 shortest = (2 * u128(c.n_global_blocks) + u128(c.window_blocks) + u128(c.n_random_blocks)) * u128(c.block_size);
-        const bool table = c.positional != Positional::Rope;  // RoPE has no table of positions: no l_max bound
+        const bool table = !position_has(c.positional, PositionProperty::PastLMax);  // (RoPE: no l_max bound)
         if (shortest > u128(std::numeric_limits<index_t>::max()) || (table && shortest > u128(c.l_max)))
             throw ValueError("attention='bigbird': the shortest sequence the layout takes, (2·n_global_blocks + window_blocks + "
                              "n_random_blocks)·block_size = (2·" + std::to_string(c.n_global_blocks) + " + " +
@@ -856,8 +841,7 @@ void validate(const Tokens& x, index_t n_vocab, index_t l_max, const char* what)
 }
 
 index_t max_input_length(const ModelConfig& c) {
-    const bool no_table = c.positional == Positional::Rope || c.positional == Positional::Alibi;
-    return no_table ? std::numeric_limits<index_t>::max() : c.l_max;
+    return position_has(c.positional, PositionProperty::PastLMax) ? std::numeric_limits<index_t>::max() : c.l_max;
 }
 
 void validate(const Tokens& x, const ModelConfig& c, const char* what) {

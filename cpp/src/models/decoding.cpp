@@ -33,7 +33,7 @@ void SelfBlock<T>::forward_cached(const ParamStore<T>& store, MatView<T> X, inde
 template <class T>
 void DTransformer<T>::decode(Decoder& d, const index_t* ids, index_t n, T* z) const {
     // RoPE and ALiBi have no table of positions: their cached decoding may run past ℓ_max (docs/variants.md)
-    if (!in_attention(cfg.positional) && d.len + n > cfg.l_max)
+    if (position_table(cfg.positional) != Positional::None && d.len + n > cfg.l_max)
         throw ValueError("decoding past l_max = " + std::to_string(cfg.l_max) + " (context would be " +
                          std::to_string(d.len + n) + ")");
     for (index_t t = 0; t < n; ++t)

@@ -32,9 +32,6 @@ MatView<T> copy_into(Matrix<T>& dst, CMatView<T> src) {
     return v;
 }
 inline std::string layer_prefix(const char* group, index_t l) { return std::string(group) + "." + std::to_string(l) + "."; }
-inline const char* position_name(Positional p) {
-    return p == Positional::Rope ? "rope" : p == Positional::Alibi ? "alibi" : p == Positional::Relative ? "relative" : "none";
-}
 // Algorithm 10 line 6's Mask: [[t ≤ t']], or the mask part the config's options choose (e.g. V8's sliding
 // window), made from them. (V7's prefix mask is made per call, with the batch's p_b.)
 inline Mask decoder_mask(const ModelConfig& c) {
@@ -65,12 +62,13 @@ inline Mask encoder_mask(const ModelConfig& c, const std::string& p) {
     s.per_head = c.bigbird_draw == ModelConfig::BigBirdDraw::PerHead;  // each query head its own draw, or head 0's for all
     return make_bigbird_mask(s);
 }
-// The attention options of a model (docs/variants.md); `positional`: the position part applies (D's self-attention)
+// The attention options of a model (docs/variants.md); `positional`: the position part applies (D's self-attention:
+// a part its line puts in the layers, V1's RoPE, V2's ALiBi; otherwise "none", the position is the embedding's)
 inline AttnVariant attn_variant(const ModelConfig& c, bool positional) {
     AttnVariant v;
     v.H_kv = c.H_kv;
     v.bias = c.bias;
-    if (positional) v.position = position_name(c.positional);
+    if (positional && position_has(c.positional, PositionProperty::Layers)) v.position = c.positional;
     v.rope_theta = c.rope_theta;
     v.impl = c.attention_impl;
     v.options = c.part_options;  // the parts' own options (V10's latent source, V15's random features)
@@ -89,12 +87,12 @@ inline AttnVariant layer_variant(const ModelConfig& c, index_t l) {
     }
     return v;
 }
-// ED's self-attentions with V11 (positional = Relative): T5's bias from the stack's one table (`table`: "enc.rel_bias",
+// ED's self-attentions with a position of one table per stack (V11, positional='relative'): T5's bias from the stack's one table (`table`: "enc.rel_bias",
 // bidirectional buckets; "dec.rel_bias", causal); otherwise attn_variant(c, false)
 inline AttnVariant relative_variant(const ModelConfig& c, const char* table, bool bidirectional) {
     AttnVariant v = attn_variant(c, false);
-    if (c.positional != Positional::Relative) return v;
-    v.position = "relative";
+    if (!position_has(c.positional, PositionProperty::StackTables)) return v;
+    v.position = c.positional;
     v.rel_table = table;
     v.rel_bidirectional = bidirectional;
     v.rel_init_std = c.init_std;

@@ -245,7 +245,7 @@ void check_latent(const PartOptionValues& own, const ModelConfig* c) {
     if (d_R % 2 != 0 || d_R > c->d_attn)
         throw ValueError("qk_rope_head_dim must be even and <= d_attn = " + std::to_string(c->d_attn) +
                          " (d_attn = qk_nope_head_dim + qk_rope_head_dim), got " + std::to_string(d_R));
-    if (c->positional != Positional::Rope)
+    if (c->positional != "rope")
         throw ValueError("kv_lora_rank (latent attention) rotates its shared key part with RoPE: positional='rope'");
     if (c->H_kv != c->H) throw ValueError("kv_lora_rank (latent attention) makes every head's keys: H_kv must be H");
     if (c->bias) throw ValueError("kv_lora_rank (latent attention) has no biases (DeepSeek): pass bias=False");

@@ -459,7 +459,7 @@ void check_features(const PartOptionValues& own, const ModelConfig* c) {
     }
     const std::string k = std::string("'") + kernel_name(kind) + "'";
     check_n_features(kind, D, c->d_attn, c->L, sizeof(float));  // V15's sizes: every layer's Ω, before a draw
-    if (c->positional == Positional::Alibi)
+    if (position_has(c->positional, PositionProperty::ScoreBias))
         throw ValueError("attention=" + k + " cannot add ALiBi's score bias (random features have no scores): "
                          "use positional='rope', 'learned' or 'sinusoidal'");
     if (const PartRow* m = chosen_part(*c, PartKind::Mask)) {

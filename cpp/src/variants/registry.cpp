@@ -145,8 +145,19 @@ struct Entry {
     bool per_call = false;              // a mask made per call from the batch's per-sequence values (V7's p_b)
 };
 using MaskFactory = Mask (*)(const MaskOptions&);
+// a position part, the table W_p of Algorithm 2 it implies, and what its line declares of it (parts.hpp
+// PositionProperty: the bits below)
 template <class T>
-using PositionFactory = PositionPart<T> (*)(const AttnSpec&, ParamStore<T>&, const std::string&);
+struct PositionFactory {
+    PositionPart<T> (*make)(const AttnSpec&, ParamStore<T>&, const std::string&);
+    Positional table = Positional::None;
+    unsigned properties = 0;
+};
+constexpr unsigned Layers = unsigned(PositionProperty::Layers);
+constexpr unsigned StackTables = unsigned(PositionProperty::StackTables);
+constexpr unsigned ScoreBias = unsigned(PositionProperty::ScoreBias);
+constexpr unsigned PastLMax = unsigned(PositionProperty::PastLMax);
+constexpr unsigned Extrapolates = unsigned(PositionProperty::Extrapolates);
 template <class T>
 using QKVSourceFactory = std::shared_ptr<const QKVSource<T>> (*)(const AttnPartSpec<T>&, ParamStore<T>&,
                                                                  const std::string&);
@@ -198,10 +209,12 @@ const std::vector<Entry<MaskFactory>>& masks() {
 template <class T>
 const std::vector<Entry<PositionFactory<T>>>& positions() {
     static const std::vector<Entry<PositionFactory<T>>> t = {
-        {"none", make_no_position<T>},
-        {"rope", make_rope<T>, rope_position_row},
-        {"alibi", make_alibi<T>},
-        {"relative", make_relative_bias<T>, relative_bias_row},
+        {"none", {make_no_position<T>}, nullptr, nullptr, 0},  // an attention without one (no model option names it)
+        {"learned", {make_no_position<T>, Positional::Learned}},        // Algorithm 2's W_p, learned
+        {"sinusoidal", {make_no_position<T>, Positional::Sinusoidal}},  // Algorithm 2's W_p, the sinusoids
+        {"rope", {make_rope<T>, Positional::None, Layers | PastLMax}, rope_position_row},
+        {"alibi", {make_alibi<T>, Positional::None, Layers | ScoreBias | PastLMax | Extrapolates}},
+        {"relative", {make_relative_bias<T>, Positional::None, StackTables | ScoreBias}, relative_bias_row},
     };
     return t;
 }
@@ -408,7 +421,12 @@ std::uint64_t PartOptionValues::seed(const std::string& name) const { return typ
 std::vector<std::string> part_names(PartKind kind) {
     switch (kind) {
         case PartKind::Mask: return names_of(masks());
-        case PartKind::Position: return names_of(positions<float>());
+        case PartKind::Position: {  // an attention's position parts (Algorithm 2's tables are the embedding's)
+            std::vector<std::string> n;
+            for (const auto& e : positions<float>())
+                if (e.make.table == Positional::None) n.push_back(e.name);
+            return n;
+        }
         case PartKind::MLP: return names_of(mlps<float>());
         case PartKind::QKVSource: return names_of(qkv_sources<float>());
         case PartKind::HeadKernel: return names_of(head_kernels<float>());
@@ -444,6 +462,7 @@ const char* default_part(PartKind kind, Arch arch) {
         case PartKind::Norm: return "layer";                         // Algorithm 6
         case PartKind::MLP: return arch == Arch::ED ? "relu" : "gelu";  // Algorithm 8's φ = ReLU; 9, 10: GELU
         case PartKind::Mask: return arch == Arch::D ? "causal" : arch == Arch::E ? "bidirectional" : "";  // (ED: both)
+        case PartKind::Position: return "learned";                   // Algorithm 2's W_p
         case PartKind::HeadKernel: return "softmax";                 // Algorithm 4's lines 4–6
         case PartKind::Block: return default_block(arch);
         default: return "";
@@ -476,7 +495,19 @@ Mask make_mask(const std::string& name, const MaskOptions& options) {
 template <class T>
 PositionPart<T> make_position(const std::string& name, const AttnSpec& spec, ParamStore<T>& store,
                               const std::string& prefix) {
-    return find(positions<T>(), name, PartKind::Position).make(spec, store, prefix);
+    return find(positions<T>(), name, PartKind::Position).make.make(spec, store, prefix);
+}
+bool position_has(const std::string& name, PositionProperty p) {
+    return (find(positions<float>(), name, PartKind::Position).make.properties & unsigned(p)) != 0;
+}
+Positional position_table(const std::string& name) { return find(positions<float>(), name, PartKind::Position).make.table; }
+std::string positions_with(PositionProperty p) {
+    std::vector<std::string> n;
+    for (const auto& e : positions<float>())
+        if (e.make.properties & unsigned(p)) n.push_back(std::string("'") + e.name + "'");
+    std::string r;
+    for (std::size_t i = 0; i < n.size(); ++i) r += (i ? (i + 1 == n.size() ? " and " : ", ") : "") + n[i];
+    return r;
 }
 // The options that name an attention's two kinds of Algorithm 4's lines: a Q/K/V source's own options given choose
 // it (V10's latent source); `attention` names the head kernel.

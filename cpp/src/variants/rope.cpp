@@ -113,6 +113,9 @@ void check_rope(const PartOptionValues& own, const ModelConfig* model) {
                              "qk_rope_head_dim rows");
         return;
     }
+    if (model->d_attn % 2 != 0)
+        throw ValueError("positional='rope' rotates pairs of rows: d_attn (the head size) must be even, got " +
+                         std::to_string(model->d_attn));
     const index_t r = rotary_dims(model->d_attn, p);
     if (r < 2 || r % 2 != 0)
         throw ValueError("rotary_pct rotates the first ⌊d_attn · rotary_pct⌋ = " + std::to_string(r) +

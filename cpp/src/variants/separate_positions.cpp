@@ -14,7 +14,7 @@ template <class T>
 class SeparatePositions final : public EmbeddingStep<T> {
 public:
     SeparatePositions(const ModelConfig& c, const std::string& prefix, ParamStore<T>& store)
-        : W_p_(c.l_max, c.d_e, c.positional, c.pos_base, store, prefix + "W_p") {}
+        : W_p_(c.l_max, c.d_e, position_table(c.positional), c.pos_base, store, prefix + "W_p") {}
     typename EmbeddingStep<T>::At at() const override { return EmbeddingStep<T>::At::Table; }
     void init(ParamStore<T>& store, Rng& rng, double stddev) const override { W_p_.init(store, rng, stddev); }
     const PositionalEmbedding<T>* table() const override { return &W_p_; }
@@ -24,7 +24,7 @@ private:
 };
 
 void check_separate_positions(const PartOptionValues&, const ModelConfig* c) {
-    if (c && c->positional != Positional::Learned)
+    if (c && position_table(c->positional) != Positional::Learned)
         throw ValueError("separate_positions=True gives the decoder its own learned W_p: it needs positional='learned'");
 }
 }  // namespace

@@ -109,9 +109,9 @@ void check_softcap(const PartOptionValues& own, const ModelConfig* c) {
         if (!(v >= 0) || !std::isfinite(v)) throw ValueError(std::string(o) + " must be a finite number > 0 (or None)");
     }
     if (!c) return;
-    if (c->positional == Positional::Alibi)
+    if (position_has(c->positional, PositionProperty::ScoreBias))
         throw ValueError("attn_logit_softcapping / query_pre_attn_scalar (the 'softcap' head kernel) take no score bias: "
-                         "not with positional='alibi'");
+                         "not with positional='" + c->positional + "'");
     if (c->attention_impl == AttnImpl::Tiled)
         throw ValueError("attention_impl 'tiled': the 'softcap' head kernel (attn_logit_softcapping) has no tiled form");
 }
