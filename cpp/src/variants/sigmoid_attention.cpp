@@ -13,6 +13,7 @@
 // the prefix), not a call over several new tokens, and a rolling cache (a mask with a window) would change ℓ_z.
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "formal_transformers/attention.hpp"
 #include "formal_transformers/blas.hpp"
@@ -102,20 +103,27 @@ private:
     }
 };
 
-// What it needs of a model: its own kernel under every attention_impl but 'tiled' (it has no tiled form), and a KV
-// cache that keeps every key (no mask with a window: a rolling cache would change ℓ_z)
+// What it needs of a model, one rule for the config (check_sigmoid) and the factory: its own kernel under every
+// attention_impl but 'tiled' (it has no tiled form), and a KV cache that keeps every key (no mask with a window: a
+// rolling cache would change ℓ_z)
+void check_sigmoid_fits(AttnImpl impl, index_t window, const std::string& mask_name) {
+    if (impl == AttnImpl::Tiled) throw ValueError("attention_impl 'tiled': attention='sigmoid' has no tiled form");
+    if (window > 0)
+        throw ValueError("attention='sigmoid' counts the keys in its bias b = −log ℓ_z: not with the " + mask_name +
+                         " mask (its rolling cache drops keys)");
+}
+
 void check_sigmoid(const PartOptionValues& own, const ModelConfig* c) {
     (void)own;
     if (!c) return;
-    if (c->attention_impl == AttnImpl::Tiled)
-        throw ValueError("attention_impl 'tiled': attention='sigmoid' has no tiled form");
+    index_t window = 0;
+    std::string mask_name;
     if (const PartRow* m = chosen_part(*c, PartKind::Mask)) {
         MaskOptions o;
         o.options = c->part_options;
-        if (make_mask(m->name, o).window() > 0)
-            throw ValueError("attention='sigmoid' counts the keys in its bias b = −log ℓ_z: not with the " +
-                             std::string(m->name) + " mask (its rolling cache drops keys)");
+        window = make_mask(m->name, o).window(), mask_name = m->name;
     }
+    check_sigmoid_fits(c->attention_impl, window, mask_name);
 }
 }  // namespace
 
@@ -128,10 +136,7 @@ const PartRow& sigmoid_kernel_row() {
 template <class T>
 std::shared_ptr<const HeadKernel<T>> make_sigmoid_kernel(const AttnPartSpec<T>& spec, const std::string& prefix) {
     (void)prefix;
-    if (spec.v.impl == AttnImpl::Tiled) throw ValueError("attention_impl 'tiled': attention='sigmoid' has no tiled form");
-    if (spec.mask && spec.mask->window() > 0)
-        throw ValueError("attention='sigmoid' counts the keys in its bias b = −log ℓ_z: not with the " + spec.mask->name() +
-                         " mask (its rolling cache drops keys)");
+    check_sigmoid_fits(spec.v.impl, spec.mask ? spec.mask->window() : 0, spec.mask ? spec.mask->name() : std::string());
     return std::make_shared<const SigmoidKernel<T>>();
 }
 template std::shared_ptr<const HeadKernel<float>> make_sigmoid_kernel<float>(const AttnPartSpec<float>&, const std::string&);
