@@ -397,8 +397,8 @@ TEST(ModelConfig, MultiTokenPredictionOptions) {
     o.emplace_back("mtp_depth", std::int64_t(6));  // l_max 8 = D + 2: room for one target of module D
     o.emplace_back("mtp_weight", 0.5);
     const ModelConfig c = ModelConfig::from_options(Arch::D, o);
-    EXPECT_EQ(c.mtp_depth, 6);
-    EXPECT_EQ(c.mtp_weight, 0.5);
+    EXPECT_EQ(c.part_options.integer("mtp_depth"), 6);
+    EXPECT_EQ(c.part_options.real("mtp_weight"), 0.5);
     EXPECT_EQ(ModelConfig::from_json(c.to_json()), c);
     auto error_of = [](Options opts, Arch arch = Arch::D) -> std::string {
         try {
