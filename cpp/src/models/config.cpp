@@ -782,7 +782,7 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
     if (arch != Arch::D && position_has(c.positional, PositionProperty::Layers))
         throw ValueError("positional=" + positions_with(PositionProperty::Layers) + " are DTransformer options");
     if (arch != Arch::ED && position_has(c.positional, PositionProperty::StackTables))
-        throw ValueError("positional='" + c.positional + "' (a bias table per stack, as T5's V11) is an EDTransformer option");
+        throw ValueError("positional='" + c.positional + "' (one table per stack, shared by its layers) is an EDTransformer option");
     // the parts: the one of each kind c chooses, and its check (its options, what it needs of the rest)
     if (c.block.empty()) c.block = default_block(arch);
     for (PartKind kind : kChosenKinds) {
