@@ -556,7 +556,7 @@ void register_attention(py::module_& m) {
                v.bias = bias.cast<bool>();
                ft::check_part_name(ft::PartKind::Position, positional, "positional");
                v.position = positional;
-               v.rope_theta = rope_theta;
+               v.options.set("rope_theta", rope_theta);  // (the RoPE position's option)
                v.impl = parse_attention_impl(attention_impl);
                return std::make_unique<DM>(parse_dtype(dtype), h, a, b, c, mid, o, parse_mask(mask), seed_arg(seed), v);
            }),

@@ -570,6 +570,15 @@ void register_transformers(py::module_& m) {
         py::arg("arch"),
         "The options the architecture takes, in the schema's order: (name, kind, default as JSON text, the "
         "architectures that take it). ValueError for another architecture name.");
+    m.def(
+        "_position_table",
+        [](const std::string& name) {
+            const ft::Positional t = ft::position_table(name);
+            return std::string(t == ft::Positional::Learned ? "learned" : t == ft::Positional::Sinusoidal ? "sinusoidal" : "none");
+        },
+        py::arg("positional"),
+        "The table W_p of Algorithm 2 a config's positional names, as its registry line declares it: 'learned', "
+        "'sinusoidal', or 'none' (the position is in attention: RoPE, ALiBi, T5's bias). ValueError for another name.");
     m.def("_save_model", [](const py::handle& model, const std::string& path, const std::map<std::string, std::string>& extra) {
         if (!save_model<ft::DTransformer>(model, path, extra) && !save_model<ft::ETransformer>(model, path, extra) &&
             !save_model<ft::EDTransformer>(model, path, extra))

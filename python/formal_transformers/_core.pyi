@@ -1626,6 +1626,10 @@ def _parse_json(text: str, what: str) -> typing.Any:
     """
     JSON text from outside as Python values (the core's bounded parse).
     """
+def _position_table(positional: str) -> str:
+    """
+    The table W_p of Algorithm 2 a config's positional names, as its registry line declares it: 'learned', 'sinusoidal', or 'none' (the position is in attention: RoPE, ALiBi, T5's bias). ValueError for another name.
+    """
 def _read_metadata(path: str) -> dict[str, str]:
     """
     io.read_metadata: the metadata of a safetensors file (its header only).

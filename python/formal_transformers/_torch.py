@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import _core
 from ._options import check_unmapped_at_defaults
 # torch interop imports hf (T5 runs as transformers' own model), never the other way round
 from .hf import _registry as _hf_registry
@@ -440,7 +441,7 @@ def from_ft(model) -> FTModule:
     if cfg.get("H_kv") not in (None, cfg["H"]):
         raise ValueError(f"ft.to_torch (this version) has no equivalent of the option H_kv={cfg['H_kv']!r} "
                          "(grouped-query attention)")
-    if cfg.get("positional") not in ("learned", "sinusoidal"):
+    if _core._position_table(cfg["positional"]) == "none":  # (the position in attention: the registry's line says)
         raise ValueError(f"ft.to_torch (this version) does not support positional={cfg.get('positional')!r}")
     if cfg.get("norm", "layer") not in ("layer", "rms"):
         raise ValueError(f"ft.to_torch (this version) does not support norm={cfg.get('norm')!r}")

@@ -200,7 +200,7 @@ TEST(BlockSparse, ModelLayoutsAreCheckedInTheCoreBeforeAnyIsInstalled) {
     offsets.start.pop_back();
     refused({{offsets}, {diag(0)}}, "start must hold n + 1 = 9 offsets");
     ModelConfig plain = config(AttnImpl::Auto);
-    plain.attention = "softmax", plain.part_options.set("block_size", std::int64_t(0));
+    plain.attention = "softmax", plain.part_options = PartOptionValues();  // (the bigbird options at their defaults)
     ETransformer<double> soft(resolve(plain, Arch::E));
     EXPECT_THROW(set_bigbird_layouts(soft, {{diag(0)}, {diag(0)}}), ValueError);
     // accepted: the repeats (V17b weighs them), as given: one layout for every head of layer 0, one per head of layer 1

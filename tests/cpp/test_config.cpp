@@ -179,7 +179,7 @@ TEST(ModelConfig, FromJsonOldAndDamaged) {
 
 TEST(ModelConfig, ReprAndSignature) {
     Options o = sizes_d();
-    o.emplace_back("rope_theta", 500000.0);
+    o.emplace_back("rope_theta", 10000.0);  // (the RoPE position's option: at its default with positional='learned')
     const ModelConfig c = ModelConfig::from_options(Arch::D, o);
     const std::string r = c.to_string("float32");
     EXPECT_EQ(r.rfind("DTransformer(n_vocab=11, l_max=8, L=2, H=2, d_e=6, d_mlp=10, d_attn=3, d_mid=3, norm='layer', "
@@ -188,7 +188,7 @@ TEST(ModelConfig, ReprAndSignature) {
               0u)
         << r;
     EXPECT_NE(r.find("attention='softmax', n_features=None, feature_seed=0, attn_logit_softcapping=None, "
-                     "query_pre_attn_scalar=None, mlp='gelu', rope_theta=500000.0, sliding_window=None, "
+                     "query_pre_attn_scalar=None, mlp='gelu', rope_theta=10000.0, sliding_window=None, "
                      "sliding_window_pattern=None, rope_local_base_freq=None, attention_chunk_size=None, "
                      "kv_lora_rank=None, q_lora_rank=None, qk_rope_head_dim=None, qkv_bias=False, qk_norm=False, "
                      "mask='causal', "),
@@ -397,8 +397,8 @@ TEST(ModelConfig, MultiTokenPredictionOptions) {
     o.emplace_back("mtp_depth", std::int64_t(6));  // l_max 8 = D + 2: room for one target of module D
     o.emplace_back("mtp_weight", 0.5);
     const ModelConfig c = ModelConfig::from_options(Arch::D, o);
-    EXPECT_EQ(c.mtp_depth, 6);
-    EXPECT_EQ(c.mtp_weight, 0.5);
+    EXPECT_EQ(c.part_options.integer("mtp_depth"), 6);
+    EXPECT_EQ(c.part_options.real("mtp_weight"), 0.5);
     EXPECT_EQ(ModelConfig::from_json(c.to_json()), c);
     auto error_of = [](Options opts, Arch arch = Arch::D) -> std::string {
         try {
@@ -601,4 +601,108 @@ TEST(ModelConfig, RelativeBiasOwnsItsOptions) {
     std::string j = learned.to_json();
     j.replace(j.find("\"relative_buckets\":32"), 21, "\"relative_buckets\":8");
     EXPECT_EQ(ModelConfig::from_json(j), learned);
+}
+
+// rope_theta (V1's θ) is the option of the position "rope" (its registry row), not a model-wide one: the config keeps
+// it in part_options, the attentions read it there (RoPE, and V10's latent source, which needs positional='rope'),
+// the JSON keeps its place; with another positional it must be at its default, and a saved config with it (where it
+// had no effect) loads with the default.
+TEST(ModelConfig, RopeThetaIsTheRopePositionsOption) {
+    const ft::PartRow* row = ft::part_row_of_option("rope_theta");
+    ASSERT_NE(row, nullptr);
+    EXPECT_EQ(row->kind, ft::PartKind::Position);
+    EXPECT_STREQ(row->name, "rope");
+    Options o = sizes_d();
+    o.emplace_back("positional", std::string("rope"));
+    o.emplace_back("rope_theta", 500.0);
+    o.emplace_back("d_attn", std::int64_t(4));  // (RoPE rotates pairs of rows)
+    const ModelConfig c = ModelConfig::from_options(Arch::D, o);
+    EXPECT_EQ(c.part_options.real("rope_theta"), 500.0);
+    ASSERT_NE(ft::chosen_part(c, ft::PartKind::Position), nullptr);
+    EXPECT_STREQ(ft::chosen_part(c, ft::PartKind::Position)->name, "rope");
+    EXPECT_NE(c.to_json().find("\"mlp\":\"gelu\",\"rope_theta\":500.0,\"sliding_window\":null"), std::string::npos) << c.to_json();
+    EXPECT_EQ(ModelConfig::from_json(c.to_json()), c);
+    const ft::DTransformer<double> m(c);
+    EXPECT_EQ(m.layer[0]->attn.var.options.real("rope_theta"), 500.0);
+    for (const char* positional : {"learned", "sinusoidal", "alibi"}) {
+        Options bad = sizes_d();
+        bad.emplace_back("positional", std::string(positional));
+        bad.emplace_back("rope_theta", 500.0);
+        const std::string chooses = std::string(positional) == "alibi" ? "the 'alibi'" : "the listing's";
+        try {
+            ModelConfig::from_options(Arch::D, bad);
+            ADD_FAILURE() << "rope_theta with positional='" << positional << "' resolved";
+        } catch (const ft::ValueError& e) {
+            EXPECT_EQ(std::string(e.what()), "rope_theta is an option of the 'rope' position, but positional='" +
+                                                 std::string(positional) + "' chooses " + chooses +
+                                                 " position: rope_theta must be at its default");
+        }
+        Options at_default = sizes_d();  // (every DTransformer's config holds it: at its default, any positional)
+        at_default.emplace_back("positional", std::string(positional));
+        at_default.emplace_back("rope_theta", 10000.0);
+        const ModelConfig d = ModelConfig::from_options(Arch::D, at_default);
+        std::string j = d.to_json();
+        j.replace(j.find("\"rope_theta\":10000.0"), 20, "\"rope_theta\":500.0");
+        EXPECT_EQ(ModelConfig::from_json(j), d) << j;  // a file's: the option had no effect, it loads at its default
+    }
+    // E and ED have no RoPE position: the option is not theirs (a TypeError naming it, as before)
+    Options e = {{"n_vocab", std::int64_t(11)}, {"l_max", std::int64_t(8)}, {"L", std::int64_t(2)}, {"H", std::int64_t(2)},
+                 {"d_e", std::int64_t(6)},     {"d_mlp", std::int64_t(10)}, {"d_f", std::int64_t(6)}, {"rope_theta", 500.0}};
+    EXPECT_THROW(ModelConfig::from_options(Arch::E, e), ft::TypeError);  // (a DTransformer option, as before)
+}
+
+// V16's mtp_depth and mtp_weight are the options of the prediction heads "mtp" (a registered part of its own kind),
+// chosen by mtp_depth > 0; its row's check is resolve's and the factory's, and its size hook counts its layers.
+TEST(ModelConfig, MultiTokenPredictionIsAPredictionHeadsPart) {
+    for (const char* name : {"mtp_depth", "mtp_weight"}) {
+        const ft::PartRow* row = ft::part_row_of_option(name);
+        ASSERT_NE(row, nullptr) << name;
+        EXPECT_EQ(row->kind, ft::PartKind::PredictionHeads);
+        EXPECT_STREQ(row->name, "mtp");
+    }
+    EXPECT_STREQ(ft::kind_name(ft::PartKind::PredictionHeads), "prediction heads");
+    EXPECT_EQ(ft::part_names(ft::PartKind::PredictionHeads), std::vector<std::string>{"mtp"});
+    const ModelConfig plain = ModelConfig::from_options(Arch::D, sizes_d());
+    EXPECT_EQ(ft::chosen_part(plain, ft::PartKind::PredictionHeads), nullptr);
+    EXPECT_EQ(ft::model_size(plain, Arch::D).layers, 2);
+    EXPECT_EQ(ft::model_size(plain, Arch::D).extra_layers, "");
+    EXPECT_TRUE(ft::DTransformer<double>(plain).mtp.empty());
+    Options o = sizes_d();
+    o.emplace_back("mtp_depth", std::int64_t(3));
+    const ModelConfig c = ModelConfig::from_options(Arch::D, o);
+    ASSERT_NE(ft::chosen_part(c, ft::PartKind::PredictionHeads), nullptr);
+    EXPECT_STREQ(ft::chosen_part(c, ft::PartKind::PredictionHeads)->name, "mtp");
+    EXPECT_EQ(ft::model_size(c, Arch::D).layers, 5);  // L + D: a layer per module
+    EXPECT_EQ(ft::model_size(c, Arch::D).extra_layers, "MTP modules");
+    EXPECT_EQ(ft::DTransformer<double>(c).mtp.size(), 3u);
+    // the factory runs the row's check: a config changed after resolve is refused with resolve's message
+    ModelConfig short_l = c;
+    short_l.l_max = 4;
+    ft::ParamStore<double> store;
+    try {
+        ft::make_prediction_heads<double>(short_l, ft::Activation::Gelu, store);
+        ADD_FAILURE() << "no error";
+    } catch (const ft::ValueError& e) {
+        EXPECT_NE(std::string(e.what()).find("mtp_depth = 3 has no room in l_max = 4"), std::string::npos) << e.what();
+    }
+    // mtp_weight alone weighs no module: accepted, no module made
+    Options weight = sizes_d();
+    weight.emplace_back("mtp_weight", 0.5);
+    weight.emplace_back("mask", std::string("prefix"));
+    const ModelConfig w = ModelConfig::from_options(Arch::D, weight);
+    EXPECT_TRUE(ft::DTransformer<double>(w).mtp.empty());
+    EXPECT_EQ(ft::model_size(w, Arch::D).layers, 2);
+}
+
+// V10's latent source declares its attention's parameter count (its row's size hook), which the size bound uses
+TEST(ModelConfig, LatentSourceDeclaresItsSize) {
+    Options o = sizes_d();  // H 2, d_e 6: d_attn = d_mid = 3
+    for (const auto& kv : Options{{"positional", std::string("rope")}, {"bias", false}, {"kv_lora_rank", std::int64_t(4)},
+                                  {"qk_rope_head_dim", std::int64_t(2)}, {"d_attn", std::int64_t(4)}})
+        o.push_back(kv);
+    const ModelConfig c = ModelConfig::from_options(Arch::D, o);
+    // W_q (H·d_attn × d_e), W_dkv ((d_c + d_R) × d_e), W_ukv (H·(d_attn − d_R + d_mid) × d_c), W_o (d_e × H·d_mid)
+    EXPECT_EQ(ft::model_size(c, Arch::D).attention, 2 * 4 * 6 + (4 + 2) * 6 + 2 * (4 - 2 + 3) * 4 + 2 * 3 * 6);
+    const ModelConfig plain = ModelConfig::from_options(Arch::D, sizes_d());
+    EXPECT_EQ(ft::model_size(plain, Arch::D).attention, 3 * 2 * 3 * 6 + 2 * 3 * 6);
 }

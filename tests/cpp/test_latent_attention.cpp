@@ -19,7 +19,7 @@ ModelConfig deepseek_like(index_t l_max, index_t q_rank) {
     c.H_kv = 0;
     c.d_attn = 5;  // d_N 3 + d_R 2
     c.d_mid = 4;   // d_v
-    c.rope_theta = 200.0;
+    c.part_options.set("rope_theta", 200.0);
     c.seed = 5;
     c.part_options.set("kv_lora_rank", std::int64_t(3));
     c.part_options.set("q_lora_rank", std::int64_t(q_rank));
@@ -30,7 +30,7 @@ AttnVariant latent_variant(index_t q_rank) {
     AttnVariant v;
     v.bias = false;
     v.position = "rope";
-    v.rope_theta = 50.0;
+    v.options.set("rope_theta", 50.0);
     v.options.set("kv_lora_rank", std::int64_t(3));
     v.options.set("q_lora_rank", std::int64_t(q_rank));
     v.options.set("qk_rope_head_dim", std::int64_t(2));

@@ -35,8 +35,8 @@ TEST(SlidingWindow, LocalAndGlobalLayers) {
     EXPECT_EQ(m.layer[0]->attn.mask.window(), 3);
     EXPECT_EQ(m.layer[1]->attn.mask.window(), 0);
     EXPECT_EQ(m.layer[2]->attn.mask.window(), 3);
-    EXPECT_EQ(m.layer[0]->attn.var.rope_theta, 50.0);
-    EXPECT_EQ(m.layer[1]->attn.var.rope_theta, c.rope_theta);
+    EXPECT_EQ(m.layer[0]->attn.var.options.real("rope_theta"), 50.0);
+    EXPECT_EQ(m.layer[1]->attn.var.options.real("rope_theta"), c.part_options.real("rope_theta"));
     EXPECT_EQ(m.window(), 0);
     ModelConfig no_window = fttest::llama_like("rope", 8);
     no_window.part_options.set("sliding_window_pattern", std::int64_t(2));

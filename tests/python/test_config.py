@@ -212,3 +212,40 @@ def test_an_ed_file_older_than_its_mlp_option_loads(tmp_path):
     for got in (ft.load(tmp_path / "old.safetensors"), ft.load(tmp_path / "old.safetensors", dtype="float64")):
         assert got.config == m.config and got.config["mlp"] == "relu"
         assert np.array_equal(outputs(got), outputs(m))
+
+
+@pytest.mark.parametrize("positional, chooses", [("learned", "the listing's"), ("sinusoidal", "the listing's"),
+                                                 ("alibi", "the 'alibi'")])
+def test_rope_theta_is_the_rope_positions_option(tmp_path, positional, chooses):
+    """rope_theta is the option of the position 'rope' (its registry row): given with another positional it is
+    refused, as rotary_pct is, naming the part and the choice; at its default (every DTransformer's config holds
+    it) it is taken; a file written before, whose config gave it where it had no effect, loads with the default
+    and the same outputs."""
+    with pytest.raises(ValueError, match=f"rope_theta is an option of the 'rope' position, but "
+                                         f"positional='{positional}' chooses {chooses} position: rope_theta must be "
+                                         f"at its default"):
+        ft.DTransformer(V, 9, 1, 2, 8, 12, positional=positional, rope_theta=500.0)
+    m = ft.DTransformer(V, 9, 1, 2, 8, 12, seed=6, dtype="float64", positional=positional, rope_theta=10000.0)
+    keys = list(m.config)
+    assert m.config["rope_theta"] == 10000.0 and keys[keys.index("mlp") + 1] == "rope_theta"
+    assert ft.model_options("DTransformer")["rope_theta"] == {"kind": "real", "default": 10000.0,
+                                                              "archs": ["DTransformer"]}
+    old = dict(json.loads(m.config_json()), rope_theta=500.0, dtype="float64")
+    save_with_config(m, old, tmp_path / "old.safetensors")
+    got = ft.load(tmp_path / "old.safetensors")
+    assert got.config == m.config and got.config["rope_theta"] == 10000.0
+    assert np.array_equal(outputs(got), outputs(m))
+
+
+def test_mtp_options_are_the_prediction_heads_options():
+    """mtp_depth and mtp_weight are the options of the prediction heads 'mtp' (a registered part): the schema
+    keeps their place and defaults; mtp_weight alone weighs no module (accepted, nothing added)."""
+    opts = ft.model_options("DTransformer")
+    assert opts["mtp_depth"] == {"kind": "count", "default": 0, "archs": ["DTransformer"]}
+    assert opts["mtp_weight"] == {"kind": "real", "default": 0.3, "archs": ["DTransformer"]}
+    names = list(opts)
+    assert names.index("mtp_depth") == names.index("mask") + 1 and names.index("mtp_weight") == names.index("mtp_depth") + 1
+    alone = ft.DTransformer(V, 9, 1, 2, 8, 12, mtp_weight=0.5, mask="prefix")
+    assert not any(k.startswith("mtp.") for k in alone.params.keys()) and alone.config["mtp_weight"] == 0.5
+    two = ft.DTransformer(V, 9, 1, 2, 8, 12, mtp_depth=2)
+    assert {k.split(".")[1] for k in two.params.keys() if k.startswith("mtp.")} == {"0", "1"}

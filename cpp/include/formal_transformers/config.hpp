@@ -51,7 +51,8 @@ struct ModelConfig {
     // scale_embedding, separate_positions; V13's fixnorm; Gemma's embed_scale — are its steps' rows', in
     // part_options: stack_embedding.hpp.)
     bool unembed_bias = false;
-    // Variants (docs/variants.md). H_kv: key/value heads (V3; 0: H); bias = false: V5; rope_theta: V1's θ.
+    // Variants (docs/variants.md). H_kv: key/value heads (V3; 0: H); bias = false: V5. (V1's θ, rope_theta, is the
+    // option of the position "rope", variants/rope.cpp, in part_options.)
     index_t H_kv = 0;
     bool bias = true;
     // mlp (D and ED; E: the listing's only): a registered MLP part's name or alias (parts.hpp PartKind::MLP): "gelu",
@@ -59,7 +60,6 @@ struct ModelConfig {
     // (V21, OPT, in D); "swiglu": V4; "geglu" (alias "gated-gelu", T5 v1.1's): V18's gated GELU (tanh form). "": the
     // architecture's listing's (default_part: "gelu" in D and E, "relu" in ED; resolve fills it).
     std::string mlp;
-    double rope_theta = 10000.0;
     // V7 (D only): the prefix-LM mask of line 6, Mask[t_z, t_x] = [[t_z < p_b or t_z ≤ t_x]] with the prefix length
     // p_b of each sequence given with the call (Tokens::prefix; none: p_b = 0, the causal mask). Causal: Algorithm 10.
     // mask (D only): a registered mask's name or alias (parts.hpp PartKind::Mask; "causal", alias "unidirectional":
@@ -95,11 +95,8 @@ struct ModelConfig {
     // options block_size, …, bigbird_draw, variants/bigbird_mask.cpp). What the rest
     // of the code asks of it, its registry line says (head_kernel_has). resolve checks it.
     std::string attention = "softmax";
-    // V16 (D only; multi_token.hpp): mtp_depth = D sequential multi-token-prediction modules (DeepSeek-V3 §2.2);
-    // module k predicts x[t+k+1] from the previous depth's hidden state and the embedding of x[t+k], through the
-    // shared final norm and unembedding. The loss is L_main + (λ/D) Σ_k L_k with λ = mtp_weight. 0: Algorithm 10.
-    index_t mtp_depth = 0;
-    double mtp_weight = 0.3;
+    // (V16's multi-token prediction, mtp_depth and mtp_weight, is a part, the prediction heads "mtp" of
+    // variants/multi_token.cpp, its options in part_options.)
     // Gemma 2 and 3 (docs/variants.md V25, V27; D only): final_logit_softcapping c_f: the logits c_f·tanh(W_u X / c_f)
     // (0: None). (Gemma's sandwich layers, each sublayer's output normalised before its residual add, are the block
     // "sandwich"; its embedding scale the embedding step "scale", stack_embedding.hpp.)
@@ -185,5 +182,15 @@ void validate(const Tokens& x, const ModelConfig& c, const char* what);
 // fails at once instead of declaring layers for minutes. ValueError names the sizes.
 constexpr index_t kLayerOverhead = 4096;  // bytes: a layer's named parameter entries, caches, workspaces
 void check_model_size(const ModelConfig& c, Arch arch);
+// What check_model_size counts of a config (and a model file's reader checks against its tensors): the layers (the
+// listing's, L or L_enc + L_dec, and those of the parts it chooses, V16's modules) and a lower bound on the parameters
+// of one attention (W_q, W_k, W_v, W_o, or the chosen Q/K/V source's own: V10's). The chosen parts' rows add theirs
+// (PartRow::size); extra_layers says what their layers are ("MTP modules"), for the messages. ValueError on overflow.
+struct ModelSize {
+    index_t layers = 0;
+    index_t attention = 0;
+    std::string extra_layers;
+};
+ModelSize model_size(const ModelConfig& c, Arch arch);
 
 }  // namespace ft

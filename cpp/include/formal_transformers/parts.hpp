@@ -86,8 +86,7 @@ public:
 struct AttnVariant {
     index_t H_kv = 0;                 // key/value heads (V3); 0: H
     bool bias = true;                 // false: V5 (no b_q, b_k, b_v, b_o)
-    std::string position = "none";    // a registered position part: "rope" (V1), "alibi" (V2); "none"
-    double rope_theta = 10000.0;      // V1's θ
+    std::string position = "none";    // a registered position part: "rope" (V1, its θ rope_theta in `options`), "alibi" (V2); "none"
     AttnImpl impl = AttnImpl::Auto;   // lines 4–6 as printed or tiled (variants.hpp AttnImpl)
     // The options the attention's parts own (their registry rows): e.g. V10's kv_lora_rank > 0 chooses the latent
     // Q/K/V source (latent_attention.hpp), which reads its q_lora_rank and qk_rope_head_dim from here.
@@ -338,7 +337,10 @@ private:
 // Block: a stack's layers (transformers.hpp SelfBlock, CrossBlock). Embedding: a stack's embedding
 // (stack_embedding.hpp), one per stack; EmbeddingStep: its steps, each chosen by its own options, several at once.
 // KernelWrapper: a part around the head kernel, chosen by its own options (several would wrap in the registry's order).
-enum class PartKind { Mask, Position, MLP, Norm, QKVSource, HeadKernel, Block, Embedding, EmbeddingStep, KernelWrapper };
+// PredictionHeads: a decoder's extra prediction heads beside Algorithm 10's P (V16's multi-token modules), chosen by
+// their own options.
+enum class PartKind { Mask, Position, MLP, Norm, QKVSource, HeadKernel, Block, Embedding, EmbeddingStep, KernelWrapper,
+                      PredictionHeads };
 const char* kind_name(PartKind kind);  // "mask", "position", …
 std::vector<std::string> part_names(PartKind kind);
 // ValueError "<option> must be one of 'a', 'b', …, got '<name>'" unless `name` is registered for `kind`
@@ -404,6 +406,7 @@ std::string positions_with(PositionProperty p);
 // check. A part is chosen by its kind's selector option (mask='prefix') or by one of its own options given
 // (V8's window w chooses the sliding-window mask); an option of a part not chosen must be at its default.
 struct ModelConfig;
+struct ModelSize;  // config.hpp: the layers and the parameters of one attention that check_model_size counts
 struct PartRow {
     PartKind kind;
     const char* name;
@@ -415,6 +418,9 @@ struct PartRow {
     void (*complete)(PartOptionValues& own, const ModelConfig& model) = nullptr;
     // false: only its kind's selector chooses it (attention='performer'); its options given alone are refused
     bool chosen_by_options = true;
+    // what the chosen part adds to the model's size (config.hpp model_size: layers of its own, V16's modules; its
+    // attention's parameters in place of W_q, W_k, W_v, W_o, V10's latent source), overflow-checked (sizes.hpp)
+    void (*size)(const PartOptionValues& own, const ModelConfig& model, ModelSize& size) = nullptr;
 };
 const std::vector<const PartRow*>& part_rows();  // every registered part that declares a row
 const PartRow* find_part_row(PartKind kind, const std::string& name);
@@ -426,6 +432,10 @@ const PartRow* row_chosen_by(PartKind kind, const PartOptionValues& v);
 // or by its own options given (sliding_window=w); null: the listing's own part, or a chosen part without a row
 // (V7's mask='prefix'). ValueError for an option of a part not chosen (resolve has checked it).
 const PartRow* chosen_part(const ModelConfig& c, PartKind kind);
+
+// The parts of the kinds a config chooses one of (each kind's chosen_part with a row, in resolve's order: the rows
+// whose checks resolve runs and whose size hooks model_size adds)
+std::vector<const PartRow*> chosen_parts(const ModelConfig& c);
 
 // Options of a mask part: per-sequence integers (e.g. the prefix lengths p_b), named numbers, and the values
 // of the options mask parts own (e.g. V8's window; unset: their defaults).
@@ -466,6 +476,13 @@ std::shared_ptr<const MLPPart<T>> make_mlp(const std::string& name, const MLPSpe
 template <class T>
 std::shared_ptr<const NormPart<T>> make_norm(const std::string& name, index_t d, double eps, ParamStore<T>& store,
                                              const std::string& gamma, const std::string& beta);
+
+// A decoder's extra prediction heads (PartKind::PredictionHeads): the modules of the part c's options choose (V16's
+// mtp_depth > 0: its D multi-token modules, multi_token.hpp), made after Algorithm 10's θ; none when no part is chosen.
+template <class T>
+class MTPModule;
+template <class T>
+std::vector<std::shared_ptr<MTPModule<T>>> make_prediction_heads(const ModelConfig& c, Activation act, ParamStore<T>& store);
 
 // Blocks (transformers.hpp SelfBlock, CrossBlock): the layers a stack is made of, chosen by the config's `block`.
 // A block's row checks the architectures that take it (check_block_archs). make_self_block: a layer with one

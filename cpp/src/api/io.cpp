@@ -229,10 +229,12 @@ ModelConfig SavedModel::config() const {
 ModelConfig SavedModel::model_config() const {
     const ModelConfig c = config();
     // every layer has parameters of its own: more layers than the file has tensors cannot match it
-    const long double layers = c.arch == Arch::ED ? (long double)c.L_enc + c.L_dec : (long double)c.L + c.mtp_depth;
+    const ModelSize size = model_size(c, c.arch);  // (the layers of the parts included: V16's modules)
+    const long double layers = (long double)size.layers;
     if (layers > (long double)tensors.size())
         damaged(path, "the config has " + std::to_string((unsigned long long)layers) + " layers" +
-                          (c.mtp_depth ? " (MTP modules included)" : "") + ", the file only " + std::to_string(tensors.size()) + " tensors");
+                          (size.extra_layers.empty() ? "" : " (" + size.extra_layers + " included)") + ", the file only " +
+                          std::to_string(tensors.size()) + " tensors");
     // a lower bound on the parameter count, against the numbers the file holds (long double: no wrap)
     const long double d = (long double)c.d_e;
     const long double table = position_table(c.positional) == Positional::None ? 0.0L : (long double)c.l_max * d;  // W_p

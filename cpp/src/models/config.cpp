@@ -81,7 +81,8 @@ constexpr PartsHere kPartsHere[] = {{"(head kernels' options)", PartKind::HeadKe
                                     {"(MLPs' options)", PartKind::MLP},
                                     {"(norms' options)", PartKind::Norm},
                                     {"(embedding steps' options)", PartKind::EmbeddingStep},
-                                    {"(embeddings' options)", PartKind::Embedding}};
+                                    {"(embeddings' options)", PartKind::Embedding},
+                                    {"(prediction heads' options)", PartKind::PredictionHeads}};
 const PartsHere* parts_here(const char* name) {
     for (const PartsHere& h : kPartsHere)
         if (std::string(name) == h.name) return &h;
@@ -129,12 +130,12 @@ const std::vector<OptionSpec> kSchema = {
     {"layout_seed", 0, Kind::AllRates, nullptr},
     {"bigbird_draw", 0, Kind::AllRates, nullptr},
     {"mlp", D | ED, Kind::Part, &ModelConfig::mlp, Check::None, nullptr, PartKind::MLP},
-    {"rope_theta", D, Kind::Real, &ModelConfig::rope_theta, Check::Positive},
+    {"rope_theta", 0, Kind::AllRates, nullptr},  // (the RoPE position's option, where it stood: pinned)
     {kPartsHere[2].name, 0, Kind::AllRates, nullptr},
     {kPartsHere[3].name, 0, Kind::AllRates, nullptr},
     {"mask", D, Kind::Part, &ModelConfig::mask, Check::None, nullptr, PartKind::Mask},
-    {"mtp_depth", D, Kind::Count, &ModelConfig::mtp_depth},
-    {"mtp_weight", D, Kind::Real, &ModelConfig::mtp_weight, Check::NonNegative},
+    {"mtp_depth", 0, Kind::AllRates, nullptr},  // (the multi-token prediction heads' options, where they stood: pinned)
+    {"mtp_weight", 0, Kind::AllRates, nullptr},
     {kPartsHere[4].name, 0, Kind::AllRates, nullptr},
     {kPartsHere[5].name, 0, Kind::AllRates, nullptr},
     {kPartsHere[6].name, 0, Kind::AllRates, nullptr},
@@ -155,6 +156,7 @@ const std::vector<OptionSpec> kSchema = {
     {kPartsHere[7].name, 0, Kind::AllRates, nullptr},
     {"final_logit_softcapping", D, Kind::AutoReal, &ModelConfig::final_logit_softcapping},
     {kPartsHere[8].name, 0, Kind::AllRates, nullptr},  // (an encoder's embedding part's options: V28's audio encoder)
+    {kPartsHere[9].name, 0, Kind::AllRates, nullptr},
 };
 
 // A line of kSchema naming a part's option (archs 0, no member): the option stands there, where it stood before it
@@ -474,6 +476,10 @@ std::string archs_text(unsigned a) {
 }
 
 // ----------------------------------------- the parts a config chooses -------------------------------------------
+// The kinds of part a config chooses one of each, in the order resolve checks them
+constexpr PartKind kChosenKinds[] = {PartKind::Mask,          PartKind::Position, PartKind::QKVSource,
+                                     PartKind::HeadKernel,    PartKind::KernelWrapper, PartKind::MLP,
+                                     PartKind::Norm,          PartKind::Block,    PartKind::PredictionHeads};
 // The selector option of a kind of part as the config sets it ("attention='softmax'"; "": the kind has none in this
 // architecture) and the registered part its value names ("": the listing's own part). V7's mask='prefix' names the
 // prefix mask, made per call with the batch's p_b; attention='bigbird' the block layout (mask and kernel).
@@ -529,6 +535,12 @@ Json parse_object(const std::string& text) {
 }  // namespace
 
 const PartRow* chosen_part(const ModelConfig& c, PartKind kind) { return choose(c, kind); }
+std::vector<const PartRow*> chosen_parts(const ModelConfig& c) {
+    std::vector<const PartRow*> rows;
+    for (PartKind kind : kChosenKinds)
+        if (const PartRow* row = choose(c, kind)) rows.push_back(row);
+    return rows;
+}
 
 const char* arch_name(Arch a) { return a == Arch::D ? "DTransformer" : a == Arch::E ? "ETransformer" : "EDTransformer"; }
 Arch arch_from_name(const std::string& name) {
@@ -775,11 +787,10 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
     if (arch != Arch::D && position_has(c.positional, PositionProperty::Layers))
         throw ValueError("positional=" + positions_with(PositionProperty::Layers) + " are DTransformer options");
     if (arch != Arch::ED && position_has(c.positional, PositionProperty::StackTables))
-        throw ValueError("positional='" + c.positional + "' (a bias table per stack, as T5's V11) is an EDTransformer option");
+        throw ValueError("positional='" + c.positional + "' (one table per stack, shared by its layers) is an EDTransformer option");
     // the parts: the one of each kind c chooses, and its check (its options, what it needs of the rest)
     if (c.block.empty()) c.block = default_block(arch);
-    for (PartKind kind : {PartKind::Mask, PartKind::Position, PartKind::QKVSource, PartKind::HeadKernel,
-                          PartKind::KernelWrapper, PartKind::MLP, PartKind::Norm, PartKind::Block}) {
+    for (PartKind kind : kChosenKinds) {
         const PartRow* row = choose(c, kind, from_file ? &c : nullptr);
         if (row && row->complete) row->complete(c.part_options, c);
         if (row && row->check) row->check(c.part_options, &c);
@@ -788,19 +799,6 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
         if (row->check) row->check(c.part_options, &c);
     if (const PartRow* row = row_chosen_by(PartKind::Embedding, c.part_options))  // an encoder's embedding (V28's audio)
         if (row->check) row->check(c.part_options, &c);
-    if (c.mtp_depth > 0) {  // V16 (multi_token.hpp)
-        if (c.l_max < c.mtp_depth + 2)
-            throw ValueError("mtp_depth = " + std::to_string(c.mtp_depth) + " has no room in l_max = " + std::to_string(c.l_max) +
-                             ": module D predicts x[t+D+1], so a training sequence needs at least D + 2 tokens (l_max >= " +
-                             std::to_string(c.mtp_depth + 2) + ")");
-        if (per_call_mask(c.mask))
-            throw ValueError("mtp_depth (multi-token prediction) does not combine with mask='" + c.mask + "'");
-        if (!head_kernel_has(c.attention, HeadKernelProperty::KeepsKeys))
-            throw ValueError("mtp_depth (multi-token prediction) needs attention='softmax' (its self-speculation takes back drafts)");
-        if (c.part_options.real("embed_scale") > 0 || c.final_logit_softcapping > 0 || c.block == "sandwich")
-            throw ValueError("mtp_depth (multi-token prediction) does not combine with Gemma's embed_scale, "
-                             "final_logit_softcapping or block='sandwich' (sandwich_norm)");
-    }
     check_model_size(c, arch);  // sizes.hpp: overflow-safe, before any layer is declared
     return c;
 }
@@ -843,20 +841,21 @@ void validate(const Tokens& x, const ModelConfig& c, const char* what) {
     }
 }
 
+ModelSize model_size(const ModelConfig& c, Arch arch) {
+    const char* what = "model size";
+    ModelSize size;
+    size.layers = arch == Arch::ED ? checked_add(c.L_enc, c.L_dec, what) : c.L;
+    // one attention: W_q, W_k, W_v (H × d_attn × d_e each) and W_o (d_e × H·d_mid)
+    size.attention = checked_add(checked_count({3, c.H, c.d_attn, c.d_e}, what), checked_count({c.H, c.d_mid, c.d_e}, what), what);
+    for (const PartRow* row : chosen_parts(c))
+        if (row->size) row->size(c.part_options, c, size);
+    return size;
+}
+
 void check_model_size(const ModelConfig& c, Arch arch) {
     const char* what = "model size";
-    const index_t d = c.d_e, L = arch == Arch::ED ? checked_add(c.L_enc, c.L_dec, what) : checked_add(c.L, c.mtp_depth, what);  // V16: a layer per MTP module
-    // one attention: W_q, W_k, W_v (H × d_attn × d_e each) and W_o (d_e × H·d_mid)
-    index_t attn = checked_add(checked_count({3, c.H, c.d_attn, d}, what), checked_count({c.H, c.d_mid, d}, what), what);
-    const PartOptionValues& o = c.part_options;  // V10's latent source: W_dq + W_uq (or W_q), W_dkv, W_ukv, W_o
-    if (const index_t d_c = o.integer("kv_lora_rank"); d_c > 0) {
-        const index_t d_cq = o.integer("q_lora_rank"), d_R = o.integer("qk_rope_head_dim");
-        const index_t q = d_cq > 0 ? checked_add(checked_mul(d_cq, d, what), checked_count({c.H, c.d_attn, d_cq}, what), what)
-                                   : checked_count({c.H, c.d_attn, d}, what);
-        const index_t kv = checked_add(checked_mul(checked_add(d_c, d_R, what), d, what),
-                                       checked_count({c.H, checked_add(c.d_attn - d_R, c.d_mid, what), d_c}, what), what);
-        attn = checked_add(checked_add(q, kv, what), checked_count({c.H, c.d_mid, d}, what), what);
-    }
+    const ModelSize size = model_size(c, arch);
+    const index_t d = c.d_e, L = size.layers, attn = size.attention;
     const index_t mlp = checked_count({2, c.d_mlp, d}, what);  // W_mlp1, W_mlp2
     index_t layer = checked_add(attn, mlp, what);
     if (arch == Arch::ED) layer = checked_add(layer, attn, what);  // (the decoder's cross-attention: at least)

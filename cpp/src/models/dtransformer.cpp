@@ -22,8 +22,7 @@ DTransformer<T>::DTransformer(const ModelConfig& c) : Model<T>(resolve(c, Arch::
         layer.push_back(make_self_block<T>(cfg.block, spec, store, layer_prefix("layers", l)));
     }
     norm_f = std::make_unique<Norm<T>>(cfg.norm, cfg.d_e, cfg.eps, store, "gamma", "beta");
-    for (index_t k = 0; k < cfg.mtp_depth; ++k)  // V16's modules (multi_token.hpp)
-        mtp.push_back(std::make_shared<MTPModule<T>>(cfg, act, store, layer_prefix("mtp", k)));
+    mtp = make_prediction_heads<T>(cfg, act, store);  // the prediction heads the options choose (V16's modules)
     Rng rng = this->make_head_and_allocate(cfg.d_e);
     const double s = cfg.init_std, s_out = cfg.init_std / std::sqrt(2.0 * double(cfg.L));
     this->emb->init(store, rng, s);

@@ -65,9 +65,8 @@ inline AttnVariant attn_variant(const ModelConfig& c, bool positional) {
     v.H_kv = c.H_kv;
     v.bias = c.bias;
     if (positional && position_has(c.positional, PositionProperty::Layers)) v.position = c.positional;
-    v.rope_theta = c.rope_theta;
     v.impl = c.attention_impl;
-    v.options = c.part_options;  // the parts' own options (V10's latent source, V15's random features)
+    v.options = c.part_options;  // the parts' own options (V1's θ, V10's latent source, V15's random features)
     v.scale_scores = c.scale_scores;  // V18
     v.kernel = c.attention;  // V15
     v.norm = c.norm, v.eps = c.eps;  // V24's QK-norm normalises with the model's norm
@@ -78,7 +77,7 @@ inline AttnVariant layer_variant(const ModelConfig& c, index_t l) {
     AttnVariant v = attn_variant(c, true);
     const double local = c.part_options.real("rope_local_base_freq");
     if (!global_layer(c, l) && local > 0) {  // (a local layer with its own θ: unscaled positions)
-        v.rope_theta = local;
+        v.options.set("rope_theta", local);
         v.options.set("rope_scaling_factor", 0.0);
     }
     return v;

@@ -417,16 +417,28 @@ const PartRow& bigbird_kernel_row() {
     return row;
 }
 
-// The registry's mask factory: the row's options (o.options), the query heads o.values["heads"] (default 1).
+// The registry's mask factory: the row's options (o.options), each also given as a number in o.values (a direct
+// caller's form; layout_seed exact below 2^53), and the query heads o.values["heads"] (default 1); the row's check.
 Mask make_bigbird_mask_from_options(const MaskOptions& o) {
+    PartOptionValues own = o.options;
     index_t heads = 1;
-    if (const auto it = o.values.find("heads"); it != o.values.end()) {
-        if (it->second != std::floor(it->second) || !(it->second >= 1) || it->second > 9007199254740992.0)
-            throw ValueError("bigbird mask: heads must be an integer >= 1 (one layout per query head)");
-        heads = index_t(it->second);
+    for (const auto& [key, x] : o.values) {
+        if (x != std::floor(x) || std::abs(x) > 9007199254740992.0)
+            throw ValueError("bigbird mask: " + key + " must be an integer");
+        if (key == "heads") {
+            if (x < 1) throw ValueError("bigbird mask: heads must be >= 1 (one layout per query head)");
+            heads = index_t(x);
+        } else if (key == "layout_seed") {
+            if (x < 0) throw ValueError("bigbird mask: layout_seed must be >= 0");
+            own.set(key, std::uint64_t(x));
+        } else if (key == "block_size" || key == "window_blocks" || key == "n_global_blocks" || key == "n_random_blocks") {
+            own.set(key, std::int64_t(x));
+        } else {
+            throw ValueError("bigbird mask: '" + key + "' is not an option of the layout");
+        }
     }
-    check_bigbird(o.options, nullptr);
-    return make_bigbird_mask(bigbird_spec_of(o.options, "", heads));
+    check_bigbird(own, nullptr);
+    return make_bigbird_mask(bigbird_spec_of(own, "", heads));
 }
 
 }  // namespace ft

@@ -11,6 +11,7 @@
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/config.hpp"
 #include "formal_transformers/lora.hpp"
+#include "formal_transformers/sizes.hpp"
 #include "formal_transformers/variants.hpp"
 
 namespace ft {
@@ -258,6 +259,18 @@ void check_latent(const PartOptionValues& own, const ModelConfig* c) {
             throw ValueError(std::string("kv_lora_rank (latent attention) does not combine with the ") + m->name + " mask");
     }
 }
+// The parameters of one latent attention (a lower bound for config.hpp's model_size): W_dq and W_uq (or W_q),
+// W_dkv, W_ukv, W_o
+void latent_size(const PartOptionValues& own, const ModelConfig& c, ModelSize& size) {
+    const char* what = "model size";
+    const index_t d = c.d_e, d_c = own.integer("kv_lora_rank"), d_cq = own.integer("q_lora_rank"),
+                  d_R = own.integer("qk_rope_head_dim");
+    const index_t q = d_cq > 0 ? checked_add(checked_mul(d_cq, d, what), checked_count({c.H, c.d_attn, d_cq}, what), what)
+                               : checked_count({c.H, c.d_attn, d}, what);
+    const index_t kv = checked_add(checked_mul(checked_add(d_c, d_R, what), d, what),
+                                   checked_count({c.H, checked_add(c.d_attn - d_R, c.d_mid, what), d_c}, what), what);
+    size.attention = checked_add(checked_add(q, kv, what), checked_count({c.H, c.d_mid, d}, what), what);
+}
 }  // namespace
 
 const PartRow& latent_source_row() {
@@ -270,7 +283,10 @@ const PartRow& latent_source_row() {
           "V10: the rank d_c′ of the query latent; None: W_q"},
          {"qk_rope_head_dim", archs::D, OptionKind::AutoSize, std::int64_t(0), OptionCheck::None,
           "V10: the rotated part d_R of each query/key head (d_attn = d_N + d_R)"}},
-        check_latent};
+        check_latent,
+        nullptr,
+        true,
+        latent_size};
     return row;
 }
 
@@ -290,7 +306,7 @@ std::shared_ptr<const QKVSource<T>> make_latent_source(const AttnPartSpec<T>& sp
     LatentSpec ls;
     ls.H = spec.H, ls.d_x = spec.d_x, ls.d_attn = spec.d_attn, ls.d_v = spec.d_mid;
     ls.d_c = v.options.integer("kv_lora_rank"), ls.d_cq = v.options.integer("q_lora_rank");
-    ls.d_R = v.options.integer("qk_rope_head_dim"), ls.theta = v.rope_theta;
+    ls.d_R = v.options.integer("qk_rope_head_dim"), ls.theta = v.options.real("rope_theta");  // the RoPE position's θ
     return std::make_shared<const LatentSource<T>>(ls, store, prefix);
 }
 

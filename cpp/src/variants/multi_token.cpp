@@ -1,16 +1,72 @@
 // V16: multi-token prediction, Algorithm V16 of docs/variants.md (listing quoted in multi_token.hpp): D sequential
 // modules on Algorithm 10, forward line by line and the hand-written backward beside it; the modules' cached
-// decoding for self-speculative decoding (speculative.cpp).
+// decoding for self-speculative decoding (speculative.cpp). Registered as the prediction heads "mtp" (parts.hpp
+// PartKind::PredictionHeads, registry.cpp), chosen by its option mtp_depth = D > 0; its row declares mtp_depth and
+// mtp_weight (λ), its check and the layers it adds to the model's size.
 #include "formal_transformers/multi_token.hpp"
 
 #include <cmath>
 #include <string>
 
 #include "formal_transformers/blas.hpp"
+#include "formal_transformers/sizes.hpp"
 #include "../models/shared.hpp"
 
 namespace ft {
 using namespace models;
+
+// ===================================== the part ========================================================
+namespace {
+// What V16 needs of the rest of a model (resolve's check and the factory's): room in l_max for module D's target,
+// a mask made once (not per call), a kernel keeping every key (its self-speculation takes drafts back), and none of
+// Gemma's scalings, which the modules' line 3 and line 5 do not apply. mtp_weight alone (D = 0) weighs no module.
+void check_mtp(const PartOptionValues& own, const ModelConfig* c) {
+    const index_t D = own.integer("mtp_depth");
+    if (D == 0 || !c) return;
+    if (c->l_max < D + 2)
+        throw ValueError("mtp_depth = " + std::to_string(D) + " has no room in l_max = " + std::to_string(c->l_max) +
+                         ": module D predicts x[t+D+1], so a training sequence needs at least D + 2 tokens (l_max >= " +
+                         std::to_string(D + 2) + ")");
+    if (per_call_mask(c->mask))
+        throw ValueError("mtp_depth (multi-token prediction) does not combine with mask='" + c->mask + "'");
+    if (!head_kernel_has(c->attention, HeadKernelProperty::KeepsKeys))
+        throw ValueError("mtp_depth (multi-token prediction) needs attention='softmax' (its self-speculation takes back drafts)");
+    if (c->part_options.real("embed_scale") > 0 || c->final_logit_softcapping > 0 || c->block == "sandwich")
+        throw ValueError("mtp_depth (multi-token prediction) does not combine with Gemma's embed_scale, "
+                         "final_logit_softcapping or block='sandwich' (sandwich_norm)");
+}
+// each module is a layer of Algorithm 10 and more (config.hpp model_size)
+void mtp_size(const PartOptionValues& own, const ModelConfig&, ModelSize& size) {
+    const index_t D = own.integer("mtp_depth");
+    if (D == 0) return;
+    size.layers = checked_add(size.layers, D, "model size");
+    size.extra_layers = "MTP modules";
+}
+}  // namespace
+
+const PartRow& mtp_heads_row() {
+    static const PartRow row{PartKind::PredictionHeads,
+                             "mtp",
+                             {{"mtp_depth", archs::D, OptionKind::Count, std::int64_t(0), OptionCheck::None,
+                               "V16: D sequential multi-token-prediction modules (DeepSeek-V3 §2.2); module k predicts "
+                               "x[t+k+1]. 0: Algorithm 10"},
+                              {"mtp_weight", archs::D, OptionKind::Real, 0.3, OptionCheck::NonNegative,
+                               "V16: λ, the loss L_main + (λ/D) Σ_k L_k"}},
+                             check_mtp,
+                             nullptr,
+                             true,
+                             mtp_size};
+    return row;
+}
+
+// The registry's factory (registry.cpp, after the row's check): modules k = 1..D, parameters mtp.{k−1}.*
+template <class T>
+std::vector<std::shared_ptr<MTPModule<T>>> make_mtp_modules(const ModelConfig& c, Activation act, ParamStore<T>& store) {
+    std::vector<std::shared_ptr<MTPModule<T>>> modules;
+    for (index_t k = 0; k < c.part_options.integer("mtp_depth"); ++k)
+        modules.push_back(std::make_shared<MTPModule<T>>(c, act, store, layer_prefix("mtp", k)));
+    return modules;
+}
 
 template <class T>
 MTPModule<T>::MTPModule(const ModelConfig& c, Activation act, ParamStore<T>& store, const std::string& p)
@@ -57,7 +113,7 @@ template <class T>
 void DTransformer<T>::run_forward(const typename Model<T>::Batch& in) {
     if (!mtp.empty()) {
         validate(*in.x, cfg, "x");
-        const index_t D = cfg.mtp_depth;
+        const index_t D = index_t(mtp.size());
         for (index_t b = 0; b < in.x->s.count(); ++b)
             if (in.x->s.len(b) < D + 2)
                 throw ValueError("mtp_depth = " + std::to_string(D) + ": the loss needs sequences of at least D + 2 = " +
@@ -109,7 +165,7 @@ double DTransformer<T>::aux_loss(const typename Model<T>::Batch& in, bool grad, 
     if (mtp.empty()) return 0.0;
     const Tokens& x = *in.x;
     const index_t D = index_t(mtp.size()), d_e = cfg.d_e, B = x.s.count();
-    const double weight = cfg.mtp_weight / double(D);  // line 9: λ/D
+    const double weight = cfg.part_options.real("mtp_weight") / double(D);  // line 9: λ/D
     std::vector<index_t> cols, targets;
     double total = 0;
     for (index_t k = 1; k <= D; ++k) {
@@ -181,6 +237,9 @@ void mtp_decode(const DTransformer<T>& model, MTPDecoder<T>& d, index_t k, const
 
 template class MTPModule<float>;
 template class MTPModule<double>;
+template std::vector<std::shared_ptr<MTPModule<float>>> make_mtp_modules<float>(const ModelConfig&, Activation, ParamStore<float>&);
+template std::vector<std::shared_ptr<MTPModule<double>>> make_mtp_modules<double>(const ModelConfig&, Activation,
+                                                                                  ParamStore<double>&);
 template void DTransformer<float>::run_forward(const Model<float>::Batch&);
 template void DTransformer<double>::run_forward(const Model<double>::Batch&);
 template void DTransformer<float>::mtp_forward(const Tokens&);

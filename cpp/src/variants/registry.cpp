@@ -128,6 +128,9 @@ const PartRow& segment_embedding_row();                                         
 template <class T>
 std::shared_ptr<const EmbeddingStep<T>> make_embed_norm(const EmbeddingSpec&, ParamStore<T>&);  // variants/embed_norm.cpp
 const PartRow& embed_norm_row();                                                               // variants/embed_norm.cpp
+template <class T>
+std::vector<std::shared_ptr<MTPModule<T>>> make_mtp_modules(const ModelConfig&, Activation, ParamStore<T>&);  // variants/multi_token.cpp
+const PartRow& mtp_heads_row();                                                                             // variants/multi_token.cpp
 
 namespace {
 template <class T>
@@ -293,6 +296,16 @@ const std::vector<Entry<EmbeddingStepFactory<T>>>& embedding_steps() {
     };
     return t;
 }
+// a decoder's extra prediction heads, chosen by their own options
+template <class T>
+using PredictionHeadsFactory = std::vector<std::shared_ptr<MTPModule<T>>> (*)(const ModelConfig&, Activation, ParamStore<T>&);
+template <class T>
+const std::vector<Entry<PredictionHeadsFactory<T>>>& prediction_heads() {
+    static const std::vector<Entry<PredictionHeadsFactory<T>>> t = {
+        {"mtp", make_mtp_modules<T>, mtp_heads_row},
+    };
+    return t;
+}
 template <class T>
 const std::vector<Entry<BlockFactory<T>>>& blocks() {
     static const std::vector<Entry<BlockFactory<T>>> t = {
@@ -346,6 +359,7 @@ const char* kind_name(PartKind k) {
         case PartKind::EmbeddingStep: return "embedding step";
         case PartKind::Block: return "block";
         case PartKind::KernelWrapper: return "kernel wrapper";
+        case PartKind::PredictionHeads: return "prediction heads";
         default: return "norm";
     }
 }
@@ -363,6 +377,7 @@ const std::vector<const PartRow*>& part_rows() {
         add_rows(r, embedding_steps<float>());
         add_rows(r, blocks<float>());
         add_rows(r, kernel_wrappers<float>());
+        add_rows(r, prediction_heads<float>());
         return r;
     }();
     return rows;
@@ -439,6 +454,7 @@ std::vector<std::string> part_names(PartKind kind) {
         case PartKind::EmbeddingStep: return names_of(embedding_steps<float>());
         case PartKind::Block: return names_of(blocks<float>());
         case PartKind::KernelWrapper: return names_of(kernel_wrappers<float>());
+        case PartKind::PredictionHeads: return names_of(prediction_heads<float>());
         default: return names_of(norms<float>());
     }
 }
@@ -453,6 +469,7 @@ std::vector<SelectorName> selector_names(PartKind kind, Arch arch) {
         case PartKind::Embedding: return selector_names_of(embeddings<float>(), arch);
         case PartKind::EmbeddingStep: return selector_names_of(embedding_steps<float>(), arch);
         case PartKind::Block: return selector_names_of(blocks<float>(), arch);
+        case PartKind::PredictionHeads: return selector_names_of(prediction_heads<float>(), arch);
         default: return selector_names_of(norms<float>(), arch);
     }
 }
@@ -590,6 +607,14 @@ std::unique_ptr<CrossBlock<T>> make_cross_block(const std::string& name, const B
     if (e.row && e.row().check) e.row().check(spec.c->part_options, spec.c);
     return e.make.cross(spec, store, prefix);
 }
+template <class T>
+std::vector<std::shared_ptr<MTPModule<T>>> make_prediction_heads(const ModelConfig& c, Activation act, ParamStore<T>& store) {
+    const PartRow* row = chosen_part(c, PartKind::PredictionHeads);
+    if (!row) return {};
+    const auto& e = find(prediction_heads<T>(), row->name, PartKind::PredictionHeads);
+    if (row->check) row->check(c.part_options, &c);
+    return e.make(c, act, store);
+}
 bool block_stack_norm(const std::string& name) { return find(blocks<float>(), name, PartKind::Block).make.stack_norm; }
 const char* default_block(Arch arch) { return arch == Arch::D ? "pre_ln" : "post_ln"; }
 void check_block_archs(const char* name, unsigned archs, const ModelConfig* model) {
@@ -643,7 +668,9 @@ std::vector<const PartRow*> chosen_embedding_steps(const PartOptionValues& v) {
     template std::unique_ptr<SelfBlock<T>> make_self_block<T>(const std::string&, const BlockSpec&, ParamStore<T>&, \
                                                               const std::string&);                        \
     template std::unique_ptr<CrossBlock<T>> make_cross_block<T>(const std::string&, const BlockSpec&, ParamStore<T>&, \
-                                                                const std::string&);
+                                                                const std::string&);                      \
+    template std::vector<std::shared_ptr<MTPModule<T>>> make_prediction_heads<T>(const ModelConfig&, Activation, \
+                                                                                 ParamStore<T>&);
 FT_INSTANTIATE(float)
 FT_INSTANTIATE(double)
 #undef FT_INSTANTIATE

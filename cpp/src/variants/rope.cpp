@@ -1,6 +1,6 @@
 // Algorithm V1: RoPE (Su et al. 2021, "RoFormer"), variants.hpp quotes the listing; here its kernel and the
-// query/key transform part that puts it into Algorithm 4 after line 2 (registered as position "rope"). Its option
-// rotary_pct (GPT-NeoX's partial rotary): the listing on the first r = ⌊d_attn · rotary_pct⌋ rows of each head
+// query/key transform part that puts it into Algorithm 4 after line 2 (registered as position "rope"). Its options:
+// rope_theta, line 1's θ (also V10's latent source's, which requires positional='rope'); rotary_pct (GPT-NeoX's partial rotary): the listing on the first r = ⌊d_attn · rotary_pct⌋ rows of each head
 // (d = r in its lines 1–5), the other d_attn − r rows unchanged; 1.0: every row, the listing.
 #include <algorithm>
 #include <cmath>
@@ -102,8 +102,11 @@ private:
 
 // the rows of a head RoPE rotates: ⌊d_attn · rotary_pct⌋ (Hugging Face's int(head_size * rotary_pct))
 index_t rotary_dims(index_t d_attn, double pct) { return index_t(double(d_attn) * pct); }
-// rotary_pct in (0, 1]; given the model, r even and >= 2, and not with V10's latent source (its own d_R rows)
+// rope_theta finite and > 0; rotary_pct in (0, 1]; given the model, r even and >= 2, and not with V10's latent source
+// (its own d_R rows)
 void check_rope(const PartOptionValues& own, const ModelConfig* model) {
+    const double theta = own.real("rope_theta");
+    if (!(theta > 0) || !std::isfinite(theta)) throw ValueError("rope_theta must be a finite number > 0");
     const double p = own.real("rotary_pct");
     if (!(p > 0 && p <= 1)) throw ValueError("rotary_pct must be in (0, 1] (the share of each head's rows RoPE rotates)");
     if (!model) return;
@@ -127,7 +130,6 @@ template <class T>
 PositionPart<T> make_rope(const AttnSpec& spec, ParamStore<T>&, const std::string&) {
     if (spec.d_attn % 2 != 0)
         throw ValueError("RoPE rotates pairs of rows: d_attn (the head size) must be even, got " + std::to_string(spec.d_attn));
-    if (!(spec.v.rope_theta > 0) || !std::isfinite(spec.v.rope_theta)) throw ValueError("rope_theta must be a finite number > 0");
     check_rope(spec.v.options, nullptr);
     const index_t r = rotary_dims(spec.d_attn, spec.v.options.real("rotary_pct"));
     if (r < 2 || r % 2 != 0)
@@ -136,16 +138,19 @@ PositionPart<T> make_rope(const AttnSpec& spec, ParamStore<T>&, const std::strin
     const double f = spec.v.options.real("rope_scaling_factor");
     if (!(f >= 0) || !std::isfinite(f)) throw ValueError("rope_scaling_factor must be a finite number > 0 (or None)");
     PositionPart<T> p;
-    p.qk = std::make_shared<Rope<T>>(spec.d_attn, r, spec.v.rope_theta, f > 0 ? f : 1.0);
+    p.qk = std::make_shared<Rope<T>>(spec.d_attn, r, spec.v.options.real("rope_theta"), f > 0 ? f : 1.0);
     return p;
 }
-// Linear position scaling (Gemma 3's global layers; Hugging Face's rope_type "linear"): every position p taken as
-// p / f, so line 1's ω_i ← θ^(−2(i−1)/d) / f. Given with positional='rope' only (the selector chooses the part).
+// θ (rope_theta): line 1's ω_i ← θ^(−2(i−1)/d). Linear position scaling (Gemma 3's global layers; Hugging Face's
+// rope_type "linear"): every position p taken as p / f, so ω_i ← θ^(−2(i−1)/d) / f. All given with positional='rope'
+// only (the selector chooses the part; with another positional they must be at their defaults).
 // rotary_pct (GPT-NeoX): the listing on the first ⌊d_attn · rotary_pct⌋ rows of each head.
 const PartRow& rope_position_row() {
     static const PartRow row{PartKind::Position,
                              "rope",
-                             {{"rope_scaling_factor", archs::D, OptionKind::AutoReal, 0.0, OptionCheck::None,
+                             {{"rope_theta", archs::D, OptionKind::Real, 10000.0, OptionCheck::Positive,
+                               "V1's θ (line 1: ω_i = θ^(−2(i−1)/d)); V10's latent source rotates with it too"},
+                              {"rope_scaling_factor", archs::D, OptionKind::AutoReal, 0.0, OptionCheck::None,
                                "V1 with linear position scaling: positions p/f (Gemma 3's global layers; with V26's "
                                "rope_local_base_freq, the local layers unscaled). None: f = 1"},
                               {"rotary_pct", archs::D, OptionKind::Real, 1.0, OptionCheck::Positive,

@@ -12,7 +12,7 @@
 //
 // V26, local and global layers (Gemma 2, Gemma 3): with sliding_window_pattern = p, layer l (0-based) is global when
 // (l + 1) is a multiple of p (Algorithm 10's causal mask) and local otherwise (this window); rope_local_base_freq
-// is the RoPE θ of the local layers (None: rope_theta, as the global ones). models/shared.hpp layer_mask and
+// is the RoPE θ of the local layers (None: the RoPE position's rope_theta, as the global ones). models/shared.hpp layer_mask and
 // layer_variant read them.
 #include <algorithm>
 
@@ -61,7 +61,7 @@ const PartRow& sliding_window_mask_row() {
                                "V26: every p-th layer (l + 1 a multiple of p) global, the others local with the window "
                                "(Gemma 2: 2, Gemma 3: 6). None: every layer local"},
                               {"rope_local_base_freq", archs::D, OptionKind::AutoReal, 0.0, OptionCheck::None,
-                               "V26: the RoPE θ of the local layers (Gemma 3). None: rope_theta"}},
+                               "V26: the RoPE θ of the local layers (Gemma 3). None: rope_theta (the RoPE position's)"}},
                              check_sliding_window};
     return row;
 }
