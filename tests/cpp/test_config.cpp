@@ -706,3 +706,26 @@ TEST(ModelConfig, LatentSourceDeclaresItsSize) {
     const ModelConfig plain = ModelConfig::from_options(Arch::D, sizes_d());
     EXPECT_EQ(ft::model_size(plain, Arch::D).attention, 3 * 2 * 3 * 6 + 2 * 3 * 6);
 }
+
+// A part's Enum option set in C++ (not through from_options, which checks a keyword's name): resolve checks it against
+// the row's name table too, so a model never holds a name that to_json would write and from_json refuse (an ft::save
+// no ft::load reads). bigbird_draw = "per_block" used to resolve (drawn as "per_layer").
+TEST(ModelConfig, PartEnumOptionSetInCppIsCheckedByResolve) {
+    ModelConfig c;
+    c.n_vocab = 11, c.l_max = 16, c.L = 1, c.H = 2, c.d_e = 6, c.d_mlp = 10, c.d_f = 4;
+    c.attention = "bigbird";
+    c.part_options.set("block_size", std::int64_t(2));
+    const ModelConfig good = ft::resolve(c, Arch::E);
+    EXPECT_EQ(ModelConfig::from_json(good.to_json()), good);
+    c.part_options.set("bigbird_draw", std::string("per_block"));
+    try {
+        ft::resolve(c, Arch::E);
+        ADD_FAILURE() << "bigbird_draw='per_block' resolved";
+    } catch (const ft::ValueError& e) {
+        EXPECT_NE(std::string(e.what()).find("bigbird_draw must be one of 'per_head', 'per_layer', got 'per_block'"),
+                  std::string::npos)
+            << e.what();
+    }
+    c.part_options.set("bigbird_draw", std::int64_t(1));
+    EXPECT_THROW(ft::resolve(c, Arch::E), ft::TypeError);
+}

@@ -288,6 +288,16 @@ void put(ModelConfig& c, const OptionSpec& o, const OptionValue& s) {
         o.field);
 }
 
+// A part's Enum option: ValueError "<name> must be one of 'a', 'b', got '<s>'" unless s is a name of its row's table
+void check_choice(const PartOption& p, const std::string& s) {
+    std::string allowed;
+    for (const char* n : p.names) {
+        if (s == n) return;
+        allowed += std::string(allowed.empty() ? "'" : ", '") + n + "'";
+    }
+    throw ValueError(std::string(p.name) + " must be one of " + allowed + ", got '" + s + "'");
+}
+
 // One value into its member or part_options (type checks here; range checks in resolve, which sees stored
 // values only: a given 0 for an AutoSize, which stores "None" as 0, is refused here).
 void set_option(ModelConfig& c, const OptionSpec& o, const OptionValue& v) {
@@ -336,12 +346,8 @@ void set_option(ModelConfig& c, const OptionSpec& o, const OptionValue& v) {
             const auto* s = std::get_if<std::string>(&v);
             if (!s) wrong_type(o, v, "a str");
             if (o.part) {  // a part's option: a name of its row's table
-                std::string allowed;
-                for (const char* n : o.part->names) {
-                    if (*s == n) return put(c, o, *s);
-                    allowed += std::string(allowed.empty() ? "'" : ", '") + n + "'";
-                }
-                throw ValueError(std::string(o.name) + " must be one of " + allowed + ", got '" + *s + "'");
+                check_choice(*o.part, *s);
+                return put(c, o, *s);
             }
             std::visit(
                 [&](auto member) {
@@ -748,6 +754,10 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
             const double v = std::get<double>(get(c, o));
             if (!(v >= 0)) throw ValueError(std::string(o.name) + " must be > 0 (or 0: the default), got " + str_of(v));
             if (!std::isfinite(v)) throw ValueError(std::string(o.name) + " must be a finite number > 0, got " + str_of(v));
+        } else if (o.kind == Kind::Enum && o.part) {  // (a config built in C++: from_options has checked a keyword's)
+            const auto* name = std::get_if<std::string>(&c.part_options.get(o.name));
+            if (!name) throw TypeError(std::string(o.name) + " must be a str");
+            check_choice(*o.part, *name);
         }
     }
     if (arch == Arch::E && c.n_vocab < 4)
