@@ -2,8 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
 
 #include "formal_transformers/common.hpp"
+#include "formal_transformers/precision.hpp"
 
 namespace ft {
 
@@ -23,6 +26,25 @@ public:
     ~Bf16OperandReuse();
     Bf16OperandReuse(const Bf16OperandReuse&) = delete;
     Bf16OperandReuse& operator=(const Bf16OperandReuse&) = delete;
+};
+
+// Declares that, until its end, the given matrices are written by nothing. In a training call whose products run on
+// bf16 instructions, each is rounded to bf16 once, whole, when the scope opens, and every product operand lying
+// inside one of them (a head's rows and a sequence's columns of Q, K, V) reads that rounding instead of rounding
+// its slice — on this thread and on the threads of the parallel regions that carry this thread's product context.
+// The results are those of rounding at every product. Elsewhere (float32, float64, the emulated path, decoding) it
+// does nothing.
+class Bf16RoundOnce {
+public:
+    explicit Bf16RoundOnce(std::initializer_list<CMatView<float>> matrices);
+    explicit Bf16RoundOnce(std::initializer_list<CMatView<double>>);  // nothing: float64 has no bf16 products
+    ~Bf16RoundOnce();
+    Bf16RoundOnce(const Bf16RoundOnce&) = delete;
+    Bf16RoundOnce& operator=(const Bf16RoundOnce&) = delete;
+
+private:
+    std::unique_ptr<Bf16Regions> regions_;
+    ProductContext saved_;
 };
 
 // How many operands the products on bf16 instructions have rounded to bf16 in this process (tests: an operand
