@@ -249,7 +249,7 @@ TEST(Bf16, RoundOnceServesSlicesOfItsMatrices) {
         products(want);
         std::uint64_t rounded = 0;
         {
-            Bf16RoundOnce once({Q, K, V, CMatView<float>(view(dY))});
+            Bf16RoundOnce once({Q, K, V, CMatView<float>(view(dY))}, {d, d, d, d});
             const std::uint64_t before = bf16_operands_rounded();
             products(got);
             rounded = bf16_operands_rounded() - before;

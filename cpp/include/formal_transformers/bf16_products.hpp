@@ -30,14 +30,15 @@ public:
 
 // Declares that, until its end, the given matrices are written by nothing. In a training call whose products run on
 // bf16 instructions, each is rounded to bf16 once, whole, when the scope opens, and every product operand lying
-// inside one of them (a head's rows and a sequence's columns of Q, K, V) reads that rounding instead of rounding
-// its slice — on this thread and on the threads of the parallel regions that carry this thread's product context.
-// The results are those of rounding at every product. Elsewhere (float32, float64, the emulated path, decoding) it
-// does nothing.
+// inside one of them — within one of its row blocks of the height given (a head's rows of Q, K, V; a sequence's
+// columns) — reads that rounding instead of rounding its slice, on this thread and on the threads of the parallel
+// regions that carry this thread's product context. The rounding is kept block by block (each block's rows
+// contiguous), so such a slice reaches the library as a dense matrix. The results are those of rounding at every
+// product. Elsewhere (float32, float64, the emulated path, decoding) it does nothing.
 class Bf16RoundOnce {
 public:
-    explicit Bf16RoundOnce(std::initializer_list<CMatView<float>> matrices);
-    explicit Bf16RoundOnce(std::initializer_list<CMatView<double>>);  // nothing: float64 has no bf16 products
+    Bf16RoundOnce(std::initializer_list<CMatView<float>> matrices, std::initializer_list<index_t> row_blocks);
+    Bf16RoundOnce(std::initializer_list<CMatView<double>>, std::initializer_list<index_t>);  // float64: nothing
     ~Bf16RoundOnce();
     Bf16RoundOnce(const Bf16RoundOnce&) = delete;
     Bf16RoundOnce& operator=(const Bf16RoundOnce&) = delete;

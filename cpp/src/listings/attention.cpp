@@ -394,7 +394,7 @@ void MHAttention<T>::heads(const ParamStore<T>& store, CMatView<T> Q, const Seqs
     c.kernel = &k;
     k.begin(c, H, Q.cols);
     const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid);
-    Bf16RoundOnce once({Q, K, V});  // bf16-mixed: Q, K, V rounded once for every head's products
+    Bf16RoundOnce once({Q, K, V}, {d_attn, d_attn, d_mid});  // bf16-mixed: Q, K, V rounded once, head by head
     for_blocks(
         sx.count(), H, work,
         [&](index_t b, index_t h) {
@@ -423,7 +423,8 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
     const HeadKernel<T>& k = *c.kernel;
     k.begin_backward(c, w);
     const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid), group = H / H_kv;
-    Bf16RoundOnce once({Q, K, V, CMatView<T>(dY)});  // bf16-mixed: Q, K, V and dY rounded once for every head's products
+    // bf16-mixed: Q, K, V and dY rounded once, head by head, for every block's products
+    Bf16RoundOnce once({Q, K, V, CMatView<T>(dY)}, {d_attn, d_attn, d_mid, d_mid});
     for_blocks(
         sx.count(), H_kv, work * group,
         [&](index_t b, index_t g) {

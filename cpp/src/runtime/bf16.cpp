@@ -391,27 +391,29 @@ ReuseCache& reuse_cache() {
 
 }  // namespace
 
-// Matrices rounded once for a scope's products (Bf16RoundOnce): each region's rounding column-major with ld = its
-// rows. A product whose result overlaps a region makes it stale (the scope's promise broken: rounding per product
-// again rather than a wrong operand).
+// Matrices rounded once for a scope's products (Bf16RoundOnce). A region of rows × cols (ld) in row blocks of
+// `block` rows: block r's rounding is a column-major block × cols matrix (ld = block) at bits + r·block·cols. A
+// product whose result overlaps a region makes it stale (the scope's promise broken: rounding per product again
+// rather than a wrong operand).
 struct Bf16Regions {
     struct Region {
         const float* x = nullptr;
-        index_t rows = 0, cols = 0, ld = 0;
+        index_t rows = 0, cols = 0, ld = 0, block = 0;
         Bf16Buffer bits;
         std::atomic<bool> stale{false};
     };
     std::vector<std::unique_ptr<Region>> r;
     const Bf16Regions* outer = nullptr;  // an enclosing scope's
-    // the rounding of X (rows × cols, ld) when it lies inside a region: its first entry, the region's ld in ld
+    // the rounding of X (rows × cols, ld) when it lies inside one row block of a region: its first entry, the
+    // block's height in ld
     const std::uint16_t* find(const float* X, index_t rows, index_t cols, index_t& ld) const {
         for (const Bf16Regions* s = this; s; s = s->outer)
             for (const auto& g : s->r) {
                 if (X < g->x || (g->ld != ld && cols > 1) || g->stale.load(std::memory_order_relaxed)) continue;
-                const index_t o = index_t(X - g->x), i = o % g->ld, j = o / g->ld;
-                if (i + rows <= g->rows && j + cols <= g->cols) {
-                    ld = g->rows;
-                    return g->bits.p.get() + i + j * g->rows;
+                const index_t o = index_t(X - g->x), i = o % g->ld, j = o / g->ld, b = i / g->block, i_b = i % g->block;
+                if (i < g->rows && i_b + rows <= g->block && j + cols <= g->cols) {
+                    ld = g->block;
+                    return g->bits.p.get() + b * g->block * g->cols + i_b + j * g->block;
                 }
             }
         return nullptr;
@@ -448,29 +450,46 @@ namespace {
 
 std::uint64_t bf16_operands_rounded() { return operands_rounded.load(); }
 
-Bf16RoundOnce::Bf16RoundOnce(std::initializer_list<CMatView<float>> matrices) : saved_(tl_context) {
+Bf16RoundOnce::Bf16RoundOnce(std::initializer_list<CMatView<float>> matrices, std::initializer_list<index_t> row_blocks)
+    : saved_(tl_context) {
     if (!saved_.bf16 || !saved_.training || !bf16_native()) return;
     regions_ = std::make_unique<Bf16Regions>();
     regions_->outer = saved_.regions;
     Bf16Regions::Region* last = nullptr;
+    const index_t* block = row_blocks.begin();
     for (const CMatView<float>& M : matrices) {
-        if (!M.data || M.rows <= 0 || M.cols <= 0) continue;
+        const index_t B = block != row_blocks.end() ? *block++ : M.rows;
+        if (!M.data || M.rows <= 0 || M.cols <= 0 || B <= 0 || M.rows % B != 0) continue;
         const index_t ld = M.cols > 1 ? M.ld : M.rows;
         // row blocks of one matrix that follow each other (the fused [Q; K; V]) make one region
-        if (last && M.data == last->x + last->rows && ld == last->ld && M.cols == last->cols && last->rows + M.rows <= ld) {
+        if (last && M.data == last->x + last->rows && ld == last->ld && M.cols == last->cols && B == last->block &&
+            last->rows + M.rows <= ld) {
             last->rows += M.rows;
             continue;
         }
         regions_->r.push_back(std::make_unique<Bf16Regions::Region>());
         last = regions_->r.back().get();
-        last->x = M.data, last->rows = M.rows, last->cols = M.cols, last->ld = ld;
+        last->x = M.data, last->rows = M.rows, last->cols = M.cols, last->ld = ld, last->block = B;
     }
-    for (const auto& g : regions_->r) round_into(g->x, g->rows, g->cols, g->ld, g->bits.get(std::size_t(g->rows * g->cols)));
+    for (const auto& g : regions_->r) {  // column by column (reading X in order), each block's rows to its matrix
+        const index_t rows = g->rows, cols = g->cols, ld = g->ld, B = g->block, blocks = rows / B;
+        const float* x = g->x;
+        std::uint16_t* out = g->bits.get(std::size_t(rows * cols));
+        operands_rounded.fetch_add(1, std::memory_order_relaxed);
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelRound && !omp_in_parallel())
+        for (index_t j = 0; j < cols; ++j)
+            for (index_t b = 0; b < blocks; ++b) {
+                const float* in = x + j * ld + b * B;
+                std::uint16_t* o = out + b * B * cols + j * B;
+#pragma omp simd
+                for (index_t i = 0; i < B; ++i) o[i] = bf16_bits(in[i]);
+            }
+    }
     ProductContext c = saved_;
     c.regions = regions_.get();
     tl_context = c;
 }
-Bf16RoundOnce::Bf16RoundOnce(std::initializer_list<CMatView<double>>) : saved_(tl_context) {}
+Bf16RoundOnce::Bf16RoundOnce(std::initializer_list<CMatView<double>>, std::initializer_list<index_t>) : saved_(tl_context) {}
 Bf16RoundOnce::~Bf16RoundOnce() {
     if (regions_) tl_context = saved_;
 }
