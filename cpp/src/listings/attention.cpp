@@ -111,6 +111,7 @@ void attention_head_weights_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> A
                                      MatView<T> dK, bool unscaled) {
     const T scale = unscaled ? T(1) : T(1) / std::sqrt(T(Q.rows));
     softmax_columns_backward<T>(A, dA);             // line 6: dS = A ⊙ (dA − 1(1ᵀ(A ⊙ dA)));  line 5: A = 0 so dS = 0
+    Bf16OperandReuse once;                          // bf16-mixed: dS rounded once for dQ and dK
     gemm<T>(Op::N, Op::N, scale, K, dA, T(1), dQ);  // line 4: dQ += K dS / √d_attn
     gemm<T>(Op::N, Op::T, scale, Q, dA, T(1), dK);  // line 4: dK += Q dSᵀ / √d_attn
 }
