@@ -1,6 +1,7 @@
 // gemm through OpenBLAS vs the naive triple loop kept beside it, on transposes and sub-blocks.
 #include "formal_transformers/affine_set.hpp"
 #include "formal_transformers/blas.hpp"
+#include "formal_transformers/precision.hpp"
 #include "testing.hpp"
 
 #include <cmath>
@@ -107,6 +108,12 @@ TEST(Blas, AffineBackwardSetWritesDXWithoutReadingIt) {
     affine_backward_set<float>(view(W), view(X), view(dY), nullptr, nullptr, dX3.data(), 6);
     for (index_t j = 0; j < 4; ++j)
         for (index_t i = 0; i < 6; ++i) EXPECT_EQ(dX3(i, j), i < 3 ? dX1(i, j) : 7.0f) << i << "," << j;
+    // bf16 products in training (on bf16 instructions: one product with beta 0): the same as adding to zeros
+    ProductScope bf16(ProductContext{true, nullptr, true});
+    dX1.fill(0.0f), dX2.fill(std::numeric_limits<float>::quiet_NaN());
+    affine_backward<float>(view(W), view(X), view(dY), nullptr, nullptr, dX1.data());
+    affine_backward_set<float>(view(W), view(X), view(dY), nullptr, nullptr, dX2.data());
+    for (std::size_t i = 0; i < dX1.size(); ++i) EXPECT_EQ(dX2.data()[i], dX1.data()[i]) << i;
 }
 
 // The BLAS's parallel jobs run on our OpenMP pool (blas.cpp): a product large enough for several threads

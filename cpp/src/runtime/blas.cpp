@@ -388,9 +388,17 @@ template <class T>
 void affine_backward(CMatView<T> W, CMatView<T> X, CMatView<T> dY, T* dW, T* db, T* dX, index_t ld_dX) {
     affine_backward_into<T>(W, X, dY, dW, db, dX, ld_dX, T(1));
 }
+// dX = Wᵀ dY: on bf16 instructions (oneDNN) a product with beta 0, which neither zero-fills nor reads dX; through
+// the BLAS zeros then beta 1 (OpenBLAS's beta-0 pass over C measured slower than the fill: docs/benchmarks.md)
 template <class T>
 void affine_backward_set(CMatView<T> W, CMatView<T> X, CMatView<T> dY, T* dW, T* db, T* dX, index_t ld_dX) {
-    affine_backward_into<T>(W, X, dY, dW, db, dX, ld_dX, T(0));
+    if (std::is_same_v<T, float> && dX && product_context().bf16 && bf16_native())
+        return affine_backward_into<T>(W, X, dY, dW, db, dX, ld_dX, T(0));
+    if (dX) {
+        MatView<T> d(dX, X.rows, X.cols, ld_dX < 0 ? std::max<index_t>(X.rows, 1) : ld_dX);
+        for (index_t j = 0; j < d.cols; ++j) std::fill(d.col(j), d.col(j) + d.rows, T(0));
+    }
+    affine_backward_into<T>(W, X, dY, dW, db, dX, ld_dX, T(1));
 }
 
 #define FT_INSTANTIATE(T)                                                                      \
