@@ -4,8 +4,6 @@
 
 #include <cmath>
 
-#include <omp.h>
-
 #include "../runtime/cpu_level.hpp"
 
 namespace ft {
@@ -18,10 +16,6 @@ namespace {
 // stay within 1e-5 of the float64 reference at any d_e.
 template <class T>
 using Acc = double;
-
-// The backward's per-column loop runs on this thread alone (small, or one thread): then the parameters' sums
-// (serial over the columns) and the input's gradient are taken in one pass over the columns, each read once.
-bool serial_columns(index_t d_e, index_t n) { return d_e * n <= 16384 || omp_in_parallel() || omp_get_max_threads() == 1; }
 }  // namespace
 
 // Algorithm 6: E:[d_e,n] -> Ê:[d_e,n] (x̂ and 1/√(v + eps) of each column kept for the backward)
@@ -59,7 +53,7 @@ void layer_norm_backward(index_t d_e, const T* g, T* dg, T* db, CMatView<T> dE_h
                          MatView<T> dE) {
     const index_t n = dE_hat.cols;
     // dγ += Σ_t dÊ[:,t] ⊙ x̂[:,t], dβ += Σ_t dÊ[:,t]   (serial over t: a reduction into one vector)
-    const auto param_grads = [&](index_t t) {
+    for (index_t t = 0; t < n; ++t) {
         const T* dy = dE_hat.col(t);
         const T* xh = X.col(t);
 #pragma omp simd
@@ -67,8 +61,9 @@ void layer_norm_backward(index_t d_e, const T* g, T* dg, T* db, CMatView<T> dE_h
             dg[i] += dy[i] * xh[i];
             db[i] += dy[i];
         }
-    };
-    const auto input_grad = [&](index_t t) {
+    }
+#pragma omp parallel for schedule(static) if (d_e * n > 16384)
+    for (index_t t = 0; t < n; ++t) {
         const T* dy = dE_hat.col(t);
         const T* xh = X.col(t);
         T* de = dE.col(t);
@@ -82,14 +77,7 @@ void layer_norm_backward(index_t d_e, const T* g, T* dg, T* db, CMatView<T> dE_h
         const T m1 = T(s1 / Acc<T>(d_e)), m2 = T(s2 / Acc<T>(d_e)), r = rstd[t];
 #pragma omp simd
         for (index_t i = 0; i < d_e; ++i) de[i] += r * (dy[i] * g[i] - m1 - xh[i] * m2);
-    };
-    if (serial_columns(d_e, n)) {  // one pass over the columns (each read once: the same sums in the same order)
-        for (index_t t = 0; t < n; ++t) param_grads(t), input_grad(t);
-        return;
     }
-    for (index_t t = 0; t < n; ++t) param_grads(t);
-#pragma omp parallel for schedule(static)
-    for (index_t t = 0; t < n; ++t) input_grad(t);
 }
 
 // RMSnorm: E:[d_e,n] -> Ê:[d_e,n]
@@ -118,13 +106,14 @@ void rms_norm_forward(index_t d_e, double eps, const T* g, CMatView<T> E, MatVie
 template <class T>
 void rms_norm_backward(index_t d_e, const T* g, T* dg, CMatView<T> dE_hat, CMatView<T> X, const T* rstd, MatView<T> dE) {
     const index_t n = dE_hat.cols;
-    const auto param_grads = [&](index_t t) {  // dγ += Σ_t dÊ[:,t] ⊙ x̂[:,t]
+    for (index_t t = 0; t < n; ++t) {
         const T* dy = dE_hat.col(t);
         const T* xh = X.col(t);
 #pragma omp simd
         for (index_t i = 0; i < d_e; ++i) dg[i] += dy[i] * xh[i];
-    };
-    const auto input_grad = [&](index_t t) {
+    }
+#pragma omp parallel for schedule(static) if (d_e * n > 16384)
+    for (index_t t = 0; t < n; ++t) {
         const T* dy = dE_hat.col(t);
         const T* xh = X.col(t);
         T* de = dE.col(t);
@@ -134,14 +123,7 @@ void rms_norm_backward(index_t d_e, const T* g, T* dg, CMatView<T> dE_hat, CMatV
         const T m2 = T(s2 / Acc<T>(d_e)), r = rstd[t];
 #pragma omp simd
         for (index_t i = 0; i < d_e; ++i) de[i] += r * (dy[i] * g[i] - xh[i] * m2);
-    };
-    if (serial_columns(d_e, n)) {  // one pass over the columns, as in layer_norm_backward
-        for (index_t t = 0; t < n; ++t) param_grads(t), input_grad(t);
-        return;
     }
-    for (index_t t = 0; t < n; ++t) param_grads(t);
-#pragma omp parallel for schedule(static)
-    for (index_t t = 0; t < n; ++t) input_grad(t);
 }
 
 #define FT_NORM_KERNELS(X)                                                                                           \
