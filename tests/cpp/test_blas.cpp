@@ -89,7 +89,8 @@ TEST(Blas, AffineAndItsBackward) {
 
 TEST(Blas, AffineBackwardSetWritesDXWithoutReadingIt) {
     // dX = Wᵀ dY written over whatever dX held (NaN here), the same bits as dX += Wᵀ dY on zeros; dW, db added to
-    Matrix<float> W = Matrix<float>::from_shape({5, 3}), X = Matrix<float>::from_shape({3, 4}), dY = Matrix<float>::from_shape({5, 4});
+    Matrix<float> W = Matrix<float>::from_shape({5, 3}), X = Matrix<float>::from_shape({3, 4});
+    Matrix<float> dY = Matrix<float>::from_shape({5, 4});
     for (std::size_t i = 0; i < W.size(); ++i) W.data()[i] = float(std::sin(0.7 * double(i) + 0.3));
     for (std::size_t i = 0; i < X.size(); ++i) X.data()[i] = float(std::cos(1.3 * double(i)));
     for (std::size_t i = 0; i < dY.size(); ++i) dY.data()[i] = float(std::sin(2.1 * double(i) - 1.0));
