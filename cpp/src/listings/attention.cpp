@@ -6,6 +6,7 @@
 
 #include "formal_transformers/bf16_products.hpp"
 #include "formal_transformers/blas.hpp"
+#include "formal_transformers/affine_set.hpp"
 #include "formal_transformers/functions.hpp"
 #include "formal_transformers/lora.hpp"
 
@@ -415,9 +416,8 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
     MatView<T> dY = ensure(w.dY, H * d_mid, X.cols);
     MatView<T> dQ, dK, dV;
     source->gradients(c, dX.data == dZ.data && dX.ld == dZ.ld, X.cols, Z.cols, w, dQ, dK, dV);
-    std::fill(dY.data, dY.data + dY.size(), T(0));
     // d(line 4): dW_o += dṼ Yᵀ, db_o += dṼ 1, dY = W_oᵀ dṼ
-    affine_backward<T>(store, W_o, view(c.Y), dVt, store.grad_if_trained(W_o), dbias(store, b_o), dY.data);
+    affine_backward_set<T>(store, W_o, view(c.Y), dVt, store.grad_if_trained(W_o), dbias(store, b_o), dY.data);
     CMatView<T> Q = c.Qv, K = c.Kv, V = c.Vv, Y = view(c.Y);
     // d(lines 1–3): Algorithm 4's lines 6, 5, 4 backward per (sequence, key/value head g) block; the query
     // heads of a group run in turn, so dK^g and dV^g sum their contributions (V3) without a race
