@@ -251,7 +251,7 @@ void def_bigbird_layouts(py::class_<AnyDtype<ft::ETransformer>, HasParams>& c) {
         [](DE& d, const py::handle& layouts) {
             CallLock lock(d.mutex);
             d.visit([&](auto& m) {
-                const index_t b = m.cfg.block_size;
+                const index_t b = m.cfg.part_options.integer("block_size");
                 if (!ft::head_kernel_has(m.cfg.attention, ft::HeadKernelProperty::BlockLayouts))  // (no block_size to convert with)
                     throw ft::ValueError("set_bigbird_layouts: the model's attention is not 'bigbird'");
                 // numpy -> C++ only: every check is the core's (check_bigbird_layouts)
@@ -319,7 +319,7 @@ void def_bigbird_layouts(py::class_<AnyDtype<ft::ETransformer>, HasParams>& c) {
                     throw ft::ValueError("bigbird_layouts: the model's attention is not 'bigbird'");
                 const index_t n = positive(n_blocks, "n_blocks");
                 const ft::Mask& m0 = m.layer[0]->attn.mask;
-                ft::check_bigbird_length(*ft::bigbird_spec(m0), ft::checked_mul(n, cfg.block_size, "n·block_size"));
+                ft::check_bigbird_length(*ft::bigbird_spec(m0), ft::checked_mul(n, cfg.part_options.integer("block_size"), "n·block_size"));
                 py::list layers;
                 bool counts = false;  // some layout repeats a block: uint8 multiplicities
                 for (index_t l = 0; l < cfg.L; ++l) {

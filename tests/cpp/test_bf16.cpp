@@ -221,3 +221,51 @@ TEST(Bf16, AffineBiasEqualsBroadcastAndAccumulate) {
             EXPECT_TRUE(same_bits(Y, want)) << m << " x " << k << " x " << n << " training " << training;
         }
 }
+
+// Bf16RoundOnce: the matrices it names are rounded once, whole, when it opens (in a training call on bf16
+// instructions), and products on slices of them (a head's rows, a sequence's columns, either transpose) read that
+// rounding: bit for bit the results of rounding each slice at every product. A product that writes into one of them
+// makes it stale (later products round the new values themselves). Elsewhere (emulated path) it does nothing.
+TEST(Bf16, RoundOnceServesSlicesOfItsMatrices) {
+    for (bool native : {true, false}) {
+        bf16_allow_native(native);
+        Rng rng(13);
+        const index_t d = 32, n = 40, seq = 20;
+        Matrix<float> QKV = random_matrix<float>(3 * d, n, rng), dY = random_matrix<float>(2 * d, n, rng);
+        CMatView<float> Q = view(QKV).rows_range(0, d), K = view(QKV).rows_range(d, d), V = view(QKV).rows_range(2 * d, d);
+        auto products = [&](std::vector<Matrix<float>>& out) {  // a head's products on slices of Q, K, V and dY
+            out.assign(4, Matrix<float>::from_shape({std::size_t(seq), std::size_t(seq)}));
+            for (index_t b = 0; b < 2; ++b) {
+                CMatView<float> q = Q.cols_range(b * seq, seq), k = K.cols_range(b * seq, seq), v = V.cols_range(b * seq, seq);
+                CMatView<float> dy = CMatView<float>(view(dY)).rows_range(d, d).cols_range(b * seq, seq);
+                gemm<float>(Op::T, Op::N, 0.5f, k, q, b == 0 ? 0.0f : 1.0f, view(out[0]));   // S = Kᵀ Q
+                gemm<float>(Op::T, Op::N, 1.0f, v, dy, b == 0 ? 0.0f : 1.0f, view(out[1]));  // dA = Vᵀ dY
+                gemm<float>(Op::T, Op::N, 1.0f, dy, q, b == 0 ? 0.0f : 1.0f, view(out[2]));
+                gemm<float>(Op::N, Op::T, 1.0f, view(out[0]), view(out[1]), b == 0 ? 0.0f : 1.0f, view(out[3]));
+            }
+        };
+        std::vector<Matrix<float>> want, got, got_after_write, want_after_write;
+        ProductScope bf16(ProductContext{true, nullptr, true});
+        products(want);
+        std::uint64_t rounded = 0;
+        {
+            Bf16RoundOnce once({Q, K, V, CMatView<float>(view(dY))}, {d, d, d, d});
+            const std::uint64_t before = bf16_operands_rounded();
+            products(got);
+            rounded = bf16_operands_rounded() - before;
+            // a product writes into dY (the scope's promise broken): its rounding is stale
+            gemm<float>(Op::N, Op::N, 1.0f, view(got[0]), view(got[1]), 0.0f,
+                        view(dY).rows_range(d, seq).cols_range(0, seq));
+            products(got_after_write);
+        }
+        products(want_after_write);
+        for (std::size_t i = 0; i < 4; ++i) {
+            EXPECT_TRUE(same_bits(got[i], want[i])) << "product " << i << " native " << native;
+            EXPECT_TRUE(same_bits(got_after_write[i], want_after_write[i])) << "product " << i << " native " << native;
+        }
+        // per sequence: only out[0], out[1] of the last product are rounded (2 × 2); Q, K, V, dY never
+        if (bf16_native()) EXPECT_EQ(rounded, 4u);
+        else EXPECT_EQ(rounded, 0u);
+    }
+    bf16_allow_native(true);
+}

@@ -1,5 +1,7 @@
 // gemm through OpenBLAS vs the naive triple loop kept beside it, on transposes and sub-blocks.
+#include "formal_transformers/affine_set.hpp"
 #include "formal_transformers/blas.hpp"
+#include "formal_transformers/precision.hpp"
 #include "testing.hpp"
 
 #include <cmath>
@@ -83,6 +85,36 @@ TEST(Blas, AffineAndItsBackward) {
     }
     for (int i = 0; i < 2; ++i)
         for (int j = 0; j < 3; ++j) EXPECT_DOUBLE_EQ(dX(i, j), W(j, i));  // dX = Wᵀ dY = Wᵀ
+}
+
+TEST(Blas, AffineBackwardSetWritesDXWithoutReadingIt) {
+    // dX = Wᵀ dY written over whatever dX held (NaN here), the same bits as dX += Wᵀ dY on zeros; dW, db added to
+    Matrix<float> W = Matrix<float>::from_shape({5, 3}), X = Matrix<float>::from_shape({3, 4});
+    Matrix<float> dY = Matrix<float>::from_shape({5, 4});
+    for (std::size_t i = 0; i < W.size(); ++i) W.data()[i] = float(std::sin(0.7 * double(i) + 0.3));
+    for (std::size_t i = 0; i < X.size(); ++i) X.data()[i] = float(std::cos(1.3 * double(i)));
+    for (std::size_t i = 0; i < dY.size(); ++i) dY.data()[i] = float(std::sin(2.1 * double(i) - 1.0));
+    Matrix<float> dW1 = Matrix<float>::from_shape({5, 3}), dW2 = Matrix<float>::from_shape({5, 3});
+    Matrix<float> dX1 = Matrix<float>::from_shape({3, 4}), dX2 = Matrix<float>::from_shape({3, 4});
+    dW1.fill(0.5f), dW2.fill(0.5f), dX1.fill(0.0f), dX2.fill(std::numeric_limits<float>::quiet_NaN());
+    float db1[5] = {1, 2, 3, 4, 5}, db2[5] = {1, 2, 3, 4, 5};
+    affine_backward<float>(view(W), view(X), view(dY), dW1.data(), db1, dX1.data());
+    affine_backward_set<float>(view(W), view(X), view(dY), dW2.data(), db2, dX2.data());
+    for (std::size_t i = 0; i < dX1.size(); ++i) EXPECT_EQ(dX2.data()[i], dX1.data()[i]) << i;
+    for (std::size_t i = 0; i < dW1.size(); ++i) EXPECT_EQ(dW2.data()[i], dW1.data()[i]) << i;  // dW += dY Xᵀ
+    for (int i = 0; i < 5; ++i) EXPECT_EQ(db2[i], db1[i]) << i;
+    // a leading dimension: the rows past X.rows untouched
+    Matrix<float> dX3 = Matrix<float>::from_shape({6, 4});
+    dX3.fill(7.0f);
+    affine_backward_set<float>(view(W), view(X), view(dY), nullptr, nullptr, dX3.data(), 6);
+    for (index_t j = 0; j < 4; ++j)
+        for (index_t i = 0; i < 6; ++i) EXPECT_EQ(dX3(i, j), i < 3 ? dX1(i, j) : 7.0f) << i << "," << j;
+    // bf16 products in training (on bf16 instructions: one product with beta 0): the same as adding to zeros
+    ProductScope bf16(ProductContext{true, nullptr, true});
+    dX1.fill(0.0f), dX2.fill(std::numeric_limits<float>::quiet_NaN());
+    affine_backward<float>(view(W), view(X), view(dY), nullptr, nullptr, dX1.data());
+    affine_backward_set<float>(view(W), view(X), view(dY), nullptr, nullptr, dX2.data());
+    for (std::size_t i = 0; i < dX1.size(); ++i) EXPECT_EQ(dX2.data()[i], dX1.data()[i]) << i;
 }
 
 // The BLAS's parallel jobs run on our OpenMP pool (blas.cpp): a product large enough for several threads

@@ -133,7 +133,8 @@ TEST(BlockSparse, ModelLayoutsAreCheckedInTheCoreBeforeAnyIsInstalled) {
     auto config = [](AttnImpl impl) {
         ModelConfig c;
         c.n_vocab = 9, c.l_max = 16, c.L = 2, c.H = 3, c.d_e = 6, c.d_mlp = 4, c.d_f = 4;
-        c.attention = "bigbird", c.block_size = 2, c.n_random_blocks = 1, c.attention_impl = impl;
+        c.attention = "bigbird", c.attention_impl = impl;
+        c.part_options.set("block_size", std::int64_t(2)), c.part_options.set("n_random_blocks", std::int64_t(1));
         return resolve(c, Arch::E);
     };
     const index_t n = 8;
@@ -199,7 +200,7 @@ TEST(BlockSparse, ModelLayoutsAreCheckedInTheCoreBeforeAnyIsInstalled) {
     offsets.start.pop_back();
     refused({{offsets}, {diag(0)}}, "start must hold n + 1 = 9 offsets");
     ModelConfig plain = config(AttnImpl::Auto);
-    plain.attention = "softmax", plain.block_size = 0;
+    plain.attention = "softmax", plain.part_options = PartOptionValues();  // (the bigbird options at their defaults)
     ETransformer<double> soft(resolve(plain, Arch::E));
     EXPECT_THROW(set_bigbird_layouts(soft, {{diag(0)}, {diag(0)}}), ValueError);
     // accepted: the repeats (V17b weighs them), as given: one layout for every head of layer 0, one per head of layer 1
@@ -214,14 +215,15 @@ TEST(BlockSparse, ModelLayoutsAreCheckedInTheCoreBeforeAnyIsInstalled) {
     EXPECT_EQ(given.at(n)[1][2].keys, diag(4, 3).keys);
 }
 
-// ModelConfig::bigbird_draw = PerLayer: every head of a layer uses head 0's draw (the rule before the heads had
-// their own); PerHead: head h draws with h.
+// bigbird_draw='per_layer': every head of a layer uses head 0's draw (the rule before the heads had
+// their own); 'per_head': head h draws with h.
 TEST(BlockSparse, PerLayerDrawIsHeadZerosForEveryHead) {
     ModelConfig c;
     c.n_vocab = 9, c.l_max = 16, c.L = 2, c.H = 3, c.d_e = 6, c.d_mlp = 4, c.d_f = 4;
-    c.attention = "bigbird", c.block_size = 2, c.n_random_blocks = 2;
+    c.attention = "bigbird";
+    c.part_options.set("block_size", std::int64_t(2)), c.part_options.set("n_random_blocks", std::int64_t(2));
     ETransformer<double> per_head(resolve(c, Arch::E));
-    c.bigbird_draw = ModelConfig::BigBirdDraw::PerLayer;
+    c.part_options.set("bigbird_draw", std::string("per_layer"));
     ETransformer<double> per_layer(resolve(c, Arch::E));
     const index_t n = 8;
     bool differ = false;

@@ -458,6 +458,92 @@ TEST(ModelConfig, SlidingWindowOption) {
     }
 }
 
+// V17's options are the row of the head kernel 'bigbird' (variants/bigbird_mask.cpp): attention='bigbird' chooses it,
+// its options given with another kernel are refused by the general rule naming their owner, bigbird_draw is an Enum
+// of the row's name table, and the one check (check_bigbird) serves resolve and the mask factory alike.
+TEST(ModelConfig, BigBirdOwnsItsOptions) {
+    auto e = [](Options extra) {
+        Options o = {{"n_vocab", std::int64_t(11)}, {"l_max", std::int64_t(16)}, {"L", std::int64_t(1)},
+                     {"H", std::int64_t(2)},        {"d_e", std::int64_t(6)},   {"d_mlp", std::int64_t(10)},
+                     {"d_f", std::int64_t(4)}};
+        for (auto& kv : extra) o.push_back(kv);
+        return o;
+    };
+    const ft::PartRow* row = ft::find_part_row(ft::PartKind::HeadKernel, "bigbird");
+    ASSERT_NE(row, nullptr);
+    EXPECT_FALSE(row->chosen_by_options);  // only attention='bigbird' chooses it
+    for (const char* o : {"block_size", "window_blocks", "n_global_blocks", "n_random_blocks", "layout_seed", "bigbird_draw"})
+        EXPECT_EQ(ft::part_row_of_option(o), row) << o;
+    const ModelConfig c = ModelConfig::from_options(
+        Arch::E, e({{"attention", std::string("bigbird")}, {"block_size", std::int64_t(2)},
+                    {"bigbird_draw", std::string("per_layer")}}));
+    EXPECT_EQ(c.part_options.integer("block_size"), 2);
+    EXPECT_EQ(c.part_options.integer("window_blocks"), 3);
+    EXPECT_EQ(c.part_options.choice("bigbird_draw"), "per_layer");
+    ASSERT_NE(ft::chosen_part(c, ft::PartKind::HeadKernel), nullptr);
+    EXPECT_STREQ(ft::chosen_part(c, ft::PartKind::HeadKernel)->name, "bigbird");
+    EXPECT_NE(c.to_string().find("block_size=2, window_blocks=3, n_global_blocks=1, n_random_blocks=3, layout_seed=0, "
+                                 "bigbird_draw='per_layer'"),
+              std::string::npos)
+        << c.to_string();
+    EXPECT_EQ(ModelConfig::from_json(c.to_json()), c);
+    const auto kind_of = [](const char* name) {
+        for (const auto& i : ModelConfig::option_infos(Arch::E))
+            if (i.name == name) return i.kind + " " + i.default_json;
+        return std::string("absent");
+    };
+    EXPECT_EQ(kind_of("bigbird_draw"), "enum \"per_head\"");
+    EXPECT_EQ(kind_of("block_size"), "auto_size null");
+    EXPECT_EQ(kind_of("layout_seed"), "seed 0");
+    // the Enum: a name of the row's table, a str
+    auto refused = [&](Options extra, const std::string& match, bool type_error = false) {
+        try {
+            ModelConfig::from_options(Arch::E, e(extra));
+            ADD_FAILURE() << match << ": resolved";
+        } catch (const ft::TypeError& x) {
+            EXPECT_TRUE(type_error) << x.what();
+            EXPECT_NE(std::string(x.what()).find(match), std::string::npos) << x.what();
+        } catch (const ft::ValueError& x) {
+            EXPECT_FALSE(type_error) << x.what();
+            EXPECT_NE(std::string(x.what()).find(match), std::string::npos) << x.what();
+        }
+    };
+    const Options bigbird = {{"attention", std::string("bigbird")}, {"block_size", std::int64_t(2)}};
+    Options per_token = bigbird;
+    per_token.emplace_back("bigbird_draw", std::string("per_token"));
+    refused(per_token, "bigbird_draw must be one of 'per_head', 'per_layer', got 'per_token'");
+    Options an_int = bigbird;
+    an_int.emplace_back("bigbird_draw", std::int64_t(1));
+    refused(an_int, "bigbird_draw must be a str", true);
+    // an option of the row given without attention='bigbird': the general rule names its owner
+    refused({{"block_size", std::int64_t(4)}},
+            "block_size is an option of the 'bigbird' head kernel, but attention='softmax' chooses the listing's head kernel");
+    refused({{"bigbird_draw", std::string("per_layer")}}, "bigbird_draw is an option of the 'bigbird' head kernel");
+    refused({{"attention", std::string("performer")}, {"layout_seed", std::int64_t(7)}},
+            "layout_seed is an option of the 'bigbird' head kernel, but attention='performer' chooses the 'performer'");
+    refused({{"attention", std::string("bigbird")}}, "attention='bigbird' needs block_size");
+    // the one check, in the mask factory too (no model: the options alone)
+    ft::MaskOptions mo;
+    EXPECT_THROW(ft::make_mask("bigbird", mo), ft::ValueError);  // no block_size
+    mo.options.set("block_size", std::int64_t(2));
+    mo.options.set("window_blocks", std::int64_t(2));
+    try {
+        ft::make_mask("bigbird", mo);
+        ADD_FAILURE() << "window_blocks = 2 accepted";
+    } catch (const ft::ValueError& x) {
+        EXPECT_NE(std::string(x.what()).find("window_blocks = 2 must be odd"), std::string::npos) << x.what();
+    }
+    mo.options.set("window_blocks", std::int64_t(3));
+    mo.values["heads"] = 2;
+    EXPECT_EQ(ft::make_mask("bigbird", mo).name(), "bigbird");
+    // a C++ config of another architecture holding one: refused by the option's architectures
+    ModelConfig d = ModelConfig::from_options(Arch::D, {{"n_vocab", std::int64_t(11)}, {"l_max", std::int64_t(8)},
+                                                        {"L", std::int64_t(1)}, {"H", std::int64_t(2)},
+                                                        {"d_e", std::int64_t(6)}, {"d_mlp", std::int64_t(10)}});
+    d.part_options.set("block_size", std::int64_t(2));
+    EXPECT_THROW(ft::resolve(d, Arch::D), ft::ValueError);
+}
+
 }  // namespace
 
 TEST(ModelConfig, OptionInfosAreTheSchemaWithItsDefaults) {
@@ -619,4 +705,27 @@ TEST(ModelConfig, LatentSourceDeclaresItsSize) {
     EXPECT_EQ(ft::model_size(c, Arch::D).attention, 2 * 4 * 6 + (4 + 2) * 6 + 2 * (4 - 2 + 3) * 4 + 2 * 3 * 6);
     const ModelConfig plain = ModelConfig::from_options(Arch::D, sizes_d());
     EXPECT_EQ(ft::model_size(plain, Arch::D).attention, 3 * 2 * 3 * 6 + 2 * 3 * 6);
+}
+
+// A part's Enum option set in C++ (not through from_options, which checks a keyword's name): resolve checks it against
+// the row's name table too, so a model never holds a name that to_json would write and from_json refuse (an ft::save
+// no ft::load reads). bigbird_draw = "per_block" used to resolve (drawn as "per_layer").
+TEST(ModelConfig, PartEnumOptionSetInCppIsCheckedByResolve) {
+    ModelConfig c;
+    c.n_vocab = 11, c.l_max = 16, c.L = 1, c.H = 2, c.d_e = 6, c.d_mlp = 10, c.d_f = 4;
+    c.attention = "bigbird";
+    c.part_options.set("block_size", std::int64_t(2));
+    const ModelConfig good = ft::resolve(c, Arch::E);
+    EXPECT_EQ(ModelConfig::from_json(good.to_json()), good);
+    c.part_options.set("bigbird_draw", std::string("per_block"));
+    try {
+        ft::resolve(c, Arch::E);
+        ADD_FAILURE() << "bigbird_draw='per_block' resolved";
+    } catch (const ft::ValueError& e) {
+        EXPECT_NE(std::string(e.what()).find("bigbird_draw must be one of 'per_head', 'per_layer', got 'per_block'"),
+                  std::string::npos)
+            << e.what();
+    }
+    c.part_options.set("bigbird_draw", std::int64_t(1));
+    EXPECT_THROW(ft::resolve(c, Arch::E), ft::TypeError);
 }

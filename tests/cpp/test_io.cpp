@@ -124,7 +124,9 @@ namespace {
 ModelConfig bigbird_config() {
     ModelConfig c;
     c.n_vocab = 9, c.l_max = 16, c.L = 2, c.H = 3, c.d_e = 6, c.d_mlp = 4, c.d_f = 4, c.seed = 5;
-    c.attention = "bigbird", c.block_size = 2, c.n_random_blocks = 2, c.layout_seed = 3;
+    c.attention = "bigbird";
+    c.part_options.set("block_size", std::int64_t(2)), c.part_options.set("n_random_blocks", std::int64_t(2));
+    c.part_options.set("layout_seed", std::uint64_t(3));
     return resolve(c, Arch::E);
 }
 double bigbird_loss(ETransformer<double>& m, index_t l) {
@@ -192,7 +194,7 @@ TEST(SaveLoad, BigBirdFileWithoutBigBirdDrawLoadsThePerLayerDraw) {
     ETransformer<double> m(bigbird_config());
     const std::string path = tmp_path("bigbird_old");
     save(m, path);
-    ASSERT_EQ(load<ETransformer<double>>(path).cfg.bigbird_draw, ModelConfig::BigBirdDraw::PerHead);
+    ASSERT_EQ(load<ETransformer<double>>(path).cfg.part_options.choice("bigbird_draw"), "per_head");
     // the file as written before bigbird_draw existed: the option taken out of the config in its header
     std::ifstream in(path, std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -209,7 +211,7 @@ TEST(SaveLoad, BigBirdFileWithoutBigBirdDrawLoadsThePerLayerDraw) {
     old += header + bytes.substr(8 + std::size_t(n));
     std::ofstream(path, std::ios::binary | std::ios::trunc).write(old.data(), std::streamsize(old.size()));
     const auto back = load<ETransformer<double>>(path);
-    EXPECT_EQ(back.cfg.bigbird_draw, ModelConfig::BigBirdDraw::PerLayer);
+    EXPECT_EQ(back.cfg.part_options.choice("bigbird_draw"), "per_layer");
     const auto keys = all_keys(back, 8), now = all_keys(m, 8);
     for (index_t l = 0; l < 2; ++l)
         for (index_t h = 0; h < 3; ++h) EXPECT_EQ(keys[std::size_t(3 * l + h)], now[std::size_t(3 * l)]) << l << h;  // head 0's

@@ -249,3 +249,27 @@ def test_mtp_options_are_the_prediction_heads_options():
     assert not any(k.startswith("mtp.") for k in alone.params.keys()) and alone.config["mtp_weight"] == 0.5
     two = ft.DTransformer(V, 9, 1, 2, 8, 12, mtp_depth=2)
     assert {k.split(".")[1] for k in two.params.keys() if k.startswith("mtp.")} == {"0", "1"}
+
+
+def test_bigbird_options_are_the_bigbird_kernels_options():
+    """V17's block_size, …, bigbird_draw are the options of the head kernel 'bigbird' (its registry row): the schema
+    keeps their place, kinds and defaults (bigbird_draw an enum of the row's names); given with another attention the
+    general rule names their owner; the keywords, the config and the repr are as before."""
+    opts = ft.model_options("ETransformer")
+    assert opts["block_size"] == {"kind": "auto_size", "default": None, "archs": ["ETransformer"]}
+    assert opts["bigbird_draw"] == {"kind": "enum", "default": "per_head", "archs": ["ETransformer"]}
+    names = list(opts)
+    six = ["block_size", "window_blocks", "n_global_blocks", "n_random_blocks", "layout_seed", "bigbird_draw"]
+    assert names[names.index("block_size"):names.index("block_size") + 6] == six
+    for name, value in [("block_size", 4), ("bigbird_draw", "per_layer"), ("layout_seed", 3)]:
+        with pytest.raises(ValueError, match=f"{name} is an option of the 'bigbird' head kernel, but attention='softmax' "
+                                             f"chooses the listing's head kernel: {name} must be at its default"):
+            ft.ETransformer(V, 16, 1, 2, 8, 12, 8, **{name: value})
+    with pytest.raises(ValueError, match="bigbird_draw must be one of 'per_head', 'per_layer', got 'per_token'"):
+        ft.ETransformer(V, 16, 1, 2, 8, 12, 8, attention="bigbird", block_size=2, bigbird_draw="per_token")
+    with pytest.raises(TypeError, match="bigbird_draw must be a str"):
+        ft.ETransformer(V, 16, 1, 2, 8, 12, 8, attention="bigbird", block_size=2, bigbird_draw=1)
+    m = ft.ETransformer(V, 16, 1, 2, 8, 12, 8, attention="bigbird", block_size=2, bigbird_draw="per_layer")
+    assert [m.config[k] for k in six] == [2, 3, 1, 3, 0, "per_layer"]
+    assert "block_size=2, window_blocks=3, n_global_blocks=1, n_random_blocks=3, layout_seed=0, " \
+           "bigbird_draw='per_layer'" in repr(m)

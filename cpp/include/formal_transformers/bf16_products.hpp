@@ -2,8 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
 
 #include "formal_transformers/common.hpp"
+#include "formal_transformers/precision.hpp"
 
 namespace ft {
 
@@ -23,6 +26,26 @@ public:
     ~Bf16OperandReuse();
     Bf16OperandReuse(const Bf16OperandReuse&) = delete;
     Bf16OperandReuse& operator=(const Bf16OperandReuse&) = delete;
+};
+
+// Declares that, until its end, the given matrices are written by nothing. In a training call whose products run on
+// bf16 instructions, each is rounded to bf16 once, whole, when the scope opens, and every product operand lying
+// inside one of them — within one of its row blocks of the height given (a head's rows of Q, K, V; a sequence's
+// columns) — reads that rounding instead of rounding its slice, on this thread and on the threads of the parallel
+// regions that carry this thread's product context. The rounding is kept block by block (each block's rows
+// contiguous), so such a slice reaches the library as a dense matrix. The results are those of rounding at every
+// product. Elsewhere (float32, float64, the emulated path, decoding) it does nothing.
+class Bf16RoundOnce {
+public:
+    Bf16RoundOnce(std::initializer_list<CMatView<float>> matrices, std::initializer_list<index_t> row_blocks);
+    Bf16RoundOnce(std::initializer_list<CMatView<double>>, std::initializer_list<index_t>);  // float64: nothing
+    ~Bf16RoundOnce();
+    Bf16RoundOnce(const Bf16RoundOnce&) = delete;
+    Bf16RoundOnce& operator=(const Bf16RoundOnce&) = delete;
+
+private:
+    std::unique_ptr<Bf16Regions> regions_;
+    ProductContext saved_;
 };
 
 // How many operands the products on bf16 instructions have rounded to bf16 in this process (tests: an operand

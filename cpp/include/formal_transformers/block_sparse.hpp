@@ -44,6 +44,7 @@
 
 #include "formal_transformers/common.hpp"
 #include "formal_transformers/mask.hpp"
+#include "formal_transformers/options.hpp"
 
 namespace ft {
 
@@ -54,7 +55,7 @@ class ETransformer;
 // BigBird's layout hyperparameters: block size b, w sliding blocks (odd), g global blocks at each end, r
 // random blocks per query block, drawn from seed and the attention's name (each layer its own draw), for each of
 // `heads` query heads (head h draws its own 𝓡; heads = 1: one layout every head shares).
-// per_head = false: every head uses head 0's draw (one layout per layer; ModelConfig::bigbird_draw = PerLayer).
+// per_head = false: every head uses head 0's draw (one layout per layer; the option bigbird_draw='per_layer').
 struct BigBirdSpec {
     index_t block = 0, window = 3, global = 1, random = 0, heads = 1;
     std::uint64_t seed = 0;
@@ -80,6 +81,10 @@ struct BlockLayout {
 
 // ValueError naming the problem: b < 1, w < 1 or even, g < 0, r < 0.
 void check_bigbird_spec(const BigBirdSpec& s);
+// The spec of the options of the 'bigbird' head kernel's row (variants/bigbird_mask.cpp: block_size, window_blocks,
+// n_global_blocks, n_random_blocks, layout_seed, bigbird_draw; a model's in ModelConfig::part_options) for an
+// attention named `name` with `heads` query heads (unchecked: the row's check, or make_bigbird_mask, checks it).
+BigBirdSpec bigbird_spec_of(const PartOptionValues& options, const std::string& name = "", index_t heads = 1);
 // ValueError naming the problem unless a sequence of ℓ tokens fits: b | ℓ, n = ℓ/b ≥ 2g + w + r.
 void check_bigbird_length(const BigBirdSpec& s, index_t l);
 // V17a for n blocks, head h: line 6 of query block i draws from the stream
@@ -90,8 +95,8 @@ BlockLayout bigbird_layout(const BigBirdSpec& s, index_t n, index_t h = 0);
 // block listed m times keeps its multiplicity m, V17b's note). ValueError: a block out of [0, n), an empty list.
 BlockLayout explicit_layout(index_t block, const std::vector<std::vector<index_t>>& keys);
 
-// The mask part "bigbird" (registry.cpp; made by make_mask("bigbird", {values = {block_size, window_blocks,
-// n_global_blocks, n_random_blocks, layout_seed}}) or directly from a spec with a name).
+// The mask part "bigbird" (registry.cpp; made by make_mask("bigbird", o) from o.options, the 'bigbird' head
+// kernel's options, with o.values["heads"] query heads; or directly from a spec with a name: a model's layers).
 Mask make_bigbird_mask(const BigBirdSpec& s);
 // The spec of a bigbird mask; null for every other mask.
 const BigBirdSpec* bigbird_spec(const Mask& m);

@@ -91,21 +91,12 @@ struct ModelConfig {
     AttnImpl attention_impl = AttnImpl::Auto;
     // attention (D, E): a registered head kernel's name (parts.hpp PartKind::HeadKernel), how every attention
     // computes lines 4–6: "softmax", the listing (literal or tiled: attention_impl); V15's "performer" and "rfa"
-    // (random features, random_features.hpp; their rows' options); V17's "bigbird" (E: block layouts). What the rest
+    // (random features, random_features.hpp; their rows' options); V17's "bigbird" (E: block layouts; its row's
+    // options block_size, …, bigbird_draw, variants/bigbird_mask.cpp). What the rest
     // of the code asks of it, its registry line says (head_kernel_has). resolve checks it.
     std::string attention = "softmax";
     // (V16's multi-token prediction, mtp_depth and mtp_weight, is a part, the prediction heads "mtp" of
     // variants/multi_token.cpp, its options in part_options.)
-    // V17 (E only, attention = "bigbird"; block_sparse.hpp): every self-attention's Mask is BigBird's block layout,
-    // blocks of block_size tokens (0: None, required then), window_blocks sliding blocks, n_global_blocks at
-    // each end, n_random_blocks drawn from layout_seed per layer; attention_impl literal: Algorithm 4 with that
-    // mask (dense), auto: the block-sparse kernel.
-    index_t block_size = 0, window_blocks = 3, n_global_blocks = 1, n_random_blocks = 3;
-    std::uint64_t layout_seed = 0;
-    // V17: PerHead ("per_head"): each query head h of a layer draws its own 𝓡 (V17a with h); PerLayer ("per_layer"):
-    // every head of a layer shares head 0's draw, the rule before the heads had their own — the one a saved
-    // BigBird config without bigbird_draw means (io.hpp, io.py: such files load with it and give their old outputs).
-    enum class BigBirdDraw { PerHead, PerLayer } bigbird_draw = BigBirdDraw::PerHead;
     // Gemma 2 and 3 (docs/variants.md V25, V27; D only): final_logit_softcapping c_f: the logits c_f·tanh(W_u X / c_f)
     // (0: None). (Gemma's sandwich layers, each sublayer's output normalised before its residual add, are the block
     // "sandwich"; its embedding scale the embedding step "scale", stack_embedding.hpp.)

@@ -11,7 +11,7 @@
 // "formal_transformers.dropout_seed" (decimal), and for an ETransformer with given BigBird layouts
 // (set_bigbird_layouts, ft.from_hf) "formal_transformers.bigbird_layouts" (bigbird_layouts_json below); then the
 // tensors' bytes. A BigBird config without "bigbird_draw" (a file written before it existed) loads with
-// bigbird_draw = "per_layer", the rule it was saved under (config.hpp). Prompt caches (paged.hpp) are files of
+// bigbird_draw = "per_layer", the rule it was saved under (the 'bigbird' head kernel's option, variants/bigbird_mask.cpp). Prompt caches (paged.hpp) are files of
 // the same layout, read and written by the same functions.
 //
 // Reading trusts nothing in the file (ValueError naming the file and the problem): the header is bounded JSON

@@ -37,7 +37,7 @@ enum class OptionKind {
     AutoReal,  // a real number > 0, or None: 0 (base)
     Bool,
     Seed,      // an integer in [0, 2^64)
-    Enum,      // a string from the option's name table
+    Enum,      // a string from the option's name table (a part's option: PartOption::names)
     AllRates,  // "dropout": the default of the three rates, not stored
     AutoId,    // a token id >= 0, or None: −1 (bos_id, eos_id; resolve checks it against n_vocab)
     Part,      // a registered part's name (block: the registry's blocks; resolve runs the chosen one's check)
@@ -46,14 +46,15 @@ enum class OptionCheck { None, Positive, NonNegative, Rate };
 
 // An option a part owns (its registry row, parts.hpp PartRow): declared in the part's own file. Its value is
 // kept in ModelConfig::part_options, as the type's stored form: an int64 for the integer kinds (AutoSize's
-// None: 0), a double for the real ones, a bool, a uint64 for a seed.
+// None: 0), a double for the real ones, a bool, a uint64 for a seed, a std::string for an Enum (one of `names`).
 struct PartOption {
     const char* name;
     unsigned archs;  // archs::D | …: the architectures that take it (TypeError for another's)
     OptionKind kind;
-    OptionValue default_value;  // the stored form (an AutoSize's None: std::int64_t(0))
+    OptionValue default_value;  // the stored form (an AutoSize's None: std::int64_t(0); an Enum's: its name)
     OptionCheck check = OptionCheck::None;
     const char* doc = "";
+    std::vector<const char*> names = {};  // an Enum's name table (ValueError for another name)
 };
 
 // The values of the part-owned options of one config: name → stored value; an option not set has its
@@ -64,6 +65,7 @@ public:
     double real(const std::string& name) const;
     bool flag(const std::string& name) const;
     std::uint64_t seed(const std::string& name) const;
+    const std::string& choice(const std::string& name) const;  // an Enum's name
     // the value (the declared default when not set); std::logic_error for a name no part declares
     const OptionValue& get(const std::string& name) const;
     bool at_default(const std::string& name) const;

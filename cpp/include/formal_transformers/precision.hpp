@@ -74,6 +74,8 @@ struct Bf16Weights {
     bool write(const float* theta, index_t size, index_t i0, index_t i1);
 };
 
+struct Bf16Regions;  // matrices rounded once for a scope's products (Bf16RoundOnce, bf16_products.hpp)
+
 // The products' precision on this thread.
 struct ProductContext {
     bool bf16 = false;
@@ -83,6 +85,7 @@ struct ProductContext {
     // oneDNN too (a training run's shapes repeat: their primitives are made once). Else (decoding, with the copy)
     // products of a weight with a few columns run the few-columns kernel, and the small products are emulated.
     bool training = false;
+    const Bf16Regions* regions = nullptr;  // (Bf16RoundOnce) operands inside these read their rounding from there
 };
 ProductContext product_context();
 

@@ -349,7 +349,7 @@ void set_bigbird_layouts_json(ETransformer<T>& m, const std::string& text) {
                         keys.back().push_back(v.get<index_t>());
                     }
                 }
-                ls.back().push_back(explicit_layout(m.cfg.block_size, keys));
+                ls.back().push_back(explicit_layout(m.cfg.part_options.integer("block_size"), keys));
                 if (std::to_string(ls.back().back().n) != key)
                     throw ValueError(at + "a layout of " + std::to_string(ls.back().back().n) + " blocks");
             }

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "formal_transformers/bf16_products.hpp"
 #include "formal_transformers/blas.hpp"
+#include "formal_transformers/affine_set.hpp"
 #include "formal_transformers/functions.hpp"
 #include "formal_transformers/lora.hpp"
 
@@ -110,6 +112,7 @@ void attention_head_weights_backward(CMatView<T> Q, CMatView<T> K, CMatView<T> A
                                      MatView<T> dK, bool unscaled) {
     const T scale = unscaled ? T(1) : T(1) / std::sqrt(T(Q.rows));
     softmax_columns_backward<T>(A, dA);             // line 6: dS = A ⊙ (dA − 1(1ᵀ(A ⊙ dA)));  line 5: A = 0 so dS = 0
+    Bf16OperandReuse once;                          // bf16-mixed: dS rounded once for dQ and dK
     gemm<T>(Op::N, Op::N, scale, K, dA, T(1), dQ);  // line 4: dQ += K dS / √d_attn
     gemm<T>(Op::N, Op::T, scale, Q, dA, T(1), dK);  // line 4: dK += Q dSᵀ / √d_attn
 }
@@ -393,6 +396,7 @@ void MHAttention<T>::heads(const ParamStore<T>& store, CMatView<T> Q, const Seqs
     c.kernel = &k;
     k.begin(c, H, Q.cols);
     const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid);
+    Bf16RoundOnce once({Q, K, V}, {d_attn, d_attn, d_mid});  // bf16-mixed: Q, K, V rounded once, head by head
     for_blocks(
         sx.count(), H, work,
         [&](index_t b, index_t h) {
@@ -412,15 +416,16 @@ void MHAttention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
     MatView<T> dY = ensure(w.dY, H * d_mid, X.cols);
     MatView<T> dQ, dK, dV;
     source->gradients(c, dX.data == dZ.data && dX.ld == dZ.ld, X.cols, Z.cols, w, dQ, dK, dV);
-    std::fill(dY.data, dY.data + dY.size(), T(0));
     // d(line 4): dW_o += dṼ Yᵀ, db_o += dṼ 1, dY = W_oᵀ dṼ
-    affine_backward<T>(store, W_o, view(c.Y), dVt, store.grad_if_trained(W_o), dbias(store, b_o), dY.data);
+    affine_backward_set<T>(store, W_o, view(c.Y), dVt, store.grad_if_trained(W_o), dbias(store, b_o), dY.data);
     CMatView<T> Q = c.Qv, K = c.Kv, V = c.Vv, Y = view(c.Y);
     // d(lines 1–3): Algorithm 4's lines 6, 5, 4 backward per (sequence, key/value head g) block; the query
     // heads of a group run in turn, so dK^g and dV^g sum their contributions (V3) without a race
     const HeadKernel<T>& k = *c.kernel;
     k.begin_backward(c, w);
     const index_t work = sx.max_len() * sz.max_len() * std::max(d_attn, d_mid), group = H / H_kv;
+    // bf16-mixed: Q, K, V and dY rounded once, head by head, for every block's products
+    Bf16RoundOnce once({Q, K, V, CMatView<T>(dY)}, {d_attn, d_attn, d_mid, d_mid});
     for_blocks(
         sx.count(), H_kv, work * group,
         [&](index_t b, index_t g) {

@@ -5,6 +5,7 @@
 // φ is the spec's activation; V5 (bias = false) drops b_mlp1 and b_mlp2 (each W X + b 1ᵀ becomes W X).
 #include <algorithm>
 
+#include "formal_transformers/affine_set.hpp"
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/lora.hpp"
 #include "formal_transformers/parts.hpp"
@@ -40,8 +41,7 @@ public:
     void backward(ParamStore<T>& store, CMatView<T> Xt, const MLPCache<T>& c, CMatView<T> dOut, MatView<T> dXt,
                   Matrix<T>& dH) const override {
         MatView<T> dh = ensure(dH, d_mlp, Xt.cols);
-        std::fill(dh.data, dh.data + dh.size(), T(0));
-        affine_backward<T>(store, W_2, view(c.at(A_)), dOut, store.grad_if_trained(W_2), db(store, b_2), dh.data);  // dA = W_mlp2ᵀ dOut
+        affine_backward_set<T>(store, W_2, view(c.at(A_)), dOut, store.grad_if_trained(W_2), db(store, b_2), dh.data);  // dA = W_mlp2ᵀ dOut
         activation_backward<T>(act, view(c.at(H_)), dh, dh);                                                 // dH = φ′(H) ⊙ dA
         affine_backward<T>(store, W_1, Xt, dh, store.grad_if_trained(W_1), db(store, b_1), dXt.data, dXt.ld);       // dX̃ += W_mlp1ᵀ dH
     }

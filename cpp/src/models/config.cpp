@@ -42,14 +42,11 @@ template <class En>
 using NameTable = std::vector<EnumName<En>>;
 const NameTable<Gelu> kGelus = {{"exact", Gelu::Exact}, {"tanh", Gelu::Tanh}, {"none", Gelu::Exact}};
 const NameTable<AttnImpl> kAttnImpls = {{"auto", AttnImpl::Auto}, {"literal", AttnImpl::Literal}, {"tiled", AttnImpl::Tiled}};
-const NameTable<ModelConfig::BigBirdDraw> kBigBirdDraws = {{"per_head", ModelConfig::BigBirdDraw::PerHead},
-                                                            {"per_layer", ModelConfig::BigBirdDraw::PerLayer}};
 
 template <class En>
 const NameTable<En>& names_of(En ModelConfig::*);
 template <> const NameTable<Gelu>& names_of(Gelu ModelConfig::*) { return kGelus; }
 template <> const NameTable<AttnImpl>& names_of(AttnImpl ModelConfig::*) { return kAttnImpls; }
-template <> const NameTable<ModelConfig::BigBirdDraw>& names_of(ModelConfig::BigBirdDraw ModelConfig::*) { return kBigBirdDraws; }
 
 template <class P>
 constexpr bool is_enum_member = false;
@@ -58,7 +55,7 @@ constexpr bool is_enum_member<En ModelConfig::*> = std::is_enum_v<En>;
 
 using Field = std::variant<std::nullptr_t, index_t ModelConfig::*, double ModelConfig::*, bool ModelConfig::*,
                            std::uint64_t ModelConfig::*, Gelu ModelConfig::*, AttnImpl ModelConfig::*,
-                           ModelConfig::BigBirdDraw ModelConfig::*, std::string ModelConfig::*>;
+                           std::string ModelConfig::*>;
 
 struct OptionSpec {
     const char* name;
@@ -126,12 +123,12 @@ const std::vector<OptionSpec> kSchema = {
     {"attention", DE, Kind::Part, &ModelConfig::attention, Check::None, nullptr, PartKind::HeadKernel},
     {kPartsHere[0].name, 0, Kind::AllRates, nullptr},
     {kPartsHere[1].name, 0, Kind::AllRates, nullptr},
-    {"block_size", E, Kind::AutoSize, &ModelConfig::block_size},
-    {"window_blocks", E, Kind::Count, &ModelConfig::window_blocks},
-    {"n_global_blocks", E, Kind::Count, &ModelConfig::n_global_blocks},
-    {"n_random_blocks", E, Kind::Count, &ModelConfig::n_random_blocks},
-    {"layout_seed", E, Kind::Seed, &ModelConfig::layout_seed},
-    {"bigbird_draw", E, Kind::Enum, &ModelConfig::bigbird_draw},
+    {"block_size", 0, Kind::AllRates, nullptr},  // (V17's, the 'bigbird' head kernel's options, where they stood: pinned)
+    {"window_blocks", 0, Kind::AllRates, nullptr},
+    {"n_global_blocks", 0, Kind::AllRates, nullptr},
+    {"n_random_blocks", 0, Kind::AllRates, nullptr},
+    {"layout_seed", 0, Kind::AllRates, nullptr},
+    {"bigbird_draw", 0, Kind::AllRates, nullptr},
     {"mlp", D | ED, Kind::Part, &ModelConfig::mlp, Check::None, nullptr, PartKind::MLP},
     {"rope_theta", 0, Kind::AllRates, nullptr},  // (the RoPE position's option, where it stood: pinned)
     {kPartsHere[2].name, 0, Kind::AllRates, nullptr},
@@ -291,6 +288,16 @@ void put(ModelConfig& c, const OptionSpec& o, const OptionValue& s) {
         o.field);
 }
 
+// A part's Enum option: ValueError "<name> must be one of 'a', 'b', got '<s>'" unless s is a name of its row's table
+void check_choice(const PartOption& p, const std::string& s) {
+    std::string allowed;
+    for (const char* n : p.names) {
+        if (s == n) return;
+        allowed += std::string(allowed.empty() ? "'" : ", '") + n + "'";
+    }
+    throw ValueError(std::string(p.name) + " must be one of " + allowed + ", got '" + s + "'");
+}
+
 // One value into its member or part_options (type checks here; range checks in resolve, which sees stored
 // values only: a given 0 for an AutoSize, which stores "None" as 0, is refused here).
 void set_option(ModelConfig& c, const OptionSpec& o, const OptionValue& v) {
@@ -338,6 +345,10 @@ void set_option(ModelConfig& c, const OptionSpec& o, const OptionValue& v) {
         case Kind::Enum: {  // a name of c.arch's (set by from_options before the options)
             const auto* s = std::get_if<std::string>(&v);
             if (!s) wrong_type(o, v, "a str");
+            if (o.part) {  // a part's option: a name of its row's table
+                check_choice(*o.part, *s);
+                return put(c, o, *s);
+            }
             std::visit(
                 [&](auto member) {
                     if constexpr (is_enum_member<decltype(member)>) {
@@ -387,7 +398,7 @@ void set_option(ModelConfig& c, const OptionSpec& o, const OptionValue& v) {
 // One stored option as JSON (nlohmann's ordered object keeps the schema's order).
 using Json = nlohmann::ordered_json;
 Json json_of(const ModelConfig& c, const OptionSpec& o) {
-    if (o.part) {  // a part's option (no enums among them yet)
+    if (o.part) {  // a part's option (an Enum's stored form is its name)
         const OptionValue v = get(c, o);
         if (const auto* i = std::get_if<std::int64_t>(&v)) {
             if ((o.kind == Kind::AutoSize && *i == 0) || (o.kind == Kind::AutoId && *i < 0)) return nullptr;
@@ -743,6 +754,10 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
             const double v = std::get<double>(get(c, o));
             if (!(v >= 0)) throw ValueError(std::string(o.name) + " must be > 0 (or 0: the default), got " + str_of(v));
             if (!std::isfinite(v)) throw ValueError(std::string(o.name) + " must be a finite number > 0, got " + str_of(v));
+        } else if (o.kind == Kind::Enum && o.part) {  // (a config built in C++: from_options has checked a keyword's)
+            const auto* name = std::get_if<std::string>(&c.part_options.get(o.name));
+            if (!name) throw TypeError(std::string(o.name) + " must be a str");
+            check_choice(*o.part, *name);
         }
     }
     if (arch == Arch::E && c.n_vocab < 4)
@@ -794,28 +809,6 @@ ModelConfig resolve_config(ModelConfig c, Arch arch, bool from_file) {
         if (row->check) row->check(c.part_options, &c);
     if (const PartRow* row = row_chosen_by(PartKind::Embedding, c.part_options))  // an encoder's embedding (V28's audio)
         if (row->check) row->check(c.part_options, &c);
-    if (head_kernel_has(c.attention, HeadKernelProperty::BlockLayouts)) {  // V17 (block_sparse.hpp)
-        if (arch != Arch::E)
-            throw ValueError("attention='bigbird' is BigBird's bidirectional block layout: an ETransformer option");
-        if (c.block_size == 0) throw ValueError("attention='bigbird' needs block_size (the tokens per block)");
-        if (c.window_blocks % 2 == 0)
-            throw ValueError("window_blocks = " + std::to_string(c.window_blocks) +
-                             " must be odd and >= 1 (the sliding key blocks centred on the query block; BigBird: 3)");
-        if (position_has(c.positional, PositionProperty::ScoreBias))
-            throw ValueError("attention='bigbird' adds no score bias: use positional='learned', 'sinusoidal' or 'rope'");
-        // a sequence needs at least 2g + w + r blocks of block_size tokens: refuse a layout no input can meet
-        using u128 = unsigned __int128;
-        const u128 shortest = (2 * u128(c.n_global_blocks) + u128(c.window_blocks) + u128(c.n_random_blocks)) * u128(c.block_size);
-        const bool table = !position_has(c.positional, PositionProperty::PastLMax);  // (RoPE: no l_max bound)
-        if (shortest > u128(std::numeric_limits<index_t>::max()) || (table && shortest > u128(c.l_max)))
-            throw ValueError("attention='bigbird': the shortest sequence the layout takes, (2·n_global_blocks + window_blocks + "
-                             "n_random_blocks)·block_size = (2·" + std::to_string(c.n_global_blocks) + " + " +
-                             std::to_string(c.window_blocks) + " + " + std::to_string(c.n_random_blocks) + ")·" +
-                             std::to_string(c.block_size) + " tokens, is longer than l_max = " + std::to_string(c.l_max));
-    } else if (c.block_size != 0) {
-        throw ValueError("block_size = " + std::to_string(c.block_size) +
-                         " is the block of attention='bigbird' (attention is not 'bigbird')");
-    }
     check_model_size(c, arch);  // sizes.hpp: overflow-safe, before any layer is declared
     return c;
 }

@@ -56,11 +56,7 @@ inline Mask layer_mask(const ModelConfig& c, index_t l) {
 // "per_layer": each layer's one, head 0's)
 inline Mask encoder_mask(const ModelConfig& c, const std::string& p) {
     if (!head_kernel_has(c.attention, HeadKernelProperty::BlockLayouts)) return Mask::bidirectional();
-    BigBirdSpec s;
-    s.block = c.block_size, s.window = c.window_blocks, s.global = c.n_global_blocks, s.random = c.n_random_blocks;
-    s.seed = c.layout_seed, s.name = p, s.heads = c.H;
-    s.per_head = c.bigbird_draw == ModelConfig::BigBirdDraw::PerHead;  // each query head its own draw, or head 0's for all
-    return make_bigbird_mask(s);
+    return make_bigbird_mask(bigbird_spec_of(c.part_options, p, c.H));  // (the 'bigbird' head kernel's options)
 }
 // The attention options of a model (docs/variants.md); `positional`: the position part applies (D's self-attention:
 // a part its line puts in the layers, V1's RoPE, V2's ALiBi; otherwise "none", the position is the embedding's)

@@ -389,8 +389,46 @@ ReuseCache& reuse_cache() {
     return c;
 }
 
+}  // namespace
+
+// Matrices rounded once for a scope's products (Bf16RoundOnce). A region of rows × cols (ld) in row blocks of
+// `block` rows: block r's rounding is a column-major block × cols matrix (ld = block) at bits + r·block·cols. A
+// product whose result overlaps a region makes it stale (the scope's promise broken: rounding per product again
+// rather than a wrong operand).
+struct Bf16Regions {
+    struct Region {
+        const float* x = nullptr;
+        index_t rows = 0, cols = 0, ld = 0, block = 0;
+        Bf16Buffer bits;
+        std::atomic<bool> stale{false};
+    };
+    std::vector<std::unique_ptr<Region>> r;
+    const Bf16Regions* outer = nullptr;  // an enclosing scope's
+    // the rounding of X (rows × cols, ld) when it lies inside one row block of a region: its first entry, the
+    // block's height in ld
+    const std::uint16_t* find(const float* X, index_t rows, index_t cols, index_t& ld) const {
+        for (const Bf16Regions* s = this; s; s = s->outer)
+            for (const auto& g : s->r) {
+                if (X < g->x || (g->ld != ld && cols > 1) || g->stale.load(std::memory_order_relaxed)) continue;
+                const index_t o = index_t(X - g->x), i = o % g->ld, j = o / g->ld, b = i / g->block, i_b = i % g->block;
+                if (i < g->rows && i_b + rows <= g->block && j + cols <= g->cols) {
+                    ld = g->block;
+                    return g->bits.p.get() + b * g->block * g->cols + i_b + j * g->block;
+                }
+            }
+        return nullptr;
+    }
+    void written(const float* C, index_t m, index_t n, index_t ldc) const {
+        const float* c1 = C + (n - 1) * ldc + m;
+        for (const Bf16Regions* s = this; s; s = s->outer)
+            for (const auto& g : s->r)
+                if (g->x < c1 && C < g->x + (g->cols - 1) * g->ld + g->rows) g->stale.store(true);
+    }
+};
+
+namespace {
 // op's operand X (rows × cols, column-major, ld) as bf16: θ's copy when the context has one and X lies in
-// θ, else its rounding (column-major, ld = rows): kept for the next products inside a Bf16OperandReuse scope,
+// θ, the rounding of a Bf16RoundOnce scope's matrix when X lies in one, else its rounding (column-major, ld = rows): kept for the next products inside a Bf16OperandReuse scope,
 // else in `scratch`
 [[maybe_unused]] const std::uint16_t* bf16_operand(const ProductContext& c, const float* X, index_t rows,
                                                    index_t cols, index_t& ld, Bf16Buffer& scratch) {
@@ -398,6 +436,8 @@ ReuseCache& reuse_cache() {
         const std::uint16_t* first = c.weights->find(X);
         if (first && c.weights->find(X + (cols - 1) * ld + rows - 1)) return first;
     }
+    if (c.regions)
+        if (const std::uint16_t* kept = c.regions->find(X, rows, cols, ld)) return kept;
     ReuseCache& rc = reuse_cache();
     const index_t ldx = ld;
     ld = rows;
@@ -409,6 +449,50 @@ ReuseCache& reuse_cache() {
 }  // namespace
 
 std::uint64_t bf16_operands_rounded() { return operands_rounded.load(); }
+
+Bf16RoundOnce::Bf16RoundOnce(std::initializer_list<CMatView<float>> matrices, std::initializer_list<index_t> row_blocks)
+    : saved_(tl_context) {
+    if (!saved_.bf16 || !saved_.training || !bf16_native()) return;
+    regions_ = std::make_unique<Bf16Regions>();
+    regions_->outer = saved_.regions;
+    Bf16Regions::Region* last = nullptr;
+    const index_t* block = row_blocks.begin();
+    for (const CMatView<float>& M : matrices) {
+        const index_t B = block != row_blocks.end() ? *block++ : M.rows;
+        if (!M.data || M.rows <= 0 || M.cols <= 0 || B <= 0 || M.rows % B != 0) continue;
+        const index_t ld = M.cols > 1 ? M.ld : M.rows;
+        // row blocks of one matrix that follow each other (the fused [Q; K; V]) make one region
+        if (last && M.data == last->x + last->rows && ld == last->ld && M.cols == last->cols && B == last->block &&
+            last->rows + M.rows <= ld) {
+            last->rows += M.rows;
+            continue;
+        }
+        regions_->r.push_back(std::make_unique<Bf16Regions::Region>());
+        last = regions_->r.back().get();
+        last->x = M.data, last->rows = M.rows, last->cols = M.cols, last->ld = ld, last->block = B;
+    }
+    for (const auto& g : regions_->r) {  // column by column (reading X in order), each block's rows to its matrix
+        const index_t rows = g->rows, cols = g->cols, ld = g->ld, B = g->block, blocks = rows / B;
+        const float* x = g->x;
+        std::uint16_t* out = g->bits.get(std::size_t(rows * cols));
+        operands_rounded.fetch_add(1, std::memory_order_relaxed);
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelRound && !omp_in_parallel())
+        for (index_t j = 0; j < cols; ++j)
+            for (index_t b = 0; b < blocks; ++b) {
+                const float* in = x + j * ld + b * B;
+                std::uint16_t* o = out + b * B * cols + j * B;
+#pragma omp simd
+                for (index_t i = 0; i < B; ++i) o[i] = bf16_bits(in[i]);
+            }
+    }
+    ProductContext c = saved_;
+    c.regions = regions_.get();
+    tl_context = c;
+}
+Bf16RoundOnce::Bf16RoundOnce(std::initializer_list<CMatView<double>>, std::initializer_list<index_t>) : saved_(tl_context) {}
+Bf16RoundOnce::~Bf16RoundOnce() {
+    if (regions_) tl_context = saved_;
+}
 
 Bf16OperandReuse::Bf16OperandReuse() { ++reuse_cache().depth; }
 Bf16OperandReuse::~Bf16OperandReuse() {
@@ -652,10 +736,12 @@ void gemm_bf16(int ta, int tb, index_t m, index_t n, index_t k, float alpha, con
     struct Written {
         const float* C;
         index_t m, n, ldc;
+        const Bf16Regions* regions;
         ~Written() {
             if (reuse_cache().depth > 0) reuse_cache().written(C, m, n, ldc);
+            if (regions) regions->written(C, m, n, ldc);
         }
-    } written{C, m, n, ldc};
+    } written{C, m, n, ldc, ctx.regions};
     if (ctx.weights && !ctx.training && n <= kBf16FewColumns && ctx.weights->find(A) && ctx.weights->find(A + (ac - 1) * lda + ar - 1)) {
         few_columns(ta, tb, m, n, k, alpha, ctx.weights->find(A), lda, B, ldb, beta, C, ldc);
         return;
@@ -693,6 +779,7 @@ bool affine_bf16(index_t m, index_t n, index_t k, const float* W, index_t ldw, c
     const std::uint16_t* x = bf16_operand(ctx, X, k, n, ldx, sb);
     run_onednn(0, 0, m, n, k, 1.0f, a, ldw, x, ldx, 0.0f, Y, ldy, b);
     if (reuse_cache().depth > 0) reuse_cache().written(Y, m, n, ldy);
+    if (ctx.regions) ctx.regions->written(Y, m, n, ldy);
     return true;
 #else
     (void)m, (void)n, (void)k, (void)W, (void)ldw, (void)X, (void)ldx, (void)b, (void)Y, (void)ldy;

@@ -10,6 +10,7 @@
 // pool. OpenBLAS (0.3.27+) lets the application run its parallel work instead: we install
 // `run_blas_jobs` below, so every multi-threaded BLAS call runs its jobs on our OpenMP threads — one pool
 // for the element-wise kernels and the BLAS, as with OpenBLAS's own OpenMP build.
+#include "formal_transformers/affine_set.hpp"
 #include "formal_transformers/bf16_products.hpp"
 #include "formal_transformers/blas.hpp"
 
@@ -369,14 +370,35 @@ void add_column_sum(CMatView<T> dY, T* db) {
     }
 }
 
+namespace {
+// dX_beta 1: dX += Wᵀ dY (affine_backward); 0: dX = Wᵀ dY (affine_backward_set)
 template <class T>
-void affine_backward(CMatView<T> W, CMatView<T> X, CMatView<T> dY, T* dW, T* db, T* dX, index_t ld_dX) {
+void affine_backward_into(CMatView<T> W, CMatView<T> X, CMatView<T> dY, T* dW, T* db, T* dX, index_t ld_dX,
+                          T dX_beta) {
     Bf16OperandReuse once;  // bf16-mixed: dY rounded once for both products
     if (dW) gemm<T>(Op::N, Op::T, T(1), dY, X, T(1), MatView<T>(dW, W.rows, W.cols, W.ld));
     if (db) add_column_sum<T>(dY, db);
     if (dX)
-        gemm<T>(Op::T, Op::N, T(1), W, dY, T(1),
+        gemm<T>(Op::T, Op::N, T(1), W, dY, dX_beta,
                 MatView<T>(dX, X.rows, X.cols, ld_dX < 0 ? std::max<index_t>(X.rows, 1) : ld_dX));
+}
+}  // namespace
+
+template <class T>
+void affine_backward(CMatView<T> W, CMatView<T> X, CMatView<T> dY, T* dW, T* db, T* dX, index_t ld_dX) {
+    affine_backward_into<T>(W, X, dY, dW, db, dX, ld_dX, T(1));
+}
+// dX = Wᵀ dY: on bf16 instructions (oneDNN) a product with beta 0, which neither zero-fills nor reads dX; through
+// the BLAS zeros then beta 1 (OpenBLAS's beta-0 pass over C measured slower than the fill: docs/benchmarks.md)
+template <class T>
+void affine_backward_set(CMatView<T> W, CMatView<T> X, CMatView<T> dY, T* dW, T* db, T* dX, index_t ld_dX) {
+    if (std::is_same_v<T, float> && dX && product_context().bf16 && bf16_native())
+        return affine_backward_into<T>(W, X, dY, dW, db, dX, ld_dX, T(0));
+    if (dX) {
+        MatView<T> d(dX, X.rows, X.cols, ld_dX < 0 ? std::max<index_t>(X.rows, 1) : ld_dX);
+        for (index_t j = 0; j < d.cols; ++j) std::fill(d.col(j), d.col(j) + d.rows, T(0));
+    }
+    affine_backward_into<T>(W, X, dY, dW, db, dX, ld_dX, T(1));
 }
 
 #define FT_INSTANTIATE(T)                                                                      \
@@ -387,6 +409,7 @@ void affine_backward(CMatView<T> W, CMatView<T> X, CMatView<T> dY, T* dW, T* db,
     template void affine<T>(CMatView<T>, CMatView<T>, const T*, MatView<T>);                   \
     template void affine_add<T>(CMatView<T>, CMatView<T>, const T*, MatView<T>);               \
     template void affine_backward<T>(CMatView<T>, CMatView<T>, CMatView<T>, T*, T*, T*, index_t); \
+    template void affine_backward_set<T>(CMatView<T>, CMatView<T>, CMatView<T>, T*, T*, T*, index_t); \
     template void add_column_sum<T>(CMatView<T>, T*);
 FT_INSTANTIATE(float)
 FT_INSTANTIATE(double)

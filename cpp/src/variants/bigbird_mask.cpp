@@ -8,10 +8,17 @@
 // the kernel's only: allows() is its support, the multiplicities are in the kernel's softmax; block_sparse.hpp). Bidirectional, self-attention only (ℓ_z = ℓ_x, no cache). The
 // layouts of each n (one per query head, or one for all) are drawn once and kept, or given by
 // set_bigbird_layouts (the rule is shared and otherwise immutable; spec.per_head = false: head 0's draw for every
-// head, ModelConfig::bigbird_draw "per_layer"). A model's layouts are checked and installed layer by layer by
+// head, bigbird_draw='per_layer'). A model's layouts are checked and installed layer by layer by
 // set_bigbird_layouts(model, …) (check_bigbird_layouts: the one place of those checks). Made by
-// make_mask("bigbird", {values = {block_size, window_blocks, n_global_blocks, n_random_blocks, layout_seed, heads}})
-// (registry.cpp), or by make_bigbird_mask(spec) with the attention's name (models: every layer its own draw).
+// make_mask("bigbird", o) from the options below (o.options; o.values["heads"]) (registry.cpp), or by
+// make_bigbird_mask(spec) with the attention's name (models: every layer its own draw).
+//
+// The options (block_size, window_blocks, n_global_blocks, n_random_blocks, layout_seed, bigbird_draw) are the
+// row of the head kernel 'bigbird' (bigbird_kernel_row below; the kernel is variants/block_sparse.cpp): BigBird is
+// a mask and a kernel chosen together by attention='bigbird', and the kernel is the part a config chooses (an
+// encoder's mask has no selector of its own); the layout's options are read into the mask, which the kernel reads
+// its layouts from. One check of them, check_bigbird, for resolve (the row) and for the factories
+// (make_bigbird_mask, bigbird_layout: check_bigbird_spec, its part that needs no model).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -294,13 +301,13 @@ void check_bigbird_layouts(const ModelConfig& c, const std::vector<std::vector<B
         if (n != layouts[0][0].n)
             throw ValueError("bigbird layouts[" + std::to_string(l) + "]: " + std::to_string(n) + " blocks, layer 0 " +
                              std::to_string(layouts[0][0].n) + " (one sequence length at a time)");
-        check_head_layouts(layer, c.H, c.block_size, c.attention_impl == AttnImpl::Auto, [&](index_t h) {
+        check_head_layouts(layer, c.H, c.part_options.integer("block_size"), c.attention_impl == AttnImpl::Auto, [&](index_t h) {
             return "bigbird layouts[" + std::to_string(l) + (h >= 0 ? ", " + std::to_string(h) : std::string()) + "]: ";
         });
     }
-    const index_t n = layouts[0][0].n;
-    if (checked_mul(n, c.block_size, "bigbird layouts: n·block_size") > c.l_max)
-        throw ValueError("bigbird layouts: n·block_size = " + std::to_string(n) + "·" + std::to_string(c.block_size) +
+    const index_t n = layouts[0][0].n, b = c.part_options.integer("block_size");
+    if (checked_mul(n, b, "bigbird layouts: n·block_size") > c.l_max)
+        throw ValueError("bigbird layouts: n·block_size = " + std::to_string(n) + "·" + std::to_string(b) +
                          " tokens exceed l_max = " + std::to_string(c.l_max));
 }
 
@@ -348,25 +355,90 @@ template void set_bigbird_layouts(ETransformer<double>&, std::vector<std::vector
 template std::map<index_t, std::vector<std::vector<BlockLayout>>> given_bigbird_layouts(const ETransformer<float>&);
 template std::map<index_t, std::vector<std::vector<BlockLayout>>> given_bigbird_layouts(const ETransformer<double>&);
 
-// The registry's factory: the numbers of MaskOptions::values (layout_seed exact below 2^53).
-Mask make_bigbird_mask_from_options(const MaskOptions& o) {
+// ===================================== the options ===================================================
+BigBirdSpec bigbird_spec_of(const PartOptionValues& o, const std::string& name, index_t heads) {
     BigBirdSpec s;
-    auto get = [&](const char* k, index_t& v) {
-        const auto it = o.values.find(k);
-        if (it == o.values.end()) return;
-        if (it->second != std::floor(it->second) || std::abs(it->second) > 9007199254740992.0)
-            throw ValueError(std::string("bigbird mask: ") + k + " must be an integer");
-        v = index_t(it->second);
-    };
-    if (!o.values.count("block_size")) throw ValueError("bigbird mask: give the block_size");
-    get("block_size", s.block), get("window_blocks", s.window), get("n_global_blocks", s.global);
-    get("n_random_blocks", s.random), get("heads", s.heads);
-    if (s.heads < 1) throw ValueError("bigbird mask: heads must be >= 1 (one layout per query head)");
-    index_t seed = 0;
-    get("layout_seed", seed);
-    if (seed < 0) throw ValueError("bigbird mask: layout_seed must be >= 0");
-    s.seed = std::uint64_t(seed);
-    return make_bigbird_mask(s);
+    s.block = o.integer("block_size"), s.window = o.integer("window_blocks"), s.global = o.integer("n_global_blocks");
+    s.random = o.integer("n_random_blocks"), s.seed = o.seed("layout_seed"), s.name = name, s.heads = heads;
+    s.per_head = o.choice("bigbird_draw") == "per_head";  // each query head its own draw, or head 0's for all
+    return s;
+}
+
+namespace {
+// The row's check: its options (block_size given; then check_bigbird_spec) and, given a model's config, what V17
+// needs of it: an ETransformer, no score bias, and a sequence of at most l_max tokens with enough blocks.
+void check_bigbird(const PartOptionValues& own, const ModelConfig* c) {
+    const BigBirdSpec s = bigbird_spec_of(own);
+    if (c && c->arch != Arch::E)
+        throw ValueError("attention='bigbird' is BigBird's bidirectional block layout: an ETransformer option");
+    if (s.block == 0) throw ValueError("attention='bigbird' needs block_size (the tokens per block)");
+    if (c) {
+        if (s.window % 2 == 0)
+            throw ValueError("window_blocks = " + std::to_string(s.window) +
+                             " must be odd and >= 1 (the sliding key blocks centred on the query block; BigBird: 3)");
+        if (position_has(c->positional, PositionProperty::ScoreBias))
+            throw ValueError("attention='bigbird' adds no score bias: use positional='learned', 'sinusoidal' or 'rope'");
+        // a sequence needs at least 2g + w + r blocks of block_size tokens: refuse a layout no input can meet
+        using u128 = unsigned __int128;
+        const u128 shortest = (2 * u128(s.global) + u128(s.window) + u128(s.random)) * u128(s.block);
+        const bool table = !position_has(c->positional, PositionProperty::PastLMax);  // (RoPE: no l_max bound)
+        if (shortest > u128(std::numeric_limits<index_t>::max()) || (table && shortest > u128(c->l_max)))
+            throw ValueError("attention='bigbird': the shortest sequence the layout takes, (2·n_global_blocks + window_blocks + "
+                             "n_random_blocks)·block_size = (2·" + std::to_string(s.global) + " + " +
+                             std::to_string(s.window) + " + " + std::to_string(s.random) + ")·" +
+                             std::to_string(s.block) + " tokens, is longer than l_max = " + std::to_string(c->l_max));
+    }
+    check_bigbird_spec(s);
+}
+}  // namespace
+
+// The row of the head kernel 'bigbird' (registry.cpp): attention='bigbird' chooses it (and with it this mask)
+const PartRow& bigbird_kernel_row() {
+    static const PartRow row{
+        PartKind::HeadKernel,
+        "bigbird",
+        {{"block_size", archs::E, OptionKind::AutoSize, std::int64_t(0), OptionCheck::None,
+          "V17: b, the tokens per block (None: required with attention='bigbird')"},
+         {"window_blocks", archs::E, OptionKind::Count, std::int64_t(3), OptionCheck::None,
+          "V17: w, the sliding key blocks centred on each query block (odd)"},
+         {"n_global_blocks", archs::E, OptionKind::Count, std::int64_t(1), OptionCheck::None,
+          "V17: g, the global blocks at each end"},
+         {"n_random_blocks", archs::E, OptionKind::Count, std::int64_t(3), OptionCheck::None,
+          "V17: r, the random key blocks of each query block"},
+         {"layout_seed", archs::E, OptionKind::Seed, std::uint64_t(0), OptionCheck::None,
+          "V17: the seed the random blocks are drawn from (with the attention's name)"},
+         {"bigbird_draw", archs::E, OptionKind::Enum, std::string("per_head"), OptionCheck::None,
+          "V17: 'per_head', each query head draws its own random blocks; 'per_layer', every head head 0's (a saved "
+          "BigBird config without it: io.hpp)",
+          {"per_head", "per_layer"}}},
+        check_bigbird,
+        nullptr,
+        false};
+    return row;
+}
+
+// The registry's mask factory: the row's options (o.options), each also given as a number in o.values (a direct
+// caller's form; layout_seed exact below 2^53), and the query heads o.values["heads"] (default 1); the row's check.
+Mask make_bigbird_mask_from_options(const MaskOptions& o) {
+    PartOptionValues own = o.options;
+    index_t heads = 1;
+    for (const auto& [key, x] : o.values) {
+        if (x != std::floor(x) || std::abs(x) > 9007199254740992.0)
+            throw ValueError("bigbird mask: " + key + " must be an integer");
+        if (key == "heads") {
+            if (x < 1) throw ValueError("bigbird mask: heads must be >= 1 (one layout per query head)");
+            heads = index_t(x);
+        } else if (key == "layout_seed") {
+            if (x < 0) throw ValueError("bigbird mask: layout_seed must be >= 0");
+            own.set(key, std::uint64_t(x));
+        } else if (key == "block_size" || key == "window_blocks" || key == "n_global_blocks" || key == "n_random_blocks") {
+            own.set(key, std::int64_t(x));
+        } else {
+            throw ValueError("bigbird mask: '" + key + "' is not an option of the layout");
+        }
+    }
+    check_bigbird(own, nullptr);
+    return make_bigbird_mask(bigbird_spec_of(own, "", heads));
 }
 
 }  // namespace ft

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "formal_transformers/affine_set.hpp"
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/training.hpp"
 
@@ -176,14 +177,18 @@ void affine_add(const ParamStore<T>& store, const MatParam& W, CMatView<T> X, co
     adapter_forward(store, k, X, Y);
 }
 
+namespace {
+// set: ∂loss/∂X = (not +=) the first term (affine_backward_set)
 template <class T>
-void affine_backward(ParamStore<T>& store, const MatParam& W, CMatView<T> X, CMatView<T> dY, T* dW, T* db, T* dX,
-                     index_t ld_dX) {
+void affine_backward_store(ParamStore<T>& store, const MatParam& W, CMatView<T> X, CMatView<T> dY, T* dW, T* db,
+                           T* dX, index_t ld_dX, bool set) {
+    using Base = void (*)(CMatView<T>, CMatView<T>, CMatView<T>, T*, T*, T*, index_t);
+    const Base base = set ? Base(affine_backward_set<T>) : Base(affine_backward<T>);
     const index_t k = store.lora_drops(W);
     if (k < 0 || !store.adapter_run(k).used)  // line 2's backward: ∂loss/∂W' (d1 follows in adapters_backward)
-        return affine_backward<T>(store.W(W), X, dY, dW, db, dX, ld_dX);
+        return base(store.W(W), X, dY, dW, db, dX, ld_dX);
     // d3′: line 3′'s W X + b 1ᵀ backward (∂loss/∂W, ∂loss/∂b, ∂loss/∂X += Wᵀ ∂loss/∂Y), then the adapter's
-    affine_backward<T>(theta_W(store, W), X, dY, dW, db, dX, ld_dX);
+    base(theta_W(store, W), X, dY, dW, db, dX, ld_dX);
     const typename ParamStore<T>::Adapter& a = store.adapters()[std::size_t(k)];
     typename ParamStore<T>::AdapterRun& run = store.adapter_run(k);
     const index_t n = X.cols;
@@ -210,6 +215,18 @@ void affine_backward(ParamStore<T>& store, const MatParam& W, CMatView<T> X, CMa
         }
     }
 }
+}  // namespace
+
+template <class T>
+void affine_backward(ParamStore<T>& store, const MatParam& W, CMatView<T> X, CMatView<T> dY, T* dW, T* db, T* dX,
+                     index_t ld_dX) {
+    affine_backward_store<T>(store, W, X, dY, dW, db, dX, ld_dX, false);
+}
+template <class T>
+void affine_backward_set(ParamStore<T>& store, const MatParam& W, CMatView<T> X, CMatView<T> dY, T* dW, T* db,
+                         T* dX, index_t ld_dX) {
+    affine_backward_store<T>(store, W, X, dY, dW, db, dX, ld_dX, true);
+}
 
 template void declare_lora<float>(const ModelConfig::Lora&, ParamStore<float>&);
 template void declare_lora<double>(const ModelConfig::Lora&, ParamStore<double>&);
@@ -224,7 +241,8 @@ template void ParamStore<double>::lora_training(bool, std::uint64_t, std::uint64
 #define FT_LORA_AFFINE(T)                                                                                         \
     template void affine<T>(const ParamStore<T>&, const MatParam&, CMatView<T>, const T*, MatView<T>);           \
     template void affine_add<T>(const ParamStore<T>&, const MatParam&, CMatView<T>, const T*, MatView<T>);       \
-    template void affine_backward<T>(ParamStore<T>&, const MatParam&, CMatView<T>, CMatView<T>, T*, T*, T*, index_t);
+    template void affine_backward<T>(ParamStore<T>&, const MatParam&, CMatView<T>, CMatView<T>, T*, T*, T*, index_t); \
+    template void affine_backward_set<T>(ParamStore<T>&, const MatParam&, CMatView<T>, CMatView<T>, T*, T*, T*, index_t);
 FT_LORA_AFFINE(float)
 FT_LORA_AFFINE(double)
 #undef FT_LORA_AFFINE

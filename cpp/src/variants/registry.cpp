@@ -27,6 +27,7 @@ const PartRow& rfa_kernel_row();                    // variants/random_features.
 const PartRow& relative_bias_row();                 // variants/relative_bias.cpp
 const PartRow& softcap_kernel_row();                // variants/softcap_attention.cpp
 Mask make_bigbird_mask_from_options(const MaskOptions&);  // variants/bigbird_mask.cpp
+const PartRow& bigbird_kernel_row();                      // variants/bigbird_mask.cpp
 template <class T>
 PositionPart<T> make_rope(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/rope.cpp
 const PartRow& rope_position_row();                                                // variants/rope.cpp
@@ -240,7 +241,7 @@ const std::vector<Entry<HeadKernelFactory<T>>>& head_kernels() {
         {"tiled", {make_tiled_kernel<T>, KeepsKeys | ScoreSoftmax}, nullptr, nullptr, 0},
         {"performer", {make_performer_kernel<T>}, performer_kernel_row},  // (V15: folds the keys into a state)
         {"rfa", {make_rfa_kernel<T>}, rfa_kernel_row},
-        {"bigbird", {make_block_sparse_kernel<T>, BlockLayouts, "softmax"}},
+        {"bigbird", {make_block_sparse_kernel<T>, BlockLayouts, "softmax"}, bigbird_kernel_row},  // (V17: its mask too)
         {"softcap", {make_softcap_kernel<T>, KeepsKeys | ScoreSoftmax}, softcap_kernel_row},
         {"sigmoid", {make_sigmoid_kernel<T>, FormsWeights}, sigmoid_kernel_row},
     };
@@ -432,6 +433,10 @@ index_t PartOptionValues::integer(const std::string& name) const { return index_
 double PartOptionValues::real(const std::string& name) const { return typed<double>(get(name), name, "a real number"); }
 bool PartOptionValues::flag(const std::string& name) const { return typed<bool>(get(name), name, "True or False"); }
 std::uint64_t PartOptionValues::seed(const std::string& name) const { return typed<std::uint64_t>(get(name), name, "an int"); }
+const std::string& PartOptionValues::choice(const std::string& name) const {
+    if (const auto* x = std::get_if<std::string>(&get(name))) return *x;
+    throw TypeError(name + " must be a str");
+}
 
 std::vector<std::string> part_names(PartKind kind) {
     switch (kind) {
