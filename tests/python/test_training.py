@@ -23,7 +23,7 @@ import pytest
 import formal_transformers as ft
 from formal_transformers import reference as ref
 
-from conftest import rel_err
+from conftest import child_env, rel_err
 from test_inference import MT19937_64
 
 # ------------------------------------------------------------------------------------------------------
@@ -1029,3 +1029,57 @@ def test_ctrl_c_by_signal_leaves_the_model_and_history_of_the_same_step(validati
             ft.DTraining(100_000, 1e-3, **quiet(seed=0, max_steps=n + 1))(data, ahead)
             mismatches.append((n, "model = step n+1" if max_param_diff(m, ahead) == 0.0 else "model = neither"))
     assert not mismatches, f"history ends at step n but the model does not hold step n's parameters: {mismatches}"
+
+
+
+# ------------------------------------------------------------------------------------------------------
+# memory: a training step reuses the buffers of the one before
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts page faults with getrusage on Linux")
+def test_a_steady_training_step_maps_no_fresh_pages():
+    """After the warm-up steps, loss_and_grad(copy=False) + Adam.step allocate nothing large: the workspaces,
+    activations, logits, rounded bf16 operands and Adam's moments are kept between calls (docs/design.md
+    "Memory kept between calls"). In a child with glibc's mmap threshold pinned at 64 KiB, every allocation of
+    64 KiB or more is a fresh mapping whose pages fault in when written, so a buffer made per step shows as
+    page faults (the process's minor faults). The copy=True step, which returns a fresh flat gradient of
+    ~800 pages, is the check that the count sees such a buffer. bf16-mixed's literal attention runs its
+    per-head products emulated here: oneDNN's gemm kernel, which it picks for a head's strided output,
+    allocates its own packing buffers at every call (glibc's default reuses them: no new pages)."""
+    code = textwrap.dedent(
+        """
+        import resource
+        import numpy as np, formal_transformers as ft
+        ft.set_num_threads(1)
+        def faults():
+            return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        x = np.random.default_rng(0).integers(0, 65, (2, 256))
+        cases = [("float32", "literal", True), ("float32", "tiled", True), ("bf16-mixed", "tiled", True),
+                 ("bf16-mixed", "literal", False), ("bf16-mixed", "tiled", False)]
+        for precision, impl, native in cases:
+            ft._core._bf16_allow_native(native)
+            for copy in (False, True):
+                m = ft.DTransformer(65, 256, 2, 4, 128, 512, dtype="float32", seed=0, precision=precision,
+                                    attention_impl=impl)
+                opt = ft.Adam(3e-4, weight_decay=0.1)
+                def step():
+                    loss, g = m.loss_and_grad(x, copy=copy)
+                    opt.step(m, g)
+                step(); step()
+                f0 = faults()
+                for _ in range(3):
+                    step()
+                print(precision, impl, native, copy, faults() - f0)
+        """
+    )
+    env = dict(child_env(), GLIBC_TUNABLES="glibc.malloc.mmap_threshold=65536", OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = [line.split() for line in r.stdout.split("\n") if line]
+    assert len(rows) == 10, r.stdout
+    n_grad = ft.DTransformer(65, 256, 2, 4, 128, 512, dtype="float32").n_params * 4 // 4096
+    for precision, impl, native, copy, n in rows:
+        if copy == "True":  # a fresh flat gradient per step: its pages fault in every step
+            assert int(n) >= 3 * n_grad * 9 // 10, (precision, impl, native, n, n_grad)
+        else:  # nothing fresh: a few pages of Python's own objects at most
+            assert int(n) <= 8, (precision, impl, native, n)

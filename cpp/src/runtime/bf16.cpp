@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "formal_transformers/bf16_products.hpp"
 #include "formal_transformers/blas.hpp"
@@ -450,6 +451,29 @@ namespace {
 
 std::uint64_t bf16_operands_rounded() { return operands_rounded.load(); }
 
+namespace {
+// The roundings of the scopes that have ended on this thread, kept for the next scopes (each training step
+// opens the same scopes): a buffer per step would be new pages at every step where the allocation is mapped
+std::vector<Bf16Buffer>& round_once_pool() {
+    thread_local std::vector<Bf16Buffer> pool;
+    return pool;
+}
+// the kept buffer that fits n entries with the least to spare, else the largest (to grow), else a new one
+Bf16Buffer take_buffer(std::size_t n) {
+    std::vector<Bf16Buffer>& pool = round_once_pool();
+    if (pool.empty()) return {};
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < pool.size(); ++i) {
+        const std::size_t c = pool[i].cap, b = pool[best].cap;
+        if (c >= n ? (b < n || c < b) : (b < n && c > b)) best = i;
+    }
+    Bf16Buffer out;
+    out.p = std::move(pool[best].p), out.cap = std::exchange(pool[best].cap, 0);
+    pool.erase(pool.begin() + std::ptrdiff_t(best));
+    return out;
+}
+}  // namespace
+
 Bf16RoundOnce::Bf16RoundOnce(std::initializer_list<CMatView<float>> matrices, std::initializer_list<index_t> row_blocks)
     : saved_(tl_context) {
     if (!saved_.bf16 || !saved_.training || !bf16_native()) return;
@@ -474,6 +498,7 @@ Bf16RoundOnce::Bf16RoundOnce(std::initializer_list<CMatView<float>> matrices, st
     for (const auto& g : regions_->r) {  // column by column (reading X in order), each block's rows to its matrix
         const index_t rows = g->rows, cols = g->cols, ld = g->ld, B = g->block, blocks = rows / B;
         const float* x = g->x;
+        g->bits = take_buffer(std::size_t(rows * cols));
         std::uint16_t* out = g->bits.get(std::size_t(rows * cols));
         operands_rounded.fetch_add(1, std::memory_order_relaxed);
 #pragma omp parallel for schedule(static) if (rows * cols > kParallelRound && !omp_in_parallel())
@@ -491,7 +516,14 @@ Bf16RoundOnce::Bf16RoundOnce(std::initializer_list<CMatView<float>> matrices, st
 }
 Bf16RoundOnce::Bf16RoundOnce(std::initializer_list<CMatView<double>>, std::initializer_list<index_t>) : saved_(tl_context) {}
 Bf16RoundOnce::~Bf16RoundOnce() {
-    if (regions_) tl_context = saved_;
+    if (!regions_) return;
+    tl_context = saved_;
+    for (const auto& g : regions_->r) {
+        if (!g->bits.p) continue;
+        Bf16Buffer kept;
+        kept.p = std::move(g->bits.p), kept.cap = std::exchange(g->bits.cap, 0);
+        round_once_pool().push_back(std::move(kept));
+    }
 }
 
 Bf16OperandReuse::Bf16OperandReuse() { ++reuse_cache().depth; }
