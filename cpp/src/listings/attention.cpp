@@ -9,6 +9,7 @@
 #include "formal_transformers/affine_set.hpp"
 #include "formal_transformers/functions.hpp"
 #include "formal_transformers/lora.hpp"
+#include "formal_transformers/weights_kernel.hpp"
 
 namespace ft {
 
@@ -38,12 +39,9 @@ void scores(CMatView<T> Q, CMatView<T> K, MatView<T> S, bool unscaled) {
 // (unless the range is dense), then softmax over the range (−∞ gives exactly 0).
 template <class T>
 void mask_softmax_column(const Mask& mask, index_t b, index_t h, index_t t_x, T* s, index_t l_z) {
-    KeyRange r = mask.keys(b, t_x, l_z);
-    r.begin = std::max<index_t>(r.begin, 0), r.end = std::min(r.end, l_z);
-    if (!r.dense)
-        for (index_t t_z = r.begin; t_z < r.end; ++t_z)
-            if (!mask.allows_head(t_z, t_x, b, h)) s[t_z] = -std::numeric_limits<T>::infinity();
-    softmax_column(s + r.begin, r.end - r.begin);
+    const KeyRange r = candidate_keys(mask, b, t_x, l_z);
+    mask_candidates(mask, b, h, t_x, r, s);        // line 5: masked S ← −∞
+    softmax_column(s + r.begin, r.end - r.begin);  // line 6: softmax
     std::fill(s, s + r.begin, T(0));
     std::fill(s + r.end, s + l_z, T(0));
 }
@@ -247,51 +245,24 @@ void Attention<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& sx,
 
 // ============================ the head kernel "softmax": Algorithm 4's lines 4–6 as printed ==================
 namespace {
-// attention_head on every block: the weights A kept (at the block's offset in c.A), the backward from them, a score
-// bias's parameter gradients from every dS. It forms A before V A (its registry line says so), so a part acting on
-// the weights can wrap it: weights() and weights_backward() are the two steps around line 6's product.
+// Algorithm 4's lines 4–6 as printed on every block, in the shape of every kernel that forms the weights A
+// (weights_kernel.hpp: line 4's S ← Kᵀ Q/√d_attn + B^h, line 5's mask, line 6's Ṽ = V A and their backward, A kept);
+// what is the listing's own is line 6's softmax. A part acting on the weights (attention dropout) can wrap it.
 template <class T>
-class SoftmaxKernel final : public HeadKernel<T> {
+class SoftmaxKernel final : public WeightsKernel<T> {
 public:
     const char* name() const override { return "softmax"; }
     const char* tiled_form() const override { return "tiled"; }
-    void begin(MHAttentionCache<T>& c, index_t H, index_t n_x) const override {
-        (void)H, (void)n_x;
-        c.weights_ready = true;
-        c.lse.clear();
-        c.A.resize(std::size_t(c.A_off.back()));
+    // line 6: A = softmax(S/√d_attn) over a column's candidate keys (masked: −∞, so weight 0)
+    void weights_of(T* s, index_t n, index_t l_z) const override {
+        (void)l_z;
+        softmax_column(s, n);
     }
-    void forward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MHAttentionCache<T>& c,
-                 MatView<T> Y) const override {
-        attention_head<T>(Q, K, V, blk, MatView<T>(c.A.data() + blk.off, K.cols, Q.cols), Y);
-    }
-    void begin_backward(const MHAttentionCache<T>& c, MHAttentionWork<T>& w) const override { w.dA.resize(c.A.size()); }
-    void backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Y, CMatView<T> dY, const HeadBlock<T>& blk,
-                  const MHAttentionCache<T>& c, MHAttentionWork<T>& w, MatView<T> dQ, MatView<T> dK,
-                  MatView<T> dV) const override {
-        (void)Y;
-        attention_head_backward<T>(Q, K, V, CMatView<T>(c.A.data() + blk.off, K.cols, Q.cols), dY, dQ, dK, dV,
-                                   MatView<T>(w.dA.data() + blk.off, K.cols, Q.cols), blk.unscaled);
-    }
-    // d(line 6's + B^h): the bias's parameter gradients from every block's dS, one block at a time
-    void end_backward(ParamStore<T>& store, const ScoreBias<T>* bias, index_t H, const MHAttentionCache<T>& c,
-                      MHAttentionWork<T>& w) const override {
-        if (!bias) return;
-        const Seqs &sx = c.sx, &sz = c.sz;
-        for (index_t b = 0; b < sx.count(); ++b)
-            for (index_t h = 0; h < H; ++h)
-                bias->backward(store, c.mask, b, h, c.q0,
-                               CMatView<T>(w.dA.data() + c.A_off[std::size_t(b * H + h)], sz.len(b), sx.len(b)));
-    }
-    void weights(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, const MHAttentionCache<T>& c,
-                 MatView<T> A) const override {
-        (void)V, (void)c;
-        attention_head_weights<T>(Q, K, blk, A);
-    }
-    void weights_backward(CMatView<T> Q, CMatView<T> K, const HeadBlock<T>& blk, const MHAttentionCache<T>& c,
-                          MHAttentionWork<T>& w, MatView<T> dQ, MatView<T> dK) const override {
-        attention_head_weights_backward<T>(Q, K, CMatView<T>(c.A.data() + blk.off, K.cols, Q.cols),
-                                           MatView<T>(w.dA.data() + blk.off, K.cols, Q.cols), dQ, dK, blk.unscaled);
+    // line 6 backward: dS = A ⊙ (dA − 1(1ᵀ(A ⊙ dA)));  line 5: A = 0 so dS = 0
+    void scores_gradient(CMatView<T> Q, CMatView<T> K, const HeadBlock<T>& blk, CMatView<T> A,
+                         MatView<T> dA) const override {
+        (void)Q, (void)K, (void)blk;
+        softmax_columns_backward<T>(A, dA);
     }
 };
 }  // namespace

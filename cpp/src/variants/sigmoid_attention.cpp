@@ -7,17 +7,16 @@
 //   6  otherwise A[t_z, t_x] ← σ(S[t_z, t_x] + b),  b = −log ℓ_z;   return Ṽ = V · A
 // Backward (A kept): dV += dṼ Aᵀ; dA = Vᵀ dṼ; dS = dA ⊙ A ⊙ (1 − A) (masked entries: A = 0, so dS = 0);
 // dQ += K dS / √d_attn, dK += Q dSᵀ / √d_attn; the score bias's gradients from dS (end_backward).
-// It forms A before line 6's product (its registry line says so), so attention dropout can wrap it. It has no tiled
-// form (attention_impl 'auto' runs it as printed). b counts the keys of the call, so the weights of a query depend on
+// It forms A before line 6's product (its registry line says so), so attention dropout can wrap it; all but line
+// 6's map σ(· + b) and its backward is the shape it shares with the listing's kernel (weights_kernel.hpp). It has
+// no tiled form (attention_impl 'auto' runs it as printed). b counts the keys of the call, so the weights of a query depend on
 // how many keys come with it: decoding one token at a time matches the literal generation (each step's forward over
 // the prefix), not a call over several new tokens, and a rolling cache (a mask with a window) would change ℓ_z.
-#include <algorithm>
 #include <cmath>
 #include <string>
 
-#include "formal_transformers/attention.hpp"
-#include "formal_transformers/blas.hpp"
 #include "formal_transformers/config.hpp"
+#include "formal_transformers/weights_kernel.hpp"
 
 namespace ft {
 
@@ -31,75 +30,20 @@ T sigmoid(T x) {
 }
 
 template <class T>
-class SigmoidKernel final : public HeadKernel<T> {
+class SigmoidKernel final : public WeightsKernel<T> {
 public:
     const char* name() const override { return "sigmoid"; }
-    void begin(MHAttentionCache<T>& c, index_t H, index_t n_x) const override {
-        (void)H, (void)n_x;
-        c.weights_ready = true;
-        c.lse.clear();
-        c.A.resize(std::size_t(c.A_off.back()));
+    // line 6: A = σ(S + b), b = −log ℓ_z, on a column's candidate keys (masked: −∞, so σ = 0)
+    void weights_of(T* s, index_t n, index_t l_z) const override {
+        const T b = -std::log(T(l_z));  // the paper's b = −log ℓ_z
+        for (index_t i = 0; i < n; ++i) s[i] = sigmoid(s[i] + b);
     }
-    void forward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MHAttentionCache<T>& c,
-                 MatView<T> Y) const override {
-        MatView<T> A(c.A.data() + blk.off, K.cols, Q.cols);
-        weights_into(Q, K, blk, A);                  // lines 4, 5, 6's σ
-        gemm<T>(Op::N, Op::N, T(1), V, A, T(0), Y);  // line 6: Ṽ = V A
-    }
-    void begin_backward(const MHAttentionCache<T>& c, MHAttentionWork<T>& w) const override { w.dA.resize(c.A.size()); }
-    void backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Y, CMatView<T> dY, const HeadBlock<T>& blk,
-                  const MHAttentionCache<T>& c, MHAttentionWork<T>& w, MatView<T> dQ, MatView<T> dK,
-                  MatView<T> dV) const override {
-        (void)Y;
-        CMatView<T> A(c.A.data() + blk.off, K.cols, Q.cols);
-        MatView<T> dA(w.dA.data() + blk.off, K.cols, Q.cols);
-        gemm<T>(Op::N, Op::T, T(1), dY, A, T(1), dV);  // line 6: dV += dṼ Aᵀ
-        gemm<T>(Op::T, Op::N, T(1), V, dY, T(0), dA);  // line 6: dA = Vᵀ dṼ
-        weights_backward(Q, K, blk, c, w, dQ, dK);     // lines 6, 5, 4
-    }
-    // d(+ B^h): the bias's parameter gradients from every block's dS, one block at a time
-    void end_backward(ParamStore<T>& store, const ScoreBias<T>* bias, index_t H, const MHAttentionCache<T>& c,
-                      MHAttentionWork<T>& w) const override {
-        if (!bias) return;
-        for (index_t b = 0; b < c.sx.count(); ++b)
-            for (index_t h = 0; h < H; ++h)
-                bias->backward(store, c.mask, b, h, c.q0,
-                               CMatView<T>(w.dA.data() + c.A_off[std::size_t(b * H + h)], c.sz.len(b), c.sx.len(b)));
-    }
-    void weights(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, const MHAttentionCache<T>& c,
-                 MatView<T> A) const override {
-        (void)V, (void)c;
-        weights_into(Q, K, blk, A);
-    }
-    // from dA (at w.dA + blk.off) to dS in its place: dS = dA ⊙ A ⊙ (1 − A); line 4: dQ += K dS/√d, dK += Q dSᵀ/√d
-    void weights_backward(CMatView<T> Q, CMatView<T> K, const HeadBlock<T>& blk, const MHAttentionCache<T>& c,
-                          MHAttentionWork<T>& w, MatView<T> dQ, MatView<T> dK) const override {
-        CMatView<T> A(c.A.data() + blk.off, K.cols, Q.cols);
-        MatView<T> dS(w.dA.data() + blk.off, K.cols, Q.cols);
-        for (index_t j = 0; j < Q.cols; ++j)
-            for (index_t i = 0; i < K.cols; ++i) dS(i, j) *= A(i, j) * (T(1) - A(i, j));  // σ' = σ(1 − σ)
-        const T scale = blk.unscaled ? T(1) : T(1) / std::sqrt(T(Q.rows));
-        gemm<T>(Op::N, Op::N, scale, K, dS, T(1), dQ);  // line 4: dQ += K dS / √d_attn
-        gemm<T>(Op::N, Op::T, scale, Q, dS, T(1), dK);  // line 4: dK += Q dSᵀ / √d_attn
-    }
-
-private:
-    // A ← σ(Kᵀ Q / √d_attn + B^h − log ℓ_z) on the allowed entries, 0 elsewhere, column by column
-    void weights_into(CMatView<T> Q, CMatView<T> K, const HeadBlock<T>& blk, MatView<T> A) const {
-        gemm<T>(Op::T, Op::N, blk.unscaled ? T(1) : T(1) / std::sqrt(T(Q.rows)), K, Q, T(0), A);  // line 4
-        if (blk.bias) blk.bias->add(*blk.store, *blk.mask, blk.b, blk.h, blk.q0, A);            // + B^h
-        const T b = -std::log(T(A.rows));  // the paper's b = −log ℓ_z
-        const Mask& mask = *blk.mask;
-        for (index_t j = 0; j < A.cols; ++j) {
-            T* s = A.col(j);
-            const index_t t_x = blk.q0 + j, l_z = A.rows;
-            KeyRange r = mask.keys(blk.b, t_x, l_z);
-            r.begin = std::max<index_t>(r.begin, 0), r.end = std::min(r.end, l_z);
-            for (index_t t_z = r.begin; t_z < r.end; ++t_z)  // lines 5, 6
-                s[t_z] = r.dense || mask.allows_head(t_z, t_x, blk.b, blk.h) ? sigmoid(s[t_z] + b) : T(0);
-            std::fill(s, s + r.begin, T(0));
-            std::fill(s + r.end, s + l_z, T(0));
-        }
+    // line 6 backward: dS = dA ⊙ A ⊙ (1 − A), σ' = σ(1 − σ) (masked entries: A = 0, so dS = 0)
+    void scores_gradient(CMatView<T> Q, CMatView<T> K, const HeadBlock<T>& blk, CMatView<T> A,
+                         MatView<T> dA) const override {
+        (void)Q, (void)K, (void)blk;
+        for (index_t j = 0; j < A.cols; ++j)
+            for (index_t i = 0; i < A.rows; ++i) dA(i, j) *= A(i, j) * (T(1) - A(i, j));
     }
 };
 

@@ -8,96 +8,56 @@
 // Backward (A = softmax(S), U = Kᵀ Q / √s recomputed): dV += dṼ Aᵀ; dS = softmax'(A)(Vᵀ dṼ); line 4′: dU = dS ⊙
 // (1 − tanh²(U / c)); line 4: dQ += K dU / √s, dK += Q dUᵀ / √s. The weights A are kept (as the listing's kernel);
 // it has no tiled form (attention_impl 'auto' runs it as printed), no score bias, and its registry line does not
-// offer its weights to a kernel wrapper (no attn_dropout).
+// offer its weights to a kernel wrapper (no attn_dropout). All but lines 4's scale, 4′ and 6's softmax with their
+// backward is the shape it shares with the listing's kernel (weights_kernel.hpp).
 // Either option given chooses it.
-#include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
-#include "formal_transformers/attention.hpp"
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/config.hpp"
 #include "formal_transformers/functions.hpp"
+#include "formal_transformers/weights_kernel.hpp"
 
 namespace ft {
 
 namespace {
 template <class T>
-class SoftcapKernel final : public HeadKernel<T> {
+class SoftcapKernel final : public WeightsKernel<T> {
 public:
     SoftcapKernel(double s, double cap) : s_(s), cap_(cap) {}
     const char* name() const override { return "softcap"; }
-    void begin(MHAttentionCache<T>& c, index_t H, index_t n_x) const override {
-        (void)H, (void)n_x;
-        c.weights_ready = true;
-        c.lse.clear();
-        c.A.resize(std::size_t(c.A_off.back()));
-    }
-    void forward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, MHAttentionCache<T>& c,
-                 MatView<T> Y) const override {
-        MatView<T> A(c.A.data() + blk.off, K.cols, Q.cols);
-        weights_into(Q, K, blk, A);                  // lines 4, 4′, 5, 6's softmax
-        gemm<T>(Op::N, Op::N, T(1), V, A, T(0), Y);  // line 6: Ṽ = V A
-    }
-    void begin_backward(const MHAttentionCache<T>& c, MHAttentionWork<T>& w) const override { w.dA.resize(c.A.size()); }
-    void backward(CMatView<T> Q, CMatView<T> K, CMatView<T> V, CMatView<T> Y, CMatView<T> dY, const HeadBlock<T>& blk,
-                  const MHAttentionCache<T>& c, MHAttentionWork<T>& w, MatView<T> dQ, MatView<T> dK,
-                  MatView<T> dV) const override {
-        (void)Y;
-        CMatView<T> A(c.A.data() + blk.off, K.cols, Q.cols);
-        MatView<T> dS(w.dA.data() + blk.off, K.cols, Q.cols);
-        gemm<T>(Op::N, Op::T, T(1), dY, A, T(1), dV);  // line 6: dV += dṼ Aᵀ
-        gemm<T>(Op::T, Op::N, T(1), V, dY, T(0), dS);  // line 6: dA = Vᵀ dṼ
-        softmax_columns_backward<T>(A, dS);            // dS = A ⊙ (dA − 1(1ᵀ(A ⊙ dA)))  (masked: A = 0, dS = 0)
-        const T scale = score_scale(Q.rows);
-        if (cap_ > 0) {  // line 4′: dU = dS ⊙ (1 − tanh²(U / c)), U recomputed
-            std::vector<T> U(std::size_t(K.cols * Q.cols));
-            MatView<T> Um(U.data(), K.cols, Q.cols);
-            gemm<T>(Op::T, Op::N, scale, K, Q, T(0), Um);
-            const T c = T(cap_);
-            for (index_t j = 0; j < Q.cols; ++j)
-                for (index_t i = 0; i < K.cols; ++i) {
-                    const T t = std::tanh(Um(i, j) / c);
-                    dS(i, j) *= T(1) - t * t;
-                }
-        }
-        gemm<T>(Op::N, Op::N, scale, K, dS, T(1), dQ);  // line 4: dQ += K dU / √s
-        gemm<T>(Op::N, Op::T, scale, Q, dS, T(1), dK);  // line 4: dK += Q dUᵀ / √s
-    }
-    void weights(CMatView<T> Q, CMatView<T> K, CMatView<T> V, const HeadBlock<T>& blk, const MHAttentionCache<T>& c,
-                 MatView<T> A) const override {
-        (void)V, (void)c;
-        weights_into(Q, K, blk, A);
-    }
-    T score_scale(index_t d_attn) const override {
-        return T(1) / std::sqrt(T(s_ > 0 ? s_ : double(d_attn)));
-    }
+    // line 4: the scale 1/√s
+    T score_scale(index_t d_attn) const override { return T(1) / std::sqrt(T(s_ > 0 ? s_ : double(d_attn))); }
+    // line 4′: S ← c · tanh(S / c) on a column's candidate keys
     void transform_scores(T* S, index_t n) const override {
         if (!(cap_ > 0)) return;
         const T c = T(cap_);
         for (index_t i = 0; i < n; ++i) S[i] = c * std::tanh(S[i] / c);
     }
+    // line 6: A = softmax(S) (masked: −∞, so weight 0)
+    void weights_of(T* s, index_t n, index_t l_z) const override {
+        (void)l_z;
+        softmax_column(s, n);
+    }
+    // line 6 backward: dS = A ⊙ (dA − 1(1ᵀ(A ⊙ dA))); line 4′: dU = dS ⊙ (1 − tanh²(U / c)), U = Kᵀ Q / √s recomputed
+    void scores_gradient(CMatView<T> Q, CMatView<T> K, const HeadBlock<T>& blk, CMatView<T> A,
+                         MatView<T> dA) const override {
+        (void)blk;
+        softmax_columns_backward<T>(A, dA);
+        if (!(cap_ > 0)) return;
+        std::vector<T> U(std::size_t(K.cols * Q.cols));
+        MatView<T> Um(U.data(), K.cols, Q.cols);
+        gemm<T>(Op::T, Op::N, score_scale(Q.rows), K, Q, T(0), Um);
+        const T c = T(cap_);
+        for (index_t j = 0; j < Q.cols; ++j)
+            for (index_t i = 0; i < K.cols; ++i) {
+                const T t = std::tanh(Um(i, j) / c);
+                dA(i, j) *= T(1) - t * t;
+            }
+    }
 
 private:
-    // A ← softmax(mask(c·tanh(Kᵀ Q / (√s c)))) column by column: keys outside a column's candidates get 0
-    void weights_into(CMatView<T> Q, CMatView<T> K, const HeadBlock<T>& blk, MatView<T> A) const {
-        gemm<T>(Op::T, Op::N, score_scale(Q.rows), K, Q, T(0), A);  // line 4
-        const Mask& mask = *blk.mask;
-        for (index_t j = 0; j < A.cols; ++j) {
-            T* s = A.col(j);
-            const index_t t_x = blk.q0 + j, l_z = A.rows;
-            KeyRange r = mask.keys(blk.b, t_x, l_z);
-            r.begin = std::max<index_t>(r.begin, 0), r.end = std::min(r.end, l_z);
-            transform_scores(s + r.begin, r.end - r.begin);  // line 4′
-            if (!r.dense)                                    // line 5
-                for (index_t t_z = r.begin; t_z < r.end; ++t_z)
-                    if (!mask.allows_head(t_z, t_x, blk.b, blk.h)) s[t_z] = -std::numeric_limits<T>::infinity();
-            softmax_column(s + r.begin, r.end - r.begin);  // line 6's softmax
-            std::fill(s, s + r.begin, T(0));
-            std::fill(s + r.end, s + l_z, T(0));
-        }
-    }
     double s_, cap_;
 };
 
