@@ -107,7 +107,7 @@ const std::vector<OptionSpec> kSchema = {
     {"d_mid", ALL, Kind::AutoSize, &ModelConfig::d_mid},
     {"norm", D | ED, Kind::Part, &ModelConfig::norm, Check::None, nullptr, PartKind::Norm},
     {"positional", ALL, Kind::Part, &ModelConfig::positional, Check::None, nullptr, PartKind::Position},
-    {"base", ALL, Kind::AutoReal, &ModelConfig::pos_base},
+    {"base", 0, Kind::AllRates, nullptr},  // (the sinusoidal position's option, where it stood: pinned)
     {"tied", ALL, Kind::Bool, &ModelConfig::tied},
     {"gelu", DE, Kind::Enum, &ModelConfig::gelu},
     {"eps", ALL, Kind::Real, &ModelConfig::eps, Check::NonNegative},
