@@ -508,6 +508,8 @@ const PartRow* choose(const ModelConfig& c, PartKind kind, ModelConfig* reset = 
     const auto [by_selector, name] = selector(c, kind);
     std::string by = by_selector, chosen = name;
     const PartRow* row = name.empty() ? nullptr : find_part_row(kind, name);
+    // (a table of Algorithm 2's is the listing's position, yet its row may own options: the sinusoidal table's base)
+    if (kind == PartKind::Position && name.empty()) row = find_part_row(kind, c.positional);
     for (const PartRow* r : part_rows()) {
         if (r->kind != kind) continue;
         for (const PartOption& o : r->options) {
