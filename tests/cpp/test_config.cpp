@@ -120,7 +120,7 @@ TEST(ModelConfig, JsonRoundTripAndEquality) {
     EXPECT_EQ(text.find("n_segments"), std::string::npos);  // E's options are not D's
     const ModelConfig back = ModelConfig::from_json(text);
     EXPECT_TRUE(back == c);
-    EXPECT_EQ(back.pos_base, 500.0);
+    EXPECT_EQ(back.part_options.real("base"), 500.0);
     EXPECT_EQ(ModelConfig::json_dtype(text), "float64");
     EXPECT_EQ(ModelConfig::json_dtype(c.to_json()), "");
     ModelConfig other = c;
@@ -649,6 +649,44 @@ TEST(ModelConfig, RopeThetaIsTheRopePositionsOption) {
     Options e = {{"n_vocab", std::int64_t(11)}, {"l_max", std::int64_t(8)}, {"L", std::int64_t(2)}, {"H", std::int64_t(2)},
                  {"d_e", std::int64_t(6)},     {"d_mlp", std::int64_t(10)}, {"d_f", std::int64_t(6)}, {"rope_theta", 500.0}};
     EXPECT_THROW(ModelConfig::from_options(Arch::E, e), ft::TypeError);  // (a DTransformer option, as before)
+}
+
+// base (Algorithm 2's sinusoidal table with base in place of ℓ_max; None: ℓ_max) is the option of the position
+// "sinusoidal": the embedding reads it from the part options; given with another positional it is refused; a file's
+// config that gave it where it had no effect loads at the default. The JSON keeps it where it stood.
+TEST(ModelConfig, BaseIsTheSinusoidalPositionsOption) {
+    const ft::PartRow* row = ft::part_row_of_option("base");
+    ASSERT_NE(row, nullptr);
+    EXPECT_EQ(row->kind, ft::PartKind::Position);
+    EXPECT_STREQ(row->name, "sinusoidal");
+    Options o = sizes_d();
+    o.emplace_back("positional", std::string("sinusoidal"));
+    o.emplace_back("base", 500.0);
+    const ModelConfig c = ModelConfig::from_options(Arch::D, o);
+    EXPECT_EQ(c.part_options.real("base"), 500.0);
+    EXPECT_NE(c.to_json().find("\"positional\":\"sinusoidal\",\"base\":500.0,\"tied\""), std::string::npos) << c.to_json();
+    EXPECT_EQ(ModelConfig::from_json(c.to_json()), c);
+    const ft::DTransformer<double> m(c);
+    EXPECT_EQ(m.pos.base, 500.0);
+    for (const char* positional : {"learned", "rope", "alibi"}) {
+        Options bad = sizes_d();
+        bad.emplace_back("positional", std::string(positional));
+        bad.emplace_back("base", 500.0);
+        if (std::string(positional) == "rope") bad.emplace_back("d_attn", std::int64_t(4));
+        const std::string chooses = std::string(positional) == "learned" ? "the listing's" : "the '" + std::string(positional) + "'";
+        try {
+            ModelConfig::from_options(Arch::D, bad);
+            ADD_FAILURE() << "base with positional='" << positional << "' resolved";
+        } catch (const ft::ValueError& e) {
+            EXPECT_EQ(std::string(e.what()), "base is an option of the 'sinusoidal' position, but positional='" +
+                                                 std::string(positional) + "' chooses " + chooses +
+                                                 " position: base must be at its default");
+        }
+    }
+    const ModelConfig d = ModelConfig::from_options(Arch::D, sizes_d());  // positional='learned', base None
+    std::string j = d.to_json();
+    j.replace(j.find("\"base\":null"), 11, "\"base\":500.0");
+    EXPECT_EQ(ModelConfig::from_json(j), d) << j;  // a file's: the option had no effect, it loads at its default
 }
 
 // V16's mtp_depth and mtp_weight are the options of the prediction heads "mtp" (a registered part of its own kind),

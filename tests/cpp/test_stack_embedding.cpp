@@ -32,7 +32,7 @@ struct Built {
     PositionalEmbedding<T> pos;
     std::unique_ptr<const StackEmbedding<T>> emb;
     explicit Built(const Case& k)
-        : c(config_of(k)), tok(c.n_vocab, c.d_e, store), pos(c.l_max, c.d_e, position_table(c.positional), c.pos_base, store),
+        : c(config_of(k)), tok(c.n_vocab, c.d_e, store), pos(c.l_max, c.d_e, position_table(c.positional), c.part_options.real("base"), store),
           emb(make_stack_embedding<T>("tokens", EmbeddingSpec{&c, k.prefix}, store)) {
         store.allocate();
         Rng rng(5);

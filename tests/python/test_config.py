@@ -273,3 +273,33 @@ def test_bigbird_options_are_the_bigbird_kernels_options():
     assert [m.config[k] for k in six] == [2, 3, 1, 3, 0, "per_layer"]
     assert "block_size=2, window_blocks=3, n_global_blocks=1, n_random_blocks=3, layout_seed=0, " \
            "bigbird_draw='per_layer'" in repr(m)
+
+
+@pytest.mark.parametrize("arch, sizes, positional, chooses", [
+    ("DTransformer", (V, 9, 1, 2, 8, 12), "learned", "the listing's"),
+    ("DTransformer", (V, 9, 1, 2, 8, 12), "alibi", "the 'alibi'"),
+    ("ETransformer", (V, 9, 1, 2, 8, 12, 8), "learned", "the listing's"),
+    ("EDTransformer", (V, 9, 1, 1, 2, 8, 12), "relative", "the 'relative'")])
+def test_base_is_the_sinusoidal_positions_option(tmp_path, arch, sizes, positional, chooses):
+    """base (the sinusoidal table's, None: ℓ_max) is the option of the position 'sinusoidal' (its registry row):
+    with positional='sinusoidal' it makes Algorithm 2's table with that base; given with another positional it is
+    refused, naming the part and the choice; a file written before, whose config gave it where it had no effect,
+    loads with the default (None) and the same outputs. Its place in the config and the options is kept."""
+    make = getattr(ft, arch)
+    m = make(*sizes, seed=6, dtype="float64", positional="sinusoidal", base=100.0)
+    keys = list(m.config)
+    assert m.config["base"] == 100.0 and keys[keys.index("positional") + 1] == "base"
+    names = list(ft.model_options(arch))
+    assert names[names.index("positional") + 1] == "base"
+    assert np.allclose(m.params["W_p"], ft.reference.sinusoidal_positions(9, 8, 100.0), rtol=1e-12, atol=0)
+    with pytest.raises(ValueError, match=f"base is an option of the 'sinusoidal' position, but "
+                                         f"positional='{positional}' chooses {chooses} position: base must be "
+                                         f"at its default"):
+        make(*sizes, positional=positional, base=100.0)
+    plain = make(*sizes, seed=6, dtype="float64", positional=positional)
+    assert plain.config["base"] is None
+    old = dict(json.loads(plain.config_json()), base=100.0, dtype="float64")
+    save_with_config(plain, old, tmp_path / "old.safetensors")
+    got = ft.load(tmp_path / "old.safetensors")
+    assert got.config == plain.config and got.config["base"] is None
+    assert np.array_equal(outputs(got), outputs(plain))

@@ -38,9 +38,10 @@ struct ModelConfig {
     std::string norm = "layer";
     // positional: a registered position part's name (parts.hpp PartKind::Position): "learned" and "sinusoidal",
     // Algorithm 2's tables; "rope" (V1), "alibi" (V2), D only, and "relative" (V11), ED only, put the position into
-    // attention. What the rest of the code asks of it, its registry line says (position_table, position_has).
+    // attention. What the rest of the code asks of it, its registry line says (position_table, position_has). (The
+    // sinusoidal table's base, `base`, is the option of the position "sinusoidal", variants/sinusoidal_position.cpp,
+    // in part_options.)
     std::string positional = "learned";
-    double pos_base = 0;            // sinusoidal base; 0: ℓ_max as the paper prints it
     bool tied = false;              // W_u = W_eᵀ
     Gelu gelu = Gelu::Exact;
     double eps = 1e-5;

@@ -265,7 +265,7 @@ template <class T>
 class Model {
 public:
     explicit Model(const ModelConfig& c)
-        : cfg(c), tok(c.n_vocab, c.d_e, store, "W_e"), pos(c.l_max, c.d_e, position_table(c.positional), c.pos_base, store) {
+        : cfg(c), tok(c.n_vocab, c.d_e, store, "W_e"), pos(c.l_max, c.d_e, position_table(c.positional), c.part_options.real("base"), store) {
         dropout_seed = c.seed;
     }
     virtual ~Model() = default;

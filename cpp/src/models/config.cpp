@@ -107,7 +107,7 @@ const std::vector<OptionSpec> kSchema = {
     {"d_mid", ALL, Kind::AutoSize, &ModelConfig::d_mid},
     {"norm", D | ED, Kind::Part, &ModelConfig::norm, Check::None, nullptr, PartKind::Norm},
     {"positional", ALL, Kind::Part, &ModelConfig::positional, Check::None, nullptr, PartKind::Position},
-    {"base", ALL, Kind::AutoReal, &ModelConfig::pos_base},
+    {"base", 0, Kind::AllRates, nullptr},  // (the sinusoidal position's option, where it stood: pinned)
     {"tied", ALL, Kind::Bool, &ModelConfig::tied},
     {"gelu", DE, Kind::Enum, &ModelConfig::gelu},
     {"eps", ALL, Kind::Real, &ModelConfig::eps, Check::NonNegative},
@@ -508,6 +508,8 @@ const PartRow* choose(const ModelConfig& c, PartKind kind, ModelConfig* reset = 
     const auto [by_selector, name] = selector(c, kind);
     std::string by = by_selector, chosen = name;
     const PartRow* row = name.empty() ? nullptr : find_part_row(kind, name);
+    // (a table of Algorithm 2's is the listing's position, yet its row may own options: the sinusoidal table's base)
+    if (kind == PartKind::Position && name.empty()) row = find_part_row(kind, c.positional);
     for (const PartRow* r : part_rows()) {
         if (r->kind != kind) continue;
         for (const PartOption& o : r->options) {

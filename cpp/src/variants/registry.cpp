@@ -31,6 +31,7 @@ const PartRow& bigbird_kernel_row();                      // variants/bigbird_ma
 template <class T>
 PositionPart<T> make_rope(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/rope.cpp
 const PartRow& rope_position_row();                                                // variants/rope.cpp
+const PartRow& sinusoidal_position_row();                                          // variants/sinusoidal_position.cpp
 template <class T>
 PositionPart<T> make_alibi(const AttnSpec&, ParamStore<T>&, const std::string&);  // variants/alibi.cpp
 template <class T>
@@ -215,7 +216,7 @@ const std::vector<Entry<PositionFactory<T>>>& positions() {
     static const std::vector<Entry<PositionFactory<T>>> t = {
         {"none", {make_no_position<T>}, nullptr, nullptr, 0},  // an attention without one (no model option names it)
         {"learned", {make_no_position<T>, Positional::Learned}},        // Algorithm 2's W_p, learned
-        {"sinusoidal", {make_no_position<T>, Positional::Sinusoidal}},  // Algorithm 2's W_p, the sinusoids
+        {"sinusoidal", {make_no_position<T>, Positional::Sinusoidal}, sinusoidal_position_row},  // Algorithm 2's W_p, the sinusoids
         {"rope", {make_rope<T>, Positional::None, Layers | PastLMax}, rope_position_row},
         {"alibi", {make_alibi<T>, Positional::None, Layers | ScoreBias | PastLMax | Extrapolates}},
         {"relative", {make_relative_bias<T>, Positional::None, StackTables | ScoreBias}, relative_bias_row},

@@ -14,7 +14,7 @@ template <class T>
 class SeparatePositions final : public EmbeddingStep<T> {
 public:
     SeparatePositions(const ModelConfig& c, const std::string& prefix, ParamStore<T>& store)
-        : W_p_(c.l_max, c.d_e, position_table(c.positional), c.pos_base, store, prefix + "W_p") {}
+        : W_p_(c.l_max, c.d_e, position_table(c.positional), c.part_options.real("base"), store, prefix + "W_p") {}
     typename EmbeddingStep<T>::At at() const override { return EmbeddingStep<T>::At::Table; }
     void init(ParamStore<T>& store, Rng& rng, double stddev) const override { W_p_.init(store, rng, stddev); }
     const PositionalEmbedding<T>* table() const override { return &W_p_; }
