@@ -243,7 +243,7 @@ const std::vector<Entry<HeadKernelFactory<T>>>& head_kernels() {
         {"performer", {make_performer_kernel<T>}, performer_kernel_row},  // (V15: folds the keys into a state)
         {"rfa", {make_rfa_kernel<T>}, rfa_kernel_row},
         {"bigbird", {make_block_sparse_kernel<T>, BlockLayouts, "softmax"}, bigbird_kernel_row},  // (V17: its mask too)
-        {"softcap", {make_softcap_kernel<T>, KeepsKeys | ScoreSoftmax}, softcap_kernel_row},
+        {"softcap", {make_softcap_kernel<T>, FormsWeights | KeepsKeys | ScoreSoftmax}, softcap_kernel_row},
         {"sigmoid", {make_sigmoid_kernel<T>, FormsWeights}, sigmoid_kernel_row},
     };
     return t;
