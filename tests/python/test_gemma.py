@@ -150,7 +150,6 @@ def test_the_options_round_trip(tmp_path):
     (dict(sliding_window_pattern=0), ValueError, "sliding_window_pattern"),
     (dict(sliding_window=None), ValueError, "sliding_window_pattern and rope_local_base_freq .* need sliding_window"),
     (dict(attention_impl="tiled"), ValueError, "tiled"),
-    (dict(attn_dropout=0.1), ValueError, "attn_dropout"),
     (dict(positional="alibi"), ValueError, "alibi"),
     (dict(embed_scale=0), ValueError, "embed_scale"),
     (dict(sandwich_norm=1), TypeError, "sandwich_norm"),
