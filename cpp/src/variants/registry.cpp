@@ -163,6 +163,7 @@ constexpr unsigned StackTables = unsigned(PositionProperty::StackTables);
 constexpr unsigned ScoreBias = unsigned(PositionProperty::ScoreBias);
 constexpr unsigned PastLMax = unsigned(PositionProperty::PastLMax);
 constexpr unsigned Extrapolates = unsigned(PositionProperty::Extrapolates);
+constexpr unsigned RotatesQK = unsigned(PositionProperty::RotatesQK);
 template <class T>
 using QKVSourceFactory = std::shared_ptr<const QKVSource<T>> (*)(const AttnPartSpec<T>&, ParamStore<T>&,
                                                                  const std::string&);
@@ -217,7 +218,7 @@ const std::vector<Entry<PositionFactory<T>>>& positions() {
         {"none", {make_no_position<T>}, nullptr, nullptr, 0},  // an attention without one (no model option names it)
         {"learned", {make_no_position<T>, Positional::Learned}},        // Algorithm 2's W_p, learned
         {"sinusoidal", {make_no_position<T>, Positional::Sinusoidal}, sinusoidal_position_row},  // Algorithm 2's W_p, the sinusoids
-        {"rope", {make_rope<T>, Positional::None, Layers | PastLMax}, rope_position_row},
+        {"rope", {make_rope<T>, Positional::None, Layers | PastLMax | RotatesQK}, rope_position_row},
         {"alibi", {make_alibi<T>, Positional::None, Layers | ScoreBias | PastLMax | Extrapolates}},
         {"relative", {make_relative_bias<T>, Positional::None, StackTables | ScoreBias}, relative_bias_row},
     };
