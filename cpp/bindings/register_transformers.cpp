@@ -594,11 +594,13 @@ void register_transformers(py::module_& m) {
             c = file->model_config();
         }
         const std::string dt = dtype.is_none() ? file->dtype() : (parse_dtype(dtype) == DType::F32 ? "float32" : "float64");
-        switch (c.arch) {
-            case ft::Arch::D: return load_model<ft::DTransformer>(*file, c, dt);
-            case ft::Arch::E: return load_model<ft::ETransformer>(*file, c, dt);
-            default: return load_model<ft::EDTransformer>(*file, c, dt);
-        }
+        py::object model = c.arch == ft::Arch::D   ? load_model<ft::DTransformer>(*file, c, dt)
+                           : c.arch == ft::Arch::E ? load_model<ft::ETransformer>(*file, c, dt)
+                                                   : load_model<ft::EDTransformer>(*file, c, dt);
+        // an option of a part the file's config does not choose loads at its default: said, never silently
+        for (const std::string& note : file->unchosen_options())
+            if (PyErr_WarnEx(PyExc_UserWarning, note.c_str(), 2) < 0) throw py::error_already_set();
+        return model;
     }, py::arg("path"), py::arg("dtype") = py::none(), "ft.load (io.py): the core's reader of model files.");
     m.def("_read_metadata", [](const std::string& path) {
         std::map<std::string, std::string> meta;

@@ -120,7 +120,9 @@ def check_precision(precision, dtype=None) -> str:
 def load(path: Union[str, os.PathLike], *, dtype: str | None = None, precision: str = "float32"):
     """Rebuild the model saved at `path` (optionally in another dtype) with its parameters. precision: how the
     rebuilt model's products run ('float32', or 'bf16-mixed' for a float32 model; not stored in the file: θ is
-    float32 either way)."""
+    float32 either way). An option of a part the file's config does not choose, at another value than its default
+    (a file of an older version, or edited; it had no effect on the outputs), loads at its default with a
+    UserWarning naming the file, the option and its part."""
     if dtype is not None:
         try:
             name = np.dtype(dtype).name

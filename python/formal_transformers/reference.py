@@ -1206,11 +1206,12 @@ def soft_cap(S, cap) -> np.ndarray:
 
 def capped_mhattention(X, W_q, W_k, W_v, W_o, mask, *, theta: float = 10000.0, q0: int = 0, gamma_q=None,
                        gamma_k=None, eps: float = 0.0, norm: str = "rms", query_pre_attn_scalar=None,
-                       attn_logit_softcapping=None, rope_scaling_factor=None) -> np.ndarray:
+                       attn_logit_softcapping=None, rope_scaling_factor=None, drop=None) -> np.ndarray:
     """Algorithm 5 (self-attention, no biases, V3's H_kv heads, V1 RoPE at q0, q0+1, …) with V24's QK-norm (gamma_q,
     gamma_k given) and the 'softcap' head kernel (V25): line 4's S ← Kᵀ Q / √s with s = query_pre_attn_scalar (None:
     d_attn), then S ← c·tanh(S / c) with c = attn_logit_softcapping (None: no cap), then lines 5–6. RoPE at the
-    positions p / f with f = rope_scaling_factor (linear scaling; None: 1)."""
+    positions p / f with f = rope_scaling_factor (linear scaling; None: 1). drop = (M (H, ℓ, ℓ), p): dropout on every
+    head's weights before line 6's product (docs/regularisation.md), as mh_attention's."""
     H, H_kv, d = W_q.shape[0], W_k.shape[0], W_q.shape[1]
     l = X.shape[1]
     p = (q0 + np.arange(l)) / (rope_scaling_factor or 1.0)
@@ -1225,7 +1226,10 @@ def capped_mhattention(X, W_q, W_k, W_v, W_o, mask, *, theta: float = 10000.0, q
         Kg = rope(K[g], p, theta)  # (self-attention: the keys at the same positions as the queries)
         S = soft_cap(Kg.T @ rope(Q[h], p, theta) / math.sqrt(s), attn_logit_softcapping)  # line 4 (V25)
         S = np.where(mask, S, -np.inf)  # line 5
-        Y.append(W_v[g] @ X @ softmax(S))  # line 6
+        A = softmax(S)  # line 6: softmax(S) …
+        if drop is not None:  # (training) A ← Dropout(A | p, M)
+            A = dropout(A, drop[0][h], drop[1])
+        Y.append(W_v[g] @ X @ A)  # line 6: Ṽ = V · A
     return W_o @ np.concatenate(Y, axis=0)
 
 
@@ -1242,13 +1246,18 @@ def gemma_transformer(x, params, *, L: int, H: int, eps: float = 1e-6, rope_thet
                       sliding_window=None, sliding_window_pattern=None, rope_local_base_freq=None,
                       qk_norm: bool = False, query_pre_attn_scalar=None, attn_logit_softcapping=None,
                       final_logit_softcapping=None, embed_scale=None, rope_scaling_factor=None,
-                      logits: bool = False) -> np.ndarray:
+                      logits: bool = False, masks=None, rates=None) -> np.ndarray:
     """Gemma 2 / Gemma 3 (text) as Algorithm 10 with their parts: the embedding times embed_scale (√d_e), norm
     "rms1p" everywhere, sandwich layers (V27: X ← X + norm(MHAttention(norm(X | γ¹)) | γ¹′), then X ← X +
     norm(GeGLU(norm(X | γ²)) | γ²′)), per-layer local/global attention (V26, gemma_layer_kinds) with RoPE θ =
     rope_local_base_freq on the local layers, V24's QK-norm, V25's scale and soft-capping of the scores, and the
     final logits soft-capped: P = softmax(c_f·tanh(W_u X / c_f)). rope_scaling_factor f: RoPE at positions p / f in the
-    layers with θ = rope_theta (a local layer with rope_local_base_freq is unscaled)."""
+    layers with θ = rope_theta (a local layer with rope_local_base_freq is unscaled). masks, rates: dropout on the
+    attention weights (attn_dropout) with these masks (model.dropout_masks() of one sequence) at these rates
+    (model.config); a mask at another place is a ValueError (this reference drops only the weights)."""
+    drop = _Drop(masks, rates)
+    if set(drop.masks) - {f"layers.{i}.attn.weights" for i in range(L)}:
+        raise ValueError("gemma_transformer drops only the attention weights")
     x = np.asarray(x)
     l = len(x)
     X = stack_embedding(x, params["W_e"], None, scale=1.0 if embed_scale is None else embed_scale)  # lines 1–3
@@ -1264,7 +1273,8 @@ def gemma_transformer(x, params, *, L: int, H: int, eps: float = 1e-6, rope_thet
                                params[a + "W_o"], mask, theta=theta, gamma_q=params.get(a + "gamma_q") if qk_norm else None,
                                gamma_k=params.get(a + "gamma_k") if qk_norm else None, eps=eps, norm="rms1p",
                                query_pre_attn_scalar=query_pre_attn_scalar, attn_logit_softcapping=attn_logit_softcapping,
-                               rope_scaling_factor=None if own else rope_scaling_factor)
+                               rope_scaling_factor=None if own else rope_scaling_factor,
+                               drop=drop.weights(a + "weights"))
         X = X + n(A, pfx + "gamma1_post")  # lines 5–6 with the sandwich's second norm
         M = geglu_mlp(n(X, pfx + "gamma2"), params[pfx + "W_gate"], params[pfx + "W_mlp1"], params[pfx + "W_mlp2"])
         X = X + n(M, pfx + "gamma2_post")  # lines 7–8

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "formal_transformers/attention.hpp"
 #include "formal_transformers/attention_dropout.hpp"
@@ -79,9 +80,9 @@ TEST(AttentionDropout, ThePartOwnsItsOption) {
 // One rule, the part's: the head kernel it wraps must form the weights (its registry line) — the same message from the
 // config (resolve) and from the factory (an MHAttention made directly), for every kernel that forms none
 TEST(AttentionDropout, OneRuleRefusesEveryKernelThatFormsNoWeights) {
-    for (const char* k : {"softmax", "sigmoid"}) EXPECT_TRUE(head_kernel_forms_weights(k)) << k;
-    for (const char* k : {"tiled", "performer", "rfa", "bigbird", "softcap"}) EXPECT_FALSE(head_kernel_forms_weights(k)) << k;
-    EXPECT_EQ(kernels_forming_weights(), "'softmax', 'sigmoid'");
+    for (const char* k : {"softmax", "softcap", "sigmoid"}) EXPECT_TRUE(head_kernel_forms_weights(k)) << k;
+    for (const char* k : {"tiled", "performer", "rfa", "bigbird"}) EXPECT_FALSE(head_kernel_forms_weights(k)) << k;
+    EXPECT_EQ(kernels_forming_weights(), "'softmax', 'softcap', 'sigmoid'");
     const std::string rule = "attn_dropout = 0.1 drops attention weights, which the '";
     struct Case {
         Arch arch;
@@ -91,20 +92,26 @@ TEST(AttentionDropout, OneRuleRefusesEveryKernelThatFormsNoWeights) {
     const Case cases[] = {
         {Arch::D, {{"attention", std::string("performer")}}, "performer"},
         {Arch::D, {{"attention", std::string("rfa")}}, "rfa"},
-        {Arch::D, {{"attn_logit_softcapping", 50.0}}, "softcap"},
-        {Arch::D, {{"query_pre_attn_scalar", 4.0}}, "softcap"},
         {Arch::E, {{"attention", std::string("bigbird")}, {"block_size", std::int64_t(4)}}, "bigbird"},
     };
     for (const Case& c : cases) {
         Options o = c.o;
         o.emplace_back("attn_dropout", 0.1);
         const std::string e = error_of([&] { config(c.arch, o); });
-        EXPECT_NE(e.find(rule + c.kernel + "' head kernel does not form (kernels that do: 'softmax', 'sigmoid')"), std::string::npos)
+        EXPECT_NE(e.find(rule + c.kernel + "' head kernel does not form (kernels that do: 'softmax', 'softcap', 'sigmoid')"), std::string::npos)
             << c.kernel << ": " << e;
         config(c.arch, c.o);  // (the kernel itself is fine)
     }
-    // the kernels that form weights take it; BigBird's layouts run densely ('literal', and 'tiled' whose kernel drops
-    // the same entries tile by tile)
+    // the kernels that form weights take it (V25's softcap, which its own options choose, and sigmoid); BigBird's
+    // layouts run densely ('literal', and 'tiled' whose kernel drops the same entries tile by tile)
+    for (const Options& o : std::vector<Options>{{{"attn_logit_softcapping", 50.0}}, {{"query_pre_attn_scalar", 4.0}},
+                                                 {{"attention", std::string("sigmoid")}}}) {
+        Options with = o;
+        with.emplace_back("attn_dropout", 0.1);
+        const ModelConfig c = config(Arch::D, with);
+        EXPECT_EQ(chosen_part(c, PartKind::KernelWrapper), find_part_row(PartKind::KernelWrapper, "dropout"));
+        EXPECT_EQ(attention_dropout_rate(c.part_options), 0.1);
+    }
     for (const char* impl : {"literal", "tiled"})
         config(Arch::E, {{"attention", std::string("bigbird")}, {"block_size", std::int64_t(4)},
                          {"attention_impl", std::string(impl)}, {"attn_dropout", 0.1}});

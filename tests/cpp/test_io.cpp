@@ -317,3 +317,25 @@ TEST(SaveLoad, WritesThroughAUniqueTemporaryAndLeavesTheOldFileOnFailure) {
     std::remove(path.c_str());
     std::remove((path + ".tmp").c_str());
 }
+
+// A file whose config holds an option of a part it does not choose (rope_theta with the sinusoidal table, written
+// before rope_theta was the rope position's, or edited): it loads at the option's default (it had no effect), and
+// the file names it (ft.load warns with the note); a save after writes the default and has nothing to say
+TEST(SaveLoad, AnOptionOfAPartNotChosenIsNamedAndLoadsAtItsDefault) {
+    DTransformer<double> m(sized(Arch::D));
+    const std::string path = tmp_path("unchosen");
+    save(m, path);
+    EXPECT_TRUE(SavedModel::read(path).unchosen_options().empty());
+    rewrite(path, [](std::string h) { return replaced(h, R"(\"rope_theta\":10000.0)", R"(\"rope_theta\":500.0)"); }, keep);
+    const SavedModel file = SavedModel::read(path);
+    const std::vector<std::string> notes = file.unchosen_options();
+    ASSERT_EQ(notes.size(), 1u);
+    EXPECT_EQ(notes[0], path + ": rope_theta = 500.0 is an option of the 'rope' position, which the file's config does "
+                               "not choose: it had no effect on the outputs and loads at its default (10000.0)");
+    const auto back = load<DTransformer<double>>(path);
+    EXPECT_EQ(back.cfg.part_options.real("rope_theta"), 10000.0);
+    EXPECT_TRUE(back.cfg == m.cfg);
+    save(back, path);
+    EXPECT_TRUE(SavedModel::read(path).unchosen_options().empty());
+    std::remove(path.c_str());
+}

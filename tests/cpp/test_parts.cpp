@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "formal_transformers/attention.hpp"
+#include "formal_transformers/config.hpp"
 #include "formal_transformers/parts.hpp"
 #include "testing.hpp"
 
@@ -183,4 +184,48 @@ TEST(Registry, NamesAndClearErrors) {
     EXPECT_EQ(s.size(), 0);  // nothing registered by a failed lookup
     EXPECT_NO_THROW(make_mlp<float>("geglu", spec, s, ""));  // V18b (variants/gated_mlp.cpp)
     EXPECT_TRUE(has(PartKind::MLP, "geglu"));
+}
+
+// The parts that rotate with V1's RoPE (V10's shared key part, V26's θ of the local layers) ask the position's
+// registry line whether it rotates the queries and keys (PositionProperty::RotatesQK), never its name; each refusal
+// names the option that needs it and the positions that do
+TEST(Registry, PartsThatRotateWithRopeAskThePositionsLine) {
+    for (const std::string& name : part_names(PartKind::Position))
+        EXPECT_EQ(position_has(name, PositionProperty::RotatesQK), name == "rope") << name;
+    EXPECT_EQ(positions_with(PositionProperty::RotatesQK), "'rope'");
+    auto error_of = [](Options o) -> std::string {
+        Options all = {{"n_vocab", std::int64_t(19)}, {"l_max", std::int64_t(16)}, {"L", std::int64_t(2)},
+                       {"H", std::int64_t(2)},        {"d_e", std::int64_t(8)},   {"d_mlp", std::int64_t(12)}};
+        all.insert(all.end(), o.begin(), o.end());
+        try {
+            ModelConfig::from_options(Arch::D, all);
+        } catch (const ValueError& e) {
+            return e.what();
+        }
+        return "";
+    };
+    const Options latent = {{"kv_lora_rank", std::int64_t(4)}, {"qk_rope_head_dim", std::int64_t(2)},
+                            {"bias", false}};
+    const Options local = {{"sliding_window", std::int64_t(3)}, {"rope_local_base_freq", 30.0}};
+    for (const char* p : {"learned", "sinusoidal", "alibi"}) {
+        Options a = latent, b = local;
+        a.emplace_back("positional", std::string(p)), b.emplace_back("positional", std::string(p));
+        EXPECT_EQ(error_of(a), "kv_lora_rank (latent attention) rotates its shared key part with RoPE: positional='rope'") << p;
+        EXPECT_EQ(error_of(b), "rope_local_base_freq is the RoPE θ of the local layers: it needs positional='rope'") << p;
+    }
+    Options a = latent, b = local;
+    a.emplace_back("positional", std::string("rope")), b.emplace_back("positional", std::string("rope"));
+    EXPECT_EQ(error_of(a), "");
+    EXPECT_EQ(error_of(b), "");
+    // the latent source's factory asks the same of the attention's position
+    ParamStore<double> store;
+    AttnVariant v;
+    v.bias = false, v.position = "alibi";
+    v.options.set("kv_lora_rank", std::int64_t(4)), v.options.set("qk_rope_head_dim", std::int64_t(2));
+    try {
+        MHAttention<double>(2, 8, 8, 4, 4, 8, Mask::unidirectional(), store, "", v);
+        ADD_FAILURE() << "no error";
+    } catch (const ValueError& e) {
+        EXPECT_EQ(std::string(e.what()), "kv_lora_rank (latent attention) rotates its shared key part with RoPE: positional='rope'");
+    }
 }

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import struct
+import warnings
 
 import numpy as np
 import pytest
 
 import formal_transformers as ft
+from formal_transformers import io as ftio
 
 V = 11
 
@@ -134,7 +136,10 @@ def test_a_file_written_before_the_schema_still_loads(tmp_path):
            "d_mid": 4, "norm": "layer", "positional": "learned", "base": None, "tied": False, "gelu": "none",
            "eps": 1e-05, "dtype": "float64", "seed": 6, "init_std": 0.02}
     save_with_config(m, old, tmp_path / "old.safetensors")
-    for got in (ft.load(tmp_path / "old.safetensors"), ft.load(tmp_path / "old.safetensors", dtype="float64")):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (no option of a part it does not choose: nothing to say)
+        loaded = ft.load(tmp_path / "old.safetensors"), ft.load(tmp_path / "old.safetensors", dtype="float64")
+    for got in loaded:
         assert got.config == m.config
         assert got.dropout_seed == 6 and got.dropout_step == 0
         assert np.array_equal(outputs(got), outputs(m))
@@ -220,7 +225,8 @@ def test_rope_theta_is_the_rope_positions_option(tmp_path, positional, chooses):
     """rope_theta is the option of the position 'rope' (its registry row): given with another positional it is
     refused, as rotary_pct is, naming the part and the choice; at its default (every DTransformer's config holds
     it) it is taken; a file written before, whose config gave it where it had no effect, loads with the default
-    and the same outputs."""
+    and the same outputs, with a UserWarning naming the option, its value and its part (never silently), and a save
+    after writes the default."""
     with pytest.raises(ValueError, match=f"rope_theta is an option of the 'rope' position, but "
                                          f"positional='{positional}' chooses {chooses} position: rope_theta must be "
                                          f"at its default"):
@@ -232,9 +238,18 @@ def test_rope_theta_is_the_rope_positions_option(tmp_path, positional, chooses):
                                                               "archs": ["DTransformer"]}
     old = dict(json.loads(m.config_json()), rope_theta=500.0, dtype="float64")
     save_with_config(m, old, tmp_path / "old.safetensors")
-    got = ft.load(tmp_path / "old.safetensors")
+    with pytest.warns(UserWarning, match=r"old\.safetensors: rope_theta = 500\.0 is an option of the 'rope' position, "
+                                         r"which the file's config does not choose: it had no effect on the outputs "
+                                         r"and loads at its default \(10000\.0\)") as w:
+        got = ft.load(tmp_path / "old.safetensors")
+    assert len(w) == 1 and w[0].filename == __file__  # (the warning points at the caller of ft.load)
     assert got.config == m.config and got.config["rope_theta"] == 10000.0
     assert np.array_equal(outputs(got), outputs(m))
+    ft.save(got, tmp_path / "again.safetensors")  # the default written back; the file loads without a word
+    assert json.loads(ftio.read_metadata(tmp_path / "again.safetensors")["formal_transformers.config"])["rope_theta"] == 10000.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ft.load(tmp_path / "again.safetensors").config == m.config
 
 
 def test_mtp_options_are_the_prediction_heads_options():
@@ -284,7 +299,8 @@ def test_base_is_the_sinusoidal_positions_option(tmp_path, arch, sizes, position
     """base (the sinusoidal table's, None: ℓ_max) is the option of the position 'sinusoidal' (its registry row):
     with positional='sinusoidal' it makes Algorithm 2's table with that base; given with another positional it is
     refused, naming the part and the choice; a file written before, whose config gave it where it had no effect,
-    loads with the default (None) and the same outputs. Its place in the config and the options is kept."""
+    loads with the default (None) and the same outputs, with a UserWarning naming it and its part. Its place in the
+    config and the options is kept."""
     make = getattr(ft, arch)
     m = make(*sizes, seed=6, dtype="float64", positional="sinusoidal", base=100.0)
     keys = list(m.config)
@@ -300,6 +316,9 @@ def test_base_is_the_sinusoidal_positions_option(tmp_path, arch, sizes, position
     assert plain.config["base"] is None
     old = dict(json.loads(plain.config_json()), base=100.0, dtype="float64")
     save_with_config(plain, old, tmp_path / "old.safetensors")
-    got = ft.load(tmp_path / "old.safetensors")
+    with pytest.warns(UserWarning, match=r"base = 100\.0 is an option of the 'sinusoidal' position, which the file's "
+                                         r"config does not choose: it had no effect on the outputs and loads at its "
+                                         r"default \(null\)"):
+        got = ft.load(tmp_path / "old.safetensors")
     assert got.config == plain.config and got.config["base"] is None
     assert np.array_equal(outputs(got), outputs(plain))

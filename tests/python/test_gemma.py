@@ -150,7 +150,6 @@ def test_the_options_round_trip(tmp_path):
     (dict(sliding_window_pattern=0), ValueError, "sliding_window_pattern"),
     (dict(sliding_window=None), ValueError, "sliding_window_pattern and rope_local_base_freq .* need sliding_window"),
     (dict(attention_impl="tiled"), ValueError, "tiled"),
-    (dict(attn_dropout=0.1), ValueError, "attn_dropout"),
     (dict(positional="alibi"), ValueError, "alibi"),
     (dict(embed_scale=0), ValueError, "embed_scale"),
     (dict(sandwich_norm=1), TypeError, "sandwich_norm"),
@@ -299,6 +298,15 @@ def test_gemma_unsupported_options_are_named(gemma3, kw, option):
     _, hf = _gemma(gemma3, **kw)
     with pytest.raises(ValueError, match=option.replace(".", r"\.")):
         ft.from_hf(hf)
+
+
+@pytest.mark.parametrize("gemma3", [False, True], ids=["gemma2", "gemma3"])
+def test_gemma_attention_dropout_maps_to_attn_dropout(gemma3):
+    """HF drops the softmax of the capped (rescaled) scores; the 'softcap' kernel's attn_dropout does the same."""
+    _, hf = _gemma(gemma3, attention_dropout=0.1)
+    m = ft.from_hf(hf)
+    assert m.config["attn_dropout"] == 0.1 and m.config["query_pre_attn_scalar"] == 10.0
+    assert ft.to_hf(m).config.attention_dropout == 0.1
 
 
 def test_gemma3_vision_tower_is_refused_by_name(tmp_path):

@@ -130,7 +130,10 @@ def test_kv_cache_bytes_per_token():
     (dict(q_lora_rank=4), "kv_lora_rank"),
     (dict(kv_lora_rank=4, qk_rope_head_dim=2, H_kv=2), "H_kv"),
     (dict(kv_lora_rank=4, qk_rope_head_dim=2, bias=True), "bias"),
-    (dict(kv_lora_rank=4, qk_rope_head_dim=2, positional="learned"), "rope"),
+    (dict(kv_lora_rank=4, qk_rope_head_dim=2, positional="learned"),
+     r"kv_lora_rank \(latent attention\) rotates its shared key part with RoPE: positional='rope'$"),
+    (dict(kv_lora_rank=4, qk_rope_head_dim=2, positional="alibi"),
+     r"kv_lora_rank \(latent attention\) rotates its shared key part with RoPE: positional='rope'$"),
     (dict(kv_lora_rank=4, qk_rope_head_dim=2, sliding_window=4), "sliding_window"),
 ])
 def test_bad_options_are_named(kw, msg):

@@ -8,7 +8,7 @@
 //   backward: dV += dṼ Ãᵀ;  dÃ ← Vᵀ dṼ;  dA ← dÃ ⊙ M / (1 − p) (D2);  then the kernel's softmax, lines 5, 4 backward
 // The kernel wrapper "dropout" (variants/attention_dropout.cpp, its registry row declares the option attn_dropout)
 // wraps any head kernel whose registry line says it forms the weights (head_kernel_forms_weights: the listing's
-// "softmax"); the tiled kernel (Algorithm T) drops the same entries tile by tile itself. A mask entry is keyed by
+// "softmax", V25's "softcap", V31's "sigmoid"); the tiled kernel (Algorithm T) drops the same entries tile by tile itself. A mask entry is keyed by
 // its index in the layer's weights (WeightsDropout::i0 + t_z + t_x ℓ_z), so every path draws the same masks.
 // The functions below are the part on the listing's kernel (attention_head's two steps), for one head.
 #pragma once

@@ -56,6 +56,11 @@ struct SavedModel {
     static SavedModel read(const std::string& path);
     // ModelConfig::from_json of the metadata's config, the bigbird_draw rule applied (ValueError when damaged).
     ModelConfig config() const;
+    // The options of the file's config whose part its config does not choose, at a value other than their default
+    // (a file written before the option was its part's, or edited): each had no effect on the outputs, so config()
+    // loads it at its default (a save writes the default). One message per option, naming the file, the option and
+    // its value, its part and the part chosen; ft.load warns with them (UserWarning), never silently.
+    std::vector<std::string> unchosen_options() const;
     // The dtype the file was saved in ("float32" / "float64": its config's, which every tensor has).
     std::string dtype() const;
     // config(), checked against the tensors before anything is allocated: no more layers (MTP modules included)

@@ -395,6 +395,9 @@ enum class PositionProperty : unsigned {
     PastLMax = 8,
     // decoding runs past l_max without a window's bound (ALiBi's bias extrapolates; DTransformer::decodes_past_l_max)
     Extrapolates = 16,
+    // it rotates each query and key by its position after lines 1–2 (V1's RoPE, its θ rope_theta): the parts that
+    // rotate with it ask for it (V10's shared key part, V26's θ of the local layers)
+    RotatesQK = 32,
 };
 bool position_has(const std::string& name, PositionProperty p);
 Positional position_table(const std::string& name);

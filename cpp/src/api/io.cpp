@@ -1,6 +1,7 @@
 // ft::save / ft::load (io.hpp): the one reader and writer of model files (and, through them, prompt caches).
 #include "formal_transformers/io.hpp"
 #include "formal_transformers/lora.hpp"
+#include "formal_transformers/parts.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -224,6 +225,23 @@ ModelConfig SavedModel::config() const {
     } catch (const ValueError& e) {
         damaged(path, std::string("damaged or unusable config in the metadata (") + e.what() + ")");
     }
+}
+
+std::vector<std::string> SavedModel::unchosen_options() const {
+    const ModelConfig c = config();
+    const Json file = parse_bounded_json(upgraded_config(metadata.at(kConfigKey)), "model config");
+    const Json loaded = parse_bounded_json(c.to_json(), "model config");
+    std::vector<std::string> notes;
+    for (const auto& [name, value] : file.items()) {
+        const PartRow* row = part_row_of_option(name);
+        if (!row || value.is_null() || !c.part_options.at_default(name)) continue;
+        if (loaded.contains(name) && loaded[name] == value) continue;  // (its default, as the file wrote it)
+        notes.push_back(path + ": " + name + " = " + value.dump() + " is an option of the '" + row->name + "' " +
+                        kind_name(row->kind) + ", which the file's config does not choose: it had no effect on the " +
+                        "outputs and loads at its default (" +
+                        (loaded.contains(name) ? loaded[name].dump() : std::string("null")) + ")");
+    }
+    return notes;
 }
 
 ModelConfig SavedModel::model_config() const {

@@ -246,8 +246,9 @@ void check_latent(const PartOptionValues& own, const ModelConfig* c) {
     if (d_R % 2 != 0 || d_R > c->d_attn)
         throw ValueError("qk_rope_head_dim must be even and <= d_attn = " + std::to_string(c->d_attn) +
                          " (d_attn = qk_nope_head_dim + qk_rope_head_dim), got " + std::to_string(d_R));
-    if (c->positional != "rope")
-        throw ValueError("kv_lora_rank (latent attention) rotates its shared key part with RoPE: positional='rope'");
+    if (!position_has(c->positional, PositionProperty::RotatesQK))
+        throw ValueError("kv_lora_rank (latent attention) rotates its shared key part with RoPE: positional=" +
+                         positions_with(PositionProperty::RotatesQK));
     if (c->H_kv != c->H) throw ValueError("kv_lora_rank (latent attention) makes every head's keys: H_kv must be H");
     if (c->bias) throw ValueError("kv_lora_rank (latent attention) has no biases (DeepSeek): pass bias=False");
     if (c->part_options.real("rope_scaling_factor") > 0)
@@ -298,8 +299,9 @@ std::shared_ptr<const QKVSource<T>> make_latent_source(const AttnPartSpec<T>& sp
     check_latent(v.options, nullptr);
     if (spec.H_kv != spec.H) throw ValueError("kv_lora_rank (latent attention) makes every head's keys: H_kv must be H");
     if (v.bias) throw ValueError("kv_lora_rank (latent attention) has no biases (DeepSeek): pass bias=False");
-    if (v.position != "rope")
-        throw ValueError("kv_lora_rank (latent attention) rotates its shared key part with RoPE: positional='rope'");
+    if (!position_has(v.position, PositionProperty::RotatesQK))
+        throw ValueError("kv_lora_rank (latent attention) rotates its shared key part with RoPE: positional=" +
+                         positions_with(PositionProperty::RotatesQK));
     if (spec.d_x != spec.d_z) throw ValueError("kv_lora_rank (latent attention) is self-attention: d_x must be d_z");
     if (spec.mask && spec.mask->window() > 0)
         throw ValueError("kv_lora_rank (latent attention) does not combine with the " + spec.mask->name() + " mask");

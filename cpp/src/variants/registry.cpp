@@ -163,6 +163,7 @@ constexpr unsigned StackTables = unsigned(PositionProperty::StackTables);
 constexpr unsigned ScoreBias = unsigned(PositionProperty::ScoreBias);
 constexpr unsigned PastLMax = unsigned(PositionProperty::PastLMax);
 constexpr unsigned Extrapolates = unsigned(PositionProperty::Extrapolates);
+constexpr unsigned RotatesQK = unsigned(PositionProperty::RotatesQK);
 template <class T>
 using QKVSourceFactory = std::shared_ptr<const QKVSource<T>> (*)(const AttnPartSpec<T>&, ParamStore<T>&,
                                                                  const std::string&);
@@ -217,7 +218,7 @@ const std::vector<Entry<PositionFactory<T>>>& positions() {
         {"none", {make_no_position<T>}, nullptr, nullptr, 0},  // an attention without one (no model option names it)
         {"learned", {make_no_position<T>, Positional::Learned}},        // Algorithm 2's W_p, learned
         {"sinusoidal", {make_no_position<T>, Positional::Sinusoidal}, sinusoidal_position_row},  // Algorithm 2's W_p, the sinusoids
-        {"rope", {make_rope<T>, Positional::None, Layers | PastLMax}, rope_position_row},
+        {"rope", {make_rope<T>, Positional::None, Layers | PastLMax | RotatesQK}, rope_position_row},
         {"alibi", {make_alibi<T>, Positional::None, Layers | ScoreBias | PastLMax | Extrapolates}},
         {"relative", {make_relative_bias<T>, Positional::None, StackTables | ScoreBias}, relative_bias_row},
     };
@@ -243,7 +244,7 @@ const std::vector<Entry<HeadKernelFactory<T>>>& head_kernels() {
         {"performer", {make_performer_kernel<T>}, performer_kernel_row},  // (V15: folds the keys into a state)
         {"rfa", {make_rfa_kernel<T>}, rfa_kernel_row},
         {"bigbird", {make_block_sparse_kernel<T>, BlockLayouts, "softmax"}, bigbird_kernel_row},  // (V17: its mask too)
-        {"softcap", {make_softcap_kernel<T>, KeepsKeys | ScoreSoftmax}, softcap_kernel_row},
+        {"softcap", {make_softcap_kernel<T>, FormsWeights | KeepsKeys | ScoreSoftmax}, softcap_kernel_row},
         {"sigmoid", {make_sigmoid_kernel<T>, FormsWeights}, sigmoid_kernel_row},
     };
     return t;

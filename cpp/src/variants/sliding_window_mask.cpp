@@ -46,8 +46,9 @@ void check_sliding_window(const PartOptionValues& own, const ModelConfig* c) {
     if (w < 1)
         throw ValueError("sliding_window must be an integer >= 1 (each query sees the last w keys), got " +
                          std::to_string(w));
-    if (c && own.real("rope_local_base_freq") > 0 && c->positional != "rope")
-        throw ValueError("rope_local_base_freq is the RoPE θ of the local layers: it needs positional='rope'");
+    if (c && own.real("rope_local_base_freq") > 0 && !position_has(c->positional, PositionProperty::RotatesQK))
+        throw ValueError("rope_local_base_freq is the RoPE θ of the local layers: it needs positional=" +
+                         positions_with(PositionProperty::RotatesQK));
 }
 }  // namespace
 

@@ -7,8 +7,9 @@
 //   6  return Ṽ = V · softmax(S)
 // Backward (A = softmax(S), U = Kᵀ Q / √s recomputed): dV += dṼ Aᵀ; dS = softmax'(A)(Vᵀ dṼ); line 4′: dU = dS ⊙
 // (1 − tanh²(U / c)); line 4: dQ += K dU / √s, dK += Q dUᵀ / √s. The weights A are kept (as the listing's kernel);
-// it has no tiled form (attention_impl 'auto' runs it as printed), no score bias, and its registry line does not
-// offer its weights to a kernel wrapper (no attn_dropout). All but lines 4's scale, 4′ and 6's softmax with their
+// it has no tiled form (attention_impl 'auto' runs it as printed) and no score bias. It forms A before line 6's
+// product (its registry line says so), so attention dropout can wrap it: the backward's line 4′ recomputes U from Q
+// and K, not from A, so the dropped Ã never reaches it. All but lines 4's scale, 4′ and 6's softmax with their
 // backward is the shape it shares with the listing's kernel (weights_kernel.hpp).
 // Either option given chooses it.
 #include <cmath>

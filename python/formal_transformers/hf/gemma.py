@@ -18,8 +18,9 @@ Gemma 3's linear RoPE scaling of its global layers (rope_parameters["full_attent
 4B and larger) ↦ rope_scaling_factor = f.
 Refused (ValueError naming the option): another scaled RoPE (rope_type other than "default" / Gemma 3's global
 "linear"; Gemma 2's rope_scaling), attention_bias,
-use_bidirectional_attention, hidden_activation other than gelu_pytorch_tanh, attention_dropout > 0 with a capped or
-rescaled attention, layer_types with no period p as above, and Gemma3ForConditionalGeneration's vision tower.
+use_bidirectional_attention, hidden_activation other than gelu_pytorch_tanh, layer_types with no period p as above,
+and Gemma3ForConditionalGeneration's vision tower. attention_dropout ↦ attn_dropout (HF drops the softmax of the
+capped scores, as the 'softcap' kernel's dropout does).
 HF computes the RMS norms, the RoPE angles and the attention softmax in float32 even in a float64 model, and keeps
 √d_e as a float32 number: tests/python/test_gemma.py runs those in float64 for the exactness checks."""
 from __future__ import annotations
@@ -143,8 +144,6 @@ class _Gemma(Converter):
         final = c.get("final_logit_softcapping")
         final = None if final is None else _cfg_float(c, m, "final_logit_softcapping", lo_open=True)
         drop = _cfg_rate(c, m, "attention_dropout", 0.0)
-        if drop and (cap is not None or s != d_h):
-            raise _unsupported(m, "attention_dropout", drop, "the capped (rescaled) attention drops no weights")
         hp = dict(n_vocab=_cfg_int(c, m, "vocab_size"), l_max=_cfg_int(c, m, "max_position_embeddings"), L=L, H=H,
                   d_e=d, d_mlp=_cfg_int(c, m, "intermediate_size"), d_attn=d_h, d_mid=d_h, H_kv=H_kv,
                   positional="rope", rope_theta=theta, mlp="geglu", bias=False, norm="rms1p",
