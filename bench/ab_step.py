@@ -13,6 +13,11 @@ machine only such interleaved ratios mean anything.
         [--shape baby|gpt2] [--batch 1] [--precision float32|bf16-mixed]
         [--pythonpath-a DIR] [--pythonpath-b DIR]
 (e.g. A = /work/wt/after/build/rel with python path /work/wt/after/python, B = build/rel with python/)
+
+More than two builds: --side NAME BUILD PYTHONPATH, once per build (in place of A and B). Round r starts the
+sides rotated by r; each process's figures are printed as it ends with the load (`/proc/loadavg`'s first field)
+before and after it, then per side the medians of process CPU and wall time and the first side's CPU over each
+side's (> 1: that side faster).
 """
 from __future__ import annotations
 
@@ -60,6 +65,38 @@ def load():
     return open("/proc/loadavg").read().split()[0]
 
 
+def run_worker(args, core, pp, l):
+    env = dict(os.environ, FT_CORE_PATH=os.path.abspath(core), PYTHONPATH=os.path.abspath(pp))
+    out = subprocess.run([sys.executable, __file__, "--worker", "--length", str(l), "--steps", str(args.steps),
+                          "--warmup", str(args.warmup), "--impl", args.impl, "--shape", args.shape, "--batch",
+                          str(args.batch), "--precision", args.precision],
+                         env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def n_way(args, l):
+    """--side NAME BUILD PYTHONPATH, repeated: round r starts the sides rotated by r; the load beside each figure."""
+    sides = args.side
+    res = {name: [] for name, _, _ in sides}
+    tag = f"{args.shape} batch {args.batch} l {l} impl {args.impl} {args.precision}"
+    for r in range(args.rounds):
+        k = r % len(sides)
+        for name, core, pp in sides[k:] + sides[:k]:
+            l0 = load()
+            d = run_worker(args, core, pp, l)
+            d["load"] = f"{l0}->{load()}"
+            res[name].append(d)
+            print(f"{tag} round {r} {name}: cpu {d['cpu']*1e3:.1f} ms wall {d['wall']*1e3:.1f} ms "
+                  f"(load {d['load']}) loss {d['loss']:.6f}", flush=True)
+    first = statistics.median(x["cpu"] for x in res[sides[0][0]])
+    for name, _, _ in sides:
+        cpu = statistics.median(x["cpu"] for x in res[name])
+        wall = statistics.median(x["wall"] for x in res[name])
+        print(f"{tag} {name}: cpu median {cpu*1e3:.1f} ms, wall {wall*1e3:.1f} ms, {sides[0][0]}/{name} cpu "
+              f"{first/cpu:.3f} | rounds (cpu, load) " + " ".join(f"{x['cpu']*1e3:.1f} ({x['load']})" for x in res[name]),
+              flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("a", nargs="?")
@@ -71,6 +108,8 @@ def main():
     p.add_argument("--impl", default="auto")
     p.add_argument("--pythonpath-a", default=os.path.join(HERE, "..", "python"))
     p.add_argument("--pythonpath-b", default=os.path.join(HERE, "..", "python"))
+    p.add_argument("--side", nargs=3, action="append", metavar=("NAME", "BUILD", "PYTHONPATH"),
+                   help="N-way: one build per --side (repeat), rounds rotated; in place of A and B")
     p.add_argument("--worker", action="store_true")
     p.add_argument("--length", type=int, default=512)
     p.add_argument("--shape", choices=("baby", "gpt2"), default="baby",
@@ -82,6 +121,14 @@ def main():
     if args.worker:
         worker(args)
         return
+    if args.side:
+        if args.a or args.b:
+            p.error("give the builds either as A B or as --side NAME BUILD PYTHONPATH, not both")
+        for l in args.lengths:
+            n_way(args, l)
+        return
+    if not (args.a and args.b):
+        p.error("two builds A B (or --side NAME BUILD PYTHONPATH, repeated)")
     sides = dict(A=(args.a, args.pythonpath_a), B=(args.b, args.pythonpath_b))
     for l in args.lengths:
         res = {"A": [], "B": []}

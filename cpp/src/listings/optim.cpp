@@ -9,6 +9,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "../runtime/cpu_level.hpp"
+#include "../runtime/huge_pages.hpp"
 
 namespace ft {
 
@@ -88,10 +89,8 @@ void Adam<T>::step(ParamStore<T>& store, const T* g, double lr_now) {
     for (const auto& r : now) n += r.second - r.first;
     if (t == 0) {
         ranges = std::move(now);
-        m = Vector<T>::from_shape({std::size_t(n)});
-        v = Vector<T>::from_shape({std::size_t(n)});
-        m.fill(T(0));
-        v.fill(T(0));
+        m = huge_zeros<T>(std::size_t(n));  // streamed whole by every step: 2 MB pages (huge_pages.hpp)
+        v = huge_zeros<T>(std::size_t(n));
         bounds = MomentBounds{true, T(0), m.data(), v.data()};
     } else if (now != ranges || index_t(m.size()) != n) {
         index_t held = 0;

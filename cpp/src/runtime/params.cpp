@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "huge_pages.hpp"
+
 namespace ft {
 
 template <class T>
@@ -103,10 +105,8 @@ std::vector<std::pair<index_t, index_t>> ParamStore<T>::trainable_ranges() const
 template <class T>
 void ParamStore<T>::allocate() {
     FT_CHECK(!allocated_, "ParamStore allocated twice");
-    theta_ = Vector<T>::from_shape({std::size_t(total_)});
-    grad_ = Vector<T>::from_shape({std::size_t(total_)});
-    theta_.fill(T(0));
-    grad_.fill(T(0));
+    theta_ = huge_zeros<T>(std::size_t(total_));  // streamed whole by every step: 2 MB pages (huge_pages.hpp)
+    grad_ = huge_zeros<T>(std::size_t(total_));
     allocated_ = true;
     if (!adapters_.empty()) {
         index_t n = 0;
