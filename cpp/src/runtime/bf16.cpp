@@ -41,11 +41,22 @@ Precision parse_precision(const std::string& name) {
 
 namespace {
 thread_local ProductContext tl_context;
+// (below) a training context's root of Bf16Regions on this thread: it carries the affine inputs this thread keeps
+// (Bf16AffineInput) and, through the parallel regions that carry the context, hears of every product's result
+const Bf16Regions* training_root(const ProductContext& c);
+bool owns_root(const Bf16Regions* r);
+void end_training_call();
 }  // namespace
 
 ProductContext product_context() { return tl_context; }
-ProductScope::ProductScope(ProductContext c) : saved_(tl_context) { tl_context = c; }
-ProductScope::~ProductScope() { tl_context = saved_; }
+ProductScope::ProductScope(ProductContext c) : saved_(tl_context) {
+    if (c.bf16 && c.training && !c.regions) c.regions = training_root(c);
+    tl_context = c;
+}
+ProductScope::~ProductScope() {
+    if (owns_root(tl_context.regions) && !owns_root(saved_.regions)) end_training_call();  // the call's kept inputs end
+    tl_context = saved_;
+}
 
 namespace {
 std::atomic<std::uint64_t> copies{0};
@@ -392,6 +403,55 @@ ReuseCache& reuse_cache() {
 
 }  // namespace
 
+// The affine inputs kept from their forward product for their backward's dW (Bf16AffineInput): one entry per (W, X,
+// shape) of the training call, valid until a product writes over X, its backward reads it or the call ends. Only its
+// thread changes the entries (outside parallel regions); products on other threads mark them stale (atomics).
+struct KeptInputs {
+    struct Entry {
+        const float* W = nullptr;
+        const float* x = nullptr;
+        index_t rows = 0, cols = 0, ld = 0;
+        Bf16Buffer bits;
+        std::atomic<bool> valid{false};
+    };
+    std::vector<std::unique_ptr<Entry>> e;
+    std::atomic<int> live{0};  // how many are valid (no scan while none)
+    void invalidate(Entry& x) {
+        if (x.valid.exchange(false)) live.fetch_sub(1);
+    }
+    void written(const float* C, const float* c1) {
+        if (live.load(std::memory_order_relaxed) == 0) return;
+        for (const auto& g : e)
+            if (g->valid.load(std::memory_order_relaxed) && g->x < c1 && C < g->x + (g->cols - 1) * g->ld + g->rows)
+                invalidate(*g);
+    }
+    Entry* find(const float* W, const float* X, index_t rows, index_t cols, index_t ld) {
+        if (live.load(std::memory_order_relaxed) == 0) return nullptr;
+        for (const auto& g : e)
+            if (g->valid.load() && g->W == W && g->x == X && g->rows == rows && g->cols == cols && g->ld == ld)
+                return g.get();
+        return nullptr;
+    }
+    // the entry that keeps X's rounding now: its own if valid, else the free buffer that fits best, else a new one
+    Entry& take(const float* W, const float* X, index_t rows, index_t cols, index_t ld) {
+        Entry* best = find(W, X, rows, cols, ld);
+        if (!best) {
+            const std::size_t n = std::size_t(rows * cols);
+            for (const auto& g : e) {
+                if (g->valid.load()) continue;
+                const std::size_t c = g->bits.cap, b = best ? best->bits.cap : 0;
+                if (!best || (c >= n ? (b < n || c < b) : (b < n && c > b))) best = g.get();
+            }
+            if (!best) best = e.emplace_back(std::make_unique<Entry>()).get();
+            best->W = W, best->x = X, best->rows = rows, best->cols = cols, best->ld = ld;
+        }
+        return *best;
+    }
+    void drop() {
+        for (const auto& g : e) invalidate(*g);
+    }
+};
+
 // Matrices rounded once for a scope's products (Bf16RoundOnce). A region of rows × cols (ld) in row blocks of
 // `block` rows: block r's rounding is a column-major block × cols matrix (ld = block) at bits + r·block·cols. A
 // product whose result overlaps a region makes it stale (the scope's promise broken: rounding per product again
@@ -405,6 +465,7 @@ struct Bf16Regions {
     };
     std::vector<std::unique_ptr<Region>> r;
     const Bf16Regions* outer = nullptr;  // an enclosing scope's
+    KeptInputs* kept = nullptr;          // (a training call's root) the affine inputs kept by its thread
     // the rounding of X (rows × cols, ld) when it lies inside one row block of a region: its first entry, the
     // block's height in ld
     const std::uint16_t* find(const float* X, index_t rows, index_t cols, index_t& ld) const {
@@ -421,9 +482,11 @@ struct Bf16Regions {
     }
     void written(const float* C, index_t m, index_t n, index_t ldc) const {
         const float* c1 = C + (n - 1) * ldc + m;
-        for (const Bf16Regions* s = this; s; s = s->outer)
+        for (const Bf16Regions* s = this; s; s = s->outer) {
             for (const auto& g : s->r)
                 if (g->x < c1 && C < g->x + (g->cols - 1) * g->ld + g->rows) g->stale.store(true);
+            if (s->kept) s->kept->written(C, c1);
+        }
     }
 };
 
@@ -450,6 +513,90 @@ namespace {
 }  // namespace
 
 std::uint64_t bf16_operands_rounded() { return operands_rounded.load(); }
+
+namespace {
+bool& kept_inputs_allowed() {
+    static bool on = true;
+    return on;
+}
+std::atomic<std::uint64_t> kept_reads{0};
+thread_local KeptInputs tl_kept;
+Bf16Regions& own_root() {
+    thread_local Bf16Regions root = [] {
+        Bf16Regions r;
+        r.kept = &tl_kept;
+        return r;
+    }();
+    return root;
+}
+const Bf16Regions* training_root(const ProductContext& c) {
+    (void)c;
+    return kept_inputs_allowed() && bf16_native() ? &own_root() : nullptr;
+}
+bool owns_root(const Bf16Regions* r) { return r && r == &own_root(); }
+// the affine inputs this thread keeps when r is (or lies inside a Bf16RoundOnce scope of) its training call's root
+KeptInputs* own_kept(const Bf16Regions* r) {
+    for (; r; r = r->outer)
+        if (r->kept) return owns_root(r) ? r->kept : nullptr;
+    return nullptr;
+}
+void end_training_call() { tl_kept.drop(); }
+bool in_parallel() {
+#ifdef _OPENMP
+    return omp_in_parallel();
+#else
+    return false;
+#endif
+}
+// this thread's Bf16AffineInput: 0 none, 1 Keep, 2 Read; the affine map's W
+thread_local int tl_input_role = 0;
+thread_local const float* tl_input_W = nullptr;
+
+// op(B) (X: rows × cols, ld; tb: op(B) = Xᵀ) as bf16 under this thread's Bf16AffineInput: Keep (op(B) = X) rounds it
+// into the entry of (W, X) and keeps it; Read (op(B) = Xᵀ) reads that entry once if it is still valid. Else, and
+// outside the calling thread's training call or inside a parallel region, bf16_operand.
+[[maybe_unused]] const std::uint16_t* affine_input(const ProductContext& c, const float* X, index_t rows, index_t cols,
+                                                   index_t& ld, Bf16Buffer& scratch, int tb) {
+    const int role = tl_input_role;
+    KeptInputs* kept = role == 0 || (role == 1) != (tb == 0) || in_parallel() ? nullptr : own_kept(c.regions);
+    if (!kept) return bf16_operand(c, X, rows, cols, ld, scratch);
+    if (c.weights && c.weights->find(X)) return bf16_operand(c, X, rows, cols, ld, scratch);  // inside θ: its copy
+    index_t l = ld;
+    if (c.regions->find(X, rows, cols, l)) return bf16_operand(c, X, rows, cols, ld, scratch);  // a Bf16RoundOnce's
+    KeptInputs& k = *kept;
+    if (role == 1) {
+        KeptInputs::Entry& e = k.take(tl_input_W, X, rows, cols, ld);
+        std::uint16_t* out = e.bits.get(std::size_t(rows * cols));
+        round_into(X, rows, cols, ld, out);
+        if (!e.valid.exchange(true)) k.live.fetch_add(1);
+        ld = rows;
+        return out;
+    }
+    if (KeptInputs::Entry* e = k.find(tl_input_W, X, rows, cols, ld)) {
+        k.invalidate(*e);  // read once
+        kept_reads.fetch_add(1, std::memory_order_relaxed);
+        ld = rows;
+        return e->bits.p.get();
+    }
+    return bf16_operand(c, X, rows, cols, ld, scratch);
+}
+}  // namespace
+
+Bf16AffineInput::Bf16AffineInput(const float* W, Bf16Input role)
+    : saved_W_(tl_input_W), saved_role_(tl_input_role), on_(true) {
+    tl_input_W = W;
+    tl_input_role = role == Bf16Input::Keep ? 1 : 2;
+}
+Bf16AffineInput::~Bf16AffineInput() {
+    if (on_) tl_input_W = saved_W_, tl_input_role = saved_role_;
+}
+std::uint64_t bf16_kept_inputs_read() { return kept_reads.load(); }
+std::size_t bf16_kept_input_bytes() {
+    std::size_t n = 0;
+    for (const auto& g : tl_kept.e) n += g->bits.cap * sizeof(std::uint16_t);
+    return n;
+}
+void bf16_allow_kept_inputs(bool on) { kept_inputs_allowed() = on; }
 
 namespace {
 // The roundings of the scopes that have ended on this thread, kept for the next scopes (each training step
@@ -786,7 +933,7 @@ void gemm_bf16(int ta, int tb, index_t m, index_t n, index_t k, float alpha, con
     if (bf16_native() && (double(m) * double(n) * double(k) >= double(1 << 18) || ctx.training)) {
         thread_local Bf16Buffer sa, sb;
         const std::uint16_t* a = bf16_operand(ctx, A, ar, ac, lda, sa);
-        const std::uint16_t* b = bf16_operand(ctx, B, br, bc, ldb, sb);
+        const std::uint16_t* b = affine_input(ctx, B, br, bc, ldb, sb, tb);
         run_onednn(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, C, ldc);
         return;
     }
@@ -808,7 +955,7 @@ bool affine_bf16(index_t m, index_t n, index_t k, const float* W, index_t ldw, c
         return false;
     thread_local Bf16Buffer sa, sb;
     const std::uint16_t* a = bf16_operand(ctx, W, m, k, ldw, sa);
-    const std::uint16_t* x = bf16_operand(ctx, X, k, n, ldx, sb);
+    const std::uint16_t* x = affine_input(ctx, X, k, n, ldx, sb, 0);
     run_onednn(0, 0, m, n, k, 1.0f, a, ldw, x, ldx, 0.0f, Y, ldy, b);
     if (reuse_cache().depth > 0) reuse_cache().written(Y, m, n, ldy);
     if (ctx.regions) ctx.regions->written(Y, m, n, ldy);
