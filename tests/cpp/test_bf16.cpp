@@ -345,3 +345,41 @@ TEST(Bf16, AffineInputKeptFromTheForwardUntilWritten) {
     }
     bf16_allow_kept_inputs(true);
 }
+
+// A training call's small products run our AVX512_BF16 kernel where the CPU has it: bit for bit oneDNN's product
+// (its AVX512_BF16 kernel: one float32 sum per entry over the pairs of k in order, α, then β = 1's C added) with
+// either transpose, β 0 and 1, α ≠ 1, rows not a multiple of 16, columns not a multiple of the column block,
+// results inside a larger matrix; elsewhere (AMX, no AVX512_BF16) the product of the rounded operands.
+TEST(Bf16, SmallProductsKernelIsOneDnnsProduct) {
+    const std::vector<std::array<index_t, 3>> shapes{{64, 64, 32}, {32, 64, 64}, {64, 64, 64}, {37, 29, 54}, {8, 5, 2}, {50, 70, 40}};
+    for (auto [m, n, k] : shapes)
+        for (int ta = 0; ta < 2; ++ta)
+            for (int tb = 0; tb < 2; ++tb)
+                for (float beta : {0.0f, 1.0f}) {
+                    const Op a = ta ? Op::T : Op::N, b = tb ? Op::T : Op::N;
+                    const float alpha = beta == 0.0f ? 1.0f : 0.17677669f;
+                    Rng rng(m + 3 * n + 7 * k + ta + 2 * tb);
+                    Matrix<float> A = ta ? random_matrix<float>(k + 3, m, rng) : random_matrix<float>(m + 3, k, rng);
+                    Matrix<float> B = tb ? random_matrix<float>(n + 2, k, rng) : random_matrix<float>(k + 2, n, rng);
+                    CMatView<float> Av(A.data() + 1, ta ? k : m, ta ? m : k, A.shape(0));
+                    CMatView<float> Bv(B.data() + 2, tb ? n : k, tb ? k : n, B.shape(0));
+                    Matrix<float> C0 = random_matrix<float>(m + 5, n, rng), ours = C0, theirs = C0;
+                    auto run = [&](Matrix<float>& C, bool kernel) {
+                        bf16_allow_small_kernel(kernel);
+                        ProductScope bf16(ProductContext{true, nullptr, true});
+                        gemm<float>(a, b, alpha, Av, Bv, beta, MatView<float>(C.data() + 4, m, n, C.shape(0)));
+                        bf16_allow_small_kernel(true);
+                    };
+                    run(ours, true);
+                    run(theirs, false);
+                    const std::string what = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
+                                             " ta " + std::to_string(ta) + " tb " + std::to_string(tb) + " beta " +
+                                             std::to_string(beta);
+                    if (bf16_small_kernel_runs() && !cpu_has_amx_bf16())
+                        EXPECT_TRUE(same_bits(ours, theirs)) << what;
+                    const double err = bf16_error(a, b, alpha, Av, Bv, beta,
+                                                  CMatView<float>(C0.data() + 4, m, n, C0.shape(0)),
+                                                  CMatView<float>(ours.data() + 4, m, n, ours.shape(0)));
+                    EXPECT_LT(err, 4.0 * double(k + 2) * std::ldexp(1.0, -24)) << what;
+                }
+}

@@ -82,6 +82,11 @@ std::size_t bf16_kept_input_bytes();
 // Tests: off rounds the affine inputs at every product instead of keeping the forward's rounding (the same results).
 void bf16_allow_kept_inputs(bool on);
 
+// Tests: off runs a training call's small products (below 2^18 multiply-adds) through oneDNN instead of our AVX512_BF16
+// kernel (the same results where oneDNN's kernel is its AVX512_BF16 one).
+void bf16_allow_small_kernel(bool on);
+bool bf16_small_kernel_runs();  // whether the kernel is on and the CPU runs AVX512_BF16
+
 // How many operands the products on bf16 instructions have rounded to bf16 in this process (tests: an operand
 // kept by a Bf16OperandReuse scope is rounded once)
 std::uint64_t bf16_operands_rounded();

@@ -863,6 +863,121 @@ bool cpu_runs_avx512_bf16() {
     }();
     return ok;
 }
+
+// A training call's small products (attention's per-head products: 64 × 64 × 32 at the baby GPT's shape, 1,152 a
+// step) on AVX512_BF16 without oneDNN: a oneDNN matmul call costs about twice these products' arithmetic in its
+// dispatch, scratchpad and packing (docs/benchmarks.md). The same arithmetic as oneDNN's kernels on these shapes,
+// bit for bit: each entry of C one float32 sum, zero, then VDPBF16PS over the pairs (p, p+1) of k in order; α
+// applied to the sum, then β = 1's C added. Operands as bf16 bits, packed per call: op(A) as pairs of its columns
+// (row i of the pair block q: op(A)[i, 2q], op(A)[i, 2q + 1]), rows padded with zeros to a multiple of 16; op(B)'s
+// column j as its k/2 pairs, columns padded with zeros to the column block.
+template <int MR>
+FT_TARGET_BF16 void small_block(const std::uint32_t* Ap, index_t mp, index_t kq, const std::uint32_t* Bp, index_t bj,
+                                index_t bq, index_t i0, index_t j0, index_t m, index_t nr, float alpha, bool add,
+                                float* C, index_t ldc) {
+    constexpr int NR = MR == 4 ? 6 : MR == 3 ? 8 : MR == 2 ? 12 : 24;
+    __m512 acc[MR][NR];  // (every index a constant once the loops unroll: the sums stay in registers)
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 24
+        for (int c = 0; c < NR; ++c) acc[r][c] = _mm512_setzero_ps();
+    const std::uint32_t* b = Bp + j0 * bj;
+    for (index_t q = 0; q < kq; ++q) {
+        __m512bh a[MR];
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) a[r] = (__m512bh)_mm512_loadu_si512(Ap + q * mp + i0 + 16 * r);
+#pragma GCC unroll 24
+        for (int c = 0; c < NR; ++c) {
+            const __m512bh bc = (__m512bh)_mm512_set1_epi32(int(b[c * bj + q * bq]));
+#pragma GCC unroll 4
+            for (int r = 0; r < MR; ++r) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], a[r], bc);
+        }
+    }
+    const __m512 al = _mm512_set1_ps(alpha);
+#pragma GCC unroll 24
+    for (int c = 0; c < NR; ++c) {
+        float* col = C + (j0 + c) * ldc + i0;
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) {
+            const index_t left = m - i0 - 16 * r;
+            if (c >= nr || left <= 0) continue;
+            const __mmask16 mask = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+            // α·sum + C in one rounding (a fused multiply-add), as oneDNN's output scale and sum post-op
+            __m512 v = acc[r][c];
+            if (add) v = alpha == 1.0f ? _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, col + 16 * r))
+                                       : _mm512_fmadd_ps(v, al, _mm512_maskz_loadu_ps(mask, col + 16 * r));
+            else if (alpha != 1.0f) v = _mm512_mul_ps(v, al);
+            _mm512_mask_storeu_ps(col + 16 * r, mask, v);
+        }
+    }
+}
+
+template <int MR>
+void small_blocks(const std::uint32_t* Ap, index_t mp, index_t kq, const std::uint32_t* Bp, index_t bj, index_t bq,
+                  index_t i0, index_t m, index_t n, float alpha, bool add, float* C, index_t ldc) {
+    constexpr int NR = MR == 4 ? 6 : MR == 3 ? 8 : MR == 2 ? 12 : 24;
+    for (index_t j0 = 0; j0 < n; j0 += NR)
+        small_block<MR>(Ap, mp, kq, Bp, bj, bq, i0, j0, m, std::min<index_t>(NR, n - j0), alpha, add, C, ldc);
+}
+
+// C = α op(A) op(B) + β C, β 0 or 1, k even (the caller checks), A and B as bf16 bits
+void small_product(int ta, int tb, index_t m, index_t n, index_t k, float alpha, const std::uint16_t* A, index_t lda,
+                   const std::uint16_t* B, index_t ldb, float beta, float* C, index_t ldc) {
+    const index_t kq = k / 2, mp = (m + 15) / 16 * 16, np = n + 24;
+    thread_local std::vector<std::uint32_t> ap, bp;
+    if (ap.size() < std::size_t(mp * kq)) ap.resize(std::size_t(mp * kq));
+    if (bp.size() < std::size_t(np * kq)) bp.resize(std::size_t(np * kq));
+    std::uint32_t* Ap = ap.data();
+    std::uint32_t* Bp = bp.data();
+    // each loop reads its operand in memory order
+    if (ta == 0) {  // A: m × k, column p at A + p lda
+        for (index_t q = 0; q < kq; ++q) {
+            const std::uint16_t *c0 = A + 2 * q * lda, *c1 = c0 + lda;
+            std::uint32_t* o = Ap + q * mp;
+#pragma omp simd
+            for (index_t i = 0; i < m; ++i) o[i] = std::uint32_t(c0[i]) | (std::uint32_t(c1[i]) << 16);
+            for (index_t i = m; i < mp; ++i) o[i] = 0;
+        }
+    } else {  // A: k × m, op(A)[i, p] at A + p + i lda: row i's pairs are words of column i
+        for (index_t i = 0; i < m; ++i) {
+            const std::uint16_t* a = A + i * lda;
+            for (index_t q = 0; q < kq; ++q) {
+                std::uint32_t w;
+                std::memcpy(&w, a + 2 * q, 4);
+                Ap[q * mp + i] = w;
+            }
+        }
+        for (index_t q = 0; q < kq; ++q)
+            for (index_t i = m; i < mp; ++i) Ap[q * mp + i] = 0;
+    }
+    index_t bj, bq;  // op(B)'s pair (q, j) at Bp[j bj + q bq]
+    if (tb == 0) {   // B: k × n, column j's pairs are its words
+        bj = kq, bq = 1;
+        for (index_t j = 0; j < n; ++j) std::memcpy(Bp + j * kq, B + j * ldb, std::size_t(k) * 2);
+        std::fill(Bp + n * kq, Bp + np * kq, 0u);
+    } else {  // B: n × k, op(B)[p, j] at B + j + p ldb
+        bj = 1, bq = np;
+        for (index_t q = 0; q < kq; ++q) {
+            const std::uint16_t *r0 = B + 2 * q * ldb, *r1 = r0 + ldb;
+            std::uint32_t* o = Bp + q * np;
+#pragma omp simd
+            for (index_t j = 0; j < n; ++j) o[j] = std::uint32_t(r0[j]) | (std::uint32_t(r1[j]) << 16);
+            for (index_t j = n; j < np; ++j) o[j] = 0;
+        }
+    }
+    const bool add = beta != 0.0f;
+    index_t i0 = 0;
+    for (; i0 + 64 <= m; i0 += 64) small_blocks<4>(Ap, mp, kq, Bp, bj, bq, i0, m, n, alpha, add, C, ldc);
+    const index_t left = (m - i0 + 15) / 16;  // 16-row blocks left (0 to 4)
+    if (left == 4) small_blocks<4>(Ap, mp, kq, Bp, bj, bq, i0, m, n, alpha, add, C, ldc);
+    if (left == 3) small_blocks<3>(Ap, mp, kq, Bp, bj, bq, i0, m, n, alpha, add, C, ldc);
+    if (left == 2) small_blocks<2>(Ap, mp, kq, Bp, bj, bq, i0, m, n, alpha, add, C, ldc);
+    if (left == 1) small_blocks<1>(Ap, mp, kq, Bp, bj, bq, i0, m, n, alpha, add, C, ldc);
+}
+bool& small_kernel_allowed() {
+    static bool on = true;
+    return on;
+}
 #endif
 
 void few_columns(int ta, int tb, index_t m, index_t n, index_t k, float alpha, const std::uint16_t* A, index_t lda,
@@ -934,6 +1049,13 @@ void gemm_bf16(int ta, int tb, index_t m, index_t n, index_t k, float alpha, con
         thread_local Bf16Buffer sa, sb;
         const std::uint16_t* a = bf16_operand(ctx, A, ar, ac, lda, sa);
         const std::uint16_t* b = affine_input(ctx, B, br, bc, ldb, sb, tb);
+#ifdef FT_BF16_KERNEL
+        if (ctx.training && double(m) * double(n) * double(k) < double(1 << 18) && k % 2 == 0 &&
+            (beta == 0.0f || beta == 1.0f) && small_kernel_allowed() && cpu_runs_avx512_bf16()) {
+            small_product(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, C, ldc);
+            return;
+        }
+#endif
         run_onednn(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, C, ldc);
         return;
     }
@@ -944,6 +1066,21 @@ void gemm_bf16(int ta, int tb, index_t m, index_t n, index_t k, float alpha, con
     ProductScope f32(ProductContext{});  // the products themselves in float32
     gemm<float>(ta == 0 ? Op::N : Op::T, tb == 0 ? Op::N : Op::T, alpha, CMatView<float>(a, ar, ac, lda),
                 CMatView<float>(b, br, bc, ldb), beta, MatView<float>(C, m, n, ldc));
+}
+
+void bf16_allow_small_kernel(bool on) {
+#ifdef FT_BF16_KERNEL
+    small_kernel_allowed() = on;
+#else
+    (void)on;
+#endif
+}
+bool bf16_small_kernel_runs() {
+#ifdef FT_BF16_KERNEL
+    return small_kernel_allowed() && native_allowed() && cpu_runs_avx512_bf16();
+#else
+    return false;
+#endif
 }
 
 bool affine_bf16(index_t m, index_t n, index_t k, const float* W, index_t ldw, const float* X, index_t ldx,
