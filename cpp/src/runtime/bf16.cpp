@@ -875,7 +875,7 @@ template <int MR>
 FT_TARGET_BF16 void small_block(const std::uint32_t* Ap, index_t mp, index_t kq, const std::uint32_t* Bp, index_t bj,
                                 index_t bq, index_t i0, index_t j0, index_t m, index_t nr, float alpha, bool add,
                                 float* C, index_t ldc) {
-    constexpr int NR = MR == 4 ? 6 : MR == 3 ? 8 : MR == 2 ? 12 : 24;
+    constexpr int NR = MR == 4 ? 6 : MR == 3 ? 8 : MR == 2 ? 8 : 16;
     __m512 acc[MR][NR];  // (every index a constant once the loops unroll: the sums stay in registers)
 #pragma GCC unroll 4
     for (int r = 0; r < MR; ++r)
@@ -915,7 +915,7 @@ FT_TARGET_BF16 void small_block(const std::uint32_t* Ap, index_t mp, index_t kq,
 template <int MR>
 void small_blocks(const std::uint32_t* Ap, index_t mp, index_t kq, const std::uint32_t* Bp, index_t bj, index_t bq,
                   index_t i0, index_t m, index_t n, float alpha, bool add, float* C, index_t ldc) {
-    constexpr int NR = MR == 4 ? 6 : MR == 3 ? 8 : MR == 2 ? 12 : 24;
+    constexpr int NR = MR == 4 ? 6 : MR == 3 ? 8 : MR == 2 ? 8 : 16;
     for (index_t j0 = 0; j0 < n; j0 += NR)
         small_block<MR>(Ap, mp, kq, Bp, bj, bq, i0, j0, m, std::min<index_t>(NR, n - j0), alpha, add, C, ldc);
 }
