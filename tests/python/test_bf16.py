@@ -387,7 +387,7 @@ def test_trainer_with_the_bf16_copy_of_theta_is_bit_identical():
 def _kept_input_models():
     """Models whose listings write and read their affine maps' inputs in different ways: fused projections, LoRA
     (merged, and dropping the adapters' input), dropout, GQA + SwiGLU + RMSnorm, tiled attention, multi-token
-    prediction, an encoder and an encoder–decoder (post-LN blocks, cross-attention)."""
+    prediction, latent attention, an encoder and an encoder–decoder (post-LN blocks, cross-attention)."""
     d = dict(seed=5, precision="bf16-mixed")
     x = np.random.default_rng(1).integers(0, 37, (3, 20))
     z = np.random.default_rng(2).integers(0, 37, (3, 14))
@@ -401,7 +401,9 @@ def _kept_input_models():
     yield "dropout", lambda: ft.DTransformer(40, 24, 2, 2, 32, 64, dropout=0.1, **d), (x,)
     yield "gqa_swiglu_rms", lambda: ft.DTransformer(40, 24, 2, 4, 32, 64, H_kv=2, mlp="swiglu", norm="rms", **d), (x,)
     yield "tiled", lambda: ft.DTransformer(40, 24, 1, 2, 32, 64, attention_impl="tiled", **d), (x,)
-    yield "mtp", lambda: ft.DTransformer(40, 24, 1, 2, 32, 64, mtp_depth=1, **d), (x,)
+    yield "mtp", lambda: ft.DTransformer(40, 24, 1, 2, 32, 64, mtp_depth=2, **d), (x,)
+    yield "latent", lambda: ft.DTransformer(40, 24, 1, 2, 32, 64, kv_lora_rank=8, q_lora_rank=12, qk_rope_head_dim=4,
+                                            positional="rope", bias=False, **d), (x,)
     yield "encoder", lambda: ft.ETransformer(40, 24, 2, 2, 32, 64, 16, **d), (xt, x)
     yield "encoder_decoder", lambda: ft.EDTransformer(40, 24, 1, 1, 2, 32, 64, **d), (z, x)
 
