@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "bind.hpp"
+#include "formal_transformers/bf16_products.hpp"
 #include "formal_transformers/precision.hpp"
 #include "formal_transformers/blas.hpp"
 #include "formal_transformers/units.hpp"
@@ -143,6 +144,13 @@ void register_unembedding(py::module_& m) {
     m.def("_bf16_allow_theta_copy", &ft::bf16_allow_theta_copy, py::arg("on"),
           "Private (tests): False makes bf16-mixed training calls round θ's operands at every product instead of "
           "reading θ's bf16 copy (the same results); True restores the default.");
+    m.def("_bf16_allow_kept_inputs", &ft::bf16_allow_kept_inputs, py::arg("on"),
+          "Private (tests): False makes bf16-mixed training calls round an affine map's input again for the "
+          "backward's dW instead of reading the rounding its forward product kept (the same results); True restores "
+          "the default.");
+    m.def("_bf16_kept_inputs_read", &ft::bf16_kept_inputs_read,
+          "Private (tests): how many bf16-mixed products in this process have read an affine input's rounding kept "
+          "from its forward product.");
     m.def("_bf16_theta_copies", &ft::bf16_theta_copies,
           "Private (tests): how many bf16 copies of θ decoding calls in bf16-mixed have made in this process (a call "
           "on an unchanged θ makes none).");

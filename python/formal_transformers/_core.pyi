@@ -1584,6 +1584,10 @@ class ViT(_HasParams):
     @precision.setter
     def precision(self, arg1: typing.Any) -> None:
         ...
+def _bf16_allow_kept_inputs(on: bool) -> None:
+    """
+    Private (tests): False makes bf16-mixed training calls round an affine map's input again for the backward's dW instead of reading the rounding its forward product kept (the same results); True restores the default.
+    """
 def _bf16_allow_native(on: bool) -> None:
     """
     Private (tests): False runs bf16-mixed products emulated (bf16-rounded operands, float32 products) even where the CPU has bf16 instructions; True restores the default.
@@ -1591,6 +1595,10 @@ def _bf16_allow_native(on: bool) -> None:
 def _bf16_allow_theta_copy(on: bool) -> None:
     """
     Private (tests): False makes bf16-mixed training calls round θ's operands at every product instead of reading θ's bf16 copy (the same results); True restores the default.
+    """
+def _bf16_kept_inputs_read() -> int:
+    """
+    Private (tests): how many bf16-mixed products in this process have read an affine input's rounding kept from its forward product.
     """
 def _bf16_theta_copies() -> int:
     """

@@ -9,6 +9,8 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 using namespace ft;
@@ -268,4 +270,116 @@ TEST(Bf16, RoundOnceServesSlicesOfItsMatrices) {
         else EXPECT_EQ(rounded, 0u);
     }
     bf16_allow_native(true);
+}
+
+// Bf16AffineInput: affine's forward keeps its input X's rounding and the backward's dW = dY Xᵀ reads it (X rounded
+// once per forward and backward), bit for bit the results of rounding X again. The kept rounding is dropped when a
+// product writes over X, once it has been read, and when the training call ends: in each case the next backward
+// rounds X's values of that time. (Each case fails if the rounding were read after X changed.)
+TEST(Bf16, AffineInputKeptFromTheForwardUntilWritten) {
+    const index_t m = 96, k = 80, n = 70;
+    Rng rng(14);
+    Matrix<float> W = random_matrix<float>(m, k, rng), W2 = random_matrix<float>(m, k, rng), b = random_matrix<float>(m, 1, rng);
+    Matrix<float> X = random_matrix<float>(k, n, rng), dY = random_matrix<float>(m, n, rng), G = random_matrix<float>(k, k, rng);
+    Matrix<float> Y = Matrix<float>::from_shape({std::size_t(m), std::size_t(n)});
+    auto dW_of = [&](const Matrix<float>& x) {  // dW = dY xᵀ, rounding x at the product (no kept input can serve it)
+        Matrix<float> dW = Matrix<float>::from_shape({std::size_t(m), std::size_t(k)});
+        dW.fill(0.0f);
+        Matrix<float> copy = x;
+        ProductScope bf16(ProductContext{true, nullptr, true});
+        affine_backward<float>(view(W), view(copy), view(dY), dW.data(), nullptr, nullptr);
+        return dW;
+    };
+    auto backward = [&](const Matrix<float>& w) {
+        Matrix<float> dW = Matrix<float>::from_shape({std::size_t(m), std::size_t(k)});
+        dW.fill(0.0f);
+        const std::uint64_t r0 = bf16_kept_inputs_read();
+        affine_backward<float>(view(w), view(X), view(dY), dW.data(), nullptr, nullptr);
+        return std::make_pair(dW, bf16_kept_inputs_read() - r0);
+    };
+    const std::uint64_t kept = bf16_native() ? 1u : 0u;  // (the emulated path keeps nothing)
+    {
+        ProductScope bf16(ProductContext{true, nullptr, true});
+        affine<float>(view(W), view(X), b.data(), view(Y));  // X kept
+        auto [dW, read] = backward(W);
+        EXPECT_EQ(read, kept);
+        EXPECT_TRUE(same_bits(dW, dW_of(X))) << "read from the forward";
+        // read once: X changed by other code after the read, the next backward rounds its new values
+        X(3, 4) += 1.0f;
+        std::tie(dW, read) = backward(W);
+        EXPECT_EQ(read, 0u);
+        EXPECT_TRUE(same_bits(dW, dW_of(X))) << "after a read";
+        // another weight's backward does not read W's input
+        affine<float>(view(W), view(X), b.data(), view(Y));
+        std::tie(dW, read) = backward(W2);
+        EXPECT_EQ(read, 0u);
+        // a product writes over X (its last columns): dropped
+        gemm<float>(Op::N, Op::N, 0.5f, view(G), view(X).cols_range(0, 30), 0.0f, view(X).cols_range(n - 30, 30));
+        std::tie(dW, read) = backward(W);
+        EXPECT_EQ(read, 0u);
+        EXPECT_TRUE(same_bits(dW, dW_of(X))) << "after a product wrote X";
+        // a later forward on the same X keeps its own rounding
+        affine<float>(view(W), view(X), b.data(), view(Y));
+        X(5, 6) *= -3.0f;
+        affine_add<float>(view(W), view(X), b.data(), view(Y));
+        std::tie(dW, read) = backward(W);
+        EXPECT_EQ(read, kept);
+        EXPECT_TRUE(same_bits(dW, dW_of(X))) << "the latest forward's";
+        affine<float>(view(W), view(X), b.data(), view(Y));  // kept until the call ends
+    }
+    X(7, 8) -= 2.0f;  // between two training calls
+    {
+        ProductScope bf16(ProductContext{true, nullptr, true});
+        auto [dW, read] = backward(W);
+        EXPECT_EQ(read, 0u);
+        EXPECT_TRUE(same_bits(dW, dW_of(X))) << "a new call";
+    }
+    // switched off: nothing kept, the same bits
+    bf16_allow_kept_inputs(false);
+    {
+        ProductScope bf16(ProductContext{true, nullptr, true});
+        affine<float>(view(W), view(X), b.data(), view(Y));
+        auto [dW, read] = backward(W);
+        EXPECT_EQ(read, 0u);
+        EXPECT_TRUE(same_bits(dW, dW_of(X)));
+    }
+    bf16_allow_kept_inputs(true);
+}
+
+// A training call's small products run our AVX512_BF16 kernel where the CPU has it: bit for bit oneDNN's product
+// (its AVX512_BF16 kernel: one float32 sum per entry over the pairs of k in order, α, then β = 1's C added) with
+// either transpose, β 0 and 1, α ≠ 1, rows not a multiple of 16, columns not a multiple of the column block,
+// results inside a larger matrix; elsewhere (AMX, no AVX512_BF16) the product of the rounded operands.
+TEST(Bf16, SmallProductsKernelIsOneDnnsProduct) {
+    const std::vector<std::array<index_t, 3>> shapes{{64, 64, 32}, {32, 64, 64}, {64, 64, 64}, {37, 29, 54}, {8, 5, 2}, {50, 70, 40}};
+    for (auto [m, n, k] : shapes)
+        for (int ta = 0; ta < 2; ++ta)
+            for (int tb = 0; tb < 2; ++tb)
+                for (float beta : {0.0f, 1.0f}) {
+                    const Op a = ta ? Op::T : Op::N, b = tb ? Op::T : Op::N;
+                    const float alpha = beta == 0.0f ? 1.0f : 0.17677669f;
+                    Rng rng(m + 3 * n + 7 * k + ta + 2 * tb);
+                    Matrix<float> A = ta ? random_matrix<float>(k + 3, m, rng) : random_matrix<float>(m + 3, k, rng);
+                    Matrix<float> B = tb ? random_matrix<float>(n + 2, k, rng) : random_matrix<float>(k + 2, n, rng);
+                    CMatView<float> Av(A.data() + 1, ta ? k : m, ta ? m : k, A.shape(0));
+                    CMatView<float> Bv(B.data() + 2, tb ? n : k, tb ? k : n, B.shape(0));
+                    Matrix<float> C0 = random_matrix<float>(m + 5, n, rng), ours = C0, theirs = C0;
+                    auto run = [&](Matrix<float>& C, bool kernel) {
+                        bf16_allow_small_kernel(kernel);
+                        ProductScope bf16(ProductContext{true, nullptr, true});
+                        gemm<float>(a, b, alpha, Av, Bv, beta, MatView<float>(C.data() + 4, m, n, C.shape(0)));
+                        bf16_allow_small_kernel(true);
+                    };
+                    run(ours, true);
+                    run(theirs, false);
+                    const std::string what = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
+                                             " ta " + std::to_string(ta) + " tb " + std::to_string(tb) + " beta " +
+                                             std::to_string(beta);
+                    if (bf16_small_kernel_runs() && !cpu_has_amx_bf16())
+                        EXPECT_TRUE(same_bits(ours, theirs)) << what;
+                    const double err = bf16_error(a, b, alpha, Av, Bv, beta,
+                                                  CMatView<float>(C0.data() + 4, m, n, C0.shape(0)),
+                                                  CMatView<float>(ours.data() + 4, m, n, ours.shape(0)));
+                    EXPECT_LT(err, 4.0 * double(k + 2) * std::ldexp(1.0, -24)) << what;
+                }
 }

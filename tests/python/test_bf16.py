@@ -384,6 +384,63 @@ def test_trainer_with_the_bf16_copy_of_theta_is_bit_identical():
             np.testing.assert_array_equal(runs[0][1][k], runs[1][1][k], err_msg=k)
 
 
+def _kept_input_models():
+    """Models whose listings write and read their affine maps' inputs in different ways: fused projections, LoRA
+    (merged, and dropping the adapters' input), dropout, GQA + SwiGLU + RMSnorm, tiled attention, multi-token
+    prediction, latent attention, an encoder and an encoder–decoder (post-LN blocks, cross-attention)."""
+    d = dict(seed=5, precision="bf16-mixed")
+    x = np.random.default_rng(1).integers(0, 37, (3, 20))
+    z = np.random.default_rng(2).integers(0, 37, (3, 14))
+    xt = x.copy()
+    xt[:, ::3] = 37  # the encoder's mask token (n_vocab − 3)
+    lora = lambda m, **kw: ft.lora(m, r=2, **kw)  # noqa: E731
+    yield "decoder", lambda: ft.DTransformer(40, 24, 2, 2, 32, 64, **d), (x,)
+    yield "lora", lambda: lora(ft.DTransformer(40, 24, 2, 2, 32, 64, **d), targets=["W_q", "W_v", "W_mlp1"]), (x,)
+    yield "lora_dropout", lambda: lora(ft.DTransformer(40, 24, 2, 2, 32, 64, **d), targets=["W_q", "W_o", "W_mlp2"],
+                                       dropout=0.2), (x,)
+    yield "dropout", lambda: ft.DTransformer(40, 24, 2, 2, 32, 64, dropout=0.1, **d), (x,)
+    yield "gqa_swiglu_rms", lambda: ft.DTransformer(40, 24, 2, 4, 32, 64, H_kv=2, mlp="swiglu", norm="rms", **d), (x,)
+    yield "tiled", lambda: ft.DTransformer(40, 24, 1, 2, 32, 64, attention_impl="tiled", **d), (x,)
+    yield "mtp", lambda: ft.DTransformer(40, 24, 1, 2, 32, 64, mtp_depth=2, **d), (x,)
+    yield "latent", lambda: ft.DTransformer(40, 24, 1, 2, 32, 64, kv_lora_rank=8, q_lora_rank=12, qk_rope_head_dim=4,
+                                            positional="rope", bias=False, **d), (x,)
+    yield "encoder", lambda: ft.ETransformer(40, 24, 2, 2, 32, 64, 16, **d), (xt, x)
+    yield "encoder_decoder", lambda: ft.EDTransformer(40, 24, 1, 1, 2, 32, 64, **d), (z, x)
+
+
+@pytest.mark.parametrize("name, make, data", list(_kept_input_models()), ids=[n for n, _, _ in _kept_input_models()])
+def test_training_with_kept_affine_inputs_is_bit_identical(name, make, data):
+    # an affine map's input X rounded once for its forward product W X and its backward's dW += dY Xᵀ (the rounding
+    # kept from the forward, Bf16AffineInput) instead of rounding X again for the backward: the same bits
+    native = "products: oneDNN" in ft.bf16_info()
+    runs = []
+    for keep in (True, False):
+        _core._bf16_allow_kept_inputs(keep)
+        try:
+            m = make()
+            m.precision = "bf16-mixed"  # (ft.lora makes a new unit)
+            opt = ft.Adam(1e-2, weight_decay=0.1)
+            before = _core._bf16_kept_inputs_read()
+            losses, grads = [], []
+            for _ in range(3):
+                loss, g = m.loss_and_grad(*data, copy=True)
+                losses.append(loss)
+                grads.append(g)
+                opt.step(m, m.grads)
+            runs.append((losses, grads, {k: np.array(v) for k, v in m.params.items()},
+                         _core._bf16_kept_inputs_read() - before))
+        finally:
+            _core._bf16_allow_kept_inputs(True)
+    (l1, g1, p1, read), (l0, g0, p0, read_off) = runs
+    assert read_off == 0 and (read > 0) == native, (read, read_off)
+    assert l1 == l0
+    for a, b in zip(g1, g0):
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    for k in p1:
+        np.testing.assert_array_equal(p1[k], p0[k], err_msg=k)
+
+
 def _tiled_rounded_attention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask, drop=None, bias=None, Bq=128, Bk=256):
     """Algorithm 4 as the tiled listing computes it under bf16-mixed (Algorithm T1, docs/tiled_attention.md): per
     query block J and key block I, S = K_Iᵀ Q_J / √d_attn and Ṽ_J += V_I P from operands rounded to bfloat16 —

@@ -101,6 +101,7 @@ void Projections<T>::backward(ParamStore<T>& store, CMatView<T> X, const Seqs& s
         T *gq = store.grad_if_trained(W_q), *gk = store.grad_if_trained(W_k), *gv = store.grad_if_trained(W_v);
         if (gq || gk || gv) {
             MatView<T> dW = ensure(pw.dW_qkv, Dq + Dk + Dv, d_x);
+            Bf16AffineInput input(view(st->W_qkv).data, Bf16Input::Read);  // bf16-mixed: X rounded by the forward's product
             gemm<T>(Op::N, Op::T, T(1), dQKV, X, T(0), dW);
             for (index_t j = 0; j < d_x; ++j) {
                 const T* g = dW.col(j);

@@ -41,11 +41,22 @@ Precision parse_precision(const std::string& name) {
 
 namespace {
 thread_local ProductContext tl_context;
+// (below) a training context's root of Bf16Regions on this thread: it carries the affine inputs this thread keeps
+// (Bf16AffineInput) and, through the parallel regions that carry the context, hears of every product's result
+const Bf16Regions* training_root(const ProductContext& c);
+bool owns_root(const Bf16Regions* r);
+void end_training_call();
 }  // namespace
 
 ProductContext product_context() { return tl_context; }
-ProductScope::ProductScope(ProductContext c) : saved_(tl_context) { tl_context = c; }
-ProductScope::~ProductScope() { tl_context = saved_; }
+ProductScope::ProductScope(ProductContext c) : saved_(tl_context) {
+    if (c.bf16 && c.training && !c.regions) c.regions = training_root(c);
+    tl_context = c;
+}
+ProductScope::~ProductScope() {
+    if (owns_root(tl_context.regions) && !owns_root(saved_.regions)) end_training_call();  // the call's kept inputs end
+    tl_context = saved_;
+}
 
 namespace {
 std::atomic<std::uint64_t> copies{0};
@@ -392,6 +403,55 @@ ReuseCache& reuse_cache() {
 
 }  // namespace
 
+// The affine inputs kept from their forward product for their backward's dW (Bf16AffineInput): one entry per (W, X,
+// shape) of the training call, valid until a product writes over X, its backward reads it or the call ends. Only its
+// thread changes the entries (outside parallel regions); products on other threads mark them stale (atomics).
+struct KeptInputs {
+    struct Entry {
+        const float* W = nullptr;
+        const float* x = nullptr;
+        index_t rows = 0, cols = 0, ld = 0;
+        Bf16Buffer bits;
+        std::atomic<bool> valid{false};
+    };
+    std::vector<std::unique_ptr<Entry>> e;
+    std::atomic<int> live{0};  // how many are valid (no scan while none)
+    void invalidate(Entry& x) {
+        if (x.valid.exchange(false)) live.fetch_sub(1);
+    }
+    void written(const float* C, const float* c1) {
+        if (live.load(std::memory_order_relaxed) == 0) return;
+        for (const auto& g : e)
+            if (g->valid.load(std::memory_order_relaxed) && g->x < c1 && C < g->x + (g->cols - 1) * g->ld + g->rows)
+                invalidate(*g);
+    }
+    Entry* find(const float* W, const float* X, index_t rows, index_t cols, index_t ld) {
+        if (live.load(std::memory_order_relaxed) == 0) return nullptr;
+        for (const auto& g : e)
+            if (g->valid.load() && g->W == W && g->x == X && g->rows == rows && g->cols == cols && g->ld == ld)
+                return g.get();
+        return nullptr;
+    }
+    // the entry that keeps X's rounding now: its own if valid, else the free buffer that fits best, else a new one
+    Entry& take(const float* W, const float* X, index_t rows, index_t cols, index_t ld) {
+        Entry* best = find(W, X, rows, cols, ld);
+        if (!best) {
+            const std::size_t n = std::size_t(rows * cols);
+            for (const auto& g : e) {
+                if (g->valid.load()) continue;
+                const std::size_t c = g->bits.cap, b = best ? best->bits.cap : 0;
+                if (!best || (c >= n ? (b < n || c < b) : (b < n && c > b))) best = g.get();
+            }
+            if (!best) best = e.emplace_back(std::make_unique<Entry>()).get();
+            best->W = W, best->x = X, best->rows = rows, best->cols = cols, best->ld = ld;
+        }
+        return *best;
+    }
+    void drop() {
+        for (const auto& g : e) invalidate(*g);
+    }
+};
+
 // Matrices rounded once for a scope's products (Bf16RoundOnce). A region of rows × cols (ld) in row blocks of
 // `block` rows: block r's rounding is a column-major block × cols matrix (ld = block) at bits + r·block·cols. A
 // product whose result overlaps a region makes it stale (the scope's promise broken: rounding per product again
@@ -405,6 +465,7 @@ struct Bf16Regions {
     };
     std::vector<std::unique_ptr<Region>> r;
     const Bf16Regions* outer = nullptr;  // an enclosing scope's
+    KeptInputs* kept = nullptr;          // (a training call's root) the affine inputs kept by its thread
     // the rounding of X (rows × cols, ld) when it lies inside one row block of a region: its first entry, the
     // block's height in ld
     const std::uint16_t* find(const float* X, index_t rows, index_t cols, index_t& ld) const {
@@ -421,9 +482,11 @@ struct Bf16Regions {
     }
     void written(const float* C, index_t m, index_t n, index_t ldc) const {
         const float* c1 = C + (n - 1) * ldc + m;
-        for (const Bf16Regions* s = this; s; s = s->outer)
+        for (const Bf16Regions* s = this; s; s = s->outer) {
             for (const auto& g : s->r)
                 if (g->x < c1 && C < g->x + (g->cols - 1) * g->ld + g->rows) g->stale.store(true);
+            if (s->kept) s->kept->written(C, c1);
+        }
     }
 };
 
@@ -450,6 +513,90 @@ namespace {
 }  // namespace
 
 std::uint64_t bf16_operands_rounded() { return operands_rounded.load(); }
+
+namespace {
+bool& kept_inputs_allowed() {
+    static bool on = true;
+    return on;
+}
+std::atomic<std::uint64_t> kept_reads{0};
+thread_local KeptInputs tl_kept;
+Bf16Regions& own_root() {
+    thread_local Bf16Regions root = [] {
+        Bf16Regions r;
+        r.kept = &tl_kept;
+        return r;
+    }();
+    return root;
+}
+const Bf16Regions* training_root(const ProductContext& c) {
+    (void)c;
+    return kept_inputs_allowed() && bf16_native() ? &own_root() : nullptr;
+}
+bool owns_root(const Bf16Regions* r) { return r && r == &own_root(); }
+// the affine inputs this thread keeps when r is (or lies inside a Bf16RoundOnce scope of) its training call's root
+KeptInputs* own_kept(const Bf16Regions* r) {
+    for (; r; r = r->outer)
+        if (r->kept) return owns_root(r) ? r->kept : nullptr;
+    return nullptr;
+}
+void end_training_call() { tl_kept.drop(); }
+bool in_parallel() {
+#ifdef _OPENMP
+    return omp_in_parallel();
+#else
+    return false;
+#endif
+}
+// this thread's Bf16AffineInput: 0 none, 1 Keep, 2 Read; the affine map's W
+thread_local int tl_input_role = 0;
+thread_local const float* tl_input_W = nullptr;
+
+// op(B) (X: rows × cols, ld; tb: op(B) = Xᵀ) as bf16 under this thread's Bf16AffineInput: Keep (op(B) = X) rounds it
+// into the entry of (W, X) and keeps it; Read (op(B) = Xᵀ) reads that entry once if it is still valid. Else, and
+// outside the calling thread's training call or inside a parallel region, bf16_operand.
+[[maybe_unused]] const std::uint16_t* affine_input(const ProductContext& c, const float* X, index_t rows, index_t cols,
+                                                   index_t& ld, Bf16Buffer& scratch, int tb) {
+    const int role = tl_input_role;
+    KeptInputs* kept = role == 0 || (role == 1) != (tb == 0) || in_parallel() ? nullptr : own_kept(c.regions);
+    if (!kept) return bf16_operand(c, X, rows, cols, ld, scratch);
+    if (c.weights && c.weights->find(X)) return bf16_operand(c, X, rows, cols, ld, scratch);  // inside θ: its copy
+    index_t l = ld;
+    if (c.regions->find(X, rows, cols, l)) return bf16_operand(c, X, rows, cols, ld, scratch);  // a Bf16RoundOnce's
+    KeptInputs& k = *kept;
+    if (role == 1) {
+        KeptInputs::Entry& e = k.take(tl_input_W, X, rows, cols, ld);
+        std::uint16_t* out = e.bits.get(std::size_t(rows * cols));
+        round_into(X, rows, cols, ld, out);
+        if (!e.valid.exchange(true)) k.live.fetch_add(1);
+        ld = rows;
+        return out;
+    }
+    if (KeptInputs::Entry* e = k.find(tl_input_W, X, rows, cols, ld)) {
+        k.invalidate(*e);  // read once
+        kept_reads.fetch_add(1, std::memory_order_relaxed);
+        ld = rows;
+        return e->bits.p.get();
+    }
+    return bf16_operand(c, X, rows, cols, ld, scratch);
+}
+}  // namespace
+
+Bf16AffineInput::Bf16AffineInput(const float* W, Bf16Input role)
+    : saved_W_(tl_input_W), saved_role_(tl_input_role), on_(true) {
+    tl_input_W = W;
+    tl_input_role = role == Bf16Input::Keep ? 1 : 2;
+}
+Bf16AffineInput::~Bf16AffineInput() {
+    if (on_) tl_input_W = saved_W_, tl_input_role = saved_role_;
+}
+std::uint64_t bf16_kept_inputs_read() { return kept_reads.load(); }
+std::size_t bf16_kept_input_bytes() {
+    std::size_t n = 0;
+    for (const auto& g : tl_kept.e) n += g->bits.cap * sizeof(std::uint16_t);
+    return n;
+}
+void bf16_allow_kept_inputs(bool on) { kept_inputs_allowed() = on; }
 
 namespace {
 // The roundings of the scopes that have ended on this thread, kept for the next scopes (each training step
@@ -716,6 +863,121 @@ bool cpu_runs_avx512_bf16() {
     }();
     return ok;
 }
+
+// A training call's small products (attention's per-head products: 64 × 64 × 32 at the baby GPT's shape, 1,152 a
+// step) on AVX512_BF16 without oneDNN: a oneDNN matmul call costs about twice these products' arithmetic in its
+// dispatch, scratchpad and packing (docs/benchmarks.md). The same arithmetic as oneDNN's kernels on these shapes,
+// bit for bit: each entry of C one float32 sum, zero, then VDPBF16PS over the pairs (p, p+1) of k in order; α
+// applied to the sum, then β = 1's C added. Operands as bf16 bits, packed per call: op(A) as pairs of its columns
+// (row i of the pair block q: op(A)[i, 2q], op(A)[i, 2q + 1]), rows padded with zeros to a multiple of 16; op(B)'s
+// column j as its k/2 pairs, columns padded with zeros to the column block.
+template <int MR>
+FT_TARGET_BF16 void small_block(const std::uint32_t* Ap, index_t mp, index_t kq, const std::uint32_t* Bp, index_t bj,
+                                index_t bq, index_t i0, index_t j0, index_t m, index_t nr, float alpha, bool add,
+                                float* C, index_t ldc) {
+    constexpr int NR = MR == 4 ? 6 : MR == 3 ? 8 : MR == 2 ? 8 : 16;
+    __m512 acc[MR][NR];  // (every index a constant once the loops unroll: the sums stay in registers)
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 24
+        for (int c = 0; c < NR; ++c) acc[r][c] = _mm512_setzero_ps();
+    const std::uint32_t* b = Bp + j0 * bj;
+    for (index_t q = 0; q < kq; ++q) {
+        __m512bh a[MR];
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) a[r] = (__m512bh)_mm512_loadu_si512(Ap + q * mp + i0 + 16 * r);
+#pragma GCC unroll 24
+        for (int c = 0; c < NR; ++c) {
+            const __m512bh bc = (__m512bh)_mm512_set1_epi32(int(b[c * bj + q * bq]));
+#pragma GCC unroll 4
+            for (int r = 0; r < MR; ++r) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], a[r], bc);
+        }
+    }
+    const __m512 al = _mm512_set1_ps(alpha);
+#pragma GCC unroll 24
+    for (int c = 0; c < NR; ++c) {
+        float* col = C + (j0 + c) * ldc + i0;
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) {
+            const index_t left = m - i0 - 16 * r;
+            if (c >= nr || left <= 0) continue;
+            const __mmask16 mask = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+            // α·sum + C in one rounding (a fused multiply-add), as oneDNN's output scale and sum post-op
+            __m512 v = acc[r][c];
+            if (add) v = alpha == 1.0f ? _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, col + 16 * r))
+                                       : _mm512_fmadd_ps(v, al, _mm512_maskz_loadu_ps(mask, col + 16 * r));
+            else if (alpha != 1.0f) v = _mm512_mul_ps(v, al);
+            _mm512_mask_storeu_ps(col + 16 * r, mask, v);
+        }
+    }
+}
+
+template <int MR>
+void small_blocks(const std::uint32_t* Ap, index_t mp, index_t kq, const std::uint32_t* Bp, index_t bj, index_t bq,
+                  index_t i0, index_t m, index_t n, float alpha, bool add, float* C, index_t ldc) {
+    constexpr int NR = MR == 4 ? 6 : MR == 3 ? 8 : MR == 2 ? 8 : 16;
+    for (index_t j0 = 0; j0 < n; j0 += NR)
+        small_block<MR>(Ap, mp, kq, Bp, bj, bq, i0, j0, m, std::min<index_t>(NR, n - j0), alpha, add, C, ldc);
+}
+
+// C = α op(A) op(B) + β C, β 0 or 1, k even (the caller checks), A and B as bf16 bits
+void small_product(int ta, int tb, index_t m, index_t n, index_t k, float alpha, const std::uint16_t* A, index_t lda,
+                   const std::uint16_t* B, index_t ldb, float beta, float* C, index_t ldc) {
+    const index_t kq = k / 2, mp = (m + 15) / 16 * 16, np = n + 24;
+    thread_local std::vector<std::uint32_t> ap, bp;
+    if (ap.size() < std::size_t(mp * kq)) ap.resize(std::size_t(mp * kq));
+    if (bp.size() < std::size_t(np * kq)) bp.resize(std::size_t(np * kq));
+    std::uint32_t* Ap = ap.data();
+    std::uint32_t* Bp = bp.data();
+    // each loop reads its operand in memory order
+    if (ta == 0) {  // A: m × k, column p at A + p lda
+        for (index_t q = 0; q < kq; ++q) {
+            const std::uint16_t *c0 = A + 2 * q * lda, *c1 = c0 + lda;
+            std::uint32_t* o = Ap + q * mp;
+#pragma omp simd
+            for (index_t i = 0; i < m; ++i) o[i] = std::uint32_t(c0[i]) | (std::uint32_t(c1[i]) << 16);
+            for (index_t i = m; i < mp; ++i) o[i] = 0;
+        }
+    } else {  // A: k × m, op(A)[i, p] at A + p + i lda: row i's pairs are words of column i
+        for (index_t i = 0; i < m; ++i) {
+            const std::uint16_t* a = A + i * lda;
+            for (index_t q = 0; q < kq; ++q) {
+                std::uint32_t w;
+                std::memcpy(&w, a + 2 * q, 4);
+                Ap[q * mp + i] = w;
+            }
+        }
+        for (index_t q = 0; q < kq; ++q)
+            for (index_t i = m; i < mp; ++i) Ap[q * mp + i] = 0;
+    }
+    index_t bj, bq;  // op(B)'s pair (q, j) at Bp[j bj + q bq]
+    if (tb == 0) {   // B: k × n, column j's pairs are its words
+        bj = kq, bq = 1;
+        for (index_t j = 0; j < n; ++j) std::memcpy(Bp + j * kq, B + j * ldb, std::size_t(k) * 2);
+        std::fill(Bp + n * kq, Bp + np * kq, 0u);
+    } else {  // B: n × k, op(B)[p, j] at B + j + p ldb
+        bj = 1, bq = np;
+        for (index_t q = 0; q < kq; ++q) {
+            const std::uint16_t *r0 = B + 2 * q * ldb, *r1 = r0 + ldb;
+            std::uint32_t* o = Bp + q * np;
+#pragma omp simd
+            for (index_t j = 0; j < n; ++j) o[j] = std::uint32_t(r0[j]) | (std::uint32_t(r1[j]) << 16);
+            for (index_t j = n; j < np; ++j) o[j] = 0;
+        }
+    }
+    const bool add = beta != 0.0f;
+    index_t i0 = 0;
+    for (; i0 + 64 <= m; i0 += 64) small_blocks<4>(Ap, mp, kq, Bp, bj, bq, i0, m, n, alpha, add, C, ldc);
+    const index_t left = (m - i0 + 15) / 16;  // 16-row blocks left (0 to 4)
+    if (left == 4) small_blocks<4>(Ap, mp, kq, Bp, bj, bq, i0, m, n, alpha, add, C, ldc);
+    if (left == 3) small_blocks<3>(Ap, mp, kq, Bp, bj, bq, i0, m, n, alpha, add, C, ldc);
+    if (left == 2) small_blocks<2>(Ap, mp, kq, Bp, bj, bq, i0, m, n, alpha, add, C, ldc);
+    if (left == 1) small_blocks<1>(Ap, mp, kq, Bp, bj, bq, i0, m, n, alpha, add, C, ldc);
+}
+bool& small_kernel_allowed() {
+    static bool on = true;
+    return on;
+}
 #endif
 
 void few_columns(int ta, int tb, index_t m, index_t n, index_t k, float alpha, const std::uint16_t* A, index_t lda,
@@ -786,7 +1048,14 @@ void gemm_bf16(int ta, int tb, index_t m, index_t n, index_t k, float alpha, con
     if (bf16_native() && (double(m) * double(n) * double(k) >= double(1 << 18) || ctx.training)) {
         thread_local Bf16Buffer sa, sb;
         const std::uint16_t* a = bf16_operand(ctx, A, ar, ac, lda, sa);
-        const std::uint16_t* b = bf16_operand(ctx, B, br, bc, ldb, sb);
+        const std::uint16_t* b = affine_input(ctx, B, br, bc, ldb, sb, tb);
+#ifdef FT_BF16_KERNEL
+        if (ctx.training && double(m) * double(n) * double(k) < double(1 << 18) && k % 2 == 0 &&
+            (beta == 0.0f || beta == 1.0f) && small_kernel_allowed() && cpu_runs_avx512_bf16()) {
+            small_product(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, C, ldc);
+            return;
+        }
+#endif
         run_onednn(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, C, ldc);
         return;
     }
@@ -799,6 +1068,21 @@ void gemm_bf16(int ta, int tb, index_t m, index_t n, index_t k, float alpha, con
                 CMatView<float>(b, br, bc, ldb), beta, MatView<float>(C, m, n, ldc));
 }
 
+void bf16_allow_small_kernel(bool on) {
+#ifdef FT_BF16_KERNEL
+    small_kernel_allowed() = on;
+#else
+    (void)on;
+#endif
+}
+bool bf16_small_kernel_runs() {
+#ifdef FT_BF16_KERNEL
+    return small_kernel_allowed() && native_allowed() && cpu_runs_avx512_bf16();
+#else
+    return false;
+#endif
+}
+
 bool affine_bf16(index_t m, index_t n, index_t k, const float* W, index_t ldw, const float* X, index_t ldx,
                  const float* b, float* Y, index_t ldy) {
 #ifdef FT_HAVE_ONEDNN
@@ -808,7 +1092,7 @@ bool affine_bf16(index_t m, index_t n, index_t k, const float* W, index_t ldw, c
         return false;
     thread_local Bf16Buffer sa, sb;
     const std::uint16_t* a = bf16_operand(ctx, W, m, k, ldw, sa);
-    const std::uint16_t* x = bf16_operand(ctx, X, k, n, ldx, sb);
+    const std::uint16_t* x = affine_input(ctx, X, k, n, ldx, sb, 0);
     run_onednn(0, 0, m, n, k, 1.0f, a, ldw, x, ldx, 0.0f, Y, ldy, b);
     if (reuse_cache().depth > 0) reuse_cache().written(Y, m, n, ldy);
     if (ctx.regions) ctx.regions->written(Y, m, n, ldy);

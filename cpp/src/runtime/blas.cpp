@@ -336,6 +336,7 @@ void gemm_naive(Op opA, Op opB, T alpha, CMatView<T> A, CMatView<T> B, T beta, M
 
 template <class T>
 void affine(CMatView<T> W, CMatView<T> X, const T* b, MatView<T> Y) {
+    Bf16AffineInput input(W.data, Bf16Input::Keep);  // bf16-mixed: X's rounding kept for the backward's dW
     if constexpr (std::is_same_v<T, float>) {  // bf16-mixed on bf16 instructions: b added as the sums are stored
         if (b && W.rows > 0 && X.cols > 0 && W.cols > 0 && W.cols == X.rows && Y.rows == W.rows && Y.cols == X.cols &&
             affine_bf16(W.rows, X.cols, W.cols, W.data, std::max<index_t>(W.ld, 1), X.data, std::max<index_t>(X.ld, 1),
@@ -352,6 +353,7 @@ void affine(CMatView<T> W, CMatView<T> X, const T* b, MatView<T> Y) {
 
 template <class T>
 void affine_add(CMatView<T> W, CMatView<T> X, const T* b, MatView<T> Y) {
+    Bf16AffineInput input(W.data, Bf16Input::Keep);  // bf16-mixed: X's rounding kept for the backward's dW
     gemm<T>(Op::N, Op::N, T(1), W, X, T(1), Y);
     if (b)
         for (index_t j = 0; j < Y.cols; ++j) {
@@ -376,7 +378,10 @@ template <class T>
 void affine_backward_into(CMatView<T> W, CMatView<T> X, CMatView<T> dY, T* dW, T* db, T* dX, index_t ld_dX,
                           T dX_beta) {
     Bf16OperandReuse once;  // bf16-mixed: dY rounded once for both products
-    if (dW) gemm<T>(Op::N, Op::T, T(1), dY, X, T(1), MatView<T>(dW, W.rows, W.cols, W.ld));
+    if (dW) {
+        Bf16AffineInput input(W.data, Bf16Input::Read);  // bf16-mixed: X rounded by the forward's product
+        gemm<T>(Op::N, Op::T, T(1), dY, X, T(1), MatView<T>(dW, W.rows, W.cols, W.ld));
+    }
     if (db) add_column_sum<T>(dY, db);
     if (dX)
         gemm<T>(Op::T, Op::N, T(1), W, dY, dX_beta,
