@@ -190,6 +190,7 @@ void relora(AnyDtype<Unit>& d, const ft::ModelConfig::Lora& lora) {
         {
             CoreCall nogil;
             made = std::make_unique<Unit<T>>(c);
+            made->set_precision(m.precision);  // a bf16-mixed model stays bf16-mixed with its adapters (and merged)
             m.store.refresh_adapters();  // W' as θ holds it now (merge: W ← W')
             ft::ParamStore<T>& to = made->store;
             ft::Rng rng(c.seed ^ 0x4c6f5241ULL);

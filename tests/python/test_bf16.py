@@ -418,7 +418,7 @@ def test_training_with_kept_affine_inputs_is_bit_identical(name, make, data):
         _core._bf16_allow_kept_inputs(keep)
         try:
             m = make()
-            m.precision = "bf16-mixed"  # (ft.lora makes a new unit)
+            m.precision = "bf16-mixed"
             opt = ft.Adam(1e-2, weight_decay=0.1)
             before = _core._bf16_kept_inputs_read()
             losses, grads = [], []

@@ -399,3 +399,19 @@ def test_dropout_gradients_equal_torch_autograd_through_peft_on_the_same_masks(a
     _check_grads(pm, model, pairs, grads)
     # peft without the masks (evaluation) is our evaluating forward: the loss differs from the training one
     assert abs(model.loss(*([x] if arch == "gpt2" else [xt, x])) - loss) > 1e-6
+
+
+def test_lora_and_merge_keep_the_models_precision():
+    # ft.lora and merge_lora rebuild the model's unit: a bf16-mixed model stays bf16-mixed (it used to come back
+    # float32), and its adapted outputs are those of a model made bf16-mixed again by hand
+    m = ft.DTransformer(23, 16, 2, 2, 8, 12, seed=0, precision="bf16-mixed")
+    ft.lora(m, targets=("W_q", "W_v"), r=2)
+    assert m.precision == "bf16-mixed"
+    x = _seqs(1)[0]
+    out = np.array(m(x))
+    m.precision = "float32"
+    m.precision = "bf16-mixed"
+    np.testing.assert_array_equal(np.array(m(x)), out)
+    m.merge_lora()
+    assert m.precision == "bf16-mixed"
+    assert ft.lora(ft.DTransformer(23, 16, 2, 2, 8, 12, seed=0), r=2).precision == "float32"
