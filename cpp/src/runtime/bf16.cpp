@@ -920,6 +920,15 @@ void small_blocks(const std::uint32_t* Ap, index_t mp, index_t kq, const std::ui
         small_block<MR>(Ap, mp, kq, Bp, bj, bq, i0, j0, m, std::min<index_t>(NR, n - j0), alpha, add, C, ldc);
 }
 
+// Two consecutive vectors of bf16 bits (x at x[0 … count), the next at x[ld …]) as count words, x's in the low half
+// (one pair (p, p+1) of k per word, as VDPBF16PS takes it), zeros after them up to padded
+inline void interleave_pair(const std::uint16_t* x, index_t ld, index_t count, std::uint32_t* o, index_t padded) {
+    const std::uint16_t* y = x + ld;
+#pragma omp simd
+    for (index_t i = 0; i < count; ++i) o[i] = std::uint32_t(x[i]) | (std::uint32_t(y[i]) << 16);
+    for (index_t i = count; i < padded; ++i) o[i] = 0;
+}
+
 // C = α op(A) op(B) + β C, β 0 or 1, k even (the caller checks), A and B as bf16 bits
 void small_product(int ta, int tb, index_t m, index_t n, index_t k, float alpha, const std::uint16_t* A, index_t lda,
                    const std::uint16_t* B, index_t ldb, float beta, float* C, index_t ldc) {
@@ -931,13 +940,7 @@ void small_product(int ta, int tb, index_t m, index_t n, index_t k, float alpha,
     std::uint32_t* Bp = bp.data();
     // each loop reads its operand in memory order
     if (ta == 0) {  // A: m × k, column p at A + p lda
-        for (index_t q = 0; q < kq; ++q) {
-            const std::uint16_t *c0 = A + 2 * q * lda, *c1 = c0 + lda;
-            std::uint32_t* o = Ap + q * mp;
-#pragma omp simd
-            for (index_t i = 0; i < m; ++i) o[i] = std::uint32_t(c0[i]) | (std::uint32_t(c1[i]) << 16);
-            for (index_t i = m; i < mp; ++i) o[i] = 0;
-        }
+        for (index_t q = 0; q < kq; ++q) interleave_pair(A + 2 * q * lda, lda, m, Ap + q * mp, mp);
     } else {  // A: k × m, op(A)[i, p] at A + p + i lda: row i's pairs are words of column i
         for (index_t i = 0; i < m; ++i) {
             const std::uint16_t* a = A + i * lda;
@@ -957,13 +960,7 @@ void small_product(int ta, int tb, index_t m, index_t n, index_t k, float alpha,
         std::fill(Bp + n * kq, Bp + np * kq, 0u);
     } else {  // B: n × k, op(B)[p, j] at B + j + p ldb
         bj = 1, bq = np;
-        for (index_t q = 0; q < kq; ++q) {
-            const std::uint16_t *r0 = B + 2 * q * ldb, *r1 = r0 + ldb;
-            std::uint32_t* o = Bp + q * np;
-#pragma omp simd
-            for (index_t j = 0; j < n; ++j) o[j] = std::uint32_t(r0[j]) | (std::uint32_t(r1[j]) << 16);
-            for (index_t j = n; j < np; ++j) o[j] = 0;
-        }
+        for (index_t q = 0; q < kq; ++q) interleave_pair(B + 2 * q * ldb, ldb, n, Bp + q * np, np);
     }
     const bool add = beta != 0.0f;
     index_t i0 = 0;
